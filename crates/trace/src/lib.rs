@@ -1,0 +1,1 @@
+//! Block trace readers and synthetic workloads.
