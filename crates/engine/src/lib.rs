@@ -3,6 +3,17 @@
 //! its state and returns a [`Plan`] of device steps that the simulator or the live server
 //! executes.
 
+pub mod config;
+pub mod engine;
+pub mod plan;
+pub mod policy;
 pub mod request;
+pub mod stats;
+pub mod units;
 
+pub use config::{Admission, EngineConfig, Mode, Preset, SeqCutoff};
+pub use engine::{Engine, EngineError};
+pub use plan::{Plan, Step};
 pub use request::{Op, Request, MAX_CLASS, NUM_CLASSES};
+pub use stats::{Bypass, Bypasses, Counters};
+pub use units::{fmt_size, parse_size, CacheSize};

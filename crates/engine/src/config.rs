@@ -1,0 +1,384 @@
+//! Engine configuration: granularities, write mode, admission, cleaning, presets.
+
+use crate::policy::PolicyConfig;
+use crate::units::size_serde;
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::str::FromStr;
+
+/// Smallest and largest line sizes.
+pub const MIN_LINE: u64 = 4 << 10;
+pub const MAX_LINE: u64 = 1 << 20;
+
+/// How writes are handled.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Mode {
+    /// Writes go to the backing device and to the cache (cached or admitted lines).
+    WriteThrough,
+    /// Writes go to the cache only and are marked dirty; cleaning writes them back later.
+    WriteBack,
+    /// Writes go to the backing device; cached copies are updated, misses are not allocated.
+    WriteAround,
+    /// Writes go to the backing device and invalidate cached copies; reads are cached.
+    ReadOnly,
+    /// Nothing new is cached: reads of clean lines and all writes go to the backing device,
+    /// writes invalidate cached copies. Dirty lines are still served from the cache.
+    PassThrough,
+}
+
+impl Mode {
+    pub const ALL: [Mode; 5] = [
+        Mode::WriteThrough,
+        Mode::WriteBack,
+        Mode::WriteAround,
+        Mode::ReadOnly,
+        Mode::PassThrough,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::WriteThrough => "write-through",
+            Mode::WriteBack => "write-back",
+            Mode::WriteAround => "write-around",
+            Mode::ReadOnly => "read-only",
+            Mode::PassThrough => "pass-through",
+        }
+    }
+
+    pub fn short(self) -> &'static str {
+        match self {
+            Mode::WriteThrough => "wt",
+            Mode::WriteBack => "wb",
+            Mode::WriteAround => "wa",
+            Mode::ReadOnly => "ro",
+            Mode::PassThrough => "pt",
+        }
+    }
+}
+
+impl fmt::Display for Mode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for Mode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let t = s.trim().to_ascii_lowercase().replace('_', "-");
+        Mode::ALL
+            .into_iter()
+            .find(|m| m.as_str() == t || m.short() == t || m.as_str().replace('-', "") == t)
+            .ok_or_else(|| {
+                format!(
+                    "unknown mode '{s}'; use one of: {}",
+                    Mode::ALL
+                        .iter()
+                        .map(|m| format!("{} ({})", m.as_str(), m.short()))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )
+            })
+    }
+}
+
+/// Population (admission) thresholds, counted per group as in Qsan: a line that misses is
+/// admitted when its group has been read (written) at least `read_threshold`
+/// (`write_threshold`) times, counting this access; 0 disables population in that direction;
+/// 1 admits on the first miss (`always`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Admission {
+    pub read_threshold: u32,
+    pub write_threshold: u32,
+}
+
+impl Default for Admission {
+    fn default() -> Self {
+        Admission::ALWAYS
+    }
+}
+
+impl Admission {
+    pub const ALWAYS: Admission = Admission {
+        read_threshold: 1,
+        write_threshold: 1,
+    };
+
+    pub fn is_always(&self) -> bool {
+        *self == Admission::ALWAYS
+    }
+}
+
+impl fmt::Display for Admission {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.is_always() {
+            f.write_str("always")
+        } else {
+            write!(f, "nhit:{}:{}", self.read_threshold, self.write_threshold)
+        }
+    }
+}
+
+impl FromStr for Admission {
+    type Err = String;
+    /// `always`, `never`, `nhit:R:W` (read and write thresholds) or `nhit:N` (both).
+    fn from_str(s: &str) -> Result<Self, String> {
+        let t = s.trim().to_ascii_lowercase();
+        let bad = || {
+            format!("bad admission '{s}'; use always, never, nhit:N or nhit:READ:WRITE (0 disables that direction)")
+        };
+        match t.as_str() {
+            "always" => return Ok(Admission::ALWAYS),
+            "never" => {
+                return Ok(Admission {
+                    read_threshold: 0,
+                    write_threshold: 0,
+                })
+            }
+            _ => {}
+        }
+        let rest = t.strip_prefix("nhit:").ok_or_else(bad)?;
+        let parts: Vec<&str> = rest.split(':').collect();
+        let num = |p: &str| p.trim().parse::<u32>().map_err(|_| bad());
+        match parts.as_slice() {
+            [n] => {
+                let n = num(n)?;
+                Ok(Admission {
+                    read_threshold: n,
+                    write_threshold: n,
+                })
+            }
+            [r, w] => Ok(Admission {
+                read_threshold: num(r)?,
+                write_threshold: num(w)?,
+            }),
+            _ => Err(bad()),
+        }
+    }
+}
+
+/// Sequential cutoff: once a stream of contiguous requests in one direction has moved this
+/// many bytes, its misses bypass the cache (hits are still served). 0 disables.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SeqCutoff {
+    #[serde(with = "size_serde")]
+    pub read_bytes: u64,
+    #[serde(with = "size_serde")]
+    pub write_bytes: u64,
+}
+
+/// Everything the engine needs to know.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct EngineConfig {
+    /// Cache capacity in lines.
+    pub capacity_lines: u64,
+    /// Unit of validity, dirtiness and replacement (power of two, 4 KiB..1 MiB).
+    #[serde(with = "size_serde")]
+    pub line_size: u64,
+    /// Unit of admission counting and population (power-of-two multiple of the line).
+    #[serde(with = "size_serde")]
+    pub group_size: u64,
+    /// Replacement policy name (see `policy::REGISTRY`).
+    pub policy: String,
+    pub policy_params: PolicyConfig,
+    pub mode: Mode,
+    pub admission: Admission,
+    pub seq_cutoff: SeqCutoff,
+    /// Write-back: start cleaning when dirty lines exceed this share of the capacity.
+    pub dirty_high: f64,
+    /// Write-back: clean down to this share.
+    pub dirty_low: f64,
+    /// A write that covers part of an uncached line it allocates: read the rest of the line
+    /// from the backing device (`true`, default) or send the write around the cache (`false`).
+    pub partial_write_fill: bool,
+    /// Size of each volume, if known: population never reads past it.
+    pub volume_bytes: Option<u64>,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig {
+            capacity_lines: 0,
+            line_size: 4096,
+            group_size: 4096,
+            policy: "lru".into(),
+            policy_params: PolicyConfig::default(),
+            mode: Mode::WriteThrough,
+            admission: Admission::ALWAYS,
+            seq_cutoff: SeqCutoff::default(),
+            dirty_high: 0.8,
+            dirty_low: 0.6,
+            partial_write_fill: true,
+            volume_bytes: None,
+        }
+    }
+}
+
+impl EngineConfig {
+    /// Checks the configuration; the message names the field.
+    pub fn validate(&self) -> Result<(), String> {
+        let ls = self.line_size;
+        if !ls.is_power_of_two() || !(MIN_LINE..=MAX_LINE).contains(&ls) {
+            return Err(format!(
+                "line_size {ls} must be a power of two between 4 KiB and 1 MiB"
+            ));
+        }
+        let gs = self.group_size;
+        if !gs.is_power_of_two() || gs < ls {
+            return Err(format!(
+                "group_size {gs} must be a power of two and at least the line size ({ls})"
+            ));
+        }
+        if gs / ls > 1 << 16 {
+            return Err(format!(
+                "group_size {gs} holds more than 65536 lines of {ls} bytes"
+            ));
+        }
+        if self.capacity_lines >= u32::MAX as u64 {
+            return Err(format!(
+                "capacity of {} lines is too large (at most {} lines; use a larger line size)",
+                self.capacity_lines,
+                u32::MAX - 1
+            ));
+        }
+        if crate::policy::lookup(&self.policy).is_none() {
+            return Err(format!(
+                "unknown policy '{}'; known: {}",
+                self.policy,
+                crate::policy::names().join(", ")
+            ));
+        }
+        let p = &self.policy_params;
+        if !(p.slru_protected > 0.0 && p.slru_protected < 1.0) {
+            return Err(format!(
+                "slru_protected {} must be between 0 and 1",
+                p.slru_protected
+            ));
+        }
+        if !(p.s3fifo_small > 0.0 && p.s3fifo_small < 1.0) {
+            return Err(format!(
+                "s3fifo_small {} must be between 0 and 1",
+                p.s3fifo_small
+            ));
+        }
+        if !(0.0..=1.0).contains(&self.dirty_low)
+            || !(0.0..=1.0).contains(&self.dirty_high)
+            || self.dirty_low > self.dirty_high
+        {
+            return Err(format!(
+                "dirty watermarks must satisfy 0 <= dirty_low ({}) <= dirty_high ({}) <= 1",
+                self.dirty_low, self.dirty_high
+            ));
+        }
+        Ok(())
+    }
+
+    /// Applies a named preset (line, group and thresholds).
+    pub fn apply_preset(&mut self, preset: Preset) {
+        let (group, line, r, w) = preset.params();
+        self.group_size = group;
+        self.line_size = line;
+        self.admission = Admission {
+            read_threshold: r,
+            write_threshold: w,
+        };
+    }
+}
+
+/// Qsan's presets (white paper table "I/O Type").
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Preset {
+    /// 1 MiB group, 8 KiB line, populate on 2nd read, never on write.
+    Database,
+    /// 2 MiB group, 16 KiB line, populate on 2nd read and 2nd write.
+    FileSystem,
+    /// 4 MiB group, 64 KiB line, populate on 2nd read, never on write.
+    WebService,
+}
+
+impl Preset {
+    pub const ALL: [Preset; 3] = [Preset::Database, Preset::FileSystem, Preset::WebService];
+
+    /// (group bytes, line bytes, read threshold, write threshold).
+    pub fn params(self) -> (u64, u64, u32, u32) {
+        match self {
+            Preset::Database => (1 << 20, 8 << 10, 2, 0),
+            Preset::FileSystem => (2 << 20, 16 << 10, 2, 2),
+            Preset::WebService => (4 << 20, 64 << 10, 2, 0),
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Preset::Database => "database",
+            Preset::FileSystem => "file-system",
+            Preset::WebService => "web-service",
+        }
+    }
+}
+
+impl FromStr for Preset {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let t = s.trim().to_ascii_lowercase().replace('_', "-");
+        Preset::ALL
+            .into_iter()
+            .find(|p| p.as_str() == t || p.as_str().replace('-', "") == t)
+            .ok_or_else(|| {
+                format!("unknown preset '{s}'; use database, file-system or web-service")
+            })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parse_modes_and_admission() {
+        assert_eq!("wb".parse::<Mode>().unwrap(), Mode::WriteBack);
+        assert_eq!("write-through".parse::<Mode>().unwrap(), Mode::WriteThrough);
+        assert_eq!("readonly".parse::<Mode>().unwrap(), Mode::ReadOnly);
+        assert!("fast".parse::<Mode>().unwrap_err().contains("write-back"));
+        assert_eq!("always".parse::<Admission>().unwrap(), Admission::ALWAYS);
+        let a: Admission = "nhit:2:0".parse().unwrap();
+        assert_eq!((a.read_threshold, a.write_threshold), (2, 0));
+        assert!("nhit:x".parse::<Admission>().is_err());
+    }
+
+    #[test]
+    fn presets_match_qsan_table() {
+        let mut c = EngineConfig::default();
+        c.apply_preset("database".parse().unwrap());
+        assert_eq!((c.group_size, c.line_size), (1 << 20, 8192));
+        assert_eq!(c.admission.read_threshold, 2);
+        assert_eq!(c.admission.write_threshold, 0);
+        c.apply_preset(Preset::FileSystem);
+        assert_eq!(
+            (c.group_size, c.line_size, c.admission.write_threshold),
+            (2 << 20, 16384, 2)
+        );
+        c.apply_preset(Preset::WebService);
+        assert_eq!((c.group_size, c.line_size), (4 << 20, 65536));
+        c.validate().unwrap();
+    }
+
+    #[test]
+    fn validation_names_the_field() {
+        let c = EngineConfig {
+            line_size: 3000,
+            ..Default::default()
+        };
+        assert!(c.validate().unwrap_err().contains("line_size"));
+        let c = EngineConfig {
+            policy: "nope".into(),
+            ..Default::default()
+        };
+        assert!(c.validate().unwrap_err().contains("known: lru"));
+    }
+}

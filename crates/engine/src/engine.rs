@@ -1,0 +1,848 @@
+//! The cache engine (direct layout): lines in fixed slots, a map from line key to slot, a
+//! replacement policy, admission, write modes and write-back cleaning.
+
+use crate::config::{EngineConfig, Mode};
+use crate::plan::{Plan, Step};
+use crate::policy::{self, Access, Policy, Slot, NEVER};
+use crate::request::{Op, Request, MAX_CLASS, NUM_CLASSES};
+use crate::stats::{Bypass, Counters};
+use hashbrown::{HashMap, HashTable};
+use std::collections::BTreeSet;
+
+/// Line numbers must fit in this many bits of a key; the volume takes the rest.
+pub const LINE_BITS: u32 = 48;
+/// Largest volume id.
+pub const MAX_VOLUME: u32 = (1 << (64 - LINE_BITS)) - 1;
+const EMPTY: u64 = u64::MAX;
+const SEQ_STREAMS: usize = 16;
+
+/// A request the engine cannot take.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EngineError {
+    #[error("class {0} is out of range (0..=31)")]
+    BadClass(u8),
+    #[error("volume {0} is out of range (0..={MAX_VOLUME})")]
+    BadVolume(u32),
+    #[error("request at offset {offset} length {len} reaches past the largest supported address")]
+    OutOfRange { offset: u64, len: u64 },
+    #[error("invalid configuration: {0}")]
+    Config(String),
+}
+
+#[inline]
+fn mix(k: u64) -> u64 {
+    // murmur3 finaliser: spreads keys over hashbrown's control and bucket bits.
+    let mut x = k ^ (k >> 33);
+    x = x.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    x ^= x >> 33;
+    x = x.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+    x ^ (x >> 33)
+}
+
+/// A sequential-stream detector: a small table of recent streams, least recently used replaced.
+#[derive(Clone, Copy, Default)]
+struct Stream {
+    key: u64, // volume << 1 | is_write
+    next: u64,
+    bytes: u64,
+    used: u64,
+}
+
+/// The cache engine. Feed it requests with [`Engine::process`]; read the plan it returns.
+pub struct Engine {
+    cfg: EngineConfig,
+    line_shift: u32,
+    group_lines_shift: u32,
+    cap: u32,
+    len: u32,
+    next_fresh: u32,
+    free: Vec<Slot>,
+    keys: Vec<u64>,
+    classes: Vec<u8>,
+    dirty: Vec<u64>,
+    dirty_count: u64,
+    dirty_set: BTreeSet<u64>,
+    clean_cursor: u64,
+    map: HashTable<Slot>,
+    policy: Box<dyn Policy>,
+    counters: Vec<Counters>,
+    plan: Plan,
+    record: bool,
+    group_counts: HashMap<u64, (u32, u32)>,
+    streams: [Stream; SEQ_STREAMS],
+    tick: u64,
+    seq: u64,
+    oracle: Option<Vec<u64>>,
+}
+
+/// Where one line of a request lies.
+struct LinePart {
+    key: u64,
+    line_start: u64,
+    lo: u64,
+    hi: u64,
+}
+
+impl Engine {
+    /// Builds an engine; the configuration is validated first.
+    pub fn new(cfg: EngineConfig) -> Result<Self, EngineError> {
+        cfg.validate().map_err(EngineError::Config)?;
+        let cap = cfg.capacity_lines as u32;
+        let info = policy::lookup(&cfg.policy).expect("validated");
+        let policy = (info.make)(cap, &cfg.policy_params);
+        let line_shift = cfg.line_size.trailing_zeros();
+        let group_lines_shift = (cfg.group_size / cfg.line_size).trailing_zeros();
+        Ok(Engine {
+            line_shift,
+            group_lines_shift,
+            cap,
+            len: 0,
+            next_fresh: 0,
+            free: Vec::new(),
+            keys: vec![EMPTY; cap as usize],
+            classes: vec![0; cap as usize],
+            dirty: vec![0; (cap as usize).div_ceil(64)],
+            dirty_count: 0,
+            dirty_set: BTreeSet::new(),
+            clean_cursor: 0,
+            map: HashTable::with_capacity(cap as usize),
+            policy,
+            counters: vec![Counters::default(); NUM_CLASSES],
+            plan: Plan::default(),
+            record: true,
+            group_counts: HashMap::new(),
+            streams: [Stream::default(); SEQ_STREAMS],
+            tick: 0,
+            seq: 0,
+            oracle: None,
+            cfg,
+        })
+    }
+
+    pub fn config(&self) -> &EngineConfig {
+        &self.cfg
+    }
+
+    /// Whether plans are recorded (default). Switch off for hit-ratio-only simulation: the
+    /// counters, including device bytes, stay exact.
+    pub fn set_record_plan(&mut self, on: bool) {
+        self.record = on;
+    }
+
+    /// Gives the engine the next-use oracle for Belady: entry i is the index of the next access
+    /// to the line of line access i (or [`NEVER`]). Build it with [`Engine::next_use_oracle`].
+    pub fn set_oracle(&mut self, next_use: Vec<u64>) {
+        self.oracle = Some(next_use);
+    }
+
+    /// Whether the configured policy needs [`Engine::set_oracle`].
+    pub fn needs_oracle(&self) -> bool {
+        self.policy.needs_oracle()
+    }
+
+    /// Changes the write mode at run time. Leaving write-back keeps dirty lines: call
+    /// [`Engine::clean`] until [`Engine::dirty_lines`] is 0 first if they must reach the HDD.
+    pub fn set_mode(&mut self, mode: Mode) {
+        self.cfg.mode = mode;
+    }
+
+    pub fn capacity_lines(&self) -> u64 {
+        self.cap as u64
+    }
+
+    /// Lines in the cache.
+    pub fn len(&self) -> u64 {
+        self.len as u64
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    pub fn dirty_lines(&self) -> u64 {
+        self.dirty_count
+    }
+
+    /// Counters of one class.
+    pub fn class_counters(&self, class: u8) -> &Counters {
+        &self.counters[class as usize]
+    }
+
+    /// Totals over all classes.
+    pub fn counters(&self) -> Counters {
+        let mut t = Counters::default();
+        for c in &self.counters {
+            t += c;
+        }
+        t
+    }
+
+    /// Heap bytes of the line index: slots, map, dirty bits and the policy's state.
+    pub fn index_bytes(&self) -> usize {
+        self.keys.capacity() * 8
+            + self.classes.capacity()
+            + self.dirty.capacity() * 8
+            + self.free.capacity() * 4
+            + self.map.allocation_size()
+            + self.policy.mem_bytes()
+    }
+
+    /// The key of line `line` of `volume`.
+    #[inline]
+    pub fn line_key(volume: u32, line: u64) -> u64 {
+        ((volume as u64) << LINE_BITS) | line
+    }
+
+    /// Slot holding `key`, if cached.
+    #[inline]
+    pub fn lookup(&self, key: u64) -> Option<Slot> {
+        let keys = &self.keys;
+        self.map
+            .find(mix(key), |&s| keys[s as usize] == key)
+            .copied()
+    }
+
+    /// Whether the line in `slot` is dirty.
+    pub fn is_dirty(&self, slot: Slot) -> bool {
+        self.dirty[slot as usize / 64] >> (slot % 64) & 1 == 1
+    }
+
+    /// Every cached (key, slot, dirty), in slot order. For checks and persistence.
+    pub fn entries(&self) -> impl Iterator<Item = (u64, Slot, bool)> + '_ {
+        self.keys
+            .iter()
+            .enumerate()
+            .filter(|(_, &k)| k != EMPTY)
+            .map(|(s, &k)| (k, s as Slot, self.is_dirty(s as Slot)))
+    }
+
+    /// Calls `f(key)` for every line access `req` makes, in the order `process` makes them.
+    /// Belady's pre-pass uses it.
+    pub fn for_each_line_key(line_size: u64, req: &Request, mut f: impl FnMut(u64)) {
+        if !matches!(req.op, Op::Read | Op::Write) || req.len == 0 {
+            return;
+        }
+        let shift = line_size.trailing_zeros();
+        let first = req.offset >> shift;
+        let last = (req.end() - 1) >> shift;
+        for l in first..=last {
+            f(Self::line_key(req.volume, l));
+        }
+    }
+
+    /// Builds the next-use oracle for a request stream (one entry per line access).
+    pub fn next_use_oracle<'a>(
+        line_size: u64,
+        reqs: impl IntoIterator<Item = &'a Request>,
+    ) -> Vec<u64> {
+        let mut next = Vec::new();
+        let mut last: HashMap<u64, u64> = HashMap::new();
+        for r in reqs {
+            Self::for_each_line_key(line_size, r, |k| {
+                let i = next.len() as u64;
+                next.push(NEVER);
+                if let Some(p) = last.insert(k, i) {
+                    next[p as usize] = i;
+                }
+            });
+        }
+        next
+    }
+
+    fn check_request(&self, req: &Request) -> Result<(), EngineError> {
+        if req.class > MAX_CLASS {
+            return Err(EngineError::BadClass(req.class));
+        }
+        if req.volume > MAX_VOLUME {
+            return Err(EngineError::BadVolume(req.volume));
+        }
+        let end = req.offset.checked_add(req.len);
+        match end {
+            Some(e) if (e >> self.line_shift) < (1 << LINE_BITS) => Ok(()),
+            _ => Err(EngineError::OutOfRange {
+                offset: req.offset,
+                len: req.len,
+            }),
+        }
+    }
+
+    /// Processes one request: updates state and counters and returns the plan.
+    pub fn process(&mut self, req: &Request) -> Result<&Plan, EngineError> {
+        self.check_request(req)?;
+        let ci = req.class as usize;
+        self.counters[ci].requests += 1;
+        match req.op {
+            Op::Flush => {
+                self.plan.reset(0, 0);
+                self.counters[ci].flushes += 1;
+                self.emit(ci, Step::FlushSsd);
+                self.emit(ci, Step::FlushHdd { vol: req.volume });
+            }
+            Op::Trim => {
+                self.plan.reset(0, 0);
+                self.counters[ci].trims += 1;
+                self.trim(req);
+            }
+            Op::Read | Op::Write => self.read_write(req),
+        }
+        Ok(&self.plan)
+    }
+
+    #[inline]
+    fn emit(&mut self, ci: usize, step: Step) {
+        let (sr, sw, hr, hw) = step.bytes();
+        let c = &mut self.counters[ci];
+        c.ssd_bytes_read += sr;
+        c.ssd_bytes_written += sw;
+        c.hdd_bytes_read += hr;
+        c.hdd_bytes_written += hw;
+        if self.record {
+            self.plan.push(step);
+        }
+    }
+
+    #[inline]
+    fn ssd_addr(&self, slot: Slot) -> u64 {
+        (slot as u64) << self.line_shift
+    }
+
+    fn lines(&self, req: &Request) -> (u64, u64) {
+        (
+            req.offset >> self.line_shift,
+            (req.end() - 1) >> self.line_shift,
+        )
+    }
+
+    fn trim(&mut self, req: &Request) {
+        let ci = req.class as usize;
+        if req.len == 0 {
+            return;
+        }
+        let (first, last) = self.lines(req);
+        let ls = self.cfg.line_size;
+        for l in first..=last {
+            let key = Self::line_key(req.volume, l);
+            if let Some(slot) = self.lookup(key) {
+                let ls_start = l << self.line_shift;
+                let full = req.offset <= ls_start && req.end() >= ls_start + ls;
+                // A partly trimmed dirty line keeps its other dirty bytes.
+                if full || !self.is_dirty(slot) {
+                    self.remove(slot, false);
+                    self.counters[ci].invalidations += 1;
+                    let ssd = self.ssd_addr(slot);
+                    self.emit(ci, Step::TrimSsd { ssd, len: ls });
+                }
+            }
+        }
+        self.emit(
+            ci,
+            Step::TrimHdd {
+                vol: req.volume,
+                hdd: req.offset,
+                len: req.len,
+            },
+        );
+    }
+
+    /// Sequential cutoff: updates the stream table and says whether this request's misses
+    /// bypass.
+    fn seq_bypass(&mut self, req: &Request) -> bool {
+        let threshold = if req.is_write() {
+            self.cfg.seq_cutoff.write_bytes
+        } else {
+            self.cfg.seq_cutoff.read_bytes
+        };
+        if threshold == 0 {
+            return false;
+        }
+        self.tick += 1;
+        let skey = (req.volume as u64) << 1 | req.is_write() as u64;
+        let mut lru = 0;
+        for i in 0..SEQ_STREAMS {
+            let s = &mut self.streams[i];
+            if s.used != 0 && s.key == skey && s.next == req.offset {
+                s.bytes += req.len;
+                s.next = req.end();
+                s.used = self.tick;
+                return s.bytes >= threshold;
+            }
+            if s.used < self.streams[lru].used {
+                lru = i;
+            }
+        }
+        self.streams[lru] = Stream {
+            key: skey,
+            next: req.end(),
+            bytes: req.len,
+            used: self.tick,
+        };
+        req.len >= threshold
+    }
+
+    /// Counts this request against its group and says whether the group's misses are
+    /// admitted. Called once per group per request.
+    fn group_admits(&mut self, req: &Request, group: u64) -> bool {
+        let a = self.cfg.admission;
+        let t = if req.is_write() {
+            a.write_threshold
+        } else {
+            a.read_threshold
+        };
+        match t {
+            0 => false,
+            1 => true,
+            _ => {
+                let gkey = Self::line_key(req.volume, group);
+                let e = self.group_counts.entry(gkey).or_insert((0, 0));
+                let n = if req.is_write() { &mut e.1 } else { &mut e.0 };
+                *n = n.saturating_add(1);
+                *n >= t
+            }
+        }
+    }
+
+    fn read_write(&mut self, req: &Request) {
+        let ci = req.class as usize;
+        let is_write = req.is_write();
+        {
+            let c = &mut self.counters[ci];
+            if is_write {
+                c.writes += 1;
+                c.write_bytes += req.len;
+            } else {
+                c.reads += 1;
+                c.read_bytes += req.len;
+            }
+        }
+        if req.len == 0 {
+            self.plan.reset(req.offset, 0);
+            self.counters[ci].full_hits += 1;
+            return;
+        }
+        let (first, last) = self.lines(req);
+        let buf_start = first << self.line_shift;
+        self.plan
+            .reset(buf_start, ((last + 1) << self.line_shift) - buf_start);
+        let seq_bypass = self.seq_bypass(req);
+        let mode = self.cfg.mode;
+        let mode_allocates = if is_write {
+            matches!(mode, Mode::WriteThrough | Mode::WriteBack)
+        } else {
+            mode != Mode::PassThrough
+        };
+        let (mut hits, mut misses) = (0u64, 0u64);
+        let mut cur_group = u64::MAX;
+        let mut group_ok = false;
+        for l in first..=last {
+            let line_start = l << self.line_shift;
+            let part = LinePart {
+                key: Self::line_key(req.volume, l),
+                line_start,
+                lo: req.offset.max(line_start),
+                hi: req.end().min(line_start + self.cfg.line_size),
+            };
+            let next_use = match &self.oracle {
+                Some(o) => o.get(self.seq as usize).copied().unwrap_or(NEVER),
+                None => NEVER,
+            };
+            let access = Access {
+                key: part.key,
+                seq: self.seq,
+                next_use,
+                is_write,
+                class: req.class,
+            };
+            self.seq += 1;
+            let group = l >> self.group_lines_shift;
+            if group != cur_group && mode_allocates && !seq_bypass && self.cap > 0 {
+                cur_group = group;
+                group_ok = self.group_admits(req, group);
+            }
+            let hit = if is_write {
+                self.write_line(req, &part, &access)
+            } else {
+                self.read_line(req, &part, &access)
+            };
+            if hit {
+                hits += 1;
+                continue;
+            }
+            misses += 1;
+            // A miss: admit or bypass.
+            let full =
+                part.lo == part.line_start && part.hi == part.line_start + self.cfg.line_size;
+            let why = if !mode_allocates {
+                Some(Bypass::Mode)
+            } else if self.cap == 0 {
+                Some(Bypass::NoCapacity)
+            } else if seq_bypass {
+                Some(Bypass::SeqCutoff)
+            } else if !group_ok {
+                Some(Bypass::Admission)
+            } else if is_write && !full && !self.cfg.partial_write_fill {
+                Some(Bypass::PartialWrite)
+            } else {
+                None
+            };
+            match why {
+                Some(why) => {
+                    self.counters[ci].bypasses.add(why);
+                    self.bypass_line(req, &part);
+                }
+                None => {
+                    self.counters[ci].admitted_misses += 1;
+                    self.admit_line(req, &part, &access);
+                    if self.group_lines_shift > 0 {
+                        self.populate_group(req, group, first, last);
+                    }
+                }
+            }
+        }
+        let c = &mut self.counters[ci];
+        c.line_accesses += hits + misses;
+        c.line_hits += hits;
+        c.line_misses += misses;
+        if is_write {
+            c.write_line_accesses += hits + misses;
+            c.write_line_hits += hits;
+        } else {
+            c.read_line_accesses += hits + misses;
+            c.read_line_hits += hits;
+        }
+        if misses == 0 {
+            c.full_hits += 1;
+        } else if hits == 0 {
+            c.full_misses += 1;
+        } else {
+            c.partial_hits += 1;
+        }
+    }
+
+    /// Serves a read of one line from the cache if it can; returns whether it hit.
+    #[inline]
+    fn read_line(&mut self, req: &Request, p: &LinePart, a: &Access) -> bool {
+        let ci = req.class as usize;
+        match self.lookup(p.key) {
+            Some(slot) if self.cfg.mode != Mode::PassThrough || self.is_dirty(slot) => {
+                self.policy.hit(slot, a);
+                let ssd = self.ssd_addr(slot) + (p.lo - p.line_start);
+                let buf = p.lo - self.plan.buf_start;
+                self.emit(
+                    ci,
+                    Step::ReadSsd {
+                        ssd,
+                        buf,
+                        len: p.hi - p.lo,
+                    },
+                );
+                true
+            }
+            Some(_) => false, // pass-through: clean cached lines are read from the HDD
+            None => {
+                self.policy.miss(a);
+                false
+            }
+        }
+    }
+
+    /// Handles a write to one line if it is cached; returns whether it counts as a hit.
+    fn write_line(&mut self, req: &Request, p: &LinePart, a: &Access) -> bool {
+        let ci = req.class as usize;
+        let Some(slot) = self.lookup(p.key) else {
+            self.policy.miss(a);
+            return false;
+        };
+        let full = p.lo == p.line_start && p.hi == p.line_start + self.cfg.line_size;
+        let len = p.hi - p.lo;
+        let ssd = self.ssd_addr(slot) + (p.lo - p.line_start);
+        let buf = p.lo - self.plan.buf_start;
+        let hdd_write = Step::WriteHdd {
+            vol: req.volume,
+            hdd: p.lo,
+            buf,
+            len,
+        };
+        match self.cfg.mode {
+            Mode::WriteBack if !req.fua => {
+                self.emit(ci, Step::WriteSsd { ssd, buf, len });
+                self.set_dirty(slot, p.key, true);
+            }
+            Mode::WriteBack | Mode::WriteThrough | Mode::WriteAround => {
+                self.emit(ci, hdd_write);
+                self.emit(ci, Step::WriteSsd { ssd, buf, len });
+                if full {
+                    self.set_dirty(slot, p.key, false);
+                }
+            }
+            Mode::ReadOnly | Mode::PassThrough => {
+                if full || !self.is_dirty(slot) {
+                    // The caller sends the write to the HDD as a bypass.
+                    self.remove(slot, false);
+                    self.counters[ci].invalidations += 1;
+                    return false;
+                }
+                // Part of a dirty line: keep the cached copy whole and current.
+                self.emit(ci, hdd_write);
+                self.emit(ci, Step::WriteSsd { ssd, buf, len });
+            }
+        }
+        self.policy.hit(slot, a);
+        true
+    }
+
+    /// A missed line that is not admitted: straight to or from the backing device.
+    fn bypass_line(&mut self, req: &Request, p: &LinePart) {
+        let ci = req.class as usize;
+        let buf = p.lo - self.plan.buf_start;
+        let (vol, hdd, len) = (req.volume, p.lo, p.hi - p.lo);
+        let step = if req.is_write() {
+            Step::WriteHdd { vol, hdd, buf, len }
+        } else {
+            Step::ReadHdd { vol, hdd, buf, len }
+        };
+        self.emit(ci, step);
+    }
+
+    /// A missed line that is admitted: fetch what is needed, write the whole line to its slot.
+    fn admit_line(&mut self, req: &Request, p: &LinePart, a: &Access) {
+        let ci = req.class as usize;
+        let ls = self.cfg.line_size;
+        let vol = req.volume;
+        let slot = self.alloc_slot(ci);
+        let line_buf = p.line_start - self.plan.buf_start;
+        let dirty = if req.is_write() {
+            // Fill the parts of the line the write does not cover.
+            if p.lo > p.line_start {
+                let len = p.lo - p.line_start;
+                self.emit(
+                    ci,
+                    Step::ReadHdd {
+                        vol,
+                        hdd: p.line_start,
+                        buf: line_buf,
+                        len,
+                    },
+                );
+            }
+            if p.hi < p.line_start + ls {
+                let len = p.line_start + ls - p.hi;
+                let buf = p.hi - self.plan.buf_start;
+                self.emit(
+                    ci,
+                    Step::ReadHdd {
+                        vol,
+                        hdd: p.hi,
+                        buf,
+                        len,
+                    },
+                );
+            }
+            let wb = self.cfg.mode == Mode::WriteBack && !req.fua;
+            if !wb {
+                let buf = p.lo - self.plan.buf_start;
+                self.emit(
+                    ci,
+                    Step::WriteHdd {
+                        vol,
+                        hdd: p.lo,
+                        buf,
+                        len: p.hi - p.lo,
+                    },
+                );
+            }
+            wb
+        } else {
+            self.emit(
+                ci,
+                Step::ReadHdd {
+                    vol,
+                    hdd: p.line_start,
+                    buf: line_buf,
+                    len: ls,
+                },
+            );
+            false
+        };
+        let ssd = self.ssd_addr(slot);
+        self.emit(
+            ci,
+            Step::WriteSsd {
+                ssd,
+                buf: line_buf,
+                len: ls,
+            },
+        );
+        self.place(slot, p.key, req.class, a);
+        self.counters[ci].insertions += 1;
+        if dirty {
+            self.set_dirty(slot, p.key, true);
+        }
+    }
+
+    /// Group population: the group's lines outside this request that are not cached are copied
+    /// from the HDD to the SSD. Runs once per admitted group per request (the first admitted
+    /// line of the group triggers it; later lines find the group populated).
+    fn populate_group(&mut self, req: &Request, group: u64, first: u64, last: u64) {
+        let ci = req.class as usize;
+        let g_first = group << self.group_lines_shift;
+        let mut g_last = g_first + (1 << self.group_lines_shift) - 1;
+        if let Some(vb) = self.cfg.volume_bytes {
+            let max_line = vb.div_ceil(self.cfg.line_size).saturating_sub(1);
+            g_last = g_last.min(max_line);
+        }
+        let ls = self.cfg.line_size;
+        for l in g_first..=g_last {
+            if (first..=last).contains(&l) {
+                continue;
+            }
+            let key = Self::line_key(req.volume, l);
+            if self.lookup(key).is_some() {
+                continue;
+            }
+            let slot = self.alloc_slot(ci);
+            let hdd = l << self.line_shift;
+            let ssd = self.ssd_addr(slot);
+            self.emit(
+                ci,
+                Step::Populate {
+                    vol: req.volume,
+                    hdd,
+                    ssd,
+                    len: ls,
+                },
+            );
+            let a = Access {
+                key,
+                seq: self.seq,
+                next_use: NEVER,
+                is_write: false,
+                class: req.class,
+            };
+            self.place(slot, key, req.class, &a);
+            self.counters[ci].insertions += 1;
+        }
+    }
+
+    /// Takes a free slot, evicting (and writing back) a victim when the cache is full.
+    fn alloc_slot(&mut self, ci: usize) -> Slot {
+        if let Some(s) = self.free.pop() {
+            return s;
+        }
+        if self.next_fresh < self.cap {
+            self.next_fresh += 1;
+            return self.next_fresh - 1;
+        }
+        let victim = self.policy.victim();
+        let key = self.keys[victim as usize];
+        debug_assert!(
+            key != EMPTY,
+            "policy {} chose empty slot {victim}",
+            self.policy.name()
+        );
+        if self.is_dirty(victim) {
+            self.write_back(ci, victim, key);
+            self.counters[ci].dirty_evictions += 1;
+        }
+        self.counters[ci].evictions += 1;
+        self.remove(victim, true);
+        self.free.pop().expect("remove() frees the slot")
+    }
+
+    fn write_back(&mut self, ci: usize, slot: Slot, key: u64) {
+        let vol = (key >> LINE_BITS) as u32;
+        let line = key & ((1 << LINE_BITS) - 1);
+        let ssd = self.ssd_addr(slot);
+        let hdd = line << self.line_shift;
+        self.emit(
+            ci,
+            Step::WriteBack {
+                vol,
+                ssd,
+                hdd,
+                len: self.cfg.line_size,
+            },
+        );
+        self.counters[ci].write_backs += 1;
+        self.set_dirty(slot, key, false);
+    }
+
+    fn place(&mut self, slot: Slot, key: u64, class: u8, a: &Access) {
+        self.keys[slot as usize] = key;
+        self.classes[slot as usize] = class;
+        let keys = &self.keys;
+        self.map
+            .insert_unique(mix(key), slot, |&s| mix(keys[s as usize]));
+        self.len += 1;
+        self.policy.insert(slot, a);
+    }
+
+    fn remove(&mut self, slot: Slot, evicted: bool) {
+        let key = self.keys[slot as usize];
+        if self.is_dirty(slot) {
+            self.set_dirty(slot, key, false);
+        }
+        self.policy.remove(slot, key, evicted);
+        let keys = &self.keys;
+        match self.map.find_entry(mix(key), |&s| keys[s as usize] == key) {
+            Ok(e) => {
+                e.remove();
+            }
+            Err(_) => unreachable!("slot {slot} not in the map"),
+        }
+        self.keys[slot as usize] = EMPTY;
+        self.len -= 1;
+        self.free.push(slot);
+    }
+
+    fn set_dirty(&mut self, slot: Slot, key: u64, on: bool) {
+        let (w, b) = (slot as usize / 64, slot % 64);
+        let was = self.dirty[w] >> b & 1 == 1;
+        if was == on {
+            return;
+        }
+        if on {
+            self.dirty[w] |= 1 << b;
+            self.dirty_count += 1;
+            self.dirty_set.insert(key);
+        } else {
+            self.dirty[w] &= !(1 << b);
+            self.dirty_count -= 1;
+            self.dirty_set.remove(&key);
+        }
+    }
+
+    /// Whether dirty lines exceed the high watermark (write-back cleaning is due).
+    pub fn needs_cleaning(&self) -> bool {
+        self.dirty_count > 0 && self.dirty_count as f64 > self.cfg.dirty_high * self.cap as f64
+    }
+
+    /// Lines cleaning would write back now to get down to the low watermark.
+    pub fn cleaning_target(&self) -> u64 {
+        let low = (self.cfg.dirty_low * self.cap as f64).floor() as u64;
+        self.dirty_count.saturating_sub(low)
+    }
+
+    /// Writes back up to `max_lines` dirty lines in LBA order (continuing where the last pass
+    /// stopped) and returns the plan. Counted against the class each line was cached for.
+    pub fn clean(&mut self, max_lines: u64) -> &Plan {
+        self.plan.reset(0, 0);
+        let mut done = 0;
+        while done < max_lines && self.dirty_count > 0 {
+            let key = match self.dirty_set.range(self.clean_cursor..).next() {
+                Some(&k) => k,
+                None => *self.dirty_set.iter().next().expect("dirty_count > 0"),
+            };
+            let slot = self.lookup(key).expect("dirty line is cached");
+            let ci = self.classes[slot as usize] as usize;
+            self.write_back(ci, slot, key);
+            self.clean_cursor = key.wrapping_add(1);
+            done += 1;
+        }
+        &self.plan
+    }
+
+    /// The replacement policy's name.
+    pub fn policy_name(&self) -> &'static str {
+        self.policy.name()
+    }
+}

@@ -1,0 +1,38 @@
+//! LIFO: evict the line inserted most recently; hits do not reorder. The SRT study's "LIFO".
+//! Old lines stay forever, so LIFO keeps the first working set it sees (scan-proof, but it
+//! never adapts).
+
+use super::{Access, Policy, PolicyConfig, PolicyInfo, Slot, SlotList};
+
+pub const INFO: PolicyInfo = PolicyInfo {
+    name: "lifo",
+    summary: "last in, first out (evicts the newest insertion)",
+    make: |cap, _cfg: &PolicyConfig| {
+        Box::new(Lifo {
+            list: SlotList::new(cap),
+        })
+    },
+};
+
+pub struct Lifo {
+    list: SlotList,
+}
+
+impl Policy for Lifo {
+    fn name(&self) -> &'static str {
+        INFO.name
+    }
+    fn hit(&mut self, _slot: Slot, _a: &Access) {}
+    fn insert(&mut self, slot: Slot, _a: &Access) {
+        self.list.push_head(slot);
+    }
+    fn victim(&mut self) -> Slot {
+        self.list.head().expect("victim() on an empty LIFO")
+    }
+    fn remove(&mut self, slot: Slot, _key: u64, _evicted: bool) {
+        self.list.unlink(slot);
+    }
+    fn mem_bytes(&self) -> usize {
+        self.list.mem_bytes()
+    }
+}

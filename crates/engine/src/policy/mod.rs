@@ -1,0 +1,121 @@
+//! Line replacement policies: one file each, one trait, one registry ([`REGISTRY`]).
+//!
+//! The engine owns the cache *slots* (fixed places for lines, `0..capacity`) and the map from
+//! line key to slot. A policy only orders the slots it is told about and picks victims; it keeps
+//! its own per-slot state in vectors sized to the capacity, so its RAM per cached line is easy
+//! to see ([`Policy::mem_bytes`]).
+//!
+//! # Contract (every policy MUST keep it; `tests/conformance.rs` checks it)
+//! - The engine calls [`Policy::insert`] only for a slot that is not in the policy, and
+//!   [`Policy::hit`] / [`Policy::remove`] only for slots that are.
+//! - [`Policy::victim`] is called only when at least one slot is in the policy; it MUST return
+//!   a slot that is in the policy and MUST NOT remove it: the engine calls [`Policy::remove`]
+//!   next (with `evicted = true`).
+//! - [`Policy::miss`] is called for every line access that misses, before any `victim` or
+//!   `insert` for that access, even when the line is then not admitted. Policies with ghost
+//!   history (ARC, S3-FIFO) learn there.
+//! - Same calls, same answers: a policy that needs randomness takes it from the seed in
+//!   [`PolicyConfig`].
+//!
+//! # Adding a policy
+//! Write `src/policy/NAME.rs` with a type implementing [`Policy`], add one line to
+//! [`REGISTRY`]. The conformance test picks it up.
+
+mod fifo;
+mod lifo;
+mod list;
+mod lru;
+mod mru;
+
+pub use list::SlotList;
+
+use serde::{Deserialize, Serialize};
+
+/// A cache slot: the fixed place of one line (direct layout: SSD offset = slot * line size).
+pub type Slot = u32;
+
+/// Marker for "no next access" in [`Access::next_use`].
+pub const NEVER: u64 = u64::MAX;
+
+/// What a policy learns about one line access.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Access {
+    /// The line key (volume and line number; see `Engine::line_key`).
+    pub key: u64,
+    /// Index of this access in the stream of line accesses (0, 1, 2, ...).
+    pub seq: u64,
+    /// Index of the next access to the same line, or [`NEVER`]; only known when the engine
+    /// was given an oracle (Belady's pre-pass), otherwise [`NEVER`].
+    pub next_use: u64,
+    pub is_write: bool,
+    pub class: u8,
+}
+
+/// Parameters a policy may read.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct PolicyConfig {
+    /// SLRU: share of the capacity for the protected segment (0 < x < 1).
+    pub slru_protected: f64,
+    /// S3-FIFO: share of the capacity for the small FIFO.
+    pub s3fifo_small: f64,
+    /// Seed for randomised policies.
+    pub seed: u64,
+}
+
+impl Default for PolicyConfig {
+    fn default() -> Self {
+        PolicyConfig {
+            slru_protected: 0.5,
+            s3fifo_small: 0.1,
+            seed: 0,
+        }
+    }
+}
+
+/// A line replacement policy. See the module documentation for the contract.
+pub trait Policy: Send {
+    /// The registry name.
+    fn name(&self) -> &'static str;
+    /// A cached line in `slot` was accessed.
+    fn hit(&mut self, slot: Slot, access: &Access);
+    /// A line that is not cached was accessed.
+    fn miss(&mut self, _access: &Access) {}
+    /// `slot` now holds `access.key`.
+    fn insert(&mut self, slot: Slot, access: &Access);
+    /// Choose the slot to evict next (does not remove it).
+    fn victim(&mut self) -> Slot;
+    /// The line `key` leaves `slot`: evicted (`evicted = true`) or invalidated.
+    fn remove(&mut self, slot: Slot, key: u64, evicted: bool);
+    /// Heap bytes this policy holds (per-slot state and any history).
+    fn mem_bytes(&self) -> usize;
+    /// Whether the policy needs the next-use oracle (a pre-pass over the trace).
+    fn needs_oracle(&self) -> bool {
+        false
+    }
+}
+
+/// Constructor of a policy for a capacity in lines.
+pub type PolicyCtor = fn(capacity: u32, config: &PolicyConfig) -> Box<dyn Policy>;
+
+/// One registry entry.
+pub struct PolicyInfo {
+    pub name: &'static str,
+    pub summary: &'static str,
+    pub make: PolicyCtor,
+}
+
+/// Every replacement policy, in the order `--help` lists them.
+pub const REGISTRY: &[PolicyInfo] = &[lru::INFO, fifo::INFO, lifo::INFO, mru::INFO];
+
+/// Looks a policy up by name (case-insensitive; `-` and `_` are the same).
+pub fn lookup(name: &str) -> Option<&'static PolicyInfo> {
+    let norm = |s: &str| s.to_ascii_lowercase().replace('_', "-");
+    let want = norm(name);
+    REGISTRY.iter().find(|p| norm(p.name) == want)
+}
+
+/// Names of all registered policies.
+pub fn names() -> Vec<&'static str> {
+    REGISTRY.iter().map(|p| p.name).collect()
+}

@@ -1,0 +1,39 @@
+//! MRU: evict the most recently used line. Good for loops larger than the cache, where LRU
+//! always evicts the line needed next.
+
+use super::{Access, Policy, PolicyConfig, PolicyInfo, Slot, SlotList};
+
+pub const INFO: PolicyInfo = PolicyInfo {
+    name: "mru",
+    summary: "most recently used (good for large loops)",
+    make: |cap, _cfg: &PolicyConfig| {
+        Box::new(Mru {
+            list: SlotList::new(cap),
+        })
+    },
+};
+
+pub struct Mru {
+    list: SlotList,
+}
+
+impl Policy for Mru {
+    fn name(&self) -> &'static str {
+        INFO.name
+    }
+    fn hit(&mut self, slot: Slot, _a: &Access) {
+        self.list.move_to_head(slot);
+    }
+    fn insert(&mut self, slot: Slot, _a: &Access) {
+        self.list.push_head(slot);
+    }
+    fn victim(&mut self) -> Slot {
+        self.list.head().expect("victim() on an empty MRU")
+    }
+    fn remove(&mut self, slot: Slot, _key: u64, _evicted: bool) {
+        self.list.unlink(slot);
+    }
+    fn mem_bytes(&self) -> usize {
+        self.list.mem_bytes()
+    }
+}

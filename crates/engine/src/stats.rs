@@ -1,0 +1,216 @@
+//! Counters that add up. The engine keeps one [`Counters`] per class; totals are their sum.
+//!
+//! Invariants (checked by `Counters::check`, and by the conformance tests after every run):
+//! - `requests = reads + writes + trims + flushes`
+//! - `line_accesses = line_hits + line_misses = read_line_accesses + write_line_accesses`
+//! - `line_misses = admitted_misses + bypasses.total()`
+//! - `full_hits + partial_hits + full_misses = reads + writes`
+//! - `insertions >= admitted_misses` (group population inserts more)
+
+use serde::{Deserialize, Serialize};
+use std::ops::AddAssign;
+
+/// Why a missed line was not put in the cache. Counted per line.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Bypass {
+    /// Its group had not reached the populate threshold (or the threshold is 0).
+    Admission,
+    /// Part of a sequential stream past the cutoff.
+    SeqCutoff,
+    /// The write mode does not cache it (write-around and read-only writes, pass-through).
+    Mode,
+    /// A partial-line write with `partial_write_fill = false`.
+    PartialWrite,
+    /// The cache has no capacity.
+    NoCapacity,
+}
+
+/// Per-reason bypass counts (lines).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Bypasses {
+    pub admission: u64,
+    pub seq_cutoff: u64,
+    pub mode: u64,
+    pub partial_write: u64,
+    pub no_capacity: u64,
+}
+
+impl Bypasses {
+    pub fn total(&self) -> u64 {
+        self.admission + self.seq_cutoff + self.mode + self.partial_write + self.no_capacity
+    }
+
+    #[inline]
+    pub fn add(&mut self, why: Bypass) {
+        *match why {
+            Bypass::Admission => &mut self.admission,
+            Bypass::SeqCutoff => &mut self.seq_cutoff,
+            Bypass::Mode => &mut self.mode,
+            Bypass::PartialWrite => &mut self.partial_write,
+            Bypass::NoCapacity => &mut self.no_capacity,
+        } += 1;
+    }
+}
+
+/// Event counters of one class (or, summed, of the whole run).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Counters {
+    pub requests: u64,
+    pub reads: u64,
+    pub writes: u64,
+    pub trims: u64,
+    pub flushes: u64,
+    /// Bytes the clients read and wrote.
+    pub read_bytes: u64,
+    pub write_bytes: u64,
+    pub line_accesses: u64,
+    pub line_hits: u64,
+    pub line_misses: u64,
+    pub read_line_accesses: u64,
+    pub read_line_hits: u64,
+    pub write_line_accesses: u64,
+    pub write_line_hits: u64,
+    /// Read/write requests whose lines all hit / some hit / none hit.
+    pub full_hits: u64,
+    pub partial_hits: u64,
+    pub full_misses: u64,
+    /// Missed lines that were put in the cache.
+    pub admitted_misses: u64,
+    pub bypasses: Bypasses,
+    /// Lines put in the cache (misses admitted plus group population).
+    pub insertions: u64,
+    /// Lines evicted to make room.
+    pub evictions: u64,
+    /// Evicted lines that were dirty (each also counts as a write-back).
+    pub dirty_evictions: u64,
+    /// Lines dropped by writes (read-only, pass-through) and trims.
+    pub invalidations: u64,
+    /// Dirty lines written to the backing device (evictions and cleaning).
+    pub write_backs: u64,
+    pub ssd_bytes_read: u64,
+    pub ssd_bytes_written: u64,
+    pub hdd_bytes_read: u64,
+    pub hdd_bytes_written: u64,
+}
+
+impl AddAssign<&Counters> for Counters {
+    fn add_assign(&mut self, o: &Counters) {
+        macro_rules! add {
+            ($($f:ident),*) => { $( self.$f += o.$f; )* };
+        }
+        add!(
+            requests,
+            reads,
+            writes,
+            trims,
+            flushes,
+            read_bytes,
+            write_bytes,
+            line_accesses,
+            line_hits,
+            line_misses,
+            read_line_accesses,
+            read_line_hits,
+            write_line_accesses,
+            write_line_hits,
+            full_hits,
+            partial_hits,
+            full_misses,
+            admitted_misses,
+            insertions,
+            evictions,
+            dirty_evictions,
+            invalidations,
+            write_backs,
+            ssd_bytes_read,
+            ssd_bytes_written,
+            hdd_bytes_read,
+            hdd_bytes_written
+        );
+        let (b, ob) = (&mut self.bypasses, &o.bypasses);
+        b.admission += ob.admission;
+        b.seq_cutoff += ob.seq_cutoff;
+        b.mode += ob.mode;
+        b.partial_write += ob.partial_write;
+        b.no_capacity += ob.no_capacity;
+    }
+}
+
+fn ratio(a: u64, b: u64) -> f64 {
+    if b == 0 {
+        0.0
+    } else {
+        a as f64 / b as f64
+    }
+}
+
+impl Counters {
+    /// Line hit ratio over reads and writes.
+    pub fn hit_ratio(&self) -> f64 {
+        ratio(self.line_hits, self.line_accesses)
+    }
+
+    pub fn read_hit_ratio(&self) -> f64 {
+        ratio(self.read_line_hits, self.read_line_accesses)
+    }
+
+    pub fn write_hit_ratio(&self) -> f64 {
+        ratio(self.write_line_hits, self.write_line_accesses)
+    }
+
+    pub fn miss_ratio(&self) -> f64 {
+        ratio(self.line_misses, self.line_accesses)
+    }
+
+    /// Checks the invariants in the module documentation; returns the first that fails.
+    pub fn check(&self) -> Result<(), String> {
+        let c = self;
+        let rules: [(&str, u64, u64); 6] = [
+            (
+                "requests = reads+writes+trims+flushes",
+                c.requests,
+                c.reads + c.writes + c.trims + c.flushes,
+            ),
+            (
+                "line_accesses = hits+misses",
+                c.line_accesses,
+                c.line_hits + c.line_misses,
+            ),
+            (
+                "line_accesses = read+write line accesses",
+                c.line_accesses,
+                c.read_line_accesses + c.write_line_accesses,
+            ),
+            (
+                "line_hits = read+write line hits",
+                c.line_hits,
+                c.read_line_hits + c.write_line_hits,
+            ),
+            (
+                "line_misses = admitted+bypassed",
+                c.line_misses,
+                c.admitted_misses + c.bypasses.total(),
+            ),
+            (
+                "full_hits+partial_hits+full_misses = reads+writes",
+                c.full_hits + c.partial_hits + c.full_misses,
+                c.reads + c.writes,
+            ),
+        ];
+        for (what, a, b) in rules {
+            if a != b {
+                return Err(format!("counter invariant broken: {what} ({a} != {b})"));
+            }
+        }
+        if c.insertions < c.admitted_misses {
+            return Err(format!(
+                "counter invariant broken: insertions {} < admitted misses {}",
+                c.insertions, c.admitted_misses
+            ));
+        }
+        if c.write_backs < c.dirty_evictions {
+            return Err("counter invariant broken: write_backs < dirty_evictions".into());
+        }
+        Ok(())
+    }
+}

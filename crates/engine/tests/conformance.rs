@@ -1,0 +1,161 @@
+//! The shared conformance test every registered policy must pass: capacity never exceeded,
+//! counters add up, map and policy agree, deterministic for a seed, and Belady's misses are a
+//! lower bound for every other policy on the same stream.
+
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use tiercache_engine::policy::REGISTRY;
+use tiercache_engine::{Admission, Counters, Engine, EngineConfig, Mode, Op, Request};
+
+/// A mixed stream: skewed offsets, reads and writes of many sizes (partial lines, spans),
+/// some trims and flushes, several classes and two volumes.
+fn stream(seed: u64, n: usize) -> Vec<Request> {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    (0..n)
+        .map(|i| {
+            let hot = rng.gen_bool(0.7);
+            let space: u64 = if hot { 64 << 10 } else { 4 << 20 };
+            let offset = rng.gen_range(0..space) & !511;
+            let len = match rng.gen_range(0..10) {
+                0 => 512,
+                1..=5 => 4096,
+                6..=8 => 4096 * rng.gen_range(1..5),
+                _ => rng.gen_range(1..20_000),
+            };
+            let op = match rng.gen_range(0..100) {
+                0..=59 => Op::Read,
+                60..=96 => Op::Write,
+                97..=98 => Op::Trim,
+                _ => Op::Flush,
+            };
+            let mut r = Request::new(i as u64 * 1000, op, offset, len);
+            r.class = rng.gen_range(0..4);
+            r.volume = rng.gen_range(0..2);
+            r.fua = op == Op::Write && rng.gen_bool(0.05);
+            r
+        })
+        .collect()
+}
+
+fn run(
+    policy: &str,
+    mode: Mode,
+    cap: u64,
+    reqs: &[Request],
+    oracle: bool,
+) -> (Counters, Vec<(u64, u32, bool)>) {
+    let cfg = EngineConfig {
+        capacity_lines: cap,
+        policy: policy.into(),
+        mode,
+        ..Default::default()
+    };
+    let mut e = Engine::new(cfg).unwrap();
+    if oracle || e.needs_oracle() {
+        e.set_oracle(Engine::next_use_oracle(4096, reqs));
+    }
+    for (i, r) in reqs.iter().enumerate() {
+        e.process(r).unwrap();
+        assert!(
+            e.len() <= cap,
+            "{policy}: {} lines cached, capacity {cap}",
+            e.len()
+        );
+        if e.needs_cleaning() {
+            let n = e.cleaning_target();
+            e.clean(n);
+        }
+        if i % 97 == 0 {
+            check_consistent(&e, policy);
+        }
+    }
+    check_consistent(&e, policy);
+    let c = e.counters();
+    c.check().unwrap_or_else(|m| panic!("{policy} {mode}: {m}"));
+    assert_eq!(
+        c.insertions - c.evictions - c.invalidations,
+        e.len(),
+        "{policy}: occupancy"
+    );
+    (c, e.entries().collect())
+}
+
+fn check_consistent(e: &Engine, policy: &str) {
+    let entries: Vec<_> = e.entries().collect();
+    assert_eq!(entries.len() as u64, e.len(), "{policy}: entries vs len");
+    let dirty = entries.iter().filter(|x| x.2).count() as u64;
+    assert_eq!(dirty, e.dirty_lines(), "{policy}: dirty count");
+    for (k, s, _) in entries {
+        assert_eq!(
+            e.lookup(k),
+            Some(s),
+            "{policy}: key {k:#x} not found at slot {s}"
+        );
+    }
+}
+
+#[test]
+fn every_policy_keeps_the_contract_in_every_mode() {
+    let reqs = stream(7, 6000);
+    for p in REGISTRY {
+        for mode in Mode::ALL {
+            for cap in [0, 1, 7, 64, 300] {
+                run(p.name, mode, cap, &reqs, false);
+            }
+        }
+    }
+}
+
+#[test]
+fn every_policy_is_deterministic() {
+    let reqs = stream(11, 4000);
+    for p in REGISTRY {
+        let a = run(p.name, Mode::WriteBack, 50, &reqs, false);
+        let b = run(p.name, Mode::WriteBack, 50, &reqs, false);
+        assert_eq!(a, b, "{}: two runs differ", p.name);
+    }
+}
+
+#[test]
+fn belady_is_a_lower_bound() {
+    if tiercache_engine::policy::lookup("belady").is_none() {
+        panic!("belady is not registered");
+    }
+    for seed in [1, 2, 3] {
+        let reqs = stream(seed, 5000);
+        for cap in [8, 40, 200] {
+            let (opt, _) = run("belady", Mode::WriteThrough, cap, &reqs, true);
+            for p in REGISTRY {
+                let (c, _) = run(p.name, Mode::WriteThrough, cap, &reqs, false);
+                assert!(
+                    opt.line_misses <= c.line_misses,
+                    "seed {seed} cap {cap}: belady {} misses > {} {}",
+                    opt.line_misses,
+                    p.name,
+                    c.line_misses
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn policies_differ_where_they_should() {
+    // A loop one line larger than the cache: LRU and FIFO miss always, MRU and LIFO do not.
+    let reqs: Vec<Request> = (0..50)
+        .flat_map(|_| (0..11u64).map(|i| Request::read(i * 4096, 4096)))
+        .collect();
+    let misses = |p: &str| run(p, Mode::WriteThrough, 10, &reqs, false).0.line_misses;
+    assert_eq!(misses("lru"), 550);
+    assert_eq!(misses("fifo"), 550);
+    assert!(misses("mru") < 200, "mru {}", misses("mru"));
+    assert!(misses("lifo") < 200, "lifo {}", misses("lifo"));
+    let _ = Admission::ALWAYS;
+}
+
+#[test]
+fn rng_helper_is_seeded() {
+    assert_eq!(stream(3, 50), stream(3, 50));
+    let mut r = ChaCha8Rng::seed_from_u64(0);
+    let _: u8 = r.gen();
+}
