@@ -1,0 +1,274 @@
+//! Behaviour of the write modes, admission, population, cleaning and trims, step by step.
+
+use tiercache_engine::{
+    Admission, Engine, EngineConfig, Mode, Op, Plan, Preset, Request, SeqCutoff, Step,
+};
+
+fn engine(mode: Mode, cap: u64) -> Engine {
+    Engine::new(EngineConfig {
+        capacity_lines: cap,
+        mode,
+        ..Default::default()
+    })
+    .unwrap()
+}
+
+fn steps(e: &mut Engine, r: Request) -> Vec<Step> {
+    e.process(&r).unwrap().steps.clone()
+}
+
+#[test]
+fn read_miss_populates_then_hits() {
+    let mut e = engine(Mode::WriteThrough, 4);
+    let s = steps(&mut e, Request::read(8192, 4096));
+    assert_eq!(
+        s,
+        vec![
+            Step::ReadHdd { vol: 0, hdd: 8192, buf: 0, len: 4096 },
+            Step::WriteSsd { ssd: 0, buf: 0, len: 4096 }
+        ]
+    );
+    let s = steps(&mut e, Request::read(8192 + 512, 1024));
+    assert_eq!(s, vec![Step::ReadSsd { ssd: 512, buf: 512, len: 1024 }]);
+    let c = e.counters();
+    assert_eq!((c.line_hits, c.line_misses, c.insertions), (1, 1, 1));
+    assert_eq!((c.full_hits, c.full_misses), (1, 1));
+    assert_eq!(c.hdd_bytes_read, 4096);
+    assert_eq!(c.ssd_bytes_written, 4096);
+}
+
+#[test]
+fn a_spanning_request_is_a_partial_hit_and_merges_hdd_reads() {
+    let mut e = engine(Mode::WriteThrough, 16);
+    steps(&mut e, Request::read(4096, 4096));
+    // Lines 0..4: line 1 cached, 0, 2, 3 miss.
+    let p: Plan = e.process(&Request::read(100, 4 * 4096 - 200)).unwrap().clone();
+    assert_eq!(p.buf_start, 0);
+    assert_eq!(p.buf_len, 4 * 4096);
+    let c = e.counters();
+    assert_eq!(c.partial_hits, 1);
+    assert_eq!(c.line_hits, 1);
+    // Lines 2 and 3 are read from the HDD in one merged step? They are separated by their
+    // SSD writes, so not merged; but the reads of whole lines are exactly line-sized.
+    let hdd: u64 = p
+        .steps
+        .iter()
+        .map(|s| match s {
+            Step::ReadHdd { len, .. } => *len,
+            _ => 0,
+        })
+        .sum();
+    assert_eq!(hdd, 3 * 4096);
+}
+
+#[test]
+fn write_back_marks_dirty_and_eviction_writes_back_first() {
+    let mut e = engine(Mode::WriteBack, 1);
+    let s = steps(&mut e, Request::write(0, 4096));
+    assert_eq!(s, vec![Step::WriteSsd { ssd: 0, buf: 0, len: 4096 }]);
+    assert_eq!(e.dirty_lines(), 1);
+    // A new line evicts the dirty one: write-back before the slot is overwritten.
+    let s = steps(&mut e, Request::read(4096, 4096));
+    assert_eq!(
+        s,
+        vec![
+            Step::WriteBack { vol: 0, ssd: 0, hdd: 0, len: 4096 },
+            Step::ReadHdd { vol: 0, hdd: 4096, buf: 0, len: 4096 },
+            Step::WriteSsd { ssd: 0, buf: 0, len: 4096 },
+        ]
+    );
+    let c = e.counters();
+    assert_eq!((c.evictions, c.dirty_evictions, c.write_backs), (1, 1, 1));
+    assert_eq!(e.dirty_lines(), 0);
+}
+
+#[test]
+fn fua_forces_write_through_in_write_back() {
+    let mut e = engine(Mode::WriteBack, 4);
+    let mut r = Request::write(0, 4096);
+    r.fua = true;
+    let s = steps(&mut e, r);
+    assert!(s.contains(&Step::WriteHdd { vol: 0, hdd: 0, buf: 0, len: 4096 }));
+    assert_eq!(e.dirty_lines(), 0);
+    // A dirty line fully overwritten with FUA becomes clean.
+    steps(&mut e, Request::write(4096, 4096));
+    assert_eq!(e.dirty_lines(), 1);
+    let mut r = Request::write(4096, 4096);
+    r.fua = true;
+    steps(&mut e, r);
+    assert_eq!(e.dirty_lines(), 0);
+}
+
+#[test]
+fn partial_write_miss_fills_the_rest_of_the_line() {
+    let mut e = engine(Mode::WriteBack, 4);
+    let s = steps(&mut e, Request::write(1000, 1000));
+    assert_eq!(
+        s,
+        vec![
+            Step::ReadHdd { vol: 0, hdd: 0, buf: 0, len: 1000 },
+            Step::ReadHdd { vol: 0, hdd: 2000, buf: 2000, len: 2096 },
+            Step::WriteSsd { ssd: 0, buf: 0, len: 4096 },
+        ]
+    );
+    // Without fill, the partial write goes around the cache.
+    let mut e = Engine::new(EngineConfig {
+        capacity_lines: 4,
+        mode: Mode::WriteBack,
+        partial_write_fill: false,
+        ..Default::default()
+    })
+    .unwrap();
+    let s = steps(&mut e, Request::write(1000, 1000));
+    assert_eq!(s, vec![Step::WriteHdd { vol: 0, hdd: 1000, buf: 1000, len: 1000 }]);
+    assert_eq!(e.counters().bypasses.partial_write, 1);
+}
+
+#[test]
+fn write_around_and_read_only_do_not_allocate_writes() {
+    for mode in [Mode::WriteAround, Mode::ReadOnly, Mode::PassThrough] {
+        let mut e = engine(mode, 4);
+        let s = steps(&mut e, Request::write(0, 4096));
+        assert_eq!(s, vec![Step::WriteHdd { vol: 0, hdd: 0, buf: 0, len: 4096 }], "{mode}");
+        assert_eq!(e.len(), 0);
+        assert_eq!(e.counters().bypasses.mode, 1);
+    }
+    // Write-around updates a cached copy; read-only invalidates it.
+    let mut e = engine(Mode::WriteAround, 4);
+    steps(&mut e, Request::read(0, 4096));
+    let s = steps(&mut e, Request::write(0, 4096));
+    assert_eq!(s.len(), 2);
+    assert_eq!(e.len(), 1);
+    let mut e = engine(Mode::ReadOnly, 4);
+    steps(&mut e, Request::read(0, 4096));
+    let s = steps(&mut e, Request::write(0, 4096));
+    assert_eq!(s, vec![Step::WriteHdd { vol: 0, hdd: 0, buf: 0, len: 4096 }]);
+    assert_eq!(e.len(), 0);
+    assert_eq!(e.counters().invalidations, 1);
+}
+
+#[test]
+fn pass_through_reads_clean_lines_from_hdd_but_dirty_ones_from_ssd() {
+    let mut e = engine(Mode::WriteBack, 4);
+    steps(&mut e, Request::write(0, 4096)); // dirty
+    steps(&mut e, Request::read(4096, 4096)); // clean
+    e.set_mode(Mode::PassThrough);
+    let s = steps(&mut e, Request::read(0, 8192));
+    assert_eq!(
+        s,
+        vec![
+            Step::ReadSsd { ssd: 0, buf: 0, len: 4096 },
+            Step::ReadHdd { vol: 0, hdd: 4096, buf: 4096, len: 4096 }
+        ]
+    );
+}
+
+#[test]
+fn trim_invalidates_but_keeps_partly_trimmed_dirty_lines() {
+    let mut e = engine(Mode::WriteBack, 4);
+    steps(&mut e, Request::write(0, 8192));
+    steps(&mut e, Request::read(8192, 4096));
+    let trim = Request::new(0, Op::Trim, 2048, 8192 + 100);
+    steps(&mut e, trim);
+    // Line 0 (dirty, partly trimmed) stays; line 1 (fully trimmed) and line 2 (clean) go.
+    assert_eq!(e.len(), 1);
+    assert_eq!(e.counters().invalidations, 2);
+    assert!(e.lookup(Engine::line_key(0, 0)).is_some());
+}
+
+#[test]
+fn nhit_admission_counts_per_group() {
+    let mut e = Engine::new(EngineConfig {
+        capacity_lines: 64,
+        admission: Admission { read_threshold: 2, write_threshold: 0 },
+        ..Default::default()
+    })
+    .unwrap();
+    steps(&mut e, Request::read(0, 4096));
+    assert_eq!(e.len(), 0);
+    assert_eq!(e.counters().bypasses.admission, 1);
+    steps(&mut e, Request::read(0, 4096));
+    assert_eq!(e.len(), 1);
+    // Threshold 0: writes never populate.
+    steps(&mut e, Request::write(40960, 4096));
+    steps(&mut e, Request::write(40960, 4096));
+    assert_eq!(e.len(), 1);
+}
+
+#[test]
+fn a_group_is_populated_whole() {
+    let mut cfg = EngineConfig {
+        capacity_lines: 1024,
+        ..Default::default()
+    };
+    cfg.apply_preset(Preset::Database); // 1 MiB group of 8 KiB lines, read threshold 2
+    let mut e = Engine::new(cfg).unwrap();
+    steps(&mut e, Request::read(100 << 20, 8192));
+    assert_eq!(e.len(), 0);
+    let s = steps(&mut e, Request::read((100 << 20) + 16384, 8192));
+    assert_eq!(e.len(), 128, "whole 1 MiB group of 8 KiB lines");
+    assert_eq!(s.iter().filter(|s| matches!(s, Step::Populate { .. })).count(), 127);
+    let c = e.counters();
+    assert_eq!((c.insertions, c.admitted_misses), (128, 1));
+    // Any other line of the group now hits.
+    steps(&mut e, Request::read((100 << 20) + 1000 * 512, 8192));
+    assert_eq!(e.counters().line_hits, 2);
+}
+
+#[test]
+fn sequential_cutoff_bypasses_long_streams() {
+    let mut e = Engine::new(EngineConfig {
+        capacity_lines: 1024,
+        seq_cutoff: SeqCutoff { read_bytes: 64 << 10, write_bytes: 0 },
+        ..Default::default()
+    })
+    .unwrap();
+    for i in 0..64u64 {
+        steps(&mut e, Request::read(i * 4096, 4096));
+    }
+    // The first 15 requests (60 KiB) are cached; from 64 KiB on the stream bypasses.
+    assert_eq!(e.len(), 15);
+    assert_eq!(e.counters().bypasses.seq_cutoff, 49);
+}
+
+#[test]
+fn cleaning_writes_back_in_lba_order_down_to_the_low_watermark() {
+    let mut e = Engine::new(EngineConfig {
+        capacity_lines: 10,
+        mode: Mode::WriteBack,
+        dirty_high: 0.5,
+        dirty_low: 0.2,
+        ..Default::default()
+    })
+    .unwrap();
+    for l in [9u64, 3, 7, 1, 5, 8] {
+        steps(&mut e, Request::write(l * 4096, 4096));
+    }
+    assert!(e.needs_cleaning());
+    let n = e.cleaning_target();
+    assert_eq!(n, 4);
+    let hdd: Vec<u64> = e
+        .clean(n)
+        .steps
+        .iter()
+        .map(|s| match s {
+            Step::WriteBack { hdd, .. } => hdd / 4096,
+            other => panic!("unexpected {other:?}"),
+        })
+        .collect();
+    assert_eq!(hdd, vec![1, 3, 5, 7]);
+    assert_eq!(e.dirty_lines(), 2);
+    assert!(!e.needs_cleaning());
+}
+
+#[test]
+fn bad_requests_are_errors_not_panics() {
+    let mut e = engine(Mode::WriteThrough, 4);
+    let mut r = Request::read(0, 4096);
+    r.class = 40;
+    assert!(e.process(&r).unwrap_err().to_string().contains("class 40"));
+    let r = Request::read(u64::MAX - 10, 4096);
+    assert!(e.process(&r).is_err());
+    let c = e.counters();
+    assert_eq!(c.requests, 0);
+}
