@@ -2,11 +2,12 @@
 //! replacement policy, admission, write modes and write-back cleaning.
 
 use crate::config::{EngineConfig, Mode};
+use crate::index::LineIndex;
 use crate::plan::{Plan, Step};
 use crate::policy::{self, Access, Policy, Slot, NEVER};
 use crate::request::{Op, Request, MAX_CLASS, NUM_CLASSES};
 use crate::stats::{Bypass, Counters};
-use hashbrown::{HashMap, HashTable};
+use hashbrown::HashMap;
 use std::collections::BTreeSet;
 
 /// Line numbers must fit in this many bits of a key; the volume takes the rest.
@@ -27,16 +28,6 @@ pub enum EngineError {
     OutOfRange { offset: u64, len: u64 },
     #[error("invalid configuration: {0}")]
     Config(String),
-}
-
-#[inline]
-fn mix(k: u64) -> u64 {
-    // murmur3 finaliser: spreads keys over hashbrown's control and bucket bits.
-    let mut x = k ^ (k >> 33);
-    x = x.wrapping_mul(0xff51_afd7_ed55_8ccd);
-    x ^= x >> 33;
-    x = x.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
-    x ^ (x >> 33)
 }
 
 /// A sequential-stream detector: a small table of recent streams, least recently used replaced.
@@ -63,7 +54,7 @@ pub struct Engine {
     dirty_count: u64,
     dirty_set: BTreeSet<u64>,
     clean_cursor: u64,
-    map: HashTable<Slot>,
+    map: LineIndex,
     policy: Box<dyn Policy>,
     counters: Vec<Counters>,
     plan: Plan,
@@ -105,7 +96,7 @@ impl Engine {
             dirty_count: 0,
             dirty_set: BTreeSet::new(),
             clean_cursor: 0,
-            map: HashTable::with_capacity(cap as usize),
+            map: LineIndex::new(cap as usize),
             policy,
             counters: vec![Counters::default(); NUM_CLASSES],
             plan: Plan::default(),
@@ -183,7 +174,7 @@ impl Engine {
             + self.classes.capacity()
             + self.dirty.capacity() * 8
             + self.free.capacity() * 4
-            + self.map.allocation_size()
+            + self.map.mem_bytes()
             + self.policy.mem_bytes()
     }
 
@@ -196,10 +187,7 @@ impl Engine {
     /// Slot holding `key`, if cached.
     #[inline]
     pub fn lookup(&self, key: u64) -> Option<Slot> {
-        let keys = &self.keys;
-        self.map
-            .find(mix(key), |&s| keys[s as usize] == key)
-            .copied()
+        self.map.find(key, &self.keys)
     }
 
     /// Whether the line in `slot` is dirty.
@@ -769,9 +757,7 @@ impl Engine {
     fn place(&mut self, slot: Slot, key: u64, class: u8, a: &Access) {
         self.keys[slot as usize] = key;
         self.classes[slot as usize] = class;
-        let keys = &self.keys;
-        self.map
-            .insert_unique(mix(key), slot, |&s| mix(keys[s as usize]));
+        self.map.insert(key, slot);
         self.len += 1;
         self.policy.insert(slot, a);
     }
@@ -782,13 +768,8 @@ impl Engine {
             self.set_dirty(slot, key, false);
         }
         self.policy.remove(slot, key, evicted);
-        let keys = &self.keys;
-        match self.map.find_entry(mix(key), |&s| keys[s as usize] == key) {
-            Ok(e) => {
-                e.remove();
-            }
-            Err(_) => unreachable!("slot {slot} not in the map"),
-        }
+        let found = self.map.remove(key, slot);
+        debug_assert!(found, "slot {slot} not in the map");
         self.keys[slot as usize] = EMPTY;
         self.len -= 1;
         self.free.push(slot);

@@ -5,6 +5,7 @@
 
 pub mod config;
 pub mod engine;
+pub mod index;
 pub mod plan;
 pub mod policy;
 pub mod request;

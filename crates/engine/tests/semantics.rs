@@ -24,12 +24,28 @@ fn read_miss_populates_then_hits() {
     assert_eq!(
         s,
         vec![
-            Step::ReadHdd { vol: 0, hdd: 8192, buf: 0, len: 4096 },
-            Step::WriteSsd { ssd: 0, buf: 0, len: 4096 }
+            Step::ReadHdd {
+                vol: 0,
+                hdd: 8192,
+                buf: 0,
+                len: 4096
+            },
+            Step::WriteSsd {
+                ssd: 0,
+                buf: 0,
+                len: 4096
+            }
         ]
     );
     let s = steps(&mut e, Request::read(8192 + 512, 1024));
-    assert_eq!(s, vec![Step::ReadSsd { ssd: 512, buf: 512, len: 1024 }]);
+    assert_eq!(
+        s,
+        vec![Step::ReadSsd {
+            ssd: 512,
+            buf: 512,
+            len: 1024
+        }]
+    );
     let c = e.counters();
     assert_eq!((c.line_hits, c.line_misses, c.insertions), (1, 1, 1));
     assert_eq!((c.full_hits, c.full_misses), (1, 1));
@@ -42,7 +58,10 @@ fn a_spanning_request_is_a_partial_hit_and_merges_hdd_reads() {
     let mut e = engine(Mode::WriteThrough, 16);
     steps(&mut e, Request::read(4096, 4096));
     // Lines 0..4: line 1 cached, 0, 2, 3 miss.
-    let p: Plan = e.process(&Request::read(100, 4 * 4096 - 200)).unwrap().clone();
+    let p: Plan = e
+        .process(&Request::read(100, 4 * 4096 - 200))
+        .unwrap()
+        .clone();
     assert_eq!(p.buf_start, 0);
     assert_eq!(p.buf_len, 4 * 4096);
     let c = e.counters();
@@ -65,16 +84,37 @@ fn a_spanning_request_is_a_partial_hit_and_merges_hdd_reads() {
 fn write_back_marks_dirty_and_eviction_writes_back_first() {
     let mut e = engine(Mode::WriteBack, 1);
     let s = steps(&mut e, Request::write(0, 4096));
-    assert_eq!(s, vec![Step::WriteSsd { ssd: 0, buf: 0, len: 4096 }]);
+    assert_eq!(
+        s,
+        vec![Step::WriteSsd {
+            ssd: 0,
+            buf: 0,
+            len: 4096
+        }]
+    );
     assert_eq!(e.dirty_lines(), 1);
     // A new line evicts the dirty one: write-back before the slot is overwritten.
     let s = steps(&mut e, Request::read(4096, 4096));
     assert_eq!(
         s,
         vec![
-            Step::WriteBack { vol: 0, ssd: 0, hdd: 0, len: 4096 },
-            Step::ReadHdd { vol: 0, hdd: 4096, buf: 0, len: 4096 },
-            Step::WriteSsd { ssd: 0, buf: 0, len: 4096 },
+            Step::WriteBack {
+                vol: 0,
+                ssd: 0,
+                hdd: 0,
+                len: 4096
+            },
+            Step::ReadHdd {
+                vol: 0,
+                hdd: 4096,
+                buf: 0,
+                len: 4096
+            },
+            Step::WriteSsd {
+                ssd: 0,
+                buf: 0,
+                len: 4096
+            },
         ]
     );
     let c = e.counters();
@@ -88,7 +128,12 @@ fn fua_forces_write_through_in_write_back() {
     let mut r = Request::write(0, 4096);
     r.fua = true;
     let s = steps(&mut e, r);
-    assert!(s.contains(&Step::WriteHdd { vol: 0, hdd: 0, buf: 0, len: 4096 }));
+    assert!(s.contains(&Step::WriteHdd {
+        vol: 0,
+        hdd: 0,
+        buf: 0,
+        len: 4096
+    }));
     assert_eq!(e.dirty_lines(), 0);
     // A dirty line fully overwritten with FUA becomes clean.
     steps(&mut e, Request::write(4096, 4096));
@@ -106,9 +151,23 @@ fn partial_write_miss_fills_the_rest_of_the_line() {
     assert_eq!(
         s,
         vec![
-            Step::ReadHdd { vol: 0, hdd: 0, buf: 0, len: 1000 },
-            Step::ReadHdd { vol: 0, hdd: 2000, buf: 2000, len: 2096 },
-            Step::WriteSsd { ssd: 0, buf: 0, len: 4096 },
+            Step::ReadHdd {
+                vol: 0,
+                hdd: 0,
+                buf: 0,
+                len: 1000
+            },
+            Step::ReadHdd {
+                vol: 0,
+                hdd: 2000,
+                buf: 2000,
+                len: 2096
+            },
+            Step::WriteSsd {
+                ssd: 0,
+                buf: 0,
+                len: 4096
+            },
         ]
     );
     // Without fill, the partial write goes around the cache.
@@ -120,7 +179,15 @@ fn partial_write_miss_fills_the_rest_of_the_line() {
     })
     .unwrap();
     let s = steps(&mut e, Request::write(1000, 1000));
-    assert_eq!(s, vec![Step::WriteHdd { vol: 0, hdd: 1000, buf: 1000, len: 1000 }]);
+    assert_eq!(
+        s,
+        vec![Step::WriteHdd {
+            vol: 0,
+            hdd: 1000,
+            buf: 1000,
+            len: 1000
+        }]
+    );
     assert_eq!(e.counters().bypasses.partial_write, 1);
 }
 
@@ -129,7 +196,16 @@ fn write_around_and_read_only_do_not_allocate_writes() {
     for mode in [Mode::WriteAround, Mode::ReadOnly, Mode::PassThrough] {
         let mut e = engine(mode, 4);
         let s = steps(&mut e, Request::write(0, 4096));
-        assert_eq!(s, vec![Step::WriteHdd { vol: 0, hdd: 0, buf: 0, len: 4096 }], "{mode}");
+        assert_eq!(
+            s,
+            vec![Step::WriteHdd {
+                vol: 0,
+                hdd: 0,
+                buf: 0,
+                len: 4096
+            }],
+            "{mode}"
+        );
         assert_eq!(e.len(), 0);
         assert_eq!(e.counters().bypasses.mode, 1);
     }
@@ -142,7 +218,15 @@ fn write_around_and_read_only_do_not_allocate_writes() {
     let mut e = engine(Mode::ReadOnly, 4);
     steps(&mut e, Request::read(0, 4096));
     let s = steps(&mut e, Request::write(0, 4096));
-    assert_eq!(s, vec![Step::WriteHdd { vol: 0, hdd: 0, buf: 0, len: 4096 }]);
+    assert_eq!(
+        s,
+        vec![Step::WriteHdd {
+            vol: 0,
+            hdd: 0,
+            buf: 0,
+            len: 4096
+        }]
+    );
     assert_eq!(e.len(), 0);
     assert_eq!(e.counters().invalidations, 1);
 }
@@ -157,8 +241,17 @@ fn pass_through_reads_clean_lines_from_hdd_but_dirty_ones_from_ssd() {
     assert_eq!(
         s,
         vec![
-            Step::ReadSsd { ssd: 0, buf: 0, len: 4096 },
-            Step::ReadHdd { vol: 0, hdd: 4096, buf: 4096, len: 4096 }
+            Step::ReadSsd {
+                ssd: 0,
+                buf: 0,
+                len: 4096
+            },
+            Step::ReadHdd {
+                vol: 0,
+                hdd: 4096,
+                buf: 4096,
+                len: 4096
+            }
         ]
     );
 }
@@ -180,7 +273,10 @@ fn trim_invalidates_but_keeps_partly_trimmed_dirty_lines() {
 fn nhit_admission_counts_per_group() {
     let mut e = Engine::new(EngineConfig {
         capacity_lines: 64,
-        admission: Admission { read_threshold: 2, write_threshold: 0 },
+        admission: Admission {
+            read_threshold: 2,
+            write_threshold: 0,
+        },
         ..Default::default()
     })
     .unwrap();
@@ -207,7 +303,12 @@ fn a_group_is_populated_whole() {
     assert_eq!(e.len(), 0);
     let s = steps(&mut e, Request::read((100 << 20) + 16384, 8192));
     assert_eq!(e.len(), 128, "whole 1 MiB group of 8 KiB lines");
-    assert_eq!(s.iter().filter(|s| matches!(s, Step::Populate { .. })).count(), 127);
+    assert_eq!(
+        s.iter()
+            .filter(|s| matches!(s, Step::Populate { .. }))
+            .count(),
+        127
+    );
     let c = e.counters();
     assert_eq!((c.insertions, c.admitted_misses), (128, 1));
     // Any other line of the group now hits.
@@ -219,7 +320,10 @@ fn a_group_is_populated_whole() {
 fn sequential_cutoff_bypasses_long_streams() {
     let mut e = Engine::new(EngineConfig {
         capacity_lines: 1024,
-        seq_cutoff: SeqCutoff { read_bytes: 64 << 10, write_bytes: 0 },
+        seq_cutoff: SeqCutoff {
+            read_bytes: 64 << 10,
+            write_bytes: 0,
+        },
         ..Default::default()
     })
     .unwrap();
