@@ -1,1 +1,3 @@
 //! Block trace readers and synthetic workloads.
+
+pub mod workload;
