@@ -1,0 +1,487 @@
+//! `tiercache sim` and `tiercache sweep`.
+
+use crate::progress::Progress;
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use std::io::Write;
+use std::path::PathBuf;
+use tiercache_sim::experiment::{specs, CacheSection, InputSection};
+use tiercache_sim::{
+    run_sweep, run_timed, simulate, Drive, Experiment, Input, SimResult, SweepGrid, TimedReport,
+    TimedSetup,
+};
+
+/// Where requests come from.
+#[derive(Args, Clone, Debug, Default)]
+pub struct InputArgs {
+    /// Block trace to replay (compressed .gz/.zst/.xz/.bz2 is read transparently).
+    #[arg(long, short = 't', value_name = "FILE")]
+    pub trace: Option<PathBuf>,
+    /// Trace format, or `auto` to detect it. See `tiercache trace formats`.
+    #[arg(long, value_name = "NAME|auto")]
+    pub format: Option<String>,
+    /// Skip malformed trace lines (counted and reported) instead of stopping at the first.
+    #[arg(long)]
+    pub skip_bad: bool,
+    /// Block size for formats that count blocks (ARC .lis, oracleGeneral ids).
+    #[arg(long, value_name = "SIZE")]
+    pub block_size: Option<String>,
+    /// Synthetic workload instead of a trace, e.g. `zipf:theta=0.9,wss=4GiB,requests=1e6` or
+    /// `8k; 70% read; 100% random`. See `tiercache trace gen --help`.
+    #[arg(long, short = 'w', value_name = "SPEC")]
+    pub workload: Option<String>,
+    /// Seed for synthetic workloads and randomised policies.
+    #[arg(long, value_name = "N")]
+    pub seed: Option<u64>,
+}
+
+/// Cache settings (each overrides the experiment file).
+#[derive(Args, Clone, Debug, Default)]
+pub struct CacheArgs {
+    /// Cache size: bytes (4GiB) or percent of the trace footprint (10%). Default 10%.
+    #[arg(long, short = 's', value_name = "SIZE|PCT%")]
+    pub cache_size: Option<String>,
+    /// Replacement policy (see `tiercache policies`). Default lru.
+    #[arg(long, short = 'p', value_name = "NAME")]
+    pub policy: Option<String>,
+    /// Write mode: write-through (wt), write-back (wb), write-around (wa), read-only (ro),
+    /// pass-through (pt). Default write-through.
+    #[arg(long, short = 'm', value_name = "MODE")]
+    pub mode: Option<String>,
+    /// Cache line: unit of validity, dirtiness and replacement (4KiB..1MiB). Default 4KiB.
+    #[arg(long, value_name = "SIZE")]
+    pub line_size: Option<String>,
+    /// Admission/population unit (a multiple of the line; Qsan's cache block). Default = line.
+    #[arg(long, value_name = "SIZE")]
+    pub group_size: Option<String>,
+    /// Qsan preset: database (1MiB/8KiB, read 2, write 0), file-system (2MiB/16KiB, 2/2),
+    /// web-service (4MiB/64KiB, 2/0).
+    #[arg(long, value_name = "NAME")]
+    pub preset: Option<String>,
+    /// Admission: always, never, nhit:N, or nhit:READ:WRITE (populate once the group was
+    /// read/written that often; 0 disables population in that direction).
+    #[arg(long, value_name = "RULE")]
+    pub admission: Option<String>,
+    /// Sequential cutoff for reads: streams longer than this bypass the cache (0 = off).
+    #[arg(long, value_name = "SIZE")]
+    pub seq_cutoff: Option<String>,
+    /// Sequential cutoff for writes.
+    #[arg(long, value_name = "SIZE")]
+    pub seq_cutoff_write: Option<String>,
+    /// Write-back: start cleaning above this dirty share of the cache. Default 0.8.
+    #[arg(long, value_name = "FRACTION")]
+    pub dirty_high: Option<f64>,
+    /// Write-back: clean down to this dirty share. Default 0.6.
+    #[arg(long, value_name = "FRACTION")]
+    pub dirty_low: Option<f64>,
+    /// Partial-line writes to uncached lines go around the cache instead of filling the line.
+    #[arg(long)]
+    pub no_partial_fill: bool,
+    /// SLRU protected share. Default 0.5.
+    #[arg(long, value_name = "FRACTION")]
+    pub slru_protected: Option<f64>,
+}
+
+impl CacheArgs {
+    fn section(&self) -> CacheSection {
+        CacheSection {
+            size: self.cache_size.clone(),
+            preset: self.preset.clone(),
+            line_size: self.line_size.clone(),
+            group_size: self.group_size.clone(),
+            policy: self.policy.clone(),
+            mode: self.mode.clone(),
+            admission: self.admission.clone(),
+            seq_cutoff_read: self.seq_cutoff.clone(),
+            seq_cutoff_write: self.seq_cutoff_write.clone(),
+            dirty_high: self.dirty_high,
+            dirty_low: self.dirty_low,
+            partial_write_fill: self.no_partial_fill.then_some(false),
+            slru_protected: self.slru_protected,
+            s3fifo_small: None,
+        }
+    }
+}
+
+#[derive(Args, Debug)]
+#[command(after_help = "Examples:
+  tiercache sim --trace cloudPhysicsIO.csv --cache-size 10% --policy s3fifo
+  tiercache sim --workload 'zipf:theta=0.9,wss=8GiB,requests=2e6' --cache-size 1GiB --mode wb --json
+  tiercache sim --config experiments/cloudphysics-lru.toml --policy arc")]
+pub struct SimArgs {
+    #[command(flatten)]
+    pub input: InputArgs,
+    #[command(flatten)]
+    pub cache: CacheArgs,
+    #[command(flatten)]
+    pub timed: TimedArgs,
+    /// Experiment file (TOML); flags override its values.
+    #[arg(long, short = 'c', value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Print the result as JSON.
+    #[arg(long)]
+    pub json: bool,
+    /// Print the result as CSV (header and one row).
+    #[arg(long, conflicts_with = "json")]
+    pub csv: bool,
+    /// No progress bar.
+    #[arg(long, short = 'q')]
+    pub quiet: bool,
+}
+
+#[derive(Args, Debug)]
+#[command(after_help = "Examples:
+  tiercache sweep --trace cloudPhysicsIO.csv --sizes 1%,5%,10% --policies lru,fifo,arc,s3fifo --out sweep.csv
+  tiercache sweep --config experiments/srt-size-sweep.toml --out srt.csv")]
+pub struct SweepArgs {
+    #[command(flatten)]
+    pub input: InputArgs,
+    #[command(flatten)]
+    pub cache: CacheArgs,
+    /// Cache sizes to sweep, comma-separated (bytes or percent).
+    #[arg(long, value_delimiter = ',', value_name = "LIST")]
+    pub sizes: Vec<String>,
+    /// Policies to sweep, comma-separated (`all` = every registered policy).
+    #[arg(long, value_delimiter = ',', value_name = "LIST")]
+    pub policies: Vec<String>,
+    /// Write modes to sweep, comma-separated.
+    #[arg(long, value_delimiter = ',', value_name = "LIST")]
+    pub modes: Vec<String>,
+    /// Line sizes to sweep, comma-separated.
+    #[arg(long, value_delimiter = ',', value_name = "LIST")]
+    pub line_sizes: Vec<String>,
+    /// Experiment file (TOML) with an optional [sweep] grid; flags add to / override it.
+    #[arg(long, short = 'c', value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// CSV output file (default: standard output).
+    #[arg(long, short = 'o', value_name = "FILE")]
+    pub out: Option<PathBuf>,
+    /// Print JSON (an array of results) instead of CSV.
+    #[arg(long)]
+    pub json: bool,
+    /// Worker threads (default: all cores).
+    #[arg(long, short = 'j', value_name = "N")]
+    pub jobs: Option<usize>,
+    /// No progress bar.
+    #[arg(long, short = 'q')]
+    pub quiet: bool,
+}
+
+/// Merges flags over an optional experiment file.
+fn experiment(
+    config: &Option<PathBuf>,
+    input: &InputArgs,
+    cache: &CacheArgs,
+) -> Result<Experiment> {
+    let mut exp = match config {
+        Some(p) => Experiment::load(p)?,
+        None => Experiment::default(),
+    };
+    let i: &mut InputSection = &mut exp.input;
+    if input.trace.is_some() || input.workload.is_some() {
+        i.trace = input.trace.clone();
+        i.workload = input.workload.clone();
+    }
+    if input.format.is_some() {
+        i.format = input.format.clone();
+    }
+    if input.block_size.is_some() {
+        i.block_size = input.block_size.clone();
+    }
+    i.skip_bad |= input.skip_bad;
+    if let Some(s) = input.seed {
+        i.seed = s;
+    }
+    exp.cache.overlay(&cache.section());
+    Ok(exp)
+}
+
+fn input_total(input: &Input) -> Option<u64> {
+    match input {
+        Input::Workload { spec, seed } => Some(spec.generate(*seed).len() as u64),
+        Input::Memory { requests, .. } => Some(requests.len() as u64),
+        Input::Trace { .. } => None,
+    }
+}
+
+pub fn sim(a: SimArgs) -> Result<()> {
+    let exp = experiment(&a.config, &a.input, &a.cache)?;
+    let input = exp.input.to_input()?;
+    let spec = specs(&input, &exp.cache, None, exp.input.seed)?.remove(0);
+    let progress = Progress::new(a.quiet, input_total(&input), "requests");
+    if let Some(setup) = a.timed.setup()? {
+        let rep = run_timed(&spec, &setup, Some(&|n| progress.set(n)))?;
+        progress.finish();
+        return print_timed(&rep, a.json, a.csv);
+    }
+    let res = simulate(&spec, None, Some(&|n| progress.set(n)))?;
+    progress.finish();
+    print_one(&res, a.json, a.csv)
+}
+
+fn print_one(res: &SimResult, json: bool, csv: bool) -> Result<()> {
+    let mut out = std::io::stdout().lock();
+    if json {
+        serde_json::to_writer_pretty(&mut out, res)?;
+        writeln!(out)?;
+    } else if csv {
+        writeln!(out, "{}", SimResult::CSV_HEADER)?;
+        writeln!(out, "{}", res.csv_row())?;
+    } else {
+        writeln!(out, "{res}")?;
+    }
+    Ok(())
+}
+
+pub fn sweep(a: SweepArgs) -> Result<()> {
+    let exp = experiment(&a.config, &a.input, &a.cache)?;
+    let input = exp.input.to_input()?;
+    let mut grid: SweepGrid = exp.sweep.clone().unwrap_or_default();
+    let set = |dst: &mut Vec<String>, src: &[String]| {
+        if !src.is_empty() {
+            *dst = src.to_vec();
+        }
+    };
+    set(&mut grid.size, &a.sizes);
+    set(&mut grid.mode, &a.modes);
+    set(&mut grid.line_size, &a.line_sizes);
+    if a.policies.iter().any(|p| p == "all") {
+        grid.policy = tiercache_engine::policy::names()
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+    } else {
+        set(&mut grid.policy, &a.policies);
+    }
+    let specs = specs(&input, &exp.cache, Some(&grid), exp.input.seed)?;
+    if specs.is_empty() {
+        bail!("the sweep grid is empty");
+    }
+    if let Some(j) = a.jobs {
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(j)
+            .build_global()
+            .context("setting up worker threads")?;
+    }
+    let n = specs.len() as u64;
+    let progress = Progress::new(a.quiet, Some(n), "runs");
+    let cells = run_sweep(specs, &|d| progress.set(d as u64))?;
+    progress.finish();
+    let mut results = Vec::new();
+    for c in cells {
+        results.push(c.result.with_context(|| {
+            format!(
+                "run policy={} mode={} size={}",
+                c.spec.engine.policy, c.spec.engine.mode, c.spec.cache_size
+            )
+        })?);
+    }
+    let mut w: Box<dyn Write> = match &a.out {
+        Some(p) => Box::new(std::io::BufWriter::new(
+            std::fs::File::create(p).with_context(|| format!("creating {}", p.display()))?,
+        )),
+        None => Box::new(std::io::stdout().lock()),
+    };
+    if a.json {
+        serde_json::to_writer_pretty(&mut w, &results)?;
+        writeln!(w)?;
+    } else {
+        writeln!(w, "{}", SimResult::CSV_HEADER)?;
+        for r in &results {
+            writeln!(w, "{}", r.csv_row())?;
+        }
+    }
+    w.flush()?;
+    if let Some(p) = &a.out {
+        if !a.quiet {
+            eprintln!("{} runs written to {}", results.len(), p.display());
+        }
+    }
+    Ok(())
+}
+
+/// Timing: device models and how requests are issued. Any of these makes the run timed.
+#[derive(Args, Clone, Debug, Default)]
+pub struct TimedArgs {
+    /// Backing device model: 5400, 7200, 10k, 15k (HDD presets), any preset of
+    /// `--ssd`, or a TOML model file. Default 7200 in timed runs.
+    #[arg(long, value_name = "MODEL", help_heading = "Timing")]
+    pub hdd: Option<String>,
+    /// Cache device model: default, intel-710, intel-311, ram, nvram, or a TOML model file.
+    /// Default `default` in timed runs.
+    #[arg(long, value_name = "MODEL", help_heading = "Timing")]
+    pub ssd: Option<String>,
+    /// No cache: the backing device alone (the baseline).
+    #[arg(long, help_heading = "Timing")]
+    pub no_cache: bool,
+    /// Backing device is a RAID of N disks of the --hdd model: 0:N or 5:N.
+    #[arg(long, value_name = "LEVEL:N", help_heading = "Timing")]
+    pub raid: Option<String>,
+    /// Closed loop: keep N requests outstanding, as fast as the devices allow (like fio).
+    #[arg(
+        long,
+        value_name = "N",
+        conflicts_with = "speedup",
+        help_heading = "Timing"
+    )]
+    pub queue_depth: Option<u32>,
+    /// Open loop: issue requests at their trace timestamps divided by X.
+    #[arg(long, value_name = "X", help_heading = "Timing")]
+    pub speedup: Option<f64>,
+    /// Time-series window in simulated seconds (IOPS and hit ratio over time, warm-up).
+    #[arg(
+        long,
+        value_name = "SECONDS",
+        default_value_t = 1.0,
+        help_heading = "Timing"
+    )]
+    pub window: f64,
+    /// Price table (TOML) for the cost per MB per IOPS; default: the sourced built-in table.
+    #[arg(long, value_name = "FILE", help_heading = "Timing")]
+    pub prices: Option<PathBuf>,
+}
+
+impl TimedArgs {
+    fn is_timed(&self) -> bool {
+        self.hdd.is_some()
+            || self.ssd.is_some()
+            || self.no_cache
+            || self.raid.is_some()
+            || self.queue_depth.is_some()
+            || self.speedup.is_some()
+    }
+
+    /// The timed setup, when any timing flag was given.
+    pub fn setup(&self) -> Result<Option<TimedSetup>> {
+        if !self.is_timed() {
+            return Ok(None);
+        }
+        let mut s = TimedSetup::default();
+        if let Some(h) = &self.hdd {
+            s.hdd = h.clone();
+        }
+        s.ssd = if self.no_cache {
+            None
+        } else {
+            Some(self.ssd.clone().unwrap_or_else(|| "ssd:default".into()))
+        };
+        if let Some(r) = &self.raid {
+            let bad = || anyhow::anyhow!("--raid '{r}': use LEVEL:N, e.g. 0:12 or 5:8");
+            let (l, n) = r.split_once(':').ok_or_else(bad)?;
+            s.raid = Some((
+                l.trim().parse().map_err(|_| bad())?,
+                n.trim().parse().map_err(|_| bad())?,
+            ));
+        }
+        s.options.drive = match (self.queue_depth, self.speedup) {
+            (_, Some(x)) => {
+                anyhow::ensure!(x > 0.0, "--speedup must be above 0");
+                Drive::Open { speedup: x }
+            }
+            (Some(q), None) => {
+                anyhow::ensure!(q > 0, "--queue-depth must be at least 1");
+                Drive::Closed { queue_depth: q }
+            }
+            (None, None) => Drive::Closed { queue_depth: 1 },
+        };
+        anyhow::ensure!(self.window > 0.0, "--window must be above 0");
+        s.options.window_ns = (self.window * 1e9) as u64;
+        if let Some(p) = &self.prices {
+            let text =
+                std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
+            s.prices =
+                toml::from_str(&text).map_err(|e| anyhow::anyhow!("{}: {e}", p.display()))?;
+        }
+        Ok(Some(s))
+    }
+}
+
+fn print_timed(rep: &TimedReport, json: bool, csv: bool) -> Result<()> {
+    let mut out = std::io::stdout().lock();
+    if json {
+        serde_json::to_writer_pretty(&mut out, rep)?;
+        writeln!(out)?;
+        return Ok(());
+    }
+    if csv {
+        writeln!(out, "{},iops,mb_per_s,latency_mean_us,latency_p99_us,elapsed_s,hdd_busy_s,ssd_busy_s,warmup_s,cost_per_mb_per_iops", SimResult::CSV_HEADER)?;
+        let t = &rep.timed;
+        writeln!(
+            out,
+            "{},{:.1},{:.3},{:.1},{:.1},{:.3},{:.3},{},{},{}",
+            rep.sim.csv_row(),
+            t.iops,
+            t.mb_per_s,
+            t.latency_us.all.mean,
+            t.latency_us.all.p99,
+            t.elapsed_s,
+            t.hdd.busy_s,
+            t.ssd
+                .as_ref()
+                .map(|s| format!("{:.3}", s.busy_s))
+                .unwrap_or_default(),
+            t.warmup_s.map(|w| format!("{w:.3}")).unwrap_or_default(),
+            rep.cost_per_mb_per_iops
+                .map(|c| format!("{c:.6e}"))
+                .unwrap_or_default()
+        )?;
+        return Ok(());
+    }
+    writeln!(out, "{}", rep.sim)?;
+    let t = &rep.timed;
+    writeln!(
+        out,
+        "timing       {}; backing {}; cache device {}",
+        t.drive,
+        rep.hdd_model,
+        rep.ssd_model.as_deref().unwrap_or("none")
+    )?;
+    writeln!(
+        out,
+        "throughput   {:.0} IOPS ({:.0} read, {:.0} write), {:.2} MB/s ({:.2} read, {:.2} write)",
+        t.iops, t.read_iops, t.write_iops, t.mb_per_s, t.read_mb_per_s, t.write_mb_per_s
+    )?;
+    for (name, l) in [
+        ("all", &t.latency_us.all),
+        ("read", &t.latency_us.read),
+        ("write", &t.latency_us.write),
+    ] {
+        if l.count > 0 {
+            writeln!(
+                out,
+                "latency {:<5} mean {:.1} us, p50 {:.1}, p90 {:.1}, p99 {:.1}, p99.9 {:.1}, max {:.1} ({} requests)",
+                name, l.mean, l.p50, l.p90, l.p99, l.p999, l.max, l.count
+            )?;
+        }
+    }
+    writeln!(
+        out,
+        "time         {:.3} s to complete ({:.3} s with background work)",
+        t.elapsed_s, t.drained_s
+    )?;
+    writeln!(
+        out,
+        "busy         HDD {:.3} s ({:.1} %){}",
+        t.hdd.busy_s,
+        t.hdd.utilisation * 100.0,
+        t.ssd
+            .as_ref()
+            .map(|s| format!(", SSD {:.3} s ({:.1} %)", s.busy_s, s.utilisation * 100.0))
+            .unwrap_or_default()
+    )?;
+    match t.warmup_s {
+        Some(w) => writeln!(
+            out,
+            "warm-up      {w:.1} s (windowed hit ratio reaches 95 % of its final value)"
+        )?,
+        None => writeln!(out, "warm-up      n/a")?,
+    }
+    match (rep.cost_usd, rep.cost_per_mb_per_iops) {
+        (Some(c), Some(m)) => writeln!(out, "cost         ${c:.2}; {m:.3e} $ per MB per IOPS")?,
+        _ => writeln!(
+            out,
+            "cost         n/a (a device has no price in the table; see --prices)"
+        )?,
+    }
+    Ok(())
+}

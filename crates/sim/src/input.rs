@@ -1,0 +1,75 @@
+//! Where requests come from: a trace file, a synthetic workload, or requests in memory.
+
+use anyhow::{Context, Result};
+use std::fmt;
+use std::path::PathBuf;
+use std::sync::Arc;
+use tiercache_engine::Request;
+
+/// A request source that can be opened (streamed) as often as needed.
+#[derive(Clone, Debug)]
+pub enum Input {
+    /// A trace file; `format` None = detect.
+    Trace {
+        path: PathBuf,
+        format: Option<tiercache_trace::Format>,
+        options: tiercache_trace::ReadOptions,
+    },
+    /// A seeded synthetic workload.
+    Workload {
+        spec: tiercache_trace::workload::WorkloadSpec,
+        seed: u64,
+    },
+    /// Requests already in memory (tests, benchmarks).
+    Memory {
+        name: String,
+        requests: Arc<Vec<Request>>,
+    },
+}
+
+/// A stream of requests.
+pub type Requests = Box<dyn Iterator<Item = Result<Request>> + Send>;
+
+impl Input {
+    /// Opens the source for one pass.
+    pub fn open(&self) -> Result<Requests> {
+        match self {
+            Input::Trace {
+                path,
+                format,
+                options,
+            } => {
+                let reader = tiercache_trace::open(path, *format, options)
+                    .with_context(|| format!("opening trace {}", path.display()))?;
+                Ok(Box::new(reader.map(|r| r.map_err(anyhow::Error::from))))
+            }
+            Input::Workload { spec, seed } => Ok(Box::new(spec.generate(*seed).map(Ok))),
+            Input::Memory { requests, .. } => {
+                let r = Arc::clone(requests);
+                Ok(Box::new((0..r.len()).map(move |i| Ok(r[i]))))
+            }
+        }
+    }
+
+    /// A short name for tables.
+    pub fn label(&self) -> String {
+        match self {
+            Input::Trace { path, .. } => path
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_else(|| path.display().to_string()),
+            Input::Workload { spec, .. } => spec.to_string(),
+            Input::Memory { name, .. } => name.clone(),
+        }
+    }
+}
+
+impl fmt::Display for Input {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Input::Trace { path, .. } => write!(f, "{}", path.display()),
+            Input::Workload { spec, seed } => write!(f, "workload {spec} (seed {seed})"),
+            Input::Memory { name, .. } => f.write_str(name),
+        }
+    }
+}

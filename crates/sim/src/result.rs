@@ -1,0 +1,247 @@
+//! What a simulation reports, for people (a table) and machines (JSON, CSV).
+
+use crate::SimSpec;
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::fmt;
+use tiercache_engine::{fmt_size, Counters, Engine, NUM_CLASSES};
+
+/// The result of one run. The top-level fields are the stable JSON contract.
+#[derive(Clone, Debug, Serialize)]
+pub struct SimResult {
+    pub input: String,
+    pub policy: String,
+    pub mode: String,
+    pub admission: String,
+    pub line_size: u64,
+    pub group_size: u64,
+    pub cache_size: String,
+    pub capacity_lines: u64,
+    pub capacity_bytes: u64,
+    /// Distinct lines the input touches (when it was computed).
+    pub footprint_lines: Option<u64>,
+    pub requests: u64,
+    pub line_accesses: u64,
+    pub line_hits: u64,
+    pub line_misses: u64,
+    pub hit_ratio: f64,
+    pub miss_ratio: f64,
+    pub read_hit_ratio: f64,
+    pub write_hit_ratio: f64,
+    pub insertions: u64,
+    pub evictions: u64,
+    pub write_backs: u64,
+    pub bypassed_lines: u64,
+    pub ssd_bytes_read: u64,
+    pub ssd_bytes_written: u64,
+    pub hdd_bytes_read: u64,
+    pub hdd_bytes_written: u64,
+    pub dirty_lines_at_end: u64,
+    /// RAM of the line index (slots, map, policy state) and per cached line at capacity.
+    pub index_bytes: u64,
+    pub index_bytes_per_line: f64,
+    /// Wall-clock seconds of the simulation loop and its speed.
+    pub wall_s: f64,
+    pub requests_per_s: f64,
+    /// Every counter, summed over classes.
+    pub counters: Counters,
+    /// Counters per class, for the classes that saw requests.
+    pub classes: BTreeMap<u8, Counters>,
+}
+
+impl SimResult {
+    pub(crate) fn new(spec: &SimSpec, e: &Engine, footprint: Option<u64>, wall_s: f64) -> Self {
+        let c = e.counters();
+        let cfg = e.config();
+        let classes = (0..NUM_CLASSES as u8)
+            .filter(|&k| e.class_counters(k).requests > 0)
+            .map(|k| (k, *e.class_counters(k)))
+            .collect();
+        let cap = e.capacity_lines();
+        let index = e.index_bytes() as u64;
+        SimResult {
+            input: spec.input.label(),
+            policy: e.policy_name().to_string(),
+            mode: cfg.mode.to_string(),
+            admission: cfg.admission.to_string(),
+            line_size: cfg.line_size,
+            group_size: cfg.group_size,
+            cache_size: spec.cache_size.to_string(),
+            capacity_lines: cap,
+            capacity_bytes: cap * cfg.line_size,
+            footprint_lines: footprint,
+            requests: c.requests,
+            line_accesses: c.line_accesses,
+            line_hits: c.line_hits,
+            line_misses: c.line_misses,
+            hit_ratio: c.hit_ratio(),
+            miss_ratio: c.miss_ratio(),
+            read_hit_ratio: c.read_hit_ratio(),
+            write_hit_ratio: c.write_hit_ratio(),
+            insertions: c.insertions,
+            evictions: c.evictions,
+            write_backs: c.write_backs,
+            bypassed_lines: c.bypasses.total(),
+            ssd_bytes_read: c.ssd_bytes_read,
+            ssd_bytes_written: c.ssd_bytes_written,
+            hdd_bytes_read: c.hdd_bytes_read,
+            hdd_bytes_written: c.hdd_bytes_written,
+            dirty_lines_at_end: e.dirty_lines(),
+            index_bytes: index,
+            index_bytes_per_line: if cap > 0 {
+                index as f64 / cap as f64
+            } else {
+                0.0
+            },
+            wall_s,
+            requests_per_s: if wall_s > 0.0 {
+                c.requests as f64 / wall_s
+            } else {
+                0.0
+            },
+            counters: c,
+            classes,
+        }
+    }
+
+    /// Column names of [`SimResult::csv_row`].
+    pub const CSV_HEADER: &'static str = "input,policy,mode,admission,line_size,group_size,cache_size,capacity_lines,footprint_lines,requests,line_accesses,line_hits,hit_ratio,read_hit_ratio,write_hit_ratio,insertions,evictions,write_backs,bypassed_lines,ssd_bytes_read,ssd_bytes_written,hdd_bytes_read,hdd_bytes_written,index_bytes_per_line,wall_s";
+
+    /// One CSV row (fields in [`SimResult::CSV_HEADER`] order).
+    pub fn csv_row(&self) -> String {
+        let q = |s: &str| {
+            if s.contains([',', '"', '\n']) {
+                format!("\"{}\"", s.replace('"', "\"\""))
+            } else {
+                s.to_string()
+            }
+        };
+        format!(
+            "{},{},{},{},{},{},{},{},{},{},{},{},{:.6},{:.6},{:.6},{},{},{},{},{},{},{},{},{:.2},{:.3}",
+            q(&self.input),
+            self.policy,
+            self.mode,
+            self.admission,
+            self.line_size,
+            self.group_size,
+            q(&self.cache_size),
+            self.capacity_lines,
+            self.footprint_lines.map(|f| f.to_string()).unwrap_or_default(),
+            self.requests,
+            self.line_accesses,
+            self.line_hits,
+            self.hit_ratio,
+            self.read_hit_ratio,
+            self.write_hit_ratio,
+            self.insertions,
+            self.evictions,
+            self.write_backs,
+            self.bypassed_lines,
+            self.ssd_bytes_read,
+            self.ssd_bytes_written,
+            self.hdd_bytes_read,
+            self.hdd_bytes_written,
+            self.index_bytes_per_line,
+            self.wall_s
+        )
+    }
+}
+
+fn pct(x: f64) -> String {
+    format!("{:.2} %", x * 100.0)
+}
+
+impl fmt::Display for SimResult {
+    /// A human report.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let c = &self.counters;
+        writeln!(f, "input        {}", self.input)?;
+        writeln!(
+            f,
+            "cache        {} ({} lines of {}, groups of {}), policy {}, {}, admission {}",
+            fmt_size(self.capacity_bytes),
+            self.capacity_lines,
+            fmt_size(self.line_size),
+            fmt_size(self.group_size),
+            self.policy,
+            self.mode,
+            self.admission
+        )?;
+        if let Some(fp) = self.footprint_lines {
+            writeln!(
+                f,
+                "footprint    {} lines ({}); cache = {:.2} % of it",
+                fp,
+                fmt_size(fp * self.line_size),
+                if fp > 0 {
+                    100.0 * self.capacity_lines as f64 / fp as f64
+                } else {
+                    0.0
+                }
+            )?;
+        }
+        writeln!(
+            f,
+            "requests     {} ({} reads, {} writes, {} trims, {} flushes)",
+            c.requests, c.reads, c.writes, c.trims, c.flushes
+        )?;
+        writeln!(
+            f,
+            "requests hit {} full, {} partial, {} missed",
+            c.full_hits, c.partial_hits, c.full_misses
+        )?;
+        writeln!(f, "line accesses {}", c.line_accesses)?;
+        writeln!(
+            f,
+            "  hit ratio  {} (reads {}, writes {})",
+            pct(self.hit_ratio),
+            pct(self.read_hit_ratio),
+            pct(self.write_hit_ratio)
+        )?;
+        let b = &c.bypasses;
+        writeln!(
+            f,
+            "  misses     {} = {} admitted + {} bypassed (admission {}, seq-cutoff {}, mode {}, partial-write {}, no-capacity {})",
+            c.line_misses, c.admitted_misses, b.total(), b.admission, b.seq_cutoff, b.mode, b.partial_write, b.no_capacity
+        )?;
+        writeln!(
+            f,
+            "lines        {} inserted, {} evicted ({} dirty), {} invalidated, {} written back, {} dirty at end",
+            c.insertions, c.evictions, c.dirty_evictions, c.invalidations, c.write_backs, self.dirty_lines_at_end
+        )?;
+        writeln!(
+            f,
+            "SSD          {} read, {} written",
+            fmt_size(c.ssd_bytes_read),
+            fmt_size(c.ssd_bytes_written)
+        )?;
+        writeln!(
+            f,
+            "HDD          {} read, {} written (clients read {}, wrote {})",
+            fmt_size(c.hdd_bytes_read),
+            fmt_size(c.hdd_bytes_written),
+            fmt_size(c.read_bytes),
+            fmt_size(c.write_bytes)
+        )?;
+        if self.classes.len() > 1 {
+            writeln!(f, "per class    class  requests  line hits  hit ratio")?;
+            for (k, cc) in &self.classes {
+                writeln!(
+                    f,
+                    "             {:>5}  {:>8}  {:>9}  {:>9}",
+                    k,
+                    cc.requests,
+                    cc.line_hits,
+                    pct(cc.hit_ratio())
+                )?;
+            }
+        }
+        write!(
+            f,
+            "index RAM    {} ({:.1} bytes per cached line); simulated {:.0} requests/s",
+            fmt_size(self.index_bytes),
+            self.index_bytes_per_line,
+            self.requests_per_s
+        )
+    }
+}

@@ -1,0 +1,951 @@
+//! Timed replay: the engine's plans executed against device timing models on a simulated
+//! clock (discrete events; no wall clock).
+//!
+//! Two drives: **open loop** (requests arrive at their trace timestamps divided by a speed-up
+//! factor; when the devices cannot keep up, queueing delay shows in the latency) and **closed
+//! loop** (N requests outstanding, a new one issued as each completes, like fio or IOmeter at
+//! a queue depth).
+//!
+//! A plan's steps become device operations with these dependencies, within one request:
+//! a `WriteSsd` waits for the plan's earlier `ReadHdd` fills (its buffer) and `WriteBack`s
+//! (its slot); a `Populate` waits for earlier `WriteBack`s. `Populate` is an HDD read then an
+//! SSD write, `WriteBack` an SSD read then an HDD write. A read request completes when its
+//! reads are done — population (SSD writes, group fills, victim write-backs) continues in the
+//! background and contends for the devices as it would in reality. A write request completes
+//! when all its steps but group population are done. Watermark cleaning runs in the
+//! background in LBA order, one write-back at a time, and only while the HDD has no foreground
+//! work queued: it yields to foreground I/O.
+//!
+//! The engine decides at issue time, so a line counts as cached from the moment its miss is
+//! processed, even while its population write is still in flight (a read that hits it then
+//! reads the SSD). This is the usual simulator simplification; it favours the cache by at most
+//! one SSD write time per line.
+
+use crate::{Input, SimSpec};
+use anyhow::{Context, Result};
+use hdrhistogram::Histogram;
+use serde::Serialize;
+use std::collections::VecDeque;
+use tiercache_devices::{Completion, Device, IoKind, IoOp};
+use tiercache_engine::{Engine, Op, Request, Step};
+
+/// How requests are issued.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub enum Drive {
+    /// Trace timestamps divided by `speedup`.
+    Open { speedup: f64 },
+    /// `queue_depth` requests outstanding at all times.
+    Closed { queue_depth: u32 },
+}
+
+/// Settings of a timed run besides the cache.
+#[derive(Clone, Debug)]
+pub struct TimedOptions {
+    pub drive: Drive,
+    /// Width of the time-series windows.
+    pub window_ns: u64,
+}
+
+impl Default for TimedOptions {
+    fn default() -> Self {
+        TimedOptions {
+            drive: Drive::Closed { queue_depth: 1 },
+            window_ns: 1_000_000_000,
+        }
+    }
+}
+
+/// Latency summary of one kind of request, in microseconds.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct LatencySummary {
+    pub count: u64,
+    pub mean: f64,
+    pub p50: f64,
+    pub p90: f64,
+    pub p99: f64,
+    pub p999: f64,
+    pub max: f64,
+}
+
+impl LatencySummary {
+    fn from(h: &Histogram<u64>) -> Self {
+        if h.is_empty() {
+            return Self::default();
+        }
+        let us = |ns: u64| ns as f64 / 1000.0;
+        LatencySummary {
+            count: h.len(),
+            mean: h.mean() / 1000.0,
+            p50: us(h.value_at_quantile(0.50)),
+            p90: us(h.value_at_quantile(0.90)),
+            p99: us(h.value_at_quantile(0.99)),
+            p999: us(h.value_at_quantile(0.999)),
+            max: us(h.max()),
+        }
+    }
+}
+
+/// Latency per request kind.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Latencies {
+    pub all: LatencySummary,
+    pub read: LatencySummary,
+    pub write: LatencySummary,
+}
+
+/// One window of the time series.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Window {
+    /// Window start, seconds of simulated time.
+    pub t_s: f64,
+    /// Requests completed in the window, per second.
+    pub iops: f64,
+    pub mb_per_s: f64,
+    /// Line hit ratio of the requests issued in the window.
+    pub hit_ratio: f64,
+    /// Dirty lines / capacity at the end of the window.
+    pub dirty_share: f64,
+}
+
+/// Busy time and utilisation of one device.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct DeviceUse {
+    pub name: String,
+    pub busy_s: f64,
+    pub utilisation: f64,
+    pub ops: u64,
+    pub bytes_read: u64,
+    pub bytes_written: u64,
+}
+
+/// What a timed run measured.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct TimedResult {
+    pub drive: String,
+    pub iops: f64,
+    pub read_iops: f64,
+    pub write_iops: f64,
+    pub mb_per_s: f64,
+    pub read_mb_per_s: f64,
+    pub write_mb_per_s: f64,
+    pub latency_us: Latencies,
+    /// Simulated time from the first arrival to the last request completion.
+    pub elapsed_s: f64,
+    /// Simulated time until background work (population, cleaning) also finished.
+    pub drained_s: f64,
+    pub hdd: DeviceUse,
+    pub ssd: Option<DeviceUse>,
+    /// Time until the windowed hit ratio first reaches 95 % of its final steady value
+    /// (the mean of the last 10 % of windows); None without a cache or without hits.
+    pub warmup_s: Option<f64>,
+    /// Device operations that failed (fault injection).
+    pub device_errors: u64,
+    pub series: Vec<Window>,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Dev {
+    Hdd,
+    Ssd,
+}
+
+/// One device operation of a plan, possibly followed by a second one (composite steps).
+#[derive(Clone, Debug)]
+struct Task {
+    dev: Dev,
+    op: IoOp,
+    then: Option<(Dev, IoOp)>,
+    deps_left: u32,
+    dependents: Vec<u16>,
+    foreground: bool,
+}
+
+/// A request (or a cleaning pass) in flight.
+struct Flight {
+    arrival_ns: u64,
+    is_read: bool,
+    is_write: bool,
+    bytes: u64,
+    tasks: Vec<Task>,
+    fg_left: u32,
+    all_left: u32,
+    done: bool,
+    background: bool,
+}
+
+/// Converts one plan into tasks with their dependencies.
+fn tasks_of(steps: &[Step], is_write: bool, hdd_cap: u64, ssd_cap: u64, fua: bool) -> Vec<Task> {
+    let h = |off: u64| off % hdd_cap.max(1);
+    let s = |off: u64| off % ssd_cap.max(1);
+    let io = |kind, offset, len| IoOp {
+        kind,
+        offset,
+        len,
+        fua: false,
+    };
+    let mut tasks: Vec<Task> = Vec::with_capacity(steps.len());
+    let mut fills: Vec<u16> = Vec::new();
+    let mut wbs: Vec<u16> = Vec::new();
+    for step in steps {
+        let idx = tasks.len() as u16;
+        let (dev, op, then, deps, fg): (Dev, IoOp, Option<(Dev, IoOp)>, Vec<u16>, bool) =
+            match *step {
+                Step::ReadSsd { ssd, len, .. } => {
+                    (Dev::Ssd, io(IoKind::Read, s(ssd), len), None, vec![], true)
+                }
+                Step::ReadHdd { hdd, len, .. } => {
+                    fills.push(idx);
+                    (Dev::Hdd, io(IoKind::Read, h(hdd), len), None, vec![], true)
+                }
+                Step::WriteHdd { hdd, len, .. } => {
+                    let mut op = io(IoKind::Write, h(hdd), len);
+                    op.fua = fua;
+                    (Dev::Hdd, op, None, vec![], true)
+                }
+                Step::WriteSsd { ssd, len, .. } => {
+                    let deps = fills.iter().chain(&wbs).copied().collect();
+                    (
+                        Dev::Ssd,
+                        io(IoKind::Write, s(ssd), len),
+                        None,
+                        deps,
+                        is_write,
+                    )
+                }
+                Step::Populate { hdd, ssd, len, .. } => (
+                    Dev::Hdd,
+                    io(IoKind::Read, h(hdd), len),
+                    Some((Dev::Ssd, io(IoKind::Write, s(ssd), len))),
+                    wbs.clone(),
+                    false,
+                ),
+                Step::WriteBack { ssd, hdd, len, .. } => {
+                    wbs.push(idx);
+                    (
+                        Dev::Ssd,
+                        io(IoKind::Read, s(ssd), len),
+                        Some((Dev::Hdd, io(IoKind::Write, h(hdd), len))),
+                        vec![],
+                        is_write,
+                    )
+                }
+                Step::TrimSsd { ssd, len } => {
+                    (Dev::Ssd, io(IoKind::Trim, s(ssd), len), None, vec![], true)
+                }
+                Step::TrimHdd { hdd, len, .. } => {
+                    (Dev::Hdd, io(IoKind::Trim, h(hdd), len), None, vec![], true)
+                }
+                Step::FlushSsd => (Dev::Ssd, io(IoKind::Flush, 0, 0), None, vec![], true),
+                Step::FlushHdd { .. } => (Dev::Hdd, io(IoKind::Flush, 0, 0), None, vec![], true),
+            };
+        for &d in &deps {
+            tasks[d as usize].dependents.push(idx);
+        }
+        tasks.push(Task {
+            dev,
+            op,
+            then,
+            deps_left: deps.len() as u32,
+            dependents: Vec::new(),
+            foreground: fg,
+        });
+    }
+    tasks
+}
+
+/// The discrete-event executor.
+struct Executor<'a> {
+    engine: Engine,
+    hdd: &'a mut dyn Device,
+    ssd: Option<&'a mut dyn Device>,
+    flights: Vec<Option<Flight>>,
+    free: Vec<usize>,
+    /// Cleaning write-backs waiting for an idle HDD.
+    bg_queue: VecDeque<Step>,
+    bg_in_flight: u32,
+    hdd_fg_outstanding: u32,
+    done: Vec<Completion>,
+    device_errors: u64,
+    // metrics
+    lat_all: Histogram<u64>,
+    lat_read: Histogram<u64>,
+    lat_write: Histogram<u64>,
+    reads: u64,
+    writes: u64,
+    read_bytes: u64,
+    write_bytes: u64,
+    completed: u64,
+    first_arrival: Option<u64>,
+    last_fg_done: u64,
+    now: u64,
+    window_ns: u64,
+    win_done: Vec<(u64, u64)>,
+    win_hits: Vec<(u64, u64)>,
+    win_dirty: Vec<u64>,
+}
+
+fn op_id(flight: usize, task: u16, second: bool) -> u64 {
+    (flight as u64) << 17 | (task as u64) << 1 | second as u64
+}
+
+impl<'a> Executor<'a> {
+    fn hist() -> Histogram<u64> {
+        Histogram::new_with_bounds(1, 3_600_000_000_000, 3).expect("valid histogram bounds")
+    }
+
+    fn device(&mut self, dev: Dev) -> &mut dyn Device {
+        match dev {
+            Dev::Hdd => &mut *self.hdd,
+            Dev::Ssd => &mut **self.ssd.as_mut().expect("no SSD, but the plan uses it"),
+        }
+    }
+
+    fn submit(&mut self, f: usize, t: u16, second: bool) {
+        let (dev, op, fg) = {
+            let task = &self.flights[f].as_ref().expect("live flight").tasks[t as usize];
+            let (dev, op) = if second {
+                task.then.clone().expect("second stage")
+            } else {
+                (task.dev, task.op.clone())
+            };
+            (dev, op, task.foreground)
+        };
+        if dev == Dev::Hdd && fg {
+            self.hdd_fg_outstanding += 1;
+        }
+        let now = self.now;
+        self.device(dev).submit(now, op_id(f, t, second), op);
+    }
+
+    fn alloc_flight(&mut self, fl: Flight) -> usize {
+        match self.free.pop() {
+            Some(i) => {
+                self.flights[i] = Some(fl);
+                i
+            }
+            None => {
+                self.flights.push(Some(fl));
+                self.flights.len() - 1
+            }
+        }
+    }
+
+    /// Issues one request at `self.now`; returns whether it completed immediately.
+    fn start(&mut self, req: &Request, arrival_ns: u64) -> Result<()> {
+        self.first_arrival.get_or_insert(arrival_ns);
+        let before = self.engine.counters();
+        let fua = req.fua;
+        let (hcap, scap) = (
+            self.hdd.capacity_bytes(),
+            self.ssd.as_ref().map(|s| s.capacity_bytes()).unwrap_or(1),
+        );
+        let plan = self.engine.process(req).map_err(anyhow::Error::msg)?;
+        let tasks = tasks_of(&plan.steps, req.op == Op::Write, hcap, scap, fua);
+        let after = self.engine.counters();
+        let w = self.window(self.now);
+        self.win_hits[w].0 += after.line_hits - before.line_hits;
+        self.win_hits[w].1 += after.line_accesses - before.line_accesses;
+        let fg = tasks.iter().filter(|t| t.foreground).count() as u32;
+        let all = tasks.len() as u32;
+        let fl = Flight {
+            arrival_ns,
+            is_read: req.op == Op::Read,
+            is_write: req.op == Op::Write,
+            bytes: req.len,
+            tasks,
+            fg_left: fg,
+            all_left: all,
+            done: false,
+            background: false,
+        };
+        let f = self.alloc_flight(fl);
+        if fg == 0 {
+            self.finish_fg(f);
+        }
+        self.launch_ready(f);
+        if self.engine.needs_cleaning() {
+            let n = self.engine.cleaning_target();
+            let steps = self.engine.clean(n).steps.clone();
+            self.bg_queue.extend(steps);
+        }
+        self.kick_background();
+        Ok(())
+    }
+
+    /// Submits every task of flight `f` whose dependencies are met (and not yet submitted).
+    fn launch_ready(&mut self, f: usize) {
+        let n = self.flights[f].as_ref().map(|x| x.tasks.len()).unwrap_or(0);
+        if n == 0 {
+            self.maybe_free(f);
+            return;
+        }
+        for t in 0..n as u16 {
+            let ready = self.flights[f].as_ref().expect("live").tasks[t as usize].deps_left == 0;
+            if ready {
+                // Mark as submitted so it is not launched twice.
+                self.flights[f].as_mut().expect("live").tasks[t as usize].deps_left = u32::MAX;
+                self.submit(f, t, false);
+            }
+        }
+    }
+
+    fn window(&mut self, t: u64) -> usize {
+        let w = (t.saturating_sub(self.first_arrival.unwrap_or(0)) / self.window_ns) as usize;
+        while self.win_done.len() <= w {
+            self.win_done.push((0, 0));
+            self.win_hits.push((0, 0));
+            self.win_dirty.push(0);
+        }
+        w
+    }
+
+    fn finish_fg(&mut self, f: usize) {
+        let (arrival, is_read, is_write, bytes, background) = {
+            let fl = self.flights[f].as_mut().expect("live");
+            fl.done = true;
+            (
+                fl.arrival_ns,
+                fl.is_read,
+                fl.is_write,
+                fl.bytes,
+                fl.background,
+            )
+        };
+        if background {
+            return;
+        }
+        let lat = self.now.saturating_sub(arrival).max(1);
+        self.lat_all.saturating_record(lat);
+        if is_read {
+            self.lat_read.saturating_record(lat);
+            self.reads += 1;
+            self.read_bytes += bytes;
+        } else if is_write {
+            self.lat_write.saturating_record(lat);
+            self.writes += 1;
+            self.write_bytes += bytes;
+        }
+        self.completed += 1;
+        self.last_fg_done = self.last_fg_done.max(self.now);
+        let w = self.window(self.now);
+        self.win_done[w].0 += 1;
+        self.win_done[w].1 += bytes;
+        self.win_dirty[w] = self.engine.dirty_lines();
+    }
+
+    fn maybe_free(&mut self, f: usize) {
+        if let Some(fl) = &self.flights[f] {
+            if fl.all_left == 0 {
+                self.flights[f] = None;
+                self.free.push(f);
+            }
+        }
+    }
+
+    /// Handles one device completion; returns whether a foreground request finished.
+    fn complete(&mut self, c: &Completion) -> bool {
+        if c.result.is_err() {
+            // The timed replay measures time; what to do about a failed operation is the live
+            // server's business. Count it and go on.
+            self.device_errors += 1;
+        }
+        let f = (c.id >> 17) as usize;
+        let t = ((c.id >> 1) & 0xffff) as u16;
+        let second = c.id & 1 == 1;
+        let (dev_first, then, fg) = {
+            let task = &self.flights[f]
+                .as_ref()
+                .expect("completion of a live flight")
+                .tasks[t as usize];
+            (task.dev, task.then.clone(), task.foreground)
+        };
+        let dev_now = if second {
+            then.as_ref().map(|x| x.0).unwrap_or(dev_first)
+        } else {
+            dev_first
+        };
+        if dev_now == Dev::Hdd && fg {
+            self.hdd_fg_outstanding -= 1;
+        }
+        let background = self.flights[f].as_ref().expect("live").background;
+        if !second && then.is_some() {
+            self.submit(f, t, true);
+            return false;
+        }
+        // Task done.
+        let dependents = {
+            let fl = self.flights[f].as_mut().expect("live");
+            fl.all_left -= 1;
+            if fg {
+                fl.fg_left -= 1;
+            }
+            fl.tasks[t as usize].dependents.clone()
+        };
+        if background {
+            self.bg_in_flight -= 1;
+        }
+        for d in dependents {
+            let ready = {
+                let task = &mut self.flights[f].as_mut().expect("live").tasks[d as usize];
+                task.deps_left -= 1;
+                task.deps_left == 0
+            };
+            if ready {
+                self.flights[f].as_mut().expect("live").tasks[d as usize].deps_left = u32::MAX;
+                self.submit(f, d, false);
+            }
+        }
+        let mut fg_finished = false;
+        let (fg_left, done) = {
+            let fl = self.flights[f].as_ref().expect("live");
+            (fl.fg_left, fl.done)
+        };
+        if fg_left == 0 && !done {
+            self.finish_fg(f);
+            fg_finished = !background;
+        }
+        self.maybe_free(f);
+        fg_finished
+    }
+
+    /// Starts queued cleaning write-backs while the HDD has no foreground work.
+    fn kick_background(&mut self) {
+        while self.bg_in_flight == 0 && self.hdd_fg_outstanding == 0 {
+            let Some(step) = self.bg_queue.pop_front() else {
+                return;
+            };
+            let (hcap, scap) = (
+                self.hdd.capacity_bytes(),
+                self.ssd.as_ref().map(|s| s.capacity_bytes()).unwrap_or(1),
+            );
+            let mut tasks = tasks_of(&[step], false, hcap, scap, false);
+            for t in &mut tasks {
+                t.foreground = false;
+            }
+            let n = tasks.len() as u32;
+            let f = self.alloc_flight(Flight {
+                arrival_ns: self.now,
+                is_read: false,
+                is_write: false,
+                bytes: 0,
+                tasks,
+                fg_left: 0,
+                all_left: n,
+                done: true,
+                background: true,
+            });
+            self.bg_in_flight += n;
+            self.launch_ready(f);
+        }
+    }
+
+    fn next_event(&self) -> Option<u64> {
+        let h = self.hdd.next_completion();
+        let s = self.ssd.as_ref().and_then(|s| s.next_completion());
+        match (h, s) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Advances to the next device event; returns the number of foreground requests done.
+    fn step(&mut self) -> Option<u32> {
+        let t = self.next_event()?;
+        self.now = self.now.max(t);
+        let mut done = std::mem::take(&mut self.done);
+        done.clear();
+        let now = self.now;
+        self.hdd.advance(now, &mut done);
+        if let Some(s) = self.ssd.as_mut() {
+            s.advance(now, &mut done);
+        }
+        let mut n = 0;
+        for c in &done {
+            if self.complete(c) {
+                n += 1;
+            }
+        }
+        self.done = done;
+        self.kick_background();
+        Some(n)
+    }
+}
+
+fn device_use(d: &dyn Device, elapsed_ns: u64) -> DeviceUse {
+    let s = d.stats();
+    DeviceUse {
+        name: d.name().to_string(),
+        busy_s: s.busy_ns as f64 / 1e9,
+        utilisation: if elapsed_ns > 0 {
+            s.busy_ns as f64 / elapsed_ns as f64
+        } else {
+            0.0
+        },
+        ops: s.ops(),
+        bytes_read: s.bytes_read(),
+        bytes_written: s.bytes_written(),
+    }
+}
+
+/// Runs `spec` with timing. `hdd` is the backing device; `ssd` the cache device (None = no
+/// cache: the engine gets capacity 0 and every request goes to the HDD).
+pub fn simulate_timed<'a>(
+    spec: &SimSpec,
+    footprint: Option<u64>,
+    hdd: &'a mut dyn Device,
+    ssd: Option<&'a mut dyn Device>,
+    opts: &TimedOptions,
+    progress: Option<crate::Progress>,
+) -> Result<(crate::SimResult, TimedResult)> {
+    let ls = spec.engine.line_size;
+    let footprint = match footprint {
+        Some(f) => Some(f),
+        None if spec.cache_size.needs_footprint() && ssd.is_some() => {
+            Some(crate::footprint_lines(&spec.input, ls)?)
+        }
+        None => None,
+    };
+    let mut cfg = spec.engine.clone();
+    cfg.capacity_lines = if ssd.is_some() {
+        spec.cache_size.lines(ls, footprint.unwrap_or(0))
+    } else {
+        0
+    };
+    if let Some(s) = &ssd {
+        let max_lines = s.capacity_bytes() / ls;
+        if cfg.capacity_lines > max_lines {
+            anyhow::bail!(
+                "the cache ({} lines of {} bytes) does not fit on the SSD model '{}' ({} bytes)",
+                cfg.capacity_lines,
+                ls,
+                s.name(),
+                s.capacity_bytes()
+            );
+        }
+    }
+    let mut engine = Engine::new(cfg).map_err(anyhow::Error::msg)?;
+    if engine.needs_oracle() {
+        let reqs: Vec<Request> = spec.input.open()?.collect::<Result<_>>()?;
+        engine.set_oracle(Engine::next_use_oracle(ls, &reqs));
+    }
+    let mut ex = Executor {
+        engine,
+        hdd,
+        ssd,
+        flights: Vec::new(),
+        free: Vec::new(),
+        bg_queue: VecDeque::new(),
+        bg_in_flight: 0,
+        hdd_fg_outstanding: 0,
+        done: Vec::new(),
+        device_errors: 0,
+        lat_all: Executor::hist(),
+        lat_read: Executor::hist(),
+        lat_write: Executor::hist(),
+        reads: 0,
+        writes: 0,
+        read_bytes: 0,
+        write_bytes: 0,
+        completed: 0,
+        first_arrival: None,
+        last_fg_done: 0,
+        now: 0,
+        window_ns: opts.window_ns.max(1),
+        win_done: Vec::new(),
+        win_hits: Vec::new(),
+        win_dirty: Vec::new(),
+    };
+    let mut reqs = spec.input.open()?;
+    let mut issued: u64 = 0;
+    let report = |n: u64| {
+        if n % crate::PROGRESS_EVERY == 0 {
+            if let Some(p) = progress {
+                p(n);
+            }
+        }
+    };
+    let ctx = |n: u64, input: &Input| format!("{input}: request {n}");
+    match opts.drive {
+        Drive::Closed { queue_depth } => {
+            let qd = queue_depth.max(1) as u64;
+            let mut exhausted = false;
+            loop {
+                // Keep `qd` requests outstanding (requests with no device work finish at once).
+                while !exhausted && issued - ex.completed < qd {
+                    match reqs.next() {
+                        Some(r) => {
+                            let r = r?;
+                            issued += 1;
+                            let now = ex.now;
+                            ex.start(&r, now)
+                                .with_context(|| ctx(issued, &spec.input))?;
+                            report(issued);
+                        }
+                        None => exhausted = true,
+                    }
+                }
+                if ex.step().is_none() {
+                    anyhow::ensure!(
+                        exhausted || issued == ex.completed,
+                        "timed replay stalled with {} requests outstanding",
+                        issued - ex.completed
+                    );
+                    if exhausted {
+                        break;
+                    }
+                }
+            }
+        }
+        Drive::Open { speedup } => {
+            let speedup = if speedup > 0.0 { speedup } else { 1.0 };
+            let mut next: Option<(Request, u64)> = None;
+            let mut last_arrival = 0u64;
+            let mut exhausted = false;
+            loop {
+                if next.is_none() && !exhausted {
+                    match reqs.next() {
+                        Some(r) => {
+                            let r = r?;
+                            let at = ((r.time_ns as f64 / speedup) as u64).max(last_arrival);
+                            last_arrival = at;
+                            next = Some((r, at));
+                        }
+                        None => exhausted = true,
+                    }
+                }
+                let dev_t = ex.next_event();
+                match (&next, dev_t) {
+                    (Some((_, at)), Some(t)) if t < *at => {
+                        ex.step();
+                    }
+                    (Some(_), _) => {
+                        let (r, at) = next.take().expect("checked");
+                        ex.now = ex.now.max(at);
+                        issued += 1;
+                        ex.start(&r, at).with_context(|| ctx(issued, &spec.input))?;
+                        ex.kick_background();
+                        report(issued);
+                    }
+                    (None, Some(_)) => {
+                        ex.step();
+                    }
+                    (None, None) => break,
+                }
+            }
+        }
+    }
+    // Drain background work.
+    while ex.step().is_some() {}
+    let drained = ex.now;
+    let first = ex.first_arrival.unwrap_or(0);
+    let elapsed_ns = ex.last_fg_done.saturating_sub(first);
+    let secs = elapsed_ns as f64 / 1e9;
+    let per_s = |x: f64| if secs > 0.0 { x / secs } else { 0.0 };
+    let cap = ex.engine.capacity_lines().max(1) as f64;
+    let window_s = ex.window_ns as f64 / 1e9;
+    let series: Vec<Window> = (0..ex.win_done.len())
+        .map(|w| Window {
+            t_s: w as f64 * window_s,
+            iops: ex.win_done[w].0 as f64 / window_s,
+            mb_per_s: ex.win_done[w].1 as f64 / window_s / 1e6,
+            hit_ratio: if ex.win_hits[w].1 > 0 {
+                ex.win_hits[w].0 as f64 / ex.win_hits[w].1 as f64
+            } else {
+                0.0
+            },
+            dirty_share: ex.win_dirty[w] as f64 / cap,
+        })
+        .collect();
+    let has_cache = ex.ssd.is_some() && ex.engine.capacity_lines() > 0;
+    let warmup_s = if has_cache {
+        warmup_time(&series, &ex.win_hits)
+    } else {
+        None
+    };
+    let timed = TimedResult {
+        drive: match opts.drive {
+            Drive::Open { speedup } => format!("open loop, speed-up {speedup}"),
+            Drive::Closed { queue_depth } => format!("closed loop, queue depth {queue_depth}"),
+        },
+        iops: per_s(ex.completed as f64),
+        read_iops: per_s(ex.reads as f64),
+        write_iops: per_s(ex.writes as f64),
+        mb_per_s: per_s((ex.read_bytes + ex.write_bytes) as f64) / 1e6,
+        read_mb_per_s: per_s(ex.read_bytes as f64) / 1e6,
+        write_mb_per_s: per_s(ex.write_bytes as f64) / 1e6,
+        latency_us: Latencies {
+            all: LatencySummary::from(&ex.lat_all),
+            read: LatencySummary::from(&ex.lat_read),
+            write: LatencySummary::from(&ex.lat_write),
+        },
+        elapsed_s: secs,
+        drained_s: drained.saturating_sub(first) as f64 / 1e9,
+        hdd: device_use(&*ex.hdd, elapsed_ns),
+        ssd: ex.ssd.as_ref().map(|s| device_use(&**s, elapsed_ns)),
+        warmup_s,
+        device_errors: ex.device_errors,
+        series,
+    };
+    let result = crate::SimResult::new(spec, &ex.engine, footprint, 0.0);
+    Ok((result, timed))
+}
+
+/// Warm-up time: the start of the first window whose hit ratio reaches 95 % of the steady
+/// value, the access-weighted hit ratio of the last 10 % of windows (at least one).
+pub fn warmup_time(series: &[Window], hits: &[(u64, u64)]) -> Option<f64> {
+    if series.is_empty() {
+        return None;
+    }
+    let tail = (series.len() / 10).max(1);
+    let (h, a) = hits[hits.len() - tail..]
+        .iter()
+        .fold((0u64, 0u64), |(h, a), x| (h + x.0, a + x.1));
+    if a == 0 || h == 0 {
+        return None;
+    }
+    let steady = h as f64 / a as f64;
+    series
+        .iter()
+        .zip(hits)
+        .find(|(w, x)| x.1 > 0 && w.hit_ratio >= 0.95 * steady)
+        .map(|(w, _)| w.t_s)
+}
+
+/// The devices, drive and prices of a timed run.
+#[derive(Clone, Debug)]
+pub struct TimedSetup {
+    /// Backing device (a preset name like `hdd:7200`, or a TOML model file).
+    pub hdd: String,
+    /// RAID of `n` backing devices: (level 0 or 5, n).
+    pub raid: Option<(u8, usize)>,
+    /// Cache device; None = no cache (the backing device alone).
+    pub ssd: Option<String>,
+    pub options: TimedOptions,
+    pub prices: tiercache_devices::PriceTable,
+}
+
+impl Default for TimedSetup {
+    fn default() -> Self {
+        TimedSetup {
+            hdd: "hdd:7200".into(),
+            raid: None,
+            ssd: Some("ssd:default".into()),
+            options: TimedOptions::default(),
+            prices: tiercache_devices::PriceTable::default(),
+        }
+    }
+}
+
+/// A timed run's report: the hit-ratio counters, the timing, and the cost.
+#[derive(Clone, Debug, Serialize)]
+pub struct TimedReport {
+    #[serde(flatten)]
+    pub sim: crate::SimResult,
+    #[serde(flatten)]
+    pub timed: TimedResult,
+    pub hdd_model: String,
+    pub ssd_model: Option<String>,
+    /// Busy seconds per device (`hdd`, `ssd`).
+    pub busy_s: std::collections::BTreeMap<String, f64>,
+    /// Price of the backing devices plus the cache's share of the SSD (None when a device
+    /// has no price in the table).
+    pub cost_usd: Option<f64>,
+    /// DSS figure of merit: cost / usable capacity in MB / IOPS (lower is better).
+    pub cost_per_mb_per_iops: Option<f64>,
+}
+
+/// The price-table name of a device given on the command line (`7200` -> `hdd:7200`).
+fn price_name(spec_str: &str, spec: &tiercache_devices::DeviceSpec) -> String {
+    use tiercache_devices::DeviceSpec as D;
+    let s = spec_str.trim().to_ascii_lowercase();
+    if s.contains(':') {
+        return s;
+    }
+    match spec {
+        D::Hdd(_) => format!("hdd:{s}"),
+        D::Ssd(_) => format!("ssd:{s}"),
+        _ => s,
+    }
+}
+
+/// Builds the devices and runs `spec` timed.
+pub fn run_timed(
+    spec: &SimSpec,
+    setup: &TimedSetup,
+    progress: Option<crate::Progress>,
+) -> Result<TimedReport> {
+    use tiercache_devices::{build, DeviceSpec, RaidLevel, RaidSpec};
+    let parse = |s: &str| -> Result<DeviceSpec> {
+        s.parse::<DeviceSpec>()
+            .map_err(|e| anyhow::anyhow!("device '{s}': {e}"))
+    };
+    let member = parse(&setup.hdd)?;
+    let disks = setup.raid.map(|r| r.1).unwrap_or(1);
+    let hdd_spec = match setup.raid {
+        None => member.clone(),
+        Some((level, n)) => {
+            let level = match level {
+                0 => RaidLevel::Raid0,
+                5 => RaidLevel::Raid5,
+                other => anyhow::bail!("RAID level {other} is not modelled; use 0 or 5"),
+            };
+            anyhow::ensure!(n >= 2, "a RAID needs at least 2 disks (got {n})");
+            DeviceSpec::Raid(RaidSpec {
+                level,
+                stripe_unit_bytes: 64 << 10,
+                members: vec![member.clone(); n],
+                member: None,
+                count: None,
+            })
+        }
+    };
+    let mut hdd = build(&hdd_spec).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let mut ssd = match &setup.ssd {
+        Some(s) => Some(build(&parse(s)?).map_err(|e| anyhow::anyhow!("{e}"))?),
+        None => None,
+    };
+    let (sim, timed) = simulate_timed(
+        spec,
+        None,
+        hdd.as_mut(),
+        ssd.as_mut().map(|b| b.as_mut() as &mut dyn Device),
+        &setup.options,
+        progress,
+    )?;
+    let hdd_name = price_name(&setup.hdd, &member);
+    let hdd_cost = setup
+        .prices
+        .devices_usd(&hdd_name, disks as u32, hdd.capacity_bytes());
+    let ssd_model = setup.ssd.clone();
+    let ssd_cost = match &setup.ssd {
+        None => Some(0.0),
+        Some(s) => {
+            let name = price_name(s, &parse(s)?);
+            setup.prices.cost_usd(&name, sim.capacity_bytes)
+        }
+    };
+    let cost_usd = match (hdd_cost, ssd_cost) {
+        (Some(h), Some(s)) => Some(h + s),
+        _ => None,
+    };
+    let cost_per_mb_per_iops = cost_usd
+        .filter(|_| timed.iops > 0.0)
+        .map(|c| tiercache_devices::usd_per_mb_per_iops(c, hdd.capacity_bytes(), timed.iops));
+    let mut busy_s = std::collections::BTreeMap::new();
+    busy_s.insert("hdd".to_string(), timed.hdd.busy_s);
+    if let Some(s) = &timed.ssd {
+        busy_s.insert("ssd".to_string(), s.busy_s);
+    }
+    Ok(TimedReport {
+        sim,
+        timed,
+        hdd_model: match setup.raid {
+            Some((l, n)) => format!("RAID {l} of {n} x {}", setup.hdd),
+            None => setup.hdd.clone(),
+        },
+        ssd_model,
+        busy_s,
+        cost_usd,
+        cost_per_mb_per_iops,
+    })
+}
