@@ -125,6 +125,7 @@ pub fn run(a: WarmupArgs) -> Result<()> {
                     queue_depth: a.queue_depth,
                 },
                 window_ns: (a.window * 1e9) as u64,
+                idle_clean: true,
             },
             ..Default::default()
         };

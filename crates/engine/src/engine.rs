@@ -598,43 +598,55 @@ impl Engine {
         let vol = req.volume;
         let slot = self.alloc_slot(ci);
         let line_buf = p.line_start - self.plan.buf_start;
+        let ssd = self.ssd_addr(slot);
         let dirty = if req.is_write() {
-            // Fill the parts of the line the write does not cover.
-            if p.lo > p.line_start {
-                let len = p.lo - p.line_start;
-                self.emit(
-                    ci,
-                    Step::ReadHdd {
-                        vol,
-                        hdd: p.line_start,
-                        buf: line_buf,
-                        len,
-                    },
-                );
-            }
-            if p.hi < p.line_start + ls {
-                let len = p.line_start + ls - p.hi;
-                let buf = p.hi - self.plan.buf_start;
-                self.emit(
-                    ci,
-                    Step::ReadHdd {
-                        vol,
-                        hdd: p.hi,
-                        buf,
-                        len,
-                    },
-                );
-            }
+            // The client's part goes to the slot; the rest of the line is copied from the HDD
+            // (population, which an executor may finish in the background: the line is
+            // complete once the plan has run).
             let wb = self.cfg.mode == Mode::WriteBack && !req.fua;
+            let buf = p.lo - self.plan.buf_start;
+            let len = p.hi - p.lo;
             if !wb {
-                let buf = p.lo - self.plan.buf_start;
                 self.emit(
                     ci,
                     Step::WriteHdd {
                         vol,
                         hdd: p.lo,
                         buf,
-                        len: p.hi - p.lo,
+                        len,
+                    },
+                );
+            }
+            self.emit(
+                ci,
+                Step::WriteSsd {
+                    ssd: ssd + (p.lo - p.line_start),
+                    buf,
+                    len,
+                },
+            );
+            if p.lo > p.line_start {
+                let len = p.lo - p.line_start;
+                self.emit(
+                    ci,
+                    Step::Populate {
+                        vol,
+                        hdd: p.line_start,
+                        ssd,
+                        len,
+                    },
+                );
+            }
+            if p.hi < p.line_start + ls {
+                let len = p.line_start + ls - p.hi;
+                let off = p.hi - p.line_start;
+                self.emit(
+                    ci,
+                    Step::Populate {
+                        vol,
+                        hdd: p.hi,
+                        ssd: ssd + off,
+                        len,
                     },
                 );
             }
@@ -649,17 +661,16 @@ impl Engine {
                     len: ls,
                 },
             );
+            self.emit(
+                ci,
+                Step::WriteSsd {
+                    ssd,
+                    buf: line_buf,
+                    len: ls,
+                },
+            );
             false
         };
-        let ssd = self.ssd_addr(slot);
-        self.emit(
-            ci,
-            Step::WriteSsd {
-                ssd,
-                buf: line_buf,
-                len: ls,
-            },
-        );
         self.place(slot, p.key, req.class, a);
         self.counters[ci].insertions += 1;
         if dirty {

@@ -151,25 +151,27 @@ fn partial_write_miss_fills_the_rest_of_the_line() {
     assert_eq!(
         s,
         vec![
-            Step::ReadHdd {
-                vol: 0,
-                hdd: 0,
-                buf: 0,
+            Step::WriteSsd {
+                ssd: 1000,
+                buf: 1000,
                 len: 1000
             },
-            Step::ReadHdd {
+            Step::Populate {
+                vol: 0,
+                hdd: 0,
+                ssd: 0,
+                len: 1000
+            },
+            Step::Populate {
                 vol: 0,
                 hdd: 2000,
-                buf: 2000,
+                ssd: 2000,
                 len: 2096
-            },
-            Step::WriteSsd {
-                ssd: 0,
-                buf: 0,
-                len: 4096
             },
         ]
     );
+    let c = e.counters();
+    assert_eq!((c.hdd_bytes_read, c.ssd_bytes_written), (3096, 4096));
     // Without fill, the partial write goes around the cache.
     let mut e = Engine::new(EngineConfig {
         capacity_lines: 4,

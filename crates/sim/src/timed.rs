@@ -44,13 +44,23 @@ pub struct TimedOptions {
     pub drive: Drive,
     /// Width of the time-series windows.
     pub window_ns: u64,
+    /// Write-back: clean dirty lines whenever the HDD is idle, not only above the high
+    /// watermark (so that victims are clean when they are evicted).
+    pub idle_clean: bool,
 }
+
+/// Lines written back per idle-time cleaning pass.
+const IDLE_CLEAN_BATCH: u64 = 4;
+/// The HDD must have been idle this long before idle-time cleaning starts (so that a closed
+/// loop's next request, which follows at once, is not made to wait).
+pub const IDLE_CLEAN_AFTER_NS: u64 = 20_000_000;
 
 impl Default for TimedOptions {
     fn default() -> Self {
         TimedOptions {
             drive: Drive::Closed { queue_depth: 1 },
             window_ns: 1_000_000_000,
+            idle_clean: true,
         }
     }
 }
@@ -266,6 +276,11 @@ struct Executor<'a> {
     hdd_fg_outstanding: u32,
     done: Vec<Completion>,
     device_errors: u64,
+    idle_clean: bool,
+    hdd_bg_outstanding: u32,
+    deferred: VecDeque<(usize, u16, bool)>,
+    /// Since when the HDD has had nothing in flight.
+    hdd_idle_since: Option<u64>,
     // metrics
     lat_all: Histogram<u64>,
     lat_read: Histogram<u64>,
@@ -310,11 +325,30 @@ impl<'a> Executor<'a> {
             };
             (dev, op, task.foreground)
         };
-        if dev == Dev::Hdd && fg {
-            self.hdd_fg_outstanding += 1;
+        if dev == Dev::Hdd {
+            if fg {
+                self.hdd_fg_outstanding += 1;
+            } else if self.hdd_fg_outstanding > 0 || self.hdd_bg_outstanding > 0 {
+                // Background HDD work yields: it waits until the HDD has no foreground work
+                // and runs one operation at a time.
+                self.deferred.push_back((f, t, second));
+                return;
+            } else {
+                self.hdd_bg_outstanding += 1;
+            }
         }
         let now = self.now;
         self.device(dev).submit(now, op_id(f, t, second), op);
+    }
+
+    /// Submits deferred background HDD work while the HDD has no foreground work.
+    fn run_deferred(&mut self) {
+        while self.hdd_fg_outstanding == 0 && self.hdd_bg_outstanding == 0 {
+            let Some((f, t, second)) = self.deferred.pop_front() else {
+                return;
+            };
+            self.submit(f, t, second);
+        }
     }
 
     fn alloc_flight(&mut self, fl: Flight) -> usize {
@@ -363,6 +397,7 @@ impl<'a> Executor<'a> {
             self.finish_fg(f);
         }
         self.launch_ready(f);
+        self.track_idle();
         if self.engine.needs_cleaning() {
             let n = self.engine.cleaning_target();
             let steps = self.engine.clean(n).steps.clone();
@@ -464,8 +499,12 @@ impl<'a> Executor<'a> {
         } else {
             dev_first
         };
-        if dev_now == Dev::Hdd && fg {
-            self.hdd_fg_outstanding -= 1;
+        if dev_now == Dev::Hdd {
+            if fg {
+                self.hdd_fg_outstanding -= 1;
+            } else {
+                self.hdd_bg_outstanding -= 1;
+            }
         }
         let background = self.flights[f].as_ref().expect("live").background;
         if !second && then.is_some() {
@@ -510,7 +549,13 @@ impl<'a> Executor<'a> {
 
     /// Starts queued cleaning write-backs while the HDD has no foreground work.
     fn kick_background(&mut self) {
-        while self.bg_in_flight == 0 && self.hdd_fg_outstanding == 0 {
+        self.run_deferred();
+        while self.bg_in_flight == 0 && self.hdd_fg_outstanding == 0 && self.deferred.is_empty() {
+            if self.bg_queue.is_empty() && self.idle_due() {
+                // Idle-time cleaning: the HDD has nothing else to do.
+                let steps = self.engine.clean(IDLE_CLEAN_BATCH).steps.clone();
+                self.bg_queue.extend(steps);
+            }
             let Some(step) = self.bg_queue.pop_front() else {
                 return;
             };
@@ -536,15 +581,46 @@ impl<'a> Executor<'a> {
             });
             self.bg_in_flight += n;
             self.launch_ready(f);
+            self.track_idle();
+        }
+    }
+
+    /// Whether idle-time cleaning may start now.
+    fn idle_due(&self) -> bool {
+        self.idle_timer().is_some_and(|t| self.now >= t)
+    }
+
+    /// When idle-time cleaning would start, if it has work and the HDD stays idle.
+    fn idle_timer(&self) -> Option<u64> {
+        if !self.idle_clean || self.engine.dirty_lines() == 0 || !self.bg_queue.is_empty() {
+            return None;
+        }
+        self.hdd_idle_since.map(|t| t + IDLE_CLEAN_AFTER_NS)
+    }
+
+    /// Notes whether the HDD is idle (nothing in flight).
+    fn track_idle(&mut self) {
+        if self.hdd_fg_outstanding == 0
+            && self.hdd_bg_outstanding == 0
+            && self.bg_in_flight == 0
+            && self.deferred.is_empty()
+        {
+            self.hdd_idle_since.get_or_insert(self.now);
+        } else {
+            self.hdd_idle_since = None;
         }
     }
 
     fn next_event(&self) -> Option<u64> {
         let h = self.hdd.next_completion();
         let s = self.ssd.as_ref().and_then(|s| s.next_completion());
-        match (h, s) {
+        let dev = match (h, s) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
+        };
+        match (dev, self.idle_timer()) {
+            (Some(a), Some(b)) => Some(a.min(b.max(self.now))),
+            (a, b) => a.or(b.map(|b| b.max(self.now))),
         }
     }
 
@@ -566,7 +642,9 @@ impl<'a> Executor<'a> {
             }
         }
         self.done = done;
+        self.track_idle();
         self.kick_background();
+        self.track_idle();
         Some(n)
     }
 }
@@ -639,6 +717,10 @@ pub fn simulate_timed<'a>(
         hdd_fg_outstanding: 0,
         done: Vec::new(),
         device_errors: 0,
+        idle_clean: opts.idle_clean,
+        hdd_idle_since: Some(0),
+        hdd_bg_outstanding: 0,
+        deferred: VecDeque::new(),
         lat_all: Executor::hist(),
         lat_read: Executor::hist(),
         lat_write: Executor::hist(),
@@ -780,8 +862,11 @@ pub fn simulate_timed<'a>(
         },
         elapsed_s: secs,
         drained_s: drained.saturating_sub(first) as f64 / 1e9,
-        hdd: device_use(&*ex.hdd, elapsed_ns),
-        ssd: ex.ssd.as_ref().map(|s| device_use(&**s, elapsed_ns)),
+        hdd: device_use(&*ex.hdd, drained.saturating_sub(first)),
+        ssd: ex
+            .ssd
+            .as_ref()
+            .map(|s| device_use(&**s, drained.saturating_sub(first))),
         warmup_s,
         device_errors: ex.device_errors,
         series,
