@@ -97,56 +97,90 @@ impl Plan {
         self.steps.clear();
     }
 
-    /// Appends a step, merging it into the previous one when both are contiguous transfers
-    /// of the same kind (so a multi-line miss becomes one HDD read).
+    /// Appends a step, merging it into an earlier one when both are contiguous transfers of
+    /// the same kind, so a multi-line miss becomes one HDD read:
+    /// - SSD transfers merge with the step just before;
+    /// - HDD transfers (`ReadHdd`, `WriteHdd`, `Populate`) merge with the last HDD step even
+    ///   across SSD steps in between. That moves HDD work earlier, which is safe: the SSD steps
+    ///   it passes touch other lines' buffer ranges and slots, and no SSD step feeds an HDD
+    ///   transfer of the same request except `WriteBack`, which is never passed.
     #[inline]
     pub(crate) fn push(&mut self, step: Step) {
-        if let Some(last) = self.steps.last_mut() {
-            match (last, &step) {
-                (
-                    Step::ReadHdd { vol, hdd, buf, len },
-                    Step::ReadHdd {
-                        vol: v2,
-                        hdd: h2,
-                        buf: b2,
-                        len: l2,
-                    },
-                )
-                | (
-                    Step::WriteHdd { vol, hdd, buf, len },
-                    Step::WriteHdd {
-                        vol: v2,
-                        hdd: h2,
-                        buf: b2,
-                        len: l2,
-                    },
-                ) if *vol == *v2 && *hdd + *len == *h2 && *buf + *len == *b2 => {
-                    *len += l2;
-                    return;
-                }
-                (
-                    Step::ReadSsd { ssd, buf, len },
-                    Step::ReadSsd {
-                        ssd: s2,
-                        buf: b2,
-                        len: l2,
-                    },
-                )
-                | (
-                    Step::WriteSsd { ssd, buf, len },
-                    Step::WriteSsd {
-                        ssd: s2,
-                        buf: b2,
-                        len: l2,
-                    },
-                ) if *ssd + *len == *s2 && *buf + *len == *b2 => {
-                    *len += l2;
-                    return;
-                }
-                _ => {}
+        let hdd_kind = matches!(
+            step,
+            Step::ReadHdd { .. } | Step::WriteHdd { .. } | Step::Populate { .. }
+        );
+        let mut i = self.steps.len();
+        while i > 0 {
+            i -= 1;
+            let passable = matches!(self.steps[i], Step::ReadSsd { .. } | Step::WriteSsd { .. });
+            if Self::merge(&mut self.steps[i], &step) {
+                return;
+            }
+            if !(hdd_kind && passable) {
+                break;
             }
         }
         self.steps.push(step);
+    }
+
+    /// Extends `last` by `step` if they are contiguous transfers of the same kind.
+    fn merge(last: &mut Step, step: &Step) -> bool {
+        match (last, step) {
+            (
+                Step::ReadHdd { vol, hdd, buf, len },
+                Step::ReadHdd {
+                    vol: v2,
+                    hdd: h2,
+                    buf: b2,
+                    len: l2,
+                },
+            )
+            | (
+                Step::WriteHdd { vol, hdd, buf, len },
+                Step::WriteHdd {
+                    vol: v2,
+                    hdd: h2,
+                    buf: b2,
+                    len: l2,
+                },
+            ) if *vol == *v2 && *hdd + *len == *h2 && *buf + *len == *b2 => {
+                *len += l2;
+                true
+            }
+            (
+                Step::Populate { vol, hdd, ssd, len },
+                Step::Populate {
+                    vol: v2,
+                    hdd: h2,
+                    ssd: s2,
+                    len: l2,
+                },
+            ) if *vol == *v2 && *hdd + *len == *h2 && *ssd + *len == *s2 => {
+                *len += l2;
+                true
+            }
+            (
+                Step::ReadSsd { ssd, buf, len },
+                Step::ReadSsd {
+                    ssd: s2,
+                    buf: b2,
+                    len: l2,
+                },
+            )
+            | (
+                Step::WriteSsd { ssd, buf, len },
+                Step::WriteSsd {
+                    ssd: s2,
+                    buf: b2,
+                    len: l2,
+                },
+            ) if *ssd + *len == *s2 && *buf + *len == *b2 => {
+                *len += l2;
+                true
+            }
+            _ => false,
+        }
     }
 
     pub fn is_empty(&self) -> bool {
