@@ -41,12 +41,22 @@ fn ctx_of(opts: &ReadOptions) -> Ctx {
     }
 }
 
-/// Guesses the format from the first bytes (after decompression) and the file name.
+/// How many bytes (after decompression) [`detect`] looks at.
+const DETECT_BYTES: u64 = 1 << 16;
+
+/// Guesses the format from the first 64 KiB (after decompression) and the file name.
+///
+/// Text: a header line names the format (`lcs-csv`, `systor`, `simple`); otherwise every
+/// format whose field pattern fits the first record line is a candidate, and later lines
+/// (up to 32) remove candidates they do not fit. Binary: vscsi and oracleGeneral are checked
+/// by record sanity (version fields and opcodes; sizes, times and next-access indices).
+/// The file name breaks ties (`.lis`, `vscsi`, `oracleGeneral`, `systor`, `tencent`,
+/// `alibaba`, `spc`, `msr`, `blkparse`, ...). When several formats remain, the error names
+/// them and asks for `--format`.
 pub fn detect(path: &Path) -> Result<Format, TraceError> {
-    let mut r = open_raw(path)?;
-    let mut head = Vec::with_capacity(1 << 16);
-    (&mut r)
-        .take(1 << 16)
+    let r = open_raw(path)?;
+    let mut head = Vec::with_capacity(DETECT_BYTES as usize);
+    r.take(DETECT_BYTES)
         .read_to_end(&mut head)
         .map_err(|e| TraceError::file(path, format!("cannot read: {e}")))?;
     let name = path
@@ -56,98 +66,213 @@ pub fn detect(path: &Path) -> Result<Format, TraceError> {
     detect_bytes(&head, &name).map_err(|m| TraceError::file(path, m))
 }
 
+/// Formats the file name suggests.
+fn name_hints(name: &str) -> Vec<Format> {
+    const HINTS: &[(&str, Format)] = &[
+        ("vscsi", Format::Vscsi),
+        ("oraclegeneral", Format::OracleGeneral),
+        ("oracle", Format::OracleGeneral),
+        (".lis", Format::Arc),
+        ("systor", Format::Systor),
+        ("tencent", Format::Tencent),
+        ("cloud_storage", Format::Tencent),
+        ("cbs", Format::Tencent),
+        ("alibaba", Format::Alibaba),
+        ("spc", Format::Spc),
+        ("umass", Format::Spc),
+        ("financial", Format::Spc),
+        ("websearch", Format::Spc),
+        ("msr", Format::Msr),
+        ("blkparse", Format::Blkparse),
+        ("blktrace", Format::Blkparse),
+        ("mqsim", Format::Disksim),
+        ("disksim", Format::Disksim),
+        ("cloudphysics", Format::LcsCsv),
+        ("lcs", Format::LcsCsv),
+        ("tiercache", Format::Simple),
+    ];
+    HINTS
+        .iter()
+        .filter(|(k, _)| name.contains(k))
+        .map(|&(_, f)| f)
+        .collect()
+}
+
+fn choose(mut cands: Vec<Format>, name: &str, what: &str) -> Result<Format, String> {
+    let ask = "give --format NAME (list: `tiercache trace formats`)";
+    if cands.len() > 1 {
+        let hinted: Vec<Format> = cands
+            .iter()
+            .copied()
+            .filter(|f| name_hints(name).contains(f))
+            .collect();
+        if hinted.len() == 1 {
+            cands = hinted;
+        }
+    }
+    match cands.len() {
+        1 => Ok(cands[0]),
+        0 => Err(format!("cannot tell the format: {what}; {ask}")),
+        _ => Err(format!(
+            "ambiguous format: the records fit {} equally well; {ask}",
+            cands
+                .iter()
+                .map(|f| format!("'{}'", f.name()))
+                .collect::<Vec<_>>()
+                .join(" and ")
+        )),
+    }
+}
+
+/// Text formats a record line fits.
+fn text_candidates(line: &[u8]) -> Vec<Format> {
+    use formats::parse_u64;
+    let int = |b: &[u8]| parse_u64(b).is_some();
+    let dec = |b: &[u8]| formats::parse_scaled(b, 0).is_some();
+    let rw = |b: &[u8]| matches!(b, b"R" | b"W" | b"r" | b"w");
+    let csv: Vec<&[u8]> = line.split(|&b| b == b',').map(|p| p.trim_ascii()).collect();
+    let ws: Vec<&[u8]> = line
+        .split(|b| b.is_ascii_whitespace())
+        .filter(|p| !p.is_empty())
+        .collect();
+    let mut c = Vec::new();
+    if csv.len() >= 6
+        && int(csv[0])
+        && (csv[3].eq_ignore_ascii_case(b"read") || csv[3].eq_ignore_ascii_case(b"write"))
+        && int(csv[4])
+        && int(csv[5])
+    {
+        c.push(Format::Msr);
+    }
+    if csv.len() == 6 && dec(csv[0]) && rw(csv[2]) && csv[3..].iter().all(|b| int(b)) {
+        c.push(Format::Systor);
+    }
+    if csv.len() == 5 && csv.iter().all(|b| int(b)) && matches!(csv[3], b"0" | b"1") {
+        c.push(Format::Tencent);
+    }
+    if csv.len() == 5 && rw(csv[1]) && int(csv[0]) && csv[2..].iter().all(|b| int(b)) {
+        c.push(Format::Alibaba);
+    }
+    if csv.len() >= 5 && csv[..3].iter().all(|b| int(b)) && rw(csv[3]) && dec(csv[4]) {
+        c.push(Format::Spc);
+    }
+    if csv.len() == 5
+        && int(csv[0])
+        && dec(csv[1])
+        && std::str::from_utf8(csv[2])
+            .ok()
+            .and_then(|s| u64::from_str_radix(s, 16).ok())
+            .and_then(formats::lcs_csv::scsi_op)
+            .is_some()
+        && int(csv[3])
+        && int(csv[4])
+    {
+        c.push(Format::LcsCsv);
+    }
+    if csv.len() >= 4
+        && int(csv[0])
+        && int(csv[2])
+        && int(csv[3])
+        && matches!(
+            csv[1].to_ascii_lowercase().as_slice(),
+            b"read" | b"write" | b"trim" | b"flush" | b"discard"
+        )
+    {
+        c.push(Format::Simple);
+    }
+    if ws.len() == 5 && dec(ws[0]) && ws[1..].iter().all(|b| int(b)) {
+        c.push(Format::Disksim);
+    }
+    if ws.len() == 4 && ws.iter().all(|b| int(b)) {
+        c.push(Format::Arc);
+    }
+    if ws.len() >= 7 {
+        if let Some((a, b)) = std::str::from_utf8(ws[0]).ok().and_then(|s| s.split_once(',')) {
+            if a.parse::<u32>().is_ok() && b.parse::<u32>().is_ok() && dec(ws[3]) {
+                c.push(Format::Blkparse);
+            }
+        }
+    }
+    c
+}
+
 fn detect_bytes(head: &[u8], name: &str) -> Result<Format, String> {
-    let ask = "give --format NAME (see `tiercache trace formats`)";
     if head.is_empty() {
-        return Err(format!("the trace is empty; cannot tell its format: {ask}"));
+        return choose(Vec::new(), name, "the trace is empty");
     }
-    let binary = head.iter().take(4096).any(|&b| b == 0 || (b < 9 && b != 0));
+    let binary = head
+        .iter()
+        .take(4096)
+        .any(|&b| b < 0x20 && !matches!(b, b'\t' | b'\n' | b'\r'));
     if binary {
-        if formats::vscsi::plausible(head) || name.contains("vscsi") {
-            return Ok(Format::Vscsi);
+        let mut c = Vec::new();
+        if formats::vscsi::plausible(head) {
+            c.push(Format::Vscsi);
         }
-        if name.contains("oraclegeneral") || name.contains("oracle") {
-            return Ok(Format::OracleGeneral);
+        if formats::oracle::plausible(head) {
+            c.push(Format::OracleGeneral);
         }
-        return Err(format!(
-            "binary data that is not vscsi v1; it may be oracle-general (24-byte records) or \
-             something else: {ask}"
-        ));
+        if c.is_empty() {
+            // Trust an explicit name over the sanity checks (they may reject odd traces).
+            let hints: Vec<Format> = name_hints(name)
+                .into_iter()
+                .filter(|f| f.is_binary())
+                .collect();
+            if hints.len() == 1 {
+                return Ok(hints[0]);
+            }
+        }
+        return choose(
+            c,
+            name,
+            "binary data whose first records are neither vscsi nor oracleGeneral",
+        );
     }
-    let text = String::from_utf8_lossy(head);
-    let mut lines = text
-        .lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty() && !l.starts_with('#'));
-    let Some(first) = lines.next() else {
-        return Err(format!("no records in the first 64 KiB: {ask}"));
+    // Whole lines only: the last may be cut at the 64 KiB limit.
+    let complete = if head.len() as u64 >= DETECT_BYTES {
+        match head.iter().rposition(|&b| b == b'\n') {
+            Some(p) => &head[..p],
+            None => head,
+        }
+    } else {
+        head
     };
-    if first.starts_with("version,time,op,size,lbn") {
+    let mut lines = complete
+        .split(|&b| b == b'\n')
+        .map(|l| l.trim_ascii())
+        .filter(|l| !l.is_empty() && l[0] != b'#');
+    let Some(first) = lines.next() else {
+        return choose(Vec::new(), name, "no records in the first 64 KiB");
+    };
+    if first.starts_with(b"version,time,op,size,lbn") {
         return Ok(Format::LcsCsv);
     }
-    if first.starts_with("Timestamp,Response,IOType") {
+    if first.starts_with(b"Timestamp,Response,IOType") {
         return Ok(Format::Systor);
     }
-    if first.starts_with("time_ns,op") {
+    if first.starts_with(b"time_ns,op") {
         return Ok(Format::Simple);
     }
-    // blkparse: "maj,min cpu seq time pid action rwbs ..."
-    let ws: Vec<&str> = first.split_ascii_whitespace().collect();
-    if ws.len() >= 7
-        && ws[0]
-            .split_once(',')
-            .is_some_and(|(a, b)| a.parse::<u32>().is_ok() && b.parse::<u32>().is_ok())
-    {
+    let mut cands = text_candidates(first);
+    if cands == [Format::Blkparse] {
         return Ok(Format::Blkparse);
     }
-    let num = |s: &str| s.parse::<f64>().is_ok();
-    let csv: Vec<&str> = first.split(',').map(str::trim).collect();
-    if csv.len() >= 7 && matches!(csv[3], "Read" | "Write") {
-        return Ok(Format::Msr);
-    }
-    if csv.len() >= 5 {
-        let mut candidates = Vec::new();
-        if matches!(csv[1], "R" | "W") && num(csv[0]) && num(csv[2]) && num(csv[3]) && num(csv[4]) {
-            candidates.push(Format::Alibaba);
-        }
-        if matches!(csv[3], "r" | "w" | "R" | "W")
-            && num(csv[0])
-            && num(csv[1])
-            && num(csv[2])
-            && num(csv[4])
-        {
-            candidates.push(Format::Spc);
-        }
-        if matches!(csv[3], "0" | "1") && csv.iter().take(5).all(|s| s.parse::<u64>().is_ok()) {
-            candidates.push(Format::Tencent);
-        }
-        if candidates.len() == 1 {
-            return Ok(candidates[0]);
-        }
-        if candidates.len() > 1 {
-            return Err(format!(
-                "ambiguous: the records fit {}: {ask}",
-                candidates
-                    .iter()
-                    .map(|f| f.name())
-                    .collect::<Vec<_>>()
-                    .join(" and ")
-            ));
+    for line in lines.take(31) {
+        let fits = text_candidates(line);
+        let kept: Vec<Format> = cands.iter().copied().filter(|f| fits.contains(f)).collect();
+        if !kept.is_empty() {
+            cands = kept;
         }
     }
-    if ws.len() == 5 && ws.iter().all(|s| num(s)) {
-        return Ok(Format::Disksim);
-    }
-    if ws.len() == 4 && ws.iter().all(|s| s.parse::<u64>().is_ok()) {
+    if cands.is_empty() && (name.ends_with(".lis") || name.contains(".lis.")) {
         return Ok(Format::Arc);
     }
-    if name.ends_with(".lis") || name.contains(".lis.") {
-        return Ok(Format::Arc);
-    }
-    Err(format!(
-        "cannot tell the format from its first line '{}': {ask}",
-        first.chars().take(80).collect::<String>()
-    ))
+    let first_text = String::from_utf8_lossy(&first[..first.len().min(80)]).into_owned();
+    choose(
+        cands,
+        name,
+        &format!("the first line '{first_text}' fits no known format"),
+    )
 }
 
 /// Opens a trace for streaming; `format` None = [`detect`].
@@ -160,6 +285,11 @@ pub fn open(
         Some(f) => f,
         None => detect(path)?,
     };
+    let rec_size = match format {
+        // Decided by the first record.
+        Format::Vscsi => 0,
+        f => f.record_size(),
+    };
     Ok(TraceReader {
         path: path.to_path_buf(),
         format,
@@ -168,8 +298,10 @@ pub fn open(
         src: open_raw(path)?,
         line: Vec::with_capacity(256),
         lineno: 0,
-        rec: vec![0; format.record_size()],
+        rec: vec![0; formats::vscsi::RECORD_V2.max(formats::oracle::RECORD)],
+        rec_size,
         recno: 0,
+        byte_pos: 0,
         first_time: None,
         skipped: 0,
         first_error: None,
@@ -177,10 +309,14 @@ pub fn open(
     })
 }
 
-/// A streaming trace reader: an iterator of requests (or the first error).
+/// A streaming trace reader: an iterator of requests, ending after the first error (unless
+/// [`ReadOptions::skip_bad`]).
 ///
-/// Times are nanoseconds since the first record (saturating at 0 for records that come
-/// earlier: some traces are not sorted).
+/// Constant memory: one reused line buffer (or record buffer) behind a 128 KiB `BufReader`
+/// (and the decompressor's window); no allocation per record.
+///
+/// Times are nanoseconds since the first record, saturating at 0 for records that come
+/// earlier (some traces, such as Tencent CBS, are not sorted).
 pub struct TraceReader {
     path: PathBuf,
     format: Format,
@@ -190,7 +326,10 @@ pub struct TraceReader {
     line: Vec<u8>,
     lineno: u64,
     rec: Vec<u8>,
+    /// Binary record size; 0 until the first vscsi record has been seen.
+    rec_size: usize,
     recno: u64,
+    byte_pos: u64,
     first_time: Option<u64>,
     skipped: u64,
     first_error: Option<TraceError>,
@@ -210,6 +349,10 @@ impl TraceReader {
         self.format
     }
 
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
     /// Malformed records skipped (with `skip_bad`).
     pub fn skipped(&self) -> u64 {
         self.skipped
@@ -220,7 +363,12 @@ impl TraceReader {
         self.first_error.as_ref()
     }
 
-    fn parse_line(&self, line: &str) -> Result<Option<Request>, String> {
+    /// Text lines read so far (0 for binary formats).
+    pub fn lines_read(&self) -> u64 {
+        self.lineno
+    }
+
+    fn parse_line(&self, line: &[u8]) -> Result<Option<Request>, String> {
         use formats::*;
         let c = &self.ctx;
         match self.format {
@@ -234,44 +382,89 @@ impl TraceReader {
             Format::Blkparse => blkparse::parse(line, c),
             Format::LcsCsv => lcs_csv::parse(line, c),
             Format::Simple => simple::parse(line, c),
-            Format::OracleGeneral | Format::Vscsi => unreachable!("binary"),
+            Format::OracleGeneral | Format::Vscsi => {
+                Err("internal: binary format parsed as text".into())
+            }
+        }
+    }
+
+    /// Reads into `rec[from..to]`; returns the bytes read (short only at the end).
+    fn fill(&mut self, from: usize, to: usize) -> Result<usize, TraceError> {
+        let mut got = from;
+        while got < to {
+            match self.src.read(&mut self.rec[got..to]) {
+                Ok(0) => break,
+                Ok(k) => got += k,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(TraceError::file(&self.path, format!("read error: {e}"))),
+            }
+        }
+        Ok(got - from)
+    }
+
+    fn next_binary(&mut self) -> Got {
+        let start = self.byte_pos;
+        let first = self.rec_size == 0;
+        let mut n = if first {
+            formats::vscsi::RECORD_V1
+        } else {
+            self.rec_size
+        };
+        let mut got = match self.fill(0, n) {
+            Ok(g) => g,
+            Err(e) => return Got::Fail(e),
+        };
+        if got == 0 {
+            return Got::Eof;
+        }
+        self.recno += 1;
+        let loc = Location::Record {
+            index: self.recno,
+            offset: start,
+        };
+        if first {
+            match formats::vscsi::record_size(&self.rec[..got]) {
+                Ok(size) => {
+                    if size > n && got == n {
+                        got += match self.fill(n, size) {
+                            Ok(g) => g,
+                            Err(e) => return Got::Fail(e),
+                        };
+                    }
+                    n = size;
+                    self.rec_size = size;
+                }
+                Err(m) => {
+                    return Got::Fail(TraceError {
+                        path: self.path.clone(),
+                        location: loc,
+                        message: m,
+                    })
+                }
+            }
+        }
+        self.byte_pos += got as u64;
+        if got < n {
+            return Got::Bad(
+                loc,
+                format!("truncated record: {got} of {n} bytes at the end of the trace"),
+            );
+        }
+        let rec = &self.rec[..n];
+        let res = match self.format {
+            Format::OracleGeneral => formats::oracle::parse(rec, &self.ctx),
+            _ => formats::vscsi::parse(rec, &self.ctx),
+        };
+        match res {
+            Ok(Some(r)) => Got::Req(r),
+            Ok(None) => Got::Skip,
+            Err(m) => Got::Bad(loc, m),
         }
     }
 
     fn next_raw(&mut self) -> Got {
         if self.format.is_binary() {
-            let n = self.rec.len();
-            let mut got = 0;
-            while got < n {
-                match self.src.read(&mut self.rec[got..]) {
-                    Ok(0) => break,
-                    Ok(k) => got += k,
-                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                    Err(e) => {
-                        return Got::Fail(TraceError::file(&self.path, format!("read error: {e}")))
-                    }
-                }
-            }
-            if got == 0 {
-                return Got::Eof;
-            }
-            self.recno += 1;
-            let loc = Location::Record {
-                index: self.recno,
-                offset: (self.recno - 1) * n as u64,
-            };
-            if got < n {
-                return Got::Bad(loc, format!("truncated record: {got} of {n} bytes"));
-            }
-            let res = match self.format {
-                Format::OracleGeneral => formats::oracle::parse(&self.rec, &self.ctx),
-                _ => formats::vscsi::parse(&self.rec, &self.ctx),
-            };
-            return match res {
-                Ok(Some(r)) => Got::Req(r),
-                Ok(None) => Got::Skip,
-                Err(m) => Got::Bad(loc, m),
-            };
+            return self.next_binary();
         }
         self.line.clear();
         match self.src.read_until(b'\n', &mut self.line) {
@@ -280,21 +473,17 @@ impl TraceReader {
             Err(e) => return Got::Fail(TraceError::file(&self.path, format!("read error: {e}"))),
         }
         self.lineno += 1;
-        let loc = Location::Line(self.lineno);
-        let Ok(s) = std::str::from_utf8(&self.line) else {
-            return Got::Bad(
-                loc,
-                "not text (invalid UTF-8); is this a binary format?".into(),
-            );
-        };
-        let s = s.trim_end_matches(['\n', '\r']);
-        if s.trim().is_empty() {
+        let mut s: &[u8] = &self.line;
+        while let [rest @ .., b'\n' | b'\r'] = s {
+            s = rest;
+        }
+        if s.iter().all(u8::is_ascii_whitespace) {
             return Got::Skip;
         }
         match self.parse_line(s) {
             Ok(Some(r)) => Got::Req(r),
             Ok(None) => Got::Skip,
-            Err(m) => Got::Bad(loc, m),
+            Err(m) => Got::Bad(Location::Line(self.lineno), m),
         }
     }
 }
@@ -384,16 +573,23 @@ impl Sink {
 }
 
 /// Writes requests in a format; compressed when the path ends in .gz, .zst, .xz or .bz2.
+///
+/// Formats that cannot represent a request's operation (a trim in an MSR trace, say) drop
+/// it and count it ([`TraceWriter::dropped`]); other lossy conversions (times rounded to the
+/// format's unit, offsets to sectors, class, volume or FUA not representable) are described
+/// in each format's doc. Call [`TraceWriter::finish`]: compressed streams are incomplete
+/// without it.
 pub struct TraceWriter {
     format: Format,
     ctx: Ctx,
     sink: Option<Sink>,
-    sn: u32,
-    oracle: Vec<(u32, u64, u32)>,
+    written: u64,
+    dropped: u64,
+    oracle: formats::oracle::Pending,
     path: PathBuf,
 }
 
-/// Creates a trace file.
+/// Creates a trace file (and writes the format's header, if it has one).
 pub fn open_writer(path: &Path, format: Format) -> Result<TraceWriter, TraceError> {
     let f =
         File::create(path).map_err(|e| TraceError::file(path, format!("cannot create: {e}")))?;
@@ -430,27 +626,47 @@ pub fn open_writer(path: &Path, format: Format) -> Result<TraceWriter, TraceErro
     }
     Ok(TraceWriter {
         format,
-        ctx: Ctx {
-            block_size: 512,
-            blkparse_action: b'Q',
-        },
+        ctx: Ctx::default(),
         sink: Some(sink),
-        sn: 0,
-        oracle: Vec::new(),
+        written: 0,
+        dropped: 0,
+        oracle: Default::default(),
         path: path.to_path_buf(),
     })
 }
 
 impl TraceWriter {
-    /// Block size for ARC and oracleGeneral ids (default 512).
+    /// Block size for ARC blocks and oracleGeneral ids (default 512).
     pub fn set_block_size(&mut self, bs: u64) {
         self.ctx.block_size = bs.max(1);
+    }
+
+    /// The blkparse action written (default `Q`).
+    pub fn set_blkparse_action(&mut self, action: char) {
+        self.ctx.blkparse_action = action as u8;
+    }
+
+    pub fn format(&self) -> Format {
+        self.format
+    }
+
+    /// Requests written so far.
+    pub fn written(&self) -> u64 {
+        self.written
+    }
+
+    /// Requests the format could not represent (not written).
+    pub fn dropped(&self) -> u64 {
+        self.dropped
     }
 
     pub fn write(&mut self, r: &Request) -> Result<(), TraceError> {
         use formats::*;
         let c = &self.ctx;
-        let w = self.sink.as_mut().expect("writer used after finish");
+        let Some(w) = self.sink.as_mut() else {
+            return Err(TraceError::file(&self.path, "write after finish"));
+        };
+        let seq = self.written + 1;
         let res = match self.format {
             Format::Msr => msr::write(w, r, c),
             Format::Systor => systor::write(w, r, c),
@@ -458,35 +674,36 @@ impl TraceWriter {
             Format::Alibaba => alibaba::write(w, r, c),
             Format::Spc => spc::write(w, r, c),
             Format::Disksim => disksim::write(w, r, c),
-            Format::Arc => arc::write(w, r, c),
-            Format::Blkparse => blkparse::write(w, r, c),
+            Format::Arc => arc::write(w, r, c, seq - 1),
+            Format::Blkparse => blkparse::write(w, r, c, seq),
             Format::LcsCsv => lcs_csv::write(w, r, c),
             Format::Simple => simple::write(w, r, c),
-            Format::Vscsi => {
-                self.sn = self.sn.wrapping_add(1);
-                vscsi::write(w, r, self.sn)
-            }
-            Format::OracleGeneral => {
-                let len = u32::try_from(r.len)
-                    .map_err(|_| TraceError::file(&self.path, "request longer than 4 GiB"))?;
-                self.oracle.push((
-                    (r.time_ns / 1_000_000_000) as u32,
-                    r.offset / c.block_size,
-                    len,
-                ));
-                Ok(())
-            }
+            Format::Vscsi => vscsi::write(w, r, c, seq as u32),
+            Format::OracleGeneral => self.oracle.push(r, c),
         };
-        res.map_err(|e| TraceError::file(&self.path, format!("write error: {e}")))
+        match res {
+            Ok(Written::Yes) => self.written += 1,
+            Ok(Written::Dropped) => self.dropped += 1,
+            Err(e) if e.kind() == io::ErrorKind::InvalidInput => {
+                return Err(TraceError::file(
+                    &self.path,
+                    format!("request {}: {e}", seq + self.dropped),
+                ))
+            }
+            Err(e) => return Err(TraceError::file(&self.path, format!("write error: {e}"))),
+        }
+        Ok(())
     }
 
-    /// Flushes and closes the file (finishing compression).
+    /// Flushes and closes the file (finishing compression; oracleGeneral writes its records
+    /// here).
     pub fn finish(mut self) -> Result<(), TraceError> {
-        let mut sink = self.sink.take().expect("finish once");
+        let Some(mut sink) = self.sink.take() else {
+            return Ok(());
+        };
         let err = |e: io::Error| TraceError::file(&self.path, format!("write error: {e}"));
         if self.format == Format::OracleGeneral {
-            sink.write_all(&formats::oracle::encode_all(&self.oracle))
-                .map_err(err)?;
+            self.oracle.write_all(&mut sink).map_err(err)?;
         }
         sink.finish().map_err(err)
     }
@@ -511,9 +728,14 @@ mod tests {
             d("Timestamp,Response,IOType,LUN,Offset,Size\n"),
             Ok(Format::Systor)
         );
+        assert_eq!(
+            d("1456095145.133076000,0.000806000,R,0,899056122368,131072\n"),
+            Ok(Format::Systor)
+        );
         assert_eq!(d("1538323200,4247200,128,1,1058\n"), Ok(Format::Tencent));
         assert_eq!(d("3,R,1024,4096,1577808000000000\n"), Ok(Format::Alibaba));
         assert_eq!(d("0,303567,3584,w,0.000000\n"), Ok(Format::Spc));
+        assert_eq!(d("0,303567,3584,w,0.000000,extra\n"), Ok(Format::Spc));
         assert_eq!(d("11413000 0 657728 16 1\n"), Ok(Format::Disksim));
         assert_eq!(d("230027 8 0 0\n"), Ok(Format::Arc));
         assert_eq!(
@@ -521,7 +743,18 @@ mod tests {
             Ok(Format::Blkparse)
         );
         assert_eq!(d("time_ns,op,offset,len\n"), Ok(Format::Simple));
+        assert_eq!(d("5,write,4096,512\n"), Ok(Format::Simple));
         let e = d("hello world\n").unwrap_err();
         assert!(e.contains("--format"), "{e}");
+        // Headerless lcs-csv and Tencent records can look alike; later lines decide.
+        let e = d("1,5,28,0,1\n").unwrap_err();
+        assert!(e.contains("'tencent' and 'lcs-csv'"), "{e}");
+        assert_eq!(d("1,5,28,0,1\n1,5,2a,512,1\n"), Ok(Format::LcsCsv));
+        assert_eq!(d("1,5,28,0,1\n1,5,8,1,1\n1,5,7,1,1\n"), Ok(Format::Tencent));
+        // The file name breaks ties.
+        assert_eq!(
+            detect_bytes(b"1,5,28,0,1\n", "cbs-volume.csv"),
+            Ok(Format::Tencent)
+        );
     }
 }

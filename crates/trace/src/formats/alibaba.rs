@@ -1,28 +1,37 @@
-//! Alibaba Cloud block traces (2020) CSV, no header:
-//! `device_id,opcode,offset,length,timestamp` — opcode `R`/`W`, offset and length in bytes,
-//! timestamp in microseconds. Volume = device_id.
+//! Alibaba Cloud block traces (Li et al., IISWC '20) CSV, no header:
+//! `device_id,opcode,offset,length,timestamp`.
+//!
+//! - opcode `R` / `W`; offset and length in bytes; timestamp in microseconds.
+//! - Volume = device_id; class 0.
+//!
+//! The writer rounds times down to microseconds; trims and flushes are dropped.
 
-use super::{mul, req, Ctx, Fields};
+use super::{mul, Ctx, Fields, Written};
 use std::io::{self, Write};
 use tiercache_engine::{Op, Request};
 
 const NAMES: &[&str] = &["device_id", "opcode", "offset", "length", "timestamp"];
 
-pub fn parse(line: &str, _ctx: &Ctx) -> Result<Option<Request>, String> {
+pub fn parse(line: &[u8], _ctx: &Ctx) -> Result<Option<Request>, String> {
     let f = Fields::csv(line, NAMES);
     f.need(5)?;
-    let op = match f.str(1)? {
-        "R" | "r" => Op::Read,
-        "W" | "w" => Op::Write,
-        other => return Err(format!("column 2 (opcode): '{other}' is not R or W")),
+    let op = match f.bytes(1)? {
+        b"R" | b"r" => Op::Read,
+        b"W" | b"w" => Op::Write,
+        _ => return Err(f.err(1, "is not R or W")),
     };
-    let mut r = req(mul(f.u64(4)?, 1000, "timestamp")?, op, f.u64(2)?, f.u64(3)?);
-    r.volume = f.u64(0)? as u32;
+    let t = mul(f.u64(4)?, 1000, "timestamp")?;
+    let mut r = Request::new(t, op, f.u64(2)?, f.u64(3)?);
+    r.volume = f.u32(0)?;
     Ok(Some(r))
 }
 
-pub fn write(w: &mut dyn Write, r: &Request, _ctx: &Ctx) -> io::Result<()> {
-    let ty = if r.op == Op::Write { "W" } else { "R" };
+pub fn write(w: &mut dyn Write, r: &Request, _ctx: &Ctx) -> io::Result<Written> {
+    let ty = match r.op {
+        Op::Read => "R",
+        Op::Write => "W",
+        _ => return Ok(Written::Dropped),
+    };
     writeln!(
         w,
         "{},{ty},{},{},{}",
@@ -30,5 +39,6 @@ pub fn write(w: &mut dyn Write, r: &Request, _ctx: &Ctx) -> io::Result<()> {
         r.offset,
         r.len,
         r.time_ns / 1000
-    )
+    )?;
+    Ok(Written::Yes)
 }

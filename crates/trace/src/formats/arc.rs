@@ -1,24 +1,30 @@
 //! ARC paper traces (Megiddo & Modha, FAST '03), `.lis`: whitespace-separated
-//! `start_block num_blocks ignore request_number`, reads only, no timestamps (time 0).
-//! Blocks are 512 bytes unless `ReadOptions::block_size` says otherwise (OLTP's unit is a
-//! database page of undocumented size: give it as a block size, e.g. 4096, to treat each
-//! native block as one line).
+//! `start_block num_blocks ignore request_number`.
+//!
+//! - Reads only; no timestamps (every request has time 0).
+//! - Blocks are 512 bytes unless [`crate::ReadOptions::block_size`] says otherwise. OLTP's
+//!   unit is a database page of undocumented size: read it with a block size such as 4096
+//!   so that each native block is one 4 KiB cache block.
+//! - Volume 0, class 0. Only the first two fields are required.
+//!
+//! The writer writes reads and writes alike as block references (the format has no
+//! operation), rounding to whole blocks; trims and flushes are dropped. The request number
+//! column counts written records from 0.
 
-use super::{mul, req, Ctx, Fields};
+use super::{mul, Ctx, Fields, Written};
 use std::io::{self, Write};
 use tiercache_engine::{Op, Request};
 
 const NAMES: &[&str] = &["start_block", "num_blocks", "ignore", "request_number"];
 
-pub fn parse(line: &str, ctx: &Ctx) -> Result<Option<Request>, String> {
-    let t = line.trim();
-    if t.is_empty() {
+pub fn parse(line: &[u8], ctx: &Ctx) -> Result<Option<Request>, String> {
+    let f = Fields::ws(line, NAMES);
+    if f.len() == 0 || line.first() == Some(&b'#') {
         return Ok(None);
     }
-    let f = Fields::ws(t, NAMES);
     f.need(2)?;
     let bs = ctx.block_size;
-    Ok(Some(req(
+    Ok(Some(Request::new(
         0,
         Op::Read,
         mul(f.u64(0)?, bs, "start_block")?,
@@ -26,7 +32,12 @@ pub fn parse(line: &str, ctx: &Ctx) -> Result<Option<Request>, String> {
     )))
 }
 
-pub fn write(w: &mut dyn Write, r: &Request, ctx: &Ctx) -> io::Result<()> {
+pub fn write(w: &mut dyn Write, r: &Request, ctx: &Ctx, n: u64) -> io::Result<Written> {
+    if !matches!(r.op, Op::Read | Op::Write) {
+        return Ok(Written::Dropped);
+    }
     let bs = ctx.block_size;
-    writeln!(w, "{} {} 0 0", r.offset / bs, r.len.div_ceil(bs))
+    let first = r.offset / bs;
+    writeln!(w, "{first} {} 0 {n}", r.end().div_ceil(bs) - first)?;
+    Ok(Written::Yes)
 }

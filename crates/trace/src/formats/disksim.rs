@@ -1,51 +1,66 @@
-//! DiskSim ASCII traces as shipped with MQSim: whitespace-separated
-//! `arrival_time device start_sector size_sectors type` — arrival in nanoseconds (MQSim's
-//! convention; classic DiskSim files use milliseconds: scale them before use), 512-byte
-//! sectors, type `1` read / `0` write (DiskSim's flag bit 0). Volume = device.
+//! DiskSim ASCII traces as shipped with MQSim, whitespace-separated:
+//! `arrival_time device start_sector size_sectors type`.
+//!
+//! - arrival_time: **nanoseconds** here. MQSim's traces (e.g. `wsrch-small.trace`, whose
+//!   first arrivals are 11,413,000 .. apart by ~150 us) use ns; classic DiskSim files use
+//!   milliseconds with decimals — read as `disksim` they come out 10^6 times too fast, so
+//!   convert them first. A fractional part is accepted and truncated.
+//! - 512-byte sectors; type is DiskSim's flag word, bit 0 set = read (`1`), clear = write
+//!   (`0`).
+//! - Volume = device; class 0.
+//!
+//! The writer rounds offsets down and sizes up to whole sectors; trims and flushes are
+//! dropped.
 
-use super::{mul, req, Ctx, Fields};
+use super::{mul, Ctx, Fields, Written};
 use std::io::{self, Write};
 use tiercache_engine::{Op, Request};
 
 const NAMES: &[&str] = &[
-    "arrival_ns",
+    "arrival_time",
     "device",
     "start_sector",
     "size_sectors",
     "type",
 ];
 
-pub fn parse(line: &str, _ctx: &Ctx) -> Result<Option<Request>, String> {
-    let t = line.trim();
-    if t.is_empty() || t.starts_with('#') {
+pub fn parse(line: &[u8], _ctx: &Ctx) -> Result<Option<Request>, String> {
+    if line.first() == Some(&b'#') {
         return Ok(None);
     }
-    let f = Fields::ws(t, NAMES);
-    f.need(5)?;
-    let flags = f.u64(4)?;
-    let op = if flags & 1 == 1 { Op::Read } else { Op::Write };
-    let time = f.f64(0)?;
-    if time < 0.0 {
-        return Err(format!("column 1 (arrival_ns): {time} is negative"));
+    let f = Fields::ws(line, NAMES);
+    if f.len() == 0 {
+        return Ok(None);
     }
-    let mut r = req(
-        time as u64,
+    f.need(5)?;
+    let op = if f.u64(4)? & 1 == 1 {
+        Op::Read
+    } else {
+        Op::Write
+    };
+    let mut r = Request::new(
+        f.scaled(0, 0)?,
         op,
         mul(f.u64(2)?, 512, "start_sector")?,
-        mul(f.u64(3)?, 512, "size")?,
+        mul(f.u64(3)?, 512, "size_sectors")?,
     );
-    r.volume = f.u64(1)? as u32;
+    r.volume = f.u32(1)?;
     Ok(Some(r))
 }
 
-pub fn write(w: &mut dyn Write, r: &Request, _ctx: &Ctx) -> io::Result<()> {
-    let ty = u8::from(r.op != Op::Write);
+pub fn write(w: &mut dyn Write, r: &Request, _ctx: &Ctx) -> io::Result<Written> {
+    let ty = match r.op {
+        Op::Read => 1,
+        Op::Write => 0,
+        _ => return Ok(Written::Dropped),
+    };
+    let first = r.offset / 512;
     writeln!(
         w,
-        "{} {} {} {} {ty}",
+        "{} {} {first} {} {ty}",
         r.time_ns,
         r.volume,
-        r.offset / 512,
-        r.len.div_ceil(512)
-    )
+        r.end().div_ceil(512) - first
+    )?;
+    Ok(Written::Yes)
 }

@@ -1,9 +1,16 @@
-//! libCacheSim's block CSV as in its CloudPhysics sample: header `version,time,op,size,lbn`;
-//! time in seconds, op a SCSI opcode in hex (`28`/`88`/`a8`/`08` read, `2a`/`8a`/`aa`/`0a`
-//! write, `35`/`91` synchronize cache -> flush, `42` unmap -> trim), size in bytes, lbn the
-//! start sector (512 B).
+//! libCacheSim's block CSV as in its CloudPhysics sample (`cloudPhysicsIO.csv`); format
+//! names `lcs-csv` and `cloudphysics-csv`. Header `version,time,op,size,lbn`.
+//!
+//! - time in seconds (whole in the sample; decimals accepted).
+//! - op: a SCSI operation code in hex — `28`/`88`/`a8`/`08` read(10/16/12/6),
+//!   `2a`/`8a`/`aa`/`0a` write, `35`/`91` synchronize cache -> flush, `42` unmap -> trim.
+//!   Other commands (inquiry, test unit ready, ...) are errors: skip them with `skip_bad`.
+//! - size in bytes; lbn = start sector (512 B).
+//! - Volume 0, class 0; the `version` column is ignored.
+//!
+//! The writer writes whole seconds and rounds offsets down to sectors (keeping the end).
 
-use super::{mul, req, Ctx, Fields};
+use super::{mul, Ctx, Fields, Written};
 use std::io::{self, Write};
 use tiercache_engine::{Op, Request};
 
@@ -21,6 +28,7 @@ pub fn scsi_op(code: u64) -> Option<Op> {
     }
 }
 
+/// The SCSI command code written for an operation (the 10-byte CDB variants).
 pub fn scsi_code(op: Op) -> u16 {
     match op {
         Op::Read => 0x28,
@@ -30,27 +38,32 @@ pub fn scsi_code(op: Op) -> u16 {
     }
 }
 
-pub fn parse(line: &str, _ctx: &Ctx) -> Result<Option<Request>, String> {
-    if line.starts_with("version") {
+pub fn parse(line: &[u8], _ctx: &Ctx) -> Result<Option<Request>, String> {
+    if line.starts_with(b"version") {
         return Ok(None);
     }
     let f = Fields::csv(line, NAMES);
     f.need(5)?;
     let code = f.hex(2)?;
-    let op = scsi_op(code).ok_or_else(|| {
-        format!("column 3 (op): SCSI command {code:#04x} is not a read, write, flush or unmap")
-    })?;
-    let t = mul(f.u64(1)?, 1_000_000_000, "time")?;
-    Ok(Some(req(t, op, mul(f.u64(4)?, 512, "lbn")?, f.u64(3)?)))
+    let op = scsi_op(code)
+        .ok_or_else(|| f.err(2, "is not a SCSI read, write, synchronize cache or unmap"))?;
+    let t = f.scaled(1, 9)?;
+    Ok(Some(Request::new(
+        t,
+        op,
+        mul(f.u64(4)?, 512, "lbn")?,
+        f.u64(3)?,
+    )))
 }
 
-pub fn write(w: &mut dyn Write, r: &Request, _ctx: &Ctx) -> io::Result<()> {
+pub fn write(w: &mut dyn Write, r: &Request, _ctx: &Ctx) -> io::Result<Written> {
+    let lbn = r.offset / 512;
     writeln!(
         w,
-        "1,{},{:x},{},{}",
+        "1,{},{:x},{},{lbn}",
         r.time_ns / 1_000_000_000,
         scsi_code(r.op),
-        r.len,
-        r.offset / 512
-    )
+        r.end() - lbn * 512,
+    )?;
+    Ok(Written::Yes)
 }

@@ -1,4 +1,28 @@
 //! The trace formats: one file each, with a record parser and a writer.
+//!
+//! Text parsers get one line as bytes (without the line end) and split it into at most
+//! [`MAX_FIELDS`] borrowed slices on the stack: no allocation per record, no `String` per
+//! field. Numbers are parsed from the bytes directly; decimal seconds are converted to
+//! nanoseconds exactly (no float rounding). Errors name the column: `column 4 (Size): 'abc'
+//! is not a whole number`; the reader adds the file and line.
+//!
+//! | name | fields and units | volume | class |
+//! |---|---|---|---|
+//! | `msr` | FILETIME (100 ns), host, disk, Read/Write, offset B, size B, response | DiskNumber | 0 |
+//! | `systor` | header; epoch s (decimal), response, R/W, LUN, offset B, size B | LUN | 0 |
+//! | `tencent` | Unix s, offset sectors, size sectors, 0 read / 1 write, volume id | VolumeID | 0 |
+//! | `alibaba` | device, R/W, offset B, length B, timestamp us | device_id | 0 |
+//! | `spc` | ASU, LBA sectors, size B, r/w, timestamp s (decimal), extra columns ignored | ASU | 0 |
+//! | `disksim` | arrival **ns** (MQSim), device, start sector, sectors, 1 read / 0 write | device | 0 |
+//! | `arc` | start block, blocks, ignored, request number; reads; 512 B blocks by default | 0 | 0 |
+//! | `blkparse` | `maj,min cpu seq time_s pid action RWBS sector + count [proc]` | `maj << 20 \| min` | 0 |
+//! | `lcs-csv` | header; version, time s, SCSI opcode hex, size B, lbn sectors | 0 | 0 |
+//! | `oracle-general` | 24 B LE `<u32 time_s, u64 obj_id, u32 size, i64 next>`; reads; id x 512 B | 0 | 0 |
+//! | `vscsi` | 32 B (v1) or 40 B (v2) LE records; SCSI opcode, lbn sectors, ts us | 0 | 0 |
+//! | `simple` | header; `time_ns,op,offset,len[,class[,volume[,fua]]]` | column | column |
+//!
+//! Sectors are 512 bytes everywhere. Times become nanoseconds since the first record (see
+//! [`crate::TraceReader`]).
 
 pub mod alibaba;
 pub mod arc;
@@ -15,7 +39,6 @@ pub mod vscsi;
 
 use std::fmt;
 use std::str::FromStr;
-use tiercache_engine::{Op, Request};
 
 /// A trace format.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -74,12 +97,12 @@ impl Format {
             Format::Tencent => "Tencent CBS CSV: Timestamp,Offset(sectors),Size(sectors),IOType(0 r/1 w),VolumeID",
             Format::Alibaba => "Alibaba block CSV: device_id,opcode(R/W),offset,length,timestamp(us)",
             Format::Spc => "SPC/UMass CSV: ASU,LBA(sectors),Size(bytes),Opcode(r/w),Timestamp(s)",
-            Format::Disksim => "DiskSim ASCII: arrival_ns device start_sector size_sectors type(1 r/0 w)",
+            Format::Disksim => "DiskSim/MQSim ASCII: arrival_ns device start_sector size_sectors type(1 r/0 w)",
             Format::Arc => "ARC .lis: start_block num_blocks ignore request_number (reads; 512 B blocks)",
-            Format::Blkparse => "blkparse text: dev cpu seq time pid action RWBS sector + count [proc]",
-            Format::LcsCsv => "libCacheSim csv: version,time,op(SCSI hex),size,lbn (header)",
-            Format::OracleGeneral => "libCacheSim oracleGeneral binary: <u32 time, u64 id, u32 size, i64 next>",
-            Format::Vscsi => "VMware vscsi v1 binary: <u32 sn, u32 len, u32 nSG, u16 cmd, u16 ver, u64 lbn, u64 ts_us>",
+            Format::Blkparse => "blkparse text: maj,min cpu seq time pid action RWBS sector + count [proc] (one action, default Q)",
+            Format::LcsCsv => "libCacheSim/CloudPhysics csv: version,time,op(SCSI hex),size,lbn(sectors) (header)",
+            Format::OracleGeneral => "libCacheSim oracleGeneral binary: <u32 time_s, u64 id, u32 size, i64 next>; reads at id x 512 B",
+            Format::Vscsi => "VMware vscsi binary, v1 (32 B records) or v2 (40 B): SCSI opcode, len, lbn (sectors), ts_us",
             Format::Simple => "tiercache CSV: time_ns,op,offset,len[,class[,volume[,fua]]] (header)",
         }
     }
@@ -89,11 +112,11 @@ impl Format {
         matches!(self, Format::OracleGeneral | Format::Vscsi)
     }
 
-    /// Record size of binary formats.
+    /// Record size of binary formats (vscsi: version 1; version 2 records are 40 bytes).
     pub fn record_size(self) -> usize {
         match self {
             Format::OracleGeneral => oracle::RECORD,
-            Format::Vscsi => vscsi::RECORD,
+            Format::Vscsi => vscsi::RECORD_V1,
             _ => 0,
         }
     }
@@ -141,37 +164,88 @@ pub struct Ctx {
     pub blkparse_action: u8,
 }
 
-/// A text line's fields, split on `sep`, with helpers that name the column on error.
+impl Default for Ctx {
+    fn default() -> Self {
+        Ctx {
+            block_size: 512,
+            blkparse_action: b'Q',
+        }
+    }
+}
+
+/// What a writer does with a request its format cannot represent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Written {
+    Yes,
+    /// Not written: the format has no such operation (e.g. a trim in an MSR trace).
+    Dropped,
+}
+
+/// Most fields a text record is split into; further fields are counted but not kept.
+pub const MAX_FIELDS: usize = 12;
+
+/// A text line's fields as borrowed byte slices (on the stack), with parsers that name the
+/// column on error.
 pub(crate) struct Fields<'a> {
-    parts: Vec<&'a str>,
+    parts: [&'a [u8]; MAX_FIELDS],
+    kept: usize,
+    total: usize,
     names: &'static [&'static str],
 }
 
 impl<'a> Fields<'a> {
-    pub fn csv(line: &'a str, names: &'static [&'static str]) -> Self {
-        Fields {
-            parts: line.split(',').map(str::trim).collect(),
+    /// Comma-separated; each field trimmed of ASCII whitespace.
+    #[inline]
+    pub fn csv(line: &'a [u8], names: &'static [&'static str]) -> Self {
+        let mut f = Fields {
+            parts: [&[]; MAX_FIELDS],
+            kept: 0,
+            total: 0,
             names,
+        };
+        for p in line.split(|&b| b == b',') {
+            f.push(p.trim_ascii());
         }
+        f
     }
 
-    pub fn ws(line: &'a str, names: &'static [&'static str]) -> Self {
-        Fields {
-            parts: line.split_ascii_whitespace().collect(),
+    /// Separated by runs of ASCII whitespace.
+    #[inline]
+    pub fn ws(line: &'a [u8], names: &'static [&'static str]) -> Self {
+        let mut f = Fields {
+            parts: [&[]; MAX_FIELDS],
+            kept: 0,
+            total: 0,
             names,
+        };
+        for p in line.split(|b| b.is_ascii_whitespace()) {
+            if !p.is_empty() {
+                f.push(p);
+            }
         }
+        f
     }
 
+    #[inline]
+    fn push(&mut self, p: &'a [u8]) {
+        if self.kept < MAX_FIELDS {
+            self.parts[self.kept] = p;
+            self.kept += 1;
+        }
+        self.total += 1;
+    }
+
+    /// Number of fields in the line.
     pub fn len(&self) -> usize {
-        self.parts.len()
+        self.total
     }
 
     pub fn need(&self, n: usize) -> Result<(), String> {
-        if self.parts.len() < n {
+        if self.total < n {
             Err(format!(
                 "expected at least {n} fields ({}), found {}",
-                self.names.join(","),
-                self.parts.len()
+                self.names[..n.min(self.names.len())].join(","),
+                self.total
             ))
         } else {
             Ok(())
@@ -185,49 +259,188 @@ impl<'a> Fields<'a> {
         }
     }
 
-    pub fn str(&self, i: usize) -> Result<&'a str, String> {
-        self.parts
-            .get(i)
-            .copied()
-            .ok_or_else(|| format!("{} is missing", self.name(i)))
+    /// An error about column `i`: `column 4 (Size): 'abc' <what>`.
+    #[cold]
+    pub fn err(&self, i: usize, what: &str) -> String {
+        let v = self.parts.get(i).copied().unwrap_or_default();
+        format!(
+            "{}: '{}' {what}",
+            self.name(i),
+            String::from_utf8_lossy(&v[..v.len().min(64)])
+        )
     }
 
-    pub fn u64(&self, i: usize) -> Result<u64, String> {
-        let s = self.str(i)?;
-        s.parse::<u64>()
-            .map_err(|_| format!("{}: '{s}' is not a whole number", self.name(i)))
-    }
-
-    pub fn f64(&self, i: usize) -> Result<f64, String> {
-        let s = self.str(i)?;
-        match s.parse::<f64>() {
-            Ok(v) if v.is_finite() => Ok(v),
-            _ => Err(format!("{}: '{s}' is not a number", self.name(i))),
+    #[inline]
+    pub fn bytes(&self, i: usize) -> Result<&'a [u8], String> {
+        if i < self.kept {
+            Ok(self.parts[i])
+        } else {
+            Err(format!("{} is missing", self.name(i)))
         }
     }
 
+    /// Whether column `i` exists and is not empty.
+    pub fn has(&self, i: usize) -> bool {
+        i < self.kept && !self.parts[i].is_empty()
+    }
+
+    #[inline]
+    pub fn u64(&self, i: usize) -> Result<u64, String> {
+        parse_u64(self.bytes(i)?).ok_or_else(|| self.err(i, "is not a whole number"))
+    }
+
+    #[inline]
+    pub fn u32(&self, i: usize) -> Result<u32, String> {
+        let v = self.u64(i)?;
+        u32::try_from(v).map_err(|_| self.err(i, "is too large (above 4294967295)"))
+    }
+
+    /// A hexadecimal number, with or without `0x`.
     pub fn hex(&self, i: usize) -> Result<u64, String> {
-        let s = self.str(i)?;
-        let t = s.trim_start_matches("0x").trim_start_matches("0X");
-        u64::from_str_radix(t, 16)
-            .map_err(|_| format!("{}: '{s}' is not a hex number", self.name(i)))
+        let b = self.bytes(i)?;
+        let b = b
+            .strip_prefix(b"0x")
+            .or_else(|| b.strip_prefix(b"0X"))
+            .unwrap_or(b);
+        parse_hex(b).ok_or_else(|| self.err(i, "is not a hex number"))
+    }
+
+    /// A non-negative decimal number scaled by 10^`pow10` and truncated to an integer:
+    /// seconds with `pow10` = 9 give nanoseconds (exactly, for up to 9 decimals).
+    #[inline]
+    pub fn scaled(&self, i: usize, pow10: u32) -> Result<u64, String> {
+        parse_scaled(self.bytes(i)?, pow10)
+            .ok_or_else(|| self.err(i, "is not a non-negative number (or is out of range)"))
     }
 }
 
-/// Seconds (float) to nanoseconds, refusing negative or absurd values.
-pub(crate) fn secs_to_ns(s: f64) -> Result<u64, String> {
-    if !(0.0..1.8e10).contains(&s) {
-        return Err(format!("timestamp {s} s is out of range"));
+/// A decimal unsigned integer (digits only, checked for overflow).
+#[inline]
+pub fn parse_u64(b: &[u8]) -> Option<u64> {
+    if b.is_empty() || b.len() > 20 {
+        return None;
     }
-    Ok((s * 1e9).round() as u64)
+    let mut v: u64 = 0;
+    if b.len() < 20 {
+        for &c in b {
+            let d = c.wrapping_sub(b'0');
+            if d > 9 {
+                return None;
+            }
+            v = v * 10 + d as u64;
+        }
+        return Some(v);
+    }
+    for &c in b {
+        let d = c.wrapping_sub(b'0');
+        if d > 9 {
+            return None;
+        }
+        v = v.checked_mul(10)?.checked_add(d as u64)?;
+    }
+    Some(v)
+}
+
+fn parse_hex(b: &[u8]) -> Option<u64> {
+    if b.is_empty() || b.len() > 16 {
+        return None;
+    }
+    let mut v = 0u64;
+    for &c in b {
+        let d = (c as char).to_digit(16)?;
+        v = v << 4 | d as u64;
+    }
+    Some(v)
+}
+
+/// A non-negative decimal (`123`, `123.456`, `.5`, `1e3`) times 10^`pow10`, truncated.
+/// Plain decimals are converted exactly; exponent forms go through `f64`.
+pub fn parse_scaled(b: &[u8], pow10: u32) -> Option<u64> {
+    let b = b.strip_prefix(b"+").unwrap_or(b);
+    if b.is_empty() {
+        return None;
+    }
+    let (int, frac) = match b.iter().position(|&c| c == b'.') {
+        Some(p) => (&b[..p], &b[p + 1..]),
+        None => (b, &b[..0]),
+    };
+    let scale = 10u64.checked_pow(pow10)?;
+    let digits = |s: &[u8]| s.iter().all(u8::is_ascii_digit);
+    if digits(int) && digits(frac) && !(int.is_empty() && frac.is_empty()) {
+        let i = if int.is_empty() { 0 } else { parse_u64(int)? };
+        let mut v = i.checked_mul(scale)?;
+        let mut unit = scale;
+        for &c in frac {
+            unit /= 10;
+            if unit == 0 {
+                break;
+            }
+            v = v.checked_add((c - b'0') as u64 * unit)?;
+        }
+        return Some(v);
+    }
+    // Exponent notation and the like: go through f64.
+    let s = std::str::from_utf8(b).ok()?;
+    let f: f64 = s.parse().ok()?;
+    let x = f * scale as f64;
+    if !(0.0..1.8e19).contains(&x) {
+        return None;
+    }
+    Some(x as u64)
 }
 
 /// `a * b` with an error instead of overflow.
+#[inline]
 pub(crate) fn mul(a: u64, b: u64, what: &str) -> Result<u64, String> {
     a.checked_mul(b)
         .ok_or_else(|| format!("{what} {a} x {b} overflows"))
 }
 
-pub(crate) fn req(time_ns: u64, op: Op, offset: u64, len: u64) -> Request {
-    Request::new(time_ns, op, offset, len)
+/// Writes `ns` as decimal seconds with 9 decimals.
+pub(crate) fn write_secs(w: &mut dyn std::io::Write, ns: u64) -> std::io::Result<()> {
+    write!(w, "{}.{:09}", ns / 1_000_000_000, ns % 1_000_000_000)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbers() {
+        assert_eq!(parse_u64(b"0"), Some(0));
+        assert_eq!(parse_u64(b"18446744073709551615"), Some(u64::MAX));
+        assert_eq!(parse_u64(b"18446744073709551616"), None);
+        assert_eq!(parse_u64(b"99999999999999999999"), None);
+        assert_eq!(parse_u64(b"-1"), None);
+        assert_eq!(parse_u64(b""), None);
+        assert_eq!(parse_u64(b"1a"), None);
+        assert_eq!(parse_scaled(b"1456095145.133076000", 9), Some(1_456_095_145_133_076_000));
+        assert_eq!(parse_scaled(b"0.5", 9), Some(500_000_000));
+        assert_eq!(parse_scaled(b".5", 3), Some(500));
+        assert_eq!(parse_scaled(b"12", 0), Some(12));
+        assert_eq!(parse_scaled(b"12.9", 0), Some(12));
+        assert_eq!(parse_scaled(b"1.0000000019", 9), Some(1_000_000_001));
+        assert_eq!(parse_scaled(b"1e3", 9), Some(1_000_000_000_000));
+        assert_eq!(parse_scaled(b"-1", 9), None);
+        assert_eq!(parse_scaled(b".", 9), None);
+        assert_eq!(parse_scaled(b"nan", 9), None);
+        assert_eq!(parse_scaled(b"99999999999", 9), None);
+        assert_eq!(parse_hex(b"2a"), Some(0x2a));
+        assert_eq!(parse_hex(b"zz"), None);
+    }
+
+    #[test]
+    fn fields() {
+        let f = Fields::csv(b" 1, R ,3,,x", &["a", "b", "c", "d", "e"]);
+        assert_eq!(f.len(), 5);
+        assert_eq!(f.bytes(1).unwrap(), b"R");
+        assert!(!f.has(3));
+        assert_eq!(f.u64(4).unwrap_err(), "column 5 (e): 'x' is not a whole number");
+        assert_eq!(f.bytes(7).unwrap_err(), "column 8 is missing");
+        let f = Fields::ws(b"  8,0  3 1\t0.5 ", &[]);
+        assert_eq!(f.len(), 4);
+        assert_eq!(f.scaled(3, 9).unwrap(), 500_000_000);
+        let many = b"1,2,3,4,5,6,7,8,9,10,11,12,13,14";
+        assert_eq!(Fields::csv(many, &[]).len(), 14);
+    }
 }

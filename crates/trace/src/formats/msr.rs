@@ -1,9 +1,15 @@
-//! MSR Cambridge (SNIA IOTTA) CSV, no header:
-//! `Timestamp,Hostname,DiskNumber,Type,Offset,Size,ResponseTime` — Timestamp in Windows
-//! FILETIME ticks (100 ns), Type `Read`/`Write`, Offset and Size in bytes.
-//! Volume = DiskNumber. Written back with hostname `tc` and response time 0.
+//! MSR Cambridge (SNIA IOTTA; Narayanan et al., FAST '08) CSV, no header:
+//! `Timestamp,Hostname,DiskNumber,Type,Offset,Size,ResponseTime`.
+//!
+//! - Timestamp: Windows FILETIME, 100 ns ticks since 1601 (only differences matter: the
+//!   reader makes times relative to the first record).
+//! - Type: `Read` / `Write` (any case). Offset and Size in bytes. ResponseTime (100 ns ticks)
+//!   is ignored.
+//! - Volume = DiskNumber; class 0.
+//!
+//! The writer writes host `tiercache` and response time 0; trims and flushes are dropped.
 
-use super::{mul, req, Ctx, Fields};
+use super::{mul, Ctx, Fields, Written};
 use std::io::{self, Write};
 use tiercache_engine::{Op, Request};
 
@@ -17,29 +23,36 @@ const NAMES: &[&str] = &[
     "ResponseTime",
 ];
 
-pub fn parse(line: &str, _ctx: &Ctx) -> Result<Option<Request>, String> {
+pub fn parse(line: &[u8], _ctx: &Ctx) -> Result<Option<Request>, String> {
     let f = Fields::csv(line, NAMES);
     f.need(6)?;
-    let t = mul(f.u64(0)?, 100, "timestamp")?;
-    let op = match f.str(3)?.to_ascii_lowercase().as_str() {
-        "read" | "r" => Op::Read,
-        "write" | "w" => Op::Write,
-        other => return Err(format!("column 4 (Type): '{other}' is not Read or Write")),
+    let ty = f.bytes(3)?;
+    let op = if ty.eq_ignore_ascii_case(b"Read") {
+        Op::Read
+    } else if ty.eq_ignore_ascii_case(b"Write") {
+        Op::Write
+    } else {
+        return Err(f.err(3, "is not Read or Write"));
     };
-    let mut r = req(t, op, f.u64(4)?, f.u64(5)?);
-    r.volume = f.u64(2)? as u32;
+    let t = mul(f.u64(0)?, 100, "Timestamp")?;
+    let mut r = Request::new(t, op, f.u64(4)?, f.u64(5)?);
+    r.volume = f.u32(2)?;
     Ok(Some(r))
 }
 
-pub fn write(w: &mut dyn Write, r: &Request, _ctx: &Ctx) -> io::Result<()> {
-    let ty = if r.op == Op::Write { "Write" } else { "Read" };
+pub fn write(w: &mut dyn Write, r: &Request, _ctx: &Ctx) -> io::Result<Written> {
+    let ty = match r.op {
+        Op::Read => "Read",
+        Op::Write => "Write",
+        _ => return Ok(Written::Dropped),
+    };
     writeln!(
         w,
-        "{},tc,{},{},{},{},0",
+        "{},tiercache,{},{ty},{},{},0",
         r.time_ns / 100,
         r.volume,
-        ty,
         r.offset,
         r.len
-    )
+    )?;
+    Ok(Written::Yes)
 }

@@ -1,19 +1,37 @@
 //! libCacheSim's oracleGeneral binary: 24-byte little-endian records
-//! `<u32 time_s, u64 obj_id, u32 size_bytes, i64 next_access_vtime>`. No operation: every
-//! record is a read of `size` bytes at `obj_id x block_size` (block size 512 by default: the
-//! ids of libCacheSim's block samples are sector numbers; give 4096 for ids that count 4 KiB
-//! blocks). The writer fills `next_access_vtime` exactly (as libCacheSim's oracle readers
-//! expect) by buffering the trace in memory: 16 bytes per request.
+//! `<u32 time_s, u64 obj_id, u32 size_bytes, i64 next_access_vtime>` (next = index of the
+//! next record with the same id, -1 for none).
+//!
+//! - No operation: every record becomes a read of `size` bytes at `obj_id x block_size`.
+//!   The block size is 512 by default (the ids of libCacheSim's block samples, such as
+//!   `cloudPhysicsIO.oracleGeneral.bin`, are sector numbers); give
+//!   [`crate::ReadOptions::block_size`] 4096 for ids that count 4 KiB blocks.
+//! - time in whole seconds. Volume 0, class 0. `next_access_vtime` is not used.
+//!
+//! The writer writes reads and writes alike (as accesses), drops trims and flushes, and
+//! fills `next_access_vtime` exactly as libCacheSim's oracle readers expect. That needs the
+//! whole trace: it keeps 16 bytes per record in memory and writes the file at `finish`.
 
-use super::Ctx;
+use super::{Ctx, Written};
+use std::io;
 use tiercache_engine::{Op, Request};
 
 pub const RECORD: usize = 24;
 
+fn u32_at(b: &[u8], i: usize) -> u32 {
+    u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]])
+}
+
+fn u64_at(b: &[u8], i: usize) -> u64 {
+    let mut a = [0u8; 8];
+    a.copy_from_slice(&b[i..i + 8]);
+    u64::from_le_bytes(a)
+}
+
 pub fn parse(rec: &[u8], ctx: &Ctx) -> Result<Option<Request>, String> {
-    let t = u32::from_le_bytes(rec[0..4].try_into().expect("record"));
-    let id = u64::from_le_bytes(rec[4..12].try_into().expect("record"));
-    let size = u32::from_le_bytes(rec[12..16].try_into().expect("record"));
+    let t = u32_at(rec, 0);
+    let id = u64_at(rec, 4);
+    let size = u32_at(rec, 12);
     let offset = id
         .checked_mul(ctx.block_size)
         .ok_or_else(|| format!("object id {id} x block size {} overflows", ctx.block_size))?;
@@ -25,21 +43,69 @@ pub fn parse(rec: &[u8], ctx: &Ctx) -> Result<Option<Request>, String> {
     )))
 }
 
-/// Encodes records with their next-access times (index of the next record with the same id).
-pub fn encode_all(reqs: &[(u32, u64, u32)]) -> Vec<u8> {
-    let mut next = vec![-1i64; reqs.len()];
-    let mut last: std::collections::HashMap<u64, usize> = std::collections::HashMap::new();
-    for (i, r) in reqs.iter().enumerate() {
-        if let Some(p) = last.insert(r.1, i) {
-            next[p] = i as i64;
+/// Whether the first records look like oracleGeneral: non-decreasing times, sizes below
+/// 1 GiB, next-access indices -1 or after the record and not absurdly far.
+pub fn plausible(head: &[u8]) -> bool {
+    let n = (head.len() / RECORD).min(256);
+    if n == 0 {
+        return false;
+    }
+    let mut last_t = 0;
+    for i in 0..n {
+        let r = &head[i * RECORD..(i + 1) * RECORD];
+        let t = u32_at(r, 0);
+        let size = u32_at(r, 12);
+        let next = u64_at(r, 16) as i64;
+        if t < last_t || size > 1 << 30 || !(next == -1 || (next > i as i64 && next < 1 << 40))
+        {
+            return false;
         }
+        last_t = t;
     }
-    let mut out = Vec::with_capacity(reqs.len() * RECORD);
-    for (r, n) in reqs.iter().zip(next) {
-        out.extend_from_slice(&r.0.to_le_bytes());
-        out.extend_from_slice(&r.1.to_le_bytes());
-        out.extend_from_slice(&r.2.to_le_bytes());
-        out.extend_from_slice(&n.to_le_bytes());
+    true
+}
+
+/// Records kept by the writer until `finish`: time, id, size.
+#[derive(Default)]
+pub struct Pending {
+    recs: Vec<(u32, u64, u32)>,
+}
+
+impl Pending {
+    pub fn push(&mut self, r: &Request, ctx: &Ctx) -> io::Result<Written> {
+        if !matches!(r.op, Op::Read | Op::Write) {
+            return Ok(Written::Dropped);
+        }
+        let id = r.offset / ctx.block_size;
+        let size = u32::try_from(r.end() - id * ctx.block_size).map_err(|_| {
+            io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("request of {} bytes does not fit oracleGeneral's u32 size", r.len),
+            )
+        })?;
+        let t = u32::try_from(r.time_ns / 1_000_000_000).unwrap_or(u32::MAX);
+        self.recs.push((t, id, size));
+        Ok(Written::Yes)
     }
-    out
+
+    /// Writes every record with its next-access index.
+    pub fn write_all(&self, w: &mut dyn io::Write) -> io::Result<()> {
+        let mut next = vec![-1i64; self.recs.len()];
+        let mut last: hashbrown::HashMap<u64, usize> = hashbrown::HashMap::new();
+        for (i, r) in self.recs.iter().enumerate() {
+            if let Some(p) = last.insert(r.1, i) {
+                next[p] = i as i64;
+            }
+        }
+        drop(last);
+        let mut buf = [0u8; RECORD];
+        for (r, n) in self.recs.iter().zip(next) {
+            buf[0..4].copy_from_slice(&r.0.to_le_bytes());
+            buf[4..12].copy_from_slice(&r.1.to_le_bytes());
+            buf[12..16].copy_from_slice(&r.2.to_le_bytes());
+            buf[16..24].copy_from_slice(&n.to_le_bytes());
+            w.write_all(&buf)?;
+        }
+        Ok(())
+    }
 }

@@ -1,55 +1,66 @@
-//! tiercache's own CSV: header `time_ns,op,offset,len,class,volume,fua`; op is
-//! `read|write|trim|flush` (or `r|w|t|f`); the last three columns are optional (default 0,
-//! 0, 0). Offsets and lengths in bytes, any alignment. Lines starting with `#` are comments.
+//! tiercache's own CSV, what our tools write: header `time_ns,op,offset,len,class,volume,fua`.
+//!
+//! - time_ns: nanoseconds (whole); op `read|write|trim|flush` or `r|w|t|f` (any case;
+//!   `discard` also means trim); offset and len in bytes, any alignment.
+//! - class (0..=31), volume (u32) and fua (`0|1|true|false`) are optional: missing or empty
+//!   columns mean 0 / 0 / false.
+//! - Blank lines and lines starting with `#` are ignored; the header is optional when
+//!   reading with an explicit format.
+//!
+//! Lossless: every [`Request`] round-trips.
 
-use super::{Ctx, Fields};
+use super::{Ctx, Fields, Written};
 use std::io::{self, Write};
 use tiercache_engine::{Op, Request, MAX_CLASS};
 
 const NAMES: &[&str] = &["time_ns", "op", "offset", "len", "class", "volume", "fua"];
 pub const HEADER: &str = "time_ns,op,offset,len,class,volume,fua";
 
-pub fn parse(line: &str, _ctx: &Ctx) -> Result<Option<Request>, String> {
-    let t = line.trim();
-    if t.is_empty() || t.starts_with('#') || t.starts_with("time_ns") {
+fn op_of(b: &[u8]) -> Option<Op> {
+    let is = |s: &[u8]| b.eq_ignore_ascii_case(s);
+    if is(b"read") || is(b"r") {
+        Some(Op::Read)
+    } else if is(b"write") || is(b"w") {
+        Some(Op::Write)
+    } else if is(b"trim") || is(b"t") || is(b"discard") {
+        Some(Op::Trim)
+    } else if is(b"flush") || is(b"f") {
+        Some(Op::Flush)
+    } else {
+        None
+    }
+}
+
+pub fn parse(line: &[u8], _ctx: &Ctx) -> Result<Option<Request>, String> {
+    let t = line.trim_ascii();
+    if t.is_empty() || t[0] == b'#' || t.starts_with(b"time_ns") {
         return Ok(None);
     }
     let f = Fields::csv(t, NAMES);
     f.need(4)?;
-    let op = match f.str(1)?.to_ascii_lowercase().as_str() {
-        "read" | "r" => Op::Read,
-        "write" | "w" => Op::Write,
-        "trim" | "t" | "discard" => Op::Trim,
-        "flush" | "f" => Op::Flush,
-        other => {
-            return Err(format!(
-                "column 2 (op): '{other}' is not read, write, trim or flush"
-            ))
-        }
-    };
+    let op = op_of(f.bytes(1)?).ok_or_else(|| f.err(1, "is not read, write, trim or flush"))?;
     let mut r = Request::new(f.u64(0)?, op, f.u64(2)?, f.u64(3)?);
-    if f.len() > 4 && !f.str(4)?.is_empty() {
+    if f.has(4) {
         let c = f.u64(4)?;
         if c > MAX_CLASS as u64 {
-            return Err(format!("column 5 (class): {c} is above {MAX_CLASS}"));
+            return Err(f.err(4, "is above 31"));
         }
         r.class = c as u8;
     }
-    if f.len() > 5 && !f.str(5)?.is_empty() {
-        r.volume =
-            u32::try_from(f.u64(5)?).map_err(|_| "column 6 (volume): too large".to_string())?;
+    if f.has(5) {
+        r.volume = f.u32(5)?;
     }
-    if f.len() > 6 && !f.str(6)?.is_empty() {
-        r.fua = match f.str(6)? {
-            "0" | "false" => false,
-            "1" | "true" => true,
-            other => return Err(format!("column 7 (fua): '{other}' is not 0 or 1")),
+    if f.has(6) {
+        r.fua = match f.bytes(6)? {
+            b"0" | b"false" => false,
+            b"1" | b"true" => true,
+            _ => return Err(f.err(6, "is not 0 or 1")),
         };
     }
     Ok(Some(r))
 }
 
-pub fn write(w: &mut dyn Write, r: &Request, _ctx: &Ctx) -> io::Result<()> {
+pub fn write(w: &mut dyn Write, r: &Request, _ctx: &Ctx) -> io::Result<Written> {
     writeln!(
         w,
         "{},{},{},{},{},{},{}",
@@ -60,5 +71,6 @@ pub fn write(w: &mut dyn Write, r: &Request, _ctx: &Ctx) -> io::Result<()> {
         r.class,
         r.volume,
         u8::from(r.fua)
-    )
+    )?;
+    Ok(Written::Yes)
 }

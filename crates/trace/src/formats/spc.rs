@@ -1,41 +1,46 @@
-//! SPC / UMass trace repository CSV: `ASU,LBA,Size,Opcode,Timestamp[,...]` — LBA in 512-byte
-//! sectors, Size in bytes, Opcode `r`/`w` (either case), Timestamp in seconds (float). Extra
-//! columns are ignored. Volume = ASU.
+//! SPC / UMass trace repository CSV (Financial1/2, WebSearch1-3):
+//! `ASU,LBA,Size,Opcode,Timestamp[,...]`.
+//!
+//! - ASU: application storage unit; LBA in 512-byte sectors; Size in bytes.
+//! - Opcode `r` / `w` (either case); Timestamp in seconds with decimals. Further columns
+//!   (some files carry more) are ignored.
+//! - Volume = ASU; class 0.
+//!
+//! The writer rounds offsets down to sectors (keeping the end) and drops trims and flushes.
 
-use super::{mul, req, secs_to_ns, Ctx, Fields};
+use super::{mul, write_secs, Ctx, Fields, Written};
 use std::io::{self, Write};
 use tiercache_engine::{Op, Request};
 
 const NAMES: &[&str] = &["ASU", "LBA", "Size", "Opcode", "Timestamp"];
 
-pub fn parse(line: &str, _ctx: &Ctx) -> Result<Option<Request>, String> {
+pub fn parse(line: &[u8], _ctx: &Ctx) -> Result<Option<Request>, String> {
     let f = Fields::csv(line, NAMES);
     f.need(5)?;
-    let op = match f.str(3)? {
-        "r" | "R" => Op::Read,
-        "w" | "W" => Op::Write,
-        other => return Err(format!("column 4 (Opcode): '{other}' is not r or w")),
+    let op = match f.bytes(3)? {
+        b"r" | b"R" => Op::Read,
+        b"w" | b"W" => Op::Write,
+        _ => return Err(f.err(3, "is not r or w")),
     };
-    let mut r = req(
-        secs_to_ns(f.f64(4)?)?,
+    let mut r = Request::new(
+        f.scaled(4, 9)?,
         op,
         mul(f.u64(1)?, 512, "LBA")?,
         f.u64(2)?,
     );
-    r.volume = f.u64(0)? as u32;
+    r.volume = f.u32(0)?;
     Ok(Some(r))
 }
 
-pub fn write(w: &mut dyn Write, r: &Request, _ctx: &Ctx) -> io::Result<()> {
-    let ty = if r.op == Op::Write { "w" } else { "r" };
-    let t = r.time_ns;
-    writeln!(
-        w,
-        "{},{},{},{ty},{}.{:09}",
-        r.volume,
-        r.offset / 512,
-        r.len,
-        t / 1_000_000_000,
-        t % 1_000_000_000
-    )
+pub fn write(w: &mut dyn Write, r: &Request, _ctx: &Ctx) -> io::Result<Written> {
+    let ty = match r.op {
+        Op::Read => "r",
+        Op::Write => "w",
+        _ => return Ok(Written::Dropped),
+    };
+    let lba = r.offset / 512;
+    write!(w, "{},{lba},{},{ty},", r.volume, r.end() - lba * 512)?;
+    write_secs(w, r.time_ns)?;
+    w.write_all(b"\n")?;
+    Ok(Written::Yes)
 }

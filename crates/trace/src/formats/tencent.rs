@@ -1,45 +1,52 @@
-//! Tencent Cloud Block Storage (SNIA IOTTA) CSV, no header:
-//! `Timestamp,Offset,Size,IOType,VolumeID` — Unix seconds, offset and size in 512-byte
-//! sectors, IOType `0` read / `1` write. Records are not sorted by time.
-//! Written offsets and sizes are rounded down to whole sectors.
+//! Tencent Cloud Block Storage (SNIA IOTTA; Zhang et al., ATC '20) CSV, no header:
+//! `Timestamp,Offset,Size,IOType,VolumeID`.
+//!
+//! - Timestamp: Unix seconds (whole). Records are *not* sorted by time: the reader's
+//!   relative times saturate at 0 for records earlier than the first.
+//! - Offset and Size in 512-byte sectors; IOType `0` read, `1` write.
+//! - Volume = VolumeID; class 0.
+//!
+//! The writer rounds times down to seconds, offsets down and sizes up to whole sectors;
+//! trims and flushes are dropped.
 
-use super::{mul, req, Ctx, Fields};
+use super::{mul, Ctx, Fields, Written};
 use std::io::{self, Write};
 use tiercache_engine::{Op, Request};
 
 const NAMES: &[&str] = &["Timestamp", "Offset", "Size", "IOType", "VolumeID"];
 
-pub fn parse(line: &str, _ctx: &Ctx) -> Result<Option<Request>, String> {
+pub fn parse(line: &[u8], _ctx: &Ctx) -> Result<Option<Request>, String> {
     let f = Fields::csv(line, NAMES);
     f.need(5)?;
-    let op = match f.str(3)? {
-        "0" => Op::Read,
-        "1" => Op::Write,
-        other => {
-            return Err(format!(
-                "column 4 (IOType): '{other}' is not 0 (read) or 1 (write)"
-            ))
-        }
+    let op = match f.bytes(3)? {
+        b"0" => Op::Read,
+        b"1" => Op::Write,
+        _ => return Err(f.err(3, "is not 0 (read) or 1 (write)")),
     };
-    let t = mul(f.u64(0)?, 1_000_000_000, "timestamp")?;
-    let mut r = req(
+    let t = mul(f.u64(0)?, 1_000_000_000, "Timestamp")?;
+    let mut r = Request::new(
         t,
         op,
-        mul(f.u64(1)?, 512, "offset")?,
-        mul(f.u64(2)?, 512, "size")?,
+        mul(f.u64(1)?, 512, "Offset")?,
+        mul(f.u64(2)?, 512, "Size")?,
     );
-    r.volume = f.u64(4)? as u32;
+    r.volume = f.u32(4)?;
     Ok(Some(r))
 }
 
-pub fn write(w: &mut dyn Write, r: &Request, _ctx: &Ctx) -> io::Result<()> {
-    let ty = u8::from(r.op == Op::Write);
+pub fn write(w: &mut dyn Write, r: &Request, _ctx: &Ctx) -> io::Result<Written> {
+    let ty = match r.op {
+        Op::Read => 0,
+        Op::Write => 1,
+        _ => return Ok(Written::Dropped),
+    };
+    let first = r.offset / 512;
+    let sectors = r.end().div_ceil(512) - first;
     writeln!(
         w,
-        "{},{},{},{ty},{}",
+        "{},{first},{sectors},{ty},{}",
         r.time_ns / 1_000_000_000,
-        r.offset / 512,
-        r.len / 512,
         r.volume
-    )
+    )?;
+    Ok(Written::Yes)
 }
