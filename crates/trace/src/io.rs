@@ -187,7 +187,10 @@ fn text_candidates(line: &[u8]) -> Vec<Format> {
         c.push(Format::Arc);
     }
     if ws.len() >= 7 {
-        if let Some((a, b)) = std::str::from_utf8(ws[0]).ok().and_then(|s| s.split_once(',')) {
+        if let Some((a, b)) = std::str::from_utf8(ws[0])
+            .ok()
+            .and_then(|s| s.split_once(','))
+        {
             if a.parse::<u32>().is_ok() && b.parse::<u32>().is_ok() && dec(ws[3]) {
                 c.push(Format::Blkparse);
             }

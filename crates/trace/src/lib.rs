@@ -2,12 +2,27 @@
 //! gzip/zstd/xz/bzip2 decompressed transparently by magic bytes), trace statistics, and
 //! seeded synthetic workloads ([`workload`]).
 //!
+//! - [`open`] streams a trace as `Result<Request, TraceError>` items; `format` `None`
+//!   means [`detect`] (content first, file name to break ties; ambiguity is an error that
+//!   names the candidates). Times become nanoseconds since the first record.
+//! - [`open_writer`] writes any [`Format`] (compressed by the path's extension), dropping
+//!   and counting requests the format cannot represent.
+//! - [`stats::stats_file`] / [`stats::StatsBuilder`]: one-pass [`stats::TraceStats`].
+//! - The formats, their fields, units and what becomes volume and class: [`formats`].
+//! - Errors carry the file and line (or record and byte offset):
+//!   `cloud.csv:17: column 4 (size): 'abc' is not a whole number`. With
+//!   [`ReadOptions::skip_bad`] malformed records are skipped and counted instead
+//!   ([`TraceReader::skipped`], [`TraceReader::first_error`]).
+//!
 //! ```no_run
-//! use tiercache_trace::{open, ReadOptions};
+//! use tiercache_trace::{open, open_writer, Format, ReadOptions};
 //! let reader = open("trace.csv.gz".as_ref(), None, &ReadOptions::default()).unwrap();
+//! let mut out = open_writer("out.csv.zst".as_ref(), Format::Simple).unwrap();
 //! for r in reader {
 //!     let req = r.unwrap(); // a tiercache_engine::Request
+//!     out.write(&req).unwrap();
 //! }
+//! out.finish().unwrap();
 //! ```
 
 pub mod formats;

@@ -197,7 +197,7 @@ pub fn stats_file(
     for r in reader.by_ref() {
         b.add(&r?);
         n += 1;
-        if n % 65_536 == 0 {
+        if n & 0xffff == 0 {
             progress(n);
         }
     }

@@ -1,7 +1,7 @@
 //! The real trace samples in `../shared/traces` (beside the repository checkout): record
 //! counts, read shares and footprints must match MANIFEST.md exactly.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use tiercache_engine::Op;
 use tiercache_trace::stats::{stats_file, TraceStats};
 use tiercache_trace::{detect, open, Format, ReadOptions};
@@ -19,7 +19,7 @@ fn traces() -> Option<PathBuf> {
     }
 }
 
-fn stats(path: &PathBuf, format: Option<Format>, opts: &ReadOptions) -> TraceStats {
+fn stats(path: &Path, format: Option<Format>, opts: &ReadOptions) -> TraceStats {
     let s = stats_file(path, format, opts, &|_| {})
         .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     assert_eq!(s.skipped, 0, "{}", path.display());
@@ -65,7 +65,11 @@ fn cloudphysics_vscsi_matches_csv() {
     let mut n = 0;
     for (a, b) in csv.zip(vs) {
         let (a, b) = (a.unwrap(), b.unwrap());
-        assert_eq!((a.op, a.offset, a.len), (b.op, b.offset, b.len), "request {n}");
+        assert_eq!(
+            (a.op, a.offset, a.len),
+            (b.op, b.offset, b.len),
+            "request {n}"
+        );
         n += 1;
     }
     assert_eq!(n, 113_872);
@@ -163,7 +167,10 @@ fn mqsim_disksim_traces() {
         .map(|r| r.unwrap())
         .collect();
     assert_eq!(r[1].time_ns - r[0].time_ns, 11_565_000 - 11_413_000);
-    assert_eq!((r[0].op, r[0].offset, r[0].len), (Op::Read, 657_728 * 512, 16 * 512));
+    assert_eq!(
+        (r[0].op, r[0].offset, r[0].len),
+        (Op::Read, 657_728 * 512, 16 * 512)
+    );
 }
 
 #[test]

@@ -414,7 +414,10 @@ mod tests {
         assert_eq!(parse_u64(b"-1"), None);
         assert_eq!(parse_u64(b""), None);
         assert_eq!(parse_u64(b"1a"), None);
-        assert_eq!(parse_scaled(b"1456095145.133076000", 9), Some(1_456_095_145_133_076_000));
+        assert_eq!(
+            parse_scaled(b"1456095145.133076000", 9),
+            Some(1_456_095_145_133_076_000)
+        );
         assert_eq!(parse_scaled(b"0.5", 9), Some(500_000_000));
         assert_eq!(parse_scaled(b".5", 3), Some(500));
         assert_eq!(parse_scaled(b"12", 0), Some(12));
@@ -435,7 +438,10 @@ mod tests {
         assert_eq!(f.len(), 5);
         assert_eq!(f.bytes(1).unwrap(), b"R");
         assert!(!f.has(3));
-        assert_eq!(f.u64(4).unwrap_err(), "column 5 (e): 'x' is not a whole number");
+        assert_eq!(
+            f.u64(4).unwrap_err(),
+            "column 5 (e): 'x' is not a whole number"
+        );
         assert_eq!(f.bytes(7).unwrap_err(), "column 8 is missing");
         let f = Fields::ws(b"  8,0  3 1\t0.5 ", &[]);
         assert_eq!(f.len(), 4);

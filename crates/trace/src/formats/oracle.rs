@@ -56,8 +56,7 @@ pub fn plausible(head: &[u8]) -> bool {
         let t = u32_at(r, 0);
         let size = u32_at(r, 12);
         let next = u64_at(r, 16) as i64;
-        if t < last_t || size > 1 << 30 || !(next == -1 || (next > i as i64 && next < 1 << 40))
-        {
+        if t < last_t || size > 1 << 30 || !(next == -1 || (next > i as i64 && next < 1 << 40)) {
             return false;
         }
         last_t = t;
@@ -80,7 +79,10 @@ impl Pending {
         let size = u32::try_from(r.end() - id * ctx.block_size).map_err(|_| {
             io::Error::new(
                 io::ErrorKind::InvalidInput,
-                format!("request of {} bytes does not fit oracleGeneral's u32 size", r.len),
+                format!(
+                    "request of {} bytes does not fit oracleGeneral's u32 size",
+                    r.len
+                ),
             )
         })?;
         let t = u32::try_from(r.time_ns / 1_000_000_000).unwrap_or(u32::MAX);

@@ -22,12 +22,7 @@ pub fn parse(line: &[u8], _ctx: &Ctx) -> Result<Option<Request>, String> {
         b"w" | b"W" => Op::Write,
         _ => return Err(f.err(3, "is not r or w")),
     };
-    let mut r = Request::new(
-        f.scaled(4, 9)?,
-        op,
-        mul(f.u64(1)?, 512, "LBA")?,
-        f.u64(2)?,
-    );
+    let mut r = Request::new(f.scaled(4, 9)?, op, mul(f.u64(1)?, 512, "LBA")?, f.u64(2)?);
     r.volume = f.u32(0)?;
     Ok(Some(r))
 }
