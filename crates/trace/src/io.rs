@@ -240,6 +240,7 @@ fn detect_bytes(head: &[u8], name: &str) -> Result<Format, String> {
     } else {
         head
     };
+    let complete = complete.strip_prefix(b"\xef\xbb\xbf").unwrap_or(complete);
     let mut lines = complete
         .split(|&b| b == b'\n')
         .map(|l| l.trim_ascii())
@@ -477,6 +478,9 @@ impl TraceReader {
         }
         self.lineno += 1;
         let mut s: &[u8] = &self.line;
+        if self.lineno == 1 {
+            s = s.strip_prefix(b"\xef\xbb\xbf").unwrap_or(s); // UTF-8 byte order mark
+        }
         while let [rest @ .., b'\n' | b'\r'] = s {
             s = rest;
         }
@@ -746,6 +750,7 @@ mod tests {
             Ok(Format::Blkparse)
         );
         assert_eq!(d("time_ns,op,offset,len\n"), Ok(Format::Simple));
+        assert_eq!(d("\u{feff}time_ns,op,offset,len\n"), Ok(Format::Simple));
         assert_eq!(d("5,write,4096,512\n"), Ok(Format::Simple));
         let e = d("hello world\n").unwrap_err();
         assert!(e.contains("--format"), "{e}");

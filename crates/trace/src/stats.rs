@@ -36,13 +36,14 @@ pub struct TraceStats {
     pub min_offset: u64,
     pub max_end: u64,
     pub duration_s: f64,
-    /// Requests by size: key = upper bound of a power-of-two bucket in bytes.
+    /// Reads and writes by size: key = upper bound of a power-of-two bucket in bytes
+    /// (bucket 4096 holds sizes 2049..=4096; bucket 1 holds sizes 0 and 1).
     pub size_histogram: BTreeMap<u64, u64>,
     pub mean_request_bytes: f64,
-    /// Share of reads/writes that start exactly where the previous request of the same volume
-    /// ended.
+    /// Share of reads/writes that start exactly where the previous read or write of the same
+    /// volume ended.
     pub sequential_share: f64,
-    /// Share that start within 64 KiB after it.
+    /// Share that start there or up to 64 KiB after it (includes the sequential ones).
     pub near_sequential_share: f64,
     /// Malformed records skipped (with --skip-bad).
     pub skipped: u64,
@@ -111,23 +112,25 @@ impl StatsBuilder {
         match r.op {
             Op::Read => {
                 s.reads += 1;
-                s.read_bytes += r.len;
+                s.read_bytes = s.read_bytes.saturating_add(r.len);
             }
             Op::Write => {
                 s.writes += 1;
-                s.write_bytes += r.len;
+                s.write_bytes = s.write_bytes.saturating_add(r.len);
             }
             Op::Trim => s.trims += 1,
             Op::Flush => s.flushes += 1,
         }
-        if !matches!(r.op, Op::Read | Op::Write) {
+        if !matches!(r.op, Op::Read | Op::Write) || r.len == 0 {
+            // Counts the volume; u64::MAX: no previous end to be sequential to.
+            self.volumes.entry(r.volume).or_insert(u64::MAX);
+            if r.op == Op::Read || r.op == Op::Write {
+                *s.size_histogram.entry(1).or_insert(0) += 1;
+            }
             return;
         }
-        let bucket = r.len.max(1).next_power_of_two();
+        let bucket = r.len.checked_next_power_of_two().unwrap_or(1 << 63);
         *s.size_histogram.entry(bucket).or_insert(0) += 1;
-        if r.len == 0 {
-            return;
-        }
         s.min_offset = s.min_offset.min(r.offset);
         s.max_end = s.max_end.max(r.end());
         let (first, last) = (r.offset / 4096, (r.end() - 1) / 4096);
@@ -275,5 +278,73 @@ impl fmt::Display for TraceStats {
             writeln!(f, "skipped         {} malformed records", self.skipped)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_footprint_sequentiality_and_histogram() {
+        let mut b = StatsBuilder::new(512);
+        let mut w = Request::write(4096, 8192); // blocks 1, 2
+        w.time_ns = 1_000_000_000;
+        b.add(&Request::read(0, 4096)); // block 0
+        b.add(&w);
+        b.add(&Request::read(12288, 100)); // sequential: block 3
+        b.add(&Request::read(12388 + 65536, 1)); // near: block 19
+        b.add(&Request::read(0, 1)); // backwards: block 0 again
+        let mut other = Request::read(0, 4096);
+        other.volume = 7; // same block number, other volume
+        b.add(&other);
+        b.add(&Request::new(5, Op::Trim, 0, 1 << 20));
+        let mut f = Request::new(6, Op::Flush, 0, 0);
+        f.volume = 9;
+        b.add(&f);
+        let s = b.finish(3);
+        assert_eq!(
+            (s.requests, s.reads, s.writes, s.trims, s.flushes),
+            (8, 5, 1, 1, 1)
+        );
+        assert_eq!(s.read_bytes, 4096 + 100 + 1 + 1 + 4096);
+        assert_eq!(s.write_bytes, 8192);
+        assert!((s.read_share - 5.0 / 6.0).abs() < 1e-12);
+        assert_eq!(s.footprint_blocks, 6);
+        assert_eq!(s.block_accesses, 1 + 2 + 1 + 1 + 1 + 1);
+        // 512-byte blocks: 8 + 16 + 1 + 1 + (0 again) + 8 on volume 7.
+        assert_eq!(s.footprint_blocks_at_block_size, 34);
+        assert_eq!(s.volumes, 3);
+        assert!(
+            (s.sequential_share - 2.0 / 6.0).abs() < 1e-12,
+            "{}",
+            s.sequential_share
+        );
+        assert!((s.near_sequential_share - 3.0 / 6.0).abs() < 1e-12);
+        assert_eq!(s.size_histogram.get(&4096), Some(&2));
+        assert_eq!(s.size_histogram.get(&8192), Some(&1));
+        assert_eq!(s.size_histogram.get(&128), Some(&1));
+        assert_eq!(s.size_histogram.get(&1), Some(&2));
+        assert_eq!((s.min_offset, s.max_end), (0, 12388 + 65537));
+        assert_eq!(s.duration_s, 1.0);
+        assert_eq!(s.skipped, 3);
+        let text = s.to_string();
+        for want in [
+            "requests        8 (5 reads",
+            "footprint       6 distinct 4 KiB",
+            "3 volume(s)",
+            "skipped         3",
+        ] {
+            assert!(text.contains(want), "{want} in\n{text}");
+        }
+    }
+
+    #[test]
+    fn huge_requests_do_not_overflow() {
+        let mut b = StatsBuilder::new(4096);
+        b.add(&Request::read(u64::MAX - 4096, u64::MAX));
+        b.add(&Request::read(0, 0));
+        let s = b.finish(0);
+        assert_eq!(s.requests, 2);
     }
 }

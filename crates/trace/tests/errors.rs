@@ -137,7 +137,7 @@ fn messages_per_format() {
 #[test]
 fn skip_bad_counts_and_keeps_the_first_error() {
     let dir = tempfile::tempdir().unwrap();
-    let text = "time_ns,op,offset,len\n0,read,0,4096\n5,read,x,4096\n6,write,8192,512\n7,bogus,0,1\n\n# comment\n8,trim,0,4096\n";
+    let text = "\u{feff}time_ns,op,offset,len\r\n0,read,0,4096\n5,read,x,4096\n6,write,8192,512\n7,bogus,0,1\n\n# comment\n8,trim,0,4096\n";
     let p = file(dir.path(), "s.csv", text.as_bytes());
     let opts = ReadOptions {
         skip_bad: true,
