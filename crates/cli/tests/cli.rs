@@ -1,0 +1,320 @@
+//! The `tiercache` binary as a user runs it: help, machine output, errors, sweeps, traces,
+//! the demo and the warm-up calculator.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn bin() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_tiercache"))
+}
+
+fn run(args: &[&str]) -> Output {
+    bin().args(args).output().expect("run tiercache")
+}
+
+fn ok(args: &[&str]) -> String {
+    let o = run(args);
+    assert!(
+        o.status.success(),
+        "tiercache {args:?} failed:\n{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8(o.stdout).unwrap()
+}
+
+fn json(args: &[&str]) -> serde_json::Value {
+    serde_json::from_str(&ok(args)).expect("valid JSON")
+}
+
+fn shared() -> Option<PathBuf> {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/traces");
+    if p.join("MANIFEST.md").exists() {
+        Some(p)
+    } else {
+        eprintln!(
+            "SKIP: ../shared/traces not found beside the checkout; real-trace CLI tests not run"
+        );
+        None
+    }
+}
+
+#[test]
+fn help_teaches() {
+    let top = ok(&["--help"]);
+    for w in ["demo", "sim", "sweep", "trace", "warmup", "policies"] {
+        assert!(top.contains(w), "top-level help lacks {w}");
+    }
+    let sim = ok(&["sim", "--help"]);
+    for w in [
+        "--trace",
+        "--format",
+        "--workload",
+        "--policy",
+        "--cache-size",
+        "--line-size",
+        "--mode",
+        "--admission",
+        "--seed",
+        "--json",
+        "--csv",
+        "--quiet",
+        "--hdd",
+        "--ssd",
+        "--no-cache",
+        "--raid",
+        "--queue-depth",
+        "--speedup",
+        "Examples",
+    ] {
+        assert!(sim.contains(w), "sim --help lacks {w}");
+    }
+}
+
+#[test]
+fn sim_json_has_the_contract_fields() {
+    let v = json(&[
+        "sim",
+        "--workload",
+        "zipf:theta=0.9,wss=64MiB,requests=20000",
+        "--cache-size",
+        "10%",
+        "--policy",
+        "lru",
+        "--mode",
+        "wb",
+        "--seed",
+        "3",
+        "--json",
+        "-q",
+    ]);
+    for k in [
+        "requests",
+        "line_accesses",
+        "line_hits",
+        "read_hit_ratio",
+        "hit_ratio",
+        "evictions",
+        "ssd_bytes_written",
+        "hdd_bytes_read",
+        "hdd_bytes_written",
+    ] {
+        assert!(v.get(k).is_some(), "JSON lacks {k}");
+    }
+    assert_eq!(v["requests"], 20000);
+    assert_eq!(v["mode"], "write-back");
+    // Same seed, same answer.
+    let w = json(&[
+        "sim",
+        "--workload",
+        "zipf:theta=0.9,wss=64MiB,requests=20000",
+        "--cache-size",
+        "10%",
+        "--mode",
+        "wb",
+        "--seed",
+        "3",
+        "--json",
+        "-q",
+    ]);
+    assert_eq!(v["line_hits"], w["line_hits"]);
+}
+
+#[test]
+fn csv_output_is_a_header_and_a_row() {
+    let out = ok(&[
+        "sim",
+        "--workload",
+        "uniform:wss=16MiB,requests=5000",
+        "--cache-size",
+        "1MiB",
+        "--csv",
+        "-q",
+    ]);
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 2);
+    // Fields outside quotes (the workload label is quoted: it contains commas).
+    let fields = |l: &str| {
+        let mut quoted = false;
+        1 + l
+            .chars()
+            .filter(|&c| {
+                if c == '"' {
+                    quoted = !quoted;
+                }
+                c == ',' && !quoted
+            })
+            .count()
+    };
+    assert_eq!(fields(lines[0]), fields(lines[1]));
+    assert!(lines[1].starts_with("\"uniform:"));
+    assert!(lines[0].starts_with("input,policy,mode"));
+}
+
+#[test]
+fn bad_input_gives_clear_errors() {
+    let o = run(&[
+        "sim",
+        "--workload",
+        "zipf:wss=1GiB",
+        "--policy",
+        "nope",
+        "-q",
+    ]);
+    assert!(!o.status.success());
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        e.contains("unknown policy 'nope'") && e.contains("lru"),
+        "{e}"
+    );
+    let o = run(&["sim", "-q"]);
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("--trace FILE"),
+        "no-input message"
+    );
+    let o = run(&[
+        "sim",
+        "--workload",
+        "zipf:wss=1GiB",
+        "--cache-size",
+        "ten",
+        "-q",
+    ]);
+    assert!(String::from_utf8_lossy(&o.stderr).contains("'ten' is not a size"));
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("t.csv");
+    std::fs::write(&p, "time_ns,op,offset,len\n0,read,0,4096\n1,jump,0,4096\n").unwrap();
+    let o = run(&["sim", "--trace", p.to_str().unwrap(), "-q"]);
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(e.contains("t.csv:3") && e.contains("jump"), "{e}");
+    let o = run(&[
+        "sim",
+        "--trace",
+        p.to_str().unwrap(),
+        "--skip-bad",
+        "--json",
+        "-q",
+    ]);
+    assert!(o.status.success());
+}
+
+#[test]
+fn sweep_writes_one_row_per_cell() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("s.csv");
+    ok(&[
+        "sweep",
+        "--workload",
+        "zipf:wss=32MiB,requests=10000",
+        "--sizes",
+        "1%,5%,10%",
+        "--policies",
+        "lru,fifo",
+        "--modes",
+        "wt,wb",
+        "-o",
+        out.to_str().unwrap(),
+        "-q",
+    ]);
+    let text = std::fs::read_to_string(&out).unwrap();
+    assert_eq!(text.lines().count(), 1 + 3 * 2 * 2);
+}
+
+#[test]
+fn trace_gen_stats_and_convert() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = dir.path().join("g.csv.zst");
+    ok(&[
+        "trace",
+        "gen",
+        "seq:wss=8MiB,requests=1000,read=100,size=4k",
+        "-o",
+        t.to_str().unwrap(),
+    ]);
+    let s = json(&["trace", "stats", t.to_str().unwrap(), "--json", "-q"]);
+    assert_eq!(s["requests"], 1000);
+    assert_eq!(s["footprint_blocks"], 1000);
+    assert!(s["sequential_share"].as_f64().unwrap() > 0.99);
+    let v = dir.path().join("g.vscsi");
+    ok(&[
+        "trace",
+        "convert",
+        t.to_str().unwrap(),
+        v.to_str().unwrap(),
+        "--to",
+        "vscsi",
+    ]);
+    let s2 = json(&["trace", "stats", v.to_str().unwrap(), "--json", "-q"]);
+    assert_eq!(s2["footprint_blocks"], 1000);
+    assert!(ok(&["trace", "formats"]).contains("oracle-general"));
+}
+
+#[test]
+fn experiment_files_in_the_repo_load() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../experiments");
+    for e in std::fs::read_dir(&dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.extension().is_some_and(|x| x == "toml") {
+            let text = std::fs::read_to_string(&p).unwrap();
+            let exp: tiercache_sim::Experiment =
+                toml::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+            if exp.input.workload.is_some() {
+                exp.input
+                    .to_input()
+                    .unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+            }
+        }
+    }
+}
+
+#[test]
+fn cloudphysics_lru_matches_the_manifest() {
+    let Some(dir) = shared() else { return };
+    let t = dir.join("cloudPhysicsIO/cloudPhysicsIO.csv");
+    for (pct, miss) in [("1%", 0.8969), ("10%", 0.8741)] {
+        let v = json(&[
+            "sim",
+            "--trace",
+            t.to_str().unwrap(),
+            "--cache-size",
+            pct,
+            "--json",
+            "-q",
+        ]);
+        let m = v["miss_ratio"].as_f64().unwrap();
+        assert!((m - miss).abs() < 5e-5, "{pct}: {m}");
+    }
+    let exp = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../experiments/cloudphysics-lru.toml");
+    let v = json(&["sim", "--config", exp.to_str().unwrap(), "--json", "-q"]);
+    assert!((v["miss_ratio"].as_f64().unwrap() - 0.8741).abs() < 5e-5);
+}
+
+#[test]
+fn demo_compares_policies() {
+    let out = ok(&["demo", "--requests", "40000", "-q"]);
+    assert!(out.contains("hit ratio"));
+    for p in ["no cache", "lru", "fifo", "slru", "arc", "s3fifo", "belady"] {
+        assert!(
+            out.lines().any(|l| l.starts_with(&format!("{p} "))),
+            "demo table lacks a row for {p}:\n{out}"
+        );
+    }
+}
+
+#[test]
+fn warmup_estimate_matches_qsan() {
+    let v = json(&[
+        "warmup",
+        "--cache-size",
+        "10GiB",
+        "--threshold",
+        "1",
+        "--disk-iops",
+        "430",
+        "--io-size",
+        "4k",
+        "--disks",
+        "12",
+        "--json",
+    ]);
+    assert!((v["estimate_s"].as_f64().unwrap() - 508.03).abs() < 0.01);
+}

@@ -1,0 +1,167 @@
+//! Timed replay on device models: physics the results must respect.
+
+use tiercache_engine::{CacheSize, EngineConfig, Mode};
+use tiercache_sim::{run_timed, Drive, Input, SimSpec, TimedOptions, TimedSetup};
+
+fn spec(workload: &str, size: CacheSize, mode: Mode) -> SimSpec {
+    SimSpec {
+        input: Input::Workload {
+            spec: workload.parse().unwrap(),
+            seed: 5,
+        },
+        cache_size: size,
+        engine: EngineConfig {
+            mode,
+            ..Default::default()
+        },
+    }
+}
+
+fn setup(ssd: Option<&str>, drive: Drive) -> TimedSetup {
+    TimedSetup {
+        hdd: "hdd:7200".into(),
+        ssd: ssd.map(str::to_string),
+        options: TimedOptions {
+            drive,
+            window_ns: 100_000_000,
+            idle_clean: true,
+        },
+        ..Default::default()
+    }
+}
+
+const HOT: &str = "zipf:theta=1.2,wss=64MiB,requests=30000,read=100,size=4k";
+
+#[test]
+fn a_hot_set_that_fits_is_served_by_the_ssd() {
+    let qd1 = Drive::Closed { queue_depth: 1 };
+    let s = spec(HOT, CacheSize::Percent(100.0), Mode::WriteThrough);
+    let none = run_timed(&s, &setup(None, qd1), None).unwrap();
+    let cached = run_timed(&s, &setup(Some("ssd:default"), qd1), None).unwrap();
+    // The HDD alone: random 4 KiB reads near the seek-curve's short end.
+    assert!(
+        none.timed.iops > 60.0 && none.timed.iops < 400.0,
+        "no cache {}",
+        none.timed.iops
+    );
+    assert!(
+        cached.sim.hit_ratio > 0.8,
+        "hit ratio {}",
+        cached.sim.hit_ratio
+    );
+    assert!(
+        cached.timed.iops > 3.0 * none.timed.iops,
+        "{} vs {}",
+        cached.timed.iops,
+        none.timed.iops
+    );
+    assert!(cached.timed.latency_us.read.p50 < none.timed.latency_us.read.p50 / 10.0);
+    // Warm-up: the first window's hit ratio is below the end's.
+    let w = &cached.timed.series;
+    assert!(w.len() > 3);
+    assert!(w[0].hit_ratio < w[w.len() - 2].hit_ratio);
+    assert!(cached.timed.warmup_s.is_some());
+    // Busy time never exceeds the run, and the HDD alone is busy all the time at QD1.
+    assert!(none.timed.hdd.utilisation > 0.95 && none.timed.hdd.utilisation <= 1.0 + 1e-9);
+    assert!(cached.timed.hdd.busy_s <= cached.timed.drained_s + 1e-9);
+    assert!(none.cost_per_mb_per_iops.unwrap() > cached.cost_per_mb_per_iops.unwrap());
+}
+
+#[test]
+fn queue_depth_raises_hdd_iops_through_command_queueing() {
+    let s = spec(
+        "uniform:wss=100GiB,requests=3000,read=100,size=4k",
+        CacheSize::Bytes(0),
+        Mode::WriteThrough,
+    );
+    let q1 = run_timed(&s, &setup(None, Drive::Closed { queue_depth: 1 }), None).unwrap();
+    let q32 = run_timed(&s, &setup(None, Drive::Closed { queue_depth: 32 }), None).unwrap();
+    assert!(
+        q32.timed.iops > 1.5 * q1.timed.iops,
+        "{} vs {}",
+        q32.timed.iops,
+        q1.timed.iops
+    );
+    assert!(q32.timed.latency_us.all.mean > q1.timed.latency_us.all.mean);
+}
+
+#[test]
+fn open_loop_shows_queueing_only_when_overloaded() {
+    // 50 IOPS of random reads: the disk keeps up. 5,000 IOPS: it cannot.
+    let slow = spec(
+        "uniform:wss=10GiB,requests=2000,read=100,size=4k,rate=50",
+        CacheSize::Bytes(0),
+        Mode::WriteThrough,
+    );
+    let fast = spec(
+        "uniform:wss=10GiB,requests=2000,read=100,size=4k,rate=5000",
+        CacheSize::Bytes(0),
+        Mode::WriteThrough,
+    );
+    let open = Drive::Open { speedup: 1.0 };
+    let a = run_timed(&slow, &setup(None, open), None).unwrap();
+    let b = run_timed(&fast, &setup(None, open), None).unwrap();
+    assert!(
+        a.timed.latency_us.all.p50 < 20_000.0,
+        "{}",
+        a.timed.latency_us.all.p50
+    );
+    assert!(b.timed.latency_us.all.p50 > 10.0 * a.timed.latency_us.all.p50);
+    assert!(
+        (a.timed.elapsed_s - 40.0).abs() < 1.0,
+        "{}",
+        a.timed.elapsed_s
+    );
+}
+
+#[test]
+fn write_back_absorbs_writes_that_write_through_sends_to_the_disk() {
+    let w = "zipf:theta=1.1,wss=32MiB,requests=20000,read=30,size=4k";
+    let qd = Drive::Closed { queue_depth: 4 };
+    let wt = run_timed(
+        &spec(w, CacheSize::Percent(100.0), Mode::WriteThrough),
+        &setup(Some("ssd:default"), qd),
+        None,
+    )
+    .unwrap();
+    let wb = run_timed(
+        &spec(w, CacheSize::Percent(100.0), Mode::WriteBack),
+        &setup(Some("ssd:default"), qd),
+        None,
+    )
+    .unwrap();
+    let none = run_timed(
+        &spec(w, CacheSize::Percent(100.0), Mode::WriteThrough),
+        &setup(None, qd),
+        None,
+    )
+    .unwrap();
+    assert!(wb.timed.latency_us.write.mean < wt.timed.latency_us.write.mean / 3.0);
+    assert!(
+        wb.timed.iops > wt.timed.iops && wt.timed.iops > none.timed.iops,
+        "{} {} {}",
+        wb.timed.iops,
+        wt.timed.iops,
+        none.timed.iops
+    );
+    assert!(wb.sim.hdd_bytes_written < wt.sim.hdd_bytes_written);
+}
+
+#[test]
+fn raid0_spreads_random_reads() {
+    let s = spec(
+        "uniform:wss=100GiB,requests=4000,read=100,size=4k",
+        CacheSize::Bytes(0),
+        Mode::WriteThrough,
+    );
+    let one = run_timed(&s, &setup(None, Drive::Closed { queue_depth: 16 }), None).unwrap();
+    let mut r = setup(None, Drive::Closed { queue_depth: 16 });
+    r.raid = Some((0, 4));
+    let four = run_timed(&s, &r, None).unwrap();
+    assert!(
+        four.timed.iops > 2.5 * one.timed.iops,
+        "{} vs {}",
+        four.timed.iops,
+        one.timed.iops
+    );
+}
