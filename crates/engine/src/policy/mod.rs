@@ -21,11 +21,17 @@
 //! Write `src/policy/NAME.rs` with a type implementing [`Policy`], add one line to
 //! [`REGISTRY`]. The conformance test picks it up.
 
+mod arc;
+mod belady;
+mod clock;
 mod fifo;
+mod ghost;
 mod lifo;
 mod list;
 mod lru;
 mod mru;
+mod s3fifo;
+mod slru;
 
 pub use list::SlotList;
 
@@ -106,7 +112,17 @@ pub struct PolicyInfo {
 }
 
 /// Every replacement policy, in the order `--help` lists them.
-pub const REGISTRY: &[PolicyInfo] = &[lru::INFO, fifo::INFO, lifo::INFO, mru::INFO];
+pub const REGISTRY: &[PolicyInfo] = &[
+    lru::INFO,
+    fifo::INFO,
+    lifo::INFO,
+    mru::INFO,
+    slru::INFO,
+    clock::INFO,
+    arc::INFO,
+    s3fifo::INFO,
+    belady::INFO,
+];
 
 /// Looks a policy up by name (case-insensitive; `-` and `_` are the same).
 pub fn lookup(name: &str) -> Option<&'static PolicyInfo> {

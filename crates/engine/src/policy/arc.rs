@@ -1,0 +1,182 @@
+//! ARC (Megiddo & Modha, FAST '03): two LRU lists of cached lines, T1 (seen once recently)
+//! and T2 (seen at least twice), and two ghost lists of recently evicted keys, B1 and B2. A
+//! miss that hits B1 says "T1 was too small": the target size `p` of T1 grows; a B2 hit
+//! shrinks it. The victim comes from T1 while T1 is above its target, else from T2. Follows
+//! the paper's pseudo-code (integer adaptation steps), including the case where a full
+//! T1 (|T1| + |B1| = c with B1 empty) evicts its LRU line without keeping a ghost.
+//!
+//! Engine mapping: `miss()` runs the ghost bookkeeping and the adaptation (it is called even
+//! when admission then bypasses the line; the adaptation still reflects the reference
+//! stream), `victim()` is REPLACE, `insert()` puts ghost hits in T2 and new lines in T1.
+
+use super::ghost::GhostList;
+use super::{Access, Policy, PolicyConfig, PolicyInfo, Slot, SlotList};
+
+pub const INFO: PolicyInfo = PolicyInfo {
+    name: "arc",
+    summary: "adaptive replacement cache (recency + frequency, self-tuning)",
+    make: |cap, _cfg: &PolicyConfig| Box::new(Arc::new(cap)),
+};
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Pending {
+    None,
+    New,
+    FromB1,
+    FromB2,
+}
+
+pub struct Arc {
+    c: u32,
+    p: u32,
+    t1: SlotList,
+    t2: SlotList,
+    b1: GhostList,
+    b2: GhostList,
+    pending: Pending,
+    /// The next eviction from T1 keeps no ghost (|T1| = c case).
+    no_ghost: bool,
+}
+
+impl Arc {
+    pub fn new(capacity: u32) -> Self {
+        let c = capacity as usize;
+        Arc {
+            c: capacity,
+            p: 0,
+            t1: SlotList::new(capacity),
+            t2: SlotList::new(capacity),
+            b1: GhostList::new(c),
+            b2: GhostList::new(2 * c),
+            pending: Pending::None,
+            no_ghost: false,
+        }
+    }
+
+    /// Target size of T1 (for tests and curiosity).
+    pub fn target(&self) -> u32 {
+        self.p
+    }
+}
+
+impl Policy for Arc {
+    fn name(&self) -> &'static str {
+        INFO.name
+    }
+
+    fn hit(&mut self, slot: Slot, _a: &Access) {
+        if self.t1.contains(slot) {
+            self.t1.unlink(slot);
+            self.t2.push_head(slot);
+        } else {
+            self.t2.move_to_head(slot);
+        }
+    }
+
+    fn miss(&mut self, a: &Access) {
+        self.no_ghost = false;
+        let (b1, b2) = (self.b1.len() as u32, self.b2.len() as u32);
+        if self.b1.remove(a.key) {
+            let delta = (b2 / b1.max(1)).max(1);
+            self.p = (self.p + delta).min(self.c);
+            self.pending = Pending::FromB1;
+        } else if self.b2.remove(a.key) {
+            let delta = (b1 / b2.max(1)).max(1);
+            self.p = self.p.saturating_sub(delta);
+            self.pending = Pending::FromB2;
+        } else {
+            self.pending = Pending::New;
+            let l1 = self.t1.len() + self.b1.len() as u32;
+            let total = l1 + self.t2.len() + self.b2.len() as u32;
+            if l1 >= self.c {
+                if self.t1.len() < self.c {
+                    self.b1.pop_oldest();
+                } else {
+                    self.no_ghost = true;
+                }
+            } else if total >= 2 * self.c {
+                self.b2.pop_oldest();
+            }
+        }
+    }
+
+    fn insert(&mut self, slot: Slot, _a: &Access) {
+        match self.pending {
+            Pending::FromB1 | Pending::FromB2 => self.t2.push_head(slot),
+            _ => self.t1.push_head(slot),
+        }
+        self.pending = Pending::None;
+    }
+
+    fn victim(&mut self) -> Slot {
+        let t1 = self.t1.len();
+        let from_t1 = t1 >= 1
+            && (self.no_ghost || t1 > self.p || (self.pending == Pending::FromB2 && t1 == self.p));
+        let pick = if from_t1 || self.t2.is_empty() {
+            self.t1.tail()
+        } else {
+            self.t2.tail()
+        };
+        pick.expect("victim() on an empty ARC")
+    }
+
+    fn remove(&mut self, slot: Slot, key: u64, evicted: bool) {
+        if self.t1.contains(slot) {
+            self.t1.unlink(slot);
+            if evicted && !self.no_ghost {
+                self.b1.push(key);
+            }
+        } else {
+            self.t2.unlink(slot);
+            if evicted {
+                self.b2.push(key);
+            }
+        }
+        if evicted {
+            self.no_ghost = false;
+        }
+    }
+
+    fn mem_bytes(&self) -> usize {
+        self.t1.mem_bytes() + self.t2.mem_bytes() + self.b1.mem_bytes() + self.b2.mem_bytes()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn a(key: u64) -> Access {
+        Access {
+            key,
+            seq: 0,
+            next_use: super::super::NEVER,
+            is_write: false,
+            class: 0,
+        }
+    }
+
+    #[test]
+    fn a_ghost_hit_in_b1_grows_the_recency_target() {
+        let mut arc = Arc::new(2);
+        // Keys 1, 2 in slots 0, 1; 2 is hit (T2). Then 3 evicts 1 from T1 into B1.
+        for (s, k) in [(0, 1), (1, 2)] {
+            arc.miss(&a(k));
+            arc.insert(s, &a(k));
+        }
+        arc.hit(1, &a(2));
+        arc.miss(&a(3));
+        let v = arc.victim();
+        assert_eq!(v, 0);
+        arc.remove(v, 1, true);
+        arc.insert(0, &a(3));
+        assert_eq!(arc.target(), 0);
+        // Key 1 again: a B1 ghost hit.
+        arc.miss(&a(1));
+        assert_eq!(arc.target(), 1);
+        let v = arc.victim();
+        arc.remove(v, if v == 0 { 3 } else { 2 }, true);
+        arc.insert(v, &a(1));
+        assert!(arc.t2.contains(v), "a ghost hit enters T2");
+    }
+}

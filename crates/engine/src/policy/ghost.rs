@@ -1,0 +1,145 @@
+//! A bounded FIFO/LRU list of line keys (no slots): the history of evicted lines that ARC
+//! and S3-FIFO consult. 16 bytes per entry in the arena plus a hash map entry.
+
+use hashbrown::HashMap;
+
+const NIL: u32 = u32::MAX;
+
+#[derive(Clone, Debug)]
+pub struct GhostList {
+    keys: Vec<u64>,
+    prev: Vec<u32>,
+    next: Vec<u32>,
+    free: Vec<u32>,
+    map: HashMap<u64, u32>,
+    head: u32,
+    tail: u32,
+    cap: usize,
+}
+
+impl GhostList {
+    /// A list that keeps at most `cap` keys (the oldest is dropped beyond that).
+    pub fn new(cap: usize) -> Self {
+        GhostList {
+            keys: Vec::new(),
+            prev: Vec::new(),
+            next: Vec::new(),
+            free: Vec::new(),
+            map: HashMap::new(),
+            head: NIL,
+            tail: NIL,
+            cap,
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+
+    pub fn contains(&self, key: u64) -> bool {
+        self.map.contains_key(&key)
+    }
+
+    /// Adds `key` as the newest entry (dropping the oldest when full).
+    pub fn push(&mut self, key: u64) {
+        if self.cap == 0 {
+            return;
+        }
+        if self.map.contains_key(&key) {
+            self.remove(key);
+        }
+        if self.map.len() >= self.cap {
+            self.pop_oldest();
+        }
+        let i = match self.free.pop() {
+            Some(i) => {
+                self.keys[i as usize] = key;
+                i
+            }
+            None => {
+                self.keys.push(key);
+                self.prev.push(NIL);
+                self.next.push(NIL);
+                (self.keys.len() - 1) as u32
+            }
+        };
+        self.prev[i as usize] = NIL;
+        self.next[i as usize] = self.head;
+        if self.head != NIL {
+            self.prev[self.head as usize] = i;
+        } else {
+            self.tail = i;
+        }
+        self.head = i;
+        self.map.insert(key, i);
+    }
+
+    fn unlink(&mut self, i: u32) {
+        let (p, n) = (self.prev[i as usize], self.next[i as usize]);
+        if p != NIL {
+            self.next[p as usize] = n;
+        } else {
+            self.head = n;
+        }
+        if n != NIL {
+            self.prev[n as usize] = p;
+        } else {
+            self.tail = p;
+        }
+        self.free.push(i);
+    }
+
+    /// Removes `key`; returns whether it was there.
+    pub fn remove(&mut self, key: u64) -> bool {
+        match self.map.remove(&key) {
+            Some(i) => {
+                self.unlink(i);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Drops and returns the oldest key.
+    pub fn pop_oldest(&mut self) -> Option<u64> {
+        if self.tail == NIL {
+            return None;
+        }
+        let i = self.tail;
+        let k = self.keys[i as usize];
+        self.map.remove(&k);
+        self.unlink(i);
+        Some(k)
+    }
+
+    pub fn mem_bytes(&self) -> usize {
+        self.keys.capacity() * 8
+            + (self.prev.capacity() + self.next.capacity() + self.free.capacity()) * 4
+            + self.map.allocation_size()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bounded_fifo_with_removal() {
+        let mut g = GhostList::new(3);
+        for k in 1..=4 {
+            g.push(k);
+        }
+        assert!(!g.contains(1));
+        assert_eq!(g.len(), 3);
+        assert!(g.remove(3));
+        assert_eq!(g.pop_oldest(), Some(2));
+        assert_eq!(g.pop_oldest(), Some(4));
+        assert_eq!(g.pop_oldest(), None);
+        g.push(9);
+        assert!(g.contains(9));
+    }
+}

@@ -1,0 +1,153 @@
+//! S3-FIFO (Yang et al., SOSP '23): three FIFO queues. New lines enter a small FIFO S
+//! (`s3fifo_small`, default 10 % of the capacity); lines whose key is in the ghost FIFO G
+//! (recently evicted from S) go straight to the main FIFO M. Each line has a 2-bit access
+//! counter (capped at 3). Eviction: while S holds at least its share, its oldest line moves
+//! to M if it was accessed while in S (counter > 0; counter reset) or is evicted with its key
+//! put in G; otherwise M's oldest line is reinserted with its counter decremented while the
+//! counter is non-zero, else evicted. G remembers as many keys as M can hold. One-hit
+//! wonders leave quickly through S; lines used again stay in M.
+//!
+//! libCacheSim's `S3FIFO` promotes from S when the counter reaches its
+//! `move_to_main_threshold`; the oracle test (`tests/libcachesim_oracle.rs`) measures how
+//! close the two are.
+
+use super::ghost::GhostList;
+use super::{Access, Policy, PolicyConfig, PolicyInfo, Slot, SlotList};
+
+pub const INFO: PolicyInfo = PolicyInfo {
+    name: "s3fifo",
+    summary: "small + main FIFO with ghost and 2-bit counters (SOSP'23)",
+    make: |cap, cfg: &PolicyConfig| Box::new(S3Fifo::new(cap, cfg.s3fifo_small)),
+};
+
+pub struct S3Fifo {
+    small: SlotList,
+    main: SlotList,
+    ghost: GhostList,
+    freq: Vec<u8>,
+    small_target: u32,
+    /// The missed key was in G: insert it into M.
+    to_main: bool,
+}
+
+impl S3Fifo {
+    pub fn new(capacity: u32, small_share: f64) -> Self {
+        let small_target = ((capacity as f64 * small_share) as u32).max(1);
+        S3Fifo {
+            small: SlotList::new(capacity),
+            main: SlotList::new(capacity),
+            ghost: GhostList::new(capacity.saturating_sub(small_target).max(1) as usize),
+            freq: vec![0; capacity as usize],
+            small_target,
+            to_main: false,
+        }
+    }
+}
+
+impl Policy for S3Fifo {
+    fn name(&self) -> &'static str {
+        INFO.name
+    }
+
+    #[inline]
+    fn hit(&mut self, slot: Slot, _a: &Access) {
+        let f = &mut self.freq[slot as usize];
+        *f = (*f + 1).min(3);
+    }
+
+    fn miss(&mut self, a: &Access) {
+        self.to_main = self.ghost.remove(a.key);
+    }
+
+    fn insert(&mut self, slot: Slot, _a: &Access) {
+        self.freq[slot as usize] = 0;
+        if self.to_main {
+            self.main.push_head(slot);
+        } else {
+            self.small.push_head(slot);
+        }
+        self.to_main = false;
+    }
+
+    fn victim(&mut self) -> Slot {
+        loop {
+            if self.small.len() >= self.small_target || self.main.is_empty() {
+                let t = self.small.tail().expect("victim() on an empty S3-FIFO");
+                if self.freq[t as usize] > 0 {
+                    self.freq[t as usize] = 0;
+                    self.small.unlink(t);
+                    self.main.push_head(t);
+                    continue;
+                }
+                return t;
+            }
+            let t = self.main.tail().expect("main is not empty");
+            if self.freq[t as usize] > 0 {
+                self.freq[t as usize] -= 1;
+                self.main.move_to_head(t);
+                continue;
+            }
+            return t;
+        }
+    }
+
+    fn remove(&mut self, slot: Slot, key: u64, evicted: bool) {
+        if self.small.contains(slot) {
+            self.small.unlink(slot);
+            if evicted {
+                self.ghost.push(key);
+            }
+        } else {
+            self.main.unlink(slot);
+        }
+        self.freq[slot as usize] = 0;
+    }
+
+    fn mem_bytes(&self) -> usize {
+        self.small.mem_bytes()
+            + self.main.mem_bytes()
+            + self.ghost.mem_bytes()
+            + self.freq.capacity()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn a(key: u64) -> Access {
+        Access {
+            key,
+            seq: 0,
+            next_use: super::super::NEVER,
+            is_write: false,
+            class: 0,
+        }
+    }
+
+    #[test]
+    fn one_hit_wonders_leave_through_the_small_queue() {
+        let mut p = S3Fifo::new(10, 0.1);
+        // Slots 0..10 hold keys 0..10; key 5 was hit, the others not.
+        for s in 0..10u32 {
+            p.miss(&a(s as u64));
+            p.insert(s, &a(s as u64));
+        }
+        p.hit(5, &a(5));
+        // Everything sits in S (main is empty): victims are the oldest unhit lines; line 5
+        // moves to main instead of being evicted.
+        let mut evicted = Vec::new();
+        for k in 100..109u64 {
+            p.miss(&a(k));
+            let v = p.victim();
+            evicted.push(v);
+            p.remove(v, v as u64, true);
+            p.insert(v, &a(k));
+        }
+        assert!(!evicted.contains(&5), "{evicted:?}");
+        assert!(p.main.contains(5));
+        // An evicted key comes back through the ghost straight into main.
+        p.miss(&a(0));
+        assert!(p.to_main);
+    }
+}
