@@ -82,7 +82,7 @@ pub fn simulate(
             engine.clean(t);
         }
         n += 1;
-        if n % PROGRESS_EVERY == 0 {
+        if n.is_multiple_of(PROGRESS_EVERY) {
             if let Some(p) = progress {
                 p(n);
             }

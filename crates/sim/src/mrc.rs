@@ -52,7 +52,7 @@ impl Fenwick {
     }
     fn grow(&mut self, n: usize) {
         // Rebuild into a larger tree (amortised doubling).
-        if n + 1 <= self.t.len() {
+        if n < self.t.len() {
             return;
         }
         let mut size = self.t.len().max(1024);

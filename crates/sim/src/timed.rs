@@ -319,9 +319,9 @@ impl<'a> Executor<'a> {
         let (dev, op, fg) = {
             let task = &self.flights[f].as_ref().expect("live flight").tasks[t as usize];
             let (dev, op) = if second {
-                task.then.clone().expect("second stage")
+                task.then.expect("second stage")
             } else {
-                (task.dev, task.op.clone())
+                (task.dev, task.op)
             };
             (dev, op, task.foreground)
         };
@@ -492,7 +492,7 @@ impl<'a> Executor<'a> {
                 .as_ref()
                 .expect("completion of a live flight")
                 .tasks[t as usize];
-            (task.dev, task.then.clone(), task.foreground)
+            (task.dev, task.then, task.foreground)
         };
         let dev_now = if second {
             then.as_ref().map(|x| x.0).unwrap_or(dev_first)
@@ -740,7 +740,7 @@ pub fn simulate_timed<'a>(
     let mut reqs = spec.input.open()?;
     let mut issued: u64 = 0;
     let report = |n: u64| {
-        if n % crate::PROGRESS_EVERY == 0 {
+        if n.is_multiple_of(crate::PROGRESS_EVERY) {
             if let Some(p) = progress {
                 p(n);
             }

@@ -4,6 +4,8 @@
 //! shrinks it. The victim comes from T1 while T1 is above its target, else from T2. Follows
 //! the paper's pseudo-code (integer adaptation steps), including the case where a full
 //! T1 (|T1| + |B1| = c with B1 empty) evicts its LRU line without keeping a ghost.
+//! libCacheSim's `ARC` differs in small details of the ghost bookkeeping: on cloudPhysicsIO
+//! the miss counts agree within 0.05 % of the accesses (tests/libcachesim_oracle.rs).
 //!
 //! Engine mapping: `miss()` runs the ghost bookkeeping and the adaptation (it is called even
 //! when admission then bypasses the line; the adaptation still reflects the reference
@@ -53,7 +55,8 @@ impl Arc {
         }
     }
 
-    /// Target size of T1 (for tests and curiosity).
+    /// Target size of T1.
+    #[cfg(test)]
     pub fn target(&self) -> u32 {
         self.p
     }

@@ -36,10 +36,7 @@ impl GhostList {
         self.map.len()
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.map.is_empty()
-    }
-
+    #[cfg(test)]
     pub fn contains(&self, key: u64) -> bool {
         self.map.contains_key(&key)
     }

@@ -7,9 +7,10 @@
 //! counter is non-zero, else evicted. G remembers as many keys as M can hold. One-hit
 //! wonders leave quickly through S; lines used again stay in M.
 //!
-//! libCacheSim's `S3FIFO` promotes from S when the counter reaches its
-//! `move_to_main_threshold`; the oracle test (`tests/libcachesim_oracle.rs`) measures how
-//! close the two are.
+//! Parameters follow libCacheSim's `S3FIFO` defaults (promotion after 2 accesses in S, ghost
+//! of 0.9 x capacity). Measured against it on cloudPhysicsIO (`tests/libcachesim_oracle.rs`
+//! in the sim crate) the miss counts agree within 1 % of the accesses, not exactly: the two
+//! differ in when S is considered full (ours counts lines at eviction time).
 
 use super::ghost::GhostList;
 use super::{Access, Policy, PolicyConfig, PolicyInfo, Slot, SlotList};
@@ -19,6 +20,11 @@ pub const INFO: PolicyInfo = PolicyInfo {
     summary: "small + main FIFO with ghost and 2-bit counters (SOSP'23)",
     make: |cap, cfg: &PolicyConfig| Box::new(S3Fifo::new(cap, cfg.s3fifo_small)),
 };
+
+/// Accesses while in S that earn a move to M (libCacheSim's `move_to_main_threshold`).
+const MOVE_TO_MAIN: u8 = 2;
+/// Ghost entries as a share of the capacity (libCacheSim's `ghost_size_ratio`).
+const GHOST_SHARE: f64 = 0.9;
 
 pub struct S3Fifo {
     small: SlotList,
@@ -36,7 +42,7 @@ impl S3Fifo {
         S3Fifo {
             small: SlotList::new(capacity),
             main: SlotList::new(capacity),
-            ghost: GhostList::new(capacity.saturating_sub(small_target).max(1) as usize),
+            ghost: GhostList::new(((capacity as f64 * GHOST_SHARE) as usize).max(1)),
             freq: vec![0; capacity as usize],
             small_target,
             to_main: false,
@@ -73,7 +79,7 @@ impl Policy for S3Fifo {
         loop {
             if self.small.len() >= self.small_target || self.main.is_empty() {
                 let t = self.small.tail().expect("victim() on an empty S3-FIFO");
-                if self.freq[t as usize] > 0 {
+                if self.freq[t as usize] >= MOVE_TO_MAIN {
                     self.freq[t as usize] = 0;
                     self.small.unlink(t);
                     self.main.push_head(t);
@@ -128,11 +134,12 @@ mod tests {
     #[test]
     fn one_hit_wonders_leave_through_the_small_queue() {
         let mut p = S3Fifo::new(10, 0.1);
-        // Slots 0..10 hold keys 0..10; key 5 was hit, the others not.
+        // Slots 0..10 hold keys 0..10; key 5 was hit twice, the others not.
         for s in 0..10u32 {
             p.miss(&a(s as u64));
             p.insert(s, &a(s as u64));
         }
+        p.hit(5, &a(5));
         p.hit(5, &a(5));
         // Everything sits in S (main is empty): victims are the oldest unhit lines; line 5
         // moves to main instead of being evicted.
