@@ -2,8 +2,9 @@
 //! and busy time, and returns completions in order. Models only do physics.
 
 use crate::{Completion, Device, DeviceError, DeviceStats, IoKind, IoOp};
+use hashbrown::HashMap;
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::BinaryHeap;
 
 /// A completion as a [`Model`] reports it: the wrapper's `tag`, not the caller's id.
 #[derive(Clone, Debug, PartialEq, Eq)]

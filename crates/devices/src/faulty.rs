@@ -8,10 +8,11 @@
 
 use crate::checked::{Done, Model};
 use crate::{Completion, Device, DeviceError, IoKind, IoOp};
+use hashbrown::HashMap;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 /// What to inject. All off by default.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]

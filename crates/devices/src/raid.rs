@@ -16,8 +16,8 @@
 
 use crate::checked::{Done, Model};
 use crate::{Completion, Device, DeviceError, IoKind, IoOp};
+use hashbrown::HashMap;
 use serde::{Deserialize, Serialize};
-use std::collections::HashMap;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum RaidLevel {

@@ -184,6 +184,15 @@ impl Engine {
         ((volume as u64) << LINE_BITS) | line
     }
 
+    /// Prefetch hint for a request about to be processed (its first line's index bucket).
+    #[inline]
+    pub fn prefetch(&self, req: &Request) {
+        if req.len > 0 && self.cap > 0 {
+            self.map
+                .prefetch(Self::line_key(req.volume, req.offset >> self.line_shift));
+        }
+    }
+
     /// Slot holding `key`, if cached.
     #[inline]
     pub fn lookup(&self, key: u64) -> Option<Slot> {

@@ -27,6 +27,9 @@ pub enum Input {
     },
 }
 
+/// Requests per batch in [`Input::for_each`].
+const BATCH: usize = 4096;
+
 /// A stream of requests.
 pub type Requests = Box<dyn Iterator<Item = Result<Request>> + Send>;
 
@@ -48,6 +51,47 @@ impl Input {
                 let r = Arc::clone(requests);
                 Ok(Box::new((0..r.len()).map(move |i| Ok(r[i]))))
             }
+        }
+    }
+
+    /// Calls `f` for every request, in order: the fast path for a full pass (no boxing,
+    /// traces read in batches).
+    pub fn for_each(&self, mut f: impl FnMut(&Request) -> Result<()>) -> Result<()> {
+        self.for_each_batch(|batch| batch.iter().try_for_each(&mut f))
+    }
+
+    /// Calls `f` with consecutive batches of requests (so a caller can look ahead).
+    pub fn for_each_batch(&self, mut f: impl FnMut(&[Request]) -> Result<()>) -> Result<()> {
+        match self {
+            Input::Trace {
+                path,
+                format,
+                options,
+            } => {
+                let mut reader = tiercache_trace::open(path, *format, options)
+                    .with_context(|| format!("opening trace {}", path.display()))?;
+                let mut batch = Vec::with_capacity(BATCH);
+                loop {
+                    reader.read_batch(&mut batch, BATCH)?;
+                    if batch.is_empty() {
+                        return Ok(());
+                    }
+                    f(&batch)?;
+                }
+            }
+            Input::Workload { spec, seed } => {
+                let mut gen = spec.generate(*seed);
+                let mut batch = Vec::with_capacity(BATCH);
+                loop {
+                    batch.clear();
+                    batch.extend(gen.by_ref().take(BATCH));
+                    if batch.is_empty() {
+                        return Ok(());
+                    }
+                    f(&batch)?;
+                }
+            }
+            Input::Memory { requests, .. } => requests.chunks(BATCH).try_for_each(f),
         }
     }
 

@@ -28,6 +28,9 @@ pub type Progress<'a> = &'a (dyn Fn(u64) + Sync);
 /// How often the progress callback runs.
 pub const PROGRESS_EVERY: u64 = 1 << 16;
 
+/// How many requests ahead the simulator prefetches index buckets.
+const PREFETCH_AHEAD: usize = 4;
+
 /// One simulation: an input, a cache size and an engine configuration (whose
 /// `capacity_lines` is filled in from `cache_size`).
 #[derive(Clone, Debug)]
@@ -40,12 +43,12 @@ pub struct SimSpec {
 /// Distinct lines (footprint) of an input at a line size.
 pub fn footprint_lines(input: &Input, line_size: u64) -> Result<u64> {
     let mut set = hashbrown::HashSet::new();
-    for r in input.open()? {
-        let r = r?;
-        Engine::for_each_line_key(line_size, &r, |k| {
+    input.for_each(|r| {
+        Engine::for_each_line_key(line_size, r, |k| {
             set.insert(k);
         });
-    }
+        Ok(())
+    })?;
     Ok(set.len() as u64)
 }
 
@@ -72,22 +75,28 @@ pub fn simulate(
     }
     let start = Instant::now();
     let mut n: u64 = 0;
-    for r in spec.input.open()? {
-        let r = r?;
-        engine
-            .process(&r)
-            .with_context(|| format!("{}: request {} ({:?})", spec.input, n + 1, r))?;
-        if engine.needs_cleaning() {
-            let t = engine.cleaning_target();
-            engine.clean(t);
-        }
-        n += 1;
-        if n.is_multiple_of(PROGRESS_EVERY) {
-            if let Some(p) = progress {
-                p(n);
+    spec.input.for_each_batch(|batch| {
+        for (i, r) in batch.iter().enumerate() {
+            // Start loading the index bucket of a request a few ahead.
+            if let Some(ahead) = batch.get(i + PREFETCH_AHEAD) {
+                engine.prefetch(ahead);
+            }
+            engine
+                .process(r)
+                .with_context(|| format!("{}: request {} ({:?})", spec.input, n + 1, r))?;
+            if engine.needs_cleaning() {
+                let t = engine.cleaning_target();
+                engine.clean(t);
+            }
+            n += 1;
+            if n.is_multiple_of(PROGRESS_EVERY) {
+                if let Some(p) = progress {
+                    p(n);
+                }
             }
         }
-    }
+        Ok(())
+    })?;
     let wall = start.elapsed().as_secs_f64();
     Ok(SimResult::new(spec, &engine, footprint, wall))
 }

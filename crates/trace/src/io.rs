@@ -353,6 +353,82 @@ impl TraceReader {
         self.format
     }
 
+    /// Reads up to `max` requests into `out` (cleared first); `out` comes back empty at the
+    /// end of the trace. Errors are those of [`Iterator::next`]. Faster than `next()` on
+    /// binary traces: whole records are parsed straight from the read buffer.
+    pub fn read_batch(&mut self, out: &mut Vec<Request>, max: usize) -> Result<(), TraceError> {
+        out.clear();
+        while out.len() < max && !self.done {
+            if self.format.is_binary() && self.rec_size != 0 && !self.skip_bad {
+                self.fast_binary(out, max)?;
+                if out.len() >= max {
+                    break;
+                }
+            }
+            // One record the careful way (a record split across buffer refills, the first
+            // vscsi record, the end of the trace, skip-bad, and every text line).
+            match self.next() {
+                Some(Ok(r)) => out.push(r),
+                Some(Err(e)) => return Err(e),
+                None => break,
+            }
+        }
+        Ok(())
+    }
+
+    /// Parses the whole records sitting in the read buffer.
+    fn fast_binary(&mut self, out: &mut Vec<Request>, max: usize) -> Result<(), TraceError> {
+        let n = self.rec_size;
+        loop {
+            let buf = self
+                .src
+                .fill_buf()
+                .map_err(|e| TraceError::file(&self.path, format!("read error: {e}")))?;
+            let whole = (buf.len() / n).min(max - out.len());
+            if whole == 0 {
+                return Ok(());
+            }
+            let mut bad = None;
+            let mut used = 0;
+            for rec in buf[..whole * n].chunks_exact(n) {
+                let res = match self.format {
+                    Format::OracleGeneral => formats::oracle::parse(rec, &self.ctx),
+                    _ => formats::vscsi::parse(rec, &self.ctx),
+                };
+                used += 1;
+                match res {
+                    Ok(Some(mut r)) => {
+                        let t0 = *self.first_time.get_or_insert(r.time_ns);
+                        r.time_ns = r.time_ns.saturating_sub(t0);
+                        out.push(r);
+                    }
+                    Ok(None) => {}
+                    Err(m) => {
+                        bad = Some(m);
+                        break;
+                    }
+                }
+            }
+            self.src.consume(used * n);
+            self.recno += used as u64;
+            self.byte_pos += (used * n) as u64;
+            if let Some(message) = bad {
+                self.done = true;
+                return Err(TraceError {
+                    path: self.path.clone(),
+                    location: Location::Record {
+                        index: self.recno,
+                        offset: self.byte_pos - n as u64,
+                    },
+                    message,
+                });
+            }
+            if out.len() >= max {
+                return Ok(());
+            }
+        }
+    }
+
     pub fn path(&self) -> &Path {
         &self.path
     }
