@@ -1,7 +1,8 @@
 //! The line index: line key -> slot, in about 11 bytes per cached line.
 //!
-//! Open addressing with linear probing and backward-shift deletion (no tombstones, so the
-//! table never needs rehashing under the constant insert/evict churn of a full cache). Each
+//! Open addressing with linear probing in Robin Hood order (a miss stops as soon as it
+//! passes an entry nearer its home) and backward-shift deletion (no tombstones, so the table
+//! never needs rehashing under the constant insert/evict churn of a full cache). Each
 //! bucket is a `u64`: the upper 32 bits hold 32 bits of the key's hash (its home bucket is
 //! derived from them, and they filter out almost every non-matching probe), the lower 32 bits
 //! the slot. Keys themselves live in the engine's slot array, so a lookup touches one bucket
@@ -94,11 +95,23 @@ impl LineIndex {
         let _ = i;
     }
 
+    /// Probe distance of the entry in bucket `i` from its home.
+    #[inline]
+    fn dist(&self, b: u64, i: usize) -> usize {
+        let home = self.home((b >> 32) as u32);
+        if i >= home {
+            i - home
+        } else {
+            i + self.buckets.len() - home
+        }
+    }
+
     /// The slot of `key`; `keys[slot]` is the key a slot holds.
     #[inline]
     pub fn find(&self, key: u64, keys: &[u64]) -> Option<u32> {
         let tag = Self::tag(key);
         let mut i = self.home(tag);
+        let mut d = 0;
         loop {
             let b = self.buckets[i];
             if b == EMPTY {
@@ -107,7 +120,13 @@ impl LineIndex {
             if (b >> 32) as u32 == tag && keys[b as u32 as usize] == key {
                 return Some(b as u32);
             }
+            // Robin Hood order: past an entry closer to its home than we are to ours, the
+            // key cannot be further on.
+            if self.dist(b, i) < d {
+                return None;
+            }
             i = self.next(i);
+            d += 1;
         }
     }
 
@@ -115,13 +134,26 @@ impl LineIndex {
     #[inline]
     pub fn insert(&mut self, key: u64, slot: u32) {
         debug_assert!(self.len + 1 < self.buckets.len(), "line index full");
-        let tag = Self::tag(key);
-        let mut i = self.home(tag);
-        while self.buckets[i] != EMPTY {
+        let mut cur = (Self::tag(key) as u64) << 32 | slot as u64;
+        let mut i = self.home(Self::tag(key));
+        let mut d = 0;
+        loop {
+            let b = self.buckets[i];
+            if b == EMPTY {
+                self.buckets[i] = cur;
+                self.len += 1;
+                return;
+            }
+            // Robin Hood: the entry nearer its home gives way.
+            let bd = self.dist(b, i);
+            if bd < d {
+                self.buckets[i] = cur;
+                cur = b;
+                d = bd;
+            }
             i = self.next(i);
+            d += 1;
         }
-        self.buckets[i] = (tag as u64) << 32 | slot as u64;
-        self.len += 1;
     }
 
     /// Removes the entry of `key`, which maps to `slot`. Returns whether it was there.
@@ -129,35 +161,28 @@ impl LineIndex {
         let tag = Self::tag(key);
         let want = (tag as u64) << 32 | slot as u64;
         let mut i = self.home(tag);
+        let mut d = 0;
         loop {
             let b = self.buckets[i];
-            if b == EMPTY {
+            if b == EMPTY || self.dist(b, i) < d {
                 return false;
             }
             if b == want {
                 break;
             }
             i = self.next(i);
+            d += 1;
         }
-        // Backward shift: pull later entries of the run into the hole when their home bucket
-        // is not after the hole (cyclically), so every entry stays reachable from its home.
-        let n = self.buckets.len();
+        // Backward shift: entries after the hole that are not at their home move back one.
         let mut hole = i;
-        let mut j = self.next(i);
         loop {
+            let j = self.next(hole);
             let b = self.buckets[j];
-            if b == EMPTY {
+            if b == EMPTY || self.dist(b, j) == 0 {
                 break;
             }
-            let home = self.home((b >> 32) as u32);
-            // Distance from home to j and from hole to j, cyclically.
-            let d_home = (j + n - home) % n;
-            let d_hole = (j + n - hole) % n;
-            if d_home >= d_hole {
-                self.buckets[hole] = b;
-                hole = j;
-            }
-            j = self.next(j);
+            self.buckets[hole] = b;
+            hole = j;
         }
         self.buckets[hole] = EMPTY;
         self.len -= 1;
