@@ -3,7 +3,8 @@
 //! (`Engine::next_use_oracle`); lines brought in by group population have no access of
 //! their own and count as never used again. With every miss inserted (admission `always`),
 //! no policy misses less — the conformance test checks that bound against every policy.
-//! libCacheSim's `Belady` makes the same choice.
+//! libCacheSim's `Belady` makes the same choice: miss counts are identical
+//! (`tests/libcachesim_oracle.rs`; cloudPhysicsIO 987,277 / 879,597 / 771,969 at 1/5/10 %).
 
 use super::{Access, Policy, PolicyConfig, PolicyInfo, Slot, NEVER};
 use std::collections::BinaryHeap;
