@@ -155,15 +155,7 @@ impl Policy for Arc {
 mod tests {
     use super::*;
 
-    fn a(key: u64) -> Access {
-        Access {
-            key,
-            seq: 0,
-            next_use: super::super::NEVER,
-            is_write: false,
-            class: 0,
-        }
-    }
+    use crate::policy::test_access as a;
 
     #[test]
     fn a_ghost_hit_in_b1_grows_the_recency_target() {

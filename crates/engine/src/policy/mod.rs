@@ -101,6 +101,18 @@ pub trait Policy: Send {
     }
 }
 
+/// A read access to `key` with no oracle, for policy unit tests.
+#[cfg(test)]
+pub(crate) fn test_access(key: u64) -> Access {
+    Access {
+        key,
+        seq: 0,
+        next_use: NEVER,
+        is_write: false,
+        class: 0,
+    }
+}
+
 /// Constructor of a policy for a capacity in lines.
 pub type PolicyCtor = fn(capacity: u32, config: &PolicyConfig) -> Box<dyn Policy>;
 

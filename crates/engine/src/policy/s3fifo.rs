@@ -134,15 +134,7 @@ impl Policy for S3Fifo {
 mod tests {
     use super::*;
 
-    fn a(key: u64) -> Access {
-        Access {
-            key,
-            seq: 0,
-            next_use: super::super::NEVER,
-            is_write: false,
-            class: 0,
-        }
-    }
+    use crate::policy::test_access as a;
 
     #[test]
     fn one_hit_wonders_leave_through_the_small_queue() {

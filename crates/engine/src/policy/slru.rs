@@ -80,15 +80,7 @@ impl Policy for Slru {
 mod tests {
     use super::*;
 
-    fn a(key: u64) -> Access {
-        Access {
-            key,
-            seq: 0,
-            next_use: super::super::NEVER,
-            is_write: false,
-            class: 0,
-        }
-    }
+    use crate::policy::test_access as a;
 
     #[test]
     fn lines_hit_twice_survive_a_scan() {
