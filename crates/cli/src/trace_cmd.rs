@@ -116,18 +116,7 @@ pub fn run(cmd: TraceCmd) -> Result<()> {
             };
             let reader = tiercache_trace::open(&input, format_arg(&from)?, &opts)?;
             let to: Format = to.parse().map_err(|e| anyhow::anyhow!("{e}"))?;
-            let mut w = tiercache_trace::open_writer(&output, to)?;
-            let mut n = 0u64;
-            for r in reader {
-                w.write(&r?)?;
-                n += 1;
-            }
-            w.finish()?;
-            eprintln!(
-                "{n} requests written to {} ({})",
-                output.display(),
-                to.name()
-            );
+            write_trace(&output, to, reader.map(|r| r.map_err(anyhow::Error::from)))?;
         }
         TraceCmd::Gen {
             spec,
@@ -138,16 +127,36 @@ pub fn run(cmd: TraceCmd) -> Result<()> {
             let spec: tiercache_trace::workload::WorkloadSpec =
                 spec.parse().map_err(|e| anyhow::anyhow!("{e}"))?;
             let to: Format = to.parse().map_err(|e| anyhow::anyhow!("{e}"))?;
-            let mut w = tiercache_trace::open_writer(&out, to)
-                .with_context(|| format!("creating {}", out.display()))?;
-            let mut n = 0u64;
-            for r in spec.generate(seed) {
-                w.write(&r)?;
-                n += 1;
-            }
-            w.finish()?;
-            eprintln!("{n} requests written to {} ({})", out.display(), to.name());
+            write_trace(&out, to, spec.generate(seed).map(Ok))?;
         }
+    }
+    Ok(())
+}
+
+/// Writes requests to a trace file and says how many were written and dropped (requests
+/// the format cannot express, such as a trim in a read/write-only format).
+fn write_trace(
+    path: &std::path::Path,
+    to: Format,
+    reqs: impl Iterator<Item = Result<tiercache_engine::Request>>,
+) -> Result<()> {
+    let mut w = tiercache_trace::open_writer(path, to)
+        .with_context(|| format!("creating {}", path.display()))?;
+    for r in reqs {
+        w.write(&r?)?;
+    }
+    let (written, dropped) = (w.written(), w.dropped());
+    w.finish()?;
+    eprintln!(
+        "{written} requests written to {} ({})",
+        path.display(),
+        to.name()
+    );
+    if dropped > 0 {
+        eprintln!(
+            "{dropped} requests dropped: {} cannot express them",
+            to.name()
+        );
     }
     Ok(())
 }
