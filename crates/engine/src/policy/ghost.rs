@@ -1,19 +1,16 @@
 //! A bounded FIFO/LRU list of line keys (no slots): the history of evicted lines that ARC
 //! and S3-FIFO consult. 16 bytes per entry in the arena plus a hash map entry.
 
+use super::SlotList;
 use hashbrown::HashMap;
 
-const NIL: u32 = u32::MAX;
-
+/// Bounded list of keys: a key arena threaded on a [`SlotList`] (newest at the head).
 #[derive(Clone, Debug)]
 pub struct GhostList {
     keys: Vec<u64>,
-    prev: Vec<u32>,
-    next: Vec<u32>,
+    order: SlotList,
     free: Vec<u32>,
     map: HashMap<u64, u32>,
-    head: u32,
-    tail: u32,
     cap: usize,
 }
 
@@ -22,12 +19,9 @@ impl GhostList {
     pub fn new(cap: usize) -> Self {
         GhostList {
             keys: Vec::new(),
-            prev: Vec::new(),
-            next: Vec::new(),
+            order: SlotList::new(cap as u32),
             free: Vec::new(),
             map: HashMap::new(),
-            head: NIL,
-            tail: NIL,
             cap,
         }
     }
@@ -46,9 +40,7 @@ impl GhostList {
         if self.cap == 0 {
             return;
         }
-        if self.map.contains_key(&key) {
-            self.remove(key);
-        }
+        self.remove(key);
         if self.map.len() >= self.cap {
             self.pop_oldest();
         }
@@ -59,42 +51,19 @@ impl GhostList {
             }
             None => {
                 self.keys.push(key);
-                self.prev.push(NIL);
-                self.next.push(NIL);
                 (self.keys.len() - 1) as u32
             }
         };
-        self.prev[i as usize] = NIL;
-        self.next[i as usize] = self.head;
-        if self.head != NIL {
-            self.prev[self.head as usize] = i;
-        } else {
-            self.tail = i;
-        }
-        self.head = i;
+        self.order.push_head(i);
         self.map.insert(key, i);
-    }
-
-    fn unlink(&mut self, i: u32) {
-        let (p, n) = (self.prev[i as usize], self.next[i as usize]);
-        if p != NIL {
-            self.next[p as usize] = n;
-        } else {
-            self.head = n;
-        }
-        if n != NIL {
-            self.prev[n as usize] = p;
-        } else {
-            self.tail = p;
-        }
-        self.free.push(i);
     }
 
     /// Removes `key`; returns whether it was there.
     pub fn remove(&mut self, key: u64) -> bool {
         match self.map.remove(&key) {
             Some(i) => {
-                self.unlink(i);
+                self.order.unlink(i);
+                self.free.push(i);
                 true
             }
             None => false,
@@ -103,19 +72,17 @@ impl GhostList {
 
     /// Drops and returns the oldest key.
     pub fn pop_oldest(&mut self) -> Option<u64> {
-        if self.tail == NIL {
-            return None;
-        }
-        let i = self.tail;
+        let i = self.order.pop_tail()?;
         let k = self.keys[i as usize];
         self.map.remove(&k);
-        self.unlink(i);
+        self.free.push(i);
         Some(k)
     }
 
     pub fn mem_bytes(&self) -> usize {
         self.keys.capacity() * 8
-            + (self.prev.capacity() + self.next.capacity() + self.free.capacity()) * 4
+            + self.order.mem_bytes()
+            + self.free.capacity() * 4
             + self.map.allocation_size()
     }
 }
