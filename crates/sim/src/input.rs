@@ -44,7 +44,12 @@ impl Input {
             } => {
                 let reader = tiercache_trace::open(path, *format, options)
                     .with_context(|| format!("opening trace {}", path.display()))?;
-                Ok(Box::new(reader.map(|r| r.map_err(anyhow::Error::from))))
+                Ok(Box::new(Batched {
+                    reader,
+                    batch: Vec::with_capacity(BATCH),
+                    pos: 0,
+                    failed: false,
+                }))
             }
             Input::Workload { spec, seed } => Ok(Box::new(spec.generate(*seed).map(Ok))),
             Input::Memory { requests, .. } => {
@@ -115,5 +120,37 @@ impl fmt::Display for Input {
             Input::Workload { spec, seed } => write!(f, "workload {spec} (seed {seed})"),
             Input::Memory { name, .. } => f.write_str(name),
         }
+    }
+}
+
+/// A trace read in batches ([`tiercache_trace::TraceReader::read_batch`]) but handed out one
+/// request at a time.
+struct Batched {
+    reader: tiercache_trace::TraceReader,
+    batch: Vec<Request>,
+    pos: usize,
+    failed: bool,
+}
+
+impl Iterator for Batched {
+    type Item = Result<Request>;
+
+    fn next(&mut self) -> Option<Result<Request>> {
+        if self.pos == self.batch.len() {
+            if self.failed {
+                return None;
+            }
+            self.pos = 0;
+            if let Err(e) = self.reader.read_batch(&mut self.batch, BATCH) {
+                self.failed = true;
+                self.batch.clear();
+                return Some(Err(e.into()));
+            }
+            if self.batch.is_empty() {
+                return None;
+            }
+        }
+        self.pos += 1;
+        Some(Ok(self.batch[self.pos - 1]))
     }
 }
