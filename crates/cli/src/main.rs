@@ -1,6 +1,7 @@
 //! `tiercache`: the command-line front of the engine, simulator and trace tools.
 
 mod demo;
+mod mrc_cmd;
 mod progress;
 mod sim_cmd;
 mod trace_cmd;
@@ -42,6 +43,8 @@ enum Cmd {
     /// Inspect, convert and generate block traces.
     #[command(subcommand)]
     Trace(trace_cmd::TraceCmd),
+    /// LRU miss-ratio curve of a trace for every cache size in one pass (exact or SHARDS).
+    Mrc(mrc_cmd::MrcArgs),
     /// Qsan's warm-up time estimate T = C x P / (I x S x D), optionally next to a simulation.
     Warmup(warmup_cmd::WarmupArgs),
     /// List the replacement policies.
@@ -56,6 +59,7 @@ fn main() -> ExitCode {
         Cmd::Sweep(a) => sim_cmd::sweep(a),
         Cmd::Trace(t) => trace_cmd::run(t),
         Cmd::Warmup(a) => warmup_cmd::run(a),
+        Cmd::Mrc(a) => mrc_cmd::run(a),
         Cmd::Policies => {
             for p in tiercache_engine::policy::REGISTRY {
                 println!("{:<8} {}", p.name, p.summary);

@@ -318,3 +318,41 @@ fn warmup_estimate_matches_qsan() {
     ]);
     assert!((v["estimate_s"].as_f64().unwrap() - 508.03).abs() < 0.01);
 }
+
+#[test]
+fn mrc_equals_lru_runs() {
+    let w = "zipf:theta=0.9,wss=16MiB,requests=20000,read=100,size=4k";
+    let v = json(&[
+        "mrc",
+        "--workload",
+        w,
+        "--seed",
+        "2",
+        "--points",
+        "5",
+        "--json",
+        "-q",
+    ]);
+    let pts = v["points"].as_array().unwrap();
+    assert_eq!(pts.len(), 5);
+    for p in pts {
+        let lines = p["cache_lines"].as_u64().unwrap();
+        let size = format!("{}", lines * 4096);
+        let s = json(&[
+            "sim",
+            "--workload",
+            w,
+            "--seed",
+            "2",
+            "--cache-size",
+            &size,
+            "--json",
+            "-q",
+        ]);
+        let miss = s["miss_ratio"].as_f64().unwrap();
+        assert!(
+            (p["miss_ratio"].as_f64().unwrap() - miss).abs() < 1e-9,
+            "{lines} lines"
+        );
+    }
+}
