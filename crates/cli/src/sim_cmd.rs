@@ -74,7 +74,13 @@ pub struct CacheArgs {
     /// Write-back: clean down to this dirty share. Default 0.6.
     #[arg(long, value_name = "FRACTION")]
     pub dirty_low: Option<f64>,
-    /// Partial-line writes to uncached lines go around the cache instead of filling the line.
+    /// What is valid and dirty inside a line: `sector` (512 B units, as Open CAS: a partial
+    /// write needs no read of the rest of the line) or `line` (all or nothing, the model of
+    /// libCacheSim and most papers). Default sector.
+    #[arg(long, value_name = "sector|line")]
+    pub validity: Option<String>,
+    /// Writes that would need a fill (part of a line, or with sector validity part of a
+    /// sector) of an uncached line go around the cache instead.
     #[arg(long)]
     pub no_partial_fill: bool,
     /// SLRU protected share. Default 0.5.
@@ -96,6 +102,7 @@ impl CacheArgs {
             seq_cutoff_write: self.seq_cutoff_write.clone(),
             dirty_high: self.dirty_high,
             dirty_low: self.dirty_low,
+            validity: self.validity.clone(),
             partial_write_fill: self.no_partial_fill.then_some(false),
             slru_protected: self.slru_protected,
             s3fifo_small: None,

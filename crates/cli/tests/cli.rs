@@ -277,6 +277,8 @@ fn cloudphysics_lru_matches_the_manifest() {
             t.to_str().unwrap(),
             "--cache-size",
             pct,
+            "--validity",
+            "line",
             "--json",
             "-q",
         ]);

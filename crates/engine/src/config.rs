@@ -10,6 +10,42 @@ use std::str::FromStr;
 pub const MIN_LINE: u64 = 4 << 10;
 pub const MAX_LINE: u64 = 1 << 20;
 
+/// What the engine tracks as valid and dirty inside a cached line.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Validity {
+    /// Per sector (512 B, or line/64 for lines over 32 KiB), as Open CAS tracks it: a write
+    /// to part of an uncached line allocates the line without reading the rest from the
+    /// backing device; a later read of sectors the line lacks fills them. Default: it is
+    /// what a real cache does and what timed replay must model.
+    #[default]
+    Sector,
+    /// Whole lines: a line is either all valid or absent, and a partial write to an uncached
+    /// line reads the rest of the line first. The block-cache model libCacheSim and most
+    /// papers use; the oracle tests run in it.
+    Line,
+}
+
+impl Validity {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Validity::Sector => "sector",
+            Validity::Line => "line",
+        }
+    }
+}
+
+impl std::str::FromStr for Validity {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "sector" | "sectors" => Ok(Validity::Sector),
+            "line" | "lines" => Ok(Validity::Line),
+            _ => Err(format!("unknown validity '{s}' (expected sector or line)")),
+        }
+    }
+}
+
 /// How writes are handled.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -192,8 +228,11 @@ pub struct EngineConfig {
     pub dirty_high: f64,
     /// Write-back: clean down to this share.
     pub dirty_low: f64,
-    /// A write that covers part of an uncached line it allocates: read the rest of the line
-    /// from the backing device (`true`, default) or send the write around the cache (`false`).
+    /// Valid and dirty state per sector (default) or per whole line.
+    pub validity: Validity,
+    /// A write that covers part of an uncached line (with sector validity: part of a sector)
+    /// it allocates: read the rest from the backing device (`true`, default) or send the
+    /// write around the cache (`false`).
     pub partial_write_fill: bool,
     /// Size of each volume, if known: population never reads past it.
     pub volume_bytes: Option<u64>,
@@ -212,6 +251,7 @@ impl Default for EngineConfig {
             seq_cutoff: SeqCutoff::default(),
             dirty_high: 0.8,
             dirty_low: 0.6,
+            validity: Validity::Sector,
             partial_write_fill: true,
             volume_bytes: None,
         }

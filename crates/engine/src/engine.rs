@@ -1,7 +1,7 @@
 //! The cache engine (direct layout): lines in fixed slots, a map from line key to slot, a
 //! replacement policy, admission, write modes and write-back cleaning.
 
-use crate::config::{EngineConfig, Mode};
+use crate::config::{EngineConfig, Mode, Validity};
 use crate::index::LineIndex;
 use crate::plan::{Plan, Step};
 use crate::policy::{self, Access, Policy, Slot, NEVER};
@@ -64,6 +64,55 @@ pub struct Engine {
     tick: u64,
     seq: u64,
     oracle: Option<Vec<u64>>,
+    /// Sector validity: log2 of the sector size and of sectors per line, the mask of a whole
+    /// line, and per slot `1 << spl_shift` valid and dirty bits, packed (empty with line
+    /// validity).
+    sectors: bool,
+    sector_shift: u32,
+    spl_shift: u32,
+    full_mask: u64,
+    valid_bits: Vec<u64>,
+    dirty_bits: Vec<u64>,
+}
+
+/// What serving one line of a request came to.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Outcome {
+    Hit,
+    /// Not cached (or not usable): the caller admits or bypasses it.
+    Miss,
+    /// Cached but lacking some requested sectors, which the plan read from the backing
+    /// device (and filled in when `filled`).
+    Served {
+        filled: bool,
+    },
+}
+
+/// Bits `a..b` of a sector mask.
+#[inline]
+fn bits(a: u64, b: u64) -> u64 {
+    if b - a >= 64 {
+        u64::MAX
+    } else {
+        ((1u64 << (b - a)) - 1) << a
+    }
+}
+
+/// The runs of set bits in a sector mask, lowest first, as `(first, end)`.
+struct Runs(u64);
+
+impl Iterator for Runs {
+    type Item = (u64, u64);
+    #[inline]
+    fn next(&mut self) -> Option<(u64, u64)> {
+        if self.0 == 0 {
+            return None;
+        }
+        let s = self.0.trailing_zeros() as u64;
+        let n = (self.0 >> s).trailing_ones() as u64;
+        self.0 &= !bits(s, s + n);
+        Some((s, s + n))
+    }
 }
 
 /// Where one line of a request lies.
@@ -83,7 +132,21 @@ impl Engine {
         let policy = (info.make)(cap, &cfg.policy_params);
         let line_shift = cfg.line_size.trailing_zeros();
         let group_lines_shift = (cfg.group_size / cfg.line_size).trailing_zeros();
+        let sectors = cfg.validity == Validity::Sector;
+        let sector_shift = 9.max(line_shift.saturating_sub(6));
+        let spl_shift = line_shift - sector_shift;
+        let mask_words = if sectors {
+            ((cap as usize) << spl_shift).div_ceil(64)
+        } else {
+            0
+        };
         Ok(Engine {
+            sectors,
+            sector_shift,
+            spl_shift,
+            full_mask: bits(0, 1 << spl_shift),
+            valid_bits: vec![0; mask_words],
+            dirty_bits: vec![0; mask_words],
             line_shift,
             group_lines_shift,
             cap,
@@ -173,6 +236,7 @@ impl Engine {
         self.keys.capacity() * 8
             + self.classes.capacity()
             + self.dirty.capacity() * 8
+            + (self.valid_bits.capacity() + self.dirty_bits.capacity()) * 8
             + self.free.capacity() * 4
             + self.map.mem_bytes()
             + self.policy.mem_bytes()
@@ -202,6 +266,69 @@ impl Engine {
     /// Whether the line in `slot` is dirty.
     pub fn is_dirty(&self, slot: Slot) -> bool {
         self.dirty[slot as usize / 64] >> (slot % 64) & 1 == 1
+    }
+
+    /// Bytes per validity sector (with line validity, the sector is still the unit of the
+    /// masks below, which are then all or nothing).
+    pub fn sector_size(&self) -> u64 {
+        1 << self.sector_shift
+    }
+
+    /// Valid sectors of the line in `slot` (bit i = sector i; all set with line validity).
+    pub fn valid_mask(&self, slot: Slot) -> u64 {
+        if !self.sectors {
+            return self.full_mask;
+        }
+        self.mask_get(&self.valid_bits, slot)
+    }
+
+    /// Dirty sectors of the line in `slot`.
+    pub fn dirty_mask(&self, slot: Slot) -> u64 {
+        if !self.sectors {
+            return if self.is_dirty(slot) {
+                self.full_mask
+            } else {
+                0
+            };
+        }
+        self.mask_get(&self.dirty_bits, slot)
+    }
+
+    #[inline]
+    fn mask_get(&self, v: &[u64], slot: Slot) -> u64 {
+        let bit = (slot as usize) << self.spl_shift;
+        (v[bit >> 6] >> (bit & 63)) & self.full_mask
+    }
+
+    #[inline]
+    fn set_valid(&mut self, slot: Slot, m: u64) {
+        if self.sectors {
+            let bit = (slot as usize) << self.spl_shift;
+            let w = &mut self.valid_bits[bit >> 6];
+            *w = (*w & !(self.full_mask << (bit & 63))) | (m << (bit & 63));
+        }
+    }
+
+    /// Sets the dirty sectors of a line (and its line-level dirty state).
+    #[inline]
+    fn set_dirty_mask(&mut self, slot: Slot, key: u64, m: u64) {
+        if self.sectors {
+            let bit = (slot as usize) << self.spl_shift;
+            let w = &mut self.dirty_bits[bit >> 6];
+            *w = (*w & !(self.full_mask << (bit & 63))) | (m << (bit & 63));
+        }
+        self.set_dirty(slot, key, m != 0);
+    }
+
+    /// The sectors `[p.lo, p.hi)` touches and those it covers whole.
+    #[inline]
+    fn sector_masks(&self, p: &LinePart) -> (u64, u64) {
+        let ss = self.sector_shift;
+        let (lo, hi) = (p.lo - p.line_start, p.hi - p.line_start);
+        let touched = bits(lo >> ss, ((hi - 1) >> ss) + 1);
+        let (f0, f1) = ((lo + (1 << ss) - 1) >> ss, hi >> ss);
+        let whole = if f1 > f0 { bits(f0, f1) } else { 0 };
+        (touched, whole)
     }
 
     /// Every cached (key, slot, dirty), in slot order. For checks and persistence.
@@ -321,6 +448,10 @@ impl Engine {
             let key = Self::line_key(req.volume, l);
             if let Some(slot) = self.lookup(key) {
                 let ls_start = l << self.line_shift;
+                if self.sectors {
+                    self.trim_sectors(ci, req, key, slot, ls_start);
+                    continue;
+                }
                 let full = req.offset <= ls_start && req.end() >= ls_start + ls;
                 // A partly trimmed dirty line keeps its other dirty bytes.
                 if full || !self.is_dirty(slot) {
@@ -339,6 +470,34 @@ impl Engine {
                 len: req.len,
             },
         );
+    }
+
+    /// Trim of a cached line with sector validity: the whole sectors it covers are dropped
+    /// (dirty ones too: their contents are discarded); a line left with none is removed.
+    fn trim_sectors(&mut self, ci: usize, req: &Request, key: u64, slot: Slot, line_start: u64) {
+        let p = LinePart {
+            key,
+            line_start,
+            lo: req.offset.max(line_start),
+            hi: req.end().min(line_start + self.cfg.line_size),
+        };
+        let (_, whole) = self.sector_masks(&p);
+        let (v, d) = (self.valid_mask(slot), self.dirty_mask(slot));
+        let base = self.ssd_addr(slot);
+        let ss = self.sector_shift;
+        if v & !whole == 0 {
+            self.remove(slot, false);
+            self.counters[ci].invalidations += 1;
+            let len = self.cfg.line_size;
+            self.emit(ci, Step::TrimSsd { ssd: base, len });
+        } else if v & whole != 0 {
+            for (a, b) in Runs(v & whole) {
+                let (ssd, len) = (base + (a << ss), (b - a) << ss);
+                self.emit(ci, Step::TrimSsd { ssd, len });
+            }
+            self.set_valid(slot, v & !whole);
+            self.set_dirty_mask(slot, key, d & !whole);
+        }
     }
 
     /// Sequential cutoff: updates the stream table and says whether this request's misses
@@ -455,19 +614,38 @@ impl Engine {
                 cur_group = group;
                 group_ok = self.group_admits(req, group);
             }
-            let hit = if is_write {
+            let outcome = if is_write {
                 self.write_line(req, &part, &access)
             } else {
                 self.read_line(req, &part, &access)
             };
-            if hit {
-                hits += 1;
-                continue;
+            match outcome {
+                Outcome::Hit => {
+                    hits += 1;
+                    continue;
+                }
+                Outcome::Served { filled } => {
+                    misses += 1;
+                    let c = &mut self.counters[ci];
+                    if filled {
+                        c.admitted_misses += 1;
+                        c.sector_fills += 1;
+                    } else {
+                        c.bypasses.add(Bypass::Mode);
+                    }
+                    continue;
+                }
+                Outcome::Miss => misses += 1,
             }
-            misses += 1;
-            // A miss: admit or bypass.
-            let full =
-                part.lo == part.line_start && part.hi == part.line_start + self.cfg.line_size;
+            // A miss: admit or bypass. A write that would need a fill: part of a line (line
+            // validity) or of a sector (sector validity).
+            let full = if self.sectors {
+                let ss = self.sector_shift;
+                (part.lo - part.line_start) & ((1 << ss) - 1) == 0
+                    && (part.hi - part.line_start) & ((1 << ss) - 1) == 0
+            } else {
+                part.lo == part.line_start && part.hi == part.line_start + self.cfg.line_size
+            };
             let why = if !mode_allocates {
                 Some(Bypass::Mode)
             } else if self.cap == 0 {
@@ -515,13 +693,20 @@ impl Engine {
         }
     }
 
-    /// Serves a read of one line from the cache if it can; returns whether it hit.
+    /// Serves a read of one line from the cache if it can.
     #[inline]
-    fn read_line(&mut self, req: &Request, p: &LinePart, a: &Access) -> bool {
+    fn read_line(&mut self, req: &Request, p: &LinePart, a: &Access) -> Outcome {
         let ci = req.class as usize;
         match self.lookup(p.key) {
             Some(slot) if self.cfg.mode != Mode::PassThrough || self.is_dirty(slot) => {
                 self.policy.hit(slot, a);
+                if self.sectors {
+                    let (m, _) = self.sector_masks(p);
+                    let v = self.valid_mask(slot);
+                    if v & m != m {
+                        return self.read_sectors(req, p, slot, m, v);
+                    }
+                }
                 let ssd = self.ssd_addr(slot) + (p.lo - p.line_start);
                 let buf = p.lo - self.plan.buf_start;
                 self.emit(
@@ -532,23 +717,87 @@ impl Engine {
                         len: p.hi - p.lo,
                     },
                 );
-                true
+                Outcome::Hit
             }
-            Some(_) => false, // pass-through: clean cached lines are read from the HDD
+            Some(_) => Outcome::Miss, // pass-through: clean cached lines are read from the HDD
             None => {
                 self.policy.miss(a);
-                false
+                Outcome::Miss
             }
         }
     }
 
-    /// Handles a write to one line if it is cached; returns whether it counts as a hit.
-    fn write_line(&mut self, req: &Request, p: &LinePart, a: &Access) -> bool {
+    /// A read of a cached line that lacks some requested sectors: the valid ones come from
+    /// the SSD, the rest from the HDD; unless in pass-through, all the line's absent sectors
+    /// are read and filled in, so the line is whole afterwards.
+    fn read_sectors(&mut self, req: &Request, p: &LinePart, slot: Slot, m: u64, v: u64) -> Outcome {
+        let ci = req.class as usize;
+        let fill = self.cfg.mode != Mode::PassThrough;
+        let (ss, base, bs) = (self.sector_shift, self.ssd_addr(slot), self.plan.buf_start);
+        for (a, b) in Runs(m & v) {
+            let lo = p.lo.max(p.line_start + (a << ss));
+            let hi = p.hi.min(p.line_start + (b << ss));
+            let (ssd, buf, len) = (base + (lo - p.line_start), lo - bs, hi - lo);
+            self.emit(ci, Step::ReadSsd { ssd, buf, len });
+        }
+        let absent = if fill { self.full_mask & !v } else { m & !v };
+        for (a, b) in Runs(absent) {
+            let (mut lo, mut hi) = (p.line_start + (a << ss), p.line_start + (b << ss));
+            if !fill {
+                (lo, hi) = (lo.max(p.lo), hi.min(p.hi));
+            }
+            let (vol, buf, len) = (req.volume, lo - bs, hi - lo);
+            self.emit(
+                ci,
+                Step::ReadHdd {
+                    vol,
+                    hdd: lo,
+                    buf,
+                    len,
+                },
+            );
+            if fill {
+                let ssd = base + (lo - p.line_start);
+                self.emit(ci, Step::WriteSsd { ssd, buf, len });
+            }
+        }
+        if fill {
+            self.set_valid(slot, self.full_mask);
+        }
+        Outcome::Served { filled: fill }
+    }
+
+    /// Sector validity: reads from the HDD the parts of the partly written sectors at either
+    /// end of `[p.lo, p.hi)` that the slot lacks (`lacking`), around the client's bytes.
+    fn fill_edges(&mut self, ci: usize, vol: u32, p: &LinePart, slot: Slot, lacking: u64) {
+        let ss = self.sector_shift;
+        let unit = 1u64 << ss;
+        let ssd = self.ssd_addr(slot);
+        let first = p.lo & !(unit - 1);
+        if p.lo > first && lacking >> ((first - p.line_start) >> ss) & 1 == 1 {
+            let (hdd, len) = (first, p.lo - first);
+            let ssd = ssd + (first - p.line_start);
+            self.emit(ci, Step::Populate { vol, hdd, ssd, len });
+        }
+        let last = (p.hi - 1) & !(unit - 1);
+        let end = last + unit;
+        if p.hi < end && lacking >> ((last - p.line_start) >> ss) & 1 == 1 {
+            let (hdd, len) = (p.hi, end - p.hi);
+            let ssd = ssd + (p.hi - p.line_start);
+            self.emit(ci, Step::Populate { vol, hdd, ssd, len });
+        }
+    }
+
+    /// Handles a write to one line if it is cached (then it counts as a hit).
+    fn write_line(&mut self, req: &Request, p: &LinePart, a: &Access) -> Outcome {
         let ci = req.class as usize;
         let Some(slot) = self.lookup(p.key) else {
             self.policy.miss(a);
-            return false;
+            return Outcome::Miss;
         };
+        if self.sectors {
+            return self.write_sectors(req, p, a, slot);
+        }
         let full = p.lo == p.line_start && p.hi == p.line_start + self.cfg.line_size;
         let len = p.hi - p.lo;
         let ssd = self.ssd_addr(slot) + (p.lo - p.line_start);
@@ -576,7 +825,7 @@ impl Engine {
                     // The caller sends the write to the HDD as a bypass.
                     self.remove(slot, false);
                     self.counters[ci].invalidations += 1;
-                    return false;
+                    return Outcome::Miss;
                 }
                 // Part of a dirty line: keep the cached copy whole and current.
                 self.emit(ci, hdd_write);
@@ -584,7 +833,52 @@ impl Engine {
             }
         }
         self.policy.hit(slot, a);
-        true
+        Outcome::Hit
+    }
+
+    /// [`Engine::write_line`] with sector validity: the written sectors become valid; the
+    /// partly written ones at the ends are filled first if the slot lacks them.
+    fn write_sectors(&mut self, req: &Request, p: &LinePart, a: &Access, slot: Slot) -> Outcome {
+        let ci = req.class as usize;
+        let (m, whole) = self.sector_masks(p);
+        let (v, d) = (self.valid_mask(slot), self.dirty_mask(slot));
+        let (len, buf) = (p.hi - p.lo, p.lo - self.plan.buf_start);
+        let ssd = self.ssd_addr(slot) + (p.lo - p.line_start);
+        let vol = req.volume;
+        let hdd_write = Step::WriteHdd {
+            vol,
+            hdd: p.lo,
+            buf,
+            len,
+        };
+        let dirty = match self.cfg.mode {
+            Mode::WriteBack if !req.fua => {
+                self.emit(ci, Step::WriteSsd { ssd, buf, len });
+                d | m
+            }
+            Mode::WriteBack | Mode::WriteThrough | Mode::WriteAround => {
+                self.emit(ci, hdd_write);
+                self.emit(ci, Step::WriteSsd { ssd, buf, len });
+                d & !whole
+            }
+            Mode::ReadOnly | Mode::PassThrough => {
+                if d & !whole == 0 {
+                    // Nothing newer than the HDD survives this write: drop the line.
+                    self.remove(slot, false);
+                    self.counters[ci].invalidations += 1;
+                    return Outcome::Miss;
+                }
+                // Dirty sectors stay: keep the cached copy current.
+                self.emit(ci, hdd_write);
+                self.emit(ci, Step::WriteSsd { ssd, buf, len });
+                d & !whole
+            }
+        };
+        self.fill_edges(ci, vol, p, slot, m & !whole & !v);
+        self.set_valid(slot, v | m);
+        self.set_dirty_mask(slot, p.key, dirty);
+        self.policy.hit(slot, a);
+        Outcome::Hit
     }
 
     /// A missed line that is not admitted: straight to or from the backing device.
@@ -634,7 +928,11 @@ impl Engine {
                     len,
                 },
             );
-            if p.lo > p.line_start {
+            if self.sectors {
+                // Only the partly written sectors at the ends need the HDD.
+                let (m, whole) = self.sector_masks(p);
+                self.fill_edges(ci, vol, p, slot, m & !whole);
+            } else if p.lo > p.line_start {
                 let len = p.lo - p.line_start;
                 self.emit(
                     ci,
@@ -646,7 +944,7 @@ impl Engine {
                     },
                 );
             }
-            if p.hi < p.line_start + ls {
+            if !self.sectors && p.hi < p.line_start + ls {
                 let len = p.line_start + ls - p.hi;
                 let off = p.hi - p.line_start;
                 self.emit(
@@ -682,7 +980,11 @@ impl Engine {
         };
         self.place(slot, p.key, req.class, a);
         self.counters[ci].insertions += 1;
-        if dirty {
+        if req.is_write() && self.sectors {
+            let (m, _) = self.sector_masks(p);
+            self.set_valid(slot, m);
+            self.set_dirty_mask(slot, p.key, if dirty { m } else { 0 });
+        } else if dirty {
             self.set_dirty(slot, p.key, true);
         }
     }
@@ -761,22 +1063,20 @@ impl Engine {
         let line = key & ((1 << LINE_BITS) - 1);
         let ssd = self.ssd_addr(slot);
         let hdd = line << self.line_shift;
-        self.emit(
-            ci,
-            Step::WriteBack {
-                vol,
-                ssd,
-                hdd,
-                len: self.cfg.line_size,
-            },
-        );
+        let ss = self.sector_shift;
+        for (a, b) in Runs(self.dirty_mask(slot)) {
+            let (off, len) = (a << ss, (b - a) << ss);
+            let (ssd, hdd) = (ssd + off, hdd + off);
+            self.emit(ci, Step::WriteBack { vol, ssd, hdd, len });
+        }
         self.counters[ci].write_backs += 1;
-        self.set_dirty(slot, key, false);
+        self.set_dirty_mask(slot, key, 0);
     }
 
     fn place(&mut self, slot: Slot, key: u64, class: u8, a: &Access) {
         self.keys[slot as usize] = key;
         self.classes[slot as usize] = class;
+        self.set_valid(slot, self.full_mask);
         self.map.insert(key, slot);
         self.len += 1;
         self.policy.insert(slot, a);
@@ -785,8 +1085,9 @@ impl Engine {
     fn remove(&mut self, slot: Slot, evicted: bool) {
         let key = self.keys[slot as usize];
         if self.is_dirty(slot) {
-            self.set_dirty(slot, key, false);
+            self.set_dirty_mask(slot, key, 0);
         }
+        self.set_valid(slot, 0);
         self.policy.remove(slot, key, evicted);
         let found = self.map.remove(key, slot);
         debug_assert!(found, "slot {slot} not in the map");

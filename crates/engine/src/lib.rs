@@ -12,7 +12,7 @@ pub mod request;
 pub mod stats;
 pub mod units;
 
-pub use config::{Admission, EngineConfig, Mode, Preset, SeqCutoff};
+pub use config::{Admission, EngineConfig, Mode, Preset, SeqCutoff, Validity};
 pub use engine::{Engine, EngineError};
 pub use plan::{Plan, Step};
 pub use request::{Op, Request, MAX_CLASS, NUM_CLASSES};

@@ -5,7 +5,7 @@
 //! - `line_accesses = line_hits + line_misses = read_line_accesses + write_line_accesses`
 //! - `line_misses = admitted_misses + bypasses.total()`
 //! - `full_hits + partial_hits + full_misses = reads + writes`
-//! - `insertions >= admitted_misses` (group population inserts more)
+//! - `insertions + sector_fills >= admitted_misses` (group population inserts more)
 
 use serde::{Deserialize, Serialize};
 use std::ops::AddAssign;
@@ -79,6 +79,9 @@ pub struct Counters {
     pub bypasses: Bypasses,
     /// Lines put in the cache (misses admitted plus group population).
     pub insertions: u64,
+    /// Missed lines already in the cache whose absent sectors were read from the backing
+    /// device and filled in (sector validity only).
+    pub sector_fills: u64,
     /// Lines evicted to make room.
     pub evictions: u64,
     /// Evicted lines that were dirty (each also counts as a write-back).
@@ -118,6 +121,7 @@ impl AddAssign<&Counters> for Counters {
             full_misses,
             admitted_misses,
             insertions,
+            sector_fills,
             evictions,
             dirty_evictions,
             invalidations,
@@ -202,10 +206,10 @@ impl Counters {
                 return Err(format!("counter invariant broken: {what} ({a} != {b})"));
             }
         }
-        if c.insertions < c.admitted_misses {
+        if c.insertions + c.sector_fills < c.admitted_misses {
             return Err(format!(
-                "counter invariant broken: insertions {} < admitted misses {}",
-                c.insertions, c.admitted_misses
+                "counter invariant broken: insertions {} + sector fills {} < admitted misses {}",
+                c.insertions, c.sector_fills, c.admitted_misses
             ));
         }
         if c.write_backs < c.dirty_evictions {

@@ -1,13 +1,23 @@
 //! Behaviour of the write modes, admission, population, cleaning and trims, step by step.
 
 use tiercache_engine::{
-    Admission, Engine, EngineConfig, Mode, Op, Plan, Preset, Request, SeqCutoff, Step,
+    Admission, Engine, EngineConfig, Mode, Op, Plan, Preset, Request, SeqCutoff, Step, Validity,
 };
 
 fn engine(mode: Mode, cap: u64) -> Engine {
     Engine::new(EngineConfig {
         capacity_lines: cap,
         mode,
+        ..Default::default()
+    })
+    .unwrap()
+}
+
+fn line_engine(mode: Mode, cap: u64) -> Engine {
+    Engine::new(EngineConfig {
+        capacity_lines: cap,
+        mode,
+        validity: Validity::Line,
         ..Default::default()
     })
     .unwrap()
@@ -146,7 +156,7 @@ fn fua_forces_write_through_in_write_back() {
 
 #[test]
 fn partial_write_miss_fills_the_rest_of_the_line() {
-    let mut e = engine(Mode::WriteBack, 4);
+    let mut e = line_engine(Mode::WriteBack, 4);
     let s = steps(&mut e, Request::write(1000, 1000));
     assert_eq!(
         s,
@@ -176,6 +186,7 @@ fn partial_write_miss_fills_the_rest_of_the_line() {
     let mut e = Engine::new(EngineConfig {
         capacity_lines: 4,
         mode: Mode::WriteBack,
+        validity: Validity::Line,
         partial_write_fill: false,
         ..Default::default()
     })
@@ -260,7 +271,7 @@ fn pass_through_reads_clean_lines_from_hdd_but_dirty_ones_from_ssd() {
 
 #[test]
 fn trim_invalidates_but_keeps_partly_trimmed_dirty_lines() {
-    let mut e = engine(Mode::WriteBack, 4);
+    let mut e = line_engine(Mode::WriteBack, 4);
     steps(&mut e, Request::write(0, 8192));
     steps(&mut e, Request::read(8192, 4096));
     let trim = Request::new(0, Op::Trim, 2048, 8192 + 100);
@@ -380,4 +391,147 @@ fn bad_requests_are_errors_not_panics() {
     assert!(e.process(&r).is_err());
     let c = e.counters();
     assert_eq!(c.requests, 0);
+}
+
+#[test]
+fn sector_validity_allocates_partial_writes_without_reading_the_hdd() {
+    let mut e = engine(Mode::WriteBack, 4);
+    // Sector-aligned part of an uncached line: no HDD I/O at all.
+    let s = steps(&mut e, Request::write(512, 1024));
+    assert_eq!(
+        s,
+        vec![Step::WriteSsd {
+            ssd: 512,
+            buf: 512,
+            len: 1024
+        }]
+    );
+    let slot = e.lookup(Engine::line_key(0, 0)).unwrap();
+    assert_eq!((e.valid_mask(slot), e.dirty_mask(slot)), (0b110, 0b110));
+    // A read of the rest: the valid sectors from the SSD, the absent ones from the HDD,
+    // filled in; the line is whole afterwards and the next read hits.
+    let s = steps(&mut e, Request::read(0, 4096));
+    assert_eq!(
+        s,
+        vec![
+            Step::ReadSsd {
+                ssd: 512,
+                buf: 512,
+                len: 1024
+            },
+            Step::ReadHdd {
+                vol: 0,
+                hdd: 0,
+                buf: 0,
+                len: 512
+            },
+            Step::WriteSsd {
+                ssd: 0,
+                buf: 0,
+                len: 512
+            },
+            Step::ReadHdd {
+                vol: 0,
+                hdd: 1536,
+                buf: 1536,
+                len: 2560
+            },
+            Step::WriteSsd {
+                ssd: 1536,
+                buf: 1536,
+                len: 2560
+            },
+        ]
+    );
+    let c = e.counters();
+    assert_eq!((c.line_misses, c.sector_fills, c.insertions), (2, 1, 1));
+    assert_eq!(e.valid_mask(slot), 0xff);
+    steps(&mut e, Request::read(0, 4096));
+    assert_eq!(e.counters().read_line_hits, 1);
+    // Write-back writes only the dirty sectors.
+    steps(&mut e, Request::write(3072, 512));
+    let wb = e.clean(1).steps.clone();
+    assert_eq!(
+        wb,
+        vec![
+            Step::WriteBack {
+                vol: 0,
+                ssd: 512,
+                hdd: 512,
+                len: 1024
+            },
+            Step::WriteBack {
+                vol: 0,
+                ssd: 3072,
+                hdd: 3072,
+                len: 512
+            },
+        ]
+    );
+    assert_eq!(e.dirty_lines(), 0);
+}
+
+#[test]
+fn sector_validity_fills_only_partly_written_sectors() {
+    let mut e = engine(Mode::WriteBack, 4);
+    let s = steps(&mut e, Request::write(1000, 1000));
+    assert_eq!(
+        s,
+        vec![
+            Step::WriteSsd {
+                ssd: 1000,
+                buf: 1000,
+                len: 1000
+            },
+            Step::Populate {
+                vol: 0,
+                hdd: 512,
+                ssd: 512,
+                len: 488
+            },
+            Step::Populate {
+                vol: 0,
+                hdd: 2000,
+                ssd: 2000,
+                len: 48
+            },
+        ]
+    );
+    let slot = e.lookup(Engine::line_key(0, 0)).unwrap();
+    assert_eq!(e.valid_mask(slot), 0b1110);
+}
+
+#[test]
+fn sector_validity_trims_whole_sectors_and_keeps_the_rest() {
+    let mut e = engine(Mode::WriteBack, 4);
+    steps(&mut e, Request::write(0, 8192));
+    steps(&mut e, Request::read(8192, 4096));
+    steps(&mut e, Request::new(0, Op::Trim, 2048, 8192 + 100));
+    // Line 0 keeps sectors 0-3; line 1 goes; line 2 keeps everything (no whole sector
+    // trimmed).
+    assert_eq!((e.len(), e.counters().invalidations), (2, 1));
+    let l0 = e.lookup(Engine::line_key(0, 0)).unwrap();
+    assert_eq!((e.valid_mask(l0), e.dirty_mask(l0)), (0x0f, 0x0f));
+    assert!(e.lookup(Engine::line_key(0, 2)).is_some());
+}
+
+#[test]
+fn read_only_write_keeps_a_line_only_while_it_has_other_dirty_sectors() {
+    let mut e = engine(Mode::WriteBack, 4);
+    steps(&mut e, Request::write(0, 1024));
+    e.set_mode(Mode::ReadOnly);
+    // Overwrites sector 1 only: sector 0 is still dirty, so the line stays, current.
+    let s = steps(&mut e, Request::write(512, 512));
+    assert!(s.contains(&Step::WriteHdd {
+        vol: 0,
+        hdd: 512,
+        buf: 512,
+        len: 512
+    }));
+    let slot = e.lookup(Engine::line_key(0, 0)).unwrap();
+    assert_eq!(e.dirty_mask(slot), 0b01);
+    // Overwrites sector 0 too: nothing newer than the HDD is left, the line goes.
+    steps(&mut e, Request::write(0, 512));
+    assert!(e.lookup(Engine::line_key(0, 0)).is_none());
+    assert_eq!(e.counters().invalidations, 1);
 }

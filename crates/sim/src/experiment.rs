@@ -22,7 +22,7 @@ use crate::{Input, SimSpec};
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
-use tiercache_engine::{parse_size, Admission, CacheSize, EngineConfig, Mode, Preset};
+use tiercache_engine::{parse_size, Admission, CacheSize, EngineConfig, Mode, Preset, Validity};
 
 /// Where requests come from.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -55,6 +55,8 @@ pub struct CacheSection {
     pub seq_cutoff_write: Option<String>,
     pub dirty_high: Option<f64>,
     pub dirty_low: Option<f64>,
+    /// sector (default) | line: what is valid and dirty inside a line.
+    pub validity: Option<String>,
     pub partial_write_fill: Option<bool>,
     pub slru_protected: Option<f64>,
     pub s3fifo_small: Option<f64>,
@@ -81,6 +83,7 @@ impl CacheSection {
             seq_cutoff_write,
             dirty_high,
             dirty_low,
+            validity,
             partial_write_fill,
             slru_protected,
             s3fifo_small
@@ -129,6 +132,9 @@ impl CacheSection {
         }
         if let Some(x) = self.dirty_low {
             cfg.dirty_low = x;
+        }
+        if let Some(v) = &self.validity {
+            cfg.validity = v.parse::<Validity>().map_err(anyhow::Error::msg)?;
         }
         if let Some(x) = self.partial_write_fill {
             cfg.partial_write_fill = x;
