@@ -52,6 +52,15 @@ pub struct SsdConfig {
     /// Controller (firmware) time per host command. Commands are processed one at a time,
     /// so this also caps the command rate at 1e6 / controller_us per second.
     pub controller_us: f64,
+    /// DRAM write buffer: a write (without FUA) completes once its data is in the buffer;
+    /// programming continues behind it. A full buffer makes writes wait for programs to
+    /// finish, so sustained writes still run at flash speed. 0 = no buffer (every write
+    /// waits for its programs).
+    pub write_buffer_bytes: u64,
+    /// Program suspend: a read for a die that is busy programming (or erasing) waits this
+    /// long for the die to suspend, instead of for the whole backlog; the die's later work
+    /// shifts by the read. Negative = never suspend (reads queue behind programs).
+    pub suspend_us: f64,
 }
 
 impl Default for SsdConfig {
@@ -80,6 +89,9 @@ impl SsdConfig {
                 channel_mb_s: 333.0,             // [MQ] 333 MT/s, 8-bit bus
                 host_mb_s: 600.0,                // calc: SATA 6 Gb/s with 8b/10b coding
                 controller_us: 5.0,              // assumed
+                write_buffer_bytes: 64 << 20,    // assumed, as the 710's DRAM [TH710]
+
+                suspend_us: 100.0, // [MQ] program suspend
             },
             // Intel SSD 710 200 GB: 25 nm HET-MLC, 38,500 / 2,700 4K IOPS, 270 / 210 MB/s
             // [TH710]. NAND timings and page: [MQ] proxy. Random writes here are bounded
@@ -97,6 +109,9 @@ impl SsdConfig {
                 channel_mb_s: 200.0,             // assumed (ONFI 2 class)
                 host_mb_s: 270.0,                // [TH710] sequential read as the link cap
                 controller_us: 26.0,             // calc: 1e6 / 38,500 IOPS [TH710]
+                write_buffer_bytes: 64 << 20,    // [TH710] 64 MB DRAM, as an upper bound
+
+                suspend_us: 100.0, // [MQ] program suspend
             },
             // Intel SSD 311 20 GB: 34 nm SLC in 5 packages [LR311]; 37,000 / 3,300 IOPS at
             // QD32, 200 / 105 MB/s, 65 / 75 us typ latency [PCP311]. SLC NAND timings and
@@ -114,6 +129,9 @@ impl SsdConfig {
                 channel_mb_s: 200.0,            // assumed (ONFI 2 class)
                 host_mb_s: 200.0,               // [PCP311] sequential read as the link cap
                 controller_us: 27.0,            // calc: 1e6 / 37,000 IOPS [PCP311]
+                write_buffer_bytes: 32 << 20,   // [LR311] 32 MB DRAM, as an upper bound
+
+                suspend_us: 100.0, // [MQ] program suspend
             },
             _ => return None,
         })
@@ -212,10 +230,22 @@ pub struct Ssd {
     die_free_ns: Vec<u64>,
     /// When each die's cache register has been read out over the bus.
     register_free_ns: Vec<u64>,
+    /// When each die's latest read leaves its array (reads order among themselves).
+    read_free_ns: Vec<u64>,
+    /// When each die's booked programs and erases end.
+    prog_until_ns: Vec<u64>,
+    suspend_ns: Option<u64>,
     buses: Vec<Timeline>,
     link: Timeline,
     /// Completion time of the latest write so far (flushes wait for it).
     writes_done_ns: u64,
+    /// Pages being programmed from the write buffer: (program done, bytes).
+    buffered: BinaryHeap<Reverse<(u64, u64)>>,
+    buffered_bytes: u64,
+    /// Buffered bytes not yet making a whole page.
+    fill_bytes: u64,
+    /// Die the next buffered page goes to.
+    next_unit: usize,
     pending: BinaryHeap<Reverse<(u64, u64)>>,
     cmds: Vec<FlashCmd>,
 }
@@ -234,9 +264,16 @@ impl Ssd {
             controller_free_ns: 0,
             die_free_ns: vec![0; units],
             register_free_ns: vec![0; units],
+            read_free_ns: vec![0; units],
+            prog_until_ns: vec![0; units],
+            suspend_ns: (cfg.suspend_us >= 0.0).then(|| us_to_ns(cfg.suspend_us)),
             buses: vec![Timeline::default(); cfg.channels as usize],
             link: Timeline::default(),
             writes_done_ns: 0,
+            buffered: BinaryHeap::new(),
+            buffered_bytes: 0,
+            fill_bytes: 0,
+            next_unit: 0,
             pending: BinaryHeap::new(),
             cmds: Vec::new(),
             cfg,
@@ -286,6 +323,11 @@ impl Ssd {
         let ready = start + self.controller_ns;
         self.controller_free_ns = ready;
         let mut done = ready;
+        if op.kind == IoKind::Flush && self.fill_bytes > 0 {
+            // The partly filled page is programmed (padded) before the flush completes.
+            self.program_buffered(ready);
+            self.fill_bytes = 0;
+        }
         let channels = self.cfg.channels as usize;
         for cmd in &self.cmds {
             assert!(
@@ -303,11 +345,26 @@ impl Ssd {
                     // Cache read: the page moves from the data register to the cache
                     // register once that is free, and the array can start the next read
                     // while the cache register streams out over the bus.
-                    let array_done = ready.max(self.die_free_ns[u]) + self.read_ns;
-                    let in_cache = array_done.max(self.register_free_ns[u]);
+                    let suspend = self.suspend_ns.filter(|_| self.prog_until_ns[u] > ready);
+                    let array_done = match suspend {
+                        // Suspend the program or erase, read, resume it later.
+                        Some(sus) => ready.max(self.read_free_ns[u]) + sus + self.read_ns,
+                        None => ready.max(self.die_free_ns[u]) + self.read_ns,
+                    };
+                    let in_cache = match suspend {
+                        Some(_) => array_done,
+                        None => array_done.max(self.register_free_ns[u]),
+                    };
                     let out_done = bus.reserve(in_cache, bus_ns) + bus_ns;
-                    self.die_free_ns[u] = in_cache;
-                    self.register_free_ns[u] = out_done;
+                    self.die_free_ns[u] = match suspend {
+                        Some(sus) => {
+                            self.prog_until_ns[u] += sus + self.read_ns;
+                            self.die_free_ns[u].max(in_cache) + sus + self.read_ns
+                        }
+                        None => in_cache,
+                    };
+                    self.read_free_ns[u] = in_cache;
+                    self.register_free_ns[u] = self.register_free_ns[u].max(out_done);
                     if cmd.host {
                         self.link.reserve(out_done, link_ns) + link_ns
                     } else {
@@ -326,6 +383,7 @@ impl Ssd {
                     let fin = bus.reserve(on_die, bus_ns) + bus_ns + self.program_ns;
                     self.die_free_ns[u] = fin;
                     self.register_free_ns[u] = fin;
+                    self.prog_until_ns[u] = fin;
                     fin
                 }
                 FlashOp::Erase => {
@@ -333,6 +391,7 @@ impl Ssd {
                         + self.erase_ns;
                     self.die_free_ns[u] = fin;
                     self.register_free_ns[u] = fin;
+                    self.prog_until_ns[u] = fin;
                     fin
                 }
             };
@@ -344,6 +403,56 @@ impl Ssd {
             IoKind::Read | IoKind::Trim => {}
         }
         done
+    }
+}
+
+impl Ssd {
+    /// A write into the DRAM buffer: it completes once its data is in and the buffer has room
+    /// for it. Buffered data is programmed a full page at a time, round robin over the dies,
+    /// as a page-mapped FTL writes its log, so small writes cost flash time by their bytes.
+    fn buffered_write(&mut self, now_ns: u64, op: &IoOp) -> u64 {
+        let start = now_ns.max(self.controller_free_ns);
+        let ready = start + self.controller_ns;
+        self.controller_free_ns = ready;
+        let link_ns = transfer_ns(op.len, self.cfg.host_mb_s);
+        let mut ack = self.link.reserve(ready, link_ns) + link_ns;
+        // Room: programs that ended by now free their pages; if the buffer is still too full,
+        // wait for the earliest ones.
+        let cap = self
+            .cfg
+            .write_buffer_bytes
+            .max(op.len + self.cfg.page_bytes);
+        while let Some(&Reverse((fin, bytes))) = self.buffered.peek() {
+            if fin > ack && self.buffered_bytes + self.fill_bytes + op.len <= cap {
+                break;
+            }
+            self.buffered.pop();
+            self.buffered_bytes -= bytes;
+            ack = ack.max(fin);
+        }
+        self.fill_bytes += op.len;
+        while self.fill_bytes >= self.cfg.page_bytes {
+            self.fill_bytes -= self.cfg.page_bytes;
+            self.program_buffered(ack);
+        }
+        ack
+    }
+
+    /// Programs one page of buffered data (or the partly filled rest) on the next die.
+    fn program_buffered(&mut self, at_ns: u64) {
+        let page = self.cfg.page_bytes;
+        let u = self.next_unit;
+        self.next_unit = (u + 1) % self.units;
+        let bus = &mut self.buses[u % self.cfg.channels as usize];
+        let bus_ns = transfer_ns(page, self.cfg.channel_mb_s);
+        let on_die = at_ns.max(self.die_free_ns[u]).max(self.register_free_ns[u]);
+        let fin = bus.reserve(on_die, bus_ns) + bus_ns + self.program_ns;
+        self.die_free_ns[u] = fin;
+        self.register_free_ns[u] = fin;
+        self.prog_until_ns[u] = fin;
+        self.writes_done_ns = self.writes_done_ns.max(fin);
+        self.buffered.push(Reverse((fin, page)));
+        self.buffered_bytes += page;
     }
 }
 
@@ -361,6 +470,15 @@ impl Model for Ssd {
             b.prune(now_ns);
         }
         self.link.prune(now_ns);
+        if op.kind == IoKind::Write
+            && !op.fua
+            && self.cfg.write_buffer_bytes > 0
+            && self.ftl.is_none()
+        {
+            let done = self.buffered_write(now_ns, op);
+            self.pending.push(Reverse((done, tag)));
+            return;
+        }
         let mut cmds = std::mem::take(&mut self.cmds);
         cmds.clear();
         match self.ftl.as_mut() {
@@ -446,7 +564,10 @@ mod tests {
 
     #[test]
     fn ftl_hook_decides_the_flash_work() {
-        let cfg = SsdConfig::default();
+        let cfg = SsdConfig {
+            write_buffer_bytes: 0,
+            ..SsdConfig::default()
+        };
         let mut s = Ssd::with_ftl(cfg.clone(), Box::new(EraseEveryWrite)).unwrap();
         s.accept(0, 1, &IoOp::new(IoKind::Write, 0, 4096));
         let t = s.next_event().unwrap();

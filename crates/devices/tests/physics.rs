@@ -155,6 +155,74 @@ fn ssd_sequential_is_link_bound() {
     }
 }
 
+fn ssd(cfg: SsdConfig) -> Box<dyn Device> {
+    build(&DeviceSpec::Ssd(cfg)).unwrap()
+}
+
+#[test]
+fn ssd_write_buffer_hides_program_time_until_it_fills() {
+    let cfg = SsdConfig::default();
+    let unbuffered = SsdConfig {
+        write_buffer_bytes: 0,
+        ..cfg.clone()
+    };
+    let cap = cfg.capacity_bytes;
+    let writes = |n| random_ops(IoKind::Write, 4 * KIB, 4 * KIB, cap, n, 9);
+    // QD1 4 KiB writes: with the buffer, controller + link (~12 us), not the 750 us program.
+    let b = closed_loop(&mut *ssd(cfg.clone()), 0, 1, writes(1000));
+    let u = closed_loop(&mut *ssd(unbuffered), 0, 1, writes(1000));
+    eprintln!(
+        "ssd:default 4K random write QD1: buffered {:.1} us, unbuffered {:.1} us",
+        b.mean_latency_ns / 1e3,
+        u.mean_latency_ns / 1e3
+    );
+    assert!(b.mean_latency_ns < 50_000.0, "{b:?}");
+    assert!(u.mean_latency_ns > 750_000.0, "{u:?}");
+    // Sustained: 4x the buffer written back to back runs at the flash program rate
+    // (8 units x 8 KiB pages per 750 us = 87 MB/s), however fast the first MiBs went.
+    let n = 4 * cfg.write_buffer_bytes / MIB;
+    let w = closed_loop(
+        &mut *ssd(cfg.clone()),
+        0,
+        4,
+        sequential_ops(IoKind::Write, MIB, 0, n),
+    );
+    let flash_mb_s = 8.0 * 8192.0 / 750e-6 / 1e6;
+    eprintln!("ssd:default sustained 1 MiB writes: {:.0} MB/s", w.mb_s);
+    assert!(
+        w.mb_s < 1.4 * flash_mb_s && w.mb_s > 0.8 * flash_mb_s,
+        "{w:?}"
+    );
+    // Program suspend: a read right after a burst of buffered writes does not wait for the
+    // backlog (tens of ms of programs per die) but only for a suspend.
+    let mut d = ssd(cfg.clone());
+    let burst = closed_loop(&mut *d, 0, 8, sequential_ops(IoKind::Write, MIB, 0, 16));
+    let r = closed_loop(
+        &mut *d,
+        burst.end_ns,
+        1,
+        [IoOp::new(IoKind::Read, 0, 4 * KIB)],
+    );
+    eprintln!(
+        "ssd:default read behind 16 MiB of buffered writes: {:.0} us",
+        r.mean_latency_ns / 1e3
+    );
+    assert!(r.mean_latency_ns < 400_000.0, "{r:?}");
+    // FUA and flush wait for the flash.
+    let mut d = ssd(cfg);
+    let mut op = IoOp::new(IoKind::Write, 0, 4 * KIB);
+    op.fua = true;
+    let r = closed_loop(&mut *d, 0, 1, [op]);
+    assert!(r.mean_latency_ns > 750_000.0, "FUA write took {r:?}");
+    let start = r.end_ns;
+    let r = closed_loop(&mut *d, start, 1, [IoOp::new(IoKind::Write, 8192, 4 * KIB)]);
+    let f = closed_loop(&mut *d, r.end_ns, 1, [IoOp::new(IoKind::Flush, 0, 0)]);
+    assert!(
+        f.end_ns >= start + 750_000,
+        "flush returned before the buffered write was programmed: {f:?}"
+    );
+}
+
 #[test]
 fn raid0_of_four_scales_random_reads() {
     let one = random_reads(&mut *dev("7200"), 8, 3000, 7);
