@@ -183,6 +183,9 @@ struct Flight {
     background: bool,
 }
 
+/// Largest HDD write that merged write-backs make.
+const MAX_MERGED_WB: u64 = 1 << 20;
+
 /// Converts one plan into tasks with their dependencies.
 fn tasks_of(steps: &[Step], is_write: bool, hdd_cap: u64, ssd_cap: u64, fua: bool) -> Vec<Task> {
     let h = |off: u64| off % hdd_cap.max(1);
@@ -196,8 +199,52 @@ fn tasks_of(steps: &[Step], is_write: bool, hdd_cap: u64, ssd_cap: u64, fua: boo
     let mut tasks: Vec<Task> = Vec::with_capacity(steps.len());
     let mut fills: Vec<u16> = Vec::new();
     let mut wbs: Vec<u16> = Vec::new();
+    // The HDD write of the last write-back: (task, volume, end offset). Victims of one
+    // request are evicted between its SSD writes; merging across those is safe, as the
+    // merged write only waits for victims' SSD reads, which wait for nothing.
+    let mut wb_run: Option<(u16, u32, u64)> = None;
     for step in steps {
         let idx = tasks.len() as u16;
+        if let Step::WriteBack { vol, ssd, hdd, len } = *step {
+            // A write-back is an SSD read feeding an HDD write. Write-backs of contiguous HDD
+            // ranges (victims inserted together, LBA-ordered cleaning) share one HDD write,
+            // as a real cleaner merges them: one seek instead of one per line.
+            let read = |dependent: u16| Task {
+                dev: Dev::Ssd,
+                op: io(IoKind::Read, s(ssd), len),
+                then: None,
+                deps_left: 0,
+                dependents: vec![dependent],
+                foreground: is_write,
+            };
+            match wb_run {
+                Some((w, v, end))
+                    if v == vol
+                        && end == hdd
+                        && tasks[w as usize].op.len + len <= MAX_MERGED_WB =>
+                {
+                    tasks.push(read(w));
+                    let t = &mut tasks[w as usize];
+                    t.op.len += len;
+                    t.deps_left += 1;
+                    wb_run = Some((w, vol, hdd + len));
+                }
+                _ => {
+                    tasks.push(read(idx + 1));
+                    tasks.push(Task {
+                        dev: Dev::Hdd,
+                        op: io(IoKind::Write, h(hdd), len),
+                        then: None,
+                        deps_left: 1,
+                        dependents: Vec::new(),
+                        foreground: is_write,
+                    });
+                    wbs.push(idx + 1);
+                    wb_run = Some((idx + 1, vol, hdd + len));
+                }
+            }
+            continue;
+        }
         let (dev, op, then, deps, fg): (Dev, IoOp, Option<(Dev, IoOp)>, Vec<u16>, bool) =
             match *step {
                 Step::ReadSsd { ssd, len, .. } => {
@@ -229,16 +276,7 @@ fn tasks_of(steps: &[Step], is_write: bool, hdd_cap: u64, ssd_cap: u64, fua: boo
                     wbs.clone(),
                     false,
                 ),
-                Step::WriteBack { ssd, hdd, len, .. } => {
-                    wbs.push(idx);
-                    (
-                        Dev::Ssd,
-                        io(IoKind::Read, s(ssd), len),
-                        Some((Dev::Hdd, io(IoKind::Write, h(hdd), len))),
-                        vec![],
-                        is_write,
-                    )
-                }
+                Step::WriteBack { .. } => unreachable!("handled above"),
                 Step::TrimSsd { ssd, len } => {
                     (Dev::Ssd, io(IoKind::Trim, s(ssd), len), None, vec![], true)
                 }
@@ -560,11 +598,29 @@ impl<'a> Executor<'a> {
             let Some(step) = self.bg_queue.pop_front() else {
                 return;
             };
+            // Cleaning is in LBA order: write-backs of contiguous ranges go as one HDD write.
+            let mut run = vec![step];
+            while let (
+                Some(Step::WriteBack { vol, hdd, len, .. }),
+                Some(&Step::WriteBack {
+                    vol: v2,
+                    hdd: h2,
+                    len: l2,
+                    ..
+                }),
+            ) = (run.last(), self.bg_queue.front())
+            {
+                let bytes: u64 = run.iter().map(|s| s.bytes().0).sum();
+                if *vol != v2 || hdd + len != h2 || bytes + l2 > MAX_MERGED_WB {
+                    break;
+                }
+                run.push(self.bg_queue.pop_front().expect("front exists"));
+            }
             let (hcap, scap) = (
                 self.hdd.capacity_bytes(),
                 self.ssd.as_ref().map(|s| s.capacity_bytes()).unwrap_or(1),
             );
-            let mut tasks = tasks_of(&[step], false, hcap, scap, false);
+            let mut tasks = tasks_of(&run, false, hcap, scap, false);
             for t in &mut tasks {
                 t.foreground = false;
             }
