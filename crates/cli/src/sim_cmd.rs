@@ -483,6 +483,12 @@ fn print_timed(rep: &TimedReport, json: bool, csv: bool) -> Result<()> {
         )?,
         None => writeln!(out, "warm-up      n/a")?,
     }
+    if let Some(w) = t.warmup_iops_s {
+        writeln!(
+            out,
+            "             {w:.1} s until windowed IOPS reaches 95 % of its final value"
+        )?;
+    }
     match (rep.cost_usd, rep.cost_per_mb_per_iops) {
         (Some(c), Some(m)) => writeln!(out, "cost         ${c:.2}; {m:.3e} $ per MB per IOPS")?,
         _ => writeln!(

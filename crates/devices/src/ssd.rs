@@ -58,8 +58,8 @@ pub struct SsdConfig {
     /// waits for its programs).
     pub write_buffer_bytes: u64,
     /// Program suspend: a read for a die that is busy programming (or erasing) waits this
-    /// long for the die to suspend, instead of for the whole backlog; the die's later work
-    /// shifts by the read. Negative = never suspend (reads queue behind programs).
+    /// long for the die to suspend, instead of for the whole backlog. Negative = never
+    /// suspend (reads queue behind programs).
     pub suspend_us: f64,
 }
 
@@ -356,13 +356,12 @@ impl Ssd {
                         None => array_done.max(self.register_free_ns[u]),
                     };
                     let out_done = bus.reserve(in_cache, bus_ns) + bus_ns;
-                    self.die_free_ns[u] = match suspend {
-                        Some(sus) => {
-                            self.prog_until_ns[u] += sus + self.read_ns;
-                            self.die_free_ns[u].max(in_cache) + sus + self.read_ns
-                        }
-                        None => in_cache,
-                    };
+                    // A suspended program resumes where it stopped; the model does not move
+                    // its end (reads are rare beside a program backlog, and moving it per
+                    // read would let a read stream postpone programs without bound).
+                    if suspend.is_none() {
+                        self.die_free_ns[u] = in_cache;
+                    }
                     self.read_free_ns[u] = in_cache;
                     self.register_free_ns[u] = self.register_free_ns[u].max(out_done);
                     if cmd.host {

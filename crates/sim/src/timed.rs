@@ -148,6 +148,11 @@ pub struct TimedResult {
     /// Time until the windowed hit ratio first reaches 95 % of its final steady value
     /// (the mean of the last 10 % of windows); None without a cache or without hits.
     pub warmup_s: Option<f64>,
+    /// Time until the windowed IOPS first reaches 95 % of its final steady value (the mean
+    /// of the last 10 % of whole windows): what "the IOPS is almost at the top and stable"
+    /// measures (Qsan). Later than `warmup_s`: near the top, every miss still costs a disk
+    /// access, so IOPS keeps climbing after the hit ratio looks warm.
+    pub warmup_iops_s: Option<f64>,
     /// Device operations that failed (fault injection).
     pub device_errors: u64,
     pub series: Vec<Window>,
@@ -897,10 +902,13 @@ pub fn simulate_timed<'a>(
         })
         .collect();
     let has_cache = ex.ssd.is_some() && ex.engine.capacity_lines() > 0;
-    let warmup_s = if has_cache {
-        warmup_time(&series, &ex.win_hits)
+    let (warmup_s, warmup_iops_s) = if has_cache {
+        (
+            warmup_time(&series, &ex.win_hits),
+            warmup_iops_time(&series),
+        )
     } else {
-        None
+        (None, None)
     };
     let timed = TimedResult {
         drive: match opts.drive {
@@ -926,6 +934,7 @@ pub fn simulate_timed<'a>(
             .as_ref()
             .map(|s| device_use(&**s, drained.saturating_sub(first))),
         warmup_s,
+        warmup_iops_s,
         device_errors: ex.device_errors,
         series,
     };
@@ -953,6 +962,29 @@ pub fn warmup_time(series: &[Window], hits: &[(u64, u64)]) -> Option<f64> {
         .zip(hits)
         .find(|(w, x)| x.1 > 0 && w.hit_ratio >= 0.95 * steady)
         .map(|(w, _)| w.t_s)
+}
+
+/// Time until the windowed IOPS first reaches 95 % of the mean of the last 10 % of whole
+/// windows (the last, partial window is left out when there are others).
+pub fn warmup_iops_time(series: &[Window]) -> Option<f64> {
+    let whole = if series.len() > 2 {
+        &series[..series.len() - 1]
+    } else {
+        series
+    };
+    let tail = (whole.len() / 10).max(1);
+    let steady = whole[whole.len().checked_sub(tail)?..]
+        .iter()
+        .map(|w| w.iops)
+        .sum::<f64>()
+        / tail as f64;
+    if steady <= 0.0 {
+        return None;
+    }
+    whole
+        .iter()
+        .find(|w| w.iops >= 0.95 * steady)
+        .map(|w| w.t_s)
 }
 
 /// The devices, drive and prices of a timed run.
