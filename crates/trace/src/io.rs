@@ -186,6 +186,9 @@ fn text_candidates(line: &[u8]) -> Vec<Format> {
     if ws.len() == 4 && ws.iter().all(|b| int(b)) {
         c.push(Format::Arc);
     }
+    if ws.len() == 1 && int(ws[0]) {
+        c.push(Format::LcsTxt);
+    }
     if ws.len() >= 7 {
         if let Some((a, b)) = std::str::from_utf8(ws[0])
             .ok()
@@ -289,28 +292,47 @@ pub fn open(
         Some(f) => f,
         None => detect(path)?,
     };
-    let rec_size = match format {
-        // Decided by the first record.
-        Format::Vscsi => 0,
-        f => f.record_size(),
-    };
-    Ok(TraceReader {
-        path: path.to_path_buf(),
+    Ok(TraceReader::from_reader(
+        path,
         format,
-        ctx: ctx_of(opts),
-        skip_bad: opts.skip_bad,
-        src: open_raw(path)?,
-        line: Vec::with_capacity(256),
-        lineno: 0,
-        rec: vec![0; formats::vscsi::RECORD_V2.max(formats::oracle::RECORD)],
-        rec_size,
-        recno: 0,
-        byte_pos: 0,
-        first_time: None,
-        skipped: 0,
-        first_error: None,
-        done: false,
-    })
+        open_raw(path)?,
+        opts,
+    ))
+}
+
+impl TraceReader {
+    /// A reader over any byte stream (already decompressed) in a known format; `label` names
+    /// it in error messages. Fuzzers and in-memory traces use it.
+    pub fn from_reader(
+        label: &Path,
+        format: Format,
+        src: Box<dyn BufRead + Send>,
+        opts: &ReadOptions,
+    ) -> TraceReader {
+        let path = label;
+        let rec_size = match format {
+            // Decided by the first record.
+            Format::Vscsi => 0,
+            f => f.record_size(),
+        };
+        TraceReader {
+            path: path.to_path_buf(),
+            format,
+            ctx: ctx_of(opts),
+            skip_bad: opts.skip_bad,
+            src,
+            line: Vec::with_capacity(256),
+            lineno: 0,
+            rec: vec![0; formats::vscsi::RECORD_V2.max(formats::oracle::RECORD)],
+            rec_size,
+            recno: 0,
+            byte_pos: 0,
+            first_time: None,
+            skipped: 0,
+            first_error: None,
+            done: false,
+        }
+    }
 }
 
 /// A streaming trace reader: an iterator of requests, ending after the first error (unless
@@ -461,6 +483,7 @@ impl TraceReader {
             Format::Arc => arc::parse(line, c),
             Format::Blkparse => blkparse::parse(line, c),
             Format::LcsCsv => lcs_csv::parse(line, c),
+            Format::LcsTxt => lcs_txt::parse(line, c),
             Format::Simple => simple::parse(line, c),
             Format::OracleGeneral | Format::Vscsi => {
                 Err("internal: binary format parsed as text".into())
@@ -760,6 +783,7 @@ impl TraceWriter {
             Format::Arc => arc::write(w, r, c, seq - 1),
             Format::Blkparse => blkparse::write(w, r, c, seq),
             Format::LcsCsv => lcs_csv::write(w, r, c),
+            Format::LcsTxt => lcs_txt::write(w, r, c),
             Format::Simple => simple::write(w, r, c),
             Format::Vscsi => vscsi::write(w, r, c, seq as u32),
             Format::OracleGeneral => self.oracle.push(r, c),
@@ -821,6 +845,7 @@ mod tests {
         assert_eq!(d("0,303567,3584,w,0.000000,extra\n"), Ok(Format::Spc));
         assert_eq!(d("11413000 0 657728 16 1\n"), Ok(Format::Disksim));
         assert_eq!(d("230027 8 0 0\n"), Ok(Format::Arc));
+        assert_eq!(d("42932745\n42932753\n"), Ok(Format::LcsTxt));
         assert_eq!(
             d("  8,0    3        1     0.000000000  697  Q   R 223490 + 8 [kjournald]\n"),
             Ok(Format::Blkparse)

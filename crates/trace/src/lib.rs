@@ -25,6 +25,7 @@
 //! out.finish().unwrap();
 //! ```
 
+pub mod content;
 pub mod formats;
 mod io;
 pub mod stats;

@@ -49,6 +49,7 @@ fn representable(f: Format, mut r: Request) -> Request {
             let (o, l) = cover(&r);
             r = Request::new(0, Op::Read, o, l);
         }
+        Format::LcsTxt => r = Request::new(0, Op::Read, r.offset / 512 * 512, 512),
         Format::Blkparse => {
             (r.offset, r.len) = cover(&r);
             match r.op {
@@ -148,7 +149,7 @@ fn every_format_round_trips_through_every_compression() {
             .iter()
             .filter(|r| match f {
                 Format::Simple | Format::Blkparse | Format::LcsCsv | Format::Vscsi => true,
-                Format::Arc | Format::OracleGeneral => {
+                Format::Arc | Format::LcsTxt | Format::OracleGeneral => {
                     matches!(r.op, Op::Read | Op::Write)
                 }
                 _ => matches!(r.op, Op::Read | Op::Write),

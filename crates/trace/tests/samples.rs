@@ -198,3 +198,21 @@ fn arc_traces() {
     assert_eq!(s.footprint_blocks, 186_880);
     assert_eq!(s.read_share, 1.0);
 }
+
+#[test]
+fn cloudphysics_txt_has_the_csv_start_sectors() {
+    let Some(d) = traces() else { return };
+    let p = d.join("cloudPhysicsIO/cloudPhysicsIO.txt");
+    assert_eq!(detect(&p).unwrap(), Format::LcsTxt);
+    let opts = ReadOptions::default();
+    let txt: Vec<u64> = open(&p, None, &opts)
+        .unwrap()
+        .map(|r| r.unwrap().offset)
+        .collect();
+    let csv: Vec<u64> = open(&d.join("cloudPhysicsIO/cloudPhysicsIO.csv"), None, &opts)
+        .unwrap()
+        .map(|r| r.unwrap().offset)
+        .collect();
+    assert_eq!(txt.len(), 113_872);
+    assert_eq!(txt, csv, "the txt ids are the csv's lbn (512 B sectors)");
+}

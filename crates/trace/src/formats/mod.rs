@@ -28,7 +28,9 @@ pub mod alibaba;
 pub mod arc;
 pub mod blkparse;
 pub mod disksim;
+pub mod fiu;
 pub mod lcs_csv;
+pub mod lcs_txt;
 pub mod msr;
 pub mod oracle;
 pub mod simple;
@@ -52,13 +54,14 @@ pub enum Format {
     Arc,
     Blkparse,
     LcsCsv,
+    LcsTxt,
     OracleGeneral,
     Vscsi,
     Simple,
 }
 
 impl Format {
-    pub const ALL: [Format; 12] = [
+    pub const ALL: [Format; 13] = [
         Format::Simple,
         Format::Msr,
         Format::Systor,
@@ -69,6 +72,7 @@ impl Format {
         Format::Arc,
         Format::Blkparse,
         Format::LcsCsv,
+        Format::LcsTxt,
         Format::OracleGeneral,
         Format::Vscsi,
     ];
@@ -84,6 +88,7 @@ impl Format {
             Format::Arc => "arc",
             Format::Blkparse => "blkparse",
             Format::LcsCsv => "lcs-csv",
+            Format::LcsTxt => "lcs-txt",
             Format::OracleGeneral => "oracle-general",
             Format::Vscsi => "vscsi",
             Format::Simple => "simple",
@@ -101,6 +106,7 @@ impl Format {
             Format::Arc => "ARC .lis: start_block num_blocks ignore request_number (reads; 512 B blocks)",
             Format::Blkparse => "blkparse text: maj,min cpu seq time pid action RWBS sector + count [proc] (one action, default Q)",
             Format::LcsCsv => "libCacheSim/CloudPhysics csv: version,time,op(SCSI hex),size,lbn(sectors) (header)",
+            Format::LcsTxt => "libCacheSim plain text: one object id per line; reads of one block (512 B) at id x block",
             Format::OracleGeneral => "libCacheSim oracleGeneral binary: <u32 time_s, u64 id, u32 size, i64 next>; reads at id x 512 B",
             Format::Vscsi => "VMware vscsi binary, v1 (32 B records) or v2 (40 B): SCSI opcode, len, lbn (sectors), ts_us",
             Format::Simple => "tiercache CSV: time_ns,op,offset,len[,class[,volume[,fua]]] (header)",
@@ -142,6 +148,7 @@ impl FromStr for Format {
             "arc" | "lis" => Format::Arc,
             "blkparse" | "blktrace" => Format::Blkparse,
             "lcs-csv" | "cloudphysics-csv" | "libcachesim-csv" => Format::LcsCsv,
+            "lcs-txt" | "txt" | "libcachesim-txt" => Format::LcsTxt,
             "oracle-general" | "oraclegeneral" => Format::OracleGeneral,
             "vscsi" => Format::Vscsi,
             "simple" | "csv" | "tiercache" => Format::Simple,

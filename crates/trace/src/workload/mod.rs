@@ -16,8 +16,10 @@
 //! alone). Zipf and Poisson sampling use `f64` `powf`/`exp`/`ln`; a platform whose libm
 //! rounds differently in the last place could, very rarely, move one sample.
 
+pub mod bootstorm;
 mod hotspot;
 mod iometer;
+pub mod restore;
 mod seq;
 mod uniform;
 pub mod units;
