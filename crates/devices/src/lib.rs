@@ -34,6 +34,7 @@
 pub mod bench;
 mod checked;
 mod faulty;
+mod ftl;
 mod hdd;
 mod price;
 mod raid;
@@ -45,6 +46,7 @@ mod timeline;
 
 pub use checked::{Checked, Model};
 pub use faulty::{FaultConfig, Faulty};
+pub use ftl::{FtlConfig, FtlStats, PageFtl};
 pub use hdd::{Hdd, HddConfig, HDD_PRESETS};
 pub use price::{usd_per_mb_per_iops, Price, PriceEntry, PriceTable};
 pub use raid::{Raid, RaidConfig, RaidLevel};
