@@ -73,6 +73,11 @@ pub struct Engine {
     full_mask: u64,
     valid_bits: Vec<u64>,
     dirty_bits: Vec<u64>,
+    /// Whether [`Engine::fast_line`] may serve whole-line requests (see there).
+    fast: bool,
+    fast_allowed: bool,
+    /// The policy is class-aware (DSS, partitions): ask `admit` and `victim_for`.
+    class_gate: bool,
 }
 
 /// What serving one line of a request came to.
@@ -129,7 +134,8 @@ impl Engine {
         cfg.validate().map_err(EngineError::Config)?;
         let cap = cfg.capacity_lines as u32;
         let info = policy::lookup(&cfg.policy).expect("validated");
-        let policy = (info.make)(cap, &cfg.policy_params);
+        let policy = policy::partition::wrap((info.make)(cap, &cfg.policy_params), cap, &cfg);
+        let class_gate = policy.class_aware();
         let line_shift = cfg.line_size.trailing_zeros();
         let group_lines_shift = (cfg.group_size / cfg.line_size).trailing_zeros();
         let sectors = cfg.validity == Validity::Sector;
@@ -140,13 +146,15 @@ impl Engine {
         } else {
             0
         };
-        Ok(Engine {
+        let mut e = Engine {
             sectors,
             sector_shift,
             spl_shift,
             full_mask: bits(0, 1 << spl_shift),
             valid_bits: vec![0; mask_words],
             dirty_bits: vec![0; mask_words],
+            fast: false,
+            fast_allowed: true,
             line_shift,
             group_lines_shift,
             cap,
@@ -169,8 +177,37 @@ impl Engine {
             tick: 0,
             seq: 0,
             oracle: None,
+            class_gate,
             cfg,
-        })
+        };
+        e.update_fast_path();
+        Ok(e)
+    }
+
+    /// Decides whether [`Engine::fast_line`] applies to this configuration: one line per
+    /// group, admission always in both directions, no sequential cutoff, no oracle, a
+    /// capacity, a policy that is not class-aware, and a mode in which both reads and writes
+    /// allocate.
+    fn update_fast_path(&mut self) {
+        let c = &self.cfg;
+        self.fast = self.fast_allowed
+            && self.group_lines_shift == 0
+            && c.admission.read_threshold == 1
+            && c.admission.write_threshold == 1
+            && c.seq_cutoff.read_bytes == 0
+            && c.seq_cutoff.write_bytes == 0
+            && self.oracle.is_none()
+            && self.cap > 0
+            && !self.class_gate
+            && matches!(c.mode, Mode::WriteThrough | Mode::WriteBack);
+    }
+
+    /// Turns the whole-line fast path off (or back on where it applies): it must not change
+    /// anything but speed, and tests compare both.
+    #[doc(hidden)]
+    pub fn set_fast_path(&mut self, on: bool) {
+        self.fast_allowed = on;
+        self.update_fast_path();
     }
 
     pub fn config(&self) -> &EngineConfig {
@@ -187,6 +224,7 @@ impl Engine {
     /// to the line of line access i (or [`NEVER`]). Build it with [`Engine::next_use_oracle`].
     pub fn set_oracle(&mut self, next_use: Vec<u64>) {
         self.oracle = Some(next_use);
+        self.update_fast_path();
     }
 
     /// Whether the configured policy needs [`Engine::set_oracle`].
@@ -198,6 +236,7 @@ impl Engine {
     /// [`Engine::clean`] until [`Engine::dirty_lines`] is 0 first if they must reach the HDD.
     pub fn set_mode(&mut self, mode: Mode) {
         self.cfg.mode = mode;
+        self.update_fast_path();
     }
 
     pub fn capacity_lines(&self) -> u64 {
@@ -391,7 +430,25 @@ impl Engine {
     }
 
     /// Processes one request: updates state and counters and returns the plan.
+    #[inline]
     pub fn process(&mut self, req: &Request) -> Result<&Plan, EngineError> {
+        // The fast path's test is inlined into the caller's loop; everything else is not.
+        if self.fast
+            && matches!(req.op, Op::Read | Op::Write)
+            && req.class <= MAX_CLASS
+            && req.volume <= MAX_VOLUME
+            // With `fast_line`'s whole-line check, this keeps the request in range.
+            && (req.offset >> self.line_shift) < (1 << LINE_BITS) - 1
+            && self.fast_line(req)
+        {
+            self.counters[req.class as usize].requests += 1;
+            return Ok(&self.plan);
+        }
+        self.process_general(req)
+    }
+
+    #[inline(never)]
+    fn process_general(&mut self, req: &Request) -> Result<&Plan, EngineError> {
         self.check_request(req)?;
         let ci = req.class as usize;
         self.counters[ci].requests += 1;
@@ -412,7 +469,145 @@ impl Engine {
         Ok(&self.plan)
     }
 
-    #[inline]
+    /// The common case of a hit-ratio simulation, served without the general machinery: one
+    /// whole, aligned line, in a configuration where every miss is admitted (see
+    /// [`Engine::update_fast_path`]). It makes exactly the state changes, counts and steps
+    /// [`Engine::read_write`] would (`tests/fast_path.rs` compares them); it returns `false`,
+    /// having changed nothing, when the request is not such a case or the line is cached
+    /// with some sectors absent.
+    #[inline(always)]
+    fn fast_line(&mut self, req: &Request) -> bool {
+        let ls = self.cfg.line_size;
+        if req.len != ls || req.offset & (ls - 1) != 0 {
+            return false;
+        }
+        let key = Self::line_key(req.volume, req.offset >> self.line_shift);
+        let slot = self.lookup(key);
+        if let Some(s) = slot {
+            if self.sectors && self.valid_mask(s) != self.full_mask {
+                return false;
+            }
+        }
+        let ci = req.class as usize;
+        let is_write = req.is_write();
+        let a = Access {
+            key,
+            seq: self.seq,
+            next_use: NEVER,
+            is_write,
+            class: req.class,
+        };
+        self.seq += 1;
+        self.plan.reset(req.offset, ls);
+        let (vol, hdd) = (req.volume, req.offset);
+        let wb = self.cfg.mode == Mode::WriteBack && !req.fua;
+        match slot {
+            Some(slot) => {
+                let ssd = self.ssd_addr(slot);
+                if !is_write {
+                    self.policy.hit(slot, &a);
+                    self.emit(
+                        ci,
+                        Step::ReadSsd {
+                            ssd,
+                            buf: 0,
+                            len: ls,
+                        },
+                    );
+                } else {
+                    if !wb {
+                        let step = Step::WriteHdd {
+                            vol,
+                            hdd,
+                            buf: 0,
+                            len: ls,
+                        };
+                        self.emit(ci, step);
+                    }
+                    // The line is whole (checked above), so its valid mask stays full.
+                    self.emit(
+                        ci,
+                        Step::WriteSsd {
+                            ssd,
+                            buf: 0,
+                            len: ls,
+                        },
+                    );
+                    self.set_dirty_mask(slot, key, if wb { self.full_mask } else { 0 });
+                    self.policy.hit(slot, &a);
+                }
+            }
+            None => {
+                self.policy.miss(&a);
+                let slot = self.alloc_slot(ci);
+                let ssd = self.ssd_addr(slot);
+                if is_write {
+                    if !wb {
+                        let step = Step::WriteHdd {
+                            vol,
+                            hdd,
+                            buf: 0,
+                            len: ls,
+                        };
+                        self.emit(ci, step);
+                    }
+                    self.emit(
+                        ci,
+                        Step::WriteSsd {
+                            ssd,
+                            buf: 0,
+                            len: ls,
+                        },
+                    );
+                } else {
+                    self.emit(
+                        ci,
+                        Step::ReadHdd {
+                            vol,
+                            hdd,
+                            buf: 0,
+                            len: ls,
+                        },
+                    );
+                    self.emit(
+                        ci,
+                        Step::WriteSsd {
+                            ssd,
+                            buf: 0,
+                            len: ls,
+                        },
+                    );
+                }
+                self.place(slot, key, req.class, &a);
+                if is_write {
+                    self.set_dirty_mask(slot, key, if wb { self.full_mask } else { 0 });
+                }
+            }
+        }
+        let hit = slot.is_some() as u64;
+        let c = &mut self.counters[ci];
+        c.line_accesses += 1;
+        c.line_hits += hit;
+        c.line_misses += 1 - hit;
+        c.full_hits += hit;
+        c.full_misses += 1 - hit;
+        c.insertions += 1 - hit;
+        c.admitted_misses += 1 - hit;
+        if is_write {
+            c.writes += 1;
+            c.write_bytes += ls;
+            c.write_line_accesses += 1;
+            c.write_line_hits += hit;
+        } else {
+            c.reads += 1;
+            c.read_bytes += ls;
+            c.read_line_accesses += 1;
+            c.read_line_hits += hit;
+        }
+        true
+    }
+
+    #[inline(always)]
     fn emit(&mut self, ci: usize, step: Step) {
         let (sr, sw, hr, hw) = step.bytes();
         let c = &mut self.counters[ci];
@@ -656,6 +851,8 @@ impl Engine {
                 Some(Bypass::Admission)
             } else if is_write && !full && !self.cfg.partial_write_fill {
                 Some(Bypass::PartialWrite)
+            } else if self.class_gate && !self.class_admits(req.class) {
+                Some(Bypass::Class)
             } else {
                 None
             };
@@ -1035,6 +1232,9 @@ impl Engine {
 
     /// Takes a free slot, evicting (and writing back) a victim when the cache is full.
     fn alloc_slot(&mut self, ci: usize) -> Slot {
+        if self.class_gate && self.len > 0 && self.policy.at_limit(ci as u8) {
+            return self.evict_for_class(ci);
+        }
         if let Some(s) = self.free.pop() {
             return s;
         }
@@ -1042,13 +1242,30 @@ impl Engine {
             self.next_fresh += 1;
             return self.next_fresh - 1;
         }
-        let victim = self.policy.victim();
+        let victim = if self.class_gate {
+            self.policy.victim_for(ci as u8, &self.dirty)
+        } else {
+            self.policy.victim()
+        };
         let key = self.keys[victim as usize];
         debug_assert!(
             key != EMPTY,
             "policy {} chose empty slot {victim}",
             self.policy.name()
         );
+        if self.is_dirty(victim) {
+            self.write_back(ci, victim, key);
+            self.counters[ci].dirty_evictions += 1;
+        }
+        self.counters[ci].evictions += 1;
+        self.unmap(victim, true);
+        victim
+    }
+
+    /// A class at its partition maximum replaces one of its own lines even when slots are free.
+    fn evict_for_class(&mut self, ci: usize) -> Slot {
+        let victim = self.policy.victim_for(ci as u8, &self.dirty);
+        let key = self.keys[victim as usize];
         if self.is_dirty(victim) {
             self.write_back(ci, victim, key);
             self.counters[ci].dirty_evictions += 1;
@@ -1082,7 +1299,15 @@ impl Engine {
         self.policy.insert(slot, a);
     }
 
+    /// Drops the line in `slot`; the slot goes to the free list.
     fn remove(&mut self, slot: Slot, evicted: bool) {
+        self.unmap(slot, evicted);
+        self.free.push(slot);
+    }
+
+    /// Drops the line in `slot`, leaving the slot to the caller.
+    #[inline]
+    fn unmap(&mut self, slot: Slot, evicted: bool) {
         let key = self.keys[slot as usize];
         if self.is_dirty(slot) {
             self.set_dirty_mask(slot, key, 0);
@@ -1093,7 +1318,6 @@ impl Engine {
         debug_assert!(found, "slot {slot} not in the map");
         self.keys[slot as usize] = EMPTY;
         self.len -= 1;
-        self.free.push(slot);
     }
 
     fn set_dirty(&mut self, slot: Slot, key: u64, on: bool) {
@@ -1143,8 +1367,84 @@ impl Engine {
         &self.plan
     }
 
+    /// Class-aware admission: the policy decides from the class and the clean share.
+    fn class_admits(&mut self, class: u8) -> bool {
+        let clean = 1.0 - self.dirty_count as f64 / self.cap.max(1) as f64;
+        self.policy.admit(class, clean)
+    }
+
     /// The replacement policy's name.
     pub fn policy_name(&self) -> &'static str {
         self.policy.name()
+    }
+
+    /// Key of the line in `slot`, if the slot holds one.
+    #[inline]
+    pub fn slot_key(&self, slot: Slot) -> Option<u64> {
+        let k = *self.keys.get(slot as usize)?;
+        (k != EMPTY).then_some(k)
+    }
+
+    /// Class the line in `slot` was cached for.
+    pub fn line_class(&self, slot: Slot) -> u8 {
+        self.classes[slot as usize]
+    }
+
+    /// Puts a line back into `slot` as persisted metadata describes it (warm restart): `key`
+    /// with sectors `valid_mask` valid and `dirty_mask` dirty. Lines restored first are the
+    /// policy's oldest. With line validity the masks must be all or nothing.
+    pub fn restore_line(
+        &mut self,
+        key: u64,
+        slot: Slot,
+        valid_mask: u64,
+        dirty_mask: u64,
+        class: u8,
+    ) -> Result<(), EngineError> {
+        let bad = |why: String| Err(EngineError::Config(format!("restore slot {slot}: {why}")));
+        if slot >= self.cap {
+            return bad(format!("slot out of range (capacity {})", self.cap));
+        }
+        if class > MAX_CLASS {
+            return Err(EngineError::BadClass(class));
+        }
+        if self.keys[slot as usize] != EMPTY {
+            return bad("slot already holds a line".into());
+        }
+        if key == EMPTY || (key & ((1 << LINE_BITS) - 1)) >= (1 << LINE_BITS) - 1 {
+            return bad(format!("invalid key {key:#x}"));
+        }
+        if self.lookup(key).is_some() {
+            return bad(format!("key {key:#x} is already cached"));
+        }
+        if valid_mask == 0 || valid_mask & !self.full_mask != 0 || dirty_mask & !valid_mask != 0 {
+            return bad(format!(
+                "masks valid {valid_mask:#x} dirty {dirty_mask:#x} do not fit a line of {} sectors",
+                1u64 << self.spl_shift
+            ));
+        }
+        if !self.sectors
+            && (valid_mask != self.full_mask || (dirty_mask != 0 && dirty_mask != self.full_mask))
+        {
+            return bad("line validity needs whole-line masks".into());
+        }
+        if slot >= self.next_fresh {
+            self.free.extend(self.next_fresh..slot);
+            self.next_fresh = slot + 1;
+        } else if let Some(i) = self.free.iter().position(|&s| s == slot) {
+            self.free.swap_remove(i);
+        }
+        let a = Access {
+            key,
+            seq: self.seq,
+            next_use: NEVER,
+            is_write: false,
+            class,
+        };
+        self.seq += 1;
+        self.place(slot, key, class, &a);
+        self.set_valid(slot, valid_mask);
+        self.set_dirty_mask(slot, key, dirty_mask);
+        Ok(())
     }
 }

@@ -3,17 +3,21 @@
 //! its state and returns a [`Plan`] of device steps that the simulator or the live server
 //! executes.
 
+pub mod classes;
 pub mod config;
 pub mod engine;
 pub mod index;
+pub mod log;
 pub mod plan;
 pub mod policy;
 pub mod request;
 pub mod stats;
 pub mod units;
 
+pub use classes::{Allocation, ClassPolicy, ClassTable, TableError};
 pub use config::{Admission, EngineConfig, Mode, Preset, SeqCutoff, Validity};
 pub use engine::{Engine, EngineError};
+pub use log::{Compression, ExtentContent, Layout, LogConfig, LogEngine};
 pub use plan::{Plan, Step};
 pub use request::{Op, Request, MAX_CLASS, NUM_CLASSES};
 pub use stats::{Bypass, Bypasses, Counters};

@@ -64,6 +64,7 @@ pub enum Step {
 
 /// Bytes each device moves for a step: (ssd read, ssd write, hdd read, hdd write).
 impl Step {
+    #[inline(always)]
     pub fn bytes(&self) -> (u64, u64, u64, u64) {
         match *self {
             Step::ReadSsd { len, .. } => (len, 0, 0, 0),

@@ -23,6 +23,9 @@ pub enum Bypass {
     PartialWrite,
     /// The cache has no capacity.
     NoCapacity,
+    /// The line's I/O class is not allocated now (DSS selective allocation, a class marked
+    /// `never`, or a partition with no room).
+    Class,
 }
 
 /// Per-reason bypass counts (lines).
@@ -33,11 +36,18 @@ pub struct Bypasses {
     pub mode: u64,
     pub partial_write: u64,
     pub no_capacity: u64,
+    #[serde(default)]
+    pub class: u64,
 }
 
 impl Bypasses {
     pub fn total(&self) -> u64 {
-        self.admission + self.seq_cutoff + self.mode + self.partial_write + self.no_capacity
+        self.admission
+            + self.seq_cutoff
+            + self.mode
+            + self.partial_write
+            + self.no_capacity
+            + self.class
     }
 
     #[inline]
@@ -48,6 +58,7 @@ impl Bypasses {
             Bypass::Mode => &mut self.mode,
             Bypass::PartialWrite => &mut self.partial_write,
             Bypass::NoCapacity => &mut self.no_capacity,
+            Bypass::Class => &mut self.class,
         } += 1;
     }
 }
@@ -137,6 +148,7 @@ impl AddAssign<&Counters> for Counters {
         b.mode += ob.mode;
         b.partial_write += ob.partial_write;
         b.no_capacity += ob.no_capacity;
+        b.class += ob.class;
     }
 }
 

@@ -1,8 +1,9 @@
 //! A bounded FIFO/LRU list of line keys (no slots): the history of evicted lines that ARC
-//! and S3-FIFO consult. 16 bytes per entry in the arena plus a hash map entry.
+//! and S3-FIFO consult. 28 bytes per entry: the key, its place in the order, and the same
+//! chained index the engine uses for cached lines (deterministic, no tombstones).
 
 use super::SlotList;
-use hashbrown::HashMap;
+use crate::index::LineIndex;
 
 /// Bounded list of keys: a key arena threaded on a [`SlotList`] (newest at the head).
 #[derive(Clone, Debug)]
@@ -10,7 +11,7 @@ pub struct GhostList {
     keys: Vec<u64>,
     order: SlotList,
     free: Vec<u32>,
-    map: HashMap<u64, u32>,
+    map: LineIndex,
     cap: usize,
 }
 
@@ -21,7 +22,7 @@ impl GhostList {
             keys: Vec::new(),
             order: SlotList::new(cap as u32),
             free: Vec::new(),
-            map: HashMap::new(),
+            map: LineIndex::new(cap),
             cap,
         }
     }
@@ -32,7 +33,7 @@ impl GhostList {
 
     #[cfg(test)]
     pub fn contains(&self, key: u64) -> bool {
-        self.map.contains_key(&key)
+        self.map.find(key, &self.keys).is_some()
     }
 
     /// Adds `key` as the newest entry (dropping the oldest when full).
@@ -60,8 +61,9 @@ impl GhostList {
 
     /// Removes `key`; returns whether it was there.
     pub fn remove(&mut self, key: u64) -> bool {
-        match self.map.remove(&key) {
+        match self.map.find(key, &self.keys) {
             Some(i) => {
+                self.map.remove(key, i);
                 self.order.unlink(i);
                 self.free.push(i);
                 true
@@ -74,7 +76,7 @@ impl GhostList {
     pub fn pop_oldest(&mut self) -> Option<u64> {
         let i = self.order.pop_tail()?;
         let k = self.keys[i as usize];
-        self.map.remove(&k);
+        self.map.remove(k, i);
         self.free.push(i);
         Some(k)
     }
@@ -83,7 +85,7 @@ impl GhostList {
         self.keys.capacity() * 8
             + self.order.mem_bytes()
             + self.free.capacity() * 4
-            + self.map.allocation_size()
+            + self.map.mem_bytes()
     }
 }
 

@@ -24,18 +24,22 @@
 mod arc;
 mod belady;
 mod clock;
+mod dss;
 mod fifo;
 mod ghost;
 mod lifo;
 mod list;
 mod lru;
 mod mru;
+pub mod partition;
 mod s3fifo;
 mod slru;
 
 pub use list::SlotList;
 
+use crate::classes::ClassTable;
 use serde::{Deserialize, Serialize};
+use std::sync::Arc;
 
 /// A cache slot: the fixed place of one line (direct layout: SSD offset = slot * line size).
 pub type Slot = u32;
@@ -67,6 +71,10 @@ pub struct PolicyConfig {
     pub s3fifo_small: f64,
     /// Seed for randomised policies.
     pub seed: u64,
+    /// I/O class table (`--classes`): DSS priorities and allocation, partitions for every
+    /// policy. None = DSS uses the built-in file-system table; other policies ignore classes.
+    #[serde(skip)]
+    pub classes: Option<Arc<ClassTable>>,
 }
 
 impl Default for PolicyConfig {
@@ -75,6 +83,7 @@ impl Default for PolicyConfig {
             slru_protected: 0.5,
             s3fifo_small: 0.1,
             seed: 0,
+            classes: None,
         }
     }
 }
@@ -98,6 +107,28 @@ pub trait Policy: Send {
     /// Whether the policy needs the next-use oracle (a pre-pass over the trace).
     fn needs_oracle(&self) -> bool {
         false
+    }
+    /// Class-aware policies (DSS, partitions) return true: the engine then asks [`Policy::admit`]
+    /// before allocating a missed line and takes victims from [`Policy::victim_for`]. Others
+    /// cost nothing extra per request.
+    fn class_aware(&self) -> bool {
+        false
+    }
+    /// May a missed line of `class` be allocated? `clean_share` is the share of the cache that
+    /// is not dirty (free or clean lines). A refusal is counted as `Bypass::Class`.
+    fn admit(&mut self, _class: u8, _clean_share: f64) -> bool {
+        true
+    }
+    /// Whether `class` is at its partition maximum: the engine then evicts one of its lines
+    /// (through [`Policy::victim_for`]) even when free slots remain.
+    fn at_limit(&self, _class: u8) -> bool {
+        false
+    }
+    /// The victim to make room for a line of `class` (same contract as [`Policy::victim`]).
+    /// `dirty` is the engine's dirty bitmap (bit `slot % 64` of word `slot / 64`), so a
+    /// policy may prefer clean victims.
+    fn victim_for(&mut self, _class: u8, _dirty: &[u64]) -> Slot {
+        self.victim()
     }
 }
 
@@ -134,6 +165,7 @@ pub const REGISTRY: &[PolicyInfo] = &[
     arc::INFO,
     s3fifo::INFO,
     belady::INFO,
+    dss::INFO,
 ];
 
 /// Looks a policy up by name (case-insensitive; `-` and `_` are the same).

@@ -1,0 +1,1032 @@
+//! The log layout (Nitro): extents are compressed, deduplicated and appended to segments
+//! (Write-Evict Units) that are filled in RAM, written to the SSD whole, and reclaimed whole.
+//!
+//! Same contract as the direct [`crate::Engine`]: a [`Request`] in, a [`Plan`] out, no I/O and
+//! no clock. Content (a fingerprint and a compressed length per line) comes in beside the
+//! request as a slice of [`ExtentContent`], one per line the request touches; an empty slice
+//! means "unknown content": every extent is then unique and stored raw, so the hot path of the
+//! direct engine and the `Request` type carry nothing for it.
+//!
+//! **Plan conventions specific to this layout.** Segment writes are `WriteSsd` of a whole
+//! segment (`ssd` = segment x segment size, `len` = segment size) whose source is the
+//! segment's RAM buffer, not the request buffer (`buf` = 0). `ReadSsd` reads an extent's
+//! stored (possibly compressed) bytes. `WriteBack` carries the logical line length (the
+//! extent is decompressed in between). Reads of extents still in an open segment are served
+//! from RAM and produce no step.
+//!
+//! **Indices.** The file index maps a line key to a location (segment, generation, offset,
+//! stored length); a *base* entry is the one the segment header describes, a *duplicate*
+//! entry points at another key's extent. The fingerprint index ([`dedup::FpIndex`]) maps
+//! content to a location, bounded by the fingerprint-index ratio. Reclaiming a segment drops
+//! its base entries, writes back its dirty extents (including dirty duplicates, kept on a
+//! per-segment dirty list) and bumps its generation: duplicate entries that still name the
+//! old generation are found stale on access, or by [`LogEngine::clean_stale`].
+//!
+//! Extent caching (no WEUs) is this layout with segment size = line size: every extent is its
+//! own replacement unit in its own SSD slot.
+
+pub mod dedup;
+pub mod picker;
+pub mod segment;
+
+use crate::config::Mode;
+use crate::engine::{EngineError, LINE_BITS};
+use crate::plan::{Plan, Step};
+use crate::request::{Op, Request};
+use dedup::{FpIndex, Loc};
+use hashbrown::HashMap;
+use picker::SegmentPicker;
+use segment::{HdrEntry, SegState, Segment};
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::str::FromStr;
+
+/// Default segment size: 2 MiB (an erase block of common MLC flash).
+pub const DEFAULT_SEGMENT: u64 = 2 << 20;
+/// Largest segment size.
+pub const MAX_SEGMENT: u64 = 64 << 20;
+const NONE: u32 = u32::MAX;
+
+/// Which layout a cache uses.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Layout {
+    /// Fixed slots per line ([`crate::Engine`]).
+    #[default]
+    Direct,
+    /// Compressed, deduplicated extents in segments ([`LogEngine`]).
+    Log,
+}
+
+impl FromStr for Layout {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "direct" => Ok(Layout::Direct),
+            "log" | "weu" => Ok(Layout::Log),
+            _ => Err(format!("unknown layout '{s}' (expected direct or log)")),
+        }
+    }
+}
+
+/// Extent compression.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Compression {
+    #[default]
+    None,
+    Lz4,
+    Zstd(i32),
+}
+
+impl Compression {
+    pub fn is_on(self) -> bool {
+        self != Compression::None
+    }
+}
+
+impl fmt::Display for Compression {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Compression::None => f.write_str("none"),
+            Compression::Lz4 => f.write_str("lz4"),
+            Compression::Zstd(l) => write!(f, "zstd:{l}"),
+        }
+    }
+}
+
+impl FromStr for Compression {
+    type Err = String;
+    /// `none`, `lz4`, `zstd` (level 3) or `zstd:LEVEL` (1..=22).
+    fn from_str(s: &str) -> Result<Self, String> {
+        let t = s.trim().to_ascii_lowercase();
+        match t.as_str() {
+            "none" | "off" => return Ok(Compression::None),
+            "lz4" => return Ok(Compression::Lz4),
+            "zstd" => return Ok(Compression::Zstd(3)),
+            _ => {}
+        }
+        if let Some(l) = t.strip_prefix("zstd:") {
+            let l: i32 = l
+                .parse()
+                .map_err(|_| format!("bad zstd level in '{s}' (expected zstd:1..22)"))?;
+            if !(1..=22).contains(&l) {
+                return Err(format!("zstd level {l} out of range 1..=22"));
+            }
+            return Ok(Compression::Zstd(l));
+        }
+        Err(format!(
+            "unknown compression '{s}' (expected none, lz4, zstd or zstd:LEVEL)"
+        ))
+    }
+}
+
+/// What the simulator (or the live server) knows about one line's content.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct ExtentContent {
+    /// Content fingerprint (equal content, equal fingerprint).
+    pub fp: u64,
+    /// Bytes the line compresses to with the configured compressor (>= line size: does not
+    /// shrink, stored raw).
+    pub compressed_len: u32,
+}
+
+/// Configuration of the log layout.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct LogConfig {
+    pub capacity_bytes: u64,
+    /// Extent (line) size.
+    pub line_size: u64,
+    pub segment_size: u64,
+    /// Write-through or write-back.
+    pub mode: Mode,
+    /// A name in [`picker::REGISTRY`].
+    pub picker: String,
+    /// Fingerprint index size as a share of the cache's extent slots (0 disables dedup).
+    pub dedup_ratio: f64,
+    pub compression: Compression,
+    /// TRIM a segment's SSD range before reusing it.
+    pub trim: bool,
+    /// Reinsert clean extents with at least this many hits when their segment is reclaimed
+    /// (0 = off).
+    pub reinsert_hits: u16,
+}
+
+impl LogConfig {
+    pub fn new(capacity_bytes: u64, line_size: u64) -> Self {
+        LogConfig {
+            capacity_bytes,
+            line_size,
+            segment_size: DEFAULT_SEGMENT,
+            mode: Mode::WriteThrough,
+            picker: "lru".into(),
+            dedup_ratio: 0.0,
+            compression: Compression::None,
+            trim: false,
+            reinsert_hits: 0,
+        }
+    }
+
+    /// Segments in the cache.
+    pub fn segments(&self) -> u64 {
+        self.capacity_bytes / self.segment_size.max(1)
+    }
+
+    /// Extent slots the cache has without data reduction (the base of the dedup ratio).
+    pub fn extent_slots(&self) -> u64 {
+        self.capacity_bytes / self.line_size.max(1)
+    }
+
+    pub fn validate(&self) -> Result<(), String> {
+        let ls = self.line_size;
+        if !ls.is_power_of_two() || !(512..=(1 << 20)).contains(&ls) {
+            return Err(format!(
+                "line size {ls} must be a power of two in 512 B..1 MiB"
+            ));
+        }
+        let s = self.segment_size;
+        if s < ls || s > MAX_SEGMENT || !s.is_multiple_of(ls) {
+            return Err(format!(
+                "segment size {s} must be a multiple of the line size {ls} and at most 64 MiB"
+            ));
+        }
+        if self.segments() < 3 {
+            return Err(format!(
+                "cache of {} bytes holds {} segments of {s}; the log needs at least 3",
+                self.capacity_bytes,
+                self.segments()
+            ));
+        }
+        if self.segments() >= NONE as u64 {
+            return Err("too many segments".into());
+        }
+        if !matches!(self.mode, Mode::WriteThrough | Mode::WriteBack) {
+            return Err(format!(
+                "the log layout supports write-through and write-back, not {}",
+                self.mode
+            ));
+        }
+        if picker::lookup(&self.picker).is_none() {
+            return Err(format!(
+                "unknown segment picker '{}'; known: {}",
+                self.picker,
+                picker::REGISTRY
+                    .iter()
+                    .map(|p| p.name)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+        }
+        if !(0.0..=1.0).contains(&self.dedup_ratio) {
+            return Err(format!(
+                "dedup ratio {} must be in 0..=1 (share of extent slots indexed)",
+                self.dedup_ratio
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Counters of the log layout. See [`LogCounters::check`] for how they add up.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct LogCounters {
+    pub requests: u64,
+    pub reads: u64,
+    pub writes: u64,
+    pub trims: u64,
+    pub flushes: u64,
+    pub read_lines: u64,
+    /// Read lines served from the cache (file-index hits plus duplicate hits).
+    pub read_line_hits: u64,
+    /// Read misses in the file index that the fingerprint index served.
+    pub dup_read_hits: u64,
+    /// Read hits on extents still in an open segment (RAM).
+    pub ram_read_hits: u64,
+    pub write_lines: u64,
+    /// Written lines whose content was already cached: a duplicate entry, no SSD write.
+    pub dup_write_lines: u64,
+    /// Extents appended to segments (misses admitted, unique writes, reinsertions).
+    pub extents_stored: u64,
+    pub logical_bytes_stored: u64,
+    /// Stored bytes of those extents (after compression).
+    pub stored_bytes: u64,
+    /// Extents stored compressed (the rest did not shrink or compression is off).
+    pub extents_compressed: u64,
+    pub segments_sealed: u64,
+    pub segments_reclaimed: u64,
+    /// Base extents still mapped when their segment was reclaimed.
+    pub extents_evicted: u64,
+    pub dirty_write_backs: u64,
+    pub reinserted: u64,
+    /// Duplicate file entries found pointing into a reclaimed segment and dropped.
+    pub stale_entries_dropped: u64,
+    pub ssd_bytes_read: u64,
+    pub ssd_bytes_written: u64,
+    pub ssd_bytes_trimmed: u64,
+    pub hdd_bytes_read: u64,
+    pub hdd_bytes_written: u64,
+}
+
+impl LogCounters {
+    /// Checks that the counters add up (`segment` = segment size).
+    pub fn check(&self, segment: u64) -> Result<(), String> {
+        let e = |m: String| Err(m);
+        if self.requests != self.reads + self.writes + self.trims + self.flushes {
+            return e(format!("requests {self:?} do not add up"));
+        }
+        if self.read_line_hits > self.read_lines
+            || self.dup_read_hits + self.ram_read_hits > self.read_line_hits + self.ram_read_hits
+            || self.dup_read_hits > self.read_line_hits
+        {
+            return e(format!("read hits exceed read lines: {self:?}"));
+        }
+        if self.dup_write_lines > self.write_lines {
+            return e("duplicate writes exceed writes".into());
+        }
+        if self.stored_bytes > self.logical_bytes_stored {
+            return e("stored more bytes than the extents hold".into());
+        }
+        if self.ssd_bytes_written != self.segments_sealed * segment {
+            return e(format!(
+                "SSD bytes written {} != {} segments sealed x {segment}",
+                self.ssd_bytes_written, self.segments_sealed
+            ));
+        }
+        if self.segments_reclaimed > self.segments_sealed {
+            return e("reclaimed more segments than were sealed".into());
+        }
+        Ok(())
+    }
+}
+
+/// A file-index entry.
+#[derive(Clone, Copy, Debug)]
+struct Entry {
+    seg: u32,
+    gen: u32,
+    off: u32,
+    len: u32,
+    /// Index of the extent's base entry in the segment header.
+    hdr: u32,
+    dirty: bool,
+    dup: bool,
+}
+
+/// Data reduction at one moment: see [`LogEngine::reduction`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct Reduction {
+    /// Lines the cache can serve now.
+    pub cached_lines: u64,
+    /// Distinct stored extents they reference.
+    pub stored_extents: u64,
+    pub dedup_ratio: f64,
+    /// Raw bytes / stored bytes over those extents.
+    pub compression_ratio: f64,
+    /// Logical bytes cached / SSD bytes of the segments in use.
+    pub effective_capacity: f64,
+    /// Bytes appended to segments in use (live or dead).
+    pub ssd_bytes_used: u64,
+}
+
+/// The log-layout engine.
+pub struct LogEngine {
+    cfg: LogConfig,
+    line_shift: u32,
+    seg_size: u64,
+    segs: Vec<Segment>,
+    free: Vec<u32>,
+    /// Open segment for clean (0) and dirty (1) extents.
+    open: [u32; 2],
+    file: HashMap<u64, Entry>,
+    fps: FpIndex,
+    picker: Box<dyn SegmentPicker>,
+    /// Dirty duplicate entries per segment (write-back): their keys, written back when the
+    /// segment is reclaimed (the header does not describe them).
+    dirty_dups: HashMap<u32, Vec<u64>>,
+    counters: LogCounters,
+    plan: Plan,
+    record: bool,
+    tick: u64,
+    /// Write counter, to make up unique fingerprints when content is unknown.
+    nonce: u64,
+    reinsert: Vec<HdrEntry>,
+}
+
+#[inline]
+fn mix(mut x: u64) -> u64 {
+    x ^= x >> 30;
+    x = x.wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x ^= x >> 27;
+    x = x.wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^ (x >> 31)
+}
+
+impl LogEngine {
+    pub fn new(cfg: LogConfig) -> Result<Self, EngineError> {
+        cfg.validate().map_err(EngineError::Config)?;
+        let n = cfg.segments() as u32;
+        let fp_cap = (cfg.extent_slots() as f64 * cfg.dedup_ratio).round() as usize;
+        let picker = (picker::lookup(&cfg.picker).expect("validated").make)(n);
+        Ok(LogEngine {
+            line_shift: cfg.line_size.trailing_zeros(),
+            seg_size: cfg.segment_size,
+            segs: (0..n).map(|_| Segment::new()).collect(),
+            free: (0..n).rev().collect(),
+            open: [NONE; 2],
+            file: HashMap::new(),
+            fps: FpIndex::new(fp_cap),
+            picker,
+            dirty_dups: HashMap::new(),
+            counters: LogCounters::default(),
+            plan: Plan::default(),
+            record: true,
+            tick: 0,
+            nonce: 0,
+            reinsert: Vec::new(),
+            cfg,
+        })
+    }
+
+    pub fn config(&self) -> &LogConfig {
+        &self.cfg
+    }
+
+    pub fn counters(&self) -> &LogCounters {
+        &self.counters
+    }
+
+    /// Whether plans are recorded (default on). Counters stay exact either way.
+    pub fn set_record_plan(&mut self, on: bool) {
+        self.record = on;
+    }
+
+    pub fn segments(&self) -> &[Segment] {
+        &self.segs
+    }
+
+    pub fn fingerprint_index(&self) -> &FpIndex {
+        &self.fps
+    }
+
+    /// Heap bytes of all indices: file index, fingerprint index, segment headers in RAM and
+    /// the picker.
+    pub fn index_bytes(&self) -> usize {
+        self.file.capacity() * (std::mem::size_of::<(u64, Entry)>() + 1)
+            + self.fps.mem_bytes()
+            + self
+                .segs
+                .iter()
+                .map(|s| {
+                    std::mem::size_of::<Segment>()
+                        + s.hdr.capacity() * std::mem::size_of::<HdrEntry>()
+                })
+                .sum::<usize>()
+            + self.picker.mem_bytes()
+    }
+
+    #[inline]
+    fn emit(&mut self, s: Step) {
+        if self.record {
+            self.plan.push(s);
+        }
+    }
+
+    #[inline]
+    fn key(volume: u32, line: u64) -> u64 {
+        ((volume as u64) << LINE_BITS) | line
+    }
+
+    /// Volume and byte offset of a key's line.
+    #[inline]
+    fn home(&self, key: u64) -> (u32, u64) {
+        (
+            (key >> LINE_BITS) as u32,
+            (key & ((1 << LINE_BITS) - 1)) << self.line_shift,
+        )
+    }
+
+    fn ssd_addr(&self, seg: u32, off: u32) -> u64 {
+        seg as u64 * self.seg_size + off as u64
+    }
+
+    /// The entry for `key` if it is still current (a stale duplicate is dropped).
+    fn current(&mut self, key: u64) -> Option<Entry> {
+        let e = *self.file.get(&key)?;
+        if self.segs[e.seg as usize].gen == e.gen {
+            return Some(e);
+        }
+        self.file.remove(&key);
+        self.counters.stale_entries_dropped += 1;
+        None
+    }
+
+    /// Processes one request. `content` has one entry per line the request touches, in
+    /// order, or is empty (content unknown: no dedup, no compression).
+    pub fn process(
+        &mut self,
+        req: &Request,
+        content: &[ExtentContent],
+    ) -> Result<&Plan, EngineError> {
+        if req.volume > crate::engine::MAX_VOLUME {
+            return Err(EngineError::BadVolume(req.volume));
+        }
+        if req.end() >> self.line_shift >= 1 << LINE_BITS
+            || req.offset.checked_add(req.len).is_none()
+        {
+            return Err(EngineError::OutOfRange {
+                offset: req.offset,
+                len: req.len,
+            });
+        }
+        let ls = self.cfg.line_size;
+        let (first, last) = if req.len > 0 {
+            (
+                req.offset >> self.line_shift,
+                (req.end() - 1) >> self.line_shift,
+            )
+        } else {
+            (1, 0)
+        };
+        let buf_start = first << self.line_shift;
+        let nlines = if req.len > 0 { last - first + 1 } else { 0 };
+        if !content.is_empty()
+            && content.len() as u64 != nlines
+            && matches!(req.op, Op::Read | Op::Write)
+        {
+            return Err(EngineError::Config(format!(
+                "request at offset {} length {} touches {nlines} lines but carries content for {}",
+                req.offset,
+                req.len,
+                content.len()
+            )));
+        }
+        self.plan.reset(buf_start, nlines * ls);
+        self.tick += 1;
+        self.counters.requests += 1;
+        let wb = self.cfg.mode == Mode::WriteBack;
+        match req.op {
+            Op::Read => {
+                self.counters.reads += 1;
+                for (i, line) in (first..=last).enumerate().take(nlines as usize) {
+                    let key = Self::key(req.volume, line);
+                    let buf = line << self.line_shift;
+                    self.counters.read_lines += 1;
+                    if let Some(e) = self.current(key) {
+                        self.serve(e, buf);
+                        continue;
+                    }
+                    let c = content.get(i).copied();
+                    if let Some(c) = c {
+                        if let Some(loc) = self.dedup_lookup(c.fp) {
+                            self.counters.dup_read_hits += 1;
+                            let e = self.dup_entry(key, loc, false);
+                            self.serve(e, buf);
+                            continue;
+                        }
+                    }
+                    let (vol, hdd) = self.home(key);
+                    let buf = buf - buf_start;
+                    self.emit(Step::ReadHdd {
+                        vol,
+                        hdd,
+                        buf,
+                        len: ls,
+                    });
+                    self.counters.hdd_bytes_read += ls;
+                    self.append(key, c, false);
+                }
+            }
+            Op::Write => {
+                self.counters.writes += 1;
+                if !wb || req.fua {
+                    self.emit(Step::WriteHdd {
+                        vol: req.volume,
+                        hdd: req.offset,
+                        buf: req.offset - buf_start,
+                        len: req.len,
+                    });
+                    self.counters.hdd_bytes_written += req.len;
+                }
+                let dirty = wb && !req.fua;
+                for (i, line) in (first..=last).enumerate().take(nlines as usize) {
+                    let key = Self::key(req.volume, line);
+                    let ls_start = line << self.line_shift;
+                    self.counters.write_lines += 1;
+                    let partial = req.offset > ls_start || req.end() < ls_start + ls;
+                    let old = self.current(key);
+                    if partial {
+                        // The rest of the line must come from somewhere: the cached extent
+                        // or the disk.
+                        match old {
+                            Some(e) => self.serve_quiet(e, ls_start),
+                            None => {
+                                let (vol, hdd) = self.home(key);
+                                self.emit(Step::ReadHdd {
+                                    vol,
+                                    hdd,
+                                    buf: ls_start - buf_start,
+                                    len: ls,
+                                });
+                                self.counters.hdd_bytes_read += ls;
+                            }
+                        }
+                    }
+                    if let Some(e) = old {
+                        self.drop_entry(key, e);
+                    }
+                    let c = content.get(i).copied();
+                    if let Some(c) = c {
+                        if let Some(loc) = self.dedup_lookup(c.fp) {
+                            self.counters.dup_write_lines += 1;
+                            self.dup_entry(key, loc, dirty);
+                            continue;
+                        }
+                    }
+                    self.append(key, c, dirty);
+                }
+            }
+            Op::Trim => {
+                self.counters.trims += 1;
+                for line in first..=last {
+                    if req.len == 0 {
+                        break;
+                    }
+                    let key = Self::key(req.volume, line);
+                    if let Some(e) = self.current(key) {
+                        self.drop_entry(key, e);
+                    }
+                }
+                self.emit(Step::TrimHdd {
+                    vol: req.volume,
+                    hdd: req.offset,
+                    len: req.len,
+                });
+            }
+            Op::Flush => {
+                self.counters.flushes += 1;
+                self.emit(Step::FlushHdd { vol: req.volume });
+            }
+        }
+        Ok(&self.plan)
+    }
+
+    /// A fingerprint-index hit that is still current.
+    fn dedup_lookup(&mut self, fp: u64) -> Option<Loc> {
+        if self.fps.capacity() == 0 {
+            return None;
+        }
+        let segs = &self.segs;
+        self.fps.get(fp, |s| segs[s as usize].gen)
+    }
+
+    /// Creates a duplicate entry for `key` at `loc`.
+    fn dup_entry(&mut self, key: u64, loc: Loc, dirty: bool) -> Entry {
+        let hdr = self.segs[loc.seg as usize]
+            .hdr
+            .iter()
+            .position(|h| h.off == loc.off)
+            .map(|h| h as u32)
+            .unwrap_or(NONE);
+        let e = Entry {
+            seg: loc.seg,
+            gen: loc.gen,
+            off: loc.off,
+            len: loc.len,
+            hdr,
+            dirty,
+            dup: true,
+        };
+        self.file.insert(key, e);
+        if dirty {
+            self.dirty_dups.entry(loc.seg).or_default().push(key);
+        }
+        e
+    }
+
+    /// Serves a cached line into the buffer, as a hit.
+    fn serve(&mut self, e: Entry, buf: u64) {
+        self.counters.read_line_hits += 1;
+        let s = &mut self.segs[e.seg as usize];
+        s.last_hit = self.tick;
+        if let Some(h) = s.hdr.get_mut(e.hdr as usize) {
+            h.hits = h.hits.saturating_add(1);
+        }
+        self.picker.hit(e.seg, self.tick);
+        if self.segs[e.seg as usize].state == SegState::Open {
+            self.counters.ram_read_hits += 1;
+            return;
+        }
+        self.read_extent(e, buf - self.plan.buf_start);
+    }
+
+    /// Reads a cached line (not counted as a hit: the rest of a partial write).
+    fn serve_quiet(&mut self, e: Entry, ls_start: u64) {
+        if self.segs[e.seg as usize].state != SegState::Open {
+            self.read_extent(e, ls_start - self.plan.buf_start);
+        }
+    }
+
+    fn read_extent(&mut self, e: Entry, buf: u64) {
+        let ssd = self.ssd_addr(e.seg, e.off);
+        self.emit(Step::ReadSsd {
+            ssd,
+            buf,
+            len: e.len as u64,
+        });
+        self.counters.ssd_bytes_read += e.len as u64;
+    }
+
+    /// Removes `key`'s entry (overwrite or trim). A base extent stops being live; in extent
+    /// caching its slot is freed at once (and reused first: an overwrite lands in place).
+    fn drop_entry(&mut self, key: u64, e: Entry) {
+        self.file.remove(&key);
+        if !e.dup {
+            let s = &mut self.segs[e.seg as usize];
+            s.live -= e.len;
+            if self.seg_size == self.cfg.line_size && s.state == SegState::Sealed {
+                self.reclaim(e.seg, false);
+                self.segs[e.seg as usize].state = SegState::Free;
+                self.free.push(e.seg);
+            }
+        }
+    }
+
+    /// Appends the line `key` (content `c`) to an open segment as a base extent.
+    fn append(&mut self, key: u64, c: Option<ExtentContent>, dirty: bool) {
+        let ls = self.cfg.line_size;
+        let (fp, stored, compressed) = match c {
+            Some(c) => {
+                let z = self.cfg.compression.is_on() && (c.compressed_len as u64) < ls;
+                (
+                    c.fp,
+                    if z {
+                        c.compressed_len.max(1)
+                    } else {
+                        ls as u32
+                    },
+                    z,
+                )
+            }
+            None => {
+                self.nonce += 1;
+                (mix(key ^ mix(self.nonce)), ls as u32, false)
+            }
+        };
+        let stream = dirty as usize;
+        let mut o = self.open[stream];
+        // Extent caching (segment = line): one extent per slot, compressed or not.
+        let one_per_segment = self.seg_size == ls;
+        if o == NONE
+            || self.segs[o as usize].used as u64 + stored as u64 > self.seg_size
+            || (one_per_segment && self.segs[o as usize].used > 0)
+        {
+            if o != NONE {
+                self.seal(o);
+            }
+            o = self.allocate(stream);
+            self.open[stream] = o;
+        }
+        self.put(o, key, fp, stored, compressed, dirty, 0);
+        if one_per_segment {
+            // Extent caching writes each extent to its slot at once.
+            self.seal(o);
+            self.open[stream] = NONE;
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn put(
+        &mut self,
+        o: u32,
+        key: u64,
+        fp: u64,
+        stored: u32,
+        compressed: bool,
+        dirty: bool,
+        hits: u16,
+    ) {
+        let ls = self.cfg.line_size;
+        let s = &mut self.segs[o as usize];
+        let off = s.used;
+        s.used += stored;
+        s.live += stored;
+        s.hdr.push(HdrEntry {
+            key,
+            fp,
+            off,
+            len: stored,
+            compressed,
+            dirty,
+            hits,
+        });
+        let gen = s.gen;
+        let hdr = (s.hdr.len() - 1) as u32;
+        self.file.insert(
+            key,
+            Entry {
+                seg: o,
+                gen,
+                off,
+                len: stored,
+                hdr,
+                dirty,
+                dup: false,
+            },
+        );
+        self.fps.insert(
+            fp,
+            Loc {
+                seg: o,
+                gen,
+                off,
+                len: stored,
+            },
+        );
+        let c = &mut self.counters;
+        c.extents_stored += 1;
+        c.logical_bytes_stored += ls;
+        c.stored_bytes += stored as u64;
+        c.extents_compressed += compressed as u64;
+    }
+
+    /// Writes an open segment to the SSD.
+    fn seal(&mut self, seg: u32) {
+        let s = &mut self.segs[seg as usize];
+        debug_assert_eq!(s.state, SegState::Open);
+        s.state = SegState::Sealed;
+        s.sealed_at = self.tick;
+        let ssd = seg as u64 * self.seg_size;
+        let len = self.seg_size;
+        self.emit(Step::WriteSsd { ssd, buf: 0, len });
+        self.counters.ssd_bytes_written += len;
+        self.counters.segments_sealed += 1;
+        self.picker.sealed(seg, self.tick);
+    }
+
+    /// A segment to fill: a free one, or a reclaimed victim.
+    fn allocate(&mut self, stream: usize) -> u32 {
+        if let Some(s) = self.free.pop() {
+            self.segs[s as usize].state = SegState::Open;
+            return s;
+        }
+        let v = self
+            .picker
+            .victim(&self.segs, self.tick)
+            .expect("a sealed segment exists: at least 3 segments and 2 open");
+        self.reclaim(v, stream == 0 && self.cfg.reinsert_hits > 0);
+        v
+    }
+
+    /// Empties a sealed segment: dirty extents are written back, entries dropped, the
+    /// generation bumped; hot clean extents are put back when `reinsert`.
+    fn reclaim(&mut self, v: u32, reinsert: bool) {
+        let ls = self.cfg.line_size;
+        let gen = self.segs[v as usize].gen;
+        let hdr = std::mem::take(&mut self.segs[v as usize].hdr);
+        self.reinsert.clear();
+        for h in &hdr {
+            if let Some(e) = self.file.get(&h.key).copied() {
+                if e.seg == v && e.gen == gen && !e.dup && e.off == h.off {
+                    if e.dirty {
+                        self.write_back(h.key, v, e);
+                    } else if reinsert && h.hits >= self.cfg.reinsert_hits {
+                        self.reinsert.push(*h);
+                    }
+                    self.file.remove(&h.key);
+                    self.counters.extents_evicted += 1;
+                }
+            }
+            self.fps.remove_if(h.fp, v, gen);
+        }
+        if let Some(keys) = self.dirty_dups.remove(&v) {
+            for k in keys {
+                if let Some(e) = self.file.get(&k).copied() {
+                    if e.seg == v && e.gen == gen && e.dirty {
+                        self.write_back(k, v, e);
+                        self.file.remove(&k);
+                    }
+                }
+            }
+        }
+        let s = &mut self.segs[v as usize];
+        s.gen = s.gen.wrapping_add(1);
+        s.used = 0;
+        s.live = 0;
+        s.last_hit = 0;
+        s.state = SegState::Open;
+        s.hdr = hdr;
+        s.hdr.clear();
+        self.picker.freed(v);
+        self.counters.segments_reclaimed += 1;
+        if self.cfg.trim {
+            let ssd = v as u64 * self.seg_size;
+            self.emit(Step::TrimSsd {
+                ssd,
+                len: self.seg_size,
+            });
+            self.counters.ssd_bytes_trimmed += self.seg_size;
+        }
+        let hot = std::mem::take(&mut self.reinsert);
+        for h in &hot {
+            // Read before the segment is overwritten (its bytes are still on the SSD).
+            let ssd = self.ssd_addr(v, h.off);
+            self.emit(Step::ReadSsd {
+                ssd,
+                buf: 0,
+                len: h.len as u64,
+            });
+            self.counters.ssd_bytes_read += h.len as u64;
+            if self.segs[v as usize].used as u64 + h.len as u64 <= self.seg_size {
+                self.put(v, h.key, h.fp, h.len, h.compressed, false, 0);
+                self.counters.reinserted += 1;
+            }
+        }
+        self.reinsert = hot;
+        let _ = ls;
+    }
+
+    fn write_back(&mut self, key: u64, seg: u32, e: Entry) {
+        let ls = self.cfg.line_size;
+        let (vol, hdd) = self.home(key);
+        let ssd = self.ssd_addr(seg, e.off);
+        self.emit(Step::WriteBack {
+            vol,
+            ssd,
+            hdd,
+            len: ls,
+        });
+        self.counters.ssd_bytes_read += e.len as u64;
+        self.counters.hdd_bytes_written += ls;
+        self.counters.dirty_write_backs += 1;
+    }
+
+    /// The background cleaner: drops up to `budget` duplicate entries whose segment has been
+    /// reclaimed since. Returns how many were dropped.
+    pub fn clean_stale(&mut self, budget: usize) -> usize {
+        let segs = &self.segs;
+        let mut n = 0;
+        self.file.retain(|_, e| {
+            if n < budget && e.dup && segs[e.seg as usize].gen != e.gen {
+                n += 1;
+                false
+            } else {
+                true
+            }
+        });
+        self.counters.stale_entries_dropped += n as u64;
+        n
+    }
+
+    /// Dirty lines (base and duplicate) not yet on the disk.
+    pub fn dirty_lines(&self) -> u64 {
+        self.file
+            .values()
+            .filter(|e| e.dirty && self.segs[e.seg as usize].gen == e.gen)
+            .count() as u64
+    }
+
+    /// Data reduction over what the cache holds now.
+    pub fn reduction(&self) -> Reduction {
+        let ls = self.cfg.line_size;
+        let mut cached = 0u64;
+        let mut extents: hashbrown::HashSet<(u32, u32)> = hashbrown::HashSet::new();
+        let mut stored = 0u64;
+        for e in self.file.values() {
+            if self.segs[e.seg as usize].gen != e.gen {
+                continue;
+            }
+            cached += 1;
+            if extents.insert((e.seg, e.off)) {
+                stored += e.len as u64;
+            }
+        }
+        let used: u64 = self
+            .segs
+            .iter()
+            .filter(|s| s.state != SegState::Free)
+            .map(|s| {
+                if self.seg_size == ls {
+                    ls // extent caching: a slot holds one extent whatever its size
+                } else {
+                    s.used as u64
+                }
+            })
+            .sum();
+        let n = extents.len() as u64;
+        Reduction {
+            cached_lines: cached,
+            stored_extents: n,
+            dedup_ratio: if n > 0 { cached as f64 / n as f64 } else { 1.0 },
+            compression_ratio: if stored > 0 {
+                (n * ls) as f64 / stored as f64
+            } else {
+                1.0
+            },
+            effective_capacity: if used > 0 {
+                (cached * ls) as f64 / used as f64
+            } else {
+                0.0
+            },
+            ssd_bytes_used: used,
+        }
+    }
+
+    /// Checks the layout's invariants: capacity never exceeded, fills and live bytes agree
+    /// with headers and entries, at most two open segments, counters add up.
+    pub fn check(&self) -> Result<(), String> {
+        self.counters.check(self.seg_size)?;
+        self.fps.check()?;
+        let open = self
+            .segs
+            .iter()
+            .filter(|s| s.state == SegState::Open)
+            .count();
+        if open > 2 {
+            return Err(format!("{open} open segments"));
+        }
+        let mut live = vec![0u64; self.segs.len()];
+        for (k, e) in &self.file {
+            let s = &self.segs[e.seg as usize];
+            if s.gen != e.gen {
+                if !e.dup {
+                    return Err(format!("stale base entry for key {k:#x}"));
+                }
+                continue;
+            }
+            if e.off as u64 + e.len as u64 > s.used as u64 {
+                return Err(format!("entry for key {k:#x} beyond its segment's fill"));
+            }
+            if !e.dup {
+                live[e.seg as usize] += e.len as u64;
+                match s.hdr.get(e.hdr as usize) {
+                    Some(h) if h.key == *k && h.off == e.off => {}
+                    _ => return Err(format!("base entry for key {k:#x} not in its header")),
+                }
+            }
+        }
+        for (i, s) in self.segs.iter().enumerate() {
+            if s.used as u64 > self.seg_size {
+                return Err(format!(
+                    "segment {i} holds {} > {} bytes",
+                    s.used, self.seg_size
+                ));
+            }
+            if s.live as u64 != live[i] {
+                return Err(format!(
+                    "segment {i}: live {} but entries hold {}",
+                    s.live, live[i]
+                ));
+            }
+            let hsum: u64 = s.hdr.iter().map(|h| h.len as u64).sum();
+            if hsum != s.used as u64 {
+                return Err(format!(
+                    "segment {i}: header lengths {hsum} != fill {}",
+                    s.used
+                ));
+            }
+            if s.state == SegState::Free && s.used != 0 {
+                return Err(format!("free segment {i} holds data"));
+            }
+        }
+        Ok(())
+    }
+}

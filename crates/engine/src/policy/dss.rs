@@ -1,0 +1,199 @@
+//! DSS: selective allocation and selective eviction by I/O class (the DSS seed, Table 2).
+//!
+//! - Allocation: classes marked `never` bypass; while more than `clean_threshold` of the cache
+//!   is clean (free or clean lines) every other class is allocated; below it only classes
+//!   marked `always` are.
+//! - Eviction: the lowest priority first; within a priority the class with the largest
+//!   `object_size` first; within a class the least recently used line.
+//!
+//! - Write-back: among the classes of the incoming line's priority or lower, in eviction
+//!   order, a clean line (one of the 64 least recently used of its class) is taken before
+//!   the first class's dirty LRU line, so that freshly written low-priority data is not
+//!   written back line by line in the requests' path (clean-first, as CFLRU).
+//!
+//! One LRU list per class over shared per-slot links (9 B per slot): a victim is the tail of
+//! the first non-empty list in the table's eviction order (at most 32 looks).
+
+use super::{Access, Policy, PolicyConfig, PolicyInfo, Slot};
+use crate::classes::{Allocation, ClassTable};
+use crate::request::NUM_CLASSES;
+use std::sync::Arc;
+
+pub const INFO: PolicyInfo = PolicyInfo {
+    name: "dss",
+    summary:
+        "DSS selective allocation + eviction by I/O class (--classes; default file-system table)",
+    make: |cap, cfg: &PolicyConfig| Box::new(Dss::new(cap, cfg)),
+};
+
+const NIL: u32 = u32::MAX;
+/// Lines per class looked at for a clean victim.
+const CLEAN_SEARCH: u32 = 64;
+
+pub struct Dss {
+    table: Arc<ClassTable>,
+    prev: Vec<u32>,
+    next: Vec<u32>,
+    class: Vec<u8>,
+    head: [u32; NUM_CLASSES],
+    tail: [u32; NUM_CLASSES],
+}
+
+impl Dss {
+    pub fn new(capacity: u32, cfg: &PolicyConfig) -> Self {
+        let table = cfg
+            .classes
+            .clone()
+            .unwrap_or_else(|| Arc::new(ClassTable::filesystem()));
+        let n = capacity as usize;
+        Dss {
+            table,
+            prev: vec![NIL; n],
+            next: vec![NIL; n],
+            class: vec![0; n],
+            head: [NIL; NUM_CLASSES],
+            tail: [NIL; NUM_CLASSES],
+        }
+    }
+
+    fn push_head(&mut self, slot: Slot, c: u8) {
+        let ci = c as usize;
+        self.class[slot as usize] = c;
+        self.prev[slot as usize] = NIL;
+        self.next[slot as usize] = self.head[ci];
+        if self.head[ci] != NIL {
+            self.prev[self.head[ci] as usize] = slot;
+        } else {
+            self.tail[ci] = slot;
+        }
+        self.head[ci] = slot;
+    }
+
+    fn unlink(&mut self, slot: Slot) {
+        let ci = self.class[slot as usize] as usize;
+        let (p, n) = (self.prev[slot as usize], self.next[slot as usize]);
+        if p != NIL {
+            self.next[p as usize] = n;
+        } else {
+            self.head[ci] = n;
+        }
+        if n != NIL {
+            self.prev[n as usize] = p;
+        } else {
+            self.tail[ci] = p;
+        }
+    }
+}
+
+impl Policy for Dss {
+    fn name(&self) -> &'static str {
+        INFO.name
+    }
+    fn hit(&mut self, slot: Slot, a: &Access) {
+        // A hit re-labels the line with the class it is accessed as now.
+        self.unlink(slot);
+        self.push_head(slot, a.class);
+    }
+    fn insert(&mut self, slot: Slot, a: &Access) {
+        self.push_head(slot, a.class);
+    }
+    fn victim(&mut self) -> Slot {
+        self.table
+            .evict_order()
+            .iter()
+            .map(|&c| self.tail[c as usize])
+            .find(|&t| t != NIL)
+            .expect("victim() on an empty DSS cache")
+    }
+    fn remove(&mut self, slot: Slot, _key: u64, _evicted: bool) {
+        self.unlink(slot);
+    }
+    fn mem_bytes(&self) -> usize {
+        self.prev.capacity() * 4 + self.next.capacity() * 4 + self.class.capacity()
+    }
+    fn class_aware(&self) -> bool {
+        true
+    }
+    fn victim_for(&mut self, class: u8, dirty: &[u64]) -> Slot {
+        // Clean first, among lines no more valuable than the incoming one: a clean victim
+        // costs no write-back in the request's path. The CLEAN_SEARCH least recently used
+        // lines of each such class are looked at, in eviction order.
+        let is_dirty = |s: Slot| {
+            dirty
+                .get(s as usize / 64)
+                .is_some_and(|w| w >> (s % 64) & 1 == 1)
+        };
+        let prio = self.table.class(class).priority;
+        if !dirty.is_empty() {
+            for &c in self.table.evict_order() {
+                if self.table.class(c).priority < prio {
+                    break;
+                }
+                let mut s = self.tail[c as usize];
+                let mut n = 0;
+                while s != NIL && n < CLEAN_SEARCH {
+                    if !is_dirty(s) {
+                        return s;
+                    }
+                    s = self.prev[s as usize];
+                    n += 1;
+                }
+            }
+        }
+        self.victim()
+    }
+    fn admit(&mut self, class: u8, clean_share: f64) -> bool {
+        match self.table.class(class).allocation {
+            Allocation::Never => false,
+            Allocation::Always => true,
+            Allocation::Conditional => clean_share > self.table.clean_threshold,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::test_access;
+
+    fn acc(key: u64, class: u8) -> Access {
+        Access {
+            class,
+            ..test_access(key)
+        }
+    }
+
+    #[test]
+    fn evicts_lowest_priority_then_largest_then_lru() {
+        let mut p = Dss::new(8, &PolicyConfig::default());
+        // filesystem table: 1 = metadata (prio 0), 8 = file<4KiB (1), 18 = file>1GiB (11).
+        p.insert(0, &acc(10, 1));
+        p.insert(1, &acc(11, 8));
+        p.insert(2, &acc(12, 8));
+        p.insert(3, &acc(13, 18));
+        assert_eq!(p.victim(), 3);
+        p.remove(3, 13, true);
+        assert_eq!(p.victim(), 1, "LRU within class 8");
+        p.hit(1, &acc(11, 8));
+        assert_eq!(p.victim(), 2);
+        p.remove(2, 12, true);
+        p.remove(1, 11, true);
+        assert_eq!(p.victim(), 0);
+    }
+
+    #[test]
+    fn selective_allocation_follows_clean_share() {
+        let mut p = Dss::new(8, &PolicyConfig::default());
+        assert!(p.admit(18, 0.5));
+        assert!(!p.admit(18, 0.10), "conditional class under pressure");
+        assert!(p.admit(1, 0.0), "metadata is always allocated");
+        assert!(p.admit(12, 0.0), "files under 1 MiB are always allocated");
+        let cfg = PolicyConfig {
+            classes: Some(Arc::new(ClassTable::database())),
+            ..Default::default()
+        };
+        let mut d = Dss::new(8, &cfg);
+        assert!(!d.admit(4, 1.0), "sequential tables bypass");
+        assert!(d.admit(2, 1.0));
+    }
+}
