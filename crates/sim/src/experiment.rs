@@ -60,6 +60,15 @@ pub struct CacheSection {
     pub partial_write_fill: Option<bool>,
     pub slru_protected: Option<f64>,
     pub s3fifo_small: Option<f64>,
+    /// direct (default) | log: the cache layout (log = Nitro's compressed, deduplicated
+    /// segments; `tiercache sim` runs it with the content model).
+    pub layout: Option<String>,
+    /// Log layout: segment size (default 2MiB).
+    pub segment_size: Option<String>,
+    /// Log layout: none | lz4 | zstd[:LEVEL].
+    pub compression: Option<String>,
+    /// Log layout: fingerprint-index ratio, 0..=1 (0 = no dedup).
+    pub dedup: Option<f64>,
 }
 
 macro_rules! overlay {
@@ -86,12 +95,37 @@ impl CacheSection {
             validity,
             partial_write_fill,
             slru_protected,
-            s3fifo_small
+            s3fifo_small,
+            layout,
+            segment_size,
+            compression,
+            dedup
         );
     }
 
     /// The cache size and engine configuration these settings describe.
+    ///
+    /// These settings describe the direct layout; the log layout (`layout = "log"` and its
+    /// segment, compression and dedup settings) runs through `tiercache sim`'s log path, so
+    /// asking this function for it is an error rather than a silently ignored setting.
     pub fn resolve(&self, seed: u64) -> Result<(CacheSize, EngineConfig)> {
+        match self.layout.as_deref() {
+            None | Some("direct") => {}
+            Some("log") => anyhow::bail!(
+                "layout = \"log\" is simulated by `tiercache sim` (or `tiercache nitro-table`); \
+                 this entry point (sweeps, reproduce, the Python API) runs the direct layout only"
+            ),
+            Some(other) => anyhow::bail!("layout: unknown '{other}' (direct or log)"),
+        }
+        for (key, set) in [
+            ("segment_size", self.segment_size.is_some()),
+            ("compression", self.compression.is_some()),
+            ("dedup", self.dedup.is_some()),
+        ] {
+            if set {
+                anyhow::bail!("{key} applies to layout = \"log\" only");
+            }
+        }
         let size: CacheSize = self
             .size
             .as_deref()
@@ -204,6 +238,11 @@ pub struct Experiment {
     pub input: InputSection,
     pub cache: CacheSection,
     pub sweep: Option<SweepGrid>,
+}
+
+/// Parses experiment TOML text (relative trace paths stay relative to the current folder).
+pub fn parse_toml(text: &str) -> Result<Experiment> {
+    toml::from_str(text).map_err(|e| anyhow::anyhow!("{e}"))
 }
 
 impl Experiment {

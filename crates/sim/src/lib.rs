@@ -4,9 +4,13 @@
 //! The hit-ratio mode here runs the engine without recording plans: every counter (including
 //! device bytes) stays exact, and nothing else is paid for.
 
+pub mod dss;
 pub mod experiment;
+pub mod fileserver;
 pub mod input;
 pub mod mrc;
+pub mod nitro;
+pub mod reproduce;
 pub mod result;
 pub mod sweep;
 pub mod timed;

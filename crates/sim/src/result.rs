@@ -47,6 +47,9 @@ pub struct SimResult {
     pub counters: Counters,
     /// Counters per class, for the classes that saw requests.
     pub classes: BTreeMap<u8, Counters>,
+    /// Names of those classes from the class table (`--classes`), when one was given.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub class_names: BTreeMap<u8, String>,
 }
 
 impl SimResult {
@@ -100,6 +103,13 @@ impl SimResult {
                 0.0
             },
             counters: c,
+            class_names: match &cfg.policy_params.classes {
+                Some(t) => (0..NUM_CLASSES as u8)
+                    .filter(|&k| e.class_counters(k).requests > 0)
+                    .map(|k| (k, t.name_of(k).to_string()))
+                    .collect(),
+                None => BTreeMap::new(),
+            },
             classes,
         }
     }
@@ -201,8 +211,8 @@ impl fmt::Display for SimResult {
         let b = &c.bypasses;
         writeln!(
             f,
-            "  misses     {} = {} admitted + {} bypassed (admission {}, seq-cutoff {}, mode {}, partial-write {}, no-capacity {})",
-            c.line_misses, c.admitted_misses, b.total(), b.admission, b.seq_cutoff, b.mode, b.partial_write, b.no_capacity
+            "  misses     {} = {} admitted + {} bypassed (admission {}, seq-cutoff {}, mode {}, partial-write {}, no-capacity {}, class {})",
+            c.line_misses, c.admitted_misses, b.total(), b.admission, b.seq_cutoff, b.mode, b.partial_write, b.no_capacity, b.class
         )?;
         writeln!(
             f,
@@ -224,15 +234,23 @@ impl fmt::Display for SimResult {
             fmt_size(c.write_bytes)
         )?;
         if self.classes.len() > 1 {
-            writeln!(f, "per class    class  requests  line hits  hit ratio")?;
+            writeln!(
+                f,
+                "per class    class {:<14} requests  line hits  hit ratio  inserted  evicting  bypassed",
+                "name"
+            )?;
             for (k, cc) in &self.classes {
                 writeln!(
                     f,
-                    "             {:>5}  {:>8}  {:>9}  {:>9}",
+                    "             {:>5} {:<14} {:>8}  {:>9}  {:>9}  {:>8}  {:>8}  {:>8}",
                     k,
+                    self.class_names.get(k).map(String::as_str).unwrap_or("-"),
                     cc.requests,
                     cc.line_hits,
-                    pct(cc.hit_ratio())
+                    pct(cc.hit_ratio()),
+                    cc.insertions,
+                    cc.evictions,
+                    cc.bypasses.total()
                 )?;
             }
         }

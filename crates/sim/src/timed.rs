@@ -47,6 +47,9 @@ pub struct TimedOptions {
     /// Write-back: clean dirty lines whenever the HDD is idle, not only above the high
     /// watermark (so that victims are clean when they are evicted).
     pub idle_clean: bool,
+    /// Request indices (0-based, ascending) where phases start (e.g. the fileserver
+    /// workload's phases); each phase's duration is reported in [`TimedResult::phase_s`].
+    pub phase_starts: Vec<u64>,
 }
 
 /// Lines written back per idle-time cleaning pass.
@@ -61,6 +64,7 @@ impl Default for TimedOptions {
             drive: Drive::Closed { queue_depth: 1 },
             window_ns: 1_000_000_000,
             idle_clean: true,
+            phase_starts: Vec::new(),
         }
     }
 }
@@ -75,6 +79,16 @@ pub struct LatencySummary {
     pub p99: f64,
     pub p999: f64,
     pub max: f64,
+    /// The distribution: `[latency_us, cumulative share]` at fixed quantiles (1 % steps, then
+    /// 99.9 %, 99.99 % and the maximum), for latency CDF plots.
+    pub cdf: Vec<[f64; 2]>,
+}
+
+/// Quantiles at which [`LatencySummary::cdf`] is sampled.
+fn cdf_quantiles() -> impl Iterator<Item = f64> {
+    (1..100)
+        .map(|i| i as f64 / 100.0)
+        .chain([0.999, 0.9999, 1.0])
 }
 
 impl LatencySummary {
@@ -91,6 +105,9 @@ impl LatencySummary {
             p99: us(h.value_at_quantile(0.99)),
             p999: us(h.value_at_quantile(0.999)),
             max: us(h.max()),
+            cdf: cdf_quantiles()
+                .map(|q| [us(h.value_at_quantile(q)), q])
+                .collect(),
         }
     }
 }
@@ -115,6 +132,10 @@ pub struct Window {
     pub hit_ratio: f64,
     /// Dirty lines / capacity at the end of the window.
     pub dirty_share: f64,
+    /// Cached lines per I/O class at the end of the window (a line belongs to the class of
+    /// the last request that touched it; lines populated as the rest of a group, which no
+    /// request touched, count for class 0).
+    pub class_lines: std::collections::BTreeMap<u8, u64>,
 }
 
 /// Busy time and utilisation of one device.
@@ -155,6 +176,11 @@ pub struct TimedResult {
     pub warmup_iops_s: Option<f64>,
     /// Device operations that failed (fault injection).
     pub device_errors: u64,
+    /// Seconds per phase when [`TimedOptions::phase_starts`] was given (a phase runs from the
+    /// issue of its first request to the issue of the next phase's first request, the last
+    /// one to the last completion).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub phase_s: Vec<f64>,
     pub series: Vec<Window>,
 }
 
@@ -340,6 +366,12 @@ struct Executor<'a> {
     win_done: Vec<(u64, u64)>,
     win_hits: Vec<(u64, u64)>,
     win_dirty: Vec<u64>,
+    /// Per-class occupancy: the class of cached lines last touched by a request of a class
+    /// other than 0 (class 0 owns the rest, so single-class traces cost nothing here).
+    owners: hashbrown::HashMap<u64, u8>,
+    /// Lines per class in `owners` (stale entries of evicted lines included until pruned).
+    owned: [u64; tiercache_engine::NUM_CLASSES],
+    win_class: Vec<std::collections::BTreeMap<u8, u64>>,
 }
 
 fn op_id(flight: usize, task: u16, second: bool) -> u64 {
@@ -419,6 +451,7 @@ impl<'a> Executor<'a> {
         );
         let plan = self.engine.process(req).map_err(anyhow::Error::msg)?;
         let tasks = tasks_of(&plan.steps, req.op == Op::Write, hcap, scap, fua);
+        self.track_classes(req);
         let after = *self.engine.class_counters(req.class);
         let w = self.window(self.now);
         self.win_hits[w].0 += after.line_hits - before.line_hits;
@@ -468,8 +501,65 @@ impl<'a> Executor<'a> {
         }
     }
 
+    /// Cached lines per class now; drops owners whose lines were evicted.
+    fn class_snapshot(&mut self) -> std::collections::BTreeMap<u8, u64> {
+        let engine = &self.engine;
+        let owned = &mut self.owned;
+        self.owners.retain(|k, c| {
+            let keep = engine.lookup(*k).is_some();
+            if !keep {
+                owned[*c as usize] -= 1;
+            }
+            keep
+        });
+        let mut m = std::collections::BTreeMap::new();
+        let others: u64 = self.owned.iter().sum();
+        let zero = self.engine.len().saturating_sub(others);
+        if zero > 0 {
+            m.insert(0, zero);
+        }
+        for (c, &n) in self.owned.iter().enumerate() {
+            if n > 0 {
+                m.insert(c as u8, n);
+            }
+        }
+        m
+    }
+
+    /// Records which class owns the lines `req` touched and that are now cached.
+    fn track_classes(&mut self, req: &Request) {
+        if req.class == 0 && self.owners.is_empty() {
+            return;
+        }
+        let ls = self.engine.config().line_size;
+        let (engine, owners, owned) = (&self.engine, &mut self.owners, &mut self.owned);
+        Engine::for_each_line_key(ls, req, |k| {
+            let cached = engine.lookup(k).is_some();
+            let prev = if cached && req.class != 0 {
+                owners.insert(k, req.class)
+            } else {
+                owners.remove(&k)
+            };
+            if let Some(c) = prev {
+                owned[c as usize] -= 1;
+            }
+            if cached && req.class != 0 {
+                owned[req.class as usize] += 1;
+            }
+        });
+    }
+
     fn window(&mut self, t: u64) -> usize {
         let w = (t.saturating_sub(self.first_arrival.unwrap_or(0)) / self.window_ns) as usize;
+        if self.win_done.len() <= w {
+            // The last window closes: its end-of-window occupancy, which also stands for the
+            // windows skipped without a request (a later close overwrites the new last one).
+            let snap = self.class_snapshot();
+            if let Some(last) = self.win_class.last_mut() {
+                *last = snap.clone();
+            }
+            self.win_class.resize(w + 1, snap);
+        }
         while self.win_done.len() <= w {
             self.win_done.push((0, 0));
             self.win_hits.push((0, 0));
@@ -798,6 +888,9 @@ pub fn simulate_timed<'a>(
         win_done: Vec::new(),
         win_hits: Vec::new(),
         win_dirty: Vec::new(),
+        owners: hashbrown::HashMap::new(),
+        owned: [0; tiercache_engine::NUM_CLASSES],
+        win_class: Vec::new(),
     };
     let wall = std::time::Instant::now();
     let mut reqs = spec.input.open()?;
@@ -810,6 +903,8 @@ pub fn simulate_timed<'a>(
         }
     };
     let ctx = |n: u64, input: &Input| format!("{input}: request {n}");
+    // Simulated time at which each phase's first request was issued.
+    let mut phase_marks: Vec<u64> = Vec::with_capacity(opts.phase_starts.len());
     match opts.drive {
         Drive::Closed { queue_depth } => {
             let qd = queue_depth.max(1) as u64;
@@ -820,6 +915,11 @@ pub fn simulate_timed<'a>(
                     match reqs.next() {
                         Some(r) => {
                             let r = r?;
+                            while phase_marks.len() < opts.phase_starts.len()
+                                && opts.phase_starts[phase_marks.len()] <= issued
+                            {
+                                phase_marks.push(ex.now);
+                            }
                             issued += 1;
                             let now = ex.now;
                             ex.start(&r, now)
@@ -866,6 +966,11 @@ pub fn simulate_timed<'a>(
                     (Some(_), _) => {
                         let (r, at) = next.take().expect("checked");
                         ex.now = ex.now.max(at);
+                        while phase_marks.len() < opts.phase_starts.len()
+                            && opts.phase_starts[phase_marks.len()] <= issued
+                        {
+                            phase_marks.push(ex.now);
+                        }
                         issued += 1;
                         ex.start(&r, at).with_context(|| ctx(issued, &spec.input))?;
                         ex.kick_background();
@@ -888,6 +993,10 @@ pub fn simulate_timed<'a>(
     let per_s = |x: f64| if secs > 0.0 { x / secs } else { 0.0 };
     let cap = ex.engine.capacity_lines().max(1) as f64;
     let window_s = ex.window_ns as f64 / 1e9;
+    if !ex.win_class.is_empty() {
+        let snap = ex.class_snapshot();
+        *ex.win_class.last_mut().expect("non-empty") = snap;
+    }
     let series: Vec<Window> = (0..ex.win_done.len())
         .map(|w| Window {
             t_s: w as f64 * window_s,
@@ -899,6 +1008,7 @@ pub fn simulate_timed<'a>(
                 0.0
             },
             dirty_share: ex.win_dirty[w] as f64 / cap,
+            class_lines: std::mem::take(&mut ex.win_class[w]),
         })
         .collect();
     let has_cache = ex.ssd.is_some() && ex.engine.capacity_lines() > 0;
@@ -936,6 +1046,17 @@ pub fn simulate_timed<'a>(
         warmup_s,
         warmup_iops_s,
         device_errors: ex.device_errors,
+        phase_s: {
+            let mut ends: Vec<u64> = phase_marks.iter().skip(1).copied().collect();
+            if !phase_marks.is_empty() {
+                ends.push(ex.last_fg_done.max(*phase_marks.last().expect("non-empty")));
+            }
+            phase_marks
+                .iter()
+                .zip(&ends)
+                .map(|(a, b)| b.saturating_sub(*a) as f64 / 1e9)
+                .collect()
+        },
         series,
     };
     // Wall-clock time of the replay itself (the simulator's speed, not simulated time).

@@ -25,6 +25,7 @@ fn setup(ssd: Option<&str>, drive: Drive) -> TimedSetup {
             drive,
             window_ns: 100_000_000,
             idle_clean: true,
+            ..Default::default()
         },
         ..Default::default()
     }
@@ -213,4 +214,72 @@ fn cloudphysics_no_cache_then_write_through_then_write_back() {
     // The same engine decisions in both modes: the hit ratio does not depend on the mode.
     assert_eq!(wt.sim.counters.line_hits, wb.sim.counters.line_hits);
     assert!(wb.timed.hdd.busy_s < wt.timed.hdd.busy_s);
+}
+
+/// Per-class occupancy over time: two classes writing disjoint ranges each own their lines;
+/// at every window end the classes add up to the cached lines, and class 1's share grows
+/// once it starts.
+#[test]
+fn class_occupancy_series_adds_up_and_follows_the_classes() {
+    use std::sync::Arc;
+    use tiercache_engine::{CacheSize, EngineConfig, Request};
+    use tiercache_sim::{Input, SimSpec, TimedOptions, TimedSetup};
+    let mut reqs = Vec::new();
+    for i in 0..4000u64 {
+        // Class 0 on the first 1000 blocks throughout; class 3 on another 1000 from the
+        // second half on, 1 ms apart.
+        let (class, block) = if i >= 2000 && i % 2 == 1 {
+            (3u8, 10_000 + (i * 7) % 1000)
+        } else {
+            (0u8, (i * 13) % 1000)
+        };
+        let mut r = Request::read(block * 4096, 4096);
+        r.time_ns = i * 1_000_000;
+        r.class = class;
+        reqs.push(r);
+    }
+    let spec = SimSpec {
+        input: Input::Memory {
+            name: "two classes".into(),
+            requests: Arc::new(reqs),
+        },
+        cache_size: CacheSize::Bytes(4000 * 4096),
+        engine: EngineConfig::default(),
+    };
+    let setup = TimedSetup {
+        options: TimedOptions {
+            drive: tiercache_sim::Drive::Open { speedup: 1.0 },
+            window_ns: 500_000_000,
+            idle_clean: true,
+            ..Default::default()
+        },
+        ..TimedSetup::default()
+    };
+    let r = tiercache_sim::run_timed(&spec, &setup, None).unwrap();
+    let s = &r.timed.series;
+    assert!(s.len() >= 6, "{} windows", s.len());
+    // Before class 3 starts (first second), only class 0 owns lines.
+    assert!(
+        s[0].class_lines.keys().all(|&c| c == 0),
+        "{:?}",
+        s[0].class_lines
+    );
+    // 1000 class-0 blocks and 500 class-3 blocks (odd x 7 mod 1000), all fitting the cache.
+    let last = s.last().unwrap();
+    assert_eq!(
+        last.class_lines.get(&0),
+        Some(&1000),
+        "{:?}",
+        last.class_lines
+    );
+    assert_eq!(
+        last.class_lines.get(&3),
+        Some(&500),
+        "{:?}",
+        last.class_lines
+    );
+    // Every window adds up to the lines cached then, which never shrinks here (no evictions).
+    let totals: Vec<u64> = s.iter().map(|w| w.class_lines.values().sum()).collect();
+    assert!(totals.windows(2).all(|p| p[0] <= p[1]), "{totals:?}");
+    assert_eq!(r.sim.evictions, 0);
 }

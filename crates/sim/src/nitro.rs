@@ -1,0 +1,295 @@
+//! Data reduction (Nitro): the log layout run on traces with content, its plans' SSD writes
+//! and trims fed to a page-mapped FTL, and the seed's four-variant table.
+//!
+//! [`run_log`] is one run; [`run`] produces the table of (ND,NC), (ND,C), (D,NC), (D,C) for
+//! extent caching (segment = extent, each extent its own replacement unit) and WEU caching
+//! (2 MiB segments, WEU-LRU) on a boot storm and on cloudPhysicsIO with the content model.
+//! `tiercache nitro-table` prints it; a later `tiercache reproduce nitro` can call [`run`].
+
+use anyhow::{Context, Result};
+use serde::Serialize;
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use tiercache_devices::{FtlConfig, FtlStats, PageFtl};
+use tiercache_engine::log::dedup::FpIndex;
+use tiercache_engine::log::{LogCounters, Reduction};
+use tiercache_engine::{fmt_size, Compression, LogConfig, LogEngine, Mode, Step};
+use tiercache_trace::content::{ContentModel, ContentTrace};
+use tiercache_trace::workload::bootstorm::BootStorm;
+
+/// What one log-layout run did.
+#[derive(Clone, Debug, Serialize)]
+pub struct LogRun {
+    pub workload: String,
+    pub layout: String,
+    pub segment_size: u64,
+    pub capacity_bytes: u64,
+    pub compression: String,
+    pub dedup: f64,
+    pub trim: bool,
+    pub requests: u64,
+    pub read_hit_ratio: f64,
+    pub ssd_bytes_written: u64,
+    pub ssd_bytes_read: u64,
+    pub hdd_bytes_read: u64,
+    pub hdd_bytes_written: u64,
+    pub erasures: u64,
+    pub write_amplification: f64,
+    pub dedup_ratio: f64,
+    pub compression_ratio: f64,
+    pub effective_capacity: f64,
+    /// Fingerprint-index RAM per entry (the seed: 29 B with its layout).
+    pub index_bytes_per_entry: f64,
+    /// RAM of all log-layout indices per cached line at the end.
+    pub index_bytes_per_line: f64,
+    pub counters: LogCounters,
+    pub reduction: Reduction,
+    pub ftl: FtlStats,
+}
+
+/// The FTL under a log-layout cache: the cache's capacity of 4 KiB pages in erase blocks of
+/// `erase_block` bytes, 7 % over-provisioning.
+pub fn ftl_for(cfg: &LogConfig, erase_block: u64) -> FtlConfig {
+    let mut f = FtlConfig::new(cfg.capacity_bytes);
+    f.page_bytes = 4096.min(cfg.line_size);
+    f.pages_per_block = (erase_block / f.page_bytes).max(1) as u32;
+    f
+}
+
+/// Runs `trace` through a log-layout engine, its SSD writes and trims through a page FTL.
+pub fn run_log(trace: &ContentTrace, cfg: LogConfig, ftl: FtlConfig) -> Result<LogRun> {
+    let mut e = LogEngine::new(cfg.clone()).map_err(|x| anyhow::anyhow!("{x}"))?;
+    let mut f = PageFtl::new(ftl).map_err(anyhow::Error::msg)?;
+    for (i, (r, c)) in trace.iter().enumerate() {
+        let plan = e
+            .process(r, c)
+            .with_context(|| format!("{}: request {} ({r:?})", trace.name, i + 1))?;
+        for s in &plan.steps {
+            match *s {
+                Step::WriteSsd { ssd, len, .. } | Step::Populate { ssd, len, .. } => {
+                    f.write(ssd, len)
+                }
+                Step::TrimSsd { ssd, len } => f.trim(ssd, len),
+                _ => {}
+            }
+        }
+        if i % 4096 == 4095 {
+            e.clean_stale(1024);
+        }
+    }
+    e.check()
+        .map_err(|m| anyhow::anyhow!("log layout invariant broken: {m}"))?;
+    let k = *e.counters();
+    let red = e.reduction();
+    let st = f.stats();
+    let extent = cfg.segment_size == cfg.line_size;
+    Ok(LogRun {
+        workload: trace.name.clone(),
+        layout: if extent { "extent" } else { "weu" }.into(),
+        segment_size: cfg.segment_size,
+        capacity_bytes: cfg.capacity_bytes,
+        compression: cfg.compression.to_string(),
+        dedup: cfg.dedup_ratio,
+        trim: cfg.trim,
+        requests: k.requests,
+        read_hit_ratio: if k.read_lines > 0 {
+            k.read_line_hits as f64 / k.read_lines as f64
+        } else {
+            0.0
+        },
+        ssd_bytes_written: k.ssd_bytes_written,
+        ssd_bytes_read: k.ssd_bytes_read,
+        hdd_bytes_read: k.hdd_bytes_read,
+        hdd_bytes_written: k.hdd_bytes_written,
+        erasures: st.erasures,
+        write_amplification: st.write_amplification,
+        dedup_ratio: red.dedup_ratio,
+        compression_ratio: red.compression_ratio,
+        effective_capacity: red.effective_capacity,
+        index_bytes_per_entry: if cfg.dedup_ratio > 0.0 {
+            FpIndex::bytes_per_entry()
+        } else {
+            0.0
+        },
+        index_bytes_per_line: if red.cached_lines > 0 {
+            e.index_bytes() as f64 / red.cached_lines as f64
+        } else {
+            0.0
+        },
+        counters: k,
+        reduction: red,
+        ftl: st,
+    })
+}
+
+/// The table's settings.
+#[derive(Clone, Debug)]
+pub struct NitroSpec {
+    pub line_size: u64,
+    pub segment_size: u64,
+    /// Erase block of the FTL (WEUs are aligned to it).
+    pub erase_block: u64,
+    pub compression: Compression,
+    /// Fingerprint-index ratio of the D variants.
+    pub dedup_ratio: f64,
+    pub mode: Mode,
+    pub trim: bool,
+    pub seed: u64,
+    pub boot_storm: BootStorm,
+    /// Cache size for the boot storm.
+    pub boot_cache: u64,
+    /// cloudPhysicsIO csv (None: skip that workload).
+    pub cloudphysics: Option<PathBuf>,
+    /// Cache size for cloudPhysicsIO as a share of its footprint.
+    pub cloud_cache_share: f64,
+    /// Content model for cloudPhysicsIO.
+    pub dup_share: f64,
+}
+
+impl Default for NitroSpec {
+    fn default() -> Self {
+        NitroSpec {
+            line_size: 8192,
+            segment_size: 2 << 20,
+            erase_block: 2 << 20,
+            compression: Compression::Lz4,
+            dedup_ratio: 1.0,
+            mode: Mode::WriteThrough,
+            trim: false,
+            seed: 1,
+            boot_storm: BootStorm::default(),
+            boot_cache: 128 << 20,
+            cloudphysics: None,
+            cloud_cache_share: 0.10,
+            dup_share: 0.3,
+        }
+    }
+}
+
+/// The four variants for one unit: (dedup, compress).
+pub const VARIANTS: [(bool, bool); 4] =
+    [(false, false), (false, true), (true, false), (true, true)];
+
+/// A variant's label, e.g. `WEU (D,C)`.
+pub fn label(r: &LogRun) -> String {
+    format!(
+        "{} ({},{})",
+        if r.layout == "extent" {
+            "Extent"
+        } else {
+            "WEU"
+        },
+        if r.dedup > 0.0 { "D" } else { "ND" },
+        if r.compression != "none" { "C" } else { "NC" }
+    )
+}
+
+/// Runs all eight variants on one trace with cache `capacity`.
+pub fn run_variants(trace: &ContentTrace, spec: &NitroSpec, capacity: u64) -> Result<Vec<LogRun>> {
+    let mut jobs = Vec::new();
+    for weu in [false, true] {
+        for (d, c) in VARIANTS {
+            let mut cfg = LogConfig::new(capacity, spec.line_size);
+            cfg.segment_size = if weu {
+                spec.segment_size
+            } else {
+                spec.line_size
+            };
+            cfg.capacity_bytes = capacity / cfg.segment_size * cfg.segment_size;
+            cfg.mode = spec.mode;
+            cfg.trim = spec.trim;
+            cfg.dedup_ratio = if d { spec.dedup_ratio } else { 0.0 };
+            cfg.compression = if c {
+                spec.compression
+            } else {
+                Compression::None
+            };
+            jobs.push(cfg);
+        }
+    }
+    use rayon::prelude::*;
+    jobs.into_par_iter()
+        .map(|cfg| {
+            let f = ftl_for(&cfg, spec.erase_block);
+            run_log(trace, cfg, f)
+        })
+        .collect()
+}
+
+/// The boot storm of `spec`, content included.
+pub fn boot_storm_trace(spec: &NitroSpec) -> ContentTrace {
+    let mut b = spec.boot_storm;
+    b.line_size = spec.line_size;
+    let mut m = ContentModel::new(spec.line_size, spec.seed);
+    m.compression = spec.compression;
+    b.generate(spec.seed, &m)
+}
+
+/// A trace file annotated with the content model.
+pub fn model_trace(path: &std::path::Path, spec: &NitroSpec) -> Result<ContentTrace> {
+    let reader = tiercache_trace::open(path, None, &tiercache_trace::ReadOptions::default())
+        .with_context(|| format!("opening trace {}", path.display()))?;
+    let reqs: Vec<_> = reader.collect::<std::result::Result<_, _>>()?;
+    let mut m = ContentModel::new(spec.line_size, spec.seed);
+    m.dup_share = spec.dup_share;
+    m.compression = spec.compression;
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    Ok(ContentTrace::from_model(name, reqs, m))
+}
+
+/// The whole table: boot storm, then cloudPhysicsIO when given.
+pub fn run(spec: &NitroSpec) -> Result<Vec<LogRun>> {
+    let mut rows = run_variants(&boot_storm_trace(spec), spec, spec.boot_cache)?;
+    if let Some(p) = &spec.cloudphysics {
+        let t = model_trace(p, spec)?;
+        let (lines, _) = t.footprint();
+        let cap = ((lines * spec.line_size) as f64 * spec.cloud_cache_share) as u64;
+        let cap = cap.max(3 * spec.segment_size);
+        rows.extend(run_variants(&t, spec, cap)?);
+    }
+    Ok(rows)
+}
+
+/// A text table of runs.
+pub fn table(rows: &[LogRun]) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "{:<14} {:<16} {:>8} {:>9} {:>6} {:>6} {:>11} {:>9} {:>6} {:>8}",
+        "workload",
+        "variant",
+        "read hit",
+        "eff. cap",
+        "dedup",
+        "compr",
+        "SSD written",
+        "erasures",
+        "WA",
+        "idx B/e"
+    );
+    for r in rows {
+        let w: String = r.workload.chars().take(14).collect();
+        let _ = writeln!(
+            s,
+            "{:<14} {:<16} {:>7.2}% {:>8.2}x {:>5.2}x {:>5.2}x {:>11} {:>9} {:>6.2} {:>8}",
+            w,
+            label(r),
+            r.read_hit_ratio * 100.0,
+            r.effective_capacity,
+            r.dedup_ratio,
+            r.compression_ratio,
+            fmt_size(r.ssd_bytes_written),
+            r.erasures,
+            r.write_amplification,
+            if r.index_bytes_per_entry > 0.0 {
+                format!("{:.1}", r.index_bytes_per_entry)
+            } else {
+                "-".into()
+            }
+        );
+    }
+    s
+}
