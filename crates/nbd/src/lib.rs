@@ -6,6 +6,17 @@
 
 use std::io;
 
+mod client;
+mod file;
+pub mod proto;
+mod replay;
+mod server;
+
+pub use client::{Client, ClientError, ClientOptions, Completion, Handle, NbdUri};
+pub use file::FileExport;
+pub use replay::{pattern_byte, replay, OpStats, ReplayOp, ReplayOpKind, ReplayReport};
+pub use server::{Server, ServerOptions, ShutdownHandle};
+
 /// Block-size constraints advertised with `NBD_INFO_BLOCK_SIZE`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct BlockSizes {
@@ -56,5 +67,9 @@ pub trait Export: Send + Sync {
     }
     fn block_sizes(&self) -> BlockSizes {
         BlockSizes::default()
+    }
+    /// Free-text description sent with `NBD_INFO_DESCRIPTION` (shown by `nbdinfo`).
+    fn description(&self) -> Option<String> {
+        None
     }
 }

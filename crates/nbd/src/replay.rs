@@ -1,0 +1,289 @@
+//! Replays a stream of block requests against an NBD export at a fixed queue depth and
+//! measures what the server delivers: IOPS, throughput and latency percentiles per operation.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use hdrhistogram::Histogram;
+use serde::Serialize;
+
+use crate::client::{Client, ClientError};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ReplayOpKind {
+    Read,
+    Write,
+    Trim,
+    Flush,
+}
+
+impl ReplayOpKind {
+    const ALL: [ReplayOpKind; 4] = [
+        ReplayOpKind::Read,
+        ReplayOpKind::Write,
+        ReplayOpKind::Trim,
+        ReplayOpKind::Flush,
+    ];
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReplayOpKind::Read => "read",
+            ReplayOpKind::Write => "write",
+            ReplayOpKind::Trim => "trim",
+            ReplayOpKind::Flush => "flush",
+        }
+    }
+    fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// One request to replay. Offsets must already lie inside the export.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReplayOp {
+    pub kind: ReplayOpKind,
+    pub offset: u64,
+    pub len: u64,
+    pub fua: bool,
+}
+
+/// Measurements of one operation kind.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct OpStats {
+    /// NBD requests completed (successfully or not).
+    pub requests: u64,
+    pub bytes: u64,
+    /// Requests the server answered with an error.
+    pub errors: u64,
+    pub iops: f64,
+    pub mb_per_s: f64,
+    pub latency_mean_us: f64,
+    pub latency_p50_us: f64,
+    pub latency_p90_us: f64,
+    pub latency_p99_us: f64,
+    pub latency_p999_us: f64,
+    pub latency_max_us: f64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct ReplayReport {
+    pub queue_depth: usize,
+    pub elapsed_s: f64,
+    pub requests: u64,
+    pub bytes: u64,
+    pub errors: u64,
+    pub iops: f64,
+    /// Decimal megabytes (10^6 bytes) per second.
+    pub mb_per_s: f64,
+    /// Trace requests split because they exceeded the server's maximum block size.
+    pub split: u64,
+    /// Trace requests not sent: zero-length reads/writes, trims the export does not support.
+    pub skipped: u64,
+    /// First error message the server sent, if any.
+    pub first_error: Option<String>,
+    /// Per operation: read, write, trim, flush (only those that occurred).
+    pub ops: Vec<(ReplayOpKind, OpStats)>,
+    /// All operations together.
+    pub all: OpStats,
+}
+
+/// Byte `i` of the deterministic write pattern (the same for every run).
+pub fn pattern_byte(i: u64) -> u8 {
+    let x = i.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    (x >> 56) as u8 ^ (i as u8)
+}
+
+struct Tally {
+    hist: Histogram<u64>,
+    requests: u64,
+    bytes: u64,
+    errors: u64,
+}
+
+impl Tally {
+    fn new() -> Tally {
+        Tally {
+            hist: Histogram::new_with_bounds(1, 3_600_000_000_000, 3).expect("histogram bounds"),
+            requests: 0,
+            bytes: 0,
+            errors: 0,
+        }
+    }
+    fn stats(&self, secs: f64) -> OpStats {
+        let h = &self.hist;
+        let us = |ns: u64| ns as f64 / 1000.0;
+        let empty = h.is_empty();
+        let q = |p: f64| {
+            if empty {
+                0.0
+            } else {
+                us(h.value_at_quantile(p))
+            }
+        };
+        OpStats {
+            requests: self.requests,
+            bytes: self.bytes,
+            errors: self.errors,
+            iops: self.requests as f64 / secs,
+            mb_per_s: self.bytes as f64 / secs / 1e6,
+            latency_mean_us: if empty { 0.0 } else { h.mean() / 1000.0 },
+            latency_p50_us: q(0.5),
+            latency_p90_us: q(0.9),
+            latency_p99_us: q(0.99),
+            latency_p999_us: q(0.999),
+            latency_max_us: if empty { 0.0 } else { us(h.max()) },
+        }
+    }
+}
+
+/// Issues `ops` against `client`, keeping up to `queue_depth` requests in flight, and measures
+/// each request from send to reply. Server errors are counted; a broken connection ends the
+/// replay with an error.
+pub fn replay(
+    client: &mut Client,
+    ops: impl IntoIterator<Item = ReplayOp>,
+    queue_depth: usize,
+) -> Result<ReplayReport, ClientError> {
+    let qd = queue_depth.max(1);
+    let max_block = client
+        .block_sizes()
+        .map(|b| b.maximum)
+        .unwrap_or(32 << 20)
+        .clamp(512, 32 << 20) as u64;
+    let can_trim = client.can_trim();
+    let mut pattern: Vec<u8> = Vec::new();
+    let mut tallies: Vec<Tally> = ReplayOpKind::ALL.iter().map(|_| Tally::new()).collect();
+    let mut all = Tally::new();
+    let mut in_flight: HashMap<u64, (ReplayOpKind, u64, Instant)> = HashMap::with_capacity(qd);
+    let (mut split, mut skipped) = (0u64, 0u64);
+    let mut first_error = None;
+    // Pieces of a request split at max_block wait here.
+    let mut queue: std::collections::VecDeque<ReplayOp> = Default::default();
+    let mut ops = ops.into_iter();
+    let start = Instant::now();
+
+    let complete = |client: &mut Client,
+                    in_flight: &mut HashMap<u64, (ReplayOpKind, u64, Instant)>,
+                    tallies: &mut Vec<Tally>,
+                    all: &mut Tally,
+                    first_error: &mut Option<String>|
+     -> Result<(), ClientError> {
+        let c = client.wait_any()?;
+        let now = Instant::now();
+        let (kind, bytes, t0) = in_flight
+            .remove(&c.handle.0)
+            .expect("client returned a handle we did not send");
+        let ns = now.duration_since(t0).as_nanos().max(1) as u64;
+        for t in [&mut tallies[kind.index()], all] {
+            t.hist.saturating_record(ns);
+            t.requests += 1;
+            t.bytes += bytes;
+        }
+        if let Err(e) = &c.result {
+            tallies[kind.index()].errors += 1;
+            all.errors += 1;
+            if first_error.is_none() {
+                *first_error = Some(e.to_string());
+            }
+        }
+        client.recycle(c.data);
+        Ok(())
+    };
+
+    loop {
+        let op = match queue.pop_front() {
+            Some(op) => Some(op),
+            None => loop {
+                match ops.next() {
+                    None => break None,
+                    Some(op) => {
+                        let sendable = match op.kind {
+                            ReplayOpKind::Flush => true,
+                            ReplayOpKind::Trim => can_trim && op.len > 0,
+                            _ => op.len > 0,
+                        };
+                        if !sendable {
+                            skipped += 1;
+                            continue;
+                        }
+                        if op.kind != ReplayOpKind::Flush && op.len > max_block {
+                            split += 1;
+                            let mut off = op.offset;
+                            let end = op.offset + op.len;
+                            while off < end {
+                                let n = (end - off).min(max_block);
+                                queue.push_back(ReplayOp {
+                                    offset: off,
+                                    len: n,
+                                    ..op
+                                });
+                                off += n;
+                            }
+                            break queue.pop_front();
+                        }
+                        break Some(op);
+                    }
+                }
+            },
+        };
+        let Some(op) = op else { break };
+        while in_flight.len() >= qd {
+            complete(
+                client,
+                &mut in_flight,
+                &mut tallies,
+                &mut all,
+                &mut first_error,
+            )?;
+        }
+        let len = op.len as u32;
+        let t0 = Instant::now();
+        let h = match op.kind {
+            ReplayOpKind::Read => client.submit_read(op.offset, len)?,
+            ReplayOpKind::Write => {
+                if pattern.len() < op.len as usize {
+                    pattern = (0..op.len).map(pattern_byte).collect();
+                }
+                client.submit_write(op.offset, &pattern[..op.len as usize], op.fua)?
+            }
+            ReplayOpKind::Trim => client.submit_trim(op.offset, len)?,
+            ReplayOpKind::Flush => client.submit_flush()?,
+        };
+        let bytes = if matches!(op.kind, ReplayOpKind::Read | ReplayOpKind::Write) {
+            op.len
+        } else {
+            0
+        };
+        in_flight.insert(h.0, (op.kind, bytes, t0));
+    }
+    while !in_flight.is_empty() {
+        complete(
+            client,
+            &mut in_flight,
+            &mut tallies,
+            &mut all,
+            &mut first_error,
+        )?;
+    }
+    let secs = start.elapsed().max(Duration::from_nanos(1)).as_secs_f64();
+    let all_stats = all.stats(secs);
+    Ok(ReplayReport {
+        queue_depth: qd,
+        elapsed_s: secs,
+        requests: all_stats.requests,
+        bytes: all_stats.bytes,
+        errors: all_stats.errors,
+        iops: all_stats.iops,
+        mb_per_s: all_stats.mb_per_s,
+        split,
+        skipped,
+        first_error,
+        ops: ReplayOpKind::ALL
+            .iter()
+            .zip(&tallies)
+            .filter(|(_, t)| t.requests > 0)
+            .map(|(k, t)| (*k, t.stats(secs)))
+            .collect(),
+        all: all_stats,
+    })
+}
