@@ -1,0 +1,150 @@
+//! The control socket (`tiercache ctl`) and the Prometheus metrics endpoint.
+//!
+//! Control protocol: a unix socket; each request is one JSON object on one line, each reply
+//! one JSON object on one line:
+//! ```text
+//! {"cmd":"stats"}                      -> {"ok":true,"stats":{...}}
+//! {"cmd":"flush"}                      -> {"ok":true}   (write back dirty data, make durable)
+//! {"cmd":"mode","mode":"write-back"}   -> {"ok":true}
+//! {"cmd":"detach"}                     -> {"ok":true}   (flush, then pass-through)
+//! anything else                        -> {"ok":false,"error":"..."}
+//! ```
+
+use crate::volume::CacheVolume;
+use serde::{Deserialize, Serialize};
+use std::io::{self, BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpListener};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::Path;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use tiercache_engine::Mode;
+
+/// A control request.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(tag = "cmd", rename_all = "lowercase")]
+pub enum Command {
+    Stats,
+    Flush,
+    Mode { mode: String },
+    Detach,
+}
+
+fn handle(vol: &CacheVolume, line: &str) -> serde_json::Value {
+    let cmd: Command = match serde_json::from_str(line) {
+        Ok(c) => c,
+        Err(e) => {
+            return serde_json::json!({"ok": false, "error": format!("bad request {line:?}: {e}")})
+        }
+    };
+    let r = match cmd {
+        Command::Stats => {
+            return serde_json::json!({"ok": true, "stats": vol.stats()});
+        }
+        Command::Flush => vol.flush_dirty().map_err(|e| e.to_string()),
+        Command::Mode { mode } => mode
+            .parse::<Mode>()
+            .and_then(|m| vol.set_mode(m).map_err(|e| e.to_string())),
+        Command::Detach => vol.detach().map_err(|e| e.to_string()),
+    };
+    match r {
+        Ok(()) => serde_json::json!({"ok": true}),
+        Err(e) => serde_json::json!({"ok": false, "error": e}),
+    }
+}
+
+/// Serves the control socket at `path` (replacing a stale socket file) in a thread.
+pub fn serve_control(path: &Path, vol: Arc<CacheVolume>) -> io::Result<JoinHandle<()>> {
+    if path.exists() && UnixStream::connect(path).is_err() {
+        std::fs::remove_file(path)?;
+    }
+    let listener = UnixListener::bind(path)
+        .map_err(|e| io::Error::new(e.kind(), format!("control socket {}: {e}", path.display())))?;
+    std::thread::Builder::new()
+        .name("tiercache-control".into())
+        .spawn(move || {
+            for conn in listener.incoming() {
+                let Ok(conn) = conn else { continue };
+                let vol = Arc::clone(&vol);
+                std::thread::spawn(move || {
+                    let mut w = match conn.try_clone() {
+                        Ok(w) => w,
+                        Err(_) => return,
+                    };
+                    for line in BufReader::new(conn).lines() {
+                        let Ok(line) = line else { return };
+                        if line.trim().is_empty() {
+                            continue;
+                        }
+                        let reply = handle(&vol, &line);
+                        if writeln!(w, "{reply}").is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        })
+}
+
+/// Sends one control request and returns the reply (an error when `ok` is false).
+pub fn request(path: &Path, cmd: &Command) -> Result<serde_json::Value, String> {
+    let mut s = UnixStream::connect(path).map_err(|e| {
+        format!(
+            "control socket {}: {e} (is `tiercache serve --control` running?)",
+            path.display()
+        )
+    })?;
+    let line = serde_json::to_string(cmd).unwrap();
+    writeln!(s, "{line}").map_err(|e| e.to_string())?;
+    let mut reply = String::new();
+    BufReader::new(s)
+        .read_line(&mut reply)
+        .map_err(|e| e.to_string())?;
+    let v: serde_json::Value =
+        serde_json::from_str(&reply).map_err(|e| format!("bad reply {reply:?}: {e}"))?;
+    if v["ok"] == serde_json::Value::Bool(true) {
+        Ok(v)
+    } else {
+        Err(v["error"].as_str().unwrap_or("unknown error").to_string())
+    }
+}
+
+/// Serves `GET /metrics` (Prometheus text format) on `addr` in a thread: a minimal HTTP/1.1
+/// responder, one request per connection.
+pub fn serve_metrics(
+    addr: SocketAddr,
+    vol: Arc<CacheVolume>,
+) -> io::Result<(SocketAddr, JoinHandle<()>)> {
+    let listener = TcpListener::bind(addr)
+        .map_err(|e| io::Error::new(e.kind(), format!("metrics endpoint {addr}: {e}")))?;
+    let local = listener.local_addr()?;
+    let h = std::thread::Builder::new()
+        .name("tiercache-metrics".into())
+        .spawn(move || {
+            for conn in listener.incoming() {
+                let Ok(mut conn) = conn else { continue };
+                let _ = conn.set_read_timeout(Some(std::time::Duration::from_secs(5)));
+                let mut head = Vec::new();
+                let mut b = [0u8; 1024];
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < 16384 {
+                    match conn.read(&mut b) {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => head.extend_from_slice(&b[..n]),
+                    }
+                }
+                let first = String::from_utf8_lossy(&head);
+                let first = first.lines().next().unwrap_or("");
+                let (status, body) = if first.starts_with("GET /metrics ") || first.starts_with("GET / ") {
+                    ("200 OK", vol.metrics().prometheus(&vol.stats()))
+                } else {
+                    ("404 Not Found", "try GET /metrics\n".to_string())
+                };
+                let _ = write!(
+                    conn,
+                    "HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+            }
+        })?;
+    Ok((local, h))
+}

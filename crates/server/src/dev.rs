@@ -1,0 +1,143 @@
+//! Devices the volume executes plans on: files or block devices, and an emulated HDD.
+
+use std::fs::{File, OpenOptions};
+use std::io::{self, Seek, SeekFrom};
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+use tiercache_devices::{Checked, Completion, Device, Hdd, HddConfig, IoKind, IoOp};
+
+/// A byte-addressed device. Reads past the end return zeroes and writes past the end are
+/// dropped (a volume whose size is not a multiple of the line size has a partial last line).
+pub trait BlockDev: Send + Sync {
+    fn size(&self) -> u64;
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()>;
+    fn write_at(&self, data: &[u8], offset: u64) -> io::Result<()>;
+    /// Makes completed writes durable.
+    fn sync(&self) -> io::Result<()>;
+}
+
+/// A regular file or a block device.
+pub struct FileDev {
+    file: File,
+    size: u64,
+}
+
+impl FileDev {
+    pub fn open(path: &Path) -> io::Result<FileDev> {
+        let mut file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(path)
+            .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
+        let size = file.seek(SeekFrom::End(0))?;
+        Ok(FileDev { file, size })
+    }
+}
+
+impl BlockDev for FileDev {
+    fn size(&self) -> u64 {
+        self.size
+    }
+
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        let n = (self.size.saturating_sub(offset)).min(buf.len() as u64) as usize;
+        self.file.read_exact_at(&mut buf[..n], offset)?;
+        buf[n..].fill(0);
+        Ok(())
+    }
+
+    fn write_at(&self, data: &[u8], offset: u64) -> io::Result<()> {
+        let n = (self.size.saturating_sub(offset)).min(data.len() as u64) as usize;
+        self.file.write_all_at(&data[..n], offset)
+    }
+
+    fn sync(&self) -> io::Result<()> {
+        self.file.sync_data()
+    }
+}
+
+/// A backing device that takes as long as the HDD model of `tiercache-devices` says a real
+/// disk would: one request at a time (one actuator), the head position carried from request
+/// to request, the model's clock running on the wall clock.
+pub struct EmulatedHdd<D> {
+    inner: D,
+    model: Mutex<(Checked<Hdd>, Vec<Completion>)>,
+    start: Instant,
+}
+
+impl<D: BlockDev> EmulatedHdd<D> {
+    /// `cfg.capacity_bytes` is raised to the device size if smaller.
+    pub fn new(inner: D, mut cfg: HddConfig) -> Result<Self, String> {
+        cfg.capacity_bytes = cfg.capacity_bytes.max(inner.size().next_multiple_of(4096));
+        let hdd = Checked::new(Hdd::new(cfg)?);
+        Ok(EmulatedHdd {
+            inner,
+            model: Mutex::new((hdd, Vec::new())),
+            start: Instant::now(),
+        })
+    }
+
+    /// Holds the actuator for the modelled service time of `op`, then runs `io`.
+    fn timed<T>(&self, op: IoOp, io: impl FnOnce() -> io::Result<T>) -> io::Result<T> {
+        let mut m = self.model.lock().unwrap_or_else(|e| e.into_inner());
+        let (hdd, done) = &mut *m;
+        let now = self.start.elapsed().as_nanos() as u64;
+        hdd.submit(now, 0, op);
+        while let Some(t) = hdd.next_completion() {
+            hdd.advance(t, done);
+        }
+        let finish = done.last().map(|c| c.time_ns).unwrap_or(now);
+        done.clear();
+        let r = io();
+        let wait = finish.saturating_sub(self.start.elapsed().as_nanos() as u64);
+        if wait > 0 {
+            std::thread::sleep(Duration::from_nanos(wait));
+        }
+        r
+    }
+}
+
+impl<D: BlockDev> BlockDev for EmulatedHdd<D> {
+    fn size(&self) -> u64 {
+        self.inner.size()
+    }
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        let op = IoOp::new(IoKind::Read, offset, buf.len().max(1) as u64);
+        self.timed(op, || self.inner.read_at(buf, offset))
+    }
+    fn write_at(&self, data: &[u8], offset: u64) -> io::Result<()> {
+        let op = IoOp::new(IoKind::Write, offset, data.len().max(1) as u64);
+        self.timed(op, || self.inner.write_at(data, offset))
+    }
+    fn sync(&self) -> io::Result<()> {
+        self.timed(IoOp::new(IoKind::Flush, 0, 0), || self.inner.sync())
+    }
+}
+
+impl BlockDev for Box<dyn BlockDev> {
+    fn size(&self) -> u64 {
+        (**self).size()
+    }
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        (**self).read_at(buf, offset)
+    }
+    fn write_at(&self, data: &[u8], offset: u64) -> io::Result<()> {
+        (**self).write_at(data, offset)
+    }
+    fn sync(&self) -> io::Result<()> {
+        (**self).sync()
+    }
+}
+
+/// An HDD model by preset name (`7200`, `5400`, `10k`, `15k`) or TOML file.
+pub fn hdd_config(spec: &str) -> Result<HddConfig, String> {
+    if let Some(c) = HddConfig::preset(spec) {
+        return Ok(c);
+    }
+    let text = std::fs::read_to_string(spec).map_err(|e| {
+        format!("--emulate-hdd {spec}: not a preset (5400, 7200, 10k, 15k) and not readable: {e}")
+    })?;
+    toml::from_str(&text).map_err(|e| format!("{spec}: {e}"))
+}

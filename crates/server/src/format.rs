@@ -1,0 +1,296 @@
+//! On-disk format of the cache device (direct layout).
+//!
+//! ```text
+//! offset 0            superblock, 4 KiB (magic, version, crc32c; see `Superblock`)
+//! META_OFFSET = 4096  metadata area: one 32-byte record per slot, 128 records per 4 KiB page,
+//!                     written a whole page at a time
+//! data_offset         data area, aligned to the line size (and to 1 MiB): slot s at
+//!                     data_offset + s * line_size
+//! ```
+//!
+//! A record is `key u64 | valid_mask u64 | dirty_mask u64 | seq u32 | crc32c u32`, little
+//! endian; the checksum covers the first 28 bytes. An empty slot has key `u64::MAX`. `seq`
+//! grows with every change of a record, so when a torn metadata write leaves one key in two
+//! slots, the newer record wins.
+
+use std::io;
+
+pub const MAGIC: &[u8; 8] = b"TIERCACH";
+pub const VERSION: u32 = 1;
+pub const SUPERBLOCK_BYTES: u64 = 4096;
+pub const META_OFFSET: u64 = SUPERBLOCK_BYTES;
+pub const PAGE: u64 = 4096;
+pub const RECORD_BYTES: u64 = 32;
+pub const RECORDS_PER_PAGE: u64 = PAGE / RECORD_BYTES;
+pub const EMPTY_KEY: u64 = u64::MAX;
+const BACKING_ID_BYTES: usize = 256;
+const POLICY_BYTES: usize = 32;
+
+/// Why a cache device cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum FormatError {
+    #[error("{0}")]
+    Io(#[from] io::Error),
+    #[error("not a tiercache cache device (bad magic); format it with `tiercache format`")]
+    BadMagic,
+    #[error("superblock checksum mismatch (stored {stored:#010x}, computed {computed:#010x}): the superblock is corrupted")]
+    BadSuperblockChecksum { stored: u32, computed: u32 },
+    #[error("on-disk format version {0} is not supported (this build reads version {VERSION})")]
+    BadVersion(u32),
+    #[error("superblock field {field} is invalid: {why}")]
+    BadField { field: &'static str, why: String },
+    #[error("metadata record of slot {slot} (byte {offset}) has a bad checksum, but the cache was shut down cleanly: the metadata is corrupted")]
+    BadRecord { slot: u64, offset: u64 },
+    #[error("the cache device of {have} bytes is too small: {need} bytes are needed for {lines} lines of {line_size} bytes")]
+    TooSmall {
+        have: u64,
+        need: u64,
+        lines: u64,
+        line_size: u64,
+    },
+    #[error("the cache belongs to a backing device of {sb} bytes, but the backing device has {actual} bytes (format again with --force to reuse it)")]
+    BackingMismatch { sb: u64, actual: u64 },
+}
+
+/// The cache device's superblock.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Superblock {
+    pub version: u32,
+    pub uuid: [u8; 16],
+    pub line_size: u64,
+    pub capacity_lines: u64,
+    /// Index into `Mode::ALL`.
+    pub mode: u8,
+    pub policy: String,
+    pub backing_size: u64,
+    /// The backing path given at format time (informational).
+    pub backing_id: String,
+    /// Set by a clean shutdown, cleared when the cache is opened.
+    pub clean: bool,
+    /// Bumped each time the superblock is written.
+    pub generation: u64,
+    pub data_offset: u64,
+}
+
+impl Superblock {
+    /// Layout for `capacity_lines` lines: returns the data offset.
+    pub fn data_offset_for(capacity_lines: u64, line_size: u64) -> u64 {
+        let meta = capacity_lines.div_ceil(RECORDS_PER_PAGE) * PAGE;
+        let align = line_size.max(1 << 20);
+        (META_OFFSET + meta).div_ceil(align) * align
+    }
+
+    /// Most lines of `line_size` that fit a device of `bytes`.
+    pub fn lines_for_device(bytes: u64, line_size: u64) -> u64 {
+        let fits = |n: u64| Self::data_offset_for(n, line_size) + n * line_size <= bytes;
+        // Binary search for the largest n that fits.
+        let (mut lo, mut hi) = (0u64, bytes / line_size + 1);
+        while lo + 1 < hi {
+            let mid = lo + (hi - lo) / 2;
+            if fits(mid) {
+                lo = mid;
+            } else {
+                hi = mid;
+            }
+        }
+        lo
+    }
+
+    pub fn device_bytes(&self) -> u64 {
+        self.data_offset + self.capacity_lines * self.line_size
+    }
+
+    pub fn encode(&self) -> Vec<u8> {
+        let mut b = vec![0u8; SUPERBLOCK_BYTES as usize];
+        b[0..8].copy_from_slice(MAGIC);
+        b[8..12].copy_from_slice(&self.version.to_le_bytes());
+        b[12..28].copy_from_slice(&self.uuid);
+        b[28..36].copy_from_slice(&self.line_size.to_le_bytes());
+        b[36..44].copy_from_slice(&self.capacity_lines.to_le_bytes());
+        b[44] = self.mode;
+        b[45] = self.clean as u8;
+        b[48..56].copy_from_slice(&self.backing_size.to_le_bytes());
+        b[56..64].copy_from_slice(&self.generation.to_le_bytes());
+        b[64..72].copy_from_slice(&self.data_offset.to_le_bytes());
+        b[72..80].copy_from_slice(&META_OFFSET.to_le_bytes());
+        put_str(&mut b[80..80 + POLICY_BYTES], &self.policy);
+        put_str(&mut b[128..128 + BACKING_ID_BYTES], &self.backing_id);
+        let crc = crc32c::crc32c(&b[..4092]);
+        b[4092..].copy_from_slice(&crc.to_le_bytes());
+        b
+    }
+
+    pub fn decode(b: &[u8]) -> Result<Superblock, FormatError> {
+        if b.len() < SUPERBLOCK_BYTES as usize || &b[0..8] != MAGIC {
+            return Err(FormatError::BadMagic);
+        }
+        let stored = u32::from_le_bytes(b[4092..4096].try_into().unwrap());
+        let computed = crc32c::crc32c(&b[..4092]);
+        if stored != computed {
+            return Err(FormatError::BadSuperblockChecksum { stored, computed });
+        }
+        let u64at = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap());
+        let version = u32::from_le_bytes(b[8..12].try_into().unwrap());
+        if version != VERSION {
+            return Err(FormatError::BadVersion(version));
+        }
+        let sb = Superblock {
+            version,
+            uuid: b[12..28].try_into().unwrap(),
+            line_size: u64at(28),
+            capacity_lines: u64at(36),
+            mode: b[44],
+            clean: b[45] == 1,
+            backing_size: u64at(48),
+            generation: u64at(56),
+            data_offset: u64at(64),
+            policy: get_str(&b[80..80 + POLICY_BYTES]),
+            backing_id: get_str(&b[128..128 + BACKING_ID_BYTES]),
+        };
+        let bad = |field, why: String| Err(FormatError::BadField { field, why });
+        if !sb.line_size.is_power_of_two() || !(4096..=1 << 20).contains(&sb.line_size) {
+            return bad(
+                "line_size",
+                format!("{} is not a power of two in 4 KiB..1 MiB", sb.line_size),
+            );
+        }
+        if sb.mode as usize >= tiercache_engine::Mode::ALL.len() {
+            return bad("mode", format!("{} is not a mode index", sb.mode));
+        }
+        if sb.data_offset < Self::data_offset_for(sb.capacity_lines, sb.line_size) {
+            return bad(
+                "data_offset",
+                format!("{} overlaps the metadata area", sb.data_offset),
+            );
+        }
+        if u64at(72) != META_OFFSET {
+            return bad(
+                "meta_offset",
+                format!("{} (expected {META_OFFSET})", u64at(72)),
+            );
+        }
+        Ok(sb)
+    }
+}
+
+fn put_str(dst: &mut [u8], s: &str) {
+    let n = s.len().min(dst.len());
+    dst[..n].copy_from_slice(&s.as_bytes()[..n]);
+}
+
+fn get_str(b: &[u8]) -> String {
+    let end = b.iter().position(|&c| c == 0).unwrap_or(b.len());
+    String::from_utf8_lossy(&b[..end]).into_owned()
+}
+
+/// One slot's persistent metadata.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Record {
+    pub key: u64,
+    pub valid: u64,
+    pub dirty: u64,
+    pub seq: u32,
+}
+
+impl Record {
+    pub const EMPTY: Record = Record {
+        key: EMPTY_KEY,
+        valid: 0,
+        dirty: 0,
+        seq: 0,
+    };
+
+    pub fn encode(&self, out: &mut [u8]) {
+        out[0..8].copy_from_slice(&self.key.to_le_bytes());
+        out[8..16].copy_from_slice(&self.valid.to_le_bytes());
+        out[16..24].copy_from_slice(&self.dirty.to_le_bytes());
+        out[24..28].copy_from_slice(&self.seq.to_le_bytes());
+        let crc = crc32c::crc32c(&out[0..28]);
+        out[28..32].copy_from_slice(&crc.to_le_bytes());
+    }
+
+    /// `None` when the checksum does not match.
+    pub fn decode(b: &[u8]) -> Option<Record> {
+        let crc = u32::from_le_bytes(b[28..32].try_into().unwrap());
+        if crc != crc32c::crc32c(&b[0..28]) {
+            return None;
+        }
+        let u = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap());
+        Some(Record {
+            key: u(0),
+            valid: u(8),
+            dirty: u(16),
+            seq: u32::from_le_bytes(b[24..28].try_into().unwrap()),
+        })
+    }
+}
+
+/// Whether sequence number `a` is newer than `b` (wrapping).
+pub fn seq_newer(a: u32, b: u32) -> bool {
+    (a.wrapping_sub(b) as i32) > 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sb() -> Superblock {
+        Superblock {
+            version: VERSION,
+            uuid: [7; 16],
+            line_size: 4096,
+            capacity_lines: 1000,
+            mode: 1,
+            policy: "lru".into(),
+            backing_size: 1 << 30,
+            backing_id: "/dev/sdb".into(),
+            clean: true,
+            generation: 9,
+            data_offset: Superblock::data_offset_for(1000, 4096),
+        }
+    }
+
+    #[test]
+    fn superblock_round_trip_and_corruption() {
+        let s = sb();
+        let mut b = s.encode();
+        assert_eq!(Superblock::decode(&b).unwrap(), s);
+        b[40] ^= 1;
+        assert!(matches!(
+            Superblock::decode(&b),
+            Err(FormatError::BadSuperblockChecksum { .. })
+        ));
+        b[0] = b'X';
+        assert!(matches!(Superblock::decode(&b), Err(FormatError::BadMagic)));
+    }
+
+    #[test]
+    fn record_round_trip_and_corruption() {
+        let r = Record {
+            key: 42,
+            valid: 0xff,
+            dirty: 0x0f,
+            seq: 3,
+        };
+        let mut b = [0u8; 32];
+        r.encode(&mut b);
+        assert_eq!(Record::decode(&b), Some(r));
+        b[9] ^= 0x10;
+        assert_eq!(Record::decode(&b), None);
+        assert_eq!(Record::decode(&[0u8; 32]), None, "zeroes are not a record");
+    }
+
+    #[test]
+    fn layout_fits_device() {
+        for bytes in [8u64 << 20, 100 << 20, (1 << 30) + 12345] {
+            for ls in [4096u64, 65536, 1 << 20] {
+                let n = Superblock::lines_for_device(bytes, ls);
+                let end = Superblock::data_offset_for(n, ls) + n * ls;
+                assert!(end <= bytes, "{bytes} {ls}: {n} lines end at {end}");
+                let n1 = n + 1;
+                assert!(Superblock::data_offset_for(n1, ls) + n1 * ls > bytes);
+            }
+        }
+        assert!(seq_newer(1, u32::MAX) && !seq_newer(5, 6));
+    }
+}

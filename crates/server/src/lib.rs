@@ -1,0 +1,15 @@
+//! tiercache's live side: a cache volume that executes the engine's plans on a real cache
+//! device and backing device, keeps its metadata on the cache device so restarts come back
+//! warm, and is exported over NBD by `tiercache serve`.
+
+pub mod control;
+pub mod dev;
+pub mod format;
+pub mod metrics;
+pub mod volume;
+
+pub use dev::{hdd_config, BlockDev, EmulatedHdd, FileDev};
+pub use format::{FormatError, Superblock};
+pub use volume::{
+    format, read_superblock, CacheVolume, FormatOptions, OpenOptions, OpenReport, VolumeStats,
+};

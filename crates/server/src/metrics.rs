@@ -1,0 +1,141 @@
+//! Lock-free latency histograms and the Prometheus text rendering of a volume's state.
+
+use crate::volume::VolumeStats;
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+/// Upper bounds of the latency buckets, in microseconds (Prometheus `le`).
+pub const BUCKETS_US: [u64; 14] = [
+    25, 50, 100, 250, 500, 1000, 2500, 5000, 10_000, 25_000, 50_000, 100_000, 250_000, 1_000_000,
+];
+
+/// Client request latencies (read, write) and device-side event counts.
+#[derive(Default)]
+pub struct Metrics {
+    /// Per op (0 read, 1 write): count per bucket (last = +Inf), sum of microseconds.
+    buckets: [[AtomicU64; BUCKETS_US.len() + 1]; 2],
+    sum_us: [AtomicU64; 2],
+    /// Metadata records unmapped (and synced) before their slot was reused.
+    pub unmap_syncs: AtomicU64,
+    /// Metadata pages written by flushes.
+    pub metadata_pages: AtomicU64,
+}
+
+impl Metrics {
+    pub fn record(&self, write: bool, d: Duration) {
+        let us = d.as_micros() as u64;
+        let op = write as usize;
+        let i = BUCKETS_US
+            .iter()
+            .position(|&b| us <= b)
+            .unwrap_or(BUCKETS_US.len());
+        self.buckets[op][i].fetch_add(1, Ordering::Relaxed);
+        self.sum_us[op].fetch_add(us, Ordering::Relaxed);
+    }
+
+    /// Cumulative bucket counts of one op (`le` order, last = +Inf = total).
+    pub fn cumulative(&self, write: bool) -> Vec<u64> {
+        let mut acc = 0;
+        self.buckets[write as usize]
+            .iter()
+            .map(|b| {
+                acc += b.load(Ordering::Relaxed);
+                acc
+            })
+            .collect()
+    }
+
+    /// The Prometheus text exposition of `stats` and these histograms.
+    pub fn prometheus(&self, stats: &VolumeStats) -> String {
+        let mut o = String::new();
+        let mut counter =
+            |name: &str, help: &str, f: &dyn Fn(&tiercache_engine::Counters) -> u64| {
+                let _ = writeln!(
+                    o,
+                    "# HELP tiercache_{name} {help}\n# TYPE tiercache_{name} counter"
+                );
+                for (c, k) in &stats.per_class {
+                    let _ = writeln!(o, "tiercache_{name}{{class=\"{c}\"}} {}", f(k));
+                }
+            };
+        counter("requests_total", "Client requests.", &|k| k.requests);
+        counter(
+            "line_hits_total",
+            "Line accesses served from the cache.",
+            &|k| k.line_hits,
+        );
+        counter(
+            "line_misses_total",
+            "Line accesses not in the cache.",
+            &|k| k.line_misses,
+        );
+        counter(
+            "bypasses_total",
+            "Missed lines not admitted (all reasons).",
+            &|k| k.line_misses.saturating_sub(k.admitted_misses),
+        );
+        counter("insertions_total", "Lines put in the cache.", &|k| {
+            k.insertions
+        });
+        counter("evictions_total", "Lines evicted.", &|k| k.evictions);
+        counter(
+            "write_backs_total",
+            "Dirty lines written to the backing device.",
+            &|k| k.write_backs,
+        );
+        counter("read_bytes_total", "Bytes clients read.", &|k| k.read_bytes);
+        counter("write_bytes_total", "Bytes clients wrote.", &|k| {
+            k.write_bytes
+        });
+        let gauges = [
+            ("cached_lines", "Lines in the cache.", stats.cached_lines),
+            (
+                "capacity_lines",
+                "Cache capacity in lines.",
+                stats.capacity_lines,
+            ),
+            ("dirty_lines", "Dirty lines.", stats.dirty_lines),
+            ("dirty_bytes", "Dirty bytes (sectors).", stats.dirty_bytes),
+            (
+                "ram_index_bytes",
+                "RAM held by the index and metadata images.",
+                stats.ram_index_bytes,
+            ),
+        ];
+        for (n, h, v) in gauges {
+            let _ = writeln!(
+                o,
+                "# HELP tiercache_{n} {h}\n# TYPE tiercache_{n} gauge\ntiercache_{n} {v}"
+            );
+        }
+        let _ = writeln!(
+            o,
+            "# HELP tiercache_request_latency_seconds Client request latency.\n# TYPE tiercache_request_latency_seconds histogram"
+        );
+        for (w, op) in [(false, "read"), (true, "write")] {
+            let cum = self.cumulative(w);
+            for (i, c) in cum.iter().enumerate() {
+                let le = BUCKETS_US
+                    .get(i)
+                    .map(|&u| format!("{}", u as f64 / 1e6))
+                    .unwrap_or_else(|| "+Inf".into());
+                let _ = writeln!(
+                    o,
+                    "tiercache_request_latency_seconds_bucket{{op=\"{op}\",class=\"0\",le=\"{le}\"}} {c}"
+                );
+            }
+            let sum = self.sum_us[w as usize].load(Ordering::Relaxed) as f64 / 1e6;
+            let _ = writeln!(
+                o,
+                "tiercache_request_latency_seconds_sum{{op=\"{op}\",class=\"0\"}} {sum}"
+            );
+            let _ = writeln!(
+                o,
+                "tiercache_request_latency_seconds_count{{op=\"{op}\",class=\"0\"}} {}",
+                cum.last().unwrap()
+            );
+        }
+        o
+    }
+}

@@ -1,0 +1,817 @@
+//! The live cache volume: the engine decides, this module executes its plans on a cache
+//! device and a backing device and keeps the per-slot metadata on the cache device.
+//!
+//! # Concurrency
+//!
+//! The engine and the metadata images sit behind one mutex (`inner`); device I/O is ordered
+//! by a reader-writer lock (`io`), always taken after `inner`:
+//! * a read whose plan is only `ReadSsd` steps (a hit) takes `io` shared while it still holds
+//!   `inner`, drops `inner`, and reads the cache device in parallel with other hits;
+//! * every other plan (misses, writes, trims, cleaning, flushes) keeps `inner` and takes `io`
+//!   exclusively for the whole plan, so it waits for hits in flight on slots it may reuse, and
+//!   no later request is planned before its device steps are done.
+//!
+//! # Crash consistency: the ordering argument
+//!
+//! An image of the metadata area, `mem`, holds the engine's current state (updated after each
+//! plan's data steps ran); `disk_key` holds, per slot, the key the record last written to the
+//! cache device maps (`u64::MAX`: none or unreadable). The
+//! rules, and why a crash can never map a key to data that is not its own:
+//! 1. **Data before mapping.** A record reaches the device only from `mem`, and only in
+//!    [`CacheVolume::flush`] after `sync` of the cache device; every record in `mem` was set
+//!    after its data steps completed. So a record on the device never points at data that was
+//!    not yet durable when the record was written.
+//! 2. **Unmapping before reuse.** Before a plan step overwrites slot `s` (`WriteSsd`,
+//!    `Populate`), if the record on the device (`disk_key[s]`) maps another key, that record is
+//!    first rewritten as empty on the device and synced (preceded by a sync of the backing
+//!    device if write-backs ran since its last sync, so a dirty victim's data is durable on the
+//!    backing device before the cache forgets it). Hence a slot's bytes only change while the
+//!    device maps the slot to the same key or to nothing.
+//! 3. **Torn metadata writes** are caught per record by crc32c (dropped on an unclean start);
+//!    a key found in two slots (a flush torn between the page that unmaps it and the page that
+//!    maps it anew) keeps the record with the newer sequence number. Both slots hold that
+//!    key's data by rule 2.
+//! 4. **FLUSH** syncs the backing device, then the cache device, then writes every changed
+//!    metadata page and syncs again: every write acknowledged before it is then durable on the
+//!    backing device or in a cache slot whose durable record marks it valid (and dirty).
+//!    **FUA** writes run the same sequence before they are acknowledged.
+//!
+//! Writes acknowledged but not flushed may read back old or new after a crash (block-device
+//! semantics), never another key's data, and never bytes that were never written there.
+
+use crate::dev::BlockDev;
+use crate::format::{
+    self, FormatError, Record, Superblock, EMPTY_KEY, META_OFFSET, PAGE, RECORD_BYTES,
+};
+use crate::metrics::Metrics;
+use std::collections::BTreeSet;
+use std::io;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+use std::time::{Duration, Instant};
+use tiercache_engine::{Counters, Engine, EngineConfig, Mode, Op, Request, Step};
+use tiercache_nbd::{BlockSizes, Export};
+
+/// How to format a cache device.
+#[derive(Clone, Debug)]
+pub struct FormatOptions {
+    pub line_size: u64,
+    pub mode: Mode,
+    pub policy: String,
+    /// Lines; `None`: as many as the device holds.
+    pub capacity_lines: Option<u64>,
+    pub backing_id: String,
+}
+
+impl Default for FormatOptions {
+    fn default() -> Self {
+        FormatOptions {
+            line_size: 4096,
+            mode: Mode::WriteThrough,
+            policy: "lru".into(),
+            capacity_lines: None,
+            backing_id: String::new(),
+        }
+    }
+}
+
+/// What to override when opening a formatted cache.
+#[derive(Clone, Debug, Default)]
+pub struct OpenOptions {
+    pub mode: Option<Mode>,
+    pub policy: Option<String>,
+}
+
+/// What an open found on the device.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct OpenReport {
+    pub was_clean: bool,
+    /// Lines restored into the engine.
+    pub restored: u64,
+    pub restored_dirty: u64,
+    /// Records dropped: bad checksum (unclean start only) or an older duplicate of a key.
+    pub dropped_bad_checksum: u64,
+    pub dropped_duplicates: u64,
+}
+
+fn mode_index(m: Mode) -> u8 {
+    Mode::ALL.iter().position(|&x| x == m).unwrap() as u8
+}
+
+/// Writes a fresh superblock and empty metadata; returns the superblock.
+pub fn format(
+    cache: &dyn BlockDev,
+    backing_size: u64,
+    opts: &FormatOptions,
+) -> Result<Superblock, FormatError> {
+    let ls = opts.line_size;
+    if !ls.is_power_of_two() || !(4096..=1 << 20).contains(&ls) {
+        return Err(FormatError::BadField {
+            field: "line_size",
+            why: format!("{ls} is not a power of two in 4 KiB..1 MiB"),
+        });
+    }
+    if tiercache_engine::policy::lookup(&opts.policy).is_none() {
+        return Err(FormatError::BadField {
+            field: "policy",
+            why: format!(
+                "unknown policy {:?} (known: {})",
+                opts.policy,
+                tiercache_engine::policy::names().join(", ")
+            ),
+        });
+    }
+    let max = Superblock::lines_for_device(cache.size(), ls);
+    let lines = opts.capacity_lines.unwrap_or(max);
+    let need = Superblock::data_offset_for(lines, ls) + lines * ls;
+    if lines == 0 || need > cache.size() {
+        return Err(FormatError::TooSmall {
+            have: cache.size(),
+            need: need.max(Superblock::data_offset_for(1, ls) + ls),
+            lines: lines.max(1),
+            line_size: ls,
+        });
+    }
+    let mut uuid = [0u8; 16];
+    rand::Rng::fill(&mut rand::thread_rng(), &mut uuid[..]);
+    let sb = Superblock {
+        version: format::VERSION,
+        uuid,
+        line_size: ls,
+        capacity_lines: lines,
+        mode: mode_index(opts.mode),
+        policy: opts.policy.clone(),
+        backing_size,
+        backing_id: opts.backing_id.clone(),
+        clean: true,
+        generation: 1,
+        data_offset: Superblock::data_offset_for(lines, ls),
+    };
+    // Empty records first, the superblock last: a format interrupted half way has no magic.
+    cache.write_at(&[0u8; 4096], 0)?;
+    let mut page = vec![0u8; PAGE as usize];
+    for r in page.chunks_mut(RECORD_BYTES as usize) {
+        Record::EMPTY.encode(r);
+    }
+    let pages = lines.div_ceil(format::RECORDS_PER_PAGE);
+    let chunk: Vec<u8> = page.repeat(256);
+    let mut p = 0;
+    while p < pages {
+        let n = (pages - p).min(256);
+        cache.write_at(&chunk[..(n * PAGE) as usize], META_OFFSET + p * PAGE)?;
+        p += n;
+    }
+    cache.sync()?;
+    cache.write_at(&sb.encode(), 0)?;
+    cache.sync()?;
+    Ok(sb)
+}
+
+/// Reads the superblock of a cache device.
+pub fn read_superblock(cache: &dyn BlockDev) -> Result<Superblock, FormatError> {
+    let mut b = vec![0u8; format::SUPERBLOCK_BYTES as usize];
+    cache.read_at(&mut b, 0)?;
+    Superblock::decode(&b)
+}
+
+struct Inner {
+    engine: Engine,
+    sb: Superblock,
+    mem: Vec<u8>,
+    /// Key each slot's record on the device maps (`EMPTY_KEY`: none).
+    disk_key: Vec<u64>,
+    dirty_pages: BTreeSet<u64>,
+    seq: u32,
+    backing_unsynced: bool,
+    slots: Vec<u32>,
+    closed: bool,
+}
+
+/// A cached block volume: the engine's decisions executed on real devices.
+pub struct CacheVolume {
+    cache: Box<dyn BlockDev>,
+    backing: Box<dyn BlockDev>,
+    inner: Mutex<Inner>,
+    io: RwLock<()>,
+    line_shift: u32,
+    data_offset: u64,
+    size: u64,
+    capacity_lines: u64,
+    metrics: Metrics,
+    stop: AtomicBool,
+}
+
+fn ioerr(e: impl std::fmt::Display) -> io::Error {
+    io::Error::other(e.to_string())
+}
+
+impl CacheVolume {
+    /// Opens a formatted cache device in front of `backing` and restores its lines.
+    pub fn open(
+        cache: Box<dyn BlockDev>,
+        backing: Box<dyn BlockDev>,
+        opts: &OpenOptions,
+    ) -> Result<(CacheVolume, OpenReport), FormatError> {
+        let mut sb = read_superblock(&*cache)?;
+        if sb.backing_size != backing.size() {
+            return Err(FormatError::BackingMismatch {
+                sb: sb.backing_size,
+                actual: backing.size(),
+            });
+        }
+        if cache.size() < sb.device_bytes() {
+            return Err(FormatError::TooSmall {
+                have: cache.size(),
+                need: sb.device_bytes(),
+                lines: sb.capacity_lines,
+                line_size: sb.line_size,
+            });
+        }
+        if let Some(m) = opts.mode {
+            sb.mode = mode_index(m);
+        }
+        if let Some(p) = &opts.policy {
+            sb.policy = p.clone();
+        }
+        let cfg = EngineConfig {
+            capacity_lines: sb.capacity_lines,
+            line_size: sb.line_size,
+            group_size: sb.line_size,
+            policy: sb.policy.clone(),
+            mode: Mode::ALL[sb.mode as usize],
+            volume_bytes: Some(backing.size()),
+            ..Default::default()
+        };
+        let mut engine = Engine::new(cfg).map_err(|e| FormatError::BadField {
+            field: "engine configuration",
+            why: e.to_string(),
+        })?;
+        let meta_bytes = sb.capacity_lines.div_ceil(format::RECORDS_PER_PAGE) * PAGE;
+        let mut disk = vec![0u8; meta_bytes as usize];
+        cache.read_at(&mut disk, META_OFFSET)?;
+        let mut report = OpenReport {
+            was_clean: sb.clean,
+            ..Default::default()
+        };
+        // Newest record per key.
+        let mut best: std::collections::HashMap<u64, (u32, Record)> = Default::default();
+        let mut max_seq = 0u32;
+        for slot in 0..sb.capacity_lines {
+            let at = (slot * RECORD_BYTES) as usize;
+            let Some(r) = Record::decode(&disk[at..at + RECORD_BYTES as usize]) else {
+                if sb.clean {
+                    return Err(FormatError::BadRecord {
+                        slot,
+                        offset: META_OFFSET + at as u64,
+                    });
+                }
+                report.dropped_bad_checksum += 1;
+                continue;
+            };
+            if format::seq_newer(r.seq, max_seq) {
+                max_seq = r.seq;
+            }
+            if r.key == EMPTY_KEY || r.valid == 0 {
+                continue;
+            }
+            match best.get(&r.key) {
+                Some((_, old)) if !format::seq_newer(r.seq, old.seq) => {
+                    report.dropped_duplicates += 1
+                }
+                Some(_) => {
+                    report.dropped_duplicates += 1;
+                    best.insert(r.key, (slot as u32, r));
+                }
+                None => {
+                    best.insert(r.key, (slot as u32, r));
+                }
+            }
+        }
+        let mut lines: Vec<(u32, Record)> = best.into_values().collect();
+        lines.sort_by_key(|(s, r)| (r.seq.wrapping_sub(max_seq.wrapping_add(1)), *s));
+        for (slot, r) in lines {
+            match engine.restore_line(r.key, slot, r.valid, r.dirty, 0) {
+                Ok(()) => {
+                    report.restored += 1;
+                    report.restored_dirty += (r.dirty != 0) as u64;
+                }
+                Err(e) if sb.clean => {
+                    return Err(FormatError::BadField {
+                        field: "metadata record",
+                        why: e.to_string(),
+                    })
+                }
+                Err(_) => report.dropped_bad_checksum += 1,
+            }
+        }
+        let mut inner = Inner {
+            engine,
+            disk_key: disk
+                .chunks(RECORD_BYTES as usize)
+                .take(sb.capacity_lines as usize)
+                .map(|r| Record::decode(r).map_or(EMPTY_KEY, |r| r.key))
+                .collect(),
+            mem: disk,
+            sb: sb.clone(),
+            dirty_pages: BTreeSet::new(),
+            seq: max_seq.wrapping_add(1),
+            backing_unsynced: false,
+            slots: Vec::new(),
+            closed: false,
+        };
+        // Records the engine did not take (dropped ones) become empty in `mem`.
+        inner.slots = (0..sb.capacity_lines as u32).collect();
+        Self::update_records(&mut inner);
+        let line_shift = sb.line_size.trailing_zeros();
+        let vol = CacheVolume {
+            size: backing.size(),
+            cache,
+            backing,
+            io: RwLock::new(()),
+            line_shift,
+            data_offset: sb.data_offset,
+            capacity_lines: sb.capacity_lines,
+            metrics: Metrics::default(),
+            stop: AtomicBool::new(false),
+            inner: Mutex::new(inner),
+        };
+        {
+            let mut g = vol.lock();
+            g.sb.clean = false;
+            vol.write_superblock(&mut g)?;
+            if g.engine.config().mode != Mode::WriteBack && g.engine.dirty_lines() > 0 {
+                vol.clean_all(&mut g)?;
+                vol.flush_locked(&mut g)?;
+            }
+        }
+        Ok((vol, report))
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn write_superblock(&self, g: &mut Inner) -> io::Result<()> {
+        g.sb.generation += 1;
+        self.cache.write_at(&g.sb.encode(), 0)?;
+        self.cache.sync()
+    }
+
+    pub fn line_size(&self) -> u64 {
+        1 << self.line_shift
+    }
+
+    pub fn capacity_lines(&self) -> u64 {
+        self.capacity_lines
+    }
+
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
+    pub fn mode(&self) -> Mode {
+        self.lock().engine.config().mode
+    }
+
+    /// Runs one request through the engine and executes its plan. `data`: the client's bytes
+    /// (filled for reads, taken for writes).
+    fn run(&self, req: &Request, data: Data<'_>) -> io::Result<()> {
+        let mut g = self.lock();
+        if g.closed {
+            return Err(ioerr("the cache volume is shut down"));
+        }
+        // Slots the request's lines hold now: an invalidation changes them without a step.
+        let mut slots = std::mem::take(&mut g.slots);
+        slots.clear();
+        let mut all_slots = false;
+        if req.len > 0 && req.op != Op::Flush {
+            let (first, last) = (
+                req.offset >> self.line_shift,
+                (req.end() - 1) >> self.line_shift,
+            );
+            if last - first >= self.capacity_lines {
+                all_slots = true;
+            } else {
+                for l in first..=last {
+                    if let Some(s) = g.engine.lookup(Engine::line_key(0, l)) {
+                        slots.push(s);
+                    }
+                }
+            }
+        }
+        let plan = g.engine.process(req).map_err(ioerr)?;
+        let (buf_start, buf_len) = (plan.buf_start, plan.buf_len);
+        let steps: Vec<Step> = plan.steps.clone();
+        let at = req.offset.saturating_sub(buf_start) as usize;
+        let hit = req.op == Op::Read
+            && !steps.is_empty()
+            && steps.iter().all(|s| matches!(s, Step::ReadSsd { .. }));
+        if hit {
+            let _shared = self.io.read().unwrap_or_else(|e| e.into_inner());
+            g.slots = slots;
+            drop(g);
+            let Data::Read(out) = data else {
+                unreachable!()
+            };
+            if buf_start == req.offset && buf_len as usize == out.len() {
+                return self.exec_reads(&steps, out);
+            }
+            let mut buf = vec![0u8; buf_len as usize];
+            self.exec_reads(&steps, &mut buf)?;
+            out.copy_from_slice(&buf[at..at + out.len()]);
+            return Ok(());
+        }
+        let _excl = self.io.write().unwrap_or_else(|e| e.into_inner());
+        let mut buf = vec![0u8; buf_len as usize];
+        if let Data::Write(d) = &data {
+            buf[at..at + d.len()].copy_from_slice(d);
+        }
+        let r = self.exec(&mut g, &steps, &mut buf);
+        for s in &steps {
+            if let Some((ssd, len)) = ssd_range(s) {
+                let (a, b) = (ssd >> self.line_shift, (ssd + len - 1) >> self.line_shift);
+                slots.extend(a as u32..=b as u32);
+            }
+        }
+        if all_slots {
+            slots.clear();
+            slots.extend(0..self.capacity_lines as u32);
+        }
+        g.slots = slots;
+        Self::update_records(&mut g);
+        r?;
+        if let Data::Read(out) = data {
+            out.copy_from_slice(&buf[at..at + out.len()]);
+        }
+        if req.op == Op::Flush || req.fua {
+            self.flush_locked(&mut g)?;
+        }
+        Ok(())
+    }
+
+    fn exec_reads(&self, steps: &[Step], buf: &mut [u8]) -> io::Result<()> {
+        for s in steps {
+            if let Step::ReadSsd { ssd, buf: b, len } = *s {
+                self.cache.read_at(
+                    &mut buf[b as usize..(b + len) as usize],
+                    self.data_offset + ssd,
+                )?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Executes plan steps in order (see the module doc for the reuse rule).
+    fn exec(&self, g: &mut Inner, steps: &[Step], buf: &mut [u8]) -> io::Result<()> {
+        let d = self.data_offset;
+        let r = |a: u64, l: u64| a as usize..(a + l) as usize;
+        let mut tmp = Vec::new();
+        for s in steps {
+            match *s {
+                Step::ReadSsd { ssd, buf: b, len } => {
+                    self.cache.read_at(&mut buf[r(b, len)], d + ssd)?
+                }
+                Step::ReadHdd {
+                    hdd, buf: b, len, ..
+                } => self.backing.read_at(&mut buf[r(b, len)], hdd)?,
+                Step::WriteSsd { ssd, buf: b, len } => {
+                    self.unmap_before_reuse(g, ssd, len)?;
+                    self.cache.write_at(&buf[r(b, len)], d + ssd)?
+                }
+                Step::WriteHdd {
+                    hdd, buf: b, len, ..
+                } => {
+                    g.backing_unsynced = true;
+                    self.backing.write_at(&buf[r(b, len)], hdd)?
+                }
+                Step::Populate { hdd, ssd, len, .. } => {
+                    self.unmap_before_reuse(g, ssd, len)?;
+                    tmp.resize(len as usize, 0);
+                    self.backing.read_at(&mut tmp, hdd)?;
+                    self.cache.write_at(&tmp, d + ssd)?
+                }
+                Step::WriteBack { ssd, hdd, len, .. } => {
+                    tmp.resize(len as usize, 0);
+                    self.cache.read_at(&mut tmp, d + ssd)?;
+                    g.backing_unsynced = true;
+                    self.backing.write_at(&tmp, hdd)?
+                }
+                // Discards are hints; keeping the bytes is always correct.
+                Step::TrimSsd { .. } | Step::TrimHdd { .. } => {}
+                // The caller runs the whole flush sequence after the plan.
+                Step::FlushSsd | Step::FlushHdd { .. } => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// Rule 2 of the module doc: slots in `[ssd, ssd + len)` whose durable record maps a key
+    /// other than the one the engine now keeps there are unmapped on the device first.
+    fn unmap_before_reuse(&self, g: &mut Inner, ssd: u64, len: u64) -> io::Result<()> {
+        let (a, b) = (ssd >> self.line_shift, (ssd + len - 1) >> self.line_shift);
+        for slot in a..=b {
+            let at = (slot * RECORD_BYTES) as usize;
+            let on_disk = g.disk_key[slot as usize];
+            if on_disk == EMPTY_KEY || g.engine.slot_key(slot as u32) == Some(on_disk) {
+                continue;
+            }
+            if g.backing_unsynced {
+                self.backing.sync()?;
+                g.backing_unsynced = false;
+            }
+            let empty = Record {
+                seq: g.seq,
+                ..Record::EMPTY
+            };
+            g.seq = g.seq.wrapping_add(1);
+            // The page as last written (metadata is only ever written by this volume, so the
+            // device returns exactly that), with this one record emptied.
+            let page = slot / format::RECORDS_PER_PAGE;
+            let mut buf = vec![0u8; PAGE as usize];
+            self.cache.read_at(&mut buf, META_OFFSET + page * PAGE)?;
+            let o = at - (page * PAGE) as usize;
+            empty.encode(&mut buf[o..o + RECORD_BYTES as usize]);
+            self.cache.write_at(&buf, META_OFFSET + page * PAGE)?;
+            self.cache.sync()?;
+            g.disk_key[slot as usize] = EMPTY_KEY;
+            self.metrics.unmap_syncs.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
+    /// Brings the `mem` records of `g.slots` up to the engine's state.
+    fn update_records(g: &mut Inner) {
+        let slots = std::mem::take(&mut g.slots);
+        for &slot in &slots {
+            let want = match g.engine.slot_key(slot) {
+                Some(key) => Record {
+                    key,
+                    valid: g.engine.valid_mask(slot),
+                    dirty: g.engine.dirty_mask(slot),
+                    seq: 0,
+                },
+                None => Record::EMPTY,
+            };
+            let at = slot as usize * RECORD_BYTES as usize;
+            let rec = &mut g.mem[at..at + RECORD_BYTES as usize];
+            let have = Record::decode(rec);
+            let same = have.is_some_and(|h| {
+                h.key == want.key
+                    && (want.key == EMPTY_KEY || (h.valid == want.valid && h.dirty == want.dirty))
+            });
+            if !same {
+                Record { seq: g.seq, ..want }.encode(rec);
+                g.seq = g.seq.wrapping_add(1);
+                g.dirty_pages.insert(slot as u64 / format::RECORDS_PER_PAGE);
+            }
+        }
+        g.slots = slots;
+    }
+
+    /// Rule 4: backing sync, cache sync, changed metadata pages, cache sync.
+    fn flush_locked(&self, g: &mut Inner) -> io::Result<()> {
+        self.backing.sync()?;
+        g.backing_unsynced = false;
+        self.cache.sync()?;
+        if g.dirty_pages.is_empty() {
+            return Ok(());
+        }
+        let pages = std::mem::take(&mut g.dirty_pages);
+        for &page in &pages {
+            let p = (page * PAGE) as usize..((page + 1) * PAGE) as usize;
+            self.cache
+                .write_at(&g.mem[p.clone()], META_OFFSET + page * PAGE)?;
+            let first = (page * format::RECORDS_PER_PAGE) as usize;
+            for (i, r) in g.mem[p].chunks(RECORD_BYTES as usize).enumerate() {
+                if let Some(k) = g.disk_key.get_mut(first + i) {
+                    *k = Record::decode(r).map_or(EMPTY_KEY, |r| r.key);
+                }
+            }
+        }
+        self.cache.sync()?;
+        self.metrics
+            .metadata_pages
+            .fetch_add(pages.len() as u64, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Writes back every dirty line (under the lock).
+    fn clean_all(&self, g: &mut Inner) -> io::Result<()> {
+        while g.engine.dirty_lines() > 0 {
+            self.clean_pass(g, 1024)?;
+        }
+        Ok(())
+    }
+
+    fn clean_pass(&self, g: &mut Inner, n: u64) -> io::Result<()> {
+        let steps = g.engine.clean(n).steps.clone();
+        let _excl = self.io.write().unwrap_or_else(|e| e.into_inner());
+        let r = self.exec(g, &steps, &mut []);
+        let mut slots = std::mem::take(&mut g.slots);
+        slots.clear();
+        for s in &steps {
+            if let Some((ssd, len)) = ssd_range(s) {
+                let (a, b) = (ssd >> self.line_shift, (ssd + len - 1) >> self.line_shift);
+                slots.extend(a as u32..=b as u32);
+            }
+        }
+        g.slots = slots;
+        Self::update_records(g);
+        r
+    }
+
+    /// One background cleaning step: writes back down to the low watermark when the engine
+    /// says cleaning is due. Returns whether it did anything.
+    pub fn clean_if_needed(&self) -> io::Result<bool> {
+        let mut g = self.lock();
+        if g.closed || !g.engine.needs_cleaning() {
+            return Ok(false);
+        }
+        let n = g.engine.cleaning_target().clamp(1, 256);
+        self.clean_pass(&mut g, n)?;
+        Ok(true)
+    }
+
+    /// Starts the background cleaner; it stops at [`CacheVolume::shutdown`].
+    pub fn start_cleaner(self: &Arc<Self>) -> std::thread::JoinHandle<()> {
+        let v = Arc::clone(self);
+        std::thread::Builder::new()
+            .name("tiercache-cleaner".into())
+            .spawn(move || {
+                while !v.stop.load(Ordering::Relaxed) {
+                    match v.clean_if_needed() {
+                        Ok(true) => {}
+                        Ok(false) => std::thread::sleep(Duration::from_millis(20)),
+                        Err(e) => {
+                            tracing::error!("cleaning failed: {e}");
+                            std::thread::sleep(Duration::from_millis(500));
+                        }
+                    }
+                }
+            })
+            .expect("spawn cleaner")
+    }
+
+    /// Writes back every dirty line and makes everything durable (`ctl flush`).
+    pub fn flush_dirty(&self) -> io::Result<()> {
+        let mut g = self.lock();
+        self.clean_all(&mut g)?;
+        self.flush_locked(&mut g)
+    }
+
+    /// Changes the write mode; leaving write-back writes back every dirty line first.
+    pub fn set_mode(&self, mode: Mode) -> io::Result<()> {
+        let mut g = self.lock();
+        if g.closed {
+            return Err(ioerr("the cache volume is shut down"));
+        }
+        if mode != Mode::WriteBack {
+            self.clean_all(&mut g)?;
+            self.flush_locked(&mut g)?;
+        }
+        g.engine.set_mode(mode);
+        g.sb.mode = mode_index(mode);
+        self.write_superblock(&mut g)
+    }
+
+    /// Writes back dirty data, then passes everything through (`ctl detach`).
+    pub fn detach(&self) -> io::Result<()> {
+        self.set_mode(Mode::PassThrough)
+    }
+
+    /// Clean shutdown: everything durable, the superblock marked clean. Later calls fail.
+    pub fn shutdown(&self) -> io::Result<()> {
+        self.stop.store(true, Ordering::Relaxed);
+        let mut g = self.lock();
+        if g.closed {
+            return Ok(());
+        }
+        self.flush_locked(&mut g)?;
+        g.sb.clean = true;
+        self.write_superblock(&mut g)?;
+        g.closed = true;
+        Ok(())
+    }
+
+    /// Counters, occupancy and device state for `ctl stats` and metrics.
+    pub fn stats(&self) -> VolumeStats {
+        let g = self.lock();
+        let e = &g.engine;
+        let per_class = (0..tiercache_engine::NUM_CLASSES as u8)
+            .filter(|&c| e.class_counters(c).requests > 0)
+            .map(|c| (c, *e.class_counters(c)))
+            .collect();
+        let dirty_bytes = e
+            .entries()
+            .filter(|x| x.2)
+            .map(|(_, s, _)| e.dirty_mask(s).count_ones() as u64 * e.sector_size())
+            .sum();
+        VolumeStats {
+            mode: e.config().mode.as_str().to_string(),
+            policy: e.policy_name().to_string(),
+            line_size: 1 << self.line_shift,
+            capacity_lines: self.capacity_lines,
+            cached_lines: e.len(),
+            dirty_lines: e.dirty_lines(),
+            dirty_bytes,
+            volume_bytes: self.size,
+            ram_index_bytes: e.index_bytes() as u64 + (g.mem.len() + g.disk_key.len() * 8) as u64,
+            totals: e.counters(),
+            per_class,
+            unmap_syncs: self.metrics.unmap_syncs.load(Ordering::Relaxed),
+            metadata_pages_written: self.metrics.metadata_pages.load(Ordering::Relaxed),
+        }
+    }
+
+    fn timed(&self, write: bool, f: impl FnOnce() -> io::Result<()>) -> io::Result<()> {
+        let t = Instant::now();
+        let r = f();
+        self.metrics.record(write, t.elapsed());
+        r
+    }
+}
+
+/// Snapshot of a volume's state.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct VolumeStats {
+    pub mode: String,
+    pub policy: String,
+    pub line_size: u64,
+    pub capacity_lines: u64,
+    pub cached_lines: u64,
+    pub dirty_lines: u64,
+    pub dirty_bytes: u64,
+    pub volume_bytes: u64,
+    pub ram_index_bytes: u64,
+    pub totals: Counters,
+    pub per_class: Vec<(u8, Counters)>,
+    pub unmap_syncs: u64,
+    pub metadata_pages_written: u64,
+}
+
+enum Data<'a> {
+    Read(&'a mut [u8]),
+    Write(&'a [u8]),
+    None,
+}
+
+fn ssd_range(s: &Step) -> Option<(u64, u64)> {
+    match *s {
+        Step::ReadSsd { ssd, len, .. }
+        | Step::WriteSsd { ssd, len, .. }
+        | Step::Populate { ssd, len, .. }
+        | Step::WriteBack { ssd, len, .. }
+        | Step::TrimSsd { ssd, len }
+            if len > 0 =>
+        {
+            Some((ssd, len))
+        }
+        _ => None,
+    }
+}
+
+impl Export for CacheVolume {
+    fn size(&self) -> u64 {
+        self.size
+    }
+
+    fn read(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
+        let req = Request::read(offset, buf.len() as u64);
+        self.timed(false, || self.run(&req, Data::Read(buf)))
+    }
+
+    fn write(&self, offset: u64, data: &[u8], fua: bool) -> io::Result<()> {
+        let mut req = Request::write(offset, data.len() as u64);
+        req.fua = fua;
+        self.timed(true, || self.run(&req, Data::Write(data)))
+    }
+
+    fn flush(&self) -> io::Result<()> {
+        self.run(&Request::new(0, Op::Flush, 0, 0), Data::None)
+    }
+
+    fn trim(&self, offset: u64, len: u64) -> io::Result<()> {
+        self.run(&Request::new(0, Op::Trim, offset, len), Data::None)
+    }
+
+    fn write_zeroes(&self, offset: u64, len: u64, fua: bool, _may_trim: bool) -> io::Result<()> {
+        const CHUNK: u64 = 1 << 20;
+        let zeroes = vec![0u8; CHUNK.min(len) as usize];
+        let mut done = 0;
+        while done < len {
+            let n = CHUNK.min(len - done);
+            let last = done + n == len;
+            self.write(offset + done, &zeroes[..n as usize], fua && last)?;
+            done += n;
+        }
+        Ok(())
+    }
+
+    fn block_sizes(&self) -> BlockSizes {
+        BlockSizes {
+            minimum: 1,
+            preferred: 4096,
+            maximum: 32 << 20,
+        }
+    }
+}

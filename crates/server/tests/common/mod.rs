@@ -1,0 +1,230 @@
+//! Shared test helpers: files with known contents, a crash-simulating device, a reference
+//! model of what each byte may read back.
+#![allow(dead_code)]
+
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use tiercache_engine::Mode;
+use tiercache_server::{BlockDev, CacheVolume, FileDev, FormatOptions, OpenOptions, OpenReport};
+
+pub const VOL: u64 = 1 << 20;
+
+/// The backing device's initial byte at `i`.
+pub fn initial(i: u64) -> u8 {
+    (i as u8) ^ ((i >> 8) as u8).wrapping_mul(7)
+}
+
+pub struct Files {
+    pub dir: tempfile::TempDir,
+    pub cache: PathBuf,
+    pub backing: PathBuf,
+}
+
+/// A backing file of `VOL` bytes with known contents and a cache file holding `lines` lines.
+pub fn files(lines: u64, line_size: u64) -> Files {
+    // tmpfs when there is one: the tests sync often and need not wear a disk for it.
+    let shm = Path::new("/dev/shm");
+    let dir = if shm.is_dir() {
+        tempfile::tempdir_in(shm).unwrap()
+    } else {
+        tempfile::tempdir().unwrap()
+    };
+    let backing = dir.path().join("backing.img");
+    let data: Vec<u8> = (0..VOL).map(initial).collect();
+    std::fs::write(&backing, data).unwrap();
+    let cache = dir.path().join("cache.img");
+    let bytes = tiercache_server::Superblock::data_offset_for(lines, line_size) + lines * line_size;
+    std::fs::File::create(&cache)
+        .unwrap()
+        .set_len(bytes)
+        .unwrap();
+    Files {
+        dir,
+        cache,
+        backing,
+    }
+}
+
+pub fn format(f: &Files, mode: Mode, line_size: u64) {
+    let cache = FileDev::open(&f.cache).unwrap();
+    let opts = FormatOptions {
+        line_size,
+        mode,
+        ..Default::default()
+    };
+    tiercache_server::format(&cache, VOL, &opts).unwrap();
+}
+
+pub fn open(f: &Files, mode: Option<Mode>) -> (CacheVolume, OpenReport) {
+    CacheVolume::open(
+        Box::new(FileDev::open(&f.cache).unwrap()),
+        Box::new(FileDev::open(&f.backing).unwrap()),
+        &OpenOptions { mode, policy: None },
+    )
+    .unwrap()
+}
+
+/// A device that keeps writes since the last sync in memory; `crash` applies a random subset
+/// of them (each 512-byte sector of each write independently, as a torn write would) and
+/// drops the rest, as a power loss might.
+pub struct CrashDev {
+    inner: FileDev,
+    pending: Mutex<Vec<(u64, Vec<u8>)>>,
+}
+
+impl CrashDev {
+    pub fn open(p: &Path) -> Arc<CrashDev> {
+        Arc::new(CrashDev {
+            inner: FileDev::open(p).unwrap(),
+            pending: Mutex::new(Vec::new()),
+        })
+    }
+
+    pub fn crash(&self, rng: &mut ChaCha8Rng) {
+        let pending = std::mem::take(&mut *self.pending.lock().unwrap());
+        for (off, data) in pending {
+            for (i, c) in data.chunks(512).enumerate() {
+                if rng.gen_bool(0.5) {
+                    self.inner.write_at(c, off + i as u64 * 512).unwrap();
+                }
+            }
+        }
+    }
+}
+
+pub struct Shared(pub Arc<CrashDev>);
+
+impl BlockDev for Shared {
+    fn size(&self) -> u64 {
+        self.0.inner.size()
+    }
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        self.0.inner.read_at(buf, offset)?;
+        let end = offset + buf.len() as u64;
+        for (o, d) in self.0.pending.lock().unwrap().iter() {
+            let (a, b) = ((*o).max(offset), (o + d.len() as u64).min(end));
+            if a < b {
+                buf[(a - offset) as usize..(b - offset) as usize]
+                    .copy_from_slice(&d[(a - o) as usize..(b - o) as usize]);
+            }
+        }
+        Ok(())
+    }
+    fn write_at(&self, data: &[u8], offset: u64) -> io::Result<()> {
+        let n = self.size().saturating_sub(offset).min(data.len() as u64) as usize;
+        self.0
+            .pending
+            .lock()
+            .unwrap()
+            .push((offset, data[..n].to_vec()));
+        Ok(())
+    }
+    fn sync(&self) -> io::Result<()> {
+        let pending = std::mem::take(&mut *self.0.pending.lock().unwrap());
+        for (off, data) in pending {
+            self.0.inner.write_at(&data, off)?;
+        }
+        Ok(())
+    }
+}
+
+/// What each byte may read back: the value it must have now (`None` after a trim), and, for
+/// crashes, the values it may have after one (the durable value and anything written since).
+#[derive(Clone)]
+pub struct Model {
+    pub now: Vec<Option<u8>>,
+    pub durable: Vec<Option<u8>>,
+    pub since: Vec<Vec<u8>>,
+}
+
+impl Model {
+    pub fn new(base: u64, len: u64) -> Model {
+        let now: Vec<Option<u8>> = (base..base + len).map(|i| Some(initial(i))).collect();
+        Model {
+            durable: now.clone(),
+            since: vec![Vec::new(); len as usize],
+            now,
+        }
+    }
+
+    pub fn write(&mut self, at: usize, data: &[u8], fua: bool) {
+        for (k, &b) in data.iter().enumerate() {
+            self.now[at + k] = Some(b);
+            if fua {
+                self.durable[at + k] = Some(b);
+                self.since[at + k].clear();
+            } else if self.durable[at + k].is_some() && self.since[at + k].len() < 64 {
+                self.since[at + k].push(b);
+            } else {
+                self.durable[at + k] = None;
+            }
+        }
+    }
+
+    pub fn trim(&mut self, at: usize, len: usize) {
+        for k in at..at + len {
+            self.now[k] = None;
+            self.durable[k] = None;
+        }
+    }
+
+    pub fn flush(&mut self) {
+        self.durable.clone_from(&self.now);
+        for s in &mut self.since {
+            s.clear();
+        }
+    }
+
+    /// Panics naming the first byte of `got` (read at model offset `at`) that is wrong now.
+    pub fn check_now(&self, at: usize, got: &[u8], what: &str) {
+        for (k, &g) in got.iter().enumerate() {
+            if let Some(w) = self.now[at + k] {
+                assert_eq!(g, w, "{what}: byte {} reads {g:#x}, want {w:#x}", at + k);
+            }
+        }
+    }
+
+    /// After a crash: each byte is its durable value or one written since.
+    pub fn check_after_crash(&self, at: usize, got: &[u8], what: &str) {
+        for (k, &g) in got.iter().enumerate() {
+            let i = at + k;
+            if let Some(d) = self.durable[i] {
+                assert!(
+                    g == d || self.since[i].contains(&g),
+                    "{what}: byte {i} reads {g:#x} after the crash; durable {d:#x}, written since {:x?}",
+                    self.since[i]
+                );
+            }
+        }
+    }
+}
+
+pub fn rng(seed: u64) -> ChaCha8Rng {
+    ChaCha8Rng::seed_from_u64(seed)
+}
+
+/// A random request inside `[0, len)`: (kind 0 read / 1 write / 2 trim / 3 flush, offset, length, fua).
+pub fn random_op(rng: &mut ChaCha8Rng, len: u64) -> (u8, u64, u64, bool) {
+    let n = match rng.gen_range(0..6) {
+        0 => rng.gen_range(1..700),
+        1 => 512 * rng.gen_range(1..9),
+        2 | 3 => 4096,
+        4 => 4096 * rng.gen_range(2..5),
+        _ => rng.gen_range(1..20_000),
+    }
+    .min(len);
+    let mut off = rng.gen_range(0..=len - n);
+    if rng.gen_bool(0.5) {
+        off &= !511;
+    }
+    let kind = match rng.gen_range(0..100) {
+        0..=44 => 0,
+        45..=91 => 1,
+        92..=95 => 2,
+        _ => 3,
+    };
+    (kind, off, n, kind == 1 && rng.gen_bool(0.08))
+}
