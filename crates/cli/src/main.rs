@@ -1,8 +1,16 @@
 //! `tiercache`: the command-line front of the engine, simulator and trace tools.
 
 mod demo;
+mod dss_cmd;
+mod ext4_cmd;
+mod layout_args;
 mod mrc_cmd;
+mod nbd_cmd;
+mod nitro_cmd;
 mod progress;
+mod report_cmd;
+mod reproduce_cmd;
+mod serve_cmd;
 mod sim_cmd;
 mod trace_cmd;
 mod warmup_cmd;
@@ -21,6 +29,9 @@ Start here:
   tiercache sim --trace TRACE --cache-size 10% --policy s3fifo
   tiercache sweep --trace TRACE --sizes 1%,5%,10% --policies lru,arc,s3fifo --out r.csv
   tiercache policies                      the replacement policies
+  tiercache serve --cache ssd.img --backing disk.img --socket /tmp/tc.sock --format-if-needed --cache-size 1G
+                                          a live cached volume over NBD
+  tiercache ext4-classify IMAGE           blocks per file-system class of an ext4 image
 
 Sizes are written 4096, 4k, 64KiB, 1.5GiB; cache sizes may be a share of the trace footprint
 (distinct lines touched), e.g. 10%.";
@@ -47,12 +58,42 @@ enum Cmd {
     Mrc(mrc_cmd::MrcArgs),
     /// Qsan's warm-up time estimate T = C x P / (I x S x D), optionally next to a simulation.
     Warmup(warmup_cmd::WarmupArgs),
+    /// The DSS seed's Tables 3 and 4: file-server phases on 7200/15K RPM, no cache vs LRU vs DSS.
+    DssTable(dss_cmd::DssArgs),
+    /// Blocks per DSS file-system class of an ext4 image, as the ext4-aware classifier sees them.
+    #[command(name = "ext4-classify")]
+    Ext4Classify(ext4_cmd::Ext4Args),
+    /// One self-contained HTML page (inline SVG plots) from sweep CSV and run JSON results.
+    Report(report_cmd::ReportArgs),
+    /// Re-run a seed document's experiment; our figures beside the published ones, a verdict.
+    Reproduce(reproduce_cmd::ReproduceArgs),
+    /// Nitro's data-reduction table: extent vs WEU caching, with and without dedup and
+    /// compression, with flash wear from an FTL model.
+    NitroTable(nitro_cmd::NitroArgs),
     /// List the replacement policies.
     Policies,
+    /// Issue a trace or workload against an NBD server at a queue depth; report IOPS and latency.
+    Replay(nbd_cmd::ReplayArgs),
+    /// Export a plain file over NBD, no cache (the transport baseline for benchmarks).
+    #[command(hide = true)]
+    ServeFile(nbd_cmd::ServeFileArgs),
+    /// Prepare a cache device (superblock and empty metadata) for `serve`.
+    Format(serve_cmd::FormatArgs),
+    /// Export a backing device cached on a cache device over NBD.
+    Serve(serve_cmd::ServeArgs),
+    /// Talk to a running `serve` over its control socket: stats, flush, mode, detach.
+    Ctl(serve_cmd::CtlArgs),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
     let res = match cli.cmd {
         Cmd::Demo(a) => demo::run(a),
         Cmd::Sim(a) => sim_cmd::sim(a),
@@ -60,6 +101,16 @@ fn main() -> ExitCode {
         Cmd::Trace(t) => trace_cmd::run(t),
         Cmd::Warmup(a) => warmup_cmd::run(a),
         Cmd::Mrc(a) => mrc_cmd::run(a),
+        Cmd::Replay(a) => nbd_cmd::replay(a),
+        Cmd::ServeFile(a) => nbd_cmd::serve_file(a),
+        Cmd::Format(a) => serve_cmd::format(a),
+        Cmd::Serve(a) => serve_cmd::serve(a),
+        Cmd::Ctl(a) => serve_cmd::ctl(a),
+        Cmd::DssTable(a) => dss_cmd::run(a),
+        Cmd::Ext4Classify(a) => ext4_cmd::run(a),
+        Cmd::Report(a) => report_cmd::run(a),
+        Cmd::Reproduce(a) => reproduce_cmd::run(a),
+        Cmd::NitroTable(a) => nitro_cmd::run(a),
         Cmd::Policies => {
             for p in tiercache_engine::policy::REGISTRY {
                 println!("{:<8} {}", p.name, p.summary);

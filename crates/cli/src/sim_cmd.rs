@@ -5,7 +5,11 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 use std::io::Write;
 use std::path::PathBuf;
+use std::sync::Arc;
+use tiercache_engine::classes::Classify;
+use tiercache_engine::ClassTable;
 use tiercache_sim::experiment::{specs, CacheSection, InputSection};
+use tiercache_sim::fileserver::{self, FileserverSpec, PhaseRange};
 use tiercache_sim::{
     run_sweep, run_timed, simulate, Drive, Experiment, Input, SimResult, SweepGrid, TimedReport,
     TimedSetup,
@@ -86,6 +90,12 @@ pub struct CacheArgs {
     /// SLRU protected share. Default 0.5.
     #[arg(long, value_name = "FRACTION")]
     pub slru_protected: Option<f64>,
+    /// I/O class table (TOML): priorities and allocation for `--policy dss`, per-class
+    /// partitions (min_share/max_share) and `never` classes for every policy, and rules that
+    /// classify requests by offset, size, direction and volume. Shipped:
+    /// experiments/classes/filesystem.toml, experiments/classes/database.toml.
+    #[arg(long, value_name = "FILE")]
+    pub classes: Option<PathBuf>,
 }
 
 impl CacheArgs {
@@ -106,6 +116,7 @@ impl CacheArgs {
             partial_write_fill: self.no_partial_fill.then_some(false),
             slru_protected: self.slru_protected,
             s3fifo_small: None,
+            ..Default::default()
         }
     }
 }
@@ -114,7 +125,15 @@ impl CacheArgs {
 #[command(after_help = "Examples:
   tiercache sim --trace cloudPhysicsIO.csv --cache-size 10% --policy s3fifo
   tiercache sim --workload 'zipf:theta=0.9,wss=8GiB,requests=2e6' --cache-size 1GiB --mode wb --json
-  tiercache sim --config experiments/cloudphysics-lru.toml --policy arc")]
+  tiercache sim --config experiments/cloudphysics-lru.toml --policy arc
+  tiercache sim --workload fileserver:scale=0.002 --policy dss --mode wb --admission nhit:0:1
+  tiercache sim --workload fileserver --policy lru --classes experiments/classes/filesystem.toml \
+      --hdd 7200 --raid 5:5 --ssd intel-710     (timed; prints seconds per phase)
+
+The fileserver workload (DSS seed): fileserver[:scale=S,phases=setup+trans+prefind+archive+
+find+scan,files=N,dirs=M,transactions=T]; scale 1 = 600,000 files in 20,000 directories.
+  tiercache sim --trace cloudPhysicsIO.csv --cache-size 10% --layout log --compression lz4 --dedup 1.0 --json
+  tiercache sim --workload boot-storm:vms=60,image=18MiB --cache-size 32MiB --layout log --dedup 1")]
 pub struct SimArgs {
     #[command(flatten)]
     pub input: InputArgs,
@@ -122,6 +141,8 @@ pub struct SimArgs {
     pub cache: CacheArgs,
     #[command(flatten)]
     pub timed: TimedArgs,
+    #[command(flatten)]
+    pub layout: crate::layout_args::LayoutArgs,
     /// Experiment file (TOML); flags override its values.
     #[arg(long, short = 'c', value_name = "FILE")]
     pub config: Option<PathBuf>,
@@ -175,7 +196,7 @@ pub struct SweepArgs {
 }
 
 /// Merges flags over an optional experiment file.
-fn experiment(
+pub(crate) fn experiment(
     config: &Option<PathBuf>,
     input: &InputArgs,
     cache: &CacheArgs,
@@ -211,22 +232,129 @@ fn input_total(input: &Input) -> Option<u64> {
     }
 }
 
+/// `--workload fileserver...`: the generated trace and its phases.
+fn fileserver_input(input: &InputArgs) -> Result<Option<(Input, Vec<PhaseRange>)>> {
+    let Some(w) = input
+        .workload
+        .as_deref()
+        .filter(|w| w.trim().starts_with("fileserver"))
+    else {
+        return Ok(None);
+    };
+    anyhow::ensure!(
+        input.trace.is_none(),
+        "give either a trace or a workload, not both"
+    );
+    let spec: FileserverSpec = w.parse()?;
+    let t = fileserver::generate(&spec, input.seed.unwrap_or(1));
+    Ok(Some((
+        Input::Memory {
+            name: spec.to_string(),
+            requests: Arc::new(t.requests),
+        },
+        t.phases,
+    )))
+}
+
+/// `--classes FILE`: loads the table; with classification rules, relabels the input.
+fn apply_classes(path: &Option<PathBuf>, spec: &mut tiercache_sim::SimSpec) -> Result<()> {
+    let Some(p) = path else {
+        return Ok(());
+    };
+    let table = Arc::new(ClassTable::load(p)?);
+    if table.classify == Classify::Rules {
+        // Rules need the request itself: the input is read once and relabelled in memory.
+        let mut reqs: Vec<tiercache_engine::Request> = spec.input.open()?.collect::<Result<_>>()?;
+        for r in &mut reqs {
+            r.class = table.classify(r);
+        }
+        spec.input = Input::Memory {
+            name: format!("{} (classified by {})", spec.input.label(), p.display()),
+            requests: Arc::new(reqs),
+        };
+    }
+    spec.engine.policy_params.classes = Some(table);
+    Ok(())
+}
+
 pub fn sim(a: SimArgs) -> Result<()> {
-    let exp = experiment(&a.config, &a.input, &a.cache)?;
-    let input = exp.input.to_input()?;
-    let spec = specs(&input, &exp.cache, None, exp.input.seed)?.remove(0);
-    let progress = Progress::new(a.quiet, input_total(&input), "requests");
-    if let Some(setup) = a.timed.setup()? {
+    if a.layout.is_log()? || crate::layout_args::is_content_workload(&a.input) {
+        return crate::layout_args::sim_layout(&a);
+    }
+    let fs = fileserver_input(&a.input)?;
+    let mut input_args = a.input.clone();
+    if fs.is_some() {
+        input_args.workload = None;
+    }
+    let exp = experiment(&a.config, &input_args, &a.cache)?;
+    if fs.is_none()
+        && (exp.cache.layout.is_some()
+            || exp.input.workload.as_deref().is_some_and(|w| {
+                crate::layout_args::is_content_workload(&InputArgs {
+                    workload: Some(w.to_string()),
+                    ..Default::default()
+                })
+            }))
+    {
+        // The experiment file chose the layout (or a content workload): flags over file.
+        let mut b = SimArgs {
+            input: a.input.clone(),
+            cache: a.cache.clone(),
+            timed: a.timed.clone(),
+            layout: a.layout.clone(),
+            config: a.config.clone(),
+            json: a.json,
+            csv: a.csv,
+            quiet: a.quiet,
+        };
+        let c = &exp.cache;
+        let l = &mut b.layout;
+        l.layout = l.layout.clone().or(c.layout.clone());
+        l.segment_size = l.segment_size.clone().or(c.segment_size.clone());
+        l.compression = l.compression.clone().or(c.compression.clone());
+        l.dedup = l.dedup.or(c.dedup);
+        if b.input.workload.is_none() && b.input.trace.is_none() {
+            b.input.workload = exp.input.workload.clone();
+            b.input.trace = exp.input.trace.clone();
+            b.input.seed = b.input.seed.or(Some(exp.input.seed));
+        }
+        if b.layout.is_log()? || crate::layout_args::is_content_workload(&b.input) {
+            return crate::layout_args::sim_layout(&b);
+        }
+    }
+    let (input, phases) = match fs {
+        Some((i, p)) => (i, p),
+        None => (exp.input.to_input()?, Vec::new()),
+    };
+    let mut spec = specs(&input, &exp.cache, None, exp.input.seed)?.remove(0);
+    apply_classes(&a.cache.classes, &mut spec)?;
+    let progress = Progress::new(a.quiet, input_total(&spec.input), "requests");
+    if let Some(mut setup) = a.timed.setup()? {
+        setup.options.phase_starts = phases.iter().map(|p| p.start as u64).collect();
         let rep = run_timed(&spec, &setup, Some(&|n| progress.set(n)))?;
         progress.finish();
-        return print_timed(&rep, a.json, a.csv);
+        print_timed(&rep, a.json, a.csv)?;
+        if !a.json && !a.csv && !phases.is_empty() {
+            println!("phase          requests   seconds      IOPS");
+            for (p, s) in phases.iter().zip(&rep.timed.phase_s) {
+                let n = p.end - p.start;
+                println!(
+                    "{:<13} {:>9} {:>9.2} {:>9.0}",
+                    p.phase.name(),
+                    n,
+                    s,
+                    if *s > 0.0 { n as f64 / s } else { 0.0 }
+                );
+            }
+        }
+        return Ok(());
     }
     let res = simulate(&spec, None, Some(&|n| progress.set(n)))?;
     progress.finish();
     print_one(&res, a.json, a.csv)
 }
 
-fn print_one(res: &SimResult, json: bool, csv: bool) -> Result<()> {
+pub(crate) fn print_one(res: &SimResult, json: bool, csv: bool) -> Result<()> {
     let mut out = std::io::stdout().lock();
     if json {
         serde_json::to_writer_pretty(&mut out, res)?;
@@ -241,8 +369,16 @@ fn print_one(res: &SimResult, json: bool, csv: bool) -> Result<()> {
 }
 
 pub fn sweep(a: SweepArgs) -> Result<()> {
-    let exp = experiment(&a.config, &a.input, &a.cache)?;
-    let input = exp.input.to_input()?;
+    let fs = fileserver_input(&a.input)?;
+    let mut input_args = a.input.clone();
+    if fs.is_some() {
+        input_args.workload = None;
+    }
+    let exp = experiment(&a.config, &input_args, &a.cache)?;
+    let input = match fs {
+        Some((i, _)) => i,
+        None => exp.input.to_input()?,
+    };
     let mut grid: SweepGrid = exp.sweep.clone().unwrap_or_default();
     let set = |dst: &mut Vec<String>, src: &[String]| {
         if !src.is_empty() {
@@ -260,7 +396,10 @@ pub fn sweep(a: SweepArgs) -> Result<()> {
     } else {
         set(&mut grid.policy, &a.policies);
     }
-    let specs = specs(&input, &exp.cache, Some(&grid), exp.input.seed)?;
+    let mut specs = specs(&input, &exp.cache, Some(&grid), exp.input.seed)?;
+    for spec in &mut specs {
+        apply_classes(&a.cache.classes, spec)?;
+    }
     if specs.is_empty() {
         bail!("the sweep grid is empty");
     }

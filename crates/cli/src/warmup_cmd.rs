@@ -139,6 +139,7 @@ pub fn run(a: WarmupArgs) -> Result<()> {
                 },
                 window_ns: (a.window * 1e9) as u64,
                 idle_clean: true,
+                ..Default::default()
             },
             ..Default::default()
         };

@@ -358,3 +358,145 @@ fn mrc_equals_lru_runs() {
         );
     }
 }
+
+#[test]
+fn ghost_policies_report_the_same_memory_in_every_process() {
+    // Every figure must be a function of the input and seed, memory included: a hash map
+    // seeded per process (as std's and hashbrown's defaults are) could make it vary by run.
+    for policy in ["s3fifo", "arc"] {
+        let args = [
+            "sim",
+            "--workload",
+            "zipf:theta=0.9,wss=400m,requests=200000,size=4k",
+            "--cache-size",
+            "5%",
+            "--policy",
+            policy,
+            "--json",
+            "-q",
+        ];
+        let runs: Vec<_> = (0..3)
+            .map(|_| json(&args)["index_bytes_per_line"].as_f64().unwrap())
+            .collect();
+        assert!(
+            runs.windows(2).all(|w| w[0] == w[1]),
+            "{policy}: index bytes per line differ by process: {runs:?}"
+        );
+    }
+}
+
+fn repo(p: &str) -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .join(p)
+        .display()
+        .to_string()
+}
+
+#[test]
+fn dss_policy_classes_and_fileserver_workload() {
+    let fs = repo("experiments/classes/filesystem.toml");
+    let args = |policy: &'static str| {
+        vec![
+            "sim",
+            "-q",
+            "--workload",
+            "fileserver:scale=0.001",
+            "--policy",
+            policy,
+            "--mode",
+            "wb",
+            "--admission",
+            "nhit:0:1",
+            "--json",
+        ]
+    };
+    let mut a = args("dss");
+    a.extend(["--classes", fs.as_str()]);
+    let v = json(&a);
+    assert_eq!(v["policy"], "dss");
+    assert_eq!(v["class_names"]["1"], "metadata");
+    assert!(v["classes"]["1"]["line_hits"].as_u64().unwrap() > 0);
+    assert!(v["classes"]["3"]["requests"].as_u64().unwrap() > 0);
+    // DSS keeps metadata and directories: their hit ratio beats LRU's.
+    let l = json(&args("lru"));
+    let hits = |v: &serde_json::Value, c: &str| v["classes"][c]["line_hits"].as_u64().unwrap();
+    assert!(hits(&v, "1") + hits(&v, "3") > hits(&l, "1") + hits(&l, "3"));
+    // The table view names the classes.
+    let mut t = args("dss");
+    t.pop();
+    t.extend(["--classes", fs.as_str()]);
+    assert!(ok(&t).contains("metadata"));
+}
+
+#[test]
+fn bad_class_table_names_file_and_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("bad.toml");
+    std::fs::write(
+        &p,
+        "version = 1\n\n[[class]]\nid = 99\nname = \"x\"\npriority = 0\nallocation = \"always\"\n",
+    )
+    .unwrap();
+    let o = run(&[
+        "sim",
+        "-q",
+        "--workload",
+        "zipf:wss=1MiB,requests=100",
+        "--classes",
+        p.to_str().unwrap(),
+    ]);
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("bad.toml:3: class id 99 is not in 0..=31"),
+        "{err}"
+    );
+}
+
+#[test]
+fn partitions_apply_to_lru_and_rules_classify() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("rules.toml");
+    // Writes are class 5, capped at 10 % of the cache; reads stay class 0.
+    std::fs::write(
+        &p,
+        "version = 1\n[[class]]\nid = 5\nname = \"writes\"\npriority = 3\nallocation = \"conditional\"\nmax_share = 0.1\n[[rule]]\nclass = 5\nop = \"write\"\n",
+    )
+    .unwrap();
+    let v = json(&[
+        "sim",
+        "-q",
+        "--workload",
+        "uniform:wss=64MiB,requests=20000,read=50",
+        "--cache-size",
+        "4MiB",
+        "--policy",
+        "lru",
+        "--classes",
+        p.to_str().unwrap(),
+        "--json",
+    ]);
+    assert_eq!(v["class_names"]["5"], "writes");
+    let w = &v["classes"]["5"];
+    assert_eq!(
+        w["requests"].as_u64().unwrap(),
+        w["writes"].as_u64().unwrap()
+    );
+    assert!(v["classes"]["0"]["reads"].as_u64().unwrap() > 0);
+    assert_eq!(v["classes"]["0"]["writes"].as_u64().unwrap(), 0);
+}
+
+#[test]
+fn dss_table_prints_the_seed_beside_ours() {
+    let out = ok(&["dss-table", "--scale", "0.001", "--disks", "7200"]);
+    for s in [
+        "MacroTrans",
+        "MacroFind",
+        "Table 3 (hdd:7200)",
+        "Table 4 (hdd:7200)",
+        "(217%)",
+    ] {
+        assert!(out.contains(s), "missing {s}:\n{out}");
+    }
+}

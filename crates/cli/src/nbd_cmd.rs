@@ -1,0 +1,240 @@
+//! `tiercache replay`: a trace or workload against any NBD server; `tiercache serve-file`: a
+//! plain file over NBD (the transport baseline for benchmarks).
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use std::cell::RefCell;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use tiercache_engine::{Op, Request};
+use tiercache_nbd::{Client, Export, FileExport, ReplayOp, ReplayOpKind, ReplayReport, Server};
+use tiercache_sim::experiment::InputSection;
+
+const REPLAY_EXAMPLES: &str = "\
+Examples:
+  tiercache replay --nbd 'nbd+unix:///?socket=/run/tiercache.sock' cloudPhysicsIO.csv
+  tiercache replay --nbd nbd://localhost:10809/disk trace.csv.zst --queue-depth 32 --json
+  tiercache replay --nbd 'nbd+unix:///?socket=s.sock' --workload '4k; 100% read; 100% random' -q 16
+
+The same trace can be run against tiercache, plain nbdkit and nbdkit's cache filter:
+  nbdkit -U /tmp/k.sock file disk.img
+  tiercache replay --nbd 'nbd+unix:///?socket=/tmp/k.sock' TRACE
+
+Offsets past the end of the export are wrapped modulo its size (counted and reported);
+--strict refuses them instead. Writes carry a fixed deterministic byte pattern.";
+
+#[derive(Args, Debug)]
+#[command(after_help = REPLAY_EXAMPLES)]
+pub struct ReplayArgs {
+    /// NBD export: nbd+unix:///NAME?socket=PATH or nbd://HOST[:PORT]/NAME.
+    #[arg(long, value_name = "URI")]
+    pub nbd: String,
+    /// Block trace to replay (compressed .gz/.zst/.xz/.bz2 is read transparently).
+    #[arg(value_name = "TRACE")]
+    pub trace: Option<PathBuf>,
+    /// Trace format, or `auto` to detect it. See `tiercache trace formats`.
+    #[arg(long, value_name = "NAME|auto", default_value = "auto")]
+    pub format: String,
+    /// Skip malformed trace lines instead of stopping at the first.
+    #[arg(long)]
+    pub skip_bad: bool,
+    /// Block size for formats that count blocks (ARC .lis, oracleGeneral ids).
+    #[arg(long, value_name = "SIZE")]
+    pub block_size: Option<String>,
+    /// Synthetic workload instead of a trace. See `tiercache trace gen --help`.
+    #[arg(long, short = 'w', value_name = "SPEC")]
+    pub workload: Option<String>,
+    /// Seed for synthetic workloads.
+    #[arg(long, value_name = "N", default_value_t = 42)]
+    pub seed: u64,
+    /// Requests kept in flight on the one connection.
+    #[arg(long, short = 'q', value_name = "N", default_value_t = 16)]
+    pub queue_depth: usize,
+    /// Stop after this many trace requests.
+    #[arg(long, value_name = "N")]
+    pub limit: Option<u64>,
+    /// Refuse requests beyond the export size instead of wrapping them.
+    #[arg(long)]
+    pub strict: bool,
+    /// Print the report as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn replay(a: ReplayArgs) -> Result<()> {
+    if a.queue_depth == 0 {
+        bail!("--queue-depth must be at least 1");
+    }
+    let input = InputSection {
+        trace: a.trace.clone(),
+        format: Some(a.format.clone()),
+        skip_bad: a.skip_bad,
+        block_size: a.block_size.clone(),
+        workload: a.workload.clone(),
+        seed: a.seed,
+    }
+    .to_input()?;
+    let mut client = Client::connect(&a.nbd).with_context(|| format!("connecting to {}", a.nbd))?;
+    let size = client.size();
+    if size == 0 {
+        bail!("export {} is empty", a.nbd);
+    }
+    let requests = input.open()?;
+    let error: RefCell<Option<anyhow::Error>> = RefCell::new(None);
+    let wrapped = std::cell::Cell::new(0u64);
+    let limit = a.limit.unwrap_or(u64::MAX);
+    let ops = requests
+        .take(limit.min(usize::MAX as u64) as usize)
+        .enumerate()
+        .map_while(|(i, r)| {
+            let r: Request = match r {
+                Ok(r) => r,
+                Err(e) => {
+                    *error.borrow_mut() = Some(e);
+                    return None;
+                }
+            };
+            let kind = match r.op {
+                Op::Read => ReplayOpKind::Read,
+                Op::Write => ReplayOpKind::Write,
+                Op::Trim => ReplayOpKind::Trim,
+                Op::Flush => ReplayOpKind::Flush,
+            };
+            let mut offset = r.offset;
+            let len = r.len.min(size);
+            if r.op != Op::Flush && r.offset.saturating_add(r.len) > size {
+                if a.strict {
+                    *error.borrow_mut() = Some(anyhow::anyhow!(
+                        "request {} ({} at offset {} length {}) is beyond the export size {size} \
+                         (drop --strict to wrap such offsets modulo the size)",
+                        i + 1,
+                        r.op.as_str(),
+                        r.offset,
+                        r.len
+                    ));
+                    return None;
+                }
+                wrapped.set(wrapped.get() + 1);
+                offset = (r.offset % size).min(size - len);
+            }
+            Some(ReplayOp {
+                kind,
+                offset,
+                len,
+                fua: r.fua,
+            })
+        });
+    let report = tiercache_nbd::replay(&mut client, ops, a.queue_depth);
+    if let Some(e) = error.into_inner() {
+        return Err(e);
+    }
+    let report = report.with_context(|| format!("replaying against {}", a.nbd))?;
+    client.disconnect().ok();
+    if wrapped.get() > 0 {
+        eprintln!(
+            "note: {} requests reached beyond the export size ({size} bytes) and were wrapped \
+             modulo the size (--strict refuses them)",
+            wrapped.get()
+        );
+    }
+    if a.json {
+        let mut v = serde_json::to_value(&report)?;
+        v["wrapped"] = wrapped.get().into();
+        v["export_size"] = size.into();
+        println!("{}", serde_json::to_string_pretty(&v)?);
+    } else {
+        print_report(&report, &a.nbd, size);
+    }
+    Ok(())
+}
+
+fn print_report(r: &ReplayReport, uri: &str, size: u64) {
+    println!(
+        "replay against {uri} (export {size} bytes), queue depth {}",
+        r.queue_depth
+    );
+    println!(
+        "{} requests in {:.3} s: {:.0} IOPS, {:.1} MB/s, {} errors",
+        r.requests, r.elapsed_s, r.iops, r.mb_per_s, r.errors
+    );
+    if r.split > 0 || r.skipped > 0 {
+        println!(
+            "{} requests split at the server's maximum block size, {} skipped (zero length or unsupported trim)",
+            r.split, r.skipped
+        );
+    }
+    if let Some(e) = &r.first_error {
+        println!("first error: {e}");
+    }
+    println!(
+        "{:<6} {:>10} {:>10} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
+        "op",
+        "requests",
+        "IOPS",
+        "MB/s",
+        "mean us",
+        "p50 us",
+        "p90 us",
+        "p99 us",
+        "p99.9 us",
+        "max us"
+    );
+    let rows = r
+        .ops
+        .iter()
+        .map(|(k, s)| (k.as_str(), s))
+        .chain(std::iter::once(("all", &r.all)));
+    for (name, s) in rows {
+        println!(
+            "{:<6} {:>10} {:>10.0} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1}",
+            name,
+            s.requests,
+            s.iops,
+            s.mb_per_s,
+            s.latency_mean_us,
+            s.latency_p50_us,
+            s.latency_p90_us,
+            s.latency_p99_us,
+            s.latency_p999_us,
+            s.latency_max_us
+        );
+    }
+}
+
+/// Serve a plain file or block device over NBD (no cache): the transport baseline.
+#[derive(Args, Debug)]
+pub struct ServeFileArgs {
+    /// File or block device to export.
+    #[arg(long, value_name = "PATH")]
+    pub file: PathBuf,
+    /// Unix socket to listen on.
+    #[arg(long, value_name = "PATH", conflicts_with = "listen")]
+    pub socket: Option<PathBuf>,
+    /// TCP address to listen on, e.g. 127.0.0.1:10809.
+    #[arg(long, value_name = "ADDR:PORT")]
+    pub listen: Option<SocketAddr>,
+    /// Export name (the empty name also selects it).
+    #[arg(long, default_value = "")]
+    pub name: String,
+    #[arg(long)]
+    pub read_only: bool,
+    /// Requests executed at once per connection.
+    #[arg(long, value_name = "N", default_value_t = 16)]
+    pub workers: usize,
+}
+
+pub fn serve_file(a: ServeFileArgs) -> Result<()> {
+    let export = FileExport::open(&a.file, a.read_only)?;
+    let server = Server::new(vec![(a.name.clone(), Arc::new(export) as Arc<dyn Export>)])
+        .with_options(tiercache_nbd::ServerOptions {
+            workers_per_connection: a.workers,
+            ..Default::default()
+        });
+    match (&a.socket, a.listen) {
+        (Some(s), _) => server.serve_unix(s)?,
+        (None, Some(addr)) => server.serve_tcp(addr)?,
+        (None, None) => bail!("give --socket PATH or --listen ADDR:PORT"),
+    }
+    Ok(())
+}

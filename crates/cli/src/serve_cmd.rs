@@ -1,0 +1,493 @@
+//! `tiercache format`, `tiercache serve` and `tiercache ctl`: the live cached volume.
+
+use anyhow::{anyhow, bail, Context, Result};
+use clap::{Args, Subcommand};
+use serde::Deserialize;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use tiercache_engine::{parse_size, Mode};
+use tiercache_nbd::Server;
+use tiercache_server::control::{self, Command};
+use tiercache_server::{
+    BlockDev, CacheVolume, EmulatedHdd, FileDev, FormatError, FormatOptions, OpenOptions,
+    Superblock,
+};
+
+const FORMAT_HELP: &str = "\
+Writes a fresh superblock and empty metadata to the cache device (a file or block device).
+Everything cached on it before is forgotten: with a write-back cache holding dirty data, run
+`tiercache ctl --control PATH flush` (or serve it in write-through once) first.
+
+Example:
+  truncate -s 10G /var/lib/tiercache/cache.img
+  tiercache format --cache /var/lib/tiercache/cache.img --backing /dev/sdb --mode write-back";
+
+#[derive(Args)]
+#[command(after_long_help = FORMAT_HELP)]
+pub struct FormatArgs {
+    /// Cache device: file or block device (an SSD).
+    #[arg(long)]
+    cache: PathBuf,
+    /// Backing device the cache fronts: file or block device (an HDD).
+    #[arg(long)]
+    backing: PathBuf,
+    /// Cache line size (power of two, 4k..1M).
+    #[arg(long, default_value = "4k")]
+    line_size: String,
+    /// Write mode: write-through (wt), write-back (wb), write-around (wa), read-only (ro),
+    /// pass-through (pt).
+    #[arg(long, default_value = "write-through")]
+    mode: String,
+    /// Replacement policy (`tiercache policies`).
+    #[arg(long, default_value = "lru")]
+    policy: String,
+    /// Use only this much of the cache device (default: all of it).
+    #[arg(long)]
+    cache_size: Option<String>,
+    /// Overwrite a device that already holds a tiercache cache.
+    #[arg(long)]
+    force: bool,
+}
+
+/// Flags of `serve`; every one may also come from `--config FILE.toml` (same names, with
+/// underscores: `line_size = "64k"`). Flags win over the file.
+#[derive(Args, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+#[command(after_long_help = SERVE_HELP)]
+pub struct ServeArgs {
+    /// Cache device: file or block device.
+    #[arg(long)]
+    cache: Option<PathBuf>,
+    /// Backing device: file or block device.
+    #[arg(long)]
+    backing: Option<PathBuf>,
+    /// Serve NBD on this unix socket.
+    #[arg(long)]
+    socket: Option<PathBuf>,
+    /// Serve NBD on TCP ADDR:PORT (e.g. 127.0.0.1:10809).
+    #[arg(long)]
+    listen: Option<String>,
+    /// Write mode for this run (default: the one stored on the cache device).
+    #[arg(long)]
+    mode: Option<String>,
+    /// Replacement policy for this run (default: the one stored on the cache device).
+    #[arg(long)]
+    policy: Option<String>,
+    /// Line size when formatting (with --format-if-needed).
+    #[arg(long)]
+    line_size: Option<String>,
+    /// Cache capacity when formatting; also the size a missing cache file is created with.
+    #[arg(long)]
+    cache_size: Option<String>,
+    /// Format the cache device if it holds no tiercache cache yet.
+    #[arg(long)]
+    #[serde(default)]
+    format_if_needed: bool,
+    /// Control socket for `tiercache ctl`.
+    #[arg(long)]
+    control: Option<PathBuf>,
+    /// Prometheus metrics endpoint ADDR:PORT (GET /metrics).
+    #[arg(long)]
+    metrics: Option<String>,
+    /// TOML file with any of these settings.
+    #[arg(long)]
+    #[serde(skip)]
+    config: Option<PathBuf>,
+    /// Make the backing device as slow as a real HDD: a preset (7200, 5400, 10k, 15k) or an
+    /// HDD model TOML file (see crates/devices).
+    #[arg(long)]
+    emulate_hdd: Option<String>,
+    /// Worker threads per NBD connection (requests in flight at once).
+    #[arg(long)]
+    workers: Option<usize>,
+}
+
+const SERVE_HELP: &str = "\
+Exports the backing device, cached on the cache device, over NBD. The cache's metadata lives
+on the cache device, so a restart (clean, or after a crash) comes back warm. SIGTERM/SIGINT
+shut down cleanly: requests in flight finish, metadata is written, the cache is marked clean.
+
+Examples:
+  tiercache serve --cache cache.img --backing disk.img --socket /run/tiercache.sock \\
+      --format-if-needed --cache-size 8G --mode write-back --control /run/tiercache.ctl
+  nbdinfo 'nbd+unix:///?socket=/run/tiercache.sock'
+  tiercache ctl --control /run/tiercache.ctl stats
+
+Config file (same keys as the flags):
+  cache = \"/var/lib/tiercache/cache.img\"
+  backing = \"/dev/sdb\"
+  socket = \"/run/tiercache/nbd.sock\"
+  mode = \"write-back\"
+  control = \"/run/tiercache/control.sock\"
+  metrics = \"127.0.0.1:9477\"";
+
+#[derive(Args)]
+pub struct CtlArgs {
+    /// The server's control socket (`serve --control`).
+    #[arg(long)]
+    control: PathBuf,
+    #[command(subcommand)]
+    cmd: CtlCmd,
+}
+
+#[derive(Subcommand)]
+enum CtlCmd {
+    /// Hits, misses, occupancy, dirty data, per class.
+    Stats {
+        /// Machine-readable output.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Write back every dirty line and make everything durable.
+    Flush,
+    /// Change the write mode (leaving write-back writes back dirty data first).
+    Mode { mode: String },
+    /// Write back dirty data, then pass everything through to the backing device.
+    Detach,
+}
+
+/// Logs to stderr, ignoring errors: a server whose stderr went away (closed pipe) must still
+/// shut down cleanly rather than panic in `eprintln!`.
+macro_rules! say {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($t)*);
+    }};
+}
+
+fn size_arg(what: &str, s: &str) -> Result<u64> {
+    parse_size(s).map_err(|e| anyhow!("{what} {s:?}: {e}"))
+}
+
+fn mode_arg(s: &str) -> Result<Mode> {
+    s.parse::<Mode>().map_err(|e| anyhow!("--mode: {e}"))
+}
+
+pub fn format(a: FormatArgs) -> Result<()> {
+    let cache = FileDev::open(&a.cache)?;
+    let backing = FileDev::open(&a.backing)?;
+    if !a.force {
+        if let Ok(sb) = tiercache_server::read_superblock(&cache) {
+            bail!(
+                "{} already holds a tiercache cache ({} lines of {} bytes, generation {}); add --force to overwrite it",
+                a.cache.display(),
+                sb.capacity_lines,
+                sb.line_size,
+                sb.generation
+            );
+        }
+    }
+    let line_size = size_arg("--line-size", &a.line_size)?;
+    let opts = FormatOptions {
+        line_size,
+        mode: mode_arg(&a.mode)?,
+        policy: a.policy.clone(),
+        capacity_lines: a
+            .cache_size
+            .as_deref()
+            .map(|s| size_arg("--cache-size", s).map(|b| b / line_size))
+            .transpose()?,
+        backing_id: a.backing.display().to_string(),
+    };
+    let sb = tiercache_server::format(&cache, backing.size(), &opts)
+        .with_context(|| format!("formatting {}", a.cache.display()))?;
+    println!(
+        "formatted {}: {} lines of {} bytes ({} cache data), metadata {} bytes, mode {}, policy {}, backing {} ({} bytes)",
+        a.cache.display(),
+        sb.capacity_lines,
+        sb.line_size,
+        tiercache_engine::fmt_size(sb.capacity_lines * sb.line_size),
+        sb.data_offset,
+        Mode::ALL[sb.mode as usize],
+        sb.policy,
+        a.backing.display(),
+        sb.backing_size
+    );
+    Ok(())
+}
+
+fn merge(mut a: ServeArgs) -> Result<ServeArgs> {
+    let Some(path) = a.config.clone() else {
+        return Ok(a);
+    };
+    let text =
+        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    let c: ServeArgs = toml::from_str(&text).map_err(|e| anyhow!("{}: {e}", path.display()))?;
+    macro_rules! take {
+        ($($f:ident),*) => { $( if a.$f.is_none() { a.$f = c.$f; } )* };
+    }
+    take!(
+        cache,
+        backing,
+        socket,
+        listen,
+        mode,
+        policy,
+        line_size,
+        cache_size,
+        control,
+        metrics,
+        emulate_hdd,
+        workers
+    );
+    a.format_if_needed |= c.format_if_needed;
+    Ok(a)
+}
+
+pub fn serve(a: ServeArgs) -> Result<()> {
+    let a = merge(a)?;
+    let cache_path = a
+        .cache
+        .clone()
+        .ok_or_else(|| anyhow!("--cache PATH is required (or `cache` in --config)"))?;
+    let backing_path = a
+        .backing
+        .clone()
+        .ok_or_else(|| anyhow!("--backing PATH is required (or `backing` in --config)"))?;
+    if a.socket.is_none() == a.listen.is_none() {
+        bail!("give exactly one of --socket PATH and --listen ADDR:PORT");
+    }
+    let mode = a.mode.as_deref().map(mode_arg).transpose()?;
+    let line_size = a
+        .line_size
+        .as_deref()
+        .map(|s| size_arg("--line-size", s))
+        .transpose()?;
+    let cache_size = a
+        .cache_size
+        .as_deref()
+        .map(|s| size_arg("--cache-size", s))
+        .transpose()?;
+
+    let backing_file = FileDev::open(&backing_path)?;
+    let backing: Box<dyn BlockDev> = match &a.emulate_hdd {
+        Some(spec) => {
+            let cfg = tiercache_server::hdd_config(spec).map_err(|e| anyhow!(e))?;
+            say!("backing device emulates HDD {spec} ({} rpm)", cfg.rpm);
+            Box::new(
+                EmulatedHdd::new(backing_file, cfg)
+                    .map_err(|e| anyhow!("--emulate-hdd {spec}: {e}"))?,
+            )
+        }
+        None => Box::new(backing_file),
+    };
+    if !cache_path.exists() && a.format_if_needed {
+        let bytes = cache_size.ok_or_else(|| {
+            anyhow!(
+                "{} does not exist: give --cache-size to create it",
+                cache_path.display()
+            )
+        })?;
+        let ls = line_size.unwrap_or(4096);
+        let lines = bytes / ls;
+        let total = Superblock::data_offset_for(lines, ls) + lines * ls;
+        std::fs::File::create_new(&cache_path)
+            .and_then(|f| f.set_len(total))
+            .with_context(|| format!("creating {}", cache_path.display()))?;
+    }
+    let cache = FileDev::open(&cache_path)?;
+    match tiercache_server::read_superblock(&cache) {
+        Ok(sb) => {
+            if let Some(ls) = line_size.filter(|&ls| ls != sb.line_size) {
+                bail!(
+                    "{} is formatted with {}-byte lines, not {ls}; reformat with `tiercache format --force --line-size {ls}`",
+                    cache_path.display(),
+                    sb.line_size
+                );
+            }
+        }
+        Err(FormatError::BadMagic) if a.format_if_needed => {
+            let ls = line_size.unwrap_or(4096);
+            let opts = FormatOptions {
+                line_size: ls,
+                mode: mode.unwrap_or(Mode::WriteThrough),
+                policy: a.policy.clone().unwrap_or_else(|| "lru".into()),
+                capacity_lines: cache_size.map(|b| b / ls),
+                backing_id: backing_path.display().to_string(),
+            };
+            let sb = tiercache_server::format(&cache, backing.size(), &opts)?;
+            say!(
+                "formatted {}: {} lines of {} bytes",
+                cache_path.display(),
+                sb.capacity_lines,
+                sb.line_size
+            );
+        }
+        Err(FormatError::BadMagic) => bail!(
+            "{} holds no tiercache cache: run `tiercache format` or add --format-if-needed",
+            cache_path.display()
+        ),
+        Err(e) => return Err(e).with_context(|| format!("reading {}", cache_path.display())),
+    }
+    let opts = OpenOptions {
+        mode,
+        policy: a.policy.clone(),
+    };
+    let (vol, rep) = CacheVolume::open(Box::new(cache), backing, &opts)
+        .with_context(|| format!("opening cache {}", cache_path.display()))?;
+    say!(
+        "cache {}: {} lines restored ({} dirty) after {} shutdown; {} bad records dropped; mode {}",
+        cache_path.display(),
+        rep.restored,
+        rep.restored_dirty,
+        if rep.was_clean {
+            "a clean"
+        } else {
+            "an unclean"
+        },
+        rep.dropped_bad_checksum,
+        vol.mode()
+    );
+    let vol = Arc::new(vol);
+    let cleaner = vol.start_cleaner();
+    if let Some(p) = &a.control {
+        control::serve_control(p, Arc::clone(&vol))?;
+    }
+    if let Some(m) = &a.metrics {
+        let addr: SocketAddr = m.parse().map_err(|e| anyhow!("--metrics {m:?}: {e}"))?;
+        let (local, _) = control::serve_metrics(addr, Arc::clone(&vol))?;
+        say!("metrics on http://{local}/metrics");
+    }
+    let mut server = Server::new(vec![(
+        "tiercache".into(),
+        vol.clone() as Arc<dyn tiercache_nbd::Export>,
+    )]);
+    if let Some(w) = a.workers {
+        server = server.with_options(tiercache_nbd::ServerOptions {
+            workers_per_connection: w,
+            ..Default::default()
+        });
+    }
+    let stop = server.shutdown_handle();
+    let mut signals = signal_hook::iterator::Signals::new([
+        signal_hook::consts::SIGTERM,
+        signal_hook::consts::SIGINT,
+    ])?;
+    let sig_handle = signals.handle();
+    std::thread::spawn(move || {
+        if let Some(sig) = signals.forever().next() {
+            stop.shutdown();
+            say!("signal {sig}: shutting down");
+        }
+    });
+    let served = match (&a.socket, &a.listen) {
+        (Some(p), _) => {
+            say!("serving NBD on unix socket {}", p.display());
+            server.serve_unix(p)
+        }
+        (_, Some(l)) => {
+            let addr: SocketAddr = l.parse().map_err(|e| anyhow!("--listen {l:?}: {e}"))?;
+            say!("serving NBD on {addr}");
+            server.serve_tcp(addr)
+        }
+        _ => unreachable!(),
+    };
+    sig_handle.close();
+    let closed = vol.shutdown();
+    let _ = cleaner.join();
+    if let Some(p) = &a.control {
+        let _ = std::fs::remove_file(p);
+    }
+    served.context("NBD server")?;
+    closed.context("clean shutdown of the cache")?;
+    say!("cache {} shut down cleanly", cache_path.display());
+    Ok(())
+}
+
+fn print_stats(v: &serde_json::Value) {
+    let s = &v["stats"];
+    let n = |x: &serde_json::Value| x.as_u64().unwrap_or(0);
+    let cap = n(&s["capacity_lines"]).max(1);
+    println!("mode            {}", s["mode"].as_str().unwrap_or("?"));
+    println!("policy          {}", s["policy"].as_str().unwrap_or("?"));
+    println!(
+        "occupancy       {} of {} lines ({:.1} %), line size {}",
+        n(&s["cached_lines"]),
+        cap,
+        100.0 * n(&s["cached_lines"]) as f64 / cap as f64,
+        n(&s["line_size"])
+    );
+    println!(
+        "dirty           {} lines, {} bytes",
+        n(&s["dirty_lines"]),
+        n(&s["dirty_bytes"])
+    );
+    println!("RAM (index)     {} bytes", n(&s["ram_index_bytes"]));
+    println!(
+        "{:<6} {:>10} {:>12} {:>12} {:>9} {:>10} {:>10}",
+        "class", "requests", "line hits", "line misses", "hit %", "bypasses", "evictions"
+    );
+    for pc in s["per_class"].as_array().into_iter().flatten() {
+        let (c, k) = (&pc[0], &pc[1]);
+        let (h, m) = (n(&k["line_hits"]), n(&k["line_misses"]));
+        println!(
+            "{:<6} {:>10} {:>12} {:>12} {:>9.2} {:>10} {:>10}",
+            n(c),
+            n(&k["requests"]),
+            h,
+            m,
+            100.0 * h as f64 / (h + m).max(1) as f64,
+            m.saturating_sub(n(&k["admitted_misses"])),
+            n(&k["evictions"])
+        );
+    }
+}
+
+pub fn ctl(a: CtlArgs) -> Result<()> {
+    let cmd = match &a.cmd {
+        CtlCmd::Stats { .. } => Command::Stats,
+        CtlCmd::Flush => Command::Flush,
+        CtlCmd::Mode { mode } => {
+            mode_arg(mode)?;
+            Command::Mode { mode: mode.clone() }
+        }
+        CtlCmd::Detach => Command::Detach,
+    };
+    let v = control::request(&a.control, &cmd).map_err(|e| anyhow!(e))?;
+    match a.cmd {
+        CtlCmd::Stats { json: true } => println!("{}", serde_json::to_string_pretty(&v["stats"])?),
+        CtlCmd::Stats { json: false } => print_stats(&v),
+        CtlCmd::Flush => println!("flushed: no dirty data left, everything durable"),
+        CtlCmd::Mode { mode } => println!("mode is now {}", mode_arg(&mode)?),
+        CtlCmd::Detach => println!("detached: dirty data written back, now pass-through"),
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn example_config_parses_and_flags_win() {
+        let text = include_str!("../../../contrib/tiercache.toml");
+        let c: ServeArgs = toml::from_str(text).unwrap();
+        assert_eq!(c.mode.as_deref(), Some("write-back"));
+        assert!(c.format_if_needed);
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("c.toml");
+        std::fs::write(&p, text).unwrap();
+        let a = ServeArgs {
+            mode: Some("wt".into()),
+            config: Some(p.clone()),
+            ..Default::default()
+        };
+        let m = merge(a).unwrap();
+        assert_eq!(m.mode.as_deref(), Some("wt"), "the flag wins");
+        assert_eq!(
+            m.cache_size.as_deref(),
+            Some("64G"),
+            "the file fills the rest"
+        );
+        std::fs::write(&p, "cache = \"x\"\nmode_typo = 1\n").unwrap();
+        let e = merge(ServeArgs {
+            config: Some(p),
+            ..Default::default()
+        })
+        .err()
+        .unwrap()
+        .to_string();
+        assert!(e.contains("mode_typo") && e.contains("c.toml"), "{e}");
+    }
+}

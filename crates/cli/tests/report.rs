@@ -1,0 +1,236 @@
+//! `tiercache report`: a sweep CSV and timed-run JSON become one self-contained HTML page whose
+//! plots render in a real browser (headless Chromium): the screenshot is not blank, shows the
+//! plot colours, and the rendered page carries every plot title. Skips (with a message) when
+//! no Chromium is installed (`apt-get install chromium`).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+const WORKLOAD: &str = "zipf:theta=0.9,wss=32MiB,requests=1e4";
+
+fn tiercache(args: &[&str], dir: &Path) -> String {
+    let o = Command::new(env!("CARGO_BIN_EXE_tiercache"))
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("run tiercache");
+    assert!(
+        o.status.success(),
+        "tiercache {args:?} failed:\n{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8(o.stdout).unwrap()
+}
+
+/// Builds the report in `dir` and returns its path.
+fn build_report(dir: &Path) -> PathBuf {
+    tiercache(
+        &[
+            "sweep",
+            "-w",
+            WORKLOAD,
+            "--sizes",
+            "5%,20%,50%",
+            "--policies",
+            "lru,fifo",
+            "--out",
+            "sweep.csv",
+            "-q",
+        ],
+        dir,
+    );
+    for (size, file) in [("10%", "small.json"), ("50%", "big.json")] {
+        let out = tiercache(
+            &[
+                "sim",
+                "-w",
+                WORKLOAD,
+                "--cache-size",
+                size,
+                "--hdd",
+                "7200",
+                "--window",
+                "0.5",
+                "--json",
+                "-q",
+            ],
+            dir,
+        );
+        std::fs::write(dir.join(file), out).unwrap();
+    }
+    tiercache(
+        &[
+            "report",
+            "sweep.csv",
+            "small.json",
+            "big.json",
+            "-o",
+            "report.html",
+            "--title",
+            "Report test",
+        ],
+        dir,
+    );
+    dir.join("report.html")
+}
+
+const TITLES: &[&str] = &[
+    "Report test",
+    "Hit ratio vs cache size",
+    "Warm-up (IOPS over time)",
+    "Warm-up (hit ratio over time)",
+    "Per-class occupancy over time",
+    "Latency CDF (all requests)",
+    "Cost per MB per IOPS",
+    "Summary of runs",
+];
+
+#[test]
+fn report_is_self_contained_and_has_every_plot() {
+    let dir = tempfile::tempdir().unwrap();
+    let html = std::fs::read_to_string(build_report(dir.path())).unwrap();
+    for t in TITLES {
+        assert!(html.contains(t), "missing title {t}");
+    }
+    // Three curves' plot (2 policies), 2 x 3 timed plots, one CDF, one bar chart.
+    assert_eq!(html.matches("<svg").count(), 1 + 2 * 3 + 1 + 1);
+    assert!(
+        !html.contains("<script"),
+        "the page must not need JavaScript"
+    );
+    // No network references: the only URL is the SVG namespace name.
+    let stripped = html.replace("xmlns=\"http://www.w3.org/2000/svg\"", "");
+    assert!(!stripped.contains("http:") && !stripped.contains("https:"));
+}
+
+fn chromium() -> Option<String> {
+    for c in ["chromium", "chromium-browser", "google-chrome"] {
+        if Command::new(c)
+            .arg("--version")
+            .output()
+            .is_ok_and(|o| o.status.success())
+        {
+            return Some(c.to_string());
+        }
+    }
+    None
+}
+
+#[test]
+fn report_renders_in_headless_chromium() {
+    let Some(chrome) = chromium() else {
+        eprintln!(
+            "SKIP: no chromium found (apt-get install chromium) - the report was not rendered"
+        );
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let page = build_report(dir.path());
+    let url = format!("file://{}", page.display());
+    let shot = dir.path().join("shot.png");
+    let common = [
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--hide-scrollbars",
+    ];
+    let o = Command::new(&chrome)
+        .args(common)
+        .arg("--window-size=1000,2000")
+        .arg(format!("--screenshot={}", shot.display()))
+        .arg(&url)
+        .output()
+        .expect("run chromium");
+    assert!(
+        shot.is_file(),
+        "chromium wrote no screenshot:\n{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    // Decode the screenshot: not blank, and the plot colours are there.
+    let dec = png::Decoder::new(std::io::BufReader::new(std::fs::File::open(&shot).unwrap()));
+    let mut reader = dec.read_info().unwrap();
+    let mut buf = vec![0; reader.output_buffer_size()];
+    let info = reader.next_frame(&mut buf).unwrap();
+    let px = info.color_type.samples();
+    let data = &buf[..info.buffer_size()];
+    let (mut non_white, mut blue, mut orange) = (0usize, 0usize, 0usize);
+    for p in data.chunks(px) {
+        let (r, g, b) = (p[0] as i32, p[1] as i32, p[2] as i32);
+        if r < 235 || g < 235 || b < 235 {
+            non_white += 1;
+        }
+        // #1f77b4 and #ff7f0e, the first two series colours.
+        if (r - 0x1f).abs() < 24 && (g - 0x77).abs() < 24 && (b - 0xb4).abs() < 24 {
+            blue += 1;
+        }
+        if (r - 0xff).abs() < 24 && (g - 0x7f).abs() < 24 && (b - 0x0e).abs() < 24 {
+            orange += 1;
+        }
+    }
+    let total = data.len() / px;
+    eprintln!(
+        "screenshot {}x{}: {non_white} non-white, {blue} blue, {orange} orange pixels",
+        info.width, info.height
+    );
+    assert!(
+        non_white * 100 > total,
+        "screenshot looks blank: {non_white} of {total} pixels drawn"
+    );
+    assert!(
+        blue > 500 && orange > 200,
+        "plot lines missing: {blue} blue, {orange} orange pixels"
+    );
+    // The rendered DOM has every title (the page parsed, nothing was lost).
+    let dom = Command::new(&chrome)
+        .args(common)
+        .arg("--dump-dom")
+        .arg(&url)
+        .output()
+        .expect("run chromium --dump-dom");
+    let dom = String::from_utf8_lossy(&dom.stdout);
+    for t in TITLES {
+        assert!(dom.contains(t), "rendered page lacks title {t}");
+    }
+}
+
+#[test]
+fn reproduce_all_writes_verdicts_json_and_one_page() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = tiercache(
+        &["reproduce", "all", "--requests", "20000", "--out", "repro"],
+        dir.path(),
+    );
+    assert_eq!(out.matches("verdict: ").count(), 3, "{out}");
+    assert!(
+        out.contains("HDD + SSD cache") && out.contains("slru at"),
+        "{out}"
+    );
+    let html = std::fs::read_to_string(dir.path().join("repro/reproduce.html")).unwrap();
+    for t in [
+        "SRT study: cache size, write mode, replacement policy",
+        "Storage Bench 2011: HDD vs HDD + SSD cache vs SSD",
+        "SRT: mean response time vs SSD cache size",
+        "Storage Bench: disk busy time (s)",
+        "Qsan test case 1: IOPS over time",
+        "Verdict:",
+    ] {
+        assert!(html.contains(t), "missing {t}");
+    }
+    assert_eq!(html.matches("<svg").count(), 2 + 2 + 4);
+    for name in ["srt", "qsan", "storage-bench"] {
+        let v: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(dir.path().join(format!("repro/{name}.json"))).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(v["name"], name);
+        assert!(!v["verdict"].as_str().unwrap().is_empty());
+    }
+    // An unknown experiment is an error that lists the known ones.
+    let o = Command::new(env!("CARGO_BIN_EXE_tiercache"))
+        .args(["reproduce", "dss", "--out"])
+        .arg(dir.path().join("x"))
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("known: srt, qsan, storage-bench"));
+}

@@ -1,0 +1,389 @@
+//! End to end: `tiercache serve` as a subprocess, driven by real NBD clients (nbdcopy,
+//! fio --ioengine=nbd with crc32c verification, qemu-img), restarted cleanly (SIGTERM) and
+//! killed (SIGKILL), and checked after every restart. Tools that are missing skip their part
+//! with a printed message (install: `apt-get install -y libnbd-bin fio qemu-utils`).
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_tiercache");
+
+fn have(tool: &str) -> bool {
+    let ok = Command::new("sh")
+        .args(["-c", &format!("command -v {tool}")])
+        .stdout(Stdio::null())
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false);
+    if !ok {
+        println!("SKIP: `{tool}` is not installed (apt-get install -y libnbd-bin fio qemu-utils)");
+    }
+    ok
+}
+
+struct Srv {
+    child: Option<Child>,
+    sock: PathBuf,
+    ctl: PathBuf,
+}
+
+impl Srv {
+    fn start(dir: &Path, extra: &[&str]) -> Srv {
+        let sock = dir.join("nbd.sock");
+        let ctl = dir.join("ctl.sock");
+        let _ = std::fs::remove_file(&sock);
+        let child = Command::new(BIN)
+            .arg("serve")
+            .arg("--cache")
+            .arg(dir.join("cache.img"))
+            .arg("--backing")
+            .arg(dir.join("backing.img"))
+            .arg("--socket")
+            .arg(&sock)
+            .arg("--control")
+            .arg(&ctl)
+            .args(["--format-if-needed", "--cache-size", "8M"])
+            .args(extra)
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let t = Instant::now();
+        while !(sock.exists() && ctl.exists()) {
+            assert!(
+                t.elapsed() < Duration::from_secs(20),
+                "server did not start"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Srv {
+            child: Some(child),
+            sock,
+            ctl,
+        }
+    }
+
+    fn uri(&self) -> String {
+        format!("nbd+unix:///?socket={}", self.sock.display())
+    }
+
+    fn ctl(&self, args: &[&str]) -> String {
+        let out = Command::new(BIN)
+            .arg("ctl")
+            .arg("--control")
+            .arg(&self.ctl)
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "ctl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    }
+
+    /// SIGTERM (clean) or SIGKILL (crash); waits for the exit.
+    fn stop(mut self, sig: &str) -> String {
+        Command::new("kill")
+            .args([sig, &self.child.as_ref().unwrap().id().to_string()])
+            .status()
+            .unwrap();
+        let out = self.child.take().unwrap().wait_with_output().unwrap();
+        let log = String::from_utf8_lossy(&out.stderr).into_owned();
+        if sig == "-TERM" {
+            assert!(out.status.success(), "unclean exit: {log}");
+            assert!(log.contains("shut down cleanly"), "{log}");
+        }
+        log
+    }
+}
+
+impl Drop for Srv {
+    /// A failed test must not leave a server behind (it would hold the test's output pipe).
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+fn run(cmd: &mut Command) -> String {
+    let out = cmd.output().unwrap();
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn sha(path: &Path) -> String {
+    run(Command::new("sha256sum").arg(path))[..64].to_string()
+}
+
+fn setup(size_mb: u64) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let f = std::fs::File::create(dir.path().join("backing.img")).unwrap();
+    f.set_len(size_mb << 20).unwrap();
+    dir
+}
+
+#[test]
+fn nbdcopy_image_survives_clean_restart_and_kill() {
+    if !have("nbdcopy") || !have("sha256sum") {
+        return;
+    }
+    let dir = setup(32);
+    let d = dir.path();
+    let img = d.join("random.img");
+    run(Command::new("head")
+        .args(["-c", "16777216", "/dev/urandom"])
+        .stdout(std::fs::File::create(&img).unwrap()));
+    let want = sha(&img);
+    let srv = Srv::start(d, &["--mode", "write-back"]);
+    run(Command::new("nbdcopy").arg(&img).arg(srv.uri()));
+    let back = d.join("back.img");
+    let read_back = |srv: &Srv| {
+        let _ = std::fs::remove_file(&back);
+        run(Command::new("nbdcopy").arg(srv.uri()).arg(&back));
+        let f = std::fs::OpenOptions::new().write(true).open(&back).unwrap();
+        f.set_len(16 << 20).unwrap();
+        sha(&back)
+    };
+    assert_eq!(read_back(&srv), want);
+    let stats: serde_json::Value = serde_json::from_str(&srv.ctl(&["stats", "--json"])).unwrap();
+    assert!(
+        stats["totals"]["write_bytes"].as_u64().unwrap() >= 16 << 20,
+        "{stats}"
+    );
+    assert!(srv.ctl(&["stats"]).contains("write-back"));
+    // Clean restart: the dirty data is still only in the cache, and comes back.
+    srv.stop("-TERM");
+    let srv = Srv::start(d, &[]);
+    assert_eq!(read_back(&srv), want);
+    // With --flush nbdcopy flushes at the end; after that a SIGKILL loses nothing.
+    let img2 = d.join("random2.img");
+    run(Command::new("head")
+        .args(["-c", "16777216", "/dev/urandom"])
+        .stdout(std::fs::File::create(&img2).unwrap()));
+    run(Command::new("nbdcopy")
+        .arg("--flush")
+        .arg(&img2)
+        .arg(srv.uri()));
+    let log = srv.stop("-KILL");
+    let srv = Srv::start(d, &[]);
+    assert_eq!(read_back(&srv), sha(&img2), "after kill -9 ({log})");
+    // Detach writes everything back: the backing file alone then holds the image.
+    srv.ctl(&["detach"]);
+    srv.stop("-TERM");
+    let f = std::fs::read(d.join("backing.img")).unwrap();
+    assert_eq!(&f[..16 << 20], &std::fs::read(&img2).unwrap()[..]);
+}
+
+#[test]
+fn fio_verify_in_every_mode() {
+    if !have("fio") {
+        return;
+    }
+    for mode in [
+        "write-through",
+        "write-back",
+        "write-around",
+        "read-only",
+        "pass-through",
+    ] {
+        let dir = setup(32);
+        let srv = Srv::start(dir.path(), &["--mode", mode]);
+        let out = run(Command::new("fio").args([
+            "--name=verify",
+            "--ioengine=nbd",
+            &format!("--uri={}", srv.uri()),
+            "--rw=randwrite",
+            "--bs=4k",
+            "--size=24M",
+            "--iodepth=16",
+            "--verify=crc32c",
+            "--verify_fatal=1",
+            "--do_verify=1",
+            "--output-format=terse",
+        ]));
+        assert!(!out.contains("verify failed"), "{mode}: {out}");
+        srv.stop("-TERM");
+        // After a restart the data fio wrote still verifies (read-only verify pass).
+        let srv = Srv::start(dir.path(), &[]);
+        run(Command::new("fio").args([
+            "--name=verify",
+            "--ioengine=nbd",
+            &format!("--uri={}", srv.uri()),
+            "--rw=randwrite",
+            "--bs=4k",
+            "--size=24M",
+            "--iodepth=16",
+            "--verify=crc32c",
+            "--verify_fatal=1",
+            "--verify_only",
+        ]));
+        srv.stop("-TERM");
+    }
+}
+
+#[test]
+fn qemu_img_info_and_metrics() {
+    if !have("qemu-img") {
+        return;
+    }
+    let dir = setup(16);
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let addr = format!("127.0.0.1:{port}");
+    let srv = Srv::start(dir.path(), &["--metrics", &addr]);
+    let info = run(Command::new("qemu-img").args(["info", "--output=json", &srv.uri()]));
+    let v: serde_json::Value = serde_json::from_str(&info).unwrap();
+    assert_eq!(v["virtual-size"].as_u64(), Some(16 << 20), "{info}");
+    assert!(srv.ctl(&["flush"]).contains("flushed"));
+    use std::io::{Read, Write};
+    let mut c = std::net::TcpStream::connect(&addr).unwrap();
+    c.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    let mut body = String::new();
+    c.read_to_string(&mut body).unwrap();
+    assert!(body.starts_with("HTTP/1.1 200"), "{body}");
+    for m in [
+        "tiercache_line_hits_total{class=\"0\"}",
+        "tiercache_dirty_bytes",
+        "tiercache_request_latency_seconds_bucket{op=\"read\"",
+    ] {
+        assert!(body.contains(m), "{m} missing from {body}");
+    }
+    assert!(srv.ctl(&["mode", "wb"]).contains("write-back"));
+    srv.stop("-TERM");
+}
+
+/// An ext4 file system through nbdfuse and a loop device, across a server restart.
+struct Mounted {
+    fuse: Option<Child>,
+    fuse_dir: PathBuf,
+    loop_dev: Option<String>,
+    mnt: PathBuf,
+    mounted: bool,
+}
+
+impl Mounted {
+    /// `None` (with a SKIP message) when FUSE, loop devices or mount are unavailable.
+    fn attach(srv: &Srv, dir: &Path, mkfs: bool) -> Option<Mounted> {
+        let fuse_dir = dir.join("fuse");
+        let mnt = dir.join("mnt");
+        std::fs::create_dir_all(&fuse_dir).unwrap();
+        std::fs::create_dir_all(&mnt).unwrap();
+        let fuse = Command::new("nbdfuse")
+            .arg(&fuse_dir)
+            .arg(srv.uri())
+            .spawn()
+            .ok()?;
+        let mut m = Mounted {
+            fuse: Some(fuse),
+            fuse_dir: fuse_dir.clone(),
+            loop_dev: None,
+            mnt,
+            mounted: false,
+        };
+        let t = Instant::now();
+        while !fuse_dir.join("nbd").exists() {
+            if t.elapsed() > Duration::from_secs(10) {
+                println!("SKIP: nbdfuse did not mount (no FUSE here?)");
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let out = Command::new("losetup")
+            .args(["-f", "--show"])
+            .arg(fuse_dir.join("nbd"))
+            .output()
+            .ok()?;
+        if !out.status.success() {
+            println!(
+                "SKIP: no loop device: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            return None;
+        }
+        let dev = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        m.loop_dev = Some(dev.clone());
+        if mkfs {
+            run(Command::new("mkfs.ext4").args(["-q", "-F", &dev]));
+        }
+        let st = Command::new("mount").arg(&dev).arg(&m.mnt).status().ok()?;
+        if !st.success() {
+            println!("SKIP: mount {dev} failed (not allowed in this container?)");
+            return None;
+        }
+        m.mounted = true;
+        Some(m)
+    }
+}
+
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        if self.mounted {
+            let _ = Command::new("umount").arg(&self.mnt).status();
+        }
+        if let Some(d) = &self.loop_dev {
+            let _ = Command::new("losetup").args(["-d", d]).status();
+        }
+        let _ = Command::new("umount").arg(&self.fuse_dir).status();
+        if let Some(mut c) = self.fuse.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+#[test]
+fn ext4_through_nbdfuse_survives_restart() {
+    if !have("nbdfuse") || !have("losetup") || !have("mkfs.ext4") {
+        return;
+    }
+    if !Path::new("/dev/fuse").exists() {
+        println!("SKIP: /dev/fuse is missing");
+        return;
+    }
+    let dir = setup(64);
+    let d = dir.path();
+    let srv = Srv::start(d, &["--mode", "write-back"]);
+    let files: Vec<(String, Vec<u8>)> = (0..20u32)
+        .map(|i| {
+            let n = 1000 + i as usize * 37_001;
+            let data = (0..n)
+                .map(|k| ((k as u32).wrapping_mul(2_654_435_761) ^ i) as u8)
+                .collect();
+            (format!("f{i}.bin"), data)
+        })
+        .collect();
+    {
+        let Some(m) = Mounted::attach(&srv, d, true) else {
+            return;
+        };
+        for (name, data) in &files {
+            std::fs::write(m.mnt.join(name), data).unwrap();
+        }
+        run(&mut Command::new("sync"));
+    }
+    srv.stop("-TERM");
+    let srv = Srv::start(d, &[]);
+    let m = Mounted::attach(&srv, d, false).expect("remount after restart");
+    for (name, data) in &files {
+        assert_eq!(
+            &std::fs::read(m.mnt.join(name)).unwrap(),
+            data,
+            "{name} after restart"
+        );
+    }
+    drop(m);
+    srv.stop("-TERM");
+}
