@@ -65,9 +65,25 @@ pub struct ServeArgs {
     /// Serve NBD on this unix socket.
     #[arg(long)]
     socket: Option<PathBuf>,
-    /// Serve NBD on TCP ADDR:PORT (e.g. 127.0.0.1:10809).
+    /// Serve NBD on TCP: PORT alone binds loopback (127.0.0.1:PORT); ADDR:PORT binds ADDR
+    /// (e.g. 0.0.0.0:10809 for every interface).
     #[arg(long)]
     listen: Option<String>,
+    /// NBD STARTTLS: off, on (offered), require (plaintext options refused with
+    /// NBD_REP_ERR_TLS_REQD). Default: on when a PSK file or certificates are given.
+    #[arg(long)]
+    tls: Option<String>,
+    /// TLS pre-shared keys, `username:hexkey` lines (GnuTLS psktool format, as libnbd and
+    /// nbdkit read).
+    #[arg(long)]
+    tls_psk_file: Option<PathBuf>,
+    /// TLS X.509 directory: server-cert.pem, server-key.pem (and ca-cert.pem to verify
+    /// client certificates), as nbdkit and qemu-nbd use.
+    #[arg(long)]
+    tls_certificates: Option<PathBuf>,
+    /// Most NBD connections open at once; more are closed right after accept.
+    #[arg(long)]
+    max_connections: Option<usize>,
     /// Write mode for this run (default: the one stored on the cache device).
     #[arg(long)]
     mode: Option<String>,
@@ -229,7 +245,11 @@ fn merge(mut a: ServeArgs) -> Result<ServeArgs> {
         control,
         metrics,
         emulate_hdd,
-        workers
+        workers,
+        tls,
+        tls_psk_file,
+        tls_certificates,
+        max_connections
     );
     a.format_if_needed |= c.format_if_needed;
     Ok(a)
@@ -248,6 +268,8 @@ pub fn serve(a: ServeArgs) -> Result<()> {
     if a.socket.is_none() == a.listen.is_none() {
         bail!("give exactly one of --socket PATH and --listen ADDR:PORT");
     }
+    let nbd_opts = nbd_options(&a)?;
+    let listen = a.listen.as_deref().map(listen_addr).transpose()?;
     let mode = a.mode.as_deref().map(mode_arg).transpose()?;
     let line_size = a
         .line_size
@@ -349,16 +371,11 @@ pub fn serve(a: ServeArgs) -> Result<()> {
         let (local, _) = control::serve_metrics(addr, Arc::clone(&vol))?;
         say!("metrics on http://{local}/metrics");
     }
-    let mut server = Server::new(vec![(
+    let server = Server::new(vec![(
         "tiercache".into(),
         vol.clone() as Arc<dyn tiercache_nbd::Export>,
     )]);
-    if let Some(w) = a.workers {
-        server = server.with_options(tiercache_nbd::ServerOptions {
-            workers_per_connection: w,
-            ..Default::default()
-        });
-    }
+    let server = server.with_options(nbd_opts);
     let stop = server.shutdown_handle();
     let mut signals = signal_hook::iterator::Signals::new([
         signal_hook::consts::SIGTERM,
@@ -376,8 +393,8 @@ pub fn serve(a: ServeArgs) -> Result<()> {
             say!("serving NBD on unix socket {}", p.display());
             server.serve_unix(p)
         }
-        (_, Some(l)) => {
-            let addr: SocketAddr = l.parse().map_err(|e| anyhow!("--listen {l:?}: {e}"))?;
+        (_, Some(_)) => {
+            let addr = listen.expect("parsed above");
             say!("serving NBD on {addr}");
             server.serve_tcp(addr)
         }
@@ -393,6 +410,61 @@ pub fn serve(a: ServeArgs) -> Result<()> {
     closed.context("clean shutdown of the cache")?;
     say!("cache {} shut down cleanly", cache_path.display());
     Ok(())
+}
+
+/// `--listen`: a bare `PORT` (or `:PORT`) means loopback; anything else must name the
+/// address (`0.0.0.0:PORT`, `[::]:PORT`, `HOST:PORT`).
+fn listen_addr(l: &str) -> Result<SocketAddr> {
+    let port = l.strip_prefix(':').unwrap_or(l);
+    if let Ok(p) = port.parse::<u16>() {
+        return Ok(SocketAddr::from(([127, 0, 0, 1], p)));
+    }
+    if let Ok(a) = l.parse::<SocketAddr>() {
+        return Ok(a);
+    }
+    use std::net::ToSocketAddrs;
+    l.to_socket_addrs()
+        .map_err(|e| anyhow!("--listen {l:?}: {e} (give PORT, ADDR:PORT or HOST:PORT)"))?
+        .next()
+        .ok_or_else(|| anyhow!("--listen {l:?}: the name resolves to no address"))
+}
+
+/// NBD server options from the flags: workers, connection limit, TLS.
+fn nbd_options(a: &ServeArgs) -> Result<tiercache_nbd::ServerOptions> {
+    use tiercache_nbd::{TlsConfig, TlsMode};
+    let have_keys = a.tls_psk_file.is_some() || a.tls_certificates.is_some();
+    let mode = match &a.tls {
+        Some(m) => m.parse::<TlsMode>().map_err(|e| anyhow!("--tls: {e}"))?,
+        None if have_keys => TlsMode::On,
+        None => TlsMode::Off,
+    };
+    let tls = match mode {
+        TlsMode::Off if have_keys => {
+            bail!("--tls off with --tls-psk-file/--tls-certificates: drop one or the other")
+        }
+        TlsMode::Off => None,
+        _ if !have_keys => {
+            bail!("--tls on|require needs --tls-psk-file FILE and/or --tls-certificates DIR")
+        }
+        _ => Some(
+            TlsConfig::new(
+                mode,
+                a.tls_psk_file.as_deref(),
+                a.tls_certificates.as_deref(),
+            )
+            .map_err(|e| anyhow!("TLS setup: {e}"))?,
+        ),
+    };
+    if let Some(t) = &tls {
+        say!("NBD TLS {mode:?}: {t:?}");
+    }
+    let d = tiercache_nbd::ServerOptions::default();
+    Ok(tiercache_nbd::ServerOptions {
+        workers_per_connection: a.workers.unwrap_or(d.workers_per_connection),
+        max_connections: a.max_connections.unwrap_or(d.max_connections),
+        tls,
+        ..d
+    })
 }
 
 fn print_stats(v: &serde_json::Value) {
@@ -489,5 +561,50 @@ mod tests {
         .unwrap()
         .to_string();
         assert!(e.contains("mode_typo") && e.contains("c.toml"), "{e}");
+    }
+
+    #[test]
+    fn bare_port_listens_on_loopback_only() {
+        assert_eq!(listen_addr("10809").unwrap().to_string(), "127.0.0.1:10809");
+        assert_eq!(
+            listen_addr(":10809").unwrap().to_string(),
+            "127.0.0.1:10809"
+        );
+        assert_eq!(
+            listen_addr("0.0.0.0:10809").unwrap().to_string(),
+            "0.0.0.0:10809"
+        );
+        assert_eq!(listen_addr("[::1]:7").unwrap().to_string(), "[::1]:7");
+        assert!(listen_addr("localhost:10809").unwrap().ip().is_loopback());
+        let e = listen_addr("nonsense").unwrap_err().to_string();
+        assert!(e.contains("--listen") && e.contains("nonsense"), "{e}");
+    }
+
+    #[test]
+    fn tls_flags_are_checked() {
+        let a = ServeArgs {
+            tls: Some("require".into()),
+            ..Default::default()
+        };
+        let e = nbd_options(&a).unwrap_err().to_string();
+        assert!(e.contains("--tls-psk-file"), "{e}");
+        let dir = tempfile::tempdir().unwrap();
+        let psk = dir.path().join("keys.psk");
+        std::fs::write(&psk, "alice:0123456789abcdef\nbob:zz\n").unwrap();
+        let a = ServeArgs {
+            tls_psk_file: Some(psk.clone()),
+            ..Default::default()
+        };
+        let e = nbd_options(&a).unwrap_err().to_string();
+        assert!(e.contains("keys.psk:2") && e.contains("bob"), "{e}");
+        std::fs::write(&psk, "alice:0123456789abcdef\n").unwrap();
+        let o = nbd_options(&a).unwrap();
+        assert!(o.tls.is_some(), "a PSK file alone turns TLS on");
+        let a = ServeArgs {
+            tls: Some("sometimes".into()),
+            tls_psk_file: Some(psk),
+            ..Default::default()
+        };
+        assert!(nbd_options(&a).is_err());
     }
 }

@@ -21,6 +21,7 @@ use std::thread::{self, JoinHandle};
 use tracing::{debug, info, warn};
 
 use crate::proto::*;
+use crate::tls::{TlsConfig, TlsStream};
 use crate::Export;
 
 /// Tuning of the server loop.
@@ -34,6 +35,11 @@ pub struct ServerOptions {
     /// exceeds the export's maximum block size; a longer one closes the connection, so a
     /// client cannot make the server buffer an unbounded payload.
     pub max_drain: u32,
+    /// TLS (`NBD_OPT_STARTTLS`): None answers STARTTLS with `NBD_REP_ERR_UNSUP`.
+    pub tls: Option<TlsConfig>,
+    /// How long the handshake (greeting, options, TLS) may take before the connection is
+    /// dropped, so idle or stalled clients cannot hold connection slots forever.
+    pub handshake_timeout: Option<std::time::Duration>,
 }
 
 impl Default for ServerOptions {
@@ -42,6 +48,8 @@ impl Default for ServerOptions {
             workers_per_connection: 16,
             max_connections: 1024,
             max_drain: 32 << 20,
+            tls: None,
+            handshake_timeout: Some(std::time::Duration::from_secs(30)),
         }
     }
 }
@@ -121,6 +129,7 @@ where
 }
 impl Stream for std::os::unix::net::UnixStream {}
 impl Stream for std::net::TcpStream {}
+impl Stream for TlsStream {}
 
 impl Server {
     pub fn new(exports: Vec<(String, Arc<dyn Export>)>) -> Server {
@@ -191,6 +200,20 @@ impl Server {
             Ok(s)
         });
         let _ = std::fs::remove_file(path);
+        r
+    }
+
+    /// Serves one already connected stream on the calling thread until the client leaves
+    /// (for tests and fuzzing: a socketpair end).
+    pub fn serve_stream(&self, stream: std::os::unix::net::UnixStream) -> io::Result<()> {
+        let id = self.shared.next_conn.fetch_add(1, Ordering::Relaxed);
+        self.shared
+            .conns
+            .lock()
+            .unwrap()
+            .insert(id, stream.as_raw_fd());
+        let r = serve_connection(&self.shared, &stream);
+        self.shared.conns.lock().unwrap().remove(&id);
         r
     }
 
@@ -318,10 +341,68 @@ fn serve_connection<S: Stream>(shared: &Shared, stream: &S) -> io::Result<()>
 where
     for<'a> &'a S: Read + Write,
 {
+    set_read_timeout(stream.as_raw_fd(), shared.opts.handshake_timeout);
     let mut reader = BufReader::with_capacity(64 << 10, stream);
-    let Some((export, structured)) = handshake(shared, &mut reader, stream)? else {
+    let Some(no_zeroes) = hello(&mut reader, stream)? else {
         return Ok(());
     };
+    match options(shared, &mut reader, stream, no_zeroes, false)? {
+        Haggled::Done => Ok(()),
+        Haggled::Go(export, structured) => {
+            set_read_timeout(stream.as_raw_fd(), None);
+            transmit(shared, reader, stream, export, structured)
+        }
+        Haggled::StartTls(tls) => {
+            if !reader.buffer().is_empty() {
+                return Err(protocol_error(
+                    "client sent data after STARTTLS before the TLS handshake",
+                ));
+            }
+            let tls = tls.accept(stream.as_raw_fd())?;
+            debug!("TLS session established");
+            let mut reader = BufReader::with_capacity(64 << 10, &tls);
+            let r = match options::<TlsStream>(shared, &mut reader, &tls, no_zeroes, true)? {
+                Haggled::Go(export, structured) => {
+                    set_read_timeout(stream.as_raw_fd(), None);
+                    transmit::<TlsStream>(shared, reader, &tls, export, structured)
+                }
+                _ => Ok(()),
+            };
+            tls.close();
+            r
+        }
+    }
+}
+
+/// Sets (or clears) SO_RCVTIMEO on a socket.
+fn set_read_timeout(fd: RawFd, t: Option<std::time::Duration>) {
+    let t = t.unwrap_or_default();
+    let tv = libc::timeval {
+        tv_sec: t.as_secs() as libc::time_t,
+        tv_usec: t.subsec_micros() as libc::suseconds_t,
+    };
+    // SAFETY: tv is a valid timeval; a failure only leaves the timeout as it was.
+    unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_RCVTIMEO,
+            (&tv as *const libc::timeval).cast(),
+            std::mem::size_of::<libc::timeval>() as libc::socklen_t,
+        );
+    }
+}
+
+fn transmit<S: Stream>(
+    shared: &Shared,
+    reader: BufReader<&S>,
+    stream: &S,
+    export: Arc<dyn Export>,
+    structured: bool,
+) -> io::Result<()>
+where
+    for<'a> &'a S: Read + Write,
+{
     let bs = export.block_sizes();
     let t = Transmission {
         export: &*export,
@@ -404,13 +485,19 @@ fn find_export<'a>(shared: &'a Shared, name: &[u8]) -> Option<&'a (String, Arc<d
     shared.exports.iter().find(|(n, _)| n.as_bytes() == name)
 }
 
-/// Runs option haggling. Returns the chosen export and whether structured replies were
-/// negotiated, or None when the client ended the session (ABORT, or a refused handshake).
-fn handshake<S: Stream>(
-    shared: &Shared,
-    r: &mut BufReader<&S>,
-    stream: &S,
-) -> io::Result<Option<(Arc<dyn Export>, bool)>>
+/// How option haggling ended.
+enum Haggled {
+    /// Transmission with this export; whether structured replies were negotiated.
+    Go(Arc<dyn Export>, bool),
+    /// STARTTLS was acknowledged: the TLS handshake comes next.
+    StartTls(TlsConfig),
+    /// The client ended the session (ABORT, or a refused handshake).
+    Done,
+}
+
+/// Sends the greeting and reads the client flags. Returns whether the client asked for no
+/// zeroes, or None when the client is refused.
+fn hello<S: Stream>(r: &mut BufReader<&S>, stream: &S) -> io::Result<Option<bool>>
 where
     for<'a> &'a S: Read + Write,
 {
@@ -429,11 +516,26 @@ where
         warn!("client sent unknown handshake flags {cflags:#x}; closing");
         return Ok(None);
     }
-    let no_zeroes = cflags & FLAG_C_NO_ZEROES != 0;
+    Ok(Some(cflags & FLAG_C_NO_ZEROES != 0))
+}
+
+/// Runs option haggling (again after STARTTLS, with `tls_up`).
+fn options<S: Stream>(
+    shared: &Shared,
+    r: &mut BufReader<&S>,
+    stream: &S,
+    no_zeroes: bool,
+    tls_up: bool,
+) -> io::Result<Haggled>
+where
+    for<'a> &'a S: Read + Write,
+{
+    let mut w = stream;
+    let tls_required = !tls_up && shared.opts.tls.as_ref().is_some_and(|t| t.require);
     let mut structured = false;
     loop {
         if shared.stopping.load(Ordering::SeqCst) {
-            return Ok(None);
+            return Ok(Haggled::Done);
         }
         let magic = read_u64(r)?;
         if magic != IHAVEOPT {
@@ -455,6 +557,19 @@ where
         }
         let mut data = vec![0u8; len as usize];
         r.read_exact(&mut data)?;
+        if tls_required && opt != OPT_STARTTLS && opt != OPT_ABORT {
+            if opt == OPT_EXPORT_NAME {
+                warn!("client asked for an export without TLS, which is required; closing");
+                return Ok(Haggled::Done);
+            }
+            send_opt_error(
+                &mut w,
+                opt,
+                REP_ERR_TLS_REQD,
+                "TLS is required: use STARTTLS",
+            )?;
+            continue;
+        }
         match opt {
             OPT_EXPORT_NAME => {
                 let Some((name, export)) = find_export(shared, &data) else {
@@ -463,7 +578,7 @@ where
                         "client asked for unknown export {:?}; closing",
                         String::from_utf8_lossy(&data)
                     );
-                    return Ok(None);
+                    return Ok(Haggled::Done);
                 };
                 let mut b = Vec::with_capacity(10 + 124);
                 b.extend_from_slice(&export.size().to_be_bytes());
@@ -473,11 +588,11 @@ where
                 }
                 w.write_all(&b)?;
                 debug!(export = %name, "transmission (EXPORT_NAME)");
-                return Ok(Some((export.clone(), structured)));
+                return Ok(Haggled::Go(export.clone(), structured));
             }
             OPT_ABORT => {
                 let _ = send_opt_reply(&mut w, opt, REP_ACK, &[]);
-                return Ok(None);
+                return Ok(Haggled::Done);
             }
             OPT_LIST => {
                 if !data.is_empty() {
@@ -543,6 +658,10 @@ where
                     )?;
                     continue;
                 }
+                if std::str::from_utf8(name).is_err() {
+                    send_opt_error(&mut w, opt, REP_ERR_INVALID, "export name is not UTF-8")?;
+                    continue;
+                }
                 let Some((ename, export)) = find_export(shared, name) else {
                     let msg = format!("no export named {:?}", String::from_utf8_lossy(name));
                     send_opt_error(&mut w, opt, REP_ERR_UNKNOWN, &msg)?;
@@ -580,12 +699,22 @@ where
                 send_opt_reply(&mut w, opt, REP_ACK, &[])?;
                 if opt == OPT_GO {
                     debug!(export = %ename, structured, "transmission (GO)");
-                    return Ok(Some((export.clone(), structured)));
+                    return Ok(Haggled::Go(export.clone(), structured));
                 }
             }
-            OPT_STARTTLS => {
-                send_opt_error(&mut w, opt, REP_ERR_UNSUP, "TLS is not supported")?;
-            }
+            OPT_STARTTLS => match &shared.opts.tls {
+                None => send_opt_error(&mut w, opt, REP_ERR_UNSUP, "TLS is not enabled")?,
+                Some(_) if tls_up => {
+                    send_opt_error(&mut w, opt, REP_ERR_INVALID, "TLS is already up")?
+                }
+                Some(_) if !data.is_empty() => {
+                    send_opt_error(&mut w, opt, REP_ERR_INVALID, "STARTTLS takes no data")?
+                }
+                Some(tls) => {
+                    send_opt_reply(&mut w, opt, REP_ACK, &[])?;
+                    return Ok(Haggled::StartTls(tls.clone()));
+                }
+            },
             _ => {
                 send_opt_error(&mut w, opt, REP_ERR_UNSUP, "option not supported")?;
             }
