@@ -1,0 +1,169 @@
+//! Thousands of connections: 2,000 sequential sessions (half of them vanish without
+//! NBD_CMD_DISC), then 200 opened at once against a limit of 64 (the rest are closed right
+//! after accept), then idle clients that are dropped at the handshake timeout; the server's
+//! threads stay bounded and come back down. Its own test binary, so thread counts are its own.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::os::unix::net::UnixStream;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::*;
+use tiercache_nbd::proto::*;
+use tiercache_nbd::{Export, ServerOptions};
+
+const SIZE: u64 = 1 << 20;
+
+fn option(b: &mut Vec<u8>, opt: u32, data: &[u8]) {
+    b.extend_from_slice(&IHAVEOPT.to_be_bytes());
+    b.extend_from_slice(&opt.to_be_bytes());
+    b.extend_from_slice(&(data.len() as u32).to_be_bytes());
+    b.extend_from_slice(data);
+}
+
+fn go_data(name: &str, infos: &[u16]) -> Vec<u8> {
+    let mut d = (name.len() as u32).to_be_bytes().to_vec();
+    d.extend_from_slice(name.as_bytes());
+    d.extend_from_slice(&(infos.len() as u16).to_be_bytes());
+    for i in infos {
+        d.extend_from_slice(&i.to_be_bytes());
+    }
+    d
+}
+
+fn request(b: &mut Vec<u8>, typ: u16, flags: u16, handle: u64, offset: u64, len: u32) {
+    b.extend_from_slice(&REQUEST_MAGIC.to_be_bytes());
+    b.extend_from_slice(&flags.to_be_bytes());
+    b.extend_from_slice(&typ.to_be_bytes());
+    b.extend_from_slice(&handle.to_be_bytes());
+    b.extend_from_slice(&offset.to_be_bytes());
+    b.extend_from_slice(&len.to_be_bytes());
+    if typ == CMD_WRITE {
+        b.extend((0..len).map(|i| i as u8));
+    }
+}
+
+fn threads_now() -> usize {
+    let s = std::fs::read_to_string("/proc/self/status").unwrap();
+    s.lines()
+        .find_map(|l| l.strip_prefix("Threads:"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+fn handshake_and_read(s: &mut UnixStream) -> bool {
+    let mut hello = [0u8; 18];
+    if s.read_exact(&mut hello).is_err() {
+        return false;
+    }
+    let mut b = (FLAG_C_FIXED_NEWSTYLE | FLAG_C_NO_ZEROES)
+        .to_be_bytes()
+        .to_vec();
+    option(&mut b, OPT_GO, &go_data("disk", &[]));
+    request(&mut b, CMD_READ, 0, 9, 4096, 4096);
+    s.write_all(&b).unwrap();
+    // GO replies (INFO export, INFO block size, ACK), then the read reply.
+    let mut acked = false;
+    while !acked {
+        let mut h = [0u8; 20];
+        s.read_exact(&mut h).unwrap();
+        let typ = u32::from_be_bytes(h[12..16].try_into().unwrap());
+        let mut d = vec![0u8; u32::from_be_bytes(h[16..20].try_into().unwrap()) as usize];
+        s.read_exact(&mut d).unwrap();
+        assert!(typ == REP_ACK || typ == REP_INFO, "GO: {typ:#x}");
+        acked = typ == REP_ACK;
+    }
+    let mut r = vec![0u8; 16 + 4096];
+    s.read_exact(&mut r).unwrap();
+    assert_eq!(&r[4..8], &[0, 0, 0, 0], "read error");
+    true
+}
+
+#[test]
+fn thousands_of_connections_with_bounded_threads() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_p, e) = file_export(dir.path(), "d.img", SIZE);
+    let limit = 64;
+    let workers = 4;
+    let srv = TestServer::start_with(
+        vec![("disk".into(), e as Arc<dyn Export>)],
+        ServerOptions {
+            workers_per_connection: workers,
+            max_connections: limit,
+            handshake_timeout: Some(Duration::from_secs(2)),
+            ..Default::default()
+        },
+    );
+    let base_threads = threads_now();
+    // 2,000 sequential sessions.
+    let t0 = Instant::now();
+    for i in 0..2000 {
+        let mut s = UnixStream::connect(&srv.socket).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        assert!(handshake_and_read(&mut s), "session {i}");
+        if i % 2 == 0 {
+            let mut b = Vec::new();
+            request(&mut b, CMD_DISC, 0, 1, 0, 0);
+            s.write_all(&b).unwrap();
+        } // else: just vanish
+    }
+    println!(
+        "2000 sequential sessions in {:.1} s",
+        t0.elapsed().as_secs_f64()
+    );
+    // 200 connections opened at once and kept open: the first `limit` are served, the rest
+    // are closed right after accept (the client sees EOF instead of a greeting).
+    let mut open = Vec::new();
+    for _ in 0..200 {
+        let s = UnixStream::connect(&srv.socket).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        open.push(s);
+    }
+    let mut served = 0;
+    for s in open.iter_mut() {
+        if handshake_and_read(s) {
+            served += 1;
+        }
+    }
+    let peak_threads = threads_now();
+    println!(
+        "200 open at once: {served} served, {} refused; threads {base_threads} -> {peak_threads}",
+        200 - served
+    );
+    assert!(
+        served >= limit / 2 && served <= limit,
+        "served {served} of 200 with limit {limit}"
+    );
+    assert!(
+        peak_threads <= base_threads + limit * workers + 8,
+        "threads grew from {base_threads} to {peak_threads}"
+    );
+    drop(open);
+    // Idle connections that never say anything are dropped after the handshake timeout.
+    let idle: Vec<UnixStream> = (0..limit)
+        .map(|_| UnixStream::connect(&srv.socket).unwrap())
+        .collect();
+    std::thread::sleep(Duration::from_millis(3000));
+    let mut s = UnixStream::connect(&srv.socket).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    assert!(
+        handshake_and_read(&mut s),
+        "idle clients still hold every slot after the handshake timeout"
+    );
+    drop(idle);
+    // Threads come back down.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    drop(s);
+    while threads_now() > base_threads + workers + 2 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(
+        threads_now() <= base_threads + workers + 2,
+        "threads stay up"
+    );
+    srv.stop();
+}
