@@ -138,6 +138,7 @@ impl NbdUri {
 enum Conn {
     Unix(UnixStream),
     Tcp(TcpStream),
+    Tls(std::sync::Arc<crate::tls::TlsStream>),
 }
 
 impl Conn {
@@ -161,6 +162,7 @@ impl Conn {
         Ok(match self {
             Conn::Unix(s) => Conn::Unix(s.try_clone()?),
             Conn::Tcp(s) => Conn::Tcp(s.try_clone()?),
+            Conn::Tls(s) => Conn::Tls(s.clone()),
         })
     }
 }
@@ -170,6 +172,7 @@ impl Read for Conn {
         match self {
             Conn::Unix(s) => s.read(buf),
             Conn::Tcp(s) => s.read(buf),
+            Conn::Tls(s) => (&**s).read(buf),
         }
     }
 }
@@ -178,6 +181,7 @@ impl Write for Conn {
         match self {
             Conn::Unix(s) => s.write(buf),
             Conn::Tcp(s) => s.write(buf),
+            Conn::Tls(s) => (&**s).write(buf),
         }
     }
     fn flush(&mut self) -> io::Result<()> {
@@ -334,16 +338,73 @@ fn greet(r: &mut impl Read, w: &mut impl Write) -> Result<bool> {
 }
 
 impl Client {
-    /// Connects to `nbd+unix:///NAME?socket=PATH` or `nbd://HOST[:PORT]/NAME`.
+    /// Connects to `nbd+unix:///NAME?socket=PATH` or `nbd://HOST[:PORT]/NAME`, or with TLS
+    /// to `nbds+unix://[USER@]/NAME?socket=PATH&tls-psk-file=FILE` or
+    /// `nbds://HOST[:PORT]/NAME?tls-certificates=DIR` (see [`crate::ClientTls`]).
     pub fn connect(uri: &str) -> Result<Client> {
-        Self::connect_with(&NbdUri::parse(uri)?, &ClientOptions::default())
+        match crate::tls::split_tls_uri(uri) {
+            Ok(None) => Self::connect_with(&NbdUri::parse(uri)?, &ClientOptions::default()),
+            Ok(Some((plain, tls))) => {
+                Self::connect_tls(&NbdUri::parse(&plain)?, &ClientOptions::default(), &tls)
+            }
+            Err(reason) => Err(ClientError::Uri {
+                uri: uri.to_string(),
+                reason,
+            }),
+        }
     }
 
     pub fn connect_with(uri: &NbdUri, opts: &ClientOptions) -> Result<Client> {
+        Self::connect_inner(uri, opts, None)
+    }
+
+    /// Like [`Client::connect_with`], upgrading the connection with NBD_OPT_STARTTLS first.
+    pub fn connect_tls(
+        uri: &NbdUri,
+        opts: &ClientOptions,
+        tls: &crate::ClientTls,
+    ) -> Result<Client> {
+        Self::connect_inner(uri, opts, Some(tls))
+    }
+
+    fn connect_inner(
+        uri: &NbdUri,
+        opts: &ClientOptions,
+        tls: Option<&crate::ClientTls>,
+    ) -> Result<Client> {
         let conn = Conn::open(uri)?;
         let mut writer = conn.try_clone()?;
         let mut reader = BufReader::with_capacity(256 << 10, conn);
         let no_zeroes = greet(&mut reader, &mut writer)?;
+        if let Some(tls) = tls {
+            send_option(&mut writer, OPT_STARTTLS, &[])?;
+            let (typ, data) = read_option_reply(&mut reader, OPT_STARTTLS)?;
+            if typ != REP_ACK {
+                return Err(ClientError::Refused(format!(
+                    "STARTTLS: {} ({})",
+                    rep_error_name(typ),
+                    String::from_utf8_lossy(&data)
+                )));
+            }
+            if !reader.buffer().is_empty() {
+                return Err(ClientError::Protocol(
+                    "data after the STARTTLS reply".into(),
+                ));
+            }
+            drop(writer);
+            let sock: std::os::fd::OwnedFd = match reader.into_inner() {
+                Conn::Unix(s) => s.into(),
+                Conn::Tcp(s) => s.into(),
+                Conn::Tls(_) => unreachable!("TLS is started once"),
+            };
+            let host = match uri {
+                NbdUri::Tcp { host, .. } => Some(host.as_str()),
+                NbdUri::Unix { .. } => None,
+            };
+            let s = std::sync::Arc::new(crate::tls::client_connect(sock, tls, host)?);
+            writer = Conn::Tls(s.clone());
+            reader = BufReader::with_capacity(256 << 10, Conn::Tls(s));
+        }
         let mut structured = false;
         if opts.structured_replies {
             send_option(&mut writer, OPT_STRUCTURED_REPLY, &[])?;

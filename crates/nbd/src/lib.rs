@@ -17,7 +17,7 @@ pub use client::{Client, ClientError, ClientOptions, Completion, Handle, NbdUri}
 pub use file::FileExport;
 pub use replay::{pattern_byte, replay, OpStats, ReplayOp, ReplayOpKind, ReplayReport};
 pub use server::{Server, ServerOptions, ShutdownHandle};
-pub use tls::{read_psk_file, TlsConfig, TlsMode};
+pub use tls::{read_psk_file, ClientTls, TlsConfig, TlsMode};
 
 /// Block-size constraints advertised with `NBD_INFO_BLOCK_SIZE`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -192,16 +192,134 @@ impl TlsConfig {
                 format!("TLS handshake: {e}"),
             )
         })?;
-        // SAFETY: fd is the caller's open socket.
-        unsafe {
-            let fl = libc::fcntl(fd, libc::F_GETFL);
-            libc::fcntl(fd, libc::F_SETFL, fl | libc::O_NONBLOCK);
-        }
-        Ok(TlsStream {
-            ssl: Mutex::new(s),
-            fd,
-        })
+        Ok(TlsStream::wrap(s, fd, None))
     }
+}
+
+/// A client's TLS settings, from the query of an `nbds://` or `nbds+unix://` URI as libnbd
+/// reads it: `tls-psk-file=FILE` (username from `USER@` in the URI or `tls-username=`; when
+/// the file holds one key, its username), `tls-certificates=DIR` (ca-cert.pem, and
+/// client-cert.pem + client-key.pem if present), `tls-verify-peer=false`.
+#[derive(Clone, Debug, Default)]
+pub struct ClientTls {
+    pub psk: Option<(String, Vec<u8>)>,
+    pub cert_dir: Option<PathBuf>,
+    pub verify_peer: bool,
+}
+
+fn query_get<'a>(query: &'a str, key: &str) -> Option<&'a str> {
+    query
+        .split('&')
+        .find_map(|kv| kv.strip_prefix(key)?.strip_prefix('='))
+}
+
+/// Splits an `nbds://` / `nbds+unix://` URI into the plain `nbd` URI and its TLS settings;
+/// None for a URI without TLS.
+pub(crate) fn split_tls_uri(uri: &str) -> Result<Option<(String, ClientTls)>, String> {
+    let (scheme, rest) = if let Some(r) = uri.strip_prefix("nbds+unix://") {
+        ("nbd+unix://", r)
+    } else if let Some(r) = uri.strip_prefix("nbds://") {
+        ("nbd://", r)
+    } else {
+        return Ok(None);
+    };
+    let (authority, tail) = match rest.find(['/', '?']) {
+        Some(i) => rest.split_at(i),
+        None => (rest, ""),
+    };
+    let (user, host) = match authority.rsplit_once('@') {
+        Some((u, h)) => (Some(u.to_string()), h),
+        None => (None, authority),
+    };
+    let query = tail.split_once('?').map(|x| x.1).unwrap_or("");
+    let user = user.or_else(|| query_get(query, "tls-username").map(str::to_string));
+    let mut tls = ClientTls {
+        verify_peer: query_get(query, "tls-verify-peer") != Some("false"),
+        cert_dir: query_get(query, "tls-certificates").map(PathBuf::from),
+        psk: None,
+    };
+    if let Some(f) = query_get(query, "tls-psk-file") {
+        let keys = read_psk_file(Path::new(f)).map_err(|e| e.to_string())?;
+        let user = match user {
+            Some(u) => u,
+            None if keys.len() == 1 => keys.keys().next().unwrap().clone(),
+            None => {
+                return Err(format!(
+                    "{f} holds several keys: name one with USER@ in the URI"
+                ))
+            }
+        };
+        let key = keys
+            .get(&user)
+            .ok_or_else(|| format!("{f} has no key for username {user:?}"))?
+            .clone();
+        tls.psk = Some((user, key));
+    }
+    if tls.psk.is_none() && tls.cert_dir.is_none() {
+        return Err("an nbds URI needs tls-psk-file=FILE or tls-certificates=DIR".into());
+    }
+    Ok(Some((format!("{scheme}{host}{tail}"), tls)))
+}
+
+/// Runs the client side of the TLS handshake on `sock` (blocking, after STARTTLS was
+/// acknowledged); `host` is checked against the server certificate when given.
+pub(crate) fn client_connect(
+    sock: std::os::fd::OwnedFd,
+    tls: &ClientTls,
+    host: Option<&str>,
+) -> io::Result<TlsStream> {
+    use openssl::ssl::{SslConnector, SslVerifyMode};
+    let e = |x: openssl::error::ErrorStack| ssl_err("TLS", x);
+    let mut b = SslConnector::builder(SslMethod::tls_client()).map_err(e)?;
+    b.set_min_proto_version(Some(SslVersion::TLS1_2))
+        .map_err(e)?;
+    b.set_options(SslOptions::NO_RENEGOTIATION | SslOptions::IGNORE_UNEXPECTED_EOF);
+    b.set_mode(SslMode::ACCEPT_MOVING_WRITE_BUFFER);
+    if let Some(dir) = &tls.cert_dir {
+        let ca = dir.join("ca-cert.pem");
+        b.set_ca_file(&ca).map_err(|x| ssl_err(ca.display(), x))?;
+        let (cert, key) = (dir.join("client-cert.pem"), dir.join("client-key.pem"));
+        if cert.exists() && key.exists() {
+            b.set_certificate_chain_file(&cert)
+                .map_err(|x| ssl_err(cert.display(), x))?;
+            b.set_private_key_file(&key, SslFiletype::PEM)
+                .map_err(|x| ssl_err(key.display(), x))?;
+        }
+    }
+    let verify = tls.verify_peer && tls.cert_dir.is_some();
+    if !verify {
+        b.set_verify(SslVerifyMode::NONE);
+    }
+    if let Some((user, key)) = tls.psk.clone() {
+        b.set_psk_client_callback(move |_ssl, _hint, id, psk| {
+            if user.len() + 1 > id.len() || key.len() > psk.len() {
+                return Ok(0);
+            }
+            id[..user.len()].copy_from_slice(user.as_bytes());
+            id[user.len()] = 0;
+            psk[..key.len()].copy_from_slice(&key);
+            Ok(key.len())
+        });
+    }
+    let conn = b.build();
+    let mut cfg = conn.configure().map_err(e)?;
+    let fd = sock.as_raw_fd();
+    let s = match host {
+        Some(h) if verify => cfg.connect(h, Sock(fd)),
+        // Unix sockets have no host name to check (as in libnbd); the CA is still checked.
+        _ => {
+            cfg.set_verify_hostname(false);
+            cfg.set_use_server_name_indication(false);
+            cfg.connect("localhost", Sock(fd))
+        }
+    }
+    .map_err(|x| {
+        io::Error::new(
+            io::ErrorKind::ConnectionAborted,
+            format!("TLS handshake: {x}"),
+        )
+    })?;
+    Ok(TlsStream::wrap(s, fd, Some(sock)))
 }
 
 /// A borrowed socket fd, read and written with recv/send (no SIGPIPE).
@@ -240,6 +358,8 @@ impl Write for Sock {
 pub(crate) struct TlsStream {
     ssl: Mutex<SslStream<Sock>>,
     fd: RawFd,
+    /// The socket, when the stream owns it (client side).
+    _owned: Option<std::os::fd::OwnedFd>,
 }
 
 impl AsRawFd for TlsStream {
@@ -249,6 +369,20 @@ impl AsRawFd for TlsStream {
 }
 
 impl TlsStream {
+    /// After the handshake: the socket goes non-blocking.
+    fn wrap(s: SslStream<Sock>, fd: RawFd, owned: Option<std::os::fd::OwnedFd>) -> TlsStream {
+        // SAFETY: fd is an open socket (owned here, or by the caller for our lifetime).
+        unsafe {
+            let fl = libc::fcntl(fd, libc::F_GETFL);
+            libc::fcntl(fd, libc::F_SETFL, fl | libc::O_NONBLOCK);
+        }
+        TlsStream {
+            ssl: Mutex::new(s),
+            fd,
+            _owned: owned,
+        }
+    }
+
     fn wait(&self, events: i16) -> io::Result<()> {
         let mut p = libc::pollfd {
             fd: self.fd,

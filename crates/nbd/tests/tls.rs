@@ -207,6 +207,10 @@ fn nbdinfo_and_nbdcopy_over_tls_psk() {
 
 /// A CA and a server certificate for localhost, made with the openssl command.
 fn make_certs(dir: &Path) -> bool {
+    make_certs_for(dir, "DNS:localhost,IP:127.0.0.1")
+}
+
+fn make_certs_for(dir: &Path, san: &str) -> bool {
     if !have("openssl") {
         return false;
     }
@@ -215,10 +219,11 @@ fn make_certs(dir: &Path) -> bool {
 cd '{d}'
 openssl req -x509 -newkey rsa:2048 -nodes -keyout ca-key.pem -out ca-cert.pem -days 2 -subj /CN=tiercache-test-ca 2>/dev/null
 openssl req -newkey rsa:2048 -nodes -keyout server-key.pem -out server.csr -subj /CN=localhost 2>/dev/null
-printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\nbasicConstraints=CA:FALSE\nkeyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth\n' > ext.cnf
+printf 'subjectAltName={san}\nbasicConstraints=CA:FALSE\nkeyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth\n' > ext.cnf
 openssl x509 -req -in server.csr -CA ca-cert.pem -CAkey ca-key.pem -CAcreateserial -out server-cert.pem -days 2 -extfile ext.cnf 2>/dev/null
 "#,
-        d = dir.display()
+        d = dir.display(),
+        san = san
     );
     run(Command::new("sh").args(["-c", &sh]));
     true
@@ -320,4 +325,130 @@ fn psk_file_errors_name_file_and_line() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("server-cert.pem"), "{e}");
+}
+
+/// The crate's own client speaks TLS too: PSK on a unix socket (many requests in flight),
+/// X.509 over TCP with the host name checked; wrong keys and plaintext-to-`require` fail.
+#[test]
+fn rust_client_over_tls_psk_and_x509() {
+    let dir = tempfile::tempdir().unwrap();
+    let psk = psk_file(dir.path());
+    let tls = TlsConfig::new(TlsMode::Require, Some(&psk), None).unwrap();
+    let (srv, _img) = tls_server(dir.path(), 2 << 20, tls);
+    let uri = psk_uri(&srv, &psk);
+    let mut c = tiercache_nbd::Client::connect(&uri).unwrap();
+    assert_eq!(c.size(), 2 << 20);
+    let mut handles = Vec::new();
+    for i in 0..64u64 {
+        let data = vec![(i * 3 + 1) as u8; 16 << 10];
+        handles.push(c.submit_write(i * (16 << 10), &data, false).unwrap());
+    }
+    for _ in 0..64 {
+        c.wait_any().unwrap().result.unwrap();
+    }
+    c.flush().unwrap();
+    for i in 0..64u64 {
+        let mut b = vec![0u8; 16 << 10];
+        c.read(i * (16 << 10), &mut b).unwrap();
+        assert!(b.iter().all(|&x| x == (i * 3 + 1) as u8), "block {i}");
+    }
+    c.disconnect().unwrap();
+    // Plaintext against `require`: refused with TLS required.
+    let e = tiercache_nbd::Client::connect(&srv.uri("disk"))
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(e.contains("TLS required"), "{e}");
+    // A wrong key fails the handshake.
+    let wrong = dir.path().join("wrong.psk");
+    std::fs::write(&wrong, format!("alice:{}\n", KEY.replace('3', "4"))).unwrap();
+    assert!(tiercache_nbd::Client::connect(&psk_uri(&srv, &wrong)).is_err());
+    let e = tiercache_nbd::Client::connect(&psk_uri(&srv, &psk).replace("alice@", "carol@"))
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(e.contains("carol"), "{e}");
+    srv.stop();
+
+    // X.509 over TCP.
+    let certs = dir.path().join("pki");
+    std::fs::create_dir(&certs).unwrap();
+    if !make_certs(&certs) {
+        return;
+    }
+    let client = dir.path().join("client-pki");
+    std::fs::create_dir(&client).unwrap();
+    std::fs::copy(certs.join("ca-cert.pem"), client.join("ca-cert.pem")).unwrap();
+    let (_p, e) = file_export(dir.path(), "x.img", 1 << 20);
+    let tcp = tiercache_nbd::Server::new(vec![("disk".into(), e as Arc<dyn Export>)]).with_options(
+        ServerOptions {
+            tls: Some(TlsConfig::new(TlsMode::Require, None, Some(&certs)).unwrap()),
+            ..Default::default()
+        },
+    );
+    let stop = tcp.shutdown_handle();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let t = std::thread::spawn(move || tcp.serve_tcp(([127, 0, 0, 1], port).into()));
+    let good = format!(
+        "nbds://localhost:{port}/disk?tls-certificates={}",
+        client.display()
+    );
+    let mut c = None;
+    for _ in 0..200 {
+        match tiercache_nbd::Client::connect(&good) {
+            Ok(x) => {
+                c = Some(x);
+                break;
+            }
+            Err(_) => std::thread::sleep(Duration::from_millis(10)),
+        }
+    }
+    let mut c = c.expect("X.509 TLS connection");
+    c.write(4096, &[9u8; 4096]).unwrap();
+    let mut b = vec![0u8; 4096];
+    c.read(4096, &mut b).unwrap();
+    assert_eq!(b, vec![9u8; 4096]);
+    c.disconnect().unwrap();
+    stop.shutdown();
+    t.join().unwrap().unwrap();
+    // A certificate (from the trusted CA) for another host name is refused.
+    let other = dir.path().join("other-host");
+    std::fs::create_dir(&other).unwrap();
+    std::fs::copy(certs.join("ca-cert.pem"), other.join("ca-cert.pem")).unwrap();
+    std::fs::copy(certs.join("ca-key.pem"), other.join("ca-key.pem")).unwrap();
+    let sh = format!(
+        "set -e; cd '{}'; openssl req -newkey rsa:2048 -nodes -keyout server-key.pem -out s.csr -subj /CN=elsewhere 2>/dev/null; printf 'subjectAltName=DNS:elsewhere.invalid\\n' > e.cnf; openssl x509 -req -in s.csr -CA ca-cert.pem -CAkey ca-key.pem -CAcreateserial -out server-cert.pem -days 2 -extfile e.cnf 2>/dev/null",
+        other.display()
+    );
+    run(Command::new("sh").args(["-c", &sh]));
+    let (_p, e) = file_export(dir.path(), "y.img", 1 << 20);
+    let tcp = tiercache_nbd::Server::new(vec![("disk".into(), e as Arc<dyn Export>)]).with_options(
+        ServerOptions {
+            tls: Some(TlsConfig::new(TlsMode::Require, None, Some(&other)).unwrap()),
+            ..Default::default()
+        },
+    );
+    let stop = tcp.shutdown_handle();
+    let t = std::thread::spawn(move || tcp.serve_tcp(([127, 0, 0, 1], port).into()));
+    let mut last = String::new();
+    for _ in 0..200 {
+        match tiercache_nbd::Client::connect(&good) {
+            Ok(_) => panic!("a certificate for elsewhere.invalid accepted for localhost"),
+            Err(e) if e.to_string().contains("TLS handshake") => {
+                last = e.to_string();
+                break;
+            }
+            Err(e) => {
+                last = e.to_string();
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
+    }
+    assert!(last.contains("TLS handshake"), "{last}");
+    stop.shutdown();
+    t.join().unwrap().unwrap();
 }
