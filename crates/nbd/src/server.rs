@@ -359,11 +359,12 @@ where
                 ));
             }
             let tls = tls.accept(stream.as_raw_fd())?;
+            tls.set_read_timeout(shared.opts.handshake_timeout);
             debug!("TLS session established");
             let mut reader = BufReader::with_capacity(64 << 10, &tls);
             let r = match options::<TlsStream>(shared, &mut reader, &tls, no_zeroes, true)? {
                 Haggled::Go(export, structured) => {
-                    set_read_timeout(stream.as_raw_fd(), None);
+                    tls.set_read_timeout(None);
                     transmit::<TlsStream>(shared, reader, &tls, export, structured)
                 }
                 _ => Ok(()),

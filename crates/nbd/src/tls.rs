@@ -360,6 +360,8 @@ pub(crate) struct TlsStream {
     fd: RawFd,
     /// The socket, when the stream owns it (client side).
     _owned: Option<std::os::fd::OwnedFd>,
+    /// Longest wait for incoming data (the server's handshake timeout); None: no limit.
+    read_timeout: Mutex<Option<std::time::Duration>>,
 }
 
 impl AsRawFd for TlsStream {
@@ -380,7 +382,12 @@ impl TlsStream {
             ssl: Mutex::new(s),
             fd,
             _owned: owned,
+            read_timeout: Mutex::new(None),
         }
+    }
+
+    pub(crate) fn set_read_timeout(&self, t: Option<std::time::Duration>) {
+        *self.read_timeout.lock().unwrap() = t;
     }
 
     fn wait(&self, events: i16) -> io::Result<()> {
@@ -434,11 +441,22 @@ impl Read for &TlsStream {
         if buf.is_empty() {
             return Ok(0);
         }
+        let started = std::time::Instant::now();
         loop {
             let r = self.ssl.lock().unwrap().ssl_read(buf);
             match step(r, 0) {
                 Step::Done(r) => return r,
-                Step::Wait(ev) => self.wait(ev)?,
+                Step::Wait(ev) => {
+                    if let Some(t) = *self.read_timeout.lock().unwrap() {
+                        if started.elapsed() > t {
+                            return Err(io::Error::new(
+                                io::ErrorKind::TimedOut,
+                                "TLS: no data from the peer within the timeout",
+                            ));
+                        }
+                    }
+                    self.wait(ev)?
+                }
             }
         }
     }

@@ -10,7 +10,7 @@ use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::process::Command;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use common::*;
 use tiercache_nbd::proto::*;
@@ -451,4 +451,48 @@ fn rust_client_over_tls_psk_and_x509() {
     assert!(last.contains("TLS handshake"), "{last}");
     stop.shutdown();
     t.join().unwrap().unwrap();
+}
+
+/// A client that finishes the TLS handshake and then says nothing is dropped at the
+/// handshake timeout, like a plaintext one.
+#[test]
+fn idle_client_after_starttls_is_dropped_at_the_handshake_timeout() {
+    use openssl::ssl::{SslConnector, SslMethod, SslVerifyMode};
+    let dir = tempfile::tempdir().unwrap();
+    let psk = psk_file(dir.path());
+    let (_p, e) = file_export(dir.path(), "d.img", 1 << 20);
+    let srv = TestServer::start_with(
+        vec![("disk".into(), e as Arc<dyn Export>)],
+        ServerOptions {
+            tls: Some(TlsConfig::new(TlsMode::Require, Some(&psk), None).unwrap()),
+            handshake_timeout: Some(Duration::from_millis(500)),
+            ..Default::default()
+        },
+    );
+    let mut r = Raw::connect(&srv);
+    assert_eq!(r.option(OPT_STARTTLS, &[]).0, REP_ACK);
+    let mut b = SslConnector::builder(SslMethod::tls_client()).unwrap();
+    b.set_verify(SslVerifyMode::NONE);
+    let key: Vec<u8> = (0..KEY.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&KEY[i..i + 2], 16).unwrap())
+        .collect();
+    b.set_psk_client_callback(move |_, _, id, k| {
+        id[..6].copy_from_slice(b"alice\0");
+        k[..key.len()].copy_from_slice(&key);
+        Ok(key.len())
+    });
+    let mut cfg = b.build().configure().unwrap();
+    cfg.set_verify_hostname(false);
+    let mut tls = cfg.connect("localhost", r.0.try_clone().unwrap()).unwrap();
+    let t = Instant::now();
+    let mut x = [0u8; 1];
+    let n = tls.ssl_read(&mut x);
+    assert!(!matches!(n, Ok(k) if k > 0), "server sent data unasked");
+    assert!(
+        t.elapsed() < Duration::from_secs(10),
+        "idle TLS client kept for {:?}",
+        t.elapsed()
+    );
+    srv.stop();
 }
