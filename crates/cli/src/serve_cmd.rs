@@ -130,6 +130,14 @@ Examples:
   nbdinfo 'nbd+unix:///?socket=/run/tiercache.sock'
   tiercache ctl --control /run/tiercache.ctl stats
 
+Network access: a unix socket by default; `--listen 10809` binds 127.0.0.1 only, another
+interface must be named (`--listen 0.0.0.0:10809`). TLS (NBD STARTTLS) with a pre-shared key:
+  psktool -u alice -p keys.psk      # or: echo \"alice:$(openssl rand -hex 32)\" > keys.psk
+  tiercache serve ... --listen 0.0.0.0:10809 --tls require --tls-psk-file keys.psk
+  nbdinfo 'nbds://alice@server/tiercache?tls-psk-file=keys.psk'
+or with X.509: `--tls-certificates DIR` (server-cert.pem, server-key.pem; clients use the CA's
+ca-cert.pem: `nbds://server/tiercache?tls-certificates=DIR`).
+
 Config file (same keys as the flags):
   cache = \"/var/lib/tiercache/cache.img\"
   backing = \"/dev/sdb\"
@@ -270,6 +278,9 @@ pub fn serve(a: ServeArgs) -> Result<()> {
     }
     let nbd_opts = nbd_options(&a)?;
     let listen = a.listen.as_deref().map(listen_addr).transpose()?;
+    if listen.is_some_and(|l| !l.ip().is_loopback()) && a.tls.as_deref() != Some("require") {
+        say!("warning: NBD on a non-loopback address without --tls require: anyone who can reach it can read and write the volume");
+    }
     let mode = a.mode.as_deref().map(mode_arg).transpose()?;
     let line_size = a
         .line_size
