@@ -192,6 +192,15 @@ impl TlsConfig {
                 format!("TLS handshake: {e}"),
             )
         })?;
+        tracing::debug!(
+            version = s.ssl().version_str(),
+            cipher = s.ssl().current_cipher().map(|c| c.name()).unwrap_or("?"),
+            psk_user = s
+                .ssl()
+                .psk_identity()
+                .map(|i| String::from_utf8_lossy(i).into_owned()),
+            "TLS handshake done"
+        );
         Ok(TlsStream::wrap(s, fd, None))
     }
 }
@@ -291,6 +300,9 @@ pub(crate) fn client_connect(
         b.set_verify(SslVerifyMode::NONE);
     }
     if let Some((user, key)) = tls.psk.clone() {
+        // SslConnector's default list leaves out the TLS 1.2 PSK suites.
+        b.set_cipher_list("DEFAULT:ECDHE-PSK:DHE-PSK:PSK")
+            .map_err(e)?;
         b.set_psk_client_callback(move |_ssl, _hint, id, psk| {
             if user.len() + 1 > id.len() || key.len() > psk.len() {
                 return Ok(0);

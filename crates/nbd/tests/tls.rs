@@ -477,14 +477,18 @@ fn idle_client_after_starttls_is_dropped_at_the_handshake_timeout() {
         .step_by(2)
         .map(|i| u8::from_str_radix(&KEY[i..i + 2], 16).unwrap())
         .collect();
+    // SslConnector's default list leaves out the TLS 1.2 PSK suites.
+    b.set_cipher_list("ECDHE-PSK:DHE-PSK:PSK").unwrap();
     b.set_psk_client_callback(move |_, _, id, k| {
         id[..6].copy_from_slice(b"alice\0");
         k[..key.len()].copy_from_slice(&key);
         Ok(key.len())
     });
-    let mut cfg = b.build().configure().unwrap();
+    let conn = b.build();
+    let mut cfg = conn.configure().unwrap();
     cfg.set_verify_hostname(false);
     let mut tls = cfg.connect("localhost", r.0.try_clone().unwrap()).unwrap();
+    assert_eq!(tls.ssl().version_str(), "TLSv1.3");
     let t = Instant::now();
     let mut x = [0u8; 1];
     let n = tls.ssl_read(&mut x);
@@ -494,5 +498,18 @@ fn idle_client_after_starttls_is_dropped_at_the_handshake_timeout() {
         "idle TLS client kept for {:?}",
         t.elapsed()
     );
+    // TLS 1.2 clients get a PSK cipher suite.
+    let mut r = Raw::connect(&srv);
+    assert_eq!(r.option(OPT_STARTTLS, &[]).0, REP_ACK);
+    let mut cfg = conn.configure().unwrap();
+    cfg.set_verify_hostname(false);
+    let ssl = cfg.into_ssl("localhost").unwrap();
+    let mut ssl = ssl;
+    ssl.set_max_proto_version(Some(openssl::ssl::SslVersion::TLS1_2))
+        .unwrap();
+    let tls = ssl.connect(r.0.try_clone().unwrap()).unwrap();
+    assert_eq!(tls.ssl().version_str(), "TLSv1.2");
+    let cipher = tls.ssl().current_cipher().unwrap().name();
+    assert!(cipher.contains("PSK"), "{cipher}");
     srv.stop();
 }
