@@ -478,10 +478,12 @@ fn backing_errors_go_to_the_request_only() {
     }
 }
 
-/// An export whose read at offset 0 waits until a read at another offset has finished, so
-/// the reply to the first request must come after the reply to the second.
+/// An export whose read at offset 0 waits until a read at another offset has finished (or,
+/// with `manual`, until the test calls `open`), so the reply to the first request must come
+/// after the reply to the second.
 struct GateExport {
     inner: FaultyExport,
+    manual: bool,
     opened: Mutex<bool>,
     cv: Condvar,
     /// Reads inside `read` right now.
@@ -492,6 +494,7 @@ impl GateExport {
     fn new() -> GateExport {
         GateExport {
             inner: FaultyExport::new(MIB as usize, u64::MAX, u64::MAX),
+            manual: false,
             opened: Mutex::new(false),
             cv: Condvar::new(),
             waiting: Default::default(),
@@ -505,11 +508,14 @@ impl GateExport {
             }
         }
         let r = self.inner.read(offset, buf);
-        if offset != 0 {
-            *self.opened.lock().unwrap() = true;
-            self.cv.notify_all();
+        if offset != 0 && !self.manual {
+            self.open();
         }
         r
+    }
+    fn open(&self) {
+        *self.opened.lock().unwrap() = true;
+        self.cv.notify_all();
     }
 }
 
@@ -542,7 +548,12 @@ impl Export for GateExport {
 
 #[test]
 fn replies_out_of_order_with_a_slow_request() {
-    let g = Arc::new(GateExport::new());
+    // The gate opens only once the fast reply has arrived: opening it when the fast read
+    // returned let the slow reply race the fast one onto the socket (a flaky test).
+    let g = Arc::new(GateExport {
+        manual: true,
+        ..GateExport::new()
+    });
     let srv = TestServer::start(vec![("disk".into(), g.clone() as Arc<dyn Export>)]);
     let mut c = Client::connect(&srv.uri("disk")).unwrap();
     let slow = c.submit_read(0, 4096).unwrap();
@@ -550,6 +561,7 @@ fn replies_out_of_order_with_a_slow_request() {
     let first = c.wait_any().unwrap();
     assert_eq!(first.handle, fast);
     first.result.unwrap();
+    g.open();
     let second = c.wait_any().unwrap();
     assert_eq!(second.handle, slow);
     second.result.unwrap();
