@@ -101,6 +101,12 @@ pub struct ServeArgs {
     /// Worker threads per NBD connection (requests in flight at once).
     #[arg(long)]
     workers: Option<usize>,
+    /// When write-back data is cleaned down to the low watermark: `background` (a thread,
+    /// off the request path; the default) or `inline` (right after the request that crossed
+    /// the high watermark, as `tiercache sim` does: a queue-depth-1 replay then gives the
+    /// simulator's counts exactly).
+    #[arg(long, value_parser = ["background", "inline"])]
+    cleaner: Option<String>,
 }
 
 const SERVE_HELP: &str = "\
@@ -229,7 +235,8 @@ fn merge(mut a: ServeArgs) -> Result<ServeArgs> {
         control,
         metrics,
         emulate_hdd,
-        workers
+        workers,
+        cleaner
     );
     a.format_if_needed |= c.format_if_needed;
     Ok(a)
@@ -249,6 +256,11 @@ pub fn serve(a: ServeArgs) -> Result<()> {
         bail!("give exactly one of --socket PATH and --listen ADDR:PORT");
     }
     let mode = a.mode.as_deref().map(mode_arg).transpose()?;
+    let inline_cleaning = match a.cleaner.as_deref() {
+        None | Some("background") => false,
+        Some("inline") => true,
+        Some(other) => bail!("cleaner {other:?}: background or inline"),
+    };
     let line_size = a
         .line_size
         .as_deref()
@@ -340,6 +352,7 @@ pub fn serve(a: ServeArgs) -> Result<()> {
         vol.mode()
     );
     let vol = Arc::new(vol);
+    vol.set_inline_cleaning(inline_cleaning);
     let cleaner = vol.start_cleaner();
     if let Some(p) = &a.control {
         control::serve_control(p, Arc::clone(&vol))?;
