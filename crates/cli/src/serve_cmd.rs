@@ -10,7 +10,7 @@ use tiercache_engine::{parse_size, Mode};
 use tiercache_nbd::Server;
 use tiercache_server::control::{self, Command};
 use tiercache_server::{
-    BlockDev, CacheVolume, EmulatedHdd, FileDev, FormatError, FormatOptions, OpenOptions,
+    BlockDev, CacheVolume, EmulatedHdd, FileDev, FormatError, FormatOptions, NbdDev, OpenOptions,
     Superblock,
 };
 
@@ -29,7 +29,7 @@ pub struct FormatArgs {
     /// Cache device: file or block device (an SSD).
     #[arg(long)]
     cache: PathBuf,
-    /// Backing device the cache fronts: file or block device (an HDD).
+    /// Backing device the cache fronts: file or block device (an HDD), or an NBD export URI.
     #[arg(long)]
     backing: PathBuf,
     /// Cache line size (power of two, 4k..1M).
@@ -59,7 +59,8 @@ pub struct ServeArgs {
     /// Cache device: file or block device.
     #[arg(long)]
     cache: Option<PathBuf>,
-    /// Backing device: file or block device.
+    /// Backing device: file, block device, or NBD export (nbd://HOST[:PORT]/NAME,
+    /// nbd+unix:///NAME?socket=PATH) to cache a remote volume locally.
     #[arg(long)]
     backing: Option<PathBuf>,
     /// Serve NBD on this unix socket.
@@ -162,6 +163,21 @@ macro_rules! say {
     }};
 }
 
+/// The backing device: a file, a block device, or an NBD export (`nbd://HOST[:PORT]/NAME`,
+/// `nbd+unix:///NAME?socket=PATH`) — cache a remote volume on a local SSD.
+fn open_backing(path: &std::path::Path) -> Result<Box<dyn BlockDev>> {
+    let text = path.to_string_lossy();
+    if NbdDev::is_uri(&text) {
+        let dev = NbdDev::connect(&text).with_context(|| format!("--backing {text}"))?;
+        if dev.read_only() {
+            bail!("--backing {text}: the export is read-only; a cache needs to write back to it");
+        }
+        say!("backing device: NBD export {text} ({} bytes)", dev.size());
+        return Ok(Box::new(dev));
+    }
+    Ok(Box::new(FileDev::open(path)?))
+}
+
 fn size_arg(what: &str, s: &str) -> Result<u64> {
     parse_size(s).map_err(|e| anyhow!("{what} {s:?}: {e}"))
 }
@@ -172,7 +188,7 @@ fn mode_arg(s: &str) -> Result<Mode> {
 
 pub fn format(a: FormatArgs) -> Result<()> {
     let cache = FileDev::open(&a.cache)?;
-    let backing = FileDev::open(&a.backing)?;
+    let backing = open_backing(&a.backing)?;
     if !a.force {
         if let Ok(sb) = tiercache_server::read_superblock(&cache) {
             bail!(
@@ -272,7 +288,7 @@ pub fn serve(a: ServeArgs) -> Result<()> {
         .map(|s| size_arg("--cache-size", s))
         .transpose()?;
 
-    let backing_file = FileDev::open(&backing_path)?;
+    let backing_file = open_backing(&backing_path)?;
     let backing: Box<dyn BlockDev> = match &a.emulate_hdd {
         Some(spec) => {
             let cfg = tiercache_server::hdd_config(spec).map_err(|e| anyhow!(e))?;
