@@ -122,7 +122,7 @@ pub fn sim_layout(a: &SimArgs) -> Result<()> {
     input_args.workload = None;
     input_args.trace = None;
     let exp = experiment(&a.config, &input_args, &cache)?;
-    let mut spec = specs(&memory, &exp.cache, None, seed)?.remove(0);
+    let mut spec = specs(&memory, &exp.cache.without_layout(), None, seed)?.remove(0);
     if !l.is_log()? {
         spec.input = memory;
         let res = simulate(&spec, None, None)?;

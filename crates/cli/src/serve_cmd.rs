@@ -10,7 +10,7 @@ use tiercache_engine::{parse_size, Mode};
 use tiercache_nbd::Server;
 use tiercache_server::control::{self, Command};
 use tiercache_server::{
-    BlockDev, CacheVolume, EmulatedHdd, FileDev, FormatError, FormatOptions, OpenOptions,
+    BlockDev, CacheVolume, EmulatedHdd, FileDev, FormatError, FormatOptions, NbdDev, OpenOptions,
     Superblock,
 };
 
@@ -29,7 +29,7 @@ pub struct FormatArgs {
     /// Cache device: file or block device (an SSD).
     #[arg(long)]
     cache: PathBuf,
-    /// Backing device the cache fronts: file or block device (an HDD).
+    /// Backing device the cache fronts: file or block device (an HDD), or an NBD export URI.
     #[arg(long)]
     backing: PathBuf,
     /// Cache line size (power of two, 4k..1M).
@@ -59,7 +59,8 @@ pub struct ServeArgs {
     /// Cache device: file or block device.
     #[arg(long)]
     cache: Option<PathBuf>,
-    /// Backing device: file or block device.
+    /// Backing device: file, block device, or NBD export (nbd://HOST[:PORT]/NAME,
+    /// nbd+unix:///NAME?socket=PATH) to cache a remote volume locally.
     #[arg(long)]
     backing: Option<PathBuf>,
     /// Serve NBD on this unix socket.
@@ -117,6 +118,12 @@ pub struct ServeArgs {
     /// Worker threads per NBD connection (requests in flight at once).
     #[arg(long)]
     workers: Option<usize>,
+    /// When write-back data is cleaned down to the low watermark: `background` (a thread,
+    /// off the request path; the default) or `inline` (right after the request that crossed
+    /// the high watermark, as `tiercache sim` does: a queue-depth-1 replay then gives the
+    /// simulator's counts exactly).
+    #[arg(long, value_parser = ["background", "inline"])]
+    cleaner: Option<String>,
 }
 
 const SERVE_HELP: &str = "\
@@ -180,6 +187,21 @@ macro_rules! say {
     }};
 }
 
+/// The backing device: a file, a block device, or an NBD export (`nbd://HOST[:PORT]/NAME`,
+/// `nbd+unix:///NAME?socket=PATH`) — cache a remote volume on a local SSD.
+fn open_backing(path: &std::path::Path) -> Result<Box<dyn BlockDev>> {
+    let text = path.to_string_lossy();
+    if NbdDev::is_uri(&text) {
+        let dev = NbdDev::connect(&text).with_context(|| format!("--backing {text}"))?;
+        if dev.read_only() {
+            bail!("--backing {text}: the export is read-only; a cache needs to write back to it");
+        }
+        say!("backing device: NBD export {text} ({} bytes)", dev.size());
+        return Ok(Box::new(dev));
+    }
+    Ok(Box::new(FileDev::open(path)?))
+}
+
 fn size_arg(what: &str, s: &str) -> Result<u64> {
     parse_size(s).map_err(|e| anyhow!("{what} {s:?}: {e}"))
 }
@@ -190,7 +212,7 @@ fn mode_arg(s: &str) -> Result<Mode> {
 
 pub fn format(a: FormatArgs) -> Result<()> {
     let cache = FileDev::open(&a.cache)?;
-    let backing = FileDev::open(&a.backing)?;
+    let backing = open_backing(&a.backing)?;
     if !a.force {
         if let Ok(sb) = tiercache_server::read_superblock(&cache) {
             bail!(
@@ -257,7 +279,8 @@ fn merge(mut a: ServeArgs) -> Result<ServeArgs> {
         tls,
         tls_psk_file,
         tls_certificates,
-        max_connections
+        max_connections,
+        cleaner
     );
     a.format_if_needed |= c.format_if_needed;
     Ok(a)
@@ -282,6 +305,11 @@ pub fn serve(a: ServeArgs) -> Result<()> {
         say!("warning: NBD on a non-loopback address without --tls require: anyone who can reach it can read and write the volume");
     }
     let mode = a.mode.as_deref().map(mode_arg).transpose()?;
+    let inline_cleaning = match a.cleaner.as_deref() {
+        None | Some("background") => false,
+        Some("inline") => true,
+        Some(other) => bail!("cleaner {other:?}: background or inline"),
+    };
     let line_size = a
         .line_size
         .as_deref()
@@ -293,7 +321,7 @@ pub fn serve(a: ServeArgs) -> Result<()> {
         .map(|s| size_arg("--cache-size", s))
         .transpose()?;
 
-    let backing_file = FileDev::open(&backing_path)?;
+    let backing_file = open_backing(&backing_path)?;
     let backing: Box<dyn BlockDev> = match &a.emulate_hdd {
         Some(spec) => {
             let cfg = tiercache_server::hdd_config(spec).map_err(|e| anyhow!(e))?;
@@ -373,6 +401,7 @@ pub fn serve(a: ServeArgs) -> Result<()> {
         vol.mode()
     );
     let vol = Arc::new(vol);
+    vol.set_inline_cleaning(inline_cleaning);
     let cleaner = vol.start_cleaner();
     if let Some(p) = &a.control {
         control::serve_control(p, Arc::clone(&vol))?;

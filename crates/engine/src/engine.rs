@@ -48,6 +48,9 @@ pub struct Engine {
     len: u32,
     next_fresh: u32,
     free: Vec<Slot>,
+    /// `free` may still list slots [`Engine::restore_line`] filled (removing each one there
+    /// would make a restore of n lines O(n^2)); the next allocation drops them first.
+    free_stale: bool,
     keys: Vec<u64>,
     classes: Vec<u8>,
     dirty: Vec<u64>,
@@ -161,6 +164,7 @@ impl Engine {
             len: 0,
             next_fresh: 0,
             free: Vec::new(),
+            free_stale: false,
             keys: vec![EMPTY; cap as usize],
             classes: vec![0; cap as usize],
             dirty: vec![0; (cap as usize).div_ceil(64)],
@@ -1235,6 +1239,11 @@ impl Engine {
         if self.class_gate && self.len > 0 && self.policy.at_limit(ci as u8) {
             return self.evict_for_class(ci);
         }
+        if self.free_stale {
+            let keys = &self.keys;
+            self.free.retain(|&s| keys[s as usize] == EMPTY);
+            self.free_stale = false;
+        }
         if let Some(s) = self.free.pop() {
             return s;
         }
@@ -1431,8 +1440,8 @@ impl Engine {
         if slot >= self.next_fresh {
             self.free.extend(self.next_fresh..slot);
             self.next_fresh = slot + 1;
-        } else if let Some(i) = self.free.iter().position(|&s| s == slot) {
-            self.free.swap_remove(i);
+        } else {
+            self.free_stale = true;
         }
         let a = Access {
             key,

@@ -6,10 +6,12 @@ pub mod control;
 pub mod dev;
 pub mod format;
 pub mod metrics;
+pub mod nbd_dev;
 pub mod volume;
 
 pub use dev::{hdd_config, BlockDev, EmulatedHdd, FileDev};
 pub use format::{FormatError, Superblock};
+pub use nbd_dev::NbdDev;
 pub use volume::{
     format, read_superblock, CacheVolume, FormatOptions, OpenOptions, OpenReport, VolumeStats,
 };

@@ -199,6 +199,9 @@ pub struct CacheVolume {
     capacity_lines: u64,
     metrics: Metrics,
     stop: AtomicBool,
+    /// Clean synchronously after each request that leaves the engine above its dirty high
+    /// watermark, exactly as `tiercache sim` does, instead of in the background thread.
+    inline_cleaning: AtomicBool,
 }
 
 fn ioerr(e: impl std::fmt::Display) -> io::Error {
@@ -333,6 +336,7 @@ impl CacheVolume {
             capacity_lines: sb.capacity_lines,
             metrics: Metrics::default(),
             stop: AtomicBool::new(false),
+            inline_cleaning: AtomicBool::new(false),
             inner: Mutex::new(inner),
         };
         {
@@ -421,7 +425,7 @@ impl CacheVolume {
             out.copy_from_slice(&buf[at..at + out.len()]);
             return Ok(());
         }
-        let _excl = self.io.write().unwrap_or_else(|e| e.into_inner());
+        let excl = self.io.write().unwrap_or_else(|e| e.into_inner());
         let mut buf = vec![0u8; buf_len as usize];
         if let Data::Write(d) = &data {
             buf[at..at + d.len()].copy_from_slice(d);
@@ -446,7 +450,24 @@ impl CacheVolume {
         if req.op == Op::Flush || req.fua {
             self.flush_locked(&mut g)?;
         }
+        drop(excl);
+        if self.inline_cleaning.load(Ordering::Relaxed) && g.engine.needs_cleaning() {
+            let n = g.engine.cleaning_target();
+            self.clean_pass(&mut g, n)?;
+        }
         Ok(())
+    }
+
+    /// Inline cleaning (see the field): the deterministic order `tiercache sim` follows, so
+    /// a queue-depth-1 replay gives the simulator's counts exactly; the background cleaner
+    /// (the default) keeps write-backs off the request path instead.
+    pub fn set_inline_cleaning(&self, on: bool) {
+        self.inline_cleaning.store(on, Ordering::Relaxed);
+    }
+
+    /// Whether cleaning runs inline (see [`CacheVolume::set_inline_cleaning`]).
+    pub fn inline_cleaning(&self) -> bool {
+        self.inline_cleaning.load(Ordering::Relaxed)
     }
 
     fn exec_reads(&self, steps: &[Step], buf: &mut [u8]) -> io::Result<()> {
@@ -624,7 +645,7 @@ impl CacheVolume {
     /// says cleaning is due. Returns whether it did anything.
     pub fn clean_if_needed(&self) -> io::Result<bool> {
         let mut g = self.lock();
-        if g.closed || !g.engine.needs_cleaning() {
+        if g.closed || self.inline_cleaning() || !g.engine.needs_cleaning() {
             return Ok(false);
         }
         let n = g.engine.cleaning_target().clamp(1, 256);

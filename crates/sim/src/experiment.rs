@@ -103,6 +103,19 @@ impl CacheSection {
         );
     }
 
+    /// These settings without the log layout's (layout, segment size, compression, dedup):
+    /// what the log layout's driver resolves for the line size, capacity and policy it shares
+    /// with the direct layout.
+    pub fn without_layout(&self) -> CacheSection {
+        CacheSection {
+            layout: None,
+            segment_size: None,
+            compression: None,
+            dedup: None,
+            ..self.clone()
+        }
+    }
+
     /// The cache size and engine configuration these settings describe.
     ///
     /// These settings describe the direct layout; the log layout (`layout = "log"` and its

@@ -1,0 +1,196 @@
+//! A backing device that is itself an NBD export: cache a remote (or cloud, or nbdkit-served)
+//! volume on a local SSD. `tiercache serve --backing nbd+unix:///NAME?socket=PATH` or
+//! `--backing nbd://HOST[:PORT]/NAME`.
+//!
+//! Requests run on a small pool of connections. When the server advertises CAN_MULTI_CONN, a
+//! FLUSH on any connection makes every completed write durable, so the pool may grow to
+//! [`NbdDev::MAX_CONNECTIONS`] and `sync` flushes one of them; otherwise the device keeps a
+//! single connection (requests then take turns). Requests longer than the server's maximum
+//! block size are split.
+
+use crate::dev::BlockDev;
+use std::io;
+use std::sync::{Condvar, Mutex};
+use tiercache_nbd::{Client, ClientError, NbdUri};
+
+pub struct NbdDev {
+    uri: NbdUri,
+    uri_text: String,
+    size: u64,
+    multi_conn: bool,
+    read_only: bool,
+    max_block: u64,
+    pool: Mutex<Pool>,
+    freed: Condvar,
+}
+
+struct Pool {
+    idle: Vec<Client>,
+    open: usize,
+}
+
+fn err(uri: &str, e: ClientError) -> io::Error {
+    match e {
+        ClientError::Io(e) => io::Error::new(e.kind(), format!("{uri}: {e}")),
+        e => io::Error::other(format!("{uri}: {e}")),
+    }
+}
+
+impl NbdDev {
+    /// Connections at most (with CAN_MULTI_CONN).
+    pub const MAX_CONNECTIONS: usize = 8;
+
+    /// Whether `path` names an NBD export rather than a file.
+    pub fn is_uri(path: &str) -> bool {
+        path.starts_with("nbd://") || path.starts_with("nbd+unix://")
+    }
+
+    /// Connects once (to learn the size and flags); more connections open on demand.
+    pub fn connect(uri_text: &str) -> io::Result<NbdDev> {
+        let uri = NbdUri::parse(uri_text).map_err(|e| err(uri_text, e))?;
+        let c = Client::connect(uri_text).map_err(|e| err(uri_text, e))?;
+        let max_block = c
+            .block_sizes()
+            .map(|b| b.maximum as u64)
+            .unwrap_or(32 << 20)
+            .clamp(4096, 32 << 20);
+        Ok(NbdDev {
+            size: c.size(),
+            multi_conn: c.can_multi_conn(),
+            read_only: c.read_only(),
+            max_block,
+            uri,
+            uri_text: uri_text.to_string(),
+            pool: Mutex::new(Pool {
+                idle: vec![c],
+                open: 1,
+            }),
+            freed: Condvar::new(),
+        })
+    }
+
+    /// Whether the export refuses writes (write-back and write-through need it writable).
+    pub fn read_only(&self) -> bool {
+        self.read_only
+    }
+
+    /// Runs `f` on a connection from the pool, opening one if allowed and none is idle. A
+    /// connection that failed at the transport level is dropped rather than returned.
+    fn with_client<T>(
+        &self,
+        f: impl FnOnce(&mut Client) -> Result<T, ClientError>,
+    ) -> io::Result<T> {
+        let mut c = {
+            let mut p = self.pool.lock().unwrap_or_else(|e| e.into_inner());
+            loop {
+                if let Some(c) = p.idle.pop() {
+                    break c;
+                }
+                let limit = if self.multi_conn {
+                    Self::MAX_CONNECTIONS
+                } else {
+                    1
+                };
+                if p.open < limit {
+                    p.open += 1;
+                    drop(p);
+                    match Client::connect_with(&self.uri, &Default::default()) {
+                        Ok(c) => break c,
+                        Err(e) => {
+                            let mut p = self.pool.lock().unwrap_or_else(|e| e.into_inner());
+                            p.open -= 1;
+                            self.freed.notify_one();
+                            return Err(err(&self.uri_text, e));
+                        }
+                    }
+                }
+                p = self.freed.wait(p).unwrap_or_else(|e| e.into_inner());
+            }
+        };
+        let r = f(&mut c);
+        let mut p = self.pool.lock().unwrap_or_else(|e| e.into_inner());
+        match &r {
+            // The server answered with an error: the connection is still in step.
+            Ok(_) | Err(ClientError::Nbd { .. }) => p.idle.push(c),
+            Err(_) => p.open -= 1,
+        }
+        self.freed.notify_one();
+        r.map_err(|e| err(&self.uri_text, e))
+    }
+
+    fn check(&self, offset: u64, len: usize) -> io::Result<()> {
+        if offset
+            .checked_add(len as u64)
+            .is_none_or(|end| end > self.size)
+        {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "{}: {len} bytes at offset {offset} pass the export's end ({} bytes)",
+                    self.uri_text, self.size
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl BlockDev for NbdDev {
+    fn size(&self) -> u64 {
+        self.size
+    }
+
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        self.check(offset, buf.len())?;
+        let step = self.max_block as usize;
+        self.with_client(|c| {
+            // Submit every piece, then collect: the pieces travel in one round trip.
+            let mut handles = Vec::new();
+            for (i, piece) in buf.chunks(step).enumerate() {
+                let at = offset + (i * step) as u64;
+                handles.push((i, c.submit_read(at, piece.len() as u32)?));
+            }
+            let mut failed = None;
+            for (i, h) in handles {
+                let done = c.wait(h)?;
+                match done.result {
+                    Ok(()) => {
+                        let piece = &mut buf[i * step..];
+                        let n = piece.len().min(step);
+                        piece[..n].copy_from_slice(&done.data[..n]);
+                    }
+                    Err(e) => failed = failed.or(Some(e)),
+                }
+                c.recycle(done.data);
+            }
+            failed.map_or(Ok(()), Err)
+        })
+    }
+
+    fn write_at(&self, data: &[u8], offset: u64) -> io::Result<()> {
+        self.check(offset, data.len())?;
+        let step = self.max_block as usize;
+        self.with_client(|c| {
+            let mut handles = Vec::new();
+            for (i, piece) in data.chunks(step).enumerate() {
+                handles.push(c.submit_write(offset + (i * step) as u64, piece, false)?);
+            }
+            let mut failed = None;
+            for h in handles {
+                if let Err(e) = c.wait(h)?.result {
+                    failed = failed.or(Some(e));
+                }
+            }
+            failed.map_or(Ok(()), Err)
+        })
+    }
+
+    /// A FLUSH: with CAN_MULTI_CONN one covers the writes completed on every connection;
+    /// without it there is only one connection.
+    fn sync(&self) -> io::Result<()> {
+        self.with_client(|c| {
+            let h = c.submit_flush()?;
+            c.wait(h)?.result
+        })
+    }
+}
