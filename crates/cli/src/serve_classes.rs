@@ -20,7 +20,11 @@ pub fn table(classes: &Option<PathBuf>, rules: &Option<PathBuf>) -> Result<Arc<C
 }
 
 /// Hooks the `--classifier` (default none) into the volume and says what it found.
-pub fn attach(vol: &mut CacheVolume, classifier: Option<&str>, table: Arc<ClassTable>) -> Result<()> {
+pub fn attach(
+    vol: &mut CacheVolume,
+    classifier: Option<&str>,
+    table: Arc<ClassTable>,
+) -> Result<()> {
     let name = classifier.unwrap_or("none");
     let t = std::time::Instant::now();
     let tname = table.name.clone();
@@ -29,7 +33,8 @@ pub fn attach(vol: &mut CacheVolume, classifier: Option<&str>, table: Arc<ClassT
         let extra = match name {
             "ext4" if s["ext4_found"] == true => format!(
                 ": ext4 found, {} inodes and {} extents learned in {:.2} s",
-                s["inodes"], s["extents"],
+                s["inodes"],
+                s["extents"],
                 t.elapsed().as_secs_f64()
             ),
             "ext4" => ": no ext4 file system yet (learns it when one is written; rules meanwhile)"
@@ -69,8 +74,16 @@ pub fn print_class_stats(s: &serde_json::Value) -> bool {
     }
     println!(
         "{:<4} {:<13} {:>10} {:>12} {:>12} {:>7} {:>10} {:>10} {:>10} {:>8}",
-        "id", "class", "requests", "line hits", "line misses", "hit %", "bypasses", "evictions",
-        "cached", "dirty"
+        "id",
+        "class",
+        "requests",
+        "line hits",
+        "line misses",
+        "hit %",
+        "bypasses",
+        "evictions",
+        "cached",
+        "dirty"
     );
     for c in classes {
         let k = &c["counters"];

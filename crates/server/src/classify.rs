@@ -348,7 +348,10 @@ mod tests {
         .unwrap();
         let c = by_name("rules", Arc::new(t)).unwrap().unwrap();
         assert_eq!(c.classify(&Request::read(4096, 4096), None), 1);
-        assert_eq!(c.classify(&Request::write(1 << 20, 4096), Some(&[0; 4096])), 8);
+        assert_eq!(
+            c.classify(&Request::write(1 << 20, 4096), Some(&[0; 4096])),
+            8
+        );
         assert_eq!(c.classify(&Request::read(1 << 20, 4096), None), 0);
     }
 

@@ -123,21 +123,14 @@ impl Metrics {
                 "Lines in the cache per I/O class (occupancy).",
                 |c| c.cached_lines,
             ),
-            (
-                "class_dirty_lines",
-                "Dirty lines per I/O class.",
-                |c| c.dirty_lines,
-            ),
+            ("class_dirty_lines", "Dirty lines per I/O class.", |c| {
+                c.dirty_lines
+            }),
         ];
         for (n, h, f) in class_gauges {
             let _ = writeln!(o, "# HELP tiercache_{n} {h}\n# TYPE tiercache_{n} gauge");
             for c in &stats.classes {
-                let _ = writeln!(
-                    o,
-                    "tiercache_{n}{{class=\"{}\"}} {}",
-                    label(&c.name),
-                    f(c)
-                );
+                let _ = writeln!(o, "tiercache_{n}{{class=\"{}\"}} {}", label(&c.name), f(c));
             }
         }
         let _ = writeln!(

@@ -94,7 +94,11 @@ fn populate(root: &Path, dirs: usize) -> Vec<(String, bool)> {
         out.push((format!("/{dir}/sub"), true));
         for (i, &s) in sizes.iter().enumerate() {
             let name = format!("/{dir}/f{i}_{s}");
-            write_file(&root.join(&name[1..]), s + d as u64 * 7, (d * 100 + i) as u64);
+            write_file(
+                &root.join(&name[1..]),
+                s + d as u64 * 7,
+                (d * 100 + i) as u64,
+            );
             out.push((name, false));
         }
         let name = format!("/{dir}/sub/small");
@@ -320,7 +324,10 @@ fn copy_in(l: &Live, img: &Path, dir: &Path) {
         let t = std::thread::spawn(move || server.serve_unix(&s2));
         let t0 = Instant::now();
         while !sock.exists() {
-            assert!(t0.elapsed() < Duration::from_secs(10), "NBD server did not start");
+            assert!(
+                t0.elapsed() < Duration::from_secs(10),
+                "NBD server did not start"
+            );
             std::thread::sleep(Duration::from_millis(10));
         }
         run(Command::new("nbdcopy")
@@ -495,10 +502,16 @@ fn dss_with_the_ext4_classifier_keeps_metadata_under_a_scan() {
                     continue;
                 }
                 let mut n = 1;
-                while n < 32 && truth.get((b + n) as usize).is_some_and(|t| t.starts_with("file")) {
+                while n < 32
+                    && truth
+                        .get((b + n) as usize)
+                        .is_some_and(|t| t.starts_with("file"))
+                {
                     n += 1;
                 }
-                l.vol.read(b * 4096, &mut buf[..(n * 4096) as usize]).unwrap();
+                l.vol
+                    .read(b * 4096, &mut buf[..(n * 4096) as usize])
+                    .unwrap();
                 b += n;
             }
         }
@@ -518,5 +531,8 @@ fn dss_with_the_ext4_classifier_keeps_metadata_under_a_scan() {
     }
     let (lru, dss) = (result[0], result[1]);
     assert!(dss >= 0.9, "DSS keeps metadata: hit ratio {dss:.3}");
-    assert!(lru <= 0.5, "LRU loses metadata to the scan: hit ratio {lru:.3}");
+    assert!(
+        lru <= 0.5,
+        "LRU loses metadata to the scan: hit ratio {lru:.3}"
+    );
 }
