@@ -392,6 +392,17 @@ impl CacheVolume {
         if g.closed {
             return Err(ioerr("the cache volume is shut down"));
         }
+        // Classified under the lock, so requests reach the devices in the order they were
+        // classified (a classifier outside it reorders concurrent sequential requests).
+        let mut req = *req;
+        if let (Some(c), Op::Read | Op::Write) = (&self.classifier, req.op) {
+            let d = match &data {
+                Data::Write(d) => Some(*d),
+                _ => None,
+            };
+            req.class = c.classify(&req, d);
+        }
+        let req = &req;
         // Slots the request's lines hold now: an invalidation changes them without a step.
         let mut slots = std::mem::take(&mut g.slots);
         slots.clear();
@@ -794,10 +805,7 @@ impl Export for CacheVolume {
     }
 
     fn read(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
-        let mut req = Request::read(offset, buf.len() as u64);
-        if let Some(c) = &self.classifier {
-            req.class = c.classify(&req, None);
-        }
+        let req = Request::read(offset, buf.len() as u64);
         self.timed(false, || self.run(&req, Data::Read(buf)))?;
         if let Some(c) = &self.classifier {
             c.observe_read(offset, buf);
@@ -809,9 +817,6 @@ impl Export for CacheVolume {
     fn write(&self, offset: u64, data: &[u8], fua: bool) -> io::Result<()> {
         let mut req = Request::write(offset, data.len() as u64);
         req.fua = fua;
-        if let Some(c) = &self.classifier {
-            req.class = c.classify(&req, Some(data));
-        }
         self.timed(true, || self.run(&req, Data::Write(data)))?;
         if let Some(c) = &self.classifier {
             self.relabel(c.take_relabels());
