@@ -5,6 +5,7 @@
 # backing file emulates an HDD (--emulate-hdd), once per configuration:
 #   lru   --policy lru                      (no classifier)
 #   dss   --policy dss --classifier ext4    (classes learned from the blocks passing through)
+#   lru-ext4 --policy lru --classifier ext4 (optional: LRU with per-class statistics)
 # Both: MODE (default write-back), 4 KiB lines, cache = CACHE_PCT % of the planned file data. The file system
 # is remounted between phases (cold kernel caches; the loop device uses direct I/O so the FUSE
 # file's page cache does not serve reads either). Prints a table of seconds per phase and
@@ -82,8 +83,9 @@ declare -A T
 for cfg in $CONFIGS; do
     case $cfg in
         lru) args=(--policy lru) ;;
+        lru-ext4) args=(--policy lru --classifier ext4) ;;
         dss) args=(--policy dss --classifier ext4) ;;
-        *) echo "unknown configuration $cfg (lru, dss)"; exit 2 ;;
+        *) echo "unknown configuration $cfg (lru, lru-ext4, dss)"; exit 2 ;;
     esac
     rm -f "$work/backing.img" "$cache_img"
     truncate -s "$VOLUME" "$work/backing.img"
@@ -120,6 +122,23 @@ done
         row="| $p |"
         for cfg in $CONFIGS; do row="$row ${T[$cfg,$p]} |"; done
         echo "$row"
+    done
+    echo
+    echo "| configuration | metadata line hits / misses | directory line hits / misses | all line hit % |"
+    echo "|---|---|---|---|"
+    for cfg in $CONFIGS; do
+        python3 - "$cfg" "$OUT/stats-$cfg.json" <<'PY'
+import json, sys
+cfg, path = sys.argv[1:3]
+s = json.load(open(path))
+by = {c["name"]: c["counters"] for c in s.get("classes", [])}
+def hm(n):
+    c = by.get(n)
+    return f"{c['line_hits']} / {c['line_misses']}" if c else "n/a (no classifier)"
+t = s["totals"]
+print(f"| {cfg} | {hm('metadata')} | {hm('directory')} | "
+      f"{100 * t['line_hits'] / max(1, t['line_hits'] + t['line_misses']):.1f} |")
+PY
     done
 } | tee "$OUT/phases.md"
 echo "results in $OUT"

@@ -594,6 +594,12 @@ impl Ext4Classifier {
         }
     }
 
+    /// Block ranges `[first, end)` of the fixed metadata known from the superblock and the
+    /// group descriptors (superblocks, descriptors, bitmaps, inode tables).
+    pub fn fixed_metadata(&self) -> Vec<(u64, u64)> {
+        self.statics.iter().map(|(s, (e, _))| (*s, *e)).collect()
+    }
+
     /// True once a valid ext4 superblock was seen.
     pub fn is_ext4(&self) -> bool {
         self.geo.is_some()

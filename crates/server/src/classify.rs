@@ -51,6 +51,14 @@ pub trait Classifier: Send + Sync {
     fn take_relabels(&self) -> Vec<(u64, u64, u8)> {
         Vec::new()
     }
+    /// Whether the classifier wants to (re)learn from the volume's current contents (the ext4
+    /// classifier: once at start, and when a file system appears, since blocks written before
+    /// its superblock could not be understood when they passed).
+    fn wants_learn(&self) -> bool {
+        false
+    }
+    /// Learns through `read_at(offset, buf)` (the volume's current contents).
+    fn learn(&self, _read_at: &mut dyn FnMut(u64, &mut [u8])) {}
     /// What the classifier knows, for `ctl stats`.
     fn summary(&self) -> serde_json::Value {
         serde_json::json!({ "name": self.name() })
@@ -81,24 +89,12 @@ pub fn attach(
     name: &str,
     table: Arc<ClassTable>,
 ) -> Result<Option<serde_json::Value>, String> {
-    let c: Arc<dyn Classifier> = match name {
-        "ext4" => {
-            let e = Ext4Classifier::new(table)?;
-            e.learn(|off, buf| {
-                if vol.read_current(off, buf).is_err() {
-                    buf.fill(0);
-                }
-            });
-            Arc::new(e)
-        }
-        _ => match by_name(name, table)? {
-            Some(c) => c,
-            None => return Ok(None),
-        },
+    let Some(c) = by_name(name, table)? else {
+        return Ok(None);
     };
-    let summary = c.summary();
-    vol.set_classifier(c);
-    Ok(Some(summary))
+    vol.set_classifier(c.clone());
+    vol.learn_classifier();
+    Ok(Some(c.summary()))
 }
 
 /// Classes from the table's rules.
@@ -153,6 +149,9 @@ pub struct Ext4Classifier {
 struct State {
     fs: tiercache_ext4::Ext4Classifier,
     relabels: Vec<(u64, u64, u8)>,
+    /// ext4 was recognised when last looked (a change to true asks for a learn pass).
+    was_ext4: bool,
+    learn_pending: bool,
 }
 
 impl Ext4Classifier {
@@ -177,6 +176,8 @@ impl Ext4Classifier {
             fs: Mutex::new(State {
                 fs,
                 relabels: Vec::new(),
+                was_ext4: false,
+                learn_pending: true,
             }),
             by_ext4: AtomicU64::new(0),
             by_fallback: AtomicU64::new(0),
@@ -188,12 +189,26 @@ impl Ext4Classifier {
     }
 
     /// Learns an existing file system through `read_at(offset, buf)` (the volume's current
-    /// contents). Returns whether ext4 was found. Changes seen while learning are not relabels.
-    pub fn learn(&self, read_at: impl FnMut(u64, &mut [u8])) -> bool {
+    /// contents). Returns whether ext4 was found. Blocks whose class this teaches are
+    /// relabelled like any other change (lines restored after a restart, data written before
+    /// the superblock).
+    pub fn learn_from(&self, read_at: impl FnMut(u64, &mut [u8])) -> bool {
         let mut st = self.lock();
-        st.fs.track_changes(false);
         let found = st.fs.learn_from_image(read_at);
-        st.fs.track_changes(true);
+        st.learn_pending = false;
+        st.was_ext4 = st.fs.is_ext4();
+        self.collect_changes(&mut st);
+        // Fixed metadata (inode tables, bitmaps, descriptors) written before the superblock
+        // was seen was cached as class 0: relabel it too.
+        if let (true, Some(bs), Some(c)) = (
+            found,
+            st.fs.block_size(),
+            self.class_of_kind(BlockKind::InodeTable),
+        ) {
+            for (a, b) in st.fs.fixed_metadata() {
+                st.relabels.push((a * bs, (b - a) * bs, c));
+            }
+        }
         found
     }
 
@@ -218,8 +233,13 @@ impl Ext4Classifier {
             .map_or(0, |r| r.class)
     }
 
-    /// Turns the classifier's change log into byte-range relabels.
+    /// Turns the classifier's change log into byte-range relabels; notes a new file system.
     fn collect_changes(&self, st: &mut State) {
+        let is = st.fs.is_ext4();
+        if is && !st.was_ext4 {
+            st.learn_pending = true;
+        }
+        st.was_ext4 = is;
         let changes = st.fs.take_changes();
         if changes.is_empty() {
             return;
@@ -273,6 +293,14 @@ impl Classifier for Ext4Classifier {
     fn take_relabels(&self) -> Vec<(u64, u64, u8)> {
         let mut st = self.lock();
         std::mem::take(&mut st.relabels)
+    }
+
+    fn wants_learn(&self) -> bool {
+        self.lock().learn_pending
+    }
+
+    fn learn(&self, read_at: &mut dyn FnMut(u64, &mut [u8])) {
+        self.learn_from(read_at);
     }
 
     fn summary(&self) -> serde_json::Value {

@@ -810,6 +810,7 @@ impl Export for CacheVolume {
         if let Some(c) = &self.classifier {
             c.observe_read(offset, buf);
             self.relabel(c.take_relabels());
+            self.learn_classifier();
         }
         Ok(())
     }
@@ -820,6 +821,7 @@ impl Export for CacheVolume {
         self.timed(true, || self.run(&req, Data::Write(data)))?;
         if let Some(c) = &self.classifier {
             self.relabel(c.take_relabels());
+            self.learn_classifier();
         }
         Ok(())
     }
@@ -867,6 +869,32 @@ impl CacheVolume {
     pub fn read_current(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
         let g = self.lock();
         let _excl = self.io.write().unwrap_or_else(|e| e.into_inner());
+        self.read_current_locked(&g, offset, buf)
+    }
+
+    /// Lets the classifier learn from the volume's current contents when it asks to (at
+    /// start, and when a file system appeared). Locks in the order `run` does: volume, then
+    /// device I/O, then the classifier's own lock inside `learn`.
+    pub fn learn_classifier(&self) {
+        let Some(c) = &self.classifier else {
+            return;
+        };
+        if !c.wants_learn() {
+            return;
+        }
+        {
+            let g = self.lock();
+            let _excl = self.io.write().unwrap_or_else(|e| e.into_inner());
+            c.learn(&mut |off, buf| {
+                if self.read_current_locked(&g, off, buf).is_err() {
+                    buf.fill(0);
+                }
+            });
+        }
+        self.relabel(c.take_relabels());
+    }
+
+    fn read_current_locked(&self, g: &Inner, offset: u64, buf: &mut [u8]) -> io::Result<()> {
         self.backing.read_at(buf, offset)?;
         let end = offset + buf.len() as u64;
         if buf.is_empty() {
