@@ -7,8 +7,17 @@ use std::sync::Arc;
 use tiercache_engine::ClassTable;
 use tiercache_server::CacheVolume;
 
-/// The table of `--classes` (default: the built-in file-system table), with `--class-rules`.
-pub fn table(classes: &Option<PathBuf>, rules: &Option<PathBuf>) -> Result<Arc<ClassTable>> {
+/// The table of `--classes` (default: the built-in file-system table), with `--class-rules`;
+/// `None` when no class option is given at all (statistics then name classes by id, as
+/// before; `--policy dss` still uses the built-in file-system table).
+pub fn table(
+    classes: &Option<PathBuf>,
+    rules: &Option<PathBuf>,
+    classifier: Option<&str>,
+) -> Result<Option<Arc<ClassTable>>> {
+    if classes.is_none() && rules.is_none() && classifier.is_none_or(|c| c == "none") {
+        return Ok(None);
+    }
     let mut t = match classes {
         Some(p) => ClassTable::load(p).map_err(|e| anyhow!("--classes: {e}"))?,
         None => ClassTable::filesystem(),
@@ -16,16 +25,19 @@ pub fn table(classes: &Option<PathBuf>, rules: &Option<PathBuf>) -> Result<Arc<C
     if let Some(p) = rules {
         t.load_rules(p).map_err(|e| anyhow!("--class-rules: {e}"))?;
     }
-    Ok(Arc::new(t))
+    Ok(Some(Arc::new(t)))
 }
 
 /// Hooks the `--classifier` (default none) into the volume and says what it found.
 pub fn attach(
     vol: &mut CacheVolume,
     classifier: Option<&str>,
-    table: Arc<ClassTable>,
+    table: Option<Arc<ClassTable>>,
 ) -> Result<()> {
     let name = classifier.unwrap_or("none");
+    let Some(table) = table else {
+        return Ok(());
+    };
     let t = std::time::Instant::now();
     let tname = table.name.clone();
     let summary = tiercache_server::classify::attach(vol, name, table).map_err(|e| anyhow!(e))?;

@@ -335,11 +335,11 @@ pub fn serve(a: ServeArgs) -> Result<()> {
         ),
         Err(e) => return Err(e).with_context(|| format!("reading {}", cache_path.display())),
     }
-    let table = crate::serve_classes::table(&a.classes, &a.class_rules)?;
+    let table = crate::serve_classes::table(&a.classes, &a.class_rules, a.classifier.as_deref())?;
     let opts = OpenOptions {
         mode,
         policy: a.policy.clone(),
-        classes: Some(table.clone()),
+        classes: table.clone(),
     };
     let (mut vol, rep) = CacheVolume::open(Box::new(cache), backing, &opts)
         .with_context(|| format!("opening cache {}", cache_path.display()))?;
