@@ -19,11 +19,13 @@
 //!   table updates the file's extents and size); reads after the data came back.
 //!
 //! Cost in the hot path: one mutex around the ext4 state per read and write; `observe` parses
-//! only metadata blocks (data blocks cost two B-tree lookups each). No device I/O happens in
-//! the hot path. At start, [`Ext4Classifier::learn`] reads the superblock, descriptors, the
-//! used part of every inode table and the extent tree blocks once through the volume's
-//! current contents (cache first, then backing; nothing is inserted in the cache) so a
-//! server restarted under a still-mounted file system knows it at once.
+//! only metadata blocks (data blocks cost two B-tree lookups each). No device I/O happens per
+//! request. At start, and once more whenever an ext4 superblock appears, the classifier
+//! learns from the volume's current contents ([`Ext4Classifier::learn_from`] through
+//! `CacheVolume::learn_classifier`: superblock, descriptors, the used part of every inode table,
+//! the extent tree blocks; cached sectors first, then the backing device; nothing is inserted
+//! in the cache): a server restarted under a still-mounted file system knows it at once, and
+//! blocks written before the superblock (mkfs writes it last) are understood.
 //!
 //! Relabelling: ext4 in ordered mode writes a new file's data before the journal commit that
 //! names it, so such data is cached as class 0. The ext4 classifier records the block ranges
