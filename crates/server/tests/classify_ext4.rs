@@ -265,6 +265,7 @@ fn score(label: &str, c: &Ext4Classifier, truth: &[&'static str]) -> (u64, u64, 
 
 struct Live {
     _dir: tempfile::TempDir,
+    backing: PathBuf,
     vol: Arc<CacheVolume>,
     classifier: Arc<Ext4Classifier>,
     size: u64,
@@ -304,6 +305,7 @@ fn live(size: u64, lines: u64, policy: &str) -> Live {
     vol.set_classifier(classifier.clone());
     Live {
         _dir: dir,
+        backing,
         vol: Arc::new(vol),
         classifier,
         size,
@@ -535,4 +537,138 @@ fn dss_with_the_ext4_classifier_keeps_metadata_under_a_scan() {
         lru <= 0.5,
         "LRU loses metadata to the scan: hit ratio {lru:.3}"
     );
+}
+
+/// Paths ("/a/b") of every file and directory under `root`.
+fn tree(root: &Path, rel: &str, out: &mut Vec<(String, bool)>) {
+    for e in fs::read_dir(root.join(rel.trim_start_matches('/'))).unwrap() {
+        let e = e.unwrap();
+        let name = e.file_name().into_string().unwrap();
+        if rel.is_empty() && name == "lost+found" {
+            continue;
+        }
+        let p = format!("{rel}/{name}");
+        let dir = e.file_type().unwrap().is_dir();
+        out.push((p.clone(), dir));
+        if dir {
+            tree(root, &p, out);
+        }
+    }
+}
+
+/// The kernel writes the file system: ext4 made and mounted through nbdfuse and a loop device
+/// on an NBD server over the volume (write-through, so the backing file is the image after
+/// unmount), files written, grown and deleted by the kernel; labels vs debugfs.
+#[test]
+fn kernel_written_ext4_through_nbdfuse_and_loop() {
+    require_e2fsprogs!();
+    let root = run(Command::new("id").arg("-u")).trim() == "0";
+    if !root || !have("nbdfuse") || !have("losetup") || !Path::new("/dev/fuse").exists() {
+        println!(
+            "SKIP: needs root, /dev/fuse, nbdfuse and losetup (apt-get install nbdfuse fuse3)"
+        );
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let size = 256 * M;
+    let l = live(size, 8192, "dss");
+    let sock = tmp.path().join("nbd.sock");
+    let server =
+        tiercache_nbd::Server::new(vec![("tiercache".into(), l.vol.clone() as Arc<dyn Export>)]);
+    let stop = server.shutdown_handle();
+    let s2 = sock.clone();
+    let srv = std::thread::spawn(move || server.serve_unix(&s2));
+    let t0 = Instant::now();
+    while !sock.exists() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "NBD server did not start"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let fuse_dir = tmp.path().join("fuse");
+    let mnt = tmp.path().join("mnt");
+    fs::create_dir_all(&fuse_dir).unwrap();
+    fs::create_dir_all(&mnt).unwrap();
+    let mut fuse = Command::new("nbdfuse")
+        .arg(&fuse_dir)
+        .arg(format!("nbd+unix:///?socket={}", sock.display()))
+        .spawn()
+        .unwrap();
+    let t0 = Instant::now();
+    while !fuse_dir.join("nbd").exists() && t0.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let mut paths = Vec::new();
+    let mut loop_dev = None;
+    let mut mounted = false;
+    // Cleanup below runs even when a step panics (a mount must not outlive the test).
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        if !fuse_dir.join("nbd").exists() {
+            println!("SKIP: nbdfuse did not mount (no FUSE here?)");
+            return false;
+        }
+        let out = Command::new("losetup")
+            .args(["-f", "--show", "--direct-io=on"])
+            .arg(fuse_dir.join("nbd"))
+            .output()
+            .unwrap();
+        if !out.status.success() {
+            println!(
+                "SKIP: no loop device: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            return false;
+        }
+        let dev = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        loop_dev = Some(dev.clone());
+        run(Command::new("mkfs.ext4").args(["-q", "-F", "-b", "4096", "-N", "8192", &dev]));
+        if !Command::new("mount")
+            .arg(&dev)
+            .arg(&mnt)
+            .status()
+            .unwrap()
+            .success()
+        {
+            println!("SKIP: mount {dev} failed (not allowed here?)");
+            return false;
+        }
+        mounted = true;
+        populate(&mnt, 3);
+        run(&mut Command::new("sync"));
+        // Grow, delete, create, as the kernel does it.
+        fs::remove_file(mnt.join("d1/f9_2097152")).unwrap();
+        fs::remove_file(mnt.join("d2/f4_20480")).unwrap();
+        let mut grow = vec![0u8; 700 * K as usize];
+        fill(&mut grow, 5);
+        fs::OpenOptions::new()
+            .append(true)
+            .open(mnt.join("d0/f0_1024"))
+            .unwrap()
+            .write_all(&grow)
+            .unwrap();
+        write_file(&mnt.join("many/new_after"), 40 * K, 6);
+        tree(&mnt, "", &mut paths);
+        true
+    }));
+    if mounted {
+        let _ = Command::new("umount").arg(&mnt).status();
+    }
+    if let Some(d) = &loop_dev {
+        let _ = Command::new("losetup").args(["-d", d]).status();
+    }
+    let _ = Command::new("umount").arg(&fuse_dir).status();
+    let _ = fuse.kill();
+    let _ = fuse.wait();
+    stop.shutdown();
+    let served = srv.join().unwrap();
+    let ok = r.unwrap_or_else(|e| std::panic::resume_unwind(e));
+    served.unwrap();
+    if !ok {
+        return;
+    }
+    l.vol.flush().unwrap();
+    let truth = ground_truth(&l.backing, &paths);
+    score("written by the kernel", &l.classifier, &truth);
+    println!("classifier {}", l.vol.stats().classifier.unwrap());
 }
