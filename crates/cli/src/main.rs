@@ -10,6 +10,7 @@ mod nitro_cmd;
 mod progress;
 mod report_cmd;
 mod reproduce_cmd;
+mod serve_classes;
 mod serve_cmd;
 mod sim_cmd;
 mod trace_cmd;

@@ -124,6 +124,18 @@ pub struct ServeArgs {
     /// simulator's counts exactly).
     #[arg(long, value_parser = ["background", "inline"])]
     cleaner: Option<String>,
+    /// I/O class table (TOML, e.g. experiments/classes/filesystem.toml) for `--policy dss`,
+    /// partitions, rules and per-class statistics. Default: the built-in file-system table.
+    #[arg(long)]
+    classes: Option<PathBuf>,
+    /// How requests get their class: none (class 0), rules (the table's [[rule]]s or
+    /// --class-rules), ext4 (learns an ext4 file system from the blocks passing through;
+    /// other blocks fall back to the rules).
+    #[arg(long)]
+    classifier: Option<String>,
+    /// Rules file (`version = 1` and [[rule]]s) replacing the table's rules.
+    #[arg(long)]
+    class_rules: Option<PathBuf>,
 }
 
 const SERVE_HELP: &str = "\
@@ -280,7 +292,10 @@ fn merge(mut a: ServeArgs) -> Result<ServeArgs> {
         tls_psk_file,
         tls_certificates,
         max_connections,
-        cleaner
+        cleaner,
+        classes,
+        classifier,
+        class_rules
     );
     a.format_if_needed |= c.format_if_needed;
     Ok(a)
@@ -381,12 +396,15 @@ pub fn serve(a: ServeArgs) -> Result<()> {
         ),
         Err(e) => return Err(e).with_context(|| format!("reading {}", cache_path.display())),
     }
+    let table = crate::serve_classes::table(&a.classes, &a.class_rules, a.classifier.as_deref())?;
     let opts = OpenOptions {
         mode,
         policy: a.policy.clone(),
+        classes: table.clone(),
     };
-    let (vol, rep) = CacheVolume::open(Box::new(cache), backing, &opts)
+    let (mut vol, rep) = CacheVolume::open(Box::new(cache), backing, &opts)
         .with_context(|| format!("opening cache {}", cache_path.display()))?;
+    crate::serve_classes::attach(&mut vol, a.classifier.as_deref(), table)?;
     say!(
         "cache {}: {} lines restored ({} dirty) after {} shutdown; {} bad records dropped; mode {}",
         cache_path.display(),
@@ -526,6 +544,9 @@ fn print_stats(v: &serde_json::Value) {
         n(&s["dirty_bytes"])
     );
     println!("RAM (index)     {} bytes", n(&s["ram_index_bytes"]));
+    if crate::serve_classes::print_class_stats(s) {
+        return;
+    }
     println!(
         "{:<6} {:>10} {:>12} {:>12} {:>9} {:>10} {:>10}",
         "class", "requests", "line hits", "line misses", "hit %", "bypasses", "evictions"

@@ -20,7 +20,7 @@
 //! max_share = 1.0               # ... and never more than this share
 //!
 //! [[rule]]                      # first matching rule wins; unmatched requests keep their class
-//! class = 4
+//! class = 4                     # an id, or a class name of this table: class = "metadata"
 //! op = "write"                  # read | write
 //! offset = [0, 1073741824]      # byte range [start, end)
 //! size = [0, 65536]             # request length range [min, max)
@@ -177,10 +177,18 @@ struct RawClass {
     max_share: Option<f64>,
 }
 
+/// A rule's class: an id or the name of a class of the table.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum ClassRef {
+    Id(i64),
+    Name(String),
+}
+
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawRule {
-    class: i64,
+    class: ClassRef,
     op: Option<String>,
     offset: Option<[u64; 2]>,
     size: Option<[u64; 2]>,
@@ -324,35 +332,7 @@ impl ClassTable {
                 format!("the classes' min_share add up to {min_sum:.3} > 1"),
             ));
         }
-        for (n, r) in raw.rule.into_iter().enumerate() {
-            if !(0..NUM_CLASSES as i64).contains(&r.class) {
-                return Err(bad(
-                    "rule",
-                    n,
-                    format!("rule class {} is not in 0..=31", r.class),
-                ));
-            }
-            let op = match r.op.as_deref().map(str::to_ascii_lowercase).as_deref() {
-                None => None,
-                Some("read") => Some(Op::Read),
-                Some("write") => Some(Op::Write),
-                Some(o) => return Err(bad("rule", n, format!("op '{o}': use read or write"))),
-            };
-            for (what, range) in [("offset", r.offset), ("size", r.size)] {
-                if let Some([a, b]) = range {
-                    if a >= b {
-                        return Err(bad("rule", n, format!("{what} range [{a}, {b}) is empty")));
-                    }
-                }
-            }
-            t.rules.push(Rule {
-                class: r.class as u8,
-                op,
-                offset: r.offset.map(|[a, b]| (a, b)),
-                size: r.size.map(|[a, b]| (a, b)),
-                volume: r.volume,
-            });
-        }
+        t.rules = t.resolve_rules(raw.rule, text, file)?;
         t.classify = raw.classify.unwrap_or(if t.rules.is_empty() {
             Classify::Trace
         } else {
@@ -367,6 +347,101 @@ impl ClassTable {
         }
         t.finish();
         Ok(t)
+    }
+
+    /// Checks raw rules against this table's classes (names resolve to ids).
+    fn resolve_rules(
+        &self,
+        raw: Vec<RawRule>,
+        text: &str,
+        file: &str,
+    ) -> Result<Vec<Rule>, TableError> {
+        let bad = |n: usize, msg: String| TableError::Invalid {
+            file: file.to_string(),
+            line: header_line(text, "rule", n),
+            msg,
+        };
+        let mut rules = Vec::with_capacity(raw.len());
+        for (n, r) in raw.into_iter().enumerate() {
+            let class = match r.class {
+                ClassRef::Id(id) if (0..NUM_CLASSES as i64).contains(&id) => id as u8,
+                ClassRef::Id(id) => {
+                    return Err(bad(n, format!("rule class {id} is not in 0..=31")));
+                }
+                ClassRef::Name(name) => self.id_of(&name).ok_or_else(|| {
+                    bad(
+                        n,
+                        format!(
+                            "rule class {name:?} is not a class of table {:?}",
+                            self.name
+                        ),
+                    )
+                })?,
+            };
+            let op = match r.op.as_deref().map(str::to_ascii_lowercase).as_deref() {
+                None => None,
+                Some("read") => Some(Op::Read),
+                Some("write") => Some(Op::Write),
+                Some(o) => return Err(bad(n, format!("op '{o}': use read or write"))),
+            };
+            for (what, range) in [("offset", r.offset), ("size", r.size)] {
+                if let Some([a, b]) = range {
+                    if a >= b {
+                        return Err(bad(n, format!("{what} range [{a}, {b}) is empty")));
+                    }
+                }
+            }
+            rules.push(Rule {
+                class,
+                op,
+                offset: r.offset.map(|[a, b]| (a, b)),
+                size: r.size.map(|[a, b]| (a, b)),
+                volume: r.volume,
+            });
+        }
+        Ok(rules)
+    }
+
+    /// Replaces the rules with those of a separate rules file (`version = 1` and `[[rule]]`s
+    /// only; classes by id or by this table's names) and classifies by rules.
+    pub fn load_rules(&mut self, path: &Path) -> Result<(), TableError> {
+        let file = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|source| TableError::Io {
+            file: file.clone(),
+            source,
+        })?;
+        self.parse_rules(&text, &file)
+    }
+
+    /// [`ClassTable::load_rules`] from text; `file` names it in errors.
+    pub fn parse_rules(&mut self, text: &str, file: &str) -> Result<(), TableError> {
+        let raw: RawTable = toml::from_str(text).map_err(|e| TableError::Toml {
+            file: file.to_string(),
+            msg: e.to_string().trim_end().to_string(),
+        })?;
+        let invalid = |line: usize, msg: String| TableError::Invalid {
+            file: file.to_string(),
+            line,
+            msg,
+        };
+        if raw.version != TABLE_VERSION {
+            return Err(invalid(
+                1,
+                format!("rules version {} is not supported", raw.version),
+            ));
+        }
+        if !raw.class.is_empty() {
+            return Err(invalid(
+                header_line(text, "class", 0),
+                "a rules file holds only [[rule]]s (classes come from the class table)".into(),
+            ));
+        }
+        if raw.rule.is_empty() {
+            return Err(invalid(1, "the rules file has no [[rule]]".into()));
+        }
+        self.rules = self.resolve_rules(raw.rule, text, file)?;
+        self.classify = Classify::Rules;
+        Ok(())
     }
 
     fn finish(&mut self) {
@@ -419,6 +494,14 @@ impl ClassTable {
     pub fn name_of(&self, id: u8) -> &str {
         &self.classes[id as usize].name
     }
+
+    /// The id of the class named `name` (the lowest id if several share it).
+    pub fn id_of(&self, name: &str) -> Option<u8> {
+        self.classes
+            .iter()
+            .position(|c| c.name == name)
+            .map(|i| i as u8)
+    }
 }
 
 impl fmt::Display for ClassTable {
@@ -455,6 +538,9 @@ mod tests {
         let pos = |id: u8| order.iter().position(|&x| x == id).unwrap();
         assert!(pos(18) < pos(8) && pos(8) < pos(1));
         assert!(pos(17) < pos(8));
+        assert_eq!(fs.id_of("metadata"), Some(1));
+        assert_eq!(fs.id_of("file>1GiB"), Some(18));
+        assert_eq!(fs.id_of("no such class"), None);
         let db = ClassTable::database();
         assert_eq!(db.class(4).allocation, Allocation::Never);
         assert_eq!(db.class(5).allocation, Allocation::Never);
@@ -482,6 +568,40 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert_eq!(e, "r.toml:2: op 'trim': use read or write");
+    }
+
+    #[test]
+    fn rules_name_classes_and_come_from_a_separate_file() {
+        let mut fs = ClassTable::filesystem();
+        let text = "version = 1\n[[rule]]\nclass = \"metadata\"\noffset = [0, 1048576]\n[[rule]]\nclass = 12\nop = \"write\"\nsize = [0, 65536]\n";
+        fs.parse_rules(text, "r.toml").unwrap();
+        assert_eq!(fs.classify, Classify::Rules);
+        assert_eq!(fs.classify(&Request::read(4096, 4096)), 1);
+        assert_eq!(fs.classify(&Request::write(1 << 30, 4096)), 12);
+        assert_eq!(fs.classify(&Request::read(1 << 30, 4096)), 0);
+        let e = fs
+            .parse_rules("version = 1\n\n[[rule]]\nclass = \"metdata\"\n", "r.toml")
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            e,
+            "r.toml:3: rule class \"metdata\" is not a class of table \"filesystem\""
+        );
+        let e = fs
+            .parse_rules(
+                "version = 1\n[[class]]\nid = 1\nname = \"a\"\npriority = 0\nallocation = \"always\"\n",
+                "r.toml",
+            )
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("r.toml:2: a rules file holds only"), "{e}");
+        // Names also resolve inside a table file, against the table's own classes.
+        let t = ClassTable::parse(
+            "version = 1\n[[class]]\nid = 5\nname = \"hot\"\npriority = 0\nallocation = \"always\"\n[[rule]]\nclass = \"hot\"\nsize = [0, 4097]\n",
+            "t.toml",
+        )
+        .unwrap();
+        assert_eq!(t.classify(&Request::read(0, 4096)), 5);
     }
 
     #[test]

@@ -1399,6 +1399,31 @@ impl Engine {
         self.classes[slot as usize]
     }
 
+    /// Relabels the cached line `key` as `class` (a live classifier learned its class after it
+    /// was cached). A class-aware policy sees it as a hit of the new class (DSS moves it to
+    /// the new class's list, as most recently used); other policies keep their order. Returns
+    /// whether the line was cached with another class. Counters are not touched.
+    pub fn reclassify(&mut self, key: u64, class: u8) -> bool {
+        let Some(slot) = self.lookup(key) else {
+            return false;
+        };
+        if class > MAX_CLASS || self.classes[slot as usize] == class {
+            return false;
+        }
+        self.classes[slot as usize] = class;
+        if self.class_gate {
+            let a = Access {
+                key,
+                seq: self.seq,
+                next_use: NEVER,
+                is_write: false,
+                class,
+            };
+            self.policy.hit(slot, &a);
+        }
+        true
+    }
+
     /// Puts a line back into `slot` as persisted metadata describes it (warm restart): `key`
     /// with sectors `valid_mask` valid and `dirty_mask` dirty. Lines restored first are the
     /// policy's oldest. With line validity the masks must be all or nothing.

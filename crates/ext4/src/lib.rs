@@ -310,7 +310,7 @@ enum Static {
 }
 
 /// What an owner does with the blocks of a segment.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 enum Role {
     Data,
     /// Extent tree node.
@@ -475,7 +475,13 @@ pub struct Ext4Classifier {
     jsb: Option<JournalSb>,
     /// Journal logical block -> (home block it will be checkpointed to, escaped).
     jpending: HashMap<u64, (u64, bool)>,
+    /// Change log for [`Ext4Classifier::take_changes`] (only kept once tracking is on).
+    track: bool,
+    changes: Vec<(u64, u64)>,
 }
+
+/// Most block ranges kept in the change log between two [`Ext4Classifier::take_changes`].
+pub const MAX_CHANGES: usize = 1 << 16;
 
 /// Most journal blocks remembered between a descriptor block and its logged copies.
 const MAX_JPENDING: usize = 1 << 16;
@@ -565,6 +571,33 @@ impl Ext4Classifier {
     /// A classifier that knows nothing yet (everything is `Unknown` until a superblock is seen).
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// Starts (or stops) recording block ranges whose class may have changed: blocks newly
+    /// owned by an inode, and all data blocks of an inode whose kind or size class changed.
+    /// A cache uses it to relabel lines it cached before their owner was known (ordered-mode
+    /// data is written before the metadata naming it). Bounded by [`MAX_CHANGES`] ranges
+    /// between two [`Ext4Classifier::take_changes`]; ranges past that are dropped.
+    pub fn track_changes(&mut self, on: bool) {
+        self.track = on;
+        self.changes.clear();
+    }
+
+    /// The block ranges `[first, end)` recorded since the last call (see `track_changes`).
+    pub fn take_changes(&mut self) -> Vec<(u64, u64)> {
+        std::mem::take(&mut self.changes)
+    }
+
+    fn note_change(&mut self, start: u64, end: u64) {
+        if self.track && self.changes.len() < MAX_CHANGES {
+            self.changes.push((start, end));
+        }
+    }
+
+    /// Block ranges `[first, end)` of the fixed metadata known from the superblock and the
+    /// group descriptors (superblocks, descriptors, bitmaps, inode tables).
+    pub fn fixed_metadata(&self) -> Vec<(u64, u64)> {
+        self.statics.iter().map(|(s, (e, _))| (*s, *e)).collect()
     }
 
     /// True once a valid ext4 superblock was seen.
@@ -1063,10 +1096,13 @@ impl Ext4Classifier {
             return;
         };
         let fingerprint = fnv(&[&mode.to_le_bytes(), &size.to_le_bytes(), iblock]);
+        let mut relabel_all = false;
         if let Some(rec) = self.inodes.get_mut(&ino) {
             if rec.fingerprint == fingerprint && rec.kind == kind {
                 return;
             }
+            relabel_all = rec.kind != kind
+                || (kind == InodeKind::File && file_class(rec.size) != file_class(size));
             rec.fingerprint = fingerprint;
             rec.kind = kind;
             rec.size = size;
@@ -1085,6 +1121,17 @@ impl Ext4Classifier {
             );
         }
         self.rebuild_inode(ino);
+        if relabel_all && self.track {
+            let data: Vec<(u64, u64)> = self.inodes[&ino]
+                .owned
+                .iter()
+                .filter(|(_, _, r)| *r == Role::Data)
+                .map(|&(s, l, _)| (s, s + l))
+                .collect();
+            for (a, b) in data {
+                self.note_change(a, b);
+            }
+        }
     }
 
     fn observe_tree_node(&mut self, blk: u64, ino: u32, node: Node) {
@@ -1205,6 +1252,15 @@ impl Ext4Classifier {
         for b in stale {
             if self.nodes.get(&b).is_some_and(|(o, _)| *o == ino) {
                 self.nodes.remove(&b);
+            }
+        }
+        if self.track {
+            let old: std::collections::HashSet<(u64, u64, Role)> =
+                old_owned.iter().copied().collect();
+            for &(s, l, role) in &want {
+                if !old.contains(&(s, l, role)) {
+                    self.note_change(s, s + l);
+                }
             }
         }
         for (s, l, role) in old_owned {

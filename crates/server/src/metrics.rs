@@ -20,6 +20,8 @@ pub struct Metrics {
     pub unmap_syncs: AtomicU64,
     /// Metadata pages written by flushes.
     pub metadata_pages: AtomicU64,
+    /// Cached lines relabelled by the live classifier (class learned after caching).
+    pub relabelled_lines: AtomicU64,
 }
 
 impl Metrics {
@@ -55,8 +57,13 @@ impl Metrics {
                     o,
                     "# HELP tiercache_{name} {help}\n# TYPE tiercache_{name} counter"
                 );
-                for (c, k) in &stats.per_class {
-                    let _ = writeln!(o, "tiercache_{name}{{class=\"{c}\"}} {}", f(k));
+                for c in &stats.classes {
+                    let _ = writeln!(
+                        o,
+                        "tiercache_{name}{{class=\"{}\"}} {}",
+                        label(&c.name),
+                        f(&c.counters)
+                    );
                 }
             };
         counter("requests_total", "Client requests.", &|k| k.requests);
@@ -109,6 +116,28 @@ impl Metrics {
                 "# HELP tiercache_{n} {h}\n# TYPE tiercache_{n} gauge\ntiercache_{n} {v}"
             );
         }
+        type ClassGauge = fn(&crate::classify::ClassStats) -> u64;
+        let class_gauges: [(&str, &str, ClassGauge); 2] = [
+            (
+                "class_cached_lines",
+                "Lines in the cache per I/O class (occupancy).",
+                |c| c.cached_lines,
+            ),
+            ("class_dirty_lines", "Dirty lines per I/O class.", |c| {
+                c.dirty_lines
+            }),
+        ];
+        for (n, h, f) in class_gauges {
+            let _ = writeln!(o, "# HELP tiercache_{n} {h}\n# TYPE tiercache_{n} gauge");
+            for c in &stats.classes {
+                let _ = writeln!(o, "tiercache_{n}{{class=\"{}\"}} {}", label(&c.name), f(c));
+            }
+        }
+        let _ = writeln!(
+            o,
+            "# HELP tiercache_relabelled_lines_total Cached lines relabelled by the classifier.\n# TYPE tiercache_relabelled_lines_total counter\ntiercache_relabelled_lines_total {}",
+            self.relabelled_lines.load(Ordering::Relaxed)
+        );
         let _ = writeln!(
             o,
             "# HELP tiercache_request_latency_seconds Client request latency.\n# TYPE tiercache_request_latency_seconds histogram"
@@ -138,4 +167,11 @@ impl Metrics {
         }
         o
     }
+}
+
+/// A Prometheus label value: backslash, double quote and newline escaped.
+fn label(v: &str) -> String {
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
 }

@@ -39,6 +39,7 @@
 //! Writes acknowledged but not flushed may read back old or new after a crash (block-device
 //! semantics), never another key's data, and never bytes that were never written there.
 
+use crate::classify::Classifier;
 use crate::dev::BlockDev;
 use crate::format::{
     self, FormatError, Record, Superblock, EMPTY_KEY, META_OFFSET, PAGE, RECORD_BYTES,
@@ -49,7 +50,7 @@ use std::io;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::{Duration, Instant};
-use tiercache_engine::{Counters, Engine, EngineConfig, Mode, Op, Request, Step};
+use tiercache_engine::{ClassTable, Counters, Engine, EngineConfig, Mode, Op, Request, Step};
 use tiercache_nbd::{BlockSizes, Export};
 
 /// How to format a cache device.
@@ -80,6 +81,8 @@ impl Default for FormatOptions {
 pub struct OpenOptions {
     pub mode: Option<Mode>,
     pub policy: Option<String>,
+    /// I/O class table (`--classes`): DSS and partitions use it, statistics name classes.
+    pub classes: Option<Arc<ClassTable>>,
 }
 
 /// What an open found on the device.
@@ -202,6 +205,9 @@ pub struct CacheVolume {
     /// Clean synchronously after each request that leaves the engine above its dirty high
     /// watermark, exactly as `tiercache sim` does, instead of in the background thread.
     inline_cleaning: AtomicBool,
+    /// Sets each request's class before the engine plans it (`crate::classify`).
+    classifier: Option<Arc<dyn Classifier>>,
+    class_table: Option<Arc<ClassTable>>,
 }
 
 fn ioerr(e: impl std::fmt::Display) -> io::Error {
@@ -243,6 +249,10 @@ impl CacheVolume {
             policy: sb.policy.clone(),
             mode: Mode::ALL[sb.mode as usize],
             volume_bytes: Some(backing.size()),
+            policy_params: tiercache_engine::policy::PolicyConfig {
+                classes: opts.classes.clone(),
+                ..Default::default()
+            },
             ..Default::default()
         };
         let mut engine = Engine::new(cfg).map_err(|e| FormatError::BadField {
@@ -337,6 +347,8 @@ impl CacheVolume {
             metrics: Metrics::default(),
             stop: AtomicBool::new(false),
             inline_cleaning: AtomicBool::new(false),
+            classifier: None,
+            class_table: opts.classes.clone(),
             inner: Mutex::new(inner),
         };
         {
@@ -384,6 +396,17 @@ impl CacheVolume {
         if g.closed {
             return Err(ioerr("the cache volume is shut down"));
         }
+        // Classified under the lock, so requests reach the devices in the order they were
+        // classified (a classifier outside it reorders concurrent sequential requests).
+        let mut req = *req;
+        if let (Some(c), Op::Read | Op::Write) = (&self.classifier, req.op) {
+            let d = match &data {
+                Data::Write(d) => Some(*d),
+                _ => None,
+            };
+            req.class = c.classify(&req, d);
+        }
+        let req = &req;
         // Slots the request's lines hold now: an invalidation changes them without a step.
         let mut slots = std::mem::take(&mut g.slots);
         slots.clear();
@@ -741,6 +764,8 @@ impl CacheVolume {
             per_class,
             unmap_syncs: self.metrics.unmap_syncs.load(Ordering::Relaxed),
             metadata_pages_written: self.metrics.metadata_pages.load(Ordering::Relaxed),
+            classes: crate::classify::class_stats(e, self.class_table.as_deref()),
+            classifier: self.classifier.as_ref().map(|c| c.summary()),
         }
     }
 
@@ -768,6 +793,10 @@ pub struct VolumeStats {
     pub per_class: Vec<(u8, Counters)>,
     pub unmap_syncs: u64,
     pub metadata_pages_written: u64,
+    /// Per class with requests or cached lines: name, occupancy and counters.
+    pub classes: Vec<crate::classify::ClassStats>,
+    /// What the live classifier knows (`None`: no classifier).
+    pub classifier: Option<serde_json::Value>,
 }
 
 enum Data<'a> {
@@ -798,13 +827,24 @@ impl Export for CacheVolume {
 
     fn read(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
         let req = Request::read(offset, buf.len() as u64);
-        self.timed(false, || self.run(&req, Data::Read(buf)))
+        self.timed(false, || self.run(&req, Data::Read(buf)))?;
+        if let Some(c) = &self.classifier {
+            c.observe_read(offset, buf);
+            self.relabel(c.take_relabels());
+            self.learn_classifier();
+        }
+        Ok(())
     }
 
     fn write(&self, offset: u64, data: &[u8], fua: bool) -> io::Result<()> {
         let mut req = Request::write(offset, data.len() as u64);
         req.fua = fua;
-        self.timed(true, || self.run(&req, Data::Write(data)))
+        self.timed(true, || self.run(&req, Data::Write(data)))?;
+        if let Some(c) = &self.classifier {
+            self.relabel(c.take_relabels());
+            self.learn_classifier();
+        }
+        Ok(())
     }
 
     fn flush(&self) -> io::Result<()> {
@@ -834,5 +874,106 @@ impl Export for CacheVolume {
             preferred: 4096,
             maximum: 32 << 20,
         }
+    }
+}
+
+/// Classification hooks (issue 7; the classifiers live in `crate::classify`).
+impl CacheVolume {
+    /// Classifies every later request with `c` (before the volume is shared).
+    pub fn set_classifier(&mut self, c: Arc<dyn Classifier>) {
+        self.classifier = Some(c);
+    }
+
+    /// Reads the volume's current contents without touching the cache's state or counters:
+    /// the backing device, overlaid with the valid sectors of cached lines. For classifiers
+    /// learning an existing file system at start.
+    pub fn read_current(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
+        let g = self.lock();
+        let _excl = self.io.write().unwrap_or_else(|e| e.into_inner());
+        self.read_current_locked(&g, offset, buf)
+    }
+
+    /// Lets the classifier learn from the volume's current contents when it asks to (at
+    /// start, and when a file system appeared). Locks in the order `run` does: volume, then
+    /// device I/O, then the classifier's own lock inside `learn`.
+    pub fn learn_classifier(&self) {
+        let Some(c) = &self.classifier else {
+            return;
+        };
+        if !c.wants_learn() {
+            return;
+        }
+        {
+            let g = self.lock();
+            let _excl = self.io.write().unwrap_or_else(|e| e.into_inner());
+            c.learn(&mut |off, buf| {
+                if self.read_current_locked(&g, off, buf).is_err() {
+                    buf.fill(0);
+                }
+            });
+        }
+        self.relabel(c.take_relabels());
+    }
+
+    fn read_current_locked(&self, g: &Inner, offset: u64, buf: &mut [u8]) -> io::Result<()> {
+        self.backing.read_at(buf, offset)?;
+        let end = offset + buf.len() as u64;
+        if buf.is_empty() {
+            return Ok(());
+        }
+        let ss = g.engine.sector_size();
+        for line in offset >> self.line_shift..=(end - 1) >> self.line_shift {
+            let Some(slot) = g.engine.lookup(Engine::line_key(0, line)) else {
+                continue;
+            };
+            let valid = g.engine.valid_mask(slot);
+            let base = line << self.line_shift;
+            for sec in 0..(self.line_size() / ss) {
+                let (a, b) = (base + sec * ss, base + (sec + 1) * ss);
+                if valid >> sec & 1 == 0 || b <= offset || a >= end {
+                    continue;
+                }
+                let (a, b) = (a.max(offset), b.min(end));
+                let dst = &mut buf[(a - offset) as usize..(b - offset) as usize];
+                let ssd = self.data_offset + ((slot as u64) << self.line_shift) + (a - base);
+                self.cache.read_at(dst, ssd)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Relabels the cached lines of byte ranges `(offset, len, class)`.
+    fn relabel(&self, ranges: Vec<(u64, u64, u8)>) {
+        if ranges.is_empty() {
+            return;
+        }
+        let mut g = self.lock();
+        let mut n = 0;
+        for (off, len, class) in ranges {
+            if len == 0 {
+                continue;
+            }
+            let (a, b) = (off >> self.line_shift, (off + len - 1) >> self.line_shift);
+            if b - a >= g.engine.len() {
+                // A range larger than the cache: walk the cached lines instead.
+                let keys: Vec<u64> = g
+                    .engine
+                    .entries()
+                    .map(|(k, _, _)| k)
+                    // Volume 0: a key is its line number.
+                    .filter(|k| (a..=b).contains(k))
+                    .collect();
+                for k in keys {
+                    n += g.engine.reclassify(k, class) as u64;
+                }
+            } else {
+                for line in a..=b {
+                    n += g.engine.reclassify(Engine::line_key(0, line), class) as u64;
+                }
+            }
+        }
+        self.metrics
+            .relabelled_lines
+            .fetch_add(n, Ordering::Relaxed);
     }
 }

@@ -62,7 +62,10 @@ pub fn open(f: &Files, mode: Option<Mode>) -> (CacheVolume, OpenReport) {
     CacheVolume::open(
         Box::new(FileDev::open(&f.cache).unwrap()),
         Box::new(FileDev::open(&f.backing).unwrap()),
-        &OpenOptions { mode, policy: None },
+        &OpenOptions {
+            mode,
+            ..Default::default()
+        },
     )
     .unwrap()
 }

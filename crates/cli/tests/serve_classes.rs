@@ -1,0 +1,283 @@
+//! `tiercache serve --classes/--classifier/--class-rules` end to end (issue 7): an ext4 image
+//! copied onto the export with nbdcopy is classified live (ctl stats per class, human and JSON,
+//! Prometheus `class="..."` labels); a restart learns the file system from the volume at start;
+//! the rules classifier and the config-file keys. Tools missing: `SKIP:` message.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_tiercache");
+
+fn have(tool: &str) -> bool {
+    let ok = Command::new("sh")
+        .args(["-c", &format!("command -v {tool}")])
+        .stdout(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !ok {
+        println!("SKIP: `{tool}` is not installed (apt-get install -y libnbd-bin e2fsprogs)");
+    }
+    ok
+}
+
+fn run(cmd: &mut Command) -> String {
+    let out = cmd.output().unwrap();
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+struct Srv {
+    child: Option<Child>,
+    sock: PathBuf,
+    ctl: PathBuf,
+}
+
+impl Srv {
+    fn start(dir: &Path, extra: &[&str]) -> Srv {
+        let sock = dir.join("nbd.sock");
+        let ctl = dir.join("ctl.sock");
+        let _ = std::fs::remove_file(&sock);
+        let child = Command::new(BIN)
+            .arg("serve")
+            .arg("--cache")
+            .arg(dir.join("cache.img"))
+            .arg("--backing")
+            .arg(dir.join("backing.img"))
+            .arg("--socket")
+            .arg(&sock)
+            .arg("--control")
+            .arg(&ctl)
+            .args(["--format-if-needed", "--cache-size", "16M"])
+            .args(extra)
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let t = Instant::now();
+        while !(sock.exists() && ctl.exists()) {
+            assert!(
+                t.elapsed() < Duration::from_secs(20),
+                "server did not start"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Srv {
+            child: Some(child),
+            sock,
+            ctl,
+        }
+    }
+
+    fn uri(&self) -> String {
+        format!("nbd+unix:///?socket={}", self.sock.display())
+    }
+
+    fn ctl(&self, args: &[&str]) -> String {
+        run(Command::new(BIN)
+            .arg("ctl")
+            .arg("--control")
+            .arg(&self.ctl)
+            .args(args))
+    }
+
+    fn stop(mut self) -> String {
+        Command::new("kill")
+            .args(["-TERM", &self.child.as_ref().unwrap().id().to_string()])
+            .status()
+            .unwrap();
+        let out = self.child.take().unwrap().wait_with_output().unwrap();
+        let log = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(out.status.success(), "unclean exit: {log}");
+        log
+    }
+}
+
+impl Drop for Srv {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+fn repo_file(p: &str) -> String {
+    format!("{}/../../{p}", env!("CARGO_MANIFEST_DIR"))
+}
+
+fn metrics(addr: &str) -> String {
+    use std::io::{Read, Write};
+    let mut c = std::net::TcpStream::connect(addr).unwrap();
+    c.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    let mut body = String::new();
+    c.read_to_string(&mut body).unwrap();
+    body
+}
+
+#[test]
+fn ext4_classifier_live_with_stats_metrics_and_restart() {
+    if !have("nbdcopy") || !have("mkfs.ext4") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    // An ext4 image with directories and files of several sizes.
+    let src = d.join("src");
+    for i in 0..6 {
+        let sub = src.join(format!("dir{i}"));
+        std::fs::create_dir_all(&sub).unwrap();
+        for (j, size) in [900usize, 9_000, 90_000, 900_000].iter().enumerate() {
+            let data: Vec<u8> = (0..*size).map(|k| (k * 31 + i * 7 + j) as u8 | 1).collect();
+            std::fs::write(sub.join(format!("f{j}")), data).unwrap();
+        }
+    }
+    let img = d.join("fs.img");
+    run(Command::new("mkfs.ext4")
+        .args(["-q", "-F", "-b", "4096", "-d"])
+        .arg(&src)
+        .arg(&img)
+        .arg("64M"));
+    std::fs::File::create(d.join("backing.img"))
+        .unwrap()
+        .set_len(64 << 20)
+        .unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let addr = format!("127.0.0.1:{port}");
+    let classes = repo_file("experiments/classes/filesystem.toml");
+    let srv = Srv::start(
+        d,
+        &[
+            "--policy",
+            "dss",
+            "--classifier",
+            "ext4",
+            "--classes",
+            &classes,
+            "--metrics",
+            &addr,
+        ],
+    );
+    run(Command::new("nbdcopy").arg(&img).arg(srv.uri()));
+    // Read it back (classified reads) and compare.
+    let back = d.join("back.img");
+    run(Command::new("nbdcopy").arg(srv.uri()).arg(&back));
+    assert!(std::fs::read(&back).unwrap() == std::fs::read(&img).unwrap());
+
+    let v: serde_json::Value = serde_json::from_str(&srv.ctl(&["stats", "--json"])).unwrap();
+    assert_eq!(v["policy"], "dss");
+    assert_eq!(v["classifier"]["name"], "ext4");
+    assert_eq!(v["classifier"]["ext4_found"], true, "{}", v["classifier"]);
+    assert!(v["classifier"]["inodes"].as_u64().unwrap() >= 30);
+    let class = |name: &str| {
+        v["classes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["name"] == name)
+            .cloned()
+            .unwrap_or_else(|| panic!("no class {name} in {}", v["classes"]))
+    };
+    for name in ["metadata", "directory", "journal", "file<4KiB", "file<1MiB"] {
+        let c = class(name);
+        assert!(c["counters"]["requests"].as_u64().unwrap() > 0, "{c}");
+    }
+    assert!(class("metadata")["cached_lines"].as_u64().unwrap() > 0);
+    let text = srv.ctl(&["stats"]);
+    assert!(text.contains("classifier      ext4: ext4 found"), "{text}");
+    assert!(
+        text.lines().any(|l| l.contains(" metadata ")),
+        "no metadata row: {text}"
+    );
+    let body = metrics(&addr);
+    for m in [
+        "tiercache_line_hits_total{class=\"metadata\"}",
+        "tiercache_line_misses_total{class=\"directory\"}",
+        "tiercache_bypasses_total{class=\"file<4KiB\"}",
+        "tiercache_class_cached_lines{class=\"metadata\"}",
+        "tiercache_relabelled_lines_total",
+    ] {
+        assert!(body.contains(m), "{m} missing from {body}");
+    }
+    srv.stop();
+
+    // A restart learns the file system from the volume before serving.
+    let srv = Srv::start(d, &["--policy", "dss", "--classifier", "ext4"]);
+    let log = srv.stop();
+    assert!(log.contains("ext4 found"), "{log}");
+}
+
+#[test]
+fn rules_classifier_and_config_keys() {
+    if !have("nbdcopy") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::File::create(d.join("backing.img"))
+        .unwrap()
+        .set_len(8 << 20)
+        .unwrap();
+    // --classifier rules without rules is refused with a clear message.
+    let out = Command::new(BIN)
+        .arg("serve")
+        .arg("--cache")
+        .arg(d.join("cache.img"))
+        .arg("--backing")
+        .arg(d.join("backing.img"))
+        .arg("--socket")
+        .arg(d.join("nbd.sock"))
+        .args([
+            "--format-if-needed",
+            "--cache-size",
+            "4M",
+            "--classifier",
+            "rules",
+        ])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("has no [[rule]]"), "{err}");
+    // Rules by name from a separate file, given in the config file.
+    let rules = d.join("rules.toml");
+    std::fs::write(
+        &rules,
+        "version = 1\n[[rule]]\nclass = \"metadata\"\noffset = [0, 1048576]\n\n[[rule]]\nclass = \"file>1GiB\"\nop = \"write\"\n",
+    )
+    .unwrap();
+    let cfg = d.join("serve.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "classifier = \"rules\"\nclass_rules = \"{}\"\nclasses = \"{}\"\n",
+            rules.display(),
+            repo_file("experiments/classes/filesystem.toml")
+        ),
+    )
+    .unwrap();
+    let srv = Srv::start(d, &["--config", cfg.to_str().unwrap()]);
+    let data = d.join("data.bin");
+    std::fs::write(&data, vec![5u8; 4 << 20]).unwrap();
+    run(Command::new("nbdcopy").arg(&data).arg(srv.uri()));
+    let v: serde_json::Value = serde_json::from_str(&srv.ctl(&["stats", "--json"])).unwrap();
+    let names: Vec<&str> = v["classes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["name"].as_str().unwrap())
+        .collect();
+    assert!(names.contains(&"metadata"), "{names:?}");
+    assert!(names.contains(&"file>1GiB"), "{names:?}");
+    assert_eq!(v["classifier"]["name"], "rules");
+    srv.stop();
+}
