@@ -4,6 +4,7 @@
 
 pub mod control;
 pub mod dev;
+pub mod fault;
 pub mod format;
 pub mod metrics;
 pub mod volume;
@@ -11,5 +12,6 @@ pub mod volume;
 pub use dev::{hdd_config, BlockDev, EmulatedHdd, FileDev};
 pub use format::{FormatError, Superblock};
 pub use volume::{
-    format, read_superblock, CacheVolume, FormatOptions, OpenOptions, OpenReport, VolumeStats,
+    format, read_superblock, CacheVolume, FormatOptions, LineState, OpenOptions, OpenReport,
+    VolumeStats,
 };

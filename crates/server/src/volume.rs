@@ -723,12 +723,35 @@ impl CacheVolume {
         }
     }
 
+    /// Every cached line as the engine holds it now, in slot order (tests, diagnostics).
+    pub fn lines(&self) -> Vec<LineState> {
+        let g = self.lock();
+        let e = &g.engine;
+        e.entries()
+            .map(|(key, slot, _)| LineState {
+                key,
+                slot,
+                valid: e.valid_mask(slot),
+                dirty: e.dirty_mask(slot),
+            })
+            .collect()
+    }
+
     fn timed(&self, write: bool, f: impl FnOnce() -> io::Result<()>) -> io::Result<()> {
         let t = Instant::now();
         let r = f();
         self.metrics.record(write, t.elapsed());
         r
     }
+}
+
+/// One cached line: its engine key (the line number for volume 0), slot and sector masks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
+pub struct LineState {
+    pub key: u64,
+    pub slot: u32,
+    pub valid: u64,
+    pub dirty: u64,
 }
 
 /// Snapshot of a volume's state.
