@@ -146,11 +146,11 @@ fn kill_9_at_random_moments_under_fio_loses_no_completed_write() {
             .unwrap()
             .set_len(224 << 20)
             .unwrap();
-        // xorshift: the kill delay, 300..1300 ms after fio starts.
+        // xorshift: the kill delay, 500..1500 ms after fio starts (fio needs ~0.4 s to connect).
         x ^= x << 13;
         x ^= x >> 7;
         x ^= x << 17;
-        let delay = Duration::from_millis(300 + x % 1000);
+        let delay = Duration::from_millis(500 + x % 1000);
         let srv = Srv::start(d, mode);
         let uri = srv.uri();
         let (dd, u, m) = (d.to_path_buf(), uri.clone(), mode.to_string());
