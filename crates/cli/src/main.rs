@@ -1,5 +1,6 @@
 //! `tiercache`: the command-line front of the engine, simulator and trace tools.
 
+mod check_cmd;
 mod demo;
 mod dss_cmd;
 mod ext4_cmd;
@@ -84,6 +85,8 @@ enum Cmd {
     Serve(serve_cmd::ServeArgs),
     /// Talk to a running `serve` over its control socket: stats, flush, mode, detach.
     Ctl(serve_cmd::CtlArgs),
+    /// Verify a cache device offline: superblock, metadata checksums, mapping (exit 0/1/2).
+    Check(check_cmd::CheckArgs),
 }
 
 fn main() -> ExitCode {
@@ -96,6 +99,7 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .init();
     let res = match cli.cmd {
+        Cmd::Check(a) => return check_cmd::run(a),
         Cmd::Demo(a) => demo::run(a),
         Cmd::Sim(a) => sim_cmd::sim(a),
         Cmd::Sweep(a) => sim_cmd::sweep(a),

@@ -111,6 +111,10 @@ pub struct ServeArgs {
     #[arg(long)]
     #[serde(skip)]
     config: Option<PathBuf>,
+    /// Cache-device I/O errors after which the cache is failed: dirty data written back,
+    /// every request passed through to the backing device (default 16).
+    #[arg(long)]
+    max_cache_errors: Option<u64>,
     /// Make the backing device as slow as a real HDD: a preset (7200, 5400, 10k, 15k) or an
     /// HDD model TOML file (see crates/devices).
     #[arg(long)]
@@ -286,6 +290,7 @@ fn merge(mut a: ServeArgs) -> Result<ServeArgs> {
         cache_size,
         control,
         metrics,
+        max_cache_errors,
         emulate_hdd,
         workers,
         tls,
@@ -418,6 +423,9 @@ pub fn serve(a: ServeArgs) -> Result<()> {
         rep.dropped_bad_checksum,
         vol.mode()
     );
+    if let Some(n) = a.max_cache_errors {
+        vol.set_max_cache_errors(n);
+    }
     let vol = Arc::new(vol);
     vol.set_inline_cleaning(inline_cleaning);
     let cleaner = vol.start_cleaner();
@@ -546,6 +554,23 @@ fn print_stats(v: &serde_json::Value) {
     println!("RAM (index)     {} bytes", n(&s["ram_index_bytes"]));
     if crate::serve_classes::print_class_stats(s) {
         return;
+    }
+    println!(
+        "device errors   cache {}, backing {}{}",
+        n(&s["cache_errors"]),
+        n(&s["backing_errors"]),
+        if s["cache_failed"] == true {
+            "; CACHE DEVICE FAILED: passing everything through to the backing device"
+        } else {
+            ""
+        }
+    );
+    if n(&s["lost_dirty_bytes"]) > 0 {
+        println!(
+            "LOST dirty data {} bytes, volume byte ranges {}",
+            n(&s["lost_dirty_bytes"]),
+            s["lost_dirty_ranges"]
+        );
     }
     println!(
         "{:<6} {:>10} {:>12} {:>12} {:>9} {:>10} {:>10}",

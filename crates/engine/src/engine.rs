@@ -1481,4 +1481,12 @@ impl Engine {
         self.set_dirty_mask(slot, key, dirty_mask);
         Ok(())
     }
+
+    /// Drops the line in `slot` without any device step, dirty sectors included (an executor
+    /// whose cache device failed there, after saving what it could). Returns its key.
+    pub fn drop_line(&mut self, slot: Slot) -> Option<u64> {
+        let key = self.slot_key(slot)?;
+        self.remove(slot, false);
+        Some(key)
+    }
 }

@@ -34,6 +34,14 @@ impl FileDev {
         let size = file.seek(SeekFrom::End(0))?;
         Ok(FileDev { file, size })
     }
+
+    /// Opens for reading only (writes fail): for offline checks.
+    pub fn open_read_only(path: &Path) -> io::Result<FileDev> {
+        let mut file = File::open(path)
+            .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
+        let size = file.seek(SeekFrom::End(0))?;
+        Ok(FileDev { file, size })
+    }
 }
 
 impl BlockDev for FileDev {

@@ -8,6 +8,15 @@
 //!                     data_offset + s * line_size
 //! ```
 //!
+//! The superblock's fields all sit in its first 512-byte sector, which carries its own crc32c
+//! at byte 508 (over bytes 0..508) besides the crc32c of the whole block at 4092: a rewrite
+//! torn between sectors leaves a whole old or new first sector, which is accepted (devices
+//! written before the sector checksum existed have zeroes there and the whole-block check).
+//! (A sector ending in its own CRC has a constant CRC residue, so for new superblocks the
+//! whole-block checksum guards sectors 1..7 and the sector checksum guards sector 0; decode
+//! rejects a block unless one of them verifies; a flip in sector 0 breaks both, and sectors
+//! 1..7 carry no fields.)
+//!
 //! A record is `key u64 | valid_mask u64 | dirty_mask u64 | seq u32 | crc32c u32`, little
 //! endian; the checksum covers the first 28 bytes. An empty slot has key `u64::MAX`. `seq`
 //! grows with every change of a record, so when a torn metadata write leaves one key in two
@@ -25,6 +34,8 @@ pub const RECORDS_PER_PAGE: u64 = PAGE / RECORD_BYTES;
 pub const EMPTY_KEY: u64 = u64::MAX;
 const BACKING_ID_BYTES: usize = 256;
 const POLICY_BYTES: usize = 32;
+/// Offset of the checksum of the superblock's first sector (bytes 0..508).
+const SECTOR0_CRC: usize = 508;
 
 /// Why a cache device cannot be used.
 #[derive(Debug, thiserror::Error)]
@@ -115,6 +126,10 @@ impl Superblock {
         b[72..80].copy_from_slice(&META_OFFSET.to_le_bytes());
         put_str(&mut b[80..80 + POLICY_BYTES], &self.policy);
         put_str(&mut b[128..128 + BACKING_ID_BYTES], &self.backing_id);
+        // Every field sits in the first 512-byte sector, with its own checksum at 508: a
+        // rewrite torn between sectors still leaves a whole old or new superblock there.
+        let crc0 = crc32c::crc32c(&b[..SECTOR0_CRC]);
+        b[SECTOR0_CRC..SECTOR0_CRC + 4].copy_from_slice(&crc0.to_le_bytes());
         let crc = crc32c::crc32c(&b[..4092]);
         b[4092..].copy_from_slice(&crc.to_le_bytes());
         b
@@ -126,7 +141,10 @@ impl Superblock {
         }
         let stored = u32::from_le_bytes(b[4092..4096].try_into().unwrap());
         let computed = crc32c::crc32c(&b[..4092]);
-        if stored != computed {
+        let crc0 = u32::from_le_bytes(b[SECTOR0_CRC..SECTOR0_CRC + 4].try_into().unwrap());
+        // A superblock rewrite torn after its first sector: that sector is whole and checked.
+        let sector0_ok = crc0 != 0 && crc0 == crc32c::crc32c(&b[..SECTOR0_CRC]);
+        if stored != computed && !sector0_ok {
             return Err(FormatError::BadSuperblockChecksum { stored, computed });
         }
         let u64at = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap());
@@ -262,6 +280,42 @@ mod tests {
         ));
         b[0] = b'X';
         assert!(matches!(Superblock::decode(&b), Err(FormatError::BadMagic)));
+    }
+
+    #[test]
+    fn superblock_rewrite_torn_between_sectors_is_old_or_new() {
+        let old = sb();
+        let new = Superblock {
+            clean: false,
+            generation: 10,
+            ..sb()
+        };
+        let (a, b) = (old.encode(), new.encode());
+        for first_sectors in 0..=8 {
+            let mut t = a.clone();
+            t[..first_sectors * 512].copy_from_slice(&b[..first_sectors * 512]);
+            let got = Superblock::decode(&t).unwrap();
+            assert_eq!(
+                got,
+                if first_sectors == 0 {
+                    old.clone()
+                } else {
+                    new.clone()
+                }
+            );
+            // And the reverse order of sector writes.
+            let mut t = b.clone();
+            t[..first_sectors * 512].copy_from_slice(&a[..first_sectors * 512]);
+            let got = Superblock::decode(&t).unwrap();
+            assert_eq!(
+                got,
+                if first_sectors == 0 {
+                    new.clone()
+                } else {
+                    old.clone()
+                }
+            );
+        }
     }
 
     #[test]

@@ -3,8 +3,10 @@
 //! warm, and is exported over NBD by `tiercache serve`.
 
 pub mod classify;
+pub mod check;
 pub mod control;
 pub mod dev;
+pub mod fault;
 pub mod format;
 pub mod metrics;
 pub mod nbd_dev;
@@ -14,5 +16,6 @@ pub use dev::{hdd_config, BlockDev, EmulatedHdd, FileDev};
 pub use format::{FormatError, Superblock};
 pub use nbd_dev::NbdDev;
 pub use volume::{
-    format, read_superblock, CacheVolume, FormatOptions, OpenOptions, OpenReport, VolumeStats,
+    format, read_superblock, CacheVolume, FormatOptions, LineState, OpenOptions, OpenReport,
+    VolumeStats,
 };

@@ -22,6 +22,14 @@ pub struct Metrics {
     pub metadata_pages: AtomicU64,
     /// Cached lines relabelled by the live classifier (class learned after caching).
     pub relabelled_lines: AtomicU64,
+    /// Cache-device errors (each dropped lines and was served from the backing device).
+    pub cache_errors: AtomicU64,
+    /// Backing-device errors (each failed its request).
+    pub backing_errors: AtomicU64,
+    /// 1 once the cache device is failed and bypassed.
+    pub cache_failed: AtomicU64,
+    /// Bytes of dirty data lost with the cache device (not rewritten since).
+    pub lost_dirty_bytes: AtomicU64,
 }
 
 impl Metrics {
@@ -110,6 +118,35 @@ impl Metrics {
                 stats.ram_index_bytes,
             ),
         ];
+        for (n, h, v) in [
+            (
+                "cache_device_errors_total",
+                "Cache-device I/O errors (served from the backing device).",
+                stats.cache_errors,
+            ),
+            (
+                "backing_device_errors_total",
+                "Backing-device I/O errors (each failed its request).",
+                stats.backing_errors,
+            ),
+        ] {
+            let _ = writeln!(
+                o,
+                "# HELP tiercache_{n} {h}\n# TYPE tiercache_{n} counter\ntiercache_{n} {v}"
+            );
+        }
+        let gauges = gauges.into_iter().chain([
+            (
+                "cache_failed",
+                "1 when the cache device failed and every request passes through.",
+                stats.cache_failed as u64,
+            ),
+            (
+                "lost_dirty_bytes",
+                "Dirty bytes lost with the cache device (reads of them fail).",
+                stats.lost_dirty_bytes,
+            ),
+        ]);
         for (n, h, v) in gauges {
             let _ = writeln!(
                 o,

@@ -47,10 +47,12 @@ use crate::format::{
 use crate::metrics::Metrics;
 use std::collections::BTreeSet;
 use std::io;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::{Duration, Instant};
 use tiercache_engine::{ClassTable, Counters, Engine, EngineConfig, Mode, Op, Request, Step};
+
+const LINE_MASK: u64 = (1 << 48) - 1;
 use tiercache_nbd::{BlockSizes, Export};
 
 /// How to format a cache device.
@@ -188,6 +190,13 @@ struct Inner {
     backing_unsynced: bool,
     slots: Vec<u32>,
     closed: bool,
+    /// Cache-device errors so far; at `max_cache_errors` the cache is failed.
+    cache_errors: u64,
+    /// The cache device failed: every request goes to the backing device.
+    failed: bool,
+    /// Volume byte ranges `[a, b)` whose dirty data the cache lost (sorted, disjoint):
+    /// reads of them fail until they are written again.
+    lost: Vec<(u64, u64)>,
 }
 
 /// A cached block volume: the engine's decisions executed on real devices.
@@ -208,6 +217,18 @@ pub struct CacheVolume {
     /// Sets each request's class before the engine plans it (`crate::classify`).
     classifier: Option<Arc<dyn Classifier>>,
     class_table: Option<Arc<ClassTable>>,
+    max_cache_errors: AtomicU64,
+}
+
+/// Cache-device errors after which the cache is failed and bypassed (default).
+pub const DEFAULT_MAX_CACHE_ERRORS: u64 = 16;
+
+/// A plan step that failed: its index, whether the cache device (or else the backing
+/// device) failed, and the error.
+struct StepError {
+    index: usize,
+    cache: bool,
+    err: io::Error,
 }
 
 fn ioerr(e: impl std::fmt::Display) -> io::Error {
@@ -331,6 +352,9 @@ impl CacheVolume {
             backing_unsynced: false,
             slots: Vec::new(),
             closed: false,
+            cache_errors: 0,
+            failed: false,
+            lost: Vec::new(),
         };
         // Records the engine did not take (dropped ones) become empty in `mem`.
         inner.slots = (0..sb.capacity_lines as u32).collect();
@@ -349,6 +373,7 @@ impl CacheVolume {
             inline_cleaning: AtomicBool::new(false),
             classifier: None,
             class_table: opts.classes.clone(),
+            max_cache_errors: AtomicU64::new(DEFAULT_MAX_CACHE_ERRORS),
             inner: Mutex::new(inner),
         };
         {
@@ -368,6 +393,11 @@ impl CacheVolume {
     }
 
     fn write_superblock(&self, g: &mut Inner) -> io::Result<()> {
+        if g.failed {
+            return Err(ioerr(
+                "the cache device failed (see the log and `ctl stats`); the volume passes through to the backing device until restarted with a newly formatted cache",
+            ));
+        }
         g.sb.generation += 1;
         self.cache.write_at(&g.sb.encode(), 0)?;
         self.cache.sync()
@@ -407,6 +437,12 @@ impl CacheVolume {
             req.class = c.classify(&req, d);
         }
         let req = &req;
+        if g.failed {
+            return self.run_direct(&mut g, req, data);
+        }
+        if req.op == Op::Read {
+            lost_check(&g.lost, req.offset, req.end())?;
+        }
         // Slots the request's lines hold now: an invalidation changes them without a step.
         let mut slots = std::mem::take(&mut g.slots);
         slots.clear();
@@ -440,13 +476,23 @@ impl CacheVolume {
             let Data::Read(out) = data else {
                 unreachable!()
             };
-            if buf_start == req.offset && buf_len as usize == out.len() {
-                return self.exec_reads(&steps, out);
-            }
-            let mut buf = vec![0u8; buf_len as usize];
-            self.exec_reads(&steps, &mut buf)?;
-            out.copy_from_slice(&buf[at..at + out.len()]);
-            return Ok(());
+            let r = if buf_start == req.offset && buf_len as usize == out.len() {
+                self.exec_reads(&steps, out)
+            } else {
+                let mut buf = vec![0u8; buf_len as usize];
+                let r = self.exec_reads(&steps, &mut buf);
+                if r.is_ok() {
+                    out.copy_from_slice(&buf[at..at + out.len()]);
+                }
+                r
+            };
+            return match r {
+                Ok(()) => Ok(()),
+                Err(e) => {
+                    drop(_shared);
+                    self.read_fallback(req, out, e)
+                }
+            };
         }
         let excl = self.io.write().unwrap_or_else(|e| e.into_inner());
         let mut buf = vec![0u8; buf_len as usize];
@@ -464,9 +510,14 @@ impl CacheVolume {
             slots.clear();
             slots.extend(0..self.capacity_lines as u32);
         }
+        if let Err(e) = r {
+            let touched = slots.clone();
+            g.slots = slots;
+            Self::update_records(&mut g);
+            return self.after_failure(&mut g, req, data, &steps, e, buf_start, &buf, &touched);
+        }
         g.slots = slots;
         Self::update_records(&mut g);
-        r?;
         if let Data::Read(out) = data {
             out.copy_from_slice(&buf[at..at + out.len()]);
         }
@@ -506,39 +557,51 @@ impl CacheVolume {
     }
 
     /// Executes plan steps in order (see the module doc for the reuse rule).
-    fn exec(&self, g: &mut Inner, steps: &[Step], buf: &mut [u8]) -> io::Result<()> {
+    fn exec(&self, g: &mut Inner, steps: &[Step], buf: &mut [u8]) -> Result<(), StepError> {
         let d = self.data_offset;
         let r = |a: u64, l: u64| a as usize..(a + l) as usize;
         let mut tmp = Vec::new();
-        for s in steps {
+        for (index, s) in steps.iter().enumerate() {
+            let c = |err| StepError {
+                index,
+                cache: true,
+                err,
+            };
+            let h = |err| StepError {
+                index,
+                cache: false,
+                err,
+            };
+            let u = |(cache, err)| StepError { index, cache, err };
             match *s {
-                Step::ReadSsd { ssd, buf: b, len } => {
-                    self.cache.read_at(&mut buf[r(b, len)], d + ssd)?
-                }
+                Step::ReadSsd { ssd, buf: b, len } => self
+                    .cache
+                    .read_at(&mut buf[r(b, len)], d + ssd)
+                    .map_err(c)?,
                 Step::ReadHdd {
                     hdd, buf: b, len, ..
-                } => self.backing.read_at(&mut buf[r(b, len)], hdd)?,
+                } => self.backing.read_at(&mut buf[r(b, len)], hdd).map_err(h)?,
                 Step::WriteSsd { ssd, buf: b, len } => {
-                    self.unmap_before_reuse(g, ssd, len)?;
-                    self.cache.write_at(&buf[r(b, len)], d + ssd)?
+                    self.unmap_before_reuse(g, ssd, len).map_err(u)?;
+                    self.cache.write_at(&buf[r(b, len)], d + ssd).map_err(c)?
                 }
                 Step::WriteHdd {
                     hdd, buf: b, len, ..
                 } => {
                     g.backing_unsynced = true;
-                    self.backing.write_at(&buf[r(b, len)], hdd)?
+                    self.backing.write_at(&buf[r(b, len)], hdd).map_err(h)?
                 }
                 Step::Populate { hdd, ssd, len, .. } => {
-                    self.unmap_before_reuse(g, ssd, len)?;
+                    self.unmap_before_reuse(g, ssd, len).map_err(u)?;
                     tmp.resize(len as usize, 0);
-                    self.backing.read_at(&mut tmp, hdd)?;
-                    self.cache.write_at(&tmp, d + ssd)?
+                    self.backing.read_at(&mut tmp, hdd).map_err(h)?;
+                    self.cache.write_at(&tmp, d + ssd).map_err(c)?
                 }
                 Step::WriteBack { ssd, hdd, len, .. } => {
                     tmp.resize(len as usize, 0);
-                    self.cache.read_at(&mut tmp, d + ssd)?;
+                    self.cache.read_at(&mut tmp, d + ssd).map_err(c)?;
                     g.backing_unsynced = true;
-                    self.backing.write_at(&tmp, hdd)?
+                    self.backing.write_at(&tmp, hdd).map_err(h)?
                 }
                 // Discards are hints; keeping the bytes is always correct.
                 Step::TrimSsd { .. } | Step::TrimHdd { .. } => {}
@@ -551,7 +614,13 @@ impl CacheVolume {
 
     /// Rule 2 of the module doc: slots in `[ssd, ssd + len)` whose durable record maps a key
     /// other than the one the engine now keeps there are unmapped on the device first.
-    fn unmap_before_reuse(&self, g: &mut Inner, ssd: u64, len: u64) -> io::Result<()> {
+    /// Errors: (whether the cache device failed, the error).
+    fn unmap_before_reuse(
+        &self,
+        g: &mut Inner,
+        ssd: u64,
+        len: u64,
+    ) -> Result<(), (bool, io::Error)> {
         let (a, b) = (ssd >> self.line_shift, (ssd + len - 1) >> self.line_shift);
         for slot in a..=b {
             let at = (slot * RECORD_BYTES) as usize;
@@ -560,9 +629,10 @@ impl CacheVolume {
                 continue;
             }
             if g.backing_unsynced {
-                self.backing.sync()?;
+                self.backing.sync().map_err(|e| (false, e))?;
                 g.backing_unsynced = false;
             }
+            let c = |e| (true, e);
             let empty = Record {
                 seq: g.seq,
                 ..Record::EMPTY
@@ -572,11 +642,15 @@ impl CacheVolume {
             // device returns exactly that), with this one record emptied.
             let page = slot / format::RECORDS_PER_PAGE;
             let mut buf = vec![0u8; PAGE as usize];
-            self.cache.read_at(&mut buf, META_OFFSET + page * PAGE)?;
+            self.cache
+                .read_at(&mut buf, META_OFFSET + page * PAGE)
+                .map_err(c)?;
             let o = at - (page * PAGE) as usize;
             empty.encode(&mut buf[o..o + RECORD_BYTES as usize]);
-            self.cache.write_at(&buf, META_OFFSET + page * PAGE)?;
-            self.cache.sync()?;
+            self.cache
+                .write_at(&buf, META_OFFSET + page * PAGE)
+                .map_err(c)?;
+            self.cache.sync().map_err(c)?;
             g.disk_key[slot as usize] = EMPTY_KEY;
             self.metrics.unmap_syncs.fetch_add(1, Ordering::Relaxed);
         }
@@ -613,14 +687,43 @@ impl CacheVolume {
     }
 
     /// Rule 4: backing sync, cache sync, changed metadata pages, cache sync.
+    /// A cache-device failure here fails the cache (see [`CacheVolume::fail_cache`]); the
+    /// flush then fails only if dirty data was lost with it.
     fn flush_locked(&self, g: &mut Inner) -> io::Result<()> {
-        self.backing.sync()?;
+        if g.failed {
+            return self.backing.sync().map_err(|e| self.backing_error(e));
+        }
+        self.backing.sync().map_err(|e| self.backing_error(e))?;
         g.backing_unsynced = false;
+        if let Err(e) = self.flush_cache(g) {
+            let lost_before = g.lost.len();
+            g.cache_errors += 1;
+            self.metrics.cache_errors.fetch_add(1, Ordering::Relaxed);
+            tracing::error!("cache device failed during a flush: {e}");
+            let erased = self.fail_cache(g);
+            if g.lost.len() != lost_before {
+                return Err(io::Error::other(format!(
+                    "flush: the cache device failed and dirty data was lost ({e})"
+                )));
+            }
+            // Records on the device may still map lines changed since: unless the device is
+            // marked unusable, a restart could serve them, so the flush is not complete.
+            if !erased {
+                return Err(io::Error::other(format!(
+                    "flush: the cache device failed and could not be marked unusable ({e})"
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// The cache half of a flush: sync, changed metadata pages, sync.
+    fn flush_cache(&self, g: &mut Inner) -> io::Result<()> {
         self.cache.sync()?;
         if g.dirty_pages.is_empty() {
             return Ok(());
         }
-        let pages = std::mem::take(&mut g.dirty_pages);
+        let pages = g.dirty_pages.clone();
         for &page in &pages {
             let p = (page * PAGE) as usize..((page + 1) * PAGE) as usize;
             self.cache
@@ -633,6 +736,7 @@ impl CacheVolume {
             }
         }
         self.cache.sync()?;
+        g.dirty_pages.clear();
         self.metrics
             .metadata_pages
             .fetch_add(pages.len() as u64, Ordering::Relaxed);
@@ -661,7 +765,15 @@ impl CacheVolume {
         }
         g.slots = slots;
         Self::update_records(g);
-        r
+        if let Err(e) = r {
+            self.recover(g, &steps, e.index, 0, &[], &[]);
+            return Err(if e.cache {
+                self.cache_error(g, e.err)
+            } else {
+                self.backing_error(e.err)
+            });
+        }
+        Ok(())
     }
 
     /// One background cleaning step: writes back down to the low watermark when the engine
@@ -731,10 +843,356 @@ impl CacheVolume {
             return Ok(());
         }
         self.flush_locked(&mut g)?;
+        if g.failed {
+            g.closed = true;
+            return Ok(());
+        }
         g.sb.clean = true;
         self.write_superblock(&mut g)?;
         g.closed = true;
         Ok(())
+    }
+
+    // ---- Device faults -------------------------------------------------------------------
+    //
+    // A cache-device error never reaches the client by itself: the lines concerned are
+    // dropped after their dirty bytes are copied to the backing device, and the request is
+    // served by the backing device. Dirty bytes that cannot be copied are *lost*: they are
+    // logged, listed in `stats().lost_dirty_ranges`, and reads of them fail (never stale
+    // data) until they are written again. After `max_cache_errors` errors (or any failure to
+    // make the cache durable) the cache is failed: everything that can be written back is,
+    // and every request goes to the backing device. A backing-device error fails the one
+    // request it happened in.
+
+    /// Cache-device errors after which the cache is failed and bypassed.
+    pub fn set_max_cache_errors(&self, n: u64) {
+        self.max_cache_errors.store(n.max(1), Ordering::Relaxed);
+    }
+
+    /// Whether the cache device has been failed (all requests go to the backing device).
+    pub fn cache_failed(&self) -> bool {
+        self.lock().failed
+    }
+
+    /// Volume byte ranges `[start, end)` whose dirty data was lost with the cache device.
+    pub fn lost_dirty_ranges(&self) -> Vec<(u64, u64)> {
+        self.lock().lost.clone()
+    }
+
+    fn backing_error(&self, e: io::Error) -> io::Error {
+        self.metrics.backing_errors.fetch_add(1, Ordering::Relaxed);
+        tracing::warn!("backing device error (request failed): {e}");
+        io::Error::new(e.kind(), format!("backing device: {e}"))
+    }
+
+    /// Counts a cache-device error, fails the cache at the threshold; returns the error for
+    /// callers that cannot serve the request otherwise.
+    fn cache_error(&self, g: &mut Inner, e: io::Error) -> io::Error {
+        g.cache_errors += 1;
+        self.metrics.cache_errors.fetch_add(1, Ordering::Relaxed);
+        let max = self.max_cache_errors.load(Ordering::Relaxed);
+        tracing::warn!(
+            "cache device error {} of {max} before pass-through: {e}",
+            g.cache_errors
+        );
+        if g.cache_errors >= max && !g.failed {
+            self.fail_cache(g);
+        }
+        io::Error::new(e.kind(), format!("cache device: {e}"))
+    }
+
+    /// Fails the cache: writes back every dirty byte it can, drops every line, and passes
+    /// every later request through to the backing device. The superblock is erased (best
+    /// effort) so the device is not reopened with records that may be stale: it must be
+    /// formatted again. Returns whether that erasure is durable.
+    fn fail_cache(&self, g: &mut Inner) -> bool {
+        tracing::error!(
+            "cache device failed after {} errors: writing back dirty data and switching to pass-through",
+            g.cache_errors
+        );
+        let slots: Vec<u32> = g.engine.entries().map(|(_, s, _)| s).collect();
+        self.recover(g, &[], 0, 0, &[], &slots);
+        if let Err(e) = self.backing.sync() {
+            tracing::error!("backing device sync after the cache failed: {e}");
+        }
+        g.backing_unsynced = false;
+        g.failed = true;
+        g.engine.set_mode(Mode::PassThrough);
+        g.dirty_pages.clear();
+        let erased = self
+            .cache
+            .write_at(&[0u8; 4096], 0)
+            .and_then(|_| self.cache.sync());
+        if let Err(e) = &erased {
+            tracing::error!(
+                "could not erase the failed cache device's superblock ({e}): format it before it is used again, or it may serve stale data"
+            );
+        }
+        self.metrics.cache_failed.store(1, Ordering::Relaxed);
+        let bytes: u64 = g.lost.iter().map(|(a, b)| b - a).sum();
+        if g.lost.is_empty() {
+            tracing::error!("cache failed; no dirty data was lost; now in pass-through");
+        } else {
+            tracing::error!(
+                "cache failed; dirty data LOST in {} ranges, {bytes} bytes (reads of them fail until rewritten): {:?}",
+                g.lost.len(),
+                g.lost
+            );
+        }
+        erased.is_ok()
+    }
+
+    /// Records `[a, b)` as lost dirty data.
+    fn lose(&self, g: &mut Inner, a: u64, b: u64, why: &str) {
+        let b = b.min(self.size);
+        if a >= b {
+            return;
+        }
+        tracing::error!("dirty data lost: volume bytes {a}..{b} ({why})");
+        g.lost.push((a, b));
+        g.lost.sort_unstable();
+        let mut out: Vec<(u64, u64)> = Vec::with_capacity(g.lost.len());
+        for &(x, y) in &g.lost {
+            match out.last_mut() {
+                Some(l) if x <= l.1 => l.1 = l.1.max(y),
+                _ => out.push((x, y)),
+            }
+        }
+        g.lost = out;
+        self.metrics
+            .lost_dirty_bytes
+            .store(g.lost.iter().map(|(x, y)| y - x).sum(), Ordering::Relaxed);
+    }
+
+    /// `[a, b)` was written (or trimmed) again: no longer lost.
+    fn unlose(&self, g: &mut Inner, a: u64, b: u64) {
+        if g.lost.is_empty() {
+            return;
+        }
+        let mut out = Vec::new();
+        for &(x, y) in &g.lost {
+            if y <= a || x >= b {
+                out.push((x, y));
+                continue;
+            }
+            if x < a {
+                out.push((x, a));
+            }
+            if y > b {
+                out.push((b, y));
+            }
+        }
+        g.lost = out;
+        self.metrics
+            .lost_dirty_bytes
+            .store(g.lost.iter().map(|(x, y)| y - x).sum(), Ordering::Relaxed);
+    }
+
+    /// After step `failed` of `steps` went wrong (steps before it completed): redoes the
+    /// write-backs not done, copies to the backing device the dirty bytes of every line in a
+    /// slot an unfinished step touched or in `extra` (from `buf` when an unfinished step was
+    /// to put them in the cache and the buffer holds them complete), drops those lines, and
+    /// records as lost what could not be copied.
+    fn recover(
+        &self,
+        g: &mut Inner,
+        steps: &[Step],
+        failed: usize,
+        buf_start: u64,
+        buf: &[u8],
+        extra: &[u32],
+    ) {
+        let d = self.data_offset;
+        let ls = 1u64 << self.line_shift;
+        let mut tmp = Vec::new();
+        let rest = steps.get(failed..).unwrap_or(&[]);
+        for s in rest {
+            if let Step::WriteBack { ssd, hdd, len, .. } = *s {
+                tmp.resize(len as usize, 0);
+                g.backing_unsynced = true;
+                let r = self
+                    .cache
+                    .read_at(&mut tmp, d + ssd)
+                    .and_then(|_| self.backing.write_at(&tmp, hdd));
+                if let Err(e) = r {
+                    self.lose(g, hdd, hdd + len, &format!("write-back failed: {e}"));
+                }
+            }
+        }
+        let mut slots: BTreeSet<u32> = extra.iter().copied().collect();
+        for s in rest {
+            if let Some((ssd, len)) = ssd_range(s) {
+                slots.extend(
+                    (ssd >> self.line_shift) as u32..=((ssd + len - 1) >> self.line_shift) as u32,
+                );
+            }
+        }
+        // Unfinished steps that were to write the cache from the buffer: (ssd range, buf offset).
+        let unfinished: Vec<(u64, u64, Option<u64>)> = rest
+            .iter()
+            .filter_map(|s| match *s {
+                Step::WriteSsd { ssd, buf: b, len } => Some((ssd, ssd + len, Some(b))),
+                Step::Populate { ssd, len, .. } => Some((ssd, ssd + len, None)),
+                _ => None,
+            })
+            .collect();
+        // Whether every step filling buf[a..b) completed.
+        let filled = |a: u64, b: u64| {
+            !rest.iter().any(|s| match *s {
+                Step::ReadSsd { buf: x, len, .. } | Step::ReadHdd { buf: x, len, .. } => {
+                    x < b && a < x + len
+                }
+                _ => false,
+            })
+        };
+        let ss = g.engine.sector_size();
+        for &slot in &slots {
+            let Some(key) = g.engine.slot_key(slot) else {
+                continue;
+            };
+            let line_vol = (key & LINE_MASK) << self.line_shift;
+            let base = slot as u64 * ls;
+            let dirty = g.engine.dirty_mask(slot);
+            for k in 0..64u64 {
+                if dirty >> k & 1 == 0 || k * ss >= ls {
+                    continue;
+                }
+                let (a, b) = (base + k * ss, base + (k + 1) * ss);
+                // Pieces of the sector, split where unfinished steps begin or end.
+                let mut cuts = vec![a, b];
+                for &(x, y, _) in &unfinished {
+                    cuts.extend([x, y].into_iter().filter(|&c| a < c && c < b));
+                }
+                cuts.sort_unstable();
+                cuts.dedup();
+                for w in cuts.windows(2) {
+                    let (p, q) = (w[0], w[1]);
+                    let vol = line_vol + (p - base);
+                    let step = unfinished.iter().find(|(x, y, _)| *x <= p && q <= *y);
+                    g.backing_unsynced = true;
+                    let r = match step {
+                        // Bytes an unfinished step was to write from the buffer: there, if
+                        // every fill of that part of the buffer completed.
+                        Some(&(x, _, Some(bo))) => {
+                            let at = bo + (p - x);
+                            if (at + q - p) as usize <= buf.len()
+                                && vol == buf_start + at
+                                && filled(at, at + q - p)
+                            {
+                                self.backing
+                                    .write_at(&buf[at as usize..(at + q - p) as usize], vol)
+                            } else {
+                                Err(io::Error::other("its new bytes never reached the cache"))
+                            }
+                        }
+                        // A population copies the backing device's own bytes.
+                        Some((_, _, None)) => Ok(()),
+                        None => {
+                            tmp.resize((q - p) as usize, 0);
+                            self.cache
+                                .read_at(&mut tmp, d + p)
+                                .and_then(|_| self.backing.write_at(&tmp, vol))
+                        }
+                    };
+                    if let Err(e) = r {
+                        self.lose(
+                            g,
+                            vol,
+                            vol + (q - p),
+                            &format!("dirty bytes not saved: {e}"),
+                        );
+                    }
+                }
+            }
+            g.engine.drop_line(slot);
+        }
+        let mut v = std::mem::take(&mut g.slots);
+        v.clear();
+        v.extend(slots);
+        g.slots = v;
+        Self::update_records(g);
+    }
+
+    /// A plan failed at `e`: recovers the cache's state, then fails the request (backing
+    /// error) or serves it from the backing device (cache error).
+    #[allow(clippy::too_many_arguments)]
+    fn after_failure(
+        &self,
+        g: &mut Inner,
+        req: &Request,
+        data: Data<'_>,
+        steps: &[Step],
+        e: StepError,
+        buf_start: u64,
+        buf: &[u8],
+        touched: &[u32],
+    ) -> io::Result<()> {
+        self.recover(g, steps, e.index, buf_start, buf, touched);
+        if !e.cache {
+            return Err(self.backing_error(e.err));
+        }
+        self.cache_error(g, e.err);
+        self.direct(g, req, data)
+    }
+
+    /// A hit's cache read failed: drops the request's lines (saving their dirty bytes) and
+    /// reads from the backing device.
+    fn read_fallback(&self, req: &Request, out: &mut [u8], e: io::Error) -> io::Result<()> {
+        let mut g = self.lock();
+        let _excl = self.io.write().unwrap_or_else(|e| e.into_inner());
+        if !g.failed {
+            let (first, last) = (
+                req.offset >> self.line_shift,
+                (req.end() - 1) >> self.line_shift,
+            );
+            let slots: Vec<u32> = (first..=last)
+                .filter_map(|l| g.engine.lookup(Engine::line_key(0, l)))
+                .collect();
+            self.recover(&mut g, &[], 0, 0, &[], &slots);
+            self.cache_error(&mut g, e);
+        }
+        lost_check(&g.lost, req.offset, req.end())?;
+        self.backing
+            .read_at(out, req.offset)
+            .map_err(|e| self.backing_error(e))
+    }
+
+    /// Serves a request from the backing device alone (the cache holds none of its lines).
+    fn direct(&self, g: &mut Inner, req: &Request, data: Data<'_>) -> io::Result<()> {
+        match data {
+            Data::Read(out) => {
+                lost_check(&g.lost, req.offset, req.end())?;
+                self.backing
+                    .read_at(out, req.offset)
+                    .map_err(|e| self.backing_error(e))
+            }
+            Data::Write(d) => {
+                g.backing_unsynced = true;
+                self.backing
+                    .write_at(d, req.offset)
+                    .map_err(|e| self.backing_error(e))?;
+                self.unlose(g, req.offset, req.end());
+                if req.fua {
+                    // Also makes the dropped lines' records durable, so no restart maps
+                    // them to older bytes.
+                    self.flush_locked(g)?;
+                }
+                Ok(())
+            }
+            Data::None if req.op == Op::Flush => self.flush_locked(g),
+            Data::None => {
+                if req.op == Op::Trim {
+                    self.unlose(g, req.offset, req.end());
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// Failed cache: everything goes to the backing device.
+    fn run_direct(&self, g: &mut Inner, req: &Request, data: Data<'_>) -> io::Result<()> {
+        let _excl = self.io.write().unwrap_or_else(|e| e.into_inner());
+        self.direct(g, req, data)
     }
 
     /// Counters, occupancy and device state for `ctl stats` and metrics.
@@ -766,7 +1224,26 @@ impl CacheVolume {
             metadata_pages_written: self.metrics.metadata_pages.load(Ordering::Relaxed),
             classes: crate::classify::class_stats(e, self.class_table.as_deref()),
             classifier: self.classifier.as_ref().map(|c| c.summary()),
+            cache_errors: self.metrics.cache_errors.load(Ordering::Relaxed),
+            backing_errors: self.metrics.backing_errors.load(Ordering::Relaxed),
+            cache_failed: g.failed,
+            lost_dirty_bytes: g.lost.iter().map(|(a, b)| b - a).sum(),
+            lost_dirty_ranges: g.lost.clone(),
         }
+    }
+
+    /// Every cached line as the engine holds it now, in slot order (tests, diagnostics).
+    pub fn lines(&self) -> Vec<LineState> {
+        let g = self.lock();
+        let e = &g.engine;
+        e.entries()
+            .map(|(key, slot, _)| LineState {
+                key,
+                slot,
+                valid: e.valid_mask(slot),
+                dirty: e.dirty_mask(slot),
+            })
+            .collect()
     }
 
     fn timed(&self, write: bool, f: impl FnOnce() -> io::Result<()>) -> io::Result<()> {
@@ -775,6 +1252,15 @@ impl CacheVolume {
         self.metrics.record(write, t.elapsed());
         r
     }
+}
+
+/// One cached line: its engine key (the line number for volume 0), slot and sector masks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
+pub struct LineState {
+    pub key: u64,
+    pub slot: u32,
+    pub valid: u64,
+    pub dirty: u64,
 }
 
 /// Snapshot of a volume's state.
@@ -797,6 +1283,25 @@ pub struct VolumeStats {
     pub classes: Vec<crate::classify::ClassStats>,
     /// What the live classifier knows (`None`: no classifier).
     pub classifier: Option<serde_json::Value>,
+    /// Cache-device errors so far (each one dropped lines; none reached a client alone).
+    pub cache_errors: u64,
+    /// Backing-device errors so far (each one failed its request).
+    pub backing_errors: u64,
+    /// The cache device was failed: everything passes through to the backing device.
+    pub cache_failed: bool,
+    /// Dirty data lost with the cache device: byte ranges `[start, end)` of the volume.
+    pub lost_dirty_bytes: u64,
+    pub lost_dirty_ranges: Vec<(u64, u64)>,
+}
+
+/// Fails with EIO naming the range when `[a, b)` overlaps lost dirty data.
+fn lost_check(lost: &[(u64, u64)], a: u64, b: u64) -> io::Result<()> {
+    match lost.iter().find(|(x, y)| *x < b && a < *y) {
+        Some((x, y)) => Err(io::Error::other(format!(
+            "volume bytes {x}..{y} held dirty data lost with the cache device"
+        ))),
+        None => Ok(()),
+    }
 }
 
 enum Data<'a> {

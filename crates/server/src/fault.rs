@@ -1,0 +1,347 @@
+//! A seeded fault-injecting device, for crash-point enumeration and device-fault drills.
+//!
+//! [`Faults`] is shared by every device it wraps (typically the cache and the backing device)
+//! and numbers their write and sync calls 1, 2, 3, ... in the order they happen (an *event*).
+//! It can cut the power at event N ([`Faults::crash_at`]): the Nth call fails, and so does
+//! every later call on every wrapped device; writes not yet synced are then applied sector by
+//! sector at random (each 512-byte sector of each write independently, in write order) and
+//! the rest dropped, as a volatile write cache losing power would. With `tear`, the Nth call
+//! itself is a write that reaches the device partially (a torn write); without, it is lost.
+//!
+//! Devices wrapped with `volatile = true` model that write cache (an OS page cache, a disk's
+//! DRAM): written bytes are visible to reads at once but reach the file only at `sync`.
+//! Independently of crashes, a [`FaultHandle`] injects I/O errors: reads or writes of byte
+//! ranges fail, syncs fail, or the whole device is gone ([`FaultHandle::lose`]).
+//!
+//! Nothing here is used by `tiercache serve`; it exists so the volume's failure handling can
+//! be tested through the same `BlockDev` interface real devices use.
+
+use crate::dev::BlockDev;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use std::io;
+use std::ops::Range;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// Granularity at which unsynced and torn writes reach the device.
+pub const TEAR_SECTOR: usize = 512;
+
+/// Event numbering, the crash point and the power state shared by wrapped devices.
+pub struct Faults {
+    st: Mutex<State>,
+    power_lost: AtomicBool,
+}
+
+struct State {
+    events: u64,
+    crash_at: Option<u64>,
+    tear: bool,
+    tear_bytes: usize,
+    /// Crash at the Nth write to this device and byte range instead of the Nth event.
+    filter: Option<(String, Range<u64>)>,
+    matched: u64,
+    rng: StdRng,
+    devs: Vec<Arc<DevState>>,
+}
+
+/// Errors to inject on one device, and what was injected.
+#[derive(Default)]
+struct Rules {
+    fail_reads: Vec<Range<u64>>,
+    fail_writes: Vec<Range<u64>>,
+    fail_syncs: bool,
+    lost: bool,
+}
+
+struct DevState {
+    inner: Box<dyn BlockDev>,
+    name: String,
+    volatile: bool,
+    pending: Mutex<Vec<(u64, Vec<u8>)>>,
+    rules: Mutex<Rules>,
+    injected: AtomicU64,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn overlaps(rs: &[Range<u64>], off: u64, len: u64) -> bool {
+    rs.iter().any(|r| r.start < off + len && off < r.end)
+}
+
+impl Faults {
+    pub fn new(seed: u64) -> Arc<Faults> {
+        Arc::new(Faults {
+            st: Mutex::new(State {
+                events: 0,
+                crash_at: None,
+                tear: false,
+                tear_bytes: TEAR_SECTOR,
+                filter: None,
+                matched: 0,
+                rng: StdRng::seed_from_u64(seed),
+                devs: Vec::new(),
+            }),
+            power_lost: AtomicBool::new(false),
+        })
+    }
+
+    /// Cuts the power at event `n` (1-based); `tear`: that event, if a write, is torn.
+    pub fn crash_at(&self, n: u64, tear: bool) {
+        let mut st = lock(&self.st);
+        st.crash_at = Some(n);
+        st.tear = tear;
+    }
+
+    /// Cuts the power at the `n`th write to device `dev` overlapping `range` (a torn write),
+    /// e.g. to aim at the metadata area.
+    pub fn crash_at_write_to(&self, n: u64, dev: &str, range: Range<u64>) {
+        let mut st = lock(&self.st);
+        st.crash_at = Some(n);
+        st.tear = true;
+        st.filter = Some((dev.to_string(), range));
+    }
+
+    /// Writes that matched the filter of [`Faults::crash_at_write_to`] so far.
+    pub fn matched_writes(&self) -> u64 {
+        lock(&self.st).matched
+    }
+
+    /// Granularity of the torn write at the crash point (default [`TEAR_SECTOR`]; smaller
+    /// values model devices without atomic sector writes).
+    pub fn set_tear_bytes(&self, n: usize) {
+        lock(&self.st).tear_bytes = n.max(1);
+    }
+
+    /// Writes and syncs so far on all wrapped devices.
+    pub fn events(&self) -> u64 {
+        lock(&self.st).events
+    }
+
+    pub fn power_lost(&self) -> bool {
+        self.power_lost.load(Ordering::SeqCst)
+    }
+
+    /// Wraps `inner`; `volatile`: writes stay in a write cache until `sync`.
+    pub fn wrap(
+        self: &Arc<Self>,
+        name: &str,
+        inner: Box<dyn BlockDev>,
+        volatile: bool,
+    ) -> (FaultDev, FaultHandle) {
+        let st = Arc::new(DevState {
+            inner,
+            name: name.to_string(),
+            volatile,
+            pending: Mutex::new(Vec::new()),
+            rules: Mutex::new(Rules::default()),
+            injected: AtomicU64::new(0),
+        });
+        lock(&self.st).devs.push(Arc::clone(&st));
+        let dev = FaultDev {
+            faults: Arc::clone(self),
+            st: Arc::clone(&st),
+        };
+        (dev, FaultHandle { st })
+    }
+
+    /// Cuts the power now: unsynced writes of every volatile device reach it sector by
+    /// sector at random (and are synced to the underlying device, so its files hold what a
+    /// restart would find), and every later call fails. Idempotent.
+    pub fn power_cut(&self) {
+        let mut st = lock(&self.st);
+        self.cut(&mut st);
+    }
+
+    fn cut(&self, st: &mut State) {
+        if self.power_lost.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        let devs = st.devs.clone();
+        for d in devs {
+            let pending = std::mem::take(&mut *lock(&d.pending));
+            for (off, data) in pending {
+                for (i, c) in data.chunks(TEAR_SECTOR).enumerate() {
+                    if st.rng.gen_bool(0.5) {
+                        // A failure here leaves the sector unwritten, which a cut may do.
+                        let _ = d.inner.write_at(c, off + (i * TEAR_SECTOR) as u64);
+                    }
+                }
+            }
+            let _ = d.inner.sync();
+        }
+    }
+}
+
+/// A device whose writes and syncs are numbered by [`Faults`] and can fail.
+pub struct FaultDev {
+    faults: Arc<Faults>,
+    st: Arc<DevState>,
+}
+
+/// Injects errors into one wrapped device, and finishes its power cut.
+#[derive(Clone)]
+pub struct FaultHandle {
+    st: Arc<DevState>,
+}
+
+impl FaultHandle {
+    /// Reads overlapping `r` fail from now on.
+    pub fn fail_reads(&self, r: Range<u64>) {
+        lock(&self.st.rules).fail_reads.push(r);
+    }
+    /// Writes overlapping `r` fail (and change nothing) from now on.
+    pub fn fail_writes(&self, r: Range<u64>) {
+        lock(&self.st.rules).fail_writes.push(r);
+    }
+    /// Syncs fail from now on.
+    pub fn fail_syncs(&self) {
+        lock(&self.st.rules).fail_syncs = true;
+    }
+    /// The device is gone: every call fails, and unsynced writes are lost.
+    pub fn lose(&self) {
+        lock(&self.st.rules).lost = true;
+        lock(&self.st.pending).clear();
+    }
+    /// No more injected errors.
+    pub fn heal(&self) {
+        *lock(&self.st.rules) = Rules::default();
+    }
+    /// Calls failed by injection so far (not counting failures after a power cut).
+    pub fn injected(&self) -> u64 {
+        self.st.injected.load(Ordering::Relaxed)
+    }
+}
+
+fn injected(what: &str, dev: &str, off: u64, len: u64) -> io::Error {
+    io::Error::other(format!(
+        "injected {what} error on {dev} at byte {off} (+{len})"
+    ))
+}
+
+impl FaultDev {
+    fn check_power(&self) -> io::Result<()> {
+        if self.faults.power_lost() {
+            return Err(io::Error::other(format!("{}: power lost", self.st.name)));
+        }
+        Ok(())
+    }
+
+    /// Applies `data` at `off` (into the write cache when volatile).
+    fn apply(&self, data: &[u8], off: u64) -> io::Result<()> {
+        let n = self
+            .st
+            .inner
+            .size()
+            .saturating_sub(off)
+            .min(data.len() as u64) as usize;
+        if self.st.volatile {
+            lock(&self.st.pending).push((off, data[..n].to_vec()));
+            Ok(())
+        } else {
+            self.st.inner.write_at(&data[..n], off)
+        }
+    }
+}
+
+impl BlockDev for FaultDev {
+    fn size(&self) -> u64 {
+        self.st.inner.size()
+    }
+
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        self.check_power()?;
+        {
+            let r = lock(&self.st.rules);
+            if r.lost || overlaps(&r.fail_reads, offset, buf.len() as u64) {
+                self.st.injected.fetch_add(1, Ordering::Relaxed);
+                return Err(injected("read", &self.st.name, offset, buf.len() as u64));
+            }
+        }
+        self.st.inner.read_at(buf, offset)?;
+        let end = offset + buf.len() as u64;
+        for (o, d) in lock(&self.st.pending).iter() {
+            let (a, b) = ((*o).max(offset), (o + d.len() as u64).min(end));
+            if a < b {
+                buf[(a - offset) as usize..(b - offset) as usize]
+                    .copy_from_slice(&d[(a - o) as usize..(b - o) as usize]);
+            }
+        }
+        Ok(())
+    }
+
+    fn write_at(&self, data: &[u8], offset: u64) -> io::Result<()> {
+        let mut st = lock(&self.faults.st);
+        self.check_power()?;
+        {
+            let r = lock(&self.st.rules);
+            if r.lost || overlaps(&r.fail_writes, offset, data.len() as u64) {
+                self.st.injected.fetch_add(1, Ordering::Relaxed);
+                return Err(injected("write", &self.st.name, offset, data.len() as u64));
+            }
+        }
+        st.events += 1;
+        let hit = match &st.filter {
+            Some((dev, r))
+                if *dev == self.st.name
+                    && overlaps(std::slice::from_ref(r), offset, data.len() as u64) =>
+            {
+                st.matched += 1;
+                st.crash_at == Some(st.matched)
+            }
+            Some(_) => false,
+            None => st.crash_at == Some(st.events),
+        };
+        if hit {
+            self.faults.cut(&mut st);
+            if st.tear {
+                // The write reaches the device partially, after the older unsynced writes.
+                let n = self
+                    .st
+                    .inner
+                    .size()
+                    .saturating_sub(offset)
+                    .min(data.len() as u64) as usize;
+                let g = st.tear_bytes;
+                for (i, c) in data[..n].chunks(g).enumerate() {
+                    if st.rng.gen_bool(0.5) {
+                        let _ = self.st.inner.write_at(c, offset + (i * g) as u64);
+                    }
+                }
+                let _ = self.st.inner.sync();
+            }
+            return Err(io::Error::other(format!(
+                "{}: power lost during a write (event {})",
+                self.st.name, st.events
+            )));
+        }
+        self.apply(data, offset)
+    }
+
+    fn sync(&self) -> io::Result<()> {
+        let mut st = lock(&self.faults.st);
+        self.check_power()?;
+        {
+            let r = lock(&self.st.rules);
+            if r.lost || r.fail_syncs {
+                self.st.injected.fetch_add(1, Ordering::Relaxed);
+                return Err(injected("sync", &self.st.name, 0, 0));
+            }
+        }
+        st.events += 1;
+        if st.filter.is_none() && st.crash_at == Some(st.events) {
+            self.faults.cut(&mut st);
+            return Err(io::Error::other(format!(
+                "{}: power lost during a sync (event {})",
+                self.st.name, st.events
+            )));
+        }
+        let pending = std::mem::take(&mut *lock(&self.st.pending));
+        for (off, data) in pending {
+            self.st.inner.write_at(&data, off)?;
+        }
+        self.st.inner.sync()
+    }
+}
