@@ -14,7 +14,10 @@ use tiercache_sim::reproduce::{self, Outcome, EXPERIMENTS};
   qsan            Qsan: warm-up estimate vs simulated warm-up, IOPS before and after
   srt             SRT study: SSD size sweep, write-through vs write-back, FIFO vs LIFO vs S-LRU
   storage-bench   Storage Bench 2011: HDD alone vs HDD + small SSD cache vs SSD alone
+  dss             DSS Tables 3 and 4: no cache vs LRU vs DSS, 7200 and 15K RPM, 10 % cache
+  nitro           Nitro: (ND,NC) (ND,C) (D,NC) (D,C), extent vs WEU, read hit and erasures
   all             every one of them
+Rows with a verdict of their own print it on the next line (`-> ...`).
 Example:
   tiercache reproduce all --out repro/        # writes repro/reproduce.html and repro/NAME.json"
 )]
@@ -86,6 +89,9 @@ fn print_outcome(o: &Outcome) {
     println!("   {:<w$}  {:<w2$}  published", "what", "ours");
     for r in &o.rows {
         println!("   {:<w$}  {:<w2$}  {}", r.what, r.ours, r.published);
+        if !r.verdict.is_empty() {
+            println!("   {:<w$}  -> {}", "", r.verdict);
+        }
     }
     println!("   verdict: {}", o.verdict);
 }
@@ -94,15 +100,25 @@ fn section_html(o: &Outcome) -> String {
     let mut h = String::new();
     let _ = writeln!(h, "<p>{}</p>", esc(&o.source));
     let _ = writeln!(h, "<p><b>Verdict:</b> {}</p>", esc(&o.verdict));
-    h.push_str("<table><tr><th>what</th><th>ours</th><th>published</th></tr>\n");
+    let notes = o.rows.iter().any(|r| !r.verdict.is_empty());
+    h.push_str("<table><tr><th>what</th><th>ours</th><th>published</th>");
+    h.push_str(if notes {
+        "<th>verdict</th></tr>\n"
+    } else {
+        "</tr>\n"
+    });
     for r in &o.rows {
-        let _ = writeln!(
+        let _ = write!(
             h,
-            "<tr><td>{}</td><td>{}</td><td>{}</td></tr>",
+            "<tr><td>{}</td><td>{}</td><td>{}</td>",
             esc(&r.what),
             esc(&r.ours),
             esc(&r.published)
         );
+        if notes {
+            let _ = write!(h, "<td>{}</td>", esc(&r.verdict));
+        }
+        h.push_str("</tr>\n");
     }
     h.push_str("</table>\n");
     for p in &o.plots {

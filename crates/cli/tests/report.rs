@@ -200,7 +200,7 @@ fn reproduce_all_writes_verdicts_json_and_one_page() {
         &["reproduce", "all", "--requests", "20000", "--out", "repro"],
         dir.path(),
     );
-    assert_eq!(out.matches("verdict: ").count(), 3, "{out}");
+    assert_eq!(out.matches("verdict: ").count(), 5, "{out}");
     assert!(
         out.contains("HDD + SSD cache") && out.contains("slru at"),
         "{out}"
@@ -212,25 +212,37 @@ fn reproduce_all_writes_verdicts_json_and_one_page() {
         "SRT: mean response time vs SSD cache size",
         "Storage Bench: disk busy time (s)",
         "Qsan test case 1: IOPS over time",
+        "Storage Bench: disk busy time, reads (s)",
+        "Storage Bench: disk busy time, writes (s)",
+        "DSS: Tables 3 and 4 (no cache vs LRU vs DSS, 10 % cache)",
+        "DSS 7200 RPM: cost per MB per IOPS (no cache = 1)",
+        "Nitro: data reduction, extent vs WEU caching",
         "Verdict:",
     ] {
         assert!(html.contains(t), "missing {t}");
     }
-    assert_eq!(html.matches("<svg").count(), 2 + 2 + 4);
-    for name in ["srt", "qsan", "storage-bench"] {
+    let mut plots = 0;
+    for name in ["srt", "qsan", "storage-bench", "dss", "nitro"] {
         let v: serde_json::Value = serde_json::from_str(
             &std::fs::read_to_string(dir.path().join(format!("repro/{name}.json"))).unwrap(),
         )
         .unwrap();
         assert_eq!(v["name"], name);
         assert!(!v["verdict"].as_str().unwrap().is_empty());
+        plots += v["plots"].as_array().unwrap().len();
     }
+    // Every plot of every experiment is drawn once: srt 2, qsan 2, storage bench 6, DSS 5,
+    // Nitro 2 per workload.
+    assert!(plots >= 2 + 2 + 6 + 5 + 2, "{plots}");
+    assert_eq!(html.matches("<svg").count(), plots);
     // An unknown experiment is an error that lists the known ones.
     let o = Command::new(env!("CARGO_BIN_EXE_tiercache"))
-        .args(["reproduce", "dss", "--out"])
+        .args(["reproduce", "sieve", "--out"])
         .arg(dir.path().join("x"))
         .output()
         .unwrap();
     assert!(!o.status.success());
-    assert!(String::from_utf8_lossy(&o.stderr).contains("known: srt, qsan, storage-bench"));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("known: srt, qsan, storage-bench, dss, nitro")
+    );
 }

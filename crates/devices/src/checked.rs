@@ -54,6 +54,11 @@ pub struct Checked<M> {
     /// Ops inside the model (for busy time); the rest of `in_flight` waits in `ready`.
     in_model: usize,
     busy_since_ns: u64,
+    /// Ops inside the model per [`IoKind::index`], and the busy time attributed to each kind
+    /// up to `share_since_ns` (each moment split among the kinds by their op counts).
+    in_model_kind: [usize; 4],
+    share_ns: [f64; 4],
+    share_since_ns: u64,
     /// Completed, not yet handed out: (time, tag) -> result.
     ready: BinaryHeap<Reverse<(u64, u64)>>,
     results: HashMap<u64, Result<(), DeviceError>>,
@@ -71,6 +76,9 @@ impl<M: Model> Checked<M> {
             in_flight: HashMap::new(),
             in_model: 0,
             busy_since_ns: 0,
+            in_model_kind: [0; 4],
+            share_ns: [0.0; 4],
+            share_since_ns: 0,
             ready: BinaryHeap::new(),
             results: HashMap::new(),
             scratch: Vec::new(),
@@ -111,6 +119,25 @@ impl<M: Model> Checked<M> {
         }
     }
 
+    /// The busy time per kind up to `t`: (shares, time) with the time from the last change
+    /// of the ops in the model to `t` split among the kinds by their op counts.
+    fn shares_at(&self, t: u64) -> [f64; 4] {
+        let mut s = self.share_ns;
+        if self.in_model > 0 && t > self.share_since_ns {
+            let dt = (t - self.share_since_ns) as f64;
+            for (k, v) in s.iter_mut().enumerate() {
+                *v += dt * self.in_model_kind[k] as f64 / self.in_model as f64;
+            }
+        }
+        s
+    }
+
+    /// Brings the per-kind busy shares up to `t` (before the ops in the model change).
+    fn share_to(&mut self, t: u64) {
+        self.share_ns = self.shares_at(t);
+        self.share_since_ns = self.share_since_ns.max(t);
+    }
+
     /// Runs the model to `now_ns` and moves its completions to `ready`.
     fn pump(&mut self, now_ns: u64) {
         let mut out = std::mem::take(&mut self.scratch);
@@ -127,6 +154,8 @@ impl<M: Model> Checked<M> {
                 "{}: model completed an unknown or finished op",
                 self.model.name()
             );
+            self.share_to(d.time_ns);
+            self.in_model_kind[self.in_flight[&d.tag].kind.index()] -= 1;
             self.in_model -= 1;
             if self.in_model == 0 {
                 self.stats.busy_ns += d.time_ns.saturating_sub(self.busy_since_ns);
@@ -174,6 +203,8 @@ impl<M: Model> Device for Checked<M> {
                 if self.in_model == 0 {
                     self.busy_since_ns = now_ns;
                 }
+                self.share_to(now_ns);
+                self.in_model_kind[op.kind.index()] += 1;
                 self.in_model += 1;
                 self.model.accept(now_ns, tag, &op);
             }
@@ -224,6 +255,9 @@ impl<M: Model> Device for Checked<M> {
         let mut s = self.stats.clone();
         if self.in_model > 0 {
             s.busy_ns += self.clock_ns.saturating_sub(self.busy_since_ns);
+        }
+        for (k, v) in self.shares_at(self.clock_ns).into_iter().enumerate() {
+            s.kinds[k].busy_ns = v.round() as u64;
         }
         s
     }

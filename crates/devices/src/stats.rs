@@ -111,6 +111,11 @@ pub struct KindStats {
     pub errors: u64,
     /// Submit-to-completion time.
     pub latency: LatencySummary,
+    /// The device's busy time ([`DeviceStats::busy_ns`]) attributed to this kind: every moment
+    /// the device works is split among the kinds of the ops in it by their counts, so the
+    /// kinds add up to the device's busy time (up to rounding).
+    #[serde(default)]
+    pub busy_ns: u64,
 }
 
 /// What a device did since it was built.

@@ -417,6 +417,13 @@ fn busy_time_is_bounded_by_elapsed_and_equal_when_saturated() {
         let mut d = dev(name);
         let r = random_reads(&mut *d, 4, 500, 9);
         assert_eq!(d.stats().busy_ns, r.elapsed_ns(), "{name}");
+        // Reads only: the read busy time is the device's, the write busy time 0.
+        assert_eq!(
+            d.stats().kind(IoKind::Read).busy_ns,
+            r.elapsed_ns(),
+            "{name}"
+        );
+        assert_eq!(d.stats().kind(IoKind::Write).busy_ns, 0, "{name}");
         assert_eq!(d.stats().ops(), 500);
         assert_eq!(d.outstanding(), 0);
 
@@ -518,4 +525,57 @@ fn sptf_starvation_guard_bounds_the_worst_wait() {
         guarded.iops
     );
     assert!(guarded.max_latency_ns < pure.max_latency_ns);
+}
+
+#[test]
+fn busy_time_per_kind_splits_reads_and_writes() {
+    let near = |a: u64, b: u64| a.abs_diff(b) <= 4;
+    for name in ["7200", "ssd:default", "ram"] {
+        // Reads, then after an idle gap writes, then both together.
+        let mut d = dev(name);
+        let mut done = Vec::new();
+        let mut t = 0;
+        let mut id = 0;
+        let drain = |d: &mut Box<dyn Device>, done: &mut Vec<Completion>| {
+            while let Some(x) = d.next_completion() {
+                d.advance(x, done);
+            }
+            done.iter().map(|c| c.time_ns).max().unwrap_or(0)
+        };
+        let mut alone = Vec::new();
+        for kind in [IoKind::Read, IoKind::Write] {
+            let before = d.stats().busy_ns;
+            for i in 0..20u64 {
+                d.submit(t, id, IoOp::new(kind, i * 7919 * 4096, 4096));
+                id += 1;
+            }
+            t = drain(&mut d, &mut done) + 100_000_000;
+            alone.push(d.stats().busy_ns - before);
+        }
+        let s = d.stats();
+        let (r, w) = (s.kind(IoKind::Read).busy_ns, s.kind(IoKind::Write).busy_ns);
+        // Apart in time: each kind has the device's busy time of its own batch.
+        assert!(
+            near(r, alone[0]) && near(w, alone[1]),
+            "{name}: {r} {w} {alone:?}"
+        );
+        assert!(r > 0 && w > 0, "{name}");
+        // Together: the device's time is split, each kind gets some, the sum is the total.
+        for i in 0..20u64 {
+            let kind = if i % 2 == 0 {
+                IoKind::Read
+            } else {
+                IoKind::Write
+            };
+            d.submit(t, id, IoOp::new(kind, i * 104729 * 4096, 4096));
+            id += 1;
+        }
+        drain(&mut d, &mut done);
+        let s2 = d.stats();
+        let r2 = s2.kind(IoKind::Read).busy_ns - r;
+        let w2 = s2.kind(IoKind::Write).busy_ns - w;
+        let b2 = s2.busy_ns - s.busy_ns;
+        assert!(r2 > 0 && w2 > 0, "{name}: {r2} {w2}");
+        assert!(near(r2 + w2, b2), "{name}: {r2} + {w2} vs {b2}");
+    }
 }

@@ -143,6 +143,10 @@ pub struct Window {
 pub struct DeviceUse {
     pub name: String,
     pub busy_s: f64,
+    /// Busy time attributed to reads (writes): while both are in the device, its time is
+    /// split by their op counts (so read + write = busy, flushes and trims aside).
+    pub read_busy_s: f64,
+    pub write_busy_s: f64,
     pub utilisation: f64,
     pub ops: u64,
     pub bytes_read: u64,
@@ -806,6 +810,8 @@ fn device_use(d: &dyn Device, elapsed_ns: u64) -> DeviceUse {
     DeviceUse {
         name: d.name().to_string(),
         busy_s: s.busy_ns as f64 / 1e9,
+        read_busy_s: s.kind(tiercache_devices::IoKind::Read).busy_ns as f64 / 1e9,
+        write_busy_s: s.kind(tiercache_devices::IoKind::Write).busy_ns as f64 / 1e9,
         utilisation: if elapsed_ns > 0 {
             s.busy_ns as f64 / elapsed_ns as f64
         } else {

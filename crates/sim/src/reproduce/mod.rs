@@ -2,6 +2,8 @@
 //! figures beside the published ones, with a one-line verdict. One file per experiment; the
 //! settings are checked in under `experiments/reproduce/` (built in, or given as a file).
 
+pub mod dss;
+pub mod nitro;
 pub mod qsan;
 pub mod srt;
 pub mod storage_bench;
@@ -25,14 +27,25 @@ pub const EXPERIMENTS: &[(&str, &str)] = &[
         "storage-bench",
         "Storage Bench 2011: HDD alone vs HDD + small SSD cache vs SSD alone",
     ),
+    (
+        "dss",
+        "DSS: Tables 3 and 4, no cache vs LRU vs DSS on 7200 and 15K RPM RAID 5, 10 % cache",
+    ),
+    (
+        "nitro",
+        "Nitro: (ND,NC) (ND,C) (D,NC) (D,C), extent vs WEU caching, read-hit ratio and erasures",
+    ),
 ];
 
 /// A line of the comparison table.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Default, Serialize)]
 pub struct Row {
     pub what: String,
     pub ours: String,
     pub published: String,
+    /// This row's own one-line verdict (empty: the outcome's verdict covers it).
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub verdict: String,
 }
 
 /// A plot of our results.
@@ -69,6 +82,8 @@ pub fn run(name: &str, config: Option<&str>, requests: Option<u64>) -> Result<Ou
         "srt" => srt::run(config.unwrap_or(srt::CONFIG), requests),
         "qsan" => qsan::run(config.unwrap_or(qsan::CONFIG), requests),
         "storage-bench" => storage_bench::run(config.unwrap_or(storage_bench::CONFIG), requests),
+        "dss" => dss::run(config.unwrap_or(dss::CONFIG), requests),
+        "nitro" => nitro::run(config.unwrap_or(nitro::CONFIG), requests),
         other => anyhow::bail!(
             "no reproduction called '{other}'; known: {}",
             EXPERIMENTS
@@ -117,4 +132,58 @@ pub(crate) fn timed(
     };
     setup.options.drive = crate::Drive::Closed { queue_depth };
     crate::run_timed(&spec, &setup, None).with_context(|| format!("timed run on {hdd}"))
+}
+
+/// How a measured ratio (1 = no change) compares with the published one: "same direction,
+/// similar magnitude" (within 1.5x of each other's gain), "same direction, larger/smaller
+/// magnitude", or "different direction". Ratios within `flat` of 1 count as no change.
+pub(crate) fn compare_ratio(ours: f64, published: f64, flat: f64) -> &'static str {
+    let dir = |x: f64| {
+        if (x - 1.0).abs() <= flat {
+            0
+        } else if x > 1.0 {
+            1
+        } else {
+            -1
+        }
+    };
+    match (dir(ours), dir(published)) {
+        (0, 0) => "same (no change in both)",
+        (a, b) if a != b => "different direction",
+        _ => {
+            // Compare the size of the effect on a log scale.
+            let (a, b) = (ours.ln().abs(), published.ln().abs());
+            if a > b * 1.5 {
+                "same direction, larger magnitude"
+            } else if b > a * 1.5 {
+                "same direction, smaller magnitude"
+            } else {
+                "same direction, similar magnitude"
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::compare_ratio;
+
+    #[test]
+    fn ratio_verdicts() {
+        assert_eq!(
+            compare_ratio(2.0, 2.17, 0.05),
+            "same direction, similar magnitude"
+        );
+        assert_eq!(
+            compare_ratio(1.18, 2.17, 0.05),
+            "same direction, smaller magnitude"
+        );
+        assert_eq!(
+            compare_ratio(16.0, 5.4, 0.05),
+            "same direction, larger magnitude"
+        );
+        assert_eq!(compare_ratio(0.8, 2.0, 0.05), "different direction");
+        assert_eq!(compare_ratio(1.11, 0.99, 0.05), "different direction");
+        assert_eq!(compare_ratio(1.02, 0.99, 0.05), "same (no change in both)");
+    }
 }

@@ -127,6 +127,7 @@ pub fn run(config: &str, requests: Option<u64>) -> Result<Outcome> {
             what: format!("{}: estimate T at C = {}", c.name, c.hot_bytes),
             ours: format!("{est:.1} s"),
             published: format!("{:.2} min at full C", c.published_estimate_min),
+            ..Default::default()
         });
         rows.push(Row {
             what: format!("{}: warm-up (IOPS at 95 % of final) / estimate", c.name),
@@ -146,6 +147,7 @@ pub fn run(config: &str, requests: Option<u64>) -> Result<Outcome> {
                 "{:.1} min = {ratio_pub:.2} x estimate",
                 c.published_warmup_min
             ),
+            ..Default::default()
         });
         rows.push(Row {
             what: format!("{}: IOPS without cache -> warm", c.name),
@@ -159,6 +161,7 @@ pub fn run(config: &str, requests: Option<u64>) -> Result<Outcome> {
                 c.published_iops_after,
                 c.published_iops_after / c.published_iops_before
             ),
+            ..Default::default()
         });
         plots.push(Plot {
             title: format!("Qsan {}: IOPS over time (C = {})", c.name, c.hot_bytes),

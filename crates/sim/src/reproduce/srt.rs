@@ -80,6 +80,7 @@ pub fn run(config: &str, requests: Option<u64>) -> Result<Outcome> {
         what: "no cache (HDD alone)".into(),
         ours: ms(none.timed.latency_us.all.mean),
         published: "-".into(),
+        ..Default::default()
     }];
     for (mode, pts) in &by_mode {
         for (size, _, lat) in pts {
@@ -87,6 +88,7 @@ pub fn run(config: &str, requests: Option<u64>) -> Result<Outcome> {
                 what: format!("{base_policy} {mode}, cache {size}"),
                 ours: ms(*lat),
                 published: "figure 2/4 (no table)".into(),
+                ..Default::default()
             });
         }
     }
@@ -98,6 +100,7 @@ pub fn run(config: &str, requests: Option<u64>) -> Result<Outcome> {
                 "slru" => "significantly worse than FIFO/LIFO".into(),
                 _ => "FIFO ~ LIFO".into(),
             },
+            ..Default::default()
         });
     }
     // Verdict: direction of each claim.
