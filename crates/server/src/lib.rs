@@ -2,8 +2,8 @@
 //! device and backing device, keeps its metadata on the cache device so restarts come back
 //! warm, and is exported over NBD by `tiercache serve`.
 
-pub mod classify;
 pub mod check;
+pub mod classify;
 pub mod control;
 pub mod dev;
 pub mod fault;
