@@ -29,7 +29,9 @@ start() { # sets ELAPSED: the seconds from exec to the first answered NBD reques
   until [ -S "$W/s.sock" ] && nbdinfo --size "nbd+unix:///?socket=$W/s.sock" >/dev/null 2>&1; do sleep 0.01; done
   ELAPSED=$(python3 -c "print(f'{$(date +%s.%N) - $t0:.2f}')")
 }
-stop() { kill "-$1" "$PID"; wait "$PID" 2>/dev/null || true; PID=; rm -f "$W/s.sock" "$W/c.sock"; }
+# After a stop, `sync` writes the page cache's copy of the files out, so the restart is timed
+# without the previous run's deferred writes (a real power cycle leaves none either).
+stop() { kill "-$1" "$PID"; wait "$PID" 2>/dev/null || true; PID=; rm -f "$W/s.sock" "$W/c.sock"; sync; }
 
 start
 # Fill every line: 4 GiB written sequentially, then one FLUSH so the metadata is durable.
