@@ -22,79 +22,12 @@
 //! Default 5 rounds; `TIERCACHE_KILL_ROUNDS=N` for more; the seed of the kill delays is
 //! printed (`TIERCACHE_KILL_SEED` to repeat).
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+mod common;
 
-const BIN: &str = env!("CARGO_BIN_EXE_tiercache");
-
-fn have(tool: &str) -> bool {
-    let ok = Command::new("sh")
-        .args(["-c", &format!("command -v {tool}")])
-        .stdout(Stdio::null())
-        .status()
-        .map(|s| s.success())
-        .unwrap_or(false);
-    if !ok {
-        println!("SKIP: `{tool}` is not installed (apt-get install -y fio)");
-    }
-    ok
-}
-
-struct Srv {
-    child: Option<Child>,
-    sock: PathBuf,
-}
-
-impl Srv {
-    fn start(dir: &Path, mode: &str) -> Srv {
-        let sock = dir.join("nbd.sock");
-        let _ = std::fs::remove_file(&sock);
-        let child = Command::new(BIN)
-            .arg("serve")
-            .arg("--cache")
-            .arg(dir.join("cache.img"))
-            .arg("--backing")
-            .arg(dir.join("backing.img"))
-            .arg("--socket")
-            .arg(&sock)
-            .args(["--format-if-needed", "--cache-size", "16M", "--mode", mode])
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let t = Instant::now();
-        while !sock.exists() {
-            assert!(
-                t.elapsed() < Duration::from_secs(20),
-                "server did not start"
-            );
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        Srv {
-            child: Some(child),
-            sock,
-        }
-    }
-
-    fn uri(&self) -> String {
-        format!("nbd+unix:///?socket={}", self.sock.display())
-    }
-
-    fn kill9(mut self) {
-        let mut c = self.child.take().unwrap();
-        c.kill().unwrap(); // SIGKILL
-        let _ = c.wait();
-    }
-}
-
-impl Drop for Srv {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
+use common::{have, Srv};
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
 
 fn fio(dir: &Path, uri: &str, mode: &str, extra: &[&str]) -> std::process::Output {
     let wb = mode == "write-back";
@@ -151,7 +84,7 @@ fn kill_9_at_random_moments_under_fio_loses_no_completed_write() {
         x ^= x >> 7;
         x ^= x << 17;
         let delay = Duration::from_millis(500 + x % 1000);
-        let srv = Srv::start(d, mode);
+        let srv = Srv::sized(d, "16M", &["--mode", mode]);
         let uri = srv.uri();
         let (dd, u, m) = (d.to_path_buf(), uri.clone(), mode.to_string());
         let writer = std::thread::spawn(move || {
@@ -174,7 +107,7 @@ fn kill_9_at_random_moments_under_fio_loses_no_completed_write() {
             continue;
         }
         killed_mid_write += died as u64;
-        let srv = Srv::start(d, mode);
+        let srv = Srv::sized(d, "16M", &["--mode", mode]);
         let v = fio(
             d,
             &srv.uri(),

@@ -3,108 +3,10 @@
 //! Prometheus `class="..."` labels); a restart learns the file system from the volume at start;
 //! the rules classifier and the config-file keys. Tools missing: `SKIP:` message.
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+mod common;
 
-const BIN: &str = env!("CARGO_BIN_EXE_tiercache");
-
-fn have(tool: &str) -> bool {
-    let ok = Command::new("sh")
-        .args(["-c", &format!("command -v {tool}")])
-        .stdout(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if !ok {
-        println!("SKIP: `{tool}` is not installed (apt-get install -y libnbd-bin e2fsprogs)");
-    }
-    ok
-}
-
-fn run(cmd: &mut Command) -> String {
-    let out = cmd.output().unwrap();
-    assert!(
-        out.status.success(),
-        "{cmd:?} failed: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-struct Srv {
-    child: Option<Child>,
-    sock: PathBuf,
-    ctl: PathBuf,
-}
-
-impl Srv {
-    fn start(dir: &Path, extra: &[&str]) -> Srv {
-        let sock = dir.join("nbd.sock");
-        let ctl = dir.join("ctl.sock");
-        let _ = std::fs::remove_file(&sock);
-        let child = Command::new(BIN)
-            .arg("serve")
-            .arg("--cache")
-            .arg(dir.join("cache.img"))
-            .arg("--backing")
-            .arg(dir.join("backing.img"))
-            .arg("--socket")
-            .arg(&sock)
-            .arg("--control")
-            .arg(&ctl)
-            .args(["--format-if-needed", "--cache-size", "16M"])
-            .args(extra)
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let t = Instant::now();
-        while !(sock.exists() && ctl.exists()) {
-            assert!(
-                t.elapsed() < Duration::from_secs(20),
-                "server did not start"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Srv {
-            child: Some(child),
-            sock,
-            ctl,
-        }
-    }
-
-    fn uri(&self) -> String {
-        format!("nbd+unix:///?socket={}", self.sock.display())
-    }
-
-    fn ctl(&self, args: &[&str]) -> String {
-        run(Command::new(BIN)
-            .arg("ctl")
-            .arg("--control")
-            .arg(&self.ctl)
-            .args(args))
-    }
-
-    fn stop(mut self) -> String {
-        Command::new("kill")
-            .args(["-TERM", &self.child.as_ref().unwrap().id().to_string()])
-            .status()
-            .unwrap();
-        let out = self.child.take().unwrap().wait_with_output().unwrap();
-        let log = String::from_utf8_lossy(&out.stderr).into_owned();
-        assert!(out.status.success(), "unclean exit: {log}");
-        log
-    }
-}
-
-impl Drop for Srv {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
+use common::{have, run, Srv, BIN};
+use std::process::Command;
 
 fn repo_file(p: &str) -> String {
     format!("{}/../../{p}", env!("CARGO_MANIFEST_DIR"))
@@ -154,8 +56,9 @@ fn ext4_classifier_live_with_stats_metrics_and_restart() {
         .port();
     let addr = format!("127.0.0.1:{port}");
     let classes = repo_file("experiments/classes/filesystem.toml");
-    let srv = Srv::start(
+    let srv = Srv::sized(
         d,
+        "16M",
         &[
             "--policy",
             "dss",
@@ -208,11 +111,11 @@ fn ext4_classifier_live_with_stats_metrics_and_restart() {
     ] {
         assert!(body.contains(m), "{m} missing from {body}");
     }
-    srv.stop();
+    srv.stop("-TERM");
 
     // A restart learns the file system from the volume before serving.
-    let srv = Srv::start(d, &["--policy", "dss", "--classifier", "ext4"]);
-    let log = srv.stop();
+    let srv = Srv::sized(d, "16M", &["--policy", "dss", "--classifier", "ext4"]);
+    let log = srv.stop("-TERM");
     assert!(log.contains("ext4 found"), "{log}");
 }
 
@@ -265,7 +168,7 @@ fn rules_classifier_and_config_keys() {
         ),
     )
     .unwrap();
-    let srv = Srv::start(d, &["--config", cfg.to_str().unwrap()]);
+    let srv = Srv::sized(d, "16M", &["--config", cfg.to_str().unwrap()]);
     let data = d.join("data.bin");
     std::fs::write(&data, vec![5u8; 4 << 20]).unwrap();
     run(Command::new("nbdcopy").arg(&data).arg(srv.uri()));
@@ -279,5 +182,5 @@ fn rules_classifier_and_config_keys() {
     assert!(names.contains(&"metadata"), "{names:?}");
     assert!(names.contains(&"file>1GiB"), "{names:?}");
     assert_eq!(v["classifier"]["name"], "rules");
-    srv.stop();
+    srv.stop("-TERM");
 }

@@ -3,131 +3,12 @@
 //! killed (SIGKILL), and checked after every restart. Tools that are missing skip their part
 //! with a printed message (install: `apt-get install -y libnbd-bin fio qemu-utils`).
 
+mod common;
+
+use common::{have, run, sha, Srv, BIN};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
-
-const BIN: &str = env!("CARGO_BIN_EXE_tiercache");
-
-fn have(tool: &str) -> bool {
-    let ok = Command::new("sh")
-        .args(["-c", &format!("command -v {tool}")])
-        .stdout(Stdio::null())
-        .status()
-        .map(|s| s.success())
-        .unwrap_or(false);
-    if !ok {
-        println!("SKIP: `{tool}` is not installed (apt-get install -y libnbd-bin fio qemu-utils)");
-    }
-    ok
-}
-
-struct Srv {
-    child: Option<Child>,
-    sock: PathBuf,
-    ctl: PathBuf,
-}
-
-impl Srv {
-    fn start(dir: &Path, extra: &[&str]) -> Srv {
-        Self::start_with_backing(dir, &dir.join("backing.img").display().to_string(), extra)
-    }
-
-    /// `backing`: a path or an NBD URI.
-    fn start_with_backing(dir: &Path, backing: &str, extra: &[&str]) -> Srv {
-        let sock = dir.join("nbd.sock");
-        let ctl = dir.join("ctl.sock");
-        let _ = std::fs::remove_file(&sock);
-        let child = Command::new(BIN)
-            .arg("serve")
-            .arg("--cache")
-            .arg(dir.join("cache.img"))
-            .arg("--backing")
-            .arg(backing)
-            .arg("--socket")
-            .arg(&sock)
-            .arg("--control")
-            .arg(&ctl)
-            .args(["--format-if-needed", "--cache-size", "8M"])
-            .args(extra)
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let t = Instant::now();
-        while !(sock.exists() && ctl.exists()) {
-            assert!(
-                t.elapsed() < Duration::from_secs(20),
-                "server did not start"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Srv {
-            child: Some(child),
-            sock,
-            ctl,
-        }
-    }
-
-    fn uri(&self) -> String {
-        format!("nbd+unix:///?socket={}", self.sock.display())
-    }
-
-    fn ctl(&self, args: &[&str]) -> String {
-        let out = Command::new(BIN)
-            .arg("ctl")
-            .arg("--control")
-            .arg(&self.ctl)
-            .args(args)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "ctl {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8(out.stdout).unwrap()
-    }
-
-    /// SIGTERM (clean) or SIGKILL (crash); waits for the exit.
-    fn stop(mut self, sig: &str) -> String {
-        Command::new("kill")
-            .args([sig, &self.child.as_ref().unwrap().id().to_string()])
-            .status()
-            .unwrap();
-        let out = self.child.take().unwrap().wait_with_output().unwrap();
-        let log = String::from_utf8_lossy(&out.stderr).into_owned();
-        if sig == "-TERM" {
-            assert!(out.status.success(), "unclean exit: {log}");
-            assert!(log.contains("shut down cleanly"), "{log}");
-        }
-        log
-    }
-}
-
-impl Drop for Srv {
-    /// A failed test must not leave a server behind (it would hold the test's output pipe).
-    fn drop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
-fn run(cmd: &mut Command) -> String {
-    let out = cmd.output().unwrap();
-    assert!(
-        out.status.success(),
-        "{cmd:?} failed: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-fn sha(path: &Path) -> String {
-    run(Command::new("sha256sum").arg(path))[..64].to_string()
-}
 
 fn setup(size_mb: u64) -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
@@ -541,7 +422,7 @@ fn nbd_export_as_backing_device() {
         })
         .collect();
     std::fs::write(&img, &bytes).unwrap();
-    let srv = Srv::start_with_backing(dir.path(), &backing, &["--mode", "write-back"]);
+    let srv = Srv::launch(dir.path(), &backing, "8M", &["--mode", "write-back"]);
     run(Command::new("nbdcopy").arg(&img).arg(srv.uri()));
     srv.ctl(&["flush"]);
     let log = srv.stop("-TERM");
@@ -549,7 +430,7 @@ fn nbd_export_as_backing_device() {
     assert_eq!(sha(&remote), sha(&img), "written back over NBD");
 
     // Warm restart: the cache comes back full, and reads return the image.
-    let srv = Srv::start_with_backing(dir.path(), &backing, &[]);
+    let srv = Srv::launch(dir.path(), &backing, "8M", &[]);
     let st: serde_json::Value = serde_json::from_str(&srv.ctl(&["stats", "--json"])).unwrap();
     assert_eq!(
         st["cached_lines"], 2048,

@@ -1,0 +1,146 @@
+//! Helpers the live-server tests share: the binary, tool checks, and `tiercache serve` as a
+//! child process that a failed test never leaves behind.
+#![allow(dead_code)] // each test file uses its own subset
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_tiercache");
+
+/// Whether `tool` is installed; prints a SKIP line naming the package when it is not.
+pub fn have(tool: &str) -> bool {
+    let ok = Command::new("sh")
+        .args(["-c", &format!("command -v {tool}")])
+        .stdout(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !ok {
+        println!(
+            "SKIP: `{tool}` is not installed (apt-get install -y libnbd-bin fio qemu-utils e2fsprogs)"
+        );
+    }
+    ok
+}
+
+/// Runs `cmd`, asserts success, returns its stdout.
+pub fn run(cmd: &mut Command) -> String {
+    let out = cmd.output().unwrap();
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+pub fn sha(path: &Path) -> String {
+    run(Command::new("sha256sum").arg(path))[..64].to_string()
+}
+
+/// `tiercache serve` on `dir/cache.img`, with a unix socket and a control socket in `dir`.
+pub struct Srv {
+    child: Option<Child>,
+    pub sock: PathBuf,
+    pub ctl: PathBuf,
+}
+
+impl Srv {
+    /// An 8 MiB cache in front of `dir/backing.img`.
+    pub fn start(dir: &Path, extra: &[&str]) -> Srv {
+        Self::launch(
+            dir,
+            &dir.join("backing.img").display().to_string(),
+            "8M",
+            extra,
+        )
+    }
+
+    /// A `cache_size` cache in front of `dir/backing.img`.
+    pub fn sized(dir: &Path, cache_size: &str, extra: &[&str]) -> Srv {
+        Self::launch(
+            dir,
+            &dir.join("backing.img").display().to_string(),
+            cache_size,
+            extra,
+        )
+    }
+
+    /// `backing`: a path or an NBD URI; `cache_size` formats a new cache file.
+    pub fn launch(dir: &Path, backing: &str, cache_size: &str, extra: &[&str]) -> Srv {
+        let sock = dir.join("nbd.sock");
+        let ctl = dir.join("ctl.sock");
+        let _ = std::fs::remove_file(&sock);
+        let _ = std::fs::remove_file(&ctl);
+        let child = Command::new(BIN)
+            .arg("serve")
+            .arg("--cache")
+            .arg(dir.join("cache.img"))
+            .args(["--backing", backing])
+            .arg("--socket")
+            .arg(&sock)
+            .arg("--control")
+            .arg(&ctl)
+            .args(["--format-if-needed", "--cache-size", cache_size])
+            .args(extra)
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let t = Instant::now();
+        while !(sock.exists() && ctl.exists()) {
+            assert!(
+                t.elapsed() < Duration::from_secs(20),
+                "server did not start"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        Srv {
+            child: Some(child),
+            sock,
+            ctl,
+        }
+    }
+
+    pub fn uri(&self) -> String {
+        format!("nbd+unix:///?socket={}", self.sock.display())
+    }
+
+    /// `tiercache ctl` against this server; asserts success, returns stdout.
+    pub fn ctl(&self, args: &[&str]) -> String {
+        run(Command::new(BIN)
+            .arg("ctl")
+            .arg("--control")
+            .arg(&self.ctl)
+            .args(args))
+    }
+
+    /// SIGTERM (asserted clean) or SIGKILL (crash); waits for the exit, returns stderr.
+    pub fn stop(mut self, sig: &str) -> String {
+        Command::new("kill")
+            .args([sig, &self.child.as_ref().unwrap().id().to_string()])
+            .status()
+            .unwrap();
+        let out = self.child.take().unwrap().wait_with_output().unwrap();
+        let log = String::from_utf8_lossy(&out.stderr).into_owned();
+        if sig == "-TERM" {
+            assert!(out.status.success(), "unclean exit: {log}");
+            assert!(log.contains("shut down cleanly"), "{log}");
+        }
+        log
+    }
+
+    pub fn kill9(self) {
+        self.stop("-KILL");
+    }
+}
+
+impl Drop for Srv {
+    /// A failed test must not leave a server behind (it would hold the test's output pipe).
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
