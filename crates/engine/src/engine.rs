@@ -519,24 +519,8 @@ impl Engine {
                         },
                     );
                 } else {
-                    if !wb {
-                        let step = Step::WriteHdd {
-                            vol,
-                            hdd,
-                            buf: 0,
-                            len: ls,
-                        };
-                        self.emit(ci, step);
-                    }
                     // The line is whole (checked above), so its valid mask stays full.
-                    self.emit(
-                        ci,
-                        Step::WriteSsd {
-                            ssd,
-                            buf: 0,
-                            len: ls,
-                        },
-                    );
+                    self.emit_whole_line_write(ci, vol, hdd, ssd, wb);
                     self.set_dirty_mask(slot, key, if wb { self.full_mask } else { 0 });
                     self.policy.hit(slot, &a);
                 }
@@ -546,23 +530,7 @@ impl Engine {
                 let slot = self.alloc_slot(ci);
                 let ssd = self.ssd_addr(slot);
                 if is_write {
-                    if !wb {
-                        let step = Step::WriteHdd {
-                            vol,
-                            hdd,
-                            buf: 0,
-                            len: ls,
-                        };
-                        self.emit(ci, step);
-                    }
-                    self.emit(
-                        ci,
-                        Step::WriteSsd {
-                            ssd,
-                            buf: 0,
-                            len: ls,
-                        },
-                    );
+                    self.emit_whole_line_write(ci, vol, hdd, ssd, wb);
                 } else {
                     self.emit(
                         ci,
@@ -1282,6 +1250,25 @@ impl Engine {
         self.counters[ci].evictions += 1;
         self.remove(victim, true);
         self.free.pop().expect("remove() frees the slot")
+    }
+
+    /// The steps of a whole-line write on the fast path: the disk too unless write-back,
+    /// then the cache.
+    #[inline]
+    fn emit_whole_line_write(&mut self, ci: usize, vol: u32, hdd: u64, ssd: u64, wb: bool) {
+        let len = self.cfg.line_size;
+        if !wb {
+            self.emit(
+                ci,
+                Step::WriteHdd {
+                    vol,
+                    hdd,
+                    buf: 0,
+                    len,
+                },
+            );
+        }
+        self.emit(ci, Step::WriteSsd { ssd, buf: 0, len });
     }
 
     fn write_back(&mut self, ci: usize, slot: Slot, key: u64) {
