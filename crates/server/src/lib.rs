@@ -10,6 +10,7 @@ pub mod fault;
 pub mod format;
 pub mod metrics;
 pub mod nbd_dev;
+pub mod reduce;
 pub mod volume;
 
 pub use dev::{hdd_config, BlockDev, EmulatedHdd, FileDev};
