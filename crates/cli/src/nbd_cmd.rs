@@ -211,8 +211,9 @@ pub struct ServeFileArgs {
     /// Unix socket to listen on.
     #[arg(long, value_name = "PATH", conflicts_with = "listen")]
     pub socket: Option<PathBuf>,
-    /// TCP address to listen on, e.g. 127.0.0.1:10809.
-    #[arg(long, value_name = "ADDR:PORT")]
+    /// Serve on TCP: PORT alone binds loopback (127.0.0.1:PORT); ADDR:PORT binds ADDR
+    /// (0.0.0.0:10809 for every interface). Same rule as `serve --listen`.
+    #[arg(long, value_name = "[ADDR:]PORT", value_parser = crate::serve_cmd::listen_addr)]
     pub listen: Option<SocketAddr>,
     /// Export name (the empty name also selects it).
     #[arg(long, default_value = "")]
@@ -234,7 +235,7 @@ pub fn serve_file(a: ServeFileArgs) -> Result<()> {
     match (&a.socket, a.listen) {
         (Some(s), _) => server.serve_unix(s)?,
         (None, Some(addr)) => server.serve_tcp(addr)?,
-        (None, None) => bail!("give --socket PATH or --listen ADDR:PORT"),
+        (None, None) => bail!("give --socket PATH or --listen [ADDR:]PORT"),
     }
     Ok(())
 }

@@ -480,7 +480,7 @@ pub fn serve(a: ServeArgs) -> Result<()> {
 
 /// `--listen`: a bare `PORT` (or `:PORT`) means loopback; anything else must name the
 /// address (`0.0.0.0:PORT`, `[::]:PORT`, `HOST:PORT`).
-fn listen_addr(l: &str) -> Result<SocketAddr> {
+pub(crate) fn listen_addr(l: &str) -> Result<SocketAddr> {
     let port = l.strip_prefix(':').unwrap_or(l);
     if let Ok(p) = port.parse::<u16>() {
         return Ok(SocketAddr::from(([127, 0, 0, 1], p)));

@@ -500,3 +500,47 @@ fn dss_table_prints_the_seed_beside_ours() {
         assert!(out.contains(s), "missing {s}:\n{out}");
     }
 }
+
+#[test]
+fn serve_file_takes_a_bare_port_as_loopback_and_explains_bad_addresses() {
+    let t = tempfile::tempdir().unwrap();
+    let f = t.path().join("disk.img");
+    std::fs::File::create(&f).unwrap().set_len(1 << 20).unwrap();
+    let o = run(&[
+        "serve-file",
+        "--file",
+        f.to_str().unwrap(),
+        "--listen",
+        "no:such:port",
+    ]);
+    assert!(!o.status.success());
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(e.contains("PORT, ADDR:PORT or HOST:PORT"), "{e}");
+    // A bare port binds 127.0.0.1: a client on loopback gets the export.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut child = bin()
+        .args(["serve-file", "--file", f.to_str().unwrap(), "--listen"])
+        .arg(port.to_string())
+        .spawn()
+        .unwrap();
+    let t0 = std::time::Instant::now();
+    let connected = loop {
+        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            break true;
+        }
+        if t0.elapsed() > std::time::Duration::from_secs(20) {
+            break false;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(
+        connected,
+        "serve-file --listen {port} did not listen on 127.0.0.1"
+    );
+}
