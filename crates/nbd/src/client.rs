@@ -372,39 +372,7 @@ impl Client {
         opts: &ClientOptions,
         tls: Option<&crate::ClientTls>,
     ) -> Result<Client> {
-        let conn = Conn::open(uri)?;
-        let mut writer = conn.try_clone()?;
-        let mut reader = BufReader::with_capacity(256 << 10, conn);
-        let no_zeroes = greet(&mut reader, &mut writer)?;
-        if let Some(tls) = tls {
-            send_option(&mut writer, OPT_STARTTLS, &[])?;
-            let (typ, data) = read_option_reply(&mut reader, OPT_STARTTLS)?;
-            if typ != REP_ACK {
-                return Err(ClientError::Refused(format!(
-                    "STARTTLS: {} ({})",
-                    rep_error_name(typ),
-                    String::from_utf8_lossy(&data)
-                )));
-            }
-            if !reader.buffer().is_empty() {
-                return Err(ClientError::Protocol(
-                    "data after the STARTTLS reply".into(),
-                ));
-            }
-            drop(writer);
-            let sock: std::os::fd::OwnedFd = match reader.into_inner() {
-                Conn::Unix(s) => s.into(),
-                Conn::Tcp(s) => s.into(),
-                Conn::Tls(_) => unreachable!("TLS is started once"),
-            };
-            let host = match uri {
-                NbdUri::Tcp { host, .. } => Some(host.as_str()),
-                NbdUri::Unix { .. } => None,
-            };
-            let s = std::sync::Arc::new(crate::tls::client_connect(sock, tls, host)?);
-            writer = Conn::Tls(s.clone());
-            reader = BufReader::with_capacity(256 << 10, Conn::Tls(s));
-        }
+        let (mut reader, mut writer, no_zeroes) = open_session(uri, tls)?;
         let mut structured = false;
         if opts.structured_replies {
             send_option(&mut writer, OPT_STRUCTURED_REPLY, &[])?;
@@ -489,12 +457,19 @@ impl Client {
     }
 
     /// Export names the server lists (NBD_OPT_LIST).
+    /// Takes the same URIs as [`Client::connect`], `nbds` ones included.
     pub fn list(uri: &str) -> Result<Vec<String>> {
-        let uri = NbdUri::parse(uri)?;
-        let conn = Conn::open(&uri)?;
-        let mut writer = conn.try_clone()?;
-        let mut reader = BufReader::new(conn);
-        greet(&mut reader, &mut writer)?;
+        let (plain, tls) = match crate::tls::split_tls_uri(uri) {
+            Ok(None) => (uri.to_string(), None),
+            Ok(Some((plain, tls))) => (plain, Some(tls)),
+            Err(reason) => {
+                return Err(ClientError::Uri {
+                    uri: uri.to_string(),
+                    reason,
+                })
+            }
+        };
+        let (mut reader, mut writer, _) = open_session(&NbdUri::parse(&plain)?, tls.as_ref())?;
         send_option(&mut writer, OPT_LIST, &[])?;
         let mut names = Vec::new();
         loop {
@@ -813,4 +788,46 @@ impl Client {
         self.submit_raw(CMD_DISC, 0, 0, 0, &[])?;
         Ok(())
     }
+}
+
+/// Opens a connection, reads the greeting and, with `tls`, upgrades it with NBD_OPT_STARTTLS:
+/// the start every session (transmission or listing) shares.
+fn open_session(
+    uri: &NbdUri,
+    tls: Option<&crate::ClientTls>,
+) -> Result<(BufReader<Conn>, Conn, bool)> {
+    let conn = Conn::open(uri)?;
+    let mut writer = conn.try_clone()?;
+    let mut reader = BufReader::with_capacity(256 << 10, conn);
+    let no_zeroes = greet(&mut reader, &mut writer)?;
+    if let Some(tls) = tls {
+        send_option(&mut writer, OPT_STARTTLS, &[])?;
+        let (typ, data) = read_option_reply(&mut reader, OPT_STARTTLS)?;
+        if typ != REP_ACK {
+            return Err(ClientError::Refused(format!(
+                "STARTTLS: {} ({})",
+                rep_error_name(typ),
+                String::from_utf8_lossy(&data)
+            )));
+        }
+        if !reader.buffer().is_empty() {
+            return Err(ClientError::Protocol(
+                "data after the STARTTLS reply".into(),
+            ));
+        }
+        drop(writer);
+        let sock: std::os::fd::OwnedFd = match reader.into_inner() {
+            Conn::Unix(s) => s.into(),
+            Conn::Tcp(s) => s.into(),
+            Conn::Tls(_) => unreachable!("TLS is started once"),
+        };
+        let host = match uri {
+            NbdUri::Tcp { host, .. } => Some(host.as_str()),
+            NbdUri::Unix { .. } => None,
+        };
+        let s = std::sync::Arc::new(crate::tls::client_connect(sock, tls, host)?);
+        writer = Conn::Tls(s.clone());
+        reader = BufReader::with_capacity(256 << 10, Conn::Tls(s));
+    }
+    Ok((reader, writer, no_zeroes))
 }

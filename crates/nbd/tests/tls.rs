@@ -353,6 +353,12 @@ fn rust_client_over_tls_psk_and_x509() {
         assert!(b.iter().all(|&x| x == (i * 3 + 1) as u8), "block {i}");
     }
     c.disconnect().unwrap();
+    // Listing exports works over TLS as well (and is refused in plaintext under `require`).
+    assert_eq!(
+        tiercache_nbd::Client::list(&uri).unwrap(),
+        vec!["disk".to_string()]
+    );
+    assert!(tiercache_nbd::Client::list(&srv.uri("")).is_err());
     // Plaintext against `require`: refused with TLS required.
     let e = tiercache_nbd::Client::connect(&srv.uri("disk"))
         .err()
