@@ -82,6 +82,10 @@ pub struct ServeArgs {
     /// client certificates), as nbdkit and qemu-nbd use.
     #[arg(long)]
     tls_certificates: Option<PathBuf>,
+    /// With --tls-certificates: refuse X.509 clients that present no certificate signed by
+    /// ca-cert.pem (PSK clients authenticate with their key).
+    #[arg(long)]
+    tls_verify_peer: bool,
     /// Most NBD connections open at once; more are closed right after accept.
     #[arg(long)]
     max_connections: Option<usize>,
@@ -303,6 +307,7 @@ fn merge(mut a: ServeArgs) -> Result<ServeArgs> {
         class_rules
     );
     a.format_if_needed |= c.format_if_needed;
+    a.tls_verify_peer |= c.tls_verify_peer;
     Ok(a)
 }
 
@@ -513,10 +518,11 @@ fn nbd_options(a: &ServeArgs) -> Result<tiercache_nbd::ServerOptions> {
             bail!("--tls on|require needs --tls-psk-file FILE and/or --tls-certificates DIR")
         }
         _ => Some(
-            TlsConfig::new(
+            TlsConfig::build(
                 mode,
                 a.tls_psk_file.as_deref(),
                 a.tls_certificates.as_deref(),
+                a.tls_verify_peer,
             )
             .map_err(|e| anyhow!("TLS setup: {e}"))?,
         ),

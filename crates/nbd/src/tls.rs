@@ -115,6 +115,24 @@ impl TlsConfig {
         psk_file: Option<&Path>,
         cert_dir: Option<&Path>,
     ) -> io::Result<TlsConfig> {
+        Self::build(mode, psk_file, cert_dir, false)
+    }
+
+    /// Like [`TlsConfig::new`]; with `verify_peer` an X.509 client must present a certificate
+    /// signed by `cert_dir/ca-cert.pem` (nbdkit's `--tls-verify-peer`). PSK clients
+    /// authenticate with their key and present no certificate.
+    pub fn build(
+        mode: TlsMode,
+        psk_file: Option<&Path>,
+        cert_dir: Option<&Path>,
+        verify_peer: bool,
+    ) -> io::Result<TlsConfig> {
+        if verify_peer && !cert_dir.is_some_and(|d| d.join("ca-cert.pem").exists()) {
+            return Err(ssl_err(
+                "TLS",
+                "verifying client certificates needs a certificates directory with ca-cert.pem",
+            ));
+        }
         if mode == TlsMode::Off {
             return Err(ssl_err("TLS", "mode is off"));
         }
@@ -150,10 +168,23 @@ impl TlsConfig {
             let ca = f("ca-cert.pem");
             if ca.exists() {
                 b.set_ca_file(&ca).map_err(|e| ssl_err(ca.display(), e))?;
-                // Ask for a client certificate, verify it if one comes, do not insist.
-                b.set_verify(openssl::ssl::SslVerifyMode::PEER);
+                // Ask for a client certificate and verify it if one comes; insist on one
+                // with `verify_peer`.
+                let mut m = openssl::ssl::SslVerifyMode::PEER;
+                if verify_peer {
+                    m |= openssl::ssl::SslVerifyMode::FAIL_IF_NO_PEER_CERT;
+                }
+                b.set_verify(m);
             }
-            what.push(format!("x509 {}", dir.display()));
+            what.push(format!(
+                "x509 {}{}",
+                dir.display(),
+                if verify_peer {
+                    ", client certificates required"
+                } else {
+                    ""
+                }
+            ));
         }
         if let Some(p) = psk_file {
             let keys = Arc::new(read_psk_file(p)?);

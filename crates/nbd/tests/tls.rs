@@ -519,3 +519,65 @@ fn idle_client_after_starttls_is_dropped_at_the_handshake_timeout() {
     assert!(cipher.contains("PSK"), "{cipher}");
     srv.stop();
 }
+
+/// `verify_peer`: an X.509 client without a certificate from the server's CA is refused; one
+/// with a client certificate signed by it (libnbd reads client-cert.pem / client-key.pem from
+/// its tls-certificates directory) gets the export.
+#[test]
+fn verify_peer_requires_a_client_certificate_from_the_ca() {
+    if !have("nbdinfo") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let certs = dir.path().join("pki");
+    std::fs::create_dir(&certs).unwrap();
+    if !make_certs(&certs) {
+        return;
+    }
+    assert!(
+        TlsConfig::build(TlsMode::Require, None, Some(dir.path()), true).is_err(),
+        "verify_peer without a ca-cert.pem must be refused"
+    );
+    let tls = TlsConfig::build(TlsMode::Require, None, Some(&certs), true).unwrap();
+    let size = 1u64 << 20;
+    let (_p, e) = file_export(dir.path(), "disk.img", size);
+    let srv = TestServer::start_with(
+        vec![("disk".to_string(), e as Arc<dyn Export>)],
+        ServerOptions {
+            tls: Some(tls),
+            ..Default::default()
+        },
+    );
+    let uri_for = |d: &Path| {
+        format!(
+            "nbds+unix:///disk?socket={}&tls-certificates={}",
+            srv.socket.display(),
+            d.display()
+        )
+    };
+    // Only the CA: no client certificate to show.
+    let anon = dir.path().join("anon");
+    std::fs::create_dir(&anon).unwrap();
+    std::fs::copy(certs.join("ca-cert.pem"), anon.join("ca-cert.pem")).unwrap();
+    assert!(
+        nbdinfo_size(&uri_for(&anon)).is_err(),
+        "no client certificate"
+    );
+    // A client certificate signed by the CA.
+    let me = dir.path().join("me");
+    std::fs::create_dir(&me).unwrap();
+    std::fs::copy(certs.join("ca-cert.pem"), me.join("ca-cert.pem")).unwrap();
+    let sh = format!(
+        r#"set -e
+cd '{d}'
+openssl req -newkey rsa:2048 -nodes -keyout client-key.pem -out client.csr -subj /CN=alice 2>/dev/null
+printf 'basicConstraints=CA:FALSE\nkeyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage=clientAuth\n' > ext.cnf
+openssl x509 -req -in client.csr -CA '{ca}/ca-cert.pem' -CAkey '{ca}/ca-key.pem' -CAcreateserial -out client-cert.pem -days 2 -extfile ext.cnf 2>/dev/null
+"#,
+        d = me.display(),
+        ca = certs.display()
+    );
+    run(Command::new("sh").args(["-c", &sh]));
+    assert_eq!(nbdinfo_size(&uri_for(&me)).unwrap(), size);
+    srv.stop();
+}
