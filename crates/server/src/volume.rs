@@ -257,9 +257,17 @@ impl CacheVolume {
                 line_size: sb.line_size,
             });
         }
+        // After a crash of a write-back cache, a line recorded clean may hold newer bytes than
+        // the backing device: a write hit overwrites the slot in place and the record saying
+        // "dirty" reaches the device only at FLUSH. Such a line reads back the new bytes now
+        // and would read the old ones once evicted, so every line restored after an unclean
+        // start of a write-back cache is dirty: the cache's copy is the volume's content.
+        let crashed_write_back = !sb.clean && Mode::ALL[sb.mode as usize] == Mode::WriteBack;
         if let Some(m) = opts.mode {
             sb.mode = mode_index(m);
         }
+        let crashed_write_back =
+            crashed_write_back || (!sb.clean && Mode::ALL[sb.mode as usize] == Mode::WriteBack);
         if let Some(p) = &opts.policy {
             sb.policy = p.clone();
         }
@@ -323,7 +331,10 @@ impl CacheVolume {
         }
         let mut lines: Vec<(u32, Record)> = best.into_values().collect();
         lines.sort_by_key(|(s, r)| (r.seq.wrapping_sub(max_seq.wrapping_add(1)), *s));
-        for (slot, r) in lines {
+        for (slot, mut r) in lines {
+            if crashed_write_back {
+                r.dirty = r.valid;
+            }
             match engine.restore_line(r.key, slot, r.valid, r.dirty, 0) {
                 Ok(()) => {
                     report.restored += 1;
