@@ -36,8 +36,15 @@
 //!    backing device or in a cache slot whose durable record marks it valid (and dirty).
 //!    **FUA** writes run the same sequence before they are acknowledged.
 //!
+//! 5. **Stable after a crash.** A write-back write hit overwrites its slot in place while the
+//!    device's record may still say "clean"; after an unclean start such a line would read
+//!    the new bytes until evicted and the old ones after. So an unclean start of a write-back
+//!    cache restores every line dirty: what the cache holds is the volume's content and is
+//!    written back before it leaves (found by `kill9_qd.rs`: 16 writes in flight, exact log).
+//!
 //! Writes acknowledged but not flushed may read back old or new after a crash (block-device
-//! semantics), never another key's data, and never bytes that were never written there.
+//! semantics), never another key's data, and never bytes that were never written there, and
+//! what a block reads after the restart stays until it is written again.
 
 use crate::classify::Classifier;
 use crate::dev::BlockDev;

@@ -239,7 +239,13 @@ fn run(mode: Mode, seed: u64, crash: Option<Crash>, t: &mut Tally) -> (u64, u64)
     assert!(!rep.was_clean || crashed_in_open, "{what}");
     t.bad_checksums += rep.dropped_bad_checksum;
     t.duplicates += rep.dropped_duplicates;
-    let now = clean_set(&vol.lines());
+    // Warm means the line is back in its slot with its bytes; after a write-back crash every
+    // restored line is dirty (the cache's copy is authoritative), so dirtiness is not compared.
+    let now: HashSet<LineState> = vol
+        .lines()
+        .iter()
+        .map(|l| LineState { dirty: 0, ..*l })
+        .collect();
     t.unchanged_lines += unchanged.len() as u64;
     let back = unchanged.iter().filter(|l| now.contains(l)).count();
     t.unchanged_restored += back as u64;
