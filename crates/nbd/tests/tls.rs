@@ -205,6 +205,13 @@ fn nbdinfo_and_nbdcopy_over_tls_psk() {
     srv.stop();
 }
 
+/// `dir/pki` with a CA and a server certificate for localhost (None: no openssl command).
+fn pki(dir: &Path) -> Option<std::path::PathBuf> {
+    let certs = dir.join("pki");
+    std::fs::create_dir(&certs).unwrap();
+    make_certs(&certs).then_some(certs)
+}
+
 /// A CA and a server certificate for localhost, made with the openssl command.
 fn make_certs(dir: &Path) -> bool {
     make_certs_for(dir, "DNS:localhost,IP:127.0.0.1")
@@ -235,11 +242,9 @@ fn nbdinfo_and_nbdcopy_over_tls_x509() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let certs = dir.path().join("pki");
-    std::fs::create_dir(&certs).unwrap();
-    if !make_certs(&certs) {
+    let Some(certs) = pki(dir.path()) else {
         return;
-    }
+    };
     // The client directory holds only the CA (libnbd reads ca-cert.pem from it).
     let client = dir.path().join("client-pki");
     std::fs::create_dir(&client).unwrap();
@@ -529,11 +534,9 @@ fn verify_peer_requires_a_client_certificate_from_the_ca() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let certs = dir.path().join("pki");
-    std::fs::create_dir(&certs).unwrap();
-    if !make_certs(&certs) {
+    let Some(certs) = pki(dir.path()) else {
         return;
-    }
+    };
     assert!(
         TlsConfig::build(TlsMode::Require, None, Some(dir.path()), true).is_err(),
         "verify_peer without a ca-cert.pem must be refused"
