@@ -283,3 +283,49 @@ fn class_occupancy_series_adds_up_and_follows_the_classes() {
     assert!(totals.windows(2).all(|p| p[0] <= p[1]), "{totals:?}");
     assert_eq!(r.sim.evictions, 0);
 }
+
+/// Lines of a class that are evicted leave its occupancy as they go (the executor drops them
+/// from the engine's log of unmapped keys, not by pruning every window).
+#[test]
+fn class_occupancy_drops_evicted_lines() {
+    use std::sync::Arc;
+    use tiercache_engine::{CacheSize, EngineConfig, Request};
+    use tiercache_sim::{Input, SimSpec, TimedOptions, TimedSetup};
+    let mut reqs = Vec::new();
+    // 800 blocks of class 3, then 600 other blocks of class 5, in a cache of 1000 lines:
+    // LRU evicts the 400 oldest class-3 lines.
+    for i in 0..1400u64 {
+        let (class, block) = if i < 800 { (3u8, i) } else { (5u8, 10_000 + i) };
+        let mut r = Request::read(block * 4096, 4096);
+        r.time_ns = i * 1_000_000;
+        r.class = class;
+        reqs.push(r);
+    }
+    let spec = SimSpec {
+        input: Input::Memory {
+            name: "eviction across classes".into(),
+            requests: Arc::new(reqs),
+        },
+        cache_size: CacheSize::Bytes(1000 * 4096),
+        engine: EngineConfig::default(),
+    };
+    let setup = TimedSetup {
+        options: TimedOptions {
+            drive: tiercache_sim::Drive::Open { speedup: 1.0 },
+            window_ns: 100_000_000,
+            ..Default::default()
+        },
+        ..TimedSetup::default()
+    };
+    let r = tiercache_sim::run_timed(&spec, &setup, None).unwrap();
+    assert_eq!(r.sim.evictions, 400);
+    let s = &r.timed.series;
+    let last = &s.last().unwrap().class_lines;
+    assert_eq!(last.get(&3), Some(&400), "{last:?}");
+    assert_eq!(last.get(&5), Some(&600), "{last:?}");
+    assert_eq!(last.get(&0), None, "{last:?}");
+    // Every window: the classes add up to at most the cache.
+    assert!(s
+        .iter()
+        .all(|w| w.class_lines.values().sum::<u64>() <= 1000));
+}
