@@ -450,7 +450,10 @@ pub fn render(rep: &DssReport) -> String {
         }
     }
     if !rep.prices.is_empty() {
-        let _ = writeln!(s, "\nPrices (cost = the RAID's HDDs + the cache's GB of SSD):");
+        let _ = writeln!(
+            s,
+            "\nPrices (cost = the RAID's HDDs + the cache's GB of SSD):"
+        );
         for p in &rep.prices {
             let _ = writeln!(s, "  {p}");
         }

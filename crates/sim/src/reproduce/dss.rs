@@ -340,7 +340,9 @@ fn disk_rows(
                 what: format!("{sd} Table 4: cost per MB per IOPS"),
                 ours: format!("n/a: no sourced price for hdd:{}", sd.to_ascii_lowercase()),
                 published: seed_cost,
-                verdict: "not compared: the built-in price table has no sourced price for this disk".into(),
+                verdict:
+                    "not compared: the built-in price table has no sourced price for this disk"
+                        .into(),
             });
             ", no sourced price for the cost table".to_string()
         }
