@@ -111,7 +111,7 @@ fn dss_tables_beside_the_seed_with_verdicts() {
             );
         }
     }
-    // Table 4: 7200 RPM is priced (DEVICES.md), 15K is not and says so.
+    // Table 4: both disks are priced (7200 from DEVICES.md, 15K from a 2010 list price).
     let t4 = |disk: &str| {
         rows.iter()
             .find(|r| r.0 == format!("{disk} Table 4: cost per MB per IOPS"))
@@ -119,7 +119,7 @@ fn dss_tables_beside_the_seed_with_verdicts() {
             .clone()
     };
     assert!(t4("7200").1.contains("e-"), "{:?}", t4("7200"));
-    assert!(t4("15K").1.contains("no sourced price"), "{:?}", t4("15K"));
+    assert!(t4("15K").1.contains("e-"), "{:?}", t4("15K"));
     assert!(t4("15K").2.contains("USD 5.47"));
     // The watermark-cleaner rows say which cache wins which phase.
     assert!(rows

@@ -83,7 +83,8 @@ fn fio_verify_in_every_mode() {
     ] {
         let dir = setup(32);
         let srv = Srv::start(dir.path(), &["--mode", mode]);
-        let out = run(Command::new("fio").args([
+        // In the temp dir: fio leaves its verify state files in its working directory.
+        let out = run(Command::new("fio").current_dir(dir.path()).args([
             "--name=verify",
             "--ioengine=nbd",
             &format!("--uri={}", srv.uri()),
@@ -100,7 +101,7 @@ fn fio_verify_in_every_mode() {
         srv.stop("-TERM");
         // After a restart the data fio wrote still verifies (read-only verify pass).
         let srv = Srv::start(dir.path(), &[]);
-        run(Command::new("fio").args([
+        run(Command::new("fio").current_dir(dir.path()).args([
             "--name=verify",
             "--ioengine=nbd",
             &format!("--uri={}", srv.uri()),

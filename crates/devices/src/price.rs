@@ -77,6 +77,16 @@ impl Default for PriceTable {
             dev(320.0, 1000.0),
             "[TRVR] asking price, 2012",
         );
+        // Not in DEVICES.md (its 15K row has "?"): NewEgg bare-drive prices of 2010-10-18 as
+        // listed at http://www.qdpma.com/storage/HDD.html (Cheetah 15K.7 300 GB $270, 450 GB
+        // $410, 600 GB $510; the same list has a Constellation 7200 rpm 1 TB at $150). The
+        // preset is the 600 GB ST3600057SS.
+        add(
+            "hdd:15k",
+            "Seagate Cheetah 15K.7 600 GB (ST3600057SS)",
+            dev(510.0, 600.0),
+            "[QDPMA] NewEgg price 2010-10-18, http://www.qdpma.com/storage/HDD.html",
+        );
         add(
             "ssd:default",
             "Samsung 830 256 GB (SATA-class proxy)",
@@ -107,7 +117,7 @@ impl Default for PriceTable {
             dev(449.99, 1000.0),
             "[TG970] MSRP, 2018",
         );
-        // No sourced price: hdd:5400, hdd:15k (DEVICES.md has ?), ram, nvram.
+        // No sourced price: hdd:5400 (DEVICES.md has ?), ram, nvram.
         t
     }
 }
@@ -152,7 +162,9 @@ mod tests {
         assert!((t.usd_per_gb("ssd:intel-710").unwrap() - 6.495).abs() < 1e-9);
         assert!((t.cost_usd("hdd:7200", 500_000_000_000).unwrap() - 199.5).abs() < 1e-9);
         assert_eq!(t.devices_usd("hdd:10k", 4, 0), Some(1280.0));
-        assert_eq!(t.usd_per_gb("hdd:15k"), None);
+        assert!((t.usd_per_gb("hdd:15k").unwrap() - 0.85).abs() < 1e-9);
+        assert_eq!(t.devices_usd("hdd:15k", 5, 0), Some(2550.0));
+        assert_eq!(t.usd_per_gb("hdd:5400"), None);
         let s = toml::to_string(&t).unwrap();
         let back: PriceTable = toml::from_str(&s).unwrap();
         assert_eq!(back, t);

@@ -131,6 +131,9 @@ pub struct ClassTable {
     pub rules: Vec<Rule>,
     /// Class ids in eviction order: lowest priority first, then largest objects, then id.
     evict_order: [u8; NUM_CLASSES],
+    /// Each class's eviction rank (0 = evicted first): classes with the same priority and
+    /// object size share a rank, and DSS evicts LRU across them.
+    evict_rank: [u8; NUM_CLASSES],
 }
 
 /// A table could not be read or is invalid.
@@ -221,6 +224,7 @@ impl ClassTable {
                 .collect(),
             rules: Vec::new(),
             evict_order: [0; NUM_CLASSES],
+            evict_rank: [0; NUM_CLASSES],
         };
         t.finish();
         t
@@ -455,11 +459,28 @@ impl ClassTable {
             )
         });
         self.evict_order.copy_from_slice(&ids);
+        let key = |i: u8| {
+            let c = &self.classes[i as usize];
+            (c.priority, c.object_size.unwrap_or(0))
+        };
+        let mut rank = 0u8;
+        for (n, &i) in ids.iter().enumerate() {
+            if n > 0 && key(ids[n - 1]) != key(i) {
+                rank += 1;
+            }
+            self.evict_rank[i as usize] = rank;
+        }
     }
 
     /// Class ids in eviction order (first = evicted first).
     pub fn evict_order(&self) -> &[u8; NUM_CLASSES] {
         &self.evict_order
+    }
+
+    /// A class's eviction rank: 0 is evicted first; classes that tie on priority and object
+    /// size share a rank (DSS keeps one LRU list per rank).
+    pub fn evict_rank(&self, id: u8) -> u8 {
+        self.evict_rank[id as usize]
     }
 
     pub fn class(&self, id: u8) -> &ClassPolicy {
@@ -538,6 +559,11 @@ mod tests {
         let pos = |id: u8| order.iter().position(|&x| x == id).unwrap();
         assert!(pos(18) < pos(8) && pos(8) < pos(1));
         assert!(pos(17) < pos(8));
+        // Metadata and directories tie (priority 0, 4 KiB): one rank, evicted LRU; the
+        // journal (32 MiB) ranks before them.
+        assert_eq!(fs.evict_rank(1), fs.evict_rank(3));
+        assert!(fs.evict_rank(2) < fs.evict_rank(1));
+        assert!(fs.evict_rank(8) < fs.evict_rank(1) && fs.evict_rank(18) < fs.evict_rank(8));
         assert_eq!(fs.id_of("metadata"), Some(1));
         assert_eq!(fs.id_of("file>1GiB"), Some(18));
         assert_eq!(fs.id_of("no such class"), None);

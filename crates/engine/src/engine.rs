@@ -81,6 +81,10 @@ pub struct Engine {
     fast_allowed: bool,
     /// The policy is class-aware (DSS, partitions): ask `admit` and `victim_for`.
     class_gate: bool,
+    /// Keys of lines that left the cache since the last [`Engine::drain_unmapped`], when
+    /// tracking is on ([`Engine::track_unmapped`]).
+    unmapped: Vec<u64>,
+    track_unmapped: bool,
 }
 
 /// What serving one line of a request came to.
@@ -182,6 +186,8 @@ impl Engine {
             seq: 0,
             oracle: None,
             class_gate,
+            unmapped: Vec::new(),
+            track_unmapped: false,
             cfg,
         };
         e.update_fast_path();
@@ -258,6 +264,20 @@ impl Engine {
 
     pub fn dirty_lines(&self) -> u64 {
         self.dirty_count
+    }
+
+    /// Starts (or stops) logging the keys of lines that leave the cache (evicted, invalidated,
+    /// trimmed), so that a caller keeping per-line state can drop it without scanning.
+    pub fn track_unmapped(&mut self, on: bool) {
+        self.track_unmapped = on;
+        if !on {
+            self.unmapped = Vec::new();
+        }
+    }
+
+    /// Keys of lines that left the cache since the last call (empty when not tracking).
+    pub fn drain_unmapped(&mut self) -> std::vec::Drain<'_, u64> {
+        self.unmapped.drain(..)
     }
 
     /// Counters of one class.
@@ -1314,6 +1334,9 @@ impl Engine {
         debug_assert!(found, "slot {slot} not in the map");
         self.keys[slot as usize] = EMPTY;
         self.len -= 1;
+        if self.track_unmapped {
+            self.unmapped.push(key);
+        }
     }
 
     fn set_dirty(&mut self, slot: Slot, key: u64, on: bool) {

@@ -20,6 +20,8 @@
 //! bigalloc file systems (refused: `Unknown`), external journals, and indirect blocks seen
 //! before the inode that points at them (extent nodes seen early are kept and adopted).
 
+#[cfg(feature = "testing")]
+pub mod testing;
 use std::collections::{BTreeMap, HashMap};
 
 /// What a block of an ext4 file system holds.

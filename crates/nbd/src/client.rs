@@ -551,12 +551,7 @@ impl Client {
         }
         let b = &mut self.send_buf;
         b.clear();
-        b.extend_from_slice(&REQUEST_MAGIC.to_be_bytes());
-        b.extend_from_slice(&flags.to_be_bytes());
-        b.extend_from_slice(&typ.to_be_bytes());
-        b.extend_from_slice(&handle.to_be_bytes());
-        b.extend_from_slice(&offset.to_be_bytes());
-        b.extend_from_slice(&len.to_be_bytes());
+        put_request(b, flags, typ, handle, offset, len);
         b.extend_from_slice(payload);
         if let Err(e) = self.writer.write_all(b) {
             self.broken = true;

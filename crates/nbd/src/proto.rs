@@ -102,6 +102,17 @@ pub const ESHUTDOWN: u32 = 108;
 /// Longest string (export name, message) the protocol allows.
 pub const MAX_STRING: usize = 4096;
 
+/// Appends a transmission request header (28 bytes: magic, flags, type, handle, offset,
+/// length); a write's payload follows it.
+pub fn put_request(b: &mut Vec<u8>, flags: u16, typ: u16, handle: u64, offset: u64, len: u32) {
+    b.extend_from_slice(&REQUEST_MAGIC.to_be_bytes());
+    b.extend_from_slice(&flags.to_be_bytes());
+    b.extend_from_slice(&typ.to_be_bytes());
+    b.extend_from_slice(&handle.to_be_bytes());
+    b.extend_from_slice(&offset.to_be_bytes());
+    b.extend_from_slice(&len.to_be_bytes());
+}
+
 /// Maps a local I/O error to the NBD error value a client understands.
 pub fn errno_of(e: &std::io::Error) -> u32 {
     if let Some(code) = e.raw_os_error() {

@@ -73,35 +73,6 @@ impl Rng {
     }
 }
 
-fn option(b: &mut Vec<u8>, opt: u32, data: &[u8]) {
-    b.extend_from_slice(&IHAVEOPT.to_be_bytes());
-    b.extend_from_slice(&opt.to_be_bytes());
-    b.extend_from_slice(&(data.len() as u32).to_be_bytes());
-    b.extend_from_slice(data);
-}
-
-fn go_data(name: &str, infos: &[u16]) -> Vec<u8> {
-    let mut d = (name.len() as u32).to_be_bytes().to_vec();
-    d.extend_from_slice(name.as_bytes());
-    d.extend_from_slice(&(infos.len() as u16).to_be_bytes());
-    for i in infos {
-        d.extend_from_slice(&i.to_be_bytes());
-    }
-    d
-}
-
-fn request(b: &mut Vec<u8>, typ: u16, flags: u16, handle: u64, offset: u64, len: u32) {
-    b.extend_from_slice(&REQUEST_MAGIC.to_be_bytes());
-    b.extend_from_slice(&flags.to_be_bytes());
-    b.extend_from_slice(&typ.to_be_bytes());
-    b.extend_from_slice(&handle.to_be_bytes());
-    b.extend_from_slice(&offset.to_be_bytes());
-    b.extend_from_slice(&len.to_be_bytes());
-    if typ == CMD_WRITE {
-        b.extend((0..len).map(|i| i as u8));
-    }
-}
-
 fn commands(b: &mut Vec<u8>) {
     request(b, CMD_READ, 0, 1, 0, 4096);
     request(b, CMD_WRITE, CMD_FLAG_FUA, 2, 8192, 512);

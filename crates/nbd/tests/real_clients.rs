@@ -288,7 +288,9 @@ fn fio_verify_crc32c_qd16_several_jobs() {
     let dir = tempfile::tempdir().unwrap();
     let (_, e) = file_export(dir.path(), "disk.img", 64 * MIB);
     let srv = TestServer::start(vec![("disk".into(), e as Arc<dyn Export>)]);
+    // In the temp dir: fio leaves its verify state files in its working directory.
     let out = run(Command::new("fio")
+        .current_dir(dir.path())
         .args([
             "--name=verify",
             "--ioengine=nbd",

@@ -15,20 +15,11 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tiercache_engine::{ClassTable, Mode};
-use tiercache_ext4::{class_name, file_class};
+use tiercache_ext4::class_name;
+use tiercache_ext4::testing::{fill, ground_truth, have, populate_dirs, run, write_file, K, M};
 use tiercache_nbd::Export;
 use tiercache_server::classify::Ext4Classifier;
 use tiercache_server::{CacheVolume, FileDev, FormatOptions, OpenOptions};
-
-const K: u64 = 1024;
-const M: u64 = 1024 * 1024;
-
-fn have(tool: &str) -> bool {
-    Command::new("sh")
-        .args(["-c", &format!("command -v {tool}")])
-        .output()
-        .is_ok_and(|o| o.status.success())
-}
 
 macro_rules! require_e2fsprogs {
     () => {
@@ -42,76 +33,10 @@ macro_rules! require_e2fsprogs {
     };
 }
 
-fn run(cmd: &mut Command) -> String {
-    let o = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
-    assert!(
-        o.status.success(),
-        "{cmd:?} failed: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-/// Deterministic non-zero filler (mkfs -d turns all-zero blocks into holes).
-fn fill(buf: &mut [u8], seed: u64) {
-    let mut x = seed | 1;
-    for chunk in buf.chunks_mut(8) {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        let b = x.to_le_bytes();
-        chunk.copy_from_slice(&b[..chunk.len()]);
-    }
-}
-
-fn write_file(path: &Path, size: u64, seed: u64) {
-    let mut buf = vec![0u8; size as usize];
-    fill(&mut buf, seed);
-    File::create(path).unwrap().write_all(&buf).unwrap();
-}
-
 /// Directories and files from 1 KiB to 12 MiB, a 300-entry directory and a fragmented sparse
 /// file with an extent tree; returns (path, is_dir).
 fn populate(root: &Path, dirs: usize) -> Vec<(String, bool)> {
-    let mut out = Vec::new();
-    let sizes = [
-        K,
-        3 * K,
-        5 * K,
-        12 * K,
-        20 * K,
-        50 * K,
-        100 * K,
-        300 * K,
-        700 * K,
-        2 * M,
-        5 * M,
-    ];
-    for d in 0..dirs {
-        let dir = format!("d{d}");
-        fs::create_dir_all(root.join(&dir).join("sub")).unwrap();
-        out.push((format!("/{dir}"), true));
-        out.push((format!("/{dir}/sub"), true));
-        for (i, &s) in sizes.iter().enumerate() {
-            let name = format!("/{dir}/f{i}_{s}");
-            write_file(
-                &root.join(&name[1..]),
-                s + d as u64 * 7,
-                (d * 100 + i) as u64,
-            );
-            out.push((name, false));
-        }
-        let name = format!("/{dir}/sub/small");
-        write_file(&root.join(&name[1..]), 2 * K, d as u64);
-        out.push((name, false));
-    }
-    fs::create_dir_all(root.join("many")).unwrap();
-    out.push(("/many".into(), true));
-    for i in 0..300u64 {
-        let name = format!("/many/file_with_a_longish_name_{i:04}");
-        write_file(&root.join(&name[1..]), K + (i * 37) % (7 * K), 5000 + i);
-        out.push((name, false));
-    }
+    let mut out = populate_dirs(root, dirs);
     fs::create_dir_all(root.join("big")).unwrap();
     out.push(("/big".into(), true));
     write_file(&root.join("big/dense12m"), 12 * M, 9000);
@@ -126,102 +51,6 @@ fn populate(root: &Path, dirs: usize) -> Vec<(String, bool)> {
     }
     out.push(("/big/frag16m".into(), false));
     out
-}
-
-fn range(s: &str) -> Option<(u64, u64)> {
-    let s = s.split_whitespace().next()?;
-    match s.split_once('-') {
-        Some((a, b)) => Some((a.parse().ok()?, b.parse().ok()?)),
-        None => Some((s.parse().ok()?, s.parse().ok()?)),
-    }
-}
-
-/// Ground truth: DSS class name per block ("unallocated" when nothing owns it), from
-/// `dumpe2fs` (group layout) and `debugfs stat` (extents, extent tree blocks, sizes).
-fn ground_truth(img: &Path, paths: &[(String, bool)]) -> Vec<&'static str> {
-    let dump = run(Command::new("dumpe2fs").arg(img));
-    let field = |name: &str| -> u64 {
-        dump.lines()
-            .find_map(|l| l.strip_prefix(name))
-            .and_then(|v| v.trim().parse().ok())
-            .unwrap_or_else(|| panic!("dumpe2fs: no {name}"))
-    };
-    let blocks = field("Block count:");
-    let mut truth = vec!["unallocated"; blocks as usize];
-    for b in 0..field("First block:") {
-        truth[b as usize] = "metadata";
-    }
-    for line in dump.lines().filter(|l| l.starts_with("  ")) {
-        for piece in line.split(", ").map(str::trim) {
-            let meta = [
-                "superblock at",
-                "Group descriptors at",
-                "Reserved GDT blocks at",
-                "Block bitmap at",
-                "Inode bitmap at",
-                "Inode table at",
-            ]
-            .iter()
-            .any(|p| piece.contains(p));
-            if let (true, Some((a, b))) = (meta, range(piece.rsplit(" at ").next().unwrap())) {
-                for x in a..=b {
-                    truth[x as usize] = "metadata";
-                }
-            }
-        }
-    }
-    let mut targets: Vec<String> = vec!["/".into(), "/lost+found".into(), "<7>".into()];
-    targets.push("<8>".into());
-    targets.extend(paths.iter().map(|(p, _)| p.clone()));
-    let cmds: String = targets.iter().map(|t| format!("stat {t}\n")).collect();
-    let cmdfile = img.with_extension("cmds");
-    fs::write(&cmdfile, cmds).unwrap();
-    let out = run(Command::new("debugfs").arg("-f").arg(&cmdfile).arg(img));
-    for section in out.split("debugfs: stat ").skip(1) {
-        if !section.contains("Inode:") || section.contains("File not found") {
-            continue;
-        }
-        let dir = section.contains("Type: directory");
-        let journal = section.starts_with("<8>");
-        let resize = section.starts_with("<7>");
-        let size: u64 = section
-            .split("Size: ")
-            .nth(1)
-            .and_then(|s| s.split_whitespace().next())
-            .and_then(|s| s.parse().ok())
-            .expect("stat without Size");
-        let Some(ext) = section
-            .split("EXTENTS:")
-            .nth(1)
-            .or_else(|| section.split("BLOCKS:").nth(1))
-        else {
-            continue;
-        };
-        let data_class = if journal {
-            "journal"
-        } else if dir {
-            "directory"
-        } else {
-            file_class(size)
-        };
-        for entry in ext.split(", ").map(str::trim) {
-            let Some((logical, phys)) = entry.split_once("):") else {
-                continue;
-            };
-            let Some((a, b)) = range(phys) else { continue };
-            let class = if logical.contains("ETB") || logical.contains("IND") {
-                "metadata"
-            } else if resize {
-                continue;
-            } else {
-                data_class
-            };
-            for x in a..=b {
-                truth[x as usize] = class;
-            }
-        }
-    }
-    truth
 }
 
 /// (metadata-like ok, all, file ok, all), printing per-class counts.

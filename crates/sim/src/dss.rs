@@ -123,6 +123,8 @@ pub struct DssReport {
     pub requests: u64,
     pub data_bytes: u64,
     pub runs: Vec<RunResult>,
+    /// Where each priced device's figure comes from (`device: price, source`).
+    pub prices: Vec<String>,
 }
 
 impl DssReport {
@@ -233,11 +235,26 @@ pub fn run(opts: &DssOptions, progress: Option<&(dyn Fn(&RunResult) + Sync)>) ->
                 Ok(r)
             })
             .collect::<Result<_>>()?;
+    let prices = opts
+        .disks
+        .iter()
+        .chain(std::iter::once(&opts.ssd))
+        .map(|d| match opts.prices.get(d) {
+            Some(e) => format!(
+                "{d}: {} at USD {:.2}/GB, {}",
+                e.device,
+                e.price.usd_per_gb(),
+                e.source
+            ),
+            None => format!("{d}: no sourced price (--prices FILE adds one)"),
+        })
+        .collect();
     Ok(DssReport {
         workload: opts.workload.to_string(),
         requests: requests.len() as u64,
         data_bytes: trace.data_bytes,
         runs,
+        prices,
     })
 }
 
@@ -430,6 +447,15 @@ pub fn render(rep: &DssReport) -> String {
                     seed.disk, seed.disk
                 );
             }
+        }
+    }
+    if !rep.prices.is_empty() {
+        let _ = writeln!(
+            s,
+            "\nPrices (cost = the RAID's HDDs + the cache's GB of SSD):"
+        );
+        for p in &rep.prices {
+            let _ = writeln!(s, "  {p}");
         }
     }
     s

@@ -184,27 +184,39 @@ pub fn label(r: &LogRun) -> String {
     )
 }
 
+/// The log configuration of one variant: extent (segment = line) or WEU (segment =
+/// `spec.segment_size`), with or without dedup and compression, cache `capacity`.
+pub fn variant_config(
+    spec: &NitroSpec,
+    capacity: u64,
+    weu: bool,
+    dedup: bool,
+    compress: bool,
+) -> LogConfig {
+    let mut cfg = LogConfig::new(capacity, spec.line_size);
+    cfg.segment_size = if weu {
+        spec.segment_size
+    } else {
+        spec.line_size
+    };
+    cfg.capacity_bytes = capacity / cfg.segment_size * cfg.segment_size;
+    cfg.mode = spec.mode;
+    cfg.trim = spec.trim;
+    cfg.dedup_ratio = if dedup { spec.dedup_ratio } else { 0.0 };
+    cfg.compression = if compress {
+        spec.compression
+    } else {
+        Compression::None
+    };
+    cfg
+}
+
 /// Runs all eight variants on one trace with cache `capacity`.
 pub fn run_variants(trace: &ContentTrace, spec: &NitroSpec, capacity: u64) -> Result<Vec<LogRun>> {
     let mut jobs = Vec::new();
     for weu in [false, true] {
         for (d, c) in VARIANTS {
-            let mut cfg = LogConfig::new(capacity, spec.line_size);
-            cfg.segment_size = if weu {
-                spec.segment_size
-            } else {
-                spec.line_size
-            };
-            cfg.capacity_bytes = capacity / cfg.segment_size * cfg.segment_size;
-            cfg.mode = spec.mode;
-            cfg.trim = spec.trim;
-            cfg.dedup_ratio = if d { spec.dedup_ratio } else { 0.0 };
-            cfg.compression = if c {
-                spec.compression
-            } else {
-                Compression::None
-            };
-            jobs.push(cfg);
+            jobs.push(variant_config(spec, capacity, weu, d, c));
         }
     }
     use rayon::prelude::*;

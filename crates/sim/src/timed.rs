@@ -373,7 +373,9 @@ struct Executor<'a> {
     /// Per-class occupancy: the class of cached lines last touched by a request of a class
     /// other than 0 (class 0 owns the rest, so single-class traces cost nothing here).
     owners: hashbrown::HashMap<u64, u8>,
-    /// Lines per class in `owners` (stale entries of evicted lines included until pruned).
+    /// Lines per class in `owners`. Entries of lines that left the cache are dropped after
+    /// each request from the engine's log of unmapped keys (pruning the whole map at every
+    /// window instead made a run quadratic in its length).
     owned: [u64; tiercache_engine::NUM_CLASSES],
     win_class: Vec<std::collections::BTreeMap<u8, u64>>,
 }
@@ -505,17 +507,8 @@ impl<'a> Executor<'a> {
         }
     }
 
-    /// Cached lines per class now; drops owners whose lines were evicted.
-    fn class_snapshot(&mut self) -> std::collections::BTreeMap<u8, u64> {
-        let engine = &self.engine;
-        let owned = &mut self.owned;
-        self.owners.retain(|k, c| {
-            let keep = engine.lookup(*k).is_some();
-            if !keep {
-                owned[*c as usize] -= 1;
-            }
-            keep
-        });
+    /// Cached lines per class now.
+    fn class_snapshot(&self) -> std::collections::BTreeMap<u8, u64> {
         let mut m = std::collections::BTreeMap::new();
         let others: u64 = self.owned.iter().sum();
         let zero = self.engine.len().saturating_sub(others);
@@ -532,6 +525,12 @@ impl<'a> Executor<'a> {
 
     /// Records which class owns the lines `req` touched and that are now cached.
     fn track_classes(&mut self, req: &Request) {
+        let (owners, owned) = (&mut self.owners, &mut self.owned);
+        for k in self.engine.drain_unmapped() {
+            if let Some(c) = owners.remove(&k) {
+                owned[c as usize] -= 1;
+            }
+        }
         if req.class == 0 && self.owners.is_empty() {
             return;
         }
@@ -860,6 +859,8 @@ pub fn simulate_timed<'a>(
         }
     }
     let mut engine = Engine::new(cfg).map_err(anyhow::Error::msg)?;
+    // Per-class occupancy drops the owners of lines that leave the cache as they leave.
+    engine.track_unmapped(true);
     if engine.needs_oracle() {
         let reqs: Vec<Request> = spec.input.open()?.collect::<Result<_>>()?;
         engine.set_oracle(Engine::next_use_oracle(ls, &reqs));

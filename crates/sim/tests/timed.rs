@@ -216,46 +216,57 @@ fn cloudphysics_no_cache_then_write_through_then_write_back() {
     assert!(wb.timed.hdd.busy_s < wt.timed.hdd.busy_s);
 }
 
-/// Per-class occupancy over time: two classes writing disjoint ranges each own their lines;
-/// at every window end the classes add up to the cached lines, and class 1's share grows
-/// once it starts.
-#[test]
-fn class_occupancy_series_adds_up_and_follows_the_classes() {
-    use std::sync::Arc;
-    use tiercache_engine::{CacheSize, EngineConfig, Request};
-    use tiercache_sim::{Input, SimSpec, TimedOptions, TimedSetup};
-    let mut reqs = Vec::new();
-    for i in 0..4000u64 {
-        // Class 0 on the first 1000 blocks throughout; class 3 on another 1000 from the
-        // second half on, 1 ms apart.
-        let (class, block) = if i >= 2000 && i % 2 == 1 {
-            (3u8, 10_000 + (i * 7) % 1000)
-        } else {
-            (0u8, (i * 13) % 1000)
-        };
-        let mut r = Request::read(block * 4096, 4096);
-        r.time_ns = i * 1_000_000;
-        r.class = class;
-        reqs.push(r);
-    }
+/// Open-loop timed replay of class-labelled requests (1 ms apart) with the default engine.
+fn class_run(
+    reqs: Vec<tiercache_engine::Request>,
+    cache_lines: u64,
+    window_ns: u64,
+) -> tiercache_sim::TimedReport {
     let spec = SimSpec {
         input: Input::Memory {
-            name: "two classes".into(),
-            requests: Arc::new(reqs),
+            name: "classes".into(),
+            requests: std::sync::Arc::new(reqs),
         },
-        cache_size: CacheSize::Bytes(4000 * 4096),
+        cache_size: CacheSize::Bytes(cache_lines * 4096),
         engine: EngineConfig::default(),
     };
     let setup = TimedSetup {
         options: TimedOptions {
-            drive: tiercache_sim::Drive::Open { speedup: 1.0 },
-            window_ns: 500_000_000,
+            drive: Drive::Open { speedup: 1.0 },
+            window_ns,
             idle_clean: true,
             ..Default::default()
         },
         ..TimedSetup::default()
     };
-    let r = tiercache_sim::run_timed(&spec, &setup, None).unwrap();
+    run_timed(&spec, &setup, None).unwrap()
+}
+
+/// One 4 KiB read of `block` as `class`, issued at `i` ms.
+fn class_read(i: u64, class: u8, block: u64) -> tiercache_engine::Request {
+    let mut r = tiercache_engine::Request::read(block * 4096, 4096);
+    r.time_ns = i * 1_000_000;
+    r.class = class;
+    r
+}
+
+/// Per-class occupancy over time: two classes writing disjoint ranges each own their lines;
+/// at every window end the classes add up to the cached lines, and class 1's share grows
+/// once it starts.
+#[test]
+fn class_occupancy_series_adds_up_and_follows_the_classes() {
+    // Class 0 on the first 1000 blocks throughout; class 3 on another 1000 from the second
+    // half on.
+    let reqs = (0..4000u64)
+        .map(|i| {
+            if i >= 2000 && i % 2 == 1 {
+                class_read(i, 3, 10_000 + (i * 7) % 1000)
+            } else {
+                class_read(i, 0, (i * 13) % 1000)
+            }
+        })
+        .collect();
+    let r = class_run(reqs, 4000, 500_000_000);
     let s = &r.timed.series;
     assert!(s.len() >= 6, "{} windows", s.len());
     // Before class 3 starts (first second), only class 0 owns lines.
@@ -282,4 +293,32 @@ fn class_occupancy_series_adds_up_and_follows_the_classes() {
     let totals: Vec<u64> = s.iter().map(|w| w.class_lines.values().sum()).collect();
     assert!(totals.windows(2).all(|p| p[0] <= p[1]), "{totals:?}");
     assert_eq!(r.sim.evictions, 0);
+}
+
+/// Lines of a class that are evicted leave its occupancy as they go (the executor drops them
+/// from the engine's log of unmapped keys, not by pruning every window).
+#[test]
+fn class_occupancy_drops_evicted_lines() {
+    // 800 blocks of class 3, then 600 other blocks of class 5, in a cache of 1000 lines:
+    // LRU evicts the 400 oldest class-3 lines.
+    let reqs = (0..1400u64)
+        .map(|i| {
+            if i < 800 {
+                class_read(i, 3, i)
+            } else {
+                class_read(i, 5, 10_000 + i)
+            }
+        })
+        .collect();
+    let r = class_run(reqs, 1000, 100_000_000);
+    assert_eq!(r.sim.evictions, 400);
+    let s = &r.timed.series;
+    let last = &s.last().unwrap().class_lines;
+    assert_eq!(last.get(&3), Some(&400), "{last:?}");
+    assert_eq!(last.get(&5), Some(&600), "{last:?}");
+    assert_eq!(last.get(&0), None, "{last:?}");
+    // Every window: the classes add up to at most the cache.
+    assert!(s
+        .iter()
+        .all(|w| w.class_lines.values().sum::<u64>() <= 1000));
 }

@@ -4,15 +4,17 @@
 //!   is clean (free or clean lines) every other class is allocated; below it only classes
 //!   marked `always` are.
 //! - Eviction: the lowest priority first; within a priority the class with the largest
-//!   `object_size` first; within a class the least recently used line.
+//!   `object_size` first; among classes that tie on both (the file-system table's metadata,
+//!   journal and directories), the least recently used line of any of them.
 //!
 //! - Write-back: among the classes of the incoming line's priority or lower, in eviction
 //!   order, a clean line (one of the 64 least recently used of its class) is taken before
 //!   the first class's dirty LRU line, so that freshly written low-priority data is not
 //!   written back line by line in the requests' path (clean-first, as CFLRU).
 //!
-//! One LRU list per class over shared per-slot links (9 B per slot): a victim is the tail of
-//! the first non-empty list in the table's eviction order (at most 32 looks).
+//! One LRU list per eviction rank (`ClassTable::evict_rank`: classes with equal priority and
+//! object size share one) over shared per-slot links (9 B per slot): a victim is the tail of
+//! the first non-empty list (at most 32 looks).
 
 use super::{Access, Policy, PolicyConfig, PolicyInfo, Slot};
 use crate::classes::{Allocation, ClassTable};
@@ -34,9 +36,12 @@ pub struct Dss {
     table: Arc<ClassTable>,
     prev: Vec<u32>,
     next: Vec<u32>,
-    class: Vec<u8>,
+    /// Eviction rank of each slot's list.
+    rank: Vec<u8>,
     head: [u32; NUM_CLASSES],
     tail: [u32; NUM_CLASSES],
+    /// Priority of each rank's classes.
+    rank_prio: [u8; NUM_CLASSES],
 }
 
 impl Dss {
@@ -46,19 +51,26 @@ impl Dss {
             .clone()
             .unwrap_or_else(|| Arc::new(ClassTable::filesystem()));
         let n = capacity as usize;
+        let mut rank_prio = [0; NUM_CLASSES];
+        for c in 0..NUM_CLASSES as u8 {
+            rank_prio[table.evict_rank(c) as usize] = table.class(c).priority;
+        }
         Dss {
             table,
             prev: vec![NIL; n],
             next: vec![NIL; n],
-            class: vec![0; n],
+            rank: vec![0; n],
             head: [NIL; NUM_CLASSES],
             tail: [NIL; NUM_CLASSES],
+            rank_prio,
         }
     }
 
+    /// Links `slot` at the most recently used end of the list of class `c`'s rank.
     fn push_head(&mut self, slot: Slot, c: u8) {
-        let ci = c as usize;
-        self.class[slot as usize] = c;
+        let r = self.table.evict_rank(c);
+        let ci = r as usize;
+        self.rank[slot as usize] = r;
         self.prev[slot as usize] = NIL;
         self.next[slot as usize] = self.head[ci];
         if self.head[ci] != NIL {
@@ -70,7 +82,7 @@ impl Dss {
     }
 
     fn unlink(&mut self, slot: Slot) {
-        let ci = self.class[slot as usize] as usize;
+        let ci = self.rank[slot as usize] as usize;
         let (p, n) = (self.prev[slot as usize], self.next[slot as usize]);
         if p != NIL {
             self.next[p as usize] = n;
@@ -98,10 +110,9 @@ impl Policy for Dss {
         self.push_head(slot, a.class);
     }
     fn victim(&mut self) -> Slot {
-        self.table
-            .evict_order()
+        self.tail
             .iter()
-            .map(|&c| self.tail[c as usize])
+            .copied()
             .find(|&t| t != NIL)
             .expect("victim() on an empty DSS cache")
     }
@@ -109,7 +120,7 @@ impl Policy for Dss {
         self.unlink(slot);
     }
     fn mem_bytes(&self) -> usize {
-        self.prev.capacity() * 4 + self.next.capacity() * 4 + self.class.capacity()
+        self.prev.capacity() * 4 + self.next.capacity() * 4 + self.rank.capacity()
     }
     fn class_aware(&self) -> bool {
         true
@@ -117,7 +128,7 @@ impl Policy for Dss {
     fn victim_for(&mut self, class: u8, dirty: &[u64]) -> Slot {
         // Clean first, among lines no more valuable than the incoming one: a clean victim
         // costs no write-back in the request's path. The CLEAN_SEARCH least recently used
-        // lines of each such class are looked at, in eviction order.
+        // lines of each such rank are looked at, in eviction order.
         let is_dirty = |s: Slot| {
             dirty
                 .get(s as usize / 64)
@@ -125,11 +136,11 @@ impl Policy for Dss {
         };
         let prio = self.table.class(class).priority;
         if !dirty.is_empty() {
-            for &c in self.table.evict_order() {
-                if self.table.class(c).priority < prio {
+            for r in 0..NUM_CLASSES {
+                if self.rank_prio[r] < prio {
                     break;
                 }
-                let mut s = self.tail[c as usize];
+                let mut s = self.tail[r];
                 let mut n = 0;
                 while s != NIL && n < CLEAN_SEARCH {
                     if !is_dirty(s) {
@@ -179,6 +190,46 @@ mod tests {
         p.remove(2, 12, true);
         p.remove(1, 11, true);
         assert_eq!(p.victim(), 0);
+    }
+
+    #[test]
+    fn classes_that_tie_on_priority_and_size_share_one_lru() {
+        let mut p = Dss::new(8, &PolicyConfig::default());
+        // filesystem table: 1 = metadata and 3 = directory, both priority 0 and 4 KiB objects.
+        p.insert(0, &acc(10, 3));
+        p.insert(1, &acc(11, 1));
+        p.insert(2, &acc(12, 3));
+        assert_eq!(p.victim(), 0, "the oldest line of either class");
+        p.hit(0, &acc(10, 3));
+        assert_eq!(p.victim(), 1, "metadata is now the oldest");
+        // A line re-labelled by a hit moves to its new class's rank.
+        p.hit(1, &acc(11, 18));
+        assert_eq!(p.victim(), 1);
+        // With a uniform table every class shares one LRU.
+        let cfg = PolicyConfig {
+            classes: Some(Arc::new(ClassTable::uniform())),
+            ..Default::default()
+        };
+        let mut u = Dss::new(4, &cfg);
+        u.insert(0, &acc(1, 7));
+        u.insert(1, &acc(2, 2));
+        assert_eq!(u.victim(), 0);
+        u.hit(0, &acc(1, 7));
+        assert_eq!(u.victim(), 1);
+    }
+
+    #[test]
+    fn clean_victim_search_respects_priority() {
+        let mut p = Dss::new(8, &PolicyConfig::default());
+        p.insert(0, &acc(10, 1)); // metadata, clean
+        p.insert(1, &acc(11, 8)); // file<4KiB (priority 1), dirty
+        let dirty = [0b10u64];
+        assert_eq!(
+            p.victim_for(18, &dirty),
+            1,
+            "no clean line of priority >= 11"
+        );
+        assert_eq!(p.victim_for(1, &dirty), 0, "a clean line of priority >= 0");
     }
 
     #[test]

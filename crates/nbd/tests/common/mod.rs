@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use tiercache_nbd::proto::{put_request, CMD_WRITE, IHAVEOPT};
 use tiercache_nbd::{BlockSizes, Export, FileExport, Server, ServerOptions, ShutdownHandle};
 
 pub struct TestServer {
@@ -213,5 +214,34 @@ impl Export for FaultyExport {
     }
     fn description(&self) -> Option<String> {
         Some("faulty test export".into())
+    }
+}
+
+// Raw client byte streams (for tests that speak the protocol byte by byte).
+
+/// Appends an option request (`IHAVEOPT`, option, length, data).
+pub fn option(b: &mut Vec<u8>, opt: u32, data: &[u8]) {
+    b.extend_from_slice(&IHAVEOPT.to_be_bytes());
+    b.extend_from_slice(&opt.to_be_bytes());
+    b.extend_from_slice(&(data.len() as u32).to_be_bytes());
+    b.extend_from_slice(data);
+}
+
+/// The data of NBD_OPT_GO / NBD_OPT_INFO: export name and requested info types.
+pub fn go_data(name: &str, infos: &[u16]) -> Vec<u8> {
+    let mut d = (name.len() as u32).to_be_bytes().to_vec();
+    d.extend_from_slice(name.as_bytes());
+    d.extend_from_slice(&(infos.len() as u16).to_be_bytes());
+    for i in infos {
+        d.extend_from_slice(&i.to_be_bytes());
+    }
+    d
+}
+
+/// Appends a transmission request; a write carries `len` bytes of a counting pattern.
+pub fn request(b: &mut Vec<u8>, typ: u16, flags: u16, handle: u64, offset: u64, len: u32) {
+    put_request(b, flags, typ, handle, offset, len);
+    if typ == CMD_WRITE {
+        b.extend((0..len).map(|i| i as u8));
     }
 }

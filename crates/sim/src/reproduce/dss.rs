@@ -296,7 +296,7 @@ fn disk_rows(
                 what: format!("{sd} Table 4: cost per MB per IOPS"),
                 ours: trio(ch, cl, cd, |v| format!("{v:.2e}")),
                 published: seed_cost,
-                verdict: "not compared directly: units differ (ours: USD over the RAID's MB, DEVICES.md prices); the next row compares the changes".into(),
+                verdict: "not compared directly: units differ (ours: USD over the RAID's MB, the built-in price table); the next row compares the changes".into(),
             });
             let (dh, dl, lh) = (cd / ch, cd / cl, cl / ch);
             rows.push(Row {
@@ -340,7 +340,9 @@ fn disk_rows(
                 what: format!("{sd} Table 4: cost per MB per IOPS"),
                 ours: format!("n/a: no sourced price for hdd:{}", sd.to_ascii_lowercase()),
                 published: seed_cost,
-                verdict: "not compared: DEVICES.md has no price for this disk (--config with another disk, or a price table, adds one)".into(),
+                verdict:
+                    "not compared: the built-in price table has no sourced price for this disk"
+                        .into(),
             });
             ", no sourced price for the cost table".to_string()
         }

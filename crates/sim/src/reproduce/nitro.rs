@@ -16,7 +16,7 @@ use crate::nitro::{self as engine, label, LogRun, NitroSpec};
 use anyhow::{ensure, Context, Result};
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
-use tiercache_engine::{parse_size, Compression, LogConfig, Mode};
+use tiercache_engine::{parse_size, Compression, Mode};
 use tiercache_trace::content::{ContentModel, ContentTrace};
 use tiercache_trace::workload::bootstorm::BootStorm;
 
@@ -85,17 +85,8 @@ fn load_trace(path: &Path, spec: &NitroSpec, max: Option<u64>) -> Result<Content
 
 /// One (ND,NC) run with TRIM before reuse, extent or WEU.
 fn trim_run(trace: &ContentTrace, spec: &NitroSpec, capacity: u64, weu: bool) -> Result<LogRun> {
-    let mut cfg = LogConfig::new(capacity, spec.line_size);
-    cfg.segment_size = if weu {
-        spec.segment_size
-    } else {
-        spec.line_size
-    };
-    cfg.capacity_bytes = capacity / cfg.segment_size * cfg.segment_size;
-    cfg.mode = spec.mode;
+    let mut cfg = engine::variant_config(spec, capacity, weu, false, false);
     cfg.trim = true;
-    cfg.dedup_ratio = 0.0;
-    cfg.compression = Compression::None;
     let f = engine::ftl_for(&cfg, spec.erase_block);
     engine::run_log(trace, cfg, f)
 }
