@@ -492,12 +492,17 @@ impl Inner {
             .is_some_and(|i| !i.dup && i.seg == s && i.off == e.off)
     }
 
-    fn write_header(&mut self, s: u32, sealed: bool) -> io::Result<()> {
+    /// Writes segment `s`'s header to its other slot; the extents' live flags are computed
+    /// now unless `keep_flags` (a seal: computed before the engine's reserve, which may have
+    /// reclaimed this very segment already).
+    fn write_header(&mut self, s: u32, sealed: bool, keep_flags: bool) -> io::Result<()> {
         let hseq = self.next_seq();
         let gen = self.segs[s as usize].gen;
         let mut exts = self.segs[s as usize].exts.clone();
-        for e in &mut exts {
-            e.live = sealed && self.is_live(s, e);
+        if !keep_flags {
+            for e in &mut exts {
+                e.live = sealed && self.is_live(s, e);
+            }
         }
         let h = SegHeader {
             seg: s,
@@ -627,7 +632,23 @@ impl Inner {
     /// Executes the plan of `reserve`: seals, write-backs and the reclamation that follows.
     fn reserve(&mut self, dirty: bool) -> io::Result<()> {
         let before = self.eng.open_segment(dirty);
+        // The header of a segment sealed now describes every extent as live: an extent
+        // superseded since the last commit must not be marked dead before what superseded
+        // it is durable (a crash in between would lose both). The next commit rewrites the
+        // header with the dead ones marked (rule 3).
+        let mut has_dead = false;
+        if let Some(o) = before {
+            has_dead = self.segs[o as usize]
+                .exts
+                .iter()
+                .any(|e| !self.is_live(o, e));
+            for e in self.segs[o as usize].exts.iter_mut() {
+                e.live = true;
+            }
+        }
+        let reclaimed0 = self.eng.counters().segments_reclaimed;
         let steps = self.eng.reserve(dirty).steps.clone();
+        let reclaimed = self.eng.counters().segments_reclaimed > reclaimed0;
         let now = self
             .eng
             .open_segment(dirty)
@@ -645,8 +666,13 @@ impl Inner {
                 s => return Err(io_err(format!("unexpected step {s:?} in a reserve plan"))),
             }
         }
-        if before != Some(now) {
-            if self.segs[now as usize].sealed {
+        if let Some(o) = before {
+            if has_dead && self.segs[o as usize].sealed && !(reclaimed && now == o) {
+                self.hdr_stale.insert(o);
+            }
+        }
+        if before != Some(now) || reclaimed {
+            if reclaimed {
                 self.reclaim(now, &written_back)?;
             }
             let gen = self.eng.segments()[now as usize].gen;
@@ -682,7 +708,7 @@ impl Inner {
         }
         self.cache_sync()?;
         self.segs[s as usize].sealed = true;
-        self.write_header(s, true)?;
+        self.write_header(s, true, true)?;
         self.cache_sync()?;
         let m = &mut self.segs[s as usize];
         m.durable = m.exts.len();
@@ -740,7 +766,7 @@ impl Inner {
         m.gen = gen;
         m.sealed = false;
         m.exts.clear();
-        self.write_header(v, false)?;
+        self.write_header(v, false, false)?;
         self.cache_sync()
     }
 
@@ -856,7 +882,7 @@ impl Inner {
         let stale = std::mem::take(&mut self.hdr_stale);
         for s in stale {
             if self.segs[s as usize].sealed {
-                self.write_header(s, true)?;
+                self.write_header(s, true, false)?;
                 self.live.header_rewrites += 1;
             }
         }
@@ -1239,7 +1265,7 @@ impl Inner {
         self.seq = maxseq + 1;
         for &s in &reopened {
             self.segs[s as usize].sealed = true;
-            self.write_header(s, true)?;
+            self.write_header(s, true, false)?;
             let m = &mut self.segs[s as usize];
             m.durable = m.exts.len();
             m.durable_fill = m.fill();
