@@ -172,7 +172,7 @@ fn run(mode: Mode, seed: u64, crash: Option<Crash>, t: &mut Tally) -> (u64, u64)
     let opts = LogFormatOptions {
         line_size: LS,
         segment_size: SEG,
-        compression: if seed % 2 == 0 {
+        compression: if seed.is_multiple_of(2) {
             Compression::Lz4
         } else {
             Compression::Zstd(1)
