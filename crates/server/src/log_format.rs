@@ -3,7 +3,8 @@
 //!
 //! ```text
 //! 0                 superblock, 4 KiB: magic "TCLOGVOL", version, geometry, reduction settings,
-//!                   crc32c at byte 4092 over bytes 0..4092
+//!                   all in the first sector, crc32c at byte 508 over bytes 0..508 (a rewrite
+//!                   torn between sectors leaves a whole old or new sector 0)
 //! JOURNAL (4096)    journal: two halves of `half_bytes`; each half is a 4 KiB half header
 //!                   (magic, version, epoch, crc32c) and then fixed 96-byte records
 //! seg_area          segment i at seg_area + i * (2 * slot_bytes + segment_size):
@@ -103,10 +104,11 @@ impl LogSuperblock {
         segment_size: u64,
     ) -> Result<(u64, u32, u64), String> {
         let max_extents = ((2 * segment_size / line_size) as u32).max(4);
-        // Journal records per half: about one per line the raw cache holds, at least 8192
-        // and 16 segments' worth of extents (a checkpoint lists the open segments' extents).
-        let records = (device_bytes / line_size)
-            .clamp(8192, 1 << 24)
+        // Journal records per half: two per line the raw cache holds (a checkpoint lists
+        // every duplicate entry), at least 8192 and 16 segments' worth of extents (it lists
+        // the open segments' extents too).
+        let records = (2 * device_bytes / line_size)
+            .clamp(8192, 1 << 25)
             .max(16 * max_extents as u64);
         let g = Self::geometry_for(segment_size, max_extents, records);
         if device_bytes < g.seg_area {
@@ -159,8 +161,10 @@ impl LogSuperblock {
         let p = self.picker.as_bytes();
         let n = p.len().min(32);
         b[80..80 + n].copy_from_slice(&p[..n]);
-        let crc = crc32c::crc32c(&b[..4092]);
-        b[4092..].copy_from_slice(&crc.to_le_bytes());
+        // Every field sits in the first 512-byte sector, which carries its checksum: a
+        // rewrite (the clean flag) torn between sectors leaves a whole old or new sector 0.
+        let crc = crc32c::crc32c(&b[..508]);
+        b[508..512].copy_from_slice(&crc.to_le_bytes());
         b
     }
 
@@ -173,8 +177,8 @@ impl LogSuperblock {
         if b.len() < SB_BYTES as usize || !Self::is_log(b) {
             return Err(bad("not a log-layout cache device (bad magic)".into()));
         }
-        let crc = crc32c::crc32c(&b[..4092]);
-        if crc != u32_at(b, 4092) {
+        let crc = crc32c::crc32c(&b[..508]);
+        if crc != u32_at(b, 508) {
             return Err(bad("log superblock checksum mismatch".into()));
         }
         let v = u32_at(b, 8);

@@ -222,6 +222,9 @@ pub struct LogVolumeStats {
     pub ssd_bytes_written: u64,
     pub ram_index_bytes: u64,
     pub index_bytes_per_entry: f64,
+    /// Duplicate entries the journal can hold; past it, duplicates are stored as unique
+    /// (counted in `live.dedup_budget_skips`).
+    pub dup_entries_budget: u64,
     pub reduction: Reduction,
     pub engine: LogCounters,
     pub live: LogLiveCounters,
@@ -273,6 +276,8 @@ struct Inner {
     jused: u64,
     hdd_dirty: bool,
     dups_upper: u64,
+    /// Duplicate entries counted at the last checkpoint.
+    dups_at_checkpoint: u64,
     dup_budget: u64,
     commit_every: u64,
     fp_hook: Option<fn(&Hash) -> u64>,
@@ -351,6 +356,7 @@ impl LogVolume {
             jused: 0,
             hdd_dirty: false,
             dups_upper: 0,
+            dups_at_checkpoint: 0,
             dup_budget,
             commit_every,
             fp_hook,
@@ -380,7 +386,12 @@ impl LogVolume {
     pub fn stats(&self) -> LogVolumeStats {
         let g = self.lock();
         let red = g.eng.reduction();
-        let ib = g.eng.index_bytes() as u64;
+        // The engine's indices plus this side's copy of the headers (32-byte digests).
+        let ib = g.eng.index_bytes() as u64
+            + g.segs
+                .iter()
+                .map(|m| (m.exts.capacity() * std::mem::size_of::<Ext>()) as u64)
+                .sum::<u64>();
         LogVolumeStats {
             layout: "log",
             mode: g.sb.mode.as_str().into(),
@@ -404,6 +415,7 @@ impl LogVolume {
             } else {
                 0.0
             },
+            dup_entries_budget: g.dup_budget,
             reduction: red,
             engine: *g.eng.counters(),
             live: g.live,
@@ -868,7 +880,7 @@ impl Inner {
             self.live.commits += 1;
         }
         self.rewrite_stale_headers()?;
-        if self.dups_upper >= self.dup_budget && self.dup_budget > 0 {
+        if self.dups_upper >= self.dup_budget && self.dups_upper > self.dups_at_checkpoint {
             // Recount the duplicate entries (stale ones die with their segments).
             self.checkpoint()?;
         }
@@ -895,6 +907,7 @@ impl Inner {
         let mut recs = self.open_records(true);
         let dups: Vec<(u64, ExtentInfo)> = self.eng.entries().filter(|(_, i)| i.dup).collect();
         self.dups_upper = dups.len() as u64;
+        self.dups_at_checkpoint = self.dups_upper;
         for (key, i) in dups {
             let seq = self.next_seq();
             recs.push(Rec::Dup {
