@@ -140,7 +140,13 @@ fn duplicate_image_reads_back_after_restart_and_kill() {
         s["index_bytes_per_entry"]
     );
     assert!(s["dedup_ratio"].as_f64().unwrap() > 1.5, "{s}");
-    assert!(s["compression_ratio"].as_f64().unwrap() > 2.0, "{s}");
+    // The 64 pool blocks compress, but once each is stored the rest are duplicates: the
+    // stored extents are mostly the random quarter.
+    assert!(s["compression_ratio"].as_f64().unwrap() > 1.0, "{s}");
+    assert!(
+        s["engine"]["extents_compressed"].as_u64().unwrap() >= 40,
+        "{s}"
+    );
     assert!(s["effective_capacity"].as_f64().unwrap() > 2.0, "{s}");
     let back = d.join("back.img");
     let copy = |srv: &Srv| {

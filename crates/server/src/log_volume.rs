@@ -338,7 +338,10 @@ impl LogVolume {
         let red = Reducer::new(sb.compression)?;
         let r = sb.journal_records;
         let commit_every = (r / 16).max(16);
-        let dup_budget = (r.saturating_sub(4 * sb.max_extents as u64 + 2 * commit_every)) / 2;
+        // A checkpoint lists the open segments' extents (at most 2 x max), the duplicate
+        // entries and the pending drops (a commit's worth, plus a reclaimed segment's extents;
+        // duplicates written back become drops one for one): it always fits a half.
+        let dup_budget = r.saturating_sub(3 * sb.max_extents as u64 + 2 * commit_every);
         let mut inner = Inner {
             cache,
             backing,
