@@ -64,6 +64,7 @@ fn options(l: &LayoutArgs, line_size: u64, mode: Mode) -> Result<LogFormatOption
         dedup_ratio: l.dedup.unwrap_or(0.0),
         picker: l.picker.clone().unwrap_or_else(|| "lru".into()),
         mode,
+        journal_records: None,
     })
 }
 

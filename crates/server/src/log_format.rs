@@ -102,6 +102,7 @@ impl LogSuperblock {
         device_bytes: u64,
         line_size: u64,
         segment_size: u64,
+        journal_records: Option<u64>,
     ) -> Result<(u64, u32, u64), String> {
         let max_extents = ((2 * segment_size / line_size) as u32).max(4);
         // Journal records per half: two per line the raw cache holds (a checkpoint lists
@@ -110,6 +111,10 @@ impl LogSuperblock {
         let records = (2 * device_bytes / line_size)
             .clamp(8192, 1 << 25)
             .max(16 * max_extents as u64);
+        let records = match journal_records {
+            Some(r) => r.max(8 * max_extents as u64).max(64),
+            None => records,
+        };
         let g = Self::geometry_for(segment_size, max_extents, records);
         if device_bytes < g.seg_area {
             return Err(format!(

@@ -68,6 +68,9 @@ pub struct LogFormatOptions {
     pub dedup_ratio: f64,
     pub picker: String,
     pub mode: Mode,
+    /// Records per journal half (default: sized from the device; tests make it small so
+    /// checkpoints happen often). Raised to what a checkpoint needs at least.
+    pub journal_records: Option<u64>,
 }
 
 impl Default for LogFormatOptions {
@@ -79,6 +82,7 @@ impl Default for LogFormatOptions {
             dedup_ratio: 0.0,
             picker: "lru".into(),
             mode: Mode::WriteThrough,
+            journal_records: None,
         }
     }
 }
@@ -117,7 +121,8 @@ pub fn format_log(
         )));
     }
     let (segments, max_extents, records) =
-        LogSuperblock::plan(cache.size(), o.line_size, o.segment_size).map_err(io_err)?;
+        LogSuperblock::plan(cache.size(), o.line_size, o.segment_size, o.journal_records)
+            .map_err(io_err)?;
     let sb = LogSuperblock {
         line_size: o.line_size,
         segment_size: o.segment_size,

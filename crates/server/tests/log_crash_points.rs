@@ -130,7 +130,7 @@ fn files() -> Files {
     std::fs::write(&backing, (0..VOL).map(initial).collect::<Vec<u8>>()).unwrap();
     let cache = dir.path().join("cache.img");
     let mut bytes = 1 << 20;
-    while LogSuperblock::plan(bytes, LS, SEG).map_or(0, |p| p.0) < 10 {
+    while LogSuperblock::plan(bytes, LS, SEG, None).map_or(0, |p| p.0) < 10 {
         bytes += SEG;
     }
     std::fs::File::create(&cache)
@@ -180,6 +180,8 @@ fn run(mode: Mode, seed: u64, crash: Option<Crash>, t: &mut Tally) -> (u64, u64)
         dedup_ratio: 1.0,
         picker: "lru".into(),
         mode,
+        // Every third workload with a small journal: checkpoints during the run.
+        journal_records: seed.is_multiple_of(3).then_some(64),
     };
     let sb = format_log(&FileDev::open(&f.cache).unwrap(), VOL, &opts).unwrap();
     let journal = JOURNAL_OFFSET..sb.geometry().seg_area;
@@ -264,6 +266,14 @@ fn run(mode: Mode, seed: u64, crash: Option<Crash>, t: &mut Tally) -> (u64, u64)
         let n = (faults.events(), faults.matched_writes());
         if let Some(v) = vol {
             v.check().unwrap();
+            if seed.is_multiple_of(3) {
+                let c = v.stats().live.checkpoints;
+                assert!(
+                    c > 1,
+                    "{what}: small journal, {c} checkpoints: {:?}",
+                    v.stats().live
+                );
+            }
             v.shutdown().unwrap();
         }
         return n;

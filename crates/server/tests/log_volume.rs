@@ -39,7 +39,7 @@ pub fn log_files(segs: u64) -> LogFiles {
     // Size the device so that exactly `segs` segments fit.
     let mut bytes = 1 << 20;
     loop {
-        let (n, _, _) = LogSuperblock::plan(bytes, LS, SEG).unwrap_or((0, 0, 0));
+        let (n, _, _) = LogSuperblock::plan(bytes, LS, SEG, None).unwrap_or((0, 0, 0));
         if n >= segs {
             break;
         }
@@ -65,6 +65,8 @@ pub fn log_format(f: &LogFiles, mode: Mode, compression: Compression, dedup: f64
         dedup_ratio: dedup,
         picker: "lru".into(),
         mode,
+        // A small journal: checkpoints happen during the workload.
+        journal_records: Some(400),
     };
     format_log(&cache, VOL, &o).unwrap();
 }
@@ -181,6 +183,10 @@ fn run_mode(mode: Mode, compression: Compression, seed: u64) {
         s.live.checkpoints
     );
     assert!(s.engine.segments_reclaimed > 20, "{what}: {s:?}");
+    assert!(
+        s.live.checkpoints > 3,
+        "{what}: the small journal never filled: {s:?}"
+    );
     assert!(s.engine.dup_write_lines > 0, "{what}: no duplicate writes");
     if mode == Mode::WriteBack {
         assert!(s.live.write_backs > 0, "{what}: no write-backs");
