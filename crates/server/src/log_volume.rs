@@ -290,6 +290,7 @@ struct Inner {
     stored: Vec<u8>,
     scratch: Vec<u8>,
     closed: bool,
+    failed: bool,
 }
 
 /// The log-layout cache volume.
@@ -372,6 +373,7 @@ impl LogVolume {
             stored: Vec::new(),
             scratch: Vec::new(),
             closed: false,
+            failed: false,
             sb,
         };
         let rep = inner.recover()?;
@@ -443,6 +445,7 @@ impl LogVolume {
     /// Commits, marks the superblock clean and syncs. The volume fails every call after.
     pub fn shutdown(&self) -> io::Result<()> {
         let mut g = self.lock();
+        g.check_open()?;
         g.commit()?;
         g.sb.clean = true;
         let b = g.sb.encode();
@@ -482,7 +485,24 @@ impl Inner {
         if self.closed {
             return Err(io_err("the log volume was shut down"));
         }
+        if self.failed {
+            return Err(io_err(
+                "the log volume stopped after an I/O error; restart it to recover from the device",
+            ));
+        }
         Ok(())
+    }
+
+    /// An error in the middle of a request may leave RAM ahead of the devices: every later
+    /// request fails until a restart recovers from what is on the device. A damaged dirty
+    /// extent on read (`InvalidData`, nothing changed) fails only its request.
+    fn guard<T>(&mut self, r: io::Result<T>) -> io::Result<T> {
+        if let Err(e) = &r {
+            if e.kind() != io::ErrorKind::InvalidData {
+                self.failed = true;
+            }
+        }
+        r
     }
 
     fn cache_sync(&mut self) -> io::Result<()> {
@@ -743,17 +763,16 @@ impl Inner {
             .ok_or_else(|| io_err(format!("write-back of unknown extent {seg}:{off}")))?;
         if !self.load_stored(seg, &ext)? {
             self.live.extent_crc_errors += 1;
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                format!("dirty extent {seg}:{off} fails its checksum at write-back"),
-            ));
+            return Err(io_err(format!(
+                "dirty extent {seg}:{off} fails its checksum at write-back"
+            )));
         }
         let mut line = std::mem::take(&mut self.scratch);
         line.resize(self.ls() as usize, 0);
         let stored = std::mem::take(&mut self.stored);
         let r = self.red.expand(&stored, ext.compressed, &mut line);
         self.stored = stored;
-        r?;
+        r.map_err(io_err)?;
         let w = self.backing.write_at(&line, hdd);
         self.scratch = line;
         w?;
@@ -1328,14 +1347,18 @@ impl Export for LogVolume {
         g.check_open()?;
         let ls = self.line;
         let mut line_buf = vec![0u8; ls as usize];
+        let mut r = Ok(());
         for line in self.lines(offset, buf.len() as u64) {
-            g.read_line(line, &mut line_buf)?;
+            r = g.read_line(line, &mut line_buf);
+            if r.is_err() {
+                break;
+            }
             let a = (line * ls).max(offset);
             let b = ((line + 1) * ls).min(offset + buf.len() as u64);
             buf[(a - offset) as usize..(b - offset) as usize]
                 .copy_from_slice(&line_buf[(a - line * ls) as usize..(b - line * ls) as usize]);
         }
-        Ok(())
+        g.guard(r)
     }
 
     fn write(&self, offset: u64, data: &[u8], fua: bool) -> io::Result<()> {
@@ -1343,41 +1366,51 @@ impl Export for LogVolume {
         g.check_open()?;
         let ls = self.line;
         let mut line_buf = vec![0u8; ls as usize];
-        for line in self.lines(offset, data.len() as u64) {
-            let a = (line * ls).max(offset);
-            let b = ((line + 1) * ls).min(offset + data.len() as u64);
-            let src = &data[(a - offset) as usize..(b - offset) as usize];
-            if b - a == ls {
-                g.write_line(line, src, fua)?;
-            } else {
-                g.current_line(line, &mut line_buf)?;
-                line_buf[(a - line * ls) as usize..(b - line * ls) as usize].copy_from_slice(src);
-                g.write_line(line, &line_buf, fua)?;
+        let mut go = |g: &mut Inner| -> io::Result<()> {
+            for line in self.lines(offset, data.len() as u64) {
+                let a = (line * ls).max(offset);
+                let b = ((line + 1) * ls).min(offset + data.len() as u64);
+                let src = &data[(a - offset) as usize..(b - offset) as usize];
+                if b - a == ls {
+                    g.write_line(line, src, fua)?;
+                } else {
+                    g.current_line(line, &mut line_buf)?;
+                    line_buf[(a - line * ls) as usize..(b - line * ls) as usize]
+                        .copy_from_slice(src);
+                    g.write_line(line, &line_buf, fua)?;
+                }
             }
-        }
-        if fua {
-            g.commit()?;
-        }
-        Ok(())
+            if fua {
+                g.commit()?;
+            }
+            Ok(())
+        };
+        let r = go(&mut g);
+        g.guard(r)
     }
 
     fn flush(&self) -> io::Result<()> {
         let mut g = self.lock();
         g.check_open()?;
         let _ = g.eng.process(&Request::new(0, Op::Flush, 0, 0), &[]);
-        g.commit()
+        let r = g.commit();
+        g.guard(r)
     }
 
     fn trim(&self, offset: u64, len: u64) -> io::Result<()> {
         let mut g = self.lock();
         g.check_open()?;
         let ls = self.line;
+        let mut r = Ok(());
         for line in self.lines(offset, len) {
             if offset <= line * ls && (line + 1) * ls <= offset + len {
-                g.unmap(line)?;
+                r = g.unmap(line);
+                if r.is_err() {
+                    break;
+                }
             }
         }
-        Ok(())
+        g.guard(r)
     }
 
     fn write_zeroes(&self, offset: u64, len: u64, fua: bool, _may_trim: bool) -> io::Result<()> {

@@ -347,3 +347,47 @@ fn damaged_clean_extent_reads_backing_and_format_checks() {
     };
     assert!(format_log(&c, VOL, &bad).is_err());
 }
+
+/// A device error in the middle of a request stops the volume (RAM may be ahead of the
+/// devices); a restart recovers what was flushed.
+#[test]
+fn io_error_stops_the_volume_and_restart_recovers() {
+    let f = log_files(10);
+    log_format(&f, Mode::WriteBack, Compression::Lz4, 1.0);
+    let faults = tiercache_server::fault::Faults::new(1);
+    let (cdev, ch) = faults.wrap("cache", Box::new(FileDev::open(&f.cache).unwrap()), false);
+    let (bdev, _) = faults.wrap(
+        "backing",
+        Box::new(FileDev::open(&f.backing).unwrap()),
+        false,
+    );
+    let (v, _) = LogVolume::open(Box::new(cdev), Box::new(bdev)).unwrap();
+    let mut m = Model::new(0, VOL);
+    workload(&v, &mut m, 11, 300);
+    v.flush().unwrap();
+    m.flush();
+    ch.fail_writes(0..u64::MAX);
+    let mut r = rng(12);
+    let mut failed = false;
+    for i in 0..200u64 {
+        let d = line_content(&mut r);
+        // A failed write may have landed in part: old or new.
+        m.write((i % 64 * LS) as usize, &d, false);
+        if v.write(i % 64 * LS, &d, false).is_err() || v.flush().is_err() {
+            failed = true;
+            break;
+        }
+    }
+    assert!(failed, "writes to a failing cache device never failed");
+    assert!(
+        v.read(0, &mut [0u8; 4096]).is_err(),
+        "the volume keeps serving"
+    );
+    assert!(v.shutdown().is_err());
+    drop(v);
+    let v = log_open(&f);
+    v.check().unwrap();
+    let mut buf = vec![0u8; VOL as usize];
+    v.read(0, &mut buf).unwrap();
+    m.check_after_crash(0, &buf, "after an I/O error and a restart");
+}
