@@ -5,6 +5,7 @@ mod demo;
 mod dss_cmd;
 mod ext4_cmd;
 mod layout_args;
+mod log_serve;
 mod mrc_cmd;
 mod nbd_cmd;
 mod nitro_cmd;

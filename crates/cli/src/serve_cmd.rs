@@ -48,6 +48,8 @@ pub struct FormatArgs {
     /// Overwrite a device that already holds a tiercache cache.
     #[arg(long)]
     force: bool,
+    #[command(flatten)]
+    layout: crate::layout_args::LayoutArgs,
 }
 
 /// Flags of `serve`; every one may also come from `--config FILE.toml` (same names, with
@@ -144,6 +146,10 @@ pub struct ServeArgs {
     /// Rules file (`version = 1` and [[rule]]s) replacing the table's rules.
     #[arg(long)]
     class_rules: Option<PathBuf>,
+    /// `--layout log` and its options (with --format-if-needed; see `tiercache format`).
+    #[command(flatten)]
+    #[serde(skip)]
+    layout: crate::layout_args::LayoutArgs,
 }
 
 const SERVE_HELP: &str = "\
@@ -245,6 +251,28 @@ pub fn format(a: FormatArgs) -> Result<()> {
         }
     }
     let line_size = size_arg("--line-size", &a.line_size)?;
+    if !a.force && crate::log_serve::is_log_device(&cache)? {
+        bail!(
+            "{} already holds a tiercache cache (log layout); add --force to overwrite it",
+            a.cache.display()
+        );
+    }
+    if a.layout.is_log()? {
+        if a.policy != "lru" || a.cache_size.is_some() {
+            bail!("--policy and --cache-size apply to the direct layout; the log layout uses the whole device and picks segments with --picker");
+        }
+        return crate::log_serve::format(
+            &a.cache,
+            &cache,
+            backing.size(),
+            &a.layout,
+            line_size,
+            mode_arg(&a.mode)?,
+        );
+    }
+    if crate::log_serve::has_log_options(&a.layout) {
+        bail!("--segment-size, --compression, --dedup, --picker, --trim and --reinsert-hits need --layout log");
+    }
     let opts = FormatOptions {
         line_size,
         mode: mode_arg(&a.mode)?,
@@ -373,7 +401,41 @@ pub fn serve(a: ServeArgs) -> Result<()> {
             .with_context(|| format!("creating {}", cache_path.display()))?;
     }
     let cache = FileDev::open(&cache_path)?;
-    match tiercache_server::read_superblock(&cache) {
+    let direct_sb = tiercache_server::read_superblock(&cache);
+    let log_dev = crate::log_serve::is_log_device(&cache)?;
+    let want_log = a.layout.is_log()?;
+    let format_log = want_log
+        && a.format_if_needed
+        && matches!(direct_sb, Err(FormatError::BadMagic))
+        && !log_dev;
+    if log_dev || format_log {
+        let direct_only = [
+            ("--policy", a.policy.is_some()),
+            ("--classes", a.classes.is_some()),
+            ("--classifier", a.classifier.is_some()),
+            ("--class-rules", a.class_rules.is_some()),
+            ("--cleaner", a.cleaner.is_some()),
+            ("--max-cache-errors", a.max_cache_errors.is_some()),
+        ];
+        let p = crate::log_serve::LogServe {
+            cache_path: cache_path.clone(),
+            socket: a.socket.clone(),
+            listen,
+            control: a.control.clone(),
+            metrics: a.metrics.clone(),
+            nbd: nbd_opts,
+            mode,
+            line_size,
+            layout: a.layout.clone(),
+            direct_only: direct_only.iter().filter(|x| x.1).map(|x| x.0).collect(),
+            format: format_log,
+        };
+        return crate::log_serve::serve(p, cache, backing);
+    }
+    if want_log || crate::log_serve::has_log_options(&a.layout) {
+        bail!("{}: --layout log and its options need a cache device in the log layout (`tiercache format --layout log`, or --format-if-needed on an empty device); this one {}", cache_path.display(), if direct_sb.is_ok() { "is in the direct layout" } else { "holds no cache" });
+    }
+    match direct_sb {
         Ok(sb) => {
             if let Some(ls) = line_size.filter(|&ls| ls != sb.line_size) {
                 bail!(
@@ -541,6 +603,9 @@ fn nbd_options(a: &ServeArgs) -> Result<tiercache_nbd::ServerOptions> {
 
 fn print_stats(v: &serde_json::Value) {
     let s = &v["stats"];
+    if s["layout"] == "log" {
+        return crate::log_serve::print_stats(s);
+    }
     let n = |x: &serde_json::Value| x.as_u64().unwrap_or(0);
     let cap = n(&s["capacity_lines"]).max(1);
     println!("mode            {}", s["mode"].as_str().unwrap_or("?"));

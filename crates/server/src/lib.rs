@@ -8,6 +8,8 @@ pub mod control;
 pub mod dev;
 pub mod fault;
 pub mod format;
+pub mod log_format;
+pub mod log_volume;
 pub mod metrics;
 pub mod nbd_dev;
 pub mod reduce;
@@ -15,6 +17,7 @@ pub mod volume;
 
 pub use dev::{hdd_config, BlockDev, EmulatedHdd, FileDev};
 pub use format::{FormatError, Superblock};
+pub use log_volume::{format_log, read_log_superblock, LogFormatOptions, LogVolume};
 pub use nbd_dev::NbdDev;
 pub use volume::{
     format, read_superblock, CacheVolume, FormatOptions, LineState, OpenOptions, OpenReport,

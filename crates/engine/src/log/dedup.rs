@@ -150,6 +150,18 @@ impl FpIndex {
         self.push_front(i);
     }
 
+    /// The location of `fp` without touching the LRU order or checking its generation.
+    pub fn peek(&self, fp: u64) -> Option<Loc> {
+        self.map.get(&fp).map(|&i| self.nodes[i as usize].loc)
+    }
+
+    /// Drops `fp` wherever it points.
+    pub fn remove(&mut self, fp: u64) {
+        if let Some(&i) = self.map.get(&fp) {
+            self.drop_node(i);
+        }
+    }
+
     /// Drops `fp` if it points into generation `gen` of `seg` (the segment is being reclaimed).
     pub fn remove_if(&mut self, fp: u64, seg: u32, gen: u32) {
         if let Some(&i) = self.map.get(&fp) {

@@ -149,6 +149,9 @@ pub struct LogConfig {
     /// Reinsert clean extents with at least this many hits when their segment is reclaimed
     /// (0 = off).
     pub reinsert_hits: u16,
+    /// Seal a segment when it holds this many extents (0 = unlimited), so an on-disk header
+    /// area of fixed size always describes a whole segment.
+    pub max_extents_per_segment: u32,
 }
 
 impl LogConfig {
@@ -163,6 +166,7 @@ impl LogConfig {
             compression: Compression::None,
             trim: false,
             reinsert_hits: 0,
+            max_extents_per_segment: 0,
         }
     }
 
@@ -349,6 +353,47 @@ pub struct LogEngine {
     /// Write counter, to make up unique fingerprints when content is unknown.
     nonce: u64,
     reinsert: Vec<HdrEntry>,
+    /// Live side: read misses without content are not appended; [`LogEngine::admit`] appends
+    /// them once the executor has read their bytes.
+    deferred_fill: bool,
+}
+
+/// Where a line's current extent is: see [`LogEngine::locate`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ExtentInfo {
+    pub seg: u32,
+    pub gen: u32,
+    /// Byte offset in the segment and stored length.
+    pub off: u32,
+    pub len: u32,
+    /// Stored compressed (shorter than a line).
+    pub compressed: bool,
+    pub dirty: bool,
+    /// A duplicate entry (points at another key's extent).
+    pub dup: bool,
+    /// The segment is open (its bytes are in RAM, not yet on the SSD).
+    pub open: bool,
+}
+
+/// A segment as recovered by an executor, for [`LogEngine::restore`].
+#[derive(Clone, Debug, Default)]
+pub struct RestoredSegment {
+    pub gen: u32,
+    /// Sealed (on the SSD) or free.
+    pub sealed: bool,
+    /// Its extents in offset order (live or not: duplicates may point at dead ones).
+    pub hdr: Vec<HdrEntry>,
+}
+
+/// A file-index entry as recovered, for [`LogEngine::restore`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RestoredEntry {
+    pub key: u64,
+    pub seg: u32,
+    pub off: u32,
+    pub dirty: bool,
+    /// A duplicate entry; otherwise the extent's base entry (its header names `key`).
+    pub dup: bool,
 }
 
 #[inline]
@@ -382,8 +427,224 @@ impl LogEngine {
             tick: 0,
             nonce: 0,
             reinsert: Vec::new(),
+            deferred_fill: false,
             cfg,
         })
+    }
+
+    /// Live side: read misses are planned (`ReadHdd`) but not appended until
+    /// [`LogEngine::admit`] brings their content. Only requests without content are affected.
+    pub fn set_deferred_fill(&mut self, on: bool) {
+        self.deferred_fill = on;
+    }
+
+    /// The key of a volume's line (as [`RestoredEntry::key`] and headers carry it).
+    pub fn line_key(volume: u32, line: u64) -> u64 {
+        Self::key(volume, line)
+    }
+
+    /// Volume and line number of a key.
+    pub fn key_line(key: u64) -> (u32, u64) {
+        ((key >> LINE_BITS) as u32, key & ((1 << LINE_BITS) - 1))
+    }
+
+    /// Where `volume`'s `line` is cached now, if it is (stale duplicates read as absent).
+    pub fn locate(&self, volume: u32, line: u64) -> Option<ExtentInfo> {
+        let e = *self.file.get(&Self::key(volume, line))?;
+        let s = &self.segs[e.seg as usize];
+        if s.gen != e.gen {
+            return None;
+        }
+        let compressed = s
+            .hdr
+            .get(e.hdr as usize)
+            .is_some_and(|h| h.compressed && h.off == e.off);
+        Some(ExtentInfo {
+            seg: e.seg,
+            gen: e.gen,
+            off: e.off,
+            len: e.len,
+            compressed,
+            dirty: e.dirty,
+            dup: e.dup,
+            open: s.state == SegState::Open,
+        })
+    }
+
+    /// Every current file-index entry (key, extent), in no particular order.
+    pub fn entries(&self) -> impl Iterator<Item = (u64, ExtentInfo)> + '_ {
+        self.file.iter().filter_map(|(&k, _)| {
+            let (v, l) = Self::key_line(k);
+            self.locate(v, l).map(|i| (k, i))
+        })
+    }
+
+    /// The location the fingerprint index gives `fp`, if current (no LRU update).
+    pub fn probe_fp(&self, fp: u64) -> Option<Loc> {
+        let segs = &self.segs;
+        self.fps
+            .peek(fp)
+            .filter(|l| segs[l.seg as usize].gen == l.gen)
+    }
+
+    /// Forgets `fp` (the executor found that the indexed extent's full digest differs: the
+    /// next write of this content is stored as unique).
+    pub fn drop_fp(&mut self, fp: u64) {
+        self.fps.remove(fp);
+    }
+
+    /// Drops a line's entry, as a trim would, without a plan (the executor made sure nothing
+    /// is lost: a clean line, or a dirty one it wrote back).
+    pub fn forget(&mut self, volume: u32, line: u64) {
+        let key = Self::key(volume, line);
+        if let Some(e) = self.current(key) {
+            self.drop_entry(key, e);
+        }
+    }
+
+    /// The open segment of the clean (`dirty` false) or dirty stream, if any.
+    pub fn open_segment(&self, dirty: bool) -> Option<u32> {
+        let o = self.open[dirty as usize];
+        (o != NONE).then_some(o)
+    }
+
+    /// Live side: makes room for one more extent of up to a line in the open segment of the
+    /// clean (`dirty` false) or dirty stream, sealing it and reclaiming a victim if needed.
+    /// The plan holds the seal's `WriteSsd`, the victim's `WriteBack`s and `TrimSsd`. A later
+    /// `process`/`admit` of one line then neither seals a full segment nor reclaims.
+    pub fn reserve(&mut self, dirty: bool) -> &Plan {
+        self.plan.reset(0, 0);
+        let stream = dirty as usize;
+        let o = self.open[stream];
+        let full = o != NONE && {
+            let s = &self.segs[o as usize];
+            s.used as u64 + self.cfg.line_size > self.seg_size
+                || (self.cfg.max_extents_per_segment > 0
+                    && s.hdr.len() as u32 >= self.cfg.max_extents_per_segment)
+        };
+        if o == NONE || full {
+            if o != NONE {
+                self.seal(o);
+            }
+            let n = self.allocate(stream);
+            self.open[stream] = n;
+        }
+        &self.plan
+    }
+
+    /// Live side: caches a read-missed line (planned earlier with deferred fill) now that its
+    /// content is known: a duplicate entry when the fingerprint index has it, otherwise a new
+    /// clean extent. Returns the plan (seals and reclamations this caused).
+    pub fn admit(&mut self, volume: u32, line: u64, c: ExtentContent) -> &Plan {
+        let key = Self::key(volume, line);
+        self.plan.reset(line << self.line_shift, self.cfg.line_size);
+        if self.current(key).is_some() {
+            return &self.plan;
+        }
+        if let Some(loc) = self.dedup_lookup(c.fp) {
+            self.dup_entry(key, loc, false);
+        } else {
+            self.append(key, Some(c), false);
+        }
+        &self.plan
+    }
+
+    /// Rebuilds the indices from recovered segments and entries (the engine must be new).
+    /// Sealed segments go to the picker in the order given; entries whose extent is not in
+    /// a header are skipped and counted in the result.
+    pub fn restore(
+        &mut self,
+        segs: Vec<RestoredSegment>,
+        entries: &[RestoredEntry],
+    ) -> Result<usize, EngineError> {
+        if segs.len() != self.segs.len() {
+            return Err(EngineError::Config(format!(
+                "restore: {} segments for a log of {}",
+                segs.len(),
+                self.segs.len()
+            )));
+        }
+        self.free.clear();
+        for (i, r) in segs.into_iter().enumerate() {
+            let s = &mut self.segs[i];
+            s.gen = r.gen;
+            s.hdr = r.hdr;
+            s.used = s.hdr.iter().map(|h| h.len).sum();
+            s.live = 0;
+            if s.used as u64 > self.seg_size {
+                return Err(EngineError::Config(format!(
+                    "restore: segment {i} holds more than a segment"
+                )));
+            }
+            if r.sealed {
+                s.state = SegState::Sealed;
+                self.picker.sealed(i as u32, 0);
+                // Counted as sealed (and written) here, so reclaims never outnumber seals.
+                self.counters.segments_sealed += 1;
+                self.counters.ssd_bytes_written += self.seg_size;
+            } else {
+                s.hdr.clear();
+                s.used = 0;
+                s.state = SegState::Free;
+            }
+        }
+        for i in (0..self.segs.len() as u32).rev() {
+            if self.segs[i as usize].state == SegState::Free {
+                self.free.push(i);
+            }
+        }
+        for s in 0..self.segs.len() {
+            let gen = self.segs[s].gen;
+            for h in self.segs[s].hdr.clone() {
+                self.fps.insert(
+                    h.fp,
+                    Loc {
+                        seg: s as u32,
+                        gen,
+                        off: h.off,
+                        len: h.len,
+                    },
+                );
+            }
+        }
+        let mut skipped = 0;
+        for r in entries {
+            let Some(s) = self.segs.get_mut(r.seg as usize) else {
+                skipped += 1;
+                continue;
+            };
+            let Some(hi) = s.hdr.iter().position(|h| h.off == r.off) else {
+                skipped += 1;
+                continue;
+            };
+            let h = &mut s.hdr[hi];
+            if !r.dup && h.key != r.key {
+                skipped += 1;
+                continue;
+            }
+            if !r.dup {
+                s.live += h.len;
+                h.dirty = r.dirty;
+            }
+            let e = Entry {
+                seg: r.seg,
+                gen: s.gen,
+                off: r.off,
+                len: h.len,
+                hdr: hi as u32,
+                dirty: r.dirty,
+                dup: r.dup,
+            };
+            if let Some(old) = self.file.insert(r.key, e) {
+                if !old.dup {
+                    self.segs[old.seg as usize].live -= old.len;
+                }
+            }
+            if r.dup && r.dirty {
+                self.dirty_dups.entry(r.seg).or_default().push(r.key);
+            }
+        }
+        Ok(skipped)
     }
 
     pub fn config(&self) -> &LogConfig {
@@ -532,6 +793,9 @@ impl LogEngine {
                         len: ls,
                     });
                     self.counters.hdd_bytes_read += ls;
+                    if c.is_none() && self.deferred_fill {
+                        continue;
+                    }
                     self.append(key, c, false);
                 }
             }
@@ -718,6 +982,8 @@ impl LogEngine {
         if o == NONE
             || self.segs[o as usize].used as u64 + stored as u64 > self.seg_size
             || (one_per_segment && self.segs[o as usize].used > 0)
+            || (self.cfg.max_extents_per_segment > 0
+                && self.segs[o as usize].hdr.len() as u32 >= self.cfg.max_extents_per_segment)
         {
             if o != NONE {
                 self.seal(o);

@@ -1,0 +1,393 @@
+//! `tiercache format --layout log` and `tiercache serve` of a log-layout cache device: the
+//! live Nitro layout (`tiercache_server::LogVolume`). Kept apart from `serve_cmd.rs`, which
+//! only dispatches here.
+
+use crate::layout_args::LayoutArgs;
+use anyhow::{anyhow, bail, Context, Result};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpListener};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use tiercache_engine::log::Compression;
+use tiercache_engine::{parse_size, Mode};
+use tiercache_nbd::{Export, Server, ServerOptions};
+use tiercache_server::control::Command;
+use tiercache_server::{BlockDev, FileDev, LogFormatOptions, LogVolume};
+
+macro_rules! say {
+    ($($t:tt)*) => {{
+        let _ = writeln!(std::io::stderr(), $($t)*);
+    }};
+}
+
+/// Whether the device holds a log-layout superblock.
+pub fn is_log_device(cache: &dyn BlockDev) -> Result<bool> {
+    Ok(tiercache_server::read_log_superblock(cache)
+        .context("reading the log superblock")?
+        .is_some())
+}
+
+/// Options of `LayoutArgs` the live log layout does not take, and the log options given.
+fn check_live_layout(l: &LayoutArgs) -> Result<()> {
+    if l.trim || l.reinsert_hits.is_some() || l.dup_share.is_some() || l.erase_block.is_some() {
+        bail!("--trim, --reinsert-hits, --dup-share and --erase-block are simulator options (`tiercache sim --layout log`); the live log layout does not take them");
+    }
+    Ok(())
+}
+
+/// Whether any log-layout option was given (an error with a direct-layout device).
+pub fn has_log_options(l: &LayoutArgs) -> bool {
+    l.segment_size.is_some()
+        || l.compression.is_some()
+        || l.dedup.is_some()
+        || l.picker.is_some()
+        || l.trim
+        || l.reinsert_hits.is_some()
+}
+
+fn options(l: &LayoutArgs, line_size: u64, mode: Mode) -> Result<LogFormatOptions> {
+    check_live_layout(l)?;
+    let compression: Compression = l
+        .compression
+        .as_deref()
+        .unwrap_or("none")
+        .parse()
+        .map_err(|e| anyhow!("--compression: {e}"))?;
+    Ok(LogFormatOptions {
+        line_size,
+        segment_size: match &l.segment_size {
+            Some(s) => parse_size(s).map_err(|e| anyhow!("--segment-size {s:?}: {e}"))?,
+            None => 2 << 20,
+        },
+        compression,
+        dedup_ratio: l.dedup.unwrap_or(0.0),
+        picker: l.picker.clone().unwrap_or_else(|| "lru".into()),
+        mode,
+        journal_records: None,
+    })
+}
+
+/// Formats `cache` in the log layout.
+pub fn format(
+    cache_path: &Path,
+    cache: &FileDev,
+    backing_size: u64,
+    l: &LayoutArgs,
+    line_size: u64,
+    mode: Mode,
+) -> Result<()> {
+    let o = options(l, line_size, mode)?;
+    let sb = tiercache_server::format_log(cache, backing_size, &o)
+        .with_context(|| format!("formatting {} in the log layout", cache_path.display()))?;
+    println!(
+        "formatted {} (log layout): {} segments of {} ({} extents each at most), lines of {} bytes, compression {}, dedup index {}, picker {}, mode {}, backing {} bytes",
+        cache_path.display(),
+        sb.segments,
+        tiercache_engine::fmt_size(sb.segment_size),
+        sb.max_extents,
+        sb.line_size,
+        sb.compression,
+        sb.dedup_ratio,
+        sb.picker,
+        sb.mode,
+        sb.backing_size
+    );
+    Ok(())
+}
+
+/// What `serve` hands over for a log device.
+pub struct LogServe {
+    pub cache_path: PathBuf,
+    pub socket: Option<PathBuf>,
+    pub listen: Option<SocketAddr>,
+    pub control: Option<PathBuf>,
+    pub metrics: Option<String>,
+    pub nbd: ServerOptions,
+    pub mode: Option<Mode>,
+    pub line_size: Option<u64>,
+    pub layout: LayoutArgs,
+    /// Direct-layout options given (refused).
+    pub direct_only: Vec<&'static str>,
+    /// Format the device (it holds no cache yet and `--layout log --format-if-needed`).
+    pub format: bool,
+}
+
+pub fn serve(p: LogServe, cache: FileDev, backing: Box<dyn BlockDev>) -> Result<()> {
+    if !p.direct_only.is_empty() {
+        bail!(
+            "{} apply to the direct layout only; {} is (or is being formatted) in the log layout",
+            p.direct_only.join(", "),
+            p.cache_path.display()
+        );
+    }
+    if p.format {
+        let o = options(
+            &p.layout,
+            p.line_size.unwrap_or(4096),
+            p.mode.unwrap_or(Mode::WriteThrough),
+        )?;
+        let sb = tiercache_server::format_log(&cache, backing.size(), &o)?;
+        say!(
+            "formatted {} (log layout): {} segments of {}",
+            p.cache_path.display(),
+            sb.segments,
+            tiercache_engine::fmt_size(sb.segment_size)
+        );
+    } else {
+        if has_log_options(&p.layout) {
+            bail!("--segment-size, --compression, --dedup and --picker are chosen when formatting; {} keeps the ones it was formatted with (reformat with `tiercache format --force --layout log ...`)", p.cache_path.display());
+        }
+        let sb = tiercache_server::read_log_superblock(&cache)?.expect("a log device");
+        if let Some(m) = p.mode.filter(|m| *m != sb.mode) {
+            bail!(
+                "{} is formatted {}; the log layout does not switch to {m} at serve time (reformat)",
+                p.cache_path.display(),
+                sb.mode
+            );
+        }
+        if let Some(ls) = p.line_size.filter(|&ls| ls != sb.line_size) {
+            bail!(
+                "{} is formatted with {}-byte lines, not {ls}",
+                p.cache_path.display(),
+                sb.line_size
+            );
+        }
+    }
+    let (vol, rep) = LogVolume::open(Box::new(cache), backing)
+        .with_context(|| format!("opening log cache {}", p.cache_path.display()))?;
+    say!(
+        "cache {} (log layout): {} lines restored ({} dirty) from {} sealed segments ({} recovered from the journal) after {} shutdown",
+        p.cache_path.display(),
+        rep.cached_lines,
+        rep.dirty_lines,
+        rep.sealed_segments,
+        rep.recovered_open_segments,
+        if rep.was_clean { "a clean" } else { "an unclean" }
+    );
+    let vol = Arc::new(vol);
+    if let Some(c) = &p.control {
+        serve_control(c, Arc::clone(&vol))?;
+    }
+    if let Some(m) = &p.metrics {
+        let addr: SocketAddr = m.parse().map_err(|e| anyhow!("--metrics {m:?}: {e}"))?;
+        let local = serve_metrics(addr, Arc::clone(&vol))?;
+        say!("metrics on http://{local}/metrics");
+    }
+    let server =
+        Server::new(vec![("tiercache".into(), vol.clone() as Arc<dyn Export>)]).with_options(p.nbd);
+    let stop = server.shutdown_handle();
+    let mut signals = signal_hook::iterator::Signals::new([
+        signal_hook::consts::SIGTERM,
+        signal_hook::consts::SIGINT,
+    ])?;
+    let sig_handle = signals.handle();
+    std::thread::spawn(move || {
+        if let Some(sig) = signals.forever().next() {
+            stop.shutdown();
+            say!("signal {sig}: shutting down");
+        }
+    });
+    let served = match (&p.socket, p.listen) {
+        (Some(s), _) => {
+            say!("serving NBD on unix socket {}", s.display());
+            server.serve_unix(s)
+        }
+        (_, Some(addr)) => {
+            say!("serving NBD on {addr}");
+            server.serve_tcp(addr)
+        }
+        _ => bail!("give exactly one of --socket PATH and --listen ADDR:PORT"),
+    };
+    sig_handle.close();
+    let closed = vol.shutdown();
+    if let Some(c) = &p.control {
+        let _ = std::fs::remove_file(c);
+    }
+    served.context("NBD server")?;
+    closed.context("clean shutdown of the cache")?;
+    say!("cache {} shut down cleanly", p.cache_path.display());
+    Ok(())
+}
+
+fn handle(vol: &LogVolume, line: &str) -> serde_json::Value {
+    let cmd: Command = match serde_json::from_str(line) {
+        Ok(c) => c,
+        Err(e) => {
+            return serde_json::json!({"ok": false, "error": format!("bad request {line:?}: {e}")})
+        }
+    };
+    let r = match cmd {
+        Command::Stats => return serde_json::json!({"ok": true, "stats": vol.stats()}),
+        Command::Flush => vol.flush().map_err(|e| e.to_string()),
+        Command::Mode { .. } | Command::Detach => {
+            Err("mode changes and detach are not supported by the log layout".to_string())
+        }
+    };
+    match r {
+        Ok(()) => serde_json::json!({"ok": true}),
+        Err(e) => serde_json::json!({"ok": false, "error": e}),
+    }
+}
+
+/// The control socket (same line protocol as the direct layout's; `ctl stats|flush`).
+fn serve_control(path: &Path, vol: Arc<LogVolume>) -> Result<()> {
+    if path.exists() && UnixStream::connect(path).is_err() {
+        std::fs::remove_file(path)?;
+    }
+    let listener =
+        UnixListener::bind(path).with_context(|| format!("control socket {}", path.display()))?;
+    std::thread::Builder::new()
+        .name("tiercache-control".into())
+        .spawn(move || {
+            for conn in listener.incoming() {
+                let Ok(conn) = conn else { continue };
+                let vol = Arc::clone(&vol);
+                std::thread::spawn(move || {
+                    let Ok(mut w) = conn.try_clone() else { return };
+                    for line in BufReader::new(conn).lines() {
+                        let Ok(line) = line else { return };
+                        if line.trim().is_empty() {
+                            continue;
+                        }
+                        if writeln!(w, "{}", handle(&vol, &line)).is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        })?;
+    Ok(())
+}
+
+/// Prometheus text of the log volume's figures.
+pub fn prometheus(s: &tiercache_server::log_volume::LogVolumeStats) -> String {
+    let mut o = String::new();
+    let mut g = |name: &str, help: &str, v: f64| {
+        o.push_str(&format!(
+            "# HELP tiercache_log_{name} {help}\n# TYPE tiercache_log_{name} gauge\ntiercache_log_{name} {v}\n"
+        ));
+    };
+    g(
+        "cached_lines",
+        "Lines the cache can serve.",
+        s.cached_lines as f64,
+    );
+    g(
+        "dirty_lines",
+        "Lines not yet on the backing device.",
+        s.dirty_lines as f64,
+    );
+    g(
+        "dedup_ratio",
+        "Cached lines per stored extent.",
+        s.dedup_ratio,
+    );
+    g(
+        "compression_ratio",
+        "Raw bytes per stored byte over the stored extents.",
+        s.compression_ratio,
+    );
+    g(
+        "effective_capacity",
+        "Logical bytes cached per SSD byte of segments in use.",
+        s.effective_capacity,
+    );
+    g(
+        "ssd_bytes_written",
+        "Bytes written to the cache device.",
+        s.ssd_bytes_written as f64,
+    );
+    g(
+        "index_bytes_per_entry",
+        "RAM of the indices per cached line.",
+        s.index_bytes_per_entry,
+    );
+    g(
+        "read_line_hits",
+        "Read lines served from the cache.",
+        s.engine.read_line_hits as f64,
+    );
+    g("read_lines", "Read lines.", s.engine.read_lines as f64);
+    o
+}
+
+fn serve_metrics(addr: SocketAddr, vol: Arc<LogVolume>) -> Result<SocketAddr> {
+    let listener = TcpListener::bind(addr).with_context(|| format!("metrics endpoint {addr}"))?;
+    let local = listener.local_addr()?;
+    std::thread::Builder::new()
+        .name("tiercache-metrics".into())
+        .spawn(move || {
+            for conn in listener.incoming() {
+                let Ok(mut conn) = conn else { continue };
+                let _ = conn.set_read_timeout(Some(std::time::Duration::from_secs(5)));
+                let mut head = Vec::new();
+                let mut b = [0u8; 1024];
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < 16384 {
+                    match conn.read(&mut b) {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => head.extend_from_slice(&b[..n]),
+                    }
+                }
+                let first = String::from_utf8_lossy(&head);
+                let first = first.lines().next().unwrap_or("");
+                let (status, body) =
+                    if first.starts_with("GET /metrics ") || first.starts_with("GET / ") {
+                        ("200 OK", prometheus(&vol.stats()))
+                    } else {
+                        ("404 Not Found", "try GET /metrics\n".to_string())
+                    };
+                let _ = write!(
+                    conn,
+                    "HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+            }
+        })?;
+    Ok(local)
+}
+
+/// `ctl stats` (text) of a log volume.
+pub fn print_stats(s: &serde_json::Value) {
+    let f = |k: &str| s[k].as_f64().unwrap_or(0.0);
+    let n = |k: &str| s[k].as_u64().unwrap_or(0);
+    println!(
+        "layout          log: {} segments of {} bytes, compression {}, picker {}, dedup index {}",
+        n("segments"),
+        n("segment_size"),
+        s["compression"].as_str().unwrap_or("?"),
+        s["picker"].as_str().unwrap_or("?"),
+        f("dedup_index_ratio")
+    );
+    println!("mode            {}", s["mode"].as_str().unwrap_or("?"));
+    println!(
+        "cached          {} lines of {} bytes, {} dirty",
+        n("cached_lines"),
+        n("line_size"),
+        n("dirty_lines")
+    );
+    println!(
+        "reduction       dedup {:.3}, compression {:.3}, effective capacity {:.3}",
+        f("dedup_ratio"),
+        f("compression_ratio"),
+        f("effective_capacity")
+    );
+    println!(
+        "SSD             {} bytes used, {} bytes written",
+        n("ssd_bytes_used"),
+        n("ssd_bytes_written")
+    );
+    println!(
+        "RAM (index)     {} bytes, {:.1} per cached line",
+        n("ram_index_bytes"),
+        f("index_bytes_per_entry")
+    );
+    let e = &s["engine"];
+    let h = e["read_line_hits"].as_u64().unwrap_or(0);
+    let r = e["read_lines"].as_u64().unwrap_or(0);
+    println!(
+        "reads           {r} lines, {h} hits ({:.2} %), {} from duplicates",
+        100.0 * h as f64 / r.max(1) as f64,
+        e["dup_read_hits"].as_u64().unwrap_or(0)
+    );
+}

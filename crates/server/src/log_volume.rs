@@ -1,0 +1,1446 @@
+//! The live cache volume in the log layout (Nitro): lines are hashed (BLAKE3-256),
+//! deduplicated, compressed (lz4/zstd, raw when that does not shrink them) and appended to
+//! segments filled in RAM and written whole; the [`LogEngine`] decides placement, sealing and
+//! reclamation, this module executes its plans and keeps them crash-consistent.
+//!
+//! **What is durable, and when.** The on-disk state (`log_format`) is the segment headers
+//! (two ping-pong slots per segment, the newest valid one counts) and a journal of records
+//! (base extents of segments not sealed yet, duplicate entries, drops). Every header extent
+//! and record carries a sequence number; recovery reads the headers and the active journal
+//! half (never the extents), and for each line the newest event wins: a *live* header extent
+//! or base record maps the line, a duplicate record maps it if its target extent still exists
+//! at the generation it names, a drop (or a record whose segment has since been reclaimed)
+//! unmaps it. The rules that make this correct:
+//!
+//! 1. *Data before description.* A segment's bytes are synced before its header is written
+//!    (seal), and an open segment's bytes are synced before the journal records describing
+//!    them (commit). Each header write is synced before anything refers to it.
+//! 2. *Clean never ahead of the backing.* Before a seal or a commit, the backing device is
+//!    synced if it was written since its last sync, so a clean extent never claims content
+//!    the backing could lose.
+//! 3. *FLUSH/FUA = commit.* A commit syncs the backing, writes the open segments' new bytes,
+//!    syncs, appends the records of the new open extents and of the duplicate entries and
+//!    drops since the last commit, syncs, then rewrites (to the other slot) the headers of
+//!    sealed segments whose extents were superseded since, with those extents marked not
+//!    live, and syncs. After it, everything acknowledged is described durably, and no older
+//!    extent of a line can outlive a newer one's description.
+//! 4. *Reclaim.* Before a segment is reused: its dirty extents (and dirty duplicates of
+//!    them) are written back, a commit runs (which syncs the backing and makes every
+//!    superseding event durable, and records a drop for every line the reclamation
+//!    unmapped), then an empty header with the next generation is written and synced. Only
+//!    then do new bytes go to its data area. A record naming the old generation is then
+//!    known stale.
+//! 5. *Journal halves.* When the active half fills, a checkpoint writes into the other half
+//!    (epoch + 1) the records of every open extent, every current duplicate entry and the
+//!    pending drops, syncs, and only then writes that half's header (syncs): a crash
+//!    leaves either the old half or the complete new one. Records of an older epoch are
+//!    ignored, and replay stops at the first bad record. After recovery a checkpoint always
+//!    starts a new epoch, so a partly written commit never resurfaces.
+//!
+//! Between commits the volume may lose the latest writes (a block device may, until FLUSH);
+//! whatever a line reads after a crash is its value at the last commit or one written since.
+//! A duplicate is only shared when the full 32-byte digests match; every extent carries the
+//! crc32c of its stored bytes, checked on every read (a clean mismatch reads the backing, a
+//! dirty one fails with EIO). Trims drop whole lines from the cache (the backing keeps its
+//! data: after a trim the contents are unspecified).
+
+use crate::dev::BlockDev;
+use crate::log_format::*;
+use crate::reduce::{fingerprint64, Hash, Reduced, Reducer};
+use serde::Serialize;
+use std::collections::BTreeSet;
+use std::collections::HashMap;
+use std::io;
+use std::sync::{Mutex, MutexGuard};
+use tiercache_engine::log::segment::HdrEntry;
+use tiercache_engine::log::{
+    Compression, ExtentContent, ExtentInfo, LogCounters, Reduction, RestoredEntry, RestoredSegment,
+};
+use tiercache_engine::{LogConfig, LogEngine, Mode, Op, Request, Step};
+use tiercache_nbd::Export;
+
+/// What `tiercache format --layout log` asks for.
+#[derive(Clone, Debug)]
+pub struct LogFormatOptions {
+    pub line_size: u64,
+    pub segment_size: u64,
+    pub compression: Compression,
+    pub dedup_ratio: f64,
+    pub picker: String,
+    pub mode: Mode,
+    /// Records per journal half (default: sized from the device; tests make it small so
+    /// checkpoints happen often). Raised to what a checkpoint needs at least.
+    pub journal_records: Option<u64>,
+}
+
+impl Default for LogFormatOptions {
+    fn default() -> Self {
+        LogFormatOptions {
+            line_size: 4096,
+            segment_size: 2 << 20,
+            compression: Compression::None,
+            dedup_ratio: 0.0,
+            picker: "lru".into(),
+            mode: Mode::WriteThrough,
+            journal_records: None,
+        }
+    }
+}
+
+fn engine_config(sb: &LogSuperblock) -> LogConfig {
+    let mut c = LogConfig::new(sb.segments * sb.segment_size, sb.line_size);
+    c.segment_size = sb.segment_size;
+    c.mode = sb.mode;
+    c.picker = sb.picker.clone();
+    c.dedup_ratio = sb.dedup_ratio;
+    c.compression = sb.compression;
+    c.max_extents_per_segment = sb.max_extents;
+    c
+}
+
+fn io_err(e: impl std::fmt::Display) -> io::Error {
+    io::Error::other(e.to_string())
+}
+
+/// Formats `cache` as a log-layout cache for a backing device of `backing_size` bytes.
+pub fn format_log(
+    cache: &dyn BlockDev,
+    backing_size: u64,
+    o: &LogFormatOptions,
+) -> io::Result<LogSuperblock> {
+    if o.segment_size < 2 * o.line_size {
+        return Err(io_err(format!(
+            "segment size {} must hold at least two lines of {} (extent caching is a simulator-only layout)",
+            o.segment_size, o.line_size
+        )));
+    }
+    if !matches!(o.mode, Mode::WriteThrough | Mode::WriteBack) {
+        return Err(io_err(format!(
+            "the log layout supports write-through and write-back, not {}",
+            o.mode
+        )));
+    }
+    let (segments, max_extents, records) =
+        LogSuperblock::plan(cache.size(), o.line_size, o.segment_size, o.journal_records)
+            .map_err(io_err)?;
+    let sb = LogSuperblock {
+        line_size: o.line_size,
+        segment_size: o.segment_size,
+        segments,
+        max_extents,
+        compression: o.compression,
+        dedup_ratio: o.dedup_ratio,
+        picker: o.picker.clone(),
+        mode: o.mode,
+        backing_size,
+        journal_records: records,
+        clean: true,
+    };
+    engine_config(&sb).validate().map_err(io_err)?;
+    let g = sb.geometry();
+    let zero = vec![0u8; 4096];
+    for h in 0..2 {
+        cache.write_at(&zero, g.half_offset(h))?;
+    }
+    for s in 0..segments as u32 {
+        for slot in 0..2 {
+            cache.write_at(&zero, g.slot_offset(s, slot))?;
+        }
+    }
+    cache.sync()?;
+    cache.write_at(&sb.encode(), 0)?;
+    cache.sync()?;
+    Ok(sb)
+}
+
+/// Reads a log superblock (None: the device is not in the log layout).
+pub fn read_log_superblock(cache: &dyn BlockDev) -> io::Result<Option<LogSuperblock>> {
+    let mut b = vec![0u8; SB_BYTES as usize];
+    cache.read_at(&mut b, 0)?;
+    if !LogSuperblock::is_log(&b) {
+        return Ok(None);
+    }
+    LogSuperblock::decode(&b).map(Some)
+}
+
+/// What opening found.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct LogOpenReport {
+    pub was_clean: bool,
+    pub sealed_segments: u64,
+    /// Segments not sealed at the crash whose extents the journal described (sealed now).
+    pub recovered_open_segments: u64,
+    pub journal_records: u64,
+    pub cached_lines: u64,
+    pub dirty_lines: u64,
+    /// Duplicate or base records found stale (their segment reclaimed since).
+    pub stale_records: u64,
+}
+
+/// Counters of the live log volume besides the engine's.
+#[derive(Clone, Copy, Debug, Default, Serialize)]
+pub struct LogLiveCounters {
+    pub commits: u64,
+    pub checkpoints: u64,
+    pub journal_records_written: u64,
+    pub header_writes: u64,
+    pub header_rewrites: u64,
+    /// Bytes written to the cache device (segment data, headers, journal).
+    pub ssd_bytes_written: u64,
+    pub ssd_data_bytes_written: u64,
+    pub ssd_bytes_read: u64,
+    pub backing_bytes_read: u64,
+    pub backing_bytes_written: u64,
+    pub backing_syncs: u64,
+    pub cache_syncs: u64,
+    /// 64-bit fingerprint matches whose 32-byte digests differed (stored as unique).
+    pub fingerprint_collisions: u64,
+    /// Duplicate hits not shared because the duplicate-entry budget was reached.
+    pub dedup_budget_skips: u64,
+    pub write_backs: u64,
+    /// Extents whose crc32c did not match on read.
+    pub extent_crc_errors: u64,
+}
+
+/// `ctl stats` of a log volume.
+#[derive(Clone, Debug, Serialize)]
+pub struct LogVolumeStats {
+    pub layout: &'static str,
+    pub mode: String,
+    pub line_size: u64,
+    pub segment_size: u64,
+    pub segments: u64,
+    pub compression: String,
+    pub picker: String,
+    pub dedup_index_ratio: f64,
+    pub volume_bytes: u64,
+    pub cached_lines: u64,
+    pub dirty_lines: u64,
+    /// Cached lines / distinct stored extents they reference.
+    pub dedup_ratio: f64,
+    /// Raw bytes / stored bytes over those extents.
+    pub compression_ratio: f64,
+    /// Logical bytes cached / SSD bytes of the segments in use.
+    pub effective_capacity: f64,
+    pub ssd_bytes_used: u64,
+    /// Bytes written to the cache device (data, headers and journal).
+    pub ssd_bytes_written: u64,
+    pub ram_index_bytes: u64,
+    pub index_bytes_per_entry: f64,
+    /// Duplicate entries the journal can hold; past it, duplicates are stored as unique
+    /// (counted in `live.dedup_budget_skips`).
+    pub dup_entries_budget: u64,
+    pub reduction: Reduction,
+    pub engine: LogCounters,
+    pub live: LogLiveCounters,
+}
+
+/// A segment as this side knows it: its generation, header slot and extents (the header's
+/// contents, and for an open segment what is appended so far).
+#[derive(Clone, Debug, Default)]
+struct SegMeta {
+    gen: u32,
+    /// Slot holding the newest valid header (the next write goes to the other).
+    slot: u32,
+    sealed: bool,
+    exts: Vec<Ext>,
+    /// Open segment: extents (and bytes) already described by journal records.
+    durable: usize,
+    durable_fill: u32,
+}
+
+impl SegMeta {
+    fn fill(&self) -> u32 {
+        self.exts.last().map(|e| e.off + e.len).unwrap_or(0)
+    }
+    fn ext_at(&self, off: u32) -> Option<&Ext> {
+        self.exts
+            .binary_search_by_key(&off, |e| e.off)
+            .ok()
+            .map(|i| &self.exts[i])
+    }
+}
+
+struct Inner {
+    cache: Box<dyn BlockDev>,
+    backing: Box<dyn BlockDev>,
+    sb: LogSuperblock,
+    geo: Geometry,
+    eng: LogEngine,
+    red: Reducer,
+    segs: Vec<SegMeta>,
+    bufs: HashMap<u32, Vec<u8>>,
+    spare: Vec<Vec<u8>>,
+    /// Duplicate and drop records since the last commit.
+    pending: Vec<Rec>,
+    /// Sealed segments with extents superseded since their header was written.
+    hdr_stale: BTreeSet<u32>,
+    seq: u64,
+    epoch: u64,
+    half: u32,
+    jused: u64,
+    hdd_dirty: bool,
+    dups_upper: u64,
+    /// Duplicate entries counted at the last checkpoint.
+    dups_at_checkpoint: u64,
+    dup_budget: u64,
+    commit_every: u64,
+    fp_hook: Option<fn(&Hash) -> u64>,
+    live: LogLiveCounters,
+    stored: Vec<u8>,
+    scratch: Vec<u8>,
+    closed: bool,
+    failed: bool,
+}
+
+/// The log-layout cache volume.
+pub struct LogVolume {
+    inner: Mutex<Inner>,
+    size: u64,
+    line: u64,
+}
+
+impl LogVolume {
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Opens a formatted log cache: recovers its indices from the segment headers and the
+    /// journal (after a clean shutdown or a crash alike) and starts a new journal epoch.
+    pub fn open(
+        cache: Box<dyn BlockDev>,
+        backing: Box<dyn BlockDev>,
+    ) -> io::Result<(LogVolume, LogOpenReport)> {
+        Self::open_with(cache, backing, None)
+    }
+
+    /// As [`LogVolume::open`], with a test hook replacing the engine's 64-bit fingerprint of
+    /// a digest (to force fingerprint collisions).
+    pub fn open_with(
+        cache: Box<dyn BlockDev>,
+        backing: Box<dyn BlockDev>,
+        fp_hook: Option<fn(&Hash) -> u64>,
+    ) -> io::Result<(LogVolume, LogOpenReport)> {
+        let sb =
+            read_log_superblock(&*cache)?.ok_or_else(|| io_err("not a log-layout cache device"))?;
+        if backing.size() != sb.backing_size {
+            return Err(io_err(format!(
+                "the cache belongs to a backing device of {} bytes, but the backing device has {} bytes",
+                sb.backing_size,
+                backing.size()
+            )));
+        }
+        let geo = sb.geometry();
+        if cache.size() < geo.device_bytes(sb.segments) {
+            return Err(io_err(format!(
+                "cache device of {} bytes is smaller than its format ({} bytes)",
+                cache.size(),
+                geo.device_bytes(sb.segments)
+            )));
+        }
+        let mut eng = LogEngine::new(engine_config(&sb)).map_err(io_err)?;
+        eng.set_deferred_fill(true);
+        eng.set_record_plan(true);
+        let red = Reducer::new(sb.compression)?;
+        let r = sb.journal_records;
+        let commit_every = (r / 16).max(16);
+        // A checkpoint lists the open segments' extents (at most 2 x max), the duplicate
+        // entries and the pending drops (a commit's worth, plus a reclaimed segment's extents;
+        // duplicates written back become drops one for one): it always fits a half.
+        let dup_budget = r.saturating_sub(3 * sb.max_extents as u64 + 2 * commit_every);
+        let mut inner = Inner {
+            cache,
+            backing,
+            geo,
+            eng,
+            red,
+            segs: vec![SegMeta::default(); sb.segments as usize],
+            bufs: HashMap::new(),
+            spare: Vec::new(),
+            pending: Vec::new(),
+            hdr_stale: BTreeSet::new(),
+            seq: 1,
+            epoch: 0,
+            half: 0,
+            jused: 0,
+            hdd_dirty: false,
+            dups_upper: 0,
+            dups_at_checkpoint: 0,
+            dup_budget,
+            commit_every,
+            fp_hook,
+            live: LogLiveCounters::default(),
+            stored: Vec::new(),
+            scratch: Vec::new(),
+            closed: false,
+            failed: false,
+            sb,
+        };
+        let rep = inner.recover()?;
+        let size = inner.sb.backing_size;
+        let line = inner.sb.line_size;
+        Ok((
+            LogVolume {
+                inner: Mutex::new(inner),
+                size,
+                line,
+            },
+            rep,
+        ))
+    }
+
+    pub fn superblock(&self) -> LogSuperblock {
+        self.lock().sb.clone()
+    }
+
+    pub fn stats(&self) -> LogVolumeStats {
+        let g = self.lock();
+        let red = g.eng.reduction();
+        // The engine's indices plus this side's copy of the headers (32-byte digests).
+        let ib = g.eng.index_bytes() as u64
+            + g.segs
+                .iter()
+                .map(|m| (m.exts.capacity() * std::mem::size_of::<Ext>()) as u64)
+                .sum::<u64>();
+        LogVolumeStats {
+            layout: "log",
+            mode: g.sb.mode.as_str().into(),
+            line_size: g.sb.line_size,
+            segment_size: g.sb.segment_size,
+            segments: g.sb.segments,
+            compression: g.sb.compression.to_string(),
+            picker: g.sb.picker.clone(),
+            dedup_index_ratio: g.sb.dedup_ratio,
+            volume_bytes: self.size,
+            cached_lines: red.cached_lines,
+            dirty_lines: g.eng.dirty_lines(),
+            dedup_ratio: red.dedup_ratio,
+            compression_ratio: red.compression_ratio,
+            effective_capacity: red.effective_capacity,
+            ssd_bytes_used: red.ssd_bytes_used,
+            ssd_bytes_written: g.live.ssd_bytes_written,
+            ram_index_bytes: ib,
+            index_bytes_per_entry: if red.cached_lines > 0 {
+                ib as f64 / red.cached_lines as f64
+            } else {
+                0.0
+            },
+            dup_entries_budget: g.dup_budget,
+            reduction: red,
+            engine: *g.eng.counters(),
+            live: g.live,
+        }
+    }
+
+    /// Data reduction over what the cache holds now.
+    pub fn reduction(&self) -> Reduction {
+        self.lock().eng.reduction()
+    }
+
+    /// Checks the engine's invariants (tests).
+    pub fn check(&self) -> Result<(), String> {
+        self.lock().eng.check()
+    }
+
+    /// Commits, marks the superblock clean and syncs. The volume fails every call after.
+    pub fn shutdown(&self) -> io::Result<()> {
+        let mut g = self.lock();
+        g.check_open()?;
+        g.commit()?;
+        g.sb.clean = true;
+        let b = g.sb.encode();
+        g.cache.write_at(&b, 0)?;
+        g.cache.sync()?;
+        g.closed = true;
+        Ok(())
+    }
+
+    fn lines(&self, offset: u64, len: u64) -> std::ops::RangeInclusive<u64> {
+        if len == 0 {
+            #[allow(clippy::reversed_empty_ranges)]
+            return 1..=0;
+        }
+        offset / self.line..=(offset + len - 1) / self.line
+    }
+}
+
+impl Inner {
+    fn next_seq(&mut self) -> u64 {
+        self.seq += 1;
+        self.seq
+    }
+
+    fn ls(&self) -> u64 {
+        self.sb.line_size
+    }
+
+    fn fp_of(&self, h: &Hash) -> u64 {
+        match self.fp_hook {
+            Some(f) => f(h),
+            None => fingerprint64(h),
+        }
+    }
+
+    fn check_open(&self) -> io::Result<()> {
+        if self.closed {
+            return Err(io_err("the log volume was shut down"));
+        }
+        if self.failed {
+            return Err(io_err(
+                "the log volume stopped after an I/O error; restart it to recover from the device",
+            ));
+        }
+        Ok(())
+    }
+
+    /// An error in the middle of a request may leave RAM ahead of the devices: every later
+    /// request fails until a restart recovers from what is on the device. A damaged dirty
+    /// extent on read (`InvalidData`, nothing changed) fails only its request.
+    fn guard<T>(&mut self, r: io::Result<T>) -> io::Result<T> {
+        if let Err(e) = &r {
+            if e.kind() != io::ErrorKind::InvalidData {
+                self.failed = true;
+            }
+        }
+        r
+    }
+
+    fn cache_sync(&mut self) -> io::Result<()> {
+        self.live.cache_syncs += 1;
+        self.cache.sync()
+    }
+
+    fn cache_write(&mut self, data: &[u8], off: u64) -> io::Result<()> {
+        self.live.ssd_bytes_written += data.len() as u64;
+        self.cache.write_at(data, off)
+    }
+
+    fn backing_sync_if_dirty(&mut self) -> io::Result<()> {
+        if self.hdd_dirty {
+            self.backing.sync()?;
+            self.live.backing_syncs += 1;
+            self.hdd_dirty = false;
+        }
+        Ok(())
+    }
+
+    /// Is `e` (in segment `s`) its key's current base extent?
+    fn is_live(&self, s: u32, e: &Ext) -> bool {
+        let (v, l) = LogEngine::key_line(e.key);
+        self.eng
+            .locate(v, l)
+            .is_some_and(|i| !i.dup && i.seg == s && i.off == e.off)
+    }
+
+    /// Writes segment `s`'s header to its other slot; the extents' live flags are computed
+    /// now unless `keep_flags` (a seal: computed before the engine's reserve, which may have
+    /// reclaimed this very segment already).
+    fn write_header(&mut self, s: u32, sealed: bool, keep_flags: bool) -> io::Result<()> {
+        let hseq = self.next_seq();
+        let gen = self.segs[s as usize].gen;
+        let mut exts = self.segs[s as usize].exts.clone();
+        if !keep_flags {
+            for e in &mut exts {
+                e.live = sealed && self.is_live(s, e);
+            }
+        }
+        let h = SegHeader {
+            seg: s,
+            gen,
+            hseq,
+            sealed,
+            exts: exts.clone(),
+        };
+        let slot = 1 - self.segs[s as usize].slot;
+        let off = self.geo.slot_offset(s, slot);
+        self.cache_write(&h.encode(), off)?;
+        self.live.header_writes += 1;
+        let m = &mut self.segs[s as usize];
+        m.slot = slot;
+        m.exts = exts;
+        Ok(())
+    }
+
+    /// Reads the stored bytes of `(seg, off)` into `self.stored` and checks their crc.
+    fn load_stored(&mut self, seg: u32, ext: &Ext) -> io::Result<bool> {
+        let n = ext.len as usize;
+        self.stored.resize(n, 0);
+        if let Some(b) = self
+            .bufs
+            .get(&seg)
+            .filter(|_| !self.segs[seg as usize].sealed)
+        {
+            self.stored
+                .copy_from_slice(&b[ext.off as usize..ext.off as usize + n]);
+        } else {
+            let at = self.geo.data_offset(seg) + ext.off as u64;
+            self.cache.read_at(&mut self.stored, at)?;
+            self.live.ssd_bytes_read += n as u64;
+        }
+        Ok(crc32c::crc32c(&self.stored) == ext.crc)
+    }
+
+    /// Reads a cached extent into `out` (a line); false when its bytes are damaged.
+    fn read_extent(&mut self, info: &ExtentInfo, out: &mut [u8]) -> io::Result<bool> {
+        let Some(ext) = self.segs[info.seg as usize].ext_at(info.off).copied() else {
+            return Ok(false);
+        };
+        if !self.load_stored(info.seg, &ext)? {
+            self.live.extent_crc_errors += 1;
+            return Ok(false);
+        }
+        let stored = std::mem::take(&mut self.stored);
+        let r = self.red.expand(&stored, ext.compressed, out);
+        self.stored = stored;
+        Ok(r.is_ok())
+    }
+
+    fn read_backing(&mut self, line: u64, out: &mut [u8]) -> io::Result<()> {
+        self.live.backing_bytes_read += out.len() as u64;
+        self.backing.read_at(out, line * self.ls())
+    }
+
+    /// The current content of `line` (cached or from the backing), without admitting it.
+    fn current_line(&mut self, line: u64, out: &mut [u8]) -> io::Result<()> {
+        if let Some(info) = self.eng.locate(0, line) {
+            if self.read_extent(&info, out)? {
+                return Ok(());
+            }
+            self.damaged(line, &info)?;
+        }
+        self.read_backing(line, out)
+    }
+
+    /// An extent failed its checksum: a clean line is dropped (the backing has it), a dirty
+    /// one is an error.
+    fn damaged(&mut self, line: u64, info: &ExtentInfo) -> io::Result<()> {
+        if info.dirty {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!(
+                    "dirty extent of line {line} (segment {} offset {}) fails its checksum",
+                    info.seg, info.off
+                ),
+            ));
+        }
+        self.unmap(line)?;
+        Ok(())
+    }
+
+    /// Drops a line from the cache and records the drop.
+    fn unmap(&mut self, line: u64) -> io::Result<()> {
+        if let Some(i) = self.eng.locate(0, line) {
+            if !i.dup && self.segs[i.seg as usize].sealed {
+                self.hdr_stale.insert(i.seg);
+            }
+            self.eng.forget(0, line);
+            let seq = self.next_seq();
+            self.pending.push(Rec::Drop {
+                key: LogEngine::line_key(0, line),
+                seq,
+            });
+        }
+        self.maybe_commit()
+    }
+
+    fn maybe_commit(&mut self) -> io::Result<()> {
+        if self.pending.len() as u64 >= self.commit_every {
+            self.commit()?;
+        }
+        Ok(())
+    }
+
+    /// Makes sure a 64-bit fingerprint hit for `hash` is the same content (else forgets it)
+    /// and that the duplicate budget allows sharing.
+    fn vet_fingerprint(&mut self, fp: u64, hash: &Hash) {
+        if let Some(loc) = self.eng.probe_fp(fp) {
+            let same = self.segs[loc.seg as usize]
+                .ext_at(loc.off)
+                .map(|e| e.hash == *hash);
+            if same != Some(true) {
+                self.eng.drop_fp(fp);
+                if same == Some(false) {
+                    self.live.fingerprint_collisions += 1;
+                }
+            } else if self.dups_upper >= self.dup_budget {
+                self.eng.drop_fp(fp);
+                self.live.dedup_budget_skips += 1;
+            }
+        }
+    }
+
+    /// Executes the plan of `reserve`: seals, write-backs and the reclamation that follows.
+    fn reserve(&mut self, dirty: bool) -> io::Result<()> {
+        let before = self.eng.open_segment(dirty);
+        // The header of a segment sealed now describes every extent as live: an extent
+        // superseded since the last commit must not be marked dead before what superseded
+        // it is durable (a crash in between would lose both). The next commit rewrites the
+        // header with the dead ones marked (rule 3).
+        let mut has_dead = false;
+        if let Some(o) = before {
+            has_dead = self.segs[o as usize]
+                .exts
+                .iter()
+                .any(|e| !self.is_live(o, e));
+            for e in self.segs[o as usize].exts.iter_mut() {
+                e.live = true;
+            }
+        }
+        let reclaimed0 = self.eng.counters().segments_reclaimed;
+        let steps = self.eng.reserve(dirty).steps.clone();
+        let reclaimed = self.eng.counters().segments_reclaimed > reclaimed0;
+        let now = self
+            .eng
+            .open_segment(dirty)
+            .expect("reserve opens a segment");
+        let seg_size = self.sb.segment_size;
+        let mut written_back = Vec::new();
+        for st in steps {
+            match st {
+                Step::WriteSsd { ssd, .. } => self.seal((ssd / seg_size) as u32)?,
+                Step::WriteBack { ssd, hdd, .. } => {
+                    self.write_back((ssd / seg_size) as u32, (ssd % seg_size) as u32, hdd)?;
+                    written_back.push(hdd / self.ls());
+                }
+                Step::TrimSsd { .. } => {}
+                s => return Err(io_err(format!("unexpected step {s:?} in a reserve plan"))),
+            }
+        }
+        if let Some(o) = before {
+            if has_dead && self.segs[o as usize].sealed && !(reclaimed && now == o) {
+                self.hdr_stale.insert(o);
+            }
+        }
+        if before != Some(now) || reclaimed {
+            if reclaimed {
+                self.reclaim(now, &written_back)?;
+            }
+            let gen = self.eng.segments()[now as usize].gen;
+            let buf = self
+                .spare
+                .pop()
+                .unwrap_or_else(|| vec![0u8; seg_size as usize]);
+            self.bufs.insert(now, buf);
+            let m = &mut self.segs[now as usize];
+            m.gen = gen;
+            m.sealed = false;
+            m.exts.clear();
+            m.durable = 0;
+            m.durable_fill = 0;
+        }
+        Ok(())
+    }
+
+    /// Seals an open segment: its bytes, then its header.
+    fn seal(&mut self, s: u32) -> io::Result<()> {
+        self.backing_sync_if_dirty()?;
+        let m = &self.segs[s as usize];
+        let (from, to) = (m.durable_fill as usize, m.fill() as usize);
+        if to > from {
+            let buf = self.bufs.remove(&s).expect("open segment buffer");
+            let at = self.geo.data_offset(s) + from as u64;
+            let r = self.cache_write(&buf[from..to], at);
+            self.live.ssd_data_bytes_written += (to - from) as u64;
+            self.spare.push(buf);
+            r?;
+        } else if let Some(b) = self.bufs.remove(&s) {
+            self.spare.push(b);
+        }
+        self.cache_sync()?;
+        self.segs[s as usize].sealed = true;
+        self.write_header(s, true, true)?;
+        self.cache_sync()?;
+        let m = &mut self.segs[s as usize];
+        m.durable = m.exts.len();
+        m.durable_fill = m.fill();
+        Ok(())
+    }
+
+    fn write_back(&mut self, seg: u32, off: u32, hdd: u64) -> io::Result<()> {
+        let ext = self.segs[seg as usize]
+            .ext_at(off)
+            .copied()
+            .ok_or_else(|| io_err(format!("write-back of unknown extent {seg}:{off}")))?;
+        if !self.load_stored(seg, &ext)? {
+            self.live.extent_crc_errors += 1;
+            return Err(io_err(format!(
+                "dirty extent {seg}:{off} fails its checksum at write-back"
+            )));
+        }
+        let mut line = std::mem::take(&mut self.scratch);
+        line.resize(self.ls() as usize, 0);
+        let stored = std::mem::take(&mut self.stored);
+        let r = self.red.expand(&stored, ext.compressed, &mut line);
+        self.stored = stored;
+        r.map_err(io_err)?;
+        let w = self.backing.write_at(&line, hdd);
+        self.scratch = line;
+        w?;
+        self.hdd_dirty = true;
+        self.live.write_backs += 1;
+        self.live.backing_bytes_written += self.ls();
+        Ok(())
+    }
+
+    /// Finishes reclaiming `v` (its write-backs done): drops for the lines it unmapped, a
+    /// commit, then the empty header of the next generation.
+    fn reclaim(&mut self, v: u32, written_back: &[u64]) -> io::Result<()> {
+        let keys: Vec<u64> = self.segs[v as usize]
+            .exts
+            .iter()
+            .map(|e| e.key)
+            .chain(written_back.iter().map(|&l| LogEngine::line_key(0, l)))
+            .collect();
+        for k in keys {
+            let (vol, l) = LogEngine::key_line(k);
+            if self.eng.locate(vol, l).is_none() {
+                let seq = self.next_seq();
+                self.pending.push(Rec::Drop { key: k, seq });
+            }
+        }
+        self.hdr_stale.remove(&v);
+        self.commit()?;
+        let gen = self.eng.segments()[v as usize].gen;
+        let m = &mut self.segs[v as usize];
+        m.gen = gen;
+        m.sealed = false;
+        m.exts.clear();
+        self.write_header(v, false, false)?;
+        self.cache_sync()
+    }
+
+    /// Base records of the open segments' extents from `all` or only the new ones.
+    fn open_records(&mut self, all: bool) -> Vec<Rec> {
+        let mut out = Vec::new();
+        for s in 0..self.segs.len() as u32 {
+            let m = &self.segs[s as usize];
+            if m.sealed || m.exts.is_empty() {
+                continue;
+            }
+            let from = if all { 0 } else { m.durable };
+            for e in &m.exts[from..] {
+                let mut e = *e;
+                e.live = self.is_live(s, &e);
+                out.push(Rec::Base {
+                    seg: s,
+                    gen: m.gen,
+                    ext: e,
+                });
+            }
+        }
+        out
+    }
+
+    /// Writes the new bytes of the open segments and syncs.
+    fn write_open_data(&mut self) -> io::Result<()> {
+        self.backing_sync_if_dirty()?;
+        let mut any = false;
+        let open: Vec<u32> = self.bufs.keys().copied().collect();
+        for s in open {
+            let m = &self.segs[s as usize];
+            if m.sealed {
+                continue;
+            }
+            let (from, to) = (m.durable_fill as usize, m.fill() as usize);
+            if to > from {
+                let buf = self.bufs.remove(&s).unwrap();
+                let at = self.geo.data_offset(s) + from as u64;
+                let r = self.cache_write(&buf[from..to], at);
+                self.live.ssd_data_bytes_written += (to - from) as u64;
+                self.bufs.insert(s, buf);
+                r?;
+                any = true;
+            }
+        }
+        if any {
+            self.cache_sync()?;
+        }
+        Ok(())
+    }
+
+    fn mark_open_durable(&mut self) {
+        for m in &mut self.segs {
+            if !m.sealed {
+                m.durable = m.exts.len();
+                m.durable_fill = m.fill();
+            }
+        }
+    }
+
+    fn journal_write(
+        &mut self,
+        half: u32,
+        at_rec: u64,
+        recs: &[Rec],
+        epoch: u64,
+    ) -> io::Result<()> {
+        let mut b = Vec::with_capacity(recs.len() * REC_BYTES);
+        for r in recs {
+            r.encode(epoch, &mut b);
+        }
+        let off = self.geo.half_offset(half) + HALF_HEADER + at_rec * REC_BYTES as u64;
+        self.live.journal_records_written += recs.len() as u64;
+        self.cache_write(&b, off)
+    }
+
+    /// FLUSH: see the module doc, rule 3.
+    fn commit(&mut self) -> io::Result<()> {
+        self.write_open_data()?;
+        let mut recs = self.open_records(false);
+        recs.append(&mut self.pending);
+        let r = self.sb.journal_records;
+        let reserve = self.commit_every + 2 * self.sb.max_extents as u64;
+        if self.jused + recs.len() as u64 + reserve > r {
+            // Pending drops go into the checkpoint; everything else it lists afresh.
+            self.pending = recs
+                .into_iter()
+                .filter(|r| matches!(r, Rec::Drop { .. }))
+                .collect();
+            return self.checkpoint();
+        }
+        if !recs.is_empty() {
+            let (half, at, epoch) = (self.half, self.jused, self.epoch);
+            self.journal_write(half, at, &recs, epoch)?;
+            self.cache_sync()?;
+            self.jused += recs.len() as u64;
+            self.mark_open_durable();
+            self.live.commits += 1;
+        }
+        self.rewrite_stale_headers()?;
+        if self.dups_upper >= self.dup_budget && self.dups_upper > self.dups_at_checkpoint {
+            // Recount the duplicate entries (stale ones die with their segments).
+            self.checkpoint()?;
+        }
+        Ok(())
+    }
+
+    fn rewrite_stale_headers(&mut self) -> io::Result<()> {
+        if self.hdr_stale.is_empty() {
+            return Ok(());
+        }
+        let stale = std::mem::take(&mut self.hdr_stale);
+        for s in stale {
+            if self.segs[s as usize].sealed {
+                self.write_header(s, true, false)?;
+                self.live.header_rewrites += 1;
+            }
+        }
+        self.cache_sync()
+    }
+
+    /// Starts a new journal epoch in the other half: see the module doc, rule 5.
+    fn checkpoint(&mut self) -> io::Result<()> {
+        self.write_open_data()?;
+        let mut recs = self.open_records(true);
+        let dups: Vec<(u64, ExtentInfo)> = self.eng.entries().filter(|(_, i)| i.dup).collect();
+        self.dups_upper = dups.len() as u64;
+        self.dups_at_checkpoint = self.dups_upper;
+        for (key, i) in dups {
+            let seq = self.next_seq();
+            recs.push(Rec::Dup {
+                key,
+                seg: i.seg,
+                gen: i.gen,
+                off: i.off,
+                dirty: i.dirty,
+                seq,
+            });
+        }
+        recs.append(&mut self.pending);
+        if recs.len() as u64 > self.sb.journal_records {
+            return Err(io_err(format!(
+                "journal checkpoint of {} records does not fit a half of {}",
+                recs.len(),
+                self.sb.journal_records
+            )));
+        }
+        let (half, epoch) = (1 - self.half, self.epoch + 1);
+        self.journal_write(half, 0, &recs, epoch)?;
+        self.cache_sync()?;
+        let h = encode_half(epoch);
+        let off = self.geo.half_offset(half);
+        self.cache_write(&h, off)?;
+        self.cache_sync()?;
+        self.half = half;
+        self.epoch = epoch;
+        self.jused = recs.len() as u64;
+        self.mark_open_durable();
+        self.live.checkpoints += 1;
+        self.rewrite_stale_headers()
+    }
+
+    /// Records what `eng` did with `line` (stored bytes in `self.stored` when reduced to
+    /// compressed, else `raw`): a base extent goes into its open segment's buffer, a
+    /// duplicate entry becomes a pending record.
+    fn record_new(&mut self, line: u64, r: &Reduced, raw: &[u8]) -> io::Result<()> {
+        let info = self
+            .eng
+            .locate(0, line)
+            .ok_or_else(|| io_err(format!("line {line} not cached after admission")))?;
+        let key = LogEngine::line_key(0, line);
+        let seq = self.next_seq();
+        if info.dup {
+            self.pending.push(Rec::Dup {
+                key,
+                seg: info.seg,
+                gen: info.gen,
+                off: info.off,
+                dirty: info.dirty,
+                seq,
+            });
+            self.dups_upper += 1;
+            return self.maybe_commit();
+        }
+        let stored: &[u8] = if r.compressed { &self.stored } else { raw };
+        if info.len as usize != stored.len() || !info.open {
+            return Err(io_err(format!(
+                "engine placed line {line} as {info:?}, stored bytes {}",
+                stored.len()
+            )));
+        }
+        let crc = crc32c::crc32c(stored);
+        let buf = self
+            .bufs
+            .get_mut(&info.seg)
+            .ok_or_else(|| io_err("no buffer for the open segment"))?;
+        buf[info.off as usize..(info.off + info.len) as usize].copy_from_slice(stored);
+        let m = &mut self.segs[info.seg as usize];
+        debug_assert_eq!(m.fill(), info.off);
+        m.exts.push(Ext {
+            key,
+            hash: r.hash,
+            off: info.off,
+            len: info.len,
+            dirty: info.dirty,
+            compressed: r.compressed,
+            live: true,
+            crc,
+            seq,
+        });
+        Ok(())
+    }
+
+    /// The old extent of `line` is about to be superseded.
+    fn superseding(&mut self, line: u64) {
+        if let Some(i) = self.eng.locate(0, line) {
+            if !i.dup && self.segs[i.seg as usize].sealed {
+                self.hdr_stale.insert(i.seg);
+            }
+        }
+    }
+
+    fn reduce(&mut self, data: &[u8]) -> io::Result<Reduced> {
+        let mut out = std::mem::take(&mut self.stored);
+        let r = self.red.reduce(data, &mut out);
+        self.stored = out;
+        r
+    }
+
+    fn content(&self, r: &Reduced) -> ExtentContent {
+        ExtentContent {
+            fp: self.fp_of(&r.hash),
+            compressed_len: r.stored_len,
+        }
+    }
+
+    /// Admits a read-missed line with its bytes.
+    fn admit(&mut self, line: u64, data: &[u8]) -> io::Result<()> {
+        self.reserve(false)?;
+        let r = self.reduce(data)?;
+        let c = self.content(&r);
+        self.vet_fingerprint(c.fp, &r.hash);
+        let steps = self.eng.admit(0, line, c).steps.len();
+        if steps != 0 {
+            return Err(io_err("admission after reserve planned device steps"));
+        }
+        self.record_new(line, &r, data)
+    }
+
+    /// Writes one whole line.
+    fn write_line(&mut self, line: u64, data: &[u8], fua: bool) -> io::Result<()> {
+        let wb = self.sb.mode == Mode::WriteBack;
+        let dirty = wb && !fua;
+        self.reserve(dirty)?;
+        let r = self.reduce(data)?;
+        let c = self.content(&r);
+        self.vet_fingerprint(c.fp, &r.hash);
+        self.superseding(line);
+        let ls = self.ls();
+        let mut req = Request::write(line * ls, ls);
+        req.fua = fua;
+        let steps = self.eng.process(&req, &[c]).map_err(io_err)?.steps.clone();
+        for st in steps {
+            match st {
+                Step::WriteHdd { hdd, len, .. } => {
+                    self.backing.write_at(&data[..len as usize], hdd)?;
+                    self.live.backing_bytes_written += len;
+                    self.hdd_dirty = true;
+                }
+                Step::ReadSsd { .. } | Step::ReadHdd { .. } => {}
+                s => return Err(io_err(format!("unexpected step {s:?} in a line write"))),
+            }
+        }
+        self.record_new(line, &r, data)
+    }
+
+    fn read_line(&mut self, line: u64, out: &mut [u8]) -> io::Result<()> {
+        let ls = self.ls();
+        self.eng
+            .process(&Request::read(line * ls, ls), &[])
+            .map_err(io_err)?;
+        if let Some(info) = self.eng.locate(0, line) {
+            if self.read_extent(&info, out)? {
+                return Ok(());
+            }
+            self.damaged(line, &info)?;
+            return self.read_backing(line, out);
+        }
+        self.read_backing(line, out)?;
+        self.admit(line, out)
+    }
+
+    /// Rebuilds everything from the headers and the journal: see the module doc.
+    fn recover(&mut self) -> io::Result<LogOpenReport> {
+        let mut rep = LogOpenReport {
+            was_clean: self.sb.clean,
+            ..Default::default()
+        };
+        let n = self.sb.segments as u32;
+        let maxe = self.sb.max_extents;
+        let slot_bytes = self.geo.slot_bytes as usize;
+        let mut maxseq = 0u64;
+        let mut b = vec![0u8; slot_bytes];
+        for s in 0..n {
+            let mut best: Option<(u32, SegHeader)> = None;
+            for slot in 0..2 {
+                self.cache
+                    .read_at(&mut b[..4096], self.geo.slot_offset(s, slot))?;
+                let Some(cnt) = SegHeader::count(&b) else {
+                    continue;
+                };
+                let need = (HDR_FIXED + cnt * HDR_ENTRY).min(slot_bytes);
+                if need > 4096 {
+                    self.cache
+                        .read_at(&mut b[4096..need], self.geo.slot_offset(s, slot) + 4096)?;
+                }
+                if let Some(h) = SegHeader::decode(&b[..need], s, maxe) {
+                    if best.as_ref().is_none_or(|(_, x)| h.hseq > x.hseq) {
+                        best = Some((slot, h));
+                    }
+                }
+            }
+            let m = &mut self.segs[s as usize];
+            if let Some((slot, h)) = best {
+                m.slot = slot;
+                m.gen = h.gen;
+                m.sealed = h.sealed;
+                m.exts = if h.sealed { h.exts } else { Vec::new() };
+                maxseq = maxseq.max(h.hseq);
+            } else {
+                // Never written: the next header goes to slot 0.
+                m.slot = 1;
+            }
+        }
+        // The journal: the half with the newest valid header.
+        let mut hb = vec![0u8; HALF_HEADER as usize];
+        let mut active: Option<(u32, u64)> = None;
+        for h in 0..2 {
+            self.cache.read_at(&mut hb, self.geo.half_offset(h))?;
+            if let Some(e) = decode_half(&hb) {
+                if active.is_none_or(|(_, x)| e > x) {
+                    active = Some((h, e));
+                }
+            }
+        }
+        let mut recs = Vec::new();
+        if let Some((h, epoch)) = active {
+            self.half = h;
+            self.epoch = epoch;
+            let chunk = 4096 * REC_BYTES;
+            let total = self.sb.journal_records as usize * REC_BYTES;
+            let mut buf = vec![0u8; chunk];
+            let mut at = 0usize;
+            'scan: while at < total {
+                let n = chunk.min(total - at);
+                self.cache.read_at(
+                    &mut buf[..n],
+                    self.geo.half_offset(h) + HALF_HEADER + at as u64,
+                )?;
+                for r in buf[..n].chunks_exact(REC_BYTES) {
+                    match Rec::decode(r, epoch) {
+                        Some(rec) => recs.push(rec),
+                        None => break 'scan,
+                    }
+                }
+                at += n;
+            }
+        }
+        rep.journal_records = recs.len() as u64;
+        // Extents of segments not sealed, from base records (in the order written).
+        for r in &recs {
+            maxseq = maxseq.max(r.seq());
+            if let Rec::Base { seg, gen, ext } = r {
+                if let Some(m) = self.segs.get_mut(*seg as usize) {
+                    if !m.sealed
+                        && m.gen == *gen
+                        && m.ext_at(ext.off).is_none()
+                        && m.fill() == ext.off
+                    {
+                        m.exts.push(*ext);
+                    }
+                }
+            }
+        }
+        for m in &self.segs {
+            for e in &m.exts {
+                maxseq = maxseq.max(e.seq);
+            }
+        }
+        // Newest event per line: (seq, target); target None = unmapped.
+        #[derive(Clone, Copy)]
+        enum Ev {
+            Base(u32, u32, bool),
+            Dup(u32, u32, u32, bool),
+            None,
+        }
+        let mut ev: HashMap<u64, (u64, Ev)> = HashMap::new();
+        let put = |ev: &mut HashMap<u64, (u64, Ev)>, key: u64, seq: u64, e: Ev| {
+            let slot = ev.entry(key).or_insert((0, Ev::None));
+            if seq >= slot.0 {
+                *slot = (seq, e);
+            }
+        };
+        for (s, m) in self.segs.iter().enumerate() {
+            if m.sealed {
+                for e in m.exts.iter().filter(|e| e.live) {
+                    put(&mut ev, e.key, e.seq, Ev::Base(s as u32, e.off, e.dirty));
+                }
+            }
+        }
+        for r in &recs {
+            match *r {
+                Rec::Base { seg, gen, ext } => {
+                    let Some(m) = self.segs.get(seg as usize) else {
+                        continue;
+                    };
+                    if m.gen != gen {
+                        rep.stale_records += 1;
+                        put(&mut ev, ext.key, ext.seq, Ev::None);
+                    } else if !m.sealed && ext.live && m.ext_at(ext.off) == Some(&ext) {
+                        put(&mut ev, ext.key, ext.seq, Ev::Base(seg, ext.off, ext.dirty));
+                    }
+                }
+                Rec::Dup {
+                    key,
+                    seg,
+                    gen,
+                    off,
+                    dirty,
+                    seq,
+                } => put(&mut ev, key, seq, Ev::Dup(seg, gen, off, dirty)),
+                Rec::Drop { key, seq } => put(&mut ev, key, seq, Ev::None),
+            }
+        }
+        let mut entries = Vec::new();
+        for (&key, &(_, e)) in &ev {
+            match e {
+                Ev::Base(seg, off, dirty) => entries.push(RestoredEntry {
+                    key,
+                    seg,
+                    off,
+                    dirty,
+                    dup: false,
+                }),
+                Ev::Dup(seg, gen, off, dirty) => {
+                    let ok = self
+                        .segs
+                        .get(seg as usize)
+                        .is_some_and(|m| m.gen == gen && m.ext_at(off).is_some());
+                    if ok {
+                        entries.push(RestoredEntry {
+                            key,
+                            seg,
+                            off,
+                            dirty,
+                            dup: true,
+                        });
+                    } else {
+                        rep.stale_records += 1;
+                    }
+                }
+                Ev::None => {}
+            }
+        }
+        // Restore the engine; segments not sealed but described by the journal are sealed
+        // below, so nothing is open afterwards.
+        let reopened: Vec<u32> = (0..n)
+            .filter(|&s| {
+                let m = &self.segs[s as usize];
+                !m.sealed && !m.exts.is_empty()
+            })
+            .collect();
+        let mut rs = Vec::with_capacity(n as usize);
+        for m in &self.segs {
+            rs.push(RestoredSegment {
+                gen: m.gen,
+                sealed: m.sealed || !m.exts.is_empty(),
+                hdr: m
+                    .exts
+                    .iter()
+                    .map(|e| HdrEntry {
+                        key: e.key,
+                        fp: self.fp_of(&e.hash),
+                        off: e.off,
+                        len: e.len,
+                        compressed: e.compressed,
+                        dirty: e.dirty,
+                        hits: 0,
+                    })
+                    .collect(),
+            });
+        }
+        // Base entries before duplicates (a duplicate's target header must be in place).
+        entries.sort_by_key(|e| (e.dup, e.key));
+        self.eng.restore(rs, &entries).map_err(io_err)?;
+        self.seq = maxseq + 1;
+        for &s in &reopened {
+            self.segs[s as usize].sealed = true;
+            self.write_header(s, true, false)?;
+            let m = &mut self.segs[s as usize];
+            m.durable = m.exts.len();
+            m.durable_fill = m.fill();
+        }
+        // Headers whose live flags the journal superseded.
+        for s in 0..n {
+            let m = &self.segs[s as usize];
+            if m.sealed && m.exts.iter().any(|e| e.live && !self.is_live(s, e)) {
+                self.hdr_stale.insert(s);
+            }
+        }
+        if !reopened.is_empty() {
+            self.cache_sync()?;
+        }
+        // Before the new epoch drops the old records: no older extent may outlive them.
+        self.rewrite_stale_headers()?;
+        rep.sealed_segments = self.segs.iter().filter(|m| m.sealed).count() as u64;
+        rep.recovered_open_segments = reopened.len() as u64;
+        let red = self.eng.reduction();
+        rep.cached_lines = red.cached_lines;
+        rep.dirty_lines = self.eng.dirty_lines();
+        self.eng.check().map_err(io_err)?;
+        self.checkpoint()?;
+        self.sb.clean = false;
+        let b = self.sb.encode();
+        self.cache.write_at(&b, 0)?;
+        self.cache_sync()?;
+        Ok(rep)
+    }
+}
+
+impl Export for LogVolume {
+    fn size(&self) -> u64 {
+        self.size
+    }
+
+    fn read(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
+        let mut g = self.lock();
+        g.check_open()?;
+        let ls = self.line;
+        let mut line_buf = vec![0u8; ls as usize];
+        let mut r = Ok(());
+        for line in self.lines(offset, buf.len() as u64) {
+            r = g.read_line(line, &mut line_buf);
+            if r.is_err() {
+                break;
+            }
+            let a = (line * ls).max(offset);
+            let b = ((line + 1) * ls).min(offset + buf.len() as u64);
+            buf[(a - offset) as usize..(b - offset) as usize]
+                .copy_from_slice(&line_buf[(a - line * ls) as usize..(b - line * ls) as usize]);
+        }
+        g.guard(r)
+    }
+
+    fn write(&self, offset: u64, data: &[u8], fua: bool) -> io::Result<()> {
+        let mut g = self.lock();
+        g.check_open()?;
+        let ls = self.line;
+        let mut line_buf = vec![0u8; ls as usize];
+        let mut go = |g: &mut Inner| -> io::Result<()> {
+            for line in self.lines(offset, data.len() as u64) {
+                let a = (line * ls).max(offset);
+                let b = ((line + 1) * ls).min(offset + data.len() as u64);
+                let src = &data[(a - offset) as usize..(b - offset) as usize];
+                if b - a == ls {
+                    g.write_line(line, src, fua)?;
+                } else {
+                    g.current_line(line, &mut line_buf)?;
+                    line_buf[(a - line * ls) as usize..(b - line * ls) as usize]
+                        .copy_from_slice(src);
+                    g.write_line(line, &line_buf, fua)?;
+                }
+            }
+            if fua {
+                g.commit()?;
+            }
+            Ok(())
+        };
+        let r = go(&mut g);
+        g.guard(r)
+    }
+
+    fn flush(&self) -> io::Result<()> {
+        let mut g = self.lock();
+        g.check_open()?;
+        let _ = g.eng.process(&Request::new(0, Op::Flush, 0, 0), &[]);
+        let r = g.commit();
+        g.guard(r)
+    }
+
+    fn trim(&self, offset: u64, len: u64) -> io::Result<()> {
+        let mut g = self.lock();
+        g.check_open()?;
+        let ls = self.line;
+        let mut r = Ok(());
+        for line in self.lines(offset, len) {
+            if offset <= line * ls && (line + 1) * ls <= offset + len {
+                r = g.unmap(line);
+                if r.is_err() {
+                    break;
+                }
+            }
+        }
+        g.guard(r)
+    }
+
+    fn write_zeroes(&self, offset: u64, len: u64, fua: bool, _may_trim: bool) -> io::Result<()> {
+        let chunk = 1u64 << 20;
+        let zero = vec![0u8; chunk.min(len) as usize];
+        let mut at = offset;
+        while at < offset + len {
+            let n = chunk.min(offset + len - at);
+            self.write(at, &zero[..n as usize], false)?;
+            at += n;
+        }
+        if fua {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    fn block_sizes(&self) -> tiercache_nbd::BlockSizes {
+        tiercache_nbd::BlockSizes {
+            minimum: 1,
+            preferred: self.line as u32,
+            maximum: 32 << 20,
+        }
+    }
+
+    fn description(&self) -> Option<String> {
+        let sb = self.superblock();
+        Some(format!(
+            "tiercache log layout, {}, {} compression, dedup index {}",
+            sb.mode, sb.compression, sb.dedup_ratio
+        ))
+    }
+}

@@ -1,0 +1,393 @@
+//! The live log layout (`LogVolume`) against a byte-array reference: random reads, partial
+//! and multi-line writes with many duplicate and compressible lines, trims and FLUSHes, in
+//! write-through and write-back, with segments of four lines so sealing, reclamation,
+//! write-backs and generation bumps happen all the time; then clean and crash restarts, and
+//! 64-bit fingerprint collisions forced through a test hook.
+
+mod common;
+
+use common::*;
+use rand::Rng;
+use rand_chacha::ChaCha8Rng;
+use std::path::Path;
+use tiercache_engine::log::Compression;
+use tiercache_engine::Mode;
+use tiercache_nbd::Export;
+use tiercache_server::log_format::LogSuperblock;
+use tiercache_server::{format_log, FileDev, LogFormatOptions, LogVolume};
+
+const LS: u64 = 4096;
+const SEG: u64 = 4 * LS;
+
+pub struct LogFiles {
+    pub _dir: tempfile::TempDir,
+    pub cache: std::path::PathBuf,
+    pub backing: std::path::PathBuf,
+}
+
+/// Backing of `VOL` bytes with known contents, a cache of `segs` segments of four lines.
+pub fn log_files(segs: u64) -> LogFiles {
+    let shm = Path::new("/dev/shm");
+    let dir = if shm.is_dir() {
+        tempfile::tempdir_in(shm).unwrap()
+    } else {
+        tempfile::tempdir().unwrap()
+    };
+    let backing = dir.path().join("backing.img");
+    std::fs::write(&backing, (0..VOL).map(initial).collect::<Vec<u8>>()).unwrap();
+    let cache = dir.path().join("cache.img");
+    // Size the device so that exactly `segs` segments fit.
+    let mut bytes = 1 << 20;
+    loop {
+        let (n, _, _) = LogSuperblock::plan(bytes, LS, SEG, None).unwrap_or((0, 0, 0));
+        if n >= segs {
+            break;
+        }
+        bytes += SEG;
+    }
+    std::fs::File::create(&cache)
+        .unwrap()
+        .set_len(bytes)
+        .unwrap();
+    LogFiles {
+        _dir: dir,
+        cache,
+        backing,
+    }
+}
+
+pub fn log_format(f: &LogFiles, mode: Mode, compression: Compression, dedup: f64) {
+    let cache = FileDev::open(&f.cache).unwrap();
+    let o = LogFormatOptions {
+        line_size: LS,
+        segment_size: SEG,
+        compression,
+        dedup_ratio: dedup,
+        picker: "lru".into(),
+        mode,
+        // A small journal: checkpoints happen during the workload.
+        journal_records: Some(400),
+    };
+    format_log(&cache, VOL, &o).unwrap();
+}
+
+pub fn log_open(f: &LogFiles) -> LogVolume {
+    LogVolume::open(
+        Box::new(FileDev::open(&f.cache).unwrap()),
+        Box::new(FileDev::open(&f.backing).unwrap()),
+    )
+    .unwrap()
+    .0
+}
+
+/// A line of content kind `k`: a few patterns repeated (duplicates), text-like (compresses),
+/// random (does not).
+pub fn line_content(r: &mut ChaCha8Rng) -> Vec<u8> {
+    match r.gen_range(0..10) {
+        0..=3 => {
+            let p = r.gen_range(0..5u8);
+            (0..LS)
+                .map(|i| p.wrapping_mul(31) ^ (i / 64) as u8)
+                .collect()
+        }
+        4..=6 => {
+            let w = r.gen_range(0..200u32);
+            format!("line {w} of the log layout test; ")
+                .bytes()
+                .cycle()
+                .take(LS as usize)
+                .collect()
+        }
+        _ => (0..LS).map(|_| r.gen()).collect(),
+    }
+}
+
+fn check_all(v: &LogVolume, m: &Model, what: &str) {
+    let mut buf = vec![0u8; VOL as usize];
+    v.read(0, &mut buf).unwrap();
+    m.check_now(0, &buf, what);
+}
+
+/// Random requests; returns the model. Asserts every read against the model.
+fn workload(v: &LogVolume, m: &mut Model, seed: u64, ops: usize) {
+    let mut r = rng(seed);
+    for i in 0..ops {
+        match r.gen_range(0..100) {
+            0..=34 => {
+                let n = r.gen_range(1..5 * LS);
+                let o = r.gen_range(0..VOL - n);
+                let mut buf = vec![0u8; n as usize];
+                v.read(o, &mut buf).unwrap();
+                m.check_now(
+                    o as usize,
+                    &buf,
+                    &format!("seed {seed} op {i} read {o}+{n}"),
+                );
+            }
+            35..=74 => {
+                // Whole lines: deduplicable and compressible content.
+                let k = r.gen_range(1..4);
+                let o = r.gen_range(0..VOL / LS - k) * LS;
+                let mut d = Vec::new();
+                for _ in 0..k {
+                    d.extend(line_content(&mut r));
+                }
+                let fua = r.gen_bool(0.05);
+                v.write(o, &d, fua).unwrap();
+                m.write(o as usize, &d, fua);
+            }
+            75..=92 => {
+                let n = r.gen_range(1..3 * LS);
+                let o = r.gen_range(0..VOL - n);
+                let d: Vec<u8> = (0..n).map(|_| r.gen()).collect();
+                v.write(o, &d, false).unwrap();
+                m.write(o as usize, &d, false);
+            }
+            93..=95 => {
+                let n = r.gen_range(1..4 * LS);
+                let o = r.gen_range(0..VOL - n);
+                v.trim(o, n).unwrap();
+                m.trim(o as usize, n as usize);
+            }
+            _ => {
+                v.flush().unwrap();
+                m.flush();
+            }
+        }
+        if i % 200 == 0 {
+            v.check()
+                .unwrap_or_else(|e| panic!("seed {seed} op {i}: {e}"));
+        }
+    }
+}
+
+fn run_mode(mode: Mode, compression: Compression, seed: u64) {
+    let what = format!("{mode:?} {compression}");
+    let f = log_files(10);
+    log_format(&f, mode, compression, 1.0);
+    let v = log_open(&f);
+    let mut m = Model::new(0, VOL);
+    workload(&v, &mut m, seed, 2500);
+    check_all(&v, &m, &format!("{what}: full read"));
+    v.check().unwrap();
+    let s = v.stats();
+    println!(
+        "{what}: dedup {:.2} compression {:.2} effective capacity {:.2}, {} reclaimed, {} write-backs, {} collisions, {} commits, {} checkpoints",
+        s.dedup_ratio,
+        s.compression_ratio,
+        s.effective_capacity,
+        s.engine.segments_reclaimed,
+        s.live.write_backs,
+        s.live.fingerprint_collisions,
+        s.live.commits,
+        s.live.checkpoints
+    );
+    assert!(s.engine.segments_reclaimed > 20, "{what}: {s:?}");
+    assert!(
+        s.live.checkpoints > 3,
+        "{what}: the small journal never filled: {s:?}"
+    );
+    assert!(s.engine.dup_write_lines > 0, "{what}: no duplicate writes");
+    if mode == Mode::WriteBack {
+        assert!(s.live.write_backs > 0, "{what}: no write-backs");
+    }
+    if compression != Compression::None {
+        assert!(
+            s.engine.extents_compressed > 0,
+            "{what}: nothing compressed"
+        );
+        assert!(s.compression_ratio > 1.0, "{what}: {s:?}");
+    } else {
+        assert_eq!(s.engine.extents_compressed, 0);
+    }
+    // Clean restart: everything reads back, the cache comes back warm.
+    let cached = s.cached_lines;
+    v.shutdown().unwrap();
+    assert!(v.read(0, &mut [0u8; 10]).is_err(), "used after shutdown");
+    drop(v);
+    let (v, rep) = LogVolume::open(
+        Box::new(FileDev::open(&f.cache).unwrap()),
+        Box::new(FileDev::open(&f.backing).unwrap()),
+    )
+    .unwrap();
+    assert!(rep.was_clean, "{what}: {rep:?}");
+    assert_eq!(rep.cached_lines, cached, "{what}: {rep:?}");
+    v.check().unwrap();
+    check_all(&v, &m, &format!("{what}: after a clean restart"));
+    // Crash restart: FLUSH, more writes, drop without shutdown. What was flushed reads back,
+    // the rest reads old or new.
+    workload(&v, &mut m, seed + 1, 800);
+    v.flush().unwrap();
+    m.flush();
+    workload(&v, &mut m, seed + 2, 300);
+    drop(v);
+    let (v, rep) = LogVolume::open(
+        Box::new(FileDev::open(&f.cache).unwrap()),
+        Box::new(FileDev::open(&f.backing).unwrap()),
+    )
+    .unwrap();
+    assert!(!rep.was_clean, "{what}: {rep:?}");
+    v.check().unwrap();
+    let mut buf = vec![0u8; VOL as usize];
+    v.read(0, &mut buf).unwrap();
+    m.check_after_crash(0, &buf, &format!("{what}: after a crash restart ({rep:?})"));
+    // Keeps working.
+    let mut m2 = Model::new(0, VOL);
+    m2.now = buf.iter().map(|&b| Some(b)).collect();
+    workload(&v, &mut m2, seed + 3, 500);
+    check_all(&v, &m2, &format!("{what}: after the crash restart"));
+    v.shutdown().unwrap();
+}
+
+#[test]
+fn write_through_all_compressors() {
+    run_mode(Mode::WriteThrough, Compression::None, 1);
+    run_mode(Mode::WriteThrough, Compression::Lz4, 2);
+}
+
+#[test]
+fn write_back_all_compressors() {
+    run_mode(Mode::WriteBack, Compression::Lz4, 3);
+    run_mode(Mode::WriteBack, Compression::Zstd(3), 4);
+    run_mode(Mode::WriteBack, Compression::None, 5);
+}
+
+/// Every digest gets the same 64-bit fingerprint: equal fingerprints with different content
+/// must be stored apart, equal content still shared.
+#[test]
+fn fingerprint_collisions_never_share_different_bytes() {
+    for mode in [Mode::WriteThrough, Mode::WriteBack] {
+        let f = log_files(10);
+        log_format(&f, mode, Compression::Lz4, 1.0);
+        let (v, _) = LogVolume::open_with(
+            Box::new(FileDev::open(&f.cache).unwrap()),
+            Box::new(FileDev::open(&f.backing).unwrap()),
+            Some(|_| 42),
+        )
+        .unwrap();
+        let mut r = rng(9);
+        let mut m = Model::new(0, VOL);
+        let a = line_content(&mut r);
+        let b: Vec<u8> = a.iter().map(|x| x ^ 1).collect();
+        for (i, d) in [&a, &a, &b, &b, &a].into_iter().enumerate() {
+            v.write(i as u64 * LS, d, false).unwrap();
+            m.write(i * LS as usize, d, false);
+        }
+        // Reads of uncached lines admit them: all collide with the index too.
+        let mut buf = vec![0u8; 64 * LS as usize];
+        v.read(10 * LS, &mut buf).unwrap();
+        m.check_now(10 * LS as usize, &buf, "collision admission");
+        check_all(&v, &m, &format!("{mode:?}: colliding fingerprints"));
+        let s = v.stats();
+        assert!(s.live.fingerprint_collisions >= 3, "{s:?}");
+        assert!(
+            s.engine.dup_write_lines >= 2,
+            "equal content is still shared: {s:?}"
+        );
+        v.shutdown().unwrap();
+        drop(v);
+        let (v, _) = LogVolume::open_with(
+            Box::new(FileDev::open(&f.cache).unwrap()),
+            Box::new(FileDev::open(&f.backing).unwrap()),
+            Some(|_| 42),
+        )
+        .unwrap();
+        check_all(
+            &v,
+            &m,
+            &format!("{mode:?}: colliding fingerprints after restart"),
+        );
+    }
+}
+
+/// A damaged clean extent is read from the backing instead; format refuses bad geometry.
+#[test]
+fn damaged_clean_extent_reads_backing_and_format_checks() {
+    let f = log_files(10);
+    log_format(&f, Mode::WriteThrough, Compression::None, 0.0);
+    let v = log_open(&f);
+    let mut buf = vec![0u8; 8 * LS as usize];
+    v.read(0, &mut buf).unwrap();
+    v.flush().unwrap();
+    // Fill more segments so the first ones are sealed on the device.
+    let mut big = vec![0u8; 24 * LS as usize];
+    v.read(64 * LS, &mut big).unwrap();
+    v.shutdown().unwrap();
+    drop(v);
+    // Flip bytes in every segment's data area.
+    let sb = {
+        let c = FileDev::open(&f.cache).unwrap();
+        tiercache_server::read_log_superblock(&c).unwrap().unwrap()
+    };
+    let g = sb.geometry();
+    let c = FileDev::open(&f.cache).unwrap();
+    use tiercache_server::BlockDev;
+    for s in 0..sb.segments as u32 {
+        c.write_at(&[0xee; 16], g.data_offset(s) + 100).unwrap();
+    }
+    c.sync().unwrap();
+    let v = log_open(&f);
+    let mut back = vec![0u8; 8 * LS as usize];
+    v.read(0, &mut back).unwrap();
+    let want: Vec<u8> = (0..8 * LS).map(initial).collect();
+    assert_eq!(back, want);
+    assert!(v.stats().live.extent_crc_errors > 0);
+    let c = FileDev::open(&f.cache).unwrap();
+    let bad = LogFormatOptions {
+        segment_size: LS,
+        ..Default::default()
+    };
+    assert!(
+        format_log(&c, VOL, &bad).is_err(),
+        "extent caching refused live"
+    );
+    let bad = LogFormatOptions {
+        mode: Mode::WriteAround,
+        ..Default::default()
+    };
+    assert!(format_log(&c, VOL, &bad).is_err());
+}
+
+/// A device error in the middle of a request stops the volume (RAM may be ahead of the
+/// devices); a restart recovers what was flushed.
+#[test]
+fn io_error_stops_the_volume_and_restart_recovers() {
+    let f = log_files(10);
+    log_format(&f, Mode::WriteBack, Compression::Lz4, 1.0);
+    let faults = tiercache_server::fault::Faults::new(1);
+    let (cdev, ch) = faults.wrap("cache", Box::new(FileDev::open(&f.cache).unwrap()), false);
+    let (bdev, _) = faults.wrap(
+        "backing",
+        Box::new(FileDev::open(&f.backing).unwrap()),
+        false,
+    );
+    let (v, _) = LogVolume::open(Box::new(cdev), Box::new(bdev)).unwrap();
+    let mut m = Model::new(0, VOL);
+    workload(&v, &mut m, 11, 300);
+    v.flush().unwrap();
+    m.flush();
+    ch.fail_writes(0..u64::MAX);
+    let mut r = rng(12);
+    let mut failed = false;
+    for i in 0..200u64 {
+        let d = line_content(&mut r);
+        // A failed write may have landed in part: old or new.
+        m.write((i % 64 * LS) as usize, &d, false);
+        if v.write(i % 64 * LS, &d, false).is_err() || v.flush().is_err() {
+            failed = true;
+            break;
+        }
+    }
+    assert!(failed, "writes to a failing cache device never failed");
+    assert!(
+        v.read(0, &mut [0u8; 4096]).is_err(),
+        "the volume keeps serving"
+    );
+    assert!(v.shutdown().is_err());
+    drop(v);
+    let v = log_open(&f);
+    v.check().unwrap();
+    let mut buf = vec![0u8; VOL as usize];
+    v.read(0, &mut buf).unwrap();
+    m.check_after_crash(0, &buf, "after an I/O error and a restart");
+}
