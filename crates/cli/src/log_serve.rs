@@ -13,6 +13,7 @@ use tiercache_engine::log::Compression;
 use tiercache_engine::{parse_size, Mode};
 use tiercache_nbd::{Export, Server, ServerOptions};
 use tiercache_server::control::Command;
+use tiercache_server::log_format::LogSuperblock;
 use tiercache_server::{BlockDev, FileDev, LogFormatOptions, LogVolume};
 
 macro_rules! say {
@@ -66,6 +67,47 @@ fn options(l: &LayoutArgs, line_size: u64, mode: Mode) -> Result<LogFormatOption
         mode,
         journal_records: None,
     })
+}
+
+/// Serving a formatted log device with layout options: they must be the ones it was
+/// formatted with (the same command line restarts it; another one is an error, not ignored).
+fn check_same_layout(l: &LayoutArgs, sb: &LogSuperblock, path: &Path) -> Result<()> {
+    check_live_layout(l)?;
+    let given = options(l, sb.line_size, sb.mode)?;
+    let mut differ = Vec::new();
+    if l.segment_size.is_some() && given.segment_size != sb.segment_size {
+        differ.push(format!(
+            "--segment-size {} (formatted {})",
+            tiercache_engine::fmt_size(given.segment_size),
+            tiercache_engine::fmt_size(sb.segment_size)
+        ));
+    }
+    if l.compression.is_some() && given.compression != sb.compression {
+        differ.push(format!(
+            "--compression {} (formatted {})",
+            given.compression, sb.compression
+        ));
+    }
+    if l.dedup.is_some() && given.dedup_ratio != sb.dedup_ratio {
+        differ.push(format!(
+            "--dedup {} (formatted {})",
+            given.dedup_ratio, sb.dedup_ratio
+        ));
+    }
+    if l.picker.is_some() && given.picker != sb.picker {
+        differ.push(format!(
+            "--picker {} (formatted {})",
+            given.picker, sb.picker
+        ));
+    }
+    if !differ.is_empty() {
+        bail!(
+            "{} keeps the layout it was formatted with: {} (reformat with `tiercache format --force --layout log ...`)",
+            path.display(),
+            differ.join(", ")
+        );
+    }
+    Ok(())
 }
 
 /// Formats `cache` in the log layout.
@@ -135,10 +177,8 @@ pub fn serve(p: LogServe, cache: FileDev, backing: Box<dyn BlockDev>) -> Result<
             tiercache_engine::fmt_size(sb.segment_size)
         );
     } else {
-        if has_log_options(&p.layout) {
-            bail!("--segment-size, --compression, --dedup and --picker are chosen when formatting; {} keeps the ones it was formatted with (reformat with `tiercache format --force --layout log ...`)", p.cache_path.display());
-        }
         let sb = tiercache_server::read_log_superblock(&cache)?.expect("a log device");
+        check_same_layout(&p.layout, &sb, &p.cache_path)?;
         if let Some(m) = p.mode.filter(|m| *m != sb.mode) {
             bail!(
                 "{} is formatted {}; the log layout does not switch to {m} at serve time (reformat)",

@@ -237,4 +237,23 @@ fn layout_flags_are_checked() {
         "{}",
         String::from_utf8_lossy(&o.stderr)
     );
+    // Other layout settings than the device's are refused, naming both (the same ones are
+    // fine: a restart may repeat its command line, as the ext4 test does).
+    let o = Command::new(BIN)
+        .arg("serve")
+        .arg("--cache")
+        .arg(&cache)
+        .arg("--backing")
+        .arg(d.join("backing.img"))
+        .arg("--socket")
+        .arg(d.join("s.sock"))
+        .args(["--compression", "lz4", "--segment-size", "512k"])
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        e.contains("--compression lz4 (formatted zstd:5)") && !e.contains("--segment-size"),
+        "{e}"
+    );
 }
