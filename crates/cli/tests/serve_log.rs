@@ -176,7 +176,46 @@ fn duplicate_image_reads_back_after_restart_and_kill() {
         s["cached_lines"].as_u64().unwrap() > 0,
         "warm after SIGKILL: {s}"
     );
-    srv.stop("-TERM");
+    srv.kill9();
+    // `tiercache check` runs the recovery on a copy-on-write view and scrubs every extent.
+    let cache = d.join("cache.img");
+    let check = || {
+        let o = Command::new(BIN)
+            .args(["check", "--json"])
+            .arg(&cache)
+            .output()
+            .unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        (o.status.code().unwrap(), v)
+    };
+    let before = std::fs::read(&cache).unwrap();
+    let (code, v) = check();
+    assert_eq!(code, 0, "{v:#}");
+    assert_eq!(v["layout"], "log");
+    assert_eq!(v["recovery"]["was_clean"], false);
+    assert!(v["scrub"]["extents"].as_u64().unwrap() > 0, "{v:#}");
+    assert!(
+        std::fs::read(&cache).unwrap() == before,
+        "check wrote the device"
+    );
+    // Damage the first extent of the first segment filled (segment 0): found, exit 1.
+    let sb = tiercache_server::read_log_superblock(
+        &tiercache_server::FileDev::open_read_only(&cache).unwrap(),
+    )
+    .unwrap()
+    .unwrap();
+    let at = sb.geometry().data_offset(0) + 16;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&cache)
+        .unwrap();
+    std::os::unix::fs::FileExt::write_all_at(&f, &[0x5a; 64], at).unwrap();
+    let (code, v) = check();
+    assert_eq!(code, 1, "{v:#}");
+    assert!(v["scrub"]["bad_extents"].as_u64().unwrap() >= 1, "{v:#}");
+    let text = Command::new(BIN).arg("check").arg(&cache).output().unwrap();
+    let out = String::from_utf8_lossy(&text.stdout);
+    assert!(out.contains("PROBLEM: segment 0 offset 0"), "{out}");
 }
 
 #[test]

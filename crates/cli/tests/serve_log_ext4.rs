@@ -143,9 +143,8 @@ fn python_has_lz4() -> bool {
 
 #[test]
 fn ext4_images_through_the_log_layout_read_back_bit_exact_with_independent_ratios() {
-    if !(have("mkfs.ext4") && have("debugfs") && have("e2fsck") && have("nbdcopy"))
-        || !python_has_lz4()
-    {
+    let tools = ["mkfs.ext4", "debugfs", "e2fsck", "nbdcopy"];
+    if !tools.iter().all(|t| have(t)) || !python_has_lz4() {
         return;
     }
     let t = tempfile::tempdir().unwrap();

@@ -8,6 +8,7 @@ pub mod control;
 pub mod dev;
 pub mod fault;
 pub mod format;
+pub mod log_check;
 pub mod log_format;
 pub mod log_volume;
 pub mod metrics;

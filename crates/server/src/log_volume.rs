@@ -177,6 +177,19 @@ pub struct LogOpenReport {
     pub stale_records: u64,
 }
 
+/// What [`LogVolume::scrub`] found.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct LogScrub {
+    pub lines: u64,
+    pub dirty_lines: u64,
+    /// Distinct stored extents the lines map.
+    pub extents: u64,
+    pub bad_extents: u64,
+    /// Dirty lines mapping a bad extent.
+    pub lost_lines: u64,
+    pub problems: Vec<String>,
+}
+
 /// Counters of the live log volume besides the engine's.
 #[derive(Clone, Copy, Debug, Default, Serialize)]
 pub struct LogLiveCounters {
@@ -440,6 +453,71 @@ impl LogVolume {
     /// Checks the engine's invariants (tests).
     pub fn check(&self) -> Result<(), String> {
         self.lock().eng.check()
+    }
+
+    /// Reads every extent a cached line maps (once per extent), checks its crc32c, expands it
+    /// and compares the BLAKE3 of the line with the digest its header holds. Changes nothing.
+    pub fn scrub(&self) -> io::Result<LogScrub> {
+        let mut g = self.lock();
+        let mut r = LogScrub::default();
+        let mut locs: Vec<(u32, u32, bool, u64)> = Vec::new();
+        for (k, i) in g.eng.entries() {
+            r.lines += 1;
+            r.dirty_lines += i.dirty as u64;
+            locs.push((i.seg, i.off, i.dirty, k));
+        }
+        locs.sort_unstable();
+        let mut line = vec![0u8; g.sb.line_size as usize];
+        let mut i = 0;
+        while i < locs.len() {
+            let (seg, off) = (locs[i].0, locs[i].1);
+            let mut j = i;
+            let mut dirty = false;
+            while j < locs.len() && (locs[j].0, locs[j].1) == (seg, off) {
+                dirty |= locs[j].2;
+                j += 1;
+            }
+            let affected = (j - i) as u64;
+            i = j;
+            r.extents += 1;
+            let Some(ext) = g.segs[seg as usize].ext_at(off).copied() else {
+                r.problems.push(format!(
+                    "segment {seg} offset {off}: mapped by {affected} line(s) but not in its header"
+                ));
+                continue;
+            };
+            let bad = if !g.load_stored(seg, &ext)? {
+                Some("checksum mismatch")
+            } else {
+                let stored = std::mem::take(&mut g.stored);
+                let ok = g.red.expand(&stored, ext.compressed, &mut line).is_ok();
+                g.stored = stored;
+                if !ok {
+                    Some("does not decompress to a line")
+                } else if Reducer::hash(&line) != ext.hash {
+                    Some("content differs from its BLAKE3 digest")
+                } else {
+                    None
+                }
+            };
+            if let Some(why) = bad {
+                r.bad_extents += 1;
+                r.problems.push(format!(
+                    "segment {seg} offset {off} ({} bytes{}): {why}; {affected} line(s){}",
+                    ext.len,
+                    if ext.compressed { ", compressed" } else { "" },
+                    if dirty {
+                        ", dirty: their data is lost"
+                    } else {
+                        ", clean: they will be read from the backing device"
+                    }
+                ));
+                if dirty {
+                    r.lost_lines += affected;
+                }
+            }
+        }
+        Ok(r)
     }
 
     /// Commits, marks the superblock clean and syncs. The volume fails every call after.
