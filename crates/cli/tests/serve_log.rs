@@ -205,7 +205,7 @@ fn duplicate_image_reads_back_after_restart_and_kill() {
     .unwrap()
     .unwrap();
     let at = sb.geometry().data_offset(0) + 16;
-    let mut f = std::fs::OpenOptions::new()
+    let f = std::fs::OpenOptions::new()
         .write(true)
         .open(&cache)
         .unwrap();
