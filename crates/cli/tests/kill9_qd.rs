@@ -11,7 +11,8 @@
 //! must not even lose acknowledged unflushed writes: every pwrite the server finished reached
 //! the backing file's page cache.
 //!
-//! Default 3 rounds per mode; `TIERCACHE_KILL_ROUNDS=N` for more.
+//! The direct layout in write-back and write-through, and the log layout in write-back.
+//! Default 3 rounds each; `TIERCACHE_KILL_ROUNDS=N` for more.
 
 mod common;
 
@@ -166,7 +167,7 @@ fn check(uri: &str, log: &Log, base: &mut [u64], strict_acked: bool) -> (u64, u6
     (at_floor, newer)
 }
 
-fn rounds(mode: &str, strict_acked: bool) {
+fn rounds(mode: &str, strict_acked: bool, layout: &[&str]) {
     let rounds: u64 = std::env::var("TIERCACHE_KILL_ROUNDS")
         .ok()
         .and_then(|s| s.parse().ok())
@@ -180,7 +181,8 @@ fn rounds(mode: &str, strict_acked: bool) {
     let mut base = vec![0u64; BLOCKS as usize];
     let mut version0 = 0;
     for r in 0..rounds {
-        let srv = Srv::sized(dir, "4M", &["--mode", mode]);
+        let args: Vec<&str> = ["--mode", mode].iter().chain(layout).copied().collect();
+        let srv = Srv::sized(dir, "4M", &args);
         let uri = srv.uri();
         let stop = Arc::new(AtomicBool::new(false));
         let killer = {
@@ -205,7 +207,7 @@ fn rounds(mode: &str, strict_acked: bool) {
             .map(|w| w.iter().filter(|x| x.2.is_some()).count())
             .sum();
         assert!(acked > 20, "round {r}: only {acked} writes before the kill");
-        let srv = Srv::sized(dir, "4M", &["--mode", mode]);
+        let srv = Srv::sized(dir, "4M", &args);
         let (floor, newer) = check(&srv.uri(), &log, &mut base, strict_acked);
         println!(
             "{mode} round {r}: {acked} writes acknowledged, flush sent at event {:?}; blocks at the floor {floor}, newer {newer}",
@@ -217,10 +219,26 @@ fn rounds(mode: &str, strict_acked: bool) {
 
 #[test]
 fn kill_9_at_queue_depth_16_write_back_keeps_every_flushed_write() {
-    rounds("write-back", false);
+    rounds("write-back", false, &[]);
+}
+
+/// The live log layout (lz4, full dedup index, 256 KiB segments), write-back.
+#[test]
+fn kill_9_at_queue_depth_16_log_layout_keeps_every_flushed_write() {
+    let log = [
+        "--layout",
+        "log",
+        "--compression",
+        "lz4",
+        "--dedup",
+        "1.0",
+        "--segment-size",
+        "256k",
+    ];
+    rounds("write-back", false, &log);
 }
 
 #[test]
 fn kill_9_at_queue_depth_16_write_through_keeps_every_acknowledged_write() {
-    rounds("write-through", true);
+    rounds("write-through", true, &[]);
 }
