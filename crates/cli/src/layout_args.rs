@@ -22,31 +22,36 @@ pub struct LayoutArgs {
     #[arg(long, value_name = "direct|log", help_heading = "Data reduction")]
     pub layout: Option<String>,
     /// Log layout: segment (Write-Evict Unit) size, a multiple of the line up to 64MiB.
-    /// Default 2MiB. Equal to the line size = extent caching.
+    /// Default 2MiB. In `sim`, equal to the line size = extent caching; live, at least two
+    /// lines. Fixed when the cache is formatted.
     #[arg(long, value_name = "SIZE", help_heading = "Data reduction")]
     pub segment_size: Option<String>,
-    /// Log layout: extent compression: none, lz4, zstd or zstd:LEVEL. Compressed sizes come
-    /// from the content model (ratio ~ Normal(2, 0.25) for lz4). Default none.
+    /// Log layout: extent compression: none, lz4, zstd or zstd:LEVEL (an extent that does not
+    /// shrink is stored raw). Live, the real bytes are compressed; in `sim`, sizes come from
+    /// the content model (ratio ~ Normal(2, 0.25) for lz4). Default none.
     #[arg(long, value_name = "ALG", help_heading = "Data reduction")]
     pub compression: Option<String>,
     /// Log layout: fingerprint index as a share of the cache's extent slots (0 = no dedup,
     /// 1.0 = every extent indexed; lower = partial index with LRU replacement). Default 0.
+    /// Live, fingerprints are BLAKE3 of the real bytes and a line is shared only when all 32
+    /// bytes match.
     #[arg(long, value_name = "RATIO", help_heading = "Data reduction")]
     pub dedup: Option<f64>,
     /// Log layout: segment picker: fifo, lru (WEU-LRU), greedy, cost-benefit. Default lru.
     #[arg(long, value_name = "NAME", help_heading = "Data reduction")]
     pub picker: Option<String>,
-    /// Log layout: TRIM a segment before reusing it.
+    /// Log layout (`sim` only): TRIM a segment before reusing it.
     #[arg(long, help_heading = "Data reduction")]
     pub trim: bool,
-    /// Log layout: reinsert clean extents with at least N hits when their segment is
-    /// reclaimed (0 = off, the default).
+    /// Log layout (`sim` only): reinsert clean extents with at least N hits when their
+    /// segment is reclaimed (0 = off, the default).
     #[arg(long, value_name = "N", help_heading = "Data reduction")]
     pub reinsert_hits: Option<u16>,
-    /// Content model for traces without content: share of duplicate extents. Default 0.3.
+    /// `sim` only: content model for traces without content: share of duplicate extents.
+    /// Default 0.3.
     #[arg(long, value_name = "SHARE", help_heading = "Data reduction")]
     pub dup_share: Option<f64>,
-    /// FTL erase block under the log layout. Default 2MiB.
+    /// `sim` only: FTL erase block under the log layout. Default 2MiB.
     #[arg(long, value_name = "SIZE", help_heading = "Data reduction")]
     pub erase_block: Option<String>,
 }
