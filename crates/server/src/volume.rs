@@ -213,6 +213,8 @@ struct Inner {
     /// of the module doc), with the key they held then. `mem` keeps them empty while the
     /// engine holds the same key clean.
     ahead: HashMap<u32, u64>,
+    /// The plan being run unmapped a record on the miss path (see `CacheVolume::run`).
+    unmapped_on_miss: bool,
 }
 
 /// A cached block volume: the engine's decisions executed on real devices.
@@ -381,6 +383,7 @@ impl CacheVolume {
             failed: false,
             lost: Vec::new(),
             ahead: HashMap::new(),
+            unmapped_on_miss: false,
         };
         // Records the engine did not take (dropped ones) become empty in `mem`.
         inner.slots = (0..sb.capacity_lines as u32).collect();
@@ -552,6 +555,14 @@ impl CacheVolume {
             self.flush_locked(&mut g)?;
         }
         drop(excl);
+        // This request had to unmap a record on the miss path (its likely victims were not
+        // unmapped ahead, e.g. dirty): run the background pass now, after the plan.
+        // Its own request is complete: a failure here is counted and logged, not returned.
+        if std::mem::take(&mut g.unmapped_on_miss) {
+            if let Err(e) = self.unmap_ahead_locked(&mut g) {
+                tracing::warn!("unmapping likely victims ahead failed: {e}");
+            }
+        }
         if self.inline_cleaning.load(Ordering::Relaxed) && g.engine.needs_cleaning() {
             let n = g.engine.cleaning_target();
             self.clean_pass(&mut g, n)?;
@@ -701,6 +712,7 @@ impl CacheVolume {
         self.metrics
             .unmap_on_miss
             .fetch_add(need.len() as u64, Ordering::Relaxed);
+        g.unmapped_on_miss = true;
         self.unmap_records(g, &need, &ahead)
     }
 
@@ -958,6 +970,10 @@ impl CacheVolume {
     /// Returns whether it did anything.
     pub fn unmap_ahead_if_needed(&self) -> io::Result<bool> {
         let mut g = self.lock();
+        self.unmap_ahead_locked(&mut g)
+    }
+
+    fn unmap_ahead_locked(&self, g: &mut Inner) -> io::Result<bool> {
         if g.closed || g.failed || self.inline_cleaning() {
             return Ok(false);
         }
@@ -979,13 +995,13 @@ impl CacheVolume {
         if !dirty.is_empty() {
             dirty.sort_by_key(|&s| g.engine.slot_key(s));
             let steps = g.engine.write_back_slots(&dirty).steps.clone();
-            self.run_clean_steps(&mut g, steps)?;
+            self.run_clean_steps(g, steps)?;
         }
         // Every candidate is clean now (a failed write-back returned above).
         let _excl = self.io.write().unwrap_or_else(|e| e.into_inner());
-        if let Err((cache, e)) = self.unmap_records(&mut g, &[], &cand) {
+        if let Err((cache, e)) = self.unmap_records(g, &[], &cand) {
             return Err(if cache {
-                self.cache_error(&mut g, e)
+                self.cache_error(g, e)
             } else {
                 self.backing_error(e)
             });
