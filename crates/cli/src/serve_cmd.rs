@@ -116,7 +116,7 @@ pub struct ServeArgs {
     #[arg(long)]
     max_cache_errors: Option<u64>,
     /// Metadata records of likely victims unmapped together ahead of their eviction, at most
-    /// an eighth of the cache (default 128; 0: each one alone when its slot is reused).
+    /// an eighth of the cache (default 1024; 0: each one alone when its slot is reused).
     #[arg(long)]
     unmap_batch: Option<u64>,
     /// Make the backing device as slow as a real HDD: a preset (7200, 5400, 10k, 15k) or an

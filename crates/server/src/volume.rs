@@ -245,7 +245,7 @@ const MAX_MERGED_WRITE: u64 = 4 << 20;
 
 /// Records of likely victims unmapped together (default; see
 /// [`CacheVolume::set_unmap_batch`]).
-pub const DEFAULT_UNMAP_BATCH: u64 = 128;
+pub const DEFAULT_UNMAP_BATCH: u64 = 1024;
 
 /// Cache-device errors after which the cache is failed and bypassed (default).
 pub const DEFAULT_MAX_CACHE_ERRORS: u64 = 16;
