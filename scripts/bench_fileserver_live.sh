@@ -17,6 +17,7 @@
 # Usage: scripts/bench_fileserver_live.sh            (defaults below)
 #   FILES=2000 DIRS=64 TRANS=400 MAXSIZE=8388608 CACHE_PCT=10 HDD=7200 VOLUME=8G
 #   CONFIGS="lru dss" MODE=write-back OUT=DIR CACHE_DIR=DIR TIERCACHE=target/release/tiercache
+#   SERVE_ARGS="--unmap-batch 0"   (extra `serve` arguments)
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -92,7 +93,7 @@ for cfg in $CONFIGS; do
     mkdir -p "$mnt" "$fuse"
     "$BIN" serve --cache "$cache_img" --backing "$work/backing.img" \
         --socket "$work/nbd.sock" --control "$work/ctl.sock" --format-if-needed \
-        --cache-size "$cache_bytes" --mode "$MODE" --emulate-hdd "$HDD" "${args[@]}" \
+        --cache-size "$cache_bytes" --mode "$MODE" --emulate-hdd "$HDD" "${args[@]}" ${SERVE_ARGS:-} \
         2>"$OUT/serve-$cfg.log" &
     srv_pid=$!
     for _ in $(seq 200); do [ -S "$work/nbd.sock" ] && [ -S "$work/ctl.sock" ] && break; sleep 0.05; done

@@ -121,6 +121,10 @@ pub struct ServeArgs {
     /// every request passed through to the backing device (default 16).
     #[arg(long)]
     max_cache_errors: Option<u64>,
+    /// Metadata records of likely victims unmapped together ahead of their eviction, at most
+    /// an eighth of the cache (default 1024; 0: each one alone when its slot is reused).
+    #[arg(long)]
+    unmap_batch: Option<u64>,
     /// Make the backing device as slow as a real HDD: a preset (7200, 5400, 10k, 15k) or an
     /// HDD model TOML file (see crates/devices).
     #[arg(long)]
@@ -323,6 +327,7 @@ fn merge(mut a: ServeArgs) -> Result<ServeArgs> {
         control,
         metrics,
         max_cache_errors,
+        unmap_batch,
         emulate_hdd,
         workers,
         tls,
@@ -490,6 +495,9 @@ pub fn serve(a: ServeArgs) -> Result<()> {
         rep.dropped_bad_checksum,
         vol.mode()
     );
+    if let Some(n) = a.unmap_batch {
+        vol.set_unmap_batch(n);
+    }
     if let Some(n) = a.max_cache_errors {
         vol.set_max_cache_errors(n);
     }

@@ -1386,6 +1386,36 @@ impl Engine {
         &self.plan
     }
 
+    /// Up to `n` cached lines' slots the policy expects to evict next (a hint: see
+    /// [`crate::policy::Policy::eviction_candidates`]), counting only evictions still needed
+    /// once the free slots are used. Changes nothing; empty for class-aware policies.
+    pub fn eviction_candidates(&self, n: u64, out: &mut Vec<Slot>) {
+        let free = (self.cap - self.len) as u64;
+        if self.class_gate || n <= free {
+            return;
+        }
+        let mut hint = Vec::new();
+        self.policy
+            .eviction_candidates((n - free) as usize, &mut hint);
+        out.extend(hint.into_iter().filter(|&s| self.slot_key(s).is_some()));
+    }
+
+    /// Writes back the dirty lines among `slots` (counted as cleaning, like [`Engine::clean`])
+    /// and returns the plan; which lines are cached does not change.
+    pub fn write_back_slots(&mut self, slots: &[Slot]) -> &Plan {
+        self.plan.reset(0, 0);
+        for &slot in slots {
+            let Some(key) = self.slot_key(slot) else {
+                continue;
+            };
+            if self.is_dirty(slot) {
+                let ci = self.classes[slot as usize] as usize;
+                self.write_back(ci, slot, key);
+            }
+        }
+        &self.plan
+    }
+
     /// Class-aware admission: the policy decides from the class and the clean share.
     fn class_admits(&mut self, class: u8) -> bool {
         let clean = 1.0 - self.dirty_count as f64 / self.cap.max(1) as f64;

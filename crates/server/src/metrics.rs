@@ -16,8 +16,13 @@ pub struct Metrics {
     /// Per op (0 read, 1 write): count per bucket (last = +Inf), sum of microseconds.
     buckets: [[AtomicU64; BUCKETS_US.len() + 1]; 2],
     sum_us: [AtomicU64; 2],
-    /// Metadata records unmapped (and synced) before their slot was reused.
+    /// Cache-device syncs made to unmap records (rule 2 of `crate::volume`): on the miss
+    /// path before a slot is reused, and by batches unmapping likely victims ahead of time.
     pub unmap_syncs: AtomicU64,
+    /// Records unmapped on the miss path (their slot was being reused).
+    pub unmap_on_miss: AtomicU64,
+    /// Records of likely victims unmapped ahead of their eviction, in batches.
+    pub unmap_ahead: AtomicU64,
     /// Metadata pages written by flushes.
     pub metadata_pages: AtomicU64,
     /// Cached lines relabelled by the live classifier (class learned after caching).

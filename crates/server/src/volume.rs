@@ -27,6 +27,18 @@
 //!    device if write-backs ran since its last sync, so a dirty victim's data is durable on the
 //!    backing device before the cache forgets it). Hence a slot's bytes only change while the
 //!    device maps the slot to the same key or to nothing.
+//!
+//!    *Unmapping ahead* (the write-back miss path's batches): records of lines the engine
+//!    still holds may be rewritten as empty early, in one batch with one sync, so that their
+//!    evictions later need no sync. Only records of **clean** lines are unmapped ahead, and
+//!    only after the backing device is synced (the background pass first writes back the
+//!    dirty ones among the engine's next likely victims, [`Engine::eviction_candidates`]). An
+//!    empty record can never map a key to foreign data; it drops a clean line whose data the
+//!    backing device holds durably, so a crash only forgets that line. `mem` keeps such a
+//!    record empty (`Inner::ahead`) while the line stays clean, so flushes do not map it
+//!    again; once the line is written (dirty) its record follows the engine and rule 1. The
+//!    batch marks `mem` first, then writes the device: a crash inside a batch may leave any
+//!    subset of its records empty, which the above allows. Clean shutdown maps them again.
 //! 3. **Torn metadata writes** are caught per record by crc32c (dropped on an unclean start);
 //!    a key found in two slots (a flush torn between the page that unmaps it and the page that
 //!    maps it anew) keeps the record with the newer sequence number. Both slots hold that
@@ -52,7 +64,7 @@ use crate::format::{
     self, FormatError, Record, Superblock, EMPTY_KEY, META_OFFSET, PAGE, RECORD_BYTES,
 };
 use crate::metrics::Metrics;
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::io;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
@@ -204,6 +216,12 @@ struct Inner {
     /// Volume byte ranges `[a, b)` whose dirty data the cache lost (sorted, disjoint):
     /// reads of them fail until they are written again.
     lost: Vec<(u64, u64)>,
+    /// Slots whose clean line's record was unmapped ahead of its likely eviction (rule 2
+    /// of the module doc), with the key they held then. `mem` keeps them empty while the
+    /// engine holds the same key clean.
+    ahead: HashMap<u32, u64>,
+    /// The plan being run unmapped a record on the miss path (see `CacheVolume::run`).
+    unmapped_on_miss: bool,
 }
 
 /// A cached block volume: the engine's decisions executed on real devices.
@@ -225,7 +243,16 @@ pub struct CacheVolume {
     classifier: Option<Arc<dyn Classifier>>,
     class_table: Option<Arc<ClassTable>>,
     max_cache_errors: AtomicU64,
+    /// Records unmapped per batch ([`CacheVolume::set_unmap_batch`]).
+    unmap_batch: AtomicU64,
 }
+
+/// Largest backing write merged from contiguous write-backs.
+const MAX_MERGED_WRITE: u64 = 4 << 20;
+
+/// Records of likely victims unmapped together (default; see
+/// [`CacheVolume::set_unmap_batch`]).
+pub const DEFAULT_UNMAP_BATCH: u64 = 1024;
 
 /// Cache-device errors after which the cache is failed and bypassed (default).
 pub const DEFAULT_MAX_CACHE_ERRORS: u64 = 16;
@@ -373,6 +400,8 @@ impl CacheVolume {
             cache_errors: 0,
             failed: false,
             lost: Vec::new(),
+            ahead: HashMap::new(),
+            unmapped_on_miss: false,
         };
         // Records the engine did not take (dropped ones) become empty in `mem`.
         inner.slots = (0..sb.capacity_lines as u32).collect();
@@ -392,6 +421,7 @@ impl CacheVolume {
             classifier: None,
             class_table: opts.classes.clone(),
             max_cache_errors: AtomicU64::new(DEFAULT_MAX_CACHE_ERRORS),
+            unmap_batch: AtomicU64::new(DEFAULT_UNMAP_BATCH),
             inner: Mutex::new(inner),
         };
         {
@@ -543,6 +573,14 @@ impl CacheVolume {
             self.flush_locked(&mut g)?;
         }
         drop(excl);
+        // This request had to unmap a record on the miss path (its likely victims were not
+        // unmapped ahead, e.g. dirty): run the background pass now, after the plan.
+        // Its own request is complete: a failure here is counted and logged, not returned.
+        if std::mem::take(&mut g.unmapped_on_miss) {
+            if let Err(e) = self.unmap_ahead_locked(&mut g) {
+                tracing::warn!("unmapping likely victims ahead failed: {e}");
+            }
+        }
         if self.inline_cleaning.load(Ordering::Relaxed) && g.engine.needs_cleaning() {
             let n = g.engine.cleaning_target();
             self.clean_pass(&mut g, n)?;
@@ -579,7 +617,12 @@ impl CacheVolume {
         let d = self.data_offset;
         let r = |a: u64, l: u64| a as usize..(a + l) as usize;
         let mut tmp = Vec::new();
+        // Write-backs already done as part of an earlier merged one (see `WriteBack`).
+        let mut merged: Vec<usize> = Vec::new();
         for (index, s) in steps.iter().enumerate() {
+            if merged.binary_search(&index).is_ok() {
+                continue;
+            }
             let c = |err| StepError {
                 index,
                 cache: true,
@@ -615,11 +658,27 @@ impl CacheVolume {
                     self.backing.read_at(&mut tmp, hdd).map_err(h)?;
                     self.cache.write_at(&tmp, d + ssd).map_err(c)?
                 }
-                Step::WriteBack { ssd, hdd, len, .. } => {
-                    tmp.resize(len as usize, 0);
-                    self.cache.read_at(&mut tmp, d + ssd).map_err(c)?;
+                Step::WriteBack { hdd, .. } => {
+                    // Later write-backs that continue this one on the backing device (cleaning
+                    // goes in LBA order; evictions of a sequential run evict neighbours)
+                    // join it in one backing write, when no step between touches their
+                    // slot or backing range. A failure names this step: none of the group
+                    // reached the backing device, and `recover` redoes write-backs from here.
+                    let group = merge_write_backs(steps, index, &merged);
+                    tmp.clear();
+                    for &j in &group {
+                        if let Step::WriteBack { ssd, len, .. } = steps[j] {
+                            let at = tmp.len();
+                            tmp.resize(at + len as usize, 0);
+                            self.cache.read_at(&mut tmp[at..], d + ssd).map_err(c)?;
+                        }
+                    }
                     g.backing_unsynced = true;
-                    self.backing.write_at(&tmp, hdd).map_err(h)?
+                    self.backing.write_at(&tmp, hdd).map_err(h)?;
+                    if group.len() > 1 {
+                        merged.extend(&group[1..]);
+                        merged.sort_unstable();
+                    }
                 }
                 // Discards are hints; keeping the bytes is always correct.
                 Step::TrimSsd { .. } | Step::TrimHdd { .. } => {}
@@ -631,8 +690,10 @@ impl CacheVolume {
     }
 
     /// Rule 2 of the module doc: slots in `[ssd, ssd + len)` whose durable record maps a key
-    /// other than the one the engine now keeps there are unmapped on the device first.
-    /// Errors: (whether the cache device failed, the error).
+    /// other than the one the engine now keeps there are unmapped on the device first. The
+    /// same batch (one page write per run of pages, one sync) unmaps ahead the persisted
+    /// records of the engine's next likely victims whose lines are clean, so their evictions
+    /// need no sync. Errors: (whether the cache device failed, the error).
     fn unmap_before_reuse(
         &self,
         g: &mut Inner,
@@ -640,12 +701,75 @@ impl CacheVolume {
         len: u64,
     ) -> Result<(), (bool, io::Error)> {
         let (a, b) = (ssd >> self.line_shift, (ssd + len - 1) >> self.line_shift);
-        for slot in a..=b {
-            let at = (slot * RECORD_BYTES) as usize;
-            let on_disk = g.disk_key[slot as usize];
-            if on_disk == EMPTY_KEY || g.engine.slot_key(slot as u32) == Some(on_disk) {
-                continue;
+        let need: Vec<u32> = (a..=b)
+            .map(|s| s as u32)
+            .filter(|&s| {
+                let on_disk = g.disk_key[s as usize];
+                on_disk != EMPTY_KEY && g.engine.slot_key(s) != Some(on_disk)
+            })
+            .collect();
+        if need.is_empty() {
+            return Ok(());
+        }
+        let mut ahead = Vec::new();
+        let k = self.unmap_batch_now();
+        if k > 1 {
+            let mut cand = Vec::new();
+            g.engine.eviction_candidates(k, &mut cand);
+            for s in cand {
+                let key = g.engine.slot_key(s);
+                if key.is_some()
+                    && key == Some(g.disk_key[s as usize])
+                    && g.engine.dirty_mask(s) == 0
+                    && !need.contains(&s)
+                {
+                    ahead.push(s);
+                }
             }
+        }
+        self.metrics
+            .unmap_on_miss
+            .fetch_add(need.len() as u64, Ordering::Relaxed);
+        g.unmapped_on_miss = true;
+        self.unmap_records(g, &need, &ahead)
+    }
+
+    /// Rewrites the device records of `now` (slots about to be reused) and `ahead` (slots
+    /// whose clean line the engine keeps) as empty: a backing sync first when write-backs
+    /// ran since the last one, then each run of pages read and written once, then one cache
+    /// sync. `ahead` slots' `mem` records become empty first and stay so while their line is
+    /// clean (see `Inner::ahead`); `now` slots' records follow the engine after the plan.
+    fn unmap_records(
+        &self,
+        g: &mut Inner,
+        now: &[u32],
+        ahead: &[u32],
+    ) -> Result<(), (bool, io::Error)> {
+        // `ahead` first in `mem` (and `Inner::ahead`): if the device writes fail half way,
+        // their records may be empty on the device already, and stay so in `mem`.
+        for &s in ahead {
+            let Some(key) = g.engine.slot_key(s) else {
+                continue;
+            };
+            let at = s as usize * RECORD_BYTES as usize;
+            let rec = &mut g.mem[at..at + RECORD_BYTES as usize];
+            if Record::decode(rec).is_none_or(|r| r.key != EMPTY_KEY) {
+                Record {
+                    seq: g.seq,
+                    ..Record::EMPTY
+                }
+                .encode(rec);
+                g.seq = g.seq.wrapping_add(1);
+            }
+            g.ahead.insert(s, key);
+        }
+        let on_disk: Vec<u32> = now
+            .iter()
+            .chain(ahead)
+            .copied()
+            .filter(|&s| g.disk_key[s as usize] != EMPTY_KEY)
+            .collect();
+        if !on_disk.is_empty() {
             if g.backing_unsynced {
                 self.backing.sync().map_err(|e| (false, e))?;
                 g.backing_unsynced = false;
@@ -656,22 +780,38 @@ impl CacheVolume {
                 ..Record::EMPTY
             };
             g.seq = g.seq.wrapping_add(1);
-            // The page as last written (metadata is only ever written by this volume, so the
-            // device returns exactly that), with this one record emptied.
-            let page = slot / format::RECORDS_PER_PAGE;
-            let mut buf = vec![0u8; PAGE as usize];
-            self.cache
-                .read_at(&mut buf, META_OFFSET + page * PAGE)
-                .map_err(c)?;
-            let o = at - (page * PAGE) as usize;
-            empty.encode(&mut buf[o..o + RECORD_BYTES as usize]);
-            self.cache
-                .write_at(&buf, META_OFFSET + page * PAGE)
-                .map_err(c)?;
+            let pages: BTreeSet<u64> = on_disk
+                .iter()
+                .map(|&s| s as u64 / format::RECORDS_PER_PAGE)
+                .collect();
+            let mut buf = Vec::new();
+            for (first, n) in runs(&pages) {
+                // The pages as last written (metadata is only ever written by this volume, so
+                // the device returns exactly that), with the batch's records emptied.
+                buf.resize((n * PAGE) as usize, 0);
+                self.cache
+                    .read_at(&mut buf, META_OFFSET + first * PAGE)
+                    .map_err(c)?;
+                let span = first * format::RECORDS_PER_PAGE..(first + n) * format::RECORDS_PER_PAGE;
+                for &s in &on_disk {
+                    if span.contains(&(s as u64)) {
+                        let o = ((s as u64 - span.start) * RECORD_BYTES) as usize;
+                        empty.encode(&mut buf[o..o + RECORD_BYTES as usize]);
+                    }
+                }
+                self.cache
+                    .write_at(&buf, META_OFFSET + first * PAGE)
+                    .map_err(c)?;
+            }
             self.cache.sync().map_err(c)?;
-            g.disk_key[slot as usize] = EMPTY_KEY;
+            for &s in &on_disk {
+                g.disk_key[s as usize] = EMPTY_KEY;
+            }
             self.metrics.unmap_syncs.fetch_add(1, Ordering::Relaxed);
         }
+        self.metrics
+            .unmap_ahead
+            .fetch_add(ahead.len() as u64, Ordering::Relaxed);
         Ok(())
     }
 
@@ -679,6 +819,13 @@ impl CacheVolume {
     fn update_records(g: &mut Inner) {
         let slots = std::mem::take(&mut g.slots);
         for &slot in &slots {
+            if let Some(&k) = g.ahead.get(&slot) {
+                // Unmapped ahead: stays empty on the device while its line stays clean.
+                if g.engine.slot_key(slot) == Some(k) && g.engine.dirty_mask(slot) == 0 {
+                    continue;
+                }
+                g.ahead.remove(&slot);
+            }
             let want = match g.engine.slot_key(slot) {
                 Some(key) => Record {
                     key,
@@ -742,8 +889,9 @@ impl CacheVolume {
             return Ok(());
         }
         let pages = g.dirty_pages.clone();
-        for &page in &pages {
-            let p = (page * PAGE) as usize..((page + 1) * PAGE) as usize;
+        // One write per run of consecutive pages.
+        for (page, n) in runs(&pages) {
+            let p = (page * PAGE) as usize..((page + n) * PAGE) as usize;
             self.cache
                 .write_at(&g.mem[p.clone()], META_OFFSET + page * PAGE)?;
             let first = (page * format::RECORDS_PER_PAGE) as usize;
@@ -771,6 +919,11 @@ impl CacheVolume {
 
     fn clean_pass(&self, g: &mut Inner, n: u64) -> io::Result<()> {
         let steps = g.engine.clean(n).steps.clone();
+        self.run_clean_steps(g, steps)
+    }
+
+    /// Executes a plan of write-backs (cleaning) and brings the records up to date.
+    fn run_clean_steps(&self, g: &mut Inner, steps: Vec<Step>) -> io::Result<()> {
         let _excl = self.io.write().unwrap_or_else(|e| e.into_inner());
         let r = self.exec(g, &steps, &mut []);
         let mut slots = std::mem::take(&mut g.slots);
@@ -806,6 +959,74 @@ impl CacheVolume {
         Ok(true)
     }
 
+    /// Records unmapped per batch: the setting, at most an eighth of the cache.
+    fn unmap_batch_now(&self) -> u64 {
+        self.unmap_batch
+            .load(Ordering::Relaxed)
+            .min(self.capacity_lines / 8)
+    }
+
+    /// Records of likely victims unmapped per batch (rule 2 of the module doc), at most an
+    /// eighth of the cache; 0 or 1: each record is unmapped alone when its slot is reused.
+    pub fn set_unmap_batch(&self, n: u64) {
+        self.unmap_batch.store(n, Ordering::Relaxed);
+    }
+
+    /// Slots whose clean line's record is unmapped ahead of its eviction (tests, diagnostics):
+    /// a crash forgets these lines (their data is on the backing device).
+    pub fn unmapped_ahead(&self) -> Vec<u32> {
+        let g = self.lock();
+        let mut v: Vec<u32> = g.ahead.keys().copied().collect();
+        v.sort_unstable();
+        v
+    }
+
+    /// The background half of the write-back miss path: when fewer than half of the engine's
+    /// next `unmap_batch` likely victims are unmapped ahead, writes back the dirty ones among
+    /// them (LBA order, contiguous ones merged; counted as cleaning), then unmaps them all
+    /// in one batch (one backing sync, one cache sync), so their evictions need no sync.
+    /// Returns whether it did anything.
+    pub fn unmap_ahead_if_needed(&self) -> io::Result<bool> {
+        let mut g = self.lock();
+        self.unmap_ahead_locked(&mut g)
+    }
+
+    fn unmap_ahead_locked(&self, g: &mut Inner) -> io::Result<bool> {
+        if g.closed || g.failed || self.inline_cleaning() {
+            return Ok(false);
+        }
+        let k = self.unmap_batch_now();
+        if k < 2 {
+            return Ok(false);
+        }
+        let mut cand = Vec::new();
+        g.engine.eviction_candidates(k, &mut cand);
+        cand.retain(|s| !g.ahead.contains_key(s));
+        if cand.is_empty() || (cand.len() as u64) < k / 2 {
+            return Ok(false);
+        }
+        let mut dirty: Vec<u32> = cand
+            .iter()
+            .copied()
+            .filter(|&s| g.engine.dirty_mask(s) != 0)
+            .collect();
+        if !dirty.is_empty() {
+            dirty.sort_by_key(|&s| g.engine.slot_key(s));
+            let steps = g.engine.write_back_slots(&dirty).steps.clone();
+            self.run_clean_steps(g, steps)?;
+        }
+        // Every candidate is clean now (a failed write-back returned above).
+        let _excl = self.io.write().unwrap_or_else(|e| e.into_inner());
+        if let Err((cache, e)) = self.unmap_records(g, &[], &cand) {
+            return Err(if cache {
+                self.cache_error(g, e)
+            } else {
+                self.backing_error(e)
+            });
+        }
+        Ok(true)
+    }
+
     /// Starts the background cleaner; it stops at [`CacheVolume::shutdown`].
     pub fn start_cleaner(self: &Arc<Self>) -> std::thread::JoinHandle<()> {
         let v = Arc::clone(self);
@@ -813,7 +1034,12 @@ impl CacheVolume {
             .name("tiercache-cleaner".into())
             .spawn(move || {
                 while !v.stop.load(Ordering::Relaxed) {
-                    match v.clean_if_needed() {
+                    let r = v.clean_if_needed();
+                    let r = match r {
+                        Ok(did) => v.unmap_ahead_if_needed().map(|a| a || did),
+                        e => e,
+                    };
+                    match r {
                         Ok(true) => {}
                         Ok(false) => std::thread::sleep(Duration::from_millis(20)),
                         Err(e) => {
@@ -860,6 +1086,10 @@ impl CacheVolume {
         if g.closed {
             return Ok(());
         }
+        // Lines unmapped ahead are mapped again: a clean restart keeps them.
+        let ahead: Vec<u32> = g.ahead.drain().map(|(s, _)| s).collect();
+        g.slots = ahead;
+        Self::update_records(&mut g);
         self.flush_locked(&mut g)?;
         if g.failed {
             g.closed = true;
@@ -1239,6 +1469,9 @@ impl CacheVolume {
             totals: e.counters(),
             per_class,
             unmap_syncs: self.metrics.unmap_syncs.load(Ordering::Relaxed),
+            unmap_on_miss: self.metrics.unmap_on_miss.load(Ordering::Relaxed),
+            unmap_ahead: self.metrics.unmap_ahead.load(Ordering::Relaxed),
+            unmapped_ahead_now: g.ahead.len() as u64,
             metadata_pages_written: self.metrics.metadata_pages.load(Ordering::Relaxed),
             classes: crate::classify::class_stats(e, self.class_table.as_deref()),
             classifier: self.classifier.as_ref().map(|c| c.summary()),
@@ -1295,7 +1528,13 @@ pub struct VolumeStats {
     pub ram_index_bytes: u64,
     pub totals: Counters,
     pub per_class: Vec<(u8, Counters)>,
+    /// Cache syncs made to unmap records (rule 2 of the module doc).
     pub unmap_syncs: u64,
+    /// Records unmapped on the miss path (slot being reused) and ahead of evictions.
+    pub unmap_on_miss: u64,
+    pub unmap_ahead: u64,
+    /// Cached clean lines whose record is unmapped ahead now.
+    pub unmapped_ahead_now: u64,
     pub metadata_pages_written: u64,
     /// Per class with requests or cached lines: name, occupancy and counters.
     pub classes: Vec<crate::classify::ClassStats>,
@@ -1326,6 +1565,67 @@ enum Data<'a> {
     Read(&'a mut [u8]),
     Write(&'a [u8]),
     None,
+}
+
+/// The write-backs of `steps` to run as one backing write with `steps[first]` (a
+/// `WriteBack`), in backing order: later `WriteBack`s (not yet in `done`) continuing the
+/// range, each only if no step between `first` and it writes its slot range or touches its
+/// backing range, up to [`MAX_MERGED_WRITE`] bytes.
+fn merge_write_backs(steps: &[Step], first: usize, done: &[usize]) -> Vec<usize> {
+    let mut group = vec![first];
+    let Step::WriteBack { hdd, len, .. } = steps[first] else {
+        return group;
+    };
+    let mut end = hdd + len;
+    let overlaps = |a: u64, l: u64, b: u64, m: u64| a < b + m && b < a + l;
+    'next: while end - hdd < MAX_MERGED_WRITE {
+        for j in first + 1..steps.len() {
+            let Step::WriteBack {
+                ssd,
+                hdd: h,
+                len: l,
+                ..
+            } = steps[j]
+            else {
+                continue;
+            };
+            if h != end || done.binary_search(&j).is_ok() || end - hdd + l > MAX_MERGED_WRITE {
+                continue;
+            }
+            let blocked = steps[first + 1..j].iter().any(|s| match *s {
+                Step::WriteSsd { ssd: x, len: m, .. } | Step::Populate { ssd: x, len: m, .. }
+                    if overlaps(ssd, l, x, m) =>
+                {
+                    true
+                }
+                Step::ReadHdd { hdd: x, len: m, .. }
+                | Step::WriteHdd { hdd: x, len: m, .. }
+                | Step::Populate { hdd: x, len: m, .. }
+                | Step::WriteBack { hdd: x, len: m, .. } => overlaps(h, l, x, m),
+                _ => false,
+            });
+            if blocked {
+                break 'next;
+            }
+            group.push(j);
+            end += l;
+            continue 'next;
+        }
+        break;
+    }
+    group
+}
+
+/// Runs of consecutive numbers in `set`: (first, count).
+fn runs(set: &BTreeSet<u64>) -> Vec<(u64, u64)> {
+    let mut out: Vec<(u64, u64)> = Vec::new();
+    for &p in set {
+        match out.last_mut() {
+            Some((a, n)) if *a + *n == p => *n += 1,
+            _ => out.push((p, 1)),
+        }
+    }
+    out
 }
 
 fn ssd_range(s: &Step) -> Option<(u64, u64)> {

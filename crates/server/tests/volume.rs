@@ -329,3 +329,84 @@ fn emulated_hdd_backing_serves_the_same_bytes() {
     assert_eq!(std::fs::read(&f.backing).unwrap()[5000..5100], [9; 100]);
     assert!(tiercache_server::hdd_config("no-such-disk").is_err());
 }
+
+/// The write-back miss path (docs/notes-wbmiss.md): once records are durable, evictions
+/// unmap the next likely victims' records in batches (one cache sync for several), the
+/// background pass writes back and unmaps dirty likely victims ahead, contents stay right,
+/// and a clean restart maps the lines unmapped ahead again.
+#[test]
+fn evictions_unmap_likely_victims_in_batches() {
+    const LINES: u64 = 64;
+    let f = files(LINES, 4096);
+    format(&f, Mode::WriteBack, 4096);
+    let (vol, _) = open(&f, None);
+    let mut m = Model::new(0, VOL);
+    let mut write = |vol: &CacheVolume, line: u64, v: u8| {
+        let d = vec![v; 4096];
+        vol.write(line * 4096, &d, false).unwrap();
+        m.write((line * 4096) as usize, &d, false);
+    };
+    // Fill the cache, write everything back and make the records durable.
+    for l in 0..LINES {
+        write(&vol, l, l as u8);
+    }
+    vol.flush_dirty().unwrap();
+    // Misses on other lines evict the clean, persisted lines: batches of 8 (an eighth).
+    for l in LINES..2 * LINES {
+        write(&vol, l, l as u8 ^ 0x5a);
+    }
+    let s = vol.stats();
+    assert_eq!(s.totals.evictions, LINES);
+    assert_eq!(s.totals.dirty_evictions, 0);
+    assert!(
+        s.unmap_syncs * 4 <= LINES && s.unmap_on_miss * 4 <= LINES,
+        "{} unmap syncs, {} records unmapped on the miss path for {LINES} evictions: not batched",
+        s.unmap_syncs,
+        s.unmap_on_miss
+    );
+    // After a miss-path unmap the request also ran the background pass: the next likely
+    // victims (dirty, never flushed) were written back and are unmapped ahead.
+    let ahead = vol.unmapped_ahead();
+    assert_eq!(ahead.len(), 8, "{s:?}");
+    // Evicting those takes no sync.
+    let mut next = 2 * LINES;
+    for _ in 0..8 {
+        write(&vol, next, next as u8 ^ 0xa5);
+        next += 1;
+    }
+    let before = vol.stats();
+    assert_eq!(before.unmap_syncs, s.unmap_syncs, "{before:?}");
+    assert_eq!(before.totals.dirty_evictions, 0);
+    // Now the likely victims are dirty; a FLUSH makes their records durable. The background
+    // pass writes them back and unmaps them in one batch, with one sync.
+    vol.flush().unwrap();
+    let before = vol.stats();
+    assert!(vol.unmap_ahead_if_needed().unwrap());
+    let after = vol.stats();
+    assert_eq!(after.unmap_syncs, before.unmap_syncs + 1);
+    assert_eq!(after.unmap_ahead, before.unmap_ahead + 8);
+    assert_eq!(after.dirty_lines, before.dirty_lines - 8);
+    assert_eq!(vol.unmapped_ahead().len(), 8);
+    // Their evictions need no sync.
+    for _ in 0..8 {
+        write(&vol, next, next as u8 ^ 0x3c);
+        next += 1;
+    }
+    let s = vol.stats();
+    assert_eq!(s.unmap_syncs, after.unmap_syncs, "{s:?}");
+    assert_eq!(s.totals.dirty_evictions, 0);
+    let mut buf = vec![0u8; VOL as usize];
+    vol.read(0, &mut buf).unwrap();
+    m.check_now(0, &buf, "after batched unmapping");
+    // Clean restart: lines unmapped ahead come back too.
+    vol.unmap_ahead_if_needed().unwrap();
+    let cached = vol.lines().len() as u64;
+    assert!(!vol.unmapped_ahead().is_empty());
+    vol.shutdown().unwrap();
+    drop(vol);
+    let (vol, rep) = open(&f, None);
+    assert!(rep.was_clean);
+    assert_eq!(rep.restored, cached);
+    vol.read(0, &mut buf).unwrap();
+    m.check_now(0, &buf, "after a clean restart");
+}

@@ -51,6 +51,16 @@ impl Policy for Clock {
         self.ring.unlink(slot);
         self.referenced[slot as usize] = false;
     }
+    /// Unreferenced slots from the hand on (referenced ones get their second chance first).
+    fn eviction_candidates(&self, n: usize, out: &mut Vec<Slot>) {
+        let r = &self.referenced;
+        out.extend(
+            self.ring
+                .iter_from_tail()
+                .filter(|&s| !r[s as usize])
+                .take(n),
+        );
+    }
     fn mem_bytes(&self) -> usize {
         self.ring.mem_bytes() + self.referenced.capacity()
     }

@@ -31,6 +31,9 @@ impl Policy for Fifo {
     fn remove(&mut self, slot: Slot, _key: u64, _evicted: bool) {
         self.list.unlink(slot);
     }
+    fn eviction_candidates(&self, n: usize, out: &mut Vec<Slot>) {
+        out.extend(self.list.iter_from_tail().take(n));
+    }
     fn mem_bytes(&self) -> usize {
         self.list.mem_bytes()
     }

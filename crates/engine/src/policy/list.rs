@@ -98,6 +98,19 @@ impl SlotList {
         }
     }
 
+    /// Slots from the tail (oldest) towards the head.
+    pub fn iter_from_tail(&self) -> impl Iterator<Item = Slot> + '_ {
+        let mut at = self.tail;
+        std::iter::from_fn(move || {
+            if at == NIL {
+                return None;
+            }
+            let s = at;
+            at = self.prev[s as usize];
+            Some(s)
+        })
+    }
+
     /// Removes and returns the tail.
     pub fn pop_tail(&mut self) -> Option<Slot> {
         let t = self.tail()?;

@@ -102,6 +102,11 @@ pub trait Policy: Send {
     fn victim(&mut self) -> Slot;
     /// The line `key` leaves `slot`: evicted (`evicted = true`) or invalidated.
     fn remove(&mut self, slot: Slot, key: u64, evicted: bool);
+    /// Up to `n` slots this policy expects to evict next, likeliest first, appended to `out`.
+    /// A hint only (the live volume unmaps their records ahead of time): it MUST NOT change
+    /// the policy's state, and later [`Policy::victim`] answers need not follow it. Default:
+    /// no hint.
+    fn eviction_candidates(&self, _n: usize, _out: &mut Vec<Slot>) {}
     /// Heap bytes this policy holds (per-slot state and any history).
     fn mem_bytes(&self) -> usize;
     /// Whether the policy needs the next-use oracle (a pre-pass over the trace).

@@ -82,6 +82,9 @@ impl Policy for Slru {
             self.probation.unlink(slot);
         }
     }
+    fn eviction_candidates(&self, n: usize, out: &mut Vec<Slot>) {
+        out.extend(self.probation.iter_from_tail().take(n));
+    }
     fn mem_bytes(&self) -> usize {
         self.probation.mem_bytes() + self.protected.mem_bytes()
     }
