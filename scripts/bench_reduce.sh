@@ -19,4 +19,4 @@ echo "== lz4 -b1 (reference lz4, 1 thread)"
 lz4 -b1 -e1 "$DATA" 2>&1 | tr '\r' '\n' | grep 'MB/s' | tail -1
 echo "== tiercache reduction per 4 KiB line (1 thread)"
 TIERCACHE_REDUCE_DATA="$DATA" cargo bench -q -p tiercache-server --bench reduce -- --noplot 2>&1 |
-  grep -E '^(reduce_4k_lines|live_log_write)|thrpt' | paste - - | sed -E 's/ +/ /g'
+  grep -E '^(reduce_4k_lines|live_log_write)|thrpt' | grep -v '%' | paste - - | sed -E 's/ +/ /g'

@@ -611,8 +611,7 @@ impl Inner {
     }
 
     /// Writes segment `s`'s header to its other slot; the extents' live flags are computed
-    /// now unless `keep_flags` (a seal: computed before the engine's reserve, which may have
-    /// reclaimed this very segment already).
+    /// now unless `keep_flags` (a seal: `reserve` set them all live, see there).
     fn write_header(&mut self, s: u32, sealed: bool, keep_flags: bool) -> io::Result<()> {
         let hseq = self.next_seq();
         let gen = self.segs[s as usize].gen;
@@ -754,8 +753,19 @@ impl Inner {
         // superseded since the last commit must not be marked dead before what superseded
         // it is durable (a crash in between would lose both). The next commit rewrites the
         // header with the dead ones marked (rule 3).
+        let reclaimed0 = self.eng.counters().segments_reclaimed;
+        let steps = self.eng.reserve(dirty).steps.clone();
+        let reclaimed = self.eng.counters().segments_reclaimed > reclaimed0;
+        let seg_size = self.sb.segment_size;
+        // Only when this reserve seals the open segment (once per segment, not per line:
+        // the scan is O(extents)). Liveness of its extents is the same before and after the
+        // reserve unless the reserve reclaimed it, a case `has_dead` is not used for.
         let mut has_dead = false;
-        if let Some(o) = before {
+        if let Some(o) = before.filter(|&o| {
+            steps
+                .iter()
+                .any(|st| matches!(st, Step::WriteSsd { ssd, .. } if ssd / seg_size == o as u64))
+        }) {
             has_dead = self.segs[o as usize]
                 .exts
                 .iter()
@@ -764,14 +774,10 @@ impl Inner {
                 e.live = true;
             }
         }
-        let reclaimed0 = self.eng.counters().segments_reclaimed;
-        let steps = self.eng.reserve(dirty).steps.clone();
-        let reclaimed = self.eng.counters().segments_reclaimed > reclaimed0;
         let now = self
             .eng
             .open_segment(dirty)
             .expect("reserve opens a segment");
-        let seg_size = self.sb.segment_size;
         let mut written_back = Vec::new();
         for st in steps {
             match st {
