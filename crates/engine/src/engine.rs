@@ -1388,10 +1388,11 @@ impl Engine {
 
     /// Up to `n` cached lines' slots the policy expects to evict next (a hint: see
     /// [`crate::policy::Policy::eviction_candidates`]), counting only evictions still needed
-    /// once the free slots are used. Changes nothing; empty for class-aware policies.
+    /// once the free slots are used. Changes nothing. For class-aware policies the hint is the
+    /// plain eviction order (DSS's clean-first search or a partition limit may pick others).
     pub fn eviction_candidates(&self, n: u64, out: &mut Vec<Slot>) {
         let free = (self.cap - self.len) as u64;
-        if self.class_gate || n <= free {
+        if n <= free {
             return;
         }
         let mut hint = Vec::new();

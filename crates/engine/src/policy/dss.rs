@@ -119,6 +119,21 @@ impl Policy for Dss {
     fn remove(&mut self, slot: Slot, _key: u64, _evicted: bool) {
         self.unlink(slot);
     }
+    /// Eviction order: the lowest-priority rank's least recently used lines first, then the
+    /// next rank's (the clean-first search of `victim_for` may pick others).
+    fn eviction_candidates(&self, n: usize, out: &mut Vec<Slot>) {
+        let end = out.len() + n;
+        for &t in &self.tail {
+            let mut s = t;
+            while s != NIL && out.len() < end {
+                out.push(s);
+                s = self.prev[s as usize];
+            }
+            if out.len() >= end {
+                return;
+            }
+        }
+    }
     fn mem_bytes(&self) -> usize {
         self.prev.capacity() * 4 + self.next.capacity() * 4 + self.rank.capacity()
     }
@@ -190,6 +205,30 @@ mod tests {
         p.remove(2, 12, true);
         p.remove(1, 11, true);
         assert_eq!(p.victim(), 0);
+    }
+
+    #[test]
+    fn eviction_candidates_follow_the_victim_order_without_changing_it() {
+        let mut p = Dss::new(8, &PolicyConfig::default());
+        p.insert(0, &acc(10, 1));
+        p.insert(1, &acc(11, 8));
+        p.insert(2, &acc(12, 8));
+        p.insert(3, &acc(13, 18));
+        let mut c = Vec::new();
+        p.eviction_candidates(8, &mut c);
+        assert_eq!(
+            c,
+            vec![3, 1, 2, 0],
+            "lowest priority first, LRU within a rank"
+        );
+        let mut two = vec![7];
+        p.eviction_candidates(2, &mut two);
+        assert_eq!(two, vec![7, 3, 1], "appends at most n");
+        // The hint is read-only: the victim order is unchanged.
+        for want in [3, 1, 2, 0] {
+            assert_eq!(p.victim(), want);
+            p.remove(want, 0, true);
+        }
     }
 
     #[test]
