@@ -4,9 +4,8 @@
 
 use crate::layout_args::LayoutArgs;
 use anyhow::{anyhow, bail, Context, Result};
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpListener};
-use std::os::unix::net::{UnixListener, UnixStream};
+use std::io::Write;
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use tiercache_engine::log::Compression;
@@ -272,31 +271,7 @@ fn handle(vol: &LogVolume, line: &str) -> serde_json::Value {
 
 /// The control socket (same line protocol as the direct layout's; `ctl stats|flush`).
 fn serve_control(path: &Path, vol: Arc<LogVolume>) -> Result<()> {
-    if path.exists() && UnixStream::connect(path).is_err() {
-        std::fs::remove_file(path)?;
-    }
-    let listener =
-        UnixListener::bind(path).with_context(|| format!("control socket {}", path.display()))?;
-    std::thread::Builder::new()
-        .name("tiercache-control".into())
-        .spawn(move || {
-            for conn in listener.incoming() {
-                let Ok(conn) = conn else { continue };
-                let vol = Arc::clone(&vol);
-                std::thread::spawn(move || {
-                    let Ok(mut w) = conn.try_clone() else { return };
-                    for line in BufReader::new(conn).lines() {
-                        let Ok(line) = line else { return };
-                        if line.trim().is_empty() {
-                            continue;
-                        }
-                        if writeln!(w, "{}", handle(&vol, &line)).is_err() {
-                            return;
-                        }
-                    }
-                });
-            }
-        })?;
+    tiercache_server::control::serve_json_lines(path, move |line| handle(&vol, line))?;
     Ok(())
 }
 
@@ -353,37 +328,8 @@ pub fn prometheus(s: &tiercache_server::log_volume::LogVolumeStats) -> String {
 }
 
 fn serve_metrics(addr: SocketAddr, vol: Arc<LogVolume>) -> Result<SocketAddr> {
-    let listener = TcpListener::bind(addr).with_context(|| format!("metrics endpoint {addr}"))?;
-    let local = listener.local_addr()?;
-    std::thread::Builder::new()
-        .name("tiercache-metrics".into())
-        .spawn(move || {
-            for conn in listener.incoming() {
-                let Ok(mut conn) = conn else { continue };
-                let _ = conn.set_read_timeout(Some(std::time::Duration::from_secs(5)));
-                let mut head = Vec::new();
-                let mut b = [0u8; 1024];
-                while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < 16384 {
-                    match conn.read(&mut b) {
-                        Ok(0) | Err(_) => break,
-                        Ok(n) => head.extend_from_slice(&b[..n]),
-                    }
-                }
-                let first = String::from_utf8_lossy(&head);
-                let first = first.lines().next().unwrap_or("");
-                let (status, body) =
-                    if first.starts_with("GET /metrics ") || first.starts_with("GET / ") {
-                        ("200 OK", prometheus(&vol.stats()))
-                    } else {
-                        ("404 Not Found", "try GET /metrics\n".to_string())
-                    };
-                let _ = write!(
-                    conn,
-                    "HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                    body.len()
-                );
-            }
-        })?;
+    let (local, _) =
+        tiercache_server::control::serve_prometheus(addr, move || prometheus(&vol.stats()))?;
     Ok(local)
 }
 

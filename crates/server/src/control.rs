@@ -55,29 +55,36 @@ fn handle(vol: &CacheVolume, line: &str) -> serde_json::Value {
 
 /// Serves the control socket at `path` (replacing a stale socket file) in a thread.
 pub fn serve_control(path: &Path, vol: Arc<CacheVolume>) -> io::Result<JoinHandle<()>> {
+    serve_json_lines(path, move |line| handle(&vol, line))
+}
+
+/// The socket side of [`serve_control`] for any volume: one JSON request per line, `answer`
+/// turns it into the reply line; a thread per connection. A stale socket file (nobody
+/// listening) is replaced.
+pub fn serve_json_lines(
+    path: &Path,
+    answer: impl Fn(&str) -> serde_json::Value + Send + Sync + 'static,
+) -> io::Result<JoinHandle<()>> {
     if path.exists() && UnixStream::connect(path).is_err() {
         std::fs::remove_file(path)?;
     }
     let listener = UnixListener::bind(path)
         .map_err(|e| io::Error::new(e.kind(), format!("control socket {}: {e}", path.display())))?;
+    let answer = Arc::new(answer);
     std::thread::Builder::new()
         .name("tiercache-control".into())
         .spawn(move || {
             for conn in listener.incoming() {
                 let Ok(conn) = conn else { continue };
-                let vol = Arc::clone(&vol);
+                let answer = Arc::clone(&answer);
                 std::thread::spawn(move || {
-                    let mut w = match conn.try_clone() {
-                        Ok(w) => w,
-                        Err(_) => return,
-                    };
+                    let Ok(mut w) = conn.try_clone() else { return };
                     for line in BufReader::new(conn).lines() {
                         let Ok(line) = line else { return };
                         if line.trim().is_empty() {
                             continue;
                         }
-                        let reply = handle(&vol, &line);
-                        if writeln!(w, "{reply}").is_err() {
+                        if writeln!(w, "{}", answer(&line)).is_err() {
                             return;
                         }
                     }
@@ -115,6 +122,15 @@ pub fn serve_metrics(
     addr: SocketAddr,
     vol: Arc<CacheVolume>,
 ) -> io::Result<(SocketAddr, JoinHandle<()>)> {
+    serve_prometheus(addr, move || vol.metrics().prometheus(&vol.stats()))
+}
+
+/// The HTTP side of [`serve_metrics`] for any exporter: `body` renders the metrics text at
+/// each `GET /metrics` (the log-layout volume uses it too).
+pub fn serve_prometheus(
+    addr: SocketAddr,
+    body: impl Fn() -> String + Send + 'static,
+) -> io::Result<(SocketAddr, JoinHandle<()>)> {
     let listener = TcpListener::bind(addr)
         .map_err(|e| io::Error::new(e.kind(), format!("metrics endpoint {addr}: {e}")))?;
     let local = listener.local_addr()?;
@@ -135,7 +151,7 @@ pub fn serve_metrics(
                 let first = String::from_utf8_lossy(&head);
                 let first = first.lines().next().unwrap_or("");
                 let (status, body) = if first.starts_with("GET /metrics ") || first.starts_with("GET / ") {
-                    ("200 OK", vol.metrics().prometheus(&vol.stats()))
+                    ("200 OK", body())
                 } else {
                     ("404 Not Found", "try GET /metrics\n".to_string())
                 };
