@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use tiercache_engine::log::Compression;
 use tiercache_engine::{parse_size, Mode};
-use tiercache_nbd::{Export, Server, ServerOptions};
+use tiercache_nbd::{Export, ServerOptions};
 use tiercache_server::control::Command;
 use tiercache_server::log_format::LogSuperblock;
 use tiercache_server::{BlockDev, FileDev, LogFormatOptions, LogVolume};
@@ -213,32 +213,12 @@ pub fn serve(p: LogServe, cache: FileDev, backing: Box<dyn BlockDev>) -> Result<
         let local = serve_metrics(addr, Arc::clone(&vol))?;
         say!("metrics on http://{local}/metrics");
     }
-    let server =
-        Server::new(vec![("tiercache".into(), vol.clone() as Arc<dyn Export>)]).with_options(p.nbd);
-    let stop = server.shutdown_handle();
-    let mut signals = signal_hook::iterator::Signals::new([
-        signal_hook::consts::SIGTERM,
-        signal_hook::consts::SIGINT,
-    ])?;
-    let sig_handle = signals.handle();
-    std::thread::spawn(move || {
-        if let Some(sig) = signals.forever().next() {
-            stop.shutdown();
-            say!("signal {sig}: shutting down");
-        }
-    });
-    let served = match (&p.socket, p.listen) {
-        (Some(s), _) => {
-            say!("serving NBD on unix socket {}", s.display());
-            server.serve_unix(s)
-        }
-        (_, Some(addr)) => {
-            say!("serving NBD on {addr}");
-            server.serve_tcp(addr)
-        }
-        _ => bail!("give exactly one of --socket PATH and --listen ADDR:PORT"),
-    };
-    sig_handle.close();
+    let served = crate::serve_cmd::serve_until_signal(
+        vol.clone() as Arc<dyn Export>,
+        p.nbd,
+        p.socket.as_deref(),
+        p.listen,
+    );
     let closed = vol.shutdown();
     if let Some(c) = &p.control {
         let _ = std::fs::remove_file(c);

@@ -512,11 +512,32 @@ pub fn serve(a: ServeArgs) -> Result<()> {
         let (local, _) = control::serve_metrics(addr, Arc::clone(&vol))?;
         say!("metrics on http://{local}/metrics");
     }
-    let server = Server::new(vec![(
-        "tiercache".into(),
+    let served = serve_until_signal(
         vol.clone() as Arc<dyn tiercache_nbd::Export>,
-    )]);
-    let server = server.with_options(nbd_opts);
+        nbd_opts,
+        a.socket.as_deref(),
+        listen,
+    );
+    let closed = vol.shutdown();
+    let _ = cleaner.join();
+    if let Some(p) = &a.control {
+        let _ = std::fs::remove_file(p);
+    }
+    served.context("NBD server")?;
+    closed.context("clean shutdown of the cache")?;
+    say!("cache {} shut down cleanly", cache_path.display());
+    Ok(())
+}
+
+/// Serves `export` as NBD export "tiercache" on the unix socket or TCP address until SIGTERM
+/// or SIGINT; returns how serving ended (the caller then shuts its volume down).
+pub(crate) fn serve_until_signal(
+    export: Arc<dyn tiercache_nbd::Export>,
+    opts: tiercache_nbd::ServerOptions,
+    socket: Option<&std::path::Path>,
+    listen: Option<SocketAddr>,
+) -> Result<()> {
+    let server = Server::new(vec![("tiercache".into(), export)]).with_options(opts);
     let stop = server.shutdown_handle();
     let mut signals = signal_hook::iterator::Signals::new([
         signal_hook::consts::SIGTERM,
@@ -529,28 +550,19 @@ pub fn serve(a: ServeArgs) -> Result<()> {
             say!("signal {sig}: shutting down");
         }
     });
-    let served = match (&a.socket, &a.listen) {
-        (Some(p), _) => {
-            say!("serving NBD on unix socket {}", p.display());
-            server.serve_unix(p)
+    let served = match (socket, listen) {
+        (Some(s), _) => {
+            say!("serving NBD on unix socket {}", s.display());
+            server.serve_unix(s)
         }
-        (_, Some(_)) => {
-            let addr = listen.expect("parsed above");
+        (_, Some(addr)) => {
             say!("serving NBD on {addr}");
             server.serve_tcp(addr)
         }
-        _ => unreachable!(),
+        _ => bail!("give exactly one of --socket PATH and --listen [ADDR:]PORT"),
     };
     sig_handle.close();
-    let closed = vol.shutdown();
-    let _ = cleaner.join();
-    if let Some(p) = &a.control {
-        let _ = std::fs::remove_file(p);
-    }
-    served.context("NBD server")?;
-    closed.context("clean shutdown of the cache")?;
-    say!("cache {} shut down cleanly", cache_path.display());
-    Ok(())
+    Ok(served?)
 }
 
 /// `--listen`: a bare `PORT` (or `:PORT`) means loopback; anything else must name the

@@ -301,55 +301,23 @@ fn clean_set(lines: &[LineState]) -> HashSet<LineState> {
 }
 
 fn budget() -> u64 {
-    if let Ok(n) = std::env::var("TIERCACHE_CRASH_POINTS") {
-        return n.parse().expect("TIERCACHE_CRASH_POINTS: a number");
-    }
-    if std::env::var("TIERCACHE_CRASH_LONG").is_ok_and(|v| v != "0") {
-        10_000
-    } else {
-        250
-    }
+    crash_budget(250, 10_000)
 }
 
 /// Crash points for one mode: `points` of them, spread over every event of successive seeds'
-/// workloads (all of them when the budget allows).
+/// workloads (all of them when the budget allows), at most 60 per seed.
 fn sweep(mode: Mode, points: u64, meta: bool, seed0: u64) -> Tally {
     let mut t = Tally::default();
-    if let Ok(only) = std::env::var("TIERCACHE_CRASH_ONLY") {
-        let p: Vec<&str> = only.split(':').collect();
-        if p[0] == mode.as_str() && p[2].starts_with("meta") == meta {
-            let seed = p[1].parse().unwrap();
-            let c = match p[2].strip_prefix("meta") {
-                Some(n) => Crash::MetaWrite(n.parse().unwrap()),
-                None => Crash::Event(p[2].parse().unwrap()),
-            };
-            run(mode, seed, Some(c), &mut t);
-        }
-        return t;
-    }
-    let mut seed = seed0;
-    let mut left = points;
-    // Per seed at most 60 points, so short runs still see several workloads.
-    while left > 0 {
-        let (events, meta_writes) = run(mode, seed, None, &mut t);
-        let total = if meta { meta_writes } else { events };
-        let here = left.min(60).min(total + 1);
-        let mut r = rng(seed ^ 0xc4a5);
-        for k in 0..here {
-            // One point in each of `here` strata of 1..=total+1 (total+1: after the last event).
-            let lo = 1 + k * (total + 1) / here;
-            let hi = (1 + (k + 1) * (total + 1) / here).max(lo + 1);
-            let n = r.gen_range(lo..hi);
-            let c = if meta {
+    crash_sweep(mode, points, meta, seed0, 60, 0xc4a5, |seed, c| {
+        let c = c.map(|(m, n)| {
+            if m {
                 Crash::MetaWrite(n)
             } else {
                 Crash::Event(n)
-            };
-            run(mode, seed, Some(c), &mut t);
-        }
-        left -= here;
-        seed += 1;
-    }
+            }
+        });
+        run(mode, seed, c, &mut t)
+    });
     t
 }
 

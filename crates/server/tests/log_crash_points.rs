@@ -316,51 +316,21 @@ fn run(mode: Mode, seed: u64, crash: Option<Crash>, t: &mut Tally) -> (u64, u64)
 }
 
 fn budget() -> u64 {
-    if let Ok(n) = std::env::var("TIERCACHE_CRASH_POINTS") {
-        return n.parse().expect("TIERCACHE_CRASH_POINTS: a number");
-    }
-    if std::env::var("TIERCACHE_CRASH_LONG").is_ok_and(|v| v != "0") {
-        4000
-    } else {
-        200
-    }
+    crash_budget(200, 4000)
 }
 
 fn sweep(mode: Mode, points: u64, journal: bool, seed0: u64) -> Tally {
     let mut t = Tally::default();
-    if let Ok(only) = std::env::var("TIERCACHE_CRASH_ONLY") {
-        let p: Vec<&str> = only.split(':').collect();
-        if p[0] == mode.as_str() && p[2].starts_with("meta") == journal {
-            let seed = p[1].parse().unwrap();
-            let c = match p[2].strip_prefix("meta") {
-                Some(n) => Crash::JournalWrite(n.parse().unwrap()),
-                None => Crash::Event(p[2].parse().unwrap()),
-            };
-            run(mode, seed, Some(c), &mut t);
-        }
-        return t;
-    }
-    let mut seed = seed0;
-    let mut left = points;
-    while left > 0 {
-        let (events, jw) = run(mode, seed, None, &mut t);
-        let total = if journal { jw } else { events };
-        let here = left.min(50).min(total + 1);
-        let mut r = rng(seed ^ 0x7ea5);
-        for k in 0..here {
-            let lo = 1 + k * (total + 1) / here;
-            let hi = (1 + (k + 1) * (total + 1) / here).max(lo + 1);
-            let n = r.gen_range(lo..hi);
-            let c = if journal {
+    crash_sweep(mode, points, journal, seed0, 50, 0x7ea5, |seed, c| {
+        let c = c.map(|(j, n)| {
+            if j {
                 Crash::JournalWrite(n)
             } else {
                 Crash::Event(n)
-            };
-            run(mode, seed, Some(c), &mut t);
-        }
-        left -= here;
-        seed += 1;
-    }
+            }
+        });
+        run(mode, seed, c, &mut t)
+    });
     t
 }
 

@@ -231,3 +231,61 @@ pub fn random_op(rng: &mut ChaCha8Rng, len: u64) -> (u8, u64, u64, bool) {
     };
     (kind, off, n, kind == 1 && rng.gen_bool(0.08))
 }
+
+/// Crash-point budget: `TIERCACHE_CRASH_POINTS=N`, else `long` with `TIERCACHE_CRASH_LONG=1`,
+/// else `default`.
+pub fn crash_budget(default: u64, long: u64) -> u64 {
+    if let Ok(n) = std::env::var("TIERCACHE_CRASH_POINTS") {
+        return n.parse().expect("TIERCACHE_CRASH_POINTS: a number");
+    }
+    if std::env::var("TIERCACHE_CRASH_LONG").is_ok_and(|v| v != "0") {
+        long
+    } else {
+        default
+    }
+}
+
+/// Drives a crash-point sweep for one mode. `run(seed, crash)` runs a seeded workload, with
+/// the power cut at `crash = Some((meta, n))` (the nth event, or the nth metadata/journal
+/// write when `meta`), and returns the workload's (events, metadata writes).
+/// `TIERCACHE_CRASH_ONLY=mode:seed:N` (or `metaN`) reruns one point; otherwise `points` of
+/// them, one in each stratum of a seed's events, at most `per_seed` per seed, over successive
+/// seeds from `seed0` (`salt` varies the draws between harnesses).
+pub fn crash_sweep(
+    mode: Mode,
+    points: u64,
+    meta: bool,
+    seed0: u64,
+    per_seed: u64,
+    salt: u64,
+    mut run: impl FnMut(u64, Option<(bool, u64)>) -> (u64, u64),
+) {
+    if let Ok(only) = std::env::var("TIERCACHE_CRASH_ONLY") {
+        let p: Vec<&str> = only.split(':').collect();
+        if p[0] == mode.as_str() && p[2].starts_with("meta") == meta {
+            let seed = p[1].parse().unwrap();
+            let c = match p[2].strip_prefix("meta") {
+                Some(n) => (true, n.parse().unwrap()),
+                None => (false, p[2].parse().unwrap()),
+            };
+            run(seed, Some(c));
+        }
+        return;
+    }
+    let mut seed = seed0;
+    let mut left = points;
+    while left > 0 {
+        let (events, meta_writes) = run(seed, None);
+        let total = if meta { meta_writes } else { events };
+        let here = left.min(per_seed).min(total + 1);
+        let mut r = rng(seed ^ salt);
+        for k in 0..here {
+            // One point in each of `here` strata of 1..=total+1 (total+1: after the last event).
+            let lo = 1 + k * (total + 1) / here;
+            let hi = (1 + (k + 1) * (total + 1) / here).max(lo + 1);
+            run(seed, Some((meta, r.gen_range(lo..hi))));
+        }
+        left -= here;
+        seed += 1;
+    }
+}
