@@ -12,6 +12,7 @@ pub mod proto;
 mod replay;
 mod server;
 mod tls;
+pub mod unix_access;
 
 pub use client::{Client, ClientError, ClientOptions, Completion, Handle, NbdUri};
 pub use file::FileExport;

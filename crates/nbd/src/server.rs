@@ -12,7 +12,6 @@ use std::collections::HashMap;
 use std::io::{self, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener};
 use std::os::fd::{AsRawFd, RawFd};
-use std::os::unix::net::UnixListener;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -176,8 +175,14 @@ impl Server {
     }
 
     /// Listens on a unix socket at `path` (a stale socket file there is replaced) until
-    /// shutdown; removes the socket file on return.
+    /// shutdown; removes the socket file on return. The socket is 0600 whatever the umask.
     pub fn serve_unix(&self, path: &Path) -> io::Result<()> {
+        self.serve_unix_group(path, None)
+    }
+
+    /// [`Server::serve_unix`], with the socket 0660 and owned by group `group` (a gid) when
+    /// one is given (`unix_access::bind_private`).
+    pub fn serve_unix_group(&self, path: &Path, group: Option<u32>) -> io::Result<()> {
         if let Ok(meta) = std::fs::symlink_metadata(path) {
             use std::os::unix::fs::FileTypeExt;
             if meta.file_type().is_socket()
@@ -186,7 +191,7 @@ impl Server {
                 std::fs::remove_file(path)?;
             }
         }
-        let listener = UnixListener::bind(path).map_err(|e| {
+        let listener = crate::unix_access::bind_private(path, group).map_err(|e| {
             io::Error::new(
                 e.kind(),
                 format!("cannot listen on {}: {e}", path.display()),

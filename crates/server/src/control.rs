@@ -14,9 +14,11 @@ use crate::volume::CacheVolume;
 use serde::{Deserialize, Serialize};
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener};
-use std::os::unix::net::{UnixListener, UnixStream};
+use std::os::unix::net::UnixStream;
 use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 use std::thread::JoinHandle;
 use tiercache_engine::Mode;
 
@@ -61,6 +63,11 @@ pub fn serve_control(path: &Path, vol: Arc<CacheVolume>) -> io::Result<JoinHandl
 /// The socket side of [`serve_control`] for any volume: one JSON request per line, `answer`
 /// turns it into the reply line; a thread per connection. A stale socket file (nobody
 /// listening) is replaced.
+///
+/// Only the server's own uid and root may use it: the socket file is 0600 from its creation
+/// (whatever the umask), and a client of any other uid (a socket made reachable by hand, a
+/// shared directory) is refused by its `SO_PEERCRED` uid, with one error reply and a warning
+/// in the log — the commands switch the volume's mode and detach it.
 pub fn serve_json_lines(
     path: &Path,
     answer: impl Fn(&str) -> serde_json::Value + Send + Sync + 'static,
@@ -68,14 +75,21 @@ pub fn serve_json_lines(
     if path.exists() && UnixStream::connect(path).is_err() {
         std::fs::remove_file(path)?;
     }
-    let listener = UnixListener::bind(path)
+    let listener = tiercache_nbd::unix_access::bind_private(path, None)
         .map_err(|e| io::Error::new(e.kind(), format!("control socket {}: {e}", path.display())))?;
     let answer = Arc::new(answer);
+    let shown = path.display().to_string();
     std::thread::Builder::new()
         .name("tiercache-control".into())
         .spawn(move || {
             for conn in listener.incoming() {
-                let Ok(conn) = conn else { continue };
+                let Ok(mut conn) = conn else { continue };
+                if let Err(why) = tiercache_nbd::unix_access::check_peer_is_owner(&conn) {
+                    tracing::warn!("control socket {shown}: refused a client: {why}");
+                    let _ = conn.set_write_timeout(Some(Duration::from_secs(1)));
+                    let _ = writeln!(conn, "{}", serde_json::json!({"ok": false, "error": why}));
+                    continue;
+                }
                 let answer = Arc::clone(&answer);
                 std::thread::spawn(move || {
                     let Ok(mut w) = conn.try_clone() else { return };
@@ -125,42 +139,80 @@ pub fn serve_metrics(
     serve_prometheus(addr, move || vol.metrics().prometheus(&vol.stats()))
 }
 
+/// Most metrics connections served at once; more are closed right after accept.
+pub const METRICS_MAX_CONNECTIONS: usize = 32;
+/// Time a metrics client has to send its request head, in total (not per read: a client
+/// trickling a byte at a time is cut off too).
+pub const METRICS_REQUEST_DEADLINE: Duration = Duration::from_secs(5);
+/// Time a metrics client has to take the reply.
+pub const METRICS_WRITE_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// The HTTP side of [`serve_metrics`] for any exporter: `body` renders the metrics text at
 /// each `GET /metrics` (the log-layout volume uses it too).
+///
+/// One thread per connection, at most [`METRICS_MAX_CONNECTIONS`] at once, each with a total
+/// deadline for the request and a write timeout: slow or stalled clients hold only their own
+/// thread (for seconds), never the endpoint — a scraper is answered while they dawdle.
 pub fn serve_prometheus(
     addr: SocketAddr,
-    body: impl Fn() -> String + Send + 'static,
+    body: impl Fn() -> String + Send + Sync + 'static,
 ) -> io::Result<(SocketAddr, JoinHandle<()>)> {
     let listener = TcpListener::bind(addr)
         .map_err(|e| io::Error::new(e.kind(), format!("metrics endpoint {addr}: {e}")))?;
     let local = listener.local_addr()?;
+    let body = Arc::new(body);
+    let open = Arc::new(AtomicUsize::new(0));
     let h = std::thread::Builder::new()
         .name("tiercache-metrics".into())
         .spawn(move || {
             for conn in listener.incoming() {
-                let Ok(mut conn) = conn else { continue };
-                let _ = conn.set_read_timeout(Some(std::time::Duration::from_secs(5)));
-                let mut head = Vec::new();
-                let mut b = [0u8; 1024];
-                while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < 16384 {
-                    match conn.read(&mut b) {
-                        Ok(0) | Err(_) => break,
-                        Ok(n) => head.extend_from_slice(&b[..n]),
-                    }
+                let Ok(conn) = conn else { continue };
+                if open.fetch_add(1, Ordering::SeqCst) >= METRICS_MAX_CONNECTIONS {
+                    open.fetch_sub(1, Ordering::SeqCst);
+                    drop(conn); // over the cap: closed at once, the accept loop goes on
+                    continue;
                 }
-                let first = String::from_utf8_lossy(&head);
-                let first = first.lines().next().unwrap_or("");
-                let (status, body) = if first.starts_with("GET /metrics ") || first.starts_with("GET / ") {
-                    ("200 OK", body())
-                } else {
-                    ("404 Not Found", "try GET /metrics\n".to_string())
-                };
-                let _ = write!(
-                    conn,
-                    "HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                    body.len()
-                );
+                let (body, open2) = (Arc::clone(&body), Arc::clone(&open));
+                let spawned = std::thread::Builder::new()
+                    .name("tiercache-metrics-conn".into())
+                    .spawn(move || {
+                        answer_http(conn, &*body);
+                        open2.fetch_sub(1, Ordering::SeqCst);
+                    });
+                if spawned.is_err() {
+                    open.fetch_sub(1, Ordering::SeqCst);
+                }
             }
         })?;
     Ok((local, h))
+}
+
+/// Reads one request head (within [`METRICS_REQUEST_DEADLINE`]) and writes one reply.
+fn answer_http(mut conn: std::net::TcpStream, body: &dyn Fn() -> String) {
+    let _ = conn.set_write_timeout(Some(METRICS_WRITE_TIMEOUT));
+    let deadline = Instant::now() + METRICS_REQUEST_DEADLINE;
+    let mut head = Vec::new();
+    let mut b = [0u8; 1024];
+    while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < 16384 {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() || conn.set_read_timeout(Some(left)).is_err() {
+            break; // too slow: answered with what came (a 404 unless it was a GET)
+        }
+        match conn.read(&mut b) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => head.extend_from_slice(&b[..n]),
+        }
+    }
+    let first = String::from_utf8_lossy(&head);
+    let first = first.lines().next().unwrap_or("");
+    let (status, body) = if first.starts_with("GET /metrics ") || first.starts_with("GET / ") {
+        ("200 OK", body())
+    } else {
+        ("404 Not Found", "try GET /metrics\n".to_string())
+    };
+    let _ = write!(
+        conn,
+        "HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
 }
