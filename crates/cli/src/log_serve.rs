@@ -141,6 +141,8 @@ pub fn format(
 pub struct LogServe {
     pub cache_path: PathBuf,
     pub socket: Option<PathBuf>,
+    /// `--socket-group` as a gid.
+    pub socket_group: Option<u32>,
     pub listen: Option<SocketAddr>,
     pub control: Option<PathBuf>,
     pub metrics: Option<String>,
@@ -217,6 +219,7 @@ pub fn serve(p: LogServe, cache: FileDev, backing: Box<dyn BlockDev>) -> Result<
         vol.clone() as Arc<dyn Export>,
         p.nbd,
         p.socket.as_deref(),
+        p.socket_group,
         p.listen,
     );
     let closed = vol.shutdown();

@@ -227,6 +227,9 @@ pub struct ServeFileArgs {
 
 pub fn serve_file(a: ServeFileArgs) -> Result<()> {
     let export = FileExport::open(&a.file, a.read_only)?;
+    for w in crate::serve_cmd::access_warnings(a.listen, None, None) {
+        eprintln!("{w}");
+    }
     let server = Server::new(vec![(a.name.clone(), Arc::new(export) as Arc<dyn Export>)])
         .with_options(tiercache_nbd::ServerOptions {
             workers_per_connection: a.workers,

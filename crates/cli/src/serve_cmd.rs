@@ -4,6 +4,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use clap::{Args, Subcommand};
 use serde::Deserialize;
 use std::net::SocketAddr;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
 use std::sync::Arc;
 use tiercache_engine::{parse_size, Mode};
@@ -65,9 +66,13 @@ pub struct ServeArgs {
     /// nbd+unix:///NAME?socket=PATH) to cache a remote volume locally.
     #[arg(long)]
     backing: Option<PathBuf>,
-    /// Serve NBD on this unix socket.
+    /// Serve NBD on this unix socket (mode 0600: only the server's user may connect).
     #[arg(long)]
     socket: Option<PathBuf>,
+    /// Let this group (name or gid) use the NBD unix socket too: mode 0660 and this group.
+    /// The control socket stays the server's user's (and root's) alone.
+    #[arg(long, value_name = "GROUP")]
+    socket_group: Option<String>,
     /// Serve NBD on TCP: PORT alone binds loopback (127.0.0.1:PORT); ADDR:PORT binds ADDR
     /// (e.g. 0.0.0.0:10809 for every interface).
     #[arg(long)]
@@ -319,6 +324,7 @@ fn merge(mut a: ServeArgs) -> Result<ServeArgs> {
         cache,
         backing,
         socket,
+        socket_group,
         listen,
         mode,
         policy,
@@ -359,9 +365,17 @@ pub fn serve(a: ServeArgs) -> Result<()> {
     }
     let nbd_opts = nbd_options(&a)?;
     let listen = a.listen.as_deref().map(listen_addr).transpose()?;
-    if listen.is_some_and(|l| !l.ip().is_loopback()) && a.tls.as_deref() != Some("require") {
-        say!("warning: NBD on a non-loopback address without --tls require: anyone who can reach it can read and write the volume");
+    for w in access_warnings(listen, a.tls.as_deref(), a.metrics.as_deref()) {
+        say!("{w}");
     }
+    let socket_group = match (&a.socket_group, &a.socket) {
+        (None, _) => None,
+        (Some(g), Some(_)) => Some(
+            tiercache_nbd::unix_access::group_id(g)
+                .map_err(|e| anyhow!("--socket-group {g:?}: {e}"))?,
+        ),
+        (Some(_), None) => bail!("--socket-group applies to --socket (a unix socket), not --listen"),
+    };
     let mode = a.mode.as_deref().map(mode_arg).transpose()?;
     let inline_cleaning = match a.cleaner.as_deref() {
         None | Some("background") => false,
@@ -391,7 +405,8 @@ pub fn serve(a: ServeArgs) -> Result<()> {
         }
         None => Box::new(backing_file),
     };
-    if !cache_path.exists() && a.format_if_needed {
+    let created = !cache_path.exists() && a.format_if_needed;
+    if created {
         let bytes = cache_size.ok_or_else(|| {
             anyhow!(
                 "{} does not exist: give --cache-size to create it",
@@ -401,7 +416,12 @@ pub fn serve(a: ServeArgs) -> Result<()> {
         let ls = line_size.unwrap_or(4096);
         let lines = bytes / ls;
         let total = Superblock::data_offset_for(lines, ls) + lines * ls;
-        std::fs::File::create_new(&cache_path)
+        // 0600 whatever the umask: the file will hold the volume's data.
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&cache_path)
             .and_then(|f| f.set_len(total))
             .with_context(|| format!("creating {}", cache_path.display()))?;
     }
@@ -409,10 +429,22 @@ pub fn serve(a: ServeArgs) -> Result<()> {
     let direct_sb = tiercache_server::read_superblock(&cache);
     let log_dev = crate::log_serve::is_log_device(&cache)?;
     let want_log = a.layout.is_log()?;
-    let format_log = want_log
-        && a.format_if_needed
-        && matches!(direct_sb, Err(FormatError::BadMagic))
-        && !log_dev;
+    // --format-if-needed formats only what holds nothing: a file this run created, or a
+    // device whose first MiB is zeros. A device that holds data but no valid superblock is
+    // most likely a damaged cache (one flipped magic byte) with dirty data on it, or another
+    // file system: formatting it would serve stale data, or destroy someone's disk.
+    let no_cache = matches!(direct_sb, Err(FormatError::BadMagic)) && !log_dev;
+    let blank = a.format_if_needed && no_cache && (created || first_mib_is_zero(&cache)?);
+    if a.format_if_needed && no_cache && !blank {
+        bail!(
+            "{} holds data but no valid tiercache superblock (a damaged cache, or not a cache at all): --format-if-needed formats only a new file or a device whose first MiB is zeros. \
+             See what it holds with `tiercache check {}`; if its contents may go, discard them with `tiercache format --force --cache {} --backing ...`",
+            cache_path.display(),
+            cache_path.display(),
+            cache_path.display()
+        );
+    }
+    let format_log = want_log && blank;
     if log_dev || format_log {
         let direct_only = [
             ("--policy", a.policy.is_some()),
@@ -425,6 +457,7 @@ pub fn serve(a: ServeArgs) -> Result<()> {
         let p = crate::log_serve::LogServe {
             cache_path: cache_path.clone(),
             socket: a.socket.clone(),
+            socket_group,
             listen,
             control: a.control.clone(),
             metrics: a.metrics.clone(),
@@ -450,7 +483,7 @@ pub fn serve(a: ServeArgs) -> Result<()> {
                 );
             }
         }
-        Err(FormatError::BadMagic) if a.format_if_needed => {
+        Err(FormatError::BadMagic) if blank => {
             let ls = line_size.unwrap_or(4096);
             let opts = FormatOptions {
                 line_size: ls,
@@ -516,6 +549,7 @@ pub fn serve(a: ServeArgs) -> Result<()> {
         vol.clone() as Arc<dyn tiercache_nbd::Export>,
         nbd_opts,
         a.socket.as_deref(),
+        socket_group,
         listen,
     );
     let closed = vol.shutdown();
@@ -535,6 +569,7 @@ pub(crate) fn serve_until_signal(
     export: Arc<dyn tiercache_nbd::Export>,
     opts: tiercache_nbd::ServerOptions,
     socket: Option<&std::path::Path>,
+    socket_group: Option<u32>,
     listen: Option<SocketAddr>,
 ) -> Result<()> {
     let server = Server::new(vec![("tiercache".into(), export)]).with_options(opts);
@@ -553,7 +588,7 @@ pub(crate) fn serve_until_signal(
     let served = match (socket, listen) {
         (Some(s), _) => {
             say!("serving NBD on unix socket {}", s.display());
-            server.serve_unix(s)
+            server.serve_unix_group(s, socket_group)
         }
         (_, Some(addr)) => {
             say!("serving NBD on {addr}");
@@ -563,6 +598,40 @@ pub(crate) fn serve_until_signal(
     };
     sig_handle.close();
     Ok(served?)
+}
+
+/// Whether the first MiB of `dev` (all of it when smaller) reads as zeros: a device nothing
+/// has been written to, which `--format-if-needed` may format.
+fn first_mib_is_zero(dev: &dyn BlockDev) -> Result<bool> {
+    let mut b = vec![0u8; dev.size().min(1 << 20) as usize];
+    dev.read_at(&mut b, 0).context("reading the cache device's first MiB")?;
+    Ok(b.iter().all(|&x| x == 0))
+}
+
+/// What `serve` says at start about who can reach the volume: NBD over TCP without
+/// `--tls require` (any local user on loopback, anyone who can reach the address otherwise),
+/// and a metrics endpoint off loopback.
+pub(crate) fn access_warnings(listen: Option<SocketAddr>, tls: Option<&str>, metrics: Option<&str>) -> Vec<String> {
+    let mut w = Vec::new();
+    let require = tls.and_then(|t| t.parse::<tiercache_nbd::TlsMode>().ok())
+        == Some(tiercache_nbd::TlsMode::Require);
+    match listen {
+        Some(l) if !require && l.ip().is_loopback() => w.push(format!(
+            "warning: NBD on {l} without --tls require: every local user can read and write the volume (use --socket PATH, or --tls require)"
+        )),
+        Some(l) if !require => w.push(format!(
+            "warning: NBD on {l} without --tls require: every local user and anyone who can reach {l} can read and write the volume (add --tls require with --tls-psk-file or --tls-certificates)"
+        )),
+        _ => {}
+    }
+    if let Some(m) = metrics.and_then(|m| m.parse::<SocketAddr>().ok()) {
+        if !m.ip().is_loopback() {
+            w.push(format!(
+                "warning: metrics endpoint on {m} is off loopback: anyone who can reach it reads the volume's statistics (bind 127.0.0.1:PORT and scrape through a proxy)"
+            ));
+        }
+    }
+    w
 }
 
 /// `--listen`: a bare `PORT` (or `:PORT`) means loopback; anything else must name the

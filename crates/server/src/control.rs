@@ -116,11 +116,17 @@ pub fn request(path: &Path, cmd: &Command) -> Result<serde_json::Value, String> 
         )
     })?;
     let line = serde_json::to_string(cmd).unwrap();
-    writeln!(s, "{line}").map_err(|e| e.to_string())?;
+    // A refused client (another uid) gets its reply before the server reads anything: read
+    // the reply even when the request could not be written.
+    let sent = writeln!(s, "{line}");
     let mut reply = String::new();
-    BufReader::new(s)
-        .read_line(&mut reply)
-        .map_err(|e| e.to_string())?;
+    let read = BufReader::new(s).read_line(&mut reply);
+    if reply.is_empty() {
+        return Err(match (sent, read) {
+            (Err(e), _) | (_, Err(e)) => format!("control socket {}: {e}", path.display()),
+            _ => format!("control socket {}: closed without a reply", path.display()),
+        });
+    }
     let v: serde_json::Value =
         serde_json::from_str(&reply).map_err(|e| format!("bad reply {reply:?}: {e}"))?;
     if v["ok"] == serde_json::Value::Bool(true) {

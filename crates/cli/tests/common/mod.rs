@@ -69,11 +69,24 @@ impl Srv {
 
     /// `backing`: a path or an NBD URI; `cache_size` formats a new cache file.
     pub fn launch(dir: &Path, backing: &str, cache_size: &str, extra: &[&str]) -> Srv {
+        Self::launch_with(dir, backing, cache_size, extra, |_| {})
+    }
+
+    /// [`Srv::launch`], with `prep` adjusting the command first (a umask, an environment).
+    pub fn launch_with(
+        dir: &Path,
+        backing: &str,
+        cache_size: &str,
+        extra: &[&str],
+        prep: impl FnOnce(&mut Command),
+    ) -> Srv {
         let sock = dir.join("nbd.sock");
         let ctl = dir.join("ctl.sock");
         let _ = std::fs::remove_file(&sock);
         let _ = std::fs::remove_file(&ctl);
-        let child = Command::new(BIN)
+        let mut cmd = Command::new(BIN);
+        prep(&mut cmd);
+        let child = cmd
             .arg("serve")
             .arg("--cache")
             .arg(dir.join("cache.img"))
