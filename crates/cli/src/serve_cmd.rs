@@ -179,6 +179,13 @@ interface must be named (`--listen 0.0.0.0:10809`). TLS (NBD STARTTLS) with a pr
   nbdinfo 'nbds://alice@server/tiercache?tls-psk-file=keys.psk'
 or with X.509: `--tls-certificates DIR` (server-cert.pem, server-key.pem; clients use the CA's
 ca-cert.pem: `nbds://server/tiercache?tls-certificates=DIR`).
+TCP without `--tls require` is open to every local user (and, off loopback, to anyone who can
+reach it): serve says so at start.
+
+Host access: the NBD socket, the control socket and a cache file serve creates are 0600 (the
+server's user only) whatever the umask; `--socket-group GROUP` lets a group use the NBD socket
+(0660). The control socket answers only the server's uid and root (checked by SO_PEERCRED).
+`--format-if-needed` formats only a file it creates or a device whose first MiB is zeros.
 
 Config file (same keys as the flags):
   cache = \"/var/lib/tiercache/cache.img\"
@@ -374,7 +381,9 @@ pub fn serve(a: ServeArgs) -> Result<()> {
             tiercache_nbd::unix_access::group_id(g)
                 .map_err(|e| anyhow!("--socket-group {g:?}: {e}"))?,
         ),
-        (Some(_), None) => bail!("--socket-group applies to --socket (a unix socket), not --listen"),
+        (Some(_), None) => {
+            bail!("--socket-group applies to --socket (a unix socket), not --listen")
+        }
     };
     let mode = a.mode.as_deref().map(mode_arg).transpose()?;
     let inline_cleaning = match a.cleaner.as_deref() {
@@ -604,14 +613,19 @@ pub(crate) fn serve_until_signal(
 /// has been written to, which `--format-if-needed` may format.
 fn first_mib_is_zero(dev: &dyn BlockDev) -> Result<bool> {
     let mut b = vec![0u8; dev.size().min(1 << 20) as usize];
-    dev.read_at(&mut b, 0).context("reading the cache device's first MiB")?;
+    dev.read_at(&mut b, 0)
+        .context("reading the cache device's first MiB")?;
     Ok(b.iter().all(|&x| x == 0))
 }
 
 /// What `serve` says at start about who can reach the volume: NBD over TCP without
 /// `--tls require` (any local user on loopback, anyone who can reach the address otherwise),
 /// and a metrics endpoint off loopback.
-pub(crate) fn access_warnings(listen: Option<SocketAddr>, tls: Option<&str>, metrics: Option<&str>) -> Vec<String> {
+pub(crate) fn access_warnings(
+    listen: Option<SocketAddr>,
+    tls: Option<&str>,
+    metrics: Option<&str>,
+) -> Vec<String> {
     let mut w = Vec::new();
     let require = tls.and_then(|t| t.parse::<tiercache_nbd::TlsMode>().ok())
         == Some(tiercache_nbd::TlsMode::Require);
@@ -824,6 +838,26 @@ mod tests {
         assert!(listen_addr("localhost:10809").unwrap().ip().is_loopback());
         let e = listen_addr("nonsense").unwrap_err().to_string();
         assert!(e.contains("--listen") && e.contains("nonsense"), "{e}");
+    }
+
+    #[test]
+    fn who_can_reach_the_volume_is_said_at_start() {
+        let lo = listen_addr("10809").ok();
+        let any = listen_addr("0.0.0.0:10809").ok();
+        let w = access_warnings(lo, None, None);
+        assert!(w.len() == 1 && w[0].contains("every local user"), "{w:?}");
+        let w = access_warnings(any, Some("on"), Some("127.0.0.1:9477"));
+        assert!(
+            w.len() == 1 && w[0].contains("anyone who can reach"),
+            "{w:?}"
+        );
+        assert!(access_warnings(any, Some("require"), None).is_empty());
+        assert!(access_warnings(None, None, Some("[::1]:9477")).is_empty());
+        let w = access_warnings(None, None, Some("0.0.0.0:9477"));
+        assert!(
+            w.len() == 1 && w[0].contains("metrics endpoint on 0.0.0.0:9477"),
+            "{w:?}"
+        );
     }
 
     #[test]

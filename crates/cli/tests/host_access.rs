@@ -68,7 +68,10 @@ fn sockets_and_cache_file_are_private_under_umask_000() {
         ("cache file", mode_of(&d.join("cache.img"))),
     ];
     for (what, m) in modes {
-        assert_eq!(m, 0o600, "{what} is {m:o} at umask 000: {modes:?} (decimal)");
+        assert_eq!(
+            m, 0o600,
+            "{what} is {m:o} at umask 000: {modes:?} (decimal)"
+        );
     }
     srv.stop("-TERM");
 
@@ -83,7 +86,11 @@ fn sockets_and_cache_file_are_private_under_umask_000() {
     );
     assert_eq!(mode_of(&srv.sock), 0o660);
     assert_eq!(std::fs::metadata(&srv.sock).unwrap().gid(), gid);
-    assert_eq!(mode_of(&srv.ctl), 0o600, "--socket-group leaves the control socket private");
+    assert_eq!(
+        mode_of(&srv.ctl),
+        0o600,
+        "--socket-group leaves the control socket private"
+    );
     srv.stop("-TERM");
 }
 
@@ -111,7 +118,10 @@ fn control_socket_refuses_other_uids() {
             .unwrap()
     };
     let out = as_nobody(&["mode", "pass-through"]);
-    assert!(!out.status.success(), "nobody switched the mode of a 0600 socket");
+    assert!(
+        !out.status.success(),
+        "nobody switched the mode of a 0600 socket"
+    );
     std::fs::set_permissions(&srv.ctl, std::fs::Permissions::from_mode(0o666)).unwrap();
     for args in [&["mode", "pass-through"][..], &["detach"], &["stats"]] {
         let out = as_nobody(args);
@@ -123,7 +133,10 @@ fn control_socket_refuses_other_uids() {
         );
     }
     let stats: serde_json::Value = serde_json::from_str(&srv.ctl(&["stats", "--json"])).unwrap();
-    assert_eq!(stats["mode"], "write-back", "root (the server's uid) is served");
+    assert_eq!(
+        stats["mode"], "write-back",
+        "root (the server's uid) is served"
+    );
     let log = srv.stop("-TERM");
     assert!(
         log.contains("refused a client") && log.contains("uid 65534"),
@@ -189,7 +202,10 @@ fn tcp_without_tls_and_metrics_off_loopback_warn() {
             "127.0.0.1:0",
         ],
     );
-    assert!(log.contains("serving NBD on") && !log.contains("warning"), "{log}");
+    assert!(
+        log.contains("serving NBD on") && !log.contains("warning"),
+        "{log}"
+    );
 }
 
 const LOG_LAYOUT: [&str; 4] = ["--layout", "log", "--segment-size", "256k"];
@@ -204,7 +220,11 @@ fn layout_args(log: bool) -> Vec<&'static str> {
 
 /// Runs `cmd` for at most `t`; `None` (after killing it) when it was still running.
 fn run_for(cmd: &mut Command, t: Duration) -> Option<Output> {
-    let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
     let t0 = Instant::now();
     while child.try_wait().unwrap().is_none() {
         if t0.elapsed() > t {

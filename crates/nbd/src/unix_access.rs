@@ -18,7 +18,7 @@ use std::path::Path;
 /// Binds a unix socket at `path`, mode 0600, or 0660 owned by group `group` (a gid). A
 /// socket file already at `path` is an error (`AddrInUse`), as with a plain `bind`.
 pub fn bind_private(path: &Path, group: Option<u32>) -> io::Result<UnixListener> {
-    let name = path.file_name().ok_or_else(|| {
+    path.file_name().ok_or_else(|| {
         io::Error::new(
             io::ErrorKind::InvalidInput,
             format!("{}: not a socket file name", path.display()),
@@ -28,11 +28,11 @@ pub fn bind_private(path: &Path, group: Option<u32>) -> io::Result<UnixListener>
         Some(p) if !p.as_os_str().is_empty() => p,
         _ => Path::new("."),
     };
-    let mut tmp_name = std::ffi::OsString::from(".");
-    tmp_name.push(name);
-    tmp_name.push(format!(".bind-{}", std::process::id()));
-    let tmp_dir = parent.join(tmp_name);
-    let _ = std::fs::remove_dir_all(&tmp_dir); // left by a crash of this pid's predecessor
+    // Short, so that the temporary path fits sun_path (108 bytes) whenever the final one does.
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let tmp_dir = parent.join(format!(".b{}.{n}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&tmp_dir); // left by a crash of an earlier process
     {
         use std::os::unix::fs::DirBuilderExt;
         std::fs::DirBuilder::new().mode(0o700).create(&tmp_dir)?;
@@ -115,15 +115,8 @@ pub fn group_id(name: &str) -> io::Result<u32> {
     let mut buf = vec![0 as libc::c_char; 16384];
     let mut out: *mut libc::group = std::ptr::null_mut();
     // SAFETY: every pointer is valid for the sizes given; `out` is set to `&grp` or null.
-    let r = unsafe {
-        libc::getgrnam_r(
-            c.as_ptr(),
-            &mut grp,
-            buf.as_mut_ptr(),
-            buf.len(),
-            &mut out,
-        )
-    };
+    let r =
+        unsafe { libc::getgrnam_r(c.as_ptr(), &mut grp, buf.as_mut_ptr(), buf.len(), &mut out) };
     if r != 0 {
         return Err(io::Error::from_raw_os_error(r));
     }
@@ -145,7 +138,9 @@ pub fn check_peer_is_owner(sock: &impl AsRawFd) -> Result<u32, String> {
         Ok(uid) => Err(format!(
             "permission denied: uid {uid} is neither the server's uid {me} nor root"
         )),
-        Err(e) => Err(format!("permission denied: cannot read the peer's uid: {e}")),
+        Err(e) => Err(format!(
+            "permission denied: cannot read the peer's uid: {e}"
+        )),
     }
 }
 

@@ -11,7 +11,8 @@ use tiercache_server::control::serve_prometheus;
 fn get_metrics(addr: SocketAddr) -> String {
     let mut c = TcpStream::connect(addr).unwrap();
     c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    c.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    c.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
     let mut reply = String::new();
     let _ = c.read_to_string(&mut reply);
     reply
@@ -79,8 +80,8 @@ fn slowloris_clients_do_not_block_metrics() {
 /// More connections than the cap are closed at once; the endpoint keeps answering.
 #[test]
 fn metrics_connection_cap_sheds_excess_clients() {
-    let (addr, _) = serve_prometheus("127.0.0.1:0".parse().unwrap(), || "m 1\n".to_string())
-        .unwrap();
+    let (addr, _) =
+        serve_prometheus("127.0.0.1:0".parse().unwrap(), || "m 1\n".to_string()).unwrap();
     let idle: Vec<TcpStream> = (0..tiercache_server::control::METRICS_MAX_CONNECTIONS + 8)
         .map(|_| TcpStream::connect(addr).unwrap())
         .collect();
