@@ -5,7 +5,7 @@
 
 mod common;
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::os::unix::net::UnixStream;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -17,41 +17,11 @@ use tiercache_nbd::{Export, ServerOptions};
 const SIZE: u64 = 1 << 20;
 
 fn threads_now() -> usize {
-    let s = std::fs::read_to_string("/proc/self/status").unwrap();
-    s.lines()
-        .find_map(|l| l.strip_prefix("Threads:"))
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap()
+    proc_status("Threads") as usize
 }
 
 fn handshake_and_read(s: &mut UnixStream) -> bool {
-    let mut hello = [0u8; 18];
-    if s.read_exact(&mut hello).is_err() {
-        return false;
-    }
-    let mut b = (FLAG_C_FIXED_NEWSTYLE | FLAG_C_NO_ZEROES)
-        .to_be_bytes()
-        .to_vec();
-    option(&mut b, OPT_GO, &go_data("disk", &[]));
-    request(&mut b, CMD_READ, 0, 9, 4096, 4096);
-    s.write_all(&b).unwrap();
-    // GO replies (INFO export, INFO block size, ACK), then the read reply.
-    let mut acked = false;
-    while !acked {
-        let mut h = [0u8; 20];
-        s.read_exact(&mut h).unwrap();
-        let typ = u32::from_be_bytes(h[12..16].try_into().unwrap());
-        let mut d = vec![0u8; u32::from_be_bytes(h[16..20].try_into().unwrap()) as usize];
-        s.read_exact(&mut d).unwrap();
-        assert!(typ == REP_ACK || typ == REP_INFO, "GO: {typ:#x}");
-        acked = typ == REP_ACK;
-    }
-    let mut r = vec![0u8; 16 + 4096];
-    s.read_exact(&mut r).unwrap();
-    assert_eq!(&r[4..8], &[0, 0, 0, 0], "read error");
-    true
+    raw_go(s, "disk") && raw_read(s, 9, 4096, 4096).is_some()
 }
 
 #[test]
@@ -65,7 +35,7 @@ fn thousands_of_connections_with_bounded_threads() {
         ServerOptions {
             workers_per_connection: workers,
             max_connections: limit,
-            handshake_timeout: Some(Duration::from_secs(2)),
+            handshake_deadline: Some(Duration::from_secs(2)),
             ..Default::default()
         },
     );

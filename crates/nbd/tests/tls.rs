@@ -476,7 +476,7 @@ fn idle_client_after_starttls_is_dropped_at_the_handshake_timeout() {
         vec![("disk".into(), e as Arc<dyn Export>)],
         ServerOptions {
             tls: Some(TlsConfig::new(TlsMode::Require, Some(&psk), None).unwrap()),
-            handshake_timeout: Some(Duration::from_millis(500)),
+            handshake_deadline: Some(Duration::from_millis(500)),
             ..Default::default()
         },
     );
