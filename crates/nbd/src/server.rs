@@ -219,10 +219,18 @@ trait Stream: AsRawFd + Send + Sync + 'static
 where
     for<'a> &'a Self: Read + Write,
 {
+    /// The socket, when bytes written to it go straight to the client (not through TLS).
+    fn plain_fd(&self) -> Option<RawFd> {
+        Some(self.as_raw_fd())
+    }
 }
 impl Stream for std::os::unix::net::UnixStream {}
 impl Stream for std::net::TcpStream {}
-impl Stream for TlsStream {}
+impl Stream for TlsStream {
+    fn plain_fd(&self) -> Option<RawFd> {
+        None
+    }
+}
 
 /// The peer of a unix socket, for logs: its uid (from SO_PEERCRED).
 fn unix_peer(fd: RawFd) -> String {
@@ -1095,6 +1103,9 @@ struct Conn {
     out: Mutex<Out>,
     out_cv: Condvar,
     closing: AtomicBool,
+    /// Plain sockets: a worker whose reply finds the socket idle sends it itself, without
+    /// blocking (MSG_DONTWAIT), and leaves only what did not fit to the writer thread.
+    plain_fd: Option<RawFd>,
 }
 
 /// Replies waiting for the writer.
@@ -1105,6 +1116,8 @@ struct Out {
     done: bool,
     /// The writer failed: replies are dropped as they complete.
     dead: bool,
+    /// A reply is being sent (by the writer or a worker): nobody else may write.
+    writing: bool,
 }
 
 struct Reply {
@@ -1117,14 +1130,44 @@ struct Reply {
 impl Conn {
     /// A finished reply goes to the writer, or is dropped (its budget given back) when the
     /// writer is gone.
-    fn complete(&self, r: Reply) {
+    fn complete(&self, mut r: Reply) {
         let mut o = self.out.lock().unwrap();
         if o.dead {
             drop(o);
             self.discard(r);
             return;
         }
-        o.q.push_back(r);
+        if let Some(fd) = self.plain_fd.filter(|_| !o.writing && o.q.is_empty()) {
+            o.writing = true;
+            drop(o);
+            let bytes = &r.buf[r.start..];
+            // SAFETY: fd stays open while this request is in flight (the connection waits
+            // for its budget to drain before closing); bytes is a valid buffer.
+            let n = unsafe {
+                libc::send(
+                    fd,
+                    bytes.as_ptr().cast(),
+                    bytes.len(),
+                    libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
+                )
+            };
+            let all = n >= 0 && n as usize == bytes.len();
+            if n > 0 {
+                r.start += n as usize;
+            }
+            o = self.out.lock().unwrap();
+            o.writing = false;
+            if all {
+                drop(o);
+                self.out_cv.notify_one();
+                self.discard(r);
+                return;
+            }
+            // The rest (or an error, which the writer meets again) goes to the writer, first.
+            o.q.push_front(r);
+        } else {
+            o.q.push_back(r);
+        }
         drop(o);
         self.out_cv.notify_one();
     }
@@ -1171,6 +1214,7 @@ where
         out: Mutex::new(Out::default()),
         out_cv: Condvar::new(),
         closing: AtomicBool::new(false),
+        plain_fd: stream.plain_fd(),
     });
     thread::scope(|s| {
         let writer = thread::Builder::new()
@@ -1245,8 +1289,9 @@ where
     }
 }
 
-/// The connection's writer: sends replies in completion order; the accept loop's watcher
-/// shuts the socket down when one takes longer than the write timeout.
+/// The connection's writer: sends replies in completion order (those a worker could not send
+/// at once, see [`Conn::complete`]); the accept loop's watcher shuts the socket down when one
+/// takes longer than the write timeout.
 fn write_replies<S: Stream>(shared: &Shared, c: &Conn, stream: &S, watch: &Watch)
 where
     for<'a> &'a S: Read + Write,
@@ -1256,11 +1301,14 @@ where
         let r = {
             let mut o = c.out.lock().unwrap();
             loop {
-                if let Some(r) = o.q.pop_front() {
-                    break r;
-                }
-                if o.done {
-                    return;
+                if !o.writing {
+                    if let Some(r) = o.q.pop_front() {
+                        o.writing = true;
+                        break r;
+                    }
+                    if o.done {
+                        return;
+                    }
                 }
                 o = c.out_cv.wait(o).unwrap();
             }
@@ -1268,6 +1316,7 @@ where
         watch.writing_since.store(shared.now_ms(), Ordering::SeqCst);
         let sent = w.write_all(&r.buf[r.start..]);
         watch.writing_since.store(0, Ordering::SeqCst);
+        c.out.lock().unwrap().writing = false;
         c.discard(r);
         if let Err(e) = sent {
             debug!(peer = %watch.peer, "sending reply: {e}");

@@ -337,7 +337,7 @@ fn hostile_clients_cannot_take_the_server_down_or_starve_a_good_client() {
     drop(held);
     let worst = rounds.iter().map(|r| r.2).max().unwrap_or_default();
     println!(
-        "{secs} s: flood {} open ({} refused), {} amplifier rounds, {} slowloris dropped, {} options sent ({} flooders closed, {} deaf ones), peak {} threads (base {base_threads}), peak RSS {} MiB, VmHWM {} MiB, good client worst {} ms over {} rounds",
+        "{secs} s: flood {} open ({} refused), {} amplifier rounds, {} slowloris dropped, {} options written ({} flooders closed, {} deaf ones; the server reads at most max_options of each), peak {} threads (base {base_threads}), peak RSS {} MiB, VmHWM {} MiB, good client worst {} ms over {} rounds",
         c.flood_open.load(Ordering::SeqCst),
         c.flood_refused.load(Ordering::SeqCst),
         c.amp_rounds.load(Ordering::SeqCst),
