@@ -521,9 +521,17 @@ impl Server {
 
 type Job = Box<dyn FnOnce() + Send>;
 
+#[derive(Default)]
+struct PoolQueue {
+    jobs: VecDeque<Job>,
+    closed: bool,
+    /// Workers waiting for a job (so a submit wakes one only when one sleeps).
+    idle: usize,
+}
+
 /// Worker threads shared by all connections, fed through one FIFO queue.
 struct Pool {
-    q: Mutex<(VecDeque<Job>, bool)>,
+    q: Mutex<PoolQueue>,
     cv: Condvar,
     /// Spare reply buffers (at most [`SPARE_BYTES`] in all).
     spares: Mutex<(Vec<Vec<u8>>, usize)>,
@@ -533,7 +541,7 @@ struct Pool {
 impl Pool {
     fn start(n: usize, budget: Arc<Budget>) -> Arc<Pool> {
         let p = Arc::new(Pool {
-            q: Mutex::new((VecDeque::new(), false)),
+            q: Mutex::new(PoolQueue::default()),
             cv: Condvar::new(),
             spares: Mutex::new((Vec::new(), 0)),
             _budget: budget,
@@ -558,13 +566,15 @@ impl Pool {
             let job = {
                 let mut q = self.q.lock().unwrap();
                 loop {
-                    if let Some(j) = q.0.pop_front() {
+                    if let Some(j) = q.jobs.pop_front() {
                         break j;
                     }
-                    if q.1 {
+                    if q.closed {
                         return;
                     }
+                    q.idle += 1;
                     q = self.cv.wait(q).unwrap();
+                    q.idle -= 1;
                 }
             };
             job();
@@ -572,13 +582,19 @@ impl Pool {
     }
 
     fn submit(&self, job: Job) {
-        self.q.lock().unwrap().0.push_back(job);
-        self.cv.notify_one();
+        let mut q = self.q.lock().unwrap();
+        q.jobs.push_back(job);
+        // Each queued job needs its own sleeper woken (a wakeup may not be acted on yet).
+        let wake = q.idle >= q.jobs.len();
+        drop(q);
+        if wake {
+            self.cv.notify_one();
+        }
     }
 
     /// Workers finish the queued jobs, then exit.
     fn close(&self) {
-        self.q.lock().unwrap().1 = true;
+        self.q.lock().unwrap().closed = true;
         self.cv.notify_all();
     }
 
@@ -610,7 +626,8 @@ impl Pool {
 /// Bytes and requests in flight, over the server and per connection (both under one lock,
 /// so a request is admitted against both at once).
 struct Budget {
-    total: Mutex<u64>,
+    /// Bytes in flight over the server, and threads waiting on `cv`.
+    total: Mutex<(u64, usize)>,
     cv: Condvar,
     cap: u64,
     per_conn_cap: u64,
@@ -627,7 +644,7 @@ struct InFlight {
 impl Budget {
     fn new(o: &ServerOptions) -> Budget {
         Budget {
-            total: Mutex::new(0),
+            total: Mutex::new((0, 0)),
             cv: Condvar::new(),
             cap: o.max_inflight_bytes,
             per_conn_cap: o.max_inflight_bytes_per_connection,
@@ -638,16 +655,16 @@ impl Budget {
     /// Waits until `cost` bytes fit for this connection and the server; false when `stop`
     /// says the connection is closing first.
     fn acquire(&self, c: &InFlight, cost: u64, stop: &dyn Fn() -> bool) -> bool {
-        let mut total = self.total.lock().unwrap();
+        let mut g = self.total.lock().unwrap();
         loop {
             let reqs = c.reqs.load(Ordering::Relaxed);
             let bytes = c.bytes.load(Ordering::Relaxed);
             let conn_ok =
                 reqs < self.per_conn_reqs && (bytes == 0 || bytes + cost <= self.per_conn_cap);
             let total_ok =
-                *total + cost <= self.cap || *total == 0 || (bytes == 0 && cost <= SMALL_REQUEST);
+                g.0 + cost <= self.cap || g.0 == 0 || (bytes == 0 && cost <= SMALL_REQUEST);
             if conn_ok && total_ok {
-                *total += cost;
+                g.0 += cost;
                 c.reqs.store(reqs + 1, Ordering::Relaxed);
                 c.bytes.store(bytes + cost, Ordering::Relaxed);
                 return true;
@@ -655,25 +672,32 @@ impl Budget {
             if stop() {
                 return false;
             }
-            total = self.cv.wait_timeout(total, REAP_EVERY).unwrap().0;
+            g.1 += 1;
+            g = self.cv.wait_timeout(g, REAP_EVERY).unwrap().0;
+            g.1 -= 1;
         }
     }
 
     fn release(&self, c: &InFlight, cost: u64) {
-        let mut total = self.total.lock().unwrap();
-        debug_assert!(*total >= cost && c.bytes.load(Ordering::Relaxed) >= cost);
-        *total -= cost;
+        let mut g = self.total.lock().unwrap();
+        debug_assert!(g.0 >= cost && c.bytes.load(Ordering::Relaxed) >= cost);
+        g.0 -= cost;
         c.reqs.fetch_sub(1, Ordering::Relaxed);
         c.bytes.fetch_sub(cost, Ordering::Relaxed);
-        drop(total);
-        self.cv.notify_all();
+        let waiters = g.1;
+        drop(g);
+        if waiters > 0 {
+            self.cv.notify_all();
+        }
     }
 
     /// Waits until the connection has nothing in flight.
     fn drain(&self, c: &InFlight) {
-        let mut total = self.total.lock().unwrap();
+        let mut g = self.total.lock().unwrap();
         while c.reqs.load(Ordering::Relaxed) > 0 {
-            total = self.cv.wait_timeout(total, REAP_EVERY).unwrap().0;
+            g.1 += 1;
+            g = self.cv.wait_timeout(g, REAP_EVERY).unwrap().0;
+            g.1 -= 1;
         }
     }
 }
@@ -1118,6 +1142,8 @@ struct Out {
     dead: bool,
     /// A reply is being sent (by the writer or a worker): nobody else may write.
     writing: bool,
+    /// The writer thread waits for a reply (so completions wake it only then).
+    waiting: bool,
 }
 
 struct Reply {
@@ -1158,8 +1184,11 @@ impl Conn {
             o = self.out.lock().unwrap();
             o.writing = false;
             if all {
+                let wake = o.waiting;
                 drop(o);
-                self.out_cv.notify_one();
+                if wake {
+                    self.out_cv.notify_one();
+                }
                 self.discard(r);
                 return;
             }
@@ -1168,8 +1197,11 @@ impl Conn {
         } else {
             o.q.push_back(r);
         }
+        let wake = o.waiting;
         drop(o);
-        self.out_cv.notify_one();
+        if wake {
+            self.out_cv.notify_one();
+        }
     }
 
     fn discard(&self, r: Reply) {
@@ -1310,7 +1342,9 @@ where
                         return;
                     }
                 }
+                o.waiting = true;
                 o = c.out_cv.wait(o).unwrap();
+                o.waiting = false;
             }
         };
         watch.writing_since.store(shared.now_ms(), Ordering::SeqCst);
