@@ -656,7 +656,7 @@ fn nbd_options(a: &ServeArgs) -> Result<tiercache_nbd::ServerOptions> {
     };
     let secs = |flag: &str, v: Option<f64>, d: Option<std::time::Duration>| match v {
         None => Ok(d),
-        Some(s) if s == 0.0 => Ok(None),
+        Some(0.0) => Ok(None),
         Some(s) => std::time::Duration::try_from_secs_f64(s)
             .map(Some)
             .map_err(|e| anyhow!("--{flag} {s}: {e} (give seconds, 0 for no limit)")),
