@@ -58,7 +58,7 @@ fn server() -> &'static Server {
         Server::new(vec![("disk".into(), e as Arc<dyn Export>)]).with_options(ServerOptions {
             workers_per_connection: 1,
             max_drain: 64 << 10,
-            handshake_timeout: Some(Duration::from_secs(5)),
+            handshake_deadline: Some(Duration::from_secs(5)),
             ..Default::default()
         })
     })

@@ -93,9 +93,39 @@ pub struct ServeArgs {
     /// ca-cert.pem (PSK clients authenticate with their key).
     #[arg(long)]
     tls_verify_peer: bool,
-    /// Most NBD connections open at once; more are closed right after accept.
+    /// Most NBD connections open at once; more are closed right after accept. Each open
+    /// connection costs up to two threads (a reader and, in transmission, a writer) and one
+    /// fd (default 1024).
     #[arg(long)]
     max_connections: Option<usize>,
+    /// Requests one NBD connection may have in flight (read, not yet answered); the
+    /// connection is not read from while it has this many (default 16).
+    #[arg(long)]
+    requests_per_connection: Option<usize>,
+    /// Bytes of NBD requests in flight over all connections (READ replies and WRITE
+    /// payloads held in memory, e.g. 256M, the default). Past it, connections are not read
+    /// from until replies drain; a connection with nothing in flight may still run one
+    /// request of up to 256 KiB, so small requests are never starved by large ones.
+    #[arg(long)]
+    max_inflight_bytes: Option<String>,
+    /// Bytes of requests in flight per NBD connection (default 64M): a client that
+    /// pipelines large READs and does not read the replies holds at most this.
+    #[arg(long)]
+    max_inflight_bytes_per_connection: Option<String>,
+    /// Seconds a client has for the whole NBD handshake (greeting, options, TLS) before it
+    /// is dropped (default 10; 0: no limit). Stops idle or trickling clients from holding
+    /// connection slots before they authenticate.
+    #[arg(long)]
+    handshake_deadline: Option<f64>,
+    /// Options a client may send in the NBD handshake before it is dropped (default 64; real
+    /// clients send fewer than 10).
+    #[arg(long)]
+    max_options: Option<u32>,
+    /// Seconds sending one NBD reply may take (default 30; 0: no limit): a client that does
+    /// not read its replies is disconnected after this and its buffers freed. Raise it for
+    /// clients on very slow links (a 32 MiB reply must go out at 1.1 MB/s at the default).
+    #[arg(long)]
+    write_timeout: Option<f64>,
     /// Write mode for this run (default: the one stored on the cache device).
     #[arg(long)]
     mode: Option<String>,
@@ -134,7 +164,8 @@ pub struct ServeArgs {
     /// HDD model TOML file (see crates/devices).
     #[arg(long)]
     emulate_hdd: Option<String>,
-    /// Worker threads per NBD connection (requests in flight at once).
+    /// Threads executing NBD requests, shared by all connections (default 32): requests
+    /// beyond that wait in one queue; threads do not grow with connections.
     #[arg(long)]
     workers: Option<usize>,
     /// When write-back data is cleaned down to the low watermark: `background` (a thread,
@@ -347,6 +378,12 @@ fn merge(mut a: ServeArgs) -> Result<ServeArgs> {
         tls_psk_file,
         tls_certificates,
         max_connections,
+        requests_per_connection,
+        max_inflight_bytes,
+        max_inflight_bytes_per_connection,
+        handshake_deadline,
+        max_options,
+        write_timeout,
         cleaner,
         classes,
         classifier,
@@ -665,7 +702,7 @@ pub(crate) fn listen_addr(l: &str) -> Result<SocketAddr> {
         .ok_or_else(|| anyhow!("--listen {l:?}: the name resolves to no address"))
 }
 
-/// NBD server options from the flags: workers, connection limit, TLS.
+/// NBD server options from the flags: workers, connection and memory limits, deadlines, TLS.
 fn nbd_options(a: &ServeArgs) -> Result<tiercache_nbd::ServerOptions> {
     use tiercache_nbd::{TlsConfig, TlsMode};
     let have_keys = a.tls_psk_file.is_some() || a.tls_certificates.is_some();
@@ -696,9 +733,40 @@ fn nbd_options(a: &ServeArgs) -> Result<tiercache_nbd::ServerOptions> {
         say!("NBD TLS {mode:?}: {t:?}");
     }
     let d = tiercache_nbd::ServerOptions::default();
+    let size = |flag: &str, v: &Option<String>, d: u64| match v {
+        None => Ok(d),
+        Some(v) => parse_size(v).map_err(|e| anyhow!("--{flag}: {e}")),
+    };
+    let secs = |flag: &str, v: Option<f64>, d: Option<std::time::Duration>| match v {
+        None => Ok(d),
+        Some(0.0) => Ok(None),
+        Some(s) => std::time::Duration::try_from_secs_f64(s)
+            .map(Some)
+            .map_err(|e| anyhow!("--{flag} {s}: {e} (give seconds, 0 for no limit)")),
+    };
     Ok(tiercache_nbd::ServerOptions {
-        workers_per_connection: a.workers.unwrap_or(d.workers_per_connection),
+        workers: a.workers.unwrap_or(d.workers),
+        workers_per_connection: a
+            .requests_per_connection
+            .unwrap_or(d.workers_per_connection),
         max_connections: a.max_connections.unwrap_or(d.max_connections),
+        max_inflight_bytes: size(
+            "max-inflight-bytes",
+            &a.max_inflight_bytes,
+            d.max_inflight_bytes,
+        )?,
+        max_inflight_bytes_per_connection: size(
+            "max-inflight-bytes-per-connection",
+            &a.max_inflight_bytes_per_connection,
+            d.max_inflight_bytes_per_connection,
+        )?,
+        handshake_deadline: secs(
+            "handshake-deadline",
+            a.handshake_deadline,
+            d.handshake_deadline,
+        )?,
+        max_options: a.max_options.unwrap_or(d.max_options),
+        write_timeout: secs("write-timeout", a.write_timeout, d.write_timeout)?,
         tls,
         ..d
     })
@@ -858,6 +926,45 @@ mod tests {
             w.len() == 1 && w[0].contains("metrics endpoint on 0.0.0.0:9477"),
             "{w:?}"
         );
+    }
+
+    #[test]
+    fn hostile_client_limits_from_flags() {
+        let o = nbd_options(&ServeArgs::default()).unwrap();
+        let d = tiercache_nbd::ServerOptions::default();
+        assert_eq!(o.max_inflight_bytes, d.max_inflight_bytes);
+        assert_eq!(o.handshake_deadline, d.handshake_deadline);
+        let a = ServeArgs {
+            workers: Some(4),
+            requests_per_connection: Some(2),
+            max_inflight_bytes: Some("128M".into()),
+            max_inflight_bytes_per_connection: Some("8M".into()),
+            handshake_deadline: Some(2.5),
+            max_options: Some(9),
+            write_timeout: Some(0.0),
+            ..Default::default()
+        };
+        let o = nbd_options(&a).unwrap();
+        assert_eq!((o.workers, o.workers_per_connection), (4, 2));
+        assert_eq!(o.max_inflight_bytes, 128 << 20);
+        assert_eq!(o.max_inflight_bytes_per_connection, 8 << 20);
+        assert_eq!(
+            o.handshake_deadline,
+            Some(std::time::Duration::from_millis(2500))
+        );
+        assert_eq!((o.max_options, o.write_timeout), (9, None));
+        let a = ServeArgs {
+            max_inflight_bytes: Some("lots".into()),
+            ..Default::default()
+        };
+        let e = nbd_options(&a).unwrap_err().to_string();
+        assert!(e.contains("--max-inflight-bytes"), "{e}");
+        let a = ServeArgs {
+            handshake_deadline: Some(-1.0),
+            ..Default::default()
+        };
+        let e = nbd_options(&a).unwrap_err().to_string();
+        assert!(e.contains("--handshake-deadline"), "{e}");
     }
 
     #[test]

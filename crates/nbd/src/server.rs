@@ -1,21 +1,34 @@
 //! The NBD server loop: fixed newstyle handshake, then transmission with many requests in
 //! flight per connection.
 //!
-//! Threads: one accept loop per `serve_*` call, one thread per connection for the handshake,
-//! which then becomes one of `workers_per_connection` workers. Each worker takes the reader
-//! lock, reads one request (and its WRITE payload), releases the lock, executes the request on
-//! the export and writes the reply under the writer lock in one `write_all`. So up to
-//! `workers_per_connection` requests run at once per connection and their replies go out in
-//! completion order, with no hand-off between threads on the hot path.
+//! Threads: one accept loop per `serve_*` call (it also enforces the deadlines below), one
+//! thread per connection that does the handshake and then reads requests, one writer thread
+//! per connection in transmission, and ONE pool of `workers` threads shared by every
+//! connection that executes requests on the exports. So threads grow by at most two per
+//! connection and never with connections x workers; a request that finds every worker busy
+//! waits in the pool's FIFO queue.
+//!
+//! Memory: a request is admitted (its WRITE payload read, or handed to the pool) only once
+//! its bytes fit in the connection's budget (`max_inflight_bytes_per_connection`) and in the
+//! server's (`max_inflight_bytes`); the bytes come back when its reply has been sent. So a
+//! client that pipelines large READs and never reads the replies holds at most its own budget,
+//! and only until `write_timeout`, when the connection is shut down and its buffers freed.
+//! A connection with nothing in flight may always run one request of up to [`SMALL_REQUEST`]
+//! bytes, so clients that exhaust the server's budget cannot starve small requests of others.
+//!
+//! Pre-transmission: the handshake (greeting, options, TLS) must be over within
+//! `handshake_deadline` in total and take at most `max_options` options, or the connection is
+//! dropped (logged at most once per peer every [`LOG_EVERY`]).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::io::{self, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener};
 use std::os::fd::{AsRawFd, RawFd};
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
 
 use tracing::{debug, info, warn};
 
@@ -23,32 +36,52 @@ use crate::proto::*;
 use crate::tls::{TlsConfig, TlsStream};
 use crate::Export;
 
-/// Tuning of the server loop.
+/// Tuning of the server loop. The defaults bound a server's threads to
+/// `2 * max_connections + workers` and its request buffers to about `max_inflight_bytes`.
 #[derive(Clone, Debug)]
 pub struct ServerOptions {
-    /// Requests executed at once per connection (worker threads per connection).
+    /// Threads executing requests, shared by all connections (requests run at once in total).
+    pub workers: usize,
+    /// Requests in flight per connection (read and not yet answered).
     pub workers_per_connection: usize,
     /// Connections served at once; more are closed right after accept.
     pub max_connections: usize,
+    /// Bytes of requests in flight over all connections (READ replies and WRITE payloads
+    /// held by the server); a connection whose next request does not fit is not read from
+    /// until replies drain.
+    pub max_inflight_bytes: u64,
+    /// Bytes of requests in flight per connection (at least one request of any size is
+    /// admitted when the connection has nothing in flight).
+    pub max_inflight_bytes_per_connection: u64,
     /// Largest WRITE payload that is read and discarded (then answered with EINVAL) when it
     /// exceeds the export's maximum block size; a longer one closes the connection, so a
     /// client cannot make the server buffer an unbounded payload.
     pub max_drain: u32,
     /// TLS (`NBD_OPT_STARTTLS`): None answers STARTTLS with `NBD_REP_ERR_UNSUP`.
     pub tls: Option<TlsConfig>,
-    /// How long the handshake (greeting, options, TLS) may take before the connection is
-    /// dropped, so idle or stalled clients cannot hold connection slots forever.
-    pub handshake_timeout: Option<std::time::Duration>,
+    /// How long the whole handshake (greeting, options, TLS) may take before the connection
+    /// is dropped, so idle, trickling or deaf clients cannot hold connection slots.
+    pub handshake_deadline: Option<Duration>,
+    /// Options a client may send before transmission; the connection is dropped after more.
+    pub max_options: u32,
+    /// How long sending one reply may take: a client that does not read its replies is
+    /// disconnected after this and its buffers freed.
+    pub write_timeout: Option<Duration>,
 }
 
 impl Default for ServerOptions {
     fn default() -> Self {
         ServerOptions {
+            workers: 32,
             workers_per_connection: 16,
             max_connections: 1024,
+            max_inflight_bytes: 256 << 20,
+            max_inflight_bytes_per_connection: 64 << 20,
             max_drain: 32 << 20,
             tls: None,
-            handshake_timeout: Some(std::time::Duration::from_secs(30)),
+            handshake_deadline: Some(Duration::from_secs(10)),
+            max_options: 64,
+            write_timeout: Some(Duration::from_secs(30)),
         }
     }
 }
@@ -57,8 +90,19 @@ impl Default for ServerOptions {
 /// `NBD_REP_ERR_TOO_BIG` after being discarded, up to [`OPTION_DRAIN_LIMIT`].
 const OPTION_MAX: u32 = 16 << 10;
 const OPTION_DRAIN_LIMIT: u32 = 1 << 20;
-/// Reply buffers larger than this are given back after the request.
+/// Reply buffers larger than this are not kept for reuse.
 const KEEP_BUFFER: usize = 4 << 20;
+/// Bytes of spare reply buffers kept for reuse over the whole server.
+const SPARE_BYTES: usize = 64 << 20;
+/// A connection with nothing in flight may run one request this large even when the server's
+/// budget is used up (so the budget can be exceeded by at most this per connection).
+pub const SMALL_REQUEST: u64 = 256 << 10;
+/// A dropped peer is logged at most this often.
+pub const LOG_EVERY: Duration = Duration::from_secs(10);
+/// How often the accept loop checks the deadlines.
+const REAP_EVERY: Duration = Duration::from_millis(100);
+/// Stack of connection and writer threads (they parse and copy; the exports run on the pool).
+const CONN_STACK: usize = 512 << 10;
 
 struct Shared {
     exports: Vec<(String, Arc<dyn Export>)>,
@@ -67,18 +111,67 @@ struct Shared {
     /// Self-pipe: the shutdown handle writes one byte, every accept loop polls the read end.
     wake_r: RawFd,
     wake_w: RawFd,
-    conns: Mutex<HashMap<u64, RawFd>>,
+    conns: Mutex<HashMap<u64, Arc<Watch>>>,
     next_conn: AtomicU64,
+    epoch: Instant,
+    pool: OnceLock<Arc<Pool>>,
+    budget: Arc<Budget>,
+    /// When each peer was last logged as dropped, and how many were not logged since.
+    peer_log: Mutex<HashMap<String, (Instant, u64)>>,
 }
 
 impl Drop for Shared {
     fn drop(&mut self) {
+        if let Some(p) = self.pool.get() {
+            p.close();
+        }
         // SAFETY: both fds were created by pipe2 in Server::new and are closed only here.
         unsafe {
             libc::close(self.wake_r);
             libc::close(self.wake_w);
         }
     }
+}
+
+impl Shared {
+    fn now_ms(&self) -> u64 {
+        self.epoch.elapsed().as_millis() as u64 + 1
+    }
+
+    fn pool(&self) -> &Arc<Pool> {
+        self.pool
+            .get_or_init(|| Pool::start(self.opts.workers, self.budget.clone()))
+    }
+
+    /// Logs that a peer was dropped, at most once per [`LOG_EVERY`] per peer.
+    fn warn_peer(&self, peer: &str, msg: &str) {
+        let mut log = self.peer_log.lock().unwrap();
+        let now = Instant::now();
+        if log.len() > 4096 {
+            log.retain(|_, (t, _)| now.duration_since(*t) < LOG_EVERY);
+        }
+        match log.get_mut(peer) {
+            Some((t, n)) if now.duration_since(*t) < LOG_EVERY => *n += 1,
+            e => {
+                let missed = e.map_or(0, |(_, n)| *n);
+                warn!("dropping NBD connection from {peer}: {msg} ({missed} more from this peer not logged)");
+                log.insert(peer.to_string(), (now, 0));
+            }
+        }
+    }
+}
+
+/// What the accept loop watches of a connection: its handshake deadline and the reply being
+/// sent, and the socket to shut down when either is overdue.
+struct Watch {
+    fd: RawFd,
+    peer: String,
+    /// Milliseconds since the server's epoch by which the handshake must be over; 0: none.
+    handshake_by: AtomicU64,
+    /// When the writer began sending the current reply; 0: not sending.
+    writing_since: AtomicU64,
+    /// Already shut down by the deadlines.
+    reaped: AtomicBool,
 }
 
 /// An NBD server exporting one or more volumes. The first export is also the default one
@@ -106,11 +199,11 @@ impl ShutdownHandle {
             libc::write(s.wake_w, b"x".as_ptr().cast(), 1);
         }
         let conns = s.conns.lock().unwrap();
-        for &fd in conns.values() {
+        for w in conns.values() {
             // SAFETY: a connection removes its fd from the map (under this lock) before
             // closing it, so fd is still that connection's open socket.
             unsafe {
-                libc::shutdown(fd, libc::SHUT_RD);
+                libc::shutdown(w.fd, libc::SHUT_RD);
             }
         }
     }
@@ -125,10 +218,43 @@ trait Stream: AsRawFd + Send + Sync + 'static
 where
     for<'a> &'a Self: Read + Write,
 {
+    /// The socket, when bytes written to it go straight to the client (not through TLS).
+    fn plain_fd(&self) -> Option<RawFd> {
+        Some(self.as_raw_fd())
+    }
 }
 impl Stream for std::os::unix::net::UnixStream {}
 impl Stream for std::net::TcpStream {}
-impl Stream for TlsStream {}
+impl Stream for TlsStream {
+    fn plain_fd(&self) -> Option<RawFd> {
+        None
+    }
+}
+
+/// The peer of a unix socket, for logs: its uid (from SO_PEERCRED).
+fn unix_peer(fd: RawFd) -> String {
+    let mut cred = libc::ucred {
+        pid: 0,
+        uid: 0,
+        gid: 0,
+    };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: cred and len are valid for getsockopt(SO_PEERCRED).
+    let rc = unsafe {
+        libc::getsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            (&mut cred as *mut libc::ucred).cast(),
+            &mut len,
+        )
+    };
+    if rc == 0 {
+        format!("unix socket uid {}", cred.uid)
+    } else {
+        "unix socket".into()
+    }
+}
 
 impl Server {
     pub fn new(exports: Vec<(String, Arc<dyn Export>)>) -> Server {
@@ -140,15 +266,20 @@ impl Server {
         // SAFETY: fds is a valid array of two ints.
         let rc = unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) };
         assert_eq!(rc, 0, "pipe2: {}", io::Error::last_os_error());
+        let opts = ServerOptions::default();
         Server {
             shared: Arc::new(Shared {
                 exports,
-                opts: ServerOptions::default(),
+                budget: Arc::new(Budget::new(&opts)),
+                opts,
                 stopping: AtomicBool::new(false),
                 wake_r: fds[0],
                 wake_w: fds[1],
                 conns: Mutex::new(HashMap::new()),
                 next_conn: AtomicU64::new(1),
+                epoch: Instant::now(),
+                pool: OnceLock::new(),
+                peer_log: Mutex::new(HashMap::new()),
             }),
         }
     }
@@ -159,10 +290,15 @@ impl Server {
             Err(_) => panic!("with_options must be called before shutdown_handle"),
         };
         shared.opts = ServerOptions {
+            workers: opts.workers.max(1),
             workers_per_connection: opts.workers_per_connection.max(1),
             max_connections: opts.max_connections.max(1),
+            max_inflight_bytes: opts.max_inflight_bytes.max(1),
+            max_inflight_bytes_per_connection: opts.max_inflight_bytes_per_connection.max(1),
+            max_options: opts.max_options.max(1),
             ..opts
         };
+        shared.budget = Arc::new(Budget::new(&shared.opts));
         Server {
             shared: Arc::new(shared),
         }
@@ -202,22 +338,27 @@ impl Server {
         let r = self.accept_loop(listener.as_raw_fd(), || {
             let (s, _) = listener.accept()?;
             s.set_nonblocking(false)?;
-            Ok(s)
+            let peer = unix_peer(s.as_raw_fd());
+            Ok((s, peer))
         });
         let _ = std::fs::remove_file(path);
         r
     }
 
     /// Serves one already connected stream on the calling thread until the client leaves
-    /// (for tests and fuzzing: a socketpair end).
+    /// (for tests and fuzzing: a socketpair end). The deadlines are enforced only by
+    /// `serve_*` loops' watchers; here the handshake deadline is a read timeout.
     pub fn serve_stream(&self, stream: std::os::unix::net::UnixStream) -> io::Result<()> {
         let id = self.shared.next_conn.fetch_add(1, Ordering::Relaxed);
-        self.shared
-            .conns
-            .lock()
-            .unwrap()
-            .insert(id, stream.as_raw_fd());
-        let r = serve_connection(&self.shared, &stream);
+        let watch = Arc::new(Watch {
+            fd: stream.as_raw_fd(),
+            peer: "stream".into(),
+            handshake_by: AtomicU64::new(0),
+            writing_since: AtomicU64::new(0),
+            reaped: AtomicBool::new(false),
+        });
+        self.shared.conns.lock().unwrap().insert(id, watch.clone());
+        let r = serve_connection(&self.shared, &stream, &watch);
         self.shared.conns.lock().unwrap().remove(&id);
         r
     }
@@ -229,24 +370,58 @@ impl Server {
         listener.set_nonblocking(true)?;
         info!(addr = %listener.local_addr()?, "NBD server listening");
         self.accept_loop(listener.as_raw_fd(), || {
-            let (s, _) = listener.accept()?;
+            let (s, a) = listener.accept()?;
             s.set_nonblocking(false)?;
             s.set_nodelay(true)?;
-            Ok(s)
+            Ok((s, a.ip().to_string()))
         })
+    }
+
+    /// Shuts down connections whose handshake or reply is overdue.
+    fn reap(&self) {
+        let s = &self.shared;
+        let now = s.now_ms();
+        let write_ms = s.opts.write_timeout.map(|d| d.as_millis() as u64);
+        let conns = s.conns.lock().unwrap();
+        for w in conns.values() {
+            if w.reaped.load(Ordering::Relaxed) {
+                continue;
+            }
+            let by = w.handshake_by.load(Ordering::SeqCst);
+            let since = w.writing_since.load(Ordering::SeqCst);
+            let why = if by != 0 && now > by {
+                "handshake not done within the handshake deadline"
+            } else if write_ms.is_some_and(|t| since != 0 && now > since + t) {
+                "a reply was not taken within the write timeout"
+            } else {
+                continue;
+            };
+            w.reaped.store(true, Ordering::Relaxed);
+            s.warn_peer(&w.peer, why);
+            // SAFETY: the fd stays open while the connection is in the map (see shutdown).
+            unsafe {
+                libc::shutdown(w.fd, libc::SHUT_RDWR);
+            }
+        }
     }
 
     fn accept_loop<S: Stream>(
         &self,
         listen_fd: RawFd,
-        mut accept: impl FnMut() -> io::Result<S>,
+        mut accept: impl FnMut() -> io::Result<(S, String)>,
     ) -> io::Result<()>
     where
         for<'a> &'a S: Read + Write,
     {
         let shared = &self.shared;
+        shared.pool();
         let mut threads: Vec<JoinHandle<()>> = Vec::new();
+        let mut last_reap = Instant::now();
         while !shared.stopping.load(Ordering::SeqCst) {
+            if last_reap.elapsed() >= REAP_EVERY {
+                self.reap();
+                last_reap = Instant::now();
+            }
             let mut fds = [
                 libc::pollfd {
                     fd: listen_fd,
@@ -260,7 +435,7 @@ impl Server {
                 },
             ];
             // SAFETY: fds is a valid array of two pollfd.
-            let rc = unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) };
+            let rc = unsafe { libc::poll(fds.as_mut_ptr(), 2, REAP_EVERY.as_millis() as i32) };
             if rc < 0 {
                 let e = io::Error::last_os_error();
                 if e.kind() == io::ErrorKind::Interrupted {
@@ -271,27 +446,41 @@ impl Server {
             if fds[1].revents != 0 || shared.stopping.load(Ordering::SeqCst) {
                 break;
             }
-            let stream = match accept() {
+            if fds[0].revents == 0 {
+                continue;
+            }
+            let (stream, peer) = match accept() {
                 Ok(s) => s,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => {
                     // Out of fds and the like: the server keeps going.
                     warn!("accept failed: {e}");
-                    thread::sleep(std::time::Duration::from_millis(10));
+                    thread::sleep(Duration::from_millis(10));
                     continue;
                 }
             };
             threads.retain(|t| !t.is_finished());
             if threads.len() >= shared.opts.max_connections {
-                warn!(
-                    "refusing connection: {} connections already open",
-                    threads.len()
+                shared.warn_peer(
+                    &peer,
+                    &format!("{} connections already open", threads.len()),
                 );
                 continue;
             }
             let id = shared.next_conn.fetch_add(1, Ordering::Relaxed);
-            shared.conns.lock().unwrap().insert(id, stream.as_raw_fd());
+            let by = shared
+                .opts
+                .handshake_deadline
+                .map_or(0, |d| shared.now_ms() + d.as_millis() as u64);
+            let watch = Arc::new(Watch {
+                fd: stream.as_raw_fd(),
+                peer,
+                handshake_by: AtomicU64::new(by),
+                writing_since: AtomicU64::new(0),
+                reaped: AtomicBool::new(false),
+            });
+            shared.conns.lock().unwrap().insert(id, watch.clone());
             // A shutdown between the loop check and the insert would miss this connection.
             if shared.stopping.load(Ordering::SeqCst) {
                 shared.conns.lock().unwrap().remove(&id);
@@ -300,9 +489,10 @@ impl Server {
             let sh = shared.clone();
             let spawned = thread::Builder::new()
                 .name(format!("nbd-conn-{id}"))
+                .stack_size(CONN_STACK)
                 .spawn(move || {
-                    debug!(conn = id, "connection opened");
-                    match serve_connection(&sh, &stream) {
+                    debug!(conn = id, peer = %watch.peer, "connection opened");
+                    match serve_connection(&sh, &stream, &watch) {
                         Ok(()) => debug!(conn = id, "connection closed"),
                         Err(e) => debug!(conn = id, "connection closed: {e}"),
                     }
@@ -317,45 +507,230 @@ impl Server {
                 }
             }
         }
-        for t in threads {
-            let _ = t.join();
+        // Connections finish their requests in flight; a client that does not take its
+        // replies is still cut off at the write timeout.
+        loop {
+            threads.retain(|t| !t.is_finished());
+            if threads.is_empty() {
+                break;
+            }
+            self.reap();
+            thread::sleep(REAP_EVERY);
         }
         Ok(())
     }
 }
 
-/// Per-connection transmission state shared by its workers.
-struct Transmission<'a, S: Stream>
-where
-    for<'b> &'b S: Read + Write,
-{
-    export: &'a dyn Export,
-    size: u64,
-    max_block: u32,
-    structured: bool,
-    read_only: bool,
-    can_trim: bool,
-    max_drain: u32,
-    stream: &'a S,
-    reader: Mutex<BufReader<&'a S>>,
-    writer: Mutex<()>,
-    closing: AtomicBool,
+// ---------------------------------------------------------------------------------------
+// Shared worker pool and the in-flight budget
+
+type Job = Box<dyn FnOnce() + Send>;
+
+#[derive(Default)]
+struct PoolQueue {
+    jobs: VecDeque<Job>,
+    closed: bool,
+    /// Workers waiting for a job (so a submit wakes one only when one sleeps).
+    idle: usize,
 }
 
-fn serve_connection<S: Stream>(shared: &Shared, stream: &S) -> io::Result<()>
+/// Worker threads shared by all connections, fed through one FIFO queue.
+struct Pool {
+    q: Mutex<PoolQueue>,
+    cv: Condvar,
+    /// Spare reply buffers (at most [`SPARE_BYTES`] in all).
+    spares: Mutex<(Vec<Vec<u8>>, usize)>,
+    _budget: Arc<Budget>,
+}
+
+impl Pool {
+    fn start(n: usize, budget: Arc<Budget>) -> Arc<Pool> {
+        let p = Arc::new(Pool {
+            q: Mutex::new(PoolQueue::default()),
+            cv: Condvar::new(),
+            spares: Mutex::new((Vec::new(), 0)),
+            _budget: budget,
+        });
+        for i in 0..n {
+            let p = p.clone();
+            let r = thread::Builder::new()
+                .name(format!("nbd-worker-{i}"))
+                .spawn(move || p.work());
+            if let Err(e) = r {
+                // Fewer workers only means less parallelism; at least one must exist.
+                assert!(i > 0, "cannot start any NBD worker thread: {e}");
+                warn!("NBD server runs with {i} workers instead of {n}: {e}");
+                break;
+            }
+        }
+        p
+    }
+
+    fn work(&self) {
+        loop {
+            let job = {
+                let mut q = self.q.lock().unwrap();
+                loop {
+                    if let Some(j) = q.jobs.pop_front() {
+                        break j;
+                    }
+                    if q.closed {
+                        return;
+                    }
+                    q.idle += 1;
+                    q = self.cv.wait(q).unwrap();
+                    q.idle -= 1;
+                }
+            };
+            job();
+        }
+    }
+
+    fn submit(&self, job: Job) {
+        let mut q = self.q.lock().unwrap();
+        q.jobs.push_back(job);
+        // Each queued job needs its own sleeper woken (a wakeup may not be acted on yet).
+        let wake = q.idle >= q.jobs.len();
+        drop(q);
+        if wake {
+            self.cv.notify_one();
+        }
+    }
+
+    /// Workers finish the queued jobs, then exit.
+    fn close(&self) {
+        self.q.lock().unwrap().closed = true;
+        self.cv.notify_all();
+    }
+
+    fn take_buffer(&self) -> Vec<u8> {
+        let mut s = self.spares.lock().unwrap();
+        match s.0.pop() {
+            Some(b) => {
+                s.1 -= b.capacity();
+                b
+            }
+            None => Vec::new(),
+        }
+    }
+
+    fn give_buffer(&self, mut b: Vec<u8>) {
+        let cap = b.capacity();
+        if cap == 0 || cap > KEEP_BUFFER {
+            return;
+        }
+        let mut s = self.spares.lock().unwrap();
+        if s.1 + cap <= SPARE_BYTES {
+            b.clear();
+            s.1 += cap;
+            s.0.push(b);
+        }
+    }
+}
+
+/// Bytes and requests in flight, over the server and per connection (both under one lock,
+/// so a request is admitted against both at once).
+struct Budget {
+    /// Bytes in flight over the server, and threads waiting on `cv`.
+    total: Mutex<(u64, usize)>,
+    cv: Condvar,
+    cap: u64,
+    per_conn_cap: u64,
+    per_conn_reqs: usize,
+}
+
+/// A connection's share of the budget.
+#[derive(Default)]
+struct InFlight {
+    reqs: AtomicUsize,
+    bytes: AtomicU64,
+}
+
+impl Budget {
+    fn new(o: &ServerOptions) -> Budget {
+        Budget {
+            total: Mutex::new((0, 0)),
+            cv: Condvar::new(),
+            cap: o.max_inflight_bytes,
+            per_conn_cap: o.max_inflight_bytes_per_connection,
+            per_conn_reqs: o.workers_per_connection,
+        }
+    }
+
+    /// Waits until `cost` bytes fit for this connection and the server; false when `stop`
+    /// says the connection is closing first.
+    fn acquire(&self, c: &InFlight, cost: u64, stop: &dyn Fn() -> bool) -> bool {
+        let mut g = self.total.lock().unwrap();
+        loop {
+            let reqs = c.reqs.load(Ordering::Relaxed);
+            let bytes = c.bytes.load(Ordering::Relaxed);
+            let conn_ok =
+                reqs < self.per_conn_reqs && (bytes == 0 || bytes + cost <= self.per_conn_cap);
+            let total_ok =
+                g.0 + cost <= self.cap || g.0 == 0 || (bytes == 0 && cost <= SMALL_REQUEST);
+            if conn_ok && total_ok {
+                g.0 += cost;
+                c.reqs.store(reqs + 1, Ordering::Relaxed);
+                c.bytes.store(bytes + cost, Ordering::Relaxed);
+                return true;
+            }
+            if stop() {
+                return false;
+            }
+            g.1 += 1;
+            g = self.cv.wait_timeout(g, REAP_EVERY).unwrap().0;
+            g.1 -= 1;
+        }
+    }
+
+    fn release(&self, c: &InFlight, cost: u64) {
+        let mut g = self.total.lock().unwrap();
+        debug_assert!(g.0 >= cost && c.bytes.load(Ordering::Relaxed) >= cost);
+        g.0 -= cost;
+        c.reqs.fetch_sub(1, Ordering::Relaxed);
+        c.bytes.fetch_sub(cost, Ordering::Relaxed);
+        let waiters = g.1;
+        drop(g);
+        if waiters > 0 {
+            self.cv.notify_all();
+        }
+    }
+
+    /// Waits until the connection has nothing in flight.
+    fn drain(&self, c: &InFlight) {
+        let mut g = self.total.lock().unwrap();
+        while c.reqs.load(Ordering::Relaxed) > 0 {
+            g.1 += 1;
+            g = self.cv.wait_timeout(g, REAP_EVERY).unwrap().0;
+            g.1 -= 1;
+        }
+    }
+}
+
+fn serve_connection<S: Stream>(shared: &Shared, stream: &S, watch: &Watch) -> io::Result<()>
 where
     for<'a> &'a S: Read + Write,
 {
-    set_read_timeout(stream.as_raw_fd(), shared.opts.handshake_timeout);
+    set_read_timeout(stream.as_raw_fd(), shared.opts.handshake_deadline);
     let mut reader = BufReader::with_capacity(64 << 10, stream);
     let Some(no_zeroes) = hello(&mut reader, stream)? else {
         return Ok(());
     };
-    match options(shared, &mut reader, stream, no_zeroes, false)? {
+    let mut count = 0;
+    match options(
+        shared,
+        &mut reader,
+        stream,
+        no_zeroes,
+        false,
+        watch,
+        &mut count,
+    )? {
         Haggled::Done => Ok(()),
         Haggled::Go(export, structured) => {
             set_read_timeout(stream.as_raw_fd(), None);
-            transmit(shared, reader, stream, export, structured)
+            watch.handshake_by.store(0, Ordering::SeqCst);
+            transmit(shared, reader, stream, export, structured, watch)
         }
         Haggled::StartTls(tls) => {
             if !reader.buffer().is_empty() {
@@ -364,13 +739,22 @@ where
                 ));
             }
             let tls = tls.accept(stream.as_raw_fd())?;
-            tls.set_read_timeout(shared.opts.handshake_timeout);
+            tls.set_read_timeout(shared.opts.handshake_deadline);
             debug!("TLS session established");
             let mut reader = BufReader::with_capacity(64 << 10, &tls);
-            let r = match options::<TlsStream>(shared, &mut reader, &tls, no_zeroes, true)? {
+            let r = match options::<TlsStream>(
+                shared,
+                &mut reader,
+                &tls,
+                no_zeroes,
+                true,
+                watch,
+                &mut count,
+            )? {
                 Haggled::Go(export, structured) => {
                     tls.set_read_timeout(None);
-                    transmit::<TlsStream>(shared, reader, &tls, export, structured)
+                    watch.handshake_by.store(0, Ordering::SeqCst);
+                    transmit::<TlsStream>(shared, reader, &tls, export, structured, watch)
                 }
                 _ => Ok(()),
             };
@@ -381,7 +765,7 @@ where
 }
 
 /// Sets (or clears) SO_RCVTIMEO on a socket.
-fn set_read_timeout(fd: RawFd, t: Option<std::time::Duration>) {
+fn set_read_timeout(fd: RawFd, t: Option<Duration>) {
     let t = t.unwrap_or_default();
     let tv = libc::timeval {
         tv_sec: t.as_secs() as libc::time_t,
@@ -397,40 +781,6 @@ fn set_read_timeout(fd: RawFd, t: Option<std::time::Duration>) {
             std::mem::size_of::<libc::timeval>() as libc::socklen_t,
         );
     }
-}
-
-fn transmit<S: Stream>(
-    shared: &Shared,
-    reader: BufReader<&S>,
-    stream: &S,
-    export: Arc<dyn Export>,
-    structured: bool,
-) -> io::Result<()>
-where
-    for<'a> &'a S: Read + Write,
-{
-    let bs = export.block_sizes();
-    let t = Transmission {
-        export: &*export,
-        size: export.size(),
-        max_block: bs.maximum,
-        structured,
-        read_only: export.read_only(),
-        can_trim: export.can_trim(),
-        max_drain: shared.opts.max_drain,
-        stream,
-        reader: Mutex::new(reader),
-        writer: Mutex::new(()),
-        closing: AtomicBool::new(false),
-    };
-    let workers = shared.opts.workers_per_connection;
-    thread::scope(|s| {
-        for _ in 1..workers {
-            s.spawn(|| worker(&t));
-        }
-        worker(&t);
-    });
-    Ok(())
 }
 
 // ---------------------------------------------------------------------------------------
@@ -525,13 +875,16 @@ where
     Ok(Some(cflags & FLAG_C_NO_ZEROES != 0))
 }
 
-/// Runs option haggling (again after STARTTLS, with `tls_up`).
+/// Runs option haggling (again after STARTTLS, with `tls_up`); `count` counts the options
+/// over both rounds.
 fn options<S: Stream>(
     shared: &Shared,
     r: &mut BufReader<&S>,
     stream: &S,
     no_zeroes: bool,
     tls_up: bool,
+    watch: &Watch,
+    count: &mut u32,
 ) -> io::Result<Haggled>
 where
     for<'a> &'a S: Read + Write,
@@ -544,6 +897,12 @@ where
             return Ok(Haggled::Done);
         }
         let magic = read_u64(r)?;
+        *count += 1;
+        if *count > shared.opts.max_options {
+            let msg = format!("more than {} options", shared.opts.max_options);
+            shared.warn_peer(&watch.peer, &msg);
+            return Ok(Haggled::Done);
+        }
         if magic != IHAVEOPT {
             return Err(protocol_error(format!(
                 "bad option magic {magic:#x} (expected IHAVEOPT)"
@@ -731,6 +1090,7 @@ where
 // ---------------------------------------------------------------------------------------
 // Transmission
 
+#[derive(Clone, Copy)]
 struct Req {
     flags: u16,
     typ: u16,
@@ -739,73 +1099,309 @@ struct Req {
     len: u32,
 }
 
-/// What the reader found besides a request to run.
+/// What the reader found.
 enum Next {
-    /// Run the request; a WRITE payload is in the worker's buffer.
+    /// Run the request (no payload).
     Run(Req),
+    /// A WRITE whose payload (within the maximum block size) follows.
+    Write(Req),
     /// Answer with this error without running (payload, if any, was discarded).
     Fail(Req, u32, &'static str),
     /// Stop this connection.
     Close,
 }
 
-/// Bytes reserved before the data in a worker buffer: enough for a structured OFFSET_DATA
+/// Bytes reserved before the data in a reply buffer: enough for a structured OFFSET_DATA
 /// header (20 + 8) or a simple reply (16).
 const DATA_AT: usize = STRUCTURED_HEADER_LEN + 8;
+/// What a request costs in the budget besides its data (headers, an error message).
+const REQUEST_OVERHEAD: u64 = 128;
 
-fn worker<S: Stream>(t: &Transmission<'_, S>)
-where
-    for<'a> &'a S: Read + Write,
-{
-    let mut buf: Vec<u8> = Vec::new();
-    loop {
-        if t.closing.load(Ordering::SeqCst) {
+/// A connection in transmission: what its reader, the pool's workers and its writer share.
+struct Conn {
+    export: Arc<dyn Export>,
+    size: u64,
+    max_block: u32,
+    structured: bool,
+    read_only: bool,
+    can_trim: bool,
+    max_drain: u32,
+    inflight: InFlight,
+    budget: Arc<Budget>,
+    pool: Arc<Pool>,
+    out: Mutex<Out>,
+    out_cv: Condvar,
+    closing: AtomicBool,
+    /// Plain sockets: a worker whose reply finds the socket idle sends it itself, without
+    /// blocking (MSG_DONTWAIT), and leaves only what did not fit to the writer thread.
+    plain_fd: Option<RawFd>,
+}
+
+/// Replies waiting for the writer.
+#[derive(Default)]
+struct Out {
+    q: VecDeque<Reply>,
+    /// The reader is done and nothing is in flight: the writer ends when the queue is empty.
+    done: bool,
+    /// The writer failed: replies are dropped as they complete.
+    dead: bool,
+    /// A reply is being sent (by the writer or a worker): nobody else may write.
+    writing: bool,
+    /// The writer thread waits for a reply (so completions wake it only then).
+    waiting: bool,
+}
+
+struct Reply {
+    buf: Vec<u8>,
+    /// The reply is `buf[start..]`.
+    start: usize,
+    cost: u64,
+}
+
+impl Conn {
+    /// A finished reply goes to the writer, or is dropped (its budget given back) when the
+    /// writer is gone.
+    fn complete(&self, mut r: Reply) {
+        let mut o = self.out.lock().unwrap();
+        if o.dead {
+            drop(o);
+            self.discard(r);
             return;
         }
-        let next = {
-            let mut r = t.reader.lock().unwrap();
-            if t.closing.load(Ordering::SeqCst) {
+        if let Some(fd) = self.plain_fd.filter(|_| !o.writing && o.q.is_empty()) {
+            o.writing = true;
+            drop(o);
+            let bytes = &r.buf[r.start..];
+            // SAFETY: fd stays open while this request is in flight (the connection waits
+            // for its budget to drain before closing); bytes is a valid buffer.
+            let n = unsafe {
+                libc::send(
+                    fd,
+                    bytes.as_ptr().cast(),
+                    bytes.len(),
+                    libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
+                )
+            };
+            let all = n >= 0 && n as usize == bytes.len();
+            if n > 0 {
+                r.start += n as usize;
+            }
+            o = self.out.lock().unwrap();
+            o.writing = false;
+            if all {
+                let wake = o.waiting;
+                drop(o);
+                if wake {
+                    self.out_cv.notify_one();
+                }
+                self.discard(r);
                 return;
             }
-            let n = read_request(t, &mut r, &mut buf);
-            if matches!(n, Next::Close) {
-                close_reading(t);
-            }
-            n
-        };
-        let ok = match next {
-            Next::Close => return,
-            Next::Fail(req, err, msg) => send_error(t, &req, err, msg, &mut buf),
-            Next::Run(req) => run(t, &req, &mut buf),
-        };
-        if !ok {
-            close_reading(t);
-            return;
+            // The rest (or an error, which the writer meets again) goes to the writer, first.
+            o.q.push_front(r);
+        } else {
+            o.q.push_back(r);
         }
-        if buf.capacity() > KEEP_BUFFER {
-            buf = Vec::new();
+        let wake = o.waiting;
+        drop(o);
+        if wake {
+            self.out_cv.notify_one();
+        }
+    }
+
+    fn discard(&self, r: Reply) {
+        self.budget.release(&self.inflight, r.cost);
+        self.pool.give_buffer(r.buf);
+    }
+
+    /// Stops the connection's reader: no further requests are read.
+    fn close_reading(&self, fd: RawFd) {
+        if !self.closing.swap(true, Ordering::SeqCst) {
+            // SAFETY: the stream is open for the connection's whole lifetime.
+            unsafe {
+                libc::shutdown(fd, libc::SHUT_RD);
+            }
         }
     }
 }
 
-/// Stops every worker of the connection from reading further requests.
-fn close_reading<S: Stream>(t: &Transmission<'_, S>)
+fn transmit<S: Stream>(
+    shared: &Shared,
+    mut reader: BufReader<&S>,
+    stream: &S,
+    export: Arc<dyn Export>,
+    structured: bool,
+    watch: &Watch,
+) -> io::Result<()>
 where
     for<'a> &'a S: Read + Write,
 {
-    if !t.closing.swap(true, Ordering::SeqCst) {
-        // SAFETY: the stream is open for the connection's whole lifetime.
-        unsafe {
-            libc::shutdown(t.stream.as_raw_fd(), libc::SHUT_RD);
+    let bs = export.block_sizes();
+    let c = Arc::new(Conn {
+        size: export.size(),
+        max_block: bs.maximum,
+        structured,
+        read_only: export.read_only(),
+        can_trim: export.can_trim(),
+        export,
+        max_drain: shared.opts.max_drain,
+        inflight: InFlight::default(),
+        budget: shared.budget.clone(),
+        pool: shared.pool().clone(),
+        out: Mutex::new(Out::default()),
+        out_cv: Condvar::new(),
+        closing: AtomicBool::new(false),
+        plain_fd: stream.plain_fd(),
+    });
+    thread::scope(|s| {
+        let writer = thread::Builder::new()
+            .name("nbd-writer".into())
+            .stack_size(CONN_STACK)
+            .spawn_scoped(s, || write_replies(shared, &c, stream, watch));
+        if let Err(e) = writer {
+            warn!(peer = %watch.peer, "cannot start a reply writer thread: {e}; closing the connection");
+            return;
+        }
+        read_requests(&c, &mut reader);
+        c.close_reading(stream.as_raw_fd());
+        // Requests in flight finish and are answered (or dropped if the writer failed).
+        c.budget.drain(&c.inflight);
+        c.out.lock().unwrap().done = true;
+        c.out_cv.notify_all();
+    });
+    debug_assert_eq!(c.inflight.reqs.load(Ordering::SeqCst), 0);
+    Ok(())
+}
+
+/// The connection's reader: admits each request against the budget, reads its payload and
+/// hands it to the pool, until the client leaves or the connection closes.
+fn read_requests<S: Stream>(c: &Arc<Conn>, r: &mut BufReader<&S>)
+where
+    for<'a> &'a S: Read + Write,
+{
+    loop {
+        if c.closing.load(Ordering::SeqCst) {
+            return;
+        }
+        let (req, mut fail, payload) = match read_request(c, r) {
+            Next::Close => return,
+            Next::Fail(req, e, m) => (req, Some((e, m)), false),
+            Next::Run(req) => (req, None, false),
+            Next::Write(req) => (req, None, true),
+        };
+        let data = match req.typ {
+            CMD_READ if fail.is_none() => req.len as u64,
+            CMD_WRITE if payload => req.len as u64,
+            _ => 0,
+        };
+        let cost = REQUEST_OVERHEAD + data;
+        if !c
+            .budget
+            .acquire(&c.inflight, cost, &|| c.closing.load(Ordering::SeqCst))
+        {
+            return;
+        }
+        let mut buf = c.pool.take_buffer();
+        if payload {
+            buf.resize(DATA_AT + req.len as usize, 0);
+            if r.read_exact(&mut buf[DATA_AT..]).is_err() {
+                debug!("connection closed in the middle of a WRITE payload");
+                c.discard(Reply {
+                    buf,
+                    start: 0,
+                    cost,
+                });
+                return;
+            }
+            fail = check_write(c, &req);
+        }
+        let c2 = c.clone();
+        c.pool.submit(Box::new(move || {
+            let start = match fail {
+                Some((e, m)) => fail_reply(&c2, &req, e, m, &mut buf),
+                None => run(&c2, &req, &mut buf),
+            };
+            c2.complete(Reply { buf, start, cost });
+        }));
+    }
+}
+
+/// The connection's writer: sends replies in completion order (those a worker could not send
+/// at once, see [`Conn::complete`]); the accept loop's watcher shuts the socket down when one
+/// takes longer than the write timeout.
+fn write_replies<S: Stream>(shared: &Shared, c: &Conn, stream: &S, watch: &Watch)
+where
+    for<'a> &'a S: Read + Write,
+{
+    let mut w = stream;
+    loop {
+        let r = {
+            let mut o = c.out.lock().unwrap();
+            loop {
+                if !o.writing {
+                    if let Some(r) = o.q.pop_front() {
+                        o.writing = true;
+                        break r;
+                    }
+                    if o.done {
+                        return;
+                    }
+                }
+                o.waiting = true;
+                o = c.out_cv.wait(o).unwrap();
+                o.waiting = false;
+            }
+        };
+        watch.writing_since.store(shared.now_ms(), Ordering::SeqCst);
+        let sent = w.write_all(&r.buf[r.start..]);
+        watch.writing_since.store(0, Ordering::SeqCst);
+        c.out.lock().unwrap().writing = false;
+        c.discard(r);
+        if let Err(e) = sent {
+            debug!(peer = %watch.peer, "sending reply: {e}");
+            let rest = {
+                let mut o = c.out.lock().unwrap();
+                o.dead = true;
+                std::mem::take(&mut o.q)
+            };
+            for r in rest {
+                c.discard(r);
+            }
+            c.close_reading(stream.as_raw_fd());
+            return;
         }
     }
 }
 
-fn read_request<S: Stream>(
-    t: &Transmission<'_, S>,
-    r: &mut BufReader<&S>,
-    buf: &mut Vec<u8>,
-) -> Next
+/// Whether the request lies within the export, and whether it carries flags it may not.
+fn range_and_flags(c: &Conn, req: &Req) -> (bool, bool) {
+    let end = req.offset.checked_add(req.len as u64);
+    let in_range = end.is_some_and(|e| e <= c.size);
+    let allowed_flags = match req.typ {
+        CMD_READ if c.structured => CMD_FLAG_FUA | CMD_FLAG_DF,
+        CMD_WRITE_ZEROES => CMD_FLAG_FUA | CMD_FLAG_NO_HOLE,
+        _ => CMD_FLAG_FUA,
+    };
+    (in_range, req.flags & !allowed_flags != 0)
+}
+
+/// Checks a WRITE whose payload has been read.
+fn check_write(c: &Conn, req: &Req) -> Option<(u32, &'static str)> {
+    let (in_range, bad_flags) = range_and_flags(c, req);
+    if bad_flags {
+        Some((EINVAL, "unknown or inapplicable command flags"))
+    } else if c.read_only {
+        Some((EPERM, "export is read-only"))
+    } else if !in_range {
+        Some((ENOSPC, "write beyond the end of the export"))
+    } else if req.len == 0 {
+        Some((EINVAL, "zero-length write"))
+    } else {
+        None
+    }
+}
+
+fn read_request<S: Stream>(c: &Conn, r: &mut BufReader<&S>) -> Next
 where
     for<'a> &'a S: Read + Write,
 {
@@ -830,24 +1426,17 @@ where
         offset: u64::from_be_bytes(h[16..24].try_into().unwrap()),
         len: u32::from_be_bytes(h[24..28].try_into().unwrap()),
     };
-    let end = req.offset.checked_add(req.len as u64);
-    let in_range = end.is_some_and(|e| e <= t.size);
-    let allowed_flags = match req.typ {
-        CMD_READ if t.structured => CMD_FLAG_FUA | CMD_FLAG_DF,
-        CMD_WRITE_ZEROES => CMD_FLAG_FUA | CMD_FLAG_NO_HOLE,
-        _ => CMD_FLAG_FUA,
-    };
-    let bad_flags = req.flags & !allowed_flags != 0;
+    let (in_range, bad_flags) = range_and_flags(c, &req);
     match req.typ {
         CMD_WRITE => {
             let len = req.len as usize;
-            if req.len > t.max_block {
-                if req.len > t.max_drain {
+            if req.len > c.max_block {
+                if req.len > c.max_drain {
                     warn!(
                         handle = req.handle,
                         "WRITE of {} bytes exceeds the {} byte limit; closing connection",
                         req.len,
-                        t.max_drain
+                        c.max_drain
                     );
                     return Next::Close;
                 }
@@ -856,28 +1445,11 @@ where
                 }
                 return Next::Fail(req, EINVAL, "write longer than the maximum block size");
             }
-            buf.resize(DATA_AT + len, 0);
-            if r.read_exact(&mut buf[DATA_AT..]).is_err() {
-                debug!("connection closed in the middle of a WRITE payload");
-                return Next::Close;
-            }
-            if bad_flags {
-                return Next::Fail(req, EINVAL, "unknown or inapplicable command flags");
-            }
-            if t.read_only {
-                return Next::Fail(req, EPERM, "export is read-only");
-            }
-            if !in_range {
-                return Next::Fail(req, ENOSPC, "write beyond the end of the export");
-            }
-            if req.len == 0 {
-                return Next::Fail(req, EINVAL, "zero-length write");
-            }
-            Next::Run(req)
+            Next::Write(req)
         }
         _ if bad_flags => Next::Fail(req, EINVAL, "unknown or inapplicable command flags"),
         CMD_READ => {
-            if req.len > t.max_block {
+            if req.len > c.max_block {
                 let e = if req.flags & CMD_FLAG_DF != 0 {
                     EOVERFLOW
                 } else {
@@ -898,9 +1470,9 @@ where
         }
         CMD_FLUSH => Next::Run(req),
         CMD_TRIM => {
-            if !t.can_trim {
+            if !c.can_trim {
                 Next::Fail(req, EINVAL, "trim is not supported by this export")
-            } else if t.read_only {
+            } else if c.read_only {
                 Next::Fail(req, EPERM, "export is read-only")
             } else if !in_range {
                 Next::Fail(req, EINVAL, "trim beyond the end of the export")
@@ -909,7 +1481,7 @@ where
             }
         }
         CMD_WRITE_ZEROES => {
-            if t.read_only {
+            if c.read_only {
                 Next::Fail(req, EPERM, "export is read-only")
             } else if !in_range {
                 Next::Fail(req, ENOSPC, "write zeroes beyond the end of the export")
@@ -932,19 +1504,17 @@ fn cmd_name(typ: u16) -> &'static str {
     }
 }
 
-/// Executes one request and sends its reply. Returns false when the reply could not be sent.
-fn run<S: Stream>(t: &Transmission<'_, S>, req: &Req, buf: &mut Vec<u8>) -> bool
-where
-    for<'a> &'a S: Read + Write,
-{
+/// Executes one request (on a pool worker) and builds its reply in `buf` (a WRITE's payload
+/// sits at `buf[DATA_AT..]`). Returns where the reply starts in `buf`.
+fn run(c: &Conn, req: &Req, buf: &mut Vec<u8>) -> usize {
     let fua = req.flags & CMD_FLAG_FUA != 0;
-    let e = t.export;
+    let e = &*c.export;
     let result = match req.typ {
         CMD_READ => {
             let len = req.len as usize;
             buf.resize(DATA_AT + len, 0);
             match e.read(req.offset, &mut buf[DATA_AT..]) {
-                Ok(()) => return send_read_data(t, req, buf),
+                Ok(()) => return read_data_reply(c, req, buf),
                 Err(err) => Err(err),
             }
         }
@@ -963,7 +1533,7 @@ where
         _ => unreachable!("validated in read_request"),
     };
     match result {
-        Ok(()) => send_simple(t, req.handle, 0, buf),
+        Ok(()) => simple_reply(req.handle, 0, buf),
         Err(err) => {
             let code = errno_of(&err);
             warn!(
@@ -973,25 +1543,17 @@ where
                 req.len,
                 errno_name(code)
             );
-            if req.typ == CMD_READ && t.structured {
-                send_structured_error(t, req, code, &err.to_string(), Some(req.offset), buf)
+            if req.typ == CMD_READ && c.structured {
+                structured_error_reply(req, code, &err.to_string(), Some(req.offset), buf)
             } else {
-                send_simple(t, req.handle, code, buf)
+                simple_reply(req.handle, code, buf)
             }
         }
     }
 }
 
-fn send_error<S: Stream>(
-    t: &Transmission<'_, S>,
-    req: &Req,
-    code: u32,
-    msg: &str,
-    buf: &mut Vec<u8>,
-) -> bool
-where
-    for<'a> &'a S: Read + Write,
-{
+/// Builds the error reply of a request refused without running.
+fn fail_reply(c: &Conn, req: &Req, code: u32, msg: &str, buf: &mut Vec<u8>) -> usize {
     debug!(
         handle = req.handle,
         "{} offset {} length {} refused: {msg} ({})",
@@ -1000,45 +1562,24 @@ where
         req.len,
         errno_name(code)
     );
-    if req.typ == CMD_READ && t.structured {
-        send_structured_error(t, req, code, msg, None, buf)
+    if req.typ == CMD_READ && c.structured {
+        structured_error_reply(req, code, msg, None, buf)
     } else {
-        send_simple(t, req.handle, code, buf)
+        simple_reply(req.handle, code, buf)
     }
 }
 
-fn write_reply<S: Stream>(t: &Transmission<'_, S>, bytes: &[u8]) -> bool
-where
-    for<'a> &'a S: Read + Write,
-{
-    let _g = t.writer.lock().unwrap();
-    let mut w = t.stream;
-    match w.write_all(bytes) {
-        Ok(()) => true,
-        Err(e) => {
-            debug!("sending reply: {e}");
-            false
-        }
-    }
-}
-
-fn send_simple<S: Stream>(t: &Transmission<'_, S>, handle: u64, err: u32, buf: &mut Vec<u8>) -> bool
-where
-    for<'a> &'a S: Read + Write,
-{
+fn simple_reply(handle: u64, err: u32, buf: &mut Vec<u8>) -> usize {
     buf.clear();
     buf.extend_from_slice(&SIMPLE_REPLY_MAGIC.to_be_bytes());
     buf.extend_from_slice(&err.to_be_bytes());
     buf.extend_from_slice(&handle.to_be_bytes());
-    write_reply(t, buf)
+    0
 }
 
-/// Sends read data that sits at `buf[DATA_AT..]`, header written in place before it.
-fn send_read_data<S: Stream>(t: &Transmission<'_, S>, req: &Req, buf: &mut [u8]) -> bool
-where
-    for<'a> &'a S: Read + Write,
-{
-    if t.structured {
+/// Read data sits at `buf[DATA_AT..]`; its header is written in place before it.
+fn read_data_reply(c: &Conn, req: &Req, buf: &mut [u8]) -> usize {
+    if c.structured {
         let h = &mut buf[..DATA_AT];
         h[0..4].copy_from_slice(&STRUCTURED_REPLY_MAGIC.to_be_bytes());
         h[4..6].copy_from_slice(&REPLY_FLAG_DONE.to_be_bytes());
@@ -1046,28 +1587,24 @@ where
         h[8..16].copy_from_slice(&req.handle.to_be_bytes());
         h[16..20].copy_from_slice(&(req.len + 8).to_be_bytes());
         h[20..28].copy_from_slice(&req.offset.to_be_bytes());
-        write_reply(t, buf)
+        0
     } else {
         let at = DATA_AT - SIMPLE_REPLY_LEN;
         let h = &mut buf[at..DATA_AT];
         h[0..4].copy_from_slice(&SIMPLE_REPLY_MAGIC.to_be_bytes());
         h[4..8].copy_from_slice(&0u32.to_be_bytes());
         h[8..16].copy_from_slice(&req.handle.to_be_bytes());
-        write_reply(t, &buf[at..])
+        at
     }
 }
 
-fn send_structured_error<S: Stream>(
-    t: &Transmission<'_, S>,
+fn structured_error_reply(
     req: &Req,
     code: u32,
     msg: &str,
     offset: Option<u64>,
     buf: &mut Vec<u8>,
-) -> bool
-where
-    for<'a> &'a S: Read + Write,
-{
+) -> usize {
     let mut cut = msg.len().min(MAX_STRING);
     while !msg.is_char_boundary(cut) {
         cut -= 1;
@@ -1091,5 +1628,5 @@ where
     if let Some(o) = offset {
         buf.extend_from_slice(&o.to_be_bytes());
     }
-    write_reply(t, buf)
+    0
 }

@@ -205,7 +205,7 @@ fn fuzz_opts() -> ServerOptions {
     ServerOptions {
         workers_per_connection: 2,
         max_drain: 256 << 10,
-        handshake_timeout: Some(Duration::from_secs(5)),
+        handshake_deadline: Some(Duration::from_secs(5)),
         ..Default::default()
     }
 }

@@ -476,7 +476,7 @@ fn idle_client_after_starttls_is_dropped_at_the_handshake_timeout() {
         vec![("disk".into(), e as Arc<dyn Export>)],
         ServerOptions {
             tls: Some(TlsConfig::new(TlsMode::Require, Some(&psk), None).unwrap()),
-            handshake_timeout: Some(Duration::from_millis(500)),
+            handshake_deadline: Some(Duration::from_millis(500)),
             ..Default::default()
         },
     );
@@ -582,5 +582,57 @@ openssl x509 -req -in client.csr -CA '{ca}/ca-cert.pem' -CAkey '{ca}/ca-key.pem'
     );
     run(Command::new("sh").args(["-c", &sh]));
     assert_eq!(nbdinfo_size(&uri_for(&me)).unwrap(), size);
+    srv.stop();
+}
+
+/// A TLS client that pipelines large READs and never reads the replies is cut off at the
+/// write timeout like a plaintext one (the writer thread blocks inside the TLS session), and
+/// the server goes on serving TLS clients.
+#[test]
+fn deaf_tls_client_is_dropped_at_the_write_timeout() {
+    let dir = tempfile::tempdir().unwrap();
+    let psk = psk_file(dir.path());
+    let tls = TlsConfig::new(TlsMode::Require, Some(&psk), None).unwrap();
+    let size = 64u64 << 20;
+    let (_p, e) = file_export(dir.path(), "disk.img", size);
+    let srv = TestServer::start_with(
+        vec![("disk".into(), e as Arc<dyn Export>)],
+        ServerOptions {
+            tls: Some(tls),
+            write_timeout: Some(Duration::from_secs(1)),
+            ..Default::default()
+        },
+    );
+    let uri = psk_uri(&srv, &psk);
+    let mut deaf = tiercache_nbd::Client::connect(&uri).unwrap();
+    // On a loaded machine the server may cut the client off before all 16 are sent.
+    let mut submitted = 0;
+    for i in 0..16u64 {
+        if deaf.submit_read((i % 2) * (32 << 20), 32 << 20).is_err() {
+            break;
+        }
+        submitted += 1;
+    }
+    std::thread::sleep(Duration::from_millis(2500));
+    // Whatever the socket buffers held can still be read, then the connection ends.
+    let mut done = 0;
+    let cut = submitted < 16
+        || loop {
+            match deaf.wait_any() {
+                Ok(_) => done += 1,
+                Err(_) => break true,
+            }
+            if done == 16 {
+                break false;
+            }
+        };
+    assert!(
+        cut,
+        "all {done} replies came: the deaf TLS client was not cut off"
+    );
+    println!("deaf TLS client cut off after {submitted} requests and {done} replies");
+    let mut c = tiercache_nbd::Client::connect(&uri).unwrap();
+    let mut b = vec![0u8; 4096];
+    c.read(0, &mut b).unwrap();
     srv.stop();
 }

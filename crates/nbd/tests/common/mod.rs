@@ -245,3 +245,79 @@ pub fn request(b: &mut Vec<u8>, typ: u16, flags: u16, handle: u64, offset: u64, 
         b.extend((0..len).map(|i| i as u8));
     }
 }
+
+/// Fixed-newstyle handshake and NBD_OPT_GO for export `name` on a raw stream (simple
+/// replies). Returns false when the server closes the connection instead (refused at the
+/// connection limit); panics on a protocol answer other than INFO/ACK.
+pub fn raw_go(s: &mut (impl io::Read + io::Write), name: &str) -> bool {
+    let mut hello = [0u8; 18];
+    if s.read_exact(&mut hello).is_err() {
+        return false;
+    }
+    let mut b = (tiercache_nbd::proto::FLAG_C_FIXED_NEWSTYLE
+        | tiercache_nbd::proto::FLAG_C_NO_ZEROES)
+        .to_be_bytes()
+        .to_vec();
+    option(&mut b, tiercache_nbd::proto::OPT_GO, &go_data(name, &[]));
+    if s.write_all(&b).is_err() {
+        return false;
+    }
+    loop {
+        let mut h = [0u8; 20];
+        if s.read_exact(&mut h).is_err() {
+            return false;
+        }
+        let typ = u32::from_be_bytes(h[12..16].try_into().unwrap());
+        let mut d = vec![0u8; u32::from_be_bytes(h[16..20].try_into().unwrap()) as usize];
+        if s.read_exact(&mut d).is_err() {
+            return false;
+        }
+        use tiercache_nbd::proto::{REP_ACK, REP_INFO};
+        assert!(typ == REP_ACK || typ == REP_INFO, "GO: {typ:#x}");
+        if typ == REP_ACK {
+            return true;
+        }
+    }
+}
+
+/// One READ of `len` bytes at `offset` in transmission (simple replies): the data, or None
+/// when the connection fails; panics on an NBD error reply.
+pub fn raw_read(
+    s: &mut (impl io::Read + io::Write),
+    handle: u64,
+    offset: u64,
+    len: u32,
+) -> Option<Vec<u8>> {
+    let mut b = Vec::new();
+    request(
+        &mut b,
+        tiercache_nbd::proto::CMD_READ,
+        0,
+        handle,
+        offset,
+        len,
+    );
+    s.write_all(&b).ok()?;
+    let mut r = vec![0u8; 16 + len as usize];
+    s.read_exact(&mut r).ok()?;
+    assert_eq!(&r[4..8], &[0, 0, 0, 0], "read error");
+    assert_eq!(
+        u64::from_be_bytes(r[8..16].try_into().unwrap()),
+        handle,
+        "reply handle"
+    );
+    Some(r.split_off(16))
+}
+
+/// A process status field of `/proc/self/status` in its unit (kB for memory, a count for
+/// Threads).
+pub fn proc_status(field: &str) -> u64 {
+    let s = std::fs::read_to_string("/proc/self/status").unwrap();
+    s.lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+        .unwrap_or_else(|| panic!("no {field} in /proc/self/status"))
+        .trim()
+        .trim_end_matches(" kB")
+        .parse()
+        .unwrap()
+}
