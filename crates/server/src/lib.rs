@@ -8,6 +8,7 @@ pub mod control;
 pub mod dev;
 pub mod fault;
 pub mod format;
+pub mod identity;
 pub mod log_check;
 pub mod log_format;
 pub mod log_volume;
@@ -18,6 +19,7 @@ pub mod volume;
 
 pub use dev::{hdd_config, BlockDev, EmulatedHdd, FileDev};
 pub use format::{FormatError, Superblock};
+pub use identity::BackingIdentity;
 pub use log_volume::{format_log, read_log_superblock, LogFormatOptions, LogVolume};
 pub use nbd_dev::NbdDev;
 pub use volume::{
