@@ -188,6 +188,54 @@ impl BackingIdentity {
     }
 }
 
+/// Compares the identity a superblock recorded with the device given.
+/// `Ok(note)`: the caller records `given` (a note for the log when that is more than a plain
+/// match: an unrecorded identity trusted, a renamed block device with the same stable id, a
+/// rename accepted by `accept_rename`). `Err((recorded, given))`: another device, described.
+pub fn verify(
+    recorded: &BackingIdentity,
+    given: &BackingIdentity,
+    accept_rename: bool,
+) -> Result<Option<String>, (String, String)> {
+    let note = if recorded.is_unknown() {
+        Some(format!(
+            "the cache recorded no backing identity (a version-1 format, or formatted without one{}): trusting {} and recording it",
+            if recorded.name.is_empty() {
+                String::new()
+            } else {
+                format!(", formatted for {:?}", recorded.name)
+            },
+            given.describe()
+        ))
+    } else if recorded.same_device(given) {
+        (recorded.name_hash != given.name_hash).then(|| {
+            format!(
+                "backing device {} is {} renamed (same id); recording the new name",
+                given.describe(),
+                recorded.name
+            )
+        })
+    } else if accept_rename {
+        Some(format!(
+            "backing device {} accepted in place of {} (--accept-backing-rename); recording it",
+            given.describe(),
+            recorded.describe()
+        ))
+    } else {
+        return Err((recorded.describe(), given.describe()));
+    };
+    if let Some(n) = &note {
+        tracing::warn!("{n}");
+    }
+    Ok(note)
+}
+
+/// Clean lines compared with the backing device at every open (both layouts): at least 64
+/// (all of them if fewer), spread over the volume, at most 64 MiB of them.
+pub fn sample_size(line_size: u64) -> usize {
+    ((64u64 << 20) / line_size).clamp(64, 256) as usize
+}
+
 /// One of the names is the other truncated to the stored length (same hash already checked).
 fn truncated(a: &BackingIdentity, b: &BackingIdentity) -> bool {
     let (short, long) = if a.name.len() <= b.name.len() {

@@ -20,7 +20,9 @@ pub mod volume;
 pub use dev::{hdd_config, BlockDev, EmulatedHdd, FileDev};
 pub use format::{FormatError, Superblock};
 pub use identity::BackingIdentity;
-pub use log_volume::{format_log, read_log_superblock, LogFormatOptions, LogVolume};
+pub use log_volume::{
+    format_log, format_log_for, read_log_superblock, LogFormatOptions, LogOpenOptions, LogVolume,
+};
 pub use nbd_dev::NbdDev;
 pub use volume::{
     format, read_superblock, CacheVolume, FormatOptions, LineState, OpenOptions, OpenReport,

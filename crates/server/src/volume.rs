@@ -305,49 +305,10 @@ fn check_backing_identity(
     let Some(given) = backing.identity() else {
         return Ok(None); // a device that cannot say which it is (test wrappers)
     };
-    let recorded = &sb.backing;
-    let note = if recorded.is_unknown() {
-        Some(format!(
-            "the cache recorded no backing identity (format version {}{}): trusting {} and recording it",
-            sb.version,
-            if recorded.name.is_empty() {
-                String::new()
-            } else {
-                format!(", formatted for {:?}", recorded.name)
-            },
-            given.describe()
-        ))
-    } else if recorded.same_device(&given) {
-        (recorded.name != given.name && recorded.name_hash != given.name_hash).then(|| {
-            format!(
-                "backing device {} is {} renamed (same id); recording the new name",
-                given.describe(),
-                recorded.name
-            )
-        })
-    } else if opts.accept_backing_rename {
-        Some(format!(
-            "backing device {} accepted in place of {} (--accept-backing-rename); recording it",
-            given.describe(),
-            recorded.describe()
-        ))
-    } else {
-        return Err(FormatError::WrongBacking {
-            recorded: recorded.describe(),
-            given: given.describe(),
-        });
-    };
-    if let Some(n) = &note {
-        tracing::warn!("{n}");
-    }
+    let note = crate::identity::verify(&sb.backing, &given, opts.accept_backing_rename)
+        .map_err(|(recorded, given)| FormatError::WrongBacking { recorded, given })?;
     sb.backing = given;
     Ok(note)
-}
-
-/// Clean lines compared with the backing device at every open: at least 64 (all if fewer),
-/// spread over the volume, at most 64 MiB of them.
-fn sample_size(line_size: u64) -> usize {
-    ((64u64 << 20) / line_size).clamp(64, 256) as usize
 }
 
 /// Compares a sample of the clean lines about to be restored with the backing device. A
@@ -378,7 +339,7 @@ fn verify_clean_sample(
         return Ok(());
     }
     clean.sort_by_key(|&i| lines[i].1.key);
-    let k = clean.len().min(sample_size(ls));
+    let k = clean.len().min(crate::identity::sample_size(ls));
     let (mut a, mut b) = (vec![0u8; ls as usize], vec![0u8; ls as usize]);
     let mut differ: Vec<usize> = Vec::new();
     for j in 0..k {

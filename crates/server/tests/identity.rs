@@ -8,7 +8,11 @@ use common::*;
 use std::path::{Path, PathBuf};
 use tiercache_engine::Mode;
 use tiercache_nbd::Export;
-use tiercache_server::{CacheVolume, FileDev, OpenOptions, OpenReport};
+use tiercache_server::log_volume::LogOpenReport;
+use tiercache_server::{
+    BlockDev, CacheVolume, FileDev, LogFormatOptions, LogOpenOptions, LogVolume, OpenOptions,
+    OpenReport,
+};
 
 const LS: u64 = 4096;
 
@@ -202,7 +206,7 @@ fn backing_changes_accepted_with_the_flag_keep_dirty_lines_only() {
 
 #[test]
 fn version_1_superblock_opens_and_gets_the_identity() {
-    use tiercache_server::{BackingIdentity, BlockDev};
+    use tiercache_server::BackingIdentity;
     let f = files(64, LS);
     cache_with(&f, 4, 2);
     // Rewrite the superblock as version 1 wrote it: the path as given, no identity.
@@ -267,4 +271,164 @@ fn unclean_start_drops_only_the_differing_clean_lines() {
     assert_eq!(got, line(0x77));
     v.read(8 * LS, &mut got).unwrap();
     assert_eq!(got, line(0x18));
+}
+
+// The log layout.
+
+/// Opens the log cache of `f` in front of `backing`.
+fn log_open_on(f: &Files, backing: &Path) -> Result<LogVolume, String> {
+    log_open_opts(f, backing, &LogOpenOptions::default()).map(|(v, _)| v)
+}
+
+fn log_open_opts(
+    f: &Files,
+    backing: &Path,
+    o: &LogOpenOptions,
+) -> Result<(LogVolume, LogOpenReport), String> {
+    LogVolume::open_opts(
+        Box::new(FileDev::open(&f.cache).unwrap()),
+        Box::new(FileDev::open(backing).unwrap()),
+        o,
+    )
+    .map_err(|e| e.to_string())
+}
+
+/// A write-back log cache (segments of four lines) in front of `f.backing` holding `clean`
+/// clean lines (0..clean) and `dirty` dirty ones after them, shut down cleanly.
+fn log_cache_with(f: &Files, clean: u64, dirty: u64) {
+    let o = LogFormatOptions {
+        segment_size: 4 * LS,
+        mode: Mode::WriteBack,
+        journal_records: Some(400),
+        ..Default::default()
+    };
+    tiercache_server::format_log(&FileDev::open(&f.cache).unwrap(), VOL, &o).unwrap();
+    let v = log_open_on(f, &f.backing).unwrap();
+    // Reads admit lines clean; writes (write-back) are dirty.
+    let mut buf = line(0);
+    for i in 0..clean {
+        v.read(i * LS, &mut buf).unwrap();
+    }
+    for i in clean..clean + dirty {
+        v.write(i * LS, &line(0x80 + i as u8), false).unwrap();
+    }
+    v.shutdown().unwrap();
+}
+
+#[test]
+fn log_wrong_backing_of_the_same_size_is_refused() {
+    let f = files(512, LS);
+    log_cache_with(&f, 8, 0);
+    let b = other_disk(&f, "b.img");
+    let e = log_open_on(&f, &b)
+        .err()
+        .expect("a log cache of A.img opened in front of B.img");
+    assert!(e.contains("backing.img") && e.contains("b.img"), "{e}");
+}
+
+#[test]
+fn log_backing_written_behind_a_clean_cache_is_detected() {
+    let f = files(512, LS);
+    log_cache_with(&f, 16, 0);
+    let mut d = std::fs::read(&f.backing).unwrap();
+    d[(5 * LS) as usize..(6 * LS) as usize].fill(0xee);
+    std::fs::write(&f.backing, &d).unwrap();
+    let v = log_open_on(&f, &f.backing).unwrap();
+    let mut got = line(0);
+    v.read(5 * LS, &mut got).unwrap();
+    assert!(got == line(0xee), "the stale cached copy was served");
+    let mut all = vec![0u8; VOL as usize];
+    v.read(0, &mut all).unwrap();
+    assert!(all == d, "the volume reads the backing device's bytes");
+}
+
+#[test]
+fn log_backing_written_behind_a_cache_with_dirty_lines_is_refused() {
+    let f = files(512, LS);
+    log_cache_with(&f, 16, 2);
+    let mut d = std::fs::read(&f.backing).unwrap();
+    d[(5 * LS) as usize..(6 * LS) as usize].fill(0xee);
+    std::fs::write(&f.backing, &d).unwrap();
+    let e = log_open_on(&f, &f.backing)
+        .err()
+        .expect("dirty lines over a changed disk");
+    assert!(e.contains("--accept-backing-changes"), "{e}");
+    // Refused twice alike: the first refusal did not make the next start lenient.
+    let e = log_open_on(&f, &f.backing).err().expect("refused again");
+    assert!(e.contains("--accept-backing-changes"), "{e}");
+    let flag = LogOpenOptions {
+        accept_backing_changes: true,
+        ..Default::default()
+    };
+    let (v, rep) = log_open_opts(&f, &f.backing, &flag).unwrap();
+    assert_eq!(
+        (
+            rep.sampled_clean_lines,
+            rep.differing_clean_lines,
+            rep.dropped_clean_lines
+        ),
+        (16, 1, 16),
+        "{rep:?}"
+    );
+    let mut got = line(0);
+    v.read(5 * LS, &mut got).unwrap();
+    assert!(got == line(0xee));
+    v.read(17 * LS, &mut got).unwrap();
+    assert!(got == line(0x80 + 17), "the dirty line is kept");
+}
+
+#[test]
+fn log_renamed_backing_is_accepted_with_the_flag_and_version_1_opens() {
+    let f = files(512, LS);
+    log_cache_with(&f, 4, 2);
+    let moved = f.dir.path().join("moved.img");
+    std::fs::rename(&f.backing, &moved).unwrap();
+    let e = log_open_on(&f, &moved)
+        .err()
+        .expect("renamed: refused without the flag");
+    assert!(
+        e.contains("moved.img") && e.contains("--accept-backing-rename"),
+        "{e}"
+    );
+    let flag = LogOpenOptions {
+        accept_backing_rename: true,
+        ..Default::default()
+    };
+    let (v, rep) = log_open_opts(&f, &moved, &flag).unwrap();
+    assert!(
+        rep.backing_note.is_some() && rep.dirty_lines == 2,
+        "{rep:?}"
+    );
+    v.shutdown().unwrap();
+    drop(v);
+    // Rewrite the superblock as version 1 wrote it: no identity.
+    let c = FileDev::open(&f.cache).unwrap();
+    let mut b = vec![0u8; 4096];
+    c.read_at(&mut b, 0).unwrap();
+    b[8..12].copy_from_slice(&1u32.to_le_bytes());
+    b[112..508].fill(0);
+    let crc = crc32c::crc32c(&b[..508]);
+    b[508..512].copy_from_slice(&crc.to_le_bytes());
+    c.write_at(&b, 0).unwrap();
+    c.sync().unwrap();
+    let (v, rep) = log_open_opts(&f, &moved, &LogOpenOptions::default()).unwrap();
+    assert!(
+        rep.backing_note
+            .as_deref()
+            .unwrap()
+            .contains("no backing identity"),
+        "{rep:?}"
+    );
+    let mut got = line(0);
+    v.read(5 * LS, &mut got).unwrap();
+    assert!(got == line(0x85));
+    v.shutdown().unwrap();
+    drop(v);
+    let sb = tiercache_server::read_log_superblock(&c).unwrap().unwrap();
+    assert!(
+        sb.backing.name.ends_with("moved.img"),
+        "recorded again: {sb:?}"
+    );
+    let b2 = other_disk(&f, "b.img");
+    assert!(log_open_on(&f, &b2).is_err());
 }
