@@ -184,6 +184,8 @@ pub struct LogOpenOptions {
     /// Clean cached lines differ from the backing device and dirty ones are cached: open
     /// anyway, dropping the clean lines (the dirty ones will overwrite the changes).
     pub accept_backing_changes: bool,
+    /// The backing device is not there (the offline check): no clean line is compared.
+    pub offline: bool,
 }
 
 /// What opening found.
@@ -447,7 +449,9 @@ impl LogVolume {
         };
         let mut rep = inner.recover()?;
         rep.backing_note = backing_note;
-        inner.verify_clean_sample(&mut rep, opts)?;
+        if !opts.offline {
+            inner.verify_clean_sample(&mut rep, opts)?;
+        }
         let size = inner.sb.backing_size;
         let line = inner.sb.line_size;
         Ok((
