@@ -6,7 +6,8 @@
 //! device's identity at format time and `open` compares it with the device it is given:
 //! * a **block device** is known by a stable id that survives renames (`/dev/sdb` becoming
 //!   `/dev/sdc`): its WWID (`/sys/dev/block/M:m/device/wwid`, or `.../wwid`, `.../dm/uuid`,
-//!   `.../device/serial`), else its `/dev/disk/by-id` name; a partition adds `-partN`;
+//!   `.../device/serial`; a loop device: its backing file), else its `/dev/disk/by-id` name;
+//!   a partition adds `-partN`;
 //! * a **regular file** by its canonical path (its device and inode number would change with
 //!   a copy or a restore from backup, which is the same volume; its path does not);
 //! * an **NBD export** by its URI (which names the export).
@@ -259,6 +260,7 @@ fn block_stable_id(canon: &Path, rdev: u64) -> Option<String> {
             ["device/wwid", "wwid", "dm/uuid", "device/serial"]
                 .iter()
                 .find_map(|f| read_trim(&d.join(f)))
+                .or_else(|| read_trim(&d.join("loop/backing_file")).map(|f| format!("loop:{f}")))
         };
         if let Some(part) = read_trim(&sys.join("partition")) {
             if let Some(id) = sys.parent().and_then(whole) {

@@ -432,3 +432,58 @@ fn log_renamed_backing_is_accepted_with_the_flag_and_version_1_opens() {
     let b2 = other_disk(&f, "b.img");
     assert!(log_open_on(&f, &b2).is_err());
 }
+
+/// `losetup -f --show FILE`, detached on drop.
+struct Loop(String);
+
+impl Loop {
+    fn attach(file: &Path) -> Option<Loop> {
+        let out = std::process::Command::new("losetup")
+            .args(["-f", "--show"])
+            .arg(file)
+            .output()
+            .ok()?;
+        let dev = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        (out.status.success() && dev.starts_with("/dev/")).then_some(Loop(dev))
+    }
+}
+
+impl Drop for Loop {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("losetup")
+            .args(["-d", &self.0])
+            .status();
+    }
+}
+
+#[test]
+fn block_devices_are_known_by_their_stable_id() {
+    let f = files(64, LS);
+    let Some(l1) = Loop::attach(&f.backing) else {
+        println!("SKIP: no loop device (needs root and losetup)");
+        return;
+    };
+    let id = FileDev::open(Path::new(&l1.0)).unwrap().identity().unwrap();
+    assert_eq!(id.kind, tiercache_server::identity::IdKind::Block);
+    assert!(id.stable_id.starts_with("loop:"), "{id:?}");
+    format(&f, Mode::WriteBack, LS);
+    let (v, _) = open_on(&f, Path::new(&l1.0), &OpenOptions::default()).unwrap();
+    v.write(0, &line(0xb1), false).unwrap();
+    v.shutdown().unwrap();
+    drop(v);
+    // The same file on a second loop device: another node name, the same disk.
+    let l2 = Loop::attach(&f.backing).unwrap();
+    let (v, rep) = open_on(&f, Path::new(&l2.0), &OpenOptions::default()).unwrap();
+    assert!(
+        rep.backing_note.as_deref().unwrap().contains("renamed"),
+        "{rep:?}"
+    );
+    v.shutdown().unwrap();
+    drop(v);
+    // Another file of the same size on a loop device: another disk.
+    let other = Loop::attach(&other_disk(&f, "b.img")).unwrap();
+    let e = open_on(&f, Path::new(&other.0), &OpenOptions::default())
+        .err()
+        .expect("another disk");
+    assert!(e.contains("b.img") && e.contains("backing.img"), "{e}");
+}
