@@ -13,7 +13,7 @@ use tiercache_engine::{parse_size, Mode};
 use tiercache_nbd::{Export, ServerOptions};
 use tiercache_server::control::Command;
 use tiercache_server::log_format::LogSuperblock;
-use tiercache_server::{BlockDev, FileDev, LogFormatOptions, LogVolume};
+use tiercache_server::{BlockDev, LogFormatOptions, LogOpenOptions, LogVolume};
 
 macro_rules! say {
     ($($t:tt)*) => {{
@@ -112,14 +112,14 @@ fn check_same_layout(l: &LayoutArgs, sb: &LogSuperblock, path: &Path) -> Result<
 /// Formats `cache` in the log layout.
 pub fn format(
     cache_path: &Path,
-    cache: &FileDev,
-    backing_size: u64,
+    cache: &dyn BlockDev,
+    backing: &dyn BlockDev,
     l: &LayoutArgs,
     line_size: u64,
     mode: Mode,
 ) -> Result<()> {
     let o = options(l, line_size, mode)?;
-    let sb = tiercache_server::format_log(cache, backing_size, &o)
+    let sb = tiercache_server::format_log_for(cache, backing.size(), backing.identity(), &o)
         .with_context(|| format!("formatting {} in the log layout", cache_path.display()))?;
     println!(
         "formatted {} (log layout): {} segments of {} ({} extents each at most), lines of {} bytes, compression {}, dedup index {}, picker {}, mode {}, backing {} bytes",
@@ -134,6 +134,7 @@ pub fn format(
         sb.mode,
         sb.backing_size
     );
+    println!("backing device {}", sb.backing.describe());
     Ok(())
 }
 
@@ -154,9 +155,11 @@ pub struct LogServe {
     pub direct_only: Vec<&'static str>,
     /// Format the device (it holds no cache yet and `--layout log --format-if-needed`).
     pub format: bool,
+    /// What the open accepts about the backing device (`--accept-backing-*`).
+    pub accept: LogOpenOptions,
 }
 
-pub fn serve(p: LogServe, cache: FileDev, backing: Box<dyn BlockDev>) -> Result<()> {
+pub fn serve(p: LogServe, cache: Box<dyn BlockDev>, backing: Box<dyn BlockDev>) -> Result<()> {
     if !p.direct_only.is_empty() {
         bail!(
             "{} apply to the direct layout only; {} is (or is being formatted) in the log layout",
@@ -170,7 +173,7 @@ pub fn serve(p: LogServe, cache: FileDev, backing: Box<dyn BlockDev>) -> Result<
             p.line_size.unwrap_or(4096),
             p.mode.unwrap_or(Mode::WriteThrough),
         )?;
-        let sb = tiercache_server::format_log(&cache, backing.size(), &o)?;
+        let sb = tiercache_server::format_log_for(&*cache, backing.size(), backing.identity(), &o)?;
         say!(
             "formatted {} (log layout): {} segments of {}",
             p.cache_path.display(),
@@ -178,7 +181,7 @@ pub fn serve(p: LogServe, cache: FileDev, backing: Box<dyn BlockDev>) -> Result<
             tiercache_engine::fmt_size(sb.segment_size)
         );
     } else {
-        let sb = tiercache_server::read_log_superblock(&cache)?.expect("a log device");
+        let sb = tiercache_server::read_log_superblock(&*cache)?.expect("a log device");
         check_same_layout(&p.layout, &sb, &p.cache_path)?;
         if let Some(m) = p.mode.filter(|m| *m != sb.mode) {
             bail!(
@@ -195,7 +198,7 @@ pub fn serve(p: LogServe, cache: FileDev, backing: Box<dyn BlockDev>) -> Result<
             );
         }
     }
-    let (vol, rep) = LogVolume::open(Box::new(cache), backing)
+    let (vol, rep) = LogVolume::open_opts(cache, backing, &p.accept)
         .with_context(|| format!("opening log cache {}", p.cache_path.display()))?;
     say!(
         "cache {} (log layout): {} lines restored ({} dirty) from {} sealed segments ({} recovered from the journal) after {} shutdown",
@@ -205,6 +208,12 @@ pub fn serve(p: LogServe, cache: FileDev, backing: Box<dyn BlockDev>) -> Result<
         rep.sealed_segments,
         rep.recovered_open_segments,
         if rep.was_clean { "a clean" } else { "an unclean" }
+    );
+    crate::serve_cmd::report_backing_check(
+        &rep.backing_note,
+        rep.sampled_clean_lines,
+        rep.differing_clean_lines,
+        rep.dropped_clean_lines,
     );
     let vol = Arc::new(vol);
     if let Some(c) = &p.control {

@@ -27,7 +27,7 @@ Example:
 #[derive(Args)]
 #[command(after_long_help = FORMAT_HELP)]
 pub struct FormatArgs {
-    /// Cache device: file or block device (an SSD).
+    /// Cache device: file or block device (an SSD), or an NBD export URI.
     #[arg(long)]
     cache: PathBuf,
     /// Backing device the cache fronts: file or block device (an HDD), or an NBD export URI.
@@ -46,7 +46,8 @@ pub struct FormatArgs {
     /// Use only this much of the cache device (default: all of it).
     #[arg(long)]
     cache_size: Option<String>,
-    /// Overwrite a device that already holds a tiercache cache.
+    /// Overwrite a device that already holds a tiercache cache (or a damaged one): everything
+    /// it holds is discarded, dirty data not yet on the backing device included.
     #[arg(long)]
     force: bool,
     #[command(flatten)]
@@ -59,7 +60,8 @@ pub struct FormatArgs {
 #[serde(deny_unknown_fields, default)]
 #[command(after_long_help = SERVE_HELP)]
 pub struct ServeArgs {
-    /// Cache device: file or block device.
+    /// Cache device: file, block device, or NBD export (nbd://HOST[:PORT]/NAME,
+    /// nbd+unix:///NAME?socket=PATH), e.g. nbdkit with its error filter to inject faults.
     #[arg(long)]
     cache: Option<PathBuf>,
     /// Backing device: file, block device, or NBD export (nbd://HOST[:PORT]/NAME,
@@ -142,6 +144,18 @@ pub struct ServeArgs {
     #[arg(long)]
     #[serde(default)]
     format_if_needed: bool,
+    /// The backing device is the one the cache was formatted for, under another name (a
+    /// moved file, another NBD URI): open it and record the new name. Without it a different
+    /// backing device is refused.
+    #[arg(long)]
+    #[serde(default)]
+    accept_backing_rename: bool,
+    /// Clean cached lines differ from the backing device (written behind the cache's back)
+    /// while the cache holds dirty lines: start anyway, dropping the clean lines and keeping
+    /// the dirty ones, which will be written over those changes.
+    #[arg(long)]
+    #[serde(default)]
+    accept_backing_changes: bool,
     /// Control socket for `tiercache ctl`.
     #[arg(long)]
     control: Option<PathBuf>,
@@ -275,6 +289,51 @@ fn open_backing(path: &std::path::Path) -> Result<Box<dyn BlockDev>> {
     Ok(Box::new(FileDev::open(path)?))
 }
 
+/// The cache device: a file, a block device, or an NBD export (so cache faults can be
+/// injected with nbdkit's filters).
+fn open_cache(path: &std::path::Path) -> Result<Box<dyn BlockDev>> {
+    let text = path.to_string_lossy();
+    if NbdDev::is_uri(&text) {
+        let dev = NbdDev::connect(&text).with_context(|| format!("--cache {text}"))?;
+        if dev.read_only() {
+            bail!("--cache {text}: the export is read-only; a cache device must be writable");
+        }
+        say!("cache device: NBD export {text} ({} bytes)", dev.size());
+        return Ok(Box::new(dev));
+    }
+    Ok(Box::new(FileDev::open(path)?))
+}
+
+/// `format` without --force: refuses a device holding a cache, valid or damaged (its magic
+/// is there): it may hold dirty data the backing device does not have.
+fn refuse_existing_cache(path: &std::path::Path, cache: &dyn BlockDev) -> Result<()> {
+    let what = match tiercache_server::read_superblock(cache) {
+        Ok(sb) => format!(
+            "a tiercache cache ({} lines of {} bytes, generation {}, backing {}, {})",
+            sb.capacity_lines,
+            sb.line_size,
+            sb.generation,
+            sb.backing.describe(),
+            if sb.clean {
+                "stopped cleanly"
+            } else {
+                "not stopped cleanly"
+            }
+        ),
+        Err(FormatError::BadMagic) => match tiercache_server::read_log_superblock(cache) {
+            Ok(Some(_)) => "a tiercache cache (log layout)".to_string(),
+            Ok(None) => return Ok(()),
+            Err(e) => format!("a damaged tiercache cache (log layout: {e})"),
+        },
+        Err(FormatError::Io(e)) => return Err(e).context(format!("reading {}", path.display())),
+        Err(e) => format!("a damaged tiercache cache ({e}); `tiercache check` tells more"),
+    };
+    bail!(
+        "{} already holds {what}; it may hold dirty data that is not on the backing device yet. Serve it and run `tiercache ctl flush` first, or add --force to discard it",
+        path.display()
+    )
+}
+
 fn size_arg(what: &str, s: &str) -> Result<u64> {
     parse_size(s).map_err(|e| anyhow!("{what} {s:?}: {e}"))
 }
@@ -284,34 +343,20 @@ fn mode_arg(s: &str) -> Result<Mode> {
 }
 
 pub fn format(a: FormatArgs) -> Result<()> {
-    let cache = FileDev::open(&a.cache)?;
+    let cache = open_cache(&a.cache)?;
     let backing = open_backing(&a.backing)?;
     if !a.force {
-        if let Ok(sb) = tiercache_server::read_superblock(&cache) {
-            bail!(
-                "{} already holds a tiercache cache ({} lines of {} bytes, generation {}); add --force to overwrite it",
-                a.cache.display(),
-                sb.capacity_lines,
-                sb.line_size,
-                sb.generation
-            );
-        }
+        refuse_existing_cache(&a.cache, &*cache)?;
     }
     let line_size = size_arg("--line-size", &a.line_size)?;
-    if !a.force && crate::log_serve::is_log_device(&cache)? {
-        bail!(
-            "{} already holds a tiercache cache (log layout); add --force to overwrite it",
-            a.cache.display()
-        );
-    }
     if a.layout.is_log()? {
         if a.policy != "lru" || a.cache_size.is_some() {
             bail!("--policy and --cache-size apply to the direct layout; the log layout uses the whole device and picks segments with --picker");
         }
         return crate::log_serve::format(
             &a.cache,
-            &cache,
-            backing.size(),
+            &*cache,
+            &*backing,
             &a.layout,
             line_size,
             mode_arg(&a.mode)?,
@@ -330,8 +375,9 @@ pub fn format(a: FormatArgs) -> Result<()> {
             .map(|s| size_arg("--cache-size", s).map(|b| b / line_size))
             .transpose()?,
         backing_id: a.backing.display().to_string(),
+        backing: backing.identity(),
     };
-    let sb = tiercache_server::format(&cache, backing.size(), &opts)
+    let sb = tiercache_server::format(&*cache, backing.size(), &opts)
         .with_context(|| format!("formatting {}", a.cache.display()))?;
     println!(
         "formatted {}: {} lines of {} bytes ({} cache data), metadata {} bytes, mode {}, policy {}, backing {} ({} bytes)",
@@ -342,7 +388,7 @@ pub fn format(a: FormatArgs) -> Result<()> {
         sb.data_offset,
         Mode::ALL[sb.mode as usize],
         sb.policy,
-        a.backing.display(),
+        sb.backing.describe(),
         sb.backing_size
     );
     Ok(())
@@ -390,6 +436,8 @@ fn merge(mut a: ServeArgs) -> Result<ServeArgs> {
         class_rules
     );
     a.format_if_needed |= c.format_if_needed;
+    a.accept_backing_rename |= c.accept_backing_rename;
+    a.accept_backing_changes |= c.accept_backing_changes;
     a.tls_verify_peer |= c.tls_verify_peer;
     Ok(a)
 }
@@ -451,7 +499,8 @@ pub fn serve(a: ServeArgs) -> Result<()> {
         }
         None => Box::new(backing_file),
     };
-    let created = !cache_path.exists() && a.format_if_needed;
+    let cache_is_nbd = NbdDev::is_uri(&cache_path.to_string_lossy());
+    let created = !cache_is_nbd && !cache_path.exists() && a.format_if_needed;
     if created {
         let bytes = cache_size.ok_or_else(|| {
             anyhow!(
@@ -471,16 +520,16 @@ pub fn serve(a: ServeArgs) -> Result<()> {
             .and_then(|f| f.set_len(total))
             .with_context(|| format!("creating {}", cache_path.display()))?;
     }
-    let cache = FileDev::open(&cache_path)?;
-    let direct_sb = tiercache_server::read_superblock(&cache);
-    let log_dev = crate::log_serve::is_log_device(&cache)?;
+    let cache = open_cache(&cache_path)?;
+    let direct_sb = tiercache_server::read_superblock(&*cache);
+    let log_dev = crate::log_serve::is_log_device(&*cache)?;
     let want_log = a.layout.is_log()?;
     // --format-if-needed formats only what holds nothing: a file this run created, or a
     // device whose first MiB is zeros. A device that holds data but no valid superblock is
     // most likely a damaged cache (one flipped magic byte) with dirty data on it, or another
     // file system: formatting it would serve stale data, or destroy someone's disk.
     let no_cache = matches!(direct_sb, Err(FormatError::BadMagic)) && !log_dev;
-    let blank = a.format_if_needed && no_cache && (created || first_mib_is_zero(&cache)?);
+    let blank = a.format_if_needed && no_cache && (created || first_mib_is_zero(&*cache)?);
     if a.format_if_needed && no_cache && !blank {
         bail!(
             "{} holds data but no valid tiercache superblock (a damaged cache, or not a cache at all): --format-if-needed formats only a new file or a device whose first MiB is zeros. \
@@ -513,6 +562,11 @@ pub fn serve(a: ServeArgs) -> Result<()> {
             layout: a.layout.clone(),
             direct_only: direct_only.iter().filter(|x| x.1).map(|x| x.0).collect(),
             format: format_log,
+            accept: tiercache_server::LogOpenOptions {
+                accept_backing_rename: a.accept_backing_rename,
+                accept_backing_changes: a.accept_backing_changes,
+                offline: false,
+            },
         };
         return crate::log_serve::serve(p, cache, backing);
     }
@@ -537,8 +591,9 @@ pub fn serve(a: ServeArgs) -> Result<()> {
                 policy: a.policy.clone().unwrap_or_else(|| "lru".into()),
                 capacity_lines: cache_size.map(|b| b / ls),
                 backing_id: backing_path.display().to_string(),
+                backing: backing.identity(),
             };
-            let sb = tiercache_server::format(&cache, backing.size(), &opts)?;
+            let sb = tiercache_server::format(&*cache, backing.size(), &opts)?;
             say!(
                 "formatted {}: {} lines of {} bytes",
                 cache_path.display(),
@@ -557,8 +612,10 @@ pub fn serve(a: ServeArgs) -> Result<()> {
         mode,
         policy: a.policy.clone(),
         classes: table.clone(),
+        accept_backing_rename: a.accept_backing_rename,
+        accept_backing_changes: a.accept_backing_changes,
     };
-    let (mut vol, rep) = CacheVolume::open(Box::new(cache), backing, &opts)
+    let (mut vol, rep) = CacheVolume::open(cache, backing, &opts)
         .with_context(|| format!("opening cache {}", cache_path.display()))?;
     crate::serve_classes::attach(&mut vol, a.classifier.as_deref(), table)?;
     say!(
@@ -573,6 +630,12 @@ pub fn serve(a: ServeArgs) -> Result<()> {
         },
         rep.dropped_bad_checksum,
         vol.mode()
+    );
+    report_backing_check(
+        &rep.backing_note,
+        rep.sampled_clean_lines,
+        rep.differing_clean_lines,
+        rep.dropped_clean_lines,
     );
     if let Some(n) = a.unmap_batch {
         vol.set_unmap_batch(n);
@@ -607,6 +670,19 @@ pub fn serve(a: ServeArgs) -> Result<()> {
     closed.context("clean shutdown of the cache")?;
     say!("cache {} shut down cleanly", cache_path.display());
     Ok(())
+}
+
+/// Logs what the open's backing checks found (both layouts): the identity note, and the
+/// clean lines compared with the backing device.
+pub(crate) fn report_backing_check(note: &Option<String>, sampled: u64, differ: u64, dropped: u64) {
+    if let Some(n) = note {
+        say!("warning: {n}");
+    }
+    if differ > 0 {
+        say!("warning: {differ} of {sampled} clean cached lines compared differ from the backing device: {dropped} clean lines dropped (they read the backing device's bytes)");
+    } else if sampled > 0 {
+        say!("backing device verified: {sampled} clean cached lines compared, all equal");
+    }
 }
 
 /// Serves `export` as NBD export "tiercache" on the unix socket or TCP address until SIGTERM

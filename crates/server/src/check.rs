@@ -98,7 +98,7 @@ pub fn check_device(dev: &dyn BlockDev) -> Result<CheckReport, CheckError> {
         .to_string();
     rep.policy = sb.policy.clone();
     rep.backing_size = sb.backing_size;
-    rep.backing_id = sb.backing_id.clone();
+    rep.backing_id = sb.backing.name.clone();
     rep.clean = sb.clean;
     rep.generation = sb.generation;
     if tiercache_engine::policy::lookup(&sb.policy).is_none() {

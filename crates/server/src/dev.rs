@@ -1,5 +1,6 @@
 //! Devices the volume executes plans on: files or block devices, and an emulated HDD.
 
+use crate::identity::BackingIdentity;
 use std::fs::{File, OpenOptions};
 use std::io::{self, Seek, SeekFrom};
 use std::os::unix::fs::FileExt;
@@ -16,12 +17,17 @@ pub trait BlockDev: Send + Sync {
     fn write_at(&self, data: &[u8], offset: u64) -> io::Result<()>;
     /// Makes completed writes durable.
     fn sync(&self) -> io::Result<()>;
+    /// Which device this is (`crate::identity`); `None`: unknown (not checked).
+    fn identity(&self) -> Option<BackingIdentity> {
+        None
+    }
 }
 
 /// A regular file or a block device.
 pub struct FileDev {
     file: File,
     size: u64,
+    id: Option<BackingIdentity>,
 }
 
 impl FileDev {
@@ -32,7 +38,8 @@ impl FileDev {
             .open(path)
             .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
         let size = file.seek(SeekFrom::End(0))?;
-        Ok(FileDev { file, size })
+        let id = BackingIdentity::of_path(path).ok();
+        Ok(FileDev { file, size, id })
     }
 
     /// Opens for reading only (writes fail): for offline checks.
@@ -40,7 +47,8 @@ impl FileDev {
         let mut file = File::open(path)
             .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
         let size = file.seek(SeekFrom::End(0))?;
-        Ok(FileDev { file, size })
+        let id = BackingIdentity::of_path(path).ok();
+        Ok(FileDev { file, size, id })
     }
 }
 
@@ -63,6 +71,10 @@ impl BlockDev for FileDev {
 
     fn sync(&self) -> io::Result<()> {
         self.file.sync_data()
+    }
+
+    fn identity(&self) -> Option<BackingIdentity> {
+        self.id.clone()
     }
 }
 
@@ -122,6 +134,9 @@ impl<D: BlockDev> BlockDev for EmulatedHdd<D> {
     fn sync(&self) -> io::Result<()> {
         self.timed(IoOp::new(IoKind::Flush, 0, 0), || self.inner.sync())
     }
+    fn identity(&self) -> Option<BackingIdentity> {
+        self.inner.identity()
+    }
 }
 
 impl BlockDev for Box<dyn BlockDev> {
@@ -136,6 +151,9 @@ impl BlockDev for Box<dyn BlockDev> {
     }
     fn sync(&self) -> io::Result<()> {
         (**self).sync()
+    }
+    fn identity(&self) -> Option<BackingIdentity> {
+        (**self).identity()
     }
 }
 

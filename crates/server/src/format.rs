@@ -17,25 +17,38 @@
 //! rejects a block unless one of them verifies; a flip in sector 0 breaks both, and sectors
 //! 1..7 carry no fields.)
 //!
+//! Version 2 adds the backing device's identity (`crate::identity`) at bytes 128..508, where
+//! version 1 kept only the backing path given at format time (bytes 128..384, zeroes after):
+//! a version-1 superblock decodes with an `Unknown` identity carrying that path, and is
+//! written back as version 2 with the identity filled in when it is next opened.
+//!
 //! A record is `key u64 | valid_mask u64 | dirty_mask u64 | seq u32 | crc32c u32`, little
 //! endian; the checksum covers the first 28 bytes. An empty slot has key `u64::MAX`. `seq`
 //! grows with every change of a record, so when a torn metadata write leaves one key in two
 //! slots, the newer record wins.
 
+use crate::identity::{BackingIdentity, ID_BYTES};
 use std::io;
 
 pub const MAGIC: &[u8; 8] = b"TIERCACH";
-pub const VERSION: u32 = 1;
+pub const VERSION: u32 = 2;
+/// Oldest on-disk version this build opens (1: no backing identity).
+pub const MIN_VERSION: u32 = 1;
 pub const SUPERBLOCK_BYTES: u64 = 4096;
 pub const META_OFFSET: u64 = SUPERBLOCK_BYTES;
 pub const PAGE: u64 = 4096;
 pub const RECORD_BYTES: u64 = 32;
 pub const RECORDS_PER_PAGE: u64 = PAGE / RECORD_BYTES;
 pub const EMPTY_KEY: u64 = u64::MAX;
-const BACKING_ID_BYTES: usize = 256;
+/// Where the backing identity sits (its name where version 1 kept the backing path).
+const BACKING_ID_AT: usize = 128;
 const POLICY_BYTES: usize = 32;
 /// Offset of the checksum of the superblock's first sector (bytes 0..508).
 const SECTOR0_CRC: usize = 508;
+const _: () = assert!(
+    BACKING_ID_AT + ID_BYTES <= SECTOR0_CRC,
+    "fields beyond sector 0"
+);
 
 /// Why a cache device cannot be used.
 #[derive(Debug, thiserror::Error)]
@@ -46,7 +59,7 @@ pub enum FormatError {
     BadMagic,
     #[error("superblock checksum mismatch (stored {stored:#010x}, computed {computed:#010x}): the superblock is corrupted")]
     BadSuperblockChecksum { stored: u32, computed: u32 },
-    #[error("on-disk format version {0} is not supported (this build reads version {VERSION})")]
+    #[error("on-disk format version {0} is not supported (this build reads versions {MIN_VERSION} to {VERSION})")]
     BadVersion(u32),
     #[error("superblock field {field} is invalid: {why}")]
     BadField { field: &'static str, why: String },
@@ -58,6 +71,16 @@ pub enum FormatError {
         need: u64,
         lines: u64,
         line_size: u64,
+    },
+    #[error("the cache was formatted for backing device {recorded}, but the backing device given is {given}: attached to another disk, a cache serves it the first disk's data and writes its dirty lines over it. Give the right --backing; if this is the same device under a new name, add --accept-backing-rename (the new name is recorded); `tiercache format --force` discards the cache and everything it holds, dirty data included")]
+    WrongBacking { recorded: String, given: String },
+    #[error("the backing device {backing} changed behind the cache: {differ} of {sampled} clean cached lines sampled differ from it (first at volume byte {first}), so it was written without the cache or is another disk; the cache holds {dirty_lines} dirty lines that would be written over it. If the backing device is the right one and its changes should be overwritten by the cache's dirty data, add --accept-backing-changes (clean lines are dropped, dirty ones kept); `tiercache format --force` discards the cache, dirty data included")]
+    BackingChanged {
+        backing: String,
+        differ: u64,
+        sampled: u64,
+        first: u64,
+        dirty_lines: u64,
     },
     #[error("the cache belongs to a backing device of {sb} bytes, but the backing device has {actual} bytes (format again with --force to reuse it)")]
     BackingMismatch { sb: u64, actual: u64 },
@@ -74,8 +97,8 @@ pub struct Superblock {
     pub mode: u8,
     pub policy: String,
     pub backing_size: u64,
-    /// The backing path given at format time (informational).
-    pub backing_id: String,
+    /// The backing device's identity (`Unknown` in version 1, with the path given then).
+    pub backing: BackingIdentity,
     /// Set by a clean shutdown, cleared when the cache is opened.
     pub clean: bool,
     /// Bumped each time the superblock is written.
@@ -125,7 +148,8 @@ impl Superblock {
         b[64..72].copy_from_slice(&self.data_offset.to_le_bytes());
         b[72..80].copy_from_slice(&META_OFFSET.to_le_bytes());
         put_str(&mut b[80..80 + POLICY_BYTES], &self.policy);
-        put_str(&mut b[128..128 + BACKING_ID_BYTES], &self.backing_id);
+        self.backing
+            .encode_into(&mut b[BACKING_ID_AT..BACKING_ID_AT + ID_BYTES]);
         // Every field sits in the first 512-byte sector, with its own checksum at 508: a
         // rewrite torn between sectors still leaves a whole old or new superblock there.
         let crc0 = crc32c::crc32c(&b[..SECTOR0_CRC]);
@@ -149,9 +173,14 @@ impl Superblock {
         }
         let u64at = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap());
         let version = u32::from_le_bytes(b[8..12].try_into().unwrap());
-        if version != VERSION {
+        if !(MIN_VERSION..=VERSION).contains(&version) {
             return Err(FormatError::BadVersion(version));
         }
+        let backing = BackingIdentity::decode_from(&b[BACKING_ID_AT..BACKING_ID_AT + ID_BYTES])
+            .map_err(|why| FormatError::BadField {
+                field: "backing identity",
+                why,
+            })?;
         let sb = Superblock {
             version,
             uuid: b[12..28].try_into().unwrap(),
@@ -163,7 +192,7 @@ impl Superblock {
             generation: u64at(56),
             data_offset: u64at(64),
             policy: get_str(&b[80..80 + POLICY_BYTES]),
-            backing_id: get_str(&b[128..128 + BACKING_ID_BYTES]),
+            backing,
         };
         let bad = |field, why: String| Err(FormatError::BadField { field, why });
         if !sb.line_size.is_power_of_two() || !(4096..=1 << 20).contains(&sb.line_size) {
@@ -261,7 +290,7 @@ mod tests {
             mode: 1,
             policy: "lru".into(),
             backing_size: 1 << 30,
-            backing_id: "/dev/sdb".into(),
+            backing: BackingIdentity::nbd("nbd://host/disk"),
             clean: true,
             generation: 9,
             data_offset: Superblock::data_offset_for(1000, 4096),

@@ -8,6 +8,7 @@ pub mod control;
 pub mod dev;
 pub mod fault;
 pub mod format;
+pub mod identity;
 pub mod log_check;
 pub mod log_format;
 pub mod log_volume;
@@ -18,7 +19,10 @@ pub mod volume;
 
 pub use dev::{hdd_config, BlockDev, EmulatedHdd, FileDev};
 pub use format::{FormatError, Superblock};
-pub use log_volume::{format_log, read_log_superblock, LogFormatOptions, LogVolume};
+pub use identity::BackingIdentity;
+pub use log_volume::{
+    format_log, format_log_for, read_log_superblock, LogFormatOptions, LogOpenOptions, LogVolume,
+};
 pub use nbd_dev::NbdDev;
 pub use volume::{
     format, read_superblock, CacheVolume, FormatOptions, LineState, OpenOptions, OpenReport,

@@ -118,7 +118,15 @@ pub fn check_log_device(cache: Box<dyn BlockDev>) -> io::Result<LogCheckReport> 
         base: cache,
         pages: Mutex::new(HashMap::new()),
     };
-    let (vol, recovery) = LogVolume::open(Box::new(view), Box::new(NoBacking(sb.backing_size)))?;
+    let offline = crate::LogOpenOptions {
+        offline: true,
+        ..Default::default()
+    };
+    let (vol, recovery) = LogVolume::open_opts(
+        Box::new(view),
+        Box::new(NoBacking(sb.backing_size)),
+        &offline,
+    )?;
     let index_problems = vol.check().err().into_iter().collect();
     let scrub = vol.scrub()?;
     Ok(LogCheckReport {

@@ -11,6 +11,10 @@
 //!                   header slot A, header slot B, data area (extents packed from byte 0)
 //! ```
 //!
+//! The superblock is version 2 (`SB_VERSION`; segment headers and journal records stay at
+//! `VERSION`): it adds the backing device's identity (`crate::identity`) at bytes 112..492.
+//! A version-1 superblock has zeroes there and opens with an `Unknown` identity.
+//!
 //! A segment header (written to the slot not holding the newest valid header, so a torn
 //! write leaves the previous one) is 48 bytes — magic "TCLSEGHD", version, segment number,
 //! generation, entry count, header sequence number, state (0 empty, 1 sealed), crc32c over
@@ -25,6 +29,7 @@
 //! records are valid up to the first one whose checksum, epoch or sequence order fails.
 //! All integers little endian.
 
+use crate::identity::{BackingIdentity, ID_BYTES};
 use crate::reduce::Hash;
 use std::io;
 use tiercache_engine::log::Compression;
@@ -32,6 +37,14 @@ use tiercache_engine::Mode;
 
 pub const MAGIC: &[u8; 8] = b"TCLOGVOL";
 pub const VERSION: u32 = 1;
+/// The superblock's version (2: with the backing identity); 1 still opens.
+pub const SB_VERSION: u32 = 2;
+/// Where the superblock keeps the backing identity.
+const SB_ID_AT: usize = 112;
+const _: () = assert!(
+    SB_ID_AT + ID_BYTES <= 508,
+    "superblock fields beyond sector 0"
+);
 pub const SB_BYTES: u64 = 4096;
 pub const JOURNAL_OFFSET: u64 = SB_BYTES;
 pub const HALF_HEADER: u64 = 4096;
@@ -68,6 +81,8 @@ pub struct LogSuperblock {
     /// Records per journal half.
     pub journal_records: u64,
     pub clean: bool,
+    /// The backing device's identity (`Unknown` for a version-1 superblock).
+    pub backing: BackingIdentity,
 }
 
 /// Where things are on the device.
@@ -146,7 +161,7 @@ impl LogSuperblock {
     pub fn encode(&self) -> Vec<u8> {
         let mut b = vec![0u8; SB_BYTES as usize];
         b[0..8].copy_from_slice(MAGIC);
-        b[8..12].copy_from_slice(&VERSION.to_le_bytes());
+        b[8..12].copy_from_slice(&SB_VERSION.to_le_bytes());
         b[16..24].copy_from_slice(&self.line_size.to_le_bytes());
         b[24..32].copy_from_slice(&self.segment_size.to_le_bytes());
         b[32..40].copy_from_slice(&self.segments.to_le_bytes());
@@ -166,6 +181,8 @@ impl LogSuperblock {
         let p = self.picker.as_bytes();
         let n = p.len().min(32);
         b[80..80 + n].copy_from_slice(&p[..n]);
+        self.backing
+            .encode_into(&mut b[SB_ID_AT..SB_ID_AT + ID_BYTES]);
         // Every field sits in the first 512-byte sector, which carries its checksum: a
         // rewrite (the clean flag) torn between sectors leaves a whole old or new sector 0.
         let crc = crc32c::crc32c(&b[..508]);
@@ -187,11 +204,13 @@ impl LogSuperblock {
             return Err(bad("log superblock checksum mismatch".into()));
         }
         let v = u32_at(b, 8);
-        if v != VERSION {
+        if !(1..=SB_VERSION).contains(&v) {
             return Err(bad(format!(
-                "log layout version {v} is not supported (this build reads {VERSION})"
+                "log layout version {v} is not supported (this build reads 1 to {SB_VERSION})"
             )));
         }
+        let backing = BackingIdentity::decode_from(&b[SB_ID_AT..SB_ID_AT + ID_BYTES])
+            .map_err(|e| bad(format!("log superblock: {e}")))?;
         let compression = match b[44] {
             0 => Compression::None,
             1 => Compression::Lz4,
@@ -214,6 +233,7 @@ impl LogSuperblock {
             backing_size: u64_at(b, 64),
             journal_records: u64_at(b, 72),
             clean: b[46] != 0,
+            backing,
         };
         if !sb.line_size.is_power_of_two()
             || sb.segment_size < sb.line_size
@@ -535,8 +555,20 @@ mod tests {
             backing_size: 1 << 30,
             journal_records: 8192,
             clean: true,
+            backing: BackingIdentity::nbd("nbd+unix:///disk?socket=/run/x.sock"),
         };
         assert_eq!(LogSuperblock::decode(&sb.encode()).unwrap(), sb);
+        // A version-1 superblock (zeroes where the identity is) opens, identity unknown.
+        let mut v1 = LogSuperblock {
+            backing: BackingIdentity::unknown(""),
+            ..sb.clone()
+        }
+        .encode();
+        v1[8..12].copy_from_slice(&1u32.to_le_bytes());
+        assert!(v1[SB_ID_AT..508].iter().all(|&x| x == 0));
+        let crc = crc32c::crc32c(&v1[..508]);
+        v1[508..512].copy_from_slice(&crc.to_le_bytes());
+        assert!(LogSuperblock::decode(&v1).unwrap().backing.is_unknown());
         let mut b = sb.encode();
         b[20] ^= 1;
         assert!(LogSuperblock::decode(&b).is_err());

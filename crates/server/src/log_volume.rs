@@ -45,6 +45,7 @@
 //! data: after a trim the contents are unspecified).
 
 use crate::dev::BlockDev;
+use crate::identity::BackingIdentity;
 use crate::log_format::*;
 use crate::reduce::{fingerprint64, Hash, Reduced, Reducer};
 use serde::Serialize;
@@ -102,10 +103,21 @@ fn io_err(e: impl std::fmt::Display) -> io::Error {
     io::Error::other(e.to_string())
 }
 
-/// Formats `cache` as a log-layout cache for a backing device of `backing_size` bytes.
+/// Formats `cache` as a log-layout cache for a backing device of `backing_size` bytes (its
+/// identity is recorded at the first open; see [`format_log_for`]).
 pub fn format_log(
     cache: &dyn BlockDev,
     backing_size: u64,
+    o: &LogFormatOptions,
+) -> io::Result<LogSuperblock> {
+    format_log_for(cache, backing_size, None, o)
+}
+
+/// As [`format_log`], recording the backing device's identity (`BlockDev::identity`).
+pub fn format_log_for(
+    cache: &dyn BlockDev,
+    backing_size: u64,
+    backing: Option<BackingIdentity>,
     o: &LogFormatOptions,
 ) -> io::Result<LogSuperblock> {
     if o.segment_size < 2 * o.line_size {
@@ -135,6 +147,7 @@ pub fn format_log(
         backing_size,
         journal_records: records,
         clean: true,
+        backing: backing.unwrap_or_default(),
     };
     engine_config(&sb).validate().map_err(io_err)?;
     let g = sb.geometry();
@@ -163,6 +176,18 @@ pub fn read_log_superblock(cache: &dyn BlockDev) -> io::Result<Option<LogSuperbl
     LogSuperblock::decode(&b).map(Some)
 }
 
+/// What to accept when opening (see `crate::identity`).
+#[derive(Clone, Debug, Default)]
+pub struct LogOpenOptions {
+    /// The backing device is the recorded one under another name: record the new one.
+    pub accept_backing_rename: bool,
+    /// Clean cached lines differ from the backing device and dirty ones are cached: open
+    /// anyway, dropping the clean lines (the dirty ones will overwrite the changes).
+    pub accept_backing_changes: bool,
+    /// The backing device is not there (the offline check): no clean line is compared.
+    pub offline: bool,
+}
+
 /// What opening found.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct LogOpenReport {
@@ -175,6 +200,12 @@ pub struct LogOpenReport {
     pub dirty_lines: u64,
     /// Duplicate or base records found stale (their segment reclaimed since).
     pub stale_records: u64,
+    /// What the backing identity check did beyond a plain match, if anything.
+    pub backing_note: Option<String>,
+    /// Clean lines compared with the backing device, how many differed, how many dropped.
+    pub sampled_clean_lines: u64,
+    pub differing_clean_lines: u64,
+    pub dropped_clean_lines: u64,
 }
 
 /// What [`LogVolume::scrub`] found.
@@ -334,7 +365,25 @@ impl LogVolume {
         backing: Box<dyn BlockDev>,
         fp_hook: Option<fn(&Hash) -> u64>,
     ) -> io::Result<(LogVolume, LogOpenReport)> {
-        let sb =
+        Self::open_full(cache, backing, fp_hook, &LogOpenOptions::default())
+    }
+
+    /// As [`LogVolume::open`], with what to accept about the backing device.
+    pub fn open_opts(
+        cache: Box<dyn BlockDev>,
+        backing: Box<dyn BlockDev>,
+        opts: &LogOpenOptions,
+    ) -> io::Result<(LogVolume, LogOpenReport)> {
+        Self::open_full(cache, backing, None, opts)
+    }
+
+    fn open_full(
+        cache: Box<dyn BlockDev>,
+        backing: Box<dyn BlockDev>,
+        fp_hook: Option<fn(&Hash) -> u64>,
+        opts: &LogOpenOptions,
+    ) -> io::Result<(LogVolume, LogOpenReport)> {
+        let mut sb =
             read_log_superblock(&*cache)?.ok_or_else(|| io_err("not a log-layout cache device"))?;
         if backing.size() != sb.backing_size {
             return Err(io_err(format!(
@@ -342,6 +391,15 @@ impl LogVolume {
                 sb.backing_size,
                 backing.size()
             )));
+        }
+        // The identity is checked before anything is written; recovery records it.
+        let mut backing_note = None;
+        if let Some(given) = backing.identity() {
+            backing_note = crate::identity::verify(&sb.backing, &given, opts.accept_backing_rename)
+                .map_err(|(recorded, given)| {
+                    io_err(crate::format::FormatError::WrongBacking { recorded, given })
+                })?;
+            sb.backing = given;
         }
         let geo = sb.geometry();
         if cache.size() < geo.device_bytes(sb.segments) {
@@ -389,7 +447,11 @@ impl LogVolume {
             failed: false,
             sb,
         };
-        let rep = inner.recover()?;
+        let mut rep = inner.recover()?;
+        rep.backing_note = backing_note;
+        if !opts.offline {
+            inner.verify_clean_sample(&mut rep, opts)?;
+        }
         let size = inner.sb.backing_size;
         let line = inner.sb.line_size;
         Ok((
@@ -1184,6 +1246,91 @@ impl Inner {
     }
 
     /// Rebuilds everything from the headers and the journal: see the module doc.
+    /// The log layout's half of `volume::verify_clean_sample` (same rules): compares a sample
+    /// of clean cached lines with the backing device after recovery. After a clean shutdown a
+    /// difference means the backing device changed behind the cache: every clean line is
+    /// dropped, or with dirty lines cached the open is refused (the superblock is marked as
+    /// it was found, so the next attempt judges the same way) unless
+    /// `accept_backing_changes`. After a crash only the differing lines are dropped, unless
+    /// all sampled lines differ.
+    fn verify_clean_sample(
+        &mut self,
+        rep: &mut LogOpenReport,
+        opts: &LogOpenOptions,
+    ) -> io::Result<()> {
+        let ls = self.ls();
+        let mut clean: Vec<(u64, ExtentInfo)> = self
+            .eng
+            .entries()
+            .filter(|(_, i)| !i.dirty)
+            .map(|(k, i)| (LogEngine::key_line(k).1, i))
+            .collect();
+        if clean.is_empty() {
+            return Ok(());
+        }
+        clean.sort_unstable_by_key(|&(line, _)| line);
+        let k = clean.len().min(crate::identity::sample_size(ls));
+        let (mut a, mut b) = (vec![0u8; ls as usize], vec![0u8; ls as usize]);
+        let mut differ = Vec::new();
+        for j in 0..k {
+            let (line, info) = clean[j * clean.len() / k];
+            let n = self.sb.backing_size.saturating_sub(line * ls).min(ls) as usize;
+            let ok = self.read_extent(&info, &mut a)?;
+            self.read_backing(line, &mut b)?;
+            if !ok || a[..n] != b[..n] {
+                differ.push(line);
+            }
+        }
+        rep.sampled_clean_lines = k as u64;
+        rep.differing_clean_lines = differ.len() as u64;
+        if differ.is_empty() {
+            return Ok(());
+        }
+        let first = differ[0] * ls;
+        let changed = rep.was_clean || (differ.len() == k && k >= 8);
+        let drop: Vec<u64> = if changed {
+            let dirty = self.eng.dirty_lines();
+            if dirty > 0 && !opts.accept_backing_changes {
+                // Nothing was dropped: put the clean flag back as it was found.
+                self.sb.clean = rep.was_clean;
+                let b = self.sb.encode();
+                self.cache.write_at(&b, 0)?;
+                self.cache_sync()?;
+                return Err(io::Error::other(
+                    crate::format::FormatError::BackingChanged {
+                        backing: self.sb.backing.describe(),
+                        differ: differ.len() as u64,
+                        sampled: k as u64,
+                        first,
+                        dirty_lines: dirty,
+                    }
+                    .to_string(),
+                ));
+            }
+            clean.iter().map(|&(line, _)| line).collect()
+        } else {
+            differ
+        };
+        for &line in &drop {
+            self.unmap(line)?;
+        }
+        self.commit()?;
+        rep.dropped_clean_lines = drop.len() as u64;
+        rep.cached_lines = rep.cached_lines.saturating_sub(drop.len() as u64);
+        tracing::warn!(
+            "{} of {k} clean cached lines sampled differ from the backing device {} (first at volume byte {first}){}: dropped {} clean lines",
+            rep.differing_clean_lines,
+            self.sb.backing.describe(),
+            if changed {
+                ": it changed behind the cache"
+            } else {
+                " after an unclean shutdown (writes in flight at the crash)"
+            },
+            drop.len()
+        );
+        Ok(())
+    }
+
     fn recover(&mut self) -> io::Result<LogOpenReport> {
         let mut rep = LogOpenReport {
             was_clean: self.sb.clean,

@@ -193,4 +193,9 @@ impl BlockDev for NbdDev {
             c.wait(h)?.result
         })
     }
+
+    /// The export's URI (it names the server and the export).
+    fn identity(&self) -> Option<crate::identity::BackingIdentity> {
+        Some(crate::identity::BackingIdentity::nbd(&self.uri_text))
+    }
 }

@@ -63,6 +63,7 @@ use crate::dev::BlockDev;
 use crate::format::{
     self, FormatError, Record, Superblock, EMPTY_KEY, META_OFFSET, PAGE, RECORD_BYTES,
 };
+use crate::identity::BackingIdentity;
 use crate::metrics::Metrics;
 use std::collections::{BTreeSet, HashMap};
 use std::io;
@@ -83,6 +84,9 @@ pub struct FormatOptions {
     /// Lines; `None`: as many as the device holds.
     pub capacity_lines: Option<u64>,
     pub backing_id: String,
+    /// The backing device's identity (`BlockDev::identity`); `None`: recorded at the first
+    /// open (with a warning), `backing_id` kept for messages until then.
+    pub backing: Option<BackingIdentity>,
 }
 
 impl Default for FormatOptions {
@@ -93,6 +97,7 @@ impl Default for FormatOptions {
             policy: "lru".into(),
             capacity_lines: None,
             backing_id: String::new(),
+            backing: None,
         }
     }
 }
@@ -104,6 +109,13 @@ pub struct OpenOptions {
     pub policy: Option<String>,
     /// I/O class table (`--classes`): DSS and partitions use it, statistics name classes.
     pub classes: Option<Arc<ClassTable>>,
+    /// The backing device is the recorded one under another name (`--accept-backing-rename`):
+    /// open it and record its new identity.
+    pub accept_backing_rename: bool,
+    /// Clean cached lines differ from the backing device, and the cache holds dirty lines:
+    /// open anyway (`--accept-backing-changes`), dropping the clean lines and keeping the
+    /// dirty ones, which will be written over the backing device's changes.
+    pub accept_backing_changes: bool,
 }
 
 /// What an open found on the device.
@@ -116,6 +128,14 @@ pub struct OpenReport {
     /// Records dropped: bad checksum (unclean start only) or an older duplicate of a key.
     pub dropped_bad_checksum: u64,
     pub dropped_duplicates: u64,
+    /// What the backing identity check did beyond a plain match (recorded, renamed), if
+    /// anything: for the log.
+    pub backing_note: Option<String>,
+    /// Clean lines compared with the backing device at open, how many differed, and how
+    /// many clean lines were dropped for it (all of them when the backing device changed).
+    pub sampled_clean_lines: u64,
+    pub differing_clean_lines: u64,
+    pub dropped_clean_lines: u64,
 }
 
 fn mode_index(m: Mode) -> u8 {
@@ -166,7 +186,10 @@ pub fn format(
         mode: mode_index(opts.mode),
         policy: opts.policy.clone(),
         backing_size,
-        backing_id: opts.backing_id.clone(),
+        backing: opts
+            .backing
+            .clone()
+            .unwrap_or_else(|| BackingIdentity::unknown(&opts.backing_id)),
         clean: true,
         generation: 1,
         data_offset: Superblock::data_offset_for(lines, ls),
@@ -269,6 +292,132 @@ fn ioerr(e: impl std::fmt::Display) -> io::Error {
     io::Error::other(e.to_string())
 }
 
+/// Compares the backing device with the identity the superblock recorded (`crate::identity`):
+/// a different device is refused (`FormatError::WrongBacking`) unless
+/// `opts.accept_backing_rename`; an unrecorded identity (version 1) is trusted and recorded,
+/// as is a renamed block device with the same stable id. Updates `sb.backing`, which the
+/// open writes to the device; returns a note for the log when it did more than match.
+fn check_backing_identity(
+    sb: &mut Superblock,
+    backing: &dyn BlockDev,
+    opts: &OpenOptions,
+) -> Result<Option<String>, FormatError> {
+    let Some(given) = backing.identity() else {
+        return Ok(None); // a device that cannot say which it is (test wrappers)
+    };
+    let note = crate::identity::verify(&sb.backing, &given, opts.accept_backing_rename)
+        .map_err(|(recorded, given)| FormatError::WrongBacking { recorded, given })?;
+    sb.backing = given;
+    Ok(note)
+}
+
+/// Compares a sample of the clean lines about to be restored with the backing device. A
+/// clean line must equal it; when one does not, the backing device was written behind the
+/// cache's back or is another disk:
+/// * after a clean shutdown any difference means that: every clean line is dropped (the
+///   backing device's bytes are served), or, when the cache holds dirty lines, the open is
+///   refused (`FormatError::BackingChanged`): they would be written over a changed disk,
+///   unless `opts.accept_backing_changes` (then clean lines and the clean sectors of dirty
+///   ones are dropped);
+/// * after a crash, a line written just before it may legitimately differ (the write reached
+///   one device and not the other); only the differing lines are dropped (they then read the
+///   backing copy, and keep reading it), unless every sampled line differs (another disk).
+fn verify_clean_sample(
+    cache: &dyn BlockDev,
+    backing: &dyn BlockDev,
+    sb: &Superblock,
+    sector: u64,
+    lines: &mut Vec<(u32, Record)>,
+    opts: &OpenOptions,
+    report: &mut OpenReport,
+) -> Result<(), FormatError> {
+    let ls = sb.line_size;
+    let mut clean: Vec<usize> = (0..lines.len())
+        .filter(|&i| lines[i].1.dirty == 0)
+        .collect();
+    if clean.is_empty() {
+        return Ok(());
+    }
+    clean.sort_by_key(|&i| lines[i].1.key);
+    let k = clean.len().min(crate::identity::sample_size(ls));
+    let (mut a, mut b) = (vec![0u8; ls as usize], vec![0u8; ls as usize]);
+    let mut differ: Vec<usize> = Vec::new();
+    for j in 0..k {
+        let i = clean[j * clean.len() / k];
+        let (slot, r) = lines[i];
+        let at = (r.key & LINE_MASK) * ls;
+        // Only the part of the line inside the backing device (a partial last line).
+        let n = backing.size().saturating_sub(at).min(ls) as usize;
+        cache.read_at(&mut a[..n], sb.data_offset + slot as u64 * ls)?;
+        backing.read_at(&mut b[..n], at).map_err(|e| {
+            io::Error::new(
+                e.kind(),
+                format!("reading the backing device to verify the cache: {e}"),
+            )
+        })?;
+        let same = (0..ls / sector).all(|s| {
+            let (x, y) = ((s * sector) as usize, (((s + 1) * sector) as usize).min(n));
+            r.valid >> s & 1 == 0 || x >= y || a[x..y] == b[x..y]
+        });
+        if !same {
+            differ.push(i);
+        }
+    }
+    report.sampled_clean_lines = k as u64;
+    report.differing_clean_lines = differ.len() as u64;
+    if differ.is_empty() {
+        return Ok(());
+    }
+    let first = differ
+        .iter()
+        .map(|&i| (lines[i].1.key & LINE_MASK) * ls)
+        .min()
+        .unwrap_or(0);
+    let changed = sb.clean || (differ.len() == k && k >= 8);
+    if !changed {
+        let drop: std::collections::HashSet<usize> = differ.into_iter().collect();
+        let mut i = 0;
+        lines.retain(|_| {
+            i += 1;
+            !drop.contains(&(i - 1))
+        });
+        report.dropped_clean_lines = drop.len() as u64;
+        tracing::warn!(
+            "{} of {k} clean cached lines sampled differ from the backing device after an unclean shutdown (writes in flight at the crash; first at volume byte {first}): dropped, they read the backing device's copy",
+            drop.len()
+        );
+        return Ok(());
+    }
+    let dirty = lines.iter().filter(|(_, r)| r.dirty != 0).count() as u64;
+    if dirty > 0 && !opts.accept_backing_changes {
+        return Err(FormatError::BackingChanged {
+            backing: sb.backing.describe(),
+            differ: report.differing_clean_lines,
+            sampled: k as u64,
+            first,
+            dirty_lines: dirty,
+        });
+    }
+    let before = lines.len();
+    lines.retain(|(_, r)| r.dirty != 0);
+    for (_, r) in lines.iter_mut() {
+        r.valid = r.dirty;
+    }
+    report.dropped_clean_lines = (before - lines.len()) as u64;
+    tracing::warn!(
+        "the backing device {} changed behind the cache ({} of {k} clean lines sampled differ, first at volume byte {first}): dropped all {} clean lines{}",
+        sb.backing.describe(),
+        report.differing_clean_lines,
+        report.dropped_clean_lines,
+        if dirty > 0 {
+            format!("; keeping {dirty} dirty lines (--accept-backing-changes)")
+        } else {
+            String::new()
+        }
+    );
+    Ok(())
+}
+
 impl CacheVolume {
     /// Opens a formatted cache device in front of `backing` and restores its lines.
     pub fn open(
@@ -283,6 +432,7 @@ impl CacheVolume {
                 actual: backing.size(),
             });
         }
+        let backing_note = check_backing_identity(&mut sb, &*backing, opts)?;
         if cache.size() < sb.device_bytes() {
             return Err(FormatError::TooSmall {
                 have: cache.size(),
@@ -327,6 +477,7 @@ impl CacheVolume {
         cache.read_at(&mut disk, META_OFFSET)?;
         let mut report = OpenReport {
             was_clean: sb.clean,
+            backing_note,
             ..Default::default()
         };
         // Newest record per key.
@@ -365,10 +516,21 @@ impl CacheVolume {
         }
         let mut lines: Vec<(u32, Record)> = best.into_values().collect();
         lines.sort_by_key(|(s, r)| (r.seq.wrapping_sub(max_seq.wrapping_add(1)), *s));
-        for (slot, mut r) in lines {
-            if crashed_write_back {
+        if crashed_write_back {
+            for (_, r) in &mut lines {
                 r.dirty = r.valid;
             }
+        }
+        verify_clean_sample(
+            &*cache,
+            &*backing,
+            &sb,
+            engine.sector_size(),
+            &mut lines,
+            opts,
+            &mut report,
+        )?;
+        for (slot, r) in lines {
             match engine.restore_line(r.key, slot, r.valid, r.dirty, 0) {
                 Ok(()) => {
                     report.restored += 1;
@@ -427,7 +589,13 @@ impl CacheVolume {
         {
             let mut g = vol.lock();
             g.sb.clean = false;
+            g.sb.version = format::VERSION;
             vol.write_superblock(&mut g)?;
+            if report.dropped_clean_lines > 0 {
+                // The dropped lines' records, emptied in `mem`, reach the device now: a
+                // crash must not bring the stale copies back.
+                vol.flush_locked(&mut g)?;
+            }
             if g.engine.config().mode != Mode::WriteBack && g.engine.dirty_lines() > 0 {
                 vol.clean_all(&mut g)?;
                 vol.flush_locked(&mut g)?;

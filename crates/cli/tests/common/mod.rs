@@ -80,6 +80,20 @@ impl Srv {
         extra: &[&str],
         prep: impl FnOnce(&mut Command),
     ) -> Srv {
+        let cache = dir.join("cache.img").display().to_string();
+        let mut args = vec!["--cache", &cache, "--backing", backing];
+        args.extend(["--format-if-needed", "--cache-size", cache_size]);
+        args.extend(extra);
+        Self::custom_with(dir, &args, prep)
+    }
+
+    /// `tiercache serve ARGS` with a unix socket and a control socket in `dir`.
+    pub fn custom(dir: &Path, args: &[&str]) -> Srv {
+        Self::custom_with(dir, args, |_| {})
+    }
+
+    /// [`Srv::custom`], with `prep` adjusting the command first.
+    pub fn custom_with(dir: &Path, args: &[&str], prep: impl FnOnce(&mut Command)) -> Srv {
         let sock = dir.join("nbd.sock");
         let ctl = dir.join("ctl.sock");
         let _ = std::fs::remove_file(&sock);
@@ -88,15 +102,11 @@ impl Srv {
         prep(&mut cmd);
         let child = cmd
             .arg("serve")
-            .arg("--cache")
-            .arg(dir.join("cache.img"))
-            .args(["--backing", backing])
             .arg("--socket")
             .arg(&sock)
             .arg("--control")
             .arg(&ctl)
-            .args(["--format-if-needed", "--cache-size", cache_size])
-            .args(extra)
+            .args(args)
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
@@ -146,6 +156,36 @@ impl Srv {
     pub fn kill9(self) {
         self.stop("-KILL");
     }
+}
+
+/// `tiercache serve ARGS` that must refuse to start: waits up to 20 s for it to exit (killing
+/// it and failing otherwise), asserts failure, returns its stderr.
+pub fn serve_refused(dir: &Path, args: &[&str]) -> String {
+    let mut child = Command::new(BIN)
+        .arg("serve")
+        .arg("--socket")
+        .arg(dir.join("refused.sock"))
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if t.elapsed() > Duration::from_secs(20) {
+            let _ = child.kill();
+            let out = child.wait_with_output().unwrap();
+            panic!(
+                "serve {args:?} started instead of refusing: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().unwrap();
+    let log = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(!out.status.success(), "serve {args:?} exited 0: {log}");
+    log
 }
 
 impl Drop for Srv {

@@ -1,0 +1,232 @@
+//! Issue 14, item 2 through the binary: a cache formatted for one backing device is refused
+//! in front of another (`serve`), `format` does not overwrite a cache without --force, and a
+//! cache device can be an NBD export (nbdkit: memory, and the error filter for cache faults).
+
+mod common;
+
+use common::*;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+use tiercache_nbd::Client;
+
+const VOL: usize = 4 << 20;
+
+fn tmp() -> tempfile::TempDir {
+    let shm = Path::new("/dev/shm");
+    if shm.is_dir() {
+        tempfile::tempdir_in(shm).unwrap()
+    } else {
+        tempfile::tempdir().unwrap()
+    }
+}
+
+/// `dir/backing.img` (a pattern), `dir/b.img` (another disk of the same size), and an 8 MiB
+/// `dir/cache.img` formatted write-back for backing.img.
+fn setup(dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
+    let a = dir.join("backing.img");
+    let b = dir.join("b.img");
+    let c = dir.join("cache.img");
+    std::fs::write(&a, (0..VOL).map(|i| (i / 4096) as u8).collect::<Vec<u8>>()).unwrap();
+    std::fs::write(&b, vec![0x5a; VOL]).unwrap();
+    std::fs::File::create(&c).unwrap().set_len(8 << 20).unwrap();
+    let out = run(Command::new(BIN)
+        .arg("format")
+        .arg("--cache")
+        .arg(&c)
+        .arg("--backing")
+        .arg(&a)
+        .args(["--mode", "write-back"]));
+    assert!(out.contains("backing.img"), "{out}");
+    (a, b, c)
+}
+
+fn s(p: &Path) -> String {
+    p.display().to_string()
+}
+
+#[test]
+fn serve_refuses_another_backing_device_and_accepts_a_rename_with_the_flag() {
+    let d = tmp();
+    let dir = d.path();
+    let (a, b, c) = setup(dir);
+    let srv = Srv::custom(dir, &["--cache", &s(&c), "--backing", &s(&a)]);
+    let mut cl = Client::connect(&srv.uri()).unwrap();
+    cl.write(0, &[0xd1; 4096]).unwrap();
+    cl.write(8192, &[0xd2; 4096]).unwrap();
+    drop(cl);
+    srv.stop("-TERM");
+    let sha_b = sha(&b);
+
+    let log = serve_refused(dir, &["--cache", &s(&c), "--backing", &s(&b)]);
+    assert!(
+        log.contains("b.img")
+            && log.contains("backing.img")
+            && log.contains("--accept-backing-rename"),
+        "{log}"
+    );
+    assert_eq!(sha(&b), sha_b, "the other disk was not written");
+
+    // `format` does not discard it either without --force.
+    let out = Command::new(BIN)
+        .arg("format")
+        .arg("--cache")
+        .arg(&c)
+        .arg("--backing")
+        .arg(&b)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("--force") && err.contains("dirty"),
+        "{err}"
+    );
+
+    // The same file moved: refused, then accepted with the flag; its data is there.
+    let moved = dir.join("moved.img");
+    std::fs::rename(&a, &moved).unwrap();
+    serve_refused(dir, &["--cache", &s(&c), "--backing", &s(&moved)]);
+    let srv = Srv::custom(
+        dir,
+        &[
+            "--cache",
+            &s(&c),
+            "--backing",
+            &s(&moved),
+            "--accept-backing-rename",
+        ],
+    );
+    let mut cl = Client::connect(&srv.uri()).unwrap();
+    let mut buf = vec![0u8; 4096];
+    cl.read(8192, &mut buf).unwrap();
+    assert_eq!(buf, vec![0xd2; 4096]);
+    drop(cl);
+    let log = srv.stop("-TERM");
+    assert!(
+        log.contains("2 lines restored (2 dirty)") && log.contains("moved.img"),
+        "{log}"
+    );
+}
+
+#[test]
+fn format_refuses_a_damaged_cache_without_force() {
+    let d = tmp();
+    let dir = d.path();
+    let (a, _, c) = setup(dir);
+    // One flipped bit in the superblock: not a valid cache, but it was one and may hold
+    // dirty data (`tiercache check` says what is left).
+    let mut img = std::fs::read(&c).unwrap();
+    img[40] ^= 1;
+    std::fs::write(&c, &img).unwrap();
+    let fmt = |force: bool| {
+        let mut cmd = Command::new(BIN);
+        cmd.arg("format")
+            .arg("--cache")
+            .arg(&c)
+            .arg("--backing")
+            .arg(&a);
+        if force {
+            cmd.arg("--force");
+        }
+        cmd.output().unwrap()
+    };
+    let out = fmt(false);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "a damaged cache was formatted over");
+    assert!(err.contains("damaged") && err.contains("--force"), "{err}");
+    assert!(fmt(true).status.success());
+}
+
+/// `nbdkit -f -U SOCK ARGS`, waited for; killed on drop.
+struct Nbdkit(Child, PathBuf);
+
+impl Nbdkit {
+    fn start(sock: &Path, args: &[&str]) -> Nbdkit {
+        let child = Command::new("nbdkit")
+            .args(["-f", "-U"])
+            .arg(sock)
+            .args(args)
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let t = Instant::now();
+        while !sock.exists() {
+            assert!(
+                t.elapsed() < Duration::from_secs(10),
+                "nbdkit did not start"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        Nbdkit(child, sock.to_path_buf())
+    }
+    fn uri(&self) -> String {
+        format!("nbd+unix:///?socket={}", self.1.display())
+    }
+}
+
+impl Drop for Nbdkit {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn cache_device_can_be_an_nbd_export() {
+    if !have("nbdkit") {
+        return;
+    }
+    let d = tmp();
+    let dir = d.path();
+    let (a, _, _) = setup(dir);
+    // A memory export as the cache device: formatted, served, restarted warm.
+    let mem = Nbdkit::start(&dir.join("mem.sock"), &["memory", "16M"]);
+    run(Command::new(BIN)
+        .args(["format", "--cache", &mem.uri(), "--backing", &s(&a)])
+        .args(["--mode", "write-back"]));
+    let args = ["--cache", &mem.uri(), "--backing", &s(&a)];
+    let srv = Srv::custom(dir, &args);
+    let mut cl = Client::connect(&srv.uri()).unwrap();
+    cl.write(4096, &[0xc1; 4096]).unwrap();
+    drop(cl);
+    srv.stop("-TERM");
+    let srv = Srv::custom(dir, &args);
+    let mut cl = Client::connect(&srv.uri()).unwrap();
+    let mut buf = vec![0u8; 4096];
+    cl.read(4096, &mut buf).unwrap();
+    assert_eq!(buf, vec![0xc1; 4096]);
+    drop(cl);
+    let log = srv.stop("-TERM");
+    assert!(log.contains("1 lines restored (1 dirty)"), "{log}");
+    drop(mem);
+
+    // Cache faults injected with nbdkit's error filter: while TRIGGER exists every cache
+    // request fails; a clean line is then read from the backing device.
+    let trigger = dir.join("TRIGGER");
+    let faulty = Nbdkit::start(
+        &dir.join("err.sock"),
+        &[
+            "--filter=error",
+            "memory",
+            "16M",
+            "error-rate=1",
+            &format!("error-file={}", trigger.display()),
+        ],
+    );
+    run(Command::new(BIN)
+        .args(["format", "--cache", &faulty.uri(), "--backing", &s(&a)])
+        .args(["--mode", "write-through"]));
+    let srv = Srv::custom(dir, &["--cache", &faulty.uri(), "--backing", &s(&a)]);
+    let mut cl = Client::connect(&srv.uri()).unwrap();
+    cl.write(4096, &[0xc2; 4096]).unwrap();
+    cl.read(4096, &mut buf).unwrap();
+    std::fs::write(&trigger, b"").unwrap();
+    cl.read(4096, &mut buf).unwrap();
+    assert_eq!(buf, vec![0xc2; 4096], "served from the backing device");
+    let stats: serde_json::Value = serde_json::from_str(&srv.ctl(&["stats", "--json"])).unwrap();
+    let errors = stats["cache_errors"].as_u64().unwrap();
+    assert!(errors > 0, "the injected cache error was counted: {stats}");
+    std::fs::remove_file(&trigger).unwrap();
+    drop(cl);
+    srv.stop("-TERM");
+}
