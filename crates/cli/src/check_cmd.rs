@@ -154,6 +154,9 @@ fn run_repair(a: &CheckArgs) -> ExitCode {
     let path = a.device.display().to_string();
     let log = match tiercache_server::read_log_superblock(&dev) {
         Ok(l) => l.is_some(),
+        Err(e) if e.kind() == std::io::ErrorKind::InvalidData => {
+            return unrepairable(a, format!("{path}: cannot be repaired: {e}"))
+        }
         Err(e) => return fail(a, format!("{path}: {e}")),
     };
     let check_again = || -> Result<(bool, serde_json::Value), String> {
@@ -185,14 +188,7 @@ fn run_repair(a: &CheckArgs) -> ExitCode {
         match repair_device(&dev) {
             Ok((r, _)) => r,
             Err(CheckError::Unrepairable(why)) => {
-                let msg = format!("{path}: {}", CheckError::Unrepairable(why));
-                if a.json {
-                    let v = serde_json::json!({"device": path, "ok": false, "exit_code": 1, "error": msg});
-                    println!("{}", serde_json::to_string_pretty(&v).unwrap());
-                } else {
-                    eprintln!("error: {msg}");
-                }
-                return ExitCode::from(1);
+                return unrepairable(a, format!("{path}: {}", CheckError::Unrepairable(why)))
             }
             Err(e) => return fail(a, format!("{path}: {e}")),
         }
@@ -239,6 +235,18 @@ fn run_repair(a: &CheckArgs) -> ExitCode {
         println!("result        still inconsistent: run `tiercache check {path}` for the problems a repair does not fix (damaged extents are dropped when read)");
     }
     ExitCode::from(code)
+}
+
+/// Damage a repair cannot fix (the superblock): exit 1.
+fn unrepairable(a: &CheckArgs, msg: String) -> ExitCode {
+    if a.json {
+        let v = serde_json::json!({"device": a.device.display().to_string(), "ok": false,
+            "exit_code": 1, "error": msg});
+        println!("{}", serde_json::to_string_pretty(&v).unwrap());
+    } else {
+        eprintln!("error: {msg}");
+    }
+    ExitCode::from(1)
 }
 
 fn fail(a: &CheckArgs, msg: String) -> ExitCode {

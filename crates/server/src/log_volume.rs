@@ -1496,6 +1496,15 @@ impl Inner {
             });
         }
         rep.damage = damage;
+        // From here recovery writes the device: mark it in use first, so that a crash
+        // during recovery is an unclean stop (a clean flag would make the new epoch's
+        // journal, which has no end record yet, look damaged).
+        if self.sb.clean {
+            self.sb.clean = false;
+            let b = self.sb.encode();
+            self.cache_write(&b, 0)?;
+            self.cache_sync()?;
+        }
         // Torn header slots (after a crash) and damaged ones (salvage): zeroed, so that a
         // clean stop never leaves a slot that looks damaged.
         for &(s, slot) in &bad_slots {
@@ -1691,10 +1700,7 @@ impl Inner {
         rep.dirty_lines = self.eng.dirty_lines();
         self.eng.check().map_err(io_err)?;
         self.checkpoint()?;
-        self.sb.clean = false;
-        let b = self.sb.encode();
-        self.cache.write_at(&b, 0)?;
-        self.cache_sync()?;
+        debug_assert!(!self.sb.clean);
         Ok(rep)
     }
 }
