@@ -523,3 +523,33 @@ fn log_segment_header_and_superblock_flips() {
     let (code, v) = repair(&cache);
     assert_eq!(code, 1, "{v}");
 }
+
+#[test]
+fn log_journal_half_header_flip_is_named_refused_and_repaired() {
+    use tiercache_server::log_format::HALF_HEADER;
+    let dir = tempfile::tempdir().unwrap();
+    let (cache, backing) = log_device(dir.path(), true, 1 << 20);
+    let (h, rec0) = journal_record(&cache, 0);
+    let at = rec0 - HALF_HEADER as usize;
+    flip(&cache, at + 100, 0x02);
+    let (code, out) = check(&cache, false);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains(&format!("journal half {h} header (byte {at})")),
+        "{out}"
+    );
+    let err = serve_refuses(dir.path(), &cache, &backing);
+    assert!(err.contains("tiercache check --repair"), "{err}");
+    let (code, v) = repair(&cache);
+    assert_eq!(code, 0, "{v}");
+    // Its records verify on their own: nothing is lost.
+    assert_eq!(log_lines_readable(&cache, &backing), LOG_LINES);
+    let before = sha(&cache);
+    let (code, v) = repair(&cache);
+    assert_eq!(
+        (code, v["repair"]["changed"].clone()),
+        (0, false.into()),
+        "{v}"
+    );
+    assert!(sha(&cache) == before, "a second repair changed the device");
+}

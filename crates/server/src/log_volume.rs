@@ -1461,6 +1461,42 @@ impl Inner {
                 });
             }
         }
+        // A half whose header does not verify (or is older) but whose first record verifies
+        // with a newer epoch: its checkpoint completed if the stop was clean or if a later
+        // commit's records follow it, so its header is damaged (not a torn checkpoint).
+        for o in 0..2u32 {
+            if active.is_some_and(|(h, _, _)| h == o) {
+                continue;
+            }
+            let newer = active.map_or(0, |(_, e, _)| e) + 1;
+            let base = self.geo.half_offset(o) + HALF_HEADER;
+            let mut rb = vec![0u8; REC_BYTES * 4096.min(self.sb.journal_records as usize)];
+            self.cache.read_at(&mut rb, base)?;
+            let epoch = u64::from_le_bytes(rb[8..16].try_into().unwrap());
+            if epoch < newer || Rec::decode_framed(&rb, epoch).is_none() {
+                continue;
+            }
+            let committed_after = rb
+                .chunks_exact(REC_BYTES)
+                .filter_map(|r| Rec::decode_framed(r, epoch))
+                .any(|(_, f)| f.start > 0);
+            if self.sb.clean || committed_after {
+                let offset = self.geo.half_offset(o);
+                damage.push(LogDamage {
+                    what: "journal half header",
+                    half: Some(o),
+                    record: None,
+                    segment: None,
+                    slot: None,
+                    offset,
+                    message: format!(
+                        "journal half {o} header (byte {offset}): damaged, while the half holds the newest records (epoch {epoch}); recovery would replay the older half and drop them"
+                    ),
+                });
+                // Salvage: the records verify on their own, the half is the journal.
+                active = Some((o, epoch, HALF_FRAMED));
+            }
+        }
         if let Some((h, epoch, flags)) = active {
             self.half = h;
             self.epoch = epoch;
@@ -1491,6 +1527,10 @@ impl Inner {
                     "segment {} header slot {}: the extents it described are unknown; their lines read an older version (the other slot's, the journal's, or the backing device's), dirty data among them is lost",
                     d.segment.unwrap_or_default(),
                     d.slot.unwrap_or_default()
+                ),
+                "journal half header" => format!(
+                    "{}: nothing lost (its records verify and were replayed)",
+                    d.message.split(':').next().unwrap_or_default()
                 ),
                 _ => format!("{}: nothing lost (every record before it verifies)", d.message),
             });
