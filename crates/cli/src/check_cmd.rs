@@ -1,12 +1,21 @@
 //! `tiercache check DEVICE`: offline consistency check of a cache device (superblock,
 //! metadata checksums, mapping; for the log layout: recovery, indices and an extent scrub). Exit codes: 0 consistent, 1 inconsistencies found, 2 the
 //! device cannot be read or is not a tiercache cache device.
+//!
+//! `tiercache check --repair DEVICE`: with the server stopped (the device is locked
+//! exclusively; a running server holds a shared lock), drops what the check found damaged
+//! and rewrites the metadata so the server starts: direct layout, the bad records (their
+//! slots named; a record that fails its checksum has an unknown key, so its data may have
+//! been dirty); log layout, a salvage of every journal record that still verifies, after the
+//! damaged one too. It prints (and `--json` lists) what is lost, then checks again: exit 0
+//! when the device is consistent afterwards, 1 when not (or not repairable), 2 when it
+//! cannot be opened. On a consistent device it writes nothing.
 
 use clap::Args;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use tiercache_server::check::{check_device, CheckReport};
-use tiercache_server::log_check::check_log_device;
+use tiercache_server::check::{check_device, repair_device, CheckError, CheckReport, RepairReport};
+use tiercache_server::log_check::{check_log_device, repair_log_device};
 use tiercache_server::FileDev;
 
 #[derive(Args, Debug)]
@@ -16,9 +25,16 @@ pub struct CheckArgs {
     /// Print the report as JSON (with "ok" and "exit_code").
     #[arg(long)]
     pub json: bool,
+    /// Repair: drop the damaged metadata the check finds, salvage what still verifies, and
+    /// list what is lost. Writes the device: stop the server first.
+    #[arg(long)]
+    pub repair: bool,
 }
 
 pub fn run(a: CheckArgs) -> ExitCode {
+    if a.repair {
+        return run_repair(&a);
+    }
     let dev = match FileDev::open_read_only(&a.device) {
         Ok(d) => d,
         Err(e) => return fail(&a, format!("cannot open: {e}")),
@@ -26,6 +42,20 @@ pub fn run(a: CheckArgs) -> ExitCode {
     match tiercache_server::read_log_superblock(&dev) {
         Ok(Some(_)) => return run_log(&a, dev),
         Ok(None) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::InvalidData => {
+            // The log magic is there, the superblock does not verify: an inconsistency.
+            let p = format!("superblock (bytes 0..4096): {e}");
+            if a.json {
+                let v = serde_json::json!({"device": a.device.display().to_string(),
+                    "layout": "log", "ok": false, "exit_code": 1, "problems": [p]});
+                println!("{}", serde_json::to_string_pretty(&v).unwrap());
+            } else {
+                println!("device        {} (log layout)", a.device.display());
+                println!("PROBLEM: {p}");
+                println!("result        1 inconsistency found");
+            }
+            return ExitCode::from(1);
+        }
         Err(e) => return fail(&a, format!("{}: {e}", a.device.display())),
     }
     let rep = match check_device(&dev) {
@@ -86,6 +116,15 @@ fn run_log(a: &CheckArgs, dev: FileDev) -> ExitCode {
         rec.stale_records,
         rec.recovered_open_segments
     );
+    for d in &rec.damage {
+        println!(
+            "PROBLEM: {} (`tiercache check --repair` salvages)",
+            d.message
+        );
+    }
+    for l in &rec.unknown_lost {
+        println!("would lose: {l}");
+    }
     println!(
         "mapping       {} lines cached, {} dirty, {} stored extents scrubbed",
         sc.lines, sc.dirty_lines, sc.extents
@@ -98,12 +137,116 @@ fn run_log(a: &CheckArgs, dev: FileDev) -> ExitCode {
     } else {
         println!(
             "result        {} inconsistencies found ({} bad extents, {} dirty lines lost)",
-            r.index_problems.len() + sc.problems.len(),
+            rec.damage.len() + r.index_problems.len() + sc.problems.len(),
             sc.bad_extents,
             sc.lost_lines
         );
     }
     ExitCode::from(code)
+}
+
+/// `--repair`: see the module doc.
+fn run_repair(a: &CheckArgs) -> ExitCode {
+    let dev = match FileDev::open_exclusive(&a.device) {
+        Ok(d) => d,
+        Err(e) => return fail(a, format!("cannot open for repair: {e}")),
+    };
+    let path = a.device.display().to_string();
+    let log = match tiercache_server::read_log_superblock(&dev) {
+        Ok(l) => l.is_some(),
+        Err(e) if e.kind() == std::io::ErrorKind::InvalidData => {
+            return unrepairable(a, format!("{path}: cannot be repaired: {e}"))
+        }
+        Err(e) => return fail(a, format!("{path}: {e}")),
+    };
+    let check_again = || -> Result<(bool, serde_json::Value), String> {
+        let ro = FileDev::open_read_only(&a.device).map_err(|e| e.to_string())?;
+        if log {
+            let r = check_log_device(Box::new(ro)).map_err(|e| e.to_string())?;
+            Ok((r.ok(), serde_json::to_value(&r).unwrap()))
+        } else {
+            let r = check_device(&ro).map_err(|e| e.to_string())?;
+            Ok((r.ok(), serde_json::to_value(&r).unwrap()))
+        }
+    };
+    let rep = if log {
+        let damaged = match check_again() {
+            Ok((_, v)) => v["recovery"]["damage"]
+                .as_array()
+                .is_some_and(|d| !d.is_empty()),
+            Err(e) => return fail(a, format!("{path}: recovery of the log layout fails: {e}")),
+        };
+        if damaged {
+            match repair_log_device(Box::new(dev)) {
+                Ok(r) => r,
+                Err(e) => return fail(a, format!("{path}: repair failed: {e}")),
+            }
+        } else {
+            RepairReport::default()
+        }
+    } else {
+        match repair_device(&dev) {
+            Ok((r, _)) => r,
+            Err(CheckError::Unrepairable(why)) => {
+                return unrepairable(a, format!("{path}: {}", CheckError::Unrepairable(why)))
+            }
+            Err(e) => return fail(a, format!("{path}: {e}")),
+        }
+    };
+    let (ok, after) = match check_again() {
+        Ok(x) => x,
+        Err(e) => return fail(a, format!("{path}: after the repair: {e}")),
+    };
+    let code = if ok { 0 } else { 1 };
+    if a.json {
+        let v = serde_json::json!({"device": path, "layout": if log { "log" } else { "direct" },
+            "repair": rep, "check": after, "ok": ok, "exit_code": code});
+        println!("{}", serde_json::to_string_pretty(&v).unwrap());
+        return ExitCode::from(code);
+    }
+    println!(
+        "device        {path} ({} layout)",
+        if log { "log" } else { "direct" }
+    );
+    if !rep.changed {
+        println!("repair        nothing to repair: no damaged metadata found; the device was not written");
+    }
+    for r in &rep.repaired {
+        println!("repaired: {r}");
+    }
+    if rep.salvaged_records > 0 {
+        println!(
+            "salvaged      {} journal records after the damage replayed",
+            rep.salvaged_records
+        );
+    }
+    for l in &rep.unknown_lost {
+        println!("LOST (line unknown): {l}");
+    }
+    for l in &rep.lost_ranges {
+        println!("LOST volume bytes {}..{}: {}", l.start, l.end, l.what);
+    }
+    if rep.changed && rep.unknown_lost.is_empty() && rep.lost_ranges.is_empty() {
+        println!("lost          nothing");
+    }
+    if ok {
+        println!("result        consistent");
+    } else {
+        println!("result        still inconsistent: run `tiercache check {path}` for the problems a repair does not fix (damaged extents are dropped when read)");
+    }
+    ExitCode::from(code)
+}
+
+/// Damage a repair cannot fix (the superblock): exit 1.
+fn unrepairable(a: &CheckArgs, msg: String) -> ExitCode {
+    if a.json {
+        let v = serde_json::json!({"device": a.device.display().to_string(), "ok": false,
+            "exit_code": 1, "error": msg});
+        println!("{}", serde_json::to_string_pretty(&v).unwrap());
+    } else {
+        eprintln!("error: {msg}");
+    }
+    ExitCode::from(1)
 }
 
 fn fail(a: &CheckArgs, msg: String) -> ExitCode {

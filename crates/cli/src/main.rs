@@ -86,7 +86,8 @@ enum Cmd {
     Serve(serve_cmd::ServeArgs),
     /// Talk to a running `serve` over its control socket: stats, flush, mode, detach.
     Ctl(serve_cmd::CtlArgs),
-    /// Verify a cache device offline: superblock, metadata checksums, mapping (exit 0/1/2).
+    /// Verify a cache device offline: superblock, metadata checksums, mapping (exit 0/1/2);
+    /// `--repair` drops damaged metadata, salvages what verifies and lists what is lost.
     Check(check_cmd::CheckArgs),
 }
 

@@ -565,7 +565,7 @@ pub fn serve(a: ServeArgs) -> Result<()> {
             accept: tiercache_server::LogOpenOptions {
                 accept_backing_rename: a.accept_backing_rename,
                 accept_backing_changes: a.accept_backing_changes,
-                offline: false,
+                ..Default::default()
             },
         };
         return crate::log_serve::serve(p, cache, backing);

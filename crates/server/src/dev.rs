@@ -31,12 +31,44 @@ pub struct FileDev {
 }
 
 impl FileDev {
+    /// Opens for reading and writing, with a shared advisory lock (`flock`): a device that
+    /// `tiercache check --repair` holds exclusively is refused. File systems without flock
+    /// open unlocked.
     pub fn open(path: &Path) -> io::Result<FileDev> {
+        Self::open_locked(path, libc::LOCK_SH)
+    }
+
+    /// Opens for reading and writing with an exclusive advisory lock: fails while any other
+    /// [`FileDev::open`] (a running server) holds the device. For offline repair.
+    pub fn open_exclusive(path: &Path) -> io::Result<FileDev> {
+        Self::open_locked(path, libc::LOCK_EX)
+    }
+
+    fn open_locked(path: &Path, how: libc::c_int) -> io::Result<FileDev> {
+        use std::os::fd::AsRawFd;
         let mut file = OpenOptions::new()
             .read(true)
             .write(true)
             .open(path)
             .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
+        // SAFETY: flock on a file descriptor this function owns.
+        if unsafe { libc::flock(file.as_raw_fd(), how | libc::LOCK_NB) } != 0 {
+            let e = io::Error::last_os_error();
+            if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
+                return Err(io::Error::new(
+                    io::ErrorKind::WouldBlock,
+                    format!(
+                        "{}: in use ({})",
+                        path.display(),
+                        if how == libc::LOCK_EX {
+                            "a server or another process has it open; stop it first"
+                        } else {
+                            "`tiercache check --repair` is repairing it; wait for it to finish"
+                        }
+                    ),
+                ));
+            }
+        }
         let size = file.seek(SeekFrom::End(0))?;
         let id = BackingIdentity::of_path(path).ok();
         Ok(FileDev { file, size, id })

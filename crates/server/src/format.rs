@@ -63,7 +63,7 @@ pub enum FormatError {
     BadVersion(u32),
     #[error("superblock field {field} is invalid: {why}")]
     BadField { field: &'static str, why: String },
-    #[error("metadata record of slot {slot} (byte {offset}) has a bad checksum, but the cache was shut down cleanly: the metadata is corrupted")]
+    #[error("metadata record of slot {slot} (byte {offset}) has a bad checksum, but the cache was shut down cleanly: the metadata is corrupted. The server does not start on it: run `tiercache check --repair` on the cache device (the server stopped) to drop the bad record(s) and list what is lost")]
     BadRecord { slot: u64, offset: u64 },
     #[error("the cache device of {have} bytes is too small: {need} bytes are needed for {lines} lines of {line_size} bytes")]
     TooSmall {

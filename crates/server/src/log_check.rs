@@ -1,7 +1,9 @@
 //! Offline check of a log-layout cache device (`tiercache check`): runs the recovery a
 //! restart would run, on a copy-on-write view of the device (nothing reaches the device),
 //! checks the rebuilt indices' invariants, then scrubs every mapped extent (checksum,
-//! decompression, BLAKE3 of the content against its header's digest).
+//! decompression, BLAKE3 of the content against its header's digest). Recovery runs as a
+//! salvage, so damage to the journal or to header slots is reported (with what it may cost)
+//! instead of failing; [`repair_log_device`] runs the same salvage on the device itself.
 
 use crate::dev::BlockDev;
 use crate::log_volume::{LogOpenReport, LogScrub, LogVolume};
@@ -104,7 +106,9 @@ pub struct LogCheckReport {
 
 impl LogCheckReport {
     pub fn ok(&self) -> bool {
-        self.index_problems.is_empty() && self.scrub.problems.is_empty()
+        self.recovery.damage.is_empty()
+            && self.index_problems.is_empty()
+            && self.scrub.problems.is_empty()
     }
 }
 
@@ -118,15 +122,8 @@ pub fn check_log_device(cache: Box<dyn BlockDev>) -> io::Result<LogCheckReport> 
         base: cache,
         pages: Mutex::new(HashMap::new()),
     };
-    let offline = crate::LogOpenOptions {
-        offline: true,
-        ..Default::default()
-    };
-    let (vol, recovery) = LogVolume::open_opts(
-        Box::new(view),
-        Box::new(NoBacking(sb.backing_size)),
-        &offline,
-    )?;
+    let (vol, recovery) =
+        LogVolume::open_salvage(Box::new(view), Box::new(NoBacking(sb.backing_size)))?;
     let index_problems = vol.check().err().into_iter().collect();
     let scrub = vol.scrub()?;
     Ok(LogCheckReport {
@@ -141,5 +138,25 @@ pub fn check_log_device(cache: Box<dyn BlockDev>) -> io::Result<LogCheckReport> 
         recovery,
         index_problems,
         scrub,
+    })
+}
+
+/// `tiercache check --repair` of a log device whose check found damage: recovery as a
+/// salvage on the device itself (every journal record that still verifies is replayed,
+/// damaged header slots are zeroed), then a clean shutdown (which checkpoints the salvaged
+/// state into a new journal epoch). The backing device is never touched. The caller makes
+/// sure no server has the device open.
+pub fn repair_log_device(cache: Box<dyn BlockDev>) -> io::Result<crate::check::RepairReport> {
+    let sb = crate::log_volume::read_log_superblock(&*cache)?
+        .ok_or_else(|| io::Error::other("not a log-layout cache device"))?;
+    let (vol, rec) = LogVolume::open_salvage(cache, Box::new(NoBacking(sb.backing_size)))?;
+    vol.check().map_err(io::Error::other)?;
+    vol.shutdown()?;
+    Ok(crate::check::RepairReport {
+        changed: true,
+        repaired: rec.damage.iter().map(|d| d.message.clone()).collect(),
+        salvaged_records: rec.salvaged_records,
+        unknown_lost: rec.unknown_lost,
+        lost_ranges: rec.lost_ranges,
     })
 }

@@ -23,10 +23,15 @@
 //! the extent's sequence number.
 //!
 //! A journal record is `magic u16 | kind u8 | flags u8 | seg u32 | epoch u64 | seq u64 |
-//! key u64 | gen u32 | off u32 | len u32 | data_crc u32 | BLAKE3 [32] | pad [12] |
-//! crc32c u32` (little endian, crc over bytes 0..92). Kinds: 1 base (an extent of a segment
-//! not sealed yet, whose bytes were synced first), 2 duplicate entry, 3 drop. A half's
-//! records are valid up to the first one whose checksum, epoch or sequence order fails.
+//! key u64 | gen u32 | off u32 | len u32 | data_crc u32 | BLAKE3 [32] | frame_start u32 |
+//! frame_end u32 | pad [4] | crc32c u32` (little endian, crc over bytes 0..92). Kinds: 1 base
+//! (an extent of a segment not sealed yet, whose bytes were synced first), 2 duplicate entry,
+//! 3 drop, 4 end (written last by a clean shutdown). The frame is the range of record
+//! indices the record's journal write covered (one commit or checkpoint): a crash can tear
+//! only the last write, so a bad record is a torn tail when every valid record after it
+//! belongs to the same frame, and damage otherwise (see `log_volume`, recovery). Half headers
+//! whose flags byte (24) has bit 0 set hold framed records and, after a clean shutdown, end
+//! in an end record; records written before frames existed have zero frames.
 //! All integers little endian.
 
 use crate::identity::{BackingIdentity, ID_BYTES};
@@ -360,24 +365,45 @@ pub enum Rec {
     },
     /// `key` is not cached (trimmed, or evicted when its segment was reclaimed).
     Drop { key: u64, seq: u64 },
+    /// A clean shutdown's last record: the journal ends here.
+    End { seq: u64 },
 }
+
+/// The record indices one journal write covered (`start..end`; zero in records written
+/// before frames existed).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Frame {
+    pub start: u32,
+    pub end: u32,
+}
+
+/// Half header flag: the half's records carry frames, and a clean shutdown ends it with
+/// [`Rec::End`].
+pub const HALF_FRAMED: u8 = 1;
 
 impl Rec {
     pub fn seq(&self) -> u64 {
         match self {
             Rec::Base { ext, .. } => ext.seq,
-            Rec::Dup { seq, .. } | Rec::Drop { seq, .. } => *seq,
+            Rec::Dup { seq, .. } | Rec::Drop { seq, .. } | Rec::End { seq } => *seq,
         }
     }
 
+    /// The line key (0 for an end record).
     pub fn key(&self) -> u64 {
         match self {
             Rec::Base { ext, .. } => ext.key,
             Rec::Dup { key, .. } | Rec::Drop { key, .. } => *key,
+            Rec::End { .. } => 0,
         }
     }
 
+    /// Encodes without a frame (as records were before frames existed).
     pub fn encode(&self, epoch: u64, out: &mut Vec<u8>) {
+        self.encode_framed(epoch, Frame::default(), out)
+    }
+
+    pub fn encode_framed(&self, epoch: u64, frame: Frame, out: &mut Vec<u8>) {
         let mut b = [0u8; REC_BYTES];
         b[0..2].copy_from_slice(&REC_MAGIC.to_le_bytes());
         b[8..16].copy_from_slice(&epoch.to_le_bytes());
@@ -408,7 +434,10 @@ impl Rec {
                 b[36..40].copy_from_slice(&off.to_le_bytes());
             }
             Rec::Drop { .. } => b[2] = 3,
+            Rec::End { .. } => b[2] = 4,
         }
+        b[80..84].copy_from_slice(&frame.start.to_le_bytes());
+        b[84..88].copy_from_slice(&frame.end.to_le_bytes());
         let crc = crc32c::crc32c(&b[..92]);
         b[92..].copy_from_slice(&crc.to_le_bytes());
         out.extend_from_slice(&b);
@@ -416,6 +445,11 @@ impl Rec {
 
     /// Decodes a record of `epoch`; None when torn, stale (another epoch) or empty.
     pub fn decode(b: &[u8], epoch: u64) -> Option<Rec> {
+        Self::decode_framed(b, epoch).map(|(r, _)| r)
+    }
+
+    /// As [`Rec::decode`], with the record's frame.
+    pub fn decode_framed(b: &[u8], epoch: u64) -> Option<(Rec, Frame)> {
         if b.len() < REC_BYTES
             || u16::from_le_bytes([b[0], b[1]]) != REC_MAGIC
             || crc32c::crc32c(&b[..92]) != u32_at(b, 92)
@@ -428,7 +462,11 @@ impl Rec {
         let seg = u32_at(b, 4);
         let gen = u32_at(b, 32);
         let off = u32_at(b, 36);
-        Some(match b[2] {
+        let frame = Frame {
+            start: u32_at(b, 80),
+            end: u32_at(b, 84),
+        };
+        let rec = match b[2] {
             1 => Rec::Base {
                 seg,
                 gen,
@@ -453,29 +491,43 @@ impl Rec {
                 seq,
             },
             3 => Rec::Drop { key, seq },
+            4 => Rec::End { seq },
             _ => return None,
-        })
+        };
+        Some((rec, frame))
     }
 }
 
-/// A journal half's header: the epoch its records carry. The half with the highest valid
-/// epoch is the journal.
+/// A journal half's header: the epoch its records carry (and the flags, [`HALF_FRAMED`]).
+/// The half with the highest valid epoch is the journal.
 pub fn encode_half(epoch: u64) -> Vec<u8> {
     let mut b = vec![0u8; HALF_HEADER as usize];
     b[0..8].copy_from_slice(HALF_MAGIC);
     b[8..12].copy_from_slice(&VERSION.to_le_bytes());
     b[16..24].copy_from_slice(&epoch.to_le_bytes());
+    b[24] = HALF_FRAMED;
     let crc = crc32c::crc32c(&b[..4092]);
     b[4092..].copy_from_slice(&crc.to_le_bytes());
     b
 }
 
 pub fn decode_half(b: &[u8]) -> Option<u64> {
+    decode_half_flags(b).map(|(e, _)| e)
+}
+
+/// The epoch and flags of a valid half header.
+pub fn decode_half_flags(b: &[u8]) -> Option<(u64, u8)> {
     (b.len() >= HALF_HEADER as usize
         && &b[0..8] == HALF_MAGIC
         && u32_at(b, 8) == VERSION
         && crc32c::crc32c(&b[..4092]) == u32_at(b, 4092))
-    .then(|| u64_at(b, 16))
+    .then(|| (u64_at(b, 16), b[24]))
+}
+
+/// Whether a header slot holds bytes that start like a segment header (its magic) but do
+/// not decode for segment `seg`: torn by a crash, or damaged.
+pub fn header_damaged(b: &[u8], seg: u32, max_extents: u32) -> bool {
+    SegHeader::count(b).is_some() && SegHeader::decode(b, seg, max_extents).is_none()
 }
 
 #[cfg(test)]
@@ -530,19 +582,23 @@ mod tests {
                 seq: 1100,
             },
             Rec::Drop { key: 6, seq: 1101 },
+            Rec::End { seq: 1102 },
         ];
         let mut out = Vec::new();
+        let frame = Frame { start: 7, end: 11 };
         for r in &recs {
-            r.encode(3, &mut out);
+            r.encode_framed(3, frame, &mut out);
         }
         for (i, r) in recs.iter().enumerate() {
             let b = &out[i * REC_BYTES..];
+            assert_eq!(Rec::decode_framed(b, 3), Some((*r, frame)));
             assert_eq!(Rec::decode(b, 3), Some(*r));
             assert_eq!(Rec::decode(b, 4), None, "stale epoch");
         }
         out[5] ^= 0x10;
         assert_eq!(Rec::decode(&out, 3), None);
         assert_eq!(decode_half(&encode_half(12)), Some(12));
+        assert_eq!(decode_half_flags(&encode_half(12)), Some((12, HALF_FRAMED)));
         let sb = LogSuperblock {
             line_size: 4096,
             segment_size: 1 << 20,

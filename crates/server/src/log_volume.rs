@@ -36,6 +36,17 @@
 //!    leaves either the old half or the complete new one. Records of an older epoch are
 //!    ignored, and replay stops at the first bad record. After recovery a checkpoint always
 //!    starts a new epoch, so a partly written commit never resurfaces.
+//! 6. *Torn tail or damage.* Each record carries the frame (record range) of the journal
+//!    write it came in, and a clean shutdown ends the journal with an end record. A crash
+//!    can tear only the last write, so a bad record is the journal's legitimate end when the
+//!    stop was unclean and every valid record after it lies in the bad record's own frame;
+//!    it is damage when a later write's records verify, or when a cleanly stopped journal
+//!    does not end in its end record. Likewise a header slot that starts with the header
+//!    magic but does not verify is a torn write after an unclean stop (zeroed by recovery,
+//!    so it never outlives the next clean stop) and damage after a clean one. Damage makes
+//!    `open` fail, naming `tiercache check --repair`; the repair ([`LogVolume::open_salvage`]
+//!    then a clean shutdown) replays every record that still verifies, after the bad one
+//!    too, and says what may be lost.
 //!
 //! Between commits the volume may lose the latest writes (a block device may, until FLUSH);
 //! whatever a line reads after a crash is its value at the last commit or one written since.
@@ -166,6 +177,10 @@ pub fn format_log_for(
     Ok(sb)
 }
 
+/// Key of the dead placeholder extent a salvage puts where a lost journal record's extent
+/// was (no line has it: volume 0xffff is never used).
+const GAP_KEY: u64 = u64::MAX;
+
 /// Reads a log superblock (None: the device is not in the log layout).
 pub fn read_log_superblock(cache: &dyn BlockDev) -> io::Result<Option<LogSuperblock>> {
     let mut b = vec![0u8; SB_BYTES as usize];
@@ -173,7 +188,27 @@ pub fn read_log_superblock(cache: &dyn BlockDev) -> io::Result<Option<LogSuperbl
     if !LogSuperblock::is_log(&b) {
         return Ok(None);
     }
-    LogSuperblock::decode(&b).map(Some)
+    LogSuperblock::decode(&b).map(Some).map_err(|e| {
+        io::Error::new(
+            e.kind(),
+            format!("{e}: the log superblock (bytes 0..4096) is damaged and the layout cannot be read without it; `tiercache format --force` discards the cache (and its dirty data)"),
+        )
+    })
+}
+
+/// Damage recovery found in the device's metadata (after a clean stop, or contradicted by
+/// later records): `open` refuses, `open_salvage` goes on and lists it.
+#[derive(Clone, Debug, Serialize)]
+pub struct LogDamage {
+    /// "journal record", "journal end" or "segment header".
+    pub what: &'static str,
+    pub half: Option<u32>,
+    pub record: Option<u64>,
+    pub segment: Option<u32>,
+    pub slot: Option<u32>,
+    /// Device byte offset of the damaged structure.
+    pub offset: u64,
+    pub message: String,
 }
 
 /// What to accept when opening (see `crate::identity`).
@@ -186,6 +221,8 @@ pub struct LogOpenOptions {
     pub accept_backing_changes: bool,
     /// The backing device is not there (the offline check): no clean line is compared.
     pub offline: bool,
+    /// Damage does not stop the open (see [`LogVolume::open_salvage`]).
+    pub salvage: bool,
 }
 
 /// What opening found.
@@ -206,6 +243,15 @@ pub struct LogOpenReport {
     pub sampled_clean_lines: u64,
     pub differing_clean_lines: u64,
     pub dropped_clean_lines: u64,
+    /// Damage found (empty unless opened with [`LogVolume::open_salvage`]: `open` fails).
+    pub damage: Vec<LogDamage>,
+    /// Valid records after a damaged one that a salvage replayed.
+    pub salvaged_records: u64,
+    /// What the damage may have cost where the line is unknown (a damaged record's key
+    /// cannot be trusted): one entry per damaged structure.
+    pub unknown_lost: Vec<String>,
+    /// Volume byte ranges whose dirty data a salvage had to drop (key known).
+    pub lost_ranges: Vec<crate::check::LostRange>,
 }
 
 /// What [`LogVolume::scrub`] found.
@@ -335,6 +381,8 @@ struct Inner {
     scratch: Vec<u8>,
     closed: bool,
     failed: bool,
+    /// Recovery goes on past damage (see [`LogVolume::open_salvage`]).
+    salvage: bool,
 }
 
 /// The log-layout cache volume.
@@ -377,12 +425,31 @@ impl LogVolume {
         Self::open_full(cache, backing, None, opts)
     }
 
+    /// As [`LogVolume::open`], but damage (see the module doc, rule 6) does not stop it: every
+    /// journal record that still verifies is replayed (a base record after a lost one leaves
+    /// a gap in its segment), damaged header slots are zeroed, and the report lists the
+    /// damage and what it may cost. `tiercache check` runs it on a copy-on-write view;
+    /// `tiercache check --repair` on the device, then shuts down cleanly. No backing device
+    /// is compared (offline).
+    pub fn open_salvage(
+        cache: Box<dyn BlockDev>,
+        backing: Box<dyn BlockDev>,
+    ) -> io::Result<(LogVolume, LogOpenReport)> {
+        let o = LogOpenOptions {
+            offline: true,
+            salvage: true,
+            ..Default::default()
+        };
+        Self::open_full(cache, backing, None, &o)
+    }
+
     fn open_full(
         cache: Box<dyn BlockDev>,
         backing: Box<dyn BlockDev>,
         fp_hook: Option<fn(&Hash) -> u64>,
         opts: &LogOpenOptions,
     ) -> io::Result<(LogVolume, LogOpenReport)> {
+        let salvage = opts.salvage;
         let mut sb =
             read_log_superblock(&*cache)?.ok_or_else(|| io_err("not a log-layout cache device"))?;
         if backing.size() != sb.backing_size {
@@ -445,6 +512,7 @@ impl LogVolume {
             scratch: Vec::new(),
             closed: false,
             failed: false,
+            salvage,
             sb,
         };
         let mut rep = inner.recover()?;
@@ -587,6 +655,7 @@ impl LogVolume {
         let mut g = self.lock();
         g.check_open()?;
         g.commit()?;
+        g.write_end()?;
         g.sb.clean = true;
         let b = g.sb.encode();
         g.cache.write_at(&b, 0)?;
@@ -1020,13 +1089,33 @@ impl Inner {
         recs: &[Rec],
         epoch: u64,
     ) -> io::Result<()> {
+        let frame = Frame {
+            start: at_rec as u32,
+            end: (at_rec + recs.len() as u64) as u32,
+        };
         let mut b = Vec::with_capacity(recs.len() * REC_BYTES);
         for r in recs {
-            r.encode(epoch, &mut b);
+            r.encode_framed(epoch, frame, &mut b);
         }
         let off = self.geo.half_offset(half) + HALF_HEADER + at_rec * REC_BYTES as u64;
         self.live.journal_records_written += recs.len() as u64;
         self.cache_write(&b, off)
+    }
+
+    /// A clean shutdown's end record, after its last commit (see the module doc, rule 6).
+    fn write_end(&mut self) -> io::Result<()> {
+        if self.jused >= self.sb.journal_records {
+            self.checkpoint()?;
+        }
+        debug_assert!(self.jused < self.sb.journal_records);
+        let end = Rec::End {
+            seq: self.next_seq(),
+        };
+        let (half, at, epoch) = (self.half, self.jused, self.epoch);
+        self.journal_write(half, at, &[end], epoch)?;
+        self.cache_sync()?;
+        self.jused += 1;
+        Ok(())
     }
 
     /// FLUSH: see the module doc, rule 3.
@@ -1245,6 +1334,119 @@ impl Inner {
         self.admit(line, out)
     }
 
+    /// Reads the records of journal half `h` (epoch `epoch`) up to its end: the first record
+    /// that does not verify, or the end record. Then tells a torn tail from damage (module
+    /// doc, rule 6): returns the records to replay (with a salvage, the valid ones after the
+    /// damage too) and the damage found.
+    fn scan_journal(
+        &mut self,
+        h: u32,
+        epoch: u64,
+        framed: bool,
+    ) -> io::Result<(Vec<Rec>, Vec<LogDamage>, u64)> {
+        // After the end, scanning goes on until this many records in a row do not verify.
+        const TAIL: u64 = 4096;
+        let total = self.sb.journal_records;
+        let base = self.geo.half_offset(h) + HALF_HEADER;
+        let chunk = 4096u64;
+        let mut buf = vec![0u8; chunk as usize * REC_BYTES];
+        let mut recs = Vec::new();
+        let mut first_bad: Option<u64> = None;
+        let mut ended = false;
+        let mut later: Vec<(u64, Rec, Frame)> = Vec::new();
+        let mut misses = 0u64;
+        let mut i = 0u64;
+        'scan: while i < total {
+            let n = chunk.min(total - i);
+            self.cache.read_at(
+                &mut buf[..n as usize * REC_BYTES],
+                base + i * REC_BYTES as u64,
+            )?;
+            for r in buf[..n as usize * REC_BYTES].chunks_exact(REC_BYTES) {
+                let got = Rec::decode_framed(r, epoch);
+                if ended || first_bad.is_some() {
+                    match got {
+                        Some(x) if !ended => {
+                            later.push((i, x.0, x.1));
+                            misses = 0;
+                        }
+                        _ => misses += 1,
+                    }
+                    if ended || misses >= TAIL {
+                        break 'scan;
+                    }
+                } else {
+                    match got {
+                        Some((Rec::End { .. }, _)) => ended = true,
+                        Some((rec, _)) => recs.push(rec),
+                        None => first_bad = Some(i),
+                    }
+                }
+                i += 1;
+            }
+        }
+        let clean = self.sb.clean;
+        let Some(bad) = first_bad else {
+            // Ended by its end record, or the half is full.
+            if clean && framed && !ended {
+                let offset = base + total * REC_BYTES as u64;
+                return Ok((
+                    recs,
+                    vec![LogDamage {
+                        what: "journal end",
+                        half: Some(h),
+                        record: Some(total),
+                        segment: None,
+                        slot: None,
+                        offset,
+                        message: format!(
+                            "journal half {h}: full without its end record after a clean stop"
+                        ),
+                    }],
+                    0,
+                ));
+            }
+            return Ok((recs, Vec::new(), 0));
+        };
+        let offset = base + bad * REC_BYTES as u64;
+        let torn = !clean
+            && later.iter().all(|&(_, _, f)| {
+                f.end == 0 // written before frames: the previous rule (replay to here)
+                    || (f == later[0].2 && (f.start as u64) <= bad && bad < f.end as u64)
+            });
+        let why = if !later.is_empty() && !torn {
+            format!(
+                "{} later record(s) verify{}",
+                later.len(),
+                if clean {
+                    " and the cache was stopped cleanly"
+                } else {
+                    ", written after it by completed writes (not a torn tail)"
+                }
+            )
+        } else if clean && framed {
+            "the cache was stopped cleanly but its journal does not reach its end record".into()
+        } else {
+            // The legitimate end after a crash: a torn last write, or simply the end.
+            return Ok((recs, Vec::new(), 0));
+        };
+        let message = format!("journal half {h} record {bad} (byte {offset}): damaged: {why}");
+        let damage = LogDamage {
+            what: "journal record",
+            half: Some(h),
+            record: Some(bad),
+            segment: None,
+            slot: None,
+            offset,
+            message,
+        };
+        let salvaged = later.len() as u64;
+        if self.salvage {
+            recs.extend(later.into_iter().map(|(_, r, _)| r));
+        }
+        Ok((recs, vec![damage], salvaged))
+    }
+
     /// Rebuilds everything from the headers and the journal: see the module doc.
     /// The log layout's half of `volume::verify_clean_sample` (same rules): compares a sample
     /// of clean cached lines with the backing device after recovery. After a clean shutdown a
@@ -1341,6 +1543,8 @@ impl Inner {
         let slot_bytes = self.geo.slot_bytes as usize;
         let mut maxseq = 0u64;
         let mut b = vec![0u8; slot_bytes];
+        // Header slots that start with the magic but do not verify: torn or damaged.
+        let mut bad_slots: Vec<(u32, u32)> = Vec::new();
         for s in 0..n {
             let mut best: Option<(u32, SegHeader)> = None;
             for slot in 0..2 {
@@ -1353,6 +1557,9 @@ impl Inner {
                 if need > 4096 {
                     self.cache
                         .read_at(&mut b[4096..need], self.geo.slot_offset(s, slot) + 4096)?;
+                }
+                if header_damaged(&b[..need], s, maxe) {
+                    bad_slots.push((s, slot));
                 }
                 if let Some(h) = SegHeader::decode(&b[..need], s, maxe) {
                     if best.as_ref().is_none_or(|(_, x)| h.hseq > x.hseq) {
@@ -1374,50 +1581,169 @@ impl Inner {
         }
         // The journal: the half with the newest valid header.
         let mut hb = vec![0u8; HALF_HEADER as usize];
-        let mut active: Option<(u32, u64)> = None;
+        let mut active: Option<(u32, u64, u8)> = None;
         for h in 0..2 {
             self.cache.read_at(&mut hb, self.geo.half_offset(h))?;
-            if let Some(e) = decode_half(&hb) {
-                if active.is_none_or(|(_, x)| e > x) {
-                    active = Some((h, e));
+            if let Some((e, flags)) = decode_half_flags(&hb) {
+                if active.is_none_or(|(_, x, _)| e > x) {
+                    active = Some((h, e, flags));
                 }
             }
         }
         let mut recs = Vec::new();
-        if let Some((h, epoch)) = active {
-            self.half = h;
-            self.epoch = epoch;
-            let chunk = 4096 * REC_BYTES;
-            let total = self.sb.journal_records as usize * REC_BYTES;
-            let mut buf = vec![0u8; chunk];
-            let mut at = 0usize;
-            'scan: while at < total {
-                let n = chunk.min(total - at);
-                self.cache.read_at(
-                    &mut buf[..n],
-                    self.geo.half_offset(h) + HALF_HEADER + at as u64,
-                )?;
-                for r in buf[..n].chunks_exact(REC_BYTES) {
-                    match Rec::decode(r, epoch) {
-                        Some(rec) => recs.push(rec),
-                        None => break 'scan,
-                    }
-                }
-                at += n;
+        let mut damage = Vec::new();
+        for &(s, slot) in &bad_slots {
+            if self.sb.clean {
+                let offset = self.geo.slot_offset(s, slot);
+                damage.push(LogDamage {
+                    what: "segment header",
+                    half: None,
+                    record: None,
+                    segment: Some(s),
+                    slot: Some(slot),
+                    offset,
+                    message: format!(
+                        "segment {s} header slot {slot} (byte {offset}): checksum fails on a cleanly stopped cache; the segment's lines would be rebuilt from the other slot's older header (or none) and could read older data"
+                    ),
+                });
             }
         }
+        // A half whose header does not verify (or is older) but whose first record verifies
+        // with a newer epoch: its checkpoint completed if the stop was clean or if a later
+        // commit's records follow it, so its header is damaged (not a torn checkpoint).
+        for o in 0..2u32 {
+            if active.is_some_and(|(h, _, _)| h == o) {
+                continue;
+            }
+            let newer = active.map_or(0, |(_, e, _)| e) + 1;
+            let base = self.geo.half_offset(o) + HALF_HEADER;
+            let mut rb = vec![0u8; REC_BYTES * 4096.min(self.sb.journal_records as usize)];
+            self.cache.read_at(&mut rb, base)?;
+            let epoch = u64::from_le_bytes(rb[8..16].try_into().unwrap());
+            if epoch < newer || Rec::decode_framed(&rb, epoch).is_none() {
+                continue;
+            }
+            let committed_after = rb
+                .chunks_exact(REC_BYTES)
+                .filter_map(|r| Rec::decode_framed(r, epoch))
+                .any(|(_, f)| f.start > 0);
+            if self.sb.clean || committed_after {
+                let offset = self.geo.half_offset(o);
+                damage.push(LogDamage {
+                    what: "journal half header",
+                    half: Some(o),
+                    record: None,
+                    segment: None,
+                    slot: None,
+                    offset,
+                    message: format!(
+                        "journal half {o} header (byte {offset}): damaged, while the half holds the newest records (epoch {epoch}); recovery would replay the older half and drop them"
+                    ),
+                });
+                // Salvage: the records verify on their own, the half is the journal.
+                active = Some((o, epoch, HALF_FRAMED));
+            }
+        }
+        if let Some((h, epoch, flags)) = active {
+            self.half = h;
+            self.epoch = epoch;
+            let (r, d, salvaged) = self.scan_journal(h, epoch, flags & HALF_FRAMED != 0)?;
+            recs = r;
+            damage.extend(d);
+            if self.salvage {
+                rep.salvaged_records = salvaged;
+            }
+        }
+        if !damage.is_empty() && !self.salvage {
+            let list: Vec<&str> = damage.iter().map(|d| d.message.as_str()).collect();
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!(
+                    "the cache metadata is damaged: {}. Replaying it as it is would silently drop what follows the damage; the server does not start. Run `tiercache check --repair` on the cache device (the server stopped) to salvage every record that still verifies and list what is lost",
+                    list.join("; ")
+                ),
+            ));
+        }
+        for d in &damage {
+            rep.unknown_lost.push(match d.what {
+                "journal record" => format!(
+                    "{}: the line it described is unknown; if it was a write, that line reads its previous version",
+                    d.message.split(':').next().unwrap_or_default()
+                ),
+                "segment header" => format!(
+                    "segment {} header slot {}: the extents it described are unknown; their lines read an older version (the other slot's, the journal's, or the backing device's), dirty data among them is lost",
+                    d.segment.unwrap_or_default(),
+                    d.slot.unwrap_or_default()
+                ),
+                "journal half header" => format!(
+                    "{}: nothing lost (its records verify and were replayed)",
+                    d.message.split(':').next().unwrap_or_default()
+                ),
+                _ => format!("{}: nothing lost (every record before it verifies)", d.message),
+            });
+        }
+        rep.damage = damage;
+        // From here recovery writes the device: mark it in use first, so that a crash
+        // during recovery is an unclean stop (a clean flag would make the new epoch's
+        // journal, which has no end record yet, look damaged).
+        if self.sb.clean {
+            self.sb.clean = false;
+            let b = self.sb.encode();
+            self.cache_write(&b, 0)?;
+            self.cache_sync()?;
+        }
+        // Torn header slots (after a crash) and damaged ones (salvage): zeroed, so that a
+        // clean stop never leaves a slot that looks damaged.
+        for &(s, slot) in &bad_slots {
+            self.cache_write(&[0u8; 4096], self.geo.slot_offset(s, slot))?;
+        }
         rep.journal_records = recs.len() as u64;
-        // Extents of segments not sealed, from base records (in the order written).
+        // Extents of segments not sealed, from base records (in the order written). A salvage
+        // accepts gaps (a lost base record's extent stays unmapped).
         for r in &recs {
             maxseq = maxseq.max(r.seq());
             if let Rec::Base { seg, gen, ext } = r {
                 if let Some(m) = self.segs.get_mut(*seg as usize) {
-                    if !m.sealed
-                        && m.gen == *gen
-                        && m.ext_at(ext.off).is_none()
-                        && m.fill() == ext.off
-                    {
+                    let next = if self.salvage {
+                        m.fill() <= ext.off
+                    } else {
+                        m.fill() == ext.off
+                    };
+                    if !m.sealed && m.gen == *gen && m.ext_at(ext.off).is_none() && next {
+                        if m.fill() < ext.off {
+                            // A lost record's extent: its bytes stay, dead (no line maps
+                            // them), so the segment's extents stay contiguous.
+                            m.exts.push(Ext {
+                                key: GAP_KEY,
+                                hash: [0; 32],
+                                off: m.fill(),
+                                len: ext.off - m.fill(),
+                                dirty: false,
+                                compressed: false,
+                                live: false,
+                                crc: 0,
+                                seq: 0,
+                            });
+                        }
                         m.exts.push(*ext);
+                    } else if self.salvage
+                        && !m.sealed
+                        && m.gen == *gen
+                        && ext.dirty
+                        && ext.live
+                        && m.ext_at(ext.off) != Some(ext)
+                    {
+                        // Overlaps what an earlier record placed: inconsistent, dropped.
+                        let (_, line) = LogEngine::key_line(ext.key);
+                        let start = line * self.sb.line_size;
+                        rep.lost_ranges.push(crate::check::LostRange {
+                            start,
+                            end: start + self.sb.line_size,
+                            what: format!(
+                                "journal base record (seq {}) overlaps segment {seg}'s other extents: dropped, the line's dirty data is lost",
+                                ext.seq
+                            ),
+                        });
                     }
                 }
             }
@@ -1470,6 +1796,7 @@ impl Inner {
                     seq,
                 } => put(&mut ev, key, seq, Ev::Dup(seg, gen, off, dirty)),
                 Rec::Drop { key, seq } => put(&mut ev, key, seq, Ev::None),
+                Rec::End { .. } => {}
             }
         }
         let mut entries = Vec::new();
@@ -1560,10 +1887,7 @@ impl Inner {
         rep.dirty_lines = self.eng.dirty_lines();
         self.eng.check().map_err(io_err)?;
         self.checkpoint()?;
-        self.sb.clean = false;
-        let b = self.sb.encode();
-        self.cache.write_at(&b, 0)?;
-        self.cache_sync()?;
+        debug_assert!(!self.sb.clean);
         Ok(rep)
     }
 }

@@ -539,7 +539,7 @@ impl CacheVolume {
                 Err(e) if sb.clean => {
                     return Err(FormatError::BadField {
                         field: "metadata record",
-                        why: e.to_string(),
+                        why: format!("slot {slot}: {e}; run `tiercache check --repair` on the cache device (the server stopped)"),
                     })
                 }
                 Err(_) => report.dropped_bad_checksum += 1,
