@@ -1364,20 +1364,25 @@ impl Inner {
             )?;
             for r in buf[..n as usize * REC_BYTES].chunks_exact(REC_BYTES) {
                 let got = Rec::decode_framed(r, epoch);
-                if ended || first_bad.is_some() {
+                if first_bad.is_some() {
                     match got {
-                        Some(x) if !ended => {
-                            later.push((i, x.0, x.1));
+                        // A clean shutdown's end record: nothing follows it.
+                        Some((Rec::End { .. }, _)) => break 'scan,
+                        Some((rec, frame)) => {
+                            later.push((i, rec, frame));
                             misses = 0;
                         }
-                        _ => misses += 1,
+                        None => misses += 1,
                     }
-                    if ended || misses >= TAIL {
+                    if misses >= TAIL {
                         break 'scan;
                     }
                 } else {
                     match got {
-                        Some((Rec::End { .. }, _)) => ended = true,
+                        Some((Rec::End { .. }, _)) => {
+                            ended = true;
+                            break 'scan;
+                        }
                         Some((rec, _)) => recs.push(rec),
                         None => first_bad = Some(i),
                     }
