@@ -1498,7 +1498,13 @@ impl Inner {
         let drop: Vec<u64> = if changed {
             let dirty = self.eng.dirty_lines();
             if dirty > 0 && !opts.accept_backing_changes {
-                // Nothing was dropped: put the clean flag back as it was found.
+                // Nothing was dropped: put the clean flag back as it was found. Recovery
+                // began a new journal epoch; a clean flag needs it ended by an end record
+                // (module doc, rule 6), as a clean shutdown would.
+                if rep.was_clean {
+                    self.commit()?;
+                    self.write_end()?;
+                }
                 self.sb.clean = rep.was_clean;
                 let b = self.sb.encode();
                 self.cache.write_at(&b, 0)?;
