@@ -1616,6 +1616,14 @@ impl Engine {
     /// whose cache device failed there, after saving what it could). Returns its key.
     pub fn drop_line(&mut self, slot: Slot) -> Option<u64> {
         let key = self.slot_key(slot)?;
+        // `free` may still list this slot from before a restore into it (`free_stale`):
+        // drop the stale entries first, or the slot would be listed twice once freed and
+        // handed out to two lines (a rollback drops, restores and drops the same slot).
+        if self.free_stale {
+            let keys = &self.keys;
+            self.free.retain(|&s| keys[s as usize] == EMPTY);
+            self.free_stale = false;
+        }
         self.remove(slot, false);
         Some(key)
     }
