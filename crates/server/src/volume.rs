@@ -1224,6 +1224,12 @@ impl CacheVolume {
         if g.closed {
             return Err(ioerr("the cache volume is shut down"));
         }
+        if g.failed {
+            // The engine must keep saying pass-through: that is what is in force.
+            return Err(ioerr(
+                "the cache device failed: the volume passes through to the backing device (mode pass-through) until restarted with a newly formatted cache (`tiercache format --force`)",
+            ));
+        }
         if mode != Mode::WriteBack {
             self.clean_all(&mut g)?;
             self.flush_locked(&mut g)?;
