@@ -668,7 +668,30 @@ pub fn serve(a: ServeArgs) -> Result<()> {
     }
     served.context("NBD server")?;
     closed.context("clean shutdown of the cache")?;
-    say!("cache {} shut down cleanly", cache_path.display());
+    // The last word tells the truth about what a restart will find.
+    let st = vol.stats();
+    if st.cache_failed {
+        say!(
+            "cache {} had FAILED (everything passed through to the backing device since): it was not marked clean; run `tiercache format --force` on it before it is used again{}",
+            cache_path.display(),
+            if st.lost_dirty_ranges.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    "; dirty data LOST in volume byte ranges {:?}",
+                    st.lost_dirty_ranges
+                )
+            }
+        );
+    } else if st.degraded {
+        say!(
+            "cache {} shut down cleanly with {} dirty lines the backing device would not take (write-backs failing): they stay in the cache and are written back after the next start",
+            cache_path.display(),
+            st.dirty_lines
+        );
+    } else {
+        say!("cache {} shut down cleanly", cache_path.display());
+    }
     Ok(())
 }
 
@@ -870,25 +893,35 @@ fn print_stats(v: &serde_json::Value) {
         n(&s["dirty_bytes"])
     );
     println!("RAM (index)     {} bytes", n(&s["ram_index_bytes"]));
-    if crate::serve_classes::print_class_stats(s) {
-        return;
-    }
+    // Faults first: a class table must not hide them.
     println!(
-        "device errors   cache {}, backing {}{}",
+        "device errors   cache {}, backing {} ({} failed write-backs){}",
         n(&s["cache_errors"]),
         n(&s["backing_errors"]),
+        n(&s["backing_write_errors"]),
         if s["cache_failed"] == true {
             "; CACHE DEVICE FAILED: passing everything through to the backing device"
         } else {
             ""
         }
     );
+    if s["degraded"] == true {
+        println!(
+            "DEGRADED        {}",
+            s["degraded_reason"]
+                .as_str()
+                .unwrap_or("backing device failing write-backs")
+        );
+    }
     if n(&s["lost_dirty_bytes"]) > 0 {
         println!(
             "LOST dirty data {} bytes, volume byte ranges {}",
             n(&s["lost_dirty_bytes"]),
             s["lost_dirty_ranges"]
         );
+    }
+    if crate::serve_classes::print_class_stats(s) {
+        return;
     }
     println!(
         "{:<6} {:>10} {:>12} {:>12} {:>9} {:>10} {:>10}",
@@ -925,7 +958,14 @@ pub fn ctl(a: CtlArgs) -> Result<()> {
         CtlCmd::Stats { json: true } => println!("{}", serde_json::to_string_pretty(&v["stats"])?),
         CtlCmd::Stats { json: false } => print_stats(&v),
         CtlCmd::Flush => println!("flushed: no dirty data left, everything durable"),
-        CtlCmd::Mode { mode } => println!("mode is now {}", mode_arg(&mode)?),
+        CtlCmd::Mode { .. } => {
+            // The mode in force, as the volume reports it.
+            let st = control::request(&a.control, &Command::Stats).map_err(|e| anyhow!(e))?;
+            println!(
+                "mode is now {}",
+                st["stats"]["mode"].as_str().unwrap_or("?")
+            );
+        }
         CtlCmd::Detach => println!("detached: dirty data written back, now pass-through"),
     }
     Ok(())

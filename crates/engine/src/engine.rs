@@ -85,6 +85,9 @@ pub struct Engine {
     /// tracking is on ([`Engine::track_unmapped`]).
     unmapped: Vec<u64>,
     track_unmapped: bool,
+    /// Dirty lines may not be evicted ([`Engine::set_dirty_evictions_blocked`]): the
+    /// executor's backing device is failing writes, so a write-back could not happen.
+    dirty_evictions_blocked: bool,
 }
 
 /// What serving one line of a request came to.
@@ -188,6 +191,7 @@ impl Engine {
             class_gate,
             unmapped: Vec::new(),
             track_unmapped: false,
+            dirty_evictions_blocked: false,
             cfg,
         };
         e.update_fast_path();
@@ -209,7 +213,46 @@ impl Engine {
             && self.oracle.is_none()
             && self.cap > 0
             && !self.class_gate
+            && !self.dirty_evictions_blocked
             && matches!(c.mode, Mode::WriteThrough | Mode::WriteBack);
+    }
+
+    /// Forbids (or allows again) evicting dirty lines: an executor whose backing device fails
+    /// writes sets it so that no plan needs a write-back. While set, a slot for a missed line
+    /// comes from the free slots or from a **clean** line (the policy's likeliest clean
+    /// victim); when there is neither, the miss is not admitted (`bypasses.no_capacity`):
+    /// a read is served from the backing device and a write goes to it (`WriteHdd`), so
+    /// no plan ever contains an eviction write-back. Cleaning ([`Engine::clean`]) is not
+    /// affected. Costs nothing while off (it only turns the fast path off while on).
+    pub fn set_dirty_evictions_blocked(&mut self, on: bool) {
+        self.dirty_evictions_blocked = on;
+        self.update_fast_path();
+    }
+
+    /// Whether dirty evictions are blocked ([`Engine::set_dirty_evictions_blocked`]).
+    pub fn dirty_evictions_blocked(&self) -> bool {
+        self.dirty_evictions_blocked
+    }
+
+    /// While dirty evictions are blocked: whether a slot can be had without one.
+    fn room_without_dirty_eviction(&self) -> bool {
+        self.len < self.cap || (self.len as u64) > self.dirty_count
+    }
+
+    /// The clean line the policy would evict first (blocked dirty evictions): its likeliest
+    /// victims in order, then any clean slot. `None` when every cached line is dirty.
+    #[cold]
+    fn clean_victim(&self) -> Option<Slot> {
+        if self.len as u64 <= self.dirty_count {
+            return None;
+        }
+        let mut hint = Vec::new();
+        self.policy
+            .eviction_candidates(self.len as usize, &mut hint);
+        let clean = |s: Slot| self.keys[s as usize] != EMPTY && !self.is_dirty(s);
+        hint.into_iter()
+            .find(|&s| clean(s))
+            .or_else(|| (0..self.cap).find(|&s| clean(s)))
     }
 
     /// Turns the whole-line fast path off (or back on where it applies): it must not change
@@ -845,6 +888,8 @@ impl Engine {
                 Some(Bypass::PartialWrite)
             } else if self.class_gate && !self.class_admits(req.class) {
                 Some(Bypass::Class)
+            } else if self.dirty_evictions_blocked && !self.room_without_dirty_eviction() {
+                Some(Bypass::NoCapacity)
             } else {
                 None
             };
@@ -1198,6 +1243,9 @@ impl Engine {
             if self.lookup(key).is_some() {
                 continue;
             }
+            if self.dirty_evictions_blocked && !self.room_without_dirty_eviction() {
+                continue;
+            }
             let slot = self.alloc_slot(ci);
             let hdd = l << self.line_shift;
             let ssd = self.ssd_addr(slot);
@@ -1224,6 +1272,9 @@ impl Engine {
 
     /// Takes a free slot, evicting (and writing back) a victim when the cache is full.
     fn alloc_slot(&mut self, ci: usize) -> Slot {
+        if self.dirty_evictions_blocked {
+            return self.alloc_slot_clean(ci);
+        }
         if self.class_gate && self.len > 0 && self.policy.at_limit(ci as u8) {
             return self.evict_for_class(ci);
         }
@@ -1254,6 +1305,44 @@ impl Engine {
             self.write_back(ci, victim, key);
             self.counters[ci].dirty_evictions += 1;
         }
+        self.counters[ci].evictions += 1;
+        self.unmap(victim, true);
+        victim
+    }
+
+    /// [`Engine::alloc_slot`] while dirty evictions are blocked: a free slot, else the
+    /// policy's likeliest clean victim (also for a class at its partition limit: a clean
+    /// line of its own if the policy names one, else any clean line). The caller checked
+    /// [`Engine::room_without_dirty_eviction`].
+    #[cold]
+    fn alloc_slot_clean(&mut self, ci: usize) -> Slot {
+        if self.class_gate && self.len > 0 && self.policy.at_limit(ci as u8) {
+            let v = self.policy.victim_for(ci as u8, &self.dirty);
+            if self.keys[v as usize] != EMPTY && !self.is_dirty(v) {
+                self.counters[ci].evictions += 1;
+                self.remove(v, true);
+                return self.free.pop().expect("remove() frees the slot");
+            }
+        }
+        if self.free_stale {
+            let keys = &self.keys;
+            self.free.retain(|&s| keys[s as usize] == EMPTY);
+            self.free_stale = false;
+        }
+        if let Some(s) = self.free.pop() {
+            return s;
+        }
+        if self.next_fresh < self.cap {
+            self.next_fresh += 1;
+            return self.next_fresh - 1;
+        }
+        let victim = self
+            .clean_victim()
+            .expect("blocked dirty evictions: the caller checked for a clean line");
+        assert!(
+            !self.is_dirty(victim),
+            "dirty evictions are blocked but slot {victim} is dirty"
+        );
         self.counters[ci].evictions += 1;
         self.unmap(victim, true);
         victim
@@ -1527,6 +1616,14 @@ impl Engine {
     /// whose cache device failed there, after saving what it could). Returns its key.
     pub fn drop_line(&mut self, slot: Slot) -> Option<u64> {
         let key = self.slot_key(slot)?;
+        // `free` may still list this slot from before a restore into it (`free_stale`):
+        // drop the stale entries first, or the slot would be listed twice once freed and
+        // handed out to two lines (a rollback drops, restores and drops the same slot).
+        if self.free_stale {
+            let keys = &self.keys;
+            self.free.retain(|&s| keys[s as usize] == EMPTY);
+            self.free_stale = false;
+        }
         self.remove(slot, false);
         Some(key)
     }

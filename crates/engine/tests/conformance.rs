@@ -164,3 +164,89 @@ fn rng_helper_is_seeded() {
     let mut r = ChaCha8Rng::seed_from_u64(0);
     let _: u8 = r.gen();
 }
+
+/// `set_dirty_evictions_blocked` (an executor whose backing device fails writes): for every
+/// policy, with the switch on no plan contains a write-back, every dirty line stays cached
+/// and dirty (its masks only grow by writes), misses take free slots or clean victims and are
+/// bypassed (`no_capacity`) when there are none, capacity and counters hold; with the switch
+/// off again cleaning writes every dirty line back.
+#[test]
+fn blocked_dirty_evictions_never_write_back_in_any_policy() {
+    use tiercache_engine::Step;
+    let reqs = stream(23, 3000);
+    for p in REGISTRY {
+        let cfg = EngineConfig {
+            capacity_lines: 64,
+            policy: p.name.into(),
+            mode: Mode::WriteBack,
+            ..Default::default()
+        };
+        let mut e = Engine::new(cfg).unwrap();
+        if e.needs_oracle() {
+            e.set_oracle(Engine::next_use_oracle(4096, &reqs));
+        }
+        // Warm up unblocked, with cleaning, so some lines are clean and some dirty.
+        for r in &reqs[..1000] {
+            e.process(r).unwrap();
+        }
+        e.set_dirty_evictions_blocked(true);
+        let bypass_before = e.counters().bypasses.no_capacity;
+        let mut dirty: Vec<(u64, u64)> = dirty_lines(&e);
+        let (mut bypassed, mut full) = (false, false);
+        for r in &reqs[1000..] {
+            let plan = e.process(r).unwrap();
+            assert!(
+                !plan
+                    .steps
+                    .iter()
+                    .any(|s| matches!(s, Step::WriteBack { .. })),
+                "{}: a plan wrote back while dirty evictions were blocked: {:?}",
+                p.name,
+                plan.steps
+            );
+            assert!(e.len() <= 64, "{}: over capacity", p.name);
+            for &(k, d) in &dirty {
+                let Some(s) = e.lookup(k) else {
+                    // Only a trim may drop a dirty line (a FUA write makes it clean first).
+                    assert!(
+                        r.op == Op::Trim || r.fua,
+                        "{}: dirty line {k:#x} evicted",
+                        p.name
+                    );
+                    continue;
+                };
+                let now = e.dirty_mask(s);
+                assert!(
+                    now & d == d || r.op == Op::Trim || r.fua,
+                    "{}: dirty sectors of {k:#x} lost ({d:#x} -> {now:#x})",
+                    p.name
+                );
+            }
+            full |= e.dirty_lines() == 64;
+            dirty = dirty_lines(&e);
+            bypassed |= e.counters().bypasses.no_capacity > bypass_before;
+        }
+        check_consistent(&e, p.name);
+        e.counters()
+            .check()
+            .unwrap_or_else(|m| panic!("{}: {m}", p.name));
+        // A cache full of dirty lines can only have bypassed later misses.
+        assert!(
+            !full || bypassed,
+            "{}: the cache filled with dirty lines but no miss was bypassed",
+            p.name
+        );
+        e.set_dirty_evictions_blocked(false);
+        while e.dirty_lines() > 0 {
+            e.clean(64);
+        }
+        check_consistent(&e, p.name);
+    }
+}
+
+fn dirty_lines(e: &Engine) -> Vec<(u64, u64)> {
+    e.entries()
+        .filter(|x| x.2)
+        .map(|(k, s, _)| (k, e.dirty_mask(s)))
+        .collect()
+}

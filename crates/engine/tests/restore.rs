@@ -91,3 +91,35 @@ fn restore_rejects_bad_input() {
     b.restore_line(2, 0, 0xff, 0, 0).unwrap();
     assert_eq!(b.len(), 2);
 }
+
+/// An executor rolling back a failed plan drops a line, restores it into the same slot and
+/// may drop it again (issue 14 item 1): the slot must then be handed out once, not twice
+/// (found by the live volume's fault swarm: two lines shared a slot).
+#[test]
+fn drop_restore_drop_frees_a_slot_once() {
+    let mut e = Engine::new(cfg()).unwrap();
+    for l in 0..8u64 {
+        e.process(&Request::write(l * 4096, 4096)).unwrap();
+    }
+    let slot = e.lookup(Engine::line_key(0, 3)).unwrap();
+    let (v, d) = (e.valid_mask(slot), e.dirty_mask(slot));
+    e.drop_line(slot).unwrap();
+    e.restore_line(Engine::line_key(0, 3), slot, v, d, 0)
+        .unwrap();
+    e.drop_line(slot).unwrap();
+    // One free slot: the next miss takes it, the one after must evict.
+    e.process(&Request::write(100 * 4096, 4096)).unwrap();
+    let plan = e.process(&Request::write(101 * 4096, 4096)).unwrap();
+    assert!(
+        plan.steps
+            .iter()
+            .any(|s| matches!(s, Step::WriteBack { .. })),
+        "the second miss reused the freed slot again: {:?}",
+        plan.steps
+    );
+    let mut slots: Vec<_> = e.entries().map(|(_, s, _)| s).collect();
+    slots.sort_unstable();
+    slots.dedup();
+    assert_eq!(slots.len() as u64, e.len(), "two lines share a slot");
+    assert_eq!(e.len(), 8);
+}

@@ -133,6 +133,7 @@ pub fn errno_of(e: &std::io::Error) -> u32 {
         InvalidInput => EINVAL,
         OutOfMemory => ENOMEM,
         Unsupported => ENOTSUP,
+        StorageFull | QuotaExceeded | FileTooLarge => ENOSPC,
         _ => EIO,
     }
 }

@@ -52,6 +52,8 @@ struct Rules {
     fail_writes: Vec<Range<u64>>,
     fail_syncs: bool,
     lost: bool,
+    /// OS error number injected errors carry (`None`: a plain error, like EIO).
+    errno: Option<i32>,
 }
 
 struct DevState {
@@ -205,6 +207,11 @@ impl FaultHandle {
         lock(&self.st.rules).lost = true;
         lock(&self.st.pending).clear();
     }
+    /// Injected errors carry OS error `errno` from now on (e.g. `libc::ENOSPC` for a full
+    /// file system); by default they are plain errors, as EIO would be reported.
+    pub fn fail_with_errno(&self, errno: i32) {
+        lock(&self.st.rules).errno = Some(errno);
+    }
     /// No more injected errors.
     pub fn heal(&self) {
         *lock(&self.st.rules) = Rules::default();
@@ -215,10 +222,15 @@ impl FaultHandle {
     }
 }
 
-fn injected(what: &str, dev: &str, off: u64, len: u64) -> io::Error {
-    io::Error::other(format!(
-        "injected {what} error on {dev} at byte {off} (+{len})"
-    ))
+fn injected(what: &str, dev: &str, off: u64, len: u64, errno: Option<i32>) -> io::Error {
+    let msg = format!("injected {what} error on {dev} at byte {off} (+{len})");
+    match errno {
+        Some(n) => {
+            let os = io::Error::from_raw_os_error(n);
+            io::Error::new(os.kind(), format!("{msg}: {os}"))
+        }
+        None => io::Error::other(msg),
+    }
 }
 
 impl FaultDev {
@@ -257,7 +269,8 @@ impl BlockDev for FaultDev {
             let r = lock(&self.st.rules);
             if r.lost || overlaps(&r.fail_reads, offset, buf.len() as u64) {
                 self.st.injected.fetch_add(1, Ordering::Relaxed);
-                return Err(injected("read", &self.st.name, offset, buf.len() as u64));
+                let n = buf.len() as u64;
+                return Err(injected("read", &self.st.name, offset, n, r.errno));
             }
         }
         self.st.inner.read_at(buf, offset)?;
@@ -279,7 +292,8 @@ impl BlockDev for FaultDev {
             let r = lock(&self.st.rules);
             if r.lost || overlaps(&r.fail_writes, offset, data.len() as u64) {
                 self.st.injected.fetch_add(1, Ordering::Relaxed);
-                return Err(injected("write", &self.st.name, offset, data.len() as u64));
+                let n = data.len() as u64;
+                return Err(injected("write", &self.st.name, offset, n, r.errno));
             }
         }
         st.events += 1;
@@ -327,7 +341,7 @@ impl BlockDev for FaultDev {
             let r = lock(&self.st.rules);
             if r.lost || r.fail_syncs {
                 self.st.injected.fetch_add(1, Ordering::Relaxed);
-                return Err(injected("sync", &self.st.name, 0, 0));
+                return Err(injected("sync", &self.st.name, 0, 0, r.errno));
             }
         }
         st.events += 1;

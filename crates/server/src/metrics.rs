@@ -35,6 +35,10 @@ pub struct Metrics {
     pub cache_failed: AtomicU64,
     /// Bytes of dirty data lost with the cache device (not rewritten since).
     pub lost_dirty_bytes: AtomicU64,
+    /// Write-backs the backing device failed (each kept its lines dirty in the cache).
+    pub backing_write_errors: AtomicU64,
+    /// 1 while write-backs are failing (the volume is degraded).
+    pub degraded: AtomicU64,
 }
 
 impl Metrics {
@@ -134,6 +138,11 @@ impl Metrics {
                 "Backing-device I/O errors (each failed its request).",
                 stats.backing_errors,
             ),
+            (
+                "backing_write_back_errors_total",
+                "Write-backs the backing device failed (their lines stayed dirty in the cache).",
+                stats.backing_write_errors,
+            ),
         ] {
             let _ = writeln!(
                 o,
@@ -150,6 +159,11 @@ impl Metrics {
                 "lost_dirty_bytes",
                 "Dirty bytes lost with the cache device (reads of them fail).",
                 stats.lost_dirty_bytes,
+            ),
+            (
+                "degraded",
+                "1 while the backing device fails write-backs: dirty lines stay in the cache and are retried, only clean lines are evicted.",
+                stats.degraded as u64,
             ),
         ]);
         for (n, h, v) in gauges {

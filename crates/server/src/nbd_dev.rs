@@ -32,6 +32,11 @@ struct Pool {
 fn err(uri: &str, e: ClientError) -> io::Error {
     match e {
         ClientError::Io(e) => io::Error::new(e.kind(), format!("{uri}: {e}")),
+        // A full backing export stays ENOSPC for our own clients (not a plain EIO).
+        ClientError::Nbd {
+            errno: tiercache_nbd::proto::ENOSPC,
+            ..
+        } => io::Error::new(io::ErrorKind::StorageFull, format!("{uri}: {e}")),
         e => io::Error::other(format!("{uri}: {e}")),
     }
 }

@@ -245,6 +245,8 @@ struct Inner {
     ahead: HashMap<u32, u64>,
     /// The plan being run unmapped a record on the miss path (see `CacheVolume::run`).
     unmapped_on_miss: bool,
+    /// Write-backs are failing on the backing device (see [`Degraded`]).
+    degraded: Option<Degraded>,
 }
 
 /// A cached block volume: the engine's decisions executed on real devices.
@@ -286,7 +288,38 @@ struct StepError {
     index: usize,
     cache: bool,
     err: io::Error,
+    /// It failed before any step changed the cache device (the backing-first phase of
+    /// [`CacheVolume::exec`]): the engine can be rolled back to `mem`.
+    before_cache: bool,
+    /// Steps done, sorted (steps after `index` may have run in the backing-first phase).
+    done: Vec<usize>,
 }
+
+impl StepError {
+    /// The steps from the failed one on that did not run, in order (what `recover` redoes).
+    fn pending(&self, steps: &[Step]) -> Vec<Step> {
+        (self.index..steps.len())
+            .filter(|i| self.done.binary_search(i).is_err())
+            .map(|i| steps[i])
+            .collect()
+    }
+}
+
+/// The backing device is failing write-backs (issue 14 item 1): dirty lines stay in the
+/// cache, the engine evicts only clean lines, and the cleaner retries with backoff.
+#[derive(Clone, Debug)]
+struct Degraded {
+    since: Instant,
+    /// The last backing error, as the client would see it (EIO or ENOSPC).
+    last_error: String,
+    failures: u64,
+    backoff: Duration,
+    retry_at: Instant,
+}
+
+/// First and largest pause between retries of failed write-backs.
+const RETRY_MIN: Duration = Duration::from_millis(100);
+const RETRY_MAX: Duration = Duration::from_secs(30);
 
 fn ioerr(e: impl std::fmt::Display) -> io::Error {
     io::Error::other(e.to_string())
@@ -564,6 +597,7 @@ impl CacheVolume {
             lost: Vec::new(),
             ahead: HashMap::new(),
             unmapped_on_miss: false,
+            degraded: None,
         };
         // Records the engine did not take (dropped ones) become empty in `mem`.
         inner.slots = (0..sb.capacity_lines as u32).collect();
@@ -727,6 +761,26 @@ impl CacheVolume {
             slots.extend(0..self.capacity_lines as u32);
         }
         if let Err(e) = r {
+            if e.before_cache {
+                // Nothing in the cache changed: put the engine back as `mem` has it.
+                let retry = self.failed_before_cache(&mut g, &steps, &e, &slots);
+                let touched = slots.clone();
+                g.slots = slots;
+                Self::update_records(&mut g);
+                if e.cache {
+                    self.recover(&mut g, &[], 0, 0, &[], &touched);
+                    self.cache_error(&mut g, e.err);
+                    return self.direct(&mut g, req, data);
+                }
+                if retry {
+                    // Dirty evictions are blocked now: planned again, the request needs no
+                    // write-back (a clean victim, or the backing device directly).
+                    drop(excl);
+                    drop(g);
+                    return self.run(req, data);
+                }
+                return Err(self.backing_error(e.err));
+            }
             let touched = slots.clone();
             g.slots = slots;
             Self::update_records(&mut g);
@@ -749,7 +803,10 @@ impl CacheVolume {
                 tracing::warn!("unmapping likely victims ahead failed: {e}");
             }
         }
-        if self.inline_cleaning.load(Ordering::Relaxed) && g.engine.needs_cleaning() {
+        if self.inline_cleaning.load(Ordering::Relaxed)
+            && g.degraded.is_none()
+            && g.engine.needs_cleaning()
+        {
             let n = g.engine.cleaning_target();
             self.clean_pass(&mut g, n)?;
         }
@@ -780,28 +837,99 @@ impl CacheVolume {
         Ok(())
     }
 
-    /// Executes plan steps in order (see the module doc for the reuse rule).
+    /// Executes plan steps (see the module doc for the reuse rule). The steps that only
+    /// touch the backing device (write-backs, backing reads and writes) and depend on no
+    /// earlier step run FIRST ([`backing_first`]): if one fails, nothing in the cache has
+    /// changed yet (`StepError::before_cache`), so the engine can be put back exactly as
+    /// `mem` records it ([`CacheVolume::roll_back`]) instead of dropping lines — a dirty line
+    /// whose write-back failed stays dirty in its slot (issue 14 item 1).
     fn exec(&self, g: &mut Inner, steps: &[Step], buf: &mut [u8]) -> Result<(), StepError> {
-        let d = self.data_offset;
-        let r = |a: u64, l: u64| a as usize..(a + l) as usize;
+        let first = backing_first(steps);
+        // Steps done, sorted (a merged write-back completes several).
+        let mut done: Vec<usize> = Vec::new();
         let mut tmp = Vec::new();
-        // Write-backs already done as part of an earlier merged one (see `WriteBack`).
-        let mut merged: Vec<usize> = Vec::new();
-        for (index, s) in steps.iter().enumerate() {
-            if merged.binary_search(&index).is_ok() {
+        if !first.is_empty() {
+            // Write-backs that must wait for phase 2 may not join a phase-1 merge.
+            let mut skip: Vec<usize> = (0..steps.len())
+                .filter(|i| {
+                    matches!(steps[*i], Step::WriteBack { .. }) && first.binary_search(i).is_err()
+                })
+                .collect();
+            for &index in &first {
+                if skip.binary_search(&index).is_ok() {
+                    continue;
+                }
+                let group = self
+                    .exec_step(g, steps, index, buf, &mut tmp, &skip)
+                    .map_err(|e| StepError {
+                        before_cache: true,
+                        ..e
+                    })?;
+                for i in group.into_iter().chain([index]) {
+                    if let Err(at) = skip.binary_search(&i) {
+                        skip.insert(at, i);
+                    }
+                    if let Err(at) = done.binary_search(&i) {
+                        done.insert(at, i);
+                    }
+                }
+            }
+        }
+        for index in 0..steps.len() {
+            if done.binary_search(&index).is_ok() {
                 continue;
             }
+            let group = self
+                .exec_step(g, steps, index, buf, &mut tmp, &done)
+                .map_err(|e| StepError {
+                    done: done.clone(),
+                    ..e
+                })?;
+            for i in group {
+                if let Err(at) = done.binary_search(&i) {
+                    done.insert(at, i);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs step `index` of `steps`; returns the later write-backs merged into it (see
+    /// `WriteBack`), which `skip` (sorted) must not name.
+    fn exec_step(
+        &self,
+        g: &mut Inner,
+        steps: &[Step],
+        index: usize,
+        buf: &mut [u8],
+        tmp: &mut Vec<u8>,
+        skip: &[usize],
+    ) -> Result<Vec<usize>, StepError> {
+        let d = self.data_offset;
+        let r = |a: u64, l: u64| a as usize..(a + l) as usize;
+        let s = &steps[index];
+        {
             let c = |err| StepError {
                 index,
                 cache: true,
                 err,
+                before_cache: false,
+                done: Vec::new(),
             };
             let h = |err| StepError {
                 index,
                 cache: false,
                 err,
+                before_cache: false,
+                done: Vec::new(),
             };
-            let u = |(cache, err)| StepError { index, cache, err };
+            let u = |(cache, err)| StepError {
+                index,
+                cache,
+                err,
+                before_cache: false,
+                done: Vec::new(),
+            };
             match *s {
                 Step::ReadSsd { ssd, buf: b, len } => self
                     .cache
@@ -823,8 +951,8 @@ impl CacheVolume {
                 Step::Populate { hdd, ssd, len, .. } => {
                     self.unmap_before_reuse(g, ssd, len).map_err(u)?;
                     tmp.resize(len as usize, 0);
-                    self.backing.read_at(&mut tmp, hdd).map_err(h)?;
-                    self.cache.write_at(&tmp, d + ssd).map_err(c)?
+                    self.backing.read_at(tmp, hdd).map_err(h)?;
+                    self.cache.write_at(tmp, d + ssd).map_err(c)?
                 }
                 Step::WriteBack { hdd, .. } => {
                     // Later write-backs that continue this one on the backing device (cleaning
@@ -832,7 +960,7 @@ impl CacheVolume {
                     // join it in one backing write, when no step between touches their
                     // slot or backing range. A failure names this step: none of the group
                     // reached the backing device, and `recover` redoes write-backs from here.
-                    let group = merge_write_backs(steps, index, &merged);
+                    let group = merge_write_backs(steps, index, skip);
                     tmp.clear();
                     for &j in &group {
                         if let Step::WriteBack { ssd, len, .. } = steps[j] {
@@ -842,11 +970,8 @@ impl CacheVolume {
                         }
                     }
                     g.backing_unsynced = true;
-                    self.backing.write_at(&tmp, hdd).map_err(h)?;
-                    if group.len() > 1 {
-                        merged.extend(&group[1..]);
-                        merged.sort_unstable();
-                    }
+                    self.backing.write_at(tmp, hdd).map_err(h)?;
+                    return Ok(group[1..].to_vec());
                 }
                 // Discards are hints; keeping the bytes is always correct.
                 Step::TrimSsd { .. } | Step::TrimHdd { .. } => {}
@@ -854,7 +979,7 @@ impl CacheVolume {
                 Step::FlushSsd | Step::FlushHdd { .. } => {}
             }
         }
-        Ok(())
+        Ok(Vec::new())
     }
 
     /// Rule 2 of the module doc: slots in `[ssd, ssd + len)` whose durable record maps a key
@@ -1102,15 +1227,31 @@ impl CacheVolume {
                 slots.extend(a as u32..=b as u32);
             }
         }
+        if let Err(e) = &r {
+            if e.before_cache {
+                // Every write-back runs in the backing-first phase: the lines are put back
+                // dirty as `mem` has them (nothing is dropped on a backing error).
+                self.failed_before_cache(g, &steps, e, &slots);
+            }
+        }
+        let touched = slots.clone();
         g.slots = slots;
         Self::update_records(g);
         if let Err(e) = r {
-            self.recover(g, &steps, e.index, 0, &[], &[]);
+            if !e.before_cache {
+                let pending = e.pending(&steps);
+                self.recover(g, &pending, 0, 0, &[], &[]);
+            } else if e.cache {
+                self.recover(g, &[], 0, 0, &[], &touched);
+            }
             return Err(if e.cache {
                 self.cache_error(g, e.err)
             } else {
                 self.backing_error(e.err)
             });
+        }
+        if !steps.is_empty() {
+            self.leave_degraded(g);
         }
         Ok(())
     }
@@ -1119,7 +1260,24 @@ impl CacheVolume {
     /// says cleaning is due. Returns whether it did anything.
     pub fn clean_if_needed(&self) -> io::Result<bool> {
         let mut g = self.lock();
-        if g.closed || self.inline_cleaning() || !g.engine.needs_cleaning() {
+        if g.closed || g.failed {
+            return Ok(false);
+        }
+        if let Some(d) = &g.degraded {
+            // Retry write-backs with backoff (also with inline cleaning, and below the
+            // watermark): the first success ends the degraded state.
+            if Instant::now() < d.retry_at {
+                return Ok(false);
+            }
+            if g.engine.dirty_lines() == 0 {
+                self.leave_degraded(&mut g);
+                return Ok(true);
+            }
+            let n = g.engine.dirty_lines().clamp(1, 64);
+            self.clean_pass(&mut g, n)?;
+            return Ok(true);
+        }
+        if self.inline_cleaning() || !g.engine.needs_cleaning() {
             return Ok(false);
         }
         let n = g.engine.cleaning_target().clamp(1, 256);
@@ -1160,7 +1318,8 @@ impl CacheVolume {
     }
 
     fn unmap_ahead_locked(&self, g: &mut Inner) -> io::Result<bool> {
-        if g.closed || g.failed || self.inline_cleaning() {
+        // Degraded: its write-backs would fail; clean lines are evicted without a sync then.
+        if g.closed || g.failed || g.degraded.is_some() || self.inline_cleaning() {
             return Ok(false);
         }
         let k = self.unmap_batch_now();
@@ -1232,6 +1391,12 @@ impl CacheVolume {
         let mut g = self.lock();
         if g.closed {
             return Err(ioerr("the cache volume is shut down"));
+        }
+        if g.failed {
+            // The engine must keep saying pass-through: that is what is in force.
+            return Err(ioerr(
+                "the cache device failed: the volume passes through to the backing device (mode pass-through) until restarted with a newly formatted cache (`tiercache format --force`)",
+            ));
         }
         if mode != Mode::WriteBack {
             self.clean_all(&mut g)?;
@@ -1356,6 +1521,120 @@ impl CacheVolume {
             );
         }
         erased.is_ok()
+    }
+
+    /// A plan failed in its backing-first phase (nothing in the cache changed): rolls the
+    /// engine back to `mem` for `slots`; when the failure was a backing write-back, enters
+    /// (or stays in) the degraded state. Returns whether the request should be planned again
+    /// (dirty evictions were just blocked).
+    fn failed_before_cache(
+        &self,
+        g: &mut Inner,
+        steps: &[Step],
+        e: &StepError,
+        slots: &[u32],
+    ) -> bool {
+        debug_assert!(e.before_cache);
+        self.roll_back(g, slots);
+        let write_back = matches!(steps.get(e.index), Some(Step::WriteBack { .. }));
+        if e.cache || !write_back {
+            return false;
+        }
+        let was_blocked = g.engine.dirty_evictions_blocked();
+        self.enter_degraded(g, &e.err);
+        !was_blocked
+    }
+
+    /// Puts the engine back for `slots` as their `mem` records say (the state before the plan
+    /// that just failed, since nothing in the cache changed): lines the plan placed there are
+    /// dropped, lines it evicted or cleaned come back with their masks. A line unmapped ahead
+    /// (empty `mem` record, clean) is dropped: the backing device holds its data.
+    fn roll_back(&self, g: &mut Inner, slots: &[u32]) {
+        let mut slots = slots.to_vec();
+        slots.sort_unstable();
+        slots.dedup();
+        let rb = RECORD_BYTES as usize;
+        let mut restore = Vec::new();
+        for &s in &slots {
+            let at = s as usize * rb;
+            let want =
+                Record::decode(&g.mem[at..at + rb]).filter(|r| r.key != EMPTY_KEY && r.valid != 0);
+            let now = g.engine.slot_key(s);
+            if let Some(r) = want {
+                if now == Some(r.key)
+                    && g.engine.valid_mask(s) == r.valid
+                    && g.engine.dirty_mask(s) == r.dirty
+                {
+                    continue;
+                }
+                let class = if now == Some(r.key) {
+                    g.engine.line_class(s)
+                } else {
+                    0
+                };
+                restore.push((s, r, class));
+            }
+            g.engine.drop_line(s);
+        }
+        for (s, r, class) in restore {
+            // A key moved within the plan (evicted, then cached again elsewhere): that slot
+            // was touched too, so it was emptied above.
+            if let Err(err) = g.engine.restore_line(r.key, s, r.valid, r.dirty, class) {
+                assert!(
+                    r.dirty == 0,
+                    "rolling back slot {s}: dirty line {:#x} could not be restored: {err}",
+                    r.key
+                );
+                tracing::warn!("rolling back slot {s}: clean line dropped ({err})");
+            }
+        }
+    }
+
+    /// A write-back failed on the backing device: dirty lines stay dirty, dirty evictions
+    /// are blocked, the next retry is due after the backoff (doubling up to [`RETRY_MAX`]).
+    fn enter_degraded(&self, g: &mut Inner, e: &io::Error) {
+        self.metrics
+            .backing_write_errors
+            .fetch_add(1, Ordering::Relaxed);
+        let now = Instant::now();
+        let d = g.degraded.get_or_insert_with(|| {
+            tracing::error!(
+                "backing device failed a write-back ({e}): volume DEGRADED — dirty data stays in the cache and is retried (every {} ms up to {} s); only clean lines are evicted, and writes that find none fail",
+                RETRY_MIN.as_millis(),
+                RETRY_MAX.as_secs()
+            );
+            Degraded {
+                since: now,
+                last_error: String::new(),
+                failures: 0,
+                backoff: RETRY_MIN / 2,
+                retry_at: now,
+            }
+        });
+        d.failures += 1;
+        d.last_error = e.to_string();
+        d.backoff = (d.backoff * 2).min(RETRY_MAX);
+        d.retry_at = now + d.backoff;
+        g.engine.set_dirty_evictions_blocked(true);
+        self.metrics.degraded.store(1, Ordering::Relaxed);
+    }
+
+    /// Write-backs succeed again: dirty evictions are allowed again.
+    fn leave_degraded(&self, g: &mut Inner) {
+        if let Some(d) = g.degraded.take() {
+            tracing::warn!(
+                "backing device accepts write-backs again after {} failures in {:.1} s: volume no longer degraded",
+                d.failures,
+                d.since.elapsed().as_secs_f64()
+            );
+            g.engine.set_dirty_evictions_blocked(false);
+            self.metrics.degraded.store(0, Ordering::Relaxed);
+        }
+    }
+
+    /// Whether write-backs are failing on the backing device (see [`VolumeStats::degraded`]).
+    pub fn degraded(&self) -> bool {
+        self.lock().degraded.is_some()
     }
 
     /// Records `[a, b)` as lost dirty data.
@@ -1543,7 +1822,8 @@ impl CacheVolume {
         buf: &[u8],
         touched: &[u32],
     ) -> io::Result<()> {
-        self.recover(g, steps, e.index, buf_start, buf, touched);
+        let pending = e.pending(steps);
+        self.recover(g, &pending, 0, buf_start, buf, touched);
         if !e.cache {
             return Err(self.backing_error(e.err));
         }
@@ -1648,6 +1928,17 @@ impl CacheVolume {
             cache_failed: g.failed,
             lost_dirty_bytes: g.lost.iter().map(|(a, b)| b - a).sum(),
             lost_dirty_ranges: g.lost.clone(),
+            degraded: g.degraded.is_some(),
+            degraded_reason: g.degraded.as_ref().map(|d| {
+                format!(
+                    "backing device failing write-backs for {:.1} s ({} failures, last: {}); dirty lines kept in the cache, next retry in {:.1} s",
+                    d.since.elapsed().as_secs_f64(),
+                    d.failures,
+                    d.last_error,
+                    d.retry_at.saturating_duration_since(Instant::now()).as_secs_f64()
+                )
+            }),
+            backing_write_errors: self.metrics.backing_write_errors.load(Ordering::Relaxed),
         }
     }
 
@@ -1717,6 +2008,12 @@ pub struct VolumeStats {
     /// Dirty data lost with the cache device: byte ranges `[start, end)` of the volume.
     pub lost_dirty_bytes: u64,
     pub lost_dirty_ranges: Vec<(u64, u64)>,
+    /// Write-backs are failing on the backing device: dirty lines stay in the cache (only
+    /// clean lines are evicted; writes that find none fail) and are retried with backoff.
+    pub degraded: bool,
+    pub degraded_reason: Option<String>,
+    /// Write-backs the backing device failed so far (each kept its lines dirty).
+    pub backing_write_errors: u64,
 }
 
 /// Fails with EIO naming the range when `[a, b)` overlaps lost dirty data.
@@ -1782,6 +2079,54 @@ fn merge_write_backs(steps: &[Step], first: usize, done: &[usize]) -> Vec<usize>
         break;
     }
     group
+}
+
+/// What a step reads and writes: (resource 0 = cache, 1 = backing, 2 = buffer, start, len,
+/// writes).
+fn accesses(s: &Step) -> [(u8, u64, u64, bool); 2] {
+    const NONE: (u8, u64, u64, bool) = (0, 0, 0, false);
+    match *s {
+        Step::ReadSsd { ssd, buf, len } => [(0, ssd, len, false), (2, buf, len, true)],
+        Step::WriteSsd { ssd, buf, len } => [(0, ssd, len, true), (2, buf, len, false)],
+        Step::ReadHdd { hdd, buf, len, .. } => [(1, hdd, len, false), (2, buf, len, true)],
+        Step::WriteHdd { hdd, buf, len, .. } => [(1, hdd, len, true), (2, buf, len, false)],
+        Step::Populate { hdd, ssd, len, .. } => [(1, hdd, len, false), (0, ssd, len, true)],
+        Step::WriteBack { ssd, hdd, len, .. } => [(0, ssd, len, false), (1, hdd, len, true)],
+        // Trims and flushes do nothing in `exec` (the flush runs after the plan).
+        _ => [NONE, NONE],
+    }
+}
+
+/// Whether `a` must run before `b` (they touch an overlapping range of the same device or
+/// buffer and one of them writes it).
+fn depends(a: &Step, b: &Step) -> bool {
+    accesses(a).iter().any(|&(r, x, l, w)| {
+        accesses(b)
+            .iter()
+            .any(|&(q, y, m, v)| l > 0 && m > 0 && r == q && (w || v) && x < y + m && y < x + l)
+    })
+}
+
+/// Indices of the steps [`CacheVolume::exec`] runs first: those that touch only the backing
+/// device (and read the cache or buffer) — write-backs, backing reads and writes — and
+/// depend on no earlier step that is not run first. Running them first changes no outcome
+/// (each depends on nothing that runs later), and a failure among them leaves the cache
+/// device untouched.
+fn backing_first(steps: &[Step]) -> Vec<usize> {
+    let mut first = Vec::new();
+    let mut later: Vec<usize> = Vec::new();
+    for (j, s) in steps.iter().enumerate() {
+        let backing = matches!(
+            s,
+            Step::WriteBack { .. } | Step::ReadHdd { .. } | Step::WriteHdd { .. }
+        );
+        if backing && !later.iter().any(|&i| depends(&steps[i], s)) {
+            first.push(j);
+        } else {
+            later.push(j);
+        }
+    }
+    first
 }
 
 /// Runs of consecutive numbers in `set`: (first, count).

@@ -370,3 +370,146 @@ fn swarm_of_cache_faults_never_returns_wrong_data() {
     println!("{seeds} seeds, {injected} cache errors injected, no wrong data returned");
     assert!(injected > seeds * 3, "few faults were injected: {injected}");
 }
+
+/// ENOSPC as `std::io::Error::raw_os_error` reports it on Linux.
+const ENOSPC: i32 = 28;
+
+/// Issue 14 item 1: write-back must never drop dirty data when the BACKING device fails
+/// writes. X is written and flushed (dirty in the cache), some clean lines are read in, then
+/// every backing write fails (EIO, or ENOSPC: a full file system): writes keep being
+/// accepted while free slots or clean lines remain (never evicting X), the one after fails
+/// with the backing device's error, X and the accepted writes read back from the cache, the
+/// volume says it is degraded; healed, the dirty lines reach the backing device and survive a
+/// clean restart and a crash (no shutdown).
+#[test]
+fn backing_write_errors_keep_dirty_lines_until_written_back() {
+    for (errno, crash) in [(None, false), (Some(ENOSPC), false), (None, true)] {
+        let what = format!("errno {errno:?}, crash {crash}");
+        let r = rig(Mode::WriteBack, 16, 7);
+        let x = pattern(9, 4096);
+        r.vol.write(0, &x, false).unwrap();
+        r.vol.flush().unwrap();
+        let mut b = vec![0u8; 4096];
+        for l in 1..9u64 {
+            r.vol.read(l * 4096, &mut b).unwrap();
+        }
+        assert_eq!(r.vol.stats().cached_lines, 9, "{what}");
+        r.backing.fail_writes(0..VOL);
+        if let Some(n) = errno {
+            r.backing.fail_with_errno(n);
+        }
+        // 7 free slots, then 8 clean lines to evict: 15 writes fit; X is never evicted.
+        let mut written = Vec::new();
+        let mut refused = None;
+        for l in 20..40u64 {
+            let d = pattern(l, 4096);
+            match r.vol.write(l * 4096, &d, false) {
+                Ok(()) => written.push((l, d)),
+                Err(e) => {
+                    refused = Some(e);
+                    break;
+                }
+            }
+        }
+        assert_eq!(
+            written.len(),
+            15,
+            "{what}: writes accepted while there was room"
+        );
+        let e = refused.expect("a write needing a dirty eviction fails");
+        if errno == Some(ENOSPC) {
+            assert_eq!(e.kind(), std::io::ErrorKind::StorageFull, "{what}: {e}");
+        }
+        // Cleaning fails too, and drops nothing.
+        assert!(r.vol.flush_dirty().is_err(), "{what}");
+        r.vol.read(0, &mut b).expect("X is served from the cache");
+        assert_eq!(b, x, "{what}: X while the backing device fails");
+        for (l, d) in &written {
+            r.vol.read(l * 4096, &mut b).unwrap();
+            assert_eq!(&b, d, "{what}: line {l}");
+        }
+        // Reads of uncached data still go to the backing device.
+        r.vol.read(60 * 4096, &mut b).unwrap();
+        assert!(b
+            .iter()
+            .enumerate()
+            .all(|(k, &v)| v == initial(60 * 4096 + k as u64)));
+        let st = r.vol.stats();
+        assert!(st.lost_dirty_ranges.is_empty(), "{what}: {st:?}");
+        assert_eq!(st.dirty_lines, 16, "{what}: {st:?}");
+        degraded_checks(&r.vol, true, &what);
+        r.backing.heal();
+        if crash {
+            // Power cut after the heal, before anything was written back: the flushed
+            // records bring X back dirty.
+            drop(r.vol);
+        } else {
+            r.vol.flush_dirty().unwrap();
+            degraded_checks(&r.vol, false, &what);
+            assert_eq!(r.vol.stats().dirty_lines, 0, "{what}");
+            r.vol.shutdown().unwrap();
+            drop(r.vol);
+            let on_disk = std::fs::read(&r.f.backing).unwrap();
+            assert_eq!(&on_disk[..4096], &x[..], "{what}: X on the backing device");
+        }
+        let (vol, _) = open(&r.f, None);
+        vol.read(0, &mut b).unwrap();
+        assert_eq!(b, x, "{what}: X after the restart");
+        if !crash {
+            for (l, d) in &written {
+                vol.read(l * 4096, &mut b).unwrap();
+                assert_eq!(&b, d, "{what}: line {l} after the restart");
+            }
+        }
+    }
+}
+
+/// The volume's own account of a failing backing device: stats, metrics.
+fn degraded_checks(vol: &CacheVolume, degraded: bool, what: &str) {
+    let st = vol.stats();
+    assert_eq!(st.degraded, degraded, "{what}: {st:?}");
+    assert_eq!(vol.degraded(), degraded, "{what}");
+    assert_eq!(st.degraded_reason.is_some(), degraded, "{what}: {st:?}");
+    assert!(st.backing_write_errors >= 1, "{what}: {st:?}");
+    let prom = vol.metrics().prometheus(&st);
+    let gauge = format!("tiercache_degraded {}", degraded as u8);
+    assert!(prom.contains(&gauge), "{what}: {prom}");
+    assert!(
+        prom.contains("tiercache_backing_write_back_errors_total"),
+        "{what}"
+    );
+}
+
+/// The background cleaner's half of item 1: a failed cleaning pass degrades the volume
+/// without dropping anything, retries wait for the backoff (100 ms, then doubling), and the
+/// first successful retry after the backing device heals ends the degraded state.
+#[test]
+fn failed_cleaning_is_retried_with_backoff() {
+    let r = rig(Mode::WriteBack, 16, 8);
+    let x = pattern(10, 3 * 4096);
+    r.vol.write(4096, &x, false).unwrap();
+    r.backing.fail_writes(0..VOL);
+    assert!(r.vol.flush_dirty().is_err());
+    degraded_checks(&r.vol, true, "after a failed cleaning pass");
+    assert_eq!(r.vol.stats().dirty_lines, 3);
+    // Within the backoff: nothing is tried.
+    let injected = r.backing.injected();
+    assert!(!r.vol.clean_if_needed().unwrap());
+    assert_eq!(r.backing.injected(), injected);
+    std::thread::sleep(std::time::Duration::from_millis(150));
+    assert!(r.vol.clean_if_needed().is_err(), "retried, failed again");
+    assert!(r.backing.injected() > injected);
+    assert_eq!(r.vol.stats().dirty_lines, 3);
+    r.backing.heal();
+    assert!(
+        !r.vol.clean_if_needed().unwrap(),
+        "backoff doubled to 200 ms"
+    );
+    std::thread::sleep(std::time::Duration::from_millis(250));
+    assert!(r.vol.clean_if_needed().unwrap());
+    degraded_checks(&r.vol, false, "after a successful retry");
+    assert_eq!(r.vol.stats().dirty_lines, 0);
+    r.vol.flush().unwrap();
+    let on_disk = std::fs::read(&r.f.backing).unwrap();
+    assert_eq!(&on_disk[4096..4 * 4096], &x[..]);
+}
