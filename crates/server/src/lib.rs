@@ -15,6 +15,7 @@ pub mod log_volume;
 pub mod metrics;
 pub mod nbd_dev;
 pub mod reduce;
+pub mod state_file;
 pub mod volume;
 
 pub use dev::{hdd_config, BlockDev, EmulatedHdd, FileDev};

@@ -116,6 +116,11 @@ pub struct OpenOptions {
     /// open anyway (`--accept-backing-changes`), dropping the clean lines and keeping the
     /// dirty ones, which will be written over the backing device's changes.
     pub accept_backing_changes: bool,
+    /// State file recording a failure of this cache durably outside the cache device
+    /// (`crate::state_file`): written when the cache fails, and a cache it names as failed
+    /// is refused at open. `None`: no state file (the failure is recorded only by erasing
+    /// the cache's superblock, and writes fail with EIO while that erase has not succeeded).
+    pub state_path: Option<std::path::PathBuf>,
 }
 
 /// What an open found on the device.

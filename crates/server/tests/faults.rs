@@ -513,3 +513,94 @@ fn failed_cleaning_is_retried_with_backoff() {
     let on_disk = std::fs::read(&r.f.backing).unwrap();
     assert_eq!(&on_disk[4096..4 * 4096], &x[..]);
 }
+
+/// Issue 14 item 6: the cache fails while its superblock cannot be erased (every cache write
+/// fails, the superblock's too), the client writes V in pass-through; the next start must not
+/// restore the old dirty D over V. The failure is in the state file; `open` refuses the cache
+/// naming `tiercache format --force`, and a newly formatted cache opens.
+#[test]
+fn failed_cache_whose_superblock_survives_is_refused_at_the_next_start() {
+    let f = files(64, 4096);
+    format(&f, Mode::WriteBack, 4096);
+    let state = tiercache_server::state_file::beside(&f.cache);
+    let opts = OpenOptions {
+        state_path: Some(state.clone()),
+        ..Default::default()
+    };
+    let faults = Faults::new(6);
+    let (c, cache) = faults.wrap("cache", Box::new(FileDev::open(&f.cache).unwrap()), false);
+    let (b, _) = faults.wrap(
+        "backing",
+        Box::new(FileDev::open(&f.backing).unwrap()),
+        false,
+    );
+    let (vol, _) = CacheVolume::open(Box::new(c), Box::new(b), &opts).unwrap();
+    vol.set_max_cache_errors(2);
+    let d = pattern(6, 8192);
+    vol.write(0, &d, false).unwrap();
+    vol.flush().unwrap();
+    assert_eq!(vol.stats().dirty_lines, 2);
+    // Every cache write fails from now on, the superblock's included.
+    cache.fail_writes(0..u64::MAX);
+    for i in 0..4u64 {
+        vol.write(100_000 + i * 8192, &pattern(7, 4096), false)
+            .unwrap();
+    }
+    assert!(vol.cache_failed());
+    let v = pattern(8, 8192);
+    vol.write(0, &v, false).unwrap();
+    vol.flush().unwrap();
+    assert_eq!(&std::fs::read(&f.backing).unwrap()[..8192], &v[..]);
+    vol.shutdown().unwrap();
+    drop(vol);
+    assert!(
+        tiercache_server::read_superblock(&FileDev::open(&f.cache).unwrap()).is_ok(),
+        "the erase failed, so the superblock is still there"
+    );
+    let reopen = || {
+        CacheVolume::open(
+            Box::new(FileDev::open(&f.cache).unwrap()),
+            Box::new(FileDev::open(&f.backing).unwrap()),
+            &opts,
+        )
+    };
+    match reopen() {
+        Ok((vol, rep)) => {
+            let mut got = vec![0u8; 8192];
+            vol.read(0, &mut got).unwrap();
+            panic!(
+                "a failed cache was reopened: {} lines restored ({} dirty); offset 0 reads {}",
+                rep.restored,
+                rep.restored_dirty,
+                if got == d {
+                    "the stale D"
+                } else if got == v {
+                    "V"
+                } else {
+                    "other bytes"
+                }
+            );
+        }
+        Err(e) => {
+            let m = e.to_string();
+            assert!(
+                m.contains("failed") && m.contains("tiercache format --force"),
+                "{m}"
+            );
+            assert!(m.contains(&state.display().to_string()), "{m}");
+        }
+    }
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(&state).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600, "the state file is private");
+    let st = tiercache_server::state_file::read(&state).unwrap().unwrap();
+    assert!(st.lost.is_empty(), "{st:?}");
+    // Without the state file the next start would serve D: the file is the only record.
+    // Formatting again (a new uuid; `tiercache format --force` also removes the file) opens.
+    format(&f, Mode::WriteBack, 4096);
+    let (vol, rep) = reopen().unwrap();
+    assert_eq!(rep.restored, 0);
+    let mut got = vec![0u8; 8192];
+    vol.read(0, &mut got).unwrap();
+    assert_eq!(got, v);
+}
