@@ -82,6 +82,8 @@ pub enum FormatError {
         first: u64,
         dirty_lines: u64,
     },
+    #[error("the cache device failed earlier and must not be used again: {what} (recorded in {state}). Its records may map data older than what was written to the backing device since, so it is not restored. `tiercache format --force` the cache device (which also removes the state file) to use it again")]
+    Failed { what: String, state: String },
     #[error("the cache belongs to a backing device of {sb} bytes, but the backing device has {actual} bytes (format again with --force to reuse it)")]
     BackingMismatch { sb: u64, actual: u64 },
 }

@@ -65,6 +65,7 @@ use crate::format::{
 };
 use crate::identity::BackingIdentity;
 use crate::metrics::Metrics;
+use crate::state_file::{self, FailState};
 use std::collections::{BTreeSet, HashMap};
 use std::io;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -252,6 +253,9 @@ struct Inner {
     unmapped_on_miss: bool,
     /// Write-backs are failing on the backing device (see [`Degraded`]).
     degraded: Option<Degraded>,
+    /// The cache failed but neither the state file nor the superblock erase is durable yet
+    /// (see [`CacheVolume::record_failure`]): writes fail until one of them is.
+    failure_unrecorded: Option<FailState>,
 }
 
 /// A cached block volume: the engine's decisions executed on real devices.
@@ -275,6 +279,8 @@ pub struct CacheVolume {
     max_cache_errors: AtomicU64,
     /// Records unmapped per batch ([`CacheVolume::set_unmap_batch`]).
     unmap_batch: AtomicU64,
+    /// Where a failure of the cache is recorded ([`OpenOptions::state_path`]).
+    state_path: Option<std::path::PathBuf>,
 }
 
 /// Largest backing write merged from contiguous write-backs.
@@ -463,7 +469,40 @@ impl CacheVolume {
         backing: Box<dyn BlockDev>,
         opts: &OpenOptions,
     ) -> Result<(CacheVolume, OpenReport), FormatError> {
-        let mut sb = read_superblock(&*cache)?;
+        let state = match &opts.state_path {
+            Some(p) => state_file::read(p)?.map(|st| (p, st)),
+            None => None,
+        };
+        let mut sb = match read_superblock(&*cache) {
+            Ok(sb) => sb,
+            // An erased superblock after a failure: say so, not only "bad magic".
+            Err(e @ (FormatError::BadMagic | FormatError::BadSuperblockChecksum { .. })) => {
+                return Err(match state {
+                    Some((p, st)) => FormatError::Failed {
+                        what: format!("{} (superblock: {e})", st.describe()),
+                        state: p.display().to_string(),
+                    },
+                    None => e,
+                })
+            }
+            Err(e) => return Err(e),
+        };
+        if let Some((p, st)) = state {
+            if st.uuid == sb.uuid {
+                // Issue 14 item 6: never restore lines older than what went to the backing
+                // device after the failure.
+                return Err(FormatError::Failed {
+                    what: st.describe(),
+                    state: p.display().to_string(),
+                });
+            }
+            tracing::warn!(
+                "ignoring cache state file {}: it records the failure of another cache ({}), not this one ({})",
+                p.display(),
+                state_file::uuid_hex(&st.uuid),
+                state_file::uuid_hex(&sb.uuid)
+            );
+        }
         if sb.backing_size != backing.size() {
             return Err(FormatError::BackingMismatch {
                 sb: sb.backing_size,
@@ -603,6 +642,7 @@ impl CacheVolume {
             ahead: HashMap::new(),
             unmapped_on_miss: false,
             degraded: None,
+            failure_unrecorded: None,
         };
         // Records the engine did not take (dropped ones) become empty in `mem`.
         inner.slots = (0..sb.capacity_lines as u32).collect();
@@ -623,6 +663,7 @@ impl CacheVolume {
             class_table: opts.classes.clone(),
             max_cache_errors: AtomicU64::new(DEFAULT_MAX_CACHE_ERRORS),
             unmap_batch: AtomicU64::new(DEFAULT_UNMAP_BATCH),
+            state_path: opts.state_path.clone(),
             inner: Mutex::new(inner),
         };
         {
@@ -1163,7 +1204,7 @@ impl CacheVolume {
             g.cache_errors += 1;
             self.metrics.cache_errors.fetch_add(1, Ordering::Relaxed);
             tracing::error!("cache device failed during a flush: {e}");
-            let erased = self.fail_cache(g);
+            let erased = self.fail_cache(g, &format!("cache device failed during a flush: {e}"));
             if g.lost.len() != lost_before {
                 return Err(io::Error::other(format!(
                     "flush: the cache device failed and dirty data was lost ({e})"
@@ -1482,7 +1523,10 @@ impl CacheVolume {
             g.cache_errors
         );
         if g.cache_errors >= max && !g.failed {
-            self.fail_cache(g);
+            self.fail_cache(
+                g,
+                &format!("{} cache device errors, the last: {e}", g.cache_errors),
+            );
         }
         io::Error::new(e.kind(), format!("cache device: {e}"))
     }
@@ -1490,8 +1534,10 @@ impl CacheVolume {
     /// Fails the cache: writes back every dirty byte it can, drops every line, and passes
     /// every later request through to the backing device. The superblock is erased (best
     /// effort) so the device is not reopened with records that may be stale: it must be
-    /// formatted again. Returns whether that erasure is durable.
-    fn fail_cache(&self, g: &mut Inner) -> bool {
+    /// formatted again. The failure is first recorded in the state file, if there is one
+    /// ([`OpenOptions::state_path`]). Returns whether the failure is durable (state file or
+    /// erasure); until it is, writes fail ([`CacheVolume::record_failure`]).
+    fn fail_cache(&self, g: &mut Inner, reason: &str) -> bool {
         tracing::error!(
             "cache device failed after {} errors: writing back dirty data and switching to pass-through",
             g.cache_errors
@@ -1505,15 +1551,16 @@ impl CacheVolume {
         g.failed = true;
         g.engine.set_mode(Mode::PassThrough);
         g.dirty_pages.clear();
-        let erased = self
-            .cache
-            .write_at(&[0u8; 4096], 0)
-            .and_then(|_| self.cache.sync());
-        if let Err(e) = &erased {
-            tracing::error!(
-                "could not erase the failed cache device's superblock ({e}): format it before it is used again, or it may serve stale data"
-            );
-        }
+        let st = FailState {
+            uuid: g.sb.uuid,
+            failed_at: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs()),
+            reason: reason.to_string(),
+            lost: g.lost.clone(),
+        };
+        let recorded = self.record_failure(&st);
+        g.failure_unrecorded = (!recorded).then_some(st);
         self.metrics.cache_failed.store(1, Ordering::Relaxed);
         let bytes: u64 = g.lost.iter().map(|(a, b)| b - a).sum();
         if g.lost.is_empty() {
@@ -1525,7 +1572,45 @@ impl CacheVolume {
                 g.lost
             );
         }
-        erased.is_ok()
+        recorded
+    }
+
+    /// Makes a failure of the cache durable: the state file (if any) first, then the
+    /// superblock erase. Returns whether at least one of them is durable. A failed cache
+    /// whose failure is not durable anywhere could be reopened after a restart with records
+    /// older than what passed through to the backing device since; so writes (and trims)
+    /// fail with EIO until a retry here succeeds (reads and flushes still pass through: they
+    /// acknowledge nothing new). Failing writes is visible and loses nothing acknowledged;
+    /// passing them through would let a restart serve stale data over acknowledged writes.
+    fn record_failure(&self, st: &FailState) -> bool {
+        let in_file = match &self.state_path {
+            Some(p) => match state_file::write(p, st) {
+                Ok(()) => {
+                    tracing::error!("cache failure recorded in {}", p.display());
+                    true
+                }
+                Err(e) => {
+                    tracing::error!("could not record the cache failure: {e}");
+                    false
+                }
+            },
+            None => false,
+        };
+        let erased = self
+            .cache
+            .write_at(&[0u8; 4096], 0)
+            .and_then(|_| self.cache.sync());
+        if let Err(e) = &erased {
+            tracing::error!(
+                "could not erase the failed cache device's superblock ({e}): {}",
+                if in_file {
+                    "the state file refuses it at the next start; `tiercache format --force` it before it is used again"
+                } else {
+                    "the failure is recorded nowhere durable, so writes fail (EIO) until it is; format the cache device before it is used again, or it may serve stale data"
+                }
+            );
+        }
+        in_file || erased.is_ok()
     }
 
     /// A plan failed in its backing-first phase (nothing in the cache changed): rolls the
@@ -1860,6 +1945,22 @@ impl CacheVolume {
 
     /// Serves a request from the backing device alone (the cache holds none of its lines).
     fn direct(&self, g: &mut Inner, req: &Request, data: Data<'_>) -> io::Result<()> {
+        if g.failed
+            && (matches!(data, Data::Write(_)) || req.op == Op::Trim)
+            && g.failure_unrecorded.is_some()
+        {
+            let st = g.failure_unrecorded.take().unwrap();
+            if !self.record_failure(&st) {
+                g.failure_unrecorded = Some(st);
+                return Err(io::Error::other(format!(
+                    "the cache device failed and the failure could not be recorded ({}, superblock erase failed): writes are refused so that a restart cannot serve older cached data over them",
+                    match &self.state_path {
+                        Some(p) => format!("state file {}", p.display()),
+                        None => "no state file".to_string(),
+                    }
+                )));
+            }
+        }
         match data {
             Data::Read(out) => {
                 lost_check(&g.lost, req.offset, req.end())?;

@@ -33,7 +33,12 @@ fn rig(mode: Mode, lines: u64, seed: u64) -> Rig {
         Box::new(FileDev::open(&f.backing).unwrap()),
         false,
     );
-    let (vol, _) = CacheVolume::open(Box::new(c), Box::new(b), &OpenOptions::default()).unwrap();
+    // A failed cache records its failure here (writes fail while it is recorded nowhere).
+    let opts = OpenOptions {
+        state_path: Some(tiercache_server::state_file::beside(&f.cache)),
+        ..Default::default()
+    };
+    let (vol, _) = CacheVolume::open(Box::new(c), Box::new(b), &opts).unwrap();
     let start = Superblock::data_offset_for(lines, 4096);
     Rig {
         f,
@@ -603,4 +608,47 @@ fn failed_cache_whose_superblock_survives_is_refused_at_the_next_start() {
     let mut got = vec![0u8; 8192];
     vol.read(0, &mut got).unwrap();
     assert_eq!(got, v);
+}
+
+/// A failure recorded nowhere (no state file can be written and the superblock erase fails):
+/// reads pass through, writes fail with an error saying why, until the record succeeds.
+#[test]
+fn failure_recorded_nowhere_fails_writes_until_it_is_recorded() {
+    let f = files(64, 4096);
+    format(&f, Mode::WriteBack, 4096);
+    let state = f.dir.path().join("no-such-dir").join("x.tiercache-state");
+    let faults = Faults::new(7);
+    let (c, cache) = faults.wrap("cache", Box::new(FileDev::open(&f.cache).unwrap()), false);
+    let (b, _) = faults.wrap(
+        "backing",
+        Box::new(FileDev::open(&f.backing).unwrap()),
+        false,
+    );
+    let opts = OpenOptions {
+        state_path: Some(state.clone()),
+        ..Default::default()
+    };
+    let (vol, _) = CacheVolume::open(Box::new(c), Box::new(b), &opts).unwrap();
+    vol.set_max_cache_errors(1);
+    let d = pattern(9, 4096);
+    vol.write(0, &d, false).unwrap();
+    vol.flush().unwrap();
+    cache.fail_writes(0..u64::MAX);
+    let _ = vol.write(4096, &d, false);
+    assert!(vol.cache_failed());
+    let mut got = vec![0u8; 4096];
+    vol.read(0, &mut got).unwrap();
+    assert_eq!(got, d, "written back at the failure, read through");
+    let v = pattern(10, 4096);
+    let e = vol.write(0, &v, false).unwrap_err();
+    assert!(
+        e.to_string().contains("could not be recorded") && e.to_string().contains("no-such-dir"),
+        "{e}"
+    );
+    assert_eq!(&std::fs::read(&f.backing).unwrap()[..4096], &d[..]);
+    // The state directory appears: the next write records the failure and passes through.
+    std::fs::create_dir(state.parent().unwrap()).unwrap();
+    vol.write(0, &v, false).unwrap();
+    assert!(tiercache_server::state_file::read(&state).unwrap().is_some());
+    assert_eq!(&std::fs::read(&f.backing).unwrap()[..4096], &v[..]);
 }
