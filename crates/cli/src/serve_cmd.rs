@@ -5,11 +5,12 @@ use clap::{Args, Subcommand};
 use serde::Deserialize;
 use std::net::SocketAddr;
 use std::os::unix::fs::OpenOptionsExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use tiercache_engine::{parse_size, Mode};
 use tiercache_nbd::Server;
 use tiercache_server::control::{self, Command};
+use tiercache_server::state_file;
 use tiercache_server::{
     BlockDev, CacheVolume, EmulatedHdd, FileDev, FormatError, FormatOptions, NbdDev, OpenOptions,
     Superblock,
@@ -50,6 +51,10 @@ pub struct FormatArgs {
     /// it holds is discarded, dirty data not yet on the backing device included.
     #[arg(long)]
     force: bool,
+    /// The state directory `serve --state-dir` used: the formatted-over cache's state file
+    /// there is removed too (the one beside the cache file always is).
+    #[arg(long)]
+    state_dir: Option<PathBuf>,
     #[command(flatten)]
     layout: crate::layout_args::LayoutArgs,
 }
@@ -156,6 +161,11 @@ pub struct ServeArgs {
     #[arg(long)]
     #[serde(default)]
     accept_backing_changes: bool,
+    /// Directory for the cache's state file (`<uuid>.tiercache-state`), which records a
+    /// failure of the cache device so that a failed cache is never restored (default: beside
+    /// the cache file, `<cache>.tiercache-state`; an NBD cache device needs this flag).
+    #[arg(long)]
+    state_dir: Option<PathBuf>,
     /// Control socket for `tiercache ctl`.
     #[arg(long)]
     control: Option<PathBuf>,
@@ -377,8 +387,10 @@ pub fn format(a: FormatArgs) -> Result<()> {
         backing_id: a.backing.display().to_string(),
         backing: backing.identity(),
     };
+    let old_uuid = tiercache_server::read_superblock(&*cache).ok().map(|sb| sb.uuid);
     let sb = tiercache_server::format(&*cache, backing.size(), &opts)
         .with_context(|| format!("formatting {}", a.cache.display()))?;
+    clear_state_files(&a.cache, a.state_dir.as_deref(), old_uuid)?;
     println!(
         "formatted {}: {} lines of {} bytes ({} cache data), metadata {} bytes, mode {}, policy {}, backing {} ({} bytes)",
         a.cache.display(),
@@ -391,6 +403,35 @@ pub fn format(a: FormatArgs) -> Result<()> {
         sb.backing.describe(),
         sb.backing_size
     );
+    Ok(())
+}
+
+/// The state file recording a failure of the cache `uuid` at `cache` (issue 14 item 6):
+/// `<uuid>.tiercache-state` in `state_dir`, else beside a cache file; `None` for an NBD cache
+/// device without `state_dir` (nowhere beside it to put one).
+fn state_path(cache: &Path, state_dir: Option<&Path>, uuid: &[u8; 16]) -> Option<PathBuf> {
+    match state_dir {
+        Some(d) => Some(state_file::in_dir(d, uuid)),
+        None if NbdDev::is_uri(&cache.to_string_lossy()) => None,
+        None => Some(state_file::beside(cache)),
+    }
+}
+
+/// After a successful format: removes the state files that recorded a failure of the cache
+/// formatted over (beside the cache file, and in the state directory by the old uuid).
+fn clear_state_files(cache: &Path, state_dir: Option<&Path>, old: Option<[u8; 16]>) -> Result<()> {
+    let mut paths: Vec<PathBuf> = Vec::new();
+    if !NbdDev::is_uri(&cache.to_string_lossy()) {
+        paths.push(state_file::beside(cache));
+    }
+    if let (Some(d), Some(u)) = (state_dir, old) {
+        paths.push(state_file::in_dir(d, &u));
+    }
+    for p in paths {
+        if state_file::clear(&p)? {
+            println!("removed cache state file {} (it recorded a failure of the cache formatted over)", p.display());
+        }
+    }
     Ok(())
 }
 
@@ -433,7 +474,8 @@ fn merge(mut a: ServeArgs) -> Result<ServeArgs> {
         cleaner,
         classes,
         classifier,
-        class_rules
+        class_rules,
+        state_dir
     );
     a.format_if_needed |= c.format_if_needed;
     a.accept_backing_rename |= c.accept_backing_rename;
@@ -573,8 +615,10 @@ pub fn serve(a: ServeArgs) -> Result<()> {
     if want_log || crate::log_serve::has_log_options(&a.layout) {
         bail!("{}: --layout log and its options need a cache device in the log layout (`tiercache format --layout log`, or --format-if-needed on an empty device); this one {}", cache_path.display(), if direct_sb.is_ok() { "is in the direct layout" } else { "holds no cache" });
     }
+    let uuid;
     match direct_sb {
         Ok(sb) => {
+            uuid = Some(sb.uuid);
             if let Some(ls) = line_size.filter(|&ls| ls != sb.line_size) {
                 bail!(
                     "{} is formatted with {}-byte lines, not {ls}; reformat with `tiercache format --force --line-size {ls}`",
@@ -594,6 +638,8 @@ pub fn serve(a: ServeArgs) -> Result<()> {
                 backing: backing.identity(),
             };
             let sb = tiercache_server::format(&*cache, backing.size(), &opts)?;
+            uuid = Some(sb.uuid);
+            clear_state_files(&cache_path, a.state_dir.as_deref(), None)?;
             say!(
                 "formatted {}: {} lines of {} bytes",
                 cache_path.display(),
@@ -601,10 +647,22 @@ pub fn serve(a: ServeArgs) -> Result<()> {
                 sb.line_size
             );
         }
-        Err(FormatError::BadMagic) => bail!(
-            "{} holds no tiercache cache: run `tiercache format` or add --format-if-needed",
-            cache_path.display()
-        ),
+        Err(FormatError::BadMagic) => {
+            if let Some(p) = state_path(&cache_path, None, &[0; 16]) {
+                if let Some(st) = state_file::read(&p)? {
+                    bail!(
+                        "{} holds no tiercache superblock: it was erased when the cache FAILED ({}; recorded in {}). Run `tiercache format --force` on it before it is used again",
+                        cache_path.display(),
+                        st.describe(),
+                        p.display()
+                    );
+                }
+            }
+            bail!(
+                "{} holds no tiercache cache: run `tiercache format` or add --format-if-needed",
+                cache_path.display()
+            )
+        }
         Err(e) => return Err(e).with_context(|| format!("reading {}", cache_path.display())),
     }
     let table = crate::serve_classes::table(&a.classes, &a.class_rules, a.classifier.as_deref())?;
@@ -614,7 +672,15 @@ pub fn serve(a: ServeArgs) -> Result<()> {
         classes: table.clone(),
         accept_backing_rename: a.accept_backing_rename,
         accept_backing_changes: a.accept_backing_changes,
+        state_path: uuid.and_then(|u| state_path(&cache_path, a.state_dir.as_deref(), &u)),
     };
+    match &opts.state_path {
+        Some(p) => say!("a failure of the cache would be recorded in {}", p.display()),
+        None => say!(
+            "WARNING: no --state-dir for the NBD cache device {}: a failure of it can only be recorded by erasing its superblock, and writes fail while that is impossible",
+            cache_path.display()
+        ),
+    }
     let (mut vol, rep) = CacheVolume::open(cache, backing, &opts)
         .with_context(|| format!("opening cache {}", cache_path.display()))?;
     crate::serve_classes::attach(&mut vol, a.classifier.as_deref(), table)?;
