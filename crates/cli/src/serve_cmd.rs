@@ -4,7 +4,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use clap::{Args, Subcommand};
 use serde::Deserialize;
 use std::net::SocketAddr;
-use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use tiercache_engine::{parse_size, Mode};
@@ -387,7 +387,9 @@ pub fn format(a: FormatArgs) -> Result<()> {
         backing_id: a.backing.display().to_string(),
         backing: backing.identity(),
     };
-    let old_uuid = tiercache_server::read_superblock(&*cache).ok().map(|sb| sb.uuid);
+    let old_uuid = tiercache_server::read_superblock(&*cache)
+        .ok()
+        .map(|sb| sb.uuid);
     let sb = tiercache_server::format(&*cache, backing.size(), &opts)
         .with_context(|| format!("formatting {}", a.cache.display()))?;
     clear_state_files(&a.cache, a.state_dir.as_deref(), old_uuid)?;
@@ -429,7 +431,10 @@ fn clear_state_files(cache: &Path, state_dir: Option<&Path>, old: Option<[u8; 16
     }
     for p in paths {
         if state_file::clear(&p)? {
-            println!("removed cache state file {} (it recorded a failure of the cache formatted over)", p.display());
+            println!(
+                "removed cache state file {} (it recorded a failure of the cache formatted over)",
+                p.display()
+            );
         }
     }
     Ok(())
@@ -614,6 +619,13 @@ pub fn serve(a: ServeArgs) -> Result<()> {
     }
     if want_log || crate::log_serve::has_log_options(&a.layout) {
         bail!("{}: --layout log and its options need a cache device in the log layout (`tiercache format --layout log`, or --format-if-needed on an empty device); this one {}", cache_path.display(), if direct_sb.is_ok() { "is in the direct layout" } else { "holds no cache" });
+    }
+    if let Some(d) = &a.state_dir {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(d)
+            .with_context(|| format!("creating --state-dir {}", d.display()))?;
     }
     let uuid;
     match direct_sb {

@@ -253,7 +253,10 @@ mod tests {
         for bit in 0..b.len() * 8 {
             let mut c = b.clone();
             c[bit / 8] ^= 1 << (bit % 8);
-            assert!(FailState::decode(&c).is_err(), "bit {bit} flipped undetected");
+            assert!(
+                FailState::decode(&c).is_err(),
+                "bit {bit} flipped undetected"
+            );
         }
         assert!(FailState::decode(&b[..b.len() - 1]).is_err());
     }

@@ -649,6 +649,8 @@ fn failure_recorded_nowhere_fails_writes_until_it_is_recorded() {
     // The state directory appears: the next write records the failure and passes through.
     std::fs::create_dir(state.parent().unwrap()).unwrap();
     vol.write(0, &v, false).unwrap();
-    assert!(tiercache_server::state_file::read(&state).unwrap().is_some());
+    assert!(tiercache_server::state_file::read(&state)
+        .unwrap()
+        .is_some());
     assert_eq!(&std::fs::read(&f.backing).unwrap()[..4096], &v[..]);
 }

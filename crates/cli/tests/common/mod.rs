@@ -197,3 +197,38 @@ impl Drop for Srv {
         }
     }
 }
+
+/// `nbdkit -f -U SOCK ARGS...`, killed when dropped.
+pub struct NbdkitProc(Child, PathBuf);
+
+impl NbdkitProc {
+    pub fn start(sock: &Path, args: &[&str]) -> NbdkitProc {
+        let child = Command::new("nbdkit")
+            .args(["-f", "-U"])
+            .arg(sock)
+            .args(args)
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let t = Instant::now();
+        while !sock.exists() {
+            assert!(
+                t.elapsed() < Duration::from_secs(10),
+                "nbdkit did not start"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        NbdkitProc(child, sock.to_path_buf())
+    }
+
+    pub fn uri(&self) -> String {
+        format!("nbd+unix:///?socket={}", self.1.display())
+    }
+}
+
+impl Drop for NbdkitProc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}

@@ -1,0 +1,95 @@
+//! Issue 14 item 6 through the binary: the cache device (nbdkit's error filter) fails every
+//! write, its superblock erase included; the failure goes to the state file in --state-dir,
+//! the client's pass-through write V is what a restart must never hide: `serve` refuses the
+//! failed cache naming `tiercache format --force`, which removes the state file.
+
+mod common;
+
+use common::*;
+use std::path::Path;
+use std::process::Command;
+use tiercache_nbd::Client;
+
+const VOL: usize = 4 << 20;
+
+#[test]
+fn failed_nbd_cache_is_refused_after_a_restart_until_formatted() {
+    if !have("nbdkit") {
+        return;
+    }
+    let shm = Path::new("/dev/shm");
+    let d = if shm.is_dir() {
+        tempfile::tempdir_in(shm).unwrap()
+    } else {
+        tempfile::tempdir().unwrap()
+    };
+    let dir = d.path();
+    let backing = dir.join("backing.img");
+    std::fs::write(&backing, vec![0x11u8; VOL]).unwrap();
+    let trigger = dir.join("TRIGGER");
+    let nbd = NbdkitProc::start(
+        &dir.join("cache.sock"),
+        &[
+            "--filter=error",
+            "memory",
+            "16M",
+            "error-pwrite-rate=1",
+            &format!("error-pwrite-file={}", trigger.display()),
+        ],
+    );
+    let (uri, b) = (nbd.uri(), backing.display().to_string());
+    let state_dir = dir.join("state");
+    let sd = state_dir.display().to_string();
+    run(Command::new(BIN)
+        .args(["format", "--cache", &uri, "--backing", &b])
+        .args(["--mode", "write-back"]));
+    let args = [
+        "--cache",
+        &uri,
+        "--backing",
+        &b,
+        "--state-dir",
+        &sd,
+        "--max-cache-errors",
+        "2",
+    ];
+    let srv = Srv::custom(dir, &args);
+    let mut cl = Client::connect(&srv.uri()).unwrap();
+    let dd = vec![0xd0u8; 8192];
+    cl.write(0, &dd).unwrap();
+    cl.flush().unwrap();
+    // Every cache write fails from now on (the superblock erase too); reads still work.
+    std::fs::write(&trigger, b"").unwrap();
+    for i in 0..4u64 {
+        cl.write(1 << 20 | i << 13, &[0x22; 4096]).unwrap();
+    }
+    let st: serde_json::Value = serde_json::from_str(&srv.ctl(&["stats", "--json"])).unwrap();
+    assert_eq!(st["cache_failed"], true, "{st}");
+    let v = vec![0x5au8; 8192];
+    cl.write(0, &v).unwrap();
+    cl.flush().unwrap();
+    drop(cl);
+    let log = srv.stop("-INT");
+    assert!(log.contains("FAILED"), "{log}");
+    assert_eq!(&std::fs::read(&backing).unwrap()[..8192], &v[..]);
+    std::fs::remove_file(&trigger).unwrap();
+    let states: Vec<_> = std::fs::read_dir(&state_dir).unwrap().collect();
+    assert_eq!(states.len(), 1, "one state file in --state-dir");
+    // The restart is refused, not served with the stale dirty D.
+    let refused = serve_refused(dir, &args);
+    assert!(
+        refused.contains("failed") && refused.contains("tiercache format --force"),
+        "{refused}"
+    );
+    let out = run(Command::new(BIN)
+        .args(["format", "--force", "--cache", &uri, "--backing", &b])
+        .args(["--mode", "write-back", "--state-dir", &sd]));
+    assert!(out.contains("removed cache state file"), "{out}");
+    let srv = Srv::custom(dir, &args);
+    let mut cl = Client::connect(&srv.uri()).unwrap();
+    let mut got = vec![0u8; 8192];
+    cl.read(0, &mut got).unwrap();
+    assert_eq!(got, v);
+    drop(cl);
+    srv.stop("-TERM");
+}
