@@ -10,8 +10,9 @@
 //!
 //! Layout (little endian): magic `TCSTATE\0` (8 bytes), version u32, payload length u32,
 //! payload, crc32c u32 of everything before it. Payload: cache superblock uuid (16 bytes),
-//! state u8 (1 = failed), unix time u64, reason (u32 length + UTF-8), lost ranges (u32 count
-//! + `[start, end)` pairs of u64 volume bytes).
+//! state u8 (1 = failed), unix time u64, reason (u32 length + UTF-8), lost ranges (a u32
+//! count, then `[start, end)` pairs of u64 volume bytes).
+//!
 //! Written as a temporary file (mode 0600), fsync, rename, fsync of the directory.
 
 use std::io::{self, Write};
