@@ -750,8 +750,13 @@ pub fn serve(a: ServeArgs) -> Result<()> {
     let st = vol.stats();
     if st.cache_failed {
         say!(
-            "cache {} had FAILED (everything passed through to the backing device since): it was not marked clean; run `tiercache format --force` on it before it is used again{}",
+            "cache {} had FAILED (everything passed through to the backing device since): it was not marked clean; {}; run `tiercache format --force` on it before it is used again{}",
             cache_path.display(),
+            match (&opts.state_path, vol.failure_recorded()) {
+                (_, false) => "the failure could NOT be recorded durably (state file and superblock erase failed): do not serve this cache device again before formatting it".to_string(),
+                (Some(p), true) => format!("the failure is recorded durably (state file {}, or the erased superblock), so a restart refuses it", p.display()),
+                (None, true) => "its superblock was erased, so a restart refuses it".to_string(),
+            },
             if st.lost_dirty_ranges.is_empty() {
                 String::new()
             } else {

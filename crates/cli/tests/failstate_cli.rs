@@ -70,7 +70,10 @@ fn failed_nbd_cache_is_refused_after_a_restart_until_formatted() {
     cl.flush().unwrap();
     drop(cl);
     let log = srv.stop("-INT");
-    assert!(log.contains("FAILED"), "{log}");
+    assert!(
+        log.contains("FAILED") && log.contains("the failure is recorded durably"),
+        "{log}"
+    );
     assert_eq!(&std::fs::read(&backing).unwrap()[..8192], &v[..]);
     std::fs::remove_file(&trigger).unwrap();
     let states: Vec<_> = std::fs::read_dir(&state_dir).unwrap().collect();

@@ -1501,6 +1501,12 @@ impl CacheVolume {
         self.lock().failed
     }
 
+    /// Whether a failure of the cache, if any, is durable (state file or superblock erase):
+    /// a restart then refuses the cache. `false` only for a failed cache recorded nowhere.
+    pub fn failure_recorded(&self) -> bool {
+        self.lock().failure_unrecorded.is_none()
+    }
+
     /// Volume byte ranges `[start, end)` whose dirty data was lost with the cache device.
     pub fn lost_dirty_ranges(&self) -> Vec<(u64, u64)> {
         self.lock().lost.clone()
