@@ -450,6 +450,18 @@ impl LogVolume {
         self.lock().eng.reduction()
     }
 
+    /// Every cached line and whether it is dirty, in line order (tests, diagnostics).
+    pub fn cached_lines(&self) -> Vec<(u64, bool)> {
+        let g = self.lock();
+        let mut v: Vec<(u64, bool)> = g
+            .eng
+            .entries()
+            .map(|(k, i)| (LogEngine::key_line(k).1, i.dirty))
+            .collect();
+        v.sort_unstable();
+        v
+    }
+
     /// Checks the engine's invariants (tests).
     pub fn check(&self) -> Result<(), String> {
         self.lock().eng.check()

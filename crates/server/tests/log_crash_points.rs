@@ -23,7 +23,7 @@ use tiercache_engine::log::Compression;
 use tiercache_engine::Mode;
 use tiercache_nbd::Export;
 use tiercache_server::fault::Faults;
-use tiercache_server::log_format::{LogSuperblock, JOURNAL_OFFSET};
+use tiercache_server::log_format::JOURNAL_OFFSET;
 use tiercache_server::{format_log, FileDev, LogFormatOptions, LogVolume};
 
 const LS: u64 = 4096;
@@ -113,37 +113,6 @@ impl Ever {
     }
 }
 
-struct Files {
-    _dir: tempfile::TempDir,
-    cache: std::path::PathBuf,
-    backing: std::path::PathBuf,
-}
-
-fn files() -> Files {
-    let shm = std::path::Path::new("/dev/shm");
-    let dir = if shm.is_dir() {
-        tempfile::tempdir_in(shm).unwrap()
-    } else {
-        tempfile::tempdir().unwrap()
-    };
-    let backing = dir.path().join("backing.img");
-    std::fs::write(&backing, (0..VOL).map(initial).collect::<Vec<u8>>()).unwrap();
-    let cache = dir.path().join("cache.img");
-    let mut bytes = 1 << 20;
-    while LogSuperblock::plan(bytes, LS, SEG, None).map_or(0, |p| p.0) < 10 {
-        bytes += SEG;
-    }
-    std::fs::File::create(&cache)
-        .unwrap()
-        .set_len(bytes)
-        .unwrap();
-    Files {
-        _dir: dir,
-        cache,
-        backing,
-    }
-}
-
 #[derive(Clone, Copy, Debug)]
 enum Crash {
     Event(u64),
@@ -168,7 +137,7 @@ fn run(mode: Mode, seed: u64, crash: Option<Crash>, t: &mut Tally) -> (u64, u64)
             None => "-".into(),
         }
     );
-    let f = files();
+    let f = log_cache_files(10, SEG);
     let opts = LogFormatOptions {
         line_size: LS,
         segment_size: SEG,
