@@ -56,8 +56,10 @@
 //!    would leave a line that reads one value until it is evicted and another after. So
 //!    before a plan's steps run, every metadata page holding such a record is rewritten from
 //!    the device with each record flagged *in flux* ([`format::IN_FLUX`]) and synced, once
-//!    per page per epoch (between two flushes; `flux_pages`), so later writes to that page
-//!    cost nothing; a flush rewrites the page from `mem` without flags. Restart compares the
+//!    per page (`flux_pages`), so later writes to that page cost nothing. A page stays
+//!    flagged (flushes rewrite it flagged) until [`FLUX_EPOCHS`] flushes pass without a plan
+//!    needing it; the flush after that rewrites it without flags, as does a clean shutdown.
+//!    Nothing is lost by flagging longer: restart compares, it does not drop. It compares the
 //!    clean sectors of every in-flux line with the backing device: equal ones stay clean;
 //!    differing ones become dirty after a write-back crash (the cache's copy, old or new, is
 //!    the volume's content and is written back) and are dropped otherwise (the backing copy
@@ -239,8 +241,11 @@ struct Inner {
     ahead: HashMap<u32, u64>,
     /// The plan being run unmapped a record on the miss path (see `CacheVolume::run`).
     unmapped_on_miss: bool,
-    /// Metadata pages flagged in flux on the device since the last flush (rule 5).
-    flux_pages: BTreeSet<u64>,
+    /// Metadata pages flagged in flux on the device (rule 5), with the flush count at which
+    /// a plan last needed each.
+    flux_pages: std::collections::BTreeMap<u64, u64>,
+    /// Flushes of the metadata so far (starts at `FLUX_EPOCHS`).
+    flush_epoch: u64,
     /// Keys the engine no longer holds in the slot their durable record maps (rule 5), until
     /// the next flush writes those records.
     forgotten: HashMap<u64, u32>,
@@ -275,6 +280,11 @@ const MAX_MERGED_WRITE: u64 = 4 << 20;
 /// Records of likely victims unmapped together (default; see
 /// [`CacheVolume::set_unmap_batch`]).
 pub const DEFAULT_UNMAP_BATCH: u64 = 1024;
+
+/// Flushes a metadata page stays flagged in flux after a plan last needed it (rule 5 of the
+/// module doc): a page written between every pair of flushes (a database's fsync) is flagged
+/// once, not once per flush; the cost is restart comparing its lines after a crash.
+pub const FLUX_EPOCHS: u64 = 16;
 
 /// Cache-device errors after which the cache is failed and bypassed (default).
 pub const DEFAULT_MAX_CACHE_ERRORS: u64 = 16;
@@ -452,7 +462,8 @@ impl CacheVolume {
             lost: Vec::new(),
             ahead: HashMap::new(),
             unmapped_on_miss: false,
-            flux_pages: BTreeSet::new(),
+            flux_pages: Default::default(),
+            flush_epoch: FLUX_EPOCHS,
             forgotten: HashMap::new(),
         };
         // Records the engine did not take (dropped ones) become empty in `mem`, and records
@@ -778,10 +789,7 @@ impl CacheVolume {
         let line_shift = g.sb.line_size.trailing_zeros();
         let mut pages = BTreeSet::new();
         let mut need = |slot: u32| {
-            let p = slot as u64 / format::RECORDS_PER_PAGE;
-            if !g.flux_pages.contains(&p) {
-                pages.insert(p);
-            }
+            pages.insert(slot as u64 / format::RECORDS_PER_PAGE);
         };
         let writes_backing = steps.iter().any(|s| matches!(s, Step::WriteHdd { .. }));
         if all_lines {
@@ -825,9 +833,20 @@ impl CacheVolume {
         pages
     }
 
-    /// Flags every record of `pages` in flux on the device (each run of pages read and
-    /// written once, then one sync), rule 5 of the module doc.
+    /// Flags every record of `pages` not flagged yet in flux on the device (each run of
+    /// pages read and written once, then one sync), rule 5 of the module doc; `pages` stay
+    /// flagged for [`FLUX_EPOCHS`] more flushes.
     fn mark_in_flux(&self, g: &mut Inner, pages: &BTreeSet<u64>) -> io::Result<()> {
+        let epoch = g.flush_epoch;
+        let mut new = BTreeSet::new();
+        for &p in pages {
+            if let Some(e) = g.flux_pages.get_mut(&p) {
+                *e = epoch;
+            } else {
+                new.insert(p);
+            }
+        }
+        let pages = &new;
         if pages.is_empty() {
             return Ok(());
         }
@@ -845,7 +864,7 @@ impl CacheVolume {
             self.cache.write_at(&buf, META_OFFSET + first * PAGE)?;
         }
         self.cache.sync()?;
-        g.flux_pages.extend(pages);
+        g.flux_pages.extend(pages.iter().map(|&p| (p, epoch)));
         self.metrics.flux_syncs.fetch_add(1, Ordering::Relaxed);
         self.metrics
             .flux_pages
@@ -1052,20 +1071,39 @@ impl CacheVolume {
         Ok(())
     }
 
-    /// The cache half of a flush: sync, changed metadata pages and pages flagged in flux
-    /// (rewritten without the flag), sync.
+    /// The cache half of a flush: sync, changed metadata pages (flagged again if still in
+    /// flux) and pages retiring from flux (rewritten without the flag), sync.
     fn flush_cache(&self, g: &mut Inner) -> io::Result<()> {
         self.cache.sync()?;
-        if g.dirty_pages.is_empty() && g.flux_pages.is_empty() {
+        let epoch = g.flush_epoch;
+        let retiring: BTreeSet<u64> = g
+            .flux_pages
+            .iter()
+            .filter(|&(_, &e)| e + FLUX_EPOCHS <= epoch)
+            .map(|(&p, _)| p)
+            .collect();
+        if g.dirty_pages.is_empty() && retiring.is_empty() {
             return Ok(());
         }
         let mut pages = g.dirty_pages.clone();
-        pages.extend(&g.flux_pages);
+        pages.extend(&retiring);
+        let mut buf = Vec::new();
         // One write per run of consecutive pages.
         for (page, n) in runs(&pages) {
             let p = (page * PAGE) as usize..((page + n) * PAGE) as usize;
-            self.cache
-                .write_at(&g.mem[p.clone()], META_OFFSET + page * PAGE)?;
+            buf.clear();
+            buf.extend_from_slice(&g.mem[p.clone()]);
+            for (i, b) in buf.chunks_mut(PAGE as usize).enumerate() {
+                let q = page + i as u64;
+                if g.flux_pages.contains_key(&q) && !retiring.contains(&q) {
+                    for rec in b.chunks_mut(RECORD_BYTES as usize) {
+                        if let Some(r) = Record::decode(rec).filter(|r| r.key != EMPTY_KEY) {
+                            r.encode_flagged(rec, true);
+                        }
+                    }
+                }
+            }
+            self.cache.write_at(&buf, META_OFFSET + page * PAGE)?;
             let first = (page * format::RECORDS_PER_PAGE) as usize;
             for (i, r) in g.mem[p].chunks(RECORD_BYTES as usize).enumerate() {
                 if let Some(k) = g.disk_key.get_mut(first + i) {
@@ -1075,7 +1113,8 @@ impl CacheVolume {
         }
         self.cache.sync()?;
         g.dirty_pages.clear();
-        g.flux_pages.clear();
+        g.flux_pages.retain(|p, _| !retiring.contains(p));
+        g.flush_epoch += 1;
         g.forgotten.clear();
         self.metrics
             .metadata_pages
@@ -1260,7 +1299,11 @@ impl CacheVolume {
         if g.closed {
             return Ok(());
         }
-        // Lines unmapped ahead are mapped again: a clean restart keeps them.
+        // Lines unmapped ahead are mapped again: a clean restart keeps them. Every page in
+        // flux retires (rewritten without flags).
+        for e in g.flux_pages.values_mut() {
+            *e = 0;
+        }
         let ahead: Vec<u32> = g.ahead.drain().map(|(s, _)| s).collect();
         g.slots = ahead;
         Self::update_records(&mut g);
