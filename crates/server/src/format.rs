@@ -369,7 +369,11 @@ mod tests {
         assert_eq!(Record::decode(&b), Some(r));
         assert!(!Record::in_flux(&b));
         r.encode_flagged(&mut b, true);
-        assert_eq!(Record::decode(&b), Some(r), "the flag is not part of the key");
+        assert_eq!(
+            Record::decode(&b),
+            Some(r),
+            "the flag is not part of the key"
+        );
         assert!(Record::in_flux(&b));
         Record::EMPTY.encode_flagged(&mut b, true);
         assert!(!Record::in_flux(&b) && Record::decode(&b) == Some(Record::EMPTY));

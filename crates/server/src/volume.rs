@@ -411,7 +411,8 @@ impl CacheVolume {
                 let mut differ = 0u64;
                 for k in 0..(ls / ss).min(64) {
                     let u = (k * ss) as usize..((k + 1) * ss) as usize;
-                    if (r.valid & !r.dirty) >> k & 1 == 1 && slot_bytes[u.clone()] != backing_bytes[u]
+                    if (r.valid & !r.dirty) >> k & 1 == 1
+                        && slot_bytes[u.clone()] != backing_bytes[u]
                     {
                         differ |= 1 << k;
                     }
@@ -802,8 +803,7 @@ impl CacheVolume {
             }
         }
         for &(s, k) in before {
-            if g.disk_key[s as usize] == k && (writes_backing || g.engine.slot_key(s) != Some(k))
-            {
+            if g.disk_key[s as usize] == k && (writes_backing || g.engine.slot_key(s) != Some(k)) {
                 need(s);
             }
         }

@@ -12,7 +12,9 @@ use common::*;
 use tiercache_engine::log::Compression;
 use tiercache_engine::Mode;
 use tiercache_nbd::Export;
-use tiercache_server::{format_log, CacheVolume, FileDev, LogFormatOptions, LogVolume, OpenOptions};
+use tiercache_server::{
+    format_log, CacheVolume, FileDev, LogFormatOptions, LogVolume, OpenOptions,
+};
 
 const LS: u64 = 4096;
 
@@ -51,14 +53,20 @@ fn direct_kill_between_backing_and_slot_write_reads_the_same_after_eviction() {
         read_line(&vol, 5); // admitted (write-around admits reads)
         vol.write(5 * LS, &a, false).unwrap();
         vol.flush().unwrap();
-        assert!(vol.lines().iter().any(|l| l.key == 5), "{mode:?}: line 5 cached");
+        assert!(
+            vol.lines().iter().any(|l| l.key == 5),
+            "{mode:?}: line 5 cached"
+        );
         gate.kill_at_write("backing", 5 * LS..6 * LS, true);
         assert!(vol.write(5 * LS, &b, false).is_err(), "{mode:?}: killed");
         drop(vol);
 
         let (vol, _) = open(&f, None);
         let first = read_line(&vol, 5);
-        assert!(first == a || first == b, "{mode:?}: line 5 reads neither A nor B");
+        assert!(
+            first == a || first == b,
+            "{mode:?}: line 5 reads neither A nor B"
+        );
         // Evict it: read twice the cache's worth of other lines (LRU).
         for l in 100..100 + 2 * LINES {
             read_line(&vol, l);
@@ -102,9 +110,11 @@ fn log_write_through_write_after_flush_then_kill_reads_the_same_after_eviction()
         let f = log_cache_files(SEGS, 4 * LS);
         log_format_wt(&f);
         let gate = Gate::new();
-        let (vol, _) =
-            LogVolume::open(gate.wrap("cache", &f.cache), gate.wrap("backing", &f.backing))
-                .unwrap();
+        let (vol, _) = LogVolume::open(
+            gate.wrap("cache", &f.cache),
+            gate.wrap("backing", &f.backing),
+        )
+        .unwrap();
         let (a, b) = (line_of(0xa1), line_of(0xb1));
         vol.write(5 * LS, &a, false).unwrap();
         vol.flush().unwrap();
@@ -170,7 +180,8 @@ fn write_back_unclean_start_restores_dirty_only_lines_that_may_differ() {
     }
     vol.flush_dirty().unwrap(); // all clean, durable
     for l in 0..6 {
-        vol.write(l * 7 * LS, &line_of(0x40 ^ l as u8), false).unwrap();
+        vol.write(l * 7 * LS, &line_of(0x40 ^ l as u8), false)
+            .unwrap();
     }
     vol.flush().unwrap();
     let dirty_at_flush = vol.stats().dirty_lines;

@@ -307,7 +307,10 @@ fn run(mode: Mode, seed: u64, crash: Option<Crash>, t: &mut Tally) -> (u64, u64)
     if mode == Mode::WriteThrough {
         // Lines still cached hold what the backing device holds.
         let mut disk = vec![0u8; HOT as usize];
-        FileDev::open(&f.backing).unwrap().read_at(&mut disk, 0).unwrap();
+        FileDev::open(&f.backing)
+            .unwrap()
+            .read_at(&mut disk, 0)
+            .unwrap();
         if let Some(i) = (0..HOT as usize).find(|&i| disk[i] != buf[i]) {
             panic!(
                 "{what}: byte {i} read {:#x} after the restart; the backing device holds {:#x}",
