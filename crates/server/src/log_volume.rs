@@ -1072,7 +1072,16 @@ impl Inner {
     fn checkpoint(&mut self) -> io::Result<()> {
         self.write_open_data()?;
         let mut recs = self.open_records(true);
-        let dups: Vec<(u64, ExtentInfo)> = self.eng.entries().filter(|(_, i)| i.dup).collect();
+        // A write-through request's lines dropped durably (rule 6) but not rewritten yet
+        // keep their drop as newest event: their duplicate entries are not listed afresh.
+        let wt = self.sb.mode == Mode::WriteThrough;
+        let dups: Vec<(u64, ExtentInfo)> = self
+            .eng
+            .entries()
+            .filter(|(k, i)| {
+                i.dup && !(wt && self.dropped_now.contains(&LogEngine::key_line(*k).1))
+            })
+            .collect();
         self.dups_upper = dups.len() as u64;
         self.dups_at_checkpoint = self.dups_upper;
         for (key, i) in dups {
@@ -1212,6 +1221,9 @@ impl Inner {
                 seq: self.next_seq(),
             })
             .collect();
+        // Before the journal write: a checkpoint the commit below may run must not list
+        // these lines' duplicate entries afresh (with newer sequence numbers).
+        self.dropped_now.extend(need.iter().copied());
         let reserve = self.commit_every + 2 * self.sb.max_extents as u64;
         let n = recs.len() as u64;
         if !may_commit && self.jused + n > self.sb.journal_records {
@@ -1233,7 +1245,6 @@ impl Inner {
         }
         for &l in &need {
             self.shadowed.remove(&l);
-            self.dropped_now.insert(l);
         }
         self.live.early_drops += need.len() as u64;
         self.live.early_drop_syncs += 1;
@@ -1609,6 +1620,7 @@ impl Export for LogVolume {
             Ok(())
         };
         let r = go(&mut g);
+        g.dropped_now.clear();
         g.guard(r)
     }
 
