@@ -774,7 +774,7 @@ impl CacheVolume {
     }
 
     /// Rule 5 of the module doc: the metadata pages to flag in flux before `steps` run, i.e.
-    /// those (not flagged yet this epoch) holding a durable record that maps
+    /// those holding a durable record that maps
     /// * a slot a step writes in place, for the key the engine keeps there;
     /// * a line of the request (`before`: its slots and keys before the plan) that the plan
     ///   drops or replaces, or whose backing range it writes (`all_lines`: a write or trim
