@@ -886,7 +886,11 @@ impl Inner {
         }
         self.cache_sync()?;
         self.segs[s as usize].sealed = true;
-        self.write_header(s, true, true)?;
+        // Write-through: superseded extents are marked dead now (rule 6). What superseded
+        // them is on the backing device, synced above, so losing both reads the new bytes;
+        // left live, a superseded extent would come back over them after a crash.
+        let keep_flags = self.sb.mode != Mode::WriteThrough;
+        self.write_header(s, true, keep_flags)?;
         self.cache_sync()?;
         let m = &mut self.segs[s as usize];
         m.durable = m.exts.len();
