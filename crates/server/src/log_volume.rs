@@ -43,7 +43,9 @@
 //!    to the journal and synced (one append and one sync per request; they also go to the
 //!    pending records so a checkpoint carries them). A line's durable event is a clean
 //!    extent if its current extent is durable (sealed, committed, or a committed duplicate)
-//!    or if it was superseded or unmapped since the last commit (`shadowed`). In write-back,
+//!    or if it was superseded or unmapped since the last commit (`shadowed`); and a seal
+//!    marks superseded extents dead at once (their superseders are on the backing device,
+//!    synced before the seal), unlike rule 3's write-back case. In write-back,
 //!    FUA writes are dirty writes followed by a commit (they never write the backing device
 //!    ahead of their description), and write-backs run after a commit when duplicate
 //!    records are pending, so a dirty duplicate being written back is durable first.
