@@ -1278,17 +1278,8 @@ impl Engine {
         if self.class_gate && self.len > 0 && self.policy.at_limit(ci as u8) {
             return self.evict_for_class(ci);
         }
-        if self.free_stale {
-            let keys = &self.keys;
-            self.free.retain(|&s| keys[s as usize] == EMPTY);
-            self.free_stale = false;
-        }
-        if let Some(s) = self.free.pop() {
+        if let Some(s) = self.free_slot() {
             return s;
-        }
-        if self.next_fresh < self.cap {
-            self.next_fresh += 1;
-            return self.next_fresh - 1;
         }
         let victim = if self.class_gate {
             self.policy.victim_for(ci as u8, &self.dirty)
@@ -1310,6 +1301,24 @@ impl Engine {
         victim
     }
 
+    /// A slot that holds no line (the free list, then never-used slots), if any.
+    #[inline]
+    fn free_slot(&mut self) -> Option<Slot> {
+        if self.free_stale {
+            let keys = &self.keys;
+            self.free.retain(|&s| keys[s as usize] == EMPTY);
+            self.free_stale = false;
+        }
+        if let Some(s) = self.free.pop() {
+            return Some(s);
+        }
+        if self.next_fresh < self.cap {
+            self.next_fresh += 1;
+            return Some(self.next_fresh - 1);
+        }
+        None
+    }
+
     /// [`Engine::alloc_slot`] while dirty evictions are blocked: a free slot, else the
     /// policy's likeliest clean victim (also for a class at its partition limit: a clean
     /// line of its own if the policy names one, else any clean line). The caller checked
@@ -1324,17 +1333,8 @@ impl Engine {
                 return self.free.pop().expect("remove() frees the slot");
             }
         }
-        if self.free_stale {
-            let keys = &self.keys;
-            self.free.retain(|&s| keys[s as usize] == EMPTY);
-            self.free_stale = false;
-        }
-        if let Some(s) = self.free.pop() {
+        if let Some(s) = self.free_slot() {
             return s;
-        }
-        if self.next_fresh < self.cap {
-            self.next_fresh += 1;
-            return self.next_fresh - 1;
         }
         let victim = self
             .clean_victim()

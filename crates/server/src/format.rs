@@ -26,14 +26,23 @@
 //! endian; the checksum covers the first 28 bytes. An empty slot has key `u64::MAX`. `seq`
 //! grows with every change of a record, so when a torn metadata write leaves one key in two
 //! slots, the newer record wins.
+//!
+//! Version 2: bit 63 of a non-empty record's key is the *in flux* flag ([`IN_FLUX`]): the
+//! line's clean sectors may differ between its slot and the backing device (an in-place
+//! write or a backing write was under way when the record was last written). Recovery
+//! compares them (`crate::volume`, rule 5). `decode` strips the flag; [`Record::in_flux`]
+//! reads it. Version 1 devices have no flags and are read as they are.
 
 use crate::identity::{BackingIdentity, ID_BYTES};
 use std::io;
 
 pub const MAGIC: &[u8; 8] = b"TIERCACH";
 pub const VERSION: u32 = 2;
-/// Oldest on-disk version this build opens (1: no backing identity).
+/// Oldest on-disk version this build opens (1: no backing identity, no in-flux flags), and
+/// upgrades to [`VERSION`] when it opens it.
 pub const MIN_VERSION: u32 = 1;
+/// Bit of a record's stored key marking it in flux (version 2; see the module doc).
+pub const IN_FLUX: u64 = 1 << 63;
 pub const SUPERBLOCK_BYTES: u64 = 4096;
 pub const META_OFFSET: u64 = SUPERBLOCK_BYTES;
 pub const PAGE: u64 = 4096;
@@ -250,7 +259,23 @@ impl Record {
     };
 
     pub fn encode(&self, out: &mut [u8]) {
-        out[0..8].copy_from_slice(&self.key.to_le_bytes());
+        self.encode_flagged(out, false)
+    }
+
+    /// Encodes with the in-flux flag ([`IN_FLUX`]) set when `in_flux` (never on an empty
+    /// record, whose key has every bit set).
+    pub fn encode_flagged(&self, out: &mut [u8], in_flux: bool) {
+        assert!(
+            self.key == EMPTY_KEY || self.key & IN_FLUX == 0,
+            "record key {:#x} uses the in-flux bit",
+            self.key
+        );
+        let flag = if in_flux && self.key != EMPTY_KEY {
+            IN_FLUX
+        } else {
+            0
+        };
+        out[0..8].copy_from_slice(&(self.key | flag).to_le_bytes());
         out[8..16].copy_from_slice(&self.valid.to_le_bytes());
         out[16..24].copy_from_slice(&self.dirty.to_le_bytes());
         out[24..28].copy_from_slice(&self.seq.to_le_bytes());
@@ -265,12 +290,24 @@ impl Record {
             return None;
         }
         let u = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap());
+        let key = match u(0) {
+            EMPTY_KEY => EMPTY_KEY,
+            k => k & !IN_FLUX,
+        };
         Some(Record {
-            key: u(0),
+            key,
             valid: u(8),
             dirty: u(16),
             seq: u32::from_le_bytes(b[24..28].try_into().unwrap()),
         })
+    }
+}
+
+impl Record {
+    /// Whether the stored record `b` is valid and carries the in-flux flag.
+    pub fn in_flux(b: &[u8]) -> bool {
+        let k = u64::from_le_bytes(b[0..8].try_into().unwrap());
+        k != EMPTY_KEY && k & IN_FLUX != 0 && Record::decode(b).is_some()
     }
 }
 
@@ -360,6 +397,17 @@ mod tests {
         let mut b = [0u8; 32];
         r.encode(&mut b);
         assert_eq!(Record::decode(&b), Some(r));
+        assert!(!Record::in_flux(&b));
+        r.encode_flagged(&mut b, true);
+        assert_eq!(
+            Record::decode(&b),
+            Some(r),
+            "the flag is not part of the key"
+        );
+        assert!(Record::in_flux(&b));
+        Record::EMPTY.encode_flagged(&mut b, true);
+        assert!(!Record::in_flux(&b) && Record::decode(&b) == Some(Record::EMPTY));
+        r.encode(&mut b);
         b[9] ^= 0x10;
         assert_eq!(Record::decode(&b), None);
         assert_eq!(Record::decode(&[0u8; 32]), None, "zeroes are not a record");

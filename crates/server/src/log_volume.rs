@@ -47,6 +47,19 @@
 //!    `open` fail, naming `tiercache check --repair`; the repair ([`LogVolume::open_salvage`]
 //!    then a clean shutdown) replays every record that still verifies, after the bad one
 //!    too, and says what may be lost.
+//! 7. *Stable after a crash* (write-through). A write-through write reaches the backing
+//!    device before its new extent is described; if the line's durable event is a clean
+//!    extent, a crash in between would bring back the old bytes, and the new ones once the
+//!    line is evicted. So before the backing write, drop records of such lines are appended
+//!    to the journal and synced (one append and one sync per request; they also go to the
+//!    pending records so a checkpoint carries them). A line's durable event is a clean
+//!    extent if its current extent is durable (sealed, committed, or a committed duplicate)
+//!    or if it was superseded or unmapped since the last commit (`shadowed`); and a seal
+//!    marks superseded extents dead at once (their superseders are on the backing device,
+//!    synced before the seal), unlike rule 3's write-back case. In write-back,
+//!    FUA writes are dirty writes followed by a commit (they never write the backing device
+//!    ahead of their description), and write-backs run after a commit when duplicate
+//!    records are pending, so a dirty duplicate being written back is durable first.
 //!
 //! Between commits the volume may lose the latest writes (a block device may, until FLUSH);
 //! whatever a line reads after a crash is its value at the last commit or one written since.
@@ -290,6 +303,10 @@ pub struct LogLiveCounters {
     pub write_backs: u64,
     /// Extents whose crc32c did not match on read.
     pub extent_crc_errors: u64,
+    /// Write-through: drop records made durable before a backing write (rule 7 of
+    /// `crate::log_volume`), and the journal appends (each one sync) that carried them.
+    pub early_drops: u64,
+    pub early_drop_syncs: u64,
 }
 
 /// `ctl stats` of a log volume.
@@ -383,6 +400,13 @@ struct Inner {
     failed: bool,
     /// Recovery goes on past damage (see [`LogVolume::open_salvage`]).
     salvage: bool,
+    /// Lines whose durable event may be a clean extent the RAM state no longer shows
+    /// (superseded or unmapped since the last commit); rule 7.
+    shadowed: std::collections::HashSet<u64>,
+    /// Keys whose duplicate record is pending (not committed yet).
+    fresh_dups: std::collections::HashSet<u64>,
+    /// Lines of the write request being run whose drop is durable already (rule 7).
+    dropped_now: std::collections::HashSet<u64>,
 }
 
 /// The log-layout cache volume.
@@ -513,6 +537,9 @@ impl LogVolume {
             closed: false,
             failed: false,
             salvage,
+            shadowed: Default::default(),
+            fresh_dups: Default::default(),
+            dropped_now: Default::default(),
             sb,
         };
         let mut rep = inner.recover()?;
@@ -578,6 +605,18 @@ impl LogVolume {
     /// Data reduction over what the cache holds now.
     pub fn reduction(&self) -> Reduction {
         self.lock().eng.reduction()
+    }
+
+    /// Every cached line and whether it is dirty, in line order (tests, diagnostics).
+    pub fn cached_lines(&self) -> Vec<(u64, bool)> {
+        let g = self.lock();
+        let mut v: Vec<(u64, bool)> = g
+            .eng
+            .entries()
+            .map(|(k, i)| (LogEngine::key_line(k).1, i.dirty))
+            .collect();
+        v.sort_unstable();
+        v
     }
 
     /// Checks the engine's invariants (tests).
@@ -841,6 +880,9 @@ impl Inner {
             if !i.dup && self.segs[i.seg as usize].sealed {
                 self.hdr_stale.insert(i.seg);
             }
+            if !i.dirty && self.durable(&i, LogEngine::line_key(0, line)) {
+                self.shadowed.insert(line);
+            }
             self.eng.forget(0, line);
             let seq = self.next_seq();
             self.pending.push(Rec::Drop {
@@ -910,6 +952,20 @@ impl Inner {
             .open_segment(dirty)
             .expect("reserve opens a segment");
         let mut written_back = Vec::new();
+        // Rule 6: lines about to be written back whose durable event is an older clean
+        // extent (a dirty duplicate not committed yet) are dropped durably first. No commit
+        // here: the engine has already unmapped the reclaimed segment's lines.
+        let ls = self.ls();
+        let shadowed: Vec<u64> = steps
+            .iter()
+            .filter_map(|st| match *st {
+                Step::WriteBack { hdd, .. } if self.shadowed.contains(&(hdd / ls)) => {
+                    Some(hdd / ls)
+                }
+                _ => None,
+            })
+            .collect();
+        self.drop_durably(&shadowed, false)?;
         for st in steps {
             match st {
                 Step::WriteSsd { ssd, .. } => self.seal((ssd / seg_size) as u32)?,
@@ -963,7 +1019,11 @@ impl Inner {
         }
         self.cache_sync()?;
         self.segs[s as usize].sealed = true;
-        self.write_header(s, true, true)?;
+        // Write-through: superseded extents are marked dead now (rule 7). What superseded
+        // them is on the backing device, synced above, so losing both reads the new bytes;
+        // left live, a superseded extent would come back over them after a crash.
+        let keep_flags = self.sb.mode != Mode::WriteThrough;
+        self.write_header(s, true, keep_flags)?;
         self.cache_sync()?;
         let m = &mut self.segs[s as usize];
         m.durable = m.exts.len();
@@ -1142,6 +1202,8 @@ impl Inner {
             self.live.commits += 1;
         }
         self.rewrite_stale_headers()?;
+        self.fresh_dups.clear();
+        self.shadowed.clear();
         if self.dups_upper >= self.dup_budget && self.dups_upper > self.dups_at_checkpoint {
             // Recount the duplicate entries (stale ones die with their segments).
             self.checkpoint()?;
@@ -1167,7 +1229,16 @@ impl Inner {
     fn checkpoint(&mut self) -> io::Result<()> {
         self.write_open_data()?;
         let mut recs = self.open_records(true);
-        let dups: Vec<(u64, ExtentInfo)> = self.eng.entries().filter(|(_, i)| i.dup).collect();
+        // A write-through request's lines dropped durably (rule 7) but not rewritten yet
+        // keep their drop as newest event: their duplicate entries are not listed afresh.
+        let wt = self.sb.mode == Mode::WriteThrough;
+        let dups: Vec<(u64, ExtentInfo)> = self
+            .eng
+            .entries()
+            .filter(|(k, i)| {
+                i.dup && !(wt && self.dropped_now.contains(&LogEngine::key_line(*k).1))
+            })
+            .collect();
         self.dups_upper = dups.len() as u64;
         self.dups_at_checkpoint = self.dups_upper;
         for (key, i) in dups {
@@ -1201,7 +1272,10 @@ impl Inner {
         self.jused = recs.len() as u64;
         self.mark_open_durable();
         self.live.checkpoints += 1;
-        self.rewrite_stale_headers()
+        self.rewrite_stale_headers()?;
+        self.fresh_dups.clear();
+        self.shadowed.clear();
+        Ok(())
     }
 
     /// Records what `eng` did with `line` (stored bytes in `self.stored` when reduced to
@@ -1215,6 +1289,7 @@ impl Inner {
         let key = LogEngine::line_key(0, line);
         let seq = self.next_seq();
         if info.dup {
+            self.fresh_dups.insert(key);
             self.pending.push(Rec::Dup {
                 key,
                 seg: info.seg,
@@ -1261,7 +1336,76 @@ impl Inner {
             if !i.dup && self.segs[i.seg as usize].sealed {
                 self.hdr_stale.insert(i.seg);
             }
+            if !i.dirty && self.durable(&i, LogEngine::line_key(0, line)) {
+                self.shadowed.insert(line);
+            }
         }
+    }
+
+    /// Whether the event mapping `key` to `i` is durable: a base extent sealed or committed,
+    /// a duplicate whose record is not pending.
+    fn durable(&self, i: &ExtentInfo, key: u64) -> bool {
+        if i.dup {
+            return !self.fresh_dups.contains(&key);
+        }
+        let m = &self.segs[i.seg as usize];
+        m.sealed || i.off < m.durable_fill
+    }
+
+    /// Rule 6: before the backing device is written for `lines`, their durable clean
+    /// extents are dropped durably: one journal append, one sync. `may_commit`: a commit
+    /// may make room in the journal (not inside a reserve, whose reclamation is half done:
+    /// there the drops use the room kept for the next commit, which then checkpoints).
+    fn drop_durably(&mut self, lines: &[u64], may_commit: bool) -> io::Result<()> {
+        let need: Vec<u64> = lines
+            .iter()
+            .copied()
+            .filter(|&l| {
+                self.shadowed.contains(&l)
+                    || self
+                        .eng
+                        .locate(0, l)
+                        .is_some_and(|i| self.durable(&i, LogEngine::line_key(0, l)))
+            })
+            .collect();
+        if need.is_empty() {
+            return Ok(());
+        }
+        let recs: Vec<Rec> = need
+            .iter()
+            .map(|&l| Rec::Drop {
+                key: LogEngine::line_key(0, l),
+                seq: self.next_seq(),
+            })
+            .collect();
+        // Before the journal write: a checkpoint the commit below may run must not list
+        // these lines' duplicate entries afresh (with newer sequence numbers).
+        self.dropped_now.extend(need.iter().copied());
+        let reserve = self.commit_every + 2 * self.sb.max_extents as u64;
+        let n = recs.len() as u64;
+        if !may_commit && self.jused + n > self.sb.journal_records {
+            return Err(io_err(format!(
+                "journal full: no room for {n} drop records before a write-back"
+            )));
+        }
+        if may_commit && self.jused + n + reserve > self.sb.journal_records {
+            // A checkpoint makes room (and carries these drops, being pending).
+            self.pending.extend(recs.iter().copied());
+            self.commit()?;
+        } else {
+            let (half, at, epoch) = (self.half, self.jused, self.epoch);
+            self.journal_write(half, at, &recs, epoch)?;
+            self.cache_sync()?;
+            self.jused += recs.len() as u64;
+            // Until the next commit rewrites the headers, a checkpoint must carry them.
+            self.pending.extend(recs.iter().copied());
+        }
+        for &l in &need {
+            self.shadowed.remove(&l);
+        }
+        self.live.early_drops += need.len() as u64;
+        self.live.early_drop_syncs += 1;
+        Ok(())
     }
 
     fn reduce(&mut self, data: &[u8]) -> io::Result<Reduced> {
@@ -1293,12 +1437,19 @@ impl Inner {
 
     /// Writes one whole line.
     fn write_line(&mut self, line: u64, data: &[u8], fua: bool) -> io::Result<()> {
+        // Write-back FUA: a dirty write, then the caller's commit (rule 7).
         let wb = self.sb.mode == Mode::WriteBack;
-        let dirty = wb && !fua;
+        let fua = fua && !wb;
+        let dirty = wb;
         self.reserve(dirty)?;
         let r = self.reduce(data)?;
         let c = self.content(&r);
         self.vet_fingerprint(c.fp, &r.hash);
+        if self.sb.mode == Mode::WriteThrough && !self.dropped_now.contains(&line) {
+            // Its extent may have become durable since the request's drops (sealed by a
+            // reserve of an earlier line of the request): rule 7.
+            self.drop_durably(&[line], true)?;
+        }
         self.superseding(line);
         let ls = self.ls();
         let mut req = Request::write(line * ls, ls);
@@ -1933,6 +2084,11 @@ impl Export for LogVolume {
         let ls = self.line;
         let mut line_buf = vec![0u8; ls as usize];
         let mut go = |g: &mut Inner| -> io::Result<()> {
+            g.dropped_now.clear();
+            if g.sb.mode == Mode::WriteThrough {
+                let lines: Vec<u64> = self.lines(offset, data.len() as u64).collect();
+                g.drop_durably(&lines, true)?;
+            }
             for line in self.lines(offset, data.len() as u64) {
                 let a = (line * ls).max(offset);
                 let b = ((line + 1) * ls).min(offset + data.len() as u64);
@@ -1952,6 +2108,7 @@ impl Export for LogVolume {
             Ok(())
         };
         let r = go(&mut g);
+        g.dropped_now.clear();
         g.guard(r)
     }
 

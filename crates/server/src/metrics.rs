@@ -23,6 +23,10 @@ pub struct Metrics {
     pub unmap_on_miss: AtomicU64,
     /// Records of likely victims unmapped ahead of their eviction, in batches.
     pub unmap_ahead: AtomicU64,
+    /// Cache-device syncs made to flag metadata pages in flux before in-place writes (rule 5
+    /// of `crate::volume`), and the pages so flagged.
+    pub flux_syncs: AtomicU64,
+    pub flux_pages: AtomicU64,
     /// Metadata pages written by flushes.
     pub metadata_pages: AtomicU64,
     /// Cached lines relabelled by the live classifier (class learned after caching).

@@ -48,11 +48,25 @@
 //!    backing device or in a cache slot whose durable record marks it valid (and dirty).
 //!    **FUA** writes run the same sequence before they are acknowledged.
 //!
-//! 5. **Stable after a crash.** A write-back write hit overwrites its slot in place while the
-//!    device's record may still say "clean"; after an unclean start such a line would read
-//!    the new bytes until evicted and the old ones after. So an unclean start of a write-back
-//!    cache restores every line dirty: what the cache holds is the volume's content and is
-//!    written back before it leaves (found by `kill9_qd.rs`: 16 writes in flight, exact log).
+//! 5. **In flux before in place.** A line whose durable record says "clean" promises that its
+//!    slot and the backing device hold the same bytes. A write hit overwrites the slot in
+//!    place (write-back) or writes both devices one after the other (write-through,
+//!    write-around, FUA), and an invalidation (read-only, pass-through, trim) lets the
+//!    backing device be written behind a record that still maps the line: a crash in between
+//!    would leave a line that reads one value until it is evicted and another after. So
+//!    before a plan's steps run, every metadata page holding such a record is rewritten from
+//!    the device with each record flagged *in flux* ([`format::IN_FLUX`]) and synced, once
+//!    per page (`flux_pages`), so later writes to that page cost nothing. A page stays
+//!    flagged (flushes rewrite it flagged) until [`FLUX_EPOCHS`] flushes pass without a plan
+//!    needing it; the flush after that rewrites it without flags, as does a clean shutdown.
+//!    Nothing is lost by flagging longer: restart compares, it does not drop. It compares the
+//!    clean sectors of every in-flux line with the backing device: equal ones stay clean;
+//!    differing ones become dirty after a write-back crash (the cache's copy, old or new, is
+//!    the volume's content and is written back) and are dropped otherwise (the backing copy
+//!    is). Either way a block reads the same before and after eviction, and only lines that
+//!    differ from the backing device come back dirty (no write-back storm). Lines the engine
+//!    dropped while their durable record still maps them are remembered (`forgotten`) until
+//!    the next flush, so a later backing write to them flags their page first.
 //!
 //! Writes acknowledged but not flushed may read back old or new after a crash (block-device
 //! semantics), never another key's data, and never bytes that were never written there, and
@@ -142,6 +156,11 @@ pub struct OpenReport {
     pub sampled_clean_lines: u64,
     pub differing_clean_lines: u64,
     pub dropped_clean_lines: u64,
+    /// Records found in flux (rule 5 of `crate::volume`), and of their lines those whose
+    /// slot differed from the backing device: restored dirty (write-back) or dropped.
+    pub in_flux: u64,
+    pub in_flux_dirty: u64,
+    pub in_flux_dropped: u64,
 }
 
 fn mode_index(m: Mode) -> u8 {
@@ -256,6 +275,14 @@ struct Inner {
     /// The cache failed but neither the state file nor the superblock erase is durable yet
     /// (see [`CacheVolume::record_failure`]): writes fail until one of them is.
     failure_unrecorded: Option<FailState>,
+    /// Metadata pages flagged in flux on the device (rule 5), with the flush count at which
+    /// a plan last needed each.
+    flux_pages: std::collections::BTreeMap<u64, u64>,
+    /// Flushes of the metadata so far (starts at `FLUX_EPOCHS`).
+    flush_epoch: u64,
+    /// Keys the engine no longer holds in the slot their durable record maps (rule 5), until
+    /// the next flush writes those records.
+    forgotten: HashMap<u64, u32>,
 }
 
 /// A cached block volume: the engine's decisions executed on real devices.
@@ -289,6 +316,11 @@ const MAX_MERGED_WRITE: u64 = 4 << 20;
 /// Records of likely victims unmapped together (default; see
 /// [`CacheVolume::set_unmap_batch`]).
 pub const DEFAULT_UNMAP_BATCH: u64 = 1024;
+
+/// Flushes a metadata page stays flagged in flux after a plan last needed it (rule 5 of the
+/// module doc): a page written between every pair of flushes (a database's fsync) is flagged
+/// once, not once per flush; the cost is restart comparing its lines after a crash.
+pub const FLUX_EPOCHS: u64 = 16;
 
 /// Cache-device errors after which the cache is failed and bypassed (default).
 pub const DEFAULT_MAX_CACHE_ERRORS: u64 = 16;
@@ -518,17 +550,14 @@ impl CacheVolume {
                 line_size: sb.line_size,
             });
         }
-        // After a crash of a write-back cache, a line recorded clean may hold newer bytes than
-        // the backing device: a write hit overwrites the slot in place and the record saying
-        // "dirty" reaches the device only at FLUSH. Such a line reads back the new bytes now
-        // and would read the old ones once evicted, so every line restored after an unclean
-        // start of a write-back cache is dirty: the cache's copy is the volume's content.
-        let crashed_write_back = !sb.clean && Mode::ALL[sb.mode as usize] == Mode::WriteBack;
+        // The mode the records were written in: it decides which copy of an in-flux line
+        // wins (rule 5 of the module doc).
+        let recorded_mode = Mode::ALL[sb.mode as usize];
         if let Some(m) = opts.mode {
             sb.mode = mode_index(m);
         }
-        let crashed_write_back =
-            crashed_write_back || (!sb.clean && Mode::ALL[sb.mode as usize] == Mode::WriteBack);
+        // Records may carry in-flux flags from now on (format version 2).
+        sb.version = format::VERSION;
         if let Some(p) = &opts.policy {
             sb.policy = p.clone();
         }
@@ -559,6 +588,10 @@ impl CacheVolume {
         };
         // Newest record per key.
         let mut best: std::collections::HashMap<u64, (u32, Record)> = Default::default();
+        let in_flux = |slot: u64| {
+            let at = (slot * RECORD_BYTES) as usize;
+            Record::in_flux(&disk[at..at + RECORD_BYTES as usize])
+        };
         let mut max_seq = 0u32;
         for slot in 0..sb.capacity_lines {
             let at = (slot * RECORD_BYTES) as usize;
@@ -593,11 +626,42 @@ impl CacheVolume {
         }
         let mut lines: Vec<(u32, Record)> = best.into_values().collect();
         lines.sort_by_key(|(s, r)| (r.seq.wrapping_sub(max_seq.wrapping_add(1)), *s));
-        if crashed_write_back {
-            for (_, r) in &mut lines {
-                r.dirty = r.valid;
+        let mut flux_pages = BTreeSet::new();
+        let (ls, ss) = (sb.line_size, engine.sector_size());
+        let (mut slot_bytes, mut backing_bytes) = (vec![0u8; ls as usize], vec![0u8; ls as usize]);
+        let mut kept = Vec::with_capacity(lines.len());
+        for (slot, mut r) in lines {
+            if in_flux(slot as u64) {
+                // Rule 5: the clean sectors that differ from the backing device.
+                report.in_flux += 1;
+                flux_pages.insert(slot as u64 / format::RECORDS_PER_PAGE);
+                cache.read_at(&mut slot_bytes, sb.data_offset + slot as u64 * ls)?;
+                backing.read_at(&mut backing_bytes, (r.key & LINE_MASK) * ls)?;
+                let mut differ = 0u64;
+                for k in 0..(ls / ss).min(64) {
+                    let u = (k * ss) as usize..((k + 1) * ss) as usize;
+                    if (r.valid & !r.dirty) >> k & 1 == 1
+                        && slot_bytes[u.clone()] != backing_bytes[u]
+                    {
+                        differ |= 1 << k;
+                    }
+                }
+                if differ != 0 {
+                    if recorded_mode == Mode::WriteBack {
+                        r.dirty |= differ;
+                        report.in_flux_dirty += 1;
+                    } else {
+                        r.valid &= !differ;
+                        if r.valid == 0 {
+                            report.in_flux_dropped += 1;
+                            continue;
+                        }
+                    }
+                }
             }
+            kept.push((slot, r));
         }
+        let mut lines = kept;
         verify_clean_sample(
             &*cache,
             &*backing,
@@ -643,10 +707,15 @@ impl CacheVolume {
             unmapped_on_miss: false,
             degraded: None,
             failure_unrecorded: None,
+            flux_pages: Default::default(),
+            flush_epoch: FLUX_EPOCHS,
+            forgotten: HashMap::new(),
         };
-        // Records the engine did not take (dropped ones) become empty in `mem`.
+        // Records the engine did not take (dropped ones) become empty in `mem`, and records
+        // found in flux are rewritten as resolved, without the flag.
         inner.slots = (0..sb.capacity_lines as u32).collect();
         Self::update_records(&mut inner);
+        inner.dirty_pages.extend(&flux_pages);
         let line_shift = sb.line_size.trailing_zeros();
         let vol = CacheVolume {
             size: backing.size(),
@@ -675,6 +744,10 @@ impl CacheVolume {
                 // The dropped lines' records, emptied in `mem`, reach the device now: a
                 // crash must not bring the stale copies back.
                 vol.flush_locked(&mut g)?;
+            } else if !flux_pages.is_empty() {
+                // Resolved records on the device at once: it agrees with the engine from the
+                // start, and later in-place writes flag their pages afresh.
+                vol.flush_cache(&mut g)?;
             }
             if g.engine.config().mode != Mode::WriteBack && g.engine.dirty_lines() > 0 {
                 vol.clean_all(&mut g)?;
@@ -758,6 +831,11 @@ impl CacheVolume {
                 }
             }
         }
+        // (slot, key) the request's lines held before the plan (rule 5).
+        let before: Vec<(u32, u64)> = slots
+            .iter()
+            .filter_map(|&s| Some((s, g.engine.slot_key(s)?)))
+            .collect();
         let plan = g.engine.process(req).map_err(ioerr)?;
         let (buf_start, buf_len) = (plan.buf_start, plan.buf_len);
         let steps: Vec<Step> = plan.steps.clone();
@@ -795,7 +873,19 @@ impl CacheVolume {
         if let Data::Write(d) = &data {
             buf[at..at + d.len()].copy_from_slice(d);
         }
-        let r = self.exec(&mut g, &steps, &mut buf);
+        let flux = Self::flux_pages_for(&g, &steps, &before, all_slots && req.op != Op::Read);
+        let r = self
+            .mark_in_flux(&mut g, &flux)
+            .map_err(|err| StepError {
+                index: 0,
+                cache: true,
+                err,
+                // Only metadata flags were written: no data step ran, the engine can be put
+                // back as `mem` has it.
+                before_cache: true,
+                done: Vec::new(),
+            })
+            .and_then(|()| self.exec(&mut g, &steps, &mut buf));
         for s in &steps {
             if let Some((ssd, len)) = ssd_range(s) {
                 let (a, b) = (ssd >> self.line_shift, (ssd + len - 1) >> self.line_shift);
@@ -1028,6 +1118,105 @@ impl CacheVolume {
         Ok(Vec::new())
     }
 
+    /// Rule 5 of the module doc: the metadata pages to flag in flux before `steps` run, i.e.
+    /// those holding a durable record that maps
+    /// * a slot a step writes in place, for the key the engine keeps there;
+    /// * a line of the request (`before`: its slots and keys before the plan) that the plan
+    ///   drops or replaces, or whose backing range it writes (`all_lines`: a write or trim
+    ///   spanning more lines than the cache holds, for which `before` is not listed);
+    /// * a line the plan writes on the backing device and the engine dropped earlier in this
+    ///   epoch (`forgotten`).
+    fn flux_pages_for(
+        g: &Inner,
+        steps: &[Step],
+        before: &[(u32, u64)],
+        all_lines: bool,
+    ) -> BTreeSet<u64> {
+        let line_shift = g.sb.line_size.trailing_zeros();
+        let mut pages = BTreeSet::new();
+        let mut need = |slot: u32| {
+            pages.insert(slot as u64 / format::RECORDS_PER_PAGE);
+        };
+        let writes_backing = steps.iter().any(|s| matches!(s, Step::WriteHdd { .. }));
+        if all_lines {
+            // A write or trim of more lines than the cache holds (`before` is not listed):
+            // every mapped record may be concerned.
+            for (s, &k) in g.disk_key.iter().enumerate() {
+                if k != EMPTY_KEY {
+                    need(s as u32);
+                }
+            }
+        }
+        for &(s, k) in before {
+            if g.disk_key[s as usize] == k && (writes_backing || g.engine.slot_key(s) != Some(k)) {
+                need(s);
+            }
+        }
+        for st in steps {
+            match *st {
+                Step::WriteSsd { ssd, len, .. } | Step::Populate { ssd, len, .. } if len > 0 => {
+                    for s in ssd >> line_shift..=(ssd + len - 1) >> line_shift {
+                        let on_disk = g.disk_key[s as usize];
+                        if on_disk != EMPTY_KEY && g.engine.slot_key(s as u32) == Some(on_disk) {
+                            need(s as u32);
+                        }
+                    }
+                }
+                Step::WriteHdd { hdd, len, .. } if len > 0 && !g.forgotten.is_empty() => {
+                    for l in hdd >> line_shift..=(hdd + len - 1) >> line_shift {
+                        let key = Engine::line_key(0, l);
+                        if let Some(&s) = g.forgotten.get(&key) {
+                            if g.disk_key[s as usize] == key {
+                                need(s);
+                            }
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        pages
+    }
+
+    /// Flags every record of `pages` not flagged yet in flux on the device (each run of
+    /// pages read and written once, then one sync), rule 5 of the module doc; `pages` stay
+    /// flagged for [`FLUX_EPOCHS`] more flushes.
+    fn mark_in_flux(&self, g: &mut Inner, pages: &BTreeSet<u64>) -> io::Result<()> {
+        let epoch = g.flush_epoch;
+        let mut new = BTreeSet::new();
+        for &p in pages {
+            if let Some(e) = g.flux_pages.get_mut(&p) {
+                *e = epoch;
+            } else {
+                new.insert(p);
+            }
+        }
+        let pages = &new;
+        if pages.is_empty() {
+            return Ok(());
+        }
+        let mut buf = Vec::new();
+        for (first, n) in runs(pages) {
+            // The pages as last written (only this volume writes them), every mapped record
+            // flagged; its key, masks and sequence number stay.
+            buf.resize((n * PAGE) as usize, 0);
+            self.cache.read_at(&mut buf, META_OFFSET + first * PAGE)?;
+            for rec in buf.chunks_mut(RECORD_BYTES as usize) {
+                if let Some(r) = Record::decode(rec).filter(|r| r.key != EMPTY_KEY) {
+                    r.encode_flagged(rec, true);
+                }
+            }
+            self.cache.write_at(&buf, META_OFFSET + first * PAGE)?;
+        }
+        self.cache.sync()?;
+        g.flux_pages.extend(pages.iter().map(|&p| (p, epoch)));
+        self.metrics.flux_syncs.fetch_add(1, Ordering::Relaxed);
+        self.metrics
+            .flux_pages
+            .fetch_add(pages.len() as u64, Ordering::Relaxed);
+        Ok(())
+    }
+
     /// Rule 2 of the module doc: slots in `[ssd, ssd + len)` whose durable record maps a key
     /// other than the one the engine now keeps there are unmapped on the device first. The
     /// same batch (one page write per run of pages, one sync) unmaps ahead the persisted
@@ -1177,6 +1366,12 @@ impl CacheVolume {
             let at = slot as usize * RECORD_BYTES as usize;
             let rec = &mut g.mem[at..at + RECORD_BYTES as usize];
             let have = Record::decode(rec);
+            if let Some(h) = have.filter(|h| h.key != want.key && h.key != EMPTY_KEY) {
+                // Dropped while the device may still map it here (rule 5).
+                if g.disk_key[slot as usize] == h.key {
+                    g.forgotten.insert(h.key, slot);
+                }
+            }
             let same = have.is_some_and(|h| {
                 h.key == want.key
                     && (want.key == EMPTY_KEY || (h.valid == want.valid && h.dirty == want.dirty))
@@ -1221,18 +1416,39 @@ impl CacheVolume {
         Ok(())
     }
 
-    /// The cache half of a flush: sync, changed metadata pages, sync.
+    /// The cache half of a flush: sync, changed metadata pages (flagged again if still in
+    /// flux) and pages retiring from flux (rewritten without the flag), sync.
     fn flush_cache(&self, g: &mut Inner) -> io::Result<()> {
         self.cache.sync()?;
-        if g.dirty_pages.is_empty() {
+        let epoch = g.flush_epoch;
+        let retiring: BTreeSet<u64> = g
+            .flux_pages
+            .iter()
+            .filter(|&(_, &e)| e + FLUX_EPOCHS <= epoch)
+            .map(|(&p, _)| p)
+            .collect();
+        if g.dirty_pages.is_empty() && retiring.is_empty() {
             return Ok(());
         }
-        let pages = g.dirty_pages.clone();
+        let mut pages = g.dirty_pages.clone();
+        pages.extend(&retiring);
+        let mut buf = Vec::new();
         // One write per run of consecutive pages.
         for (page, n) in runs(&pages) {
             let p = (page * PAGE) as usize..((page + n) * PAGE) as usize;
-            self.cache
-                .write_at(&g.mem[p.clone()], META_OFFSET + page * PAGE)?;
+            buf.clear();
+            buf.extend_from_slice(&g.mem[p.clone()]);
+            for (i, b) in buf.chunks_mut(PAGE as usize).enumerate() {
+                let q = page + i as u64;
+                if g.flux_pages.contains_key(&q) && !retiring.contains(&q) {
+                    for rec in b.chunks_mut(RECORD_BYTES as usize) {
+                        if let Some(r) = Record::decode(rec).filter(|r| r.key != EMPTY_KEY) {
+                            r.encode_flagged(rec, true);
+                        }
+                    }
+                }
+            }
+            self.cache.write_at(&buf, META_OFFSET + page * PAGE)?;
             let first = (page * format::RECORDS_PER_PAGE) as usize;
             for (i, r) in g.mem[p].chunks(RECORD_BYTES as usize).enumerate() {
                 if let Some(k) = g.disk_key.get_mut(first + i) {
@@ -1242,6 +1458,9 @@ impl CacheVolume {
         }
         self.cache.sync()?;
         g.dirty_pages.clear();
+        g.flux_pages.retain(|p, _| !retiring.contains(p));
+        g.flush_epoch += 1;
+        g.forgotten.clear();
         self.metrics
             .metadata_pages
             .fetch_add(pages.len() as u64, Ordering::Relaxed);
@@ -1465,7 +1684,11 @@ impl CacheVolume {
         if g.closed {
             return Ok(());
         }
-        // Lines unmapped ahead are mapped again: a clean restart keeps them.
+        // Lines unmapped ahead are mapped again: a clean restart keeps them. Every page in
+        // flux retires (rewritten without flags).
+        for e in g.flux_pages.values_mut() {
+            *e = 0;
+        }
         let ahead: Vec<u32> = g.ahead.drain().map(|(s, _)| s).collect();
         g.slots = ahead;
         Self::update_records(&mut g);
@@ -2032,6 +2255,9 @@ impl CacheVolume {
             unmap_on_miss: self.metrics.unmap_on_miss.load(Ordering::Relaxed),
             unmap_ahead: self.metrics.unmap_ahead.load(Ordering::Relaxed),
             unmapped_ahead_now: g.ahead.len() as u64,
+            flux_syncs: self.metrics.flux_syncs.load(Ordering::Relaxed),
+            flux_pages: self.metrics.flux_pages.load(Ordering::Relaxed),
+            flux_pages_now: g.flux_pages.len() as u64,
             metadata_pages_written: self.metrics.metadata_pages.load(Ordering::Relaxed),
             classes: crate::classify::class_stats(e, self.class_table.as_deref()),
             classifier: self.classifier.as_ref().map(|c| c.summary()),
@@ -2106,6 +2332,11 @@ pub struct VolumeStats {
     pub unmap_ahead: u64,
     /// Cached clean lines whose record is unmapped ahead now.
     pub unmapped_ahead_now: u64,
+    /// Cache syncs made to flag metadata pages in flux (rule 5 of the module doc), pages so
+    /// flagged, and pages flagged now (until the next flush).
+    pub flux_syncs: u64,
+    pub flux_pages: u64,
+    pub flux_pages_now: u64,
     pub metadata_pages_written: u64,
     /// Per class with requests or cached lines: name, occupancy and counters.
     pub classes: Vec<crate::classify::ClassStats>,

@@ -8,6 +8,8 @@
 //! * every byte acknowledged before the last completed FLUSH, or written with FUA, reads back
 //!   exactly; bytes written since read their durable value or one written since;
 //! * no byte reads a value never written there;
+//! * stable: every byte of the hot area reads the same after the restart and again once
+//!   every line has been evicted (dirty extents written back on the way);
 //! * the reopened volume passes the engine's invariant check and keeps working.
 //!
 //! A second set cuts the power during writes to the journal and tears them at 8-byte
@@ -23,8 +25,8 @@ use tiercache_engine::log::Compression;
 use tiercache_engine::Mode;
 use tiercache_nbd::Export;
 use tiercache_server::fault::Faults;
-use tiercache_server::log_format::{LogSuperblock, JOURNAL_OFFSET};
-use tiercache_server::{format_log, FileDev, LogFormatOptions, LogVolume};
+use tiercache_server::log_format::JOURNAL_OFFSET;
+use tiercache_server::{format_log, BlockDev, FileDev, LogFormatOptions, LogVolume};
 
 const LS: u64 = 4096;
 const SEG: u64 = 4 * LS;
@@ -113,37 +115,6 @@ impl Ever {
     }
 }
 
-struct Files {
-    _dir: tempfile::TempDir,
-    cache: std::path::PathBuf,
-    backing: std::path::PathBuf,
-}
-
-fn files() -> Files {
-    let shm = std::path::Path::new("/dev/shm");
-    let dir = if shm.is_dir() {
-        tempfile::tempdir_in(shm).unwrap()
-    } else {
-        tempfile::tempdir().unwrap()
-    };
-    let backing = dir.path().join("backing.img");
-    std::fs::write(&backing, (0..VOL).map(initial).collect::<Vec<u8>>()).unwrap();
-    let cache = dir.path().join("cache.img");
-    let mut bytes = 1 << 20;
-    while LogSuperblock::plan(bytes, LS, SEG, None).map_or(0, |p| p.0) < 10 {
-        bytes += SEG;
-    }
-    std::fs::File::create(&cache)
-        .unwrap()
-        .set_len(bytes)
-        .unwrap();
-    Files {
-        _dir: dir,
-        cache,
-        backing,
-    }
-}
-
 #[derive(Clone, Copy, Debug)]
 enum Crash {
     Event(u64),
@@ -156,6 +127,8 @@ struct Tally {
     crashed_in_open: u64,
     recovered_open_segments: u64,
     stale_records: u64,
+    /// Hot lines evicted after the restart and read again the same.
+    evicted_lines: u64,
 }
 
 fn run(mode: Mode, seed: u64, crash: Option<Crash>, t: &mut Tally) -> (u64, u64) {
@@ -168,7 +141,7 @@ fn run(mode: Mode, seed: u64, crash: Option<Crash>, t: &mut Tally) -> (u64, u64)
             None => "-".into(),
         }
     );
-    let f = files();
+    let f = log_cache_files(10, SEG);
     let opts = LogFormatOptions {
         line_size: LS,
         segment_size: SEG,
@@ -306,6 +279,45 @@ fn run(mode: Mode, seed: u64, crash: Option<Crash>, t: &mut Tally) -> (u64, u64)
             "{what}: byte {i} reads {b:#x}, a value never written there"
         );
     }
+    // Stable: evict every line (three cache-fulls of unique lines written past HOT reclaim
+    // every segment, writing dirty extents back) and read HOT again: the same bytes.
+    let churn = 3 * vol.stats().segments * SEG / LS;
+    for l in 0..churn {
+        let d: Vec<u8> = (0..LS)
+            .map(|k| (l as u8) ^ (k as u8).rotate_left(1) ^ (l >> 8) as u8 ^ 0x3c)
+            .collect();
+        vol.write(HOT + 4 * LS + l % 150 * LS, &d, false).unwrap();
+    }
+    // Duplicate entries of lines sharing one extent may outlive the churn; most go.
+    let left = vol
+        .cached_lines()
+        .into_iter()
+        .filter(|&(l, _)| l < HOT / LS)
+        .count() as u64;
+    assert!(left <= HOT / LS / 4, "{what}: {left} hot lines not evicted");
+    t.evicted_lines += HOT / LS - left;
+    let mut again = vec![0u8; HOT as usize];
+    vol.read(0, &mut again).unwrap();
+    if let Some(i) = (0..HOT as usize).find(|&i| again[i] != buf[i]) {
+        panic!(
+            "{what}: byte {i} read {:#x} after the restart and {:#x} once its line was evicted ({rep:?})",
+            buf[i], again[i]
+        );
+    }
+    if mode == Mode::WriteThrough {
+        // Lines still cached hold what the backing device holds.
+        let mut disk = vec![0u8; HOT as usize];
+        FileDev::open(&f.backing)
+            .unwrap()
+            .read_at(&mut disk, 0)
+            .unwrap();
+        if let Some(i) = (0..HOT as usize).find(|&i| disk[i] != buf[i]) {
+            panic!(
+                "{what}: byte {i} read {:#x} after the restart; the backing device holds {:#x}",
+                buf[i], disk[i]
+            );
+        }
+    }
     let d = vec![0x5a; 9000];
     vol.write(3001, &d, true).unwrap();
     let mut back = vec![0u8; 9000];
@@ -341,13 +353,15 @@ fn check_mode(mode: Mode) {
     let j = sweep(mode, (pts / 5).max(1), true, 500);
     println!(
         "{mode:?}: {} crash points (+{} torn journal writes) passed in {:.1} s; {} during open; \
-         {} open segments recovered from the journal; {} stale records dropped",
+         {} open segments recovered from the journal; {} stale records dropped; \
+         {} hot lines read the same after their eviction",
         t.points,
         j.points,
         start.elapsed().as_secs_f64(),
         t.crashed_in_open + j.crashed_in_open,
         t.recovered_open_segments + j.recovered_open_segments,
         t.stale_records + j.stale_records,
+        t.evicted_lines + j.evicted_lines,
     );
     if std::env::var("TIERCACHE_CRASH_ONLY").is_ok() {
         return;

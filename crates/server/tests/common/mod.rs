@@ -48,6 +48,24 @@ pub fn files(lines: u64, line_size: u64) -> Files {
     }
 }
 
+/// A backing file of `VOL` bytes with known contents and a log-layout cache file on which
+/// at least `segments` segments of `segment_size` bytes (lines of 4 KiB) fit.
+pub fn log_cache_files(segments: u64, segment_size: u64) -> Files {
+    let f = files(1, 4096);
+    let mut bytes = 1 << 20;
+    while tiercache_server::log_format::LogSuperblock::plan(bytes, 4096, segment_size, None)
+        .map_or(0, |p| p.0)
+        < segments
+    {
+        bytes += segment_size;
+    }
+    std::fs::File::create(&f.cache)
+        .unwrap()
+        .set_len(bytes)
+        .unwrap();
+    f
+}
+
 pub fn format(f: &Files, mode: Mode, line_size: u64) {
     let cache = FileDev::open(&f.cache).unwrap();
     let opts = FormatOptions {
@@ -287,5 +305,94 @@ pub fn crash_sweep(
         }
         left -= here;
         seed += 1;
+    }
+}
+
+/// A `kill -9` at an exact point: devices wrapped by one `Gate` pass everything through
+/// (no volatile cache: a killed process's completed writes stay in the page cache) until the
+/// armed write, which lands (`apply`) or not; from then on every call on every gated device
+/// fails, as if the process were gone.
+pub struct Gate {
+    dead: std::sync::atomic::AtomicBool,
+    /// (device name, byte range, apply the matching write) of the armed kill.
+    armed: Mutex<Option<(String, std::ops::Range<u64>, bool)>>,
+}
+
+impl Gate {
+    pub fn new() -> Arc<Gate> {
+        Arc::new(Gate {
+            dead: Default::default(),
+            armed: Mutex::new(None),
+        })
+    }
+
+    /// The process dies at the next write to `dev` overlapping `range`, after it landed
+    /// when `apply`.
+    pub fn kill_at_write(&self, dev: &str, range: std::ops::Range<u64>, apply: bool) {
+        *self.armed.lock().unwrap() = Some((dev.to_string(), range, apply));
+    }
+
+    /// The process dies now.
+    pub fn kill(&self) {
+        self.dead.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    pub fn dead(&self) -> bool {
+        self.dead.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    pub fn wrap(self: &Arc<Self>, name: &str, path: &Path) -> Box<dyn BlockDev> {
+        Box::new(Gated {
+            gate: Arc::clone(self),
+            name: name.to_string(),
+            inner: FileDev::open(path).unwrap(),
+        })
+    }
+}
+
+struct Gated {
+    gate: Arc<Gate>,
+    name: String,
+    inner: FileDev,
+}
+
+impl Gated {
+    fn alive(&self) -> io::Result<()> {
+        if self.gate.dead() {
+            return Err(io::Error::other("killed"));
+        }
+        Ok(())
+    }
+}
+
+impl BlockDev for Gated {
+    fn size(&self) -> u64 {
+        self.inner.size()
+    }
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        self.alive()?;
+        self.inner.read_at(buf, offset)
+    }
+    fn write_at(&self, data: &[u8], offset: u64) -> io::Result<()> {
+        self.alive()?;
+        let mut armed = self.gate.armed.lock().unwrap();
+        let end = offset + data.len() as u64;
+        if let Some((dev, r, apply)) = armed.as_ref() {
+            if *dev == self.name && r.start < end && offset < r.end {
+                if *apply {
+                    self.inner.write_at(data, offset)?;
+                }
+                *armed = None;
+                self.gate
+                    .dead
+                    .store(true, std::sync::atomic::Ordering::SeqCst);
+                return Err(io::Error::other("killed"));
+            }
+        }
+        self.inner.write_at(data, offset)
+    }
+    fn sync(&self) -> io::Result<()> {
+        self.alive()?;
+        self.inner.sync()
     }
 }
