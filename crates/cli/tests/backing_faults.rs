@@ -11,45 +11,21 @@ mod common;
 
 use common::*;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
 use tiercache_nbd::{Client, ClientError};
 
 const VOL: u64 = 32 << 20;
 
-struct Nbdkit(Child);
-
-impl Drop for Nbdkit {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn nbdkit(dir: &Path, errno: Option<&str>) -> (Nbdkit, String, PathBuf) {
+fn nbdkit(dir: &Path, errno: Option<&str>) -> (NbdkitProc, String, PathBuf) {
     let sock = dir.join("hdd.sock");
     let trigger = dir.join("TRIGGER");
-    let mut cmd = Command::new("nbdkit");
-    cmd.args(["-f", "-U"])
-        .arg(&sock)
-        .args(["--filter=error", "file"])
-        .arg(dir.join("hdd.img"))
-        .arg("error-rate=1")
-        .arg(format!("error-file={}", trigger.display()));
-    if let Some(e) = errno {
-        cmd.arg(format!("error={e}"));
-    }
-    let child = cmd.stderr(Stdio::null()).spawn().unwrap();
-    let t = Instant::now();
-    while !sock.exists() {
-        assert!(
-            t.elapsed() < Duration::from_secs(10),
-            "nbdkit did not start"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    let uri = format!("nbd+unix:///?socket={}", sock.display());
-    (Nbdkit(child), uri, trigger)
+    let img = dir.join("hdd.img").display().to_string();
+    let file = format!("error-file={}", trigger.display());
+    let e = errno.map(|e| format!("error={e}"));
+    let mut args = vec!["--filter=error", "file", &img, "error-rate=1", &file];
+    args.extend(e.as_deref());
+    let k = NbdkitProc::start(&sock, &args);
+    let uri = k.uri();
+    (k, uri, trigger)
 }
 
 fn block(seed: u64, len: usize) -> Vec<u8> {

@@ -6,8 +6,7 @@ mod common;
 
 use common::*;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
 use tiercache_nbd::Client;
 
 const VOL: usize = 4 << 20;
@@ -137,40 +136,6 @@ fn format_refuses_a_damaged_cache_without_force() {
     assert!(fmt(true).status.success());
 }
 
-/// `nbdkit -f -U SOCK ARGS`, waited for; killed on drop.
-struct Nbdkit(Child, PathBuf);
-
-impl Nbdkit {
-    fn start(sock: &Path, args: &[&str]) -> Nbdkit {
-        let child = Command::new("nbdkit")
-            .args(["-f", "-U"])
-            .arg(sock)
-            .args(args)
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let t = Instant::now();
-        while !sock.exists() {
-            assert!(
-                t.elapsed() < Duration::from_secs(10),
-                "nbdkit did not start"
-            );
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        Nbdkit(child, sock.to_path_buf())
-    }
-    fn uri(&self) -> String {
-        format!("nbd+unix:///?socket={}", self.1.display())
-    }
-}
-
-impl Drop for Nbdkit {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 #[test]
 fn cache_device_can_be_an_nbd_export() {
     if !have("nbdkit") {
@@ -180,7 +145,7 @@ fn cache_device_can_be_an_nbd_export() {
     let dir = d.path();
     let (a, _, _) = setup(dir);
     // A memory export as the cache device: formatted, served, restarted warm.
-    let mem = Nbdkit::start(&dir.join("mem.sock"), &["memory", "16M"]);
+    let mem = NbdkitProc::start(&dir.join("mem.sock"), &["memory", "16M"]);
     run(Command::new(BIN)
         .args(["format", "--cache", &mem.uri(), "--backing", &s(&a)])
         .args(["--mode", "write-back"]));
@@ -203,7 +168,7 @@ fn cache_device_can_be_an_nbd_export() {
     // Cache faults injected with nbdkit's error filter: while TRIGGER exists every cache
     // request fails; a clean line is then read from the backing device.
     let trigger = dir.join("TRIGGER");
-    let faulty = Nbdkit::start(
+    let faulty = NbdkitProc::start(
         &dir.join("err.sock"),
         &[
             "--filter=error",
