@@ -246,6 +246,18 @@ fn sha(p: &Path) -> Vec<u8> {
     std::fs::read(p).unwrap()
 }
 
+/// Repair is idempotent: a second `check --repair` finds nothing and writes nothing.
+fn second_repair_changes_nothing(dev: &Path) {
+    let before = sha(dev);
+    let (code, v) = repair(dev);
+    assert_eq!(
+        (code, v["repair"]["changed"].clone()),
+        (0, false.into()),
+        "{v}"
+    );
+    assert!(sha(dev) == before, "a second repair changed the device");
+}
+
 const LOG_LINES: u64 = 64;
 
 /// Distinct, non-zero contents of log test line `i`.
@@ -360,11 +372,7 @@ fn log_journal_bit_flip_is_named_refused_and_repaired() {
     let (code, out) = check(&cache, false);
     assert_eq!(code, 0, "{out}");
     // Idempotent: a second repair finds nothing and writes nothing.
-    let before = sha(&cache);
-    let (code, v) = repair(&cache);
-    assert_eq!(code, 0, "{v}");
-    assert_eq!(v["repair"]["changed"], false, "{v}");
-    assert!(sha(&cache) == before, "a second repair changed the device");
+    second_repair_changes_nothing(&cache);
 }
 
 #[test]
@@ -455,11 +463,7 @@ fn direct_record_bit_flip_is_refused_and_repaired() {
     let stale = b.iter().filter(|&&x| x != 7).count();
     assert!(stale > 0 && stale <= 4096, "{stale} bytes not as written");
     assert!(b.iter().all(|&x| x == 7 || x == 0));
-    let before = sha(&dev);
-    let (code, v) = repair(&dev);
-    assert_eq!(code, 0, "{v}");
-    assert_eq!(v["repair"]["changed"], false, "{v}");
-    assert!(sha(&dev) == before, "a second repair changed the device");
+    second_repair_changes_nothing(&dev);
 }
 
 #[test]
@@ -502,14 +506,7 @@ fn log_segment_header_and_superblock_flips() {
     let n = log_lines_readable(&cache, &backing);
     println!("segment header flip: {n} of {LOG_LINES} lines readable after the repair");
     assert!(n >= LOG_LINES - 16, "{n}");
-    let before = sha(&cache);
-    let (code, v) = repair(&cache);
-    assert_eq!(
-        (code, v["repair"]["changed"].clone()),
-        (0, false.into()),
-        "{v}"
-    );
-    assert!(sha(&cache) == before, "a second repair changed the device");
+    second_repair_changes_nothing(&cache);
 
     // A flipped bit in the superblock: an inconsistency (exit 1) that no repair can fix;
     // the server refuses, naming the way out.
@@ -544,12 +541,5 @@ fn log_journal_half_header_flip_is_named_refused_and_repaired() {
     assert_eq!(code, 0, "{v}");
     // Its records verify on their own: nothing is lost.
     assert_eq!(log_lines_readable(&cache, &backing), LOG_LINES);
-    let before = sha(&cache);
-    let (code, v) = repair(&cache);
-    assert_eq!(
-        (code, v["repair"]["changed"].clone()),
-        (0, false.into()),
-        "{v}"
-    );
-    assert!(sha(&cache) == before, "a second repair changed the device");
+    second_repair_changes_nothing(&cache);
 }
