@@ -246,6 +246,24 @@ fn sha(p: &Path) -> Vec<u8> {
     std::fs::read(p).unwrap()
 }
 
+/// Damaged metadata: `check` exits 1 naming `named`, `serve` refuses naming the repair,
+/// `check --repair` succeeds; returns the repair's JSON.
+fn damage_named_refused_and_repaired(
+    dir: &Path,
+    cache: &Path,
+    backing: &Path,
+    named: &str,
+) -> serde_json::Value {
+    let (code, out) = check(cache, false);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains(named), "{out}");
+    let err = serve_refuses(dir, cache, backing);
+    assert!(err.contains("tiercache check --repair"), "{err}");
+    let (code, v) = repair(cache);
+    assert_eq!(code, 0, "{v}");
+    v
+}
+
 /// Repair is idempotent: a second `check --repair` finds nothing and writes nothing.
 fn second_repair_changes_nothing(dev: &Path) {
     let before = sha(dev);
@@ -391,16 +409,8 @@ fn log_journal_damage_after_a_crash_is_told_from_a_torn_tail() {
     std::fs::write(&cache, &orig).unwrap();
     let (h, at) = journal_record(&cache, 12);
     flip(&cache, at + 30, 0x01);
-    let (code, out) = check(&cache, false);
-    assert_eq!(code, 1, "{out}");
-    assert!(
-        out.contains(&format!("journal half {h} record 12 (byte {at})")),
-        "{out}"
-    );
-    let err = serve_refuses(dir.path(), &cache, &backing);
-    assert!(err.contains("tiercache check --repair"), "{err}");
-    let (code, v) = repair(&cache);
-    assert_eq!(code, 0, "{v}");
+    let named = format!("journal half {h} record 12 (byte {at})");
+    damage_named_refused_and_repaired(dir.path(), &cache, &backing, &named);
     assert_eq!(log_lines_readable(&cache, &backing), LOG_LINES - 1);
 }
 
@@ -411,12 +421,7 @@ fn log_journal_last_record_flip_after_a_clean_stop_is_damage() {
     // The last record of the journal: nothing valid follows it, but the stop was clean.
     let (_, at) = journal_record(&cache, LOG_LINES - 1);
     flip(&cache, at + 40, 0x80);
-    let (code, out) = check(&cache, false);
-    assert_eq!(code, 1, "{out}");
-    let err = serve_refuses(dir.path(), &cache, &backing);
-    assert!(err.contains("tiercache check --repair"), "{err}");
-    let (code, v) = repair(&cache);
-    assert_eq!(code, 0, "{v}");
+    damage_named_refused_and_repaired(dir.path(), &cache, &backing, "");
     assert_eq!(log_lines_readable(&cache, &backing), LOG_LINES - 1);
 }
 
@@ -484,16 +489,8 @@ fn log_segment_header_and_superblock_flips() {
         .expect("segment 0 sealed");
     let at = g.slot_offset(0, slot) as usize;
     flip(&cache, at + HDR_FIXED + 10, 0x08);
-    let (code, out) = check(&cache, false);
-    assert_eq!(code, 1, "{out}");
-    assert!(
-        out.contains(&format!("segment 0 header slot {slot} (byte {at})")),
-        "{out}"
-    );
-    let err = serve_refuses(dir.path(), &cache, &backing);
-    assert!(err.contains("tiercache check --repair"), "{err}");
-    let (code, v) = repair(&cache);
-    assert_eq!(code, 0, "{v}");
+    let named = format!("segment 0 header slot {slot} (byte {at})");
+    let v = damage_named_refused_and_repaired(dir.path(), &cache, &backing, &named);
     assert!(
         v["repair"]["unknown_lost"]
             .to_string()
@@ -529,16 +526,8 @@ fn log_journal_half_header_flip_is_named_refused_and_repaired() {
     let (h, rec0) = journal_record(&cache, 0);
     let at = rec0 - HALF_HEADER as usize;
     flip(&cache, at + 100, 0x02);
-    let (code, out) = check(&cache, false);
-    assert_eq!(code, 1, "{out}");
-    assert!(
-        out.contains(&format!("journal half {h} header (byte {at})")),
-        "{out}"
-    );
-    let err = serve_refuses(dir.path(), &cache, &backing);
-    assert!(err.contains("tiercache check --repair"), "{err}");
-    let (code, v) = repair(&cache);
-    assert_eq!(code, 0, "{v}");
+    let named = format!("journal half {h} header (byte {at})");
+    damage_named_refused_and_repaired(dir.path(), &cache, &backing, &named);
     // Its records verify on their own: nothing is lost.
     assert_eq!(log_lines_readable(&cache, &backing), LOG_LINES);
     second_repair_changes_nothing(&cache);

@@ -318,12 +318,7 @@ fn run(mode: Mode, seed: u64, crash: Option<Crash>, t: &mut Tally) -> (u64, u64)
     }
     let mut again = vec![0u8; HOT as usize];
     vol.read(0, &mut again).unwrap();
-    if let Some(i) = (0..HOT as usize).find(|&i| again[i] != buf[i]) {
-        panic!(
-            "{what}: byte {i} read {:#x} after the restart and {:#x} once its line was evicted ({rep:?})",
-            buf[i], again[i]
-        );
-    }
+    assert_stable_after_eviction(&what, &buf[..HOT as usize], &again, &rep);
     t.stable_bytes += HOT;
     // The recovered volume keeps working.
     let d = vec![0xa5; 9000];

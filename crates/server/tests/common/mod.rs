@@ -396,3 +396,20 @@ impl BlockDev for Gated {
         self.inner.sync()
     }
 }
+
+/// The crash harnesses' stability check: every byte read after the restart (`before`) reads
+/// the same once its line was evicted (`after`).
+pub fn assert_stable_after_eviction(
+    what: &str,
+    before: &[u8],
+    after: &[u8],
+    rep: &dyn std::fmt::Debug,
+) {
+    assert_eq!(before.len(), after.len(), "{what}: compare equal spans");
+    if let Some(i) = (0..before.len()).find(|&i| after[i] != before[i]) {
+        panic!(
+            "{what}: byte {i} read {:#x} after the restart and {:#x} once its line was evicted ({rep:?})",
+            before[i], after[i]
+        );
+    }
+}
