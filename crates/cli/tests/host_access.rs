@@ -106,8 +106,13 @@ fn control_socket_refuses_other_uids() {
     let dir = setup();
     let d = dir.path();
     let srv = Srv::start(d, &["--mode", "write-back"]);
+    // The checkout may sit in a directory user nobody cannot enter (a CI clone in a 0700
+    // temp dir): nobody runs a copy of the binary from the test's 0755 directory.
+    let bin = d.join("tiercache-as-nobody");
+    std::fs::copy(BIN, &bin).unwrap();
+    std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
     let as_nobody = |args: &[&str]| {
-        Command::new(BIN)
+        Command::new(&bin)
             .arg("ctl")
             .arg("--control")
             .arg(&srv.ctl)
