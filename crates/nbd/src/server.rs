@@ -319,6 +319,9 @@ impl Server {
     /// [`Server::serve_unix`], with the socket 0660 and owned by group `group` (a gid) when
     /// one is given (`unix_access::bind_private`).
     pub fn serve_unix_group(&self, path: &Path, group: Option<u32>) -> io::Result<()> {
+        // The workers exist before the socket does: a client that can connect finds the
+        // server's threads all started (and the thread count steady).
+        self.shared.pool();
         if let Ok(meta) = std::fs::symlink_metadata(path) {
             use std::os::unix::fs::FileTypeExt;
             if meta.file_type().is_socket()
@@ -365,6 +368,7 @@ impl Server {
 
     /// Listens on a TCP address until shutdown.
     pub fn serve_tcp(&self, addr: SocketAddr) -> io::Result<()> {
+        self.shared.pool();
         let listener = TcpListener::bind(addr)
             .map_err(|e| io::Error::new(e.kind(), format!("cannot listen on {addr}: {e}")))?;
         listener.set_nonblocking(true)?;
@@ -1188,7 +1192,9 @@ impl Conn {
             }
             o = self.out.lock().unwrap();
             o.writing = false;
-            if all {
+            // The writer may have failed while this send was under way: then nobody takes
+            // the rest, and a reply left in the queue would hold its budget for good.
+            if all || o.dead {
                 let wake = o.waiting;
                 drop(o);
                 if wake {
@@ -1355,15 +1361,21 @@ where
         watch.writing_since.store(shared.now_ms(), Ordering::SeqCst);
         let sent = w.write_all(&r.buf[r.start..]);
         watch.writing_since.store(0, Ordering::SeqCst);
-        c.out.lock().unwrap().writing = false;
+        // `writing` clears and `dead` sets under one lock: a worker that sees `writing` clear
+        // and sends itself sees `dead` when it relocks (see `Conn::complete`).
+        let rest = {
+            let mut o = c.out.lock().unwrap();
+            o.writing = false;
+            o.dead = sent.is_err();
+            if o.dead {
+                std::mem::take(&mut o.q)
+            } else {
+                VecDeque::new()
+            }
+        };
         c.discard(r);
         if let Err(e) = sent {
             debug!(peer = %watch.peer, "sending reply: {e}");
-            let rest = {
-                let mut o = c.out.lock().unwrap();
-                o.dead = true;
-                std::mem::take(&mut o.q)
-            };
             for r in rest {
                 c.discard(r);
             }

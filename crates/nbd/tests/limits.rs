@@ -164,3 +164,54 @@ fn deaf_client_is_dropped_at_the_write_timeout_and_its_budget_returns() {
     );
     srv.stop();
 }
+
+/// A client that vanishes while replies are being sent: the writer thread fails, and a
+/// worker finishing a reply at that moment must not hand it to the writer that is gone (the
+/// reply's budget would never come back and the connection would wait for it forever). Many
+/// rounds, each with several large reads in flight so that replies go both ways (worker send
+/// and writer thread) when the client disappears.
+#[test]
+fn client_vanishing_mid_reply_never_strands_its_connection() {
+    use tiercache_nbd::Server;
+    let rounds = std::env::var("TIERCACHE_NBD_VANISH_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1500);
+    let e = FaultyExport {
+        max_block: BIG,
+        ..FaultyExport::new(16 << 20, u64::MAX, u64::MAX)
+    };
+    let srv = Arc::new(
+        Server::new(vec![("disk".into(), Arc::new(e) as Arc<dyn Export>)]).with_options(
+            ServerOptions {
+                workers_per_connection: 8,
+                ..Default::default()
+            },
+        ),
+    );
+    for round in 0..rounds {
+        let (mut client, theirs) = UnixStream::pair().unwrap();
+        let s2 = srv.clone();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = s2.serve_stream(theirs);
+            let _ = tx.send(());
+        });
+        assert!(raw_go(&mut client, "disk"), "round {round}: handshake");
+        let mut b = Vec::new();
+        for h in 0..8u64 {
+            request(&mut b, CMD_READ, 0, h, h << 20, 96 << 10);
+        }
+        client.write_all(&b).unwrap();
+        // Take a little of the first reply, then vanish.
+        let mut some = vec![0u8; (round % 7) * 4096 + 1];
+        let _ = client.read_exact(&mut some);
+        client.shutdown(std::net::Shutdown::Both).unwrap();
+        drop(client);
+        assert!(
+            rx.recv_timeout(Duration::from_secs(10)).is_ok(),
+            "round {round}: the connection of a vanished client never ended (a reply's budget \
+             was stranded)"
+        );
+    }
+}
