@@ -11,6 +11,10 @@ use tiercache_devices::{Checked, Completion, Device, Hdd, HddConfig, IoKind, IoO
 
 /// A byte-addressed device. Reads past the end return zeroes and writes past the end are
 /// dropped (a volume whose size is not a multiple of the line size has a partial last line).
+///
+/// A device's size need not be a multiple of a line or a sector, so the volume's last line
+/// may reach past its end: every device reads zeros past its end and drops bytes written
+/// there, as a file does.
 pub trait BlockDev: Send + Sync {
     fn size(&self) -> u64;
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()>;
