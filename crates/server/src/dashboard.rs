@@ -302,13 +302,16 @@ fn share(a: u64, b: u64) -> f64 {
     }
 }
 
+/// The counts of the cache device (`[0]`) and the backing device (`[1]`).
+pub type DevCounts = [Arc<IoCounts>; 2];
+
 /// `cache` and `backing` wrapped in [`Counted`] when `count` (the dashboard is on), with
 /// their counts; otherwise as they are, with counts that stay 0.
 pub fn counted(
     cache: Box<dyn BlockDev>,
     backing: Box<dyn BlockDev>,
     count: bool,
-) -> (Box<dyn BlockDev>, Box<dyn BlockDev>, [Arc<IoCounts>; 2]) {
+) -> (Box<dyn BlockDev>, Box<dyn BlockDev>, DevCounts) {
     if !count {
         return (cache, backing, Default::default());
     }
