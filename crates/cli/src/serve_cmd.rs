@@ -254,7 +254,8 @@ Config file (same keys as the flags):
   socket = \"/run/tiercache/nbd.sock\"
   mode = \"write-back\"
   control = \"/run/tiercache/control.sock\"
-  metrics = \"127.0.0.1:9477\"";
+  metrics = \"127.0.0.1:9477\"
+  http = \"127.0.0.1:9478\"          # live dashboard: http://127.0.0.1:9478/";
 
 #[derive(Args)]
 pub struct CtlArgs {
@@ -1157,6 +1158,18 @@ mod tests {
             w.len() == 1 && w[0].contains("metrics endpoint on 0.0.0.0:9477"),
             "{w:?}"
         );
+    }
+
+    #[test]
+    fn http_comes_from_the_config_file_too() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("c.toml");
+        std::fs::write(&p, "http = \"127.0.0.1:9478\"\n").unwrap();
+        let a = ServeArgs {
+            config: Some(p),
+            ..Default::default()
+        };
+        assert_eq!(merge(a).unwrap().http.as_deref(), Some("127.0.0.1:9478"));
     }
 
     #[test]
