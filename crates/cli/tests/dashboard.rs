@@ -128,7 +128,7 @@ fn get(port: u16, path: &str) -> (String, String) {
 
 /// Loads the page while fio runs; asserts what both layouts show. Returns the DOM.
 fn page_under_fio(dir: &Path, srv: &Srv, port: u16) -> String {
-    let mut f = fio(srv, 14);
+    let mut f = fio(srv, 60); // killed once the page and the API were read
     std::thread::sleep(Duration::from_secs(4)); // fio connected, a few samples taken
     let url = format!("http://127.0.0.1:{port}/");
     let dom = chromium(dir, &url, "--dump-dom");
