@@ -12,6 +12,7 @@ use tiercache_engine::log::Compression;
 use tiercache_engine::{parse_size, Mode};
 use tiercache_nbd::{Export, ServerOptions};
 use tiercache_server::control::Command;
+use tiercache_server::dashboard;
 use tiercache_server::log_format::LogSuperblock;
 use tiercache_server::{BlockDev, LogFormatOptions, LogOpenOptions, LogVolume};
 
@@ -147,6 +148,8 @@ pub struct LogServe {
     pub listen: Option<SocketAddr>,
     pub control: Option<PathBuf>,
     pub metrics: Option<String>,
+    /// `--http`: the dashboard's address.
+    pub http: Option<SocketAddr>,
     pub nbd: ServerOptions,
     pub mode: Option<Mode>,
     pub line_size: Option<u64>,
@@ -198,6 +201,7 @@ pub fn serve(p: LogServe, cache: Box<dyn BlockDev>, backing: Box<dyn BlockDev>) 
             );
         }
     }
+    let (cache, backing, io) = dashboard::counted(cache, backing, p.http.is_some());
     let (vol, rep) = LogVolume::open_opts(cache, backing, &p.accept)
         .with_context(|| format!("opening log cache {}", p.cache_path.display()))?;
     say!(
@@ -223,6 +227,13 @@ pub fn serve(p: LogServe, cache: Box<dyn BlockDev>, backing: Box<dyn BlockDev>) 
         let addr: SocketAddr = m.parse().map_err(|e| anyhow!("--metrics {m:?}: {e}"))?;
         let local = serve_metrics(addr, Arc::clone(&vol))?;
         say!("metrics on http://{local}/metrics");
+    }
+    if let Some(addr) = p.http {
+        let v = Arc::clone(&vol);
+        let (d, _) =
+            dashboard::Dashboard::start(move || dashboard::log_snapshot(&v, &io[0], &io[1]))?;
+        let (local, _) = d.serve(addr)?;
+        say!("dashboard on http://{local}/");
     }
     let served = crate::serve_cmd::serve_until_signal(
         vol.clone() as Arc<dyn Export>,

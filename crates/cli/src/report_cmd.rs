@@ -165,6 +165,8 @@ impl Report {
                 let label = run_label(v);
                 if o.contains_key("iops") {
                     self.timed.push((label.clone(), v.clone()));
+                } else if no_cache(v) {
+                    // No cache, no hit ratio to plot against a size: the summary has the run.
                 } else if let (Some(b), Some(h)) =
                     (v["capacity_bytes"].as_f64(), v["hit_ratio"].as_f64())
                 {
@@ -199,14 +201,29 @@ impl Report {
     fn plots(&self) -> Vec<(String, String)> {
         let mut out = Vec::new();
         for ((input, mode), by_policy) in &self.curves {
-            let title = format!(
-                "Hit ratio vs cache size: {input}{}",
+            let what = format!(
+                "{input}{}",
                 if mode.is_empty() {
                     String::new()
                 } else {
                     format!(" ({mode})")
                 }
             );
+            let mut sizes: Vec<f64> = by_policy.values().flatten().map(|q| q.bytes).collect();
+            sizes.sort_by(f64::total_cmp);
+            sizes.dedup();
+            if let [size] = sizes[..] {
+                // One size (a single run, or a sweep of one size): a curve would be one
+                // point, so the policies are bars.
+                let title = format!("Hit ratio at {} MiB: {what}", sig(size / 1048576.0));
+                let bars: Vec<(String, f64)> = by_policy
+                    .iter()
+                    .flat_map(|(p, pts)| pts.iter().map(move |q| (p.clone(), q.hit_ratio)))
+                    .collect();
+                out.push((title.clone(), bar_chart(&title, "hit ratio", &bars)));
+                continue;
+            }
+            let title = format!("Hit ratio vs cache size: {what}");
             let series = by_policy
                 .iter()
                 .map(|(p, pts)| {
@@ -253,6 +270,9 @@ impl Report {
                     None,
                 ),
             ));
+            if no_cache(v) {
+                continue; // no hit ratio, no cached lines: no empty plots
+            }
             let title = format!("Warm-up (hit ratio over time): {label}");
             out.push((
                 title.clone(),
@@ -338,6 +358,7 @@ impl Report {
             h,
             "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>{t}</title>\n<style>\
 body{{font-family:sans-serif;margin:2em;color:#222;background:#fff}}\
+svg{{width:100%;max-width:{W}px;height:auto;display:block}}\
 section{{margin-bottom:2em}}table{{border-collapse:collapse;font-size:90%}}\
 td,th{{border:1px solid #ccc;padding:2px 6px;text-align:right}}th{{background:#eee}}\
 td:first-child,th:first-child{{text-align:left}}</style></head><body>\n<h1>{t}</h1>\n",
@@ -368,16 +389,24 @@ td:first-child,th:first-child{{text-align:left}}</style></head><body>\n<h1>{t}</
                         .map(|x| format!("{x:.d$}"))
                         .unwrap_or_else(|| "-".into())
                 };
+                let hit = if no_cache(v) {
+                    "no cache".to_string()
+                } else {
+                    f(&v["hit_ratio"], 4)
+                };
                 let _ = writeln!(
                     h,
                     "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
                     esc(label),
-                    f(&v["hit_ratio"], 4),
+                    hit,
                     f(&v["iops"], 1),
                     f(&v["mb_per_s"], 2),
                     f(&v["latency_us"]["all"]["p99"], 0),
                     f(&v["warmup_iops_s"], 1),
-                    f(&v["cost_per_mb_per_iops"], 4)
+                    v["cost_per_mb_per_iops"]
+                        .as_f64()
+                        .map(sig)
+                        .unwrap_or_else(|| "-".into())
                 );
             }
             h.push_str("</table></section>\n");
@@ -385,6 +414,27 @@ td:first-child,th:first-child{{text-align:left}}</style></head><body>\n<h1>{t}</
         h.push_str("</body></html>\n");
         h
     }
+}
+
+/// A run without a cache (`--no-cache`): no SSD model, no capacity.
+fn no_cache(v: &Value) -> bool {
+    v["capacity_lines"].as_u64() == Some(0)
+        || v["capacity_bytes"].as_f64() == Some(0.0)
+        || (v.get("iops").is_some() && v.get("ssd_model").is_some_and(Value::is_null))
+}
+
+/// `v` to 3 significant digits, in scientific notation below 0.001 (a cost of 3.85e-6 USD
+/// per MB per IOPS is neither `0` nor `0.0000`).
+pub fn sig(v: f64) -> String {
+    if v == 0.0 || !v.is_finite() {
+        return format!("{v}");
+    }
+    let e = v.abs().log10().floor() as i32;
+    if !(-3..6).contains(&e) {
+        return format!("{v:.2e}");
+    }
+    let d = (2 - e).max(0) as usize;
+    format!("{v:.d$}")
 }
 
 fn s(v: &Value) -> String {
@@ -416,12 +466,17 @@ pub fn esc(t: &str) -> String {
         .replace('"', "&quot;")
 }
 
-const W: f64 = 720.0;
-const H: f64 = 360.0;
+/// Plot size in SVG units; the SVG is drawn at the page's width (up to `W` px), so a 1,400 px
+/// page shows wide plots. The legend goes below the plot, as many rows as it needs.
+const W: f64 = 1320.0;
+const H: f64 = 400.0;
 const ML: f64 = 70.0;
-const MR: f64 = 180.0;
-const MT: f64 = 36.0;
+const MR: f64 = 20.0;
+const MT: f64 = 16.0;
 const MB: f64 = 48.0;
+/// Height of one legend row, and the width a legend character takes at font size 12.
+const LEGEND_ROW: f64 = 20.0;
+const LEGEND_CHAR: f64 = 7.2;
 const COLORS: [&str; 8] = [
     "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf",
 ];
@@ -499,7 +554,10 @@ pub fn line_chart(
     let (pw, ph) = (W - ML - MR, H - MT - MB);
     let px = |x: f64| ML + (fx(x) - x0) / (x1 - x0) * pw;
     let py = |y: f64| MT + ph - (y - y0) / (y1 - y0) * ph;
-    let mut g = svg_open(title);
+    let names: Vec<&str> = series.iter().map(|s| s.0.as_str()).collect();
+    let (legend, extra) = legend(&names, 4.0);
+    let mut g = svg_open(title, extra);
+    g.push_str(&legend);
     // Axes and grid.
     for t in ticks(y0, y1, 5) {
         let y = py(t);
@@ -547,7 +605,7 @@ pub fn line_chart(
         MT + ph / 2.0,
         esc(y_label)
     );
-    for (i, (name, pts)) in series.iter().enumerate() {
+    for (i, (_, pts)) in series.iter().enumerate() {
         let c = COLORS[i % COLORS.len()];
         let path: Vec<String> = pts
             .iter()
@@ -568,16 +626,6 @@ pub fn line_chart(
                 );
             }
         }
-        let ly = MT + 14.0 + i as f64 * 18.0;
-        let _ = write!(
-            g,
-            "<rect x=\"{:.1}\" y=\"{:.1}\" width=\"14\" height=\"4\" fill=\"{c}\"/><text x=\"{:.1}\" y=\"{:.1}\" font-size=\"11\">{}</text>",
-            ML + pw + 10.0,
-            ly - 4.0,
-            ML + pw + 28.0,
-            ly + 1.0,
-            esc(&truncate(name, 26))
-        );
     }
     g.push_str("</svg>");
     g
@@ -588,7 +636,10 @@ pub fn bar_chart(title: &str, y_label: &str, bars: &[(String, f64)]) -> String {
     let y1 = bars.iter().fold(0.0f64, |a, b| a.max(b.1)).max(1e-12) * 1.1;
     let (pw, ph) = (W - ML - MR, H - MT - MB);
     let py = |y: f64| MT + ph - y / y1 * ph;
-    let mut g = svg_open(title);
+    let names: Vec<&str> = bars.iter().map(|b| b.0.as_str()).collect();
+    let (legend, extra) = legend(&names, 10.0);
+    let mut g = svg_open(title, extra);
+    g.push_str(&legend);
     for t in ticks(0.0, y1, 5) {
         let y = py(t);
         let _ = write!(
@@ -602,7 +653,7 @@ pub fn bar_chart(title: &str, y_label: &str, bars: &[(String, f64)]) -> String {
     }
     let n = bars.len().max(1) as f64;
     let bw = pw / n * 0.7;
-    for (i, (name, v)) in bars.iter().enumerate() {
+    for (i, (_, v)) in bars.iter().enumerate() {
         let x = ML + (i as f64 + 0.15) * pw / n;
         let c = COLORS[i % COLORS.len()];
         let _ = write!(
@@ -612,17 +663,7 @@ pub fn bar_chart(title: &str, y_label: &str, bars: &[(String, f64)]) -> String {
             MT + ph - py(*v),
             x + bw / 2.0,
             py(*v) - 4.0,
-            fmt_tick((*v * 1e4).round() / 1e4)
-        );
-        let ly = MT + 14.0 + i as f64 * 18.0;
-        let _ = write!(
-            g,
-            "<rect x=\"{:.1}\" y=\"{:.1}\" width=\"14\" height=\"10\" fill=\"{c}\"/><text x=\"{:.1}\" y=\"{:.1}\" font-size=\"11\">{}</text>",
-            ML + pw + 10.0,
-            ly - 9.0,
-            ML + pw + 28.0,
-            ly + 1.0,
-            esc(&truncate(name, 26))
+            sig(*v)
         );
     }
     let _ = write!(
@@ -635,21 +676,40 @@ pub fn bar_chart(title: &str, y_label: &str, bars: &[(String, f64)]) -> String {
     g
 }
 
-fn svg_open(title: &str) -> String {
+/// The SVG element, `extra` units taller than the plot (for the legend). The title is the
+/// page's heading above it; inside, only as `<title>` (read by screen readers, not drawn).
+fn svg_open(title: &str, extra: f64) -> String {
+    let h = H + extra;
     format!(
-        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{W}\" height=\"{H}\" viewBox=\"0 0 {W} {H}\" role=\"img\" font-family=\"sans-serif\"><title>{t}</title><rect width=\"{W}\" height=\"{H}\" fill=\"#fff\"/><text x=\"{ML}\" y=\"22\" font-size=\"14\" font-weight=\"bold\">{t}</text>",
-        t = esc(&truncate(title, 90))
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{W}\" height=\"{h}\" viewBox=\"0 0 {W} {h}\" role=\"img\" font-family=\"sans-serif\"><title>{t}</title><rect width=\"{W}\" height=\"{h}\" fill=\"#fff\"/>",
+        t = esc(title)
     )
 }
 
-fn truncate(s: &str, n: usize) -> String {
-    if s.chars().count() <= n {
-        s.to_string()
-    } else {
-        let mut t: String = s.chars().take(n - 1).collect();
-        t.push('…');
-        t
+/// The legend below the plot: every name in full, in the series' colours, as many rows as
+/// the names need. Returns the SVG and the height it adds.
+fn legend(names: &[&str], swatch_h: f64) -> (String, f64) {
+    let mut g = String::new();
+    let (mut x, mut row) = (ML, 0.0);
+    for (i, name) in names.iter().enumerate() {
+        let w = 24.0 + LEGEND_CHAR * name.chars().count() as f64 + 18.0;
+        if x > ML && x + w > W - MR {
+            (x, row) = (ML, row + 1.0);
+        }
+        let y = H + 4.0 + row * LEGEND_ROW;
+        let c = COLORS[i % COLORS.len()];
+        let _ = write!(
+            g,
+            "<rect x=\"{x:.1}\" y=\"{:.1}\" width=\"16\" height=\"{swatch_h}\" fill=\"{c}\"/><text x=\"{:.1}\" y=\"{:.1}\" font-size=\"12\" class=\"legend\">{}</text>",
+            y + 8.0 - swatch_h / 2.0,
+            x + 22.0,
+            y + 12.0,
+            esc(name)
+        );
+        x += w;
     }
+    let rows = if names.is_empty() { 0.0 } else { row + 1.0 };
+    (g, rows * LEGEND_ROW + 8.0)
 }
 
 #[cfg(test)]
@@ -669,7 +729,8 @@ mod tests {
         assert!(plots[0].0.contains("x (write-through)"), "{}", plots[0].0);
         assert_eq!(plots[0].1.matches("<polyline").count(), 2);
         let html = r.html();
-        assert!(html.contains("<h2>Hit ratio vs cache size: y</h2>"));
+        // One size of y: its policies are bars, not a one-point curve.
+        assert!(html.contains("<h2>Hit ratio at 1.00 MiB: y</h2>"), "{html}");
         assert!(!html.contains("<script"));
     }
 
@@ -681,6 +742,16 @@ mod tests {
             .unwrap_err();
         assert!(format!("{e:#}").contains("line 2"), "{e:#}");
         assert!(r.add_csv("a,b\n1,2\n").is_err());
+    }
+
+    #[test]
+    fn costs_keep_three_significant_digits() {
+        assert_eq!(sig(3.8515e-6), "3.85e-6");
+        assert_eq!(sig(0.012345), "0.0123");
+        assert_eq!(sig(1.5), "1.50");
+        assert_eq!(sig(123.4), "123");
+        assert_eq!(sig(45678.0), "45678");
+        assert_eq!(sig(0.0), "0");
     }
 
     #[test]

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use tiercache_engine::{parse_size, Mode};
 use tiercache_nbd::Server;
 use tiercache_server::control::{self, Command};
+use tiercache_server::dashboard;
 use tiercache_server::state_file;
 use tiercache_server::{
     BlockDev, CacheVolume, EmulatedHdd, FileDev, FormatError, FormatOptions, NbdDev, OpenOptions,
@@ -172,6 +173,11 @@ pub struct ServeArgs {
     /// Prometheus metrics endpoint ADDR:PORT (GET /metrics).
     #[arg(long)]
     metrics: Option<String>,
+    /// Live dashboard on [ADDR:]PORT (a bare PORT binds 127.0.0.1): GET / is a page of
+    /// IOPS, MB/s, device IOPS, hit ratio, occupancy and dirty share over the last 10
+    /// minutes, refreshed every second; GET /api/stats is the same as JSON.
+    #[arg(long)]
+    http: Option<String>,
     /// TOML file with any of these settings.
     #[arg(long)]
     #[serde(skip)]
@@ -248,7 +254,8 @@ Config file (same keys as the flags):
   socket = \"/run/tiercache/nbd.sock\"
   mode = \"write-back\"
   control = \"/run/tiercache/control.sock\"
-  metrics = \"127.0.0.1:9477\"";
+  metrics = \"127.0.0.1:9477\"
+  http = \"127.0.0.1:9478\"          # live dashboard: http://127.0.0.1:9478/";
 
 #[derive(Args)]
 pub struct CtlArgs {
@@ -462,6 +469,7 @@ fn merge(mut a: ServeArgs) -> Result<ServeArgs> {
         cache_size,
         control,
         metrics,
+        http,
         max_cache_errors,
         unmap_batch,
         emulate_hdd,
@@ -504,7 +512,11 @@ pub fn serve(a: ServeArgs) -> Result<()> {
     }
     let nbd_opts = nbd_options(&a)?;
     let listen = a.listen.as_deref().map(listen_addr).transpose()?;
+    let http = a.http.as_deref().map(http_addr).transpose()?;
     for w in access_warnings(listen, a.tls.as_deref(), a.metrics.as_deref()) {
+        say!("{w}");
+    }
+    if let Some(w) = dashboard_warning(http) {
         say!("{w}");
     }
     let socket_group = match (&a.socket_group, &a.socket) {
@@ -603,6 +615,7 @@ pub fn serve(a: ServeArgs) -> Result<()> {
             listen,
             control: a.control.clone(),
             metrics: a.metrics.clone(),
+            http,
             nbd: nbd_opts,
             mode,
             line_size,
@@ -693,6 +706,7 @@ pub fn serve(a: ServeArgs) -> Result<()> {
             cache_path.display()
         ),
     }
+    let (cache, backing, io) = dashboard::counted(cache, backing, http.is_some());
     let (mut vol, rep) = CacheVolume::open(cache, backing, &opts)
         .with_context(|| format!("opening cache {}", cache_path.display()))?;
     crate::serve_classes::attach(&mut vol, a.classifier.as_deref(), table)?;
@@ -731,6 +745,13 @@ pub fn serve(a: ServeArgs) -> Result<()> {
         let addr: SocketAddr = m.parse().map_err(|e| anyhow!("--metrics {m:?}: {e}"))?;
         let (local, _) = control::serve_metrics(addr, Arc::clone(&vol))?;
         say!("metrics on http://{local}/metrics");
+    }
+    if let Some(addr) = http {
+        let v = Arc::clone(&vol);
+        let (d, _) =
+            dashboard::Dashboard::start(move || dashboard::direct_snapshot(&v, &io[0], &io[1]))?;
+        let (local, _) = d.serve(addr)?;
+        say!("dashboard on http://{local}/");
     }
     let served = serve_until_signal(
         vol.clone() as Arc<dyn tiercache_nbd::Export>,
@@ -865,6 +886,18 @@ pub(crate) fn access_warnings(
         }
     }
     w
+}
+
+/// The warning for a dashboard (`--http`) off loopback, as for the metrics endpoint.
+pub(crate) fn dashboard_warning(http: Option<SocketAddr>) -> Option<String> {
+    http.filter(|h| !h.ip().is_loopback()).map(|h| format!(
+        "warning: dashboard on {h} is off loopback: anyone who can reach it reads the volume's statistics and settings (bind 127.0.0.1:PORT and reach it through a proxy or an SSH tunnel)"
+    ))
+}
+
+/// `--http`: parsed as `--listen` is (a bare PORT is loopback), errors naming `--http`.
+fn http_addr(h: &str) -> Result<SocketAddr> {
+    listen_addr(h).map_err(|e| anyhow!("{}", e.to_string().replacen("--listen", "--http", 1)))
 }
 
 /// `--listen`: a bare `PORT` (or `:PORT`) means loopback; anything else must name the
@@ -1125,6 +1158,32 @@ mod tests {
             w.len() == 1 && w[0].contains("metrics endpoint on 0.0.0.0:9477"),
             "{w:?}"
         );
+    }
+
+    #[test]
+    fn http_comes_from_the_config_file_too() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("c.toml");
+        std::fs::write(&p, "http = \"127.0.0.1:9478\"\n").unwrap();
+        let a = ServeArgs {
+            config: Some(p),
+            ..Default::default()
+        };
+        assert_eq!(merge(a).unwrap().http.as_deref(), Some("127.0.0.1:9478"));
+    }
+
+    #[test]
+    fn dashboard_is_loopback_unless_told_and_warns_off_it() {
+        assert_eq!(http_addr("9478").unwrap().to_string(), "127.0.0.1:9478");
+        assert!(dashboard_warning(http_addr("9478").ok()).is_none());
+        assert!(dashboard_warning(None).is_none());
+        let w = dashboard_warning(http_addr("0.0.0.0:9478").ok()).unwrap();
+        assert!(
+            w.contains("dashboard on 0.0.0.0:9478 is off loopback"),
+            "{w}"
+        );
+        let e = http_addr("nonsense").unwrap_err().to_string();
+        assert!(e.starts_with("--http \"nonsense\""), "{e}");
     }
 
     #[test]

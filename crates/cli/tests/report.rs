@@ -246,3 +246,169 @@ fn reproduce_all_writes_verdicts_json_and_one_page() {
         String::from_utf8_lossy(&o.stderr).contains("known: srt, qsan, storage-bench, dss, nitro")
     );
 }
+
+/// `tiercache sim ARGS --json` on the test workload, written to `dir/file`.
+fn sim_json(dir: &Path, file: &str, args: &[&str]) {
+    let mut a = vec!["sim", "-w", WORKLOAD, "--json", "-q"];
+    a.extend(args);
+    std::fs::write(dir.join(file), tiercache(&a, dir)).unwrap();
+}
+
+/// `tiercache report FILES` in `dir`; returns the page.
+fn report_of(dir: &Path, files: &[&str]) -> String {
+    let mut a = vec!["report"];
+    a.extend(files);
+    a.extend(["-o", "r.html"]);
+    tiercache(&a, dir);
+    std::fs::read_to_string(dir.join("r.html")).unwrap()
+}
+
+/// The `<svg>` elements of a page, each with the `<h2>` before it.
+fn plots(html: &str) -> Vec<(String, String)> {
+    html.split("<h2>")
+        .skip(1)
+        .filter_map(|sec| {
+            let title = &sec[..sec.find("</h2>")?];
+            let svg = &sec[sec.find("<svg")?..sec.find("</svg>")? + 6];
+            Some((title.to_string(), svg.to_string()))
+        })
+        .collect()
+}
+
+/// The drawn text of an SVG or page: `<text>` contents and headings, not `<title>`.
+fn texts(html: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for tag in ["<text", "<h1", "<h2", "<h3"] {
+        for part in html.split(tag).skip(1) {
+            let body = &part[part.find('>').unwrap() + 1..];
+            out.push(body[..body.find('<').unwrap()].to_string());
+        }
+    }
+    out
+}
+
+/// Costs are printed with significant digits: the bar labels and the table cells of
+/// costs near 4e-6 USD/MB/IOPS read like the JSON's values, not `0` or `0.0000`.
+#[test]
+fn report_costs_keep_significant_digits() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    sim_json(d, "a.json", &["--cache-size", "10%", "--hdd", "7200"]);
+    sim_json(d, "b.json", &["--no-cache", "--hdd", "7200"]);
+    let html = report_of(d, &["a.json", "b.json"]);
+    let cost = |f: &str| {
+        let v: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(d.join(f)).unwrap()).unwrap();
+        v["cost_per_mb_per_iops"].as_f64().unwrap()
+    };
+    let want = [cost("a.json"), cost("b.json")];
+    assert!(want.iter().all(|&c| c > 0.0 && c < 1e-3), "{want:?}");
+    let (_, bars) = plots(&html)
+        .into_iter()
+        .find(|(t, _)| t.starts_with("Cost per MB per IOPS"))
+        .expect("a cost plot");
+    let close = |s: &str, w: f64| s.parse::<f64>().is_ok_and(|x| (x - w).abs() <= w * 0.01);
+    for w in want {
+        assert!(
+            texts(&bars).iter().any(|t| close(t, w)),
+            "no bar label reads {w}: {:?}",
+            texts(&bars)
+        );
+    }
+    let table = &html[html.find("Summary of runs").unwrap()..];
+    for w in want {
+        assert!(
+            table
+                .split("<td>")
+                .any(|c| close(c.split('<').next().unwrap(), w)),
+            "no table cell reads {w}"
+        );
+    }
+    assert!(
+        !table.contains("<td>0.0000</td>"),
+        "a cost printed as 0.0000"
+    );
+}
+
+/// A single run gives no one-point "hit ratio vs cache size" line plot but a bar; a no-cache
+/// run gives no hit-ratio or occupancy plot at all, and the table says "no cache".
+#[test]
+fn report_single_and_no_cache_runs_get_no_degenerate_plots() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    sim_json(d, "one.json", &["--cache-size", "10%"]);
+    let html = report_of(d, &["one.json"]);
+    let p = plots(&html);
+    assert!(
+        p.iter()
+            .all(|(t, _)| !t.starts_with("Hit ratio vs cache size")),
+        "one-point curve: {:?}",
+        p.iter().map(|x| &x.0).collect::<Vec<_>>()
+    );
+    let (_, bar) = p
+        .iter()
+        .find(|(t, _)| t.starts_with("Hit ratio at "))
+        .expect("the single run's hit ratio as a bar");
+    assert!(!bar.contains("<polyline") && bar.contains("<rect"));
+
+    sim_json(
+        d,
+        "none.json",
+        &["--no-cache", "--hdd", "7200", "--window", "0.5"],
+    );
+    let html = report_of(d, &["none.json"]);
+    let titles: Vec<String> = plots(&html).into_iter().map(|x| x.0).collect();
+    for t in &titles {
+        let t = t.to_lowercase();
+        assert!(
+            !t.contains("hit ratio") && !t.contains("occupancy"),
+            "no-cache run plotted {t}"
+        );
+    }
+    assert!(
+        titles.iter().any(|t| t.starts_with("Warm-up (IOPS")),
+        "{titles:?}"
+    );
+    assert!(html.contains("<td>no cache</td>"));
+}
+
+/// Plots fill a wide page (viewBox >= 1,200 units wide, drawn at 100 % of the page up to
+/// that), legends show every series name in full, and no title is drawn twice (the heading
+/// only; the SVG keeps it as a non-drawn `<title>`).
+#[test]
+fn report_plots_are_wide_legends_whole_titles_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let html = std::fs::read_to_string(build_report(dir.path())).unwrap();
+    assert!(
+        html.contains("svg{width:100%;"),
+        "plots not sized to the page"
+    );
+    assert!(!html.contains('…'), "something was truncated");
+    let ps = plots(&html);
+    assert!(ps.len() >= 8);
+    let drawn = texts(&html);
+    for (title, svg) in &ps {
+        let vb = svg.split("viewBox=\"0 0 ").nth(1).unwrap();
+        let w: f64 = vb.split(' ').next().unwrap().parse().unwrap();
+        assert!(w >= 1200.0, "{title}: {w} units wide");
+        assert_eq!(
+            drawn.iter().filter(|t| t == &title).count(),
+            1,
+            "{title} drawn more than once"
+        );
+    }
+    // The latency CDF's legend names the runs in full (labels longer than 26 characters).
+    let (_, cdf) = ps
+        .iter()
+        .find(|(t, _)| t.starts_with("Latency CDF"))
+        .unwrap();
+    let legend: Vec<String> = cdf
+        .split("class=\"legend\">")
+        .skip(1)
+        .map(|s| s[..s.find('<').unwrap()].to_string())
+        .collect();
+    assert_eq!(legend.len(), 2, "{legend:?}");
+    for l in &legend {
+        assert!(l.len() > 26 && l.ends_with("+ ssd:default"), "{l}");
+    }
+}

@@ -155,21 +155,36 @@ pub const METRICS_WRITE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The HTTP side of [`serve_metrics`] for any exporter: `body` renders the metrics text at
 /// each `GET /metrics` (the log-layout volume uses it too).
-///
-/// One thread per connection, at most [`METRICS_MAX_CONNECTIONS`] at once, each with a total
-/// deadline for the request and a write timeout: slow or stalled clients hold only their own
-/// thread (for seconds), never the endpoint — a scraper is answered while they dawdle.
 pub fn serve_prometheus(
     addr: SocketAddr,
     body: impl Fn() -> String + Send + Sync + 'static,
 ) -> io::Result<(SocketAddr, JoinHandle<()>)> {
+    serve_http(addr, "metrics", "try GET /metrics\n", move |path| {
+        matches!(path, "/metrics" | "/").then(|| ("text/plain; version=0.0.4", body()))
+    })
+}
+
+/// The server under [`serve_prometheus`] and the dashboard (`serve --http`): `route` maps
+/// the path of each `GET` (query string removed) to a content type and body; `None` (or any
+/// other method) is answered `404` with `hint`. `what` names the endpoint in errors and
+/// thread names.
+///
+/// One thread per connection, at most [`METRICS_MAX_CONNECTIONS`] at once, each with a total
+/// deadline for the request and a write timeout: slow or stalled clients hold only their own
+/// thread (for seconds), never the endpoint — a scraper is answered while they dawdle.
+pub fn serve_http(
+    addr: SocketAddr,
+    what: &'static str,
+    hint: &'static str,
+    route: impl Fn(&str) -> Option<(&'static str, String)> + Send + Sync + 'static,
+) -> io::Result<(SocketAddr, JoinHandle<()>)> {
     let listener = TcpListener::bind(addr)
-        .map_err(|e| io::Error::new(e.kind(), format!("metrics endpoint {addr}: {e}")))?;
+        .map_err(|e| io::Error::new(e.kind(), format!("{what} endpoint {addr}: {e}")))?;
     let local = listener.local_addr()?;
-    let body = Arc::new(body);
+    let route = Arc::new(route);
     let open = Arc::new(AtomicUsize::new(0));
     let h = std::thread::Builder::new()
-        .name("tiercache-metrics".into())
+        .name(format!("tiercache-{what}"))
         .spawn(move || {
             for conn in listener.incoming() {
                 let Ok(conn) = conn else { continue };
@@ -178,11 +193,11 @@ pub fn serve_prometheus(
                     drop(conn); // over the cap: closed at once, the accept loop goes on
                     continue;
                 }
-                let (body, open2) = (Arc::clone(&body), Arc::clone(&open));
+                let (route, open2) = (Arc::clone(&route), Arc::clone(&open));
                 let spawned = std::thread::Builder::new()
-                    .name("tiercache-metrics-conn".into())
+                    .name(format!("tiercache-{what}-conn"))
                     .spawn(move || {
-                        answer_http(conn, &*body);
+                        answer_http(conn, &*route, hint);
                         open2.fetch_sub(1, Ordering::SeqCst);
                     });
                 if spawned.is_err() {
@@ -194,7 +209,9 @@ pub fn serve_prometheus(
 }
 
 /// Reads one request head (within [`METRICS_REQUEST_DEADLINE`]) and writes one reply.
-fn answer_http(mut conn: std::net::TcpStream, body: &dyn Fn() -> String) {
+type Route = dyn Fn(&str) -> Option<(&'static str, String)>;
+
+fn answer_http(mut conn: std::net::TcpStream, route: &Route, hint: &str) {
     let _ = conn.set_write_timeout(Some(METRICS_WRITE_TIMEOUT));
     let deadline = Instant::now() + METRICS_REQUEST_DEADLINE;
     let mut head = Vec::new();
@@ -211,14 +228,20 @@ fn answer_http(mut conn: std::net::TcpStream, body: &dyn Fn() -> String) {
     }
     let first = String::from_utf8_lossy(&head);
     let first = first.lines().next().unwrap_or("");
-    let (status, body) = if first.starts_with("GET /metrics ") || first.starts_with("GET / ") {
-        ("200 OK", body())
-    } else {
-        ("404 Not Found", "try GET /metrics\n".to_string())
+    // "GET /path?query HTTP/1.1": only complete request lines are routed.
+    let path = match first.split(' ').collect::<Vec<_>>()[..] {
+        ["GET", target, version] if version.starts_with("HTTP/") => {
+            Some(target.split('?').next().unwrap_or(target))
+        }
+        _ => None,
+    };
+    let (status, (ctype, body)) = match path.and_then(route) {
+        Some(r) => ("200 OK", r),
+        None => ("404 Not Found", ("text/plain", hint.to_string())),
     };
     let _ = write!(
         conn,
-        "HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nCache-Control: no-store\r\nConnection: close\r\n\r\n{body}",
         body.len()
     );
 }
