@@ -96,7 +96,13 @@ fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+                // Settings changed live are logged at info (old -> new) by default.
+                .unwrap_or_else(|_| {
+                    tracing_subscriber::EnvFilter::new(format!(
+                        "warn,{}=info",
+                        tiercache_server::tuning::LOG_TARGET
+                    ))
+                }),
         )
         .with_writer(std::io::stderr)
         .init();
