@@ -260,7 +260,12 @@ Config file (same keys as the flags):
   socket = \"/run/tiercache/nbd.sock\"
   mode = \"write-back\"
   control = \"/run/tiercache/control.sock\"
-  metrics = \"127.0.0.1:9477\"";
+  metrics = \"127.0.0.1:9477\"
+  seq_cutoff = \"1m\"           # engine settings as `tiercache sim` takes them
+
+Live tuning (stored with the cache, so a restart keeps them):
+  tiercache ctl --control /run/tiercache/control.sock set admission nhit:2:0
+  tiercache ctl --control /run/tiercache/control.sock get";
 
 #[derive(Args)]
 pub struct CtlArgs {
