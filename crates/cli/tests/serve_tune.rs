@@ -74,7 +74,7 @@ fn sequential_copy_counts_seq_cutoff_bypasses() {
         "a 64 MiB sequential copy with --seq-cutoff 1m: {bypassed} of {misses} misses bypassed: {t}"
     );
     assert_eq!(n(&st["settings"]["seq_cutoff_read"]), 1 << 20, "{st}");
-    assert!(n(&st["cached_lines"]) < misses - bypassed + 1, "{st}");
+    assert!(n(&st["cached_lines"]) <= misses - bypassed, "{st}");
     assert!(srv.ctl(&["stats"]).contains("seq-cutoff 1MiB read"));
     srv.stop("-TERM");
 }
@@ -228,7 +228,7 @@ fn write_back_fua_is_durable_in_the_cache_not_on_backing() {
     let st = stats(&srv);
     assert_eq!(n(&st["totals"]["write_backs"]), 0, "{st}");
     assert!(
-        n(&st["dirty_lines"]) >= 4 + 2 + 1,
+        n(&st["dirty_lines"]) >= 4 + 8 + 16,
         "FUA writes are dirty cache lines: {st}"
     );
     srv.kill9();

@@ -57,7 +57,7 @@ pub fn get_reply(all: Vec<(&'static str, String)>, key: Option<&str>) -> serde_j
     };
     let v: Vec<_> = all
         .into_iter()
-        .filter(|(k, _)| pick.map_or(true, |p| p == *k))
+        .filter(|(k, _)| pick.is_none_or(|p| p == *k))
         .collect();
     serde_json::json!({"ok": true, "settings": v})
 }
