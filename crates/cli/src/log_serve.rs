@@ -265,6 +265,20 @@ fn handle(vol: &LogVolume, line: &str) -> serde_json::Value {
         Command::Mode { .. } | Command::Detach => {
             Err("mode changes and detach are not supported by the log layout".to_string())
         }
+        // The log layout's settings are fixed at format (`tiercache format --layout log`):
+        // shown, not changed.
+        Command::Get { key } => {
+            let st = vol.stats();
+            let all = vec![
+                ("mode", st.mode.clone()),
+                ("line-size", tiercache_server::tuning::size_str(st.line_size)),
+            ];
+            return tiercache_server::control::get_reply(all, key.as_deref());
+        }
+        Command::Set { key, .. } => Err(format!(
+            "{key}: the log layout's settings are fixed when it is formatted (`tiercache format --layout log`); `ctl set` changes the direct layout's"
+        )),
+        Command::ResetStats => Err("`ctl stats --reset` is not supported by the log layout".into()),
     };
     match r {
         Ok(()) => serde_json::json!({"ok": true}),

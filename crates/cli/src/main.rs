@@ -83,8 +83,9 @@ enum Cmd {
     /// Prepare a cache device (superblock and empty metadata) for `serve`.
     Format(serve_cmd::FormatArgs),
     /// Export a backing device cached on a cache device over NBD.
-    Serve(serve_cmd::ServeArgs),
-    /// Talk to a running `serve` over its control socket: stats, flush, mode, detach.
+    Serve(Box<serve_cmd::ServeArgs>),
+    /// Talk to a running `serve` over its control socket: stats, settings (get/set), flush,
+    /// mode, detach.
     Ctl(serve_cmd::CtlArgs),
     /// Verify a cache device offline: superblock, metadata checksums, mapping (exit 0/1/2);
     /// `--repair` drops damaged metadata, salvages what verifies and lists what is lost.
@@ -96,7 +97,13 @@ fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+                // Settings changed live are logged at info (old -> new) by default.
+                .unwrap_or_else(|_| {
+                    tracing_subscriber::EnvFilter::new(format!(
+                        "warn,{}=info",
+                        tiercache_server::tuning::LOG_TARGET
+                    ))
+                }),
         )
         .with_writer(std::io::stderr)
         .init();
@@ -111,7 +118,7 @@ fn main() -> ExitCode {
         Cmd::Replay(a) => nbd_cmd::replay(a),
         Cmd::ServeFile(a) => nbd_cmd::serve_file(a),
         Cmd::Format(a) => serve_cmd::format(a),
-        Cmd::Serve(a) => serve_cmd::serve(a),
+        Cmd::Serve(a) => serve_cmd::serve(*a),
         Cmd::Ctl(a) => serve_cmd::ctl(a),
         Cmd::DssTable(a) => dss_cmd::run(a),
         Cmd::Ext4Classify(a) => ext4_cmd::run(a),

@@ -1,5 +1,6 @@
 //! `tiercache format`, `tiercache serve` and `tiercache ctl`: the live cached volume.
 
+use crate::sim_cmd::TuneArgs;
 use anyhow::{anyhow, bail, Context, Result};
 use clap::{Args, Subcommand};
 use serde::Deserialize;
@@ -7,11 +8,12 @@ use std::net::SocketAddr;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use tiercache_engine::{parse_size, Mode};
+use tiercache_engine::{parse_size, EngineConfig, Mode};
 use tiercache_nbd::Server;
 use tiercache_server::control::{self, Command};
 use tiercache_server::dashboard;
 use tiercache_server::state_file;
+use tiercache_server::tuning::Tuning;
 use tiercache_server::{
     BlockDev, CacheVolume, EmulatedHdd, FileDev, FormatError, FormatOptions, NbdDev, OpenOptions,
     Superblock,
@@ -35,9 +37,9 @@ pub struct FormatArgs {
     /// Backing device the cache fronts: file or block device (an HDD), or an NBD export URI.
     #[arg(long)]
     backing: PathBuf,
-    /// Cache line size (power of two, 4k..1M).
-    #[arg(long, default_value = "4k")]
-    line_size: String,
+    /// Cache line size (power of two, 4k..1M). Default 4k, or the --preset's line.
+    #[arg(long)]
+    line_size: Option<String>,
     /// Write mode: write-through (wt), write-back (wb), write-around (wa), read-only (ro),
     /// pass-through (pt).
     #[arg(long, default_value = "write-through")]
@@ -58,12 +60,16 @@ pub struct FormatArgs {
     state_dir: Option<PathBuf>,
     #[command(flatten)]
     layout: crate::layout_args::LayoutArgs,
+    /// Engine settings stored with the cache (as `tiercache sim` takes them); `serve` flags
+    /// and `ctl set` change them later. `--preset` also picks the line size.
+    #[command(flatten)]
+    tune: TuneArgs,
 }
 
 /// Flags of `serve`; every one may also come from `--config FILE.toml` (same names, with
 /// underscores: `line_size = "64k"`). Flags win over the file.
 #[derive(Args, Default, Deserialize)]
-#[serde(deny_unknown_fields, default)]
+#[serde(default)]
 #[command(after_long_help = SERVE_HELP)]
 pub struct ServeArgs {
     /// Cache device: file, block device, or NBD export (nbd://HOST[:PORT]/NAME,
@@ -220,6 +226,12 @@ pub struct ServeArgs {
     #[command(flatten)]
     #[serde(skip)]
     layout: crate::layout_args::LayoutArgs,
+    /// Engine settings for this run, as `tiercache sim` takes them (direct layout; the
+    /// line size, and the preset's, are fixed at format). Stored with the cache: a restart
+    /// without them keeps them; `ctl set` changes them live.
+    #[command(flatten)]
+    #[serde(flatten)]
+    tune: TuneArgs,
 }
 
 const SERVE_HELP: &str = "\
@@ -255,7 +267,12 @@ Config file (same keys as the flags):
   mode = \"write-back\"
   control = \"/run/tiercache/control.sock\"
   metrics = \"127.0.0.1:9477\"
-  http = \"127.0.0.1:9478\"          # live dashboard: http://127.0.0.1:9478/";
+  http = \"127.0.0.1:9478\"          # live dashboard: http://127.0.0.1:9478/
+  seq_cutoff = \"1m\"           # engine settings as `tiercache sim` takes them
+
+Live tuning (stored with the cache, so a restart keeps them):
+  tiercache ctl --control /run/tiercache/control.sock set admission nhit:2:0
+  tiercache ctl --control /run/tiercache/control.sock get";
 
 #[derive(Args)]
 pub struct CtlArgs {
@@ -268,12 +285,28 @@ pub struct CtlArgs {
 
 #[derive(Subcommand)]
 enum CtlCmd {
-    /// Hits, misses, occupancy, dirty data, per class.
+    /// Hits, misses, occupancy, dirty data, per class, and the settings in force.
     Stats {
         /// Machine-readable output.
         #[arg(long)]
         json: bool,
+        /// Then zero the counters and latency histograms (as `casadm -Z`); fault state is
+        /// kept. The statistics shown are those before the reset.
+        #[arg(long)]
+        reset: bool,
     },
+    /// Show the settings in force (all, or one): mode, admission, seq-cutoff,
+    /// seq-cutoff-write, group-size, dirty-high, dirty-low, slru-protected, policy, line-size.
+    Get { key: Option<String> },
+    /// Change a setting on the running volume, parsed as the `sim`/`serve` flag of the same
+    /// name: `set admission nhit:2:0`, `set seq-cutoff 1m`, `set dirty-high 0.9`, `set mode wb`.
+    /// Logged, shown by `ctl stats` and the metrics, and stored with the cache (a restart
+    /// keeps it).
+    #[command(after_help = "Examples:
+  tiercache ctl --control /run/tiercache.ctl set admission never
+  tiercache ctl --control /run/tiercache.ctl set seq-cutoff 1m
+  tiercache ctl --control /run/tiercache.ctl get admission")]
+    Set { key: String, value: String },
     /// Write back every dirty line and make everything durable.
     Flush,
     /// Change the write mode (leaving write-back writes back dirty data first).
@@ -355,17 +388,94 @@ fn size_arg(what: &str, s: &str) -> Result<u64> {
     parse_size(s).map_err(|e| anyhow!("{what} {s:?}: {e}"))
 }
 
+/// The line size and engine settings a new cache gets from `--line-size` and the engine
+/// flags, parsed by the simulator's parser (a preset picks the line unless `--line-size` is
+/// given, as in `sim`); the settings are `None` when no engine flag is given (defaults).
+fn format_settings(
+    line: Option<&str>,
+    policy: &str,
+    tune: &TuneArgs,
+) -> Result<(u64, Option<Tuning>)> {
+    let mut cfg = EngineConfig {
+        policy: policy.into(),
+        ..Default::default()
+    };
+    tiercache_sim::experiment::CacheSection {
+        line_size: line.map(String::from),
+        ..tune.section()
+    }
+    .apply_engine(&mut cfg)?;
+    Ok((cfg.line_size, (!tune.is_empty()).then(|| Tuning::of(&cfg))))
+}
+
+/// The engine settings `tune` asks for on the cache `path` of `line`-byte lines, over the
+/// `stored` ones, parsed by the simulator's parser; `None` when `tune` is empty (the stored
+/// ones stay). A preset whose line differs is refused: the line is fixed at format.
+fn serve_settings(
+    path: &Path,
+    line: u64,
+    policy: &str,
+    stored: Option<Tuning>,
+    tune: &TuneArgs,
+) -> Result<Option<Tuning>> {
+    if tune.is_empty() {
+        return Ok(None);
+    }
+    let mut cfg = EngineConfig {
+        line_size: line,
+        group_size: line,
+        policy: policy.into(),
+        ..Default::default()
+    };
+    if let Some(t) = stored {
+        t.apply(&mut cfg);
+    }
+    tune.section()
+        .apply_engine(&mut cfg)
+        .map_err(|e| anyhow!("{}: {e:#}", path.display()))?;
+    if cfg.line_size != line {
+        bail!(
+            "{}: --preset {} uses {}-byte lines, but this cache is formatted with {line}-byte lines (the line size is fixed at format): format it with `tiercache format --force --preset {}`, or give the settings alone (--group-size, --admission)",
+            path.display(),
+            tune.preset.as_deref().unwrap_or("?"),
+            cfg.line_size,
+            tune.preset.as_deref().unwrap_or("?"),
+        );
+    }
+    Ok(Some(Tuning::of(&cfg)))
+}
+
+/// One line for the log: the engine settings in force.
+fn settings_line(v: &[(&str, String)]) -> String {
+    v.iter()
+        .map(|(k, v)| format!("{k} {v}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// `--policy NAME` for a live cache: refused when offline (`belady` needs the future).
+fn live_policy(name: &str) -> Result<()> {
+    if tiercache_engine::policy::is_offline(name) {
+        bail!("--policy {name}: an offline policy (it needs the future accesses, which only a simulator replaying a trace has): a live cache cannot run it. Use it with `tiercache sim`; `tiercache policies` lists the others");
+    }
+    Ok(())
+}
+
 fn mode_arg(s: &str) -> Result<Mode> {
     s.parse::<Mode>().map_err(|e| anyhow!("--mode: {e}"))
 }
 
 pub fn format(a: FormatArgs) -> Result<()> {
+    live_policy(&a.policy)?;
     let cache = open_cache(&a.cache)?;
     let backing = open_backing(&a.backing)?;
     if !a.force {
         refuse_existing_cache(&a.cache, &*cache)?;
     }
-    let line_size = size_arg("--line-size", &a.line_size)?;
+    let (line_size, tuning) = format_settings(a.line_size.as_deref(), &a.policy, &a.tune)?;
+    if a.layout.is_log()? && !a.tune.is_empty() {
+        bail!("--preset, --group-size, --admission, --seq-cutoff, --dirty-* and --slru-protected apply to the direct layout");
+    }
     if a.layout.is_log()? {
         if a.policy != "lru" || a.cache_size.is_some() {
             bail!("--policy and --cache-size apply to the direct layout; the log layout uses the whole device and picks segments with --picker");
@@ -393,6 +503,7 @@ pub fn format(a: FormatArgs) -> Result<()> {
             .transpose()?,
         backing_id: a.backing.display().to_string(),
         backing: backing.identity(),
+        tuning,
     };
     let old_uuid = tiercache_server::read_superblock(&*cache)
         .ok()
@@ -447,13 +558,42 @@ fn clear_state_files(cache: &Path, state_dir: Option<&Path>, old: Option<[u8; 16
     Ok(())
 }
 
+/// Keys a `serve --config` file may hold: the flags' names with underscores, derived from the
+/// flags themselves (the layout's flags and `config` itself are not file keys).
+fn config_keys() -> Vec<String> {
+    use clap::Args as _;
+    let ids = |c: clap::Command| {
+        c.get_arguments()
+            .map(|a| a.get_id().to_string())
+            .collect::<Vec<_>>()
+    };
+    let layout = ids(crate::layout_args::LayoutArgs::augment_args(
+        clap::Command::new("layout"),
+    ));
+    ids(ServeArgs::augment_args(clap::Command::new("serve")))
+        .into_iter()
+        .filter(|k| k != "config" && !layout.contains(k))
+        .collect()
+}
+
 fn merge(mut a: ServeArgs) -> Result<ServeArgs> {
     let Some(path) = a.config.clone() else {
         return Ok(a);
     };
     let text =
         std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    let table: toml::Table =
+        toml::from_str(&text).map_err(|e| anyhow!("{}: {e}", path.display()))?;
+    let known = config_keys();
+    if let Some(k) = table.keys().find(|k| !known.contains(k)) {
+        bail!(
+            "{}: unknown key {k:?}; a serve config file takes the flags' names with underscores: {}",
+            path.display(),
+            known.join(", ")
+        );
+    }
     let c: ServeArgs = toml::from_str(&text).map_err(|e| anyhow!("{}: {e}", path.display()))?;
+    a.tune = a.tune.over(&c.tune);
     macro_rules! take {
         ($($f:ident),*) => { $( if a.$f.is_none() { a.$f = c.$f; } )* };
     }
@@ -530,6 +670,9 @@ pub fn serve(a: ServeArgs) -> Result<()> {
         }
     };
     let mode = a.mode.as_deref().map(mode_arg).transpose()?;
+    if let Some(p) = &a.policy {
+        live_policy(p)?;
+    }
     let inline_cleaning = match a.cleaner.as_deref() {
         None | Some("background") => false,
         Some("inline") => true,
@@ -540,6 +683,13 @@ pub fn serve(a: ServeArgs) -> Result<()> {
         .as_deref()
         .map(|s| size_arg("--line-size", s))
         .transpose()?;
+    // A new cache's line and settings (--format-if-needed): the preset's line unless
+    // --line-size is given.
+    let (new_line, new_tuning) = format_settings(
+        a.line_size.as_deref(),
+        a.policy.as_deref().unwrap_or("lru"),
+        &a.tune,
+    )?;
     let cache_size = a
         .cache_size
         .as_deref()
@@ -567,7 +717,7 @@ pub fn serve(a: ServeArgs) -> Result<()> {
                 cache_path.display()
             )
         })?;
-        let ls = line_size.unwrap_or(4096);
+        let ls = new_line;
         let lines = bytes / ls;
         let total = Superblock::data_offset_for(lines, ls) + lines * ls;
         // 0600 whatever the umask: the file will hold the volume's data.
@@ -607,6 +757,10 @@ pub fn serve(a: ServeArgs) -> Result<()> {
             ("--class-rules", a.class_rules.is_some()),
             ("--cleaner", a.cleaner.is_some()),
             ("--max-cache-errors", a.max_cache_errors.is_some()),
+            (
+                "--preset, --admission, --seq-cutoff and the other engine settings",
+                !a.tune.is_empty(),
+            ),
         ];
         let p = crate::log_serve::LogServe {
             cache_path: cache_path.clone(),
@@ -641,9 +795,17 @@ pub fn serve(a: ServeArgs) -> Result<()> {
             .with_context(|| format!("creating --state-dir {}", d.display()))?;
     }
     let uuid;
+    let mut tuning = None;
     match direct_sb {
         Ok(sb) => {
             uuid = Some(sb.uuid);
+            tuning = serve_settings(
+                &cache_path,
+                sb.line_size,
+                a.policy.as_deref().unwrap_or(&sb.policy),
+                sb.tuning,
+                &a.tune,
+            )?;
             if let Some(ls) = line_size.filter(|&ls| ls != sb.line_size) {
                 bail!(
                     "{} is formatted with {}-byte lines, not {ls}; reformat with `tiercache format --force --line-size {ls}`",
@@ -653,7 +815,7 @@ pub fn serve(a: ServeArgs) -> Result<()> {
             }
         }
         Err(FormatError::BadMagic) if blank => {
-            let ls = line_size.unwrap_or(4096);
+            let ls = new_line;
             let opts = FormatOptions {
                 line_size: ls,
                 mode: mode.unwrap_or(Mode::WriteThrough),
@@ -661,6 +823,7 @@ pub fn serve(a: ServeArgs) -> Result<()> {
                 capacity_lines: cache_size.map(|b| b / ls),
                 backing_id: backing_path.display().to_string(),
                 backing: backing.identity(),
+                tuning: new_tuning,
             };
             let sb = tiercache_server::format(&*cache, backing.size(), &opts)?;
             uuid = Some(sb.uuid);
@@ -698,6 +861,7 @@ pub fn serve(a: ServeArgs) -> Result<()> {
         accept_backing_rename: a.accept_backing_rename,
         accept_backing_changes: a.accept_backing_changes,
         state_path: uuid.and_then(|u| state_path(&cache_path, a.state_dir.as_deref(), &u)),
+        tuning,
     };
     match &opts.state_path {
         Some(p) => say!("a failure of the cache would be recorded in {}", p.display()),
@@ -723,6 +887,7 @@ pub fn serve(a: ServeArgs) -> Result<()> {
         rep.dropped_bad_checksum,
         vol.mode()
     );
+    say!("settings: {}", settings_line(&vol.settings()));
     report_backing_check(
         &rep.backing_note,
         rep.sampled_clean_lines,
@@ -996,6 +1161,18 @@ fn print_stats(v: &serde_json::Value) {
     let cap = n(&s["capacity_lines"]).max(1);
     println!("mode            {}", s["mode"].as_str().unwrap_or("?"));
     println!("policy          {}", s["policy"].as_str().unwrap_or("?"));
+    let t = &s["settings"];
+    println!(
+        "settings        admission {}, seq-cutoff {} read / {} write, group {}, dirty {} .. {}, slru-protected {} ({} changed live)",
+        t["admission"].as_str().unwrap_or("?"),
+        tiercache_server::tuning::size_str(n(&t["seq_cutoff_read"])),
+        tiercache_server::tuning::size_str(n(&t["seq_cutoff_write"])),
+        tiercache_server::tuning::size_str(n(&t["group_size"])),
+        t["dirty_low"],
+        t["dirty_high"],
+        t["slru_protected"],
+        n(&t["changes"])
+    );
     println!(
         "occupancy       {} of {} lines ({:.1} %), line size {}",
         n(&s["cached_lines"]),
@@ -1062,6 +1239,11 @@ fn print_stats(v: &serde_json::Value) {
 pub fn ctl(a: CtlArgs) -> Result<()> {
     let cmd = match &a.cmd {
         CtlCmd::Stats { .. } => Command::Stats,
+        CtlCmd::Get { key } => Command::Get { key: key.clone() },
+        CtlCmd::Set { key, value } => Command::Set {
+            key: key.clone(),
+            value: value.clone(),
+        },
         CtlCmd::Flush => Command::Flush,
         CtlCmd::Mode { mode } => {
             mode_arg(mode)?;
@@ -1071,8 +1253,43 @@ pub fn ctl(a: CtlArgs) -> Result<()> {
     };
     let v = control::request(&a.control, &cmd).map_err(|e| anyhow!(e))?;
     match a.cmd {
-        CtlCmd::Stats { json: true } => println!("{}", serde_json::to_string_pretty(&v["stats"])?),
-        CtlCmd::Stats { json: false } => print_stats(&v),
+        CtlCmd::Stats { json, reset } => {
+            if json {
+                println!("{}", serde_json::to_string_pretty(&v["stats"])?);
+            } else {
+                print_stats(&v);
+            }
+            if reset {
+                control::request(&a.control, &Command::ResetStats).map_err(|e| anyhow!(e))?;
+                if !json {
+                    println!("statistics reset");
+                }
+            }
+        }
+        CtlCmd::Get { key } => {
+            let all = v["settings"].as_array().cloned().unwrap_or_default();
+            if all.is_empty() {
+                bail!(
+                    "{}: not a setting of this volume's layout",
+                    key.unwrap_or_default()
+                );
+            }
+            for kv in all {
+                match key {
+                    Some(_) => println!("{}", kv[1].as_str().unwrap_or("")),
+                    None => println!(
+                        "{:<17} {}",
+                        kv[0].as_str().unwrap_or(""),
+                        kv[1].as_str().unwrap_or("")
+                    ),
+                }
+            }
+        }
+        CtlCmd::Set { key, .. } => println!(
+            "{key}: {} -> {}",
+            v["old"].as_str().unwrap_or("?"),
+            v["new"].as_str().unwrap_or("?")
+        ),
         CtlCmd::Flush => println!("flushed: no dirty data left, everything durable"),
         CtlCmd::Mode { .. } => {
             // The mode in force, as the volume reports it.
@@ -1121,6 +1338,73 @@ mod tests {
         .unwrap()
         .to_string();
         assert!(e.contains("mode_typo") && e.contains("c.toml"), "{e}");
+    }
+
+    /// Issue 19: the engine settings `sim` takes are `serve` config keys too (the flags'
+    /// names), parsed by the same parser; flags win field by field.
+    #[test]
+    fn config_file_takes_the_engine_settings() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("c.toml");
+        std::fs::write(
+            &p,
+            "cache = \"x\"\nadmission = \"nhit:2:1\"\nseq_cutoff = \"1m\"\ngroup_size = \"64k\"\ndirty_high = 0.9\nslru_protected = 0.4\n",
+        )
+        .unwrap();
+        let a = ServeArgs {
+            config: Some(p.clone()),
+            tune: TuneArgs {
+                admission: Some("never".into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let m = merge(a).unwrap();
+        assert_eq!(m.tune.admission.as_deref(), Some("never"), "the flag wins");
+        assert_eq!(m.tune.seq_cutoff.as_deref(), Some("1m"));
+        assert_eq!(m.tune.group_size.as_deref(), Some("64k"));
+        assert_eq!(
+            (m.tune.dirty_high, m.tune.slru_protected),
+            (Some(0.9), Some(0.4))
+        );
+        let t = serve_settings(&p, 4096, "lru", None, &m.tune)
+            .unwrap()
+            .unwrap();
+        assert_eq!(t.seq_cutoff_read, 1 << 20);
+        assert_eq!((t.group_size, t.admission.read_threshold), (64 << 10, 0));
+        // The layout's flags are not file keys (they are refused, not silently dropped).
+        std::fs::write(&p, "cache = \"x\"\ncompression = \"lz4\"\n").unwrap();
+        let e = merge(ServeArgs {
+            config: Some(p.clone()),
+            ..Default::default()
+        })
+        .err()
+        .unwrap()
+        .to_string();
+        assert!(e.contains("compression") && e.contains("seq_cutoff"), "{e}");
+        // A preset whose line differs from the formatted one is refused, naming both.
+        let db = TuneArgs {
+            preset: Some("database".into()),
+            ..Default::default()
+        };
+        let e = serve_settings(&p, 4096, "lru", None, &db)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("8192-byte lines") && e.contains("4096-byte"),
+            "{e}"
+        );
+        let t = serve_settings(&p, 8192, "lru", None, &db).unwrap().unwrap();
+        assert_eq!((t.group_size, t.admission.write_threshold), (1 << 20, 0));
+        // Format: the preset picks the line unless --line-size is given.
+        assert_eq!(format_settings(None, "lru", &db).unwrap().0, 8192);
+        assert_eq!(format_settings(Some("16k"), "lru", &db).unwrap().0, 16384);
+        assert_eq!(
+            format_settings(None, "lru", &TuneArgs::default()).unwrap(),
+            (4096, None)
+        );
+        let e = live_policy("belady").unwrap_err().to_string();
+        assert!(e.contains("offline") && e.contains("tiercache sim"), "{e}");
     }
 
     #[test]

@@ -55,6 +55,31 @@ pub struct CacheArgs {
     /// Cache line: unit of validity, dirtiness and replacement (4KiB..1MiB). Default 4KiB.
     #[arg(long, value_name = "SIZE")]
     pub line_size: Option<String>,
+    #[command(flatten)]
+    pub tune: TuneArgs,
+    /// What is valid and dirty inside a line: `sector` (512 B units, as Open CAS: a partial
+    /// write needs no read of the rest of the line) or `line` (all or nothing, the model of
+    /// libCacheSim and most papers). Default sector.
+    #[arg(long, value_name = "sector|line")]
+    pub validity: Option<String>,
+    /// Writes that would need a fill (part of a line, or with sector validity part of a
+    /// sector) of an uncached line go around the cache instead.
+    #[arg(long)]
+    pub no_partial_fill: bool,
+    /// I/O class table (TOML): priorities and allocation for `--policy dss`, per-class
+    /// partitions (min_share/max_share) and `never` classes for every policy, and rules that
+    /// classify requests by offset, size, direction and volume. Shipped:
+    /// experiments/classes/filesystem.toml, experiments/classes/database.toml.
+    #[arg(long, value_name = "FILE")]
+    pub classes: Option<PathBuf>,
+}
+
+/// The engine settings `sim`, `format` and `serve` share (same flags, same config keys, one
+/// parser: [`CacheSection::apply_engine`]); the live volume can also change most of them at
+/// run time (`tiercache ctl set`).
+#[derive(Args, Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
+pub struct TuneArgs {
     /// Admission/population unit (a multiple of the line; Qsan's cache block). Default = line.
     #[arg(long, value_name = "SIZE")]
     pub group_size: Option<String>,
@@ -78,45 +103,59 @@ pub struct CacheArgs {
     /// Write-back: clean down to this dirty share. Default 0.6.
     #[arg(long, value_name = "FRACTION")]
     pub dirty_low: Option<f64>,
-    /// What is valid and dirty inside a line: `sector` (512 B units, as Open CAS: a partial
-    /// write needs no read of the rest of the line) or `line` (all or nothing, the model of
-    /// libCacheSim and most papers). Default sector.
-    #[arg(long, value_name = "sector|line")]
-    pub validity: Option<String>,
-    /// Writes that would need a fill (part of a line, or with sector validity part of a
-    /// sector) of an uncached line go around the cache instead.
-    #[arg(long)]
-    pub no_partial_fill: bool,
     /// SLRU protected share. Default 0.5.
     #[arg(long, value_name = "FRACTION")]
     pub slru_protected: Option<f64>,
-    /// I/O class table (TOML): priorities and allocation for `--policy dss`, per-class
-    /// partitions (min_share/max_share) and `never` classes for every policy, and rules that
-    /// classify requests by offset, size, direction and volume. Shipped:
-    /// experiments/classes/filesystem.toml, experiments/classes/database.toml.
-    #[arg(long, value_name = "FILE")]
-    pub classes: Option<PathBuf>,
+}
+
+impl TuneArgs {
+    /// These settings as experiment-file cache settings (the shared parser's input).
+    pub fn section(&self) -> CacheSection {
+        CacheSection {
+            preset: self.preset.clone(),
+            group_size: self.group_size.clone(),
+            admission: self.admission.clone(),
+            seq_cutoff_read: self.seq_cutoff.clone(),
+            seq_cutoff_write: self.seq_cutoff_write.clone(),
+            dirty_high: self.dirty_high,
+            dirty_low: self.dirty_low,
+            slru_protected: self.slru_protected,
+            ..Default::default()
+        }
+    }
+
+    /// No setting given.
+    pub fn is_empty(&self) -> bool {
+        *self == TuneArgs::default()
+    }
+
+    /// These settings (flags) over `file`'s (a config file's): every field set here wins.
+    /// Field by field through serde, so a new field cannot be left out.
+    pub fn over(&self, file: &TuneArgs) -> TuneArgs {
+        let (mut base, top) = (
+            serde_json::to_value(file).expect("plain struct"),
+            serde_json::to_value(self).expect("plain struct"),
+        );
+        if let (Some(b), Some(t)) = (base.as_object_mut(), top.as_object()) {
+            for (k, v) in t.iter().filter(|(_, v)| !v.is_null()) {
+                b.insert(k.clone(), v.clone());
+            }
+        }
+        serde_json::from_value(base).expect("same struct")
+    }
 }
 
 impl CacheArgs {
     fn section(&self) -> CacheSection {
         CacheSection {
             size: self.cache_size.clone(),
-            preset: self.preset.clone(),
             line_size: self.line_size.clone(),
-            group_size: self.group_size.clone(),
             policy: self.policy.clone(),
             mode: self.mode.clone(),
-            admission: self.admission.clone(),
-            seq_cutoff_read: self.seq_cutoff.clone(),
-            seq_cutoff_write: self.seq_cutoff_write.clone(),
-            dirty_high: self.dirty_high,
-            dirty_low: self.dirty_low,
             validity: self.validity.clone(),
             partial_write_fill: self.no_partial_fill.then_some(false),
-            slru_protected: self.slru_protected,
             s3fifo_small: None,
-            ..Default::default()
+            ..self.tune.section()
         }
     }
 }

@@ -279,9 +279,30 @@ fn ext4_through_nbdfuse_survives_restart() {
 /// inline cleaning must give `tiercache sim`'s counters exactly: every hit, miss, insertion,
 /// eviction, write-back and byte moved — for LRU and FIFO, write-through and write-back, on a
 /// synthetic workload with unaligned sub-line requests (cleaning triggers) and on a real MSR
-/// Cambridge trace (12.6 GiB address space, backing file sparse).
+/// Cambridge trace (12.6 GiB address space, backing file sparse); and, with LRU, for the
+/// engine settings both take with the same flags (issue 19): `--preset database` (8 KiB
+/// lines in 1 MiB groups, populate on the 2nd read, never on writes), `--admission nhit:2:1`
+/// with 64 KiB groups of 4 KiB lines, and `--seq-cutoff 256k`.
 #[test]
 fn replay_at_queue_depth_1_matches_the_simulator_exactly() {
+    let configs: [(&str, &[&str]); 4] = [
+        ("defaults", &[]),
+        ("preset database", &["--preset", "database"]),
+        (
+            "nhit:2:1, 64k groups of 4k lines",
+            &[
+                "--admission",
+                "nhit:2:1",
+                "--group-size",
+                "64k",
+                "--line-size",
+                "4k",
+            ],
+        ),
+        ("seq-cutoff 256k", &["--seq-cutoff", "256k"]),
+    ];
+    // Per setting: whether some run made it act (admission or seq-cutoff bypasses).
+    let mut acted = [true, false, false, false];
     let zipf = "zipf:theta=0.8,wss=32MiB,requests=3000,read=10,size=4k@70+16k@20+1k@10,align=512";
     let msr = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../../../shared/traces/msr_cambridge/msr-cambridge1-sample.csv");
@@ -305,62 +326,90 @@ fn replay_at_queue_depth_1_matches_the_simulator_exactly() {
         println!("SKIP (msr part): {} not found", msr.display());
     }
     let (mut cleaned, mut evicted) = (false, false);
-    for (name, input, backing_mb) in &inputs {
-        for policy in ["lru", "fifo"] {
-            for mode in ["write-through", "write-back"] {
-                let dir = setup(*backing_mb);
-                let srv = Srv::start(
-                    dir.path(),
-                    &["--policy", policy, "--mode", mode, "--cleaner", "inline"],
-                );
-                let rep = run(Command::new(BIN)
-                    .args([
-                        "replay",
-                        "--nbd",
-                        &srv.uri(),
-                        "-q",
-                        "1",
-                        "--strict",
-                        "--json",
-                    ])
-                    .args(input.iter().filter(|a| *a != "--trace")));
-                let rep: serde_json::Value = serde_json::from_str(&rep).unwrap();
-                let live: serde_json::Value =
-                    serde_json::from_str(&srv.ctl(&["stats", "--json"])).unwrap();
-                srv.stop("-TERM");
-                let sim = run(Command::new(BIN)
-                    .args([
-                        "sim",
-                        "--cache-size",
-                        "8MiB",
-                        "--policy",
-                        policy,
-                        "--mode",
-                        mode,
-                    ])
-                    .args(["--json"])
-                    .args(input));
-                let sim: serde_json::Value = serde_json::from_str(&sim).unwrap();
-                let (want, got) = (&sim["counters"], &live["totals"]);
-                assert!(want["requests"].as_u64().unwrap() > 500, "{name}: {want}");
-                assert_eq!(
-                    rep["requests"].as_u64(),
-                    want["requests"].as_u64(),
-                    "{name}: the replay sent every request: {rep}"
-                );
-                for (k, v) in want.as_object().unwrap() {
+    for (ci, (setting, flags)) in configs.iter().enumerate() {
+        // Sequential cutoff acts on streams: a mostly sequential input for it as well.
+        let seq: (&str, Vec<String>, u64) = (
+            "iometer",
+            vec![
+                "--workload".into(),
+                "iometer:random=40,wss=32MiB,requests=3000,read=60,size=16k@70+64k@30".into(),
+                "--seed".into(),
+                "7".into(),
+            ],
+            32,
+        );
+        for (name, input, backing_mb) in inputs.iter().chain((ci == 3).then_some(&seq)) {
+            for policy in ["lru", "fifo"]
+                .into_iter()
+                .take(if ci == 0 { 2 } else { 1 })
+            {
+                for mode in ["write-through", "write-back"] {
+                    let dir = setup(*backing_mb);
+                    let mut args = vec!["--policy", policy, "--mode", mode, "--cleaner", "inline"];
+                    args.extend(*flags);
+                    let srv = Srv::start(dir.path(), &args);
+                    let rep = run(Command::new(BIN)
+                        .args([
+                            "replay",
+                            "--nbd",
+                            &srv.uri(),
+                            "-q",
+                            "1",
+                            "--strict",
+                            "--json",
+                        ])
+                        .args(input.iter().filter(|a| *a != "--trace")));
+                    let rep: serde_json::Value = serde_json::from_str(&rep).unwrap();
+                    let live: serde_json::Value =
+                        serde_json::from_str(&srv.ctl(&["stats", "--json"])).unwrap();
+                    srv.stop("-TERM");
+                    let sim = run(Command::new(BIN)
+                        .args([
+                            "sim",
+                            "--cache-size",
+                            "8MiB",
+                            "--policy",
+                            policy,
+                            "--mode",
+                            mode,
+                        ])
+                        .args(*flags)
+                        .args(["--json"])
+                        .args(input));
+                    let sim: serde_json::Value = serde_json::from_str(&sim).unwrap();
+                    let (want, got) = (&sim["counters"], &live["totals"]);
+                    assert!(want["requests"].as_u64().unwrap() > 500, "{name}: {want}");
                     assert_eq!(
-                        &got[k], v,
-                        "{name} {policy} {mode}: counter {k}: sim {v}, live {}",
-                        got[k]
+                        rep["requests"].as_u64(),
+                        want["requests"].as_u64(),
+                        "{name}: the replay sent every request: {rep}"
                     );
+                    for (k, v) in want.as_object().unwrap() {
+                        assert_eq!(
+                            &got[k], v,
+                            "{name} {policy} {mode} {setting}: counter {k}: sim {v}, live {}",
+                            got[k]
+                        );
+                    }
+                    let b = &want["bypasses"];
+                    acted[ci] |= match ci {
+                        1 | 2 => b["admission"].as_u64().unwrap() > 0,
+                        3 => b["seq_cutoff"].as_u64().unwrap() > 0,
+                        _ => true,
+                    };
+                    let c = |k: &str| want[k].as_u64().unwrap();
+                    assert!(c("line_hits") > 0, "{name}: {want}");
+                    evicted |= c("evictions") > 0;
+                    cleaned |= c("write_backs") > c("dirty_evictions");
                 }
-                let c = |k: &str| want[k].as_u64().unwrap();
-                assert!(c("line_hits") > 0, "{name}: {want}");
-                evicted |= c("evictions") > 0;
-                cleaned |= c("write_backs") > c("dirty_evictions");
             }
         }
+    }
+    for (i, (setting, _)) in configs.iter().enumerate() {
+        assert!(
+            acted[i],
+            "{setting}: no run bypassed for it: the setting was not exercised"
+        );
     }
     assert!(
         cleaned && evicted,

@@ -296,6 +296,53 @@ impl Engine {
         self.cap as u64
     }
 
+    /// Changes the per-run settings at run time (`tiercache ctl set`): admission, sequential
+    /// cutoff, group size and dirty watermarks. `f` edits a copy of the configuration, which
+    /// is validated as [`Engine::new`] does; the settings an engine is built around (line
+    /// size, capacity, policy and its parameters, validity) cannot change here (the error
+    /// names the field), nor can the mode (use [`Engine::set_mode`]). A new group size starts
+    /// admission counting afresh.
+    pub fn retune(&mut self, f: impl FnOnce(&mut EngineConfig)) -> Result<(), EngineError> {
+        let mut c = self.cfg.clone();
+        f(&mut c);
+        c.validate().map_err(EngineError::Config)?;
+        let fixed = [
+            ("line_size", c.line_size != self.cfg.line_size),
+            ("capacity", c.capacity_lines != self.cfg.capacity_lines),
+            ("policy", c.policy != self.cfg.policy),
+            (
+                "slru_protected",
+                c.policy_params.slru_protected != self.cfg.policy_params.slru_protected,
+            ),
+            (
+                "s3fifo_small",
+                c.policy_params.s3fifo_small != self.cfg.policy_params.s3fifo_small,
+            ),
+            ("validity", c.validity != self.cfg.validity),
+            ("mode", c.mode != self.cfg.mode),
+        ];
+        if let Some((what, _)) = fixed.iter().find(|x| x.1) {
+            return Err(EngineError::Config(format!(
+                "{what} cannot change on a running engine (it is fixed when the engine is built)"
+            )));
+        }
+        if c.group_size != self.cfg.group_size {
+            self.group_lines_shift = (c.group_size / c.line_size).trailing_zeros();
+            self.group_counts.clear();
+        }
+        self.cfg = c;
+        self.update_fast_path();
+        Ok(())
+    }
+
+    /// Zeroes every counter (`tiercache ctl stats --reset`, as `casadm -Z`); the cache's
+    /// contents are untouched.
+    pub fn reset_counters(&mut self) {
+        for c in &mut self.counters {
+            *c = Counters::default();
+        }
+    }
+
     /// Lines in the cache.
     pub fn len(&self) -> u64 {
         self.len as u64

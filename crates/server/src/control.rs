@@ -7,6 +7,9 @@
 //! {"cmd":"flush"}                      -> {"ok":true}   (write back dirty data, make durable)
 //! {"cmd":"mode","mode":"write-back"}   -> {"ok":true}
 //! {"cmd":"detach"}                     -> {"ok":true}   (flush, then pass-through)
+//! {"cmd":"get"}  {"cmd":"get","key":K} -> {"ok":true,"settings":[[key,value],...]}
+//! {"cmd":"set","key":K,"value":V}      -> {"ok":true,"key":K,"old":..,"new":..}
+//! {"cmd":"resetstats"}                 -> {"ok":true}   (zero the counters, as casadm -Z)
 //! anything else                        -> {"ok":false,"error":"..."}
 //! ```
 
@@ -28,8 +31,35 @@ use tiercache_engine::Mode;
 pub enum Command {
     Stats,
     Flush,
-    Mode { mode: String },
+    Mode {
+        mode: String,
+    },
     Detach,
+    /// Settings in force: all, or one key.
+    Get {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        key: Option<String>,
+    },
+    /// Changes one setting live (`crate::tuning::KEYS`).
+    Set {
+        key: String,
+        value: String,
+    },
+    /// Zeroes the statistics.
+    ResetStats,
+}
+
+/// The answer to `get` from all settings: one key's (checked) or all.
+pub fn get_reply(all: Vec<(&'static str, String)>, key: Option<&str>) -> serde_json::Value {
+    let pick = match key.map(crate::tuning::key).transpose() {
+        Ok(k) => k,
+        Err(e) => return serde_json::json!({"ok": false, "error": e}),
+    };
+    let v: Vec<_> = all
+        .into_iter()
+        .filter(|(k, _)| pick.is_none_or(|p| p == *k))
+        .collect();
+    serde_json::json!({"ok": true, "settings": v})
 }
 
 fn handle(vol: &CacheVolume, line: &str) -> serde_json::Value {
@@ -48,6 +78,19 @@ fn handle(vol: &CacheVolume, line: &str) -> serde_json::Value {
             .parse::<Mode>()
             .and_then(|m| vol.set_mode(m).map_err(|e| e.to_string())),
         Command::Detach => vol.detach().map_err(|e| e.to_string()),
+        Command::Get { key } => return get_reply(vol.settings(), key.as_deref()),
+        Command::Set { key, value } => {
+            return match vol.set_setting(&key, &value) {
+                Ok((old, new)) => {
+                    serde_json::json!({"ok": true, "key": key, "old": old, "new": new})
+                }
+                Err(e) => serde_json::json!({"ok": false, "error": e}),
+            }
+        }
+        Command::ResetStats => {
+            vol.reset_stats();
+            Ok(())
+        }
     };
     match r {
         Ok(()) => serde_json::json!({"ok": true}),

@@ -115,6 +115,9 @@ pub struct Superblock {
     /// Bumped each time the superblock is written.
     pub generation: u64,
     pub data_offset: u64,
+    /// Per-run engine settings stored for the next start (`crate::tuning`, in the block's
+    /// second sector); `None`: none stored (defaults).
+    pub tuning: Option<crate::tuning::Tuning>,
 }
 
 impl Superblock {
@@ -161,6 +164,9 @@ impl Superblock {
         put_str(&mut b[80..80 + POLICY_BYTES], &self.policy);
         self.backing
             .encode_into(&mut b[BACKING_ID_AT..BACKING_ID_AT + ID_BYTES]);
+        if let Some(t) = &self.tuning {
+            t.encode_into(&mut b[crate::tuning::AT..]);
+        }
         // Every field sits in the first 512-byte sector, with its own checksum at 508: a
         // rewrite torn between sectors still leaves a whole old or new superblock there.
         let crc0 = crc32c::crc32c(&b[..SECTOR0_CRC]);
@@ -204,6 +210,12 @@ impl Superblock {
             data_offset: u64at(64),
             policy: get_str(&b[80..80 + POLICY_BYTES]),
             backing,
+            tuning: crate::tuning::Tuning::decode(&b[crate::tuning::AT..]).unwrap_or_else(|e| {
+                tracing::warn!(
+                    "superblock: {e}: the stored engine settings are ignored (defaults apply)"
+                );
+                None
+            }),
         };
         let bad = |field, why: String| Err(FormatError::BadField { field, why });
         if !sb.line_size.is_power_of_two() || !(4096..=1 << 20).contains(&sb.line_size) {
@@ -333,6 +345,7 @@ mod tests {
             clean: true,
             generation: 9,
             data_offset: Superblock::data_offset_for(1000, 4096),
+            tuning: Some(crate::tuning::Tuning::of(&Default::default())),
         }
     }
 

@@ -17,6 +17,7 @@ pub mod metrics;
 pub mod nbd_dev;
 pub mod reduce;
 pub mod state_file;
+pub mod tuning;
 pub mod volume;
 
 pub use dev::{hdd_config, BlockDev, EmulatedHdd, FileDev};

@@ -43,6 +43,8 @@ pub struct Metrics {
     pub backing_write_errors: AtomicU64,
     /// 1 while write-backs are failing (the volume is degraded).
     pub degraded: AtomicU64,
+    /// Settings changed live (`ctl set`).
+    pub settings_changes: AtomicU64,
 }
 
 impl Metrics {
@@ -55,6 +57,25 @@ impl Metrics {
             .unwrap_or(BUCKETS_US.len());
         self.buckets[op][i].fetch_add(1, Ordering::Relaxed);
         self.sum_us[op].fetch_add(us, Ordering::Relaxed);
+    }
+
+    /// `ctl stats --reset`: zeroes the latency histograms and the event counts (unmaps,
+    /// in-flux flags, metadata pages, relabelled lines); fault counts and states are kept.
+    pub fn reset(&self) {
+        for b in self.buckets.iter().flatten().chain(&self.sum_us) {
+            b.store(0, Ordering::Relaxed);
+        }
+        for c in [
+            &self.unmap_syncs,
+            &self.unmap_on_miss,
+            &self.unmap_ahead,
+            &self.flux_syncs,
+            &self.flux_pages,
+            &self.metadata_pages,
+            &self.relabelled_lines,
+        ] {
+            c.store(0, Ordering::Relaxed);
+        }
     }
 
     /// Cumulative bucket counts of one op (`le` order, last = +Inf = total).
@@ -102,6 +123,11 @@ impl Metrics {
             "bypasses_total",
             "Missed lines not admitted (all reasons).",
             &|k| k.line_misses.saturating_sub(k.admitted_misses),
+        );
+        counter(
+            "seq_cutoff_bypasses_total",
+            "Missed lines of sequential streams past the cutoff, sent around the cache.",
+            &|k| k.bypasses.seq_cutoff,
         );
         counter("insertions_total", "Lines put in the cache.", &|k| {
             k.insertions
@@ -197,6 +223,45 @@ impl Metrics {
             o,
             "# HELP tiercache_relabelled_lines_total Cached lines relabelled by the classifier.\n# TYPE tiercache_relabelled_lines_total counter\ntiercache_relabelled_lines_total {}",
             self.relabelled_lines.load(Ordering::Relaxed)
+        );
+        // The settings in force (`ctl get`; changed live by `ctl set`).
+        let t = &stats.settings.tuning;
+        let _ = writeln!(
+            o,
+            "# HELP tiercache_setting_admission_threshold Populate a group once it was accessed this often in the direction (0: never).\n# TYPE tiercache_setting_admission_threshold gauge\ntiercache_setting_admission_threshold{{op=\"read\"}} {}\ntiercache_setting_admission_threshold{{op=\"write\"}} {}",
+            t.admission.read_threshold, t.admission.write_threshold
+        );
+        let _ = writeln!(
+            o,
+            "# HELP tiercache_setting_seq_cutoff_bytes Sequential cutoff per direction (0: off).\n# TYPE tiercache_setting_seq_cutoff_bytes gauge\ntiercache_setting_seq_cutoff_bytes{{op=\"read\"}} {}\ntiercache_setting_seq_cutoff_bytes{{op=\"write\"}} {}",
+            t.seq_cutoff_read, t.seq_cutoff_write
+        );
+        for (n, h, v) in [
+            (
+                "group_size_bytes",
+                "Admission/population unit.",
+                t.group_size as f64,
+            ),
+            (
+                "dirty_high_ratio",
+                "Write-back: clean above this dirty share.",
+                t.dirty_high,
+            ),
+            (
+                "dirty_low_ratio",
+                "Write-back: clean down to this dirty share.",
+                t.dirty_low,
+            ),
+        ] {
+            let _ = writeln!(
+                o,
+                "# HELP tiercache_setting_{n} {h}\n# TYPE tiercache_setting_{n} gauge\ntiercache_setting_{n} {v}"
+            );
+        }
+        let _ = writeln!(
+            o,
+            "# HELP tiercache_setting_changes_total Settings changed live (ctl set).\n# TYPE tiercache_setting_changes_total counter\ntiercache_setting_changes_total {}",
+            stats.settings.changes
         );
         let _ = writeln!(
             o,

@@ -46,7 +46,9 @@
 //! 4. **FLUSH** syncs the backing device, then the cache device, then writes every changed
 //!    metadata page and syncs again: every write acknowledged before it is then durable on the
 //!    backing device or in a cache slot whose durable record marks it valid (and dirty).
-//!    **FUA** writes run the same sequence before they are acknowledged.
+//!    **FUA** writes run the same sequence before they are acknowledged; in write-back
+//!    they are planned as ordinary (dirty) cache writes, so the FUA makes them durable in
+//!    the cache (data and record), not on the backing device.
 //!
 //! 5. **In flux before in place.** A line whose durable record says "clean" promises that its
 //!    slot and the backing device hold the same bytes. A write hit overwrites the slot in
@@ -80,6 +82,7 @@ use crate::format::{
 use crate::identity::BackingIdentity;
 use crate::metrics::Metrics;
 use crate::state_file::{self, FailState};
+use crate::tuning::{self, Tuning};
 use std::collections::{BTreeSet, HashMap};
 use std::io;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -102,6 +105,9 @@ pub struct FormatOptions {
     /// The backing device's identity (`BlockDev::identity`); `None`: recorded at the first
     /// open (with a warning), `backing_id` kept for messages until then.
     pub backing: Option<BackingIdentity>,
+    /// Per-run engine settings stored with the cache (`crate::tuning`; `format --preset`,
+    /// `--admission`, ...); `None`: defaults.
+    pub tuning: Option<Tuning>,
 }
 
 impl Default for FormatOptions {
@@ -113,6 +119,7 @@ impl Default for FormatOptions {
             capacity_lines: None,
             backing_id: String::new(),
             backing: None,
+            tuning: None,
         }
     }
 }
@@ -136,6 +143,9 @@ pub struct OpenOptions {
     /// is refused at open. `None`: no state file (the failure is recorded only by erasing
     /// the cache's superblock, and writes fail with EIO while that erase has not succeeded).
     pub state_path: Option<std::path::PathBuf>,
+    /// Per-run engine settings for this run (`serve --admission`, ...), replacing the ones
+    /// stored in the superblock (and stored in their place); `None`: the stored ones.
+    pub tuning: Option<Tuning>,
 }
 
 /// What an open found on the device.
@@ -190,6 +200,21 @@ pub fn format(
             ),
         });
     }
+    if tiercache_engine::policy::is_offline(&opts.policy) {
+        return Err(offline_policy(&opts.policy));
+    }
+    if let Some(t) = &opts.tuning {
+        let mut cfg = EngineConfig {
+            line_size: ls,
+            policy: opts.policy.clone(),
+            ..Default::default()
+        };
+        t.apply(&mut cfg);
+        cfg.validate().map_err(|why| FormatError::BadField {
+            field: "engine settings",
+            why,
+        })?;
+    }
     let max = Superblock::lines_for_device(cache.size(), ls);
     let lines = opts.capacity_lines.unwrap_or(max);
     let need = Superblock::data_offset_for(lines, ls) + lines * ls;
@@ -218,6 +243,7 @@ pub fn format(
         clean: true,
         generation: 1,
         data_offset: Superblock::data_offset_for(lines, ls),
+        tuning: opts.tuning,
     };
     // Empty records first, the superblock last: a format interrupted half way has no magic.
     cache.write_at(&[0u8; 4096], 0)?;
@@ -237,6 +263,16 @@ pub fn format(
     cache.write_at(&sb.encode(), 0)?;
     cache.sync()?;
     Ok(sb)
+}
+
+/// The error for an offline policy (it needs the future) given to a live cache.
+fn offline_policy(name: &str) -> FormatError {
+    FormatError::BadField {
+        field: "policy",
+        why: format!(
+            "{name} is an offline policy (it needs the future accesses, which only a simulator replaying a trace has): a live cache cannot run it; use it with `tiercache sim`, and pick an online policy here (`tiercache policies`)"
+        ),
+    }
 }
 
 /// Reads the superblock of a cache device.
@@ -561,7 +597,10 @@ impl CacheVolume {
         if let Some(p) = &opts.policy {
             sb.policy = p.clone();
         }
-        let cfg = EngineConfig {
+        if tiercache_engine::policy::is_offline(&sb.policy) {
+            return Err(offline_policy(&sb.policy));
+        }
+        let mut cfg = EngineConfig {
             capacity_lines: sb.capacity_lines,
             line_size: sb.line_size,
             group_size: sb.line_size,
@@ -574,6 +613,11 @@ impl CacheVolume {
             },
             ..Default::default()
         };
+        // This run's settings, else the stored ones; stored (again) with the superblock.
+        if let Some(t) = opts.tuning.or(sb.tuning) {
+            t.apply(&mut cfg);
+        }
+        sb.tuning = Some(Tuning::of(&cfg));
         let mut engine = Engine::new(cfg).map_err(|e| FormatError::BadField {
             field: "engine configuration",
             why: e.to_string(),
@@ -836,7 +880,14 @@ impl CacheVolume {
             .iter()
             .filter_map(|&s| Some((s, g.engine.slot_key(s)?)))
             .collect();
-        let plan = g.engine.process(req).map_err(ioerr)?;
+        // FUA in write-back (issue 19): durable in the cache, data and record, as FLUSH makes
+        // it (the flush after the plan), not sent to the backing device: the engine plans it
+        // as an ordinary write-back write. Other modes write the backing device anyway.
+        let planned = Request {
+            fua: req.fua && g.engine.config().mode != Mode::WriteBack,
+            ..*req
+        };
+        let plan = g.engine.process(&planned).map_err(ioerr)?;
         let (buf_start, buf_len) = (plan.buf_start, plan.buf_len);
         let steps: Vec<Step> = plan.steps.clone();
         let at = req.offset.saturating_sub(buf_start) as usize;
@@ -1677,6 +1728,73 @@ impl CacheVolume {
         self.set_mode(Mode::PassThrough)
     }
 
+    /// Every setting `ctl get` shows ([`tuning::KEYS`] order), with its value now.
+    pub fn settings(&self) -> Vec<(&'static str, String)> {
+        let g = self.lock();
+        tuning::KEYS
+            .iter()
+            .map(|&(k, ..)| (k, Self::setting(&g, k)))
+            .collect()
+    }
+
+    fn setting(g: &Inner, k: &str) -> String {
+        let c = g.engine.config();
+        match k {
+            "mode" => c.mode.as_str().to_string(),
+            "policy" => g.engine.policy_name().to_string(),
+            "line-size" => tuning::size_str(c.line_size),
+            _ => Tuning::of(c).get(k).unwrap_or_default(),
+        }
+    }
+
+    /// `ctl set KEY VALUE`: changes a per-run setting on the running volume (the value
+    /// parsed as `tiercache sim` parses the flag of the same name), stores it in the
+    /// superblock so a restart keeps it, logs `old -> new`; returns (old, new). Settings fixed
+    /// at format or start (line size, policy, SLRU share) are refused with what to do.
+    pub fn set_setting(&self, key: &str, value: &str) -> Result<(String, String), String> {
+        let k = tuning::key(key)?;
+        let (_, what, live) = *tuning::KEYS.iter().find(|x| x.0 == k).expect("known key");
+        if !live {
+            return Err(format!("{k} cannot change on a running volume: {what}"));
+        }
+        let old = Self::setting(&self.lock(), k);
+        if k == "mode" {
+            let m: Mode = value.parse()?;
+            self.set_mode(m)
+                .map_err(|e| format!("mode {value:?}: {e}"))?;
+        } else {
+            let mut g = self.lock();
+            if g.closed {
+                return Err("the cache volume is shut down".into());
+            }
+            let t = Tuning::of(g.engine.config()).with(k, value)?;
+            g.engine
+                .retune(|c| t.apply(c))
+                .map_err(|e| format!("{k} {value:?}: {e}"))?;
+            g.sb.tuning = Some(t);
+            if let Err(e) = self.write_superblock(&mut g) {
+                tracing::warn!("setting {k}: {old} -> {value} applied but not stored: {e}");
+                return Err(format!(
+                    "{k} is {value} now, but storing it in the superblock failed ({e}): a restart goes back to {old}"
+                ));
+            }
+        }
+        let new = Self::setting(&self.lock(), k);
+        self.metrics
+            .settings_changes
+            .fetch_add(1, Ordering::Relaxed);
+        tracing::info!(target: tuning::LOG_TARGET, "setting {k}: {old} -> {new}");
+        Ok((old, new))
+    }
+
+    /// `ctl stats --reset` (as `casadm -Z`): zeroes the engine's counters and the latency
+    /// histograms and event counts; fault state (errors, failure, lost data) is kept.
+    pub fn reset_stats(&self) {
+        self.lock().engine.reset_counters();
+        self.metrics.reset();
+        tracing::info!(target: tuning::LOG_TARGET, "statistics reset");
+    }
+
     /// Clean shutdown: everything durable, the superblock marked clean. Later calls fail.
     pub fn shutdown(&self) -> io::Result<()> {
         self.stop.store(true, Ordering::Relaxed);
@@ -2240,6 +2358,13 @@ impl CacheVolume {
             .map(|(_, s, _)| e.dirty_mask(s).count_ones() as u64 * e.sector_size())
             .sum();
         VolumeStats {
+            settings: Settings {
+                mode: e.config().mode.as_str().to_string(),
+                policy: e.policy_name().to_string(),
+                line_size: e.config().line_size,
+                tuning: Tuning::of(e.config()),
+                changes: self.metrics.settings_changes.load(Ordering::Relaxed),
+            },
             mode: e.config().mode.as_str().to_string(),
             policy: e.policy_name().to_string(),
             line_size: 1 << self.line_shift,
@@ -2311,9 +2436,22 @@ pub struct LineState {
     pub dirty: u64,
 }
 
+/// The settings in force (`ctl stats` "settings", `ctl get`).
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Settings {
+    pub mode: String,
+    pub policy: String,
+    pub line_size: u64,
+    #[serde(flatten)]
+    pub tuning: Tuning,
+    /// Settings changed live (`ctl set`) since the start.
+    pub changes: u64,
+}
+
 /// Snapshot of a volume's state.
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct VolumeStats {
+    pub settings: Settings,
     pub mode: String,
     pub policy: String,
     pub line_size: u64,

@@ -324,9 +324,18 @@ fn emulated_hdd_backing_serves_the_same_bytes() {
         .iter()
         .enumerate()
         .all(|(i, &b)| b == initial(5000 + i as u64)));
+    // FUA in write-back: durable in the cache (issue 19), not sent to the backing device;
+    // written back by `ctl flush`.
     vol.write(5000, &[9; 100], true).unwrap();
+    assert_eq!(vol.stats().dirty_lines, 1);
+    let on_backing = |f: &Files| std::fs::read(&f.backing).unwrap()[5000..5100].to_vec();
+    assert!(on_backing(&f)
+        .iter()
+        .enumerate()
+        .all(|(i, &b)| b == initial(5000 + i as u64)));
+    vol.flush_dirty().unwrap();
     vol.shutdown().unwrap();
-    assert_eq!(std::fs::read(&f.backing).unwrap()[5000..5100], [9; 100]);
+    assert_eq!(on_backing(&f), [9; 100]);
     assert!(tiercache_server::hdd_config("no-such-disk").is_err());
 }
 
@@ -409,4 +418,61 @@ fn evictions_unmap_likely_victims_in_batches() {
     assert_eq!(rep.restored, cached);
     vol.read(0, &mut buf).unwrap();
     m.check_now(0, &buf, "after a clean restart");
+}
+
+/// Issue 19: `ctl set` on the volume changes the engine's settings live (validated as the
+/// engine validates them), shows them in stats and Prometheus, and stores them in the
+/// superblock so a reopen keeps them; fixed settings and bad values are refused by name.
+#[test]
+fn live_settings_apply_show_and_persist() {
+    let f = files(256, 4096);
+    format(&f, Mode::WriteThrough, 4096);
+    let (vol, _) = open(&f, None);
+    assert_eq!(
+        vol.set_setting("admission", "never").unwrap(),
+        ("always".into(), "never".into())
+    );
+    let data = vec![7u8; 64 << 10];
+    vol.write(0, &data, false).unwrap();
+    let st = vol.stats();
+    assert_eq!(
+        st.cached_lines, 0,
+        "admission never: writes do not populate"
+    );
+    assert_eq!(st.totals.bypasses.admission, 16);
+    vol.set_setting("seq_cutoff", "128k").unwrap();
+    vol.set_setting("group-size", "16k").unwrap();
+    let e = vol.set_setting("group-size", "2k").unwrap_err();
+    assert!(e.contains("group_size"), "{e}");
+    let e = vol.set_setting("policy", "fifo").unwrap_err();
+    assert!(e.contains("--policy"), "{e}");
+    let st = vol.stats();
+    assert_eq!(st.settings.tuning.seq_cutoff_read, 128 << 10);
+    assert_eq!(st.settings.changes, 3);
+    let text = vol.metrics().prometheus(&st);
+    for want in [
+        "tiercache_setting_admission_threshold{op=\"read\"} 0",
+        "tiercache_setting_seq_cutoff_bytes{op=\"read\"} 131072",
+        "tiercache_setting_group_size_bytes 16384",
+        "tiercache_setting_changes_total 3",
+    ] {
+        assert!(text.contains(want), "{want} missing from:\n{text}");
+    }
+    vol.reset_stats();
+    assert_eq!(vol.stats().totals.requests, 0);
+    vol.shutdown().unwrap();
+    drop(vol);
+    let (vol, _) = open(&f, None);
+    let got: Vec<(&str, String)> = vol.settings();
+    for (k, v) in [
+        ("admission", "never"),
+        ("seq-cutoff", "128KiB"),
+        ("group-size", "16KiB"),
+    ] {
+        assert!(
+            got.contains(&(k, v.to_string())),
+            "{k} after reopen: {got:?}"
+        );
+    }
+    vol.shutdown().unwrap();
 }

@@ -147,6 +147,14 @@ impl CacheSection {
             .map_err(|e| anyhow::anyhow!("cache size: {e}"))?;
         let mut cfg = EngineConfig::default();
         cfg.policy_params.seed = seed;
+        self.apply_engine(&mut cfg)?;
+        Ok((size, cfg))
+    }
+
+    /// Applies these settings' engine fields (all but the size and the layout's) over `cfg`
+    /// and validates the result: the one parser of `sim`, `sweep`, experiment files and the
+    /// live volume's `format`/`serve` flags, so a setting means the same everywhere.
+    pub fn apply_engine(&self, cfg: &mut EngineConfig) -> Result<()> {
         if let Some(p) = &self.preset {
             cfg.apply_preset(p.parse::<Preset>().map_err(anyhow::Error::msg)?);
         }
@@ -193,7 +201,7 @@ impl CacheSection {
             cfg.policy_params.s3fifo_small = x;
         }
         cfg.validate().map_err(anyhow::Error::msg)?;
-        Ok((size, cfg))
+        Ok(())
     }
 }
 

@@ -180,6 +180,12 @@ pub fn lookup(name: &str) -> Option<&'static PolicyInfo> {
     REGISTRY.iter().find(|p| norm(p.name) == want)
 }
 
+/// Whether the named policy is offline (it needs the future: [`Policy::needs_oracle`], e.g.
+/// `belady`): a simulator can run it, a live cache cannot. `false` for unknown names.
+pub fn is_offline(name: &str) -> bool {
+    lookup(name).is_some_and(|p| (p.make)(1, &PolicyConfig::default()).needs_oracle())
+}
+
 /// Names of all registered policies.
 pub fn names() -> Vec<&'static str> {
     REGISTRY.iter().map(|p| p.name).collect()

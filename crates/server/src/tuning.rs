@@ -1,0 +1,295 @@
+//! The direct layout's per-run engine settings (issue 19): admission, sequential cutoff per
+//! direction, group size, dirty watermarks and the SLRU protected share. They are set by
+//! `format`/`serve` flags (parsed as `tiercache sim` parses them), changed live by
+//! `tiercache ctl set KEY VALUE`, and stored in the superblock so a restart keeps them.
+//!
+//! On disk: bytes [`AT`].. of the superblock block (its second 512-byte sector, outside the
+//! fields of sector 0), [`BYTES`] bytes, little endian:
+//! ```text
+//! 0  magic "TCTUNING"   8  version u32 (1)    12 group_size u64
+//! 20 read_threshold u32 24 write_threshold u32 28 seq_cutoff_read u64  36 seq_cutoff_write u64
+//! 44 dirty_high f64     52 dirty_low f64      60 slru_protected f64    68 crc32c u32 (of 0..68)
+//! ```
+//! A superblock rewrite torn inside this sector leaves a block whose own checksum fails: it
+//! is ignored with a warning and the defaults apply (these settings shape performance, never
+//! what a block reads). Builds before this area ignore it (the superblock's version is
+//! unchanged: sector 0 is as it was).
+
+use serde::Serialize;
+use tiercache_engine::{fmt_size, parse_size, Admission, EngineConfig};
+
+/// Tracing target of the settings log (`old -> new` of every change), shown by default.
+pub const LOG_TARGET: &str = "tiercache::settings";
+
+/// Offset of the settings inside the superblock block.
+pub const AT: usize = 512;
+pub const BYTES: usize = 72;
+const MAGIC: &[u8; 8] = b"TCTUNING";
+const VERSION: u32 = 1;
+
+/// Keys `ctl get`/`ctl set` know, in display order: (key, what it is, changeable live).
+pub const KEYS: &[(&str, &str, bool)] = &[
+    ("mode", "write mode (also `ctl mode`)", true),
+    (
+        "admission",
+        "always, never, nhit:N or nhit:READ:WRITE",
+        true,
+    ),
+    (
+        "seq-cutoff",
+        "read streams longer than this bypass the cache (0 = off)",
+        true,
+    ),
+    ("seq-cutoff-write", "the same for write streams", true),
+    (
+        "group-size",
+        "admission/population unit, a power-of-two multiple of the line",
+        true,
+    ),
+    (
+        "dirty-high",
+        "write-back: clean above this dirty share",
+        true,
+    ),
+    ("dirty-low", "write-back: clean down to this share", true),
+    (
+        "slru-protected",
+        "the SLRU protected share is set per run: restart the server with --slru-protected",
+        false,
+    ),
+    (
+        "policy",
+        "the replacement policy is set per run: restart the server with --policy",
+        false,
+    ),
+    (
+        "line-size",
+        "the line size is fixed at format: `tiercache format --force --line-size` (discards the cache)",
+        false,
+    ),
+];
+
+/// Canonical key name (`seq_cutoff` and `seq-cutoff` are the same), or an error listing the
+/// keys.
+pub fn key(k: &str) -> Result<&'static str, String> {
+    let want = k.trim().to_ascii_lowercase().replace('_', "-");
+    let want = match want.as_str() {
+        "seq-cutoff-read" => "seq-cutoff",
+        w => w,
+    };
+    KEYS.iter()
+        .map(|x| x.0)
+        .find(|x| *x == want)
+        .ok_or_else(|| {
+            format!(
+                "unknown setting {k:?}; known: {}",
+                KEYS.iter().map(|x| x.0).collect::<Vec<_>>().join(", ")
+            )
+        })
+}
+
+/// A size as `ctl get` shows it (parseable again by `ctl set`): `0`, `256KiB`, `1MiB`.
+pub fn size_str(b: u64) -> String {
+    if b == 0 {
+        "0".into()
+    } else {
+        fmt_size(b).replace(' ', "")
+    }
+}
+
+/// The per-run settings (see the module doc).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct Tuning {
+    pub group_size: u64,
+    #[serde(serialize_with = "admission_str")]
+    pub admission: Admission,
+    pub seq_cutoff_read: u64,
+    pub seq_cutoff_write: u64,
+    pub dirty_high: f64,
+    pub dirty_low: f64,
+    pub slru_protected: f64,
+}
+
+// Decoded shares are checked to be numbers (not NaN), so equality is reflexive.
+impl Eq for Tuning {}
+
+fn admission_str<S: serde::Serializer>(a: &Admission, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&admission_text(a))
+}
+
+/// An admission rule as `--admission` takes it (`never` rather than `nhit:0:0`).
+pub fn admission_text(a: &Admission) -> String {
+    if a.read_threshold == 0 && a.write_threshold == 0 {
+        "never".into()
+    } else {
+        a.to_string()
+    }
+}
+
+impl Tuning {
+    /// The settings `cfg` holds.
+    pub fn of(cfg: &EngineConfig) -> Tuning {
+        Tuning {
+            group_size: cfg.group_size,
+            admission: cfg.admission,
+            seq_cutoff_read: cfg.seq_cutoff.read_bytes,
+            seq_cutoff_write: cfg.seq_cutoff.write_bytes,
+            dirty_high: cfg.dirty_high,
+            dirty_low: cfg.dirty_low,
+            slru_protected: cfg.policy_params.slru_protected,
+        }
+    }
+
+    /// Puts these settings into `cfg`.
+    pub fn apply(&self, cfg: &mut EngineConfig) {
+        cfg.group_size = self.group_size;
+        cfg.admission = self.admission;
+        cfg.seq_cutoff.read_bytes = self.seq_cutoff_read;
+        cfg.seq_cutoff.write_bytes = self.seq_cutoff_write;
+        cfg.dirty_high = self.dirty_high;
+        cfg.dirty_low = self.dirty_low;
+        cfg.policy_params.slru_protected = self.slru_protected;
+    }
+
+    /// The value of a setting key ([`key`]) these settings hold; `None` for the keys that are
+    /// not part of them (mode, policy, line size).
+    pub fn get(&self, k: &str) -> Option<String> {
+        Some(match k {
+            "admission" => admission_text(&self.admission),
+            "seq-cutoff" => size_str(self.seq_cutoff_read),
+            "seq-cutoff-write" => size_str(self.seq_cutoff_write),
+            "group-size" => size_str(self.group_size),
+            "dirty-high" => self.dirty_high.to_string(),
+            "dirty-low" => self.dirty_low.to_string(),
+            "slru-protected" => self.slru_protected.to_string(),
+            _ => return None,
+        })
+    }
+
+    /// These settings with `k` set to `v`, parsed as `tiercache sim` parses the flag of the
+    /// same name (the engine validates the combination when it takes them).
+    pub fn with(&self, k: &str, v: &str) -> Result<Tuning, String> {
+        let mut t = *self;
+        let size = |v: &str| parse_size(v).map_err(|e| format!("{k} {v:?}: {e}"));
+        let share = |v: &str| {
+            v.trim()
+                .parse::<f64>()
+                .ok()
+                .filter(|x| (0.0..=1.0).contains(x))
+                .ok_or_else(|| format!("{k} {v:?}: give a share between 0 and 1, e.g. 0.8"))
+        };
+        match k {
+            "admission" => t.admission = v.parse().map_err(|e| format!("{k}: {e}"))?,
+            "seq-cutoff" => t.seq_cutoff_read = size(v)?,
+            "seq-cutoff-write" => t.seq_cutoff_write = size(v)?,
+            "group-size" => t.group_size = size(v)?,
+            "dirty-high" => t.dirty_high = share(v)?,
+            "dirty-low" => t.dirty_low = share(v)?,
+            _ => return Err(format!("{k} is not a per-run setting")),
+        }
+        Ok(t)
+    }
+
+    /// Writes the settings block into `out` (at least [`BYTES`] bytes).
+    pub fn encode_into(&self, out: &mut [u8]) {
+        let b = &mut out[..BYTES];
+        b[0..8].copy_from_slice(MAGIC);
+        b[8..12].copy_from_slice(&VERSION.to_le_bytes());
+        b[12..20].copy_from_slice(&self.group_size.to_le_bytes());
+        b[20..24].copy_from_slice(&self.admission.read_threshold.to_le_bytes());
+        b[24..28].copy_from_slice(&self.admission.write_threshold.to_le_bytes());
+        b[28..36].copy_from_slice(&self.seq_cutoff_read.to_le_bytes());
+        b[36..44].copy_from_slice(&self.seq_cutoff_write.to_le_bytes());
+        b[44..52].copy_from_slice(&self.dirty_high.to_le_bytes());
+        b[52..60].copy_from_slice(&self.dirty_low.to_le_bytes());
+        b[60..68].copy_from_slice(&self.slru_protected.to_le_bytes());
+        let crc = crc32c::crc32c(&b[..68]);
+        b[68..72].copy_from_slice(&crc.to_le_bytes());
+    }
+
+    /// Reads a settings block: `Ok(None)` when there is none (a device formatted before
+    /// them), `Err` when one is there but damaged or of an unknown version.
+    pub fn decode(b: &[u8]) -> Result<Option<Tuning>, String> {
+        let b = &b[..BYTES];
+        if &b[0..8] != MAGIC {
+            return Ok(None);
+        }
+        let crc = u32::from_le_bytes(b[68..72].try_into().unwrap());
+        if crc != crc32c::crc32c(&b[..68]) {
+            return Err("settings block checksum mismatch".into());
+        }
+        let u32at = |o: usize| u32::from_le_bytes(b[o..o + 4].try_into().unwrap());
+        let u64at = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap());
+        let f64at = |o: usize| f64::from_le_bytes(b[o..o + 8].try_into().unwrap());
+        if u32at(8) != VERSION {
+            return Err(format!("settings block version {} unknown", u32at(8)));
+        }
+        let t = Tuning {
+            group_size: u64at(12),
+            admission: Admission {
+                read_threshold: u32at(20),
+                write_threshold: u32at(24),
+            },
+            seq_cutoff_read: u64at(28),
+            seq_cutoff_write: u64at(36),
+            dirty_high: f64at(44),
+            dirty_low: f64at(52),
+            slru_protected: f64at(60),
+        };
+        let shares = [t.dirty_high, t.dirty_low, t.slru_protected];
+        if shares.iter().any(|x| !(0.0..=1.0).contains(x)) {
+            return Err(format!(
+                "settings block holds shares out of 0..=1: {shares:?}"
+            ));
+        }
+        Ok(Some(t))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn settings_block_round_trips_and_catches_damage() {
+        let mut cfg = EngineConfig::default();
+        cfg.apply_preset(tiercache_engine::Preset::Database);
+        cfg.seq_cutoff.read_bytes = 256 << 10;
+        let t = Tuning::of(&cfg);
+        let mut b = vec![0u8; BYTES];
+        assert_eq!(Tuning::decode(&b).unwrap(), None, "no block: none");
+        t.encode_into(&mut b);
+        assert_eq!(Tuning::decode(&b).unwrap(), Some(t));
+        b[30] ^= 1;
+        assert!(Tuning::decode(&b).unwrap_err().contains("checksum"));
+    }
+
+    #[test]
+    fn keys_and_values_parse_as_sim_flags() {
+        assert_eq!(key("seq_cutoff").unwrap(), "seq-cutoff");
+        assert!(key("cutoff")
+            .unwrap_err()
+            .contains("known: mode, admission"));
+        let t = Tuning::of(&EngineConfig::default());
+        let u = t.with("admission", "nhit:2:1").unwrap();
+        assert_eq!(u.get("admission").unwrap(), "nhit:2:1");
+        let u = u.with("seq-cutoff", "1m").unwrap();
+        assert_eq!(u.get("seq-cutoff").unwrap(), "1MiB");
+        assert_eq!(
+            u.with("seq-cutoff", "0")
+                .unwrap()
+                .get("seq-cutoff")
+                .unwrap(),
+            "0"
+        );
+        assert!(t
+            .with("admission", "sometimes")
+            .unwrap_err()
+            .contains("nhit"));
+        assert!(t
+            .with("dirty-high", "2")
+            .unwrap_err()
+            .contains("between 0 and 1"));
+        assert!(t.with("policy", "lru").is_err());
+    }
+}
