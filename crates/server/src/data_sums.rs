@@ -374,4 +374,25 @@ mod tests {
         }
         assert!(s.block_slots(0).contains(&0) && s.block_slots(1).contains(&15));
     }
+
+    /// The CPU cost of one 4 KiB sector run's checksums (8 x 512 B), for BENCHMARKS:
+    /// `cargo test --release -p tiercache-server --lib crc32c_cost -- --ignored --nocapture`.
+    #[test]
+    #[ignore]
+    fn crc32c_cost() {
+        let data = vec![0x5au8; 4096];
+        let n = 1_000_000u32;
+        let t = std::time::Instant::now();
+        let mut x = 0u32;
+        for _ in 0..n {
+            for c in data.chunks(512) {
+                x ^= crc32c::crc32c(std::hint::black_box(c));
+            }
+        }
+        let ns = t.elapsed().as_nanos() as f64 / n as f64;
+        println!(
+            "crc32c of 4 KiB in 512-byte sectors: {ns:.0} ns ({:.1} GB/s) [{x}]",
+            4096.0 / ns
+        );
+    }
 }

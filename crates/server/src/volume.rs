@@ -766,6 +766,10 @@ impl CacheVolume {
             }
         }
         let sums = sums.map(|(s, _)| s);
+        if let Some(s) = &sums {
+            // One checksum per validity unit: anything else would check bytes never valid.
+            assert_eq!(s.sector, engine.sector_size(), "data checksum unit");
+        }
         verify_clean_sample(
             &*cache,
             &*backing,
