@@ -264,14 +264,14 @@ impl DataSums {
             self.set(x, crc32c::crc32c(&data[o..o + s as usize]));
             x += s;
         }
-        let partial = ssd % s != 0 || end % s != 0;
+        let partial = !ssd.is_multiple_of(s) || !end.is_multiple_of(s);
         partial.then(|| self.widen(ssd, data.len() as u64))
     }
 
     /// Checks `data`, read at the sector-aligned data-area offset `ssd` (whole sectors),
     /// against `expected` (one entry per sector, from [`DataSums::expected`]).
     pub fn verify(sector: u64, ssd: u64, data: &[u8], expected: &[u32]) -> Result<(), Mismatch> {
-        debug_assert!(ssd % sector == 0 && data.len() as u64 % sector == 0);
+        debug_assert!(ssd.is_multiple_of(sector) && (data.len() as u64).is_multiple_of(sector));
         let bad: Vec<u64> = data
             .chunks(sector as usize)
             .zip(expected)

@@ -427,6 +427,10 @@ fn check_backing_identity(
 /// * after a crash, a line written just before it may legitimately differ (the write reached
 ///   one device and not the other); only the differing lines are dropped (they then read the
 ///   backing copy, and keep reading it), unless every sampled line differs (another disk).
+///
+/// With data checksums (`sums`), a differing line whose own bytes fail their checksum is
+/// damage in the cache, dropped alone (`OpenReport::damaged_clean_lines`).
+#[allow(clippy::too_many_arguments)]
 fn verify_clean_sample(
     cache: &dyn BlockDev,
     backing: &dyn BlockDev,
