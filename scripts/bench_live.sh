@@ -6,9 +6,12 @@
 #   2. fio 4 KiB random write, queue depth 16: tiercache write-back vs nbdkit's cache filter
 #      in writeback;
 #   3. an emulated 7200 rpm HDD with a hot set that fits in the cache: IOPS with no cache,
-#      then during and after warm-up, and the warm-up time next to the Qsan formula's.
+#      then during and after warm-up, and the warm-up time next to the Qsan formula's;
+#   4. the cost of data checksums (`--data-checksums`): tests 1 and 2 on tiercache without and
+#      with them, alternating, best of 3 each.
 #
-#     bash scripts/bench_live.sh [RUNTIME_S]      (default 20 s per fio run; best of 3 for tests 1 and 2)
+#     bash scripts/bench_live.sh [RUNTIME_S]      (default 20 s per fio run; best of 3 for tests 1, 2, 4)
+#     ONLY=checksums bash scripts/bench_live.sh 10   (test 4 alone)
 #
 # Needs fio (with its nbd engine), nbdkit and the release binary (built here).
 set -euo pipefail
@@ -69,6 +72,29 @@ stop_last() { kill "${PIDS[-1]}" 2>/dev/null || true; wait "${PIDS[-1]}" 2>/dev/
 
 echo "machine: $(uname -m), $(nproc) cores, $(date -u +%F); fio $(fio --version); nbdkit $(nbdkit --version | head -1)"
 echo
+
+# 4. Data checksums: cached randread (write-through) and randwrite (write-back), without and
+# with --data-checksums, alternating so that both see the same background load.
+checksum_rows() {
+  echo "| 4K QD16, tiercache | without data checksums | with --data-checksums | cost |"
+  echo "|---|--:|--:|--:|"
+  local mode rw label
+  for mode in write-through write-back; do
+    if [ $mode = write-through ]; then rw=randread; label="randread, fully cached"; else rw=randwrite; label="randwrite, write-back"; fi
+    local off=0 on=0 x
+    for _ in 1 2 3; do
+      for sums in 0 1; do
+        if [ $sums = 1 ]; then tc_serve "$W/tc.sock" $mode --data-checksums; else tc_serve "$W/tc.sock" $mode; fi
+        [ $rw = randread ] && warm "$W/tc.sock" $WS_MB
+        x=$(fio_iops "$W/tc.sock" $rw 4k 16 $WS_MB "$RUNTIME")
+        stop_last
+        if [ $sums = 1 ]; then [ "$x" -gt $on ] && on=$x; else [ "$x" -gt $off ] && off=$x; fi
+      done
+    done
+    echo "| 4K $label | $off | $on | $(python3 -c "print(f'{1 - $on/$off:.1%}')") |"
+  done
+}
+if [ "${ONLY:-}" = checksums ]; then checksum_rows; exit 0; fi
 echo "| test | tiercache | nbdkit file (cache file) | nbdkit cache filter | ratio |"
 echo "|---|--:|--:|--:|--:|"
 
@@ -119,3 +145,6 @@ EST=$("$TC" warmup --cache-size ${HOT_MB}M --disk-iops "$NOCACHE" --io-size 4k -
       python3 -c "import json,sys; d=json.load(sys.stdin); print(round(d.get('estimate_s', d.get('estimate_min', 0) * 60)))")
 echo
 echo "warm-up to 10x the no-cache IOPS: measured ${WARM_T:-not reached} s; Qsan's formula ${EST} s"
+
+echo
+checksum_rows

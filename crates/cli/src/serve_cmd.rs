@@ -50,6 +50,11 @@ pub struct FormatArgs {
     /// Use only this much of the cache device (default: all of it).
     #[arg(long)]
     cache_size: Option<String>,
+    /// Keep a crc32c of every cached sector (direct layout), fixed at format: a damaged
+    /// clean line is re-read from the backing device, damaged dirty data fails with EIO and
+    /// is reported instead of being served or written back.
+    #[arg(long)]
+    data_checksums: bool,
     /// Overwrite a device that already holds a tiercache cache (or a damaged one): everything
     /// it holds is discarded, dirty data not yet on the backing device included.
     #[arg(long)]
@@ -156,6 +161,11 @@ pub struct ServeArgs {
     #[arg(long)]
     #[serde(default)]
     format_if_needed: bool,
+    /// With --format-if-needed: format with data checksums (see `tiercache format
+    /// --data-checksums`). A cache formatted with them uses them without this flag.
+    #[arg(long)]
+    #[serde(default)]
+    data_checksums: bool,
     /// The backing device is the one the cache was formatted for, under another name (a
     /// moved file, another NBD URI): open it and record the new name. Without it a different
     /// backing device is refused.
@@ -477,6 +487,9 @@ pub fn format(a: FormatArgs) -> Result<()> {
         bail!("--preset, --group-size, --admission, --seq-cutoff, --dirty-* and --slru-protected apply to the direct layout");
     }
     if a.layout.is_log()? {
+        if a.data_checksums {
+            bail!("--data-checksums applies to the direct layout only (see `tiercache format --help`)");
+        }
         if a.policy != "lru" || a.cache_size.is_some() {
             bail!("--policy and --cache-size apply to the direct layout; the log layout uses the whole device and picks segments with --picker");
         }
@@ -504,6 +517,7 @@ pub fn format(a: FormatArgs) -> Result<()> {
         backing_id: a.backing.display().to_string(),
         backing: backing.identity(),
         tuning,
+        data_checksums: a.data_checksums,
     };
     let old_uuid = tiercache_server::read_superblock(&*cache)
         .ok()
@@ -512,12 +526,17 @@ pub fn format(a: FormatArgs) -> Result<()> {
         .with_context(|| format!("formatting {}", a.cache.display()))?;
     clear_state_files(&a.cache, a.state_dir.as_deref(), old_uuid)?;
     println!(
-        "formatted {}: {} lines of {} bytes ({} cache data), metadata {} bytes, mode {}, policy {}, backing {} ({} bytes)",
+        "formatted {}: {} lines of {} bytes ({} cache data), metadata {} bytes{}, mode {}, policy {}, backing {} ({} bytes)",
         a.cache.display(),
         sb.capacity_lines,
         sb.line_size,
         tiercache_engine::fmt_size(sb.capacity_lines * sb.line_size),
         sb.data_offset,
+        if sb.data_checksums {
+            " (with data checksums)"
+        } else {
+            ""
+        },
         Mode::ALL[sb.mode as usize],
         sb.policy,
         sb.backing.describe(),
@@ -631,6 +650,7 @@ fn merge(mut a: ServeArgs) -> Result<ServeArgs> {
         state_dir
     );
     a.format_if_needed |= c.format_if_needed;
+    a.data_checksums |= c.data_checksums;
     a.accept_backing_rename |= c.accept_backing_rename;
     a.accept_backing_changes |= c.accept_backing_changes;
     a.tls_verify_peer |= c.tls_verify_peer;
@@ -719,7 +739,7 @@ pub fn serve(a: ServeArgs) -> Result<()> {
         })?;
         let ls = new_line;
         let lines = bytes / ls;
-        let total = Superblock::data_offset_for(lines, ls) + lines * ls;
+        let total = Superblock::data_offset_with(lines, ls, a.data_checksums) + lines * ls;
         // 0600 whatever the umask: the file will hold the volume's data.
         std::fs::OpenOptions::new()
             .write(true)
@@ -806,6 +826,12 @@ pub fn serve(a: ServeArgs) -> Result<()> {
                 sb.tuning,
                 &a.tune,
             )?;
+            if a.data_checksums && !sb.data_checksums {
+                bail!(
+                    "{} was formatted without data checksums; they are fixed at format time: `tiercache format --force --data-checksums` (discards the cache, flush it first), or serve without --data-checksums",
+                    cache_path.display()
+                );
+            }
             if let Some(ls) = line_size.filter(|&ls| ls != sb.line_size) {
                 bail!(
                     "{} is formatted with {}-byte lines, not {ls}; reformat with `tiercache format --force --line-size {ls}`",
@@ -824,6 +850,7 @@ pub fn serve(a: ServeArgs) -> Result<()> {
                 backing_id: backing_path.display().to_string(),
                 backing: backing.identity(),
                 tuning: new_tuning,
+                data_checksums: a.data_checksums,
             };
             let sb = tiercache_server::format(&*cache, backing.size(), &opts)?;
             uuid = Some(sb.uuid);
@@ -1198,6 +1225,12 @@ fn print_stats(v: &serde_json::Value) {
             ""
         }
     );
+    if s["data_checksums"] == true {
+        println!(
+            "data checksums  on, {} mismatches (clean: re-read from the backing device; dirty: LOST below)",
+            n(&s["checksum_errors"])
+        );
+    }
     if s["degraded"] == true {
         println!(
             "DEGRADED        {}",

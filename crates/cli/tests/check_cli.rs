@@ -532,3 +532,65 @@ fn log_journal_half_header_flip_is_named_refused_and_repaired() {
     assert_eq!(log_lines_readable(&cache, &backing), LOG_LINES);
     second_repair_changes_nothing(&cache);
 }
+
+/// `format --data-checksums`, then one flipped byte in a dirty cached sector of a cleanly
+/// stopped cache: `check` exits 1 naming the slot and the volume range, `check --repair`
+/// drops the damaged sector, lists it as lost, and a second repair changes nothing.
+#[test]
+fn data_checksum_damage_is_named_and_repaired() {
+    let dir = tempfile::tempdir().unwrap();
+    let (cache, backing) = (dir.path().join("cache.img"), dir.path().join("backing.img"));
+    std::fs::write(&backing, vec![0u8; VOL as usize]).unwrap();
+    let sb_bytes = tiercache_server::Superblock::data_offset_with(64, 4096, true) + 64 * 4096;
+    std::fs::File::create(&cache)
+        .unwrap()
+        .set_len(sb_bytes)
+        .unwrap();
+    let o = Command::new(BIN)
+        .args(["format", "--mode", "wb", "--data-checksums", "--cache"])
+        .arg(&cache)
+        .arg("--backing")
+        .arg(&backing)
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success() && out.contains("with data checksums"),
+        "{out}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let (vol, _) = CacheVolume::open(
+        Box::new(FileDev::open(&cache).unwrap()),
+        Box::new(FileDev::open(&backing).unwrap()),
+        &OpenOptions::default(),
+    )
+    .unwrap();
+    vol.write(5 * 4096, &[9u8; 4096], false).unwrap();
+    let slot = vol.lines()[0].slot as u64;
+    vol.shutdown().unwrap();
+    drop(vol);
+    assert_eq!(check(&cache, false).0, 0);
+    let sb = tiercache_server::read_superblock(&FileDev::open_read_only(&cache).unwrap()).unwrap();
+    let at = (sb.data_offset + slot * 4096 + 2100) as usize;
+    patch(&cache, at, &[0x19]);
+    let (code, out) = check(&cache, false);
+    assert_eq!(code, 1, "{out}");
+    let want = format!("slot {slot} (cache byte {})", at / 512 * 512);
+    assert!(
+        out.contains(&want) && out.contains("volume bytes 22528..23040") && out.contains("DIRTY"),
+        "{out}"
+    );
+    let (code, v) = repair(&cache);
+    assert_eq!(code, 0, "{v}");
+    let lost = &v["repair"]["lost_ranges"];
+    assert_eq!(
+        (
+            lost[0]["start"].as_u64(),
+            lost[0]["end"].as_u64(),
+            lost.as_array().map(|a| a.len())
+        ),
+        (Some(22528), Some(23040), Some(1)),
+        "{v}"
+    );
+    second_repair_changes_nothing(&cache);
+}

@@ -7,6 +7,14 @@
 //! have been dirty; a record that verifies but maps nonsense is dropped and its range, if
 //! dirty, listed), rewrites the metadata, and leaves a device that opens; run on a
 //! consistent device it writes nothing.
+//!
+//! With data checksums (`crate::data_sums`) the check also reads every cached sector and
+//! compares its crc32c: a mismatch is a problem naming the slot and volume range (after an
+//! unclean stop a line flagged in flux is only noted: the server recomputes its checksums),
+//! as is every range the server recorded as lost to damaged dirty data. A repair drops the
+//! damaged sectors from their records (clean ones are then read from the backing device),
+//! lists the damaged dirty ranges as lost, and clears the server's lost list (the ranges
+//! then read the backing device's older data: the listing is the only record of the loss).
 
 use crate::dev::BlockDev;
 use crate::format::{self, FormatError, Record, Superblock, EMPTY_KEY, META_OFFSET, PAGE};
@@ -105,6 +113,8 @@ struct BadSlot {
     why: String,
     /// The record verifies: the range of its line and whether it held dirty data.
     line: Option<(u64, bool)>,
+    /// Only these sectors are dropped (damaged data); `None`: the record is emptied.
+    sectors: Option<u64>,
 }
 
 /// What the check read, for a repair.
@@ -112,6 +122,8 @@ struct Scan {
     sb: Superblock,
     meta: Vec<u8>,
     bad: Vec<BadSlot>,
+    /// Ranges the server recorded as lost (data checksums).
+    lost: Vec<(u64, u64)>,
 }
 
 /// Checks the cache device `dev`. `Err` when it cannot be read or is not a tiercache device;
@@ -133,13 +145,49 @@ pub fn repair_device(dev: &dyn BlockDev) -> Result<(RepairReport, CheckReport), 
         mut sb,
         mut meta,
         bad,
+        lost,
     }) = scan
     else {
         return Err(CheckError::Unrepairable(rep.problems.join("; ")));
     };
     for b in &bad {
         let at = (b.slot * format::RECORD_BYTES) as usize;
-        Record::EMPTY.encode(&mut meta[at..at + format::RECORD_BYTES as usize]);
+        let rec = &mut meta[at..at + format::RECORD_BYTES as usize];
+        if let (Some(m), Some(r)) = (b.sectors, Record::decode(rec)) {
+            // Damaged data: only those sectors go (clean ones are read from the backing
+            // device again; dirty ones are listed as lost).
+            let keep = Record {
+                valid: r.valid & !m,
+                dirty: r.dirty & !m,
+                ..r
+            };
+            let ss = (sb.line_size / 64).max(512);
+            if keep.valid == 0 {
+                Record::EMPTY.encode(rec);
+            } else {
+                keep.encode(rec);
+            }
+            let offset = META_OFFSET + at as u64;
+            out.repaired.push(format!(
+                "slot {} (byte {offset}): {}: sectors {m:#x} dropped",
+                b.slot, b.why
+            ));
+            let vol = (r.key & ((1 << 48) - 1)) * sb.line_size;
+            for k in 0..64u64 {
+                if (m & r.dirty) >> k & 1 == 1 {
+                    out.lost_ranges.push(LostRange {
+                        start: vol + k * ss,
+                        end: (vol + (k + 1) * ss).min(sb.backing_size),
+                        what: format!(
+                            "slot {}: damaged dirty data (data checksum mismatch) is dropped",
+                            b.slot
+                        ),
+                    });
+                }
+            }
+            continue;
+        }
+        Record::EMPTY.encode(rec);
         let offset = META_OFFSET + at as u64;
         out.repaired.push(format!(
             "slot {} (byte {offset}): {}: record emptied",
@@ -160,6 +208,9 @@ pub fn repair_device(dev: &dyn BlockDev) -> Result<(RepairReport, CheckReport), 
     }
     dev.write_at(&meta, META_OFFSET)
         .map_err(CheckError::Unreadable)?;
+    if sb.data_checksums {
+        repair_sums(dev, &sb, &meta, &lost, &mut out)?;
+    }
     dev.sync().map_err(CheckError::Unreadable)?;
     sb.generation += 1;
     dev.write_at(&sb.encode(), 0)
@@ -168,6 +219,81 @@ pub fn repair_device(dev: &dyn BlockDev) -> Result<(RepairReport, CheckReport), 
     out.changed = true;
     let after = check_device(dev)?;
     Ok((out, after))
+}
+
+/// The data checksum half of a repair: damaged checksum blocks rebuilt from the data of the
+/// lines their records map (now repaired), the server's lost list listed and cleared.
+fn repair_sums(
+    dev: &dyn BlockDev,
+    sb: &Superblock,
+    meta: &[u8],
+    lost: &[(u64, u64)],
+    out: &mut RepairReport,
+) -> Result<(), CheckError> {
+    let region = crate::data_sums::region_offset(sb.capacity_lines);
+    let io = CheckError::Unreadable;
+    let mut sums =
+        match crate::data_sums::DataSums::load(dev, region, sb.capacity_lines, sb.line_size) {
+            Ok((mut sums, bad)) => {
+                let mut line = vec![0u8; sb.line_size as usize];
+                for &b in &bad {
+                    for slot in sums.block_slots(b).filter(|&s| s < sb.capacity_lines) {
+                        let at = (slot * format::RECORD_BYTES) as usize;
+                        if let Some(r) =
+                            Record::decode(&meta[at..at + format::RECORD_BYTES as usize])
+                                .filter(|r| r.key != EMPTY_KEY)
+                        {
+                            dev.read_at(&mut line, sb.data_offset + slot * sb.line_size)
+                                .map_err(io)?;
+                            sums.recompute(slot, &line, r.valid);
+                        }
+                    }
+                    sums.touch_block(b);
+                    out.repaired.push(format!(
+                        "data checksum block {b}: rebuilt from the data of the lines it covers"
+                    ));
+                }
+                sums
+            }
+            Err(_) => {
+                // No valid header: a new region, every mapped line's checksums from its data.
+                let mut sums = crate::data_sums::DataSums::format(
+                    dev,
+                    region,
+                    sb.capacity_lines,
+                    sb.line_size,
+                )
+                .map_err(io)?;
+                let mut line = vec![0u8; sb.line_size as usize];
+                for slot in 0..sb.capacity_lines {
+                    let at = (slot * format::RECORD_BYTES) as usize;
+                    if let Some(r) = Record::decode(&meta[at..at + format::RECORD_BYTES as usize])
+                        .filter(|r| r.key != EMPTY_KEY)
+                    {
+                        dev.read_at(&mut line, sb.data_offset + slot * sb.line_size)
+                            .map_err(io)?;
+                        sums.recompute(slot, &line, r.valid);
+                    }
+                }
+                out.repaired.push(
+                    "data checksum region: header damaged, region rebuilt from the data".into(),
+                );
+                sums
+            }
+        };
+    for &(a, b) in lost {
+        out.lost_ranges.push(LostRange {
+            start: a,
+            end: b,
+            what: "dirty data the server found damaged (data checksum mismatch); the range now reads the backing device's older data".into(),
+        });
+    }
+    sums.write_dirty(dev).map_err(io)?;
+    if !sums.lost.is_empty() {
+        sums.lost.clear();
+        sums.write_header(dev).map_err(io)?;
+    }
+    Ok(())
 }
 
 fn scan(dev: &dyn BlockDev) -> Result<(CheckReport, Option<Scan>), CheckError> {
@@ -247,6 +373,7 @@ fn scan(dev: &dyn BlockDev) -> Result<(CheckReport, Option<Scan>), CheckError> {
                     slot,
                     why: "bad record checksum".into(),
                     line: None,
+                    sectors: None,
                 });
             } else {
                 rep.torn_records += 1;
@@ -267,6 +394,7 @@ fn scan(dev: &dyn BlockDev) -> Result<(CheckReport, Option<Scan>), CheckError> {
                     slot,
                     why: "empty record with masks".into(),
                     line: Some((0, false)),
+                    sectors: None,
                 });
             }
             continue;
@@ -281,6 +409,7 @@ fn scan(dev: &dyn BlockDev) -> Result<(CheckReport, Option<Scan>), CheckError> {
                 slot,
                 why: format!("key {:#x} outside the backing device", r.key),
                 line: None,
+                sectors: None,
             });
             continue;
         }
@@ -293,6 +422,7 @@ fn scan(dev: &dyn BlockDev) -> Result<(CheckReport, Option<Scan>), CheckError> {
                 slot,
                 why: format!("masks valid {:#x} dirty {:#x} do not fit", r.valid, r.dirty),
                 line: line_of(&r),
+                sectors: None,
             });
             continue;
         }
@@ -321,6 +451,7 @@ fn scan(dev: &dyn BlockDev) -> Result<(CheckReport, Option<Scan>), CheckError> {
                                     rec.key
                                 ),
                                 line: line_of(&rec),
+                                sectors: None,
                             });
                         }
                         seen.remove(&r.key);
@@ -331,6 +462,7 @@ fn scan(dev: &dyn BlockDev) -> Result<(CheckReport, Option<Scan>), CheckError> {
                         slot: s,
                         why: format!("older record of key {:#x}, mapped twice", rec.key),
                         line: Some((0, false)),
+                        sectors: None,
                     });
                 } else {
                     rep.superseded_records += 1;
@@ -346,6 +478,10 @@ fn scan(dev: &dyn BlockDev) -> Result<(CheckReport, Option<Scan>), CheckError> {
             }
         }
     }
+    let mut lost = Vec::new();
+    if sb.data_checksums {
+        lost = check_data(dev, &sb, &meta, &seen, &mut rep, &mut bad)?;
+    }
     rep.lines = seen.len() as u64;
     for (_, r) in seen.values() {
         if r.dirty != 0 {
@@ -353,5 +489,98 @@ fn scan(dev: &dyn BlockDev) -> Result<(CheckReport, Option<Scan>), CheckError> {
             rep.dirty_bytes += r.dirty.count_ones() as u64 * sector;
         }
     }
-    Ok((rep, Some(Scan { sb, meta, bad })))
+    Ok((
+        rep,
+        Some(Scan {
+            sb,
+            meta,
+            bad,
+            lost,
+        }),
+    ))
+}
+
+/// Verifies every valid sector of the mapped lines against its data checksum, and lists
+/// the lost ranges the server recorded (see the module doc). Returns those ranges.
+fn check_data(
+    dev: &dyn BlockDev,
+    sb: &Superblock,
+    meta: &[u8],
+    seen: &HashMap<u64, (u64, Record)>,
+    rep: &mut CheckReport,
+    bad: &mut Vec<BadSlot>,
+) -> Result<Vec<(u64, u64)>, CheckError> {
+    let region = crate::data_sums::region_offset(sb.capacity_lines);
+    let (sums, bad_blocks) =
+        match crate::data_sums::DataSums::load(dev, region, sb.capacity_lines, sb.line_size) {
+            Ok(x) => x,
+            Err(e) => {
+                rep.problem(format!("data checksum region (byte {region}): {e}"));
+                return Ok(Vec::new());
+            }
+        };
+    let unknown: std::collections::BTreeSet<u64> = bad_blocks
+        .iter()
+        .flat_map(|&b| sums.block_slots(b))
+        .collect();
+    for &b in &bad_blocks {
+        let at = region + crate::data_sums::HEADERS + b * crate::data_sums::BLOCK;
+        if sb.clean {
+            rep.problem(format!("data checksum block {b} (byte {at}): damaged (its checksum, magic or index is wrong) on a cleanly stopped cache"));
+        } else {
+            rep.note(format!("data checksum block {b} (byte {at}): torn by the unclean stop; the server recomputes the checksums it held"));
+        }
+    }
+    let (ls, ss) = (sb.line_size, sums.sector);
+    let mut line = vec![0u8; ls as usize];
+    let mut slots: Vec<&(u64, Record)> = seen.values().collect();
+    slots.sort_by_key(|x| x.0);
+    for &&(slot, r) in &slots {
+        if unknown.contains(&slot) {
+            continue;
+        }
+        dev.read_at(&mut line, sb.data_offset + slot * ls)
+            .map_err(CheckError::Unreadable)?;
+        let mut damaged = 0u64;
+        for k in 0..(ls / ss).min(64) {
+            let ssd = slot * ls + k * ss;
+            let u = (k * ss) as usize..((k + 1) * ss) as usize;
+            if r.valid >> k & 1 == 1 && crc32c::crc32c(&line[u]) != sums.get(ssd) {
+                damaged |= 1 << k;
+            }
+        }
+        if damaged == 0 {
+            continue;
+        }
+        let at = (slot * format::RECORD_BYTES) as usize;
+        let vol = (r.key & ((1 << 48) - 1)) * ls;
+        let first = vol + damaged.trailing_zeros() as u64 * ss;
+        let what = if damaged & r.dirty != 0 {
+            "DIRTY"
+        } else {
+            "clean"
+        };
+        if !sb.clean && Record::in_flux(&meta[at..at + format::RECORD_BYTES as usize]) {
+            rep.note(format!("slot {slot} (volume bytes from {first}): data differs from its checksum in a line written in place at the unclean stop; the server recomputes it"));
+            continue;
+        }
+        rep.problem(format!(
+            "slot {slot} (cache byte {}), volume bytes {first}..{}: data checksum mismatch in {} {what} sector(s) of {ss} bytes (mask {damaged:#x})",
+            sb.data_offset + slot * ls + damaged.trailing_zeros() as u64 * ss,
+            vol + (64 - damaged.leading_zeros()) as u64 * ss,
+            damaged.count_ones()
+        ));
+        bad.push(BadSlot {
+            slot,
+            why: format!("data checksum mismatch ({what}, sectors {damaged:#x})"),
+            line: Some((vol, damaged & r.dirty != 0)),
+            sectors: Some(damaged),
+        });
+    }
+    for &(a, b) in &sums.lost {
+        rep.problem(format!(
+            "volume bytes {a}..{b}: dirty data the server found damaged (data checksum mismatch) and recorded as lost; reads of it fail until it is written again"
+        ));
+    }
+    Ok(sums.lost.clone())
 }

@@ -32,12 +32,19 @@
 //! write or a backing write was under way when the record was last written). Recovery
 //! compares them (`crate::volume`, rule 5). `decode` strips the flag; [`Record::in_flux`]
 //! reads it. Version 1 devices have no flags and are read as they are.
+//!
+//! Version 3 (only for caches formatted with `--data-checksums`; others stay version 2, so
+//! builds without the feature refuse a checksummed cache instead of writing data behind its
+//! checksums): byte 46 = 1, and the data checksum region (`crate::data_sums`) lies between
+//! the metadata area and `data_offset`.
 
 use crate::identity::{BackingIdentity, ID_BYTES};
 use std::io;
 
 pub const MAGIC: &[u8; 8] = b"TIERCACH";
 pub const VERSION: u32 = 2;
+/// Version of a superblock with data checksums (`Superblock::data_checksums`).
+pub const VERSION_SUMS: u32 = 3;
 /// Oldest on-disk version this build opens (1: no backing identity, no in-flux flags), and
 /// upgrades to [`VERSION`] when it opens it.
 pub const MIN_VERSION: u32 = 1;
@@ -68,7 +75,7 @@ pub enum FormatError {
     BadMagic,
     #[error("superblock checksum mismatch (stored {stored:#010x}, computed {computed:#010x}): the superblock is corrupted")]
     BadSuperblockChecksum { stored: u32, computed: u32 },
-    #[error("on-disk format version {0} is not supported (this build reads versions {MIN_VERSION} to {VERSION})")]
+    #[error("on-disk format version {0} is not supported (this build reads versions {MIN_VERSION} to {VERSION_SUMS})")]
     BadVersion(u32),
     #[error("superblock field {field} is invalid: {why}")]
     BadField { field: &'static str, why: String },
@@ -118,6 +125,8 @@ pub struct Superblock {
     /// Per-run engine settings stored for the next start (`crate::tuning`, in the block's
     /// second sector); `None`: none stored (defaults).
     pub tuning: Option<crate::tuning::Tuning>,
+    /// A crc32c per sector of every slot is kept (`crate::data_sums`; version 3).
+    pub data_checksums: bool,
 }
 
 impl Superblock {
@@ -144,6 +153,25 @@ impl Superblock {
         lo
     }
 
+    /// [`Superblock::data_offset_for`] with room for the data checksum region when `sums`.
+    pub fn data_offset_with(capacity_lines: u64, line_size: u64, sums: bool) -> u64 {
+        if !sums {
+            return Self::data_offset_for(capacity_lines, line_size);
+        }
+        let end = crate::data_sums::region_offset(capacity_lines)
+            + crate::data_sums::region_bytes(capacity_lines, line_size);
+        end.div_ceil(line_size.max(1 << 20)) * line_size.max(1 << 20)
+    }
+
+    /// The version this superblock is written as.
+    pub fn current_version(&self) -> u32 {
+        if self.data_checksums {
+            VERSION_SUMS
+        } else {
+            VERSION
+        }
+    }
+
     pub fn device_bytes(&self) -> u64 {
         self.data_offset + self.capacity_lines * self.line_size
     }
@@ -157,6 +185,7 @@ impl Superblock {
         b[36..44].copy_from_slice(&self.capacity_lines.to_le_bytes());
         b[44] = self.mode;
         b[45] = self.clean as u8;
+        b[46] = self.data_checksums as u8;
         b[48..56].copy_from_slice(&self.backing_size.to_le_bytes());
         b[56..64].copy_from_slice(&self.generation.to_le_bytes());
         b[64..72].copy_from_slice(&self.data_offset.to_le_bytes());
@@ -190,7 +219,7 @@ impl Superblock {
         }
         let u64at = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap());
         let version = u32::from_le_bytes(b[8..12].try_into().unwrap());
-        if !(MIN_VERSION..=VERSION).contains(&version) {
+        if !(MIN_VERSION..=VERSION_SUMS).contains(&version) {
             return Err(FormatError::BadVersion(version));
         }
         let backing = BackingIdentity::decode_from(&b[BACKING_ID_AT..BACKING_ID_AT + ID_BYTES])
@@ -208,6 +237,7 @@ impl Superblock {
             backing_size: u64at(48),
             generation: u64at(56),
             data_offset: u64at(64),
+            data_checksums: version >= VERSION_SUMS && b[46] == 1,
             policy: get_str(&b[80..80 + POLICY_BYTES]),
             backing,
             tuning: crate::tuning::Tuning::decode(&b[crate::tuning::AT..]).unwrap_or_else(|e| {
@@ -227,7 +257,15 @@ impl Superblock {
         if sb.mode as usize >= tiercache_engine::Mode::ALL.len() {
             return bad("mode", format!("{} is not a mode index", sb.mode));
         }
-        if sb.data_offset < Self::data_offset_for(sb.capacity_lines, sb.line_size) {
+        if version >= VERSION_SUMS && b[46] != 1 {
+            return bad(
+                "data_checksums",
+                format!("flag {} in a version {version} superblock", b[46]),
+            );
+        }
+        if sb.data_offset
+            < Self::data_offset_with(sb.capacity_lines, sb.line_size, sb.data_checksums)
+        {
             return bad(
                 "data_offset",
                 format!("{} overlaps the metadata area", sb.data_offset),
@@ -346,6 +384,7 @@ mod tests {
             generation: 9,
             data_offset: Superblock::data_offset_for(1000, 4096),
             tuning: Some(crate::tuning::Tuning::of(&Default::default())),
+            data_checksums: false,
         }
     }
 
@@ -361,6 +400,33 @@ mod tests {
         ));
         b[0] = b'X';
         assert!(matches!(Superblock::decode(&b), Err(FormatError::BadMagic)));
+    }
+
+    #[test]
+    fn superblock_with_data_checksums_is_version_3() {
+        let s = Superblock {
+            version: VERSION_SUMS,
+            data_checksums: true,
+            data_offset: Superblock::data_offset_with(1000, 4096, true),
+            ..sb()
+        };
+        assert_eq!(s.current_version(), VERSION_SUMS);
+        let mut b = s.encode();
+        assert_eq!(Superblock::decode(&b).unwrap(), s);
+        // The region does not fit below a data offset laid out without it.
+        let small = Superblock {
+            data_offset: Superblock::data_offset_for(100_000, 4096),
+            capacity_lines: 100_000,
+            ..s.clone()
+        };
+        assert!(Superblock::decode(&small.encode()).is_err());
+        // A version 2 superblock ignores the byte; a version 3 one must set it.
+        b[46] = 0;
+        let crc0 = crc32c::crc32c(&b[..SECTOR0_CRC]);
+        b[SECTOR0_CRC..SECTOR0_CRC + 4].copy_from_slice(&crc0.to_le_bytes());
+        let crc = crc32c::crc32c(&b[..4092]);
+        b[4092..].copy_from_slice(&crc.to_le_bytes());
+        assert!(Superblock::decode(&b).is_err());
     }
 
     #[test]

@@ -6,6 +6,7 @@ pub mod check;
 pub mod classify;
 pub mod control;
 pub mod dashboard;
+pub mod data_sums;
 pub mod dev;
 pub mod fault;
 pub mod format;

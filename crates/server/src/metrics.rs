@@ -33,6 +33,8 @@ pub struct Metrics {
     pub relabelled_lines: AtomicU64,
     /// Cache-device errors (each dropped lines and was served from the backing device).
     pub cache_errors: AtomicU64,
+    /// Data checksum mismatches found reading the cache device (`crate::data_sums`).
+    pub checksum_errors: AtomicU64,
     /// Backing-device errors (each failed its request).
     pub backing_errors: AtomicU64,
     /// 1 once the cache device is failed and bypassed.
@@ -162,6 +164,11 @@ impl Metrics {
                 "cache_device_errors_total",
                 "Cache-device I/O errors (served from the backing device).",
                 stats.cache_errors,
+            ),
+            (
+                "data_checksum_errors_total",
+                "Data checksum mismatches reading the cache device (clean: re-read from the backing device; dirty: lost, reads fail).",
+                stats.checksum_errors,
             ),
             (
                 "backing_device_errors_total",

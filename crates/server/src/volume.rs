@@ -75,6 +75,7 @@
 //! what a block reads after the restart stays until it is written again.
 
 use crate::classify::Classifier;
+use crate::data_sums::{self, DataSums};
 use crate::dev::BlockDev;
 use crate::format::{
     self, FormatError, Record, Superblock, EMPTY_KEY, META_OFFSET, PAGE, RECORD_BYTES,
@@ -108,6 +109,8 @@ pub struct FormatOptions {
     /// Per-run engine settings stored with the cache (`crate::tuning`; `format --preset`,
     /// `--admission`, ...); `None`: defaults.
     pub tuning: Option<Tuning>,
+    /// Keep a crc32c per sector of cached data (`crate::data_sums`), fixed at format.
+    pub data_checksums: bool,
 }
 
 impl Default for FormatOptions {
@@ -120,6 +123,7 @@ impl Default for FormatOptions {
             backing_id: String::new(),
             backing: None,
             tuning: None,
+            data_checksums: false,
         }
     }
 }
@@ -171,6 +175,9 @@ pub struct OpenReport {
     pub in_flux: u64,
     pub in_flux_dirty: u64,
     pub in_flux_dropped: u64,
+    /// Sampled clean lines whose data failed its data checksum (`crate::data_sums`): damage
+    /// in the cache, not a changed backing device; dropped (read from the backing device).
+    pub damaged_clean_lines: u64,
 }
 
 fn mode_index(m: Mode) -> u8 {
@@ -215,13 +222,20 @@ pub fn format(
             why,
         })?;
     }
-    let max = Superblock::lines_for_device(cache.size(), ls);
+    let mut max = Superblock::lines_for_device(cache.size(), ls);
+    while max > 0
+        && opts.data_checksums
+        && Superblock::data_offset_with(max, ls, true) + max * ls > cache.size()
+    {
+        max -= 1;
+    }
     let lines = opts.capacity_lines.unwrap_or(max);
-    let need = Superblock::data_offset_for(lines, ls) + lines * ls;
+    let sums = opts.data_checksums;
+    let need = Superblock::data_offset_with(lines, ls, sums) + lines * ls;
     if lines == 0 || need > cache.size() {
         return Err(FormatError::TooSmall {
             have: cache.size(),
-            need: need.max(Superblock::data_offset_for(1, ls) + ls),
+            need: need.max(Superblock::data_offset_with(1, ls, sums) + ls),
             lines: lines.max(1),
             line_size: ls,
         });
@@ -229,7 +243,11 @@ pub fn format(
     let mut uuid = [0u8; 16];
     rand::Rng::fill(&mut rand::thread_rng(), &mut uuid[..]);
     let sb = Superblock {
-        version: format::VERSION,
+        version: if sums {
+            format::VERSION_SUMS
+        } else {
+            format::VERSION
+        },
         uuid,
         line_size: ls,
         capacity_lines: lines,
@@ -242,8 +260,9 @@ pub fn format(
             .unwrap_or_else(|| BackingIdentity::unknown(&opts.backing_id)),
         clean: true,
         generation: 1,
-        data_offset: Superblock::data_offset_for(lines, ls),
+        data_offset: Superblock::data_offset_with(lines, ls, sums),
         tuning: opts.tuning,
+        data_checksums: sums,
     };
     // Empty records first, the superblock last: a format interrupted half way has no magic.
     cache.write_at(&[0u8; 4096], 0)?;
@@ -258,6 +277,14 @@ pub fn format(
         let n = (pages - p).min(256);
         cache.write_at(&chunk[..(n * PAGE) as usize], META_OFFSET + p * PAGE)?;
         p += n;
+    }
+    if sums {
+        crate::data_sums::DataSums::format(
+            cache,
+            crate::data_sums::region_offset(lines),
+            lines,
+            ls,
+        )?;
     }
     cache.sync()?;
     cache.write_at(&sb.encode(), 0)?;
@@ -319,6 +346,8 @@ struct Inner {
     /// Keys the engine no longer holds in the slot their durable record maps (rule 5), until
     /// the next flush writes those records.
     forgotten: HashMap<u64, u32>,
+    /// Data checksums (`crate::data_sums`), when the cache was formatted with them.
+    sums: Option<crate::data_sums::DataSums>,
 }
 
 /// A cached block volume: the engine's decisions executed on real devices.
@@ -434,6 +463,10 @@ fn check_backing_identity(
 /// * after a crash, a line written just before it may legitimately differ (the write reached
 ///   one device and not the other); only the differing lines are dropped (they then read the
 ///   backing copy, and keep reading it), unless every sampled line differs (another disk).
+///
+/// With data checksums (`sums`), a differing line whose own bytes fail their checksum is
+/// damage in the cache, dropped alone (`OpenReport::damaged_clean_lines`).
+#[allow(clippy::too_many_arguments)]
 fn verify_clean_sample(
     cache: &dyn BlockDev,
     backing: &dyn BlockDev,
@@ -442,6 +475,7 @@ fn verify_clean_sample(
     lines: &mut Vec<(u32, Record)>,
     opts: &OpenOptions,
     report: &mut OpenReport,
+    sums: Option<&DataSums>,
 ) -> Result<(), FormatError> {
     let ls = sb.line_size;
     let mut clean: Vec<usize> = (0..lines.len())
@@ -454,6 +488,7 @@ fn verify_clean_sample(
     let k = clean.len().min(crate::identity::sample_size(ls));
     let (mut a, mut b) = (vec![0u8; ls as usize], vec![0u8; ls as usize]);
     let mut differ: Vec<usize> = Vec::new();
+    let mut damaged: Vec<usize> = Vec::new();
     for j in 0..k {
         let i = clean[j * clean.len() / k];
         let (slot, r) = lines[i];
@@ -472,8 +507,38 @@ fn verify_clean_sample(
             r.valid >> s & 1 == 0 || x >= y || a[x..y] == b[x..y]
         });
         if !same {
-            differ.push(i);
+            // With data checksums, a line whose own bytes fail their checksum is damage in
+            // the cache (a flipped bit), not evidence that the backing device changed.
+            let bad = sums.is_some_and(|s| {
+                (0..(ls / sector).min(64)).any(|q| {
+                    let ssd = slot as u64 * ls + q * sector;
+                    let u = (q * sector) as usize..((q + 1) * sector) as usize;
+                    r.valid >> q & 1 == 1 && u.end <= n && crc32c::crc32c(&a[u]) != s.get(ssd)
+                })
+            });
+            if bad {
+                tracing::warn!(
+                    "data checksum mismatch in clean data: cache slot {slot}, volume bytes {at}..{}: line dropped, read again from the backing device",
+                    at + ls
+                );
+                damaged.push(i);
+            } else {
+                differ.push(i);
+            }
         }
+    }
+    if !damaged.is_empty() {
+        let drop: std::collections::HashSet<u64> =
+            damaged.iter().map(|&i| lines[i].1.key).collect();
+        let differ_keys: Vec<u64> = differ.iter().map(|&i| lines[i].1.key).collect();
+        lines.retain(|(_, r)| !drop.contains(&r.key));
+        report.damaged_clean_lines = drop.len() as u64;
+        report.dropped_clean_lines += drop.len() as u64;
+        // `differ` indexes the list as it was.
+        differ = differ_keys
+            .iter()
+            .filter_map(|k| lines.iter().position(|(_, r)| r.key == *k))
+            .collect();
     }
     report.sampled_clean_lines = k as u64;
     report.differing_clean_lines = differ.len() as u64;
@@ -493,7 +558,7 @@ fn verify_clean_sample(
             i += 1;
             !drop.contains(&(i - 1))
         });
-        report.dropped_clean_lines = drop.len() as u64;
+        report.dropped_clean_lines += drop.len() as u64;
         tracing::warn!(
             "{} of {k} clean cached lines sampled differ from the backing device after an unclean shutdown (writes in flight at the crash; first at volume byte {first}): dropped, they read the backing device's copy",
             drop.len()
@@ -515,7 +580,7 @@ fn verify_clean_sample(
     for (_, r) in lines.iter_mut() {
         r.valid = r.dirty;
     }
-    report.dropped_clean_lines = (before - lines.len()) as u64;
+    report.dropped_clean_lines += (before - lines.len()) as u64;
     tracing::warn!(
         "the backing device {} changed behind the cache ({} of {k} clean lines sampled differ, first at volume byte {first}): dropped all {} clean lines{}",
         sb.backing.describe(),
@@ -593,7 +658,7 @@ impl CacheVolume {
             sb.mode = mode_index(m);
         }
         // Records may carry in-flux flags from now on (format version 2).
-        sb.version = format::VERSION;
+        sb.version = sb.current_version();
         if let Some(p) = &opts.policy {
             sb.policy = p.clone();
         }
@@ -668,6 +733,15 @@ impl CacheVolume {
                 }
             }
         }
+        let mut sums = match sb.data_checksums {
+            true => Some(crate::data_sums::DataSums::load(
+                &*cache,
+                crate::data_sums::region_offset(sb.capacity_lines),
+                sb.capacity_lines,
+                sb.line_size,
+            )?),
+            false => None,
+        };
         let mut lines: Vec<(u32, Record)> = best.into_values().collect();
         lines.sort_by_key(|(s, r)| (r.seq.wrapping_sub(max_seq.wrapping_add(1)), *s));
         let mut flux_pages = BTreeSet::new();
@@ -702,10 +776,48 @@ impl CacheVolume {
                         }
                     }
                 }
+                // Its slot may have been written in place after its checksums were last
+                // made durable (or the other way round): they are recomputed from the data,
+                // which is the line's content either way (never good data reported bad).
+                if let Some((s, _)) = &mut sums {
+                    s.recompute(slot as u64, &slot_bytes, r.valid);
+                }
             }
             kept.push((slot, r));
         }
         let mut lines = kept;
+        if let Some((s, bad)) = &mut sums {
+            // Blocks whose checksum fails (torn by a crash, or damaged): their entries are
+            // unknown, so those of restored lines are recomputed from the data, and the
+            // blocks rewritten whole at the first flush.
+            if !bad.is_empty() {
+                let slots: BTreeSet<u64> = bad.iter().flat_map(|&b| s.block_slots(b)).collect();
+                for &(slot, r) in &lines {
+                    if slots.contains(&(slot as u64)) {
+                        cache.read_at(&mut slot_bytes, sb.data_offset + slot as u64 * ls)?;
+                        s.recompute(slot as u64, &slot_bytes, r.valid);
+                    }
+                }
+                for &b in bad.iter() {
+                    s.touch_block(b);
+                }
+                let msg = format!(
+                    "{} data checksum block(s) failed their own checksum (first at block {}); the checksums of the cached lines they cover were recomputed from the data",
+                    bad.len(),
+                    bad[0]
+                );
+                if sb.clean {
+                    tracing::error!("{msg}: the checksum region was damaged after a clean stop");
+                } else {
+                    tracing::warn!("{msg} (torn by the unclean stop)");
+                }
+            }
+        }
+        let sums = sums.map(|(s, _)| s);
+        if let Some(s) = &sums {
+            // One checksum per validity unit: anything else would check bytes never valid.
+            assert_eq!(s.sector, engine.sector_size(), "data checksum unit");
+        }
         verify_clean_sample(
             &*cache,
             &*backing,
@@ -714,6 +826,7 @@ impl CacheVolume {
             &mut lines,
             opts,
             &mut report,
+            sums.as_ref(),
         )?;
         for (slot, r) in lines {
             match engine.restore_line(r.key, slot, r.valid, r.dirty, 0) {
@@ -730,6 +843,7 @@ impl CacheVolume {
                 Err(_) => report.dropped_bad_checksum += 1,
             }
         }
+        let mut vol_lost_bytes = 0;
         let mut inner = Inner {
             engine,
             disk_key: disk
@@ -754,7 +868,19 @@ impl CacheVolume {
             flux_pages: Default::default(),
             flush_epoch: FLUX_EPOCHS,
             forgotten: HashMap::new(),
+            sums,
         };
+        if let Some(s) = &inner.sums {
+            inner.lost = s.lost.clone();
+            vol_lost_bytes = s.lost.iter().map(|(a, b)| b - a).sum();
+            if !s.lost.is_empty() {
+                tracing::error!(
+                    "{} volume range(s) hold damaged dirty data (reads fail until rewritten): {:?}",
+                    s.lost.len(),
+                    s.lost
+                );
+            }
+        }
         // Records the engine did not take (dropped ones) become empty in `mem`, and records
         // found in flux are rewritten as resolved, without the flag.
         inner.slots = (0..sb.capacity_lines as u32).collect();
@@ -779,10 +905,16 @@ impl CacheVolume {
             state_path: opts.state_path.clone(),
             inner: Mutex::new(inner),
         };
+        vol.metrics
+            .lost_dirty_bytes
+            .store(vol_lost_bytes, Ordering::Relaxed);
+        vol.metrics
+            .checksum_errors
+            .store(report.damaged_clean_lines, Ordering::Relaxed);
         {
             let mut g = vol.lock();
             g.sb.clean = false;
-            g.sb.version = format::VERSION;
+            g.sb.version = g.sb.current_version();
             vol.write_superblock(&mut g)?;
             if report.dropped_clean_lines > 0 {
                 // The dropped lines' records, emptied in `mem`, reach the device now: a
@@ -896,16 +1028,26 @@ impl CacheVolume {
             && steps.iter().all(|s| matches!(s, Step::ReadSsd { .. }));
         if hit {
             let _shared = self.io.read().unwrap_or_else(|e| e.into_inner());
+            let exp: Vec<Option<(u64, Vec<u32>)>> = match g.sums.is_some() {
+                true => steps
+                    .iter()
+                    .filter_map(|s| match *s {
+                        Step::ReadSsd { ssd, len, .. } => Some(Self::expected(&g, ssd, len)),
+                        _ => None,
+                    })
+                    .collect(),
+                false => Vec::new(),
+            };
             g.slots = slots;
             drop(g);
             let Data::Read(out) = data else {
                 unreachable!()
             };
             let r = if buf_start == req.offset && buf_len as usize == out.len() {
-                self.exec_reads(&steps, out)
+                self.exec_reads(&steps, out, &exp)
             } else {
                 let mut buf = vec![0u8; buf_len as usize];
-                let r = self.exec_reads(&steps, &mut buf);
+                let r = self.exec_reads(&steps, &mut buf, &exp);
                 if r.is_ok() {
                     out.copy_from_slice(&buf[at..at + out.len()]);
                 }
@@ -977,6 +1119,9 @@ impl CacheVolume {
         Self::update_records(&mut g);
         if let Data::Read(out) = data {
             out.copy_from_slice(&buf[at..at + out.len()]);
+        } else if matches!(req.op, Op::Write | Op::Trim) && !g.lost.is_empty() {
+            // Damaged dirty data (`crate::data_sums`) rewritten: readable again.
+            self.unlose(&mut g, req.offset, req.end());
         }
         if req.op == Op::Flush || req.fua {
             self.flush_locked(&mut g)?;
@@ -1012,14 +1157,105 @@ impl CacheVolume {
         self.inline_cleaning.load(Ordering::Relaxed)
     }
 
-    fn exec_reads(&self, steps: &[Step], buf: &mut [u8]) -> io::Result<()> {
+    /// Reads the ReadSsd steps of a hit; `exp`: their expected data checksums, in order
+    /// (empty without data checksums).
+    fn exec_reads(
+        &self,
+        steps: &[Step],
+        buf: &mut [u8],
+        exp: &[Option<(u64, Vec<u32>)>],
+    ) -> io::Result<()> {
+        let mut i = 0;
         for s in steps {
             if let Step::ReadSsd { ssd, buf: b, len } = *s {
-                self.cache.read_at(
-                    &mut buf[b as usize..(b + len) as usize],
-                    self.data_offset + ssd,
-                )?;
+                let e = exp.get(i).and_then(|e| e.as_ref());
+                i += 1;
+                self.read_data(ssd, &mut buf[b as usize..(b + len) as usize], e)?;
             }
+        }
+        Ok(())
+    }
+
+    /// The expected data checksums of `[ssd, ssd + len)` widened to whole sectors, with the
+    /// sector size; `None` without data checksums.
+    fn expected(g: &Inner, ssd: u64, len: u64) -> Option<(u64, Vec<u32>)> {
+        let s = g.sums.as_ref()?;
+        let (a, b) = s.widen(ssd, len);
+        Some((s.sector, s.expected(a, b)))
+    }
+
+    /// Reads `out.len()` bytes of the data area at `ssd`; with `exp` (see
+    /// [`CacheVolume::expected`]) verifies every sector the range touches (reading whole
+    /// sectors): a mismatch is an `InvalidData` error carrying a [`data_sums::Mismatch`].
+    fn read_data(&self, ssd: u64, out: &mut [u8], exp: Option<&(u64, Vec<u32>)>) -> io::Result<()> {
+        let d = self.data_offset;
+        let Some((sector, exp)) = exp else {
+            return self.cache.read_at(out, d + ssd);
+        };
+        let len = out.len() as u64;
+        let (a, b) = (
+            ssd / sector * sector,
+            (ssd + len).div_ceil(*sector) * sector,
+        );
+        let bad = |m| io::Error::new(io::ErrorKind::InvalidData, m);
+        if a == ssd && b == ssd + len {
+            self.cache.read_at(out, d + ssd)?;
+            return DataSums::verify(*sector, a, out, exp).map_err(bad);
+        }
+        let mut tmp = vec![0u8; (b - a) as usize];
+        self.cache.read_at(&mut tmp, d + a)?;
+        DataSums::verify(*sector, a, &tmp, exp).map_err(bad)?;
+        out.copy_from_slice(&tmp[(ssd - a) as usize..(ssd - a + len) as usize]);
+        Ok(())
+    }
+
+    /// A data checksum mismatch found by a read (`e` carries it; other errors pass): counted
+    /// and logged with the cache slot and volume range, while the engine still maps the line.
+    /// The caller then drops the line ([`CacheVolume::recover`]): a damaged clean sector is
+    /// read again from the backing device, a damaged dirty one is recorded as lost.
+    fn on_mismatch(&self, g: &Inner, e: io::Error) -> io::Error {
+        let Some(m) = data_sums::mismatch(&e) else {
+            return e;
+        };
+        self.metrics.checksum_errors.fetch_add(1, Ordering::Relaxed);
+        let slot = (m.ssd >> self.line_shift) as u32;
+        let ls = 1u64 << self.line_shift;
+        let Some(key) = g.engine.slot_key(slot) else {
+            tracing::error!("{m}: cache slot {slot}, which maps no line");
+            return e;
+        };
+        let dirty = g.engine.dirty_mask(slot);
+        let ss = g.engine.sector_size();
+        for &x in &m.sectors {
+            let k = (x % ls) / ss;
+            let vol = ((key & LINE_MASK) << self.line_shift) + k * ss;
+            if dirty >> k & 1 == 1 {
+                tracing::error!(
+                    "data checksum mismatch in DIRTY data: cache slot {slot} (cache byte {}), volume bytes {vol}..{}: the sector is damaged and lost (never written to the backing device); reads of it fail with EIO until it is written again",
+                    self.data_offset + x,
+                    vol + ss
+                );
+            } else {
+                tracing::warn!(
+                    "data checksum mismatch in clean data: cache slot {slot} (cache byte {}), volume bytes {vol}..{}: line dropped, read again from the backing device",
+                    self.data_offset + x,
+                    vol + ss
+                );
+            }
+        }
+        e
+    }
+
+    /// `data` was written to the data area at `ssd`: records its checksums (sectors written
+    /// in part are read back whole from the device).
+    fn note_written(&self, g: &mut Inner, ssd: u64, data: &[u8]) -> io::Result<()> {
+        let Some(s) = g.sums.as_mut() else {
+            return Ok(());
+        };
+        if let Some((a, b)) = s.update(ssd, data) {
+            let mut whole = vec![0u8; (b - a) as usize];
+            self.cache.read_at(&mut whole, self.data_offset + a)?;
+            s.update(a, &whole);
         }
         Ok(())
     }
@@ -1118,16 +1354,18 @@ impl CacheVolume {
                 done: Vec::new(),
             };
             match *s {
-                Step::ReadSsd { ssd, buf: b, len } => self
-                    .cache
-                    .read_at(&mut buf[r(b, len)], d + ssd)
-                    .map_err(c)?,
+                Step::ReadSsd { ssd, buf: b, len } => {
+                    let exp = Self::expected(g, ssd, len);
+                    self.read_data(ssd, &mut buf[r(b, len)], exp.as_ref())
+                        .map_err(|e| c(self.on_mismatch(g, e)))?
+                }
                 Step::ReadHdd {
                     hdd, buf: b, len, ..
                 } => self.backing.read_at(&mut buf[r(b, len)], hdd).map_err(h)?,
                 Step::WriteSsd { ssd, buf: b, len } => {
                     self.unmap_before_reuse(g, ssd, len).map_err(u)?;
-                    self.cache.write_at(&buf[r(b, len)], d + ssd).map_err(c)?
+                    self.cache.write_at(&buf[r(b, len)], d + ssd).map_err(c)?;
+                    self.note_written(g, ssd, &buf[r(b, len)]).map_err(c)?
                 }
                 Step::WriteHdd {
                     hdd, buf: b, len, ..
@@ -1139,7 +1377,8 @@ impl CacheVolume {
                     self.unmap_before_reuse(g, ssd, len).map_err(u)?;
                     tmp.resize(len as usize, 0);
                     self.backing.read_at(tmp, hdd).map_err(h)?;
-                    self.cache.write_at(tmp, d + ssd).map_err(c)?
+                    self.cache.write_at(tmp, d + ssd).map_err(c)?;
+                    self.note_written(g, ssd, tmp).map_err(c)?
                 }
                 Step::WriteBack { hdd, .. } => {
                     // Later write-backs that continue this one on the backing device (cleaning
@@ -1153,7 +1392,10 @@ impl CacheVolume {
                         if let Step::WriteBack { ssd, len, .. } = steps[j] {
                             let at = tmp.len();
                             tmp.resize(at + len as usize, 0);
-                            self.cache.read_at(&mut tmp[at..], d + ssd).map_err(c)?;
+                            // Never a damaged dirty sector to the backing device.
+                            let exp = Self::expected(g, ssd, len);
+                            self.read_data(ssd, &mut tmp[at..], exp.as_ref())
+                                .map_err(|e| c(self.on_mismatch(g, e)))?;
                         }
                     }
                     g.backing_unsynced = true;
@@ -1470,7 +1712,26 @@ impl CacheVolume {
     /// The cache half of a flush: sync, changed metadata pages (flagged again if still in
     /// flux) and pages retiring from flux (rewritten without the flag), sync.
     fn flush_cache(&self, g: &mut Inner) -> io::Result<()> {
+        // Data checksums changed since the last flush: durable with the data they describe,
+        // before any record that maps it (`crate::data_sums`).
+        if let Some(s) = g.sums.as_mut().filter(|s| s.has_dirty()) {
+            s.write_dirty(&*self.cache)?;
+        }
         self.cache.sync()?;
+        let header = g.sums.as_ref().is_some_and(|s| s.header_dirty);
+        self.flush_cache_records(g)?;
+        if let Some(s) = g.sums.as_mut().filter(|_| header) {
+            // Lost ranges rewritten since: after the records that map the new data (a crash
+            // in between keeps reporting the range lost, never serves the stale backing copy).
+            s.lost = g.lost.clone();
+            s.write_header(&*self.cache)?;
+            self.cache.sync()?;
+        }
+        Ok(())
+    }
+
+    /// The records half of [`CacheVolume::flush_cache`] (after its first sync).
+    fn flush_cache_records(&self, g: &mut Inner) -> io::Result<()> {
         let epoch = g.flush_epoch;
         let retiring: BTreeSet<u64> = g
             .flux_pages
@@ -1521,7 +1782,12 @@ impl CacheVolume {
     /// Writes back every dirty line (under the lock).
     fn clean_all(&self, g: &mut Inner) -> io::Result<()> {
         while g.engine.dirty_lines() > 0 {
-            self.clean_pass(g, 1024)?;
+            match self.clean_pass(g, 1024) {
+                // The damaged line was dropped (its damaged sectors recorded as lost, the
+                // rest written back): the next pass makes progress.
+                Err(e) if data_sums::mismatch(&e).is_some() => continue,
+                r => r?,
+            }
         }
         Ok(())
     }
@@ -1862,6 +2128,11 @@ impl CacheVolume {
     /// Counts a cache-device error, fails the cache at the threshold; returns the error for
     /// callers that cannot serve the request otherwise.
     fn cache_error(&self, g: &mut Inner, e: io::Error) -> io::Error {
+        if data_sums::mismatch(&e).is_some() {
+            // Damaged data, not a failing device: the caller dropped the lines (and `recover`
+            // recorded damaged dirty sectors as lost); counted apart, never fails the cache.
+            return e;
+        }
         g.cache_errors += 1;
         self.metrics.cache_errors.fetch_add(1, Ordering::Relaxed);
         let max = self.max_cache_errors.load(Ordering::Relaxed);
@@ -2114,6 +2385,11 @@ impl CacheVolume {
                 out.push((b, y));
             }
         }
+        if g.lost != out {
+            if let Some(s) = g.sums.as_mut() {
+                s.header_dirty = true;
+            }
+        }
         g.lost = out;
         self.metrics
             .lost_dirty_bytes
@@ -2134,17 +2410,17 @@ impl CacheVolume {
         buf: &[u8],
         extra: &[u32],
     ) {
-        let d = self.data_offset;
         let ls = 1u64 << self.line_shift;
         let mut tmp = Vec::new();
+        let lost_before = g.lost.clone();
         let rest = steps.get(failed..).unwrap_or(&[]);
         for s in rest {
             if let Step::WriteBack { ssd, hdd, len, .. } = *s {
                 tmp.resize(len as usize, 0);
                 g.backing_unsynced = true;
+                let exp = Self::expected(g, ssd, len);
                 let r = self
-                    .cache
-                    .read_at(&mut tmp, d + ssd)
+                    .read_data(ssd, &mut tmp, exp.as_ref())
                     .and_then(|_| self.backing.write_at(&tmp, hdd));
                 if let Err(e) = r {
                     self.lose(g, hdd, hdd + len, &format!("write-back failed: {e}"));
@@ -2221,8 +2497,9 @@ impl CacheVolume {
                         Some((_, _, None)) => Ok(()),
                         None => {
                             tmp.resize((q - p) as usize, 0);
-                            self.cache
-                                .read_at(&mut tmp, d + p)
+                            // A damaged sector is lost, never copied (`crate::data_sums`).
+                            let exp = Self::expected(g, p, q - p);
+                            self.read_data(p, &mut tmp, exp.as_ref())
                                 .and_then(|_| self.backing.write_at(&tmp, vol))
                         }
                     };
@@ -2243,6 +2520,27 @@ impl CacheVolume {
         v.extend(slots);
         g.slots = v;
         Self::update_records(g);
+        if g.lost != lost_before && g.sums.is_some() && !g.failed {
+            self.persist_lost(g);
+        }
+    }
+
+    /// Makes `g.lost` durable in the data checksum region's header now (write and sync),
+    /// before any record that drops the damaged line can reach the device: after a restart
+    /// the ranges still read EIO, never the backing device's older copy.
+    fn persist_lost(&self, g: &mut Inner) {
+        let lost = g.lost.clone();
+        let Some(s) = g.sums.as_mut() else {
+            return;
+        };
+        s.lost = lost;
+        let r = s.write_header(&*self.cache).and_then(|_| self.cache.sync());
+        if let Err(e) = r {
+            s.header_dirty = true;
+            tracing::error!(
+                "could not record the lost ranges in the data checksum region ({e}): after a restart they may read the backing device's older data"
+            );
+        }
     }
 
     /// A plan failed at `e`: recovers the cache's state, then fails the request (backing
@@ -2274,6 +2572,7 @@ impl CacheVolume {
         let mut g = self.lock();
         let _excl = self.io.write().unwrap_or_else(|e| e.into_inner());
         if !g.failed {
+            let e = self.on_mismatch(&g, e);
             let (first, last) = (
                 req.offset >> self.line_shift,
                 (req.end() - 1) >> self.line_shift,
@@ -2387,6 +2686,8 @@ impl CacheVolume {
             classes: crate::classify::class_stats(e, self.class_table.as_deref()),
             classifier: self.classifier.as_ref().map(|c| c.summary()),
             cache_errors: self.metrics.cache_errors.load(Ordering::Relaxed),
+            checksum_errors: self.metrics.checksum_errors.load(Ordering::Relaxed),
+            data_checksums: g.sums.is_some(),
             backing_errors: self.metrics.backing_errors.load(Ordering::Relaxed),
             cache_failed: g.failed,
             lost_dirty_bytes: g.lost.iter().map(|(a, b)| b - a).sum(),
@@ -2482,6 +2783,10 @@ pub struct VolumeStats {
     pub classifier: Option<serde_json::Value>,
     /// Cache-device errors so far (each one dropped lines; none reached a client alone).
     pub cache_errors: u64,
+    /// Data checksum mismatches found (`crate::data_sums`); `data_checksums`: whether the
+    /// cache keeps them.
+    pub checksum_errors: u64,
+    pub data_checksums: bool,
     /// Backing-device errors so far (each one failed its request).
     pub backing_errors: u64,
     /// The cache device was failed: everything passes through to the backing device.

@@ -19,6 +19,9 @@
 //! 8-byte granularity (a device without atomic sector writes): records torn that way must be
 //! caught by their checksums and dropped, and still no byte may read a never-written value.
 //!
+//! With data checksums (`--data-checksums`, the `*_checksums` tests) also: after recovery no
+//! read finds a checksum mismatch (a crash never leaves good data with a stale checksum).
+//!
 //! Default: 250 sector-torn points plus 50 sub-sector points over the five modes.
 //! `TIERCACHE_CRASH_LONG=1`: 10,000 points (or `TIERCACHE_CRASH_POINTS=N`). A failure names
 //! the mode, seed and crash point; rerun one with `TIERCACHE_CRASH_ONLY=mode:seed:N`.
@@ -131,9 +134,10 @@ enum Crash {
 
 /// Runs the workload of `seed` in `mode`; with a crash point cuts the power there, recovers
 /// and checks. Returns how many events and metadata writes the run made.
-fn run(mode: Mode, seed: u64, crash: Option<Crash>, t: &mut Tally) -> (u64, u64) {
+fn run(mode: Mode, sums: bool, seed: u64, crash: Option<Crash>, t: &mut Tally) -> (u64, u64) {
     let what = format!(
-        "{mode:?} seed {seed} crash point {:?} (rerun: TIERCACHE_CRASH_ONLY={}:{seed}:{})",
+        "{mode:?}{} seed {seed} crash point {:?} (rerun: TIERCACHE_CRASH_ONLY={}:{seed}:{})",
+        if sums { " with data checksums" } else { "" },
         crash,
         mode.as_str(),
         match crash {
@@ -142,9 +146,10 @@ fn run(mode: Mode, seed: u64, crash: Option<Crash>, t: &mut Tally) -> (u64, u64)
             None => "-".into(),
         }
     );
-    let f = files(CACHE_LINES, 4096);
-    format(&f, mode, 4096);
-    let meta = META_OFFSET..Superblock::data_offset_for(CACHE_LINES, 4096);
+    let f = files_with(CACHE_LINES, 4096, sums);
+    format_with(&f, mode, 4096, sums);
+    // With data checksums this includes their region: tears there too.
+    let meta = META_OFFSET..Superblock::data_offset_with(CACHE_LINES, 4096, sums);
     let faults = Faults::new(seed.wrapping_mul(1_000_003) ^ format!("{crash:?}").len() as u64);
     match crash {
         Some(Crash::Event(n)) => faults.crash_at(n, true),
@@ -319,6 +324,15 @@ fn run(mode: Mode, seed: u64, crash: Option<Crash>, t: &mut Tally) -> (u64, u64)
     let mut again = vec![0u8; HOT as usize];
     vol.read(0, &mut again).unwrap();
     assert_stable_after_eviction(&what, &buf[..HOT as usize], &again, &rep);
+    if sums {
+        let st = vol.stats();
+        assert!(
+            st.data_checksums && st.checksum_errors == 0 && st.lost_dirty_ranges.is_empty(),
+            "{what}: good data reported damaged after the crash: {} checksum errors, lost {:?} ({rep:?})",
+            st.checksum_errors,
+            st.lost_dirty_ranges
+        );
+    }
     t.stable_bytes += HOT;
     // The recovered volume keeps working.
     let d = vec![0xa5; 9000];
@@ -340,7 +354,7 @@ fn budget() -> u64 {
 
 /// Crash points for one mode: `points` of them, spread over every event of successive seeds'
 /// workloads (all of them when the budget allows), at most 60 per seed.
-fn sweep(mode: Mode, points: u64, meta: bool, seed0: u64) -> Tally {
+fn sweep(mode: Mode, sums: bool, points: u64, meta: bool, seed0: u64) -> Tally {
     let mut t = Tally::default();
     crash_sweep(mode, points, meta, seed0, 60, 0xc4a5, |seed, c| {
         let c = c.map(|(m, n)| {
@@ -350,20 +364,25 @@ fn sweep(mode: Mode, points: u64, meta: bool, seed0: u64) -> Tally {
                 Crash::Event(n)
             }
         });
-        run(mode, seed, c, &mut t)
+        run(mode, sums, seed, c, &mut t)
     });
     t
 }
 
 fn check_mode(mode: Mode, share: f64) {
+    check_mode_with(mode, share, false)
+}
+
+fn check_mode_with(mode: Mode, share: f64, sums: bool) {
     let start = std::time::Instant::now();
     let pts = ((budget() as f64 * share).ceil() as u64).max(1);
-    let t = sweep(mode, pts, false, 0);
-    let sub = sweep(mode, (pts / 5).max(1), true, 1000);
+    let t = sweep(mode, sums, pts, false, 0);
+    let sub = sweep(mode, sums, (pts / 5).max(1), true, 1000);
     println!(
-        "{mode:?}: {} crash points (+{} with 8-byte tears) passed in {:.1} s; {} crashed during open; \
+        "{mode:?}{}: {} crash points (+{} with 8-byte tears) passed in {:.1} s; {} crashed during open; \
          warm: {} of {} unchanged clean lines restored ({} dropped: differing from the backing device); {} (+{}) torn records caught by checksum, {} duplicates resolved; \
          {} records unmapped ahead in batches; {} bytes read the same after eviction",
+        if sums { " with data checksums" } else { "" },
         t.points,
         sub.points,
         start.elapsed().as_secs_f64(),
@@ -415,6 +434,19 @@ fn check_mode(mode: Mode, share: f64) {
 #[test]
 fn crash_points_write_back() {
     check_mode(Mode::WriteBack, 0.36);
+}
+
+// The same crash points with data checksums: the checksum of every slot write is durable no
+// later than the record that maps it, and a line written in place at the crash has its
+// checksums recomputed (`tiercache_server::data_sums`).
+#[test]
+fn crash_points_write_back_checksums() {
+    check_mode_with(Mode::WriteBack, 0.36, true);
+}
+
+#[test]
+fn crash_points_write_through_checksums() {
+    check_mode_with(Mode::WriteThrough, 0.2, true);
 }
 
 #[test]

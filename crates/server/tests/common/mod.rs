@@ -25,6 +25,11 @@ pub struct Files {
 
 /// A backing file of `VOL` bytes with known contents and a cache file holding `lines` lines.
 pub fn files(lines: u64, line_size: u64) -> Files {
+    files_with(lines, line_size, false)
+}
+
+/// [`files`], with room for the data checksum region when `sums` (`--data-checksums`).
+pub fn files_with(lines: u64, line_size: u64, sums: bool) -> Files {
     // tmpfs when there is one: the tests sync often and need not wear a disk for it.
     let shm = Path::new("/dev/shm");
     let dir = if shm.is_dir() {
@@ -36,7 +41,8 @@ pub fn files(lines: u64, line_size: u64) -> Files {
     let data: Vec<u8> = (0..VOL).map(initial).collect();
     std::fs::write(&backing, data).unwrap();
     let cache = dir.path().join("cache.img");
-    let bytes = tiercache_server::Superblock::data_offset_for(lines, line_size) + lines * line_size;
+    let bytes =
+        tiercache_server::Superblock::data_offset_with(lines, line_size, sums) + lines * line_size;
     std::fs::File::create(&cache)
         .unwrap()
         .set_len(bytes)
@@ -67,10 +73,16 @@ pub fn log_cache_files(segments: u64, segment_size: u64) -> Files {
 }
 
 pub fn format(f: &Files, mode: Mode, line_size: u64) {
+    format_with(f, mode, line_size, false)
+}
+
+/// [`format`], with data checksums when `sums`.
+pub fn format_with(f: &Files, mode: Mode, line_size: u64, sums: bool) {
     let cache = FileDev::open(&f.cache).unwrap();
     let opts = FormatOptions {
         line_size,
         mode,
+        data_checksums: sums,
         ..Default::default()
     };
     tiercache_server::format(&cache, VOL, &opts).unwrap();
