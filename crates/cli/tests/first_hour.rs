@@ -224,8 +224,10 @@ fn demo_header_reads_right() {
     let v = json(&["demo", "-q", "--json"]);
     let first = &v.as_array().unwrap()[1];
     let fp = first["footprint_lines"].as_u64().unwrap();
+    let cap = first["capacity_lines"].as_u64().unwrap();
+    assert!(head[1].contains(&format!("({fp} lines)")), "{}", head[1]);
     assert!(
-        head[1].contains(&format!("10% of the footprint, {fp} lines")),
+        head[1].contains(&format!("({cap} lines: 10% of the footprint)")),
         "{}",
         head[1]
     );

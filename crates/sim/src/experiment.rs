@@ -147,6 +147,7 @@ impl CacheSection {
             .map_err(|e| anyhow::anyhow!("cache size: {e}"))?;
         let mut cfg = EngineConfig::default();
         cfg.policy_params.seed = seed;
+        let size_text = self.size.as_deref().unwrap_or("10%");
         if let Some(p) = &self.preset {
             cfg.apply_preset(p.parse::<Preset>().map_err(anyhow::Error::msg)?);
         }
@@ -193,6 +194,15 @@ impl CacheSection {
             cfg.policy_params.s3fifo_small = x;
         }
         cfg.validate().map_err(anyhow::Error::msg)?;
+        if let CacheSize::Bytes(b) = size {
+            if b < cfg.line_size {
+                bail!(
+                    "cache size {size_text:?} is a cache of 0 lines of {} bytes; give bytes \
+                     (64MiB) or a share of the footprint (10% or 0.1)",
+                    cfg.line_size
+                );
+            }
+        }
         Ok((size, cfg))
     }
 }
