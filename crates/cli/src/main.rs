@@ -1,6 +1,7 @@
 //! `tiercache`: the command-line front of the engine, simulator and trace tools.
 
 mod check_cmd;
+mod ctl_stats;
 mod demo;
 mod dss_cmd;
 mod ext4_cmd;

@@ -149,6 +149,13 @@ pub fn replay(a: ReplayArgs) -> Result<()> {
     }
     if a.json {
         let mut v = serde_json::to_value(&report)?;
+        // `ops` keyed by op (`.ops.read.iops`), as fio's per-direction sections are.
+        let ops: serde_json::Map<String, serde_json::Value> = report
+            .ops
+            .iter()
+            .map(|(k, s)| Ok((op_name(*k).to_string(), serde_json::to_value(s)?)))
+            .collect::<Result<_>>()?;
+        v["ops"] = ops.into();
         v["wrapped"] = wrapped.get().into();
         v["export_size"] = size.into();
         println!("{}", serde_json::to_string_pretty(&v)?);
@@ -156,6 +163,15 @@ pub fn replay(a: ReplayArgs) -> Result<()> {
         print_report(&report, &a.nbd, size);
     }
     Ok(())
+}
+
+fn op_name(k: ReplayOpKind) -> &'static str {
+    match k {
+        ReplayOpKind::Read => "read",
+        ReplayOpKind::Write => "write",
+        ReplayOpKind::Trim => "trim",
+        ReplayOpKind::Flush => "flush",
+    }
 }
 
 fn print_report(r: &ReplayReport, uri: &str, size: u64) {

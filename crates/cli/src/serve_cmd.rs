@@ -274,6 +274,9 @@ enum CtlCmd {
         /// Machine-readable output.
         #[arg(long)]
         json: bool,
+        /// One `section,name,value,unit` row per figure (as `casadm -P -o csv`).
+        #[arg(long, conflicts_with = "json")]
+        csv: bool,
     },
     /// Write back every dirty line and make everything durable.
     Flush,
@@ -1065,6 +1068,7 @@ fn print_stats(v: &serde_json::Value) {
             s["lost_dirty_ranges"]
         );
     }
+    crate::ctl_stats::print_breakdown(s);
     if crate::serve_classes::print_class_stats(s) {
         return;
     }
@@ -1100,8 +1104,16 @@ pub fn ctl(a: CtlArgs) -> Result<()> {
     };
     let v = control::request(&a.control, &cmd).map_err(|e| anyhow!(e))?;
     match a.cmd {
-        CtlCmd::Stats { json: true } => println!("{}", serde_json::to_string_pretty(&v["stats"])?),
-        CtlCmd::Stats { json: false } => print_stats(&v),
+        CtlCmd::Stats { json: true, .. } => {
+            println!("{}", serde_json::to_string_pretty(&v["stats"])?)
+        }
+        CtlCmd::Stats { csv: true, .. } if v["stats"]["layout"] != "log" => {
+            crate::ctl_stats::print_csv(&v["stats"])
+        }
+        CtlCmd::Stats { csv: true, .. } => {
+            bail!("ctl stats --csv: the log layout has no casadm-style figures yet; use --json")
+        }
+        CtlCmd::Stats { .. } => print_stats(&v),
         CtlCmd::Flush => println!("flushed: no dirty data left, everything durable"),
         CtlCmd::Mode { .. } => {
             // The mode in force, as the volume reports it.

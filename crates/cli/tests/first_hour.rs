@@ -410,3 +410,135 @@ fn the_csv_format_error_points_at_lcs_csv() {
     let err = fails(&["sim", p.to_str().unwrap(), "--format", "csv", "-q"]);
     assert!(err.contains("lcs-csv"), "{err}");
 }
+
+/// A child process killed when dropped (a failed assertion never leaves it behind).
+struct Child(std::process::Child);
+
+impl Drop for Child {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn wait_for(p: &Path) {
+    let t = std::time::Instant::now();
+    while !p.exists() {
+        assert!(t.elapsed().as_secs() < 20, "{} never appeared", p.display());
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn replay_json_keys_ops_by_op() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("disk.img");
+    std::fs::File::create(&file)
+        .unwrap()
+        .set_len(16 << 20)
+        .unwrap();
+    let sock = dir.path().join("nbd.sock");
+    let _srv = Child(
+        Command::new(BIN)
+            .args(["serve-file", "--file", file.to_str().unwrap(), "--socket"])
+            .arg(&sock)
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    wait_for(&sock);
+    let uri = format!("nbd+unix:///?socket={}", sock.display());
+    let v = json(&[
+        "replay",
+        "--nbd",
+        &uri,
+        "-w",
+        "zipf:theta=0.9,wss=8MiB,requests=2000,read=70",
+        "--iodepth",
+        "4",
+        "--json",
+        "-q",
+    ]);
+    let ops = v["ops"]
+        .as_object()
+        .unwrap_or_else(|| panic!("ops: {}", v["ops"]));
+    let (r, w) = (&ops["read"], &ops["write"]);
+    assert_eq!(
+        r["requests"].as_u64().unwrap() + w["requests"].as_u64().unwrap(),
+        2000,
+        "{v}"
+    );
+}
+
+#[test]
+fn ctl_stats_reads_like_casadm_and_writes_csv() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::File::create(d.join("backing.img"))
+        .unwrap()
+        .set_len(32 << 20)
+        .unwrap();
+    let (sock, ctl) = (d.join("nbd.sock"), d.join("ctl.sock"));
+    let _srv = Child(
+        Command::new(BIN)
+            .args([
+                "serve",
+                "--format-if-needed",
+                "--cache-size",
+                "4M",
+                "--mode",
+                "wb",
+            ])
+            .arg("--cache")
+            .arg(d.join("cache.img"))
+            .arg("--backing")
+            .arg(d.join("backing.img"))
+            .arg("--socket")
+            .arg(&sock)
+            .arg("--control")
+            .arg(&ctl)
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    wait_for(&sock);
+    wait_for(&ctl);
+    let uri = format!("nbd+unix:///?socket={}", sock.display());
+    ok(&[
+        "replay",
+        "--nbd",
+        &uri,
+        "-w",
+        "zipf:theta=0.9,wss=8MiB,requests=3000,read=70",
+        "-q",
+    ]);
+    let c = ctl.to_str().unwrap();
+    let (out, _) = text(&ok(&["ctl", "--control", c, "stats"]));
+    for w in [
+        "[usage]",
+        "clean",
+        "dirty",
+        "[requests]",
+        "partial misses",
+        "full misses",
+        "read line hits",
+        "write line misses",
+        "pass-through lines",
+        "reads from core (backing)",
+        "[errors]",
+    ] {
+        assert!(out.contains(w), "ctl stats lacks {w:?}:\n{out}");
+    }
+    let (csv, _) = text(&ok(&["ctl", "--control", c, "stats", "--csv"]));
+    let mut lines = csv.lines();
+    assert_eq!(lines.next(), Some("section,name,value,unit"));
+    let reads: Vec<&str> = lines
+        .filter(|l| l.starts_with("requests,\"read requests\""))
+        .collect();
+    assert_eq!(reads.len(), 1, "{csv}");
+    let v: u64 = reads[0].split(',').nth(2).unwrap().parse().unwrap();
+    assert!(v > 1000, "{csv}");
+    // `ctl ... stats | head -2` ends quietly.
+    let o = into_closed_pipe(&["ctl", "--control", c, "stats"]);
+    assert!(!text(&o).1.contains("panicked"), "{}", text(&o).1);
+}
