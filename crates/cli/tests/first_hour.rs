@@ -542,3 +542,45 @@ fn ctl_stats_reads_like_casadm_and_writes_csv() {
     let o = into_closed_pipe(&["ctl", "--control", c, "stats"]);
     assert!(!text(&o).1.contains("panicked"), "{}", text(&o).1);
 }
+
+/// The README's five-minute walkthrough runs as written (in a temporary directory, with this
+/// build's binary for `T`).
+#[test]
+fn readme_walkthrough_runs() {
+    if !common::have("fio") || !common::have("nbdinfo") {
+        return;
+    }
+    let readme =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../README.md"))
+            .unwrap();
+    let sec = readme
+        .split("## Five minutes with a live volume")
+        .nth(1)
+        .expect("README has the walkthrough");
+    let block = sec
+        .split("```sh\n")
+        .nth(1)
+        .unwrap()
+        .split("```")
+        .next()
+        .unwrap();
+    assert!(block.starts_with("T=target/release/tiercache\n"), "{block}");
+    let script = format!(
+        "set -e\nT={BIN}\n{}",
+        block.trim_start_matches("T=target/release/tiercache\n")
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let o = Command::new("bash")
+        .arg("-c")
+        .arg(&script)
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{out}{err}");
+    assert!(
+        out.contains("[requests]") && out.contains("result        consistent"),
+        "{out}"
+    );
+    assert!(!dir.path().join("tc-demo").exists());
+}
