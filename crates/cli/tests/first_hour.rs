@@ -196,6 +196,7 @@ fn skipped_lines_are_reported() {
     for cmd in [
         vec!["sim", "--trace", t, "--skip-bad", "-q"],
         vec!["mrc", "--trace", t, "--skip-bad", "-q"],
+        vec!["sim", "--trace", t, "--skip-bad", "--hdd", "7200", "-q"],
     ] {
         let (out, err) = text(&ok(&cmd));
         assert!(

@@ -46,6 +46,14 @@ pub type Requests = Box<dyn Iterator<Item = Result<Request>> + Send>;
 impl Input {
     /// Opens the source for one pass.
     pub fn open(&self) -> Result<Requests> {
+        self.open_counted(None)
+    }
+
+    /// [`Input::open`]; when the pass ends, what it skipped (`skip_bad`) is stored in `skipped`.
+    pub fn open_counted(
+        &self,
+        skipped: Option<Arc<std::sync::Mutex<Skipped>>>,
+    ) -> Result<Requests> {
         match self {
             Input::Trace {
                 path,
@@ -59,6 +67,7 @@ impl Input {
                     batch: Vec::with_capacity(BATCH),
                     pos: 0,
                     failed: false,
+                    skipped,
                 }))
             }
             Input::Workload { spec, seed } => Ok(Box::new(spec.generate(*seed).map(Ok))),
@@ -189,6 +198,8 @@ struct Batched {
     batch: Vec<Request>,
     pos: usize,
     failed: bool,
+    /// Where the count of skipped records goes at the end of the pass.
+    skipped: Option<Arc<std::sync::Mutex<Skipped>>>,
 }
 
 impl Iterator for Batched {
@@ -206,6 +217,12 @@ impl Iterator for Batched {
                 return Some(Err(e.into()));
             }
             if self.batch.is_empty() {
+                if let Some(s) = &self.skipped {
+                    *s.lock().expect("skipped count lock") = Skipped {
+                        records: self.reader.skipped(),
+                        first: self.reader.first_error().map(|e| e.to_string()),
+                    };
+                }
                 return None;
             }
         }

@@ -910,7 +910,8 @@ pub fn simulate_timed<'a>(
         win_class: Vec::new(),
     };
     let wall = std::time::Instant::now();
-    let mut reqs = spec.input.open()?;
+    let skipped = std::sync::Arc::new(std::sync::Mutex::new(crate::input::Skipped::default()));
+    let mut reqs = spec.input.open_counted(Some(skipped.clone()))?;
     let mut issued: u64 = 0;
     let report = |n: u64| {
         if n.is_multiple_of(crate::PROGRESS_EVERY) {
@@ -1091,7 +1092,11 @@ pub fn simulate_timed<'a>(
         series,
     };
     // Wall-clock time of the replay itself (the simulator's speed, not simulated time).
-    let result = crate::SimResult::new(spec, &ex.engine, footprint, wall.elapsed().as_secs_f64());
+    let mut result =
+        crate::SimResult::new(spec, &ex.engine, footprint, wall.elapsed().as_secs_f64());
+    result.set_skipped(std::mem::take(
+        &mut *skipped.lock().expect("skipped count lock"),
+    ));
     Ok((result, timed))
 }
 
