@@ -10,8 +10,8 @@ Quick start::
     r = tc.simulate({"size": "10%", "policy": "s3fifo"}, trace="cloudPhysicsIO.csv")
     r.hit_ratio, r.to_pandas()
     df = tc.sweep({"size": ["1%", "5%", "10%"], "policy": ["lru", "arc"]}, ["a.csv", "b.csv"])
-    curve = tc.mrc("cloudPhysicsIO.csv", sampling=0.01)
-    cols = tc.read_trace("cloudPhysicsIO.csv")      # dict of NumPy arrays
+    curve = tc.mrc("cloudPhysicsIO.csv", sample_rate=0.01)
+    df = tc.read_trace("cloudPhysicsIO.csv")         # pandas DataFrame
 
 A configuration is a dict of ``[cache]`` settings (``size``, ``policy``, ``mode``,
 ``line_size``, ``group_size``, ``admission``, ``preset``, ``seq_cutoff_read``,
@@ -30,6 +30,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import warnings
 from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Union
 
 import numpy as np
@@ -372,7 +373,7 @@ def _run_jobs(jobs: List[str], executor: Any) -> List[Dict[str, Any]]:
         with ProcessPoolExecutor() as pool:
             return list(pool.map(run_cell, jobs))
     if isinstance(executor, str):
-        from dask.distributed import Client
+        Client = _dask_client_class()
 
         with Client(executor) as client:
             return _run_dask(client, jobs)
@@ -386,6 +387,17 @@ def _run_jobs(jobs: List[str], executor: Any) -> List[Dict[str, Any]]:
         "executor must be None, 'processes', a concurrent.futures.Executor, a dask.distributed.Client "
         f"or a scheduler address, not {type(executor).__name__}"
     )
+
+
+def _dask_client_class() -> Any:
+    try:
+        from dask.distributed import Client
+    except ImportError as e:
+        raise ImportError(
+            "a scheduler address as executor runs the sweep on Dask, which is not installed: "
+            "pip install 'dask[distributed]' (or use executor='processes' on this machine)"
+        ) from e
+    return Client
 
 
 def _run_dask(client: Any, jobs: List[str]) -> List[Dict[str, Any]]:
@@ -402,13 +414,15 @@ def mrc(
     trace: Trace,
     sizes: Optional[Sequence[Union[int, str]]] = None,
     *,
-    sampling: float = 1.0,
+    sample_rate: float = 1.0,
     line_size: Union[int, str] = "4KiB",
     points: int = 20,
+    sampling: Optional[float] = None,
 ):
     """The LRU miss-ratio curve of ``trace`` for many cache sizes from one pass.
 
-    ``sampling`` 1.0 is exact (stack distances over a Fenwick tree); below 1 it is SHARDS
+    ``sample_rate`` (``tiercache mrc --sample-rate``; ``sampling`` is its old, deprecated name)
+    1.0 is exact (stack distances over a Fenwick tree); below 1 it is SHARDS
     spatial sampling at that rate with the SHARDS-adj correction (for traces too big to
     process whole; 1 % stays within 0.01 mean absolute error on cloudPhysicsIO). ``sizes`` are cache
     sizes in lines (ints) or byte sizes (``"64MiB"``), or percents of the footprint
@@ -419,12 +433,15 @@ def mrc(
     """
     import pandas as pd
 
+    if sampling is not None:
+        warnings.warn("mrc(sampling=...) is now sample_rate=..., as in `tiercache mrc --sample-rate`", DeprecationWarning, stacklevel=2)
+        sample_rate = sampling
     ls = _parse_size(line_size)
     sec = _input_section(trace)
     pct = [s for s in (sizes or []) if isinstance(s, str) and s.strip().endswith("%")]
     if pct:
         # Percent sizes need the footprint: one exact pass for it first.
-        first = json.loads(_native.mrc(json.dumps(sec), str(ls), sampling, [1], 1))
+        first = json.loads(_native.mrc(json.dumps(sec), str(ls), sample_rate, [1], 1))
         fp = first["footprint_lines"]
     lines: List[int] = []
     for s in sizes or []:
@@ -434,7 +451,7 @@ def mrc(
             lines.append(max(1, _parse_size(s) // ls))
         else:
             lines.append(int(s))
-    out = json.loads(_native.mrc(json.dumps(sec), str(ls), float(sampling), lines, int(points)))
+    out = json.loads(_native.mrc(json.dumps(sec), str(ls), float(sample_rate), lines, int(points)))
     df = pd.DataFrame(out["points"])
     df["cache_bytes"] = df["cache_lines"] * ls
     df["hit_ratio"] = 1.0 - df["miss_ratio"]
@@ -480,16 +497,29 @@ def iter_trace(trace: Trace, format: str = "auto", *, chunk: int = 1 << 20, bloc
         }
 
 
-def read_trace(trace: Trace, format: str = "auto", *, chunk: int = 1 << 20, block_size: Optional[Union[int, str]] = None) -> Dict[str, np.ndarray]:
-    """Reads a whole trace into a dict of NumPy arrays (see :func:`iter_trace` for the columns);
-    it is read in chunks of ``chunk`` requests and concatenated."""
+def read_trace(trace: Trace, format: str = "auto", *, chunk: int = 1 << 20, block_size: Optional[Union[int, str]] = None):
+    """Reads a whole trace into a pandas DataFrame, one row per request (columns as
+    :func:`iter_trace`'s: ``time``, ``op``, ``offset``, ``len``, ``class``), as libCacheSim's
+    Python readers do. Without pandas it warns and returns a dict of NumPy arrays."""
     parts = list(iter_trace(trace, format, chunk=chunk, block_size=block_size))
     names = ("time", "op", "offset", "len", "class")
     if not parts:
-        return {n: np.zeros(0, dtype=np.uint8 if n in ("op", "class") else np.uint64) for n in names}
-    return {n: np.concatenate([p[n] for p in parts]) for n in names}
+        cols = {n: np.zeros(0, dtype=np.uint8 if n in ("op", "class") else np.uint64) for n in names}
+    else:
+        cols = {n: np.concatenate([p[n] for p in parts]) for n in names}
+    try:
+        import pandas as pd
+    except ImportError:
+        warnings.warn("pandas is not installed: read_trace returns a dict of NumPy arrays; pip install pandas for a DataFrame", UserWarning, stacklevel=2)
+        return cols
+    return pd.DataFrame(cols, columns=list(names))
 
 
 def policies() -> Dict[str, str]:
     """The replacement policies: name -> one-line summary."""
     return dict(_native.policies())
+
+
+def __dir__() -> List[str]:
+    # `dir(tiercache)` lists the API, not the modules and typing names it imports.
+    return sorted(__all__)

@@ -67,7 +67,7 @@ pub fn workload(requests: u64, seed: u64) -> Result<Vec<Request>> {
 pub fn run(a: DemoArgs) -> Result<()> {
     let reqs = Arc::new(workload(a.requests, a.seed)?);
     let input = Input::Memory {
-        name: "demo: Zipf-1.0 hot set (1 GiB, 80% reads) + sequential backup scan (8 GiB)".into(),
+        name: "Zipf-1.0 hot set (1 GiB, 80% reads) + sequential backup scan (8 GiB)".into(),
         requests: reqs,
     };
     let size: CacheSize = a
@@ -158,13 +158,15 @@ fn print_table(results: &[SimResult]) {
     let base = &results[0];
     let first = &results[1];
     println!("tiercache demo — {}", base.input);
+    let footprint = first.footprint_lines.unwrap_or(0);
     println!(
-        "{} requests, footprint {}; cache {} ({} of {} lines), write-through, admit always\n",
+        "{} requests, footprint {} ({} lines); cache {} ({} lines: {} of the footprint), write-through, admit always\n",
         base.requests,
-        fmt_size(first.footprint_lines.unwrap_or(0) * first.line_size),
+        fmt_size(footprint * first.line_size),
+        footprint,
         fmt_size(first.capacity_bytes),
-        first.cache_size,
-        first.capacity_lines
+        first.capacity_lines,
+        first.cache_size
     );
     println!(
         "{:<10} {:>9} {:>10} {:>12} {:>12} {:>12}",

@@ -1,6 +1,7 @@
 //! `tiercache`: the command-line front of the engine, simulator and trace tools.
 
 mod check_cmd;
+mod ctl_stats;
 mod demo;
 mod dss_cmd;
 mod ext4_cmd;
@@ -92,8 +93,73 @@ enum Cmd {
     Check(check_cmd::CheckArgs),
 }
 
+/// Whether standard output is a pipe (or socket) whose reader has gone, as after
+/// `tiercache ... | head -1`: poll reports POLLERR on such a write end.
+fn stdout_reader_gone() -> bool {
+    let mut p = libc::pollfd {
+        fd: libc::STDOUT_FILENO,
+        events: libc::POLLOUT,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd, zero timeout.
+    let n = unsafe { libc::poll(&mut p, 1, 0) };
+    n == 1 && p.revents & libc::POLLERR != 0
+}
+
+/// Ends the process as `cat` or `yes` do when their reader goes away: killed by SIGPIPE
+/// (the shell's status 141), without a message. Rust ignores SIGPIPE so that a socket whose
+/// peer left is an error rather than death; `serve`, `ctl` and `replay` keep that. So every
+/// command keeps it, and only a write to standard output after its reader left ends here
+/// (from the panic hook, or from the error path in `main`).
+fn exit_like_a_pipe_reader_left() -> ! {
+    // SAFETY: resetting a signal disposition and raising it in this process.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+        libc::raise(libc::SIGPIPE);
+    }
+    std::process::exit(141)
+}
+
+fn is_broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>().map(|io| io.kind())
+            == Some(std::io::ErrorKind::BrokenPipe)
+            || c.downcast_ref::<serde_json::Error>()
+                .and_then(|j| j.io_error_kind())
+                == Some(std::io::ErrorKind::BrokenPipe)
+    })
+}
+
+/// `replay -q N` meant `--queue-depth N` before `-q` meant `--quiet` in every command: the old
+/// spelling keeps working, with a note.
+fn deprecated_replay_q(mut args: Vec<std::ffi::OsString>) -> Vec<std::ffi::OsString> {
+    if args.get(1).is_some_and(|a| a == "replay") {
+        for i in 2..args.len().saturating_sub(1) {
+            let number = args[i + 1]
+                .to_str()
+                .is_some_and(|v| !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()));
+            if args[i] == "-q" && number {
+                eprintln!(
+                    "note: `replay -q N` for the queue depth is deprecated: write --queue-depth N \
+                     (or --iodepth N, as fio does); -q means --quiet in every command"
+                );
+                args[i] = "--queue-depth".into();
+            }
+        }
+    }
+    args
+}
+
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let default_hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        // `println!` to a pipe whose reader left panics ("failed printing to stdout").
+        if stdout_reader_gone() {
+            exit_like_a_pipe_reader_left();
+        }
+        default_hook(info)
+    }));
+    let cli = Cli::parse_from(deprecated_replay_q(std::env::args_os().collect()));
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
@@ -134,6 +200,7 @@ fn main() -> ExitCode {
     };
     match res {
         Ok(()) => ExitCode::SUCCESS,
+        Err(e) if is_broken_pipe(&e) && stdout_reader_gone() => exit_like_a_pipe_reader_left(),
         Err(e) => {
             eprintln!("error: {e:#}");
             ExitCode::FAILURE

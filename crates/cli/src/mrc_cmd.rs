@@ -32,7 +32,8 @@ pub struct MrcArgs {
     pub quiet: bool,
 }
 
-pub fn run(a: MrcArgs) -> Result<()> {
+pub fn run(mut a: MrcArgs) -> Result<()> {
+    a.input.take_positional();
     let section = InputSection {
         trace: a.input.trace.clone(),
         format: a.input.format.clone(),
@@ -47,6 +48,13 @@ pub fn run(a: MrcArgs) -> Result<()> {
     let m = tiercache_sim::mrc::mrc(&input, ls, a.sample_rate)?;
     progress.finish();
     let points = m.points(&m.default_sizes(a.points));
+    if m.skipped.records > 0 {
+        eprintln!(
+            "note: {} malformed records skipped (--skip-bad); the first: {}",
+            m.skipped.records,
+            m.skipped.first.as_deref().unwrap_or("-")
+        );
+    }
     if a.json {
         let v = serde_json::json!({
             "input": input.label(),
@@ -54,6 +62,7 @@ pub fn run(a: MrcArgs) -> Result<()> {
             "sample_rate": m.rate,
             "accesses": m.accesses,
             "footprint_lines": m.footprint,
+            "skipped_records": m.skipped.records,
             "points": points,
         });
         println!("{}", serde_json::to_string_pretty(&v)?);

@@ -15,7 +15,7 @@ const REPLAY_EXAMPLES: &str = "\
 Examples:
   tiercache replay --nbd 'nbd+unix:///?socket=/run/tiercache.sock' cloudPhysicsIO.csv
   tiercache replay --nbd nbd://localhost:10809/disk trace.csv.zst --queue-depth 32 --json
-  tiercache replay --nbd 'nbd+unix:///?socket=s.sock' --workload '4k; 100% read; 100% random' -q 16
+  tiercache replay --nbd 'nbd+unix:///?socket=s.sock' --workload '4k; 100% read; 100% random' --iodepth 16
 
 The same trace can be run against tiercache, plain nbdkit and nbdkit's cache filter:
   nbdkit -U /tmp/k.sock file disk.img
@@ -48,9 +48,18 @@ pub struct ReplayArgs {
     /// Seed for synthetic workloads.
     #[arg(long, value_name = "N", default_value_t = 42)]
     pub seed: u64,
-    /// Requests kept in flight on the one connection.
-    #[arg(long, short = 'q', value_name = "N", default_value_t = 16)]
+    /// Requests kept in flight on the one connection (fio's --iodepth). `-q N` is an old
+    /// spelling, still accepted with a note: -q means --quiet in every command.
+    #[arg(
+        long,
+        visible_alias = "iodepth",
+        value_name = "N",
+        default_value_t = 16
+    )]
     pub queue_depth: usize,
+    /// No notes on standard error (wrapped offsets); errors are still reported.
+    #[arg(long, short = 'q')]
+    pub quiet: bool,
     /// Stop after this many trace requests.
     #[arg(long, value_name = "N")]
     pub limit: Option<u64>,
@@ -131,7 +140,7 @@ pub fn replay(a: ReplayArgs) -> Result<()> {
     }
     let report = report.with_context(|| format!("replaying against {}", a.nbd))?;
     client.disconnect().ok();
-    if wrapped.get() > 0 {
+    if wrapped.get() > 0 && !a.quiet {
         eprintln!(
             "note: {} requests reached beyond the export size ({size} bytes) and were wrapped \
              modulo the size (--strict refuses them)",
@@ -140,6 +149,13 @@ pub fn replay(a: ReplayArgs) -> Result<()> {
     }
     if a.json {
         let mut v = serde_json::to_value(&report)?;
+        // `ops` keyed by op (`.ops.read.iops`), as fio's per-direction sections are.
+        let ops: serde_json::Map<String, serde_json::Value> = report
+            .ops
+            .iter()
+            .map(|(k, s)| Ok((op_name(*k).to_string(), serde_json::to_value(s)?)))
+            .collect::<Result<_>>()?;
+        v["ops"] = ops.into();
         v["wrapped"] = wrapped.get().into();
         v["export_size"] = size.into();
         println!("{}", serde_json::to_string_pretty(&v)?);
@@ -147,6 +163,15 @@ pub fn replay(a: ReplayArgs) -> Result<()> {
         print_report(&report, &a.nbd, size);
     }
     Ok(())
+}
+
+fn op_name(k: ReplayOpKind) -> &'static str {
+    match k {
+        ReplayOpKind::Read => "read",
+        ReplayOpKind::Write => "write",
+        ReplayOpKind::Trim => "trim",
+        ReplayOpKind::Flush => "flush",
+    }
 }
 
 fn print_report(r: &ReplayReport, uri: &str, size: u64) {

@@ -29,7 +29,11 @@ Example:
   tiercache format --cache /var/lib/tiercache/cache.img --backing /dev/sdb --mode write-back";
 
 #[derive(Args)]
-#[command(after_long_help = FORMAT_HELP)]
+// The simulator-only layout flags are refused live: not offered in the help either.
+#[command(after_long_help = FORMAT_HELP, mut_arg("trim", |a| a.hide(true)),
+    mut_arg("reinsert_hits", |a| a.hide(true)),
+    mut_arg("dup_share", |a| a.hide(true)),
+    mut_arg("erase_block", |a| a.hide(true)))]
 pub struct FormatArgs {
     /// Cache device: file or block device (an SSD), or an NBD export URI.
     #[arg(long)]
@@ -75,7 +79,10 @@ pub struct FormatArgs {
 /// underscores: `line_size = "64k"`). Flags win over the file.
 #[derive(Args, Default, Deserialize)]
 #[serde(default)]
-#[command(after_long_help = SERVE_HELP)]
+#[command(after_long_help = SERVE_HELP, mut_arg("trim", |a| a.hide(true)),
+    mut_arg("reinsert_hits", |a| a.hide(true)),
+    mut_arg("dup_share", |a| a.hide(true)),
+    mut_arg("erase_block", |a| a.hide(true)))]
 pub struct ServeArgs {
     /// Cache device: file, block device, or NBD export (nbd://HOST[:PORT]/NAME,
     /// nbd+unix:///NAME?socket=PATH), e.g. nbdkit with its error filter to inject faults.
@@ -145,13 +152,14 @@ pub struct ServeArgs {
     /// clients on very slow links (a 32 MiB reply must go out at 1.1 MB/s at the default).
     #[arg(long)]
     write_timeout: Option<f64>,
-    /// Write mode for this run (default: the one stored on the cache device).
+    /// Write mode for this run: write-through (wt), write-back (wb), write-around (wa),
+    /// read-only (ro), pass-through (pt) [default: the one stored on the cache device].
     #[arg(long)]
     mode: Option<String>,
-    /// Replacement policy for this run (default: the one stored on the cache device).
+    /// Replacement policy for this run [default: the one stored on the cache device].
     #[arg(long)]
     policy: Option<String>,
-    /// Line size when formatting (with --format-if-needed).
+    /// Line size when formatting (with --format-if-needed) [default: 4k].
     #[arg(long)]
     line_size: Option<String>,
     /// Cache capacity when formatting; also the size a missing cache file is created with.
@@ -210,8 +218,8 @@ pub struct ServeArgs {
     /// HDD model TOML file (see crates/devices).
     #[arg(long)]
     emulate_hdd: Option<String>,
-    /// Threads executing NBD requests, shared by all connections (default 32): requests
-    /// beyond that wait in one queue; threads do not grow with connections.
+    /// Threads executing NBD requests, shared by all connections: requests beyond that wait
+    /// in one queue; threads do not grow with connections [default: 32].
     #[arg(long)]
     workers: Option<usize>,
     /// When write-back data is cleaned down to the low watermark: `background` (a thread,
@@ -304,6 +312,9 @@ enum CtlCmd {
         /// kept. The statistics shown are those before the reset.
         #[arg(long)]
         reset: bool,
+        /// One `section,name,value,unit` row per figure (as `casadm -P -o csv`).
+        #[arg(long, conflicts_with = "json")]
+        csv: bool,
     },
     /// Show the settings in force (all, or one): mode, admission, seq-cutoff,
     /// seq-cutoff-write, group-size, dirty-high, dirty-low, slru-protected, policy, line-size.
@@ -346,7 +357,12 @@ fn open_backing(path: &std::path::Path) -> Result<Box<dyn BlockDev>> {
         say!("backing device: NBD export {text} ({} bytes)", dev.size());
         return Ok(Box::new(dev));
     }
-    Ok(Box::new(FileDev::open(path)?))
+    Ok(Box::new(FileDev::open(path).with_context(|| {
+        format!(
+            "cannot open the backing device (--backing {})",
+            path.display()
+        )
+    })?))
 }
 
 /// The cache device: a file, a block device, or an NBD export (so cache faults can be
@@ -361,7 +377,42 @@ fn open_cache(path: &std::path::Path) -> Result<Box<dyn BlockDev>> {
         say!("cache device: NBD export {text} ({} bytes)", dev.size());
         return Ok(Box::new(dev));
     }
-    Ok(Box::new(FileDev::open(path)?))
+    Ok(Box::new(FileDev::open(path).with_context(|| {
+        format!("cannot open the cache device (--cache {})", path.display())
+    })?))
+}
+
+/// Creates a missing cache file big enough for `bytes` of lines of `ls` and their metadata,
+/// 0600 whatever the umask: the file will hold the volume's data.
+fn create_cache_file(path: &Path, bytes: u64, ls: u64, data_checksums: bool) -> Result<()> {
+    anyhow::ensure!(ls > 0, "--line-size must be above 0");
+    let lines = bytes / ls;
+    let total = Superblock::data_offset_with(lines, ls, data_checksums) + lines * ls;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .and_then(|f| f.set_len(total))
+        .with_context(|| format!("creating the cache device {}", path.display()))
+}
+
+/// Fails when the directory a socket is to be created in does not exist, before anything is
+/// opened, created or announced.
+fn socket_dir_exists(flag: &str, sock: &Path) -> Result<()> {
+    let dir = match sock.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => return Ok(()),
+    };
+    if !dir.is_dir() {
+        bail!(
+            "{flag} {}: the directory {} does not exist; create it (mkdir -p {}) or choose another path",
+            sock.display(),
+            dir.display(),
+            dir.display()
+        );
+    }
+    Ok(())
 }
 
 /// `format` without --force: refuses a device holding a cache, valid or damaged (its magic
@@ -477,12 +528,31 @@ fn mode_arg(s: &str) -> Result<Mode> {
 
 pub fn format(a: FormatArgs) -> Result<()> {
     live_policy(&a.policy)?;
+    let (line_size, tuning) = format_settings(a.line_size.as_deref(), &a.policy, &a.tune)?;
+    if !NbdDev::is_uri(&a.cache.to_string_lossy()) && !a.cache.exists() {
+        // As `serve --format-if-needed` does: a missing cache file is created at its size.
+        let bytes = a.cache_size.as_deref().ok_or_else(|| {
+            anyhow!(
+                "the cache device {} does not exist: give --cache-size to create it as a file \
+                 (or name an existing file or block device)",
+                a.cache.display()
+            )
+        })?;
+        if a.layout.is_log()? {
+            bail!("the cache device {} does not exist: the log layout uses a whole existing device; create it first (truncate -s SIZE {})", a.cache.display(), a.cache.display());
+        }
+        create_cache_file(
+            &a.cache,
+            size_arg("--cache-size", bytes)?,
+            line_size,
+            a.data_checksums,
+        )?;
+    }
     let cache = open_cache(&a.cache)?;
     let backing = open_backing(&a.backing)?;
     if !a.force {
         refuse_existing_cache(&a.cache, &*cache)?;
     }
-    let (line_size, tuning) = format_settings(a.line_size.as_deref(), &a.policy, &a.tune)?;
     if a.layout.is_log()? && !a.tune.is_empty() {
         bail!("--preset, --group-size, --admission, --seq-cutoff, --dirty-* and --slru-protected apply to the direct layout");
     }
@@ -670,6 +740,12 @@ pub fn serve(a: ServeArgs) -> Result<()> {
     if a.socket.is_none() == a.listen.is_none() {
         bail!("give exactly one of --socket PATH and --listen ADDR:PORT");
     }
+    if let Some(s) = &a.socket {
+        socket_dir_exists("--socket", s)?;
+    }
+    if let Some(c) = &a.control {
+        socket_dir_exists("--control", c)?;
+    }
     let nbd_opts = nbd_options(&a)?;
     let listen = a.listen.as_deref().map(listen_addr).transpose()?;
     let http = a.http.as_deref().map(http_addr).transpose()?;
@@ -737,17 +813,7 @@ pub fn serve(a: ServeArgs) -> Result<()> {
                 cache_path.display()
             )
         })?;
-        let ls = new_line;
-        let lines = bytes / ls;
-        let total = Superblock::data_offset_with(lines, ls, a.data_checksums) + lines * ls;
-        // 0600 whatever the umask: the file will hold the volume's data.
-        std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&cache_path)
-            .and_then(|f| f.set_len(total))
-            .with_context(|| format!("creating {}", cache_path.display()))?;
+        create_cache_file(&cache_path, bytes, new_line, a.data_checksums)?;
     }
     let cache = open_cache(&cache_path)?;
     let direct_sb = tiercache_server::read_superblock(&*cache);
@@ -1246,6 +1312,7 @@ fn print_stats(v: &serde_json::Value) {
             s["lost_dirty_ranges"]
         );
     }
+    crate::ctl_stats::print_breakdown(s);
     if crate::serve_classes::print_class_stats(s) {
         return;
     }
@@ -1286,15 +1353,19 @@ pub fn ctl(a: CtlArgs) -> Result<()> {
     };
     let v = control::request(&a.control, &cmd).map_err(|e| anyhow!(e))?;
     match a.cmd {
-        CtlCmd::Stats { json, reset } => {
+        CtlCmd::Stats { json, csv, reset } => {
             if json {
                 println!("{}", serde_json::to_string_pretty(&v["stats"])?);
+            } else if csv && v["stats"]["layout"] == "log" {
+                bail!("ctl stats --csv: the log layout has no casadm-style figures yet; use --json")
+            } else if csv {
+                crate::ctl_stats::print_csv(&v["stats"])
             } else {
                 print_stats(&v);
             }
             if reset {
                 control::request(&a.control, &Command::ResetStats).map_err(|e| anyhow!(e))?;
-                if !json {
+                if !json && !csv {
                     println!("statistics reset");
                 }
             }

@@ -18,7 +18,11 @@ use tiercache_sim::{
 /// Where requests come from.
 #[derive(Args, Clone, Debug, Default)]
 pub struct InputArgs {
-    /// Block trace to replay (compressed .gz/.zst/.xz/.bz2 is read transparently).
+    /// Block trace to replay (compressed .gz/.zst/.xz/.bz2 is read transparently); the same
+    /// as `--trace TRACE`, the way libCacheSim's cachesim takes it.
+    #[arg(value_name = "TRACE", conflicts_with = "trace")]
+    pub trace_arg: Option<PathBuf>,
+    /// Block trace to replay (or give it as the first argument).
     #[arg(long, short = 't', value_name = "FILE")]
     pub trace: Option<PathBuf>,
     /// Trace format, or `auto` to detect it. See `tiercache trace formats`.
@@ -39,6 +43,15 @@ pub struct InputArgs {
     pub seed: Option<u64>,
 }
 
+impl InputArgs {
+    /// The positional TRACE becomes `--trace`.
+    pub fn take_positional(&mut self) {
+        if let Some(t) = self.trace_arg.take() {
+            self.trace = Some(t);
+        }
+    }
+}
+
 /// Cache settings (each overrides the experiment file).
 #[derive(Args, Clone, Debug, Default)]
 pub struct CacheArgs {
@@ -52,7 +65,8 @@ pub struct CacheArgs {
     /// pass-through (pt). Default write-through.
     #[arg(long, short = 'm', value_name = "MODE")]
     pub mode: Option<String>,
-    /// Cache line: unit of validity, dirtiness and replacement (4KiB..1MiB). Default 4KiB.
+    /// Cache line: unit of validity, dirtiness and replacement (4KiB..1MiB). Default 4KiB
+    /// (8KiB with --layout log).
     #[arg(long, value_name = "SIZE")]
     pub line_size: Option<String>,
     #[command(flatten)]
@@ -162,7 +176,7 @@ impl CacheArgs {
 
 #[derive(Args, Debug)]
 #[command(after_help = "Examples:
-  tiercache sim --trace cloudPhysicsIO.csv --cache-size 10% --policy s3fifo
+  tiercache sim cloudPhysicsIO.csv --cache-size 10% --policy s3fifo    (or --cache-size 0.1)
   tiercache sim --workload 'zipf:theta=0.9,wss=8GiB,requests=2e6' --cache-size 1GiB --mode wb --json
   tiercache sim --config experiments/cloudphysics-lru.toml --policy arc
   tiercache sim --workload fileserver:scale=0.002 --policy dss --mode wb --admission nhit:0:1
@@ -316,7 +330,8 @@ fn apply_classes(path: &Option<PathBuf>, spec: &mut tiercache_sim::SimSpec) -> R
     Ok(())
 }
 
-pub fn sim(a: SimArgs) -> Result<()> {
+pub fn sim(mut a: SimArgs) -> Result<()> {
+    a.input.take_positional();
     if a.layout.is_log()? || crate::layout_args::is_content_workload(&a.input) {
         return crate::layout_args::sim_layout(&a);
     }
@@ -407,7 +422,8 @@ pub(crate) fn print_one(res: &SimResult, json: bool, csv: bool) -> Result<()> {
     Ok(())
 }
 
-pub fn sweep(a: SweepArgs) -> Result<()> {
+pub fn sweep(mut a: SweepArgs) -> Result<()> {
+    a.input.take_positional();
     let fs = fileserver_input(&a.input)?;
     let mut input_args = a.input.clone();
     if fs.is_some() {
@@ -659,7 +675,11 @@ fn print_timed(rep: &TimedReport, json: bool, csv: bool) -> Result<()> {
             out,
             "warm-up      {w:.1} s (windowed hit ratio reaches 95 % of its final value)"
         )?,
-        None => writeln!(out, "warm-up      n/a")?,
+        None => writeln!(
+            out,
+            "warm-up      {}",
+            t.warmup_note.as_deref().unwrap_or("n/a (no cache)")
+        )?,
     }
     if let Some(w) = t.warmup_iops_s {
         writeln!(

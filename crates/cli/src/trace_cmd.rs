@@ -145,7 +145,7 @@ fn write_trace(
     for r in reqs {
         w.write(&r?)?;
     }
-    let (written, dropped) = (w.written(), w.dropped());
+    let (written, dropped, as_reads) = (w.written(), w.dropped(), w.writes_as_reads());
     w.finish()?;
     eprintln!(
         "{written} requests written to {} ({})",
@@ -155,6 +155,13 @@ fn write_trace(
     if dropped > 0 {
         eprintln!(
             "{dropped} requests dropped: {} cannot express them",
+            to.name()
+        );
+    }
+    if as_reads > 0 {
+        eprintln!(
+            "warning: {as_reads} writes will read back as reads: {} records have no read/write \
+             field (keep them with --to simple, or lcs-csv for libCacheSim)",
             to.name()
         );
     }

@@ -5,6 +5,7 @@ use anyhow::Result;
 use clap::Args;
 use serde::Serialize;
 use tiercache_engine::{parse_size, Admission, CacheSize, EngineConfig, Mode};
+use tiercache_sim::timed::MIN_WARMUP_WINDOWS;
 use tiercache_sim::warmup::{estimate_s, WarmupInputs};
 use tiercache_sim::{run_timed, Drive, Input, SimSpec, TimedSetup};
 
@@ -56,12 +57,14 @@ pub struct WarmupArgs {
     /// Outstanding requests for --simulate (Qsan: 2 workers x 64).
     #[arg(long, default_value_t = 128)]
     pub queue_depth: u32,
-    /// Simulated requests (default: enough for 3x the estimate's reads).
+    /// Simulated requests (default: 8x the estimate's reads, so that the cache fills and
+    /// the run goes on warm for a while).
     #[arg(long)]
     pub requests: Option<u64>,
-    /// Time-series window in seconds for --simulate.
-    #[arg(long, default_value_t = 10.0)]
-    pub window: f64,
+    /// Time-series window in seconds for --simulate (default: a twentieth of the estimate,
+    /// or of the simulated run when that is shorter, so that warm-up spans many windows).
+    #[arg(long)]
+    pub window: Option<f64>,
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
     #[arg(long)]
@@ -81,6 +84,9 @@ struct Out {
 struct Simulated {
     warmup_s: Option<f64>,
     warmup_iops_s: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    warmup_note: Option<String>,
+    window_s: f64,
     iops_first_window: f64,
     iops_last_window: f64,
     iops_ratio: f64,
@@ -108,7 +114,9 @@ pub fn run(a: WarmupArgs) -> Result<()> {
     };
     if a.simulate {
         let reads = inputs.cache_bytes / inputs.io_size * inputs.threshold.max(1) as u64;
-        let n = a.requests.unwrap_or(reads.saturating_mul(3).max(10_000));
+        let n = a.requests.unwrap_or(reads.saturating_mul(8).max(10_000));
+        let window = a.window.unwrap_or((est / 20.0).max(0.01));
+        anyhow::ensure!(window > 0.0, "--window must be above 0");
         let spec: tiercache_trace::workload::WorkloadSpec = format!(
             "uniform:wss={},requests={n},read=100,size={},align={}",
             inputs.cache_bytes, inputs.io_size, inputs.io_size
@@ -129,7 +137,7 @@ pub fn run(a: WarmupArgs) -> Result<()> {
                 ..Default::default()
             },
         };
-        let setup = TimedSetup {
+        let mut setup = TimedSetup {
             hdd: a.hdd.clone(),
             raid: (a.disks > 1).then_some((0, a.disks as usize)),
             ssd: Some(a.ssd.clone()),
@@ -137,15 +145,23 @@ pub fn run(a: WarmupArgs) -> Result<()> {
                 drive: Drive::Closed {
                     queue_depth: a.queue_depth,
                 },
-                window_ns: (a.window * 1e9) as u64,
+                window_ns: (window * 1e9) as u64,
                 idle_clean: true,
                 ..Default::default()
             },
             ..Default::default()
         };
         let progress = Progress::new(a.quiet, Some(n), "requests");
-        let rep = run_timed(&sim, &setup, Some(&|x| progress.set(x)))?;
+        let mut rep = run_timed(&sim, &setup, Some(&|x| progress.set(x)))?;
         progress.finish();
+        let mut window = window;
+        if a.window.is_none() && rep.timed.series.len() < 2 * MIN_WARMUP_WINDOWS {
+            // The devices ran faster than the estimate's disk IOPS: the same run again with
+            // windows of a twentieth of its length, so that warm-up spans many of them.
+            window = (rep.timed.elapsed_s / 20.0).max(1e-6);
+            setup.options.window_ns = (window * 1e9) as u64;
+            rep = run_timed(&sim, &setup, None)?;
+        }
         let s = &rep.timed.series;
         let first = s.first().map(|w| w.iops).unwrap_or(0.0);
         // The last window is usually partial: take the one before it when there is one.
@@ -157,6 +173,8 @@ pub fn run(a: WarmupArgs) -> Result<()> {
         out.simulated = Some(Simulated {
             warmup_s: rep.timed.warmup_s,
             warmup_iops_s: rep.timed.warmup_iops_s,
+            warmup_note: rep.timed.warmup_note.clone(),
+            window_s: window,
             iops_first_window: first,
             iops_last_window: last,
             iops_ratio: if first > 0.0 { last / first } else { 0.0 },
@@ -187,7 +205,11 @@ pub fn run(a: WarmupArgs) -> Result<()> {
                 s.requests,
                 a.queue_depth
             ),
-            None => println!("simulated    no warm-up measured ({} requests)", s.requests),
+            None => println!(
+                "simulated    warm-up {} ({} requests)",
+                s.warmup_note.as_deref().unwrap_or("not measured"),
+                s.requests
+            ),
         }
         if let Some(w) = s.warmup_iops_s {
             println!(
@@ -196,10 +218,12 @@ pub fn run(a: WarmupArgs) -> Result<()> {
                 w / 60.0
             );
         }
-        println!(
-            "IOPS         {:.0} in the first window, {:.0} warm: {:.1}x",
-            s.iops_first_window, s.iops_last_window, s.iops_ratio
-        );
+        if s.warmup_iops_s.is_some() {
+            println!(
+                "IOPS         {:.0} in the first window of {:.3} s, {:.0} warm: {:.1}x",
+                s.iops_first_window, s.window_s, s.iops_last_window, s.iops_ratio
+            );
+        }
     }
     Ok(())
 }

@@ -191,10 +191,12 @@ fn bad_input_gives_clear_errors() {
         "--trace",
         p.to_str().unwrap(),
         "--skip-bad",
+        "--cache-size",
+        "64KiB",
         "--json",
         "-q",
     ]);
-    assert!(o.status.success());
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
 }
 
 #[test]

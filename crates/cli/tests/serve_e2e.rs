@@ -353,7 +353,7 @@ fn replay_at_queue_depth_1_matches_the_simulator_exactly() {
                             "replay",
                             "--nbd",
                             &srv.uri(),
-                            "-q",
+                            "--queue-depth",
                             "1",
                             "--strict",
                             "--json",

@@ -86,6 +86,12 @@ impl CacheSize {
         }
     }
 
+    /// A share of the footprint written as a fraction (0.1 = 10 %), kept as a percentage
+    /// rounded to 1e-9 % so that 0.1 prints as 10%.
+    pub fn fraction(f: f64) -> CacheSize {
+        CacheSize::Percent((f * 100.0 * 1e9).round() / 1e9)
+    }
+
     pub fn needs_footprint(&self) -> bool {
         matches!(self, CacheSize::Percent(_))
     }
@@ -107,6 +113,10 @@ impl std::str::FromStr for CacheSize {
                 });
             }
             Ok(CacheSize::Percent(v))
+        } else if let Some(f) = t.parse::<f64>().ok().filter(|f| *f > 0.0 && *f < 1.0) {
+            // libCacheSim's way of writing a share: 0.1 is 10 % of the footprint (a cache
+            // of a fraction of a byte means nothing else).
+            Ok(CacheSize::fraction(f))
         } else {
             parse_size(t).map(CacheSize::Bytes)
         }
@@ -138,6 +148,17 @@ impl<'de> serde::Deserialize<'de> for CacheSize {
             }
             fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<CacheSize, E> {
                 Ok(CacheSize::Bytes(v))
+            }
+            fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<CacheSize, E> {
+                if v > 0.0 && v < 1.0 {
+                    Ok(CacheSize::fraction(v))
+                } else if v >= 1.0 && v.fract() == 0.0 && v < u64::MAX as f64 {
+                    Ok(CacheSize::Bytes(v as u64))
+                } else {
+                    Err(E::custom(format!(
+                        "size {v}: a fraction of the footprint below 1 (0.1 = 10%) or a whole number of bytes"
+                    )))
+                }
             }
             fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<CacheSize, E> {
                 u64::try_from(v)

@@ -101,10 +101,20 @@ pub struct RepairReport {
 pub enum CheckError {
     #[error("cannot read the device: {0}")]
     Unreadable(std::io::Error),
-    #[error("not a tiercache cache device: {0}")]
+    #[error("{}", not_a_cache(.0))]
     NotTiercache(FormatError),
     #[error("cannot be repaired: {0} (nothing on the device can be trusted without its superblock; `tiercache format --force` discards the cache and its dirty data)")]
     Unrepairable(String),
+}
+
+/// "not a tiercache cache device" once, whether or not the format error says it already.
+fn not_a_cache(e: &FormatError) -> String {
+    match e {
+        FormatError::BadMagic => format!(
+            "{e} (is this the backing device? `check` takes the cache device, --cache of serve)"
+        ),
+        _ => format!("not a tiercache cache device: {e}"),
+    }
 }
 
 /// A record the check found bad, which a repair empties.

@@ -147,7 +147,17 @@ impl CacheSection {
             .map_err(|e| anyhow::anyhow!("cache size: {e}"))?;
         let mut cfg = EngineConfig::default();
         cfg.policy_params.seed = seed;
+        let size_text = self.size.as_deref().unwrap_or("10%");
         self.apply_engine(&mut cfg)?;
+        if let CacheSize::Bytes(b) = size {
+            if b < cfg.line_size {
+                bail!(
+                    "cache size {size_text:?} is a cache of 0 lines of {} bytes; give bytes \
+                     (64MiB) or a share of the footprint (10% or 0.1)",
+                    cfg.line_size
+                );
+            }
+        }
         Ok((size, cfg))
     }
 

@@ -27,6 +27,14 @@ pub enum Input {
     },
 }
 
+/// Malformed records a pass over a trace skipped (`skip_bad`).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Skipped {
+    pub records: u64,
+    /// The first skipped record's error.
+    pub first: Option<String>,
+}
+
 /// Requests per batch in [`Input::for_each`].
 const BATCH: usize = 16384;
 /// Parsed batches the trace reader thread may be ahead.
@@ -38,6 +46,14 @@ pub type Requests = Box<dyn Iterator<Item = Result<Request>> + Send>;
 impl Input {
     /// Opens the source for one pass.
     pub fn open(&self) -> Result<Requests> {
+        self.open_counted(None)
+    }
+
+    /// [`Input::open`]; when the pass ends, what it skipped (`skip_bad`) is stored in `skipped`.
+    pub fn open_counted(
+        &self,
+        skipped: Option<Arc<std::sync::Mutex<Skipped>>>,
+    ) -> Result<Requests> {
         match self {
             Input::Trace {
                 path,
@@ -51,6 +67,7 @@ impl Input {
                     batch: Vec::with_capacity(BATCH),
                     pos: 0,
                     failed: false,
+                    skipped,
                 }))
             }
             Input::Workload { spec, seed } => Ok(Box::new(spec.generate(*seed).map(Ok))),
@@ -68,7 +85,16 @@ impl Input {
     }
 
     /// Calls `f` with consecutive batches of requests (so a caller can look ahead).
-    pub fn for_each_batch(&self, mut f: impl FnMut(&[Request]) -> Result<()>) -> Result<()> {
+    pub fn for_each_batch(&self, f: impl FnMut(&[Request]) -> Result<()>) -> Result<()> {
+        self.for_each_batch_counted(f).map(|_| ())
+    }
+
+    /// [`Input::for_each_batch`], returning what the pass skipped: malformed trace records
+    /// (with `skip_bad`) and the first one's error.
+    pub fn for_each_batch_counted(
+        &self,
+        mut f: impl FnMut(&[Request]) -> Result<()>,
+    ) -> Result<Skipped> {
         match self {
             Input::Trace {
                 path,
@@ -87,15 +113,20 @@ impl Input {
                         .expect("receiver alive");
                 }
                 std::thread::scope(|s| {
-                    s.spawn(move || {
+                    let parser = s.spawn(move || {
+                        let skipped = |r: &tiercache_trace::TraceReader| Skipped {
+                            records: r.skipped(),
+                            first: r.first_error().map(|e| e.to_string()),
+                        };
                         while let Ok(mut batch) = empty_rx.recv() {
                             let r = reader.read_batch(&mut batch, BATCH);
                             let end = r.is_err() || batch.is_empty();
                             let item = r.map(|_| batch).map_err(anyhow::Error::from);
                             if full_tx.send(item).is_err() || end {
-                                return;
+                                return skipped(&reader);
                             }
                         }
+                        skipped(&reader)
                     });
                     // On every way out, the receiving end and the recycling sender are dropped
                     // before the scope joins the reader, so a reader blocked on either wakes up.
@@ -114,7 +145,8 @@ impl Input {
                     let result = consume();
                     drop(full_rx);
                     drop(empty_tx);
-                    result
+                    let skipped = parser.join().expect("trace parser thread panicked");
+                    result.map(|_| skipped)
                 })
             }
             Input::Workload { spec, seed } => {
@@ -124,12 +156,15 @@ impl Input {
                     batch.clear();
                     batch.extend(gen.by_ref().take(BATCH));
                     if batch.is_empty() {
-                        return Ok(());
+                        return Ok(Skipped::default());
                     }
                     f(&batch)?;
                 }
             }
-            Input::Memory { requests, .. } => requests.chunks(BATCH).try_for_each(f),
+            Input::Memory { requests, .. } => requests
+                .chunks(BATCH)
+                .try_for_each(f)
+                .map(|_| Skipped::default()),
         }
     }
 
@@ -163,6 +198,8 @@ struct Batched {
     batch: Vec<Request>,
     pos: usize,
     failed: bool,
+    /// Where the count of skipped records goes at the end of the pass.
+    skipped: Option<Arc<std::sync::Mutex<Skipped>>>,
 }
 
 impl Iterator for Batched {
@@ -180,6 +217,12 @@ impl Iterator for Batched {
                 return Some(Err(e.into()));
             }
             if self.batch.is_empty() {
+                if let Some(s) = &self.skipped {
+                    *s.lock().expect("skipped count lock") = Skipped {
+                        records: self.reader.skipped(),
+                        first: self.reader.first_error().map(|e| e.to_string()),
+                    };
+                }
                 return None;
             }
         }

@@ -69,8 +69,12 @@ pub fn simulate(
         None if spec.cache_size.needs_footprint() => Some(footprint_lines(&spec.input, ls)?),
         None => None,
     };
+    if footprint == Some(0) {
+        return Err(no_requests(&spec.input));
+    }
     let mut cfg = spec.engine.clone();
     cfg.capacity_lines = spec.cache_size.lines(ls, footprint.unwrap_or(0));
+    ensure_some_lines(spec, cfg.capacity_lines, footprint)?;
     let mut engine = Engine::new(cfg).map_err(|e| anyhow::anyhow!("{e}"))?;
     engine.set_record_plan(false);
     if engine.needs_oracle() {
@@ -79,7 +83,7 @@ pub fn simulate(
     }
     let start = Instant::now();
     let mut n: u64 = 0;
-    spec.input.for_each_batch(|batch| {
+    let skipped = spec.input.for_each_batch_counted(|batch| {
         for (i, r) in batch.iter().enumerate() {
             // Start loading the index bucket of a request a few ahead.
             if let Some(ahead) = batch.get(i + PREFETCH_AHEAD) {
@@ -102,5 +106,36 @@ pub fn simulate(
         Ok(())
     })?;
     let wall = start.elapsed().as_secs_f64();
-    Ok(SimResult::new(spec, &engine, footprint, wall))
+    if n == 0 {
+        return Err(no_requests(&spec.input));
+    }
+    let mut res = SimResult::new(spec, &engine, footprint, wall);
+    res.set_skipped(skipped);
+    Ok(res)
+}
+
+/// The error for an input without a request (an empty trace, a header alone, every line
+/// skipped): a run over it would "succeed" with nothing measured.
+pub fn no_requests(input: &Input) -> anyhow::Error {
+    anyhow::anyhow!(
+        "{input}: no requests (an empty trace, a header alone, or every record skipped); \
+         check the file and its --format (`tiercache trace stats FILE`)"
+    )
+}
+
+/// A cache of 0 lines measures nothing: refused unless the size was written as 0 bytes
+/// (the no-cache baseline the demo and no-cache runs build on purpose).
+pub fn ensure_some_lines(spec: &SimSpec, lines: u64, footprint: Option<u64>) -> Result<()> {
+    if lines > 0 || spec.cache_size == CacheSize::Bytes(0) {
+        return Ok(());
+    }
+    anyhow::bail!(
+        "cache size {} is a cache of 0 lines of {} bytes{}: give a larger size (bytes like \
+         64MiB, or a share of the footprint like 10% or 0.1)",
+        spec.cache_size,
+        spec.engine.line_size,
+        footprint
+            .map(|f| format!(" (footprint {f} lines)"))
+            .unwrap_or_default()
+    )
 }

@@ -38,6 +38,9 @@ pub struct Mrc {
     cold: u64,
     #[serde(skip)]
     sampled: u64,
+    /// Malformed trace records skipped (`skip_bad`).
+    #[serde(skip)]
+    pub skipped: crate::input::Skipped,
 }
 
 /// One point of a curve.
@@ -107,36 +110,41 @@ pub fn mrc(input: &Input, line_size: u64, rate: f64) -> Result<Mrc> {
     let mut hist: Vec<u64> = Vec::new();
     let (mut accesses, mut sampled, mut cold) = (0u64, 0u64, 0u64);
     let mut time: usize = 0;
-    for r in input.open()? {
-        let r = r?;
-        Engine::for_each_line_key(line_size, &r, |k| {
-            accesses += 1;
-            if rate < 1.0 && mix(k) > threshold {
-                return;
-            }
-            sampled += 1;
-            time += 1;
-            fw.grow(time);
-            match last.insert(k, time as u32) {
-                Some(p) => {
-                    let p = p as usize;
-                    let d = (fw.prefix(time - 1) - fw.prefix(p)) as u64;
-                    let d = if rate < 1.0 {
-                        (d as f64 / rate) as u64
-                    } else {
-                        d
-                    };
-                    let d = d as usize;
-                    if hist.len() <= d {
-                        hist.resize(d + 1, 0);
-                    }
-                    hist[d] += 1;
-                    fw.add(p, -1);
+    let skipped = input.for_each_batch_counted(|batch| {
+        for r in batch {
+            Engine::for_each_line_key(line_size, r, |k| {
+                accesses += 1;
+                if rate < 1.0 && mix(k) > threshold {
+                    return;
                 }
-                None => cold += 1,
-            }
-            fw.add(time, 1);
-        });
+                sampled += 1;
+                time += 1;
+                fw.grow(time);
+                match last.insert(k, time as u32) {
+                    Some(p) => {
+                        let p = p as usize;
+                        let d = (fw.prefix(time - 1) - fw.prefix(p)) as u64;
+                        let d = if rate < 1.0 {
+                            (d as f64 / rate) as u64
+                        } else {
+                            d
+                        };
+                        let d = d as usize;
+                        if hist.len() <= d {
+                            hist.resize(d + 1, 0);
+                        }
+                        hist[d] += 1;
+                        fw.add(p, -1);
+                    }
+                    None => cold += 1,
+                }
+                fw.add(time, 1);
+            });
+        }
+        Ok(())
+    })?;
+    if accesses == 0 {
+        return Err(crate::no_requests(input));
     }
     let footprint = (last.len() as f64 / rate).round() as u64;
     Ok(Mrc {
@@ -146,6 +154,7 @@ pub fn mrc(input: &Input, line_size: u64, rate: f64) -> Result<Mrc> {
         hist,
         cold,
         sampled,
+        skipped,
     })
 }
 

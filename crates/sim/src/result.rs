@@ -26,6 +26,11 @@ pub struct SimResult {
     pub line_misses: u64,
     pub hit_ratio: f64,
     pub miss_ratio: f64,
+    /// libCacheSim's pair: the share of requests (reads and writes) not served whole by the
+    /// cache, and the share of requested bytes that missed, counted in whole lines (equal to
+    /// `miss_ratio`: every line holds the same number of bytes).
+    pub request_miss_ratio: f64,
+    pub byte_miss_ratio: f64,
     pub read_hit_ratio: f64,
     pub write_hit_ratio: f64,
     pub insertions: u64,
@@ -50,6 +55,10 @@ pub struct SimResult {
     /// Names of those classes from the class table (`--classes`), when one was given.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub class_names: BTreeMap<u8, String>,
+    /// Malformed trace records skipped (`--skip-bad`), and the first one's error.
+    pub skipped_records: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub first_skipped: Option<String>,
 }
 
 impl SimResult {
@@ -62,14 +71,26 @@ impl SimResult {
             .collect();
         let cap = e.capacity_lines();
         let index = e.index_bytes() as u64;
+        // Only a run without a cache has 0 lines (a 0-line cache is refused otherwise): no
+        // policy and no size to name.
+        let no_cache = cap == 0;
+        let data_requests = c.full_hits + c.partial_hits + c.full_misses;
         SimResult {
             input: spec.input.label(),
-            policy: e.policy_name().to_string(),
+            policy: if no_cache {
+                "none".into()
+            } else {
+                e.policy_name().to_string()
+            },
             mode: cfg.mode.to_string(),
             admission: cfg.admission.to_string(),
             line_size: cfg.line_size,
             group_size: cfg.group_size,
-            cache_size: spec.cache_size.to_string(),
+            cache_size: if no_cache {
+                "none".into()
+            } else {
+                spec.cache_size.to_string()
+            },
             capacity_lines: cap,
             capacity_bytes: cap * cfg.line_size,
             footprint_lines: footprint,
@@ -79,6 +100,12 @@ impl SimResult {
             line_misses: c.line_misses,
             hit_ratio: c.hit_ratio(),
             miss_ratio: c.miss_ratio(),
+            request_miss_ratio: if data_requests > 0 {
+                (c.partial_hits + c.full_misses) as f64 / data_requests as f64
+            } else {
+                0.0
+            },
+            byte_miss_ratio: c.miss_ratio(),
             read_hit_ratio: c.read_hit_ratio(),
             write_hit_ratio: c.write_hit_ratio(),
             insertions: c.insertions,
@@ -111,7 +138,15 @@ impl SimResult {
                 None => BTreeMap::new(),
             },
             classes,
+            skipped_records: 0,
+            first_skipped: None,
         }
+    }
+
+    /// Records what the input pass skipped (`--skip-bad`).
+    pub fn set_skipped(&mut self, s: crate::input::Skipped) {
+        self.skipped_records = s.records;
+        self.first_skipped = s.first;
     }
 
     /// Column names of [`SimResult::csv_row`].
@@ -195,6 +230,14 @@ impl fmt::Display for SimResult {
             "requests     {} ({} reads, {} writes, {} trims, {} flushes)",
             c.requests, c.reads, c.writes, c.trims, c.flushes
         )?;
+        if self.skipped_records > 0 {
+            writeln!(
+                f,
+                "skipped      {} malformed records (--skip-bad); the first: {}",
+                self.skipped_records,
+                self.first_skipped.as_deref().unwrap_or("-")
+            )?;
+        }
         writeln!(
             f,
             "requests hit {} full, {} partial, {} missed",
@@ -207,6 +250,11 @@ impl fmt::Display for SimResult {
             pct(self.hit_ratio),
             pct(self.read_hit_ratio),
             pct(self.write_hit_ratio)
+        )?;
+        writeln!(
+            f,
+            "  miss ratio request miss ratio {:.4}, byte miss ratio {:.4} (libCacheSim's pair; bytes in whole lines)",
+            self.request_miss_ratio, self.byte_miss_ratio
         )?;
         let b = &c.bypasses;
         writeln!(

@@ -178,6 +178,10 @@ pub struct TimedResult {
     /// measures (Qsan). Later than `warmup_s`: near the top, every miss still costs a disk
     /// access, so IOPS keeps climbing after the hit ratio looks warm.
     pub warmup_iops_s: Option<f64>,
+    /// Why warm-up is not reported when a cache was there (too few windows, or warm within
+    /// the first window): a number there would be an artefact of the window size.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub warmup_note: Option<String>,
     /// Device operations that failed (fault injection).
     pub device_errors: u64,
     /// Seconds per phase when [`TimedOptions::phase_starts`] was given (a phase runs from the
@@ -840,12 +844,18 @@ pub fn simulate_timed<'a>(
         }
         None => None,
     };
+    if footprint == Some(0) {
+        return Err(crate::no_requests(&spec.input));
+    }
     let mut cfg = spec.engine.clone();
     cfg.capacity_lines = if ssd.is_some() {
         spec.cache_size.lines(ls, footprint.unwrap_or(0))
     } else {
         0
     };
+    if ssd.is_some() {
+        crate::ensure_some_lines(spec, cfg.capacity_lines, footprint)?;
+    }
     if let Some(s) = &ssd {
         let max_lines = s.capacity_bytes() / ls;
         if cfg.capacity_lines > max_lines {
@@ -900,7 +910,8 @@ pub fn simulate_timed<'a>(
         win_class: Vec::new(),
     };
     let wall = std::time::Instant::now();
-    let mut reqs = spec.input.open()?;
+    let skipped = std::sync::Arc::new(std::sync::Mutex::new(crate::input::Skipped::default()));
+    let mut reqs = spec.input.open_counted(Some(skipped.clone()))?;
     let mut issued: u64 = 0;
     let report = |n: u64| {
         if n.is_multiple_of(crate::PROGRESS_EVERY) {
@@ -953,11 +964,15 @@ pub fn simulate_timed<'a>(
             let mut next: Option<(Request, u64)> = None;
             let mut last_arrival = 0u64;
             let mut exhausted = false;
+            // The trace's first timestamp, and whether any other differs from it.
+            let mut t_first: Option<u64> = None;
+            let mut t_varies = false;
             loop {
                 if next.is_none() && !exhausted {
                     match reqs.next() {
                         Some(r) => {
                             let r = r?;
+                            t_varies |= *t_first.get_or_insert(r.time_ns) != r.time_ns;
                             let at = ((r.time_ns as f64 / speedup) as u64).max(last_arrival);
                             last_arrival = at;
                             next = Some((r, at));
@@ -989,7 +1004,19 @@ pub fn simulate_timed<'a>(
                     (None, None) => break,
                 }
             }
+            if issued > 1 && !t_varies {
+                anyhow::bail!(
+                    "{}: every request has the same timestamp ({} ns): the trace has no \
+                     timestamps, so --speedup would issue it as one burst. Drive it closed-loop \
+                     with --queue-depth N instead",
+                    spec.input,
+                    t_first.unwrap_or(0)
+                );
+            }
         }
+    }
+    if issued == 0 {
+        return Err(crate::no_requests(&spec.input));
     }
     // Drain background work.
     while ex.step().is_some() {}
@@ -1019,13 +1046,10 @@ pub fn simulate_timed<'a>(
         })
         .collect();
     let has_cache = ex.ssd.is_some() && ex.engine.capacity_lines() > 0;
-    let (warmup_s, warmup_iops_s) = if has_cache {
-        (
-            warmup_time(&series, &ex.win_hits),
-            warmup_iops_time(&series),
-        )
+    let (warmup_s, warmup_iops_s, warmup_note) = if has_cache {
+        resolved_warmup(&series, &ex.win_hits, window_s)
     } else {
-        (None, None)
+        (None, None, None)
     };
     let timed = TimedResult {
         drive: match opts.drive {
@@ -1052,6 +1076,7 @@ pub fn simulate_timed<'a>(
             .map(|s| device_use(&**s, drained.saturating_sub(first))),
         warmup_s,
         warmup_iops_s,
+        warmup_note,
         device_errors: ex.device_errors,
         phase_s: {
             let mut ends: Vec<u64> = phase_marks.iter().skip(1).copied().collect();
@@ -1067,7 +1092,11 @@ pub fn simulate_timed<'a>(
         series,
     };
     // Wall-clock time of the replay itself (the simulator's speed, not simulated time).
-    let result = crate::SimResult::new(spec, &ex.engine, footprint, wall.elapsed().as_secs_f64());
+    let mut result =
+        crate::SimResult::new(spec, &ex.engine, footprint, wall.elapsed().as_secs_f64());
+    result.set_skipped(std::mem::take(
+        &mut *skipped.lock().expect("skipped count lock"),
+    ));
     Ok((result, timed))
 }
 
@@ -1090,6 +1119,43 @@ pub fn warmup_time(series: &[Window], hits: &[(u64, u64)]) -> Option<f64> {
         .zip(hits)
         .find(|(w, x)| x.1 > 0 && w.hit_ratio >= 0.95 * steady)
         .map(|(w, _)| w.t_s)
+}
+
+/// Whole windows a run needs before its warm-up is reported: the steady value is the last
+/// tenth of them, and the rise must span more than one.
+pub const MIN_WARMUP_WINDOWS: usize = 4;
+
+/// Warm-up times (hit ratio, IOPS) when they can be resolved, else a note saying why not:
+/// a run of fewer than [`MIN_WARMUP_WINDOWS`] whole windows has no steady state to compare
+/// with, and a run already within 95 % in its first window warmed up in less than one
+/// window (the figure would be `0.0 s` whatever the truth).
+pub fn resolved_warmup(
+    series: &[Window],
+    hits: &[(u64, u64)],
+    window_s: f64,
+) -> (Option<f64>, Option<f64>, Option<String>) {
+    let whole = series.len().saturating_sub(1);
+    if whole < MIN_WARMUP_WINDOWS {
+        return (
+            None,
+            None,
+            Some(format!(
+                "not resolved: the run lasted {whole} whole windows of {window_s:.3} s; warm-up \
+                 needs at least {MIN_WARMUP_WINDOWS} (more requests, or a smaller --window)"
+            )),
+        );
+    }
+    let hit = warmup_time(series, hits);
+    let iops = warmup_iops_time(series);
+    let first = |t: Option<f64>| t.is_some_and(|t| t <= 0.0);
+    let note = (first(hit) || first(iops)).then(|| {
+        format!(
+            "within 95 % of the final value in the first window: warm-up is shorter than one \
+             window ({window_s:.3} s); a smaller --window resolves it"
+        )
+    });
+    let keep = |t: Option<f64>| t.filter(|t| *t > 0.0);
+    (keep(hit), keep(iops), note)
 }
 
 /// Time until the windowed IOPS first reaches 95 % of the mean of the last 10 % of whole

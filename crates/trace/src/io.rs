@@ -6,7 +6,7 @@ use crate::{Location, ReadOptions, TraceError};
 use std::fs::File;
 use std::io::{self, BufRead, BufReader, BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
-use tiercache_engine::Request;
+use tiercache_engine::{Op, Request};
 
 const BUF: usize = 1 << 17;
 
@@ -691,6 +691,7 @@ pub struct TraceWriter {
     sink: Option<Sink>,
     written: u64,
     dropped: u64,
+    writes_as_reads: u64,
     oracle: formats::oracle::Pending,
     path: PathBuf,
 }
@@ -736,6 +737,7 @@ pub fn open_writer(path: &Path, format: Format) -> Result<TraceWriter, TraceErro
         sink: Some(sink),
         written: 0,
         dropped: 0,
+        writes_as_reads: 0,
         oracle: Default::default(),
         path: path.to_path_buf(),
     })
@@ -766,6 +768,12 @@ impl TraceWriter {
         self.dropped
     }
 
+    /// Writes written to a format without an operation field ([`Format::has_op`]): they
+    /// read back as reads.
+    pub fn writes_as_reads(&self) -> u64 {
+        self.writes_as_reads
+    }
+
     pub fn write(&mut self, r: &Request) -> Result<(), TraceError> {
         use formats::*;
         let c = &self.ctx;
@@ -789,7 +797,12 @@ impl TraceWriter {
             Format::OracleGeneral => self.oracle.push(r, c),
         };
         match res {
-            Ok(Written::Yes) => self.written += 1,
+            Ok(Written::Yes) => {
+                self.written += 1;
+                if r.op == Op::Write && !self.format.has_op() {
+                    self.writes_as_reads += 1;
+                }
+            }
             Ok(Written::Dropped) => self.dropped += 1,
             Err(e) if e.kind() == io::ErrorKind::InvalidInput => {
                 return Err(TraceError::file(

@@ -113,6 +113,12 @@ impl Format {
         }
     }
 
+    /// Whether records say read or write: ARC, lcs-txt and oracleGeneral list accesses only,
+    /// and every request read back from them is a read.
+    pub fn has_op(self) -> bool {
+        !matches!(self, Format::Arc | Format::LcsTxt | Format::OracleGeneral)
+    }
+
     /// Whether records are fixed-size binary.
     pub fn is_binary(self) -> bool {
         matches!(self, Format::OracleGeneral | Format::Vscsi)

@@ -31,7 +31,15 @@ fn op_of(b: &[u8]) -> Option<Op> {
     }
 }
 
-pub fn parse(line: &[u8], _ctx: &Ctx) -> Result<Option<Request>, String> {
+/// What a parse error adds: `--format csv` means this format, not libCacheSim's csv.
+const NOT_LCS: &str = "(--format simple, alias csv, is tiercache's CSV time_ns,op,offset,len; \
+                       libCacheSim's csv traces are --format lcs-csv: `tiercache trace formats`)";
+
+pub fn parse(line: &[u8], ctx: &Ctx) -> Result<Option<Request>, String> {
+    parse_fields(line, ctx).map_err(|e| format!("{e} {NOT_LCS}"))
+}
+
+fn parse_fields(line: &[u8], _ctx: &Ctx) -> Result<Option<Request>, String> {
     let t = line.trim_ascii();
     if t.is_empty() || t[0] == b'#' || t.starts_with(b"time_ns") {
         return Ok(None);

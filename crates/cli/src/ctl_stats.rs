@@ -1,0 +1,195 @@
+//! `tiercache ctl stats` laid out as Open CAS's `casadm -P` (what its users read first):
+//! requests by direction and outcome, pass-through, blocks, usage and errors, and `--csv`
+//! with one `section,name,value,unit` row per figure.
+
+use serde_json::Value;
+
+/// One figure: section, name, value, unit.
+type Row = (&'static str, String, f64, &'static str);
+
+fn n(x: &Value) -> u64 {
+    x.as_u64().unwrap_or(0)
+}
+
+/// The casadm-style figures of one set of counters (`totals`, or one class's).
+fn counter_rows(section: &'static str, c: &Value, out: &mut Vec<Row>) {
+    let reads = n(&c["reads"]);
+    let writes = n(&c["writes"]);
+    let rw = reads + writes;
+    let pct = |x: u64, of: u64| {
+        if of > 0 {
+            100.0 * x as f64 / of as f64
+        } else {
+            0.0
+        }
+    };
+    let mut push = |name: String, v: f64, unit: &'static str| out.push((section, name, v, unit));
+    // Requests: whole, partly and not served by the cache (casadm's hits, partial misses and
+    // full misses; the engine counts them over reads and writes together).
+    for (name, v) in [
+        (
+            "requests served whole by the cache (hits)",
+            n(&c["full_hits"]),
+        ),
+        (
+            "requests partly served (partial misses)",
+            n(&c["partial_hits"]),
+        ),
+        ("requests not served (full misses)", n(&c["full_misses"])),
+    ] {
+        push(name.into(), v as f64, "requests");
+        push(format!("{name} %"), pct(v, rw), "%");
+    }
+    push("read requests".into(), reads as f64, "requests");
+    push("write requests".into(), writes as f64, "requests");
+    push("trim requests".into(), n(&c["trims"]) as f64, "requests");
+    push("flush requests".into(), n(&c["flushes"]) as f64, "requests");
+    // Lines (casadm's 4 KiB blocks): read and write hits and misses.
+    let (rh, ra) = (n(&c["read_line_hits"]), n(&c["read_line_accesses"]));
+    let (wh, wa) = (n(&c["write_line_hits"]), n(&c["write_line_accesses"]));
+    push("read line hits".into(), rh as f64, "lines");
+    push(
+        "read line misses".into(),
+        ra.saturating_sub(rh) as f64,
+        "lines",
+    );
+    push("read hit ratio".into(), pct(rh, ra), "%");
+    push("write line hits".into(), wh as f64, "lines");
+    push(
+        "write line misses".into(),
+        wa.saturating_sub(wh) as f64,
+        "lines",
+    );
+    push("write hit ratio".into(), pct(wh, wa), "%");
+    // Pass-through: missed lines that went around the cache, and why.
+    let b = &c["bypasses"];
+    let bypassed: u64 = [
+        "admission",
+        "seq_cutoff",
+        "mode",
+        "partial_write",
+        "no_capacity",
+        "class",
+    ]
+    .iter()
+    .map(|k| n(&b[*k]))
+    .sum();
+    push("pass-through lines".into(), bypassed as f64, "lines");
+    for k in [
+        "admission",
+        "seq_cutoff",
+        "mode",
+        "partial_write",
+        "no_capacity",
+        "class",
+    ] {
+        push(format!("pass-through: {k}"), n(&b[k]) as f64, "lines");
+    }
+    // Blocks: bytes to and from each device.
+    for (name, k) in [
+        ("reads from core (backing)", "hdd_bytes_read"),
+        ("writes to core (backing)", "hdd_bytes_written"),
+        ("reads from cache", "ssd_bytes_read"),
+        ("writes to cache", "ssd_bytes_written"),
+        ("reads from exported object", "read_bytes"),
+        ("writes to exported object", "write_bytes"),
+    ] {
+        push(name.into(), n(&c[k]) as f64, "bytes");
+    }
+    push("evictions".into(), n(&c["evictions"]) as f64, "lines");
+    push("write-backs".into(), n(&c["write_backs"]) as f64, "lines");
+}
+
+/// Every figure of a direct-layout `stats` reply.
+fn rows(s: &Value) -> Vec<Row> {
+    let mut out: Vec<Row> = Vec::new();
+    let cap = n(&s["capacity_lines"]);
+    let cached = n(&s["cached_lines"]);
+    let dirty = n(&s["dirty_lines"]);
+    let ls = n(&s["line_size"]);
+    let pct = |x: u64| {
+        if cap > 0 {
+            100.0 * x as f64 / cap as f64
+        } else {
+            0.0
+        }
+    };
+    for (name, v, unit) in [
+        ("cache size", cap, "lines"),
+        ("line size", ls, "bytes"),
+        ("occupancy", cached, "lines"),
+        ("free", cap.saturating_sub(cached), "lines"),
+        ("clean", cached.saturating_sub(dirty), "lines"),
+        ("dirty", dirty, "lines"),
+    ] {
+        out.push(("usage", name.into(), v as f64, unit));
+        if name != "cache size" && name != "line size" {
+            out.push(("usage", format!("{name} %"), pct(v), "%"));
+        }
+    }
+    counter_rows("requests", &s["totals"], &mut out);
+    for (name, k) in [
+        ("cache device errors", "cache_errors"),
+        ("core (backing) device errors", "backing_errors"),
+        ("failed write-backs", "backing_write_errors"),
+        ("lost dirty bytes", "lost_dirty_bytes"),
+    ] {
+        out.push(("errors", name.into(), n(&s[k]) as f64, "count"));
+    }
+    out
+}
+
+/// casadm -P's sections as text, after the summary `ctl stats` prints.
+pub fn print_breakdown(s: &Value) {
+    let all = rows(s);
+    let mut section = "";
+    for (sec, name, v, unit) in &all {
+        if *sec != section {
+            section = sec;
+            println!("\n{:<48} {:>16} {:<8}", format!("[{sec}]"), "value", "unit");
+        }
+        if *unit == "%" {
+            println!("{name:<48} {v:>16.1} %");
+        } else {
+            println!("{name:<48} {:>16} {unit}", *v as u64);
+        }
+    }
+    // Per class: the same request figures (casadm's per-IO-class statistics, `-d`).
+    for pc in s["per_class"].as_array().into_iter().flatten() {
+        let (class, c) = (n(&pc[0]), &pc[1]);
+        let mut out = Vec::new();
+        counter_rows("class", c, &mut out);
+        let pick = |want: &str| out.iter().find(|r| r.1 == want).map(|r| r.2).unwrap_or(0.0);
+        println!(
+            "class {class:<3} {:>10} requests, hits {:.1} %, partial misses {:.1} %, full misses {:.1} %, pass-through {} lines",
+            n(&c["reads"]) + n(&c["writes"]),
+            pick("requests served whole by the cache (hits) %"),
+            pick("requests partly served (partial misses) %"),
+            pick("requests not served (full misses) %"),
+            pick("pass-through lines") as u64
+        );
+    }
+}
+
+/// `ctl stats --csv`: `section,name,value,unit`, one row per figure (per class too).
+pub fn print_csv(s: &Value) {
+    println!("section,name,value,unit");
+    let mut all = rows(s);
+    for pc in s["per_class"].as_array().into_iter().flatten() {
+        let mut out = Vec::new();
+        counter_rows("class", &pc[1], &mut out);
+        let class = n(&pc[0]);
+        all.extend(
+            out.into_iter()
+                .map(|(_, name, v, u)| ("class", format!("class {class}: {name}"), v, u)),
+        );
+    }
+    for (sec, name, v, unit) in all {
+        let v = if unit == "%" {
+            format!("{v:.3}")
+        } else {
+            format!("{}", v as u64)
+        };
+        println!("{sec},\"{name}\",{v},{unit}");
+    }
+}
