@@ -578,7 +578,21 @@ impl Engine {
                 self.counters[ci].trims += 1;
                 self.trim(req);
             }
-            Op::Read | Op::Write => self.read_write(req),
+            Op::Read | Op::Write => {
+                self.read_write(req);
+                // FUA in write-back: durable in the cache (data and metadata), as a FLUSH
+                // makes it, not sent to the backing device.
+                if req.fua
+                    && self.cfg.mode == Mode::WriteBack
+                    && self
+                        .plan
+                        .steps
+                        .iter()
+                        .any(|s| matches!(s, Step::WriteSsd { .. }))
+                {
+                    self.emit(ci, Step::FlushSsd);
+                }
+            }
         }
         Ok(&self.plan)
     }
@@ -592,7 +606,7 @@ impl Engine {
     #[inline(always)]
     fn fast_line(&mut self, req: &Request) -> bool {
         let ls = self.cfg.line_size;
-        if req.len != ls || req.offset & (ls - 1) != 0 {
+        if req.len != ls || req.offset & (ls - 1) != 0 || req.fua {
             return false;
         }
         let key = Self::line_key(req.volume, req.offset >> self.line_shift);
@@ -614,7 +628,7 @@ impl Engine {
         self.seq += 1;
         self.plan.reset(req.offset, ls);
         let (vol, hdd) = (req.volume, req.offset);
-        let wb = self.cfg.mode == Mode::WriteBack && !req.fua;
+        let wb = self.cfg.mode == Mode::WriteBack;
         match slot {
             Some(slot) => {
                 let ssd = self.ssd_addr(slot);
@@ -1090,11 +1104,11 @@ impl Engine {
             len,
         };
         match self.cfg.mode {
-            Mode::WriteBack if !req.fua => {
+            Mode::WriteBack => {
                 self.emit(ci, Step::WriteSsd { ssd, buf, len });
                 self.set_dirty(slot, p.key, true);
             }
-            Mode::WriteBack | Mode::WriteThrough | Mode::WriteAround => {
+            Mode::WriteThrough | Mode::WriteAround => {
                 self.emit(ci, hdd_write);
                 self.emit(ci, Step::WriteSsd { ssd, buf, len });
                 if full {
@@ -1133,11 +1147,11 @@ impl Engine {
             len,
         };
         let dirty = match self.cfg.mode {
-            Mode::WriteBack if !req.fua => {
+            Mode::WriteBack => {
                 self.emit(ci, Step::WriteSsd { ssd, buf, len });
                 d | m
             }
-            Mode::WriteBack | Mode::WriteThrough | Mode::WriteAround => {
+            Mode::WriteThrough | Mode::WriteAround => {
                 self.emit(ci, hdd_write);
                 self.emit(ci, Step::WriteSsd { ssd, buf, len });
                 d & !whole
@@ -1187,7 +1201,7 @@ impl Engine {
             // The client's part goes to the slot; the rest of the line is copied from the HDD
             // (population, which an executor may finish in the background: the line is
             // complete once the plan has run).
-            let wb = self.cfg.mode == Mode::WriteBack && !req.fua;
+            let wb = self.cfg.mode == Mode::WriteBack;
             let buf = p.lo - self.plan.buf_start;
             let len = p.hi - p.lo;
             if !wb {

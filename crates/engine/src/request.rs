@@ -48,8 +48,9 @@ pub struct Request {
     pub class: u8,
     /// Volume (LUN, disk, export) the request addresses.
     pub volume: u32,
-    /// Force unit access: this write must reach stable storage on the backing device before it
-    /// completes (forces write-through for this request).
+    /// Force unit access: this write is durable before it completes. In write-back that
+    /// means durable in the cache (the plan ends with [`crate::Step::FlushSsd`]), as a FLUSH
+    /// would make it; in the other modes the backing write carries FUA.
     pub fua: bool,
 }
 

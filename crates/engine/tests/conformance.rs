@@ -207,17 +207,13 @@ fn blocked_dirty_evictions_never_write_back_in_any_policy() {
             assert!(e.len() <= 64, "{}: over capacity", p.name);
             for &(k, d) in &dirty {
                 let Some(s) = e.lookup(k) else {
-                    // Only a trim may drop a dirty line (a FUA write makes it clean first).
-                    assert!(
-                        r.op == Op::Trim || r.fua,
-                        "{}: dirty line {k:#x} evicted",
-                        p.name
-                    );
+                    // Only a trim may drop a dirty line.
+                    assert!(r.op == Op::Trim, "{}: dirty line {k:#x} evicted", p.name);
                     continue;
                 };
                 let now = e.dirty_mask(s);
                 assert!(
-                    now & d == d || r.op == Op::Trim || r.fua,
+                    now & d == d || r.op == Op::Trim,
                     "{}: dirty sectors of {k:#x} lost ({d:#x} -> {now:#x})",
                     p.name
                 );

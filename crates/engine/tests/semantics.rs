@@ -133,25 +133,33 @@ fn write_back_marks_dirty_and_eviction_writes_back_first() {
 }
 
 #[test]
-fn fua_forces_write_through_in_write_back() {
+fn fua_in_write_back_is_durable_in_the_cache_not_written_through() {
     let mut e = engine(Mode::WriteBack, 4);
     let mut r = Request::write(0, 4096);
     r.fua = true;
     let s = steps(&mut e, r);
-    assert!(s.contains(&Step::WriteHdd {
-        vol: 0,
-        hdd: 0,
-        buf: 0,
-        len: 4096
-    }));
-    assert_eq!(e.dirty_lines(), 0);
-    // A dirty line fully overwritten with FUA becomes clean.
-    steps(&mut e, Request::write(4096, 4096));
+    assert!(
+        !s.iter().any(|s| matches!(s, Step::WriteHdd { .. })),
+        "FUA went to the backing device: {s:?}"
+    );
+    assert_eq!(s.last(), Some(&Step::FlushSsd), "{s:?}");
     assert_eq!(e.dirty_lines(), 1);
-    let mut r = Request::write(4096, 4096);
+    // A FUA write hit on a dirty line keeps it dirty and ends with a cache flush.
+    let mut r = Request::write(0, 4096);
     r.fua = true;
-    steps(&mut e, r);
-    assert_eq!(e.dirty_lines(), 0);
+    let s = steps(&mut e, r);
+    assert_eq!(s.last(), Some(&Step::FlushSsd), "{s:?}");
+    assert_eq!(e.dirty_lines(), 1);
+    // In write-through the backing write carries the FUA; no cache flush is planned.
+    let mut e = engine(Mode::WriteThrough, 4);
+    let mut r = Request::write(0, 4096);
+    r.fua = true;
+    let s = steps(&mut e, r);
+    assert!(
+        s.iter().any(|s| matches!(s, Step::WriteHdd { .. })),
+        "{s:?}"
+    );
+    assert!(!s.contains(&Step::FlushSsd), "{s:?}");
 }
 
 #[test]

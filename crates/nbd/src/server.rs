@@ -1709,7 +1709,12 @@ mod pool_tests {
         }
         let ids: std::collections::HashSet<_> = (0..16).map(|_| rx.recv().unwrap()).collect();
         let took = t0.elapsed();
-        assert_eq!(ids.len(), 16, "16 blocking jobs ran on {} workers", ids.len());
+        assert_eq!(
+            ids.len(),
+            16,
+            "16 blocking jobs ran on {} workers",
+            ids.len()
+        );
         assert!(
             took < Duration::from_millis(1000),
             "16 jobs of 200 ms on 16 workers took {took:?}"
@@ -1733,7 +1738,10 @@ mod pool_tests {
         }
         let mut got: Vec<i32> = (0..3200).map(|_| rx.recv().unwrap()).collect();
         got.sort_unstable();
-        assert!(got.iter().copied().eq(0..3200), "a job was lost or run twice");
+        assert!(
+            got.iter().copied().eq(0..3200),
+            "a job was lost or run twice"
+        );
         let deadline = Instant::now() + Duration::from_secs(5);
         loop {
             let q = p.q.lock().unwrap();

@@ -1012,14 +1012,9 @@ impl CacheVolume {
             .iter()
             .filter_map(|&s| Some((s, g.engine.slot_key(s)?)))
             .collect();
-        // FUA in write-back (issue 19): durable in the cache, data and record, as FLUSH makes
-        // it (the flush after the plan), not sent to the backing device: the engine plans it
-        // as an ordinary write-back write. Other modes write the backing device anyway.
-        let planned = Request {
-            fua: req.fua && g.engine.config().mode != Mode::WriteBack,
-            ..*req
-        };
-        let plan = g.engine.process(&planned).map_err(ioerr)?;
+        // FUA in write-back: the engine plans a write-back write ending in FlushSsd, which
+        // the flush after the plan makes durable (data and record).
+        let plan = g.engine.process(req).map_err(ioerr)?;
         let (buf_start, buf_len) = (plan.buf_start, plan.buf_len);
         let steps: Vec<Step> = plan.steps.clone();
         let at = req.offset.saturating_sub(buf_start) as usize;
