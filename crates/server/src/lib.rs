@@ -5,6 +5,7 @@
 pub mod check;
 pub mod classify;
 pub mod control;
+pub mod degrade;
 pub mod dev;
 pub mod fault;
 pub mod format;
