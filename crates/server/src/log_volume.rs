@@ -234,10 +234,19 @@ pub fn format_log_for(
     };
     engine_config(&sb).validate().map_err(io_err)?;
     let g = sb.geometry();
-    let zero = vec![0u8; 4096];
-    for h in 0..2 {
-        cache.write_at(&zero, g.half_offset(h))?;
+    // Both journal halves whole, not only their headers: records of a cache formatted over
+    // carry epochs a new one reuses (1, 2, ...), and recovery would read them as this
+    // cache's (before: `format --force` of a used log cache left it refusing to start,
+    // "journal half 1 header damaged").
+    let big = vec![0u8; 1 << 20];
+    let (start, end) = (g.half_offset(0), g.half_offset(1) + g.half_bytes);
+    let mut at = start;
+    while at < end {
+        let n = (end - at).min(big.len() as u64) as usize;
+        cache.write_at(&big[..n], at)?;
+        at += n as u64;
     }
+    let zero = vec![0u8; 4096];
     for s in 0..segments as u32 {
         for slot in 0..2 {
             cache.write_at(&zero, g.slot_offset(s, slot))?;
