@@ -511,6 +511,9 @@ struct Inner {
     /// The cache failed but neither the state file nor the superblock erase is durable yet:
     /// writes fail until one of them is.
     failure_unrecorded: Option<FailState>,
+    /// Lines a failed write-back pass wrote to the backing device without a sync (rule 8):
+    /// not admitted clean until a backing sync succeeds.
+    unsynced_lines: std::collections::HashSet<u64>,
 }
 
 /// A request served by the backing device alone (failed cache).
@@ -671,6 +674,7 @@ impl LogVolume {
             lost: Vec::new(),
             state_path: opts.state_path.clone(),
             failure_unrecorded: None,
+            unsynced_lines: Default::default(),
             sb,
         };
         let mut rep = inner.recover()?;
@@ -981,6 +985,7 @@ impl Inner {
     fn backing_sync_if_dirty(&mut self) -> io::Result<()> {
         if self.hdd_dirty {
             self.backing.sync()?;
+            self.unsynced_lines.clear();
             self.live.backing_syncs += 1;
             self.hdd_dirty = false;
         }
@@ -1368,25 +1373,22 @@ impl Inner {
         }
         let ls = self.ls();
         let seg_size = self.sb.segment_size;
-        // Rule 6: lines whose durable event is an older clean extent (a dirty duplicate not
-        // committed yet) are dropped durably first; a commit may make room (no reclamation
-        // is under way). Only those: a drop of any other dirty line would outlive a failed
-        // write-back and lose it.
-        let shadowed: Vec<u64> = wbs
-            .iter()
-            .filter_map(|st| match *st {
-                Step::WriteBack { hdd, .. } if self.shadowed.contains(&(hdd / ls)) => {
-                    Some(hdd / ls)
-                }
-                _ => None,
-            })
-            .collect();
-        self.drop_durably(&shadowed, true)?;
+        // Rule 6: a line whose durable event is an older clean extent (a dirty duplicate
+        // or extent not committed yet) must not be written back before its newer event is
+        // durable: a commit first (no reclamation is under way). Not a drop record, as the
+        // in-reserve path does: a drop would outlive a failed write-back and lose the line.
+        if wbs.iter().any(|st| {
+            matches!(*st, Step::WriteBack { hdd, .. } if self.shadowed.contains(&(hdd / ls)))
+        }) {
+            self.commit()?;
+        }
+        let mut written = Vec::new();
         let r = (|| -> io::Result<()> {
             self.backing_sync_if_dirty().map_err(backing_fault)?;
             for st in wbs {
                 if let Step::WriteBack { ssd, hdd, .. } = *st {
                     self.write_back((ssd / seg_size) as u32, (ssd % seg_size) as u32, hdd)?;
+                    written.push(hdd / ls);
                 }
             }
             self.backing.sync().map_err(backing_fault)?;
@@ -1396,13 +1398,18 @@ impl Inner {
         match r {
             Ok(()) => {
                 self.hdd_dirty = false;
+                self.unsynced_lines.clear();
                 Degraded::healed(&mut self.degraded);
                 Ok(())
             }
             Err(e) => {
                 if matches!(fault_of(&e), Some(Fault::Backing(_))) {
                     // The lines written are still dirty in the cache: no clean extent
-                    // claims them, so the unsynced backing writes need no sync.
+                    // claims them, so the unsynced backing writes need no sync (the backing
+                    // device fails it anyway) — as long as no clean extent is made of them
+                    // later (a read after a trim would see the backing device's unsynced
+                    // bytes): such reads are not admitted until a backing sync succeeds.
+                    self.unsynced_lines.extend(written);
                     self.hdd_dirty = false;
                     self.backing_write_errors += 1;
                     Degraded::failed(&mut self.degraded, &e);
@@ -1939,7 +1946,16 @@ impl Inner {
             return self.read_backing(line, out);
         }
         self.read_backing(line, out)?;
-        self.admit(line, out)
+        if self.unsynced_lines.contains(&line) {
+            // Rule 2: the backing device may not hold these bytes durably (rule 8).
+            return Ok(());
+        }
+        match self.admit(line, out) {
+            // No room to cache it (the backing device fails write-backs, rule 8): the read
+            // is served all the same (`reserve` left the volume consistent).
+            Err(e) if matches!(fault_of(&e), Some(Fault::Backing(_))) => Ok(()),
+            r => r,
+        }
     }
 
     /// Reads the records of journal half `h` (epoch `epoch`) up to its end: the first record
