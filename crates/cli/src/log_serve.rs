@@ -207,9 +207,8 @@ pub fn serve(p: LogServe, cache: Box<dyn BlockDev>, backing: Box<dyn BlockDev>) 
     // A superblock older than version 3 has no uuid yet: the open gives it one, so the
     // state file is named after the open.
     let mut accept = p.accept.clone();
-    let state_path = |u: &[u8; 16]| {
-        crate::serve_cmd::state_path(&p.cache_path, p.state_dir.as_deref(), u)
-    };
+    let state_path =
+        |u: &[u8; 16]| crate::serve_cmd::state_path(&p.cache_path, p.state_dir.as_deref(), u);
     accept.state_path = (uuid != [0; 16]).then(|| state_path(&uuid)).flatten();
     let (vol, rep) = LogVolume::open_opts(cache, backing, &accept)
         .with_context(|| format!("opening log cache {}", p.cache_path.display()))?;
@@ -273,7 +272,10 @@ pub fn serve(p: LogServe, cache: Box<dyn BlockDev>, backing: Box<dyn BlockDev>) 
 
 /// The background retry of failed write-backs (degraded volume): the volume retries when
 /// its backoff has passed; this thread only asks it often enough.
-struct Retry(Arc<std::sync::atomic::AtomicBool>, std::thread::JoinHandle<()>);
+struct Retry(
+    Arc<std::sync::atomic::AtomicBool>,
+    std::thread::JoinHandle<()>,
+);
 
 impl Retry {
     fn stop(self) {

@@ -179,7 +179,8 @@ pub struct ServeArgs {
     #[serde(skip)]
     config: Option<PathBuf>,
     /// Cache-device I/O errors after which the cache is failed: dirty data written back,
-    /// every request passed through to the backing device (default 16).
+    /// every request passed through to the backing device (default 16; the log layout
+    /// counts read errors, a write or sync error fails it at once).
     #[arg(long)]
     max_cache_errors: Option<u64>,
     /// Metadata records of likely victims unmapped together ahead of their eviction, at most
@@ -432,13 +433,22 @@ pub(crate) fn state_path(
 /// $TIERCACHE_STATE_DIR, else systemd's $STATE_DIRECTORY (`StateDirectory=`), else
 /// /var/lib/tiercache for root, else $XDG_STATE_HOME/tiercache or ~/.local/state/tiercache.
 pub(crate) fn default_state_dir() -> Option<PathBuf> {
-    let env = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty()).map(PathBuf::from);
+    let env = |k: &str| {
+        std::env::var_os(k)
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+    };
     if let Some(d) = env("TIERCACHE_STATE_DIR") {
         return Some(d);
     }
     if let Some(d) = env("STATE_DIRECTORY") {
         // systemd lists one directory per StateDirectory= entry, colon-separated.
-        let first = d.to_string_lossy().split(':').next().unwrap_or("").to_string();
+        let first = d
+            .to_string_lossy()
+            .split(':')
+            .next()
+            .unwrap_or("")
+            .to_string();
         return Some(PathBuf::from(first));
     }
     // /proc/self belongs to the process's effective uid.

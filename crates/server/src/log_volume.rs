@@ -85,9 +85,9 @@
 use crate::degrade::{self, Degraded};
 use crate::dev::BlockDev;
 use crate::identity::BackingIdentity;
-use crate::state_file::FailState;
 use crate::log_format::*;
 use crate::reduce::{fingerprint64, Hash, Reduced, Reducer};
+use crate::state_file::FailState;
 use serde::Serialize;
 use std::collections::BTreeSet;
 use std::collections::HashMap;
@@ -1377,9 +1377,9 @@ impl Inner {
         // or extent not committed yet) must not be written back before its newer event is
         // durable: a commit first (no reclamation is under way). Not a drop record, as the
         // in-reserve path does: a drop would outlive a failed write-back and lose the line.
-        if wbs.iter().any(|st| {
-            matches!(*st, Step::WriteBack { hdd, .. } if self.shadowed.contains(&(hdd / ls)))
-        }) {
+        if wbs.iter().any(
+            |st| matches!(*st, Step::WriteBack { hdd, .. } if self.shadowed.contains(&(hdd / ls))),
+        ) {
             self.commit()?;
         }
         let mut written = Vec::new();

@@ -174,9 +174,7 @@ fn run(mode: Mode, seed: u64, crash: Option<Crash>, t: &mut Tally) -> (u64, u64)
             faults.crash_at_write_to(n, "cache", meta);
             faults.set_tear_bytes(8);
         }
-        None | Some(Crash::BackingWrite(_)) => {
-            faults.crash_at_write_to(u64::MAX, "cache", meta)
-        }
+        None | Some(Crash::BackingWrite(_)) => faults.crash_at_write_to(u64::MAX, "cache", meta),
     }
     let (cdev, _) = faults.wrap("cache", Box::new(FileDev::open(&f.cache).unwrap()), true);
     let (bdev, bh) = faults.wrap(
@@ -319,7 +317,10 @@ fn run(mode: Mode, seed: u64, crash: Option<Crash>, t: &mut Tally) -> (u64, u64)
     assert!(chk.ok(), "{what}: tiercache check found {:?}", chk.problems);
     t.checked += 1;
     let (vol, rep) = open(&f, None);
-    assert!(!rep.was_clean || crashed_in_open || stopped_cleanly, "{what}");
+    assert!(
+        !rep.was_clean || crashed_in_open || stopped_cleanly,
+        "{what}"
+    );
     t.bad_checksums += rep.dropped_bad_checksum;
     t.duplicates += rep.dropped_duplicates;
     // Warm means the line is back in its slot with its bytes. It may come back dirty: the
@@ -490,10 +491,17 @@ fn check_backing_errors(mode: Mode) {
     if std::env::var("TIERCACHE_CRASH_ONLY").is_ok() {
         return;
     }
-    assert!(t.points >= pts, "{mode:?}: {} of {pts} points ran", t.points);
+    assert!(
+        t.points >= pts,
+        "{mode:?}: {} of {pts} points ran",
+        t.points
+    );
     assert!(t.backing_errors > 0, "{mode:?}: no backing error injected");
     if mode == Mode::WriteBack {
-        assert!(t.degraded > 0, "{mode:?}: never degraded: the test is not biting");
+        assert!(
+            t.degraded > 0,
+            "{mode:?}: never degraded: the test is not biting"
+        );
     }
 }
 

@@ -185,9 +185,7 @@ fn run(mode: Mode, seed: u64, crash: Option<Crash>, t: &mut Tally) -> (u64, u64)
             faults.crash_at_write_to(n, "cache", journal);
             faults.set_tear_bytes(8);
         }
-        None | Some(Crash::BackingWrite(_)) => {
-            faults.crash_at_write_to(u64::MAX, "cache", journal)
-        }
+        None | Some(Crash::BackingWrite(_)) => faults.crash_at_write_to(u64::MAX, "cache", journal),
     }
     let (cdev, _) = faults.wrap("cache", Box::new(FileDev::open(&f.cache).unwrap()), true);
     let (bdev, bh) = faults.wrap(
@@ -456,10 +454,17 @@ fn check_backing_errors(mode: Mode) {
     if std::env::var("TIERCACHE_CRASH_ONLY").is_ok() {
         return;
     }
-    assert!(t.points >= pts, "{mode:?}: {} of {pts} points ran", t.points);
+    assert!(
+        t.points >= pts,
+        "{mode:?}: {} of {pts} points ran",
+        t.points
+    );
     assert!(t.backing_errors > 0, "{mode:?}: no backing error injected");
     if mode == Mode::WriteBack {
-        assert!(t.degraded > 0, "{mode:?}: never degraded: the test is not biting");
+        assert!(
+            t.degraded > 0,
+            "{mode:?}: never degraded: the test is not biting"
+        );
     }
 }
 

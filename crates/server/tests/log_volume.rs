@@ -394,17 +394,28 @@ fn cache_write_error_fails_to_pass_through_and_restart_refuses() {
         m.write((i % 64 * LS) as usize, &d, false);
         v.write(i % 64 * LS, &d, false)
             .unwrap_or_else(|e| panic!("write {i} failed: {e}"));
-        v.flush().unwrap_or_else(|e| panic!("flush {i} failed: {e}"));
+        v.flush()
+            .unwrap_or_else(|e| panic!("flush {i} failed: {e}"));
     }
-    assert!(v.cache_failed(), "200 writes and flushes to a failing cache");
+    assert!(
+        v.cache_failed(),
+        "200 writes and flushes to a failing cache"
+    );
     let st = v.stats();
     assert_eq!(st.mode, "pass-through", "{st:?}");
-    assert!(st.cache_errors >= 1 && st.lost_dirty_ranges.is_empty(), "{st:?}");
+    assert!(
+        st.cache_errors >= 1 && st.lost_dirty_ranges.is_empty(),
+        "{st:?}"
+    );
     assert!(v.failure_recorded());
     check_all(&v, &m, "after the cache failed");
     let requests = v.stats().live.requests;
     check_all(&v, &m, "again");
-    assert_eq!(v.stats().live.requests, requests + 1, "requests keep counting");
+    assert_eq!(
+        v.stats().live.requests,
+        requests + 1,
+        "requests keep counting"
+    );
     v.shutdown().unwrap();
     drop(v);
     assert!(state.exists(), "the failure is in the state file");
@@ -414,11 +425,16 @@ fn cache_write_error_fails_to_pass_through_and_restart_refuses() {
     };
     let c = Box::new(FileDev::open(&f.cache).unwrap());
     let b = Box::new(FileDev::open(&f.backing).unwrap());
-    let e = LogVolume::open_opts(c, b, &o).err().expect("a failed cache is refused");
+    let e = LogVolume::open_opts(c, b, &o)
+        .err()
+        .expect("a failed cache is refused");
     assert!(e.to_string().contains("FAILED"), "{e}");
     // The backing device holds everything acknowledged.
     let mut buf = vec![0u8; VOL as usize];
-    FileDev::open(&f.backing).unwrap().read_at(&mut buf, 0).unwrap();
+    FileDev::open(&f.backing)
+        .unwrap()
+        .read_at(&mut buf, 0)
+        .unwrap();
     m.check_now(0, &buf, "the backing device after the failure");
 }
 
