@@ -798,9 +798,14 @@ impl LogVolume {
                 Ok(())
             }
         };
-        let r = g.guard(r);
-        if let Err(e) = r {
-            tracing::debug!("write-back retry: {e}");
+        match r {
+            // Counted in `backing_write_errors`; no request failed.
+            Err(e) if matches!(fault_of(&e), Some(Fault::Backing(_))) => {
+                tracing::debug!("write-back retry: {e}");
+            }
+            r => {
+                let _ = g.guard(r);
+            }
         }
         true
     }
