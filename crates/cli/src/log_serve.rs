@@ -160,6 +160,9 @@ pub struct LogServe {
     pub format: bool,
     /// What the open accepts about the backing device (`--accept-backing-*`).
     pub accept: LogOpenOptions,
+    /// `--state-dir` (the cache's state file goes there, else beside the cache file).
+    pub state_dir: Option<PathBuf>,
+    pub max_cache_errors: Option<u64>,
 }
 
 pub fn serve(p: LogServe, cache: Box<dyn BlockDev>, backing: Box<dyn BlockDev>) -> Result<()> {
@@ -170,6 +173,7 @@ pub fn serve(p: LogServe, cache: Box<dyn BlockDev>, backing: Box<dyn BlockDev>) 
             p.cache_path.display()
         );
     }
+    let uuid;
     if p.format {
         let o = options(
             &p.layout,
@@ -177,6 +181,7 @@ pub fn serve(p: LogServe, cache: Box<dyn BlockDev>, backing: Box<dyn BlockDev>) 
             p.mode.unwrap_or(Mode::WriteThrough),
         )?;
         let sb = tiercache_server::format_log_for(&*cache, backing.size(), backing.identity(), &o)?;
+        uuid = sb.uuid;
         say!(
             "formatted {} (log layout): {} segments of {}",
             p.cache_path.display(),
@@ -185,6 +190,7 @@ pub fn serve(p: LogServe, cache: Box<dyn BlockDev>, backing: Box<dyn BlockDev>) 
         );
     } else {
         let sb = tiercache_server::read_log_superblock(&*cache)?.expect("a log device");
+        uuid = sb.uuid;
         check_same_layout(&p.layout, &sb, &p.cache_path)?;
         if let Some(m) = p.mode.filter(|m| *m != sb.mode) {
             bail!(
@@ -201,9 +207,21 @@ pub fn serve(p: LogServe, cache: Box<dyn BlockDev>, backing: Box<dyn BlockDev>) 
             );
         }
     }
+    // A superblock older than version 3 has no uuid yet: the open gives it one, so the
+    // state file is named after the open.
+    let mut accept = p.accept.clone();
+    let state_path =
+        |u: &[u8; 16]| crate::serve_cmd::state_path(&p.cache_path, p.state_dir.as_deref(), u);
+    accept.state_path = (uuid != [0; 16]).then(|| state_path(&uuid)).flatten();
     let (cache, backing, io) = dashboard::counted(cache, backing, p.http.is_some());
-    let (vol, rep) = LogVolume::open_opts(cache, backing, &p.accept)
+    let (vol, rep) = LogVolume::open_opts(cache, backing, &accept)
         .with_context(|| format!("opening log cache {}", p.cache_path.display()))?;
+    let state = state_path(&vol.superblock().uuid);
+    vol.set_state_path(state.clone());
+    crate::serve_cmd::say_state_path(&p.cache_path, state.as_deref());
+    if let Some(n) = p.max_cache_errors {
+        vol.set_max_cache_errors(n);
+    }
     say!(
         "cache {} (log layout): {} lines restored ({} dirty) from {} sealed segments ({} recovered from the journal) after {} shutdown",
         p.cache_path.display(),
@@ -220,6 +238,7 @@ pub fn serve(p: LogServe, cache: Box<dyn BlockDev>, backing: Box<dyn BlockDev>) 
         rep.dropped_clean_lines,
     );
     let vol = Arc::new(vol);
+    let retry = retry_write_backs(Arc::clone(&vol));
     if let Some(c) = &p.control {
         serve_control(c, Arc::clone(&vol))?;
     }
@@ -243,13 +262,49 @@ pub fn serve(p: LogServe, cache: Box<dyn BlockDev>, backing: Box<dyn BlockDev>) 
         p.listen,
     );
     let closed = vol.shutdown();
+    retry.stop();
     if let Some(c) = &p.control {
         let _ = std::fs::remove_file(c);
     }
     served.context("NBD server")?;
     closed.context("clean shutdown of the cache")?;
-    say!("cache {} shut down cleanly", p.cache_path.display());
+    let st = vol.stats();
+    crate::serve_cmd::say_shutdown(
+        &p.cache_path,
+        st.cache_failed,
+        vol.failure_recorded(),
+        state.as_deref(),
+        &st.lost_dirty_ranges,
+        st.degraded,
+        st.dirty_lines,
+    );
     Ok(())
+}
+
+/// The background retry of failed write-backs (degraded volume): the volume retries when
+/// its backoff has passed; this thread only asks it often enough.
+struct Retry(
+    Arc<std::sync::atomic::AtomicBool>,
+    std::thread::JoinHandle<()>,
+);
+
+impl Retry {
+    fn stop(self) {
+        self.0.store(true, std::sync::atomic::Ordering::Relaxed);
+        let _ = self.1.join();
+    }
+}
+
+fn retry_write_backs(vol: Arc<LogVolume>) -> Retry {
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let s = Arc::clone(&stop);
+    let h = std::thread::spawn(move || {
+        while !s.load(std::sync::atomic::Ordering::Relaxed) {
+            vol.retry_write_backs();
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+    });
+    Retry(stop, h)
 }
 
 fn handle(vol: &LogVolume, line: &str) -> serde_json::Value {
@@ -262,9 +317,10 @@ fn handle(vol: &LogVolume, line: &str) -> serde_json::Value {
     let r = match cmd {
         Command::Stats => return serde_json::json!({"ok": true, "stats": vol.stats()}),
         Command::Flush => vol.flush().map_err(|e| e.to_string()),
-        Command::Mode { .. } | Command::Detach => {
-            Err("mode changes and detach are not supported by the log layout".to_string())
-        }
+        Command::Mode { .. } | Command::Detach => Err(format!(
+            "mode changes and detach are not supported by the log layout (the mode in force is {})",
+            vol.stats().mode
+        )),
         // The log layout's settings are fixed at format (`tiercache format --layout log`):
         // shown, not changed.
         Command::Get { key } => {
@@ -341,6 +397,18 @@ pub fn prometheus(s: &tiercache_server::log_volume::LogVolumeStats) -> String {
         s.engine.read_line_hits as f64,
     );
     g("read_lines", "Read lines.", s.engine.read_lines as f64);
+    tiercache_server::metrics::fault_metrics(
+        &mut o,
+        &tiercache_server::metrics::FaultFigures {
+            cache_errors: s.cache_errors,
+            checksum_errors: 0,
+            backing_errors: s.backing_errors,
+            backing_write_errors: s.backing_write_errors,
+            cache_failed: s.cache_failed,
+            lost_dirty_bytes: s.lost_dirty_bytes,
+            degraded: s.degraded,
+        },
+    );
     o
 }
 
@@ -363,6 +431,12 @@ pub fn print_stats(s: &serde_json::Value) {
         f("dedup_index_ratio")
     );
     println!("mode            {}", s["mode"].as_str().unwrap_or("?"));
+    println!(
+        "requests        {} ({} passed through after a cache failure)",
+        s["live"]["requests"].as_u64().unwrap_or(0),
+        s["live"]["pass_through_requests"].as_u64().unwrap_or(0)
+    );
+    crate::serve_cmd::print_faults(s);
     println!(
         "cached          {} lines of {} bytes, {} dirty",
         n("cached_lines"),

@@ -188,7 +188,9 @@ pub struct ServeArgs {
     accept_backing_changes: bool,
     /// Directory for the cache's state file (`<uuid>.tiercache-state`), which records a
     /// failure of the cache device so that a failed cache is never restored (default: beside
-    /// the cache file, `<cache>.tiercache-state`; an NBD cache device needs this flag).
+    /// the cache file, `<cache>.tiercache-state`; for an NBD cache device
+    /// $TIERCACHE_STATE_DIR, else $STATE_DIRECTORY, else /var/lib/tiercache as root, else
+    /// $XDG_STATE_HOME/tiercache or ~/.local/state/tiercache).
     #[arg(long)]
     state_dir: Option<PathBuf>,
     /// Control socket for `tiercache ctl`.
@@ -207,7 +209,8 @@ pub struct ServeArgs {
     #[serde(skip)]
     config: Option<PathBuf>,
     /// Cache-device I/O errors after which the cache is failed: dirty data written back,
-    /// every request passed through to the backing device (default 16).
+    /// every request passed through to the backing device (default 16; the log layout
+    /// counts read errors, a write or sync error fails it at once).
     #[arg(long)]
     max_cache_errors: Option<u64>,
     /// Metadata records of likely victims unmapped together ahead of their eviction, at most
@@ -563,14 +566,16 @@ pub fn format(a: FormatArgs) -> Result<()> {
         if a.policy != "lru" || a.cache_size.is_some() {
             bail!("--policy and --cache-size apply to the direct layout; the log layout uses the whole device and picks segments with --picker");
         }
-        return crate::log_serve::format(
+        let old_uuid = old_cache_uuid(&*cache);
+        crate::log_serve::format(
             &a.cache,
             &*cache,
             &*backing,
             &a.layout,
             line_size,
             mode_arg(&a.mode)?,
-        );
+        )?;
+        return clear_state_files(&a.cache, a.state_dir.as_deref(), old_uuid);
     }
     if crate::log_serve::has_log_options(&a.layout) {
         bail!("--segment-size, --compression, --dedup, --picker, --trim and --reinsert-hits need --layout log");
@@ -589,9 +594,7 @@ pub fn format(a: FormatArgs) -> Result<()> {
         tuning,
         data_checksums: a.data_checksums,
     };
-    let old_uuid = tiercache_server::read_superblock(&*cache)
-        .ok()
-        .map(|sb| sb.uuid);
+    let old_uuid = old_cache_uuid(&*cache);
     let sb = tiercache_server::format(&*cache, backing.size(), &opts)
         .with_context(|| format!("formatting {}", a.cache.display()))?;
     clear_state_files(&a.cache, a.state_dir.as_deref(), old_uuid)?;
@@ -616,13 +619,84 @@ pub fn format(a: FormatArgs) -> Result<()> {
 }
 
 /// The state file recording a failure of the cache `uuid` at `cache` (issue 14 item 6):
-/// `<uuid>.tiercache-state` in `state_dir`, else beside a cache file; `None` for an NBD cache
-/// device without `state_dir` (nowhere beside it to put one).
-fn state_path(cache: &Path, state_dir: Option<&Path>, uuid: &[u8; 16]) -> Option<PathBuf> {
+/// `<uuid>.tiercache-state` in `state_dir`, else beside a cache file, else (an NBD cache
+/// device: nowhere beside it) in [`default_state_dir`]; `None` only when there is no
+/// default directory either (no $HOME).
+pub(crate) fn state_path(
+    cache: &Path,
+    state_dir: Option<&Path>,
+    uuid: &[u8; 16],
+) -> Option<PathBuf> {
     match state_dir {
         Some(d) => Some(state_file::in_dir(d, uuid)),
-        None if NbdDev::is_uri(&cache.to_string_lossy()) => None,
+        None if NbdDev::is_uri(&cache.to_string_lossy()) => {
+            default_state_dir().map(|d| state_file::in_dir(&d, uuid))
+        }
         None => Some(state_file::beside(cache)),
+    }
+}
+
+/// Where the state files of NBD cache devices go without `--state-dir` (issue 14 item 6):
+/// $TIERCACHE_STATE_DIR, else systemd's $STATE_DIRECTORY (`StateDirectory=`), else
+/// /var/lib/tiercache for root, else $XDG_STATE_HOME/tiercache or ~/.local/state/tiercache.
+pub(crate) fn default_state_dir() -> Option<PathBuf> {
+    let env = |k: &str| {
+        std::env::var_os(k)
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+    };
+    if let Some(d) = env("TIERCACHE_STATE_DIR") {
+        return Some(d);
+    }
+    if let Some(d) = env("STATE_DIRECTORY") {
+        // systemd lists one directory per StateDirectory= entry, colon-separated.
+        let first = d
+            .to_string_lossy()
+            .split(':')
+            .next()
+            .unwrap_or("")
+            .to_string();
+        return Some(PathBuf::from(first));
+    }
+    // /proc/self belongs to the process's effective uid.
+    let root = std::fs::metadata("/proc/self").is_ok_and(|m| {
+        use std::os::unix::fs::MetadataExt;
+        m.uid() == 0
+    });
+    if root {
+        return Some(PathBuf::from("/var/lib/tiercache"));
+    }
+    env("XDG_STATE_HOME")
+        .or_else(|| env("HOME").map(|h| h.join(".local/state")))
+        .map(|d| d.join("tiercache"))
+}
+
+/// The directory `serve` keeps the cache's state file in, if not beside the cache file
+/// (created 0700 by [`make_state_dir`]).
+fn effective_state_dir(cache: &Path, state_dir: Option<&Path>) -> Option<PathBuf> {
+    match state_dir {
+        Some(d) => Some(d.to_path_buf()),
+        None if NbdDev::is_uri(&cache.to_string_lossy()) => default_state_dir(),
+        None => None,
+    }
+}
+
+fn make_state_dir(d: &Path) -> Result<()> {
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(d)
+        .with_context(|| format!("creating the state directory {} (--state-dir)", d.display()))
+}
+
+/// The uuid of the cache a format is about to overwrite (either layout), if any.
+fn old_cache_uuid(cache: &dyn tiercache_server::BlockDev) -> Option<[u8; 16]> {
+    match tiercache_server::read_superblock(cache) {
+        Ok(sb) => Some(sb.uuid),
+        Err(_) => tiercache_server::read_log_superblock(cache)
+            .ok()
+            .flatten()
+            .map(|sb| sb.uuid),
     }
 }
 
@@ -633,8 +707,8 @@ fn clear_state_files(cache: &Path, state_dir: Option<&Path>, old: Option<[u8; 16
     if !NbdDev::is_uri(&cache.to_string_lossy()) {
         paths.push(state_file::beside(cache));
     }
-    if let (Some(d), Some(u)) = (state_dir, old) {
-        paths.push(state_file::in_dir(d, &u));
+    if let (Some(d), Some(u)) = (effective_state_dir(cache, state_dir), old) {
+        paths.push(state_file::in_dir(&d, &u));
     }
     for p in paths {
         if state_file::clear(&p)? {
@@ -835,6 +909,10 @@ pub fn serve(a: ServeArgs) -> Result<()> {
         );
     }
     let format_log = want_log && blank;
+    let state_dir = effective_state_dir(&cache_path, a.state_dir.as_deref());
+    if let Some(d) = &state_dir {
+        make_state_dir(d)?;
+    }
     if log_dev || format_log {
         let direct_only = [
             ("--policy", a.policy.is_some()),
@@ -842,7 +920,6 @@ pub fn serve(a: ServeArgs) -> Result<()> {
             ("--classifier", a.classifier.is_some()),
             ("--class-rules", a.class_rules.is_some()),
             ("--cleaner", a.cleaner.is_some()),
-            ("--max-cache-errors", a.max_cache_errors.is_some()),
             (
                 "--preset, --admission, --seq-cutoff and the other engine settings",
                 !a.tune.is_empty(),
@@ -862,6 +939,8 @@ pub fn serve(a: ServeArgs) -> Result<()> {
             layout: a.layout.clone(),
             direct_only: direct_only.iter().filter(|x| x.1).map(|x| x.0).collect(),
             format: format_log,
+            state_dir: a.state_dir.clone(),
+            max_cache_errors: a.max_cache_errors,
             accept: tiercache_server::LogOpenOptions {
                 accept_backing_rename: a.accept_backing_rename,
                 accept_backing_changes: a.accept_backing_changes,
@@ -872,13 +951,6 @@ pub fn serve(a: ServeArgs) -> Result<()> {
     }
     if want_log || crate::log_serve::has_log_options(&a.layout) {
         bail!("{}: --layout log and its options need a cache device in the log layout (`tiercache format --layout log`, or --format-if-needed on an empty device); this one {}", cache_path.display(), if direct_sb.is_ok() { "is in the direct layout" } else { "holds no cache" });
-    }
-    if let Some(d) = &a.state_dir {
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(d)
-            .with_context(|| format!("creating --state-dir {}", d.display()))?;
     }
     let uuid;
     let mut tuning = None;
@@ -956,13 +1028,7 @@ pub fn serve(a: ServeArgs) -> Result<()> {
         state_path: uuid.and_then(|u| state_path(&cache_path, a.state_dir.as_deref(), &u)),
         tuning,
     };
-    match &opts.state_path {
-        Some(p) => say!("a failure of the cache would be recorded in {}", p.display()),
-        None => say!(
-            "WARNING: no --state-dir for the NBD cache device {}: a failure of it can only be recorded by erasing its superblock, and writes fail while that is impossible",
-            cache_path.display()
-        ),
-    }
+    say_state_path(&cache_path, opts.state_path.as_deref());
     let (cache, backing, io) = dashboard::counted(cache, backing, http.is_some());
     let (mut vol, rep) = CacheVolume::open(cache, backing, &opts)
         .with_context(|| format!("opening cache {}", cache_path.display()))?;
@@ -1027,34 +1093,62 @@ pub fn serve(a: ServeArgs) -> Result<()> {
     closed.context("clean shutdown of the cache")?;
     // The last word tells the truth about what a restart will find.
     let st = vol.stats();
-    if st.cache_failed {
+    say_shutdown(
+        &cache_path,
+        st.cache_failed,
+        vol.failure_recorded(),
+        opts.state_path.as_deref(),
+        &st.lost_dirty_ranges,
+        st.degraded,
+        st.dirty_lines,
+    );
+    Ok(())
+}
+
+/// Where a failure of the cache would be recorded (both layouts).
+pub(crate) fn say_state_path(cache: &Path, state_path: Option<&Path>) {
+    match state_path {
+        Some(p) => say!("a failure of the cache would be recorded in {}", p.display()),
+        None => say!(
+            "WARNING: no --state-dir for the NBD cache device {} (and no default: no $HOME): a failure of it can only be recorded by erasing its superblock, and writes fail while that is impossible",
+            cache.display()
+        ),
+    }
+}
+
+/// The last word of `serve` (both layouts): the truth about what a restart will find.
+pub(crate) fn say_shutdown(
+    cache: &Path,
+    failed: bool,
+    recorded: bool,
+    state_path: Option<&Path>,
+    lost: &[(u64, u64)],
+    degraded: bool,
+    dirty_lines: u64,
+) {
+    if failed {
         say!(
             "cache {} had FAILED (everything passed through to the backing device since): it was not marked clean; {}; run `tiercache format --force` on it before it is used again{}",
-            cache_path.display(),
-            match (&opts.state_path, vol.failure_recorded()) {
+            cache.display(),
+            match (state_path, recorded) {
                 (_, false) => "the failure could NOT be recorded durably (state file and superblock erase failed): do not serve this cache device again before formatting it".to_string(),
                 (Some(p), true) => format!("the failure is recorded durably (state file {}, or the erased superblock), so a restart refuses it", p.display()),
                 (None, true) => "its superblock was erased, so a restart refuses it".to_string(),
             },
-            if st.lost_dirty_ranges.is_empty() {
+            if lost.is_empty() {
                 String::new()
             } else {
-                format!(
-                    "; dirty data LOST in volume byte ranges {:?}",
-                    st.lost_dirty_ranges
-                )
+                format!("; dirty data LOST in volume byte ranges {lost:?}")
             }
         );
-    } else if st.degraded {
+    } else if degraded {
         say!(
-            "cache {} shut down cleanly with {} dirty lines the backing device would not take (write-backs failing): they stay in the cache and are written back after the next start",
-            cache_path.display(),
-            st.dirty_lines
+            "cache {} shut down cleanly with {dirty_lines} dirty lines the backing device would not take (write-backs failing): they stay in the cache and are written back after the next start",
+            cache.display(),
         );
     } else {
-        say!("cache {} shut down cleanly", cache_path.display());
+        say!("cache {} shut down cleanly", cache.display());
     }
-    Ok(())
 }
 
 /// Logs what the open's backing checks found (both layouts): the identity note, and the
@@ -1280,6 +1374,35 @@ fn print_stats(v: &serde_json::Value) {
     );
     println!("RAM (index)     {} bytes", n(&s["ram_index_bytes"]));
     // Faults first: a class table must not hide them.
+    print_faults(s);
+    crate::ctl_stats::print_breakdown(s);
+    if crate::serve_classes::print_class_stats(s) {
+        return;
+    }
+    println!(
+        "{:<6} {:>10} {:>12} {:>12} {:>9} {:>10} {:>10}",
+        "class", "requests", "line hits", "line misses", "hit %", "bypasses", "evictions"
+    );
+    for pc in s["per_class"].as_array().into_iter().flatten() {
+        let (c, k) = (&pc[0], &pc[1]);
+        let (h, m) = (n(&k["line_hits"]), n(&k["line_misses"]));
+        println!(
+            "{:<6} {:>10} {:>12} {:>12} {:>9.2} {:>10} {:>10}",
+            n(c),
+            n(&k["requests"]),
+            h,
+            m,
+            100.0 * h as f64 / (h + m).max(1) as f64,
+            m.saturating_sub(n(&k["admitted_misses"])),
+            n(&k["evictions"])
+        );
+    }
+}
+
+/// The fault lines of `ctl stats` (both layouts): device errors, a failed cache, the
+/// degraded state and lost dirty data.
+pub(crate) fn print_faults(s: &serde_json::Value) {
+    let n = |x: &serde_json::Value| x.as_u64().unwrap_or(0);
     println!(
         "device errors   cache {}, backing {} ({} failed write-backs){}",
         n(&s["cache_errors"]),
@@ -1310,28 +1433,6 @@ fn print_stats(v: &serde_json::Value) {
             "LOST dirty data {} bytes, volume byte ranges {}",
             n(&s["lost_dirty_bytes"]),
             s["lost_dirty_ranges"]
-        );
-    }
-    crate::ctl_stats::print_breakdown(s);
-    if crate::serve_classes::print_class_stats(s) {
-        return;
-    }
-    println!(
-        "{:<6} {:>10} {:>12} {:>12} {:>9} {:>10} {:>10}",
-        "class", "requests", "line hits", "line misses", "hit %", "bypasses", "evictions"
-    );
-    for pc in s["per_class"].as_array().into_iter().flatten() {
-        let (c, k) = (&pc[0], &pc[1]);
-        let (h, m) = (n(&k["line_hits"]), n(&k["line_misses"]));
-        println!(
-            "{:<6} {:>10} {:>12} {:>12} {:>9.2} {:>10} {:>10}",
-            n(c),
-            n(&k["requests"]),
-            h,
-            m,
-            100.0 * h as f64 / (h + m).max(1) as f64,
-            m.saturating_sub(n(&k["admitted_misses"])),
-            n(&k["evictions"])
         );
     }
 }

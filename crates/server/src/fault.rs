@@ -54,6 +54,8 @@ struct Rules {
     lost: bool,
     /// OS error number injected errors carry (`None`: a plain error, like EIO).
     errno: Option<i32>,
+    /// Writes left before one fails (1: the next), and whether every later one fails too.
+    fail_nth: Option<(u64, bool)>,
 }
 
 struct DevState {
@@ -63,6 +65,8 @@ struct DevState {
     pending: Mutex<Vec<(u64, Vec<u8>)>>,
     rules: Mutex<Rules>,
     injected: AtomicU64,
+    /// Writes that reached the device (or its write cache).
+    writes: AtomicU64,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -140,6 +144,7 @@ impl Faults {
             pending: Mutex::new(Vec::new()),
             rules: Mutex::new(Rules::default()),
             injected: AtomicU64::new(0),
+            writes: AtomicU64::new(0),
         });
         lock(&self.st).devs.push(Arc::clone(&st));
         let dev = FaultDev {
@@ -211,6 +216,15 @@ impl FaultHandle {
     /// file system); by default they are plain errors, as EIO would be reported.
     pub fn fail_with_errno(&self, errno: i32) {
         lock(&self.st.rules).errno = Some(errno);
+    }
+    /// The `n`th write from now on (1: the next) fails and changes nothing; with
+    /// `permanent`, every later write fails too (a transient error otherwise).
+    pub fn fail_nth_write(&self, n: u64, permanent: bool) {
+        lock(&self.st.rules).fail_nth = Some((n.max(1), permanent));
+    }
+    /// Writes that reached the device so far (injected failures not counted).
+    pub fn writes(&self) -> u64 {
+        self.st.writes.load(Ordering::Relaxed)
     }
     /// No more injected errors.
     pub fn heal(&self) {
@@ -289,13 +303,25 @@ impl BlockDev for FaultDev {
         let mut st = lock(&self.faults.st);
         self.check_power()?;
         {
-            let r = lock(&self.st.rules);
-            if r.lost || overlaps(&r.fail_writes, offset, data.len() as u64) {
+            let mut r = lock(&self.st.rules);
+            let nth = match r.fail_nth {
+                Some((1, permanent)) => {
+                    r.fail_nth = permanent.then_some((1, true));
+                    true
+                }
+                Some((k, p)) => {
+                    r.fail_nth = Some((k - 1, p));
+                    false
+                }
+                None => false,
+            };
+            if nth || r.lost || overlaps(&r.fail_writes, offset, data.len() as u64) {
                 self.st.injected.fetch_add(1, Ordering::Relaxed);
                 let n = data.len() as u64;
                 return Err(injected("write", &self.st.name, offset, n, r.errno));
             }
         }
+        self.st.writes.fetch_add(1, Ordering::Relaxed);
         st.events += 1;
         let hit = match &st.filter {
             Some((dev, r))

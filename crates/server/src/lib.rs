@@ -7,6 +7,7 @@ pub mod classify;
 pub mod control;
 pub mod dashboard;
 pub mod data_sums;
+pub mod degrade;
 pub mod dev;
 pub mod fault;
 pub mod format;

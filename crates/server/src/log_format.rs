@@ -13,7 +13,10 @@
 //!
 //! The superblock is version 2 (`SB_VERSION`; segment headers and journal records stay at
 //! `VERSION`): it adds the backing device's identity (`crate::identity`) at bytes 112..492.
-//! A version-1 superblock has zeroes there and opens with an `Unknown` identity.
+//! A version-1 superblock has zeroes there and opens with an `Unknown` identity. Version 3
+//! adds the cache's uuid at bytes 492..508 (it names the cache in a state file recording its
+//! failure, `crate::state_file`); older superblocks have zeroes there and get a uuid at the
+//! first open that rewrites the superblock.
 //!
 //! A segment header (written to the slot not holding the newest valid header, so a torn
 //! write leaves the previous one) is 48 bytes — magic "TCLSEGHD", version, segment number,
@@ -42,14 +45,18 @@ use tiercache_engine::Mode;
 
 pub const MAGIC: &[u8; 8] = b"TCLOGVOL";
 pub const VERSION: u32 = 1;
-/// The superblock's version (2: with the backing identity); 1 still opens.
-pub const SB_VERSION: u32 = 2;
+/// The superblock's version (2: with the backing identity; 3: with the cache's uuid); 1 and
+/// 2 still open.
+pub const SB_VERSION: u32 = 3;
 /// Where the superblock keeps the backing identity.
 const SB_ID_AT: usize = 112;
 const _: () = assert!(
     SB_ID_AT + ID_BYTES <= 508,
     "superblock fields beyond sector 0"
 );
+/// Where the superblock keeps the cache's uuid (version 3).
+const SB_UUID_AT: usize = 492;
+const _: () = assert!(SB_ID_AT + ID_BYTES <= SB_UUID_AT && SB_UUID_AT + 16 <= 508);
 pub const SB_BYTES: u64 = 4096;
 pub const JOURNAL_OFFSET: u64 = SB_BYTES;
 pub const HALF_HEADER: u64 = 4096;
@@ -88,6 +95,8 @@ pub struct LogSuperblock {
     pub clean: bool,
     /// The backing device's identity (`Unknown` for a version-1 superblock).
     pub backing: BackingIdentity,
+    /// The cache's uuid (zeroes before version 3): names it in a failure state file.
+    pub uuid: [u8; 16],
 }
 
 /// Where things are on the device.
@@ -188,6 +197,7 @@ impl LogSuperblock {
         b[80..80 + n].copy_from_slice(&p[..n]);
         self.backing
             .encode_into(&mut b[SB_ID_AT..SB_ID_AT + ID_BYTES]);
+        b[SB_UUID_AT..SB_UUID_AT + 16].copy_from_slice(&self.uuid);
         // Every field sits in the first 512-byte sector, which carries its checksum: a
         // rewrite (the clean flag) torn between sectors leaves a whole old or new sector 0.
         let crc = crc32c::crc32c(&b[..508]);
@@ -239,6 +249,11 @@ impl LogSuperblock {
             journal_records: u64_at(b, 72),
             clean: b[46] != 0,
             backing,
+            uuid: if v >= 3 {
+                b[SB_UUID_AT..SB_UUID_AT + 16].try_into().unwrap()
+            } else {
+                [0; 16]
+            },
         };
         if !sb.line_size.is_power_of_two()
             || sb.segment_size < sb.line_size
@@ -612,11 +627,13 @@ mod tests {
             journal_records: 8192,
             clean: true,
             backing: BackingIdentity::nbd("nbd+unix:///disk?socket=/run/x.sock"),
+            uuid: [7; 16],
         };
         assert_eq!(LogSuperblock::decode(&sb.encode()).unwrap(), sb);
         // A version-1 superblock (zeroes where the identity is) opens, identity unknown.
         let mut v1 = LogSuperblock {
             backing: BackingIdentity::unknown(""),
+            uuid: [0; 16],
             ..sb.clone()
         }
         .encode();

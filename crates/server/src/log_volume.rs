@@ -61,6 +61,20 @@
 //!    ahead of their description), and write-backs run after a commit when duplicate
 //!    records are pending, so a dirty duplicate being written back is durable first.
 //!
+//! 8. *Device faults* (issue 14 items 1 and 6, shared with the direct layout in
+//!    `crate::degrade`). Write-backs happen when a segment is reclaimed; they run *before*
+//!    the engine reclaims it (`reserve`): the victim's dirty extents are written back and the
+//!    backing device synced, and only then is the segment reclaimed. If the backing device
+//!    fails, the volume is *degraded*: the victim is not reclaimed (its dirty extents stay
+//!    dirty and are served from the cache), a sealed segment without dirty data is reclaimed
+//!    instead, and when there is none the write fails with the backing device's error
+//!    (ENOSPC or EIO); write-backs are retried with backoff. A cache-device write or sync
+//!    error leaves RAM ahead of the device, so it fails the cache at once (a read error on a
+//!    hit counts towards `max_cache_errors`: a clean line is read from the backing device, a
+//!    dirty one is reported lost): every dirty line that can still be read is copied to the
+//!    backing device, the failure is recorded in the state file and by erasing the
+//!    superblock, and every later request passes through to the backing device.
+//!
 //! Between commits the volume may lose the latest writes (a block device may, until FLUSH);
 //! whatever a line reads after a crash is its value at the last commit or one written since.
 //! A duplicate is only shared when the full 32-byte digests match; every extent carries the
@@ -68,10 +82,12 @@
 //! dirty one fails with EIO). Trims drop whole lines from the cache (the backing keeps its
 //! data: after a trim the contents are unspecified).
 
+use crate::degrade::{self, Degraded};
 use crate::dev::BlockDev;
 use crate::identity::BackingIdentity;
 use crate::log_format::*;
 use crate::reduce::{fingerprint64, Hash, Reduced, Reducer};
+use crate::state_file::FailState;
 use serde::Serialize;
 use std::collections::BTreeSet;
 use std::collections::HashMap;
@@ -127,6 +143,48 @@ fn io_err(e: impl std::fmt::Display) -> io::Error {
     io::Error::other(e.to_string())
 }
 
+/// Which device an I/O error came from, carried inside the `io::Error` (its kind kept, so
+/// ENOSPC stays ENOSPC for the client): a backing-device error that left the volume
+/// consistent fails its request only; a cache-device error fails the cache.
+#[derive(Debug)]
+enum Fault {
+    Backing(String),
+    Cache(String),
+}
+
+impl std::fmt::Display for Fault {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Fault::Backing(m) => write!(f, "backing device: {m}"),
+            Fault::Cache(m) => write!(f, "cache device: {m}"),
+        }
+    }
+}
+
+impl std::error::Error for Fault {}
+
+fn backing_fault(e: io::Error) -> io::Error {
+    if fault_of(&e).is_some() {
+        return e;
+    }
+    io::Error::new(e.kind(), Fault::Backing(e.to_string()))
+}
+
+fn cache_fault(e: io::Error) -> io::Error {
+    if fault_of(&e).is_some() {
+        return e;
+    }
+    io::Error::new(e.kind(), Fault::Cache(e.to_string()))
+}
+
+fn fault_of(e: &io::Error) -> Option<&Fault> {
+    e.get_ref().and_then(|r| r.downcast_ref::<Fault>())
+}
+
+/// Cache-device read errors after which the cache is failed (default; write and sync errors
+/// fail it at once).
+pub const DEFAULT_MAX_CACHE_ERRORS: u64 = 16;
+
 /// Formats `cache` as a log-layout cache for a backing device of `backing_size` bytes (its
 /// identity is recorded at the first open; see [`format_log_for`]).
 pub fn format_log(
@@ -172,13 +230,23 @@ pub fn format_log_for(
         journal_records: records,
         clean: true,
         backing: backing.unwrap_or_default(),
+        uuid: rand::random(),
     };
     engine_config(&sb).validate().map_err(io_err)?;
     let g = sb.geometry();
-    let zero = vec![0u8; 4096];
-    for h in 0..2 {
-        cache.write_at(&zero, g.half_offset(h))?;
+    // Both journal halves whole, not only their headers: records of a cache formatted over
+    // carry epochs a new one reuses (1, 2, ...), and recovery would read them as this
+    // cache's (before: `format --force` of a used log cache left it refusing to start,
+    // "journal half 1 header damaged").
+    let big = vec![0u8; 1 << 20];
+    let (start, end) = (g.half_offset(0), g.half_offset(1) + g.half_bytes);
+    let mut at = start;
+    while at < end {
+        let n = (end - at).min(big.len() as u64) as usize;
+        cache.write_at(&big[..n], at)?;
+        at += n as u64;
     }
+    let zero = vec![0u8; 4096];
     for s in 0..segments as u32 {
         for slot in 0..2 {
             cache.write_at(&zero, g.slot_offset(s, slot))?;
@@ -236,6 +304,10 @@ pub struct LogOpenOptions {
     pub offline: bool,
     /// Damage does not stop the open (see [`LogVolume::open_salvage`]).
     pub salvage: bool,
+    /// State file recording a failure of this cache (`crate::state_file`): written when the
+    /// cache fails; a cache it names as failed is refused at open. `None`: the failure is
+    /// recorded only by erasing the superblock.
+    pub state_path: Option<std::path::PathBuf>,
 }
 
 /// What opening found.
@@ -307,6 +379,12 @@ pub struct LogLiveCounters {
     /// `crate::log_volume`), and the journal appends (each one sync) that carried them.
     pub early_drops: u64,
     pub early_drop_syncs: u64,
+    /// Client requests (reads, writes, flushes, trims), also after the cache failed.
+    pub requests: u64,
+    /// Requests served by the backing device alone after the cache failed.
+    pub pass_through_requests: u64,
+    /// Dirty lines copied to the backing device when the cache failed.
+    pub failure_write_backs: u64,
 }
 
 /// `ctl stats` of a log volume.
@@ -340,6 +418,18 @@ pub struct LogVolumeStats {
     pub reduction: Reduction,
     pub engine: LogCounters,
     pub live: LogLiveCounters,
+    /// Faults, with the direct layout's names (`crate::degrade`).
+    pub cache_errors: u64,
+    pub backing_errors: u64,
+    /// Write-backs the backing device failed (their lines stayed dirty in the cache).
+    pub backing_write_errors: u64,
+    /// The cache device failed: every request passes through to the backing device.
+    pub cache_failed: bool,
+    pub lost_dirty_bytes: u64,
+    pub lost_dirty_ranges: Vec<(u64, u64)>,
+    /// The backing device fails write-backs: segments holding dirty data are not reclaimed.
+    pub degraded: bool,
+    pub degraded_reason: Option<String>,
 }
 
 /// A segment as this side knows it: its generation, header slot and extents (the header's
@@ -407,6 +497,31 @@ struct Inner {
     fresh_dups: std::collections::HashSet<u64>,
     /// Lines of the write request being run whose drop is durable already (rule 7).
     dropped_now: std::collections::HashSet<u64>,
+    /// Write-backs are failing on the backing device (rule 8).
+    degraded: Option<Degraded>,
+    cache_errors: u64,
+    max_cache_errors: u64,
+    backing_errors: u64,
+    backing_write_errors: u64,
+    /// The cache device failed: every request goes to the backing device (rule 8).
+    pass_through: bool,
+    /// Volume byte ranges whose dirty data the failed cache lost (sorted, disjoint).
+    lost: Vec<(u64, u64)>,
+    state_path: Option<std::path::PathBuf>,
+    /// The cache failed but neither the state file nor the superblock erase is durable yet:
+    /// writes fail until one of them is.
+    failure_unrecorded: Option<FailState>,
+    /// Lines a failed write-back pass wrote to the backing device without a sync (rule 8):
+    /// not admitted clean until a backing sync succeeds.
+    unsynced_lines: std::collections::HashSet<u64>,
+}
+
+/// A request served by the backing device alone (failed cache).
+enum Direct<'a> {
+    Read(u64, &'a mut [u8]),
+    Write(u64, &'a [u8], bool),
+    Flush,
+    Trim(u64, u64),
 }
 
 /// The log-layout cache volume.
@@ -476,6 +591,9 @@ impl LogVolume {
         let salvage = opts.salvage;
         let mut sb =
             read_log_superblock(&*cache)?.ok_or_else(|| io_err("not a log-layout cache device"))?;
+        if let Some(p) = &opts.state_path {
+            degrade::refuse_failed(p, &sb.uuid)?;
+        }
         if backing.size() != sb.backing_size {
             return Err(io_err(format!(
                 "the cache belongs to a backing device of {} bytes, but the backing device has {} bytes",
@@ -491,6 +609,13 @@ impl LogVolume {
                     io_err(crate::format::FormatError::WrongBacking { recorded, given })
                 })?;
             sb.backing = given;
+        }
+        if sb.uuid == [0; 16] && !opts.offline {
+            // A superblock older than version 3: it gets its uuid now (a state file names
+            // the cache by it), durably before anything could fail.
+            rand::Rng::fill(&mut rand::thread_rng(), &mut sb.uuid[..]);
+            cache.write_at(&sb.encode(), 0)?;
+            cache.sync()?;
         }
         let geo = sb.geometry();
         if cache.size() < geo.device_bytes(sb.segments) {
@@ -540,6 +665,16 @@ impl LogVolume {
             shadowed: Default::default(),
             fresh_dups: Default::default(),
             dropped_now: Default::default(),
+            degraded: None,
+            cache_errors: 0,
+            max_cache_errors: DEFAULT_MAX_CACHE_ERRORS,
+            backing_errors: 0,
+            backing_write_errors: 0,
+            pass_through: false,
+            lost: Vec::new(),
+            state_path: opts.state_path.clone(),
+            failure_unrecorded: None,
+            unsynced_lines: Default::default(),
             sb,
         };
         let mut rep = inner.recover()?;
@@ -574,7 +709,12 @@ impl LogVolume {
                 .sum::<u64>();
         LogVolumeStats {
             layout: "log",
-            mode: g.sb.mode.as_str().into(),
+            // The mode in force: a failed cache passes everything through.
+            mode: if g.pass_through {
+                Mode::PassThrough.as_str().into()
+            } else {
+                g.sb.mode.as_str().into()
+            },
             line_size: g.sb.line_size,
             segment_size: g.sb.segment_size,
             segments: g.sb.segments,
@@ -599,7 +739,75 @@ impl LogVolume {
             reduction: red,
             engine: *g.eng.counters(),
             live: g.live,
+            cache_errors: g.cache_errors,
+            backing_errors: g.backing_errors,
+            backing_write_errors: g.backing_write_errors,
+            cache_failed: g.pass_through,
+            lost_dirty_bytes: degrade::lost_bytes(&g.lost),
+            lost_dirty_ranges: g.lost.clone(),
+            degraded: g.degraded.is_some(),
+            degraded_reason: g.degraded.as_ref().map(Degraded::reason),
         }
+    }
+
+    /// Cache-device read errors after which the cache is failed (write and sync errors fail
+    /// it at once).
+    pub fn set_max_cache_errors(&self, n: u64) {
+        self.lock().max_cache_errors = n.max(1);
+    }
+
+    /// Where a failure of the cache is recorded (`crate::state_file`; the open checked the
+    /// one given in [`LogOpenOptions::state_path`]).
+    pub fn set_state_path(&self, p: Option<std::path::PathBuf>) {
+        self.lock().state_path = p;
+    }
+
+    /// Whether the cache device has been failed (all requests go to the backing device).
+    pub fn cache_failed(&self) -> bool {
+        self.lock().pass_through
+    }
+
+    /// Whether a failure of the cache, if any, is durable (state file or superblock erase).
+    pub fn failure_recorded(&self) -> bool {
+        self.lock().failure_unrecorded.is_none()
+    }
+
+    /// Whether write-backs are failing on the backing device.
+    pub fn degraded(&self) -> bool {
+        self.lock().degraded.is_some()
+    }
+
+    /// The background retry of failed write-backs (rule 8): when degraded and the backoff
+    /// has passed, writes back the dirty extents of one sealed segment (without reclaiming
+    /// it); success ends the degraded state. Whether it was degraded before.
+    pub fn retry_write_backs(&self) -> bool {
+        let mut g = self.lock();
+        let due = g.degraded.as_ref().is_some_and(Degraded::due);
+        if !due || g.closed || g.failed || g.pass_through {
+            return g.degraded.is_some();
+        }
+        let wbs = (0..g.segs.len() as u32)
+            .filter(|&s| g.segs[s as usize].sealed)
+            .map(|s| g.eng.reclaim_write_backs(s))
+            .find(|w| !w.is_empty());
+        let r = match wbs {
+            Some(w) => g.write_back_first(&w),
+            // Nothing dirty left in sealed segments: nothing to retry.
+            None => {
+                Degraded::healed(&mut g.degraded);
+                Ok(())
+            }
+        };
+        match r {
+            // Counted in `backing_write_errors`; no request failed.
+            Err(e) if matches!(fault_of(&e), Some(Fault::Backing(_))) => {
+                tracing::debug!("write-back retry: {e}");
+            }
+            r => {
+                let _ = g.guard(r);
+            }
+        }
+        true
     }
 
     /// Data reduction over what the cache holds now.
@@ -693,7 +901,13 @@ impl LogVolume {
     pub fn shutdown(&self) -> io::Result<()> {
         let mut g = self.lock();
         g.check_open()?;
-        g.commit()?;
+        if g.pass_through {
+            // Not marked clean: the failure is recorded (state file, erased superblock).
+            g.closed = true;
+            return g.backing.sync().map_err(backing_fault);
+        }
+        let r = g.commit();
+        g.guard(r)?;
         g.write_end()?;
         g.sb.clean = true;
         let b = g.sb.encode();
@@ -741,13 +955,23 @@ impl Inner {
         Ok(())
     }
 
-    /// An error in the middle of a request may leave RAM ahead of the devices: every later
-    /// request fails until a restart recovers from what is on the device. A damaged dirty
-    /// extent on read (`InvalidData`, nothing changed) fails only its request.
+    /// After a request's error. A damaged dirty extent on read (`InvalidData`, nothing
+    /// changed) and a backing-device error that left the volume consistent fail only their
+    /// request; a cache-device error fails the cache (rule 8: RAM may be ahead of the
+    /// device, and the data path goes to the backing device from now on). Any other error
+    /// may leave RAM ahead of the devices: every later request fails until a restart
+    /// recovers from what is on the device.
     fn guard<T>(&mut self, r: io::Result<T>) -> io::Result<T> {
         if let Err(e) = &r {
-            if e.kind() != io::ErrorKind::InvalidData {
-                self.failed = true;
+            match fault_of(e) {
+                _ if e.kind() == io::ErrorKind::InvalidData => {}
+                Some(Fault::Backing(_)) => self.backing_errors += 1,
+                Some(Fault::Cache(m)) => {
+                    self.cache_errors += 1;
+                    let why = format!("cache device error: {m}");
+                    self.fail_cache(&why);
+                }
+                None => self.failed = true,
             }
         }
         r
@@ -755,17 +979,18 @@ impl Inner {
 
     fn cache_sync(&mut self) -> io::Result<()> {
         self.live.cache_syncs += 1;
-        self.cache.sync()
+        self.cache.sync().map_err(cache_fault)
     }
 
     fn cache_write(&mut self, data: &[u8], off: u64) -> io::Result<()> {
         self.live.ssd_bytes_written += data.len() as u64;
-        self.cache.write_at(data, off)
+        self.cache.write_at(data, off).map_err(cache_fault)
     }
 
     fn backing_sync_if_dirty(&mut self) -> io::Result<()> {
         if self.hdd_dirty {
             self.backing.sync()?;
+            self.unsynced_lines.clear();
             self.live.backing_syncs += 1;
             self.hdd_dirty = false;
         }
@@ -821,7 +1046,9 @@ impl Inner {
                 .copy_from_slice(&b[ext.off as usize..ext.off as usize + n]);
         } else {
             let at = self.geo.data_offset(seg) + ext.off as u64;
-            self.cache.read_at(&mut self.stored, at)?;
+            self.cache
+                .read_at(&mut self.stored, at)
+                .map_err(cache_fault)?;
             self.live.ssd_bytes_read += n as u64;
         }
         Ok(crc32c::crc32c(&self.stored) == ext.crc)
@@ -842,18 +1069,61 @@ impl Inner {
         Ok(r.is_ok())
     }
 
+    /// A backing read changes nothing: its error fails its request only.
     fn read_backing(&mut self, line: u64, out: &mut [u8]) -> io::Result<()> {
         self.live.backing_bytes_read += out.len() as u64;
-        self.backing.read_at(out, line * self.ls())
+        self.backing
+            .read_at(out, line * self.ls())
+            .map_err(backing_fault)
+    }
+
+    /// Reads the cached extent `info` of `line` into `out`; false when it is damaged or
+    /// unreadable and the line was dropped (a clean line: read the backing device). A read
+    /// error counts towards `max_cache_errors` (rule 8); a dirty line that cannot be read is
+    /// reported lost (reads of it fail until it is written again).
+    fn read_cached(&mut self, line: u64, info: &ExtentInfo, out: &mut [u8]) -> io::Result<bool> {
+        match self.read_extent(info, out) {
+            Ok(true) => Ok(true),
+            Ok(false) => {
+                self.damaged(line, info)?;
+                Ok(false)
+            }
+            Err(e) => {
+                self.cache_errors += 1;
+                tracing::warn!(
+                    "cache device read error {} of {} before pass-through: {e}",
+                    self.cache_errors,
+                    self.max_cache_errors
+                );
+                if self.cache_errors >= self.max_cache_errors {
+                    return Err(e);
+                }
+                let ls = self.ls();
+                if info.dirty {
+                    degrade::lose(
+                        &mut self.lost,
+                        line * ls,
+                        (line + 1) * ls,
+                        self.sb.backing_size,
+                        &format!("cache read failed: {e}"),
+                    );
+                }
+                // Forgotten (with a drop record) either way: the next read of a clean line
+                // goes to the backing device, a lost dirty one fails.
+                self.unmap(line)?;
+                degrade::lost_check(&self.lost, line * ls, (line + 1) * ls)
+                    .map_err(backing_fault)?;
+                Ok(false)
+            }
+        }
     }
 
     /// The current content of `line` (cached or from the backing), without admitting it.
     fn current_line(&mut self, line: u64, out: &mut [u8]) -> io::Result<()> {
         if let Some(info) = self.eng.locate(0, line) {
-            if self.read_extent(&info, out)? {
+            if self.read_cached(line, &info, out)? {
                 return Ok(());
             }
-            self.damaged(line, &info)?;
         }
         self.read_backing(line, out)
     }
@@ -927,7 +1197,33 @@ impl Inner {
         // it is durable (a crash in between would lose both). The next commit rewrites the
         // header with the dead ones marked (rule 3).
         let reclaimed0 = self.eng.counters().segments_reclaimed;
-        let steps = self.eng.reserve(dirty).steps.clone();
+        // Rule 8: the victim's write-backs run before the engine reclaims it.
+        let mut victim = self.eng.reserve_begin(dirty);
+        let mut done = std::collections::HashSet::new();
+        let mut no_room = None;
+        if let Some(v) = victim {
+            let wbs = self.eng.reclaim_write_backs(v);
+            if !wbs.is_empty() {
+                match self.write_back_first(&wbs) {
+                    Ok(()) => done.extend(wbs.iter().filter_map(|st| match *st {
+                        Step::WriteBack { ssd, hdd, .. } => Some((ssd, hdd)),
+                        _ => None,
+                    })),
+                    Err(e) if matches!(fault_of(&e), Some(Fault::Backing(_))) => {
+                        // Degraded: a segment without dirty data instead, or no room.
+                        victim = self.eng.clean_victim();
+                        if victim.is_none() {
+                            no_room = Some(backing_fault(Degraded::no_room(
+                                self.degraded.as_ref(),
+                                "log cache",
+                            )));
+                        }
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        let steps = self.eng.reserve_end(dirty, victim).steps.clone();
         let reclaimed = self.eng.counters().segments_reclaimed > reclaimed0;
         let seg_size = self.sb.segment_size;
         // Only when this reserve seals the open segment (once per segment, not per line:
@@ -947,10 +1243,11 @@ impl Inner {
                 e.live = true;
             }
         }
-        let now = self
-            .eng
-            .open_segment(dirty)
-            .expect("reserve opens a segment");
+        let now = self.eng.open_segment(dirty);
+        assert!(
+            now.is_some() || no_room.is_some(),
+            "reserve opens a segment unless there is no room"
+        );
         let mut written_back = Vec::new();
         // Rule 6: lines about to be written back whose durable event is an older clean
         // extent (a dirty duplicate not committed yet) are dropped durably first. No commit
@@ -959,7 +1256,9 @@ impl Inner {
         let shadowed: Vec<u64> = steps
             .iter()
             .filter_map(|st| match *st {
-                Step::WriteBack { hdd, .. } if self.shadowed.contains(&(hdd / ls)) => {
+                Step::WriteBack { ssd, hdd, .. }
+                    if self.shadowed.contains(&(hdd / ls)) && !done.contains(&(ssd, hdd)) =>
+                {
                     Some(hdd / ls)
                 }
                 _ => None,
@@ -970,7 +1269,12 @@ impl Inner {
             match st {
                 Step::WriteSsd { ssd, .. } => self.seal((ssd / seg_size) as u32)?,
                 Step::WriteBack { ssd, hdd, .. } => {
-                    self.write_back((ssd / seg_size) as u32, (ssd % seg_size) as u32, hdd)?;
+                    if !done.contains(&(ssd, hdd)) {
+                        // Not written back first (the engine chose another victim than the
+                        // one it proposed: it never does). A failure here stops the volume.
+                        self.write_back((ssd / seg_size) as u32, (ssd % seg_size) as u32, hdd)
+                            .map_err(|e| io_err(format!("write-back during a reclaim: {e}")))?;
+                    }
                     written_back.push(hdd / self.ls());
                 }
                 Step::TrimSsd { .. } => {}
@@ -978,10 +1282,13 @@ impl Inner {
             }
         }
         if let Some(o) = before {
-            if has_dead && self.segs[o as usize].sealed && !(reclaimed && now == o) {
+            if has_dead && self.segs[o as usize].sealed && !(reclaimed && now == Some(o)) {
                 self.hdr_stale.insert(o);
             }
         }
+        let Some(now) = now else {
+            return Err(no_room.expect("checked above"));
+        };
         if before != Some(now) || reclaimed {
             if reclaimed {
                 self.reclaim(now, &written_back)?;
@@ -1050,11 +1357,162 @@ impl Inner {
         r.map_err(io_err)?;
         let w = self.backing.write_at(&line, hdd);
         self.scratch = line;
-        w?;
+        w.map_err(backing_fault)?;
         self.hdd_dirty = true;
         self.live.write_backs += 1;
         self.live.backing_bytes_written += self.ls();
         Ok(())
+    }
+
+    /// Rule 8: writes back `wbs` (a victim's `WriteBack` steps, before the engine reclaims
+    /// it) and syncs the backing device. A backing-device failure enters (or stays in) the
+    /// degraded state and returns a backing fault: the extents stay dirty, nothing else
+    /// changed. While degraded, nothing is tried before the backoff has passed. Success ends
+    /// the degraded state.
+    fn write_back_first(&mut self, wbs: &[Step]) -> io::Result<()> {
+        if let Some(d) = self.degraded.as_ref().filter(|d| !d.due()) {
+            return Err(backing_fault(io::Error::new(
+                d.last_kind,
+                format!("write-backs paused after a failure ({})", d.last_error),
+            )));
+        }
+        let ls = self.ls();
+        let seg_size = self.sb.segment_size;
+        // Rule 6: a line whose durable event is an older clean extent (a dirty duplicate
+        // or extent not committed yet) must not be written back before its newer event is
+        // durable: a commit first (no reclamation is under way). Not a drop record, as the
+        // in-reserve path does: a drop would outlive a failed write-back and lose the line.
+        if wbs.iter().any(
+            |st| matches!(*st, Step::WriteBack { hdd, .. } if self.shadowed.contains(&(hdd / ls))),
+        ) {
+            self.commit()?;
+        }
+        let mut written = Vec::new();
+        let r = (|| -> io::Result<()> {
+            self.backing_sync_if_dirty().map_err(backing_fault)?;
+            for st in wbs {
+                if let Step::WriteBack { ssd, hdd, .. } = *st {
+                    self.write_back((ssd / seg_size) as u32, (ssd % seg_size) as u32, hdd)?;
+                    written.push(hdd / ls);
+                }
+            }
+            self.backing.sync().map_err(backing_fault)?;
+            self.live.backing_syncs += 1;
+            Ok(())
+        })();
+        match r {
+            Ok(()) => {
+                self.hdd_dirty = false;
+                self.unsynced_lines.clear();
+                Degraded::healed(&mut self.degraded);
+                Ok(())
+            }
+            Err(e) => {
+                if matches!(fault_of(&e), Some(Fault::Backing(_))) {
+                    // The lines written are still dirty in the cache: no clean extent
+                    // claims them, so the unsynced backing writes need no sync (the backing
+                    // device fails it anyway) — as long as no clean extent is made of them
+                    // later (a read after a trim would see the backing device's unsynced
+                    // bytes): such reads are not admitted until a backing sync succeeds.
+                    self.unsynced_lines.extend(written);
+                    self.hdd_dirty = false;
+                    self.backing_write_errors += 1;
+                    Degraded::failed(&mut self.degraded, &e);
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Fails the cache (rule 8): copies every dirty line it can still read to the backing
+    /// device (what it cannot is recorded lost), records the failure (state file, superblock
+    /// erase) and passes every later request through to the backing device.
+    fn fail_cache(&mut self, reason: &str) {
+        if self.pass_through {
+            return;
+        }
+        tracing::error!(
+            "cache device failed ({reason}): writing back dirty data and switching to pass-through"
+        );
+        let ls = self.ls();
+        let mut dirty: Vec<(u64, ExtentInfo)> = self
+            .eng
+            .entries()
+            .filter(|(_, i)| i.dirty)
+            .map(|(k, i)| (LogEngine::key_line(k).1, i))
+            .collect();
+        dirty.sort_unstable_by_key(|x| x.0);
+        let mut buf = vec![0u8; ls as usize];
+        for (line, info) in dirty {
+            let r = match self.read_extent(&info, &mut buf) {
+                Ok(true) => self.backing.write_at(&buf, line * ls),
+                Ok(false) => Err(io_err("its extent fails its checksum")),
+                Err(e) => Err(e),
+            };
+            match r {
+                Ok(()) => self.live.failure_write_backs += 1,
+                Err(e) => degrade::lose(
+                    &mut self.lost,
+                    line * ls,
+                    (line + 1) * ls,
+                    self.sb.backing_size,
+                    &format!("cache failed, dirty line not copied: {e}"),
+                ),
+            }
+        }
+        if let Err(e) = self.backing.sync() {
+            tracing::error!("backing device sync after the cache failed: {e}");
+        }
+        self.hdd_dirty = false;
+        self.pass_through = true;
+        self.degraded = None;
+        self.bufs.clear();
+        let st = degrade::fail_state(self.sb.uuid, reason, &self.lost);
+        let recorded = degrade::record_failure(self.state_path.as_deref(), &*self.cache, &st);
+        self.failure_unrecorded = (!recorded).then_some(st);
+        if self.lost.is_empty() {
+            tracing::error!("cache failed; no dirty data was lost; now in pass-through");
+        } else {
+            tracing::error!(
+                "cache failed; dirty data LOST in {} ranges, {} bytes (reads of them fail until rewritten): {:?}",
+                self.lost.len(),
+                degrade::lost_bytes(&self.lost),
+                self.lost
+            );
+        }
+    }
+
+    /// A request on a failed cache: served by the backing device alone (rule 8).
+    fn direct(&mut self, req: Direct<'_>) -> io::Result<()> {
+        self.live.pass_through_requests += 1;
+        if matches!(req, Direct::Write(..) | Direct::Trim(..)) {
+            if let Some(st) = self.failure_unrecorded.take() {
+                if !degrade::record_failure(self.state_path.as_deref(), &*self.cache, &st) {
+                    self.failure_unrecorded = Some(st);
+                    return Err(degrade::unrecorded_error(self.state_path.as_deref()));
+                }
+            }
+        }
+        let r = match req {
+            Direct::Read(off, buf) => degrade::lost_check(&self.lost, off, off + buf.len() as u64)
+                .and_then(|_| self.backing.read_at(buf, off)),
+            Direct::Write(off, data, fua) => {
+                let r = self.backing.write_at(data, off);
+                if r.is_ok() {
+                    degrade::unlose(&mut self.lost, off, off + data.len() as u64);
+                }
+                r.and_then(|_| if fua { self.backing.sync() } else { Ok(()) })
+            }
+            Direct::Flush => self.backing.sync(),
+            Direct::Trim(off, len) => {
+                degrade::unlose(&mut self.lost, off, off + len);
+                Ok(())
+            }
+        };
+        if r.is_err() {
+            self.backing_errors += 1;
+        }
+        r
     }
 
     /// Finishes reclaiming `v` (its write-backs done): drops for the lines it unmapped, a
@@ -1455,18 +1913,30 @@ impl Inner {
         let mut req = Request::write(line * ls, ls);
         req.fua = fua;
         let steps = self.eng.process(&req, &[c]).map_err(io_err)?.steps.clone();
+        let mut failed = None;
         for st in steps {
             match st {
                 Step::WriteHdd { hdd, len, .. } => {
-                    self.backing.write_at(&data[..len as usize], hdd)?;
-                    self.live.backing_bytes_written += len;
                     self.hdd_dirty = true;
+                    if let Err(e) = self.backing.write_at(&data[..len as usize], hdd) {
+                        failed = Some(e);
+                        break;
+                    }
+                    self.live.backing_bytes_written += len;
                 }
                 Step::ReadSsd { .. } | Step::ReadHdd { .. } => {}
                 s => return Err(io_err(format!("unexpected step {s:?} in a line write"))),
             }
         }
-        self.record_new(line, &r, data)
+        self.record_new(line, &r, data)?;
+        if let Some(e) = failed {
+            // The write failed on the backing device: the line is dropped from the cache
+            // (its contents are unspecified after a failed write), the volume stays
+            // consistent and the request fails.
+            self.unmap(line)?;
+            return Err(backing_fault(e));
+        }
+        Ok(())
     }
 
     fn read_line(&mut self, line: u64, out: &mut [u8]) -> io::Result<()> {
@@ -1475,14 +1945,22 @@ impl Inner {
             .process(&Request::read(line * ls, ls), &[])
             .map_err(io_err)?;
         if let Some(info) = self.eng.locate(0, line) {
-            if self.read_extent(&info, out)? {
+            if self.read_cached(line, &info, out)? {
                 return Ok(());
             }
-            self.damaged(line, &info)?;
             return self.read_backing(line, out);
         }
         self.read_backing(line, out)?;
-        self.admit(line, out)
+        if self.unsynced_lines.contains(&line) {
+            // Rule 2: the backing device may not hold these bytes durably (rule 8).
+            return Ok(());
+        }
+        match self.admit(line, out) {
+            // No room to cache it (the backing device fails write-backs, rule 8): the read
+            // is served all the same (`reserve` left the volume consistent).
+            Err(e) if matches!(fault_of(&e), Some(Fault::Backing(_))) => Ok(()),
+            r => r,
+        }
     }
 
     /// Reads the records of journal half `h` (epoch `epoch`) up to its end: the first record
@@ -2062,6 +2540,12 @@ impl Export for LogVolume {
     fn read(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
         let mut g = self.lock();
         g.check_open()?;
+        g.live.requests += 1;
+        if g.pass_through {
+            return g.direct(Direct::Read(offset, buf));
+        }
+        // Lines whose dirty data could not be read back fail (never stale backing bytes).
+        degrade::lost_check(&g.lost, offset, offset + buf.len() as u64)?;
         let ls = self.line;
         let mut line_buf = vec![0u8; ls as usize];
         let mut r = Ok(());
@@ -2075,12 +2559,21 @@ impl Export for LogVolume {
             buf[(a - offset) as usize..(b - offset) as usize]
                 .copy_from_slice(&line_buf[(a - line * ls) as usize..(b - line * ls) as usize]);
         }
-        g.guard(r)
+        let r = g.guard(r);
+        if r.is_err() && g.pass_through {
+            // The cache failed during this request: the backing device serves it.
+            return g.direct(Direct::Read(offset, buf));
+        }
+        r
     }
 
     fn write(&self, offset: u64, data: &[u8], fua: bool) -> io::Result<()> {
         let mut g = self.lock();
         g.check_open()?;
+        g.live.requests += 1;
+        if g.pass_through {
+            return g.direct(Direct::Write(offset, data, fua));
+        }
         let ls = self.line;
         let mut line_buf = vec![0u8; ls as usize];
         let mut go = |g: &mut Inner| -> io::Result<()> {
@@ -2109,20 +2602,41 @@ impl Export for LogVolume {
         };
         let r = go(&mut g);
         g.dropped_now.clear();
-        g.guard(r)
+        let r = g.guard(r);
+        if r.is_err() && g.pass_through {
+            // The cache failed during this request (its dirty lines copied to the backing
+            // device first): the backing device takes the whole write.
+            return g.direct(Direct::Write(offset, data, fua));
+        }
+        if r.is_ok() {
+            degrade::unlose(&mut g.lost, offset, offset + data.len() as u64);
+        }
+        r
     }
 
     fn flush(&self) -> io::Result<()> {
         let mut g = self.lock();
         g.check_open()?;
+        g.live.requests += 1;
+        if g.pass_through {
+            return g.direct(Direct::Flush);
+        }
         let _ = g.eng.process(&Request::new(0, Op::Flush, 0, 0), &[]);
         let r = g.commit();
-        g.guard(r)
+        let r = g.guard(r);
+        if r.is_err() && g.pass_through {
+            return g.direct(Direct::Flush);
+        }
+        r
     }
 
     fn trim(&self, offset: u64, len: u64) -> io::Result<()> {
         let mut g = self.lock();
         g.check_open()?;
+        g.live.requests += 1;
+        if g.pass_through {
+            return g.direct(Direct::Trim(offset, len));
+        }
         let ls = self.line;
         let mut r = Ok(());
         for line in self.lines(offset, len) {
@@ -2133,7 +2647,14 @@ impl Export for LogVolume {
                 }
             }
         }
-        g.guard(r)
+        let r = g.guard(r);
+        if r.is_err() && g.pass_through {
+            return g.direct(Direct::Trim(offset, len));
+        }
+        if r.is_ok() {
+            degrade::unlose(&mut g.lost, offset, offset + len);
+        }
+        r
     }
 
     fn write_zeroes(&self, offset: u64, len: u64, fua: bool, _may_trim: bool) -> io::Result<()> {

@@ -159,56 +159,24 @@ impl Metrics {
                 stats.ram_index_bytes,
             ),
         ];
-        for (n, h, v) in [
-            (
-                "cache_device_errors_total",
-                "Cache-device I/O errors (served from the backing device).",
-                stats.cache_errors,
-            ),
-            (
-                "data_checksum_errors_total",
-                "Data checksum mismatches reading the cache device (clean: re-read from the backing device; dirty: lost, reads fail).",
-                stats.checksum_errors,
-            ),
-            (
-                "backing_device_errors_total",
-                "Backing-device I/O errors (each failed its request).",
-                stats.backing_errors,
-            ),
-            (
-                "backing_write_back_errors_total",
-                "Write-backs the backing device failed (their lines stayed dirty in the cache).",
-                stats.backing_write_errors,
-            ),
-        ] {
-            let _ = writeln!(
-                o,
-                "# HELP tiercache_{n} {h}\n# TYPE tiercache_{n} counter\ntiercache_{n} {v}"
-            );
-        }
-        let gauges = gauges.into_iter().chain([
-            (
-                "cache_failed",
-                "1 when the cache device failed and every request passes through.",
-                stats.cache_failed as u64,
-            ),
-            (
-                "lost_dirty_bytes",
-                "Dirty bytes lost with the cache device (reads of them fail).",
-                stats.lost_dirty_bytes,
-            ),
-            (
-                "degraded",
-                "1 while the backing device fails write-backs: dirty lines stay in the cache and are retried, only clean lines are evicted.",
-                stats.degraded as u64,
-            ),
-        ]);
         for (n, h, v) in gauges {
             let _ = writeln!(
                 o,
                 "# HELP tiercache_{n} {h}\n# TYPE tiercache_{n} gauge\ntiercache_{n} {v}"
             );
         }
+        fault_metrics(
+            &mut o,
+            &FaultFigures {
+                cache_errors: stats.cache_errors,
+                checksum_errors: stats.checksum_errors,
+                backing_errors: stats.backing_errors,
+                backing_write_errors: stats.backing_write_errors,
+                cache_failed: stats.cache_failed,
+                lost_dirty_bytes: stats.lost_dirty_bytes,
+                degraded: stats.degraded,
+            },
+        );
         type ClassGauge = fn(&crate::classify::ClassStats) -> u64;
         let class_gauges: [(&str, &str, ClassGauge); 2] = [
             (
@@ -306,4 +274,69 @@ fn label(v: &str) -> String {
     v.replace('\\', "\\\\")
         .replace('"', "\\\"")
         .replace('\n', "\\n")
+}
+
+/// The fault figures both layouts export (`crate::degrade`).
+pub struct FaultFigures {
+    pub cache_errors: u64,
+    /// Data checksum mismatches (`crate::data_sums`; 0 without data checksums).
+    pub checksum_errors: u64,
+    pub backing_errors: u64,
+    pub backing_write_errors: u64,
+    pub cache_failed: bool,
+    pub lost_dirty_bytes: u64,
+    pub degraded: bool,
+}
+
+/// Appends the fault metrics (same names for both layouts) to `o`.
+pub fn fault_metrics(o: &mut String, f: &FaultFigures) {
+    for (n, h, v) in [
+        (
+            "cache_device_errors_total",
+            "Cache-device I/O errors (served from the backing device).",
+            f.cache_errors,
+        ),
+        (
+            "data_checksum_errors_total",
+            "Data checksum mismatches reading the cache device (clean: re-read from the backing device; dirty: lost, reads fail).",
+            f.checksum_errors,
+        ),
+        (
+            "backing_device_errors_total",
+            "Backing-device I/O errors (each failed its request).",
+            f.backing_errors,
+        ),
+        (
+            "backing_write_back_errors_total",
+            "Write-backs the backing device failed (their lines stayed dirty in the cache).",
+            f.backing_write_errors,
+        ),
+    ] {
+        let _ = writeln!(
+            o,
+            "# HELP tiercache_{n} {h}\n# TYPE tiercache_{n} counter\ntiercache_{n} {v}"
+        );
+    }
+    for (n, h, v) in [
+        (
+            "cache_failed",
+            "1 when the cache device failed and every request passes through.",
+            f.cache_failed as u64,
+        ),
+        (
+            "lost_dirty_bytes",
+            "Dirty bytes lost with the cache device (reads of them fail).",
+            f.lost_dirty_bytes,
+        ),
+        (
+            "degraded",
+            "1 while the backing device fails write-backs: dirty data stays in the cache and is retried, only clean data is evicted.",
+            f.degraded as u64,
+        ),
+    ] {
+        let _ = writeln!(
+            o,
+            "# HELP tiercache_{n} {h}\n# TYPE tiercache_{n} gauge\ntiercache_{n} {v}"
+        );
+    }
 }

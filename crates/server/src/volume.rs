@@ -413,21 +413,10 @@ impl StepError {
     }
 }
 
-/// The backing device is failing write-backs (issue 14 item 1): dirty lines stay in the
-/// cache, the engine evicts only clean lines, and the cleaner retries with backoff.
-#[derive(Clone, Debug)]
-struct Degraded {
-    since: Instant,
-    /// The last backing error, as the client would see it (EIO or ENOSPC).
-    last_error: String,
-    failures: u64,
-    backoff: Duration,
-    retry_at: Instant,
-}
-
-/// First and largest pause between retries of failed write-backs.
-const RETRY_MIN: Duration = Duration::from_millis(100);
-const RETRY_MAX: Duration = Duration::from_secs(30);
+// The backing device failing write-backs (issue 14 item 1): dirty lines stay in the cache,
+// the engine evicts only clean lines, and the cleaner retries with backoff
+// (`crate::degrade`, shared with the log layout).
+use crate::degrade::{self, Degraded};
 
 fn ioerr(e: impl std::fmt::Display) -> io::Error {
     io::Error::other(e.to_string())
@@ -2196,34 +2185,7 @@ impl CacheVolume {
     /// acknowledge nothing new). Failing writes is visible and loses nothing acknowledged;
     /// passing them through would let a restart serve stale data over acknowledged writes.
     fn record_failure(&self, st: &FailState) -> bool {
-        let in_file = match &self.state_path {
-            Some(p) => match state_file::write(p, st) {
-                Ok(()) => {
-                    tracing::error!("cache failure recorded in {}", p.display());
-                    true
-                }
-                Err(e) => {
-                    tracing::error!("could not record the cache failure: {e}");
-                    false
-                }
-            },
-            None => false,
-        };
-        let erased = self
-            .cache
-            .write_at(&[0u8; 4096], 0)
-            .and_then(|_| self.cache.sync());
-        if let Err(e) = &erased {
-            tracing::error!(
-                "could not erase the failed cache device's superblock ({e}): {}",
-                if in_file {
-                    "the state file refuses it at the next start; `tiercache format --force` it before it is used again"
-                } else {
-                    "the failure is recorded nowhere durable, so writes fail (EIO) until it is; format the cache device before it is used again, or it may serve stale data"
-                }
-            );
-        }
-        in_file || erased.is_ok()
+        degrade::record_failure(self.state_path.as_deref(), &*self.cache, st)
     }
 
     /// A plan failed in its backing-first phase (nothing in the cache changed): rolls the
@@ -2294,42 +2256,19 @@ impl CacheVolume {
     }
 
     /// A write-back failed on the backing device: dirty lines stay dirty, dirty evictions
-    /// are blocked, the next retry is due after the backoff (doubling up to [`RETRY_MAX`]).
+    /// are blocked, the next retry is due after the backoff (doubling up to [`degrade::RETRY_MAX`]).
     fn enter_degraded(&self, g: &mut Inner, e: &io::Error) {
         self.metrics
             .backing_write_errors
             .fetch_add(1, Ordering::Relaxed);
-        let now = Instant::now();
-        let d = g.degraded.get_or_insert_with(|| {
-            tracing::error!(
-                "backing device failed a write-back ({e}): volume DEGRADED — dirty data stays in the cache and is retried (every {} ms up to {} s); only clean lines are evicted, and writes that find none fail",
-                RETRY_MIN.as_millis(),
-                RETRY_MAX.as_secs()
-            );
-            Degraded {
-                since: now,
-                last_error: String::new(),
-                failures: 0,
-                backoff: RETRY_MIN / 2,
-                retry_at: now,
-            }
-        });
-        d.failures += 1;
-        d.last_error = e.to_string();
-        d.backoff = (d.backoff * 2).min(RETRY_MAX);
-        d.retry_at = now + d.backoff;
+        Degraded::failed(&mut g.degraded, e);
         g.engine.set_dirty_evictions_blocked(true);
         self.metrics.degraded.store(1, Ordering::Relaxed);
     }
 
     /// Write-backs succeed again: dirty evictions are allowed again.
     fn leave_degraded(&self, g: &mut Inner) {
-        if let Some(d) = g.degraded.take() {
-            tracing::warn!(
-                "backing device accepts write-backs again after {} failures in {:.1} s: volume no longer degraded",
-                d.failures,
-                d.since.elapsed().as_secs_f64()
-            );
+        if Degraded::healed(&mut g.degraded) {
             g.engine.set_dirty_evictions_blocked(false);
             self.metrics.degraded.store(0, Ordering::Relaxed);
         }
@@ -2342,53 +2281,25 @@ impl CacheVolume {
 
     /// Records `[a, b)` as lost dirty data.
     fn lose(&self, g: &mut Inner, a: u64, b: u64, why: &str) {
-        let b = b.min(self.size);
-        if a >= b {
-            return;
-        }
-        tracing::error!("dirty data lost: volume bytes {a}..{b} ({why})");
-        g.lost.push((a, b));
-        g.lost.sort_unstable();
-        let mut out: Vec<(u64, u64)> = Vec::with_capacity(g.lost.len());
-        for &(x, y) in &g.lost {
-            match out.last_mut() {
-                Some(l) if x <= l.1 => l.1 = l.1.max(y),
-                _ => out.push((x, y)),
-            }
-        }
-        g.lost = out;
+        degrade::lose(&mut g.lost, a, b, self.size, why);
         self.metrics
             .lost_dirty_bytes
-            .store(g.lost.iter().map(|(x, y)| y - x).sum(), Ordering::Relaxed);
+            .store(degrade::lost_bytes(&g.lost), Ordering::Relaxed);
     }
 
     /// `[a, b)` was written (or trimmed) again: no longer lost.
     fn unlose(&self, g: &mut Inner, a: u64, b: u64) {
-        if g.lost.is_empty() {
-            return;
-        }
-        let mut out = Vec::new();
-        for &(x, y) in &g.lost {
-            if y <= a || x >= b {
-                out.push((x, y));
-                continue;
-            }
-            if x < a {
-                out.push((x, a));
-            }
-            if y > b {
-                out.push((b, y));
-            }
-        }
-        if g.lost != out {
+        let before = g.lost.len();
+        let had = degrade::lost_bytes(&g.lost);
+        degrade::unlose(&mut g.lost, a, b);
+        if g.lost.len() != before || degrade::lost_bytes(&g.lost) != had {
             if let Some(s) = g.sums.as_mut() {
                 s.header_dirty = true;
             }
         }
-        g.lost = out;
         self.metrics
             .lost_dirty_bytes
-            .store(g.lost.iter().map(|(x, y)| y - x).sum(), Ordering::Relaxed);
+            .store(degrade::lost_bytes(&g.lost), Ordering::Relaxed);
     }
 
     /// After step `failed` of `steps` went wrong (steps before it completed): redoes the
@@ -2593,13 +2504,7 @@ impl CacheVolume {
             let st = g.failure_unrecorded.take().unwrap();
             if !self.record_failure(&st) {
                 g.failure_unrecorded = Some(st);
-                return Err(io::Error::other(format!(
-                    "the cache device failed and the failure could not be recorded ({}, superblock erase failed): writes are refused so that a restart cannot serve older cached data over them",
-                    match &self.state_path {
-                        Some(p) => format!("state file {}", p.display()),
-                        None => "no state file".to_string(),
-                    }
-                )));
+                return Err(degrade::unrecorded_error(self.state_path.as_deref()));
             }
         }
         match data {
@@ -2688,15 +2593,7 @@ impl CacheVolume {
             lost_dirty_bytes: g.lost.iter().map(|(a, b)| b - a).sum(),
             lost_dirty_ranges: g.lost.clone(),
             degraded: g.degraded.is_some(),
-            degraded_reason: g.degraded.as_ref().map(|d| {
-                format!(
-                    "backing device failing write-backs for {:.1} s ({} failures, last: {}); dirty lines kept in the cache, next retry in {:.1} s",
-                    d.since.elapsed().as_secs_f64(),
-                    d.failures,
-                    d.last_error,
-                    d.retry_at.saturating_duration_since(Instant::now()).as_secs_f64()
-                )
-            }),
+            degraded_reason: g.degraded.as_ref().map(Degraded::reason),
             backing_write_errors: self.metrics.backing_write_errors.load(Ordering::Relaxed),
         }
     }
@@ -2798,14 +2695,7 @@ pub struct VolumeStats {
 }
 
 /// Fails with EIO naming the range when `[a, b)` overlaps lost dirty data.
-fn lost_check(lost: &[(u64, u64)], a: u64, b: u64) -> io::Result<()> {
-    match lost.iter().find(|(x, y)| *x < b && a < *y) {
-        Some((x, y)) => Err(io::Error::other(format!(
-            "volume bytes {x}..{y} held dirty data lost with the cache device"
-        ))),
-        None => Ok(()),
-    }
-}
+use degrade::lost_check;
 
 enum Data<'a> {
     Read(&'a mut [u8]),

@@ -21,6 +21,11 @@
 //!
 //! With data checksums (`--data-checksums`, the `*_checksums` tests) also: after recovery no
 //! read finds a checksum mismatch (a crash never leaves good data with a stale checksum).
+//! A third set (issue 14) fails the Nth write to the backing device (a write-back when the
+//! cleaner or an eviction writes dirty lines back, a write-through write; every later one
+//! too for even N), lets the workload go on (refused writes may read old or new bytes; the
+//! volume keeps serving), then cuts the power (even N) or stops cleanly (odd N), and checks
+//! the same after a restart with a healthy backing device.
 //!
 //! Default: 250 sector-torn points plus 50 sub-sector points over the five modes.
 //! `TIERCACHE_CRASH_LONG=1`: 10,000 points (or `TIERCACHE_CRASH_POINTS=N`). A failure names
@@ -121,6 +126,9 @@ struct Tally {
     unmapped_ahead: u64,
     /// Bytes read the same after the restart and after their line was evicted.
     stable_bytes: u64,
+    /// Backing-error points: injected failures, runs left degraded at the stop.
+    backing_errors: u64,
+    degraded: u64,
 }
 
 /// Where to cut the power.
@@ -130,6 +138,13 @@ enum Crash {
     Event(u64),
     /// At the Nth write to the cache's metadata area, torn at 8-byte granularity.
     MetaWrite(u64),
+    /// The Nth backing write fails (see the module doc).
+    BackingWrite(u64),
+}
+
+thread_local! {
+    /// The sweep being run counts backing writes (not events) as its points.
+    static BACKING_SWEEP: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
 /// Runs the workload of `seed` in `mode`; with a crash point cuts the power there, recovers
@@ -143,9 +158,15 @@ fn run(mode: Mode, sums: bool, seed: u64, crash: Option<Crash>, t: &mut Tally) -
         match crash {
             Some(Crash::Event(n)) => n.to_string(),
             Some(Crash::MetaWrite(n)) => format!("meta{n}"),
+            // With the test's name: the event sweeps read the same string.
+            Some(Crash::BackingWrite(n)) => n.to_string(),
             None => "-".into(),
         }
     );
+    let backing_error = match crash {
+        Some(Crash::BackingWrite(n)) => Some(n),
+        _ => None,
+    };
     let f = files_with(CACHE_LINES, 4096, sums);
     format_with(&f, mode, 4096, sums);
     // With data checksums this includes their region: tears there too.
@@ -157,10 +178,10 @@ fn run(mode: Mode, sums: bool, seed: u64, crash: Option<Crash>, t: &mut Tally) -
             faults.crash_at_write_to(n, "cache", meta);
             faults.set_tear_bytes(8);
         }
-        None => faults.crash_at_write_to(u64::MAX, "cache", meta),
+        None | Some(Crash::BackingWrite(_)) => faults.crash_at_write_to(u64::MAX, "cache", meta),
     }
     let (cdev, _) = faults.wrap("cache", Box::new(FileDev::open(&f.cache).unwrap()), true);
-    let (bdev, _) = faults.wrap(
+    let (bdev, bh) = faults.wrap(
         "backing",
         Box::new(FileDev::open(&f.backing).unwrap()),
         true,
@@ -180,6 +201,9 @@ fn run(mode: Mode, sums: bool, seed: u64, crash: Option<Crash>, t: &mut Tally) -
             None
         }
     };
+    if let (Some(n), Some(_)) = (backing_error, &vol) {
+        bh.fail_nth_write(n, n.is_multiple_of(2));
+    }
     if let Some(vol) = &vol {
         for (i, act) in workload(seed).into_iter().enumerate() {
             let r = match act {
@@ -195,8 +219,13 @@ fn run(mode: Mode, sums: bool, seed: u64, crash: Option<Crash>, t: &mut Tally) -
                     let d = data_for(i, seed, l);
                     ever.add(o, &d);
                     let r = vol.write(o, &d, fua);
-                    // A write that failed may have landed in part: old or new, not durable.
-                    m.write(o as usize, &d, fua && r.is_ok());
+                    // A write that failed may have landed in part: old or new, not durable;
+                    // refused for the backing device, old or new even after a FLUSH.
+                    if r.is_err() && backing_error.is_some() {
+                        m.trim(o as usize, l as usize);
+                    } else {
+                        m.write(o as usize, &d, fua && r.is_ok());
+                    }
                     if fua && r.is_ok() {
                         unchanged = clean_set(&vol.lines());
                     }
@@ -235,6 +264,15 @@ fn run(mode: Mode, sums: bool, seed: u64, crash: Option<Crash>, t: &mut Tally) -
             let ahead = vol.unmapped_ahead();
             unchanged.retain(|l| now.contains(l) && !ahead.contains(&l.slot));
             if let Err(e) = r {
+                if backing_error.is_some() {
+                    // Failed for the backing device (a refused write, a failed read fill or
+                    // FLUSH): the volume goes on.
+                    assert!(
+                        !vol.cache_failed(),
+                        "{what}: op {i}: backing errors failed the cache: {e}"
+                    );
+                    continue;
+                }
                 assert!(
                     faults.power_lost(),
                     "{what}: op {i} {act:?} failed without a crash: {e}"
@@ -243,8 +281,24 @@ fn run(mode: Mode, sums: bool, seed: u64, crash: Option<Crash>, t: &mut Tally) -
             }
         }
     }
+    let mut stopped_cleanly = false;
+    if let (Some(n), Some(v)) = (backing_error, &vol) {
+        t.backing_errors += bh.injected();
+        t.degraded += v.degraded() as u64;
+        if n.is_multiple_of(2) {
+            faults.power_cut();
+        } else {
+            v.shutdown()
+                .unwrap_or_else(|e| panic!("{what}: clean stop after backing errors: {e}"));
+            stopped_cleanly = true;
+        }
+    }
     let Some(crash) = crash else {
-        let n = (faults.events(), faults.matched_writes());
+        let n = if BACKING_SWEEP.with(|c| c.get()) {
+            (bh.writes(), bh.writes())
+        } else {
+            (faults.events(), faults.matched_writes())
+        };
         if let Some(v) = &vol {
             t.unmapped_ahead += v.stats().unmap_ahead;
         }
@@ -267,7 +321,10 @@ fn run(mode: Mode, sums: bool, seed: u64, crash: Option<Crash>, t: &mut Tally) -
     assert!(chk.ok(), "{what}: tiercache check found {:?}", chk.problems);
     t.checked += 1;
     let (vol, rep) = open(&f, None);
-    assert!(!rep.was_clean || crashed_in_open, "{what}");
+    assert!(
+        !rep.was_clean || crashed_in_open || stopped_cleanly,
+        "{what}"
+    );
     t.bad_checksums += rep.dropped_bad_checksum;
     t.duplicates += rep.dropped_duplicates;
     // Warm means the line is back in its slot with its bytes. It may come back dirty: the
@@ -428,6 +485,52 @@ fn check_mode_with(mode: Mode, share: f64, sums: bool) {
             "{mode:?}: sub-sector tears never produced a torn record; the test is not biting"
         );
     }
+}
+
+/// Issue 14: a backing-device error at each backing write of a run (write-backs of cleaning
+/// passes and evictions; write-through writes), then a crash or a clean stop.
+fn check_backing_errors(mode: Mode) {
+    let start = std::time::Instant::now();
+    BACKING_SWEEP.with(|c| c.set(true));
+    let mut t = Tally::default();
+    let pts = (budget() / 6).max(4);
+    crash_sweep(mode, pts, false, 2000, 20, 0xbac4, |seed, c| {
+        run(mode, false, seed, c.map(|(_, n)| Crash::BackingWrite(n)), &mut t)
+    });
+    BACKING_SWEEP.with(|c| c.set(false));
+    println!(
+        "{mode:?}: {} backing-write error points passed in {:.1} s: {} injected failures, {} runs degraded at the stop; {} bytes read the same after eviction",
+        t.points,
+        start.elapsed().as_secs_f64(),
+        t.backing_errors,
+        t.degraded,
+        t.stable_bytes
+    );
+    if std::env::var("TIERCACHE_CRASH_ONLY").is_ok() {
+        return;
+    }
+    assert!(
+        t.points >= pts,
+        "{mode:?}: {} of {pts} points ran",
+        t.points
+    );
+    assert!(t.backing_errors > 0, "{mode:?}: no backing error injected");
+    if mode == Mode::WriteBack {
+        assert!(
+            t.degraded > 0,
+            "{mode:?}: never degraded: the test is not biting"
+        );
+    }
+}
+
+#[test]
+fn backing_errors_during_cleaning_write_back() {
+    check_backing_errors(Mode::WriteBack);
+}
+
+#[test]
+fn backing_errors_write_through() {
+    check_backing_errors(Mode::WriteThrough);
 }
 
 // Shares of the budget: write-back gets the most (dirty data, write-backs, cleaning).

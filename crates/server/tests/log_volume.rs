@@ -14,7 +14,7 @@ use tiercache_engine::log::Compression;
 use tiercache_engine::Mode;
 use tiercache_nbd::Export;
 use tiercache_server::log_format::LogSuperblock;
-use tiercache_server::{format_log, FileDev, LogFormatOptions, LogVolume};
+use tiercache_server::{format_log, BlockDev, FileDev, LogFormatOptions, LogVolume};
 
 const LS: u64 = 4096;
 const SEG: u64 = 4 * LS;
@@ -348,46 +348,139 @@ fn damaged_clean_extent_reads_backing_and_format_checks() {
     assert!(format_log(&c, VOL, &bad).is_err());
 }
 
-/// A device error in the middle of a request stops the volume (RAM may be ahead of the
-/// devices); a restart recovers what was flushed.
-#[test]
-fn io_error_stops_the_volume_and_restart_recovers() {
-    let f = log_files(10);
-    log_format(&f, Mode::WriteBack, Compression::Lz4, 1.0);
+/// Opens the log cache of `f` through the fault injector, with a state file in its dir.
+fn open_faulty(
+    f: &LogFiles,
+) -> (
+    LogVolume,
+    tiercache_server::fault::FaultHandle,
+    tiercache_server::fault::FaultHandle,
+    std::path::PathBuf,
+) {
     let faults = tiercache_server::fault::Faults::new(1);
     let (cdev, ch) = faults.wrap("cache", Box::new(FileDev::open(&f.cache).unwrap()), false);
-    let (bdev, _) = faults.wrap(
+    let (bdev, bh) = faults.wrap(
         "backing",
         Box::new(FileDev::open(&f.backing).unwrap()),
         false,
     );
-    let (v, _) = LogVolume::open(Box::new(cdev), Box::new(bdev)).unwrap();
+    let state = f.cache.with_extension("tiercache-state");
+    let o = tiercache_server::LogOpenOptions {
+        state_path: Some(state.clone()),
+        ..Default::default()
+    };
+    let (v, _) = LogVolume::open_opts(Box::new(cdev), Box::new(bdev), &o).unwrap();
+    (v, ch, bh, state)
+}
+
+/// Issue 19 item 1 (log layout): a cache-device write error fails the cache to pass-through
+/// (before: the volume stopped and every later request failed until a restart). The dirty
+/// lines are copied to the backing device, no request fails, everything acknowledged reads
+/// back, the failure goes to the state file, and a restart refuses the cache (never its
+/// older lines over what passed through since).
+#[test]
+fn cache_write_error_fails_to_pass_through_and_restart_refuses() {
+    let f = log_files(10);
+    log_format(&f, Mode::WriteBack, Compression::Lz4, 1.0);
+    let (v, ch, _bh, state) = open_faulty(&f);
     let mut m = Model::new(0, VOL);
     workload(&v, &mut m, 11, 300);
     v.flush().unwrap();
     m.flush();
     ch.fail_writes(0..u64::MAX);
     let mut r = rng(12);
-    let mut failed = false;
     for i in 0..200u64 {
         let d = line_content(&mut r);
-        // A failed write may have landed in part: old or new.
         m.write((i % 64 * LS) as usize, &d, false);
-        if v.write(i % 64 * LS, &d, false).is_err() || v.flush().is_err() {
-            failed = true;
-            break;
-        }
+        v.write(i % 64 * LS, &d, false)
+            .unwrap_or_else(|e| panic!("write {i} failed: {e}"));
+        v.flush()
+            .unwrap_or_else(|e| panic!("flush {i} failed: {e}"));
     }
-    assert!(failed, "writes to a failing cache device never failed");
     assert!(
-        v.read(0, &mut [0u8; 4096]).is_err(),
-        "the volume keeps serving"
+        v.cache_failed(),
+        "200 writes and flushes to a failing cache"
     );
-    assert!(v.shutdown().is_err());
+    let st = v.stats();
+    assert_eq!(st.mode, "pass-through", "{st:?}");
+    assert!(
+        st.cache_errors >= 1 && st.lost_dirty_ranges.is_empty(),
+        "{st:?}"
+    );
+    assert!(v.failure_recorded());
+    check_all(&v, &m, "after the cache failed");
+    let requests = v.stats().live.requests;
+    check_all(&v, &m, "again");
+    assert_eq!(
+        v.stats().live.requests,
+        requests + 1,
+        "requests keep counting"
+    );
+    v.shutdown().unwrap();
     drop(v);
-    let v = log_open(&f);
-    v.check().unwrap();
+    assert!(state.exists(), "the failure is in the state file");
+    let o = tiercache_server::LogOpenOptions {
+        state_path: Some(state.clone()),
+        ..Default::default()
+    };
+    let c = Box::new(FileDev::open(&f.cache).unwrap());
+    let b = Box::new(FileDev::open(&f.backing).unwrap());
+    let e = LogVolume::open_opts(c, b, &o)
+        .err()
+        .expect("a failed cache is refused");
+    assert!(e.to_string().contains("FAILED"), "{e}");
+    // The backing device holds everything acknowledged.
     let mut buf = vec![0u8; VOL as usize];
-    v.read(0, &mut buf).unwrap();
-    m.check_after_crash(0, &buf, "after an I/O error and a restart");
+    FileDev::open(&f.backing)
+        .unwrap()
+        .read_at(&mut buf, 0)
+        .unwrap();
+    m.check_now(0, &buf, "the backing device after the failure");
+}
+
+/// Cache read errors on hits count towards `max_cache_errors`: a clean line is read from
+/// the backing device, a dirty one is reported lost (its reads fail, never stale bytes,
+/// until it is written again); at the threshold the cache fails to pass-through.
+#[test]
+fn cache_read_errors_lose_only_unreadable_dirty_lines_then_fail() {
+    let f = log_files(10);
+    log_format(&f, Mode::WriteBack, Compression::None, 0.0);
+    let (v, ch, _bh, _state) = open_faulty(&f);
+    v.set_max_cache_errors(3);
+    let mut r = rng(13);
+    let d: Vec<Vec<u8>> = (0..12).map(|_| line_content(&mut r)).collect();
+    for (i, x) in d.iter().enumerate() {
+        v.write(i as u64 * LS, x, false).unwrap();
+    }
+    v.flush().unwrap();
+    // Sealed segments are read from the device; fail every cache read.
+    ch.fail_reads(0..u64::MAX);
+    let mut got = vec![0u8; LS as usize];
+    let first = v.read(0, &mut got);
+    let st = v.stats();
+    if st.cache_errors == 0 {
+        // Line 0 is still in an open segment (RAM): pick a line that is not.
+        panic!("no cache read error: {st:?}");
+    }
+    assert!(first.is_err(), "a dirty line that cannot be read fails");
+    assert_eq!(st.lost_dirty_ranges, vec![(0, LS)], "{st:?}");
+    assert!(!st.cache_failed);
+    assert!(v.read(0, &mut got).is_err(), "still lost, never stale");
+    // Written again: no longer lost.
+    v.write(0, &d[1], false).unwrap();
+    v.read(0, &mut got).unwrap();
+    assert_eq!(got, d[1]);
+    // More read errors: the cache fails, dirty lines it can read are none, so they are lost.
+    for i in 1..12u64 {
+        let _ = v.read(i * LS, &mut got);
+    }
+    let st = v.stats();
+    assert!(st.cache_failed, "{st:?}");
+    assert_eq!(st.mode, "pass-through");
+    assert!(st.lost_dirty_bytes > 0, "{st:?}");
+    assert_eq!(
+        v.read(0, &mut got).map(|_| got.clone()).ok(),
+        Some(d[1].clone()),
+        "the rewrite went to the backing device when the cache failed"
+    );
 }

@@ -513,6 +513,17 @@ impl LogEngine {
     /// The plan holds the seal's `WriteSsd`, the victim's `WriteBack`s and `TrimSsd`. A later
     /// `process`/`admit` of one line then neither seals a full segment nor reclaims.
     pub fn reserve(&mut self, dirty: bool) -> &Plan {
+        let v = self.reserve_begin(dirty);
+        self.reserve_end(dirty, v)
+    }
+
+    /// Live side, first half of [`LogEngine::reserve`]: seals the stream's open segment if it
+    /// is full (the plan holds the `WriteSsd`) and, when a segment must be reclaimed to open
+    /// another, returns the picker's victim. The executor may then write its dirty extents
+    /// back first ([`LogEngine::reclaim_write_backs`]) or, when the backing device fails,
+    /// choose another victim ([`LogEngine::clean_victim`]), and calls
+    /// [`LogEngine::reserve_end`].
+    pub fn reserve_begin(&mut self, dirty: bool) -> Option<u32> {
         self.plan.reset(0, 0);
         let stream = dirty as usize;
         let o = self.open[stream];
@@ -522,14 +533,82 @@ impl LogEngine {
                 || (self.cfg.max_extents_per_segment > 0
                     && s.hdr.len() as u32 >= self.cfg.max_extents_per_segment)
         };
-        if o == NONE || full {
-            if o != NONE {
-                self.seal(o);
+        if full {
+            self.seal(o);
+            self.open[stream] = NONE;
+        }
+        if self.open[stream] != NONE || !self.free.is_empty() {
+            return None;
+        }
+        Some(
+            self.picker
+                .victim(&self.segs, self.tick)
+                .expect("a sealed segment exists: at least 3 segments and 2 open"),
+        )
+    }
+
+    /// Live side, second half of [`LogEngine::reserve`]: opens a segment for the stream if
+    /// it has none, a free one or `victim` reclaimed (a sealed segment). Without a free
+    /// segment and with `victim` `None` the stream stays without an open segment (no room:
+    /// the executor fails the request; the plan still holds the seal to execute).
+    pub fn reserve_end(&mut self, dirty: bool, victim: Option<u32>) -> &Plan {
+        let stream = dirty as usize;
+        if self.open[stream] == NONE {
+            if let Some(s) = self.free.pop() {
+                self.segs[s as usize].state = SegState::Open;
+                self.open[stream] = s;
+            } else if let Some(v) = victim {
+                assert_eq!(
+                    self.segs[v as usize].state,
+                    SegState::Sealed,
+                    "reclaiming segment {v}: not sealed"
+                );
+                self.reclaim(v, stream == 0 && self.cfg.reinsert_hits > 0);
+                self.open[stream] = v;
             }
-            let n = self.allocate(stream);
-            self.open[stream] = n;
         }
         &self.plan
+    }
+
+    /// The `WriteBack` steps reclaiming sealed segment `v` would plan now (its dirty base
+    /// extents and dirty duplicates of them), without changing anything.
+    pub fn reclaim_write_backs(&self, v: u32) -> Vec<Step> {
+        let gen = self.segs[v as usize].gen;
+        let mut out = Vec::new();
+        let mut wb = |key: u64, e: &Entry| {
+            let (vol, hdd) = self.home(key);
+            out.push(Step::WriteBack {
+                vol,
+                ssd: self.ssd_addr(v, e.off),
+                hdd,
+                len: self.cfg.line_size,
+            });
+        };
+        for h in &self.segs[v as usize].hdr {
+            if let Some(e) = self.file.get(&h.key) {
+                if e.seg == v && e.gen == gen && !e.dup && e.off == h.off && e.dirty {
+                    wb(h.key, e);
+                }
+            }
+        }
+        for k in self.dirty_dups.get(&v).into_iter().flatten() {
+            if let Some(e) = self.file.get(k) {
+                if e.seg == v && e.gen == gen && e.dirty {
+                    wb(*k, e);
+                }
+            }
+        }
+        out
+    }
+
+    /// A sealed segment whose reclamation writes nothing back (no dirty data), the one with
+    /// the fewest live bytes (ties: lowest number); `None` when every sealed segment holds
+    /// dirty data. What the executor reclaims instead while the backing device fails.
+    pub fn clean_victim(&self) -> Option<u32> {
+        (0..self.segs.len() as u32)
+            .filter(|&s| self.segs[s as usize].state == SegState::Sealed)
+            .filter(|&s| self.reclaim_write_backs(s).is_empty())
+            .min_by_key(|&s| (self.segs[s as usize].live, s))
     }
 
     /// Live side: caches a read-missed line (planned earlier with deferred fill) now that its

@@ -1,0 +1,286 @@
+//! Fault handling both layouts share (issue 14 items 1 and 6, issue 19 item 1): the degraded
+//! state while the backing device fails write-backs, the volume ranges whose dirty data a
+//! failed cache lost, and recording a cache failure durably.
+//!
+//! * **Degraded** ([`Degraded`]): a write-back failed. Dirty data stays in the cache and is
+//!   served from it; only clean data is evicted (direct layout) or reclaimed (log layout:
+//!   segments holding dirty data are never reclaimed); write-backs are retried after a
+//!   backoff doubling from [`RETRY_MIN`] to [`RETRY_MAX`]; writes that find no room fail with
+//!   the backing device's error (ENOSPC or EIO), never by dropping dirty data.
+//! * **Lost ranges** ([`lose`], [`unlose`], [`lost_check`]): volume byte ranges whose dirty
+//!   data could not be read back from a failing cache device; reads of them fail (never
+//!   stale data) until they are written again.
+//! * **Failure record** ([`record_failure`]): a failed cache is recorded in its state file
+//!   (`crate::state_file`) and its superblock erased, so a restart never restores lines older
+//!   than what went to the backing device since.
+
+use crate::dev::BlockDev;
+use crate::state_file::{self, FailState};
+use std::io;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+/// First and largest pause between retries of failed write-backs.
+pub const RETRY_MIN: Duration = Duration::from_millis(100);
+pub const RETRY_MAX: Duration = Duration::from_secs(30);
+
+/// The backing device is failing write-backs.
+#[derive(Clone, Debug)]
+pub struct Degraded {
+    pub since: Instant,
+    /// The last backing error, as the client would see it (EIO or ENOSPC).
+    pub last_error: String,
+    /// Its kind: writes refused for lack of room fail with it (ENOSPC stays ENOSPC).
+    pub last_kind: io::ErrorKind,
+    pub failures: u64,
+    pub backoff: Duration,
+    pub retry_at: Instant,
+}
+
+impl Degraded {
+    /// Enters (`d` is `None`: logs it) or stays in the degraded state after write-back error
+    /// `e`: the next retry is due after the backoff, doubled up to [`RETRY_MAX`].
+    pub fn failed(d: &mut Option<Degraded>, e: &io::Error) {
+        let now = Instant::now();
+        let d = d.get_or_insert_with(|| {
+            tracing::error!(
+                "backing device failed a write-back ({e}): volume DEGRADED — dirty data stays in the cache and is retried (every {} ms up to {} s); only clean data is evicted, and writes that find no room fail",
+                RETRY_MIN.as_millis(),
+                RETRY_MAX.as_secs()
+            );
+            Degraded {
+                since: now,
+                last_error: String::new(),
+                last_kind: io::ErrorKind::Other,
+                failures: 0,
+                backoff: RETRY_MIN / 2,
+                retry_at: now,
+            }
+        });
+        d.failures += 1;
+        d.last_error = e.to_string();
+        d.last_kind = e.kind();
+        d.backoff = (d.backoff * 2).min(RETRY_MAX);
+        d.retry_at = now + d.backoff;
+    }
+
+    /// Leaves the degraded state (write-backs succeed again); whether it was degraded.
+    pub fn healed(d: &mut Option<Degraded>) -> bool {
+        match d.take() {
+            Some(d) => {
+                tracing::warn!(
+                    "backing device accepts write-backs again after {} failures in {:.1} s: volume no longer degraded",
+                    d.failures,
+                    d.since.elapsed().as_secs_f64()
+                );
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Whether the next retry is due.
+    pub fn due(&self) -> bool {
+        Instant::now() >= self.retry_at
+    }
+
+    /// `ctl stats`' `degraded_reason`.
+    pub fn reason(&self) -> String {
+        format!(
+            "backing device failing write-backs for {:.1} s ({} failures, last: {}); dirty data kept in the cache, next retry in {:.1} s",
+            self.since.elapsed().as_secs_f64(),
+            self.failures,
+            self.last_error,
+            self.retry_at
+                .saturating_duration_since(Instant::now())
+                .as_secs_f64()
+        )
+    }
+
+    /// The error a write that finds no room without a write-back gets: the backing device's
+    /// last error kind (ENOSPC stays ENOSPC), else EIO.
+    pub fn no_room(d: Option<&Degraded>, what: &str) -> io::Error {
+        let (kind, last) = match d {
+            Some(d) => (d.last_kind, d.last_error.as_str()),
+            None => (io::ErrorKind::Other, "?"),
+        };
+        io::Error::new(
+            kind,
+            format!("{what}: no clean cache space left and the backing device fails write-backs ({last}); dirty data is kept, retry when the backing device is back"),
+        )
+    }
+}
+
+/// Records `[a, b)` (clipped to `size`) as lost dirty data in `lost` (sorted, disjoint).
+pub fn lose(lost: &mut Vec<(u64, u64)>, a: u64, b: u64, size: u64, why: &str) {
+    let b = b.min(size);
+    if a >= b {
+        return;
+    }
+    tracing::error!("dirty data lost: volume bytes {a}..{b} ({why})");
+    lost.push((a, b));
+    lost.sort_unstable();
+    let mut out: Vec<(u64, u64)> = Vec::with_capacity(lost.len());
+    for &(x, y) in lost.iter() {
+        match out.last_mut() {
+            Some(l) if x <= l.1 => l.1 = l.1.max(y),
+            _ => out.push((x, y)),
+        }
+    }
+    *lost = out;
+}
+
+/// `[a, b)` was written (or trimmed) again: no longer lost.
+pub fn unlose(lost: &mut Vec<(u64, u64)>, a: u64, b: u64) {
+    if lost.is_empty() {
+        return;
+    }
+    let mut out = Vec::new();
+    for &(x, y) in lost.iter() {
+        if y <= a || x >= b {
+            out.push((x, y));
+            continue;
+        }
+        if x < a {
+            out.push((x, a));
+        }
+        if y > b {
+            out.push((b, y));
+        }
+    }
+    *lost = out;
+}
+
+/// Bytes in `lost`.
+pub fn lost_bytes(lost: &[(u64, u64)]) -> u64 {
+    lost.iter().map(|(a, b)| b - a).sum()
+}
+
+/// Fails a read of `[a, b)` that overlaps a lost range.
+pub fn lost_check(lost: &[(u64, u64)], a: u64, b: u64) -> io::Result<()> {
+    match lost.iter().find(|(x, y)| *x < b && a < *y) {
+        Some((x, y)) => Err(io::Error::other(format!(
+            "volume bytes {x}..{y} held dirty data lost with the cache device"
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// A failure record of the cache `uuid` now.
+pub fn fail_state(uuid: [u8; 16], reason: &str, lost: &[(u64, u64)]) -> FailState {
+    FailState {
+        uuid,
+        failed_at: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs()),
+        reason: reason.to_string(),
+        lost: lost.to_vec(),
+    }
+}
+
+/// Makes a failure of the cache durable: the state file at `state_path` (if any) first, then
+/// the erase of the superblock (bytes 0..4096 of `cache`, both layouts). Returns whether at
+/// least one of them is durable. A failed cache whose failure is durable nowhere could be
+/// reopened after a restart with lines older than what passed through to the backing device
+/// since; so until a retry here succeeds, callers refuse writes (reads and flushes still
+/// pass through: they acknowledge nothing new).
+pub fn record_failure(state_path: Option<&Path>, cache: &dyn BlockDev, st: &FailState) -> bool {
+    let in_file = match state_path {
+        Some(p) => match state_file::write(p, st) {
+            Ok(()) => {
+                tracing::error!("cache failure recorded in {}", p.display());
+                true
+            }
+            Err(e) => {
+                tracing::error!("could not record the cache failure: {e}");
+                false
+            }
+        },
+        None => false,
+    };
+    let erased = cache.write_at(&[0u8; 4096], 0).and_then(|_| cache.sync());
+    if let Err(e) = &erased {
+        tracing::error!(
+            "could not erase the failed cache device's superblock ({e}): {}",
+            if in_file {
+                "the state file refuses it at the next start; `tiercache format --force` it before it is used again"
+            } else {
+                "the failure is recorded nowhere durable, so writes fail (EIO) until it is; format the cache device before it is used again, or it may serve stale data"
+            }
+        );
+    }
+    in_file || erased.is_ok()
+}
+
+/// The error writes get while a failure is recorded nowhere durable.
+pub fn unrecorded_error(state_path: Option<&Path>) -> io::Error {
+    io::Error::other(format!(
+        "the cache device failed and the failure could not be recorded ({}, superblock erase failed): writes are refused so that a restart cannot serve older cached data over them",
+        match state_path {
+            Some(p) => format!("state file {}", p.display()),
+            None => "no state file".to_string(),
+        }
+    ))
+}
+
+/// The state file at `path` names the cache `uuid` as failed: the error refusing to open it
+/// (issue 14 item 6: never restore lines older than what went to the backing device). A
+/// state file naming another cache is ignored with a warning.
+pub fn refuse_failed(path: &Path, uuid: &[u8; 16]) -> io::Result<()> {
+    let Some(st) = state_file::read(path)? else {
+        return Ok(());
+    };
+    if st.uuid == *uuid {
+        return Err(io::Error::other(format!(
+            "the cache FAILED earlier ({}; recorded in {}): its cached data may be older than what went to the backing device since, so it is not used again. `tiercache format --force` it (which removes the state file)",
+            st.describe(),
+            path.display()
+        )));
+    }
+    tracing::warn!(
+        "ignoring cache state file {}: it records the failure of another cache ({}), not this one ({})",
+        path.display(),
+        state_file::uuid_hex(&st.uuid),
+        state_file::uuid_hex(uuid)
+    );
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lost_ranges_merge_split_and_check() {
+        let mut l = Vec::new();
+        lose(&mut l, 0, 4096, 1 << 20, "t");
+        lose(&mut l, 4096, 8192, 1 << 20, "t");
+        lose(&mut l, 16384, 1 << 30, 1 << 20, "t");
+        assert_eq!(l, vec![(0, 8192), (16384, 1 << 20)]);
+        assert!(lost_check(&l, 100, 200).is_err());
+        assert!(lost_check(&l, 8192, 16384).is_ok());
+        unlose(&mut l, 1024, 2048);
+        assert_eq!(l, vec![(0, 1024), (2048, 8192), (16384, 1 << 20)]);
+        assert_eq!(lost_bytes(&l), 1024 + 6144 + (1 << 20) - 16384);
+    }
+
+    #[test]
+    fn backoff_doubles_to_the_cap_and_keeps_the_kind() {
+        let mut d = None;
+        let e = io::Error::from_raw_os_error(28);
+        Degraded::failed(&mut d, &e);
+        assert_eq!(d.as_ref().unwrap().backoff, RETRY_MIN);
+        for _ in 0..20 {
+            Degraded::failed(&mut d, &e);
+        }
+        let g = d.as_ref().unwrap();
+        assert_eq!(g.backoff, RETRY_MAX);
+        assert_eq!(g.failures, 21);
+        assert_eq!(
+            Degraded::no_room(d.as_ref(), "t").kind(),
+            io::ErrorKind::StorageFull
+        );
+        assert!(Degraded::healed(&mut d));
+        assert!(d.is_none());
+    }
+}
