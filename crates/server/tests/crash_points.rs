@@ -495,7 +495,13 @@ fn check_backing_errors(mode: Mode) {
     let mut t = Tally::default();
     let pts = (budget() / 6).max(4);
     crash_sweep(mode, pts, false, 2000, 20, 0xbac4, |seed, c| {
-        run(mode, false, seed, c.map(|(_, n)| Crash::BackingWrite(n)), &mut t)
+        run(
+            mode,
+            false,
+            seed,
+            c.map(|(_, n)| Crash::BackingWrite(n)),
+            &mut t,
+        )
     });
     BACKING_SWEEP.with(|c| c.set(false));
     println!(
