@@ -78,6 +78,14 @@ pub struct CacheArgs {
     /// Write-back: clean down to this dirty share. Default 0.6.
     #[arg(long, value_name = "FRACTION")]
     pub dirty_low: Option<f64>,
+    /// Cleaning writes a disk chunk of this size back in one request (its gaps read once)
+    /// when it holds at least --rewrite-min-runs runs of dirty lines. 0 = off. Default 1MiB.
+    #[arg(long, value_name = "SIZE")]
+    pub rewrite_chunk: Option<String>,
+    /// Runs of dirty lines in a chunk from which cleaning rewrites it whole. Default: the
+    /// 7200 rpm model's crossover for a 1 MiB chunk.
+    #[arg(long, value_name = "N")]
+    pub rewrite_min_runs: Option<u64>,
     /// What is valid and dirty inside a line: `sector` (512 B units, as Open CAS: a partial
     /// write needs no read of the rest of the line) or `line` (all or nothing, the model of
     /// libCacheSim and most papers). Default sector.
@@ -112,6 +120,8 @@ impl CacheArgs {
             seq_cutoff_write: self.seq_cutoff_write.clone(),
             dirty_high: self.dirty_high,
             dirty_low: self.dirty_low,
+            rewrite_chunk: self.rewrite_chunk.clone(),
+            rewrite_min_runs: self.rewrite_min_runs,
             validity: self.validity.clone(),
             partial_write_fill: self.no_partial_fill.then_some(false),
             slru_protected: self.slru_protected,
