@@ -1460,13 +1460,13 @@ impl Engine {
     /// stopped) and returns the plan. Counted against the class each line was cached for.
     ///
     /// **Chunk rewrite**: when the disk chunk (`rewrite_chunk`) of the next dirty line holds
-    /// at least `rewrite_min_runs` runs of dirty lines, the whole chunk (clamped to the
-    /// volume, or to its last dirty line when the volume size is unknown) becomes one run of
+    /// at least `rewrite_min_runs` runs of dirty lines from that line on, and they fit in
+    /// what is left of `max_lines`, the chunk from that line on (clamped to the volume, or
+    /// to its last dirty line when the volume size is unknown) becomes one run of
     /// consecutive steps contiguous on the backing device: `WriteBack`s of every cached
     /// line's valid sectors (dirty ones and clean copies, which equal the backing bytes) and
-    /// `CopyHdd`s for the rest, which the executor merges into one backing write. All the
-    /// chunk's dirty lines are cleaned at once, so a pass may exceed `max_lines` by less than
-    /// one chunk's lines.
+    /// `CopyHdd`s for the rest, which the executor merges into one backing write. The lines
+    /// cleaned are those LBA order would clean anyway: only the steps differ.
     pub fn clean(&mut self, max_lines: u64) -> &Plan {
         self.plan.reset(0, 0);
         let mut done = 0;
@@ -1475,7 +1475,7 @@ impl Engine {
                 Some(&k) => k,
                 None => *self.dirty_set.iter().next().expect("dirty_count > 0"),
             };
-            if let Some(n) = self.rewrite_chunk(key) {
+            if let Some(n) = self.rewrite_chunk(key, max_lines - done) {
                 done += n;
                 continue;
             }
@@ -1499,37 +1499,40 @@ impl Engine {
         Ok(())
     }
 
-    /// The chunk of dirty line `key` as `[first, end)` line keys, and its runs of dirty
-    /// lines; `None` when chunk rewrites are off.
-    pub fn dirty_chunk(&self, key: u64) -> Option<(u64, u64, u64)> {
+    /// The rest of the chunk of dirty line `key` from `key` on, as `[key, end)` line keys,
+    /// with its dirty lines and runs of dirty lines; `None` when chunk rewrites are off.
+    pub fn dirty_chunk(&self, key: u64) -> Option<(u64, u64, u64, u64)> {
         let chunk_lines = self.cfg.rewrite_chunk >> self.line_shift;
         if chunk_lines < 2 {
             return None;
         }
-        let first = key & !(chunk_lines - 1);
-        let mut end = first + chunk_lines;
+        let first = key;
+        let mut end = (key & !(chunk_lines - 1)) + chunk_lines;
         let vol_base = key & !((1 << LINE_BITS) - 1);
         if let Some(vb) = self.cfg.volume_bytes {
             end = end.min(vol_base + vb.div_ceil(1 << self.line_shift));
         }
-        let (mut runs, mut last) = (0, None);
+        let (mut runs, mut lines, mut last) = (0, 0, None);
         for &k in self.dirty_set.range(first..end) {
             if last.map_or(true, |l: u64| l + 1 != k) {
                 runs += 1;
             }
+            lines += 1;
             last = Some(k);
         }
         if self.cfg.volume_bytes.is_none() {
             end = last.map_or(first, |l| l + 1);
         }
-        Some((first, end, runs))
+        Some((first, end, lines, runs))
     }
 
-    /// Plans the chunk rewrite of dirty line `key`'s chunk if it is dense enough (see
-    /// [`Engine::clean`]); returns the dirty lines it cleaned.
-    fn rewrite_chunk(&mut self, key: u64) -> Option<u64> {
-        let (first, end, runs) = self.dirty_chunk(key)?;
-        if runs < self.cfg.rewrite_min_runs.max(2) {
+    /// Plans the rewrite of dirty line `key`'s chunk from `key` on if it is dense enough and
+    /// its dirty lines fit in `budget` (see [`Engine::clean`]); returns the dirty lines it
+    /// cleaned. It cleans exactly the lines LBA-ordered write-backs would clean next, so
+    /// what is cached and dirty (and every count but bytes) is as without rewrites.
+    fn rewrite_chunk(&mut self, key: u64, budget: u64) -> Option<u64> {
+        let (first, end, lines, runs) = self.dirty_chunk(key)?;
+        if runs < self.cfg.rewrite_min_runs.max(2) || lines > budget {
             return None;
         }
         let vol = (key >> LINE_BITS) as u32;

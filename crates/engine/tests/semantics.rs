@@ -558,11 +558,21 @@ fn dirty(e: &mut Engine, lines: &[u64]) {
 
 #[test]
 fn a_dense_chunk_is_rewritten_whole_in_disk_order() {
-    let mut e = rewrite_engine(3);
     // Chunk 1 (lines 16..32): three runs (16-17, 20, 30); line 25 cached clean.
-    dirty(&mut e, &[30, 16, 20, 17]);
-    e.process(&Request::new(9, Op::Read, 25 * 4096, 4096)).unwrap();
-    let plan = e.clean(1).steps.clone();
+    let setup = || {
+        let mut e = rewrite_engine(3);
+        dirty(&mut e, &[30, 16, 20, 17]);
+        e.process(&Request::new(9, Op::Read, 25 * 4096, 4096)).unwrap();
+        e
+    };
+    // A pass too small for the chunk's 4 dirty lines writes back line by line, the lines LBA
+    // order names.
+    let mut e = setup();
+    let plan = e.clean(3).steps.clone();
+    assert!(plan.iter().all(|s| matches!(s, Step::WriteBack { .. })), "{plan:?}");
+    assert_eq!(plan.len(), 3);
+    let mut e = setup();
+    let plan = e.clean(4).steps.clone();
     // Every byte of the chunk once, contiguous, in disk order.
     let mut at = 16 * 4096;
     for s in &plan {

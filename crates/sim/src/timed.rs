@@ -218,8 +218,9 @@ struct Flight {
     background: bool,
 }
 
-/// Largest HDD write that merged write-backs make.
-const MAX_MERGED_WB: u64 = 1 << 20;
+/// Largest HDD write that merged write-backs make: the live volume's (`MAX_MERGED_WRITE` in
+/// crates/server/src/volume.rs), so a flush of dense chunks times as it runs live.
+const MAX_MERGED_WB: u64 = 4 << 20;
 
 /// Converts one plan into tasks with their dependencies.
 fn tasks_of(steps: &[Step], is_write: bool, hdd_cap: u64, ssd_cap: u64, fua: bool) -> Vec<Task> {
@@ -1273,4 +1274,54 @@ pub fn run_timed(
         cost_usd,
         cost_per_mb_per_iops,
     })
+}
+
+/// Simulated seconds a full flush (`ctl flush`: `clean` until nothing is dirty, 1024 lines per
+/// pass) takes on `hdd` (and `ssd` for the cache reads; `None`: they cost nothing), executed
+/// as the live volume does it: one device operation at a time, merged write-backs (and
+/// chunk rewrites) as one backing write after their reads. The prediction for
+/// `scripts/bench_flush.sh`.
+pub fn flush_time(
+    engine: &mut Engine,
+    hdd: &mut dyn Device,
+    mut ssd: Option<&mut dyn Device>,
+) -> f64 {
+    let (mut now, mut done) = (0u64, Vec::new());
+    let hcap = hdd.capacity_bytes();
+    let scap = ssd.as_ref().map(|s| s.capacity_bytes()).unwrap_or(1);
+    while engine.dirty_lines() > 0 {
+        let steps = engine.clean(1024).steps.clone();
+        let mut tasks = tasks_of(&steps, false, hcap, scap, false);
+        let mut left: Vec<usize> = (0..tasks.len()).collect();
+        while !left.is_empty() {
+            let at = left
+                .iter()
+                .position(|&i| tasks[i].deps_left == 0)
+                .expect("a task is ready: the plan's dependencies are acyclic");
+            let i = left.remove(at);
+            let mut run = |dev: Dev, op: IoOp, now: &mut u64| {
+                let d: &mut dyn Device = match dev {
+                    Dev::Hdd => &mut *hdd,
+                    Dev::Ssd => match ssd.as_deref_mut() {
+                        Some(s) => s,
+                        None => return,
+                    },
+                };
+                d.submit(*now, 0, op);
+                while let Some(t) = d.next_completion() {
+                    d.advance(t, &mut done);
+                    *now = t;
+                }
+                done.clear();
+            };
+            run(tasks[i].dev, tasks[i].op, &mut now);
+            if let Some((dev, op)) = tasks[i].then {
+                run(dev, op, &mut now);
+            }
+            for d in std::mem::take(&mut tasks[i].dependents) {
+                tasks[d as usize].deps_left -= 1;
+            }
+        }
+    }
+    now as f64 / 1e9
 }
