@@ -1514,7 +1514,7 @@ impl Engine {
         }
         let (mut runs, mut lines, mut last) = (0, 0, None);
         for &k in self.dirty_set.range(first..end) {
-            if last.map_or(true, |l: u64| l + 1 != k) {
+            if last.is_none_or(|l: u64| l + 1 != k) {
                 runs += 1;
             }
             lines += 1;
@@ -1580,7 +1580,11 @@ impl Engine {
                             len: l,
                         }
                     } else {
-                        Step::CopyHdd { vol, hdd: h, len: l }
+                        Step::CopyHdd {
+                            vol,
+                            hdd: h,
+                            len: l,
+                        }
                     },
                 );
             }

@@ -78,7 +78,11 @@ fn chunk_rewrites_carry_the_right_bytes() {
     for validity in [Validity::Sector, Validity::Line] {
         for mode in Mode::ALL {
             let mut rewrites = 0;
-            for (seed, chunk, known) in [(11, 16 << 10, true), (12, 64 << 10, true), (13, 32 << 10, false)] {
+            for (seed, chunk, known) in [
+                (11, 16 << 10, true),
+                (12, 64 << 10, true),
+                (13, 32 << 10, false),
+            ] {
                 rewrites += check_with(validity, mode, 1, seed, |c| {
                     c.rewrite_chunk = chunk;
                     c.rewrite_min_runs = 2;

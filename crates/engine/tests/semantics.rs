@@ -562,14 +562,18 @@ fn a_dense_chunk_is_rewritten_whole_in_disk_order() {
     let setup = || {
         let mut e = rewrite_engine(3);
         dirty(&mut e, &[30, 16, 20, 17]);
-        e.process(&Request::new(9, Op::Read, 25 * 4096, 4096)).unwrap();
+        e.process(&Request::new(9, Op::Read, 25 * 4096, 4096))
+            .unwrap();
         e
     };
     // A pass too small for the chunk's 4 dirty lines writes back line by line, the lines LBA
     // order names.
     let mut e = setup();
     let plan = e.clean(3).steps.clone();
-    assert!(plan.iter().all(|s| matches!(s, Step::WriteBack { .. })), "{plan:?}");
+    assert!(
+        plan.iter().all(|s| matches!(s, Step::WriteBack { .. })),
+        "{plan:?}"
+    );
     assert_eq!(plan.len(), 3);
     let mut e = setup();
     let plan = e.clean(4).steps.clone();
@@ -604,7 +608,10 @@ fn a_sparse_chunk_is_written_back_run_by_run() {
     // Two runs in chunk 0: below the crossover.
     dirty(&mut e, &[1, 2, 9]);
     let plan = e.clean(u64::MAX).steps.clone();
-    assert!(plan.iter().all(|s| matches!(s, Step::WriteBack { .. })), "{plan:?}");
+    assert!(
+        plan.iter().all(|s| matches!(s, Step::WriteBack { .. })),
+        "{plan:?}"
+    );
     assert_eq!(plan.len(), 3);
     assert_eq!(e.counters().chunk_rewrites, 0);
     // The same chunk with a third run crosses over; chunk rewrites off: never.
@@ -657,5 +664,8 @@ fn a_rewrite_stops_at_the_end_of_the_volume() {
     let plan = e.clean(u64::MAX).steps.clone();
     assert_eq!(plan.first().map(|s| s.bytes().3), Some(4096));
     let last = plan.last().unwrap();
-    assert!(matches!(last, Step::WriteBack { hdd, .. } if *hdd == 36 * 4096), "{plan:?}");
+    assert!(
+        matches!(last, Step::WriteBack { hdd, .. } if *hdd == 36 * 4096),
+        "{plan:?}"
+    );
 }

@@ -997,7 +997,8 @@ impl CacheVolume {
             // Write-backs that must wait for phase 2 may not join a phase-1 merge.
             let mut skip: Vec<usize> = (0..steps.len())
                 .filter(|i| {
-                    matches!(steps[*i], Step::WriteBack { .. } | Step::CopyHdd { .. }) && first.binary_search(i).is_err()
+                    matches!(steps[*i], Step::WriteBack { .. } | Step::CopyHdd { .. })
+                        && first.binary_search(i).is_err()
                 })
                 .collect();
             for &index in &first {
@@ -1126,7 +1127,10 @@ impl CacheVolume {
                             .map_err(h)?;
                     }
                     for &j in &group {
-                        if let Step::WriteBack { ssd, hdd: at, len, .. } = steps[j] {
+                        if let Step::WriteBack {
+                            ssd, hdd: at, len, ..
+                        } = steps[j]
+                        {
                             let at = at - hdd;
                             self.cache
                                 .read_at(&mut tmp[r(at, len)], d + ssd)
@@ -2493,7 +2497,10 @@ fn backing_first(steps: &[Step]) -> Vec<usize> {
     for (j, s) in steps.iter().enumerate() {
         let backing = matches!(
             s,
-            Step::WriteBack { .. } | Step::CopyHdd { .. } | Step::ReadHdd { .. } | Step::WriteHdd { .. }
+            Step::WriteBack { .. }
+                | Step::CopyHdd { .. }
+                | Step::ReadHdd { .. }
+                | Step::WriteHdd { .. }
         );
         if backing && !later.iter().any(|&i| depends(&steps[i], s)) {
             first.push(j);

@@ -442,7 +442,10 @@ fn crash_points_chunk_rewrites() {
     check_mode(Mode::WriteBack, 0.2);
     let t = sweep(Mode::WriteBack, 5, false, 0);
     println!("{} chunk rewrites in the uncrashed runs", t.chunk_rewrites);
-    assert!(t.chunk_rewrites > 0, "the workload planned no chunk rewrite");
+    assert!(
+        t.chunk_rewrites > 0,
+        "the workload planned no chunk rewrite"
+    );
 }
 
 // Shares of the budget: write-back gets the most (dirty data, write-backs, cleaning).

@@ -470,7 +470,10 @@ fn chunk_rewrites_during_concurrent_writes_keep_the_clients_bytes() {
     assert_eq!(bad, None, "backing differs from the client's bytes");
     let mut buf = vec![0u8; VOL as usize];
     vol.read(0, &mut buf).unwrap();
-    assert!(buf == want, "the volume reads other bytes than the client wrote");
+    assert!(
+        buf == want,
+        "the volume reads other bytes than the client wrote"
+    );
     eprintln!(
         "{} chunk rewrites, {} write-backs",
         st.totals.chunk_rewrites, st.totals.write_backs

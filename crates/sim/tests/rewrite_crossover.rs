@@ -21,7 +21,11 @@ fn scattered_flush_runs_near_the_sequential_bound() {
     use tiercache_devices::{Checked, Hdd};
     use tiercache_engine::{Engine, EngineConfig, Mode, Op, Request};
     let gib = 1u64 << 30;
-    let lines = sample(&mut rand_chacha::ChaCha8Rng::seed_from_u64(1), (gib / 4096) as usize, 11_987);
+    let lines = sample(
+        &mut rand_chacha::ChaCha8Rng::seed_from_u64(1),
+        (gib / 4096) as usize,
+        11_987,
+    );
     let time = |chunk: u64| {
         let mut e = Engine::new(EngineConfig {
             capacity_lines: 65_536,
