@@ -1461,8 +1461,8 @@ impl Engine {
     ///
     /// **Chunk rewrite**: when the disk chunk (`rewrite_chunk`) of the next dirty line holds
     /// at least `rewrite_min_runs` runs of dirty lines from that line on, and they fit in
-    /// what is left of `max_lines`, the chunk from that line on (clamped to the volume, or
-    /// to its last dirty line when the volume size is unknown) becomes one run of
+    /// what is left of `max_lines`, the chunk from that line on (clamped to `volume_bytes`;
+    /// without it the volume must end on a chunk boundary) becomes one run of
     /// consecutive steps contiguous on the backing device: `WriteBack`s of every cached
     /// line's valid sectors (dirty ones and clean copies, which equal the backing bytes) and
     /// `CopyHdd`s for the rest, which the executor merges into one backing write. The lines
@@ -1507,21 +1507,20 @@ impl Engine {
             return None;
         }
         let first = key;
+        // Without a volume size the volume is taken to end on a chunk boundary (the live
+        // volume always knows it; the simulator's plans then equal the live volume's).
         let mut end = (key & !(chunk_lines - 1)) + chunk_lines;
         let vol_base = key & !((1 << LINE_BITS) - 1);
         if let Some(vb) = self.cfg.volume_bytes {
             end = end.min(vol_base + vb.div_ceil(1 << self.line_shift));
         }
-        let (mut runs, mut lines, mut last) = (0, 0, None);
+        let (mut runs, mut lines, mut last) = (0, 0, None::<u64>);
         for &k in self.dirty_set.range(first..end) {
             if last.is_none_or(|l: u64| l + 1 != k) {
                 runs += 1;
             }
             lines += 1;
             last = Some(k);
-        }
-        if self.cfg.volume_bytes.is_none() {
-            end = last.map_or(first, |l| l + 1);
         }
         Some((first, end, lines, runs))
     }
