@@ -231,6 +231,14 @@ pub struct ServeArgs {
     /// simulator's counts exactly).
     #[arg(long, value_parser = ["background", "inline"])]
     cleaner: Option<String>,
+    /// Cleaning writes a disk chunk of this size (e.g. 1M; 0 = off) back in one request,
+    /// its gaps read once, when it holds at least --rewrite-min-runs runs of dirty lines.
+    #[arg(long, value_name = "SIZE")]
+    rewrite_chunk: Option<String>,
+    /// Runs of dirty lines in a chunk from which cleaning rewrites it whole. Default: the
+    /// crossover of the --emulate-hdd model (else of the 7200 rpm model).
+    #[arg(long, value_name = "N")]
+    rewrite_min_runs: Option<u64>,
     /// I/O class table (TOML, e.g. experiments/classes/filesystem.toml) for `--policy dss`,
     /// partitions, rules and per-class statistics. Default: the built-in file-system table.
     #[arg(long)]
@@ -788,6 +796,8 @@ fn merge(mut a: ServeArgs) -> Result<ServeArgs> {
         max_options,
         write_timeout,
         cleaner,
+        rewrite_chunk,
+        rewrite_min_runs,
         classes,
         classifier,
         class_rules,
@@ -1061,6 +1071,26 @@ pub fn serve(a: ServeArgs) -> Result<()> {
     }
     let vol = Arc::new(vol);
     vol.set_inline_cleaning(inline_cleaning);
+    {
+        let chunk = match a.rewrite_chunk.as_deref() {
+            Some(s) => size_arg("--rewrite-chunk", s)?,
+            None => tiercache_engine::DEFAULT_REWRITE_CHUNK,
+        };
+        let runs = match (a.rewrite_min_runs, &a.emulate_hdd) {
+            (Some(n), _) => n,
+            (None, Some(spec)) => tiercache_devices::rewrite_min_runs(
+                &tiercache_server::hdd_config(spec).map_err(|e| anyhow!(e))?,
+                chunk,
+                vol.line_size(),
+            ),
+            (None, None) => tiercache_engine::DEFAULT_REWRITE_MIN_RUNS,
+        };
+        vol.set_chunk_rewrite(chunk, runs)
+            .map_err(|e| anyhow!("--rewrite-chunk {chunk} / --rewrite-min-runs {runs}: {e}"))?;
+        if chunk > 0 {
+            say!("cleaning: chunk rewrite of {chunk} bytes, rewrite min runs {runs}");
+        }
+    }
     let cleaner = vol.start_cleaner();
     if let Some(p) = &a.control {
         control::serve_control(p, Arc::clone(&vol))?;

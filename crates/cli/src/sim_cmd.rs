@@ -80,6 +80,14 @@ pub struct CacheArgs {
     /// sector) of an uncached line go around the cache instead.
     #[arg(long)]
     pub no_partial_fill: bool,
+    /// Cleaning writes a disk chunk of this size back in one request (its gaps read once)
+    /// when it holds at least --rewrite-min-runs runs of dirty lines. 0 = off. Default 1MiB.
+    #[arg(long, value_name = "SIZE")]
+    pub rewrite_chunk: Option<String>,
+    /// Runs of dirty lines in a chunk from which cleaning rewrites it whole. Default: the
+    /// 7200 rpm model's crossover for a 1 MiB chunk.
+    #[arg(long, value_name = "N")]
+    pub rewrite_min_runs: Option<u64>,
     /// I/O class table (TOML): priorities and allocation for `--policy dss`, per-class
     /// partitions (min_share/max_share) and `never` classes for every policy, and rules that
     /// classify requests by offset, size, direction and volume. Shipped:
@@ -166,6 +174,8 @@ impl CacheArgs {
             line_size: self.line_size.clone(),
             policy: self.policy.clone(),
             mode: self.mode.clone(),
+            rewrite_chunk: self.rewrite_chunk.clone(),
+            rewrite_min_runs: self.rewrite_min_runs,
             validity: self.validity.clone(),
             partial_write_fill: self.no_partial_fill.then_some(false),
             s3fifo_small: None,

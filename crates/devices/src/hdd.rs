@@ -578,9 +578,93 @@ impl Model for Hdd {
     }
 }
 
+/// The chunk-rewrite crossover of a disk (the engine's `rewrite_min_runs`): the fewest runs of
+/// dirty `line`-sized blocks in a `chunk` at which writing them back one request each (LBA
+/// order, queue depth 1, as the cleaner does) takes at least as long on this model as reading
+/// the chunk and writing it in one request. Measured on the model itself at the start of the
+/// disk (where a volume begins), over 16 consecutive chunks, dirty runs spread evenly over
+/// the chunk. Each single-run write arrives at a rotational phase uncorrelated with the
+/// platter (a pseudo-random host delay after the previous completion, not counted): a host
+/// cleaner's per-request latency is not synchronised with the rotation, so a run costs the
+/// expected rotational wait, as measured live (`scripts/bench_flush.sh`). Returns
+/// `chunk / line` when no count crosses over (then a rewrite never pays).
+pub fn rewrite_min_runs(cfg: &HddConfig, chunk: u64, line: u64) -> u64 {
+    use crate::checked::Checked;
+    use crate::Device;
+    let lines = (chunk / line.max(1)).max(1);
+    let rev = (60e9 / cfg.rpm.max(1) as f64) as u64;
+    // Device time of `ops` on a fresh model, each submitted after the one before completed
+    // plus a host delay (when `jitter`) that is not counted.
+    let time = |ops: &dyn Fn(u64, &mut Vec<IoOp>), jitter: bool| -> u64 {
+        let mut d = Checked::new(Hdd::new(cfg.clone()).expect("valid HDD config"));
+        let (mut now, mut busy, mut done, mut v) = (0u64, 0u64, Vec::new(), Vec::new());
+        let mut rng = 0x9e37_79b9_7f4a_7c15u64;
+        for c in 0..16 {
+            v.clear();
+            ops(c * chunk, &mut v);
+            for op in v.drain(..) {
+                if jitter {
+                    rng = rng
+                        .wrapping_mul(6364136223846793005)
+                        .wrapping_add(1442695040888963407);
+                    now += (rng >> 33) % rev;
+                }
+                let start = now;
+                d.submit(now, 0, op);
+                while let Some(t) = d.next_completion() {
+                    d.advance(t, &mut done);
+                    now = t;
+                }
+                busy += now - start;
+            }
+        }
+        busy
+    };
+    let op = |kind, offset, len| IoOp {
+        kind,
+        offset,
+        len,
+        fua: false,
+    };
+    let rewrite = time(
+        &|base, v| {
+            v.push(op(IoKind::Read, base, chunk));
+            v.push(op(IoKind::Write, base, chunk));
+        },
+        false,
+    );
+    (2..=lines)
+        .find(|&k| {
+            let runs = time(
+                &|base, v| {
+                    for i in 0..k {
+                        v.push(op(IoKind::Write, base + i * lines / k * line, line));
+                    }
+                },
+                true,
+            );
+            runs >= rewrite
+        })
+        .unwrap_or(lines)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rewrite_crossover_follows_the_model() {
+        let c = HddConfig::preset("7200").unwrap();
+        let k = rewrite_min_runs(&c, 1 << 20, 4096);
+        eprintln!("7200: 1 MiB chunk crossover {k} runs");
+        assert!((2..256).contains(&k), "{k}");
+        // A faster-spinning disk with the same transfer rate loses less per run: a rewrite
+        // pays off later. Bigger chunks need more runs.
+        let mut fast = c.clone();
+        fast.rpm = 15000;
+        assert!(rewrite_min_runs(&fast, 1 << 20, 4096) >= k);
+        assert!(rewrite_min_runs(&c, 4 << 20, 4096) > k);
+    }
 
     fn hdd(name: &str) -> Hdd {
         Hdd::new(HddConfig::preset(name).unwrap()).unwrap()

@@ -47,7 +47,7 @@ mod timeline;
 pub use checked::{Checked, Model};
 pub use faulty::{FaultConfig, Faulty};
 pub use ftl::{FtlConfig, FtlStats, PageFtl};
-pub use hdd::{Hdd, HddConfig, HDD_PRESETS};
+pub use hdd::{rewrite_min_runs, Hdd, HddConfig, HDD_PRESETS};
 pub use price::{usd_per_mb_per_iops, Price, PriceEntry, PriceTable};
 pub use raid::{Raid, RaidConfig, RaidLevel};
 pub use ram::{Ram, RamConfig, RAM_PRESETS};

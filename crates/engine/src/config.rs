@@ -236,7 +236,22 @@ pub struct EngineConfig {
     pub partial_write_fill: bool,
     /// Size of each volume, if known: population never reads past it.
     pub volume_bytes: Option<u64>,
+    /// Cleaning: the disk chunk of a chunk rewrite (power of two, at least the line size;
+    /// 0 = off). See [`EngineConfig::rewrite_min_runs`].
+    #[serde(with = "size_serde")]
+    pub rewrite_chunk: u64,
+    /// Cleaning: a chunk holding at least this many runs of dirty lines is written back as
+    /// one backing write of the whole chunk (its gaps read once) instead of one write per
+    /// run. The default is the crossover of the 7200 rpm disk model for a 1 MiB chunk
+    /// (`tiercache_devices::rewrite_min_runs`; a test keeps them equal).
+    pub rewrite_min_runs: u64,
 }
+
+/// Default [`EngineConfig::rewrite_chunk`].
+pub const DEFAULT_REWRITE_CHUNK: u64 = 1 << 20;
+/// Default [`EngineConfig::rewrite_min_runs`]: the 7200 rpm model's crossover for
+/// [`DEFAULT_REWRITE_CHUNK`] (derived in `tiercache_devices::rewrite_min_runs`).
+pub const DEFAULT_REWRITE_MIN_RUNS: u64 = 7;
 
 impl Default for EngineConfig {
     fn default() -> Self {
@@ -254,6 +269,8 @@ impl Default for EngineConfig {
             validity: Validity::Sector,
             partial_write_fill: true,
             volume_bytes: None,
+            rewrite_chunk: DEFAULT_REWRITE_CHUNK,
+            rewrite_min_runs: DEFAULT_REWRITE_MIN_RUNS,
         }
     }
 }
@@ -312,6 +329,12 @@ impl EngineConfig {
             return Err(format!(
                 "dirty watermarks must satisfy 0 <= dirty_low ({}) <= dirty_high ({}) <= 1",
                 self.dirty_low, self.dirty_high
+            ));
+        }
+        let c = self.rewrite_chunk;
+        if c != 0 && (!c.is_power_of_two() || c < ls || c > 1 << 30) {
+            return Err(format!(
+                "rewrite_chunk {c} must be 0 (off) or a power of two between the line size ({ls}) and 1 GiB"
             ));
         }
         Ok(())

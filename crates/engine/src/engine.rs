@@ -1519,6 +1519,15 @@ impl Engine {
 
     /// Writes back up to `max_lines` dirty lines in LBA order (continuing where the last pass
     /// stopped) and returns the plan. Counted against the class each line was cached for.
+    ///
+    /// **Chunk rewrite**: when the disk chunk (`rewrite_chunk`) of the next dirty line holds
+    /// at least `rewrite_min_runs` runs of dirty lines from that line on, and they fit in
+    /// what is left of `max_lines`, the chunk from that line on (clamped to `volume_bytes`;
+    /// without it the volume must end on a chunk boundary) becomes one run of
+    /// consecutive steps contiguous on the backing device: `WriteBack`s of every cached
+    /// line's valid sectors (dirty ones and clean copies, which equal the backing bytes) and
+    /// `CopyHdd`s for the rest, which the executor merges into one backing write. The lines
+    /// cleaned are those LBA order would clean anyway: only the steps differ.
     pub fn clean(&mut self, max_lines: u64) -> &Plan {
         self.plan.reset(0, 0);
         let mut done = 0;
@@ -1527,6 +1536,10 @@ impl Engine {
                 Some(&k) => k,
                 None => *self.dirty_set.iter().next().expect("dirty_count > 0"),
             };
+            if let Some(n) = self.rewrite_chunk(key, max_lines - done) {
+                done += n;
+                continue;
+            }
             let slot = self.lookup(key).expect("dirty line is cached");
             let ci = self.classes[slot as usize] as usize;
             self.write_back(ci, slot, key);
@@ -1534,6 +1547,116 @@ impl Engine {
             done += 1;
         }
         &self.plan
+    }
+
+    /// Sets the chunk rewrite of cleaning (see [`Engine::clean`]): `chunk` bytes (0 = off)
+    /// and the runs of dirty lines from which a chunk is rewritten.
+    pub fn set_chunk_rewrite(&mut self, chunk: u64, min_runs: u64) -> Result<(), EngineError> {
+        let mut c = self.cfg.clone();
+        c.rewrite_chunk = chunk;
+        c.rewrite_min_runs = min_runs;
+        c.validate().map_err(EngineError::Config)?;
+        self.cfg = c;
+        Ok(())
+    }
+
+    /// The rest of the chunk of dirty line `key` from `key` on, as `[key, end)` line keys,
+    /// with its dirty lines and runs of dirty lines; `None` when chunk rewrites are off.
+    pub fn dirty_chunk(&self, key: u64) -> Option<(u64, u64, u64, u64)> {
+        let chunk_lines = self.cfg.rewrite_chunk >> self.line_shift;
+        if chunk_lines < 2 {
+            return None;
+        }
+        let first = key;
+        // Without a volume size the volume is taken to end on a chunk boundary (the live
+        // volume always knows it; the simulator's plans then equal the live volume's).
+        let mut end = (key & !(chunk_lines - 1)) + chunk_lines;
+        let vol_base = key & !((1 << LINE_BITS) - 1);
+        if let Some(vb) = self.cfg.volume_bytes {
+            end = end.min(vol_base + vb.div_ceil(1 << self.line_shift));
+        }
+        let (mut runs, mut lines, mut last) = (0, 0, None::<u64>);
+        for &k in self.dirty_set.range(first..end) {
+            if last.is_none_or(|l: u64| l + 1 != k) {
+                runs += 1;
+            }
+            lines += 1;
+            last = Some(k);
+        }
+        Some((first, end, lines, runs))
+    }
+
+    /// Plans the rewrite of dirty line `key`'s chunk from `key` on if it is dense enough and
+    /// its dirty lines fit in `budget` (see [`Engine::clean`]); returns the dirty lines it
+    /// cleaned. It cleans exactly the lines LBA-ordered write-backs would clean next, so
+    /// what is cached and dirty (and every count but bytes) is as without rewrites.
+    fn rewrite_chunk(&mut self, key: u64, budget: u64) -> Option<u64> {
+        let (first, end, lines, runs) = self.dirty_chunk(key)?;
+        if runs < self.cfg.rewrite_min_runs.max(2) || lines > budget {
+            return None;
+        }
+        let vol = (key >> LINE_BITS) as u32;
+        let lmask = (1u64 << LINE_BITS) - 1;
+        let ls = 1u64 << self.line_shift;
+        let vol_end = self.cfg.volume_bytes.unwrap_or(u64::MAX);
+        let (ss, full) = (self.sector_shift, self.full_mask);
+        let mut cleaned = 0;
+        for k in first..end {
+            let hdd = (k & lmask) << self.line_shift;
+            let len = ls.min(vol_end.saturating_sub(hdd));
+            if len == 0 {
+                break;
+            }
+            let Some(slot) = self.lookup(k) else {
+                self.emit(0, Step::CopyHdd { vol, hdd, len });
+                continue;
+            };
+            let ci = self.classes[slot as usize] as usize;
+            let ssd = self.ssd_addr(slot);
+            let valid = self.valid_mask(slot);
+            let dirty = self.dirty_mask(slot);
+            debug_assert_eq!(dirty & !valid, 0, "dirty sectors are valid");
+            // Valid sectors (dirty, or clean copies equal to the backing bytes) from the
+            // cache, the rest from the backing device, in disk order.
+            let mut parts: Vec<(u64, u64, bool)> = Runs(valid)
+                .map(|(a, b)| (a, b, true))
+                .chain(Runs(full & !valid).map(|(a, b)| (a, b, false)))
+                .collect();
+            parts.sort_unstable();
+            for (a, b, cached) in parts {
+                let off = a << ss;
+                let l = ((b - a) << ss).min(len.saturating_sub(off));
+                if l == 0 {
+                    continue;
+                }
+                let (s, h) = (ssd + off, hdd + off);
+                self.emit(
+                    ci,
+                    if cached {
+                        Step::WriteBack {
+                            vol,
+                            ssd: s,
+                            hdd: h,
+                            len: l,
+                        }
+                    } else {
+                        Step::CopyHdd {
+                            vol,
+                            hdd: h,
+                            len: l,
+                        }
+                    },
+                );
+            }
+            if dirty != 0 {
+                self.counters[ci].write_backs += 1;
+                self.set_dirty_mask(slot, k, 0);
+                cleaned += 1;
+            }
+        }
+        self.counters[0].chunk_rewrites += 1;
+        self.clean_cursor = end;
+        Some(cleaned)
     }
 
     /// Up to `n` cached lines' slots the policy expects to evict next (a hint: see

@@ -15,7 +15,10 @@ pub mod stats;
 pub mod units;
 
 pub use classes::{Allocation, ClassPolicy, ClassTable, TableError};
-pub use config::{Admission, EngineConfig, Mode, Preset, SeqCutoff, Validity};
+pub use config::{
+    Admission, EngineConfig, Mode, Preset, SeqCutoff, Validity, DEFAULT_REWRITE_CHUNK,
+    DEFAULT_REWRITE_MIN_RUNS,
+};
 pub use engine::{Engine, EngineError};
 pub use log::{Compression, ExtentContent, Layout, LogConfig, LogEngine};
 pub use plan::{Plan, Step};

@@ -52,6 +52,12 @@ pub enum Step {
         hdd: u64,
         len: u64,
     },
+    /// HDD -> HDD: a chunk rewrite's gap (see [`crate::Engine::clean`]): the backing range's
+    /// own current bytes, read from the backing device and written back unchanged as part of
+    /// the one backing write that the `WriteBack`s and `CopyHdd`s of the chunk make together
+    /// (consecutive, contiguous on the backing device). Executors read the gaps of a chunk
+    /// in one backing read; alone it changes nothing on the device.
+    CopyHdd { vol: u32, hdd: u64, len: u64 },
     /// Discard an SSD range (invalidated lines).
     TrimSsd { ssd: u64, len: u64 },
     /// Discard a backing range.
@@ -73,6 +79,7 @@ impl Step {
             Step::WriteHdd { len, .. } => (0, 0, 0, len),
             Step::Populate { len, .. } => (0, len, len, 0),
             Step::WriteBack { len, .. } => (len, 0, 0, len),
+            Step::CopyHdd { len, .. } => (0, 0, len, len),
             Step::TrimSsd { .. }
             | Step::TrimHdd { .. }
             | Step::FlushSsd
@@ -158,6 +165,17 @@ impl Plan {
                     len: l2,
                 },
             ) if *vol == *v2 && *hdd + *len == *h2 && *ssd + *len == *s2 => {
+                *len += l2;
+                true
+            }
+            (
+                Step::CopyHdd { vol, hdd, len },
+                Step::CopyHdd {
+                    vol: v2,
+                    hdd: h2,
+                    len: l2,
+                },
+            ) if *vol == *v2 && *hdd + *len == *h2 => {
                 *len += l2;
                 true
             }

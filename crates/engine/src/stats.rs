@@ -101,6 +101,9 @@ pub struct Counters {
     pub invalidations: u64,
     /// Dirty lines written to the backing device (evictions and cleaning).
     pub write_backs: u64,
+    /// Chunk rewrites by cleaning (one backing write for a dense chunk's dirty lines and
+    /// gaps; its lines also count as write-backs). Counted in class 0.
+    pub chunk_rewrites: u64,
     pub ssd_bytes_read: u64,
     pub ssd_bytes_written: u64,
     pub hdd_bytes_read: u64,
@@ -137,6 +140,7 @@ impl AddAssign<&Counters> for Counters {
             dirty_evictions,
             invalidations,
             write_backs,
+            chunk_rewrites,
             ssd_bytes_read,
             ssd_bytes_written,
             hdd_bytes_read,

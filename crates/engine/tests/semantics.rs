@@ -543,3 +543,137 @@ fn read_only_write_keeps_a_line_only_while_it_has_other_dirty_sectors() {
     assert!(e.lookup(Engine::line_key(0, 0)).is_none());
     assert_eq!(e.counters().invalidations, 1);
 }
+
+/// An engine with 64 KiB rewrite chunks (16 lines) from `min_runs` dirty runs, volume 1 MiB.
+fn rewrite_engine(min_runs: u64) -> Engine {
+    Engine::new(EngineConfig {
+        capacity_lines: 256,
+        mode: Mode::WriteBack,
+        rewrite_chunk: 64 << 10,
+        rewrite_min_runs: min_runs,
+        volume_bytes: Some(1 << 20),
+        ..Default::default()
+    })
+    .unwrap()
+}
+
+fn dirty(e: &mut Engine, lines: &[u64]) {
+    for (i, &l) in lines.iter().enumerate() {
+        e.process(&Request::new(i as u64, Op::Write, l * 4096, 4096))
+            .unwrap();
+    }
+}
+
+#[test]
+fn a_dense_chunk_is_rewritten_whole_in_disk_order() {
+    // Chunk 1 (lines 16..32): three runs (16-17, 20, 30); line 25 cached clean.
+    let setup = || {
+        let mut e = rewrite_engine(3);
+        dirty(&mut e, &[30, 16, 20, 17]);
+        e.process(&Request::new(9, Op::Read, 25 * 4096, 4096))
+            .unwrap();
+        e
+    };
+    // A pass too small for the chunk's 4 dirty lines writes back line by line, the lines LBA
+    // order names.
+    let mut e = setup();
+    let plan = e.clean(3).steps.clone();
+    assert!(
+        plan.iter().all(|s| matches!(s, Step::WriteBack { .. })),
+        "{plan:?}"
+    );
+    assert_eq!(plan.len(), 3);
+    let mut e = setup();
+    let plan = e.clean(4).steps.clone();
+    // Every byte of the chunk once, contiguous, in disk order.
+    let mut at = 16 * 4096;
+    for s in &plan {
+        let (h, l) = match *s {
+            Step::WriteBack { hdd, len, .. } | Step::CopyHdd { hdd, len, .. } => (hdd, len),
+            ref other => panic!("unexpected step {other:?}"),
+        };
+        assert_eq!(h, at, "{plan:?}");
+        at += l;
+    }
+    assert_eq!(at, 32 * 4096);
+    // Dirty lines and the clean cached line come from the cache, the rest from the disk.
+    let from_cache: Vec<u64> = plan
+        .iter()
+        .filter_map(|s| match *s {
+            Step::WriteBack { hdd, .. } => Some(hdd / 4096),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(from_cache, vec![16, 17, 20, 25, 30]);
+    assert_eq!(e.dirty_lines(), 0, "the whole chunk was cleaned");
+    let c = e.counters();
+    assert_eq!((c.chunk_rewrites, c.write_backs), (1, 4));
+}
+
+#[test]
+fn a_sparse_chunk_is_written_back_run_by_run() {
+    let mut e = rewrite_engine(3);
+    // Two runs in chunk 0: below the crossover.
+    dirty(&mut e, &[1, 2, 9]);
+    let plan = e.clean(u64::MAX).steps.clone();
+    assert!(
+        plan.iter().all(|s| matches!(s, Step::WriteBack { .. })),
+        "{plan:?}"
+    );
+    assert_eq!(plan.len(), 3);
+    assert_eq!(e.counters().chunk_rewrites, 0);
+    // The same chunk with a third run crosses over; chunk rewrites off: never.
+    let mut e = rewrite_engine(3);
+    dirty(&mut e, &[1, 2, 9, 12]);
+    e.clean(u64::MAX);
+    assert_eq!(e.counters().chunk_rewrites, 1);
+    let mut e = rewrite_engine(3);
+    e.set_chunk_rewrite(0, 3).unwrap();
+    dirty(&mut e, &[1, 2, 9, 12]);
+    assert!(e
+        .clean(u64::MAX)
+        .steps
+        .iter()
+        .all(|s| matches!(s, Step::WriteBack { .. })));
+}
+
+#[test]
+fn a_rewrite_stops_at_the_end_of_the_volume() {
+    // Volume of 40 lines: chunk 2 (lines 32..48) is cut at line 40.
+    let mut e = Engine::new(EngineConfig {
+        capacity_lines: 256,
+        mode: Mode::WriteBack,
+        rewrite_chunk: 64 << 10,
+        rewrite_min_runs: 2,
+        volume_bytes: Some(40 * 4096),
+        ..Default::default()
+    })
+    .unwrap();
+    dirty(&mut e, &[33, 36]);
+    let plan = e.clean(u64::MAX).steps.clone();
+    let end = plan
+        .iter()
+        .map(|s| match *s {
+            Step::WriteBack { hdd, len, .. } | Step::CopyHdd { hdd, len, .. } => hdd + len,
+            _ => 0,
+        })
+        .max();
+    assert_eq!(end, Some(40 * 4096), "{plan:?}");
+    // Unknown volume size: the volume is taken to end on a chunk boundary.
+    let mut e = Engine::new(EngineConfig {
+        capacity_lines: 256,
+        mode: Mode::WriteBack,
+        rewrite_chunk: 64 << 10,
+        rewrite_min_runs: 2,
+        ..Default::default()
+    })
+    .unwrap();
+    dirty(&mut e, &[33, 36]);
+    let plan = e.clean(u64::MAX).steps.clone();
+    assert_eq!(plan.first().map(|s| s.bytes().3), Some(4096));
+    let last = plan.last().unwrap();
+    assert!(
+        matches!(last, Step::CopyHdd { hdd, len, .. } if *hdd + *len == 48 * 4096),
+        "{plan:?}"
+    );
+}

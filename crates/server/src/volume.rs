@@ -1136,6 +1136,15 @@ impl CacheVolume {
         self.inline_cleaning.store(on, Ordering::Relaxed);
     }
 
+    /// Cleaning's chunk rewrite (`Engine::set_chunk_rewrite`): chunk bytes (0 = off) and
+    /// the dirty runs from which a chunk is rewritten in one backing write.
+    pub fn set_chunk_rewrite(&self, chunk: u64, min_runs: u64) -> io::Result<()> {
+        self.lock()
+            .engine
+            .set_chunk_rewrite(chunk, min_runs)
+            .map_err(ioerr)
+    }
+
     /// Whether cleaning runs inline (see [`CacheVolume::set_inline_cleaning`]).
     pub fn inline_cleaning(&self) -> bool {
         self.inline_cleaning.load(Ordering::Relaxed)
@@ -1259,7 +1268,8 @@ impl CacheVolume {
             // Write-backs that must wait for phase 2 may not join a phase-1 merge.
             let mut skip: Vec<usize> = (0..steps.len())
                 .filter(|i| {
-                    matches!(steps[*i], Step::WriteBack { .. }) && first.binary_search(i).is_err()
+                    matches!(steps[*i], Step::WriteBack { .. } | Step::CopyHdd { .. })
+                        && first.binary_search(i).is_err()
                 })
                 .collect();
             for &index in &first {
@@ -1364,21 +1374,41 @@ impl CacheVolume {
                     self.cache.write_at(tmp, d + ssd).map_err(c)?;
                     self.note_written(g, ssd, tmp).map_err(c)?
                 }
-                Step::WriteBack { hdd, .. } => {
+                Step::WriteBack { hdd, .. } | Step::CopyHdd { hdd, .. } => {
                     // Later write-backs that continue this one on the backing device (cleaning
                     // goes in LBA order; evictions of a sequential run evict neighbours)
                     // join it in one backing write, when no step between touches their
                     // slot or backing range. A failure names this step: none of the group
                     // reached the backing device, and `recover` redoes write-backs from here.
+                    // A chunk rewrite's gaps (`CopyHdd`) are read from the backing device in
+                    // one read spanning them all, then the cached parts are laid over it:
+                    // this runs under the volume lock, so no write can change the range
+                    // between that read and the write.
                     let group = merge_write_backs(steps, index, skip);
+                    let copies = group.iter().filter_map(|&j| match steps[j] {
+                        Step::CopyHdd { hdd, len, .. } => Some((hdd, hdd + len)),
+                        _ => None,
+                    });
+                    let span = copies.fold(None, |a: Option<(u64, u64)>, (x, y)| {
+                        Some(a.map_or((x, y), |(p, q)| (p.min(x), q.max(y))))
+                    });
                     tmp.clear();
+                    let total: u64 = group.iter().map(|&j| steps[j].bytes().3).sum();
+                    tmp.resize(total as usize, 0);
+                    if let Some((x, y)) = span {
+                        self.backing
+                            .read_at(&mut tmp[r(x - hdd, y - x)], x)
+                            .map_err(h)?;
+                    }
                     for &j in &group {
-                        if let Step::WriteBack { ssd, len, .. } = steps[j] {
-                            let at = tmp.len();
-                            tmp.resize(at + len as usize, 0);
+                        if let Step::WriteBack {
+                            ssd, hdd: at, len, ..
+                        } = steps[j]
+                        {
+                            let at = at - hdd;
                             // Never a damaged dirty sector to the backing device.
                             let exp = Self::expected(g, ssd, len);
-                            self.read_data(ssd, &mut tmp[at..], exp.as_ref())
+                            self.read_data(ssd, &mut tmp[r(at, len)], exp.as_ref())
                                 .map_err(|e| c(self.on_mismatch(g, e)))?;
                         }
                     }
@@ -2709,34 +2739,37 @@ enum Data<'a> {
 /// backing range, up to [`MAX_MERGED_WRITE`] bytes.
 fn merge_write_backs(steps: &[Step], first: usize, done: &[usize]) -> Vec<usize> {
     let mut group = vec![first];
-    let Step::WriteBack { hdd, len, .. } = steps[first] else {
+    let (Step::WriteBack { hdd, len, .. } | Step::CopyHdd { hdd, len, .. }) = steps[first] else {
         return group;
     };
     let mut end = hdd + len;
     let overlaps = |a: u64, l: u64, b: u64, m: u64| a < b + m && b < a + l;
     'next: while end - hdd < MAX_MERGED_WRITE {
         for j in first + 1..steps.len() {
-            let Step::WriteBack {
-                ssd,
-                hdd: h,
-                len: l,
-                ..
-            } = steps[j]
-            else {
-                continue;
+            // A chunk rewrite's gap has no slot (length 0 in the cache).
+            let (ssd, h, l) = match steps[j] {
+                Step::WriteBack { ssd, hdd, len, .. } => (ssd, hdd, len),
+                Step::CopyHdd { hdd, len, .. } => (0, hdd, len),
+                _ => continue,
+            };
+            let sl = if matches!(steps[j], Step::CopyHdd { .. }) {
+                0
+            } else {
+                l
             };
             if h != end || done.binary_search(&j).is_ok() || end - hdd + l > MAX_MERGED_WRITE {
                 continue;
             }
             let blocked = steps[first + 1..j].iter().any(|s| match *s {
                 Step::WriteSsd { ssd: x, len: m, .. } | Step::Populate { ssd: x, len: m, .. }
-                    if overlaps(ssd, l, x, m) =>
+                    if overlaps(ssd, sl, x, m) =>
                 {
                     true
                 }
                 Step::ReadHdd { hdd: x, len: m, .. }
                 | Step::WriteHdd { hdd: x, len: m, .. }
                 | Step::Populate { hdd: x, len: m, .. }
+                | Step::CopyHdd { hdd: x, len: m, .. }
                 | Step::WriteBack { hdd: x, len: m, .. } => overlaps(h, l, x, m),
                 _ => false,
             });
@@ -2763,6 +2796,7 @@ fn accesses(s: &Step) -> [(u8, u64, u64, bool); 2] {
         Step::WriteHdd { hdd, buf, len, .. } => [(1, hdd, len, true), (2, buf, len, false)],
         Step::Populate { hdd, ssd, len, .. } => [(1, hdd, len, false), (0, ssd, len, true)],
         Step::WriteBack { ssd, hdd, len, .. } => [(0, ssd, len, false), (1, hdd, len, true)],
+        Step::CopyHdd { hdd, len, .. } => [(1, hdd, len, false), (1, hdd, len, true)],
         // Trims and flushes do nothing in `exec` (the flush runs after the plan).
         _ => [NONE, NONE],
     }
@@ -2789,7 +2823,10 @@ fn backing_first(steps: &[Step]) -> Vec<usize> {
     for (j, s) in steps.iter().enumerate() {
         let backing = matches!(
             s,
-            Step::WriteBack { .. } | Step::ReadHdd { .. } | Step::WriteHdd { .. }
+            Step::WriteBack { .. }
+                | Step::CopyHdd { .. }
+                | Step::ReadHdd { .. }
+                | Step::WriteHdd { .. }
         );
         if backing && !later.iter().any(|&i| depends(&steps[i], s)) {
             first.push(j);

@@ -124,6 +124,8 @@ struct Tally {
     checked: u64,
     /// Records unmapped ahead in batches (runs without a crash): the batched path ran.
     unmapped_ahead: u64,
+    /// Chunk rewrites in the uncrashed runs (which count the events the points cover).
+    chunk_rewrites: u64,
     /// Bytes read the same after the restart and after their line was evicted.
     stable_bytes: u64,
     /// Backing-error points: injected failures, runs left degraded at the stop.
@@ -204,6 +206,10 @@ fn run(mode: Mode, sums: bool, seed: u64, crash: Option<Crash>, t: &mut Tally) -
     if let (Some(n), Some(_)) = (backing_error, &vol) {
         bh.fail_nth_write(n, n.is_multiple_of(2));
     }
+    let rewrite = REWRITE.with(|r| r.get());
+    if let (Some(vol), true) = (&vol, rewrite) {
+        vol.set_chunk_rewrite(64 << 10, 2).unwrap();
+    }
     if let Some(vol) = &vol {
         for (i, act) in workload(seed).into_iter().enumerate() {
             let r = match act {
@@ -237,6 +243,16 @@ fn run(mode: Mode, sums: bool, seed: u64, crash: Option<Crash>, t: &mut Tally) -
                 }
                 Act::Flush => {
                     let r = vol.flush();
+                    if r.is_ok() {
+                        m.flush();
+                        unchanged = clean_set(&vol.lines());
+                    }
+                    r
+                }
+                // Chunk-rewrite cases: a full flush (`ctl flush`), so every dense chunk
+                // is rewritten; durable once it returns.
+                Act::Clean if rewrite => {
+                    let r = vol.flush_dirty();
                     if r.is_ok() {
                         m.flush();
                         unchanged = clean_set(&vol.lines());
@@ -301,6 +317,7 @@ fn run(mode: Mode, sums: bool, seed: u64, crash: Option<Crash>, t: &mut Tally) -
         };
         if let Some(v) = &vol {
             t.unmapped_ahead += v.stats().unmap_ahead;
+            t.chunk_rewrites += v.stats().totals.chunk_rewrites;
         }
         if let Some(v) = vol {
             v.shutdown().unwrap();
@@ -537,6 +554,26 @@ fn backing_errors_during_cleaning_write_back() {
 #[test]
 fn backing_errors_write_through() {
     check_backing_errors(Mode::WriteThrough);
+}
+
+thread_local! {
+    /// This thread's runs use small chunk rewrites (64 KiB from 2 dirty runs) and clean
+    /// with full flushes.
+    static REWRITE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Crash points inside chunk rewrites (cleaning writes dense 64 KiB chunks whole, gaps read
+/// from the backing device or clean copies): same guarantees as plain write-backs.
+#[test]
+fn crash_points_chunk_rewrites() {
+    REWRITE.with(|r| r.set(true));
+    check_mode(Mode::WriteBack, 0.2);
+    let t = sweep(Mode::WriteBack, false, 5, false, 0);
+    println!("{} chunk rewrites in the uncrashed runs", t.chunk_rewrites);
+    assert!(
+        t.chunk_rewrites > 0,
+        "the workload planned no chunk rewrite"
+    );
 }
 
 // Shares of the budget: write-back gets the most (dirty data, write-backs, cleaning).

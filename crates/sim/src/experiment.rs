@@ -55,6 +55,10 @@ pub struct CacheSection {
     pub seq_cutoff_write: Option<String>,
     pub dirty_high: Option<f64>,
     pub dirty_low: Option<f64>,
+    /// Cleaning's chunk rewrite: chunk size (0 = off; default 1MiB).
+    pub rewrite_chunk: Option<String>,
+    /// Cleaning's chunk rewrite: dirty runs from which a chunk is rewritten.
+    pub rewrite_min_runs: Option<u64>,
     /// sector (default) | line: what is valid and dirty inside a line.
     pub validity: Option<String>,
     pub partial_write_fill: Option<bool>,
@@ -92,6 +96,8 @@ impl CacheSection {
             seq_cutoff_write,
             dirty_high,
             dirty_low,
+            rewrite_chunk,
+            rewrite_min_runs,
             validity,
             partial_write_fill,
             slru_protected,
@@ -197,6 +203,12 @@ impl CacheSection {
         }
         if let Some(x) = self.dirty_low {
             cfg.dirty_low = x;
+        }
+        if let Some(s) = &self.rewrite_chunk {
+            cfg.rewrite_chunk = parse_size(s).context("rewrite_chunk")?;
+        }
+        if let Some(x) = self.rewrite_min_runs {
+            cfg.rewrite_min_runs = x;
         }
         if let Some(v) = &self.validity {
             cfg.validity = v.parse::<Validity>().map_err(anyhow::Error::msg)?;

@@ -222,8 +222,9 @@ struct Flight {
     background: bool,
 }
 
-/// Largest HDD write that merged write-backs make.
-const MAX_MERGED_WB: u64 = 1 << 20;
+/// Largest HDD write that merged write-backs make: the live volume's (`MAX_MERGED_WRITE` in
+/// crates/server/src/volume.rs), so a flush of dense chunks times as it runs live.
+const MAX_MERGED_WB: u64 = 4 << 20;
 
 /// Converts one plan into tasks with their dependencies.
 fn tasks_of(steps: &[Step], is_write: bool, hdd_cap: u64, ssd_cap: u64, fua: bool) -> Vec<Task> {
@@ -242,45 +243,66 @@ fn tasks_of(steps: &[Step], is_write: bool, hdd_cap: u64, ssd_cap: u64, fua: boo
     // request are evicted between its SSD writes; merging across those is safe, as the
     // merged write only waits for victims' SSD reads, which wait for nothing.
     let mut wb_run: Option<(u16, u32, u64)> = None;
+    // The HDD read of the current run's chunk-rewrite gaps (`CopyHdd`): one read spanning
+    // them all, as the live volume makes it.
+    let mut gap_read: Option<u16> = None;
     for step in steps {
         let idx = tasks.len() as u16;
-        if let Step::WriteBack { vol, ssd, hdd, len } = *step {
-            // A write-back is an SSD read feeding an HDD write. Write-backs of contiguous HDD
-            // ranges (victims inserted together, LBA-ordered cleaning) share one HDD write,
-            // as a real cleaner merges them: one seek instead of one per line.
-            let read = |dependent: u16| Task {
-                dev: Dev::Ssd,
-                op: io(IoKind::Read, s(ssd), len),
-                then: None,
-                deps_left: 0,
-                dependents: vec![dependent],
-                foreground: is_write,
-            };
-            match wb_run {
+        if let Step::WriteBack { vol, hdd, len, .. } | Step::CopyHdd { vol, hdd, len } = *step {
+            // A write-back is an SSD read feeding an HDD write; a chunk rewrite's gap an HDD
+            // read feeding it. Write-backs of contiguous HDD ranges (victims inserted
+            // together, LBA-ordered cleaning, chunk rewrites) share one HDD write, as a real
+            // cleaner merges them: one seek instead of one per line.
+            let (w, merged) = match wb_run {
                 Some((w, v, end))
                     if v == vol
                         && end == hdd
                         && tasks[w as usize].op.len + len <= MAX_MERGED_WB =>
                 {
-                    tasks.push(read(w));
                     let t = &mut tasks[w as usize];
                     t.op.len += len;
-                    t.deps_left += 1;
-                    wb_run = Some((w, vol, hdd + len));
+                    (w, true)
                 }
-                _ => {
-                    tasks.push(read(idx + 1));
-                    tasks.push(Task {
-                        dev: Dev::Hdd,
-                        op: io(IoKind::Write, h(hdd), len),
-                        then: None,
-                        deps_left: 1,
-                        dependents: Vec::new(),
-                        foreground: is_write,
-                    });
-                    wbs.push(idx + 1);
-                    wb_run = Some((idx + 1, vol, hdd + len));
-                }
+                _ => (idx, false),
+            };
+            if !merged {
+                tasks.push(Task {
+                    dev: Dev::Hdd,
+                    op: io(IoKind::Write, h(hdd), len),
+                    then: None,
+                    deps_left: 0,
+                    dependents: Vec::new(),
+                    foreground: is_write,
+                });
+                wbs.push(idx);
+                gap_read = None;
+            }
+            wb_run = Some((w, vol, hdd + len));
+            let read = match *step {
+                Step::WriteBack { ssd, .. } => Some((Dev::Ssd, s(ssd))),
+                _ => match gap_read {
+                    Some(g) => {
+                        // Extend the run's gap read to this gap's end.
+                        let t = &mut tasks[g as usize];
+                        t.op.len = h(hdd) + len - t.op.offset;
+                        None
+                    }
+                    None => {
+                        gap_read = Some(tasks.len() as u16);
+                        Some((Dev::Hdd, h(hdd)))
+                    }
+                },
+            };
+            if let Some((dev, offset)) = read {
+                tasks.push(Task {
+                    dev,
+                    op: io(IoKind::Read, offset, len),
+                    then: None,
+                    deps_left: 0,
+                    dependents: vec![w],
+                    foreground: is_write,
+                });
+                tasks[w as usize].deps_left += 1;
             }
             continue;
         }
@@ -315,7 +337,7 @@ fn tasks_of(steps: &[Step], is_write: bool, hdd_cap: u64, ssd_cap: u64, fua: boo
                     wbs.clone(),
                     false,
                 ),
-                Step::WriteBack { .. } => unreachable!("handled above"),
+                Step::WriteBack { .. } | Step::CopyHdd { .. } => unreachable!("handled above"),
                 Step::TrimSsd { ssd, len } => {
                     (Dev::Ssd, io(IoKind::Trim, s(ssd), len), None, vec![], true)
                 }
@@ -702,18 +724,18 @@ impl<'a> Executor<'a> {
             };
             // Cleaning is in LBA order: write-backs of contiguous ranges go as one HDD write.
             let mut run = vec![step];
-            while let (
-                Some(Step::WriteBack { vol, hdd, len, .. }),
-                Some(&Step::WriteBack {
-                    vol: v2,
-                    hdd: h2,
-                    len: l2,
-                    ..
-                }),
-            ) = (run.last(), self.bg_queue.front())
+            // (Chunk rewrites' gaps join them: they are part of the same backing write.)
+            let wb = |s: Option<&Step>| match s.copied() {
+                Some(Step::WriteBack { vol, hdd, len, .. } | Step::CopyHdd { vol, hdd, len }) => {
+                    Some((vol, hdd, len))
+                }
+                _ => None,
+            };
+            while let (Some((vol, hdd, len)), Some((v2, h2, l2))) =
+                (wb(run.last()), wb(self.bg_queue.front()))
             {
-                let bytes: u64 = run.iter().map(|s| s.bytes().0).sum();
-                if *vol != v2 || hdd + len != h2 || bytes + l2 > MAX_MERGED_WB {
+                let bytes: u64 = run.iter().map(|s| s.bytes().3).sum();
+                if vol != v2 || hdd + len != h2 || bytes + l2 > MAX_MERGED_WB {
                     break;
                 }
                 run.push(self.bg_queue.pop_front().expect("front exists"));
@@ -1318,4 +1340,54 @@ pub fn run_timed(
         cost_usd,
         cost_per_mb_per_iops,
     })
+}
+
+/// Simulated seconds a full flush (`ctl flush`: `clean` until nothing is dirty, 1024 lines per
+/// pass) takes on `hdd` (and `ssd` for the cache reads; `None`: they cost nothing), executed
+/// as the live volume does it: one device operation at a time, merged write-backs (and
+/// chunk rewrites) as one backing write after their reads. The prediction for
+/// `scripts/bench_flush.sh`.
+pub fn flush_time(
+    engine: &mut Engine,
+    hdd: &mut dyn Device,
+    mut ssd: Option<&mut dyn Device>,
+) -> f64 {
+    let (mut now, mut done) = (0u64, Vec::new());
+    let hcap = hdd.capacity_bytes();
+    let scap = ssd.as_ref().map(|s| s.capacity_bytes()).unwrap_or(1);
+    while engine.dirty_lines() > 0 {
+        let steps = engine.clean(1024).steps.clone();
+        let mut tasks = tasks_of(&steps, false, hcap, scap, false);
+        let mut left: Vec<usize> = (0..tasks.len()).collect();
+        while !left.is_empty() {
+            let at = left
+                .iter()
+                .position(|&i| tasks[i].deps_left == 0)
+                .expect("a task is ready: the plan's dependencies are acyclic");
+            let i = left.remove(at);
+            let mut run = |dev: Dev, op: IoOp, now: &mut u64| {
+                let d: &mut dyn Device = match dev {
+                    Dev::Hdd => &mut *hdd,
+                    Dev::Ssd => match ssd.as_deref_mut() {
+                        Some(s) => s,
+                        None => return,
+                    },
+                };
+                d.submit(*now, 0, op);
+                while let Some(t) = d.next_completion() {
+                    d.advance(t, &mut done);
+                    *now = t;
+                }
+                done.clear();
+            };
+            run(tasks[i].dev, tasks[i].op, &mut now);
+            if let Some((dev, op)) = tasks[i].then {
+                run(dev, op, &mut now);
+            }
+            for d in std::mem::take(&mut tasks[i].dependents) {
+                tasks[d as usize].deps_left -= 1;
+            }
+        }
+    }
+    now as f64 / 1e9
 }

@@ -65,6 +65,12 @@ impl World {
                     let src = self.ssd[r(ssd, len)].to_vec();
                     self.hdd[vol as usize][r(hdd, len)].copy_from_slice(&src);
                 }
+                // A chunk rewrite's gap: the backing bytes, read and written back unchanged
+                // (out of range panics: a rewrite never reaches past the volume).
+                Step::CopyHdd { vol, hdd, len } => {
+                    let src = self.hdd[vol as usize][r(hdd, len)].to_vec();
+                    self.hdd[vol as usize][r(hdd, len)].copy_from_slice(&src);
+                }
                 Step::TrimSsd { ssd, len } => self.ssd[r(ssd, len)].fill(POISON),
                 Step::TrimHdd { vol, hdd, len } => self.hdd[vol as usize][r(hdd, len)].fill(POISON),
                 Step::FlushSsd | Step::FlushHdd { .. } => {}
