@@ -98,6 +98,22 @@ fn load_experiment(path_or_text: &str) -> PyResult<String> {
     serde_json::to_string(&exp).map_err(|e| py_err(e.into()))
 }
 
+/// The keys of an experiment's `[cache]` and `[input]` sections, from the sim crate's own
+/// types (so the Python package never keeps a list of its own that could fall behind).
+#[pyfunction]
+fn section_keys() -> PyResult<(Vec<String>, Vec<String>)> {
+    fn keys<T: serde::Serialize + Default>() -> PyResult<Vec<String>> {
+        let v = serde_json::to_value(T::default()).map_err(|e| py_err(e.into()))?;
+        Ok(v.as_object()
+            .map(|o| o.keys().cloned().collect())
+            .unwrap_or_default())
+    }
+    Ok((
+        keys::<tiercache_sim::experiment::CacheSection>()?,
+        keys::<InputSection>()?,
+    ))
+}
+
 fn toml_text(text: &str) -> Result<Experiment> {
     // `toml` is reached through the sim crate's experiment type (deny_unknown_fields applies).
     let v: Experiment =
@@ -303,6 +319,7 @@ fn policies() -> Vec<(String, String)> {
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(load_experiment, m)?)?;
+    m.add_function(wrap_pyfunction!(section_keys, m)?)?;
     m.add_function(wrap_pyfunction!(simulate, m)?)?;
     m.add_function(wrap_pyfunction!(simulate_timed, m)?)?;
     m.add_function(wrap_pyfunction!(simulate_many, m)?)?;

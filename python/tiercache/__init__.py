@@ -52,32 +52,8 @@ __all__ = [
 
 __version__ = _native.__version__
 
-#: Keys of the ``[cache]`` section.
-CACHE_KEYS = frozenset(
-    [
-        "size",
-        "preset",
-        "line_size",
-        "group_size",
-        "policy",
-        "mode",
-        "admission",
-        "seq_cutoff_read",
-        "seq_cutoff_write",
-        "dirty_high",
-        "dirty_low",
-        "validity",
-        "partial_write_fill",
-        "slru_protected",
-        "s3fifo_small",
-        "layout",
-        "segment_size",
-        "compression",
-        "dedup",
-    ]
-)
-#: Keys of the ``[input]`` section.
-INPUT_KEYS = frozenset(["trace", "format", "skip_bad", "block_size", "workload", "seed"])
+#: Keys of the ``[cache]`` and ``[input]`` sections (from the engine's own types).
+CACHE_KEYS, INPUT_KEYS = (frozenset(k) for k in _native.section_keys())
 #: Columns that measure the simulator, not the cache, and so may differ run to run: wall-clock
 #: speed, and the RAM of the index (hash-table growth of the ghost lists of ARC and S3-FIFO
 #: depends on the process's random hash seed).
