@@ -529,21 +529,7 @@ fn check_backing_errors(mode: Mode) {
         t.degraded,
         t.stable_bytes
     );
-    if std::env::var("TIERCACHE_CRASH_ONLY").is_ok() {
-        return;
-    }
-    assert!(
-        t.points >= pts,
-        "{mode:?}: {} of {pts} points ran",
-        t.points
-    );
-    assert!(t.backing_errors > 0, "{mode:?}: no backing error injected");
-    if mode == Mode::WriteBack {
-        assert!(
-            t.degraded > 0,
-            "{mode:?}: never degraded: the test is not biting"
-        );
-    }
+    assert_backing_sweep_bit(mode, t.points, pts, t.backing_errors, t.degraded);
 }
 
 #[test]

@@ -425,3 +425,20 @@ pub fn assert_stable_after_eviction(
         );
     }
 }
+
+/// The checks after a sweep of backing-write errors (`crash_points.rs`, `log_crash_points.rs`):
+/// every point ran, errors were injected, and write-back runs did degrade (else the sweep is
+/// not biting). Skipped when one point is rerun (`TIERCACHE_CRASH_ONLY`).
+pub fn assert_backing_sweep_bit(mode: Mode, ran: u64, planned: u64, injected: u64, degraded: u64) {
+    if std::env::var("TIERCACHE_CRASH_ONLY").is_ok() {
+        return;
+    }
+    assert!(ran >= planned, "{mode:?}: {ran} of {planned} points ran");
+    assert!(injected > 0, "{mode:?}: no backing error injected");
+    if mode == Mode::WriteBack {
+        assert!(
+            degraded > 0,
+            "{mode:?}: never degraded: the test is not biting"
+        );
+    }
+}
