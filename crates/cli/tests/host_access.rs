@@ -112,15 +112,25 @@ fn control_socket_refuses_other_uids() {
     std::fs::copy(BIN, &bin).unwrap();
     std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
     let as_nobody = |args: &[&str]| {
-        Command::new(&bin)
-            .arg("ctl")
-            .arg("--control")
-            .arg(&srv.ctl)
-            .args(args)
-            .uid(65534)
-            .gid(65534)
-            .output()
-            .unwrap()
+        // ETXTBSY while a child another test thread forks still holds the copy's write fd
+        // (until it execs): retry, as a shell would have to.
+        for _ in 0..100 {
+            match Command::new(&bin)
+                .arg("ctl")
+                .arg("--control")
+                .arg(&srv.ctl)
+                .args(args)
+                .uid(65534)
+                .gid(65534)
+                .output()
+            {
+                Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) => {
+                    std::thread::sleep(std::time::Duration::from_millis(20))
+                }
+                r => return r.unwrap(),
+            }
+        }
+        panic!("{}: text file busy for 2 s", bin.display());
     };
     let out = as_nobody(&["mode", "pass-through"]);
     assert!(
