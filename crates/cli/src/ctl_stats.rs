@@ -47,20 +47,12 @@ fn counter_rows(section: &'static str, c: &Value, out: &mut Vec<Row>) {
     // Lines (casadm's 4 KiB blocks): read and write hits and misses.
     let (rh, ra) = (n(&c["read_line_hits"]), n(&c["read_line_accesses"]));
     let (wh, wa) = (n(&c["write_line_hits"]), n(&c["write_line_accesses"]));
-    push("read line hits".into(), rh as f64, "lines");
-    push(
-        "read line misses".into(),
-        ra.saturating_sub(rh) as f64,
-        "lines",
-    );
-    push("read hit ratio".into(), pct(rh, ra), "%");
-    push("write line hits".into(), wh as f64, "lines");
-    push(
-        "write line misses".into(),
-        wa.saturating_sub(wh) as f64,
-        "lines",
-    );
-    push("write hit ratio".into(), pct(wh, wa), "%");
+    for (dir, hits, accesses) in [("read", rh, ra), ("write", wh, wa)] {
+        push(format!("{dir} line hits"), hits as f64, "lines");
+        let misses = accesses.saturating_sub(hits);
+        push(format!("{dir} line misses"), misses as f64, "lines");
+        push(format!("{dir} hit ratio"), pct(hits, accesses), "%");
+    }
     // Pass-through: missed lines that went around the cache, and why.
     let b = &c["bypasses"];
     let bypassed: u64 = [

@@ -49,16 +49,8 @@ fn scenario(layout: &[&str], state_dir_flag: bool) {
     let backing = dir.join("backing.img");
     std::fs::write(&backing, vec![0x11u8; VOL]).unwrap();
     let trigger = dir.join("TRIGGER");
-    let nbd = NbdkitProc::start(
-        &dir.join("cache.sock"),
-        &[
-            "--filter=error",
-            "memory",
-            "16M",
-            "error-pwrite-rate=1",
-            &format!("error-pwrite-file={}", trigger.display()),
-        ],
-    );
+    let nbd =
+        NbdkitProc::faulty_memory(&dir.join("cache.sock"), &trigger, &["error-pwrite-rate=1"]);
     let (uri, b) = (nbd.uri(), backing.display().to_string());
     let state_dir = dir.join("state");
     let sd = state_dir.display().to_string();

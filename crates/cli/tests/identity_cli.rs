@@ -168,16 +168,7 @@ fn cache_device_can_be_an_nbd_export() {
     // Cache faults injected with nbdkit's error filter: while TRIGGER exists every cache
     // request fails; a clean line is then read from the backing device.
     let trigger = dir.join("TRIGGER");
-    let faulty = NbdkitProc::start(
-        &dir.join("err.sock"),
-        &[
-            "--filter=error",
-            "memory",
-            "16M",
-            "error-rate=1",
-            &format!("error-file={}", trigger.display()),
-        ],
-    );
+    let faulty = NbdkitProc::faulty_memory(&dir.join("err.sock"), &trigger, &["error-rate=1"]);
     run(Command::new(BIN)
         .args(["format", "--cache", &faulty.uri(), "--backing", &s(&a)])
         .args(["--mode", "write-through"]));
@@ -267,16 +258,10 @@ fn cache_device_out_of_space_loses_nothing_acknowledged() {
     let dir = d.path();
     let (a, _, _) = setup(dir);
     let trigger = dir.join("FULL");
-    let full = NbdkitProc::start(
+    let full = NbdkitProc::faulty_memory(
         &dir.join("full.sock"),
-        &[
-            "--filter=error",
-            "memory",
-            "16M",
-            "error=ENOSPC",
-            "error-pwrite-rate=1",
-            &format!("error-pwrite-file={}", trigger.display()),
-        ],
+        &trigger,
+        &["error=ENOSPC", "error-pwrite-rate=1"],
     );
     run(Command::new(BIN)
         .args(["format", "--cache", &full.uri(), "--backing", &s(&a)])

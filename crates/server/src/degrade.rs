@@ -131,9 +131,10 @@ pub fn lose(lost: &mut Vec<(u64, u64)>, a: u64, b: u64, size: u64, why: &str) {
 }
 
 /// `[a, b)` was written (or trimmed) again: no longer lost.
-pub fn unlose(lost: &mut Vec<(u64, u64)>, a: u64, b: u64) {
+/// Returns whether `lost` changed.
+pub fn unlose(lost: &mut Vec<(u64, u64)>, a: u64, b: u64) -> bool {
     if lost.is_empty() {
-        return;
+        return false;
     }
     let mut out = Vec::new();
     for &(x, y) in lost.iter() {
@@ -148,7 +149,9 @@ pub fn unlose(lost: &mut Vec<(u64, u64)>, a: u64, b: u64) {
             out.push((b, y));
         }
     }
+    let changed = *lost != out;
     *lost = out;
+    changed
 }
 
 /// Bytes in `lost`.

@@ -2319,10 +2319,7 @@ impl CacheVolume {
 
     /// `[a, b)` was written (or trimmed) again: no longer lost.
     fn unlose(&self, g: &mut Inner, a: u64, b: u64) {
-        let before = g.lost.len();
-        let had = degrade::lost_bytes(&g.lost);
-        degrade::unlose(&mut g.lost, a, b);
-        if g.lost.len() != before || degrade::lost_bytes(&g.lost) != had {
+        if degrade::unlose(&mut g.lost, a, b) {
             if let Some(s) = g.sums.as_mut() {
                 s.header_dirty = true;
             }

@@ -224,6 +224,21 @@ impl NbdkitProc {
     pub fn uri(&self) -> String {
         format!("nbd+unix:///?socket={}", self.1.display())
     }
+
+    /// A 16 MiB memory export behind nbdkit's error filter: while `trigger` exists, the
+    /// requests `fault` names fail (e.g. `["error-rate=1"]`, or
+    /// `["error=ENOSPC", "error-pwrite-rate=1"]`; the trigger applies to the same class).
+    pub fn faulty_memory(sock: &Path, trigger: &Path, fault: &[&str]) -> NbdkitProc {
+        let class = fault
+            .iter()
+            .find_map(|a| a.strip_suffix("-rate=1"))
+            .expect("a fault with -rate=1");
+        let file = format!("{class}-file={}", trigger.display());
+        let mut args = vec!["--filter=error", "memory", "16M"];
+        args.extend(fault);
+        args.push(&file);
+        NbdkitProc::start(sock, &args)
+    }
 }
 
 impl Drop for NbdkitProc {
