@@ -147,12 +147,15 @@ impl Admission {
     }
 }
 
+/// As `--admission` takes it, in its shortest form: `always`, `never`, `nhit:N` (both
+/// directions), `nhit:R:W`; parsing the text gives the same rule back.
 impl fmt::Display for Admission {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.is_always() {
-            f.write_str("always")
-        } else {
-            write!(f, "nhit:{}:{}", self.read_threshold, self.write_threshold)
+        match (self.read_threshold, self.write_threshold) {
+            (1, 1) => f.write_str("always"),
+            (0, 0) => f.write_str("never"),
+            (r, w) if r == w => write!(f, "nhit:{r}"),
+            (r, w) => write!(f, "nhit:{r}:{w}"),
         }
     }
 }
@@ -412,6 +415,21 @@ mod tests {
         let a: Admission = "nhit:2:0".parse().unwrap();
         assert_eq!((a.read_threshold, a.write_threshold), (2, 0));
         assert!("nhit:x".parse::<Admission>().is_err());
+        // Shown as typed, and the text parses back to the same rule.
+        for (text, shown) in [
+            ("always", "always"),
+            ("never", "never"),
+            ("nhit:0:0", "never"),
+            ("nhit:1", "always"),
+            ("nhit:3", "nhit:3"),
+            ("nhit:2:2", "nhit:2"),
+            ("nhit:2:0", "nhit:2:0"),
+            ("nhit:0:4", "nhit:0:4"),
+        ] {
+            let a: Admission = text.parse().unwrap();
+            assert_eq!(a.to_string(), shown, "{text}");
+            assert_eq!(shown.parse::<Admission>().unwrap(), a, "{text}");
+        }
     }
 
     #[test]

@@ -114,16 +114,7 @@ pub struct Tuning {
 impl Eq for Tuning {}
 
 fn admission_str<S: serde::Serializer>(a: &Admission, s: S) -> Result<S::Ok, S::Error> {
-    s.serialize_str(&admission_text(a))
-}
-
-/// An admission rule as `--admission` takes it (`never` rather than `nhit:0:0`).
-pub fn admission_text(a: &Admission) -> String {
-    if a.read_threshold == 0 && a.write_threshold == 0 {
-        "never".into()
-    } else {
-        a.to_string()
-    }
+    s.serialize_str(&a.to_string())
 }
 
 impl Tuning {
@@ -155,7 +146,7 @@ impl Tuning {
     /// not part of them (mode, policy, line size).
     pub fn get(&self, k: &str) -> Option<String> {
         Some(match k {
-            "admission" => admission_text(&self.admission),
+            "admission" => self.admission.to_string(),
             "seq-cutoff" => size_str(self.seq_cutoff_read),
             "seq-cutoff-write" => size_str(self.seq_cutoff_write),
             "group-size" => size_str(self.group_size),
