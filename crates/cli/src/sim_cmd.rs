@@ -150,21 +150,6 @@ impl TuneArgs {
     pub fn is_empty(&self) -> bool {
         *self == TuneArgs::default()
     }
-
-    /// These settings (flags) over `file`'s (a config file's): every field set here wins.
-    /// Field by field through serde, so a new field cannot be left out.
-    pub fn over(&self, file: &TuneArgs) -> TuneArgs {
-        let (mut base, top) = (
-            serde_json::to_value(file).expect("plain struct"),
-            serde_json::to_value(self).expect("plain struct"),
-        );
-        if let (Some(b), Some(t)) = (base.as_object_mut(), top.as_object()) {
-            for (k, v) in t.iter().filter(|(_, v)| !v.is_null()) {
-                b.insert(k.clone(), v.clone());
-            }
-        }
-        serde_json::from_value(base).expect("same struct")
-    }
 }
 
 impl CacheArgs {
