@@ -3,7 +3,7 @@
 use crate::sim_cmd::TuneArgs;
 use anyhow::{anyhow, bail, Context, Result};
 use clap::{Args, Subcommand};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
@@ -77,7 +77,7 @@ pub struct FormatArgs {
 
 /// Flags of `serve`; every one may also come from `--config FILE.toml` (same names, with
 /// underscores: `line_size = "64k"`). Flags win over the file.
-#[derive(Args, Default, Deserialize)]
+#[derive(Args, Default, Serialize, Deserialize)]
 #[serde(default)]
 #[command(after_long_help = SERVE_HELP, mut_arg("trim", |a| a.hide(true)),
     mut_arg("reinsert_hits", |a| a.hide(true)),
@@ -747,7 +747,7 @@ fn config_keys() -> Vec<String> {
         .collect()
 }
 
-fn merge(mut a: ServeArgs) -> Result<ServeArgs> {
+fn merge(a: ServeArgs) -> Result<ServeArgs> {
     let Some(path) = a.config.clone() else {
         return Ok(a);
     };
@@ -764,51 +764,17 @@ fn merge(mut a: ServeArgs) -> Result<ServeArgs> {
         );
     }
     let c: ServeArgs = toml::from_str(&text).map_err(|e| anyhow!("{}: {e}", path.display()))?;
-    a.tune = a.tune.over(&c.tune);
-    macro_rules! take {
-        ($($f:ident),*) => { $( if a.$f.is_none() { a.$f = c.$f; } )* };
-    }
-    take!(
-        cache,
-        backing,
-        socket,
-        socket_group,
-        listen,
-        mode,
-        policy,
-        line_size,
-        cache_size,
-        control,
-        metrics,
-        http,
-        max_cache_errors,
-        unmap_batch,
-        emulate_hdd,
-        workers,
-        tls,
-        tls_psk_file,
-        tls_certificates,
-        max_connections,
-        requests_per_connection,
-        max_inflight_bytes,
-        max_inflight_bytes_per_connection,
-        handshake_deadline,
-        max_options,
-        write_timeout,
-        cleaner,
-        rewrite_chunk,
-        rewrite_min_runs,
-        classes,
-        classifier,
-        class_rules,
-        state_dir
-    );
-    a.format_if_needed |= c.format_if_needed;
-    a.data_checksums |= c.data_checksums;
-    a.accept_backing_rename |= c.accept_backing_rename;
-    a.accept_backing_changes |= c.accept_backing_changes;
-    a.tls_verify_peer |= c.tls_verify_peer;
-    Ok(a)
+    Ok(over_file(a, c))
+}
+
+/// The flags `a` over the config file `file`: every flag given (a `Some`, a `true` switch)
+/// wins, field by field through serde so that a new flag cannot be left out. The fields a
+/// file cannot set (`config`, the layout's flags) are `a`'s.
+fn over_file(a: ServeArgs, file: ServeArgs) -> ServeArgs {
+    let mut merged = tiercache_sim::experiment::set_fields_over(&file, &a);
+    merged.config = a.config;
+    merged.layout = a.layout;
+    merged
 }
 
 pub fn serve(a: ServeArgs) -> Result<()> {
@@ -1542,6 +1508,58 @@ pub fn ctl(a: CtlArgs) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A value of `key`'s type, found by trying a string, a fraction, an integer and a flag
+    /// (a fraction before an integer, which an `f64` field would echo as `7.0`).
+    fn sample(key: &str) -> serde_json::Value {
+        use serde_json::json;
+        [json!("7k"), json!(0.7), json!(7), json!(true)]
+            .into_iter()
+            .find(|v| {
+                let one = serde_json::Map::from_iter([(key.to_string(), v.clone())]);
+                serde_json::from_value::<ServeArgs>(serde_json::Value::Object(one)).is_ok()
+            })
+            .unwrap_or_else(|| panic!("config key {key}: no value deserialises into it"))
+    }
+
+    /// Fails when a flag is added to `ServeArgs` and the config file cannot set it or the
+    /// merge of flags over the file drops it: every key, named from the flags themselves, is
+    /// set once in the file and once as a flag, and must land both times; and the file's keys
+    /// are exactly the flags' (one list, from clap).
+    #[test]
+    fn merge_carries_every_config_key() {
+        let keys = config_keys();
+        assert!(keys.len() >= 40, "{keys:?}");
+        let serde_keys: Vec<String> = serde_json::to_value(ServeArgs::default())
+            .unwrap()
+            .as_object()
+            .unwrap()
+            .keys()
+            .cloned()
+            .collect();
+        for k in &serde_keys {
+            assert!(keys.contains(k), "serde field {k} is no flag");
+        }
+        let one = |k: &str, v: &serde_json::Value| -> ServeArgs {
+            let m = serde_json::Map::from_iter([(k.to_string(), v.clone())]);
+            serde_json::from_value(serde_json::Value::Object(m)).unwrap()
+        };
+        let get = |a: &ServeArgs, k: &str| serde_json::to_value(a).unwrap()[k].clone();
+        for k in &keys {
+            let v = sample(k);
+            let from_file = over_file(ServeArgs::default(), one(k, &v));
+            assert_eq!(get(&from_file, k), v, "config-file key {k} was dropped");
+            let other = if k == "cache" { "backing" } else { "cache" };
+            let file = one(other, &serde_json::json!("file-value"));
+            let from_flag = over_file(one(k, &v), file);
+            assert_eq!(get(&from_flag, k), v, "flag {k} was dropped");
+            assert_eq!(
+                get(&from_flag, other),
+                serde_json::json!("file-value"),
+                "flag {k} lost the file's {other}"
+            );
+        }
+    }
 
     #[test]
     fn example_config_parses_and_flags_win() {

@@ -75,38 +75,32 @@ pub struct CacheSection {
     pub dedup: Option<f64>,
 }
 
-macro_rules! overlay {
-    ($dst:expr, $src:expr, $($f:ident),*) => { $( if $src.$f.is_some() { $dst.$f = $src.$f.clone(); } )* };
+/// `over`'s set fields over `base`: every field of `over` that differs from
+/// `T::default()` (a `Some`, a `true` flag) replaces `base`'s. Field by field through serde,
+/// so a field added to `T` is merged without being listed anywhere; a field marked
+/// `#[serde(skip)]` keeps `T::default()` and must be carried by the caller.
+pub fn set_fields_over<T>(base: &T, over: &T) -> T
+where
+    T: Serialize + serde::de::DeserializeOwned + Default,
+{
+    let value = |t: &T| serde_json::to_value(t).expect("settings serialise to a JSON object");
+    let (mut merged, top, unset) = (value(base), value(over), value(&T::default()));
+    let (Some(m), Some(t), Some(u)) = (merged.as_object_mut(), top.as_object(), unset.as_object())
+    else {
+        panic!("settings must serialise to a map of fields");
+    };
+    for (k, v) in t {
+        if u.get(k) != Some(v) {
+            m.insert(k.clone(), v.clone());
+        }
+    }
+    serde_json::from_value(merged).expect("the fields just serialised deserialise")
 }
 
 impl CacheSection {
-    /// Fields set in `over` replace ours.
+    /// Fields set in `over` replace ours (every field: see [`set_fields_over`]).
     pub fn overlay(&mut self, over: &CacheSection) {
-        overlay!(
-            self,
-            over,
-            size,
-            preset,
-            line_size,
-            group_size,
-            policy,
-            mode,
-            admission,
-            seq_cutoff_read,
-            seq_cutoff_write,
-            dirty_high,
-            dirty_low,
-            rewrite_chunk,
-            rewrite_min_runs,
-            validity,
-            partial_write_fill,
-            slru_protected,
-            s3fifo_small,
-            layout,
-            segment_size,
-            compression,
-            dedup
-        );
+        *self = set_fields_over(self, over);
     }
 
     /// These settings without the log layout's (layout, segment size, compression, dedup):
@@ -361,4 +355,61 @@ pub fn specs(
             })
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::{json, Map, Value};
+
+    /// A value of `key`'s type for `T`, found by trying a string, an integer, a fraction and
+    /// a flag (the field types settings use; a fraction before an integer, which an `f64`
+    /// field would echo as `7.0`).
+    pub(crate) fn sample_for<T: serde::de::DeserializeOwned>(key: &str) -> Value {
+        [json!("7k"), json!(0.7), json!(7), json!(true)]
+            .into_iter()
+            .find(|v| {
+                let one = Map::from_iter([(key.to_string(), v.clone())]);
+                serde_json::from_value::<T>(Value::Object(one)).is_ok()
+            })
+            .unwrap_or_else(|| panic!("no sample value deserialises into field {key}"))
+    }
+
+    /// Fails when a field is added to `CacheSection` and `overlay` does not carry it: every
+    /// field, named from the struct's own serialisation, is set in `over` and must land.
+    #[test]
+    fn overlay_carries_every_field() {
+        let keys: Vec<String> = serde_json::to_value(CacheSection::default())
+            .unwrap()
+            .as_object()
+            .unwrap()
+            .keys()
+            .cloned()
+            .collect();
+        assert!(keys.len() >= 20, "{keys:?}");
+        for k in &keys {
+            let v = sample_for::<CacheSection>(k);
+            let over: CacheSection =
+                serde_json::from_value(Value::Object(Map::from_iter([(k.clone(), v.clone())])))
+                    .unwrap();
+            let mut base = CacheSection {
+                size: Some("1%".into()),
+                ..Default::default()
+            };
+            base.overlay(&over);
+            let got = serde_json::to_value(&base).unwrap();
+            assert_eq!(got[k.as_str()], v, "overlay dropped field {k}");
+            if k != "size" {
+                assert_eq!(
+                    got["size"],
+                    json!("1%"),
+                    "overlay of {k} lost an unset field"
+                );
+            }
+            // And an unset `over` keeps what is set.
+            let mut kept = over.clone();
+            kept.overlay(&CacheSection::default());
+            assert_eq!(kept, over, "overlay of nothing changed field {k}");
+        }
+    }
 }
