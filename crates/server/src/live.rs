@@ -402,8 +402,8 @@ fn log_gauges(o: &mut String, s: &LogVolumeStats) {
 
 /// A volume [`open_volume`] opened, in the layout its superblock names.
 pub enum Opened {
-    Direct(CacheVolume, OpenReport),
-    Log(LogVolume, LogOpenReport),
+    Direct(Box<CacheVolume>, OpenReport),
+    Log(Box<LogVolume>, LogOpenReport),
 }
 
 /// What [`open_volume`] takes: the open options of each layout (the one the superblock
@@ -433,11 +433,11 @@ pub fn open_volume(
     match layout_of(&*cache)? {
         Some("log") => {
             let (v, r) = LogVolume::open_opts(cache, backing, &o.log)?;
-            Ok(Opened::Log(v, r))
+            Ok(Opened::Log(Box::new(v), r))
         }
         _ => {
             let (v, r) = CacheVolume::open(cache, backing, &o.direct).map_err(io::Error::other)?;
-            Ok(Opened::Direct(v, r))
+            Ok(Opened::Direct(Box::new(v), r))
         }
     }
 }
