@@ -14,6 +14,7 @@ use tiercache_server::control::{self, Command};
 use tiercache_server::dashboard;
 use tiercache_server::state_file;
 use tiercache_server::tuning::Tuning;
+use tiercache_server::LiveVolume;
 use tiercache_server::{
     BlockDev, CacheVolume, EmulatedHdd, FileDev, FormatError, FormatOptions, NbdDev, OpenOptions,
     Superblock,
@@ -1057,43 +1058,79 @@ pub fn serve(a: ServeArgs) -> Result<()> {
             say!("cleaning: chunk rewrite of {chunk} bytes, rewrite min runs {runs}");
         }
     }
-    let cleaner = vol.start_cleaner();
-    if let Some(p) = &a.control {
-        control::serve_control(p, Arc::clone(&vol))?;
+    run_live(
+        vol,
+        LiveServe {
+            cache_path: &cache_path,
+            control: a.control.as_deref(),
+            metrics: a.metrics.as_deref(),
+            http,
+            io,
+            nbd: nbd_opts,
+            socket: a.socket.as_deref(),
+            socket_group,
+            listen,
+            state_path: opts.state_path.as_deref(),
+        },
+    )
+}
+
+/// What serving an open volume takes besides the volume (both layouts).
+pub(crate) struct LiveServe<'a> {
+    pub cache_path: &'a Path,
+    pub control: Option<&'a Path>,
+    pub metrics: Option<&'a str>,
+    pub http: Option<SocketAddr>,
+    /// The device counts the dashboard shows (`dashboard::counted`).
+    pub io: dashboard::DevCounts,
+    pub nbd: tiercache_nbd::ServerOptions,
+    pub socket: Option<&'a Path>,
+    pub socket_group: Option<u32>,
+    pub listen: Option<SocketAddr>,
+    /// Where a failure of the cache is recorded.
+    pub state_path: Option<&'a Path>,
+}
+
+/// Serves an open volume of either layout until SIGTERM or SIGINT: its background work,
+/// control socket, metrics, dashboard and NBD export, then a clean shutdown and the truth
+/// about what a restart will find. Written once against [`LiveVolume`].
+pub(crate) fn run_live(vol: Arc<dyn LiveVolume>, p: LiveServe) -> Result<()> {
+    let background = Arc::clone(&vol).start_background();
+    if let Some(c) = p.control {
+        control::serve_control(c, Arc::clone(&vol))?;
     }
-    if let Some(m) = &a.metrics {
+    if let Some(m) = p.metrics {
         let addr: SocketAddr = m.parse().map_err(|e| anyhow!("--metrics {m:?}: {e}"))?;
         let (local, _) = control::serve_metrics(addr, Arc::clone(&vol))?;
         say!("metrics on http://{local}/metrics");
     }
-    if let Some(addr) = http {
-        let v = Arc::clone(&vol);
-        let (d, _) =
-            dashboard::Dashboard::start(move || dashboard::direct_snapshot(&v, &io[0], &io[1]))?;
+    if let Some(addr) = p.http {
+        let (v, io) = (Arc::clone(&vol), p.io);
+        let (d, _) = dashboard::Dashboard::start(move || dashboard::snapshot(&*v, &io[0], &io[1]))?;
         let (local, _) = d.serve(addr)?;
         say!("dashboard on http://{local}/");
     }
     let served = serve_until_signal(
-        vol.clone() as Arc<dyn tiercache_nbd::Export>,
-        nbd_opts,
-        a.socket.as_deref(),
-        socket_group,
-        listen,
+        Arc::clone(&vol) as Arc<dyn tiercache_nbd::Export>,
+        p.nbd,
+        p.socket,
+        p.socket_group,
+        p.listen,
     );
     let closed = vol.shutdown();
-    let _ = cleaner.join();
-    if let Some(p) = &a.control {
-        let _ = std::fs::remove_file(p);
+    background.finish();
+    if let Some(c) = p.control {
+        let _ = std::fs::remove_file(c);
     }
     served.context("NBD server")?;
     closed.context("clean shutdown of the cache")?;
     // The last word tells the truth about what a restart will find.
-    let st = vol.stats();
+    let st = vol.live_stats().volume;
     say_shutdown(
-        &cache_path,
+        p.cache_path,
         st.cache_failed,
         vol.failure_recorded(),
-        opts.state_path.as_deref(),
+        p.state_path,
         &st.lost_dirty_ranges,
         st.degraded,
         st.dirty_lines,
@@ -1337,11 +1374,12 @@ fn nbd_options(a: &ServeArgs) -> Result<tiercache_nbd::ServerOptions> {
 
 fn print_stats(v: &serde_json::Value) {
     let s = &v["stats"];
-    if s["layout"] == "log" {
-        return crate::log_serve::print_stats(s);
-    }
     let n = |x: &serde_json::Value| x.as_u64().unwrap_or(0);
     let cap = n(&s["capacity_lines"]).max(1);
+    println!(
+        "layout          {}",
+        s["layout"].as_str().unwrap_or("direct")
+    );
     println!("mode            {}", s["mode"].as_str().unwrap_or("?"));
     println!("policy          {}", s["policy"].as_str().unwrap_or("?"));
     let t = &s["settings"];
@@ -1371,6 +1409,9 @@ fn print_stats(v: &serde_json::Value) {
     println!("RAM (index)     {} bytes", n(&s["ram_index_bytes"]));
     // Faults first: a class table must not hide them.
     print_faults(s);
+    if s["log"].is_object() {
+        print_log_detail(&s["log"]);
+    }
     crate::ctl_stats::print_breakdown(s);
     if crate::serve_classes::print_class_stats(s) {
         return;
@@ -1393,6 +1434,48 @@ fn print_stats(v: &serde_json::Value) {
             n(&k["evictions"])
         );
     }
+}
+
+/// The log layout's own lines of `ctl stats` (its `log` sub-object).
+fn print_log_detail(s: &serde_json::Value) {
+    let f = |k: &str| s[k].as_f64().unwrap_or(0.0);
+    let n = |k: &str| s[k].as_u64().unwrap_or(0);
+    println!(
+        "layout          log: {} segments of {} bytes, compression {}, picker {}, dedup index {}",
+        n("segments"),
+        n("segment_size"),
+        s["compression"].as_str().unwrap_or("?"),
+        s["picker"].as_str().unwrap_or("?"),
+        f("dedup_index_ratio")
+    );
+    println!(
+        "requests        {} ({} passed through after a cache failure or detach)",
+        s["live"]["requests"].as_u64().unwrap_or(0),
+        s["live"]["pass_through_requests"].as_u64().unwrap_or(0)
+    );
+    println!(
+        "reduction       dedup {:.3}, compression {:.3}, effective capacity {:.3}",
+        f("dedup_ratio"),
+        f("compression_ratio"),
+        f("effective_capacity")
+    );
+    println!(
+        "SSD             {} bytes used, {} bytes written",
+        n("ssd_bytes_used"),
+        n("ssd_bytes_written")
+    );
+    println!(
+        "RAM per line    {:.1} bytes of index per cached line",
+        f("index_bytes_per_entry")
+    );
+    let e = &s["engine"];
+    let h = e["read_line_hits"].as_u64().unwrap_or(0);
+    let r = e["read_lines"].as_u64().unwrap_or(0);
+    println!(
+        "reads           {r} lines, {h} hits ({:.2} %), {} from duplicates",
+        100.0 * h as f64 / r.max(1) as f64,
+        e["dup_read_hits"].as_u64().unwrap_or(0)
+    );
 }
 
 /// The fault lines of `ctl stats` (both layouts): device errors, a failed cache, the
@@ -1453,8 +1536,6 @@ pub fn ctl(a: CtlArgs) -> Result<()> {
         CtlCmd::Stats { json, csv, reset } => {
             if json {
                 println!("{}", serde_json::to_string_pretty(&v["stats"])?);
-            } else if csv && v["stats"]["layout"] == "log" {
-                bail!("ctl stats --csv: the log layout has no casadm-style figures yet; use --json")
             } else if csv {
                 crate::ctl_stats::print_csv(&v["stats"])
             } else {

@@ -131,7 +131,11 @@ impl Default for LogFormatOptions {
 fn engine_config(sb: &LogSuperblock) -> LogConfig {
     let mut c = LogConfig::new(sb.segments * sb.segment_size, sb.line_size);
     c.segment_size = sb.segment_size;
-    c.mode = sb.mode;
+    // Detached (pass-through, `crate::live`): nothing is cached, the engine idles.
+    c.mode = match sb.mode {
+        Mode::PassThrough => Mode::WriteThrough,
+        m => m,
+    };
     c.picker = sb.picker.clone();
     c.dedup_ratio = sb.dedup_ratio;
     c.compression = sb.compression;
@@ -514,6 +518,11 @@ struct Inner {
     /// Lines a failed write-back pass wrote to the backing device without a sync (rule 8):
     /// not admitted clean until a backing sync succeeds.
     unsynced_lines: std::collections::HashSet<u64>,
+    /// Detached (`ctl detach`, mode pass-through in the superblock): the cache holds
+    /// nothing and every request goes to the backing device (`live`).
+    detached: bool,
+    /// The counters at the last `ctl stats --reset` (`stats` reports what came since).
+    base: (LogCounters, LogLiveCounters),
 }
 
 /// A request served by the backing device alone (failed cache).
@@ -529,7 +538,11 @@ pub struct LogVolume {
     inner: Mutex<Inner>,
     size: u64,
     line: u64,
+    /// Client request latencies and bytes (`crate::live`).
+    metrics: crate::metrics::Metrics,
 }
+
+mod live;
 
 impl LogVolume {
     fn lock(&self) -> MutexGuard<'_, Inner> {
@@ -675,6 +688,8 @@ impl LogVolume {
             state_path: opts.state_path.clone(),
             failure_unrecorded: None,
             unsynced_lines: Default::default(),
+            detached: sb.mode == Mode::PassThrough,
+            base: Default::default(),
             sb,
         };
         let mut rep = inner.recover()?;
@@ -689,6 +704,7 @@ impl LogVolume {
                 inner: Mutex::new(inner),
                 size,
                 line,
+                metrics: Default::default(),
             },
             rep,
         ))
@@ -710,7 +726,7 @@ impl LogVolume {
         LogVolumeStats {
             layout: "log",
             // The mode in force: a failed cache passes everything through.
-            mode: if g.pass_through {
+            mode: if g.pass_through || g.detached {
                 Mode::PassThrough.as_str().into()
             } else {
                 g.sb.mode.as_str().into()
@@ -728,7 +744,7 @@ impl LogVolume {
             compression_ratio: red.compression_ratio,
             effective_capacity: red.effective_capacity,
             ssd_bytes_used: red.ssd_bytes_used,
-            ssd_bytes_written: g.live.ssd_bytes_written,
+            ssd_bytes_written: g.live.ssd_bytes_written - g.base.1.ssd_bytes_written,
             ram_index_bytes: ib,
             index_bytes_per_entry: if red.cached_lines > 0 {
                 ib as f64 / red.cached_lines as f64
@@ -737,8 +753,8 @@ impl LogVolume {
             },
             dup_entries_budget: g.dup_budget,
             reduction: red,
-            engine: *g.eng.counters(),
-            live: g.live,
+            engine: live::engine_since(g.eng.counters(), &g.base.0),
+            live: live::live_since(&g.live, &g.base.1),
             cache_errors: g.cache_errors,
             backing_errors: g.backing_errors,
             backing_write_errors: g.backing_write_errors,
@@ -2538,10 +2554,11 @@ impl Export for LogVolume {
     }
 
     fn read(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
+        let _timed = crate::live::Timed::start(&self.metrics, false, buf.len());
         let mut g = self.lock();
         g.check_open()?;
         g.live.requests += 1;
-        if g.pass_through {
+        if g.pass_through || g.detached {
             return g.direct(Direct::Read(offset, buf));
         }
         // Lines whose dirty data could not be read back fail (never stale backing bytes).
@@ -2568,10 +2585,11 @@ impl Export for LogVolume {
     }
 
     fn write(&self, offset: u64, data: &[u8], fua: bool) -> io::Result<()> {
+        let _timed = crate::live::Timed::start(&self.metrics, true, data.len());
         let mut g = self.lock();
         g.check_open()?;
         g.live.requests += 1;
-        if g.pass_through {
+        if g.pass_through || g.detached {
             return g.direct(Direct::Write(offset, data, fua));
         }
         let ls = self.line;
@@ -2618,7 +2636,7 @@ impl Export for LogVolume {
         let mut g = self.lock();
         g.check_open()?;
         g.live.requests += 1;
-        if g.pass_through {
+        if g.pass_through || g.detached {
             return g.direct(Direct::Flush);
         }
         let _ = g.eng.process(&Request::new(0, Op::Flush, 0, 0), &[]);
@@ -2634,7 +2652,7 @@ impl Export for LogVolume {
         let mut g = self.lock();
         g.check_open()?;
         g.live.requests += 1;
-        if g.pass_through {
+        if g.pass_through || g.detached {
             return g.direct(Direct::Trim(offset, len));
         }
         let ls = self.line;
