@@ -75,6 +75,14 @@
 //!    backing device, the failure is recorded in the state file and by erasing the
 //!    superblock, and every later request passes through to the backing device.
 //!
+//! 9. *Concurrency* (issue 19). One lock (`Inner`) orders every decision and every device
+//!    write, so the rules above hold as they would for one connection. Outside it run only
+//!    pure computations and cache-device reads: a write hashes, compresses and checksums its
+//!    whole lines before taking it; a read hit on a sealed segment reads, checks and expands
+//!    its extent after releasing it, and uses the bytes only if the segment's generation is
+//!    unchanged when it takes the lock again (a data area is written only after the
+//!    reclamation that raised its generation), else it reads the line again under the lock.
+//!
 //! Between commits the volume may lose the latest writes (a block device may, until FLUSH);
 //! whatever a line reads after a crash is its value at the last commit or one written since.
 //! A duplicate is only shared when the full 32-byte digests match; every extent carries the
