@@ -75,6 +75,14 @@
 //!    backing device, the failure is recorded in the state file and by erasing the
 //!    superblock, and every later request passes through to the backing device.
 //!
+//! 9. *Concurrency* (issue 19). One lock (`Inner`) orders every decision and every device
+//!    write, so the rules above hold as they would for one connection. Outside it run only
+//!    pure computations and cache-device reads: a write hashes, compresses and checksums its
+//!    whole lines before taking it; a read hit on a sealed segment reads, checks and expands
+//!    its extent after releasing it, and uses the bytes only if the segment's generation is
+//!    unchanged when it takes the lock again (a data area is written only after the
+//!    reclamation that raised its generation), else it reads the line again under the lock.
+//!
 //! Between commits the volume may lose the latest writes (a block device may, until FLUSH);
 //! whatever a line reads after a crash is its value at the last commit or one written since.
 //! A duplicate is only shared when the full 32-byte digests match; every extent carries the
@@ -92,7 +100,8 @@ use serde::Serialize;
 use std::collections::BTreeSet;
 use std::collections::HashMap;
 use std::io;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 use tiercache_engine::log::segment::HdrEntry;
 use tiercache_engine::log::{
     Compression, ExtentContent, ExtentInfo, LogCounters, Reduction, RestoredEntry, RestoredSegment,
@@ -389,6 +398,11 @@ pub struct LogLiveCounters {
     pub pass_through_requests: u64,
     /// Dirty lines copied to the backing device when the cache failed.
     pub failure_write_backs: u64,
+    /// Read hits on sealed segments read and expanded outside the lock, and those of them
+    /// whose segment was reclaimed meanwhile (or whose bytes did not verify): read again
+    /// under the lock.
+    pub unlocked_reads: u64,
+    pub unlocked_read_retries: u64,
 }
 
 /// `ctl stats` of a log volume.
@@ -463,7 +477,8 @@ impl SegMeta {
 }
 
 struct Inner {
-    cache: Box<dyn BlockDev>,
+    /// Shared with [`LogVolume::cache`]: reads of sealed extents run outside the lock.
+    cache: Arc<dyn BlockDev>,
     backing: Box<dyn BlockDev>,
     sb: LogSuperblock,
     geo: Geometry,
@@ -533,13 +548,57 @@ enum Direct<'a> {
     Trim(u64, u64),
 }
 
-/// The log-layout cache volume.
+/// The log-layout cache volume. Connections run in parallel around one lock (`inner`): a
+/// write hashes, compresses and checksums its whole lines before taking it, and a read of an
+/// extent in a sealed segment reads and expands it after releasing it (see
+/// [`LogVolume::read`] for why the bytes it returns are never another generation's).
 pub struct LogVolume {
     inner: Mutex<Inner>,
     size: u64,
     line: u64,
     /// Client request latencies and bytes (`crate::live`).
     metrics: crate::metrics::Metrics,
+    /// The cache device (also `Inner::cache`), for reads outside the lock.
+    cache: Arc<dyn BlockDev>,
+    /// Idle reducers (one per thread reducing at once; they keep zstd contexts warm).
+    reducers: Mutex<Vec<Reducer>>,
+    compression: Compression,
+    geo: Geometry,
+    hooks: RaceHooks,
+}
+
+/// Test hooks of the unlocked read path (`#[doc(hidden)]` setters on [`LogVolume`]).
+#[derive(Default)]
+struct RaceHooks {
+    /// Sleep between the lookup and the device read, so that reclamations can happen there.
+    pause_reads: AtomicBool,
+    /// Skip the validation after an unlocked read (generation and crc): for the test that
+    /// proves the validation is needed, never otherwise.
+    unchecked_reads: AtomicBool,
+}
+
+/// A whole line of a write request reduced before the lock is taken.
+struct PreLine {
+    red: Reduced,
+    /// The compressed bytes (empty when stored raw: the stored bytes are the line).
+    comp: Vec<u8>,
+    /// crc32c of the stored bytes.
+    crc: u32,
+}
+
+/// Hashes, compresses and checksums one line.
+fn reduce_line(red: &mut Reducer, data: &[u8]) -> io::Result<PreLine> {
+    let mut comp = Vec::new();
+    let red = red.reduce(data, &mut comp)?;
+    let crc = crc32c::crc32c(if red.compressed { &comp } else { data });
+    Ok(PreLine { red, comp, crc })
+}
+
+/// A read hit on a sealed segment, looked up under the lock and read after releasing it.
+struct Unlocked {
+    seg: u32,
+    gen: u32,
+    ext: Ext,
 }
 
 mod live;
@@ -601,6 +660,7 @@ impl LogVolume {
         fp_hook: Option<fn(&Hash) -> u64>,
         opts: &LogOpenOptions,
     ) -> io::Result<(LogVolume, LogOpenReport)> {
+        let cache: Arc<dyn BlockDev> = Arc::from(cache);
         let salvage = opts.salvage;
         let mut sb =
             read_log_superblock(&*cache)?.ok_or_else(|| io_err("not a log-layout cache device"))?;
@@ -649,7 +709,7 @@ impl LogVolume {
         // duplicates written back become drops one for one): it always fits a half.
         let dup_budget = r.saturating_sub(3 * sb.max_extents as u64 + 2 * commit_every);
         let mut inner = Inner {
-            cache,
+            cache: cache.clone(),
             backing,
             geo,
             eng,
@@ -699,12 +759,19 @@ impl LogVolume {
         }
         let size = inner.sb.backing_size;
         let line = inner.sb.line_size;
+        let compression = inner.sb.compression;
+        let geo = inner.geo;
         Ok((
             LogVolume {
                 inner: Mutex::new(inner),
                 size,
                 line,
                 metrics: Default::default(),
+                cache,
+                reducers: Mutex::new(Vec::new()),
+                compression,
+                geo,
+                hooks: RaceHooks::default(),
             },
             rep,
         ))
@@ -931,6 +998,160 @@ impl LogVolume {
         g.cache.sync()?;
         g.closed = true;
         Ok(())
+    }
+
+    /// A client read. Hits on sealed segments are read from the device and expanded after
+    /// the lock is released; nothing then stops the segment from being reclaimed and
+    /// rewritten meanwhile, so the lock is taken again and the bytes are used only if the
+    /// segment still has the generation the lookup saw (its data area is written only
+    /// after a reclamation has raised the generation, both under the lock: an unchanged
+    /// generation means the read saw the bytes the lookup described) and their crc32c
+    /// matches the extent's. Otherwise the line is read again under the lock.
+    fn read_lines(&self, offset: u64, buf: &mut [u8], red: &mut Option<Reducer>) -> io::Result<()> {
+        let mut g = self.lock();
+        g.check_open()?;
+        g.live.requests += 1;
+        if g.pass_through || g.detached {
+            return g.direct(Direct::Read(offset, buf));
+        }
+        // Lines whose dirty data could not be read back fail (never stale backing bytes).
+        degrade::lost_check(&g.lost, offset, offset + buf.len() as u64)?;
+        let ls = self.line;
+        let mut line_buf = vec![0u8; ls as usize];
+        let mut stored = Vec::new();
+        let mut r = Ok(());
+        for line in self.lines(offset, buf.len() as u64) {
+            if red.is_none() {
+                *red = self.take_reducer().ok();
+            }
+            r = match g.read_line(line, &mut line_buf, red.is_some()) {
+                Ok(Some(u)) => {
+                    drop(g);
+                    let rd = red.as_mut().expect("taken above");
+                    let read = self.read_unlocked(&u, rd, &mut stored, &mut line_buf);
+                    g = self.lock();
+                    g.check_open()?;
+                    // Failed or detached meanwhile: the backing device holds every byte,
+                    // and writes since then went only there.
+                    if g.pass_through || g.detached {
+                        return g.direct(Direct::Read(offset, buf));
+                    }
+                    g.live.unlocked_reads += 1;
+                    let m = &g.segs[u.seg as usize];
+                    let same = m.gen == u.gen && m.sealed;
+                    if read && (same || self.hooks.unchecked_reads.load(Ordering::Relaxed)) {
+                        g.live.ssd_bytes_read += u.ext.len as u64;
+                        Ok(())
+                    } else {
+                        g.live.unlocked_read_retries += 1;
+                        g.serve_line(line, &mut line_buf)
+                    }
+                }
+                Ok(None) => Ok(()),
+                Err(e) => Err(e),
+            };
+            if r.is_err() {
+                break;
+            }
+            let a = (line * ls).max(offset);
+            let b = ((line + 1) * ls).min(offset + buf.len() as u64);
+            buf[(a - offset) as usize..(b - offset) as usize]
+                .copy_from_slice(&line_buf[(a - line * ls) as usize..(b - line * ls) as usize]);
+        }
+        let r = g.guard(r);
+        if r.is_err() && g.pass_through {
+            // The cache failed during this request: the backing device serves it.
+            return g.direct(Direct::Read(offset, buf));
+        }
+        r
+    }
+
+    /// Reads and expands the extent `u` without the lock: false when the device read fails
+    /// or the bytes do not verify (crc32c, expansion to exactly a line). The caller checks
+    /// the generation afterwards.
+    fn read_unlocked(
+        &self,
+        u: &Unlocked,
+        red: &mut Reducer,
+        stored: &mut Vec<u8>,
+        out: &mut [u8],
+    ) -> bool {
+        if self.hooks.pause_reads.load(Ordering::Relaxed) {
+            std::thread::sleep(std::time::Duration::from_micros(300));
+        }
+        stored.resize(u.ext.len as usize, 0);
+        let at = self.geo.data_offset(u.seg) + u.ext.off as u64;
+        if self.cache.read_at(stored, at).is_err() {
+            return false;
+        }
+        let unchecked = self.hooks.unchecked_reads.load(Ordering::Relaxed);
+        if !unchecked && crc32c::crc32c(stored) != u.ext.crc {
+            return false;
+        }
+        red.expand(stored, u.ext.compressed, out).is_ok()
+    }
+
+    /// Test hook: reads sleep between their lookup and their unlocked device read, so that
+    /// reclamations by other threads land in between.
+    #[doc(hidden)]
+    pub fn set_pause_reads(&self, on: bool) {
+        self.hooks.pause_reads.store(on, Ordering::Relaxed);
+    }
+
+    /// Test hook: unlocked reads skip their validation (generation and crc32c). Only for
+    /// the test showing that without it reads return another generation's bytes.
+    #[doc(hidden)]
+    pub fn set_unchecked_reads(&self, on: bool) {
+        self.hooks.unchecked_reads.store(on, Ordering::Relaxed);
+    }
+
+    fn take_reducer(&self) -> io::Result<Reducer> {
+        let idle = self
+            .reducers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .pop();
+        match idle {
+            Some(r) => Ok(r),
+            None => Reducer::new(self.compression),
+        }
+    }
+
+    fn put_reducer(&self, r: Reducer) {
+        self.reducers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(r);
+    }
+
+    /// The reductions of a write's whole lines, by line from the first (None: a partial
+    /// line, reduced under the lock once its other bytes are known; or a reduction that
+    /// failed, which the locked path then repeats and reports).
+    fn pre_reduce(&self, offset: u64, data: &[u8]) -> Vec<Option<PreLine>> {
+        if data.is_empty() || offset + data.len() as u64 > self.size {
+            return Vec::new();
+        }
+        let Ok(mut red) = self.take_reducer() else {
+            return Vec::new();
+        };
+        let ls = self.line;
+        let out = self
+            .lines(offset, data.len() as u64)
+            .map(|line| {
+                let a = (line * ls).max(offset);
+                let b = ((line + 1) * ls).min(offset + data.len() as u64);
+                if b - a != ls {
+                    return None;
+                }
+                reduce_line(
+                    &mut red,
+                    &data[(a - offset) as usize..(b - offset) as usize],
+                )
+                .ok()
+            })
+            .collect();
+        self.put_reducer(red);
+        out
     }
 
     fn lines(&self, offset: u64, len: u64) -> std::ops::RangeInclusive<u64> {
@@ -1752,10 +1973,10 @@ impl Inner {
         Ok(())
     }
 
-    /// Records what `eng` did with `line` (stored bytes in `self.stored` when reduced to
-    /// compressed, else `raw`): a base extent goes into its open segment's buffer, a
-    /// duplicate entry becomes a pending record.
-    fn record_new(&mut self, line: u64, r: &Reduced, raw: &[u8]) -> io::Result<()> {
+    /// Records what `eng` did with `line` (reduced to `p`, raw bytes `raw`): a base extent
+    /// goes into its open segment's buffer, a duplicate entry becomes a pending record.
+    fn record_new(&mut self, line: u64, p: &PreLine, raw: &[u8]) -> io::Result<()> {
+        let r = &p.red;
         let info = self
             .eng
             .locate(0, line)
@@ -1775,14 +1996,15 @@ impl Inner {
             self.dups_upper += 1;
             return self.maybe_commit();
         }
-        let stored: &[u8] = if r.compressed { &self.stored } else { raw };
+        let stored: &[u8] = if r.compressed { &p.comp } else { raw };
         if info.len as usize != stored.len() || !info.open {
             return Err(io_err(format!(
                 "engine placed line {line} as {info:?}, stored bytes {}",
                 stored.len()
             )));
         }
-        let crc = crc32c::crc32c(stored);
+        let crc = p.crc;
+        debug_assert_eq!(crc, crc32c::crc32c(stored));
         let buf = self
             .bufs
             .get_mut(&info.seg)
@@ -1882,11 +2104,10 @@ impl Inner {
         Ok(())
     }
 
-    fn reduce(&mut self, data: &[u8]) -> io::Result<Reduced> {
-        let mut out = std::mem::take(&mut self.stored);
-        let r = self.red.reduce(data, &mut out);
-        self.stored = out;
-        r
+    /// Reduces a line under the lock (read-miss admissions and partial-line writes; whole
+    /// lines of a write are reduced before the lock is taken, `LogVolume::pre_reduce`).
+    fn reduce(&mut self, data: &[u8]) -> io::Result<PreLine> {
+        reduce_line(&mut self.red, data)
     }
 
     fn content(&self, r: &Reduced) -> ExtentContent {
@@ -1899,26 +2120,39 @@ impl Inner {
     /// Admits a read-missed line with its bytes.
     fn admit(&mut self, line: u64, data: &[u8]) -> io::Result<()> {
         self.reserve(false)?;
-        let r = self.reduce(data)?;
-        let c = self.content(&r);
-        self.vet_fingerprint(c.fp, &r.hash);
+        let p = self.reduce(data)?;
+        let c = self.content(&p.red);
+        self.vet_fingerprint(c.fp, &p.red.hash);
         let steps = self.eng.admit(0, line, c).steps.len();
         if steps != 0 {
             return Err(io_err("admission after reserve planned device steps"));
         }
-        self.record_new(line, &r, data)
+        self.record_new(line, &p, data)
     }
 
-    /// Writes one whole line.
-    fn write_line(&mut self, line: u64, data: &[u8], fua: bool) -> io::Result<()> {
+    /// Writes one whole line (`pre`: reduced already, before the lock was taken).
+    fn write_line(
+        &mut self,
+        line: u64,
+        data: &[u8],
+        fua: bool,
+        pre: Option<&PreLine>,
+    ) -> io::Result<()> {
         // Write-back FUA: a dirty write, then the caller's commit (rule 7).
         let wb = self.sb.mode == Mode::WriteBack;
         let fua = fua && !wb;
         let dirty = wb;
         self.reserve(dirty)?;
-        let r = self.reduce(data)?;
-        let c = self.content(&r);
-        self.vet_fingerprint(c.fp, &r.hash);
+        let here;
+        let p = match pre {
+            Some(p) => p,
+            None => {
+                here = self.reduce(data)?;
+                &here
+            }
+        };
+        let c = self.content(&p.red);
+        self.vet_fingerprint(c.fp, &p.red.hash);
         if self.sb.mode == Mode::WriteThrough && !self.dropped_now.contains(&line) {
             // Its extent may have become durable since the request's drops (sealed by a
             // reserve of an earlier line of the request): rule 7.
@@ -1944,7 +2178,7 @@ impl Inner {
                 s => return Err(io_err(format!("unexpected step {s:?} in a line write"))),
             }
         }
-        self.record_new(line, &r, data)?;
+        self.record_new(line, p, data)?;
         if let Some(e) = failed {
             // The write failed on the backing device: the line is dropped from the cache
             // (its contents are unspecified after a failed write), the volume stays
@@ -1955,11 +2189,37 @@ impl Inner {
         Ok(())
     }
 
-    fn read_line(&mut self, line: u64, out: &mut [u8]) -> io::Result<()> {
+    /// A read of `line`: the engine's bookkeeping, then either the line served under the
+    /// lock (`None`) or, when `unlocked` allows it, a hit on a sealed segment for the caller
+    /// to read after releasing the lock (`Some`; see `LogVolume::read`).
+    fn read_line(
+        &mut self,
+        line: u64,
+        out: &mut [u8],
+        unlocked: bool,
+    ) -> io::Result<Option<Unlocked>> {
         let ls = self.ls();
         self.eng
             .process(&Request::read(line * ls, ls), &[])
             .map_err(io_err)?;
+        if let Some(info) = self.eng.locate(0, line).filter(|_| unlocked) {
+            let m = &self.segs[info.seg as usize];
+            if m.sealed && m.gen == info.gen {
+                if let Some(ext) = m.ext_at(info.off).copied() {
+                    return Ok(Some(Unlocked {
+                        seg: info.seg,
+                        gen: m.gen,
+                        ext,
+                    }));
+                }
+            }
+        }
+        self.serve_line(line, out)?;
+        Ok(None)
+    }
+
+    /// Serves a read of `line` under the lock (the engine has seen the read already).
+    fn serve_line(&mut self, line: u64, out: &mut [u8]) -> io::Result<()> {
         if let Some(info) = self.eng.locate(0, line) {
             if self.read_cached(line, &info, out)? {
                 return Ok(());
@@ -2555,37 +2815,20 @@ impl Export for LogVolume {
 
     fn read(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
         let _timed = crate::live::Timed::start(&self.metrics, false, buf.len());
-        let mut g = self.lock();
-        g.check_open()?;
-        g.live.requests += 1;
-        if g.pass_through || g.detached {
-            return g.direct(Direct::Read(offset, buf));
-        }
-        // Lines whose dirty data could not be read back fail (never stale backing bytes).
-        degrade::lost_check(&g.lost, offset, offset + buf.len() as u64)?;
-        let ls = self.line;
-        let mut line_buf = vec![0u8; ls as usize];
-        let mut r = Ok(());
-        for line in self.lines(offset, buf.len() as u64) {
-            r = g.read_line(line, &mut line_buf);
-            if r.is_err() {
-                break;
-            }
-            let a = (line * ls).max(offset);
-            let b = ((line + 1) * ls).min(offset + buf.len() as u64);
-            buf[(a - offset) as usize..(b - offset) as usize]
-                .copy_from_slice(&line_buf[(a - line * ls) as usize..(b - line * ls) as usize]);
-        }
-        let r = g.guard(r);
-        if r.is_err() && g.pass_through {
-            // The cache failed during this request: the backing device serves it.
-            return g.direct(Direct::Read(offset, buf));
+        let mut red = None;
+        let r = self.read_lines(offset, buf, &mut red);
+        if let Some(red) = red {
+            self.put_reducer(red);
         }
         r
     }
 
     fn write(&self, offset: u64, data: &[u8], fua: bool) -> io::Result<()> {
         let _timed = crate::live::Timed::start(&self.metrics, true, data.len());
+        // Hashing, compression and checksums of whole lines need only the request's bytes:
+        // done before the lock, so that connections reduce in parallel.
+        let pre = self.pre_reduce(offset, data);
+        let first = offset / self.line;
         let mut g = self.lock();
         g.check_open()?;
         g.live.requests += 1;
@@ -2605,12 +2848,13 @@ impl Export for LogVolume {
                 let b = ((line + 1) * ls).min(offset + data.len() as u64);
                 let src = &data[(a - offset) as usize..(b - offset) as usize];
                 if b - a == ls {
-                    g.write_line(line, src, fua)?;
+                    let p = pre.get((line - first) as usize).and_then(Option::as_ref);
+                    g.write_line(line, src, fua, p)?;
                 } else {
                     g.current_line(line, &mut line_buf)?;
                     line_buf[(a - line * ls) as usize..(b - line * ls) as usize]
                         .copy_from_slice(src);
-                    g.write_line(line, &line_buf, fua)?;
+                    g.write_line(line, &line_buf, fua, None)?;
                 }
             }
             if fua {
