@@ -69,7 +69,9 @@ pub(super) fn live_since(a: &LogLiveCounters, b: &LogLiveCounters) -> LogLiveCou
         early_drop_syncs,
         requests,
         pass_through_requests,
-        failure_write_backs
+        failure_write_backs,
+        unlocked_reads,
+        unlocked_read_retries
     )
 }
 
