@@ -33,8 +33,9 @@ def test_settings_override_and_toml_config(tmp_path, msr):
 def test_log_layout_runs_with_the_direct_layouts_schema(msr):
     # layout="log" runs the log layout (issue 19): same top-level keys as a direct run, the
     # layout's own figures under "log".
-    d = tc.simulate({"size": "5%"}, msr)
-    r = tc.simulate({"size": "5%"}, msr, layout="log", compression="lz4", dedup=1.0)
+    # (The sample trace is small: half its footprint in 64 KiB segments.)
+    d = tc.simulate({"size": "50%"}, msr)
+    r = tc.simulate({"size": "50%", "segment_size": "64KiB"}, msr, layout="log", compression="lz4", dedup=1.0)
     assert r.layout == "log" and d.layout == "direct"
     assert set(r.to_dict()) == set(d.to_dict())
     assert r.log["compression"] == "lz4" and r.log["compression_ratio"] > 1.0
@@ -48,7 +49,7 @@ def test_log_layout_runs_with_the_direct_layouts_schema(msr):
 
 
 def test_log_layout_sweep_has_log_columns():
-    df = tc.sweep({"size": ["2MiB", "8MiB", "32MiB"]}, ZIPF, config={"layout": "log", "dedup": 1.0}, seed=1)
+    df = tc.sweep({"size": ["2MiB", "8MiB", "32MiB"]}, ZIPF, config={"layout": "log", "dedup": 1.0, "segment_size": "256KiB"}, seed=1)
     assert list(df["layout"]) == ["log"] * 3
     assert list(df["capacity_bytes"]) == [2 << 20, 8 << 20, 32 << 20]
     assert df["read_hit_ratio"].is_monotonic_increasing

@@ -249,7 +249,10 @@ fn timed_log_run_times_segment_writes_and_write_backs() {
             ssd.bytes_written, t.sim.ssd_bytes_written,
             "{mode}: segments"
         );
-        assert!(t.sim.ssd_bytes_written.is_multiple_of(256 << 10), "whole segments");
+        assert!(
+            t.sim.ssd_bytes_written.is_multiple_of(256 << 10),
+            "whole segments"
+        );
         assert_eq!(t.timed.hdd.bytes_written, t.sim.hdd_bytes_written, "{mode}");
         if mode == "wb" {
             assert!(
