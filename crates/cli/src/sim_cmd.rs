@@ -181,7 +181,10 @@ impl CacheArgs {
 The fileserver workload (DSS seed): fileserver[:scale=S,phases=setup+trans+prefind+archive+
 find+scan,files=N,dirs=M,transactions=T]; scale 1 = 600,000 files in 20,000 directories.
   tiercache sim --trace cloudPhysicsIO.csv --cache-size 10% --layout log --compression lz4 --dedup 1.0 --json
-  tiercache sim --workload boot-storm:vms=60,image=18MiB --cache-size 32MiB --layout log --dedup 1")]
+  tiercache sim --workload boot-storm:vms=60,image=18MiB --cache-size 32MiB --layout log --dedup 1
+  tiercache sim --trace cloudPhysicsIO.csv --cache-size 10% --layout log --mode wb --hdd 7200 --ssd default --queue-depth 8
+The log layout runs wherever the direct one does: sweeps, experiment files (layout = \"log\"),
+reproduce, Python, and timed replay (segment writes time as large SSD writes).")]
 pub struct SimArgs {
     #[command(flatten)]
     pub input: InputArgs,
@@ -208,12 +211,15 @@ pub struct SimArgs {
 #[derive(Args, Debug)]
 #[command(after_help = "Examples:
   tiercache sweep --trace cloudPhysicsIO.csv --sizes 1%,5%,10% --policies lru,fifo,arc,s3fifo --out sweep.csv
-  tiercache sweep --config experiments/srt-size-sweep.toml --out srt.csv")]
+  tiercache sweep --config experiments/srt-size-sweep.toml --out srt.csv
+  tiercache sweep --trace cloudPhysicsIO.csv --sizes 1%,5%,10% --layout log --compression lz4 --dedup 1")]
 pub struct SweepArgs {
     #[command(flatten)]
     pub input: InputArgs,
     #[command(flatten)]
     pub cache: CacheArgs,
+    #[command(flatten)]
+    pub layout: crate::layout_args::LayoutArgs,
     /// Cache sizes to sweep, comma-separated (bytes or percent).
     #[arg(long, value_delimiter = ',', value_name = "LIST")]
     pub sizes: Vec<String>,
@@ -327,55 +333,38 @@ fn apply_classes(path: &Option<PathBuf>, spec: &mut tiercache_sim::SimSpec) -> R
 
 pub fn sim(mut a: SimArgs) -> Result<()> {
     a.input.take_positional();
-    if a.layout.is_log()? || crate::layout_args::is_content_workload(&a.input) {
-        return crate::layout_args::sim_layout(&a);
-    }
     let fs = fileserver_input(&a.input)?;
     let mut input_args = a.input.clone();
     if fs.is_some() {
         input_args.workload = None;
     }
-    let exp = experiment(&a.config, &input_args, &a.cache)?;
-    if fs.is_none()
-        && (exp.cache.layout.is_some()
-            || exp.input.workload.as_deref().is_some_and(|w| {
-                crate::layout_args::is_content_workload(&InputArgs {
-                    workload: Some(w.to_string()),
-                    ..Default::default()
-                })
-            }))
-    {
-        // The experiment file chose the layout (or a content workload): flags over file.
-        let mut b = SimArgs {
-            input: a.input.clone(),
-            cache: a.cache.clone(),
-            timed: a.timed.clone(),
-            layout: a.layout.clone(),
-            config: a.config.clone(),
-            json: a.json,
-            csv: a.csv,
-            quiet: a.quiet,
-        };
-        let c = &exp.cache;
-        let l = &mut b.layout;
-        l.layout = l.layout.clone().or(c.layout.clone());
-        l.segment_size = l.segment_size.clone().or(c.segment_size.clone());
-        l.compression = l.compression.clone().or(c.compression.clone());
-        l.dedup = l.dedup.or(c.dedup);
-        if b.input.workload.is_none() && b.input.trace.is_none() {
-            b.input.workload = exp.input.workload.clone();
-            b.input.trace = exp.input.trace.clone();
-            b.input.seed = b.input.seed.or(Some(exp.input.seed));
-        }
-        if b.layout.is_log()? || crate::layout_args::is_content_workload(&b.input) {
-            return crate::layout_args::sim_layout(&b);
-        }
+    let mut exp = experiment(&a.config, &input_args, &a.cache)?;
+    exp.cache.overlay(&a.layout.section()?);
+    // Content workloads (boot storm, snapshot restore) carry their own content and are
+    // generated at the cache's line size, 8 KiB unless given (their own default).
+    let content = exp
+        .input
+        .workload
+        .clone()
+        .filter(|w| tiercache_sim::log::is_content_workload(w));
+    if content.is_some() && exp.cache.line_size.is_none() {
+        exp.cache.line_size = Some(tiercache_sim::log::DEFAULT_LOG_LINE.to_string());
     }
-    let (input, phases) = match fs {
-        Some((i, p)) => (i, p),
-        None => (exp.input.to_input()?, Vec::new()),
+    let (input, phases) = match (fs, &content) {
+        (Some((i, p)), _) => (i, p),
+        (None, Some(w)) => (
+            Input::Memory {
+                name: w.clone(),
+                requests: Arc::new(Vec::new()),
+            },
+            Vec::new(),
+        ),
+        (None, None) => (exp.input.to_input()?, Vec::new()),
     };
     let mut spec = specs(&input, &exp.cache, None, exp.input.seed)?.remove(0);
+    if let Some(w) = &content {
+        tiercache_sim::log::attach_content_workload(&mut spec, w)?;
+    }
     apply_classes(&a.cache.classes, &mut spec)?;
     let progress = Progress::new(a.quiet, input_total(&spec.input), "requests");
     if let Some(mut setup) = a.timed.setup()? {
@@ -424,7 +413,8 @@ pub fn sweep(mut a: SweepArgs) -> Result<()> {
     if fs.is_some() {
         input_args.workload = None;
     }
-    let exp = experiment(&a.config, &input_args, &a.cache)?;
+    let mut exp = experiment(&a.config, &input_args, &a.cache)?;
+    exp.cache.overlay(&a.layout.section()?);
     let input = match fs {
         Some((i, _)) => i,
         None => exp.input.to_input()?,

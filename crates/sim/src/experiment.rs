@@ -13,6 +13,8 @@
 //! mode = "write-back"
 //! line_size = "4KiB"
 //! admission = "always"    # or "nhit:2:0"
+//! # layout = "log"        # Nitro's log layout: then segment_size, compression, dedup,
+//! #                       # picker, trim, reinsert_hits, dup_share, erase_block
 //! [sweep]                 # optional: a grid; every combination is run
 //! size = ["1%", "5%", "10%"]
 //! policy = ["lru", "s3fifo"]
@@ -65,7 +67,7 @@ pub struct CacheSection {
     pub slru_protected: Option<f64>,
     pub s3fifo_small: Option<f64>,
     /// direct (default) | log: the cache layout (log = Nitro's compressed, deduplicated
-    /// segments; `tiercache sim` runs it with the content model).
+    /// segments, simulated with the seeded content model; every entry point runs it).
     pub layout: Option<String>,
     /// Log layout: segment size (default 2MiB).
     pub segment_size: Option<String>,
@@ -73,6 +75,17 @@ pub struct CacheSection {
     pub compression: Option<String>,
     /// Log layout: fingerprint-index ratio, 0..=1 (0 = no dedup).
     pub dedup: Option<f64>,
+    /// Log layout: segment picker: fifo, lru (default), greedy, cost-benefit.
+    pub picker: Option<String>,
+    /// Log layout: TRIM a segment before reusing it.
+    pub trim: Option<bool>,
+    /// Log layout: reinsert clean extents with at least N hits when their segment is
+    /// reclaimed (0 = off).
+    pub reinsert_hits: Option<u16>,
+    /// Log layout, content model: share of duplicate extents (default 0.3).
+    pub dup_share: Option<f64>,
+    /// Log layout: FTL erase block (default 2MiB).
+    pub erase_block: Option<String>,
 }
 
 /// `over`'s set fields over `base`: every field of `over` that differs from
@@ -103,42 +116,98 @@ impl CacheSection {
         *self = set_fields_over(self, over);
     }
 
-    /// These settings without the log layout's (layout, segment size, compression, dedup):
-    /// what the log layout's driver resolves for the line size, capacity and policy it shares
-    /// with the direct layout.
-    pub fn without_layout(&self) -> CacheSection {
-        CacheSection {
-            layout: None,
-            segment_size: None,
-            compression: None,
-            dedup: None,
-            ..self.clone()
+    /// Whether these settings choose the log layout.
+    pub fn is_log(&self) -> Result<bool> {
+        match self.layout.as_deref().map(str::trim) {
+            None | Some("direct") => Ok(false),
+            Some("log") => Ok(true),
+            Some(other) => bail!("layout: unknown '{other}' (direct or log)"),
         }
     }
 
-    /// The cache size and engine configuration these settings describe.
-    ///
-    /// These settings describe the direct layout; the log layout (`layout = "log"` and its
-    /// segment, compression and dedup settings) runs through `tiercache sim`'s log path, so
-    /// asking this function for it is an error rather than a silently ignored setting.
-    pub fn resolve(&self, seed: u64) -> Result<(CacheSize, EngineConfig)> {
-        match self.layout.as_deref() {
-            None | Some("direct") => {}
-            Some("log") => anyhow::bail!(
-                "layout = \"log\" is simulated by `tiercache sim` (or `tiercache nitro-table`); \
-                 this entry point (sweeps, reproduce, the Python API) runs the direct layout only"
-            ),
-            Some(other) => anyhow::bail!("layout: unknown '{other}' (direct or log)"),
+    /// The log layout's settings (None for the direct layout); `seed` seeds the content
+    /// model. Settings of the other layout are refused rather than silently ignored.
+    pub fn log_spec(&self, seed: u64) -> Result<Option<crate::log::LogSpec>> {
+        if !self.is_log()? {
+            for (key, set) in [
+                ("segment_size", self.segment_size.is_some()),
+                ("compression", self.compression.is_some()),
+                ("dedup", self.dedup.is_some()),
+                ("picker", self.picker.is_some()),
+                ("trim", self.trim.is_some()),
+                ("reinsert_hits", self.reinsert_hits.is_some()),
+                ("dup_share", self.dup_share.is_some()),
+                ("erase_block", self.erase_block.is_some()),
+            ] {
+                if set {
+                    bail!("{key} applies to layout = \"log\" only");
+                }
+            }
+            return Ok(None);
         }
         for (key, set) in [
-            ("segment_size", self.segment_size.is_some()),
-            ("compression", self.compression.is_some()),
-            ("dedup", self.dedup.is_some()),
+            ("policy", self.policy.is_some()),
+            ("preset", self.preset.is_some()),
+            ("group_size", self.group_size.is_some()),
+            ("admission", self.admission.is_some()),
+            ("seq_cutoff_read", self.seq_cutoff_read.is_some()),
+            ("seq_cutoff_write", self.seq_cutoff_write.is_some()),
+            ("validity", self.validity.is_some()),
+            ("slru_protected", self.slru_protected.is_some()),
+            ("s3fifo_small", self.s3fifo_small.is_some()),
         ] {
             if set {
-                anyhow::bail!("{key} applies to layout = \"log\" only");
+                bail!(
+                    "{key} applies to layout = \"direct\" only (the log layout caches every \
+                     line in segments; its replacement is the segment picker: picker = \
+                     \"fifo|lru|greedy|cost-benefit\")"
+                );
             }
         }
+        let mut l = crate::log::LogSpec {
+            seed,
+            ..Default::default()
+        };
+        if let Some(s) = &self.segment_size {
+            l.segment_size = parse_size(s).context("segment_size")?;
+        }
+        if let Some(c) = &self.compression {
+            l.compression = c.parse().map_err(|e| anyhow::anyhow!("compression: {e}"))?;
+        }
+        if let Some(d) = self.dedup {
+            anyhow::ensure!(
+                (0.0..=1.0).contains(&d),
+                "dedup {d}: the fingerprint index is a share of the extent slots, 0 to 1"
+            );
+            l.dedup = d;
+        }
+        if let Some(p) = &self.picker {
+            l.picker = p.clone();
+        }
+        if let Some(t) = self.trim {
+            l.trim = t;
+        }
+        if let Some(r) = self.reinsert_hits {
+            l.reinsert_hits = r;
+        }
+        if let Some(d) = self.dup_share {
+            anyhow::ensure!(
+                (0.0..=1.0).contains(&d),
+                "dup_share {d}: a share of the extents, 0 to 1"
+            );
+            l.dup_share = d;
+        }
+        if let Some(e) = &self.erase_block {
+            l.erase_block = parse_size(e).context("erase_block")?;
+        }
+        Ok(Some(l))
+    }
+
+    /// The cache size and engine configuration these settings describe (for the log layout,
+    /// the line size, mode and seed it shares with the direct layout; its own settings come
+    /// from [`CacheSection::log_spec`]).
+    pub fn resolve(&self, seed: u64) -> Result<(CacheSize, EngineConfig)> {
+        let log = self.log_spec(seed)?.is_some();
         let size: CacheSize = self
             .size
             .as_deref()
@@ -147,8 +216,19 @@ impl CacheSection {
             .map_err(|e| anyhow::anyhow!("cache size: {e}"))?;
         let mut cfg = EngineConfig::default();
         cfg.policy_params.seed = seed;
+        if log {
+            cfg.line_size = crate::log::DEFAULT_LOG_LINE;
+            cfg.group_size = cfg.line_size;
+        }
         let size_text = self.size.as_deref().unwrap_or("10%");
         self.apply_engine(&mut cfg)?;
+        if log {
+            anyhow::ensure!(
+                matches!(cfg.mode, Mode::WriteThrough | Mode::WriteBack),
+                "mode {}: the log layout runs write-through or write-back",
+                cfg.mode
+            );
+        }
         if let CacheSize::Bytes(b) = size {
             if b < cfg.line_size {
                 bail!(
@@ -352,6 +432,7 @@ pub fn specs(
                 input: input.clone(),
                 cache_size,
                 engine,
+                log: c.log_spec(seed)?,
             })
         })
         .collect()

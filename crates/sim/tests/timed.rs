@@ -14,6 +14,7 @@ fn spec(workload: &str, size: CacheSize, mode: Mode) -> SimSpec {
             mode,
             ..Default::default()
         },
+        log: None,
     }
 }
 
@@ -198,6 +199,7 @@ fn cloudphysics_no_cache_then_write_through_then_write_back() {
                 mode,
                 ..Default::default()
             },
+            log: None,
         };
         run_timed(&s, &setup(ssd, Drive::Closed { queue_depth: 1 }), None).unwrap()
     };
@@ -229,6 +231,7 @@ fn class_run(
         },
         cache_size: CacheSize::Bytes(cache_lines * 4096),
         engine: EngineConfig::default(),
+        log: None,
     };
     let setup = TimedSetup {
         options: TimedOptions {
