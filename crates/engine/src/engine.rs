@@ -690,11 +690,13 @@ impl Engine {
         c.insertions += 1 - hit;
         c.admitted_misses += 1 - hit;
         if is_write {
+            c.write_requests.count(hit, 1 - hit, 0);
             c.writes += 1;
             c.write_bytes += ls;
             c.write_line_accesses += 1;
             c.write_line_hits += hit;
         } else {
+            c.read_requests.count(hit, 1 - hit, 0);
             c.reads += 1;
             c.read_bytes += ls;
             c.read_line_accesses += 1;
@@ -863,7 +865,13 @@ impl Engine {
         }
         if req.len == 0 {
             self.plan.reset(req.offset, 0);
-            self.counters[ci].full_hits += 1;
+            let c = &mut self.counters[ci];
+            c.full_hits += 1;
+            if is_write {
+                c.write_requests.hits += 1;
+            } else {
+                c.read_requests.hits += 1;
+            }
             return;
         }
         let (first, last) = self.lines(req);
@@ -877,7 +885,7 @@ impl Engine {
         } else {
             mode != Mode::PassThrough
         };
-        let (mut hits, mut misses) = (0u64, 0u64);
+        let (mut hits, mut misses, mut bypassed) = (0u64, 0u64, 0u64);
         let mut cur_group = u64::MAX;
         let mut group_ok = false;
         for l in first..=last {
@@ -923,6 +931,7 @@ impl Engine {
                         c.sector_fills += 1;
                     } else {
                         c.bypasses.add(Bypass::Mode);
+                        bypassed += 1;
                     }
                     continue;
                 }
@@ -957,6 +966,7 @@ impl Engine {
             match why {
                 Some(why) => {
                     self.counters[ci].bypasses.add(why);
+                    bypassed += 1;
                     self.bypass_line(req, &part);
                 }
                 None => {
@@ -975,9 +985,11 @@ impl Engine {
         if is_write {
             c.write_line_accesses += hits + misses;
             c.write_line_hits += hits;
+            c.write_requests.count(hits, misses, bypassed);
         } else {
             c.read_line_accesses += hits + misses;
             c.read_line_hits += hits;
+            c.read_requests.count(hits, misses, bypassed);
         }
         if misses == 0 {
             c.full_hits += 1;

@@ -23,5 +23,5 @@ pub use engine::{Engine, EngineError};
 pub use log::{Compression, ExtentContent, Layout, LogConfig, LogEngine};
 pub use plan::{Plan, Step};
 pub use request::{Op, Request, MAX_CLASS, NUM_CLASSES};
-pub use stats::{Bypass, Bypasses, Counters};
+pub use stats::{Bypass, Bypasses, Counters, DirRequests};
 pub use units::{fmt_size, parse_size, CacheSize};

@@ -478,6 +478,28 @@ impl fmt::Display for SimResult {
             "requests hit {} full, {} partial, {} missed",
             c.full_hits, c.partial_hits, c.full_misses
         )?;
+        for (dir, d) in [("reads", &c.read_requests), ("writes", &c.write_requests)] {
+            let share = |x: u64| {
+                if d.total() > 0 {
+                    format!("{:.1} %", 100.0 * x as f64 / d.total() as f64)
+                } else {
+                    "-".into()
+                }
+            };
+            writeln!(
+                f,
+                "  {dir:<10} hits {} ({}), partial misses {} ({}), full misses {} ({}), pass-through {} ({}), total {}",
+                d.hits,
+                share(d.hits),
+                d.partial_misses,
+                share(d.partial_misses),
+                d.full_misses,
+                share(d.full_misses),
+                d.pass_through,
+                share(d.pass_through),
+                d.total()
+            )?;
+        }
         writeln!(f, "line accesses {}", c.line_accesses)?;
         writeln!(
             f,
