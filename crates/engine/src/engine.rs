@@ -1,6 +1,7 @@
 //! The cache engine (direct layout): lines in fixed slots, a map from line key to slot, a
 //! replacement policy, admission, write modes and write-back cleaning.
 
+use crate::cleaning::{self, Cleaner};
 use crate::config::{EngineConfig, Mode, Validity};
 use crate::index::LineIndex;
 use crate::plan::{Plan, Step};
@@ -56,7 +57,10 @@ pub struct Engine {
     dirty: Vec<u64>,
     dirty_count: u64,
     dirty_set: BTreeSet<u64>,
-    clean_cursor: u64,
+    /// The cleaning policy: which dirty line [`Engine::clean`] writes back next.
+    cleaner: Box<dyn Cleaner>,
+    /// Logical clock: requests processed (plus [`Engine::advance_clock`]).
+    clock: u64,
     map: LineIndex,
     policy: Box<dyn Policy>,
     counters: Vec<Counters>,
@@ -177,7 +181,8 @@ impl Engine {
             dirty: vec![0; (cap as usize).div_ceil(64)],
             dirty_count: 0,
             dirty_set: BTreeSet::new(),
-            clean_cursor: 0,
+            cleaner: cleaning::make(cfg.cleaning, cfg.acp_chunk_lines_shift(), cfg.cleaning_age),
+            clock: 0,
             map: LineIndex::new(cap as usize),
             policy,
             counters: vec![Counters::default(); NUM_CLASSES],
@@ -330,7 +335,13 @@ impl Engine {
             self.group_lines_shift = (c.group_size / c.line_size).trailing_zeros();
             self.group_counts.clear();
         }
+        let rebuild = c.cleaning != self.cfg.cleaning
+            || c.cleaning_age != self.cfg.cleaning_age
+            || c.acp_chunk_lines_shift() != self.cfg.acp_chunk_lines_shift();
         self.cfg = c;
+        if rebuild {
+            self.rebuild_cleaner();
+        }
         self.update_fast_path();
         Ok(())
     }
@@ -546,6 +557,7 @@ impl Engine {
     /// Processes one request: updates state and counters and returns the plan.
     #[inline]
     pub fn process(&mut self, req: &Request) -> Result<&Plan, EngineError> {
+        self.clock += 1;
         // The fast path's test is inlined into the caller's loop; everything else is not.
         if self.fast
             && matches!(req.op, Op::Read | Op::Write)
@@ -1499,22 +1511,56 @@ impl Engine {
             self.dirty[w] |= 1 << b;
             self.dirty_count += 1;
             self.dirty_set.insert(key);
+            self.cleaner.dirtied(key, self.clock);
         } else {
             self.dirty[w] &= !(1 << b);
             self.dirty_count -= 1;
             self.dirty_set.remove(&key);
+            self.cleaner.cleaned(key);
         }
     }
 
     /// Whether dirty lines exceed the high watermark (write-back cleaning is due).
+    /// With `alru` cleaning also when a line has been dirty for more than `cleaning_age`
+    /// requests.
     pub fn needs_cleaning(&self) -> bool {
-        self.dirty_count > 0 && self.dirty_count as f64 > self.cfg.dirty_high * self.cap as f64
+        self.dirty_count > 0
+            && (self.dirty_count as f64 > self.cfg.dirty_high * self.cap as f64
+                || self.cleaner.due(self.clock, 1) > 0)
     }
 
-    /// Lines cleaning would write back now to get down to the low watermark.
+    /// Lines cleaning would write back now to get down to the low watermark (with `alru`
+    /// cleaning at least the lines dirty for more than `cleaning_age` requests).
     pub fn cleaning_target(&self) -> u64 {
         let low = (self.cfg.dirty_low * self.cap as f64).floor() as u64;
-        self.dirty_count.saturating_sub(low)
+        let over = self.dirty_count.saturating_sub(low);
+        over.max(self.cleaner.due(self.clock, self.dirty_count))
+    }
+
+    /// The engine's logical clock: requests processed plus [`Engine::advance_clock`].
+    pub fn clock(&self) -> u64 {
+        self.clock
+    }
+
+    /// Advances the logical clock by `n` (a driver passing idle time in, in requests'
+    /// worth), so that `alru` staleness also counts time without requests.
+    pub fn advance_clock(&mut self, n: u64) {
+        self.clock += n;
+    }
+
+    /// The cleaning policy's name.
+    pub fn cleaning_name(&self) -> &'static str {
+        self.cleaner.name()
+    }
+
+    /// Rebuilds the cleaner from the configuration and the dirty set (after a change of
+    /// `cleaning`, `cleaning_age` or the ACP chunk); lines count as dirty since now.
+    fn rebuild_cleaner(&mut self) {
+        let c = &self.cfg;
+        self.cleaner = cleaning::make(c.cleaning, c.acp_chunk_lines_shift(), c.cleaning_age);
+        for &k in &self.dirty_set {
+            self.cleaner.dirtied(k, self.clock);
+        }
     }
 
     /// Writes back up to `max_lines` dirty lines in LBA order (continuing where the last pass
@@ -1532,10 +1578,8 @@ impl Engine {
         self.plan.reset(0, 0);
         let mut done = 0;
         while done < max_lines && self.dirty_count > 0 {
-            let key = match self.dirty_set.range(self.clean_cursor..).next() {
-                Some(&k) => k,
-                None => *self.dirty_set.iter().next().expect("dirty_count > 0"),
-            };
+            let key = self.cleaner.next(&self.dirty_set);
+            debug_assert!(self.dirty_set.contains(&key), "cleaner chose a clean line");
             if let Some(n) = self.rewrite_chunk(key, max_lines - done) {
                 done += n;
                 continue;
@@ -1543,7 +1587,7 @@ impl Engine {
             let slot = self.lookup(key).expect("dirty line is cached");
             let ci = self.classes[slot as usize] as usize;
             self.write_back(ci, slot, key);
-            self.clean_cursor = key.wrapping_add(1);
+            self.cleaner.advance(key.wrapping_add(1));
             done += 1;
         }
         &self.plan
@@ -1556,7 +1600,11 @@ impl Engine {
         c.rewrite_chunk = chunk;
         c.rewrite_min_runs = min_runs;
         c.validate().map_err(EngineError::Config)?;
+        let rebuild = c.acp_chunk_lines_shift() != self.cfg.acp_chunk_lines_shift();
         self.cfg = c;
+        if rebuild {
+            self.rebuild_cleaner();
+        }
         Ok(())
     }
 
@@ -1655,7 +1703,7 @@ impl Engine {
             }
         }
         self.counters[0].chunk_rewrites += 1;
-        self.clean_cursor = end;
+        self.cleaner.advance(end);
         Some(cleaned)
     }
 

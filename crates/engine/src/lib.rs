@@ -4,6 +4,7 @@
 //! executes.
 
 pub mod classes;
+pub mod cleaning;
 pub mod config;
 pub mod engine;
 pub mod index;
@@ -15,9 +16,10 @@ pub mod stats;
 pub mod units;
 
 pub use classes::{Allocation, ClassPolicy, ClassTable, TableError};
+pub use cleaning::CleaningPolicy;
 pub use config::{
-    Admission, EngineConfig, Mode, Preset, SeqCutoff, Validity, DEFAULT_REWRITE_CHUNK,
-    DEFAULT_REWRITE_MIN_RUNS,
+    Admission, EngineConfig, Mode, Preset, SeqCutoff, Validity, DEFAULT_CLEANING_AGE,
+    DEFAULT_REWRITE_CHUNK, DEFAULT_REWRITE_MIN_RUNS,
 };
 pub use engine::{Engine, EngineError};
 pub use log::{Compression, ExtentContent, Layout, LogConfig, LogEngine};
