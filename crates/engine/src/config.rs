@@ -252,6 +252,10 @@ pub struct EngineConfig {
     /// Cleaning `alru`: a line dirty for more than this many requests (the engine's logical
     /// clock) is due for cleaning even below the high watermark.
     pub cleaning_age: u64,
+    /// Eviction: when the policy's victim is dirty, evict instead the first clean line among
+    /// its next this-many likely victims (`Policy::eviction_candidates`), so a miss waits
+    /// for no write-back. 0 = off (the policy's victim, dirty or not).
+    pub clean_victim_window: u32,
 }
 
 /// Default [`EngineConfig::cleaning_age`] (requests).
@@ -283,6 +287,7 @@ impl Default for EngineConfig {
             rewrite_min_runs: DEFAULT_REWRITE_MIN_RUNS,
             cleaning: CleaningPolicy::Lba,
             cleaning_age: DEFAULT_CLEANING_AGE,
+            clean_victim_window: 0,
         }
     }
 }

@@ -92,6 +92,8 @@ pub struct Engine {
     /// Dirty lines may not be evicted ([`Engine::set_dirty_evictions_blocked`]): the
     /// executor's backing device is failing writes, so a write-back could not happen.
     dirty_evictions_blocked: bool,
+    /// Scratch for [`Engine::clean_candidate`].
+    cand_buf: Vec<Slot>,
 }
 
 /// What serving one line of a request came to.
@@ -197,6 +199,7 @@ impl Engine {
             unmapped: Vec::new(),
             track_unmapped: false,
             dirty_evictions_blocked: false,
+            cand_buf: Vec::new(),
             cfg,
         };
         e.update_fast_path();
@@ -1354,11 +1357,16 @@ impl Engine {
         if let Some(s) = self.free_slot() {
             return s;
         }
-        let victim = if self.class_gate {
+        let mut victim = if self.class_gate {
             self.policy.victim_for(ci as u8, &self.dirty)
         } else {
             self.policy.victim()
         };
+        if self.cfg.clean_victim_window > 0 && self.is_dirty(victim) {
+            if let Some(c) = self.clean_candidate() {
+                victim = c;
+            }
+        }
         let key = self.keys[victim as usize];
         debug_assert!(
             key != EMPTY,
@@ -1372,6 +1380,22 @@ impl Engine {
         self.counters[ci].evictions += 1;
         self.unmap(victim, true);
         victim
+    }
+
+    /// The first clean line among the policy's next `clean_victim_window` likely victims
+    /// (the victim it named is dirty: evicting a clean one instead needs no write-back).
+    #[cold]
+    fn clean_candidate(&mut self) -> Option<Slot> {
+        let mut hint = std::mem::take(&mut self.cand_buf);
+        hint.clear();
+        self.policy
+            .eviction_candidates(self.cfg.clean_victim_window as usize, &mut hint);
+        let found = hint
+            .iter()
+            .copied()
+            .find(|&s| self.keys[s as usize] != EMPTY && !self.is_dirty(s));
+        self.cand_buf = hint;
+        found
     }
 
     /// A slot that holds no line (the free list, then never-used slots), if any.

@@ -11,6 +11,7 @@ pub mod index;
 pub mod log;
 pub mod plan;
 pub mod policy;
+pub mod rate;
 pub mod request;
 pub mod stats;
 pub mod units;
@@ -24,6 +25,7 @@ pub use config::{
 pub use engine::{Engine, EngineError};
 pub use log::{Compression, ExtentContent, Layout, LogConfig, LogEngine};
 pub use plan::{Plan, Step};
+pub use rate::{RateController, WritebackRate};
 pub use request::{Op, Request, MAX_CLASS, NUM_CLASSES};
 pub use stats::{Bypass, Bypasses, Counters};
 pub use units::{fmt_size, parse_size, CacheSize};

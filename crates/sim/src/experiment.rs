@@ -64,6 +64,9 @@ pub struct CacheSection {
     pub cleaning: Option<String>,
     /// Cleaning `alru`: requests after which a dirty line is due.
     pub cleaning_age: Option<u64>,
+    /// Eviction: prefer a clean line among this many likely victims when the victim is dirty
+    /// (0 = off).
+    pub clean_victim_window: Option<u32>,
     /// sector (default) | line: what is valid and dirty inside a line.
     pub validity: Option<String>,
     pub partial_write_fill: Option<bool>,
@@ -105,6 +108,7 @@ impl CacheSection {
             rewrite_min_runs,
             cleaning,
             cleaning_age,
+            clean_victim_window,
             validity,
             partial_write_fill,
             slru_protected,
@@ -222,6 +226,9 @@ impl CacheSection {
         }
         if let Some(x) = self.cleaning_age {
             cfg.cleaning_age = x;
+        }
+        if let Some(x) = self.clean_victim_window {
+            cfg.clean_victim_window = x;
         }
         if let Some(v) = &self.validity {
             cfg.validity = v.parse::<Validity>().map_err(anyhow::Error::msg)?;
