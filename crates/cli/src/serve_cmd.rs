@@ -240,6 +240,23 @@ pub struct ServeArgs {
     /// crossover of the --emulate-hdd model (else of the 7200 rpm model).
     #[arg(long, value_name = "N")]
     rewrite_min_runs: Option<u64>,
+    /// Write-back cleaning order: lba (disk order; default), acp (densest disk chunk first,
+    /// Open CAS's ACP) or alru (longest dirty first; lines dirty for more than
+    /// --cleaning-age requests are cleaned below the watermark too). `ctl set cleaning`.
+    #[arg(long, value_name = "lba|acp|alru")]
+    cleaning: Option<String>,
+    /// --cleaning alru: requests after which a dirty line is cleaned [default: 100000].
+    #[arg(long, value_name = "REQUESTS")]
+    cleaning_age: Option<u64>,
+    /// Background cleaning below the high watermark: auto (a PD controller, as bcache's,
+    /// holds the dirty share near --writeback-target with a rate that rises with the
+    /// distance), off (watermarks only; the default), or a fixed rate in lines/s.
+    /// `ctl set writeback-rate`.
+    #[arg(long, value_name = "auto|off|N")]
+    writeback_rate: Option<String>,
+    /// Dirty share the write-back rate holds [default: 0.5]. `ctl set writeback-target`.
+    #[arg(long, value_name = "FRACTION")]
+    writeback_target: Option<f64>,
     /// I/O class table (TOML, e.g. experiments/classes/filesystem.toml) for `--policy dss`,
     /// partitions, rules and per-class statistics. Default: the built-in file-system table.
     #[arg(long)]
@@ -329,7 +346,8 @@ enum CtlCmd {
         csv: bool,
     },
     /// Show the settings in force (all, or one): mode, admission, seq-cutoff,
-    /// seq-cutoff-write, group-size, dirty-high, dirty-low, slru-protected, policy, line-size.
+    /// seq-cutoff-write, group-size, dirty-high, dirty-low, cleaning, cleaning-age,
+    /// writeback-rate, writeback-target, slru-protected, policy, line-size.
     Get { key: Option<String> },
     /// Change a setting on the running volume, parsed as the `sim`/`serve` flag of the same
     /// name: `set admission nhit:2:0`, `set seq-cutoff 1m`, `set dirty-high 0.9`, `set mode wb`.
@@ -1057,6 +1075,29 @@ pub fn serve(a: ServeArgs) -> Result<()> {
         if chunk > 0 {
             say!("cleaning: chunk rewrite of {chunk} bytes, rewrite min runs {runs}");
         }
+    }
+    if a.cleaning.is_some() || a.cleaning_age.is_some() {
+        let p = match a.cleaning.as_deref() {
+            Some(c) => c.parse().map_err(|e: String| anyhow!("--cleaning: {e}"))?,
+            None => tiercache_engine::CleaningPolicy::default(),
+        };
+        vol.set_cleaning(p, a.cleaning_age)
+            .map_err(|e| anyhow!("--cleaning / --cleaning-age: {e}"))?;
+        say!("cleaning: {p}");
+    }
+    if a.writeback_rate.is_some() || a.writeback_target.is_some() {
+        let rate = match a.writeback_rate.as_deref() {
+            Some(r) => r
+                .parse()
+                .map_err(|e: String| anyhow!("--writeback-rate: {e}"))?,
+            None => tiercache_engine::WritebackRate::Auto,
+        };
+        let target = a
+            .writeback_target
+            .unwrap_or(tiercache_engine::rate::DEFAULT_TARGET);
+        vol.set_writeback_rate(rate, target)
+            .map_err(|e| anyhow!("--writeback-rate / --writeback-target: {e}"))?;
+        say!("write-back rate {rate}, target dirty share {target}");
     }
     run_live(
         vol,

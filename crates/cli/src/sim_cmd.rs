@@ -88,6 +88,20 @@ pub struct CacheArgs {
     /// 7200 rpm model's crossover for a 1 MiB chunk.
     #[arg(long, value_name = "N")]
     pub rewrite_min_runs: Option<u64>,
+    /// Write-back cleaning order: lba (disk order, one sweep per round; default), acp
+    /// (densest disk chunk of --rewrite-chunk first, Open CAS's ACP) or alru (longest dirty
+    /// first; lines dirty for more than --cleaning-age requests are cleaned even below the
+    /// high watermark, Open CAS's ALRU).
+    #[arg(long, value_name = "lba|acp|alru")]
+    pub cleaning: Option<String>,
+    /// --cleaning alru: requests after which a dirty line is cleaned. Default 100000.
+    #[arg(long, value_name = "REQUESTS")]
+    pub cleaning_age: Option<u64>,
+    /// Eviction prefers clean victims: when the policy's victim is dirty, the first clean
+    /// line among its next N likely victims is evicted instead (no write-back on the miss).
+    /// 0 = off (default).
+    #[arg(long, value_name = "N")]
+    pub clean_victim_window: Option<u32>,
     /// I/O class table (TOML): priorities and allocation for `--policy dss`, per-class
     /// partitions (min_share/max_share) and `never` classes for every policy, and rules that
     /// classify requests by offset, size, direction and volume. Shipped:
@@ -161,6 +175,9 @@ impl CacheArgs {
             mode: self.mode.clone(),
             rewrite_chunk: self.rewrite_chunk.clone(),
             rewrite_min_runs: self.rewrite_min_runs,
+            cleaning: self.cleaning.clone(),
+            cleaning_age: self.cleaning_age,
+            clean_victim_window: self.clean_victim_window,
             validity: self.validity.clone(),
             partial_write_fill: self.no_partial_fill.then_some(false),
             s3fifo_small: None,

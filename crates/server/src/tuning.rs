@@ -53,6 +53,26 @@ pub const KEYS: &[(&str, &str, bool)] = &[
     ),
     ("dirty-low", "write-back: clean down to this share", true),
     (
+        "cleaning",
+        "write-back cleaning order: lba, acp (densest chunk first) or alru (longest dirty first); not stored: give --cleaning to serve to keep it",
+        true,
+    ),
+    (
+        "cleaning-age",
+        "cleaning alru: requests after which a dirty line is cleaned; not stored",
+        true,
+    ),
+    (
+        "writeback-rate",
+        "background cleaner's rate below the high watermark: auto (PD controller), off, or lines/s; not stored",
+        true,
+    ),
+    (
+        "writeback-target",
+        "dirty share the write-back rate holds; not stored",
+        true,
+    ),
+    (
         "slru-protected",
         "the SLRU protected share is set per run: restart the server with --slru-protected",
         false,
@@ -67,6 +87,15 @@ pub const KEYS: &[(&str, &str, bool)] = &[
         "the line size is fixed at format: `tiercache format --force --line-size` (discards the cache)",
         false,
     ),
+];
+
+/// Keys of [`KEYS`] that live in the running volume only (the superblock's settings block
+/// has no room for them): `serve` flags or a config file keep them across restarts.
+pub const NOT_STORED: &[&str] = &[
+    "cleaning",
+    "cleaning-age",
+    "writeback-rate",
+    "writeback-target",
 ];
 
 /// Canonical key name (`seq_cutoff` and `seq-cutoff` are the same), or an error listing the

@@ -61,6 +61,14 @@ pub struct CacheSection {
     pub rewrite_chunk: Option<String>,
     /// Cleaning's chunk rewrite: dirty runs from which a chunk is rewritten.
     pub rewrite_min_runs: Option<u64>,
+    /// Cleaning policy: lba (default) | acp (densest chunk first) | alru (longest dirty
+    /// first, lines dirty for more than `cleaning_age` requests cleaned early).
+    pub cleaning: Option<String>,
+    /// Cleaning `alru`: requests after which a dirty line is due.
+    pub cleaning_age: Option<u64>,
+    /// Eviction: prefer a clean line among this many likely victims when the victim is dirty
+    /// (0 = off).
+    pub clean_victim_window: Option<u32>,
     /// sector (default) | line: what is valid and dirty inside a line.
     pub validity: Option<String>,
     pub partial_write_fill: Option<bool>,
@@ -283,6 +291,15 @@ impl CacheSection {
         }
         if let Some(x) = self.rewrite_min_runs {
             cfg.rewrite_min_runs = x;
+        }
+        if let Some(c) = &self.cleaning {
+            cfg.cleaning = c.parse().map_err(anyhow::Error::msg)?;
+        }
+        if let Some(x) = self.cleaning_age {
+            cfg.cleaning_age = x;
+        }
+        if let Some(x) = self.clean_victim_window {
+            cfg.clean_victim_window = x;
         }
         if let Some(v) = &self.validity {
             cfg.validity = v.parse::<Validity>().map_err(anyhow::Error::msg)?;
