@@ -34,7 +34,10 @@
 #   --pg-mem SZ      memory cgroup limit for PostgreSQL (shared buffers + its page cache),
 #                    e.g. 256M, so a fast recorded run keeps missing in RAM as a database
 #                    larger than memory does (default: no limit)
-# Env: TIERCACHE (binary; default: built here), FILTER_ARGS (extra nbdkit cache-filter
+# Env: TIERCACHE (binary; default: built here), FILTER_MODE (the filter's cache=, default
+# writeback; NOTE: nbdkit's cache filter in writeback mode with cache-max-size discards dirty
+# blocks when it reclaims, losing writes: scripts/repro_cache_filter_reclaim.sh; use
+# writethrough for a correct baseline of the same size), FILTER_ARGS (extra nbdkit cache-filter
 # parameters, default cache-on-read=true so it caches reads as tiercache does).
 # Needs root (losetup, mount), nbdkit (delay, noparallel, cache filters), nbdfuse, mkfs.ext4,
 # PostgreSQL (initdb, pg_ctl, pgbench; `apt-get install postgresql` if missing) and a
@@ -80,6 +83,7 @@ id postgres >/dev/null 2>&1 || { echo "no postgres user (apt-get install postgre
 if [ -z "${TIERCACHE:-}" ]; then cargo build --release -q -p tiercache; fi
 TC=${TIERCACHE:-$PWD/target/release/tiercache}
 FILTER_ARGS=${FILTER_ARGS:-cache-on-read=true}
+FILTER_MODE=${FILTER_MODE:-writeback}
 
 W=$(mktemp -d -p /dev/shm pgbench.XXXXXX)
 chmod 755 "$W"
@@ -157,7 +161,7 @@ start_cache() {
     filter)
       # shellcheck disable=SC2086
       TMPDIR="$W" nbdkit -f -U "$W/c.sock" --filter=cache nbd socket="$W/b.sock" \
-        cache=writeback cache-max-size="$CACHE" $FILTER_ARGS >"$W/cache.log" 2>&1 &
+        cache="$FILTER_MODE" cache-max-size="$CACHE" $FILTER_ARGS >"$W/cache.log" 2>&1 &
       PIDS+=($!); TOP="$W/c.sock" ;;
     tc|tc\ *)
       local flags=${cfg#tc}
@@ -204,7 +208,7 @@ start_pg() (
 stats() { [ -n "$CTL" ] && "$TC" ctl --control "$CTL" stats --json >"$1" || echo '{}' >"$1"; }
 
 echo "machine: $(nproc) cores, $(free -g | awk '/Mem:/{print $2}') GiB RAM, shared; $(date -u '+%F %H:%M') UTC; load $(cut -d' ' -f1-3 /proc/loadavg); $("$PGBIN/postgres" --version); tiercache $(git rev-parse --short HEAD)"
-echo "pgbench -s $SCALE, warm-up -T $WARMUP, remount (cold page cache), timed -c $CLIENTS -j $CLIENTS -T $DURATION; cache $CACHE; volume $VOLUME; filter: cache=writeback cache-max-size=$CACHE $FILTER_ARGS"
+echo "pgbench -s $SCALE, warm-up -T $WARMUP, remount (cold page cache), timed -c $CLIENTS -j $CLIENTS -T $DURATION; cache $CACHE; volume $VOLUME; filter: cache=$FILTER_MODE cache-max-size=$CACHE $FILTER_ARGS"
 echo
 echo "| backing | configuration | run | TPS | latency ms | warm-up TPS | hit % | read hit % | dirty % at end | write-backs | chunk rewrites | dirty evictions | admission bypass | seq-cutoff bypass | load |"
 echo "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|"
