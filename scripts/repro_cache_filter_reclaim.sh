@@ -11,7 +11,7 @@
 #                   nbd engine (concurrent writes, FLUSHes and read-backs)
 #   default: file pt direct
 # Env: TIERCACHE (binary; default target/release/tiercache, else /work/main's), SIZE (data
-# written, default 32M), MAX (cache-max-size, default 4M).
+# written, default 16M), MAX (cache-max-size, default 4M).
 # Prints one line per case: `CASE: OK` or `CASE: WRONG (N bytes differ ...)`; exits 1 if a
 # case expected to be OK was wrong, or if the reclaim case was *not* wrong (bug fixed?).
 # Needs nbdkit (file, nbd plugins; cache filter), nbdcopy, fio (nbd engine), cmp.
@@ -19,7 +19,7 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 TC=${TIERCACHE:-$here/target/release/tiercache}
 [ -x "$TC" ] || TC=/work/main/target/release/tiercache
-SIZE=${SIZE:-32M}
+SIZE=${SIZE:-16M}
 MAX=${MAX:-4M}
 for t in nbdkit nbdcopy fio cmp; do
   command -v "$t" >/dev/null || { echo "SKIP: $t not installed"; exit 0; }
