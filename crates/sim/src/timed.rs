@@ -572,7 +572,19 @@ impl<'a> Executor<'a> {
             self.ssd.as_ref().map(|s| s.capacity_bytes()).unwrap_or(1),
         );
         let plan = self.engine.process(req).map_err(anyhow::Error::msg)?;
-        let tasks = tasks_of(&plan.steps, req.op == Op::Write, hcap, scap, fua);
+        let tasks = if self.ssd.is_none() && plan.steps.contains(&Step::FlushSsd) {
+            // No cache: a FLUSH still plans the cache device's half, which has nothing to
+            // make durable (and no device to run on).
+            let steps: Vec<Step> = plan
+                .steps
+                .iter()
+                .filter(|s| **s != Step::FlushSsd)
+                .cloned()
+                .collect();
+            tasks_of(&steps, req.op == Op::Write, hcap, scap, fua)
+        } else {
+            tasks_of(&plan.steps, req.op == Op::Write, hcap, scap, fua)
+        };
         self.track_classes(req);
         let after = *self.engine.class_counters(req.class);
         let w = self.window(self.now);
