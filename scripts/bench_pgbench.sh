@@ -35,9 +35,9 @@
 #                    e.g. 256M, so a fast recorded run keeps missing in RAM as a database
 #                    larger than memory does (default: no limit)
 # Env: TIERCACHE (binary; default: built here), FILTER_MODE (the filter's cache=, default
-# writeback; NOTE: nbdkit's cache filter in writeback mode with cache-max-size discards dirty
-# blocks when it reclaims, losing writes: scripts/repro_cache_filter_reclaim.sh; use
-# writethrough for a correct baseline of the same size), FILTER_ARGS (extra nbdkit cache-filter
+# writethrough: nbdkit's cache filter in writeback mode with cache-max-size discards dirty
+# blocks when it reclaims, losing writes (scripts/repro_cache_filter_reclaim.sh), so it is no
+# baseline; FILTER_MODE=writeback reproduces the first, wrong, rows), FILTER_ARGS (extra nbdkit cache-filter
 # parameters, default cache-on-read=true so it caches reads as tiercache does).
 # Needs root (losetup, mount), nbdkit (delay, noparallel, cache filters), nbdfuse, mkfs.ext4,
 # PostgreSQL (initdb, pg_ctl, pgbench; `apt-get install postgresql` if missing) and a
@@ -83,7 +83,7 @@ id postgres >/dev/null 2>&1 || { echo "no postgres user (apt-get install postgre
 if [ -z "${TIERCACHE:-}" ]; then cargo build --release -q -p tiercache; fi
 TC=${TIERCACHE:-$PWD/target/release/tiercache}
 FILTER_ARGS=${FILTER_ARGS:-cache-on-read=true}
-FILTER_MODE=${FILTER_MODE:-writeback}
+FILTER_MODE=${FILTER_MODE:-writethrough}
 
 W=$(mktemp -d -p /dev/shm pgbench.XXXXXX)
 chmod 755 "$W"
