@@ -353,6 +353,7 @@ fn no_cache_replays_flushes() {
             mode: Mode::WriteBack,
             ..Default::default()
         },
+        log: None,
     };
     let none = run_timed(&s, &setup(None, Drive::Closed { queue_depth: 1 }), None).unwrap();
     assert!(none.timed.iops > 0.0 && none.timed.elapsed_s > 0.0);
