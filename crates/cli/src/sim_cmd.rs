@@ -711,6 +711,12 @@ mod tests {
         "segment_size",
         "compression",
         "dedup",
+        // The log layout's keys: set by the layout flags (`LayoutArgs`), not `CacheArgs`.
+        "picker",
+        "trim",
+        "reinsert_hits",
+        "dup_share",
+        "erase_block",
         "s3fifo_small",
     ];
 
