@@ -1672,13 +1672,7 @@ impl Inner {
             "cache device failed ({reason}): writing back dirty data and switching to pass-through"
         );
         let ls = self.ls();
-        let mut dirty: Vec<(u64, ExtentInfo)> = self
-            .eng
-            .entries()
-            .filter(|(_, i)| i.dirty)
-            .map(|(k, i)| (LogEngine::key_line(k).1, i))
-            .collect();
-        dirty.sort_unstable_by_key(|x| x.0);
+        let dirty = self.dirty_in_lba_order();
         let mut buf = vec![0u8; ls as usize];
         for (line, info) in dirty {
             let r = match self.read_extent(&info, &mut buf) {
@@ -1720,6 +1714,18 @@ impl Inner {
     }
 
     /// A request on a failed cache: served by the backing device alone (rule 8).
+    /// The dirty lines and their extents, in backing-device order (for writing them back).
+    fn dirty_in_lba_order(&self) -> Vec<(u64, ExtentInfo)> {
+        let mut dirty: Vec<(u64, ExtentInfo)> = self
+            .eng
+            .entries()
+            .filter(|(_, i)| i.dirty)
+            .map(|(k, i)| (LogEngine::key_line(k).1, i))
+            .collect();
+        dirty.sort_unstable_by_key(|x| x.0);
+        dirty
+    }
+
     fn direct(&mut self, req: Direct<'_>) -> io::Result<()> {
         self.live.pass_through_requests += 1;
         if matches!(req, Direct::Write(..) | Direct::Trim(..)) {

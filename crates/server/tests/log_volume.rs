@@ -9,7 +9,6 @@ mod common;
 use common::*;
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
-use std::path::Path;
 use tiercache_engine::log::Compression;
 use tiercache_engine::Mode;
 use tiercache_nbd::Export;
@@ -27,12 +26,7 @@ pub struct LogFiles {
 
 /// Backing of `VOL` bytes with known contents, a cache of `segs` segments of four lines.
 pub fn log_files(segs: u64) -> LogFiles {
-    let shm = Path::new("/dev/shm");
-    let dir = if shm.is_dir() {
-        tempfile::tempdir_in(shm).unwrap()
-    } else {
-        tempfile::tempdir().unwrap()
-    };
+    let dir = common::tmp();
     let backing = dir.path().join("backing.img");
     std::fs::write(&backing, (0..VOL).map(initial).collect::<Vec<u8>>()).unwrap();
     let cache = dir.path().join("cache.img");
