@@ -104,7 +104,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use tiercache_engine::log::segment::HdrEntry;
 use tiercache_engine::log::{
-    Compression, ExtentContent, ExtentInfo, LogCounters, Reduction, RestoredEntry, RestoredSegment,
+    Compression, DeadExtent, ExtentContent, ExtentInfo, LogCounters, Reduction, RestoredEntry, RestoredSegment,
 };
 use tiercache_engine::{LogConfig, LogEngine, Mode, Op, Request, Step};
 use tiercache_nbd::Export;
@@ -458,6 +458,10 @@ struct SegMeta {
     /// Open segment: extents (and bytes) already described by journal records.
     durable: usize,
     durable_fill: u32,
+    /// Offsets of extents (of this generation) no longer their key's current base extent:
+    /// the live flags the next header write gives, kept from the engine's log of dead
+    /// extents ([`Inner::sync_dead`]) instead of looking every extent up at each rewrite.
+    dead: std::collections::HashSet<u32>,
 }
 
 impl SegMeta {
@@ -487,6 +491,8 @@ struct Inner {
     pending: Vec<Rec>,
     /// Sealed segments with extents superseded since their header was written.
     hdr_stale: BTreeSet<u32>,
+    /// Scratch for [`Inner::sync_dead`].
+    dead_log: Vec<DeadExtent>,
     seq: u64,
     epoch: u64,
     half: u32,
@@ -706,6 +712,7 @@ impl LogVolume {
             spare: Vec::new(),
             pending: Vec::new(),
             hdr_stale: BTreeSet::new(),
+            dead_log: Vec::new(),
             seq: 1,
             epoch: 0,
             half: 0,
@@ -894,9 +901,35 @@ impl LogVolume {
         v
     }
 
-    /// Checks the engine's invariants (tests).
+    /// Rule 3's result, for tests: right after a FLUSH (a commit), the header last written
+    /// for every sealed segment marks live exactly the extents that are their key's current
+    /// base extent (none left live after being superseded, none marked dead too early).
+    #[doc(hidden)]
+    pub fn check_headers_after_flush(&self) -> Result<(), String> {
+        let g = self.lock();
+        for s in 0..g.segs.len() as u32 {
+            let m = &g.segs[s as usize];
+            if !m.sealed {
+                continue;
+            }
+            for e in &m.exts {
+                let cur = g.is_live_lookup(s, e);
+                if e.live != cur {
+                    return Err(format!(
+                        "segment {s} (gen {}) header extent at {} of key {:#x}: header says live={}, the line's current extent: {}",
+                        m.gen, e.off, e.key, e.live, cur
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks the engine's invariants and the segments' dead sets (tests).
     pub fn check(&self) -> Result<(), String> {
-        self.lock().eng.check()
+        let mut g = self.lock();
+        g.eng.check()?;
+        g.check_dead()
     }
 
     /// Reads every extent a cached line maps (once per extent), checks its crc32c, expands it
@@ -1216,12 +1249,70 @@ impl Inner {
         Ok(())
     }
 
-    /// Is `e` (in segment `s`) its key's current base extent?
-    fn is_live(&self, s: u32, e: &Ext) -> bool {
+    /// Is `e` (in segment `s`) its key's current base extent? Looks it up in the engine: for
+    /// recovery and for checking [`Inner::is_live`].
+    fn is_live_lookup(&self, s: u32, e: &Ext) -> bool {
         let (v, l) = LogEngine::key_line(e.key);
         self.eng
             .locate(v, l)
             .is_some_and(|i| !i.dup && i.seg == s && i.off == e.off)
+    }
+
+    /// Is `e` (in segment `s`) its key's current base extent? From the segment's dead set,
+    /// so [`Inner::sync_dead`] must have run since the engine last changed (every caller
+    /// that writes what this says calls it first).
+    fn is_live(&self, s: u32, e: &Ext) -> bool {
+        let live = !self.segs[s as usize].dead.contains(&e.off);
+        debug_assert_eq!(live, self.is_live_lookup(s, e), "segment {s} extent {e:?}");
+        live
+    }
+
+    /// Moves the engine's log of dead extents into the segments' dead sets: O(extents that
+    /// died since the last call). An entry of an older generation than the segment's is
+    /// dropped (the segment was reclaimed since; its dead set was emptied then).
+    fn sync_dead(&mut self) {
+        let mut d = std::mem::take(&mut self.dead_log);
+        self.eng.take_dead(&mut d);
+        for x in d.drain(..) {
+            let m = &mut self.segs[x.seg as usize];
+            if m.gen == x.gen {
+                m.dead.insert(x.off);
+            }
+        }
+        self.dead_log = d;
+    }
+
+    /// Rebuilds every segment's dead set by looking each extent up (recovery), and starts
+    /// the engine's log of dead extents.
+    fn init_dead(&mut self) {
+        self.eng.set_track_dead(true);
+        for s in 0..self.segs.len() as u32 {
+            let dead: std::collections::HashSet<u32> = self.segs[s as usize]
+                .exts
+                .iter()
+                .filter(|e| !self.is_live_lookup(s, e))
+                .map(|e| e.off)
+                .collect();
+            self.segs[s as usize].dead = dead;
+        }
+    }
+
+    /// Every segment's dead set agrees with a lookup of each extent in the engine.
+    fn check_dead(&mut self) -> Result<(), String> {
+        self.sync_dead();
+        for s in 0..self.segs.len() as u32 {
+            let m = &self.segs[s as usize];
+            for e in &m.exts {
+                let (fast, slow) = (!m.dead.contains(&e.off), self.is_live_lookup(s, e));
+                if fast != slow {
+                    return Err(format!(
+                        "segment {s} (gen {}) extent at {} of key {:#x}: the dead set says live={fast}, the engine live={slow}",
+                        m.gen, e.off, e.key
+                    ));
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Writes segment `s`'s header to its other slot; the extents' live flags are computed
@@ -1231,6 +1322,7 @@ impl Inner {
         let gen = self.segs[s as usize].gen;
         let mut exts = self.segs[s as usize].exts.clone();
         if !keep_flags {
+            self.sync_dead();
             for e in &mut exts {
                 e.live = sealed && self.is_live(s, e);
             }
@@ -1454,6 +1546,7 @@ impl Inner {
                 .iter()
                 .any(|st| matches!(st, Step::WriteSsd { ssd, .. } if ssd / seg_size == o as u64))
         }) {
+            self.sync_dead();
             has_dead = self.segs[o as usize]
                 .exts
                 .iter()
@@ -1522,6 +1615,7 @@ impl Inner {
             m.gen = gen;
             m.sealed = false;
             m.exts.clear();
+            m.dead.clear();
             m.durable = 0;
             m.durable_fill = 0;
         }
@@ -1757,12 +1851,14 @@ impl Inner {
         m.gen = gen;
         m.sealed = false;
         m.exts.clear();
+        m.dead.clear();
         self.write_header(v, false, false)?;
         self.cache_sync()
     }
 
     /// Base records of the open segments' extents from `all` or only the new ones.
     fn open_records(&mut self, all: bool) -> Vec<Rec> {
+        self.sync_dead();
         let mut out = Vec::new();
         for s in 0..self.segs.len() as u32 {
             let m = &self.segs[s as usize];
@@ -2758,6 +2854,7 @@ impl Inner {
         // Base entries before duplicates (a duplicate's target header must be in place).
         entries.sort_by_key(|e| (e.dup, e.key));
         self.eng.restore(rs, &entries).map_err(io_err)?;
+        self.init_dead();
         self.seq = maxseq + 1;
         for &s in &reopened {
             self.segs[s as usize].sealed = true;
