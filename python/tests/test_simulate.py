@@ -30,12 +30,30 @@ def test_settings_override_and_toml_config(tmp_path, msr):
     assert c.line_hits == a.line_hits
 
 
-def test_log_layout_is_refused_not_ignored(msr):
-    # The Python API simulates the direct layout; a log-layout setting must not be dropped.
-    with pytest.raises(Exception, match="tiercache sim"):
-        tc.simulate({"size": "5%", "layout": "log"}, msr)
+def test_log_layout_runs_with_the_direct_layouts_schema(msr):
+    # layout="log" runs the log layout (issue 19): same top-level keys as a direct run, the
+    # layout's own figures under "log".
+    # (The sample trace is small: half its footprint in 64 KiB segments.)
+    d = tc.simulate({"size": "50%"}, msr)
+    r = tc.simulate({"size": "50%", "segment_size": "64KiB"}, msr, layout="log", compression="lz4", dedup=1.0)
+    assert r.layout == "log" and d.layout == "direct"
+    assert set(r.to_dict()) == set(d.to_dict())
+    assert r.log["compression"] == "lz4" and r.log["compression_ratio"] > 1.0
+    assert 0.0 <= r.hit_ratio <= 1.0 and r.line_accesses > 0
+    assert d.log is None
+    # Settings of the other layout are refused, not dropped.
     with pytest.raises(Exception, match="compression applies to layout"):
         tc.simulate({"size": "5%", "compression": "lz4"}, msr)
+    with pytest.raises(Exception, match="policy applies to layout"):
+        tc.simulate({"size": "5%", "layout": "log", "policy": "arc"}, msr)
+
+
+def test_log_layout_sweep_has_log_columns():
+    df = tc.sweep({"size": ["2MiB", "8MiB", "32MiB"]}, ZIPF, config={"layout": "log", "dedup": 1.0, "segment_size": "256KiB"}, seed=1)
+    assert list(df["layout"]) == ["log"] * 3
+    assert list(df["capacity_bytes"]) == [2 << 20, 8 << 20, 32 << 20]
+    assert df["read_hit_ratio"].is_monotonic_increasing
+    assert "log_dedup_ratio" in df.columns and (df["log_dedup_ratio"] >= 1.0).all()
 
 
 def test_workload_is_deterministic_per_seed():

@@ -110,7 +110,7 @@ def _experiment(config: Config, trace: Optional[Trace], seed: Optional[int] = No
     unknown = set(cache) - CACHE_KEYS
     if unknown:
         raise ValueError(f"unknown cache settings {sorted(unknown)}; known: {sorted(CACHE_KEYS)}")
-    sizes = ("size", "line_size", "group_size", "seq_cutoff_read", "seq_cutoff_write", "segment_size")
+    sizes = ("size", "line_size", "group_size", "seq_cutoff_read", "seq_cutoff_write", "segment_size", "erase_block")
     exp["cache"] = {k: (str(v) if k in sizes else v) for k, v in cache.items() if v is not None}
     if trace is not None:
         exp["input"] = _input_section(trace, seed)

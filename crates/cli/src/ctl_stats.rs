@@ -23,6 +23,13 @@ fn counter_rows(section: &'static str, c: &Value, out: &mut Vec<Row>) {
             0.0
         }
     };
+    // The per-direction table gets its own section in the totals (one line per outcome with
+    // its share); a class keeps its rows in its own section.
+    let dir_section = if section == "requests" {
+        "requests by direction"
+    } else {
+        section
+    };
     let mut push = |name: String, v: f64, unit: &'static str| out.push((section, name, v, unit));
     // Requests: whole, partly and not served by the cache (casadm's hits, partial misses and
     // full misses; the engine counts them over reads and writes together).
@@ -39,6 +46,29 @@ fn counter_rows(section: &'static str, c: &Value, out: &mut Vec<Row>) {
     ] {
         push(name.into(), v as f64, "requests");
         push(format!("{name} %"), pct(v, rw), "%");
+    }
+    // Per direction (casadm's read/write request table): hits, partial misses, full misses,
+    // pass-through and total, each with its share of the direction's requests.
+    let mut dir_rows: Vec<Row> = Vec::new();
+    for dir in ["read", "write"] {
+        let d = &c[format!("{dir}_requests")];
+        let total = n(&c[if dir == "read" { "reads" } else { "writes" }]);
+        for (name, k) in [
+            ("hits", "hits"),
+            ("partial misses", "partial_misses"),
+            ("full misses", "full_misses"),
+            ("pass-through", "pass_through"),
+        ] {
+            let v = n(&d[k]);
+            dir_rows.push((dir_section, format!("{dir} {name}"), v as f64, "requests"));
+            dir_rows.push((dir_section, format!("{dir} {name} %"), pct(v, total), "%"));
+        }
+        dir_rows.push((
+            dir_section,
+            format!("{dir} total"),
+            total as f64,
+            "requests",
+        ));
     }
     push("read requests".into(), reads as f64, "requests");
     push("write requests".into(), writes as f64, "requests");
@@ -90,6 +120,7 @@ fn counter_rows(section: &'static str, c: &Value, out: &mut Vec<Row>) {
     }
     push("evictions".into(), n(&c["evictions"]) as f64, "lines");
     push("write-backs".into(), n(&c["write_backs"]) as f64, "lines");
+    out.extend(dir_rows);
 }
 
 /// Every figure of a direct-layout `stats` reply.
@@ -135,10 +166,21 @@ fn rows(s: &Value) -> Vec<Row> {
 pub fn print_breakdown(s: &Value) {
     let all = rows(s);
     let mut section = "";
-    for (sec, name, v, unit) in &all {
+    for (i, (sec, name, v, unit)) in all.iter().enumerate() {
         if *sec != section {
             section = sec;
             println!("\n{:<48} {:>16} {:<8}", format!("[{sec}]"), "value", "unit");
+        }
+        if *sec == "requests by direction" {
+            // casadm's request table: count and share on one line.
+            if *unit == "%" {
+                continue;
+            }
+            match all.get(i + 1).filter(|r| r.1 == format!("{name} %")) {
+                Some(p) => println!("{name:<48} {:>16} {unit:<8} {:>6.1} %", *v as u64, p.2),
+                None => println!("{name:<48} {:>16} {unit}", *v as u64),
+            }
+            continue;
         }
         if *unit == "%" {
             println!("{name:<48} {v:>16.1} %");

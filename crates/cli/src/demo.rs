@@ -78,6 +78,7 @@ pub fn run(a: DemoArgs) -> Result<()> {
         input: input.clone(),
         cache_size: CacheSize::Bytes(0),
         engine: EngineConfig::default(),
+        log: None,
     }];
     for p in tiercache_engine::policy::names() {
         specs.push(SimSpec {
@@ -88,6 +89,7 @@ pub fn run(a: DemoArgs) -> Result<()> {
                 mode: Mode::WriteThrough,
                 ..Default::default()
             },
+            log: None,
         });
     }
     let n = specs.len() as u64;
@@ -127,6 +129,7 @@ fn timed_table(input: &Input, size: CacheSize, quiet: bool) -> Result<()> {
                 policy: policy.to_string(),
                 ..Default::default()
             },
+            log: None,
         };
         let setup = TimedSetup {
             ssd: ssd.map(str::to_string),
@@ -176,7 +179,7 @@ fn print_table(results: &[SimResult]) {
         let name = if r.capacity_lines == 0 {
             "no cache"
         } else {
-            &r.policy
+            r.policy.as_deref().unwrap_or("none")
         };
         let saved = 1.0 - r.hdd_bytes_read as f64 / base.hdd_bytes_read.max(1) as f64;
         println!(

@@ -20,6 +20,7 @@ mod trace_cmd;
 mod warmup_cmd;
 
 use clap::{Parser, Subcommand};
+use std::io::IsTerminal;
 use std::process::ExitCode;
 
 const ABOUT: &str = "tiercache: an SSD cache in front of HDD storage, and the workbench that measures what it is worth.";
@@ -172,6 +173,9 @@ fn main() -> ExitCode {
                 }),
         )
         .with_writer(std::io::stderr)
+        // Colour codes only for a person at a terminal: a log file or journald gets plain
+        // text (NO_COLOR, https://no-color.org, turns them off at a terminal too).
+        .with_ansi(std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none())
         .init();
     let res = match cli.cmd {
         Cmd::Check(a) => return check_cmd::run(a),

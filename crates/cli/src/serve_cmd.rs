@@ -3,7 +3,7 @@
 use crate::sim_cmd::TuneArgs;
 use anyhow::{anyhow, bail, Context, Result};
 use clap::{Args, Subcommand};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
@@ -14,6 +14,7 @@ use tiercache_server::control::{self, Command};
 use tiercache_server::dashboard;
 use tiercache_server::state_file;
 use tiercache_server::tuning::Tuning;
+use tiercache_server::LiveVolume;
 use tiercache_server::{
     BlockDev, CacheVolume, EmulatedHdd, FileDev, FormatError, FormatOptions, NbdDev, OpenOptions,
     Superblock,
@@ -77,7 +78,7 @@ pub struct FormatArgs {
 
 /// Flags of `serve`; every one may also come from `--config FILE.toml` (same names, with
 /// underscores: `line_size = "64k"`). Flags win over the file.
-#[derive(Args, Default, Deserialize)]
+#[derive(Args, Default, Serialize, Deserialize)]
 #[serde(default)]
 #[command(after_long_help = SERVE_HELP, mut_arg("trim", |a| a.hide(true)),
     mut_arg("reinsert_hits", |a| a.hide(true)),
@@ -239,6 +240,23 @@ pub struct ServeArgs {
     /// crossover of the --emulate-hdd model (else of the 7200 rpm model).
     #[arg(long, value_name = "N")]
     rewrite_min_runs: Option<u64>,
+    /// Write-back cleaning order: lba (disk order; default), acp (densest disk chunk first,
+    /// Open CAS's ACP) or alru (longest dirty first; lines dirty for more than
+    /// --cleaning-age requests are cleaned below the watermark too). `ctl set cleaning`.
+    #[arg(long, value_name = "lba|acp|alru")]
+    cleaning: Option<String>,
+    /// --cleaning alru: requests after which a dirty line is cleaned [default: 100000].
+    #[arg(long, value_name = "REQUESTS")]
+    cleaning_age: Option<u64>,
+    /// Background cleaning below the high watermark: auto (a PD controller, as bcache's,
+    /// holds the dirty share near --writeback-target with a rate that rises with the
+    /// distance), off (watermarks only; the default), or a fixed rate in lines/s.
+    /// `ctl set writeback-rate`.
+    #[arg(long, value_name = "auto|off|N")]
+    writeback_rate: Option<String>,
+    /// Dirty share the write-back rate holds [default: 0.5]. `ctl set writeback-target`.
+    #[arg(long, value_name = "FRACTION")]
+    writeback_target: Option<f64>,
     /// I/O class table (TOML, e.g. experiments/classes/filesystem.toml) for `--policy dss`,
     /// partitions, rules and per-class statistics. Default: the built-in file-system table.
     #[arg(long)]
@@ -328,7 +346,8 @@ enum CtlCmd {
         csv: bool,
     },
     /// Show the settings in force (all, or one): mode, admission, seq-cutoff,
-    /// seq-cutoff-write, group-size, dirty-high, dirty-low, slru-protected, policy, line-size.
+    /// seq-cutoff-write, group-size, dirty-high, dirty-low, cleaning, cleaning-age,
+    /// writeback-rate, writeback-target, slru-protected, policy, line-size.
     Get { key: Option<String> },
     /// Change a setting on the running volume, parsed as the `sim`/`serve` flag of the same
     /// name: `set admission nhit:2:0`, `set seq-cutoff 1m`, `set dirty-high 0.9`, `set mode wb`.
@@ -747,7 +766,7 @@ fn config_keys() -> Vec<String> {
         .collect()
 }
 
-fn merge(mut a: ServeArgs) -> Result<ServeArgs> {
+fn merge(a: ServeArgs) -> Result<ServeArgs> {
     let Some(path) = a.config.clone() else {
         return Ok(a);
     };
@@ -764,51 +783,17 @@ fn merge(mut a: ServeArgs) -> Result<ServeArgs> {
         );
     }
     let c: ServeArgs = toml::from_str(&text).map_err(|e| anyhow!("{}: {e}", path.display()))?;
-    a.tune = a.tune.over(&c.tune);
-    macro_rules! take {
-        ($($f:ident),*) => { $( if a.$f.is_none() { a.$f = c.$f; } )* };
-    }
-    take!(
-        cache,
-        backing,
-        socket,
-        socket_group,
-        listen,
-        mode,
-        policy,
-        line_size,
-        cache_size,
-        control,
-        metrics,
-        http,
-        max_cache_errors,
-        unmap_batch,
-        emulate_hdd,
-        workers,
-        tls,
-        tls_psk_file,
-        tls_certificates,
-        max_connections,
-        requests_per_connection,
-        max_inflight_bytes,
-        max_inflight_bytes_per_connection,
-        handshake_deadline,
-        max_options,
-        write_timeout,
-        cleaner,
-        rewrite_chunk,
-        rewrite_min_runs,
-        classes,
-        classifier,
-        class_rules,
-        state_dir
-    );
-    a.format_if_needed |= c.format_if_needed;
-    a.data_checksums |= c.data_checksums;
-    a.accept_backing_rename |= c.accept_backing_rename;
-    a.accept_backing_changes |= c.accept_backing_changes;
-    a.tls_verify_peer |= c.tls_verify_peer;
-    Ok(a)
+    Ok(over_file(a, c))
+}
+
+/// The flags `a` over the config file `file`: every flag given (a `Some`, a `true` switch)
+/// wins, field by field through serde so that a new flag cannot be left out. The fields a
+/// file cannot set (`config`, the layout's flags) are `a`'s.
+fn over_file(a: ServeArgs, file: ServeArgs) -> ServeArgs {
+    let mut merged = tiercache_sim::experiment::set_fields_over(&file, &a);
+    merged.config = a.config;
+    merged.layout = a.layout;
+    merged
 }
 
 pub fn serve(a: ServeArgs) -> Result<()> {
@@ -1091,43 +1076,102 @@ pub fn serve(a: ServeArgs) -> Result<()> {
             say!("cleaning: chunk rewrite of {chunk} bytes, rewrite min runs {runs}");
         }
     }
-    let cleaner = vol.start_cleaner();
-    if let Some(p) = &a.control {
-        control::serve_control(p, Arc::clone(&vol))?;
+    if a.cleaning.is_some() || a.cleaning_age.is_some() {
+        let p = match a.cleaning.as_deref() {
+            Some(c) => c.parse().map_err(|e: String| anyhow!("--cleaning: {e}"))?,
+            None => tiercache_engine::CleaningPolicy::default(),
+        };
+        vol.set_cleaning(p, a.cleaning_age)
+            .map_err(|e| anyhow!("--cleaning / --cleaning-age: {e}"))?;
+        say!("cleaning: {p}");
     }
-    if let Some(m) = &a.metrics {
+    if a.writeback_rate.is_some() || a.writeback_target.is_some() {
+        let rate = match a.writeback_rate.as_deref() {
+            Some(r) => r
+                .parse()
+                .map_err(|e: String| anyhow!("--writeback-rate: {e}"))?,
+            None => tiercache_engine::WritebackRate::Auto,
+        };
+        let target = a
+            .writeback_target
+            .unwrap_or(tiercache_engine::rate::DEFAULT_TARGET);
+        vol.set_writeback_rate(rate, target)
+            .map_err(|e| anyhow!("--writeback-rate / --writeback-target: {e}"))?;
+        say!("write-back rate {rate}, target dirty share {target}");
+    }
+    run_live(
+        vol,
+        LiveServe {
+            cache_path: &cache_path,
+            control: a.control.as_deref(),
+            metrics: a.metrics.as_deref(),
+            http,
+            io,
+            nbd: nbd_opts,
+            socket: a.socket.as_deref(),
+            socket_group,
+            listen,
+            state_path: opts.state_path.as_deref(),
+        },
+    )
+}
+
+/// What serving an open volume takes besides the volume (both layouts).
+pub(crate) struct LiveServe<'a> {
+    pub cache_path: &'a Path,
+    pub control: Option<&'a Path>,
+    pub metrics: Option<&'a str>,
+    pub http: Option<SocketAddr>,
+    /// The device counts the dashboard shows (`dashboard::counted`).
+    pub io: dashboard::DevCounts,
+    pub nbd: tiercache_nbd::ServerOptions,
+    pub socket: Option<&'a Path>,
+    pub socket_group: Option<u32>,
+    pub listen: Option<SocketAddr>,
+    /// Where a failure of the cache is recorded.
+    pub state_path: Option<&'a Path>,
+}
+
+/// Serves an open volume of either layout until SIGTERM or SIGINT: its background work,
+/// control socket, metrics, dashboard and NBD export, then a clean shutdown and the truth
+/// about what a restart will find. Written once against [`LiveVolume`].
+pub(crate) fn run_live(vol: Arc<dyn LiveVolume>, p: LiveServe) -> Result<()> {
+    let background = Arc::clone(&vol).start_background();
+    if let Some(c) = p.control {
+        control::serve_control(c, Arc::clone(&vol))?;
+    }
+    if let Some(m) = p.metrics {
         let addr: SocketAddr = m.parse().map_err(|e| anyhow!("--metrics {m:?}: {e}"))?;
         let (local, _) = control::serve_metrics(addr, Arc::clone(&vol))?;
         say!("metrics on http://{local}/metrics");
     }
-    if let Some(addr) = http {
-        let v = Arc::clone(&vol);
-        let (d, _) =
-            dashboard::Dashboard::start(move || dashboard::direct_snapshot(&v, &io[0], &io[1]))?;
+    if let Some(addr) = p.http {
+        let (v, io) = (Arc::clone(&vol), p.io);
+        let (d, _) = dashboard::Dashboard::start(move || dashboard::snapshot(&*v, &io[0], &io[1]))?;
         let (local, _) = d.serve(addr)?;
         say!("dashboard on http://{local}/");
     }
     let served = serve_until_signal(
-        vol.clone() as Arc<dyn tiercache_nbd::Export>,
-        nbd_opts,
-        a.socket.as_deref(),
-        socket_group,
-        listen,
+        Arc::clone(&vol) as Arc<dyn tiercache_nbd::Export>,
+        p.nbd,
+        p.socket,
+        p.socket_group,
+        p.listen,
     );
     let closed = vol.shutdown();
-    let _ = cleaner.join();
-    if let Some(p) = &a.control {
-        let _ = std::fs::remove_file(p);
+    background.finish();
+    if let Some(c) = p.control {
+        let _ = std::fs::remove_file(c);
     }
     served.context("NBD server")?;
     closed.context("clean shutdown of the cache")?;
     // The last word tells the truth about what a restart will find.
-    let st = vol.stats();
+    let st = vol.live_stats().volume;
     say_shutdown(
-        &cache_path,
+        p.cache_path,
         st.cache_failed,
         vol.failure_recorded(),
-        opts.state_path.as_deref(),
+        p.state_path,
         &st.lost_dirty_ranges,
         st.degraded,
         st.dirty_lines,
@@ -1371,11 +1415,12 @@ fn nbd_options(a: &ServeArgs) -> Result<tiercache_nbd::ServerOptions> {
 
 fn print_stats(v: &serde_json::Value) {
     let s = &v["stats"];
-    if s["layout"] == "log" {
-        return crate::log_serve::print_stats(s);
-    }
     let n = |x: &serde_json::Value| x.as_u64().unwrap_or(0);
     let cap = n(&s["capacity_lines"]).max(1);
+    println!(
+        "layout          {}",
+        s["layout"].as_str().unwrap_or("direct")
+    );
     println!("mode            {}", s["mode"].as_str().unwrap_or("?"));
     println!("policy          {}", s["policy"].as_str().unwrap_or("?"));
     let t = &s["settings"];
@@ -1405,6 +1450,9 @@ fn print_stats(v: &serde_json::Value) {
     println!("RAM (index)     {} bytes", n(&s["ram_index_bytes"]));
     // Faults first: a class table must not hide them.
     print_faults(s);
+    if s["log"].is_object() {
+        print_log_detail(&s["log"]);
+    }
     crate::ctl_stats::print_breakdown(s);
     if crate::serve_classes::print_class_stats(s) {
         return;
@@ -1427,6 +1475,48 @@ fn print_stats(v: &serde_json::Value) {
             n(&k["evictions"])
         );
     }
+}
+
+/// The log layout's own lines of `ctl stats` (its `log` sub-object).
+fn print_log_detail(s: &serde_json::Value) {
+    let f = |k: &str| s[k].as_f64().unwrap_or(0.0);
+    let n = |k: &str| s[k].as_u64().unwrap_or(0);
+    println!(
+        "layout          log: {} segments of {} bytes, compression {}, picker {}, dedup index {}",
+        n("segments"),
+        n("segment_size"),
+        s["compression"].as_str().unwrap_or("?"),
+        s["picker"].as_str().unwrap_or("?"),
+        f("dedup_index_ratio")
+    );
+    println!(
+        "requests        {} ({} passed through after a cache failure or detach)",
+        s["live"]["requests"].as_u64().unwrap_or(0),
+        s["live"]["pass_through_requests"].as_u64().unwrap_or(0)
+    );
+    println!(
+        "reduction       dedup {:.3}, compression {:.3}, effective capacity {:.3}",
+        f("dedup_ratio"),
+        f("compression_ratio"),
+        f("effective_capacity")
+    );
+    println!(
+        "SSD             {} bytes used, {} bytes written",
+        n("ssd_bytes_used"),
+        n("ssd_bytes_written")
+    );
+    println!(
+        "RAM per line    {:.1} bytes of index per cached line",
+        f("index_bytes_per_entry")
+    );
+    let e = &s["engine"];
+    let h = e["read_line_hits"].as_u64().unwrap_or(0);
+    let r = e["read_lines"].as_u64().unwrap_or(0);
+    println!(
+        "reads           {r} lines, {h} hits ({:.2} %), {} from duplicates",
+        100.0 * h as f64 / r.max(1) as f64,
+        e["dup_read_hits"].as_u64().unwrap_or(0)
+    );
 }
 
 /// The fault lines of `ctl stats` (both layouts): device errors, a failed cache, the
@@ -1487,8 +1577,6 @@ pub fn ctl(a: CtlArgs) -> Result<()> {
         CtlCmd::Stats { json, csv, reset } => {
             if json {
                 println!("{}", serde_json::to_string_pretty(&v["stats"])?);
-            } else if csv && v["stats"]["layout"] == "log" {
-                bail!("ctl stats --csv: the log layout has no casadm-style figures yet; use --json")
             } else if csv {
                 crate::ctl_stats::print_csv(&v["stats"])
             } else {
@@ -1542,6 +1630,58 @@ pub fn ctl(a: CtlArgs) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A value of `key`'s type, found by trying a string, a fraction, an integer and a flag
+    /// (a fraction before an integer, which an `f64` field would echo as `7.0`).
+    fn sample(key: &str) -> serde_json::Value {
+        use serde_json::json;
+        [json!("7k"), json!(0.7), json!(7), json!(true)]
+            .into_iter()
+            .find(|v| {
+                let one = serde_json::Map::from_iter([(key.to_string(), v.clone())]);
+                serde_json::from_value::<ServeArgs>(serde_json::Value::Object(one)).is_ok()
+            })
+            .unwrap_or_else(|| panic!("config key {key}: no value deserialises into it"))
+    }
+
+    /// Fails when a flag is added to `ServeArgs` and the config file cannot set it or the
+    /// merge of flags over the file drops it: every key, named from the flags themselves, is
+    /// set once in the file and once as a flag, and must land both times; and the file's keys
+    /// are exactly the flags' (one list, from clap).
+    #[test]
+    fn merge_carries_every_config_key() {
+        let keys = config_keys();
+        assert!(keys.len() >= 40, "{keys:?}");
+        let serde_keys: Vec<String> = serde_json::to_value(ServeArgs::default())
+            .unwrap()
+            .as_object()
+            .unwrap()
+            .keys()
+            .cloned()
+            .collect();
+        for k in &serde_keys {
+            assert!(keys.contains(k), "serde field {k} is no flag");
+        }
+        let one = |k: &str, v: &serde_json::Value| -> ServeArgs {
+            let m = serde_json::Map::from_iter([(k.to_string(), v.clone())]);
+            serde_json::from_value(serde_json::Value::Object(m)).unwrap()
+        };
+        let get = |a: &ServeArgs, k: &str| serde_json::to_value(a).unwrap()[k].clone();
+        for k in &keys {
+            let v = sample(k);
+            let from_file = over_file(ServeArgs::default(), one(k, &v));
+            assert_eq!(get(&from_file, k), v, "config-file key {k} was dropped");
+            let other = if k == "cache" { "backing" } else { "cache" };
+            let file = one(other, &serde_json::json!("file-value"));
+            let from_flag = over_file(one(k, &v), file);
+            assert_eq!(get(&from_flag, k), v, "flag {k} was dropped");
+            assert_eq!(
+                get(&from_flag, other),
+                serde_json::json!("file-value"),
+                "flag {k} lost the file's {other}"
+            );
+        }
+    }
 
     #[test]
     fn example_config_parses_and_flags_win() {

@@ -88,6 +88,20 @@ pub struct CacheArgs {
     /// 7200 rpm model's crossover for a 1 MiB chunk.
     #[arg(long, value_name = "N")]
     pub rewrite_min_runs: Option<u64>,
+    /// Write-back cleaning order: lba (disk order, one sweep per round; default), acp
+    /// (densest disk chunk of --rewrite-chunk first, Open CAS's ACP) or alru (longest dirty
+    /// first; lines dirty for more than --cleaning-age requests are cleaned even below the
+    /// high watermark, Open CAS's ALRU).
+    #[arg(long, value_name = "lba|acp|alru")]
+    pub cleaning: Option<String>,
+    /// --cleaning alru: requests after which a dirty line is cleaned. Default 100000.
+    #[arg(long, value_name = "REQUESTS")]
+    pub cleaning_age: Option<u64>,
+    /// Eviction prefers clean victims: when the policy's victim is dirty, the first clean
+    /// line among its next N likely victims is evicted instead (no write-back on the miss).
+    /// 0 = off (default).
+    #[arg(long, value_name = "N")]
+    pub clean_victim_window: Option<u32>,
     /// I/O class table (TOML): priorities and allocation for `--policy dss`, per-class
     /// partitions (min_share/max_share) and `never` classes for every policy, and rules that
     /// classify requests by offset, size, direction and volume. Shipped:
@@ -150,21 +164,6 @@ impl TuneArgs {
     pub fn is_empty(&self) -> bool {
         *self == TuneArgs::default()
     }
-
-    /// These settings (flags) over `file`'s (a config file's): every field set here wins.
-    /// Field by field through serde, so a new field cannot be left out.
-    pub fn over(&self, file: &TuneArgs) -> TuneArgs {
-        let (mut base, top) = (
-            serde_json::to_value(file).expect("plain struct"),
-            serde_json::to_value(self).expect("plain struct"),
-        );
-        if let (Some(b), Some(t)) = (base.as_object_mut(), top.as_object()) {
-            for (k, v) in t.iter().filter(|(_, v)| !v.is_null()) {
-                b.insert(k.clone(), v.clone());
-            }
-        }
-        serde_json::from_value(base).expect("same struct")
-    }
 }
 
 impl CacheArgs {
@@ -176,6 +175,9 @@ impl CacheArgs {
             mode: self.mode.clone(),
             rewrite_chunk: self.rewrite_chunk.clone(),
             rewrite_min_runs: self.rewrite_min_runs,
+            cleaning: self.cleaning.clone(),
+            cleaning_age: self.cleaning_age,
+            clean_victim_window: self.clean_victim_window,
             validity: self.validity.clone(),
             partial_write_fill: self.no_partial_fill.then_some(false),
             s3fifo_small: None,
@@ -196,7 +198,10 @@ impl CacheArgs {
 The fileserver workload (DSS seed): fileserver[:scale=S,phases=setup+trans+prefind+archive+
 find+scan,files=N,dirs=M,transactions=T]; scale 1 = 600,000 files in 20,000 directories.
   tiercache sim --trace cloudPhysicsIO.csv --cache-size 10% --layout log --compression lz4 --dedup 1.0 --json
-  tiercache sim --workload boot-storm:vms=60,image=18MiB --cache-size 32MiB --layout log --dedup 1")]
+  tiercache sim --workload boot-storm:vms=60,image=18MiB --cache-size 32MiB --layout log --dedup 1
+  tiercache sim --trace cloudPhysicsIO.csv --cache-size 10% --layout log --mode wb --hdd 7200 --ssd default --queue-depth 8
+The log layout runs wherever the direct one does: sweeps, experiment files (layout = \"log\"),
+reproduce, Python, and timed replay (segment writes time as large SSD writes).")]
 pub struct SimArgs {
     #[command(flatten)]
     pub input: InputArgs,
@@ -223,12 +228,15 @@ pub struct SimArgs {
 #[derive(Args, Debug)]
 #[command(after_help = "Examples:
   tiercache sweep --trace cloudPhysicsIO.csv --sizes 1%,5%,10% --policies lru,fifo,arc,s3fifo --out sweep.csv
-  tiercache sweep --config experiments/srt-size-sweep.toml --out srt.csv")]
+  tiercache sweep --config experiments/srt-size-sweep.toml --out srt.csv
+  tiercache sweep --trace cloudPhysicsIO.csv --sizes 1%,5%,10% --layout log --compression lz4 --dedup 1")]
 pub struct SweepArgs {
     #[command(flatten)]
     pub input: InputArgs,
     #[command(flatten)]
     pub cache: CacheArgs,
+    #[command(flatten)]
+    pub layout: crate::layout_args::LayoutArgs,
     /// Cache sizes to sweep, comma-separated (bytes or percent).
     #[arg(long, value_delimiter = ',', value_name = "LIST")]
     pub sizes: Vec<String>,
@@ -342,55 +350,38 @@ fn apply_classes(path: &Option<PathBuf>, spec: &mut tiercache_sim::SimSpec) -> R
 
 pub fn sim(mut a: SimArgs) -> Result<()> {
     a.input.take_positional();
-    if a.layout.is_log()? || crate::layout_args::is_content_workload(&a.input) {
-        return crate::layout_args::sim_layout(&a);
-    }
     let fs = fileserver_input(&a.input)?;
     let mut input_args = a.input.clone();
     if fs.is_some() {
         input_args.workload = None;
     }
-    let exp = experiment(&a.config, &input_args, &a.cache)?;
-    if fs.is_none()
-        && (exp.cache.layout.is_some()
-            || exp.input.workload.as_deref().is_some_and(|w| {
-                crate::layout_args::is_content_workload(&InputArgs {
-                    workload: Some(w.to_string()),
-                    ..Default::default()
-                })
-            }))
-    {
-        // The experiment file chose the layout (or a content workload): flags over file.
-        let mut b = SimArgs {
-            input: a.input.clone(),
-            cache: a.cache.clone(),
-            timed: a.timed.clone(),
-            layout: a.layout.clone(),
-            config: a.config.clone(),
-            json: a.json,
-            csv: a.csv,
-            quiet: a.quiet,
-        };
-        let c = &exp.cache;
-        let l = &mut b.layout;
-        l.layout = l.layout.clone().or(c.layout.clone());
-        l.segment_size = l.segment_size.clone().or(c.segment_size.clone());
-        l.compression = l.compression.clone().or(c.compression.clone());
-        l.dedup = l.dedup.or(c.dedup);
-        if b.input.workload.is_none() && b.input.trace.is_none() {
-            b.input.workload = exp.input.workload.clone();
-            b.input.trace = exp.input.trace.clone();
-            b.input.seed = b.input.seed.or(Some(exp.input.seed));
-        }
-        if b.layout.is_log()? || crate::layout_args::is_content_workload(&b.input) {
-            return crate::layout_args::sim_layout(&b);
-        }
+    let mut exp = experiment(&a.config, &input_args, &a.cache)?;
+    exp.cache.overlay(&a.layout.section()?);
+    // Content workloads (boot storm, snapshot restore) carry their own content and are
+    // generated at the cache's line size, 8 KiB unless given (their own default).
+    let content = exp
+        .input
+        .workload
+        .clone()
+        .filter(|w| tiercache_sim::log::is_content_workload(w));
+    if content.is_some() && exp.cache.line_size.is_none() {
+        exp.cache.line_size = Some(tiercache_sim::log::DEFAULT_LOG_LINE.to_string());
     }
-    let (input, phases) = match fs {
-        Some((i, p)) => (i, p),
-        None => (exp.input.to_input()?, Vec::new()),
+    let (input, phases) = match (fs, &content) {
+        (Some((i, p)), _) => (i, p),
+        (None, Some(w)) => (
+            Input::Memory {
+                name: w.clone(),
+                requests: Arc::new(Vec::new()),
+            },
+            Vec::new(),
+        ),
+        (None, None) => (exp.input.to_input()?, Vec::new()),
     };
     let mut spec = specs(&input, &exp.cache, None, exp.input.seed)?.remove(0);
+    if let Some(w) = &content {
+        tiercache_sim::log::attach_content_workload(&mut spec, w)?;
+    }
     apply_classes(&a.cache.classes, &mut spec)?;
     let progress = Progress::new(a.quiet, input_total(&spec.input), "requests");
     if let Some(mut setup) = a.timed.setup()? {
@@ -439,7 +430,8 @@ pub fn sweep(mut a: SweepArgs) -> Result<()> {
     if fs.is_some() {
         input_args.workload = None;
     }
-    let exp = experiment(&a.config, &input_args, &a.cache)?;
+    let mut exp = experiment(&a.config, &input_args, &a.cache)?;
+    exp.cache.overlay(&a.layout.section()?);
     let input = match fs {
         Some((i, _)) => i,
         None => exp.input.to_input()?,
@@ -705,4 +697,69 @@ fn print_timed(rep: &TimedReport, json: bool, csv: bool) -> Result<()> {
         )?,
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::FromArgMatches as _;
+
+    /// Experiment-file keys `tiercache sim`'s cache flags cannot set: the log layout's
+    /// (they come through `LayoutArgs`) and `s3fifo_small` (no flag yet).
+    const NO_CACHE_FLAG: &[&str] = &[
+        "layout",
+        "segment_size",
+        "compression",
+        "dedup",
+        // The log layout's keys: set by the layout flags (`LayoutArgs`), not `CacheArgs`.
+        "picker",
+        "trim",
+        "reinsert_hits",
+        "dup_share",
+        "erase_block",
+        "s3fifo_small",
+    ];
+
+    /// The flag that sets an experiment-file key, where the names differ.
+    fn flag_of(key: &str) -> String {
+        match key {
+            "size" => "cache-size".into(),
+            "seq_cutoff_read" => "seq-cutoff".into(),
+            "partial_write_fill" => "no-partial-fill".into(),
+            k => k.replace('_', "-"),
+        }
+    }
+
+    fn parse(args: &[&str]) -> Option<CacheArgs> {
+        let cmd = CacheArgs::augment_args(clap::Command::new("sim").no_binary_name(true));
+        let m = cmd.try_get_matches_from(args).ok()?;
+        CacheArgs::from_arg_matches(&m).ok()
+    }
+
+    /// Fails when a field is added to `CacheSection` (an experiment-file key) and `sim`'s
+    /// flags cannot set it, unless it is listed in NO_CACHE_FLAG; and when a listed key gets
+    /// a flag (the list must shrink).
+    #[test]
+    fn every_experiment_cache_key_has_a_sim_flag() {
+        let keys = serde_json::to_value(CacheSection::default()).unwrap();
+        for k in keys.as_object().unwrap().keys() {
+            let flag = format!("--{}", flag_of(k));
+            let set = ["7k", "0.7", "7"].iter().find_map(|v| {
+                let a = parse(&[flag.as_str(), v]).or_else(|| parse(&[flag.as_str()]))?;
+                let s = serde_json::to_value(a.section()).unwrap();
+                (!s[k.as_str()].is_null()).then_some(())
+            });
+            if NO_CACHE_FLAG.contains(&k.as_str()) {
+                assert!(
+                    set.is_none(),
+                    "{k} has a flag now: take it off NO_CACHE_FLAG"
+                );
+            } else {
+                assert!(
+                    set.is_some(),
+                    "experiment key {k}: no sim flag {flag} sets it"
+                );
+            }
+        }
+    }
 }

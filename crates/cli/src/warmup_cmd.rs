@@ -136,6 +136,7 @@ pub fn run(a: WarmupArgs) -> Result<()> {
                 mode: Mode::WriteThrough,
                 ..Default::default()
             },
+            log: None,
         };
         let mut setup = TimedSetup {
             hdd: a.hdd.clone(),

@@ -184,3 +184,126 @@ fn rules_classifier_and_config_keys() {
     assert_eq!(v["classifier"]["name"], "rules");
     srv.stop("-TERM");
 }
+
+/// Issue 19: files written through a kernel mount (nbdfuse + loop + ext4) are classified by
+/// size once the kernel writes their inodes (ordered mode writes the data first, so the data
+/// was cached as "unclassified"): after sync and umount every cached file block is in the
+/// class `tiercache ext4-classify` gives it on the backing image, and lines were relabelled.
+#[test]
+fn kernel_written_files_are_relabelled_live() {
+    if !have("nbdfuse") || !have("losetup") || !have("mkfs.ext4") {
+        return;
+    }
+    if !std::path::Path::new("/dev/fuse").exists() {
+        println!("SKIP: /dev/fuse is missing");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::File::create(d.join("backing.img"))
+        .unwrap()
+        .set_len(128 << 20)
+        .unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let addr = format!("127.0.0.1:{port}");
+    let classes = repo_file("experiments/classes/filesystem.toml");
+    // A cache larger than everything written: no eviction, so every written block is cached.
+    let srv = Srv::sized(
+        d,
+        "160M",
+        &[
+            "--policy",
+            "dss",
+            "--classifier",
+            "ext4",
+            "--classes",
+            &classes,
+            "--mode",
+            "write-through",
+            "--metrics",
+            &addr,
+        ],
+    );
+    let mkfs = ["-b", "4096", "-E", "lazy_itable_init=0,lazy_journal_init=0"];
+    let Some(mut m) = common::Mounted::attach_with(&srv, d, Some(&mkfs)) else {
+        return;
+    };
+    let file = |p: &std::path::Path, n: usize, seed: usize| {
+        let data: Vec<u8> = (0..n).map(|k| (k * 131 + seed * 7) as u8 | 1).collect();
+        std::fs::write(p, data).unwrap();
+    };
+    file(&m.mnt.join("big3m.bin"), 3 << 20, 1);
+    for i in 0..8 {
+        file(&m.mnt.join(format!("small{i}")), 500 + i * 1500, i);
+    }
+    for a in 0..3 {
+        for b in 0..3 {
+            let sub = m.mnt.join(format!("tree{a}/sub{b}"));
+            std::fs::create_dir_all(&sub).unwrap();
+            for (j, n) in [2_000usize, 30_000, 200_000, 700_000].iter().enumerate() {
+                file(&sub.join(format!("f{j}")), *n, a * 10 + b + j);
+            }
+        }
+    }
+    run(&mut Command::new("sync"));
+    m.umount();
+    drop(m);
+
+    let v: serde_json::Value = serde_json::from_str(&srv.ctl(&["stats", "--json"])).unwrap();
+    let truth: serde_json::Value = serde_json::from_str(&run(Command::new(BIN)
+        .args(["ext4-classify", "--json"])
+        .arg(d.join("backing.img"))))
+    .unwrap();
+    let cached = |name: &str| {
+        v["classes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["name"] == name)
+            .map_or(0, |c| c["cached_lines"].as_u64().unwrap())
+    };
+    let mut report = String::new();
+    for name in ["unclassified", "metadata", "journal", "directory"] {
+        report += &format!("{name}: cached {}\n", cached(name));
+    }
+    for name in [
+        "file<4KiB",
+        "file<16KiB",
+        "file<64KiB",
+        "file<256KiB",
+        "file<1MiB",
+        "file<4MiB",
+    ] {
+        let want = truth["classes"][name].as_u64().unwrap();
+        report += &format!("{name}: cached {} ext4-classify {want}\n", cached(name));
+    }
+    let relabelled = {
+        let body = metrics(&addr);
+        body.lines()
+            .find_map(|l| l.strip_prefix("tiercache_relabelled_lines_total "))
+            .map(|n| n.trim().parse::<u64>().unwrap())
+            .unwrap_or_else(|| panic!("no tiercache_relabelled_lines_total in {body}"))
+    };
+    println!(
+        "{report}relabelled {relabelled}\nclassifier {}",
+        v["classifier"]
+    );
+    for name in [
+        "file<4KiB",
+        "file<16KiB",
+        "file<64KiB",
+        "file<256KiB",
+        "file<1MiB",
+        "file<4MiB",
+    ] {
+        let want = truth["classes"][name].as_u64().unwrap();
+        assert!(want > 0, "{name}: ext4-classify found no block\n{report}");
+        assert_eq!(cached(name), want, "{name}\n{report}");
+    }
+    assert!(relabelled > 0, "no line relabelled\n{report}");
+    srv.stop("-TERM");
+}

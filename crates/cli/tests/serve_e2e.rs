@@ -5,8 +5,8 @@
 
 mod common;
 
-use common::{have, run, sha, Srv, BIN};
-use std::path::{Path, PathBuf};
+use common::{have, run, sha, Mounted, Srv, BIN};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -150,85 +150,6 @@ fn qemu_img_info_and_metrics() {
     }
     assert!(srv.ctl(&["mode", "wb"]).contains("write-back"));
     srv.stop("-TERM");
-}
-
-/// An ext4 file system through nbdfuse and a loop device, across a server restart.
-struct Mounted {
-    fuse: Option<Child>,
-    fuse_dir: PathBuf,
-    loop_dev: Option<String>,
-    mnt: PathBuf,
-    mounted: bool,
-}
-
-impl Mounted {
-    /// `None` (with a SKIP message) when FUSE, loop devices or mount are unavailable.
-    fn attach(srv: &Srv, dir: &Path, mkfs: bool) -> Option<Mounted> {
-        let fuse_dir = dir.join("fuse");
-        let mnt = dir.join("mnt");
-        std::fs::create_dir_all(&fuse_dir).unwrap();
-        std::fs::create_dir_all(&mnt).unwrap();
-        let fuse = Command::new("nbdfuse")
-            .arg(&fuse_dir)
-            .arg(srv.uri())
-            .spawn()
-            .ok()?;
-        let mut m = Mounted {
-            fuse: Some(fuse),
-            fuse_dir: fuse_dir.clone(),
-            loop_dev: None,
-            mnt,
-            mounted: false,
-        };
-        let t = Instant::now();
-        while !fuse_dir.join("nbd").exists() {
-            if t.elapsed() > Duration::from_secs(10) {
-                println!("SKIP: nbdfuse did not mount (no FUSE here?)");
-                return None;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let out = Command::new("losetup")
-            .args(["-f", "--show"])
-            .arg(fuse_dir.join("nbd"))
-            .output()
-            .ok()?;
-        if !out.status.success() {
-            println!(
-                "SKIP: no loop device: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-            return None;
-        }
-        let dev = String::from_utf8_lossy(&out.stdout).trim().to_string();
-        m.loop_dev = Some(dev.clone());
-        if mkfs {
-            run(Command::new("mkfs.ext4").args(["-q", "-F", &dev]));
-        }
-        let st = Command::new("mount").arg(&dev).arg(&m.mnt).status().ok()?;
-        if !st.success() {
-            println!("SKIP: mount {dev} failed (not allowed in this container?)");
-            return None;
-        }
-        m.mounted = true;
-        Some(m)
-    }
-}
-
-impl Drop for Mounted {
-    fn drop(&mut self) {
-        if self.mounted {
-            let _ = Command::new("umount").arg(&self.mnt).status();
-        }
-        if let Some(d) = &self.loop_dev {
-            let _ = Command::new("losetup").args(["-d", d]).status();
-        }
-        let _ = Command::new("umount").arg(&self.fuse_dir).status();
-        if let Some(mut c) = self.fuse.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
 }
 
 #[test]

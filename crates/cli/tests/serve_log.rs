@@ -29,8 +29,12 @@ const LOG: [&str; 10] = [
     "256k",
 ];
 
+/// The log layout's own figures: the `log` sub-object of `ctl stats --json` (the top level
+/// holds the figures both layouts share, `tiercache_server::live`).
 fn stats(srv: &Srv) -> serde_json::Value {
-    serde_json::from_str(&srv.ctl(&["stats", "--json"])).unwrap()
+    let v: serde_json::Value = serde_json::from_str(&srv.ctl(&["stats", "--json"])).unwrap();
+    assert_eq!(v["layout"], "log", "{v}");
+    v["log"].clone()
 }
 
 #[test]

@@ -150,6 +150,11 @@ fn ctl_set_get_and_reset_through_the_binary() {
     );
     let log = srv.stop("-TERM");
     assert!(log.contains("setting admission: always -> never"), "{log}");
+    // A log going to a file (or journald) carries no terminal colour codes.
+    assert!(
+        !log.contains('\x1b'),
+        "ANSI escapes in a log that is not a terminal: {log:?}"
+    );
     // A restart keeps what was set (stored in the superblock).
     let srv = Srv::sized(d, "32M", &[]);
     assert_eq!(srv.ctl(&["get", "admission"]).trim(), "nhit:2:1");

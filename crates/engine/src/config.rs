@@ -1,5 +1,6 @@
 //! Engine configuration: granularities, write mode, admission, cleaning, presets.
 
+use crate::cleaning::CleaningPolicy;
 use crate::policy::PolicyConfig;
 use crate::units::size_serde;
 use serde::{Deserialize, Serialize};
@@ -147,12 +148,15 @@ impl Admission {
     }
 }
 
+/// As `--admission` takes it, in its shortest form: `always`, `never`, `nhit:N` (both
+/// directions), `nhit:R:W`; parsing the text gives the same rule back.
 impl fmt::Display for Admission {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.is_always() {
-            f.write_str("always")
-        } else {
-            write!(f, "nhit:{}:{}", self.read_threshold, self.write_threshold)
+        match (self.read_threshold, self.write_threshold) {
+            (1, 1) => f.write_str("always"),
+            (0, 0) => f.write_str("never"),
+            (r, w) if r == w => write!(f, "nhit:{r}"),
+            (r, w) => write!(f, "nhit:{r}:{w}"),
         }
     }
 }
@@ -245,7 +249,20 @@ pub struct EngineConfig {
     /// run. The default is the crossover of the 7200 rpm disk model for a 1 MiB chunk
     /// (`tiercache_devices::rewrite_min_runs`; a test keeps them equal).
     pub rewrite_min_runs: u64,
+    /// Cleaning: which dirty line is written back next (`lba`, `acp` densest chunk first,
+    /// `alru` longest dirty first). See [`crate::cleaning`].
+    pub cleaning: CleaningPolicy,
+    /// Cleaning `alru`: a line dirty for more than this many requests (the engine's logical
+    /// clock) is due for cleaning even below the high watermark.
+    pub cleaning_age: u64,
+    /// Eviction: when the policy's victim is dirty, evict instead the first clean line among
+    /// its next this-many likely victims (`Policy::eviction_candidates`), so a miss waits
+    /// for no write-back. 0 = off (the policy's victim, dirty or not).
+    pub clean_victim_window: u32,
 }
+
+/// Default [`EngineConfig::cleaning_age`] (requests).
+pub const DEFAULT_CLEANING_AGE: u64 = 100_000;
 
 /// Default [`EngineConfig::rewrite_chunk`].
 pub const DEFAULT_REWRITE_CHUNK: u64 = 1 << 20;
@@ -271,6 +288,9 @@ impl Default for EngineConfig {
             volume_bytes: None,
             rewrite_chunk: DEFAULT_REWRITE_CHUNK,
             rewrite_min_runs: DEFAULT_REWRITE_MIN_RUNS,
+            cleaning: CleaningPolicy::Lba,
+            cleaning_age: DEFAULT_CLEANING_AGE,
+            clean_victim_window: 0,
         }
     }
 }
@@ -337,7 +357,21 @@ impl EngineConfig {
                 "rewrite_chunk {c} must be 0 (off) or a power of two between the line size ({ls}) and 1 GiB"
             ));
         }
+        if self.cleaning_age == 0 {
+            return Err("cleaning_age must be at least 1 request".into());
+        }
         Ok(())
+    }
+
+    /// Lines per chunk of ACP cleaning, as log2: `rewrite_chunk`, or 1 MiB when chunk
+    /// rewrites are off (at least one line).
+    pub fn acp_chunk_lines_shift(&self) -> u32 {
+        let chunk = if self.rewrite_chunk != 0 {
+            self.rewrite_chunk
+        } else {
+            DEFAULT_REWRITE_CHUNK
+        };
+        (chunk.max(self.line_size) / self.line_size).trailing_zeros()
     }
 
     /// Applies a named preset (line, group and thresholds).
@@ -412,6 +446,21 @@ mod tests {
         let a: Admission = "nhit:2:0".parse().unwrap();
         assert_eq!((a.read_threshold, a.write_threshold), (2, 0));
         assert!("nhit:x".parse::<Admission>().is_err());
+        // Shown as typed, and the text parses back to the same rule.
+        for (text, shown) in [
+            ("always", "always"),
+            ("never", "never"),
+            ("nhit:0:0", "never"),
+            ("nhit:1", "always"),
+            ("nhit:3", "nhit:3"),
+            ("nhit:2:2", "nhit:2"),
+            ("nhit:2:0", "nhit:2:0"),
+            ("nhit:0:4", "nhit:0:4"),
+        ] {
+            let a: Admission = text.parse().unwrap();
+            assert_eq!(a.to_string(), shown, "{text}");
+            assert_eq!(shown.parse::<Admission>().unwrap(), a, "{text}");
+        }
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! The cache engine (direct layout): lines in fixed slots, a map from line key to slot, a
 //! replacement policy, admission, write modes and write-back cleaning.
 
+use crate::cleaning::{self, Cleaner};
 use crate::config::{EngineConfig, Mode, Validity};
 use crate::index::LineIndex;
 use crate::plan::{Plan, Step};
@@ -56,7 +57,10 @@ pub struct Engine {
     dirty: Vec<u64>,
     dirty_count: u64,
     dirty_set: BTreeSet<u64>,
-    clean_cursor: u64,
+    /// The cleaning policy: which dirty line [`Engine::clean`] writes back next.
+    cleaner: Box<dyn Cleaner>,
+    /// Logical clock: requests processed (plus [`Engine::advance_clock`]).
+    clock: u64,
     map: LineIndex,
     policy: Box<dyn Policy>,
     counters: Vec<Counters>,
@@ -88,6 +92,8 @@ pub struct Engine {
     /// Dirty lines may not be evicted ([`Engine::set_dirty_evictions_blocked`]): the
     /// executor's backing device is failing writes, so a write-back could not happen.
     dirty_evictions_blocked: bool,
+    /// Scratch for [`Engine::clean_candidate`].
+    cand_buf: Vec<Slot>,
 }
 
 /// What serving one line of a request came to.
@@ -177,7 +183,8 @@ impl Engine {
             dirty: vec![0; (cap as usize).div_ceil(64)],
             dirty_count: 0,
             dirty_set: BTreeSet::new(),
-            clean_cursor: 0,
+            cleaner: cleaning::make(cfg.cleaning, cfg.acp_chunk_lines_shift(), cfg.cleaning_age),
+            clock: 0,
             map: LineIndex::new(cap as usize),
             policy,
             counters: vec![Counters::default(); NUM_CLASSES],
@@ -192,6 +199,7 @@ impl Engine {
             unmapped: Vec::new(),
             track_unmapped: false,
             dirty_evictions_blocked: false,
+            cand_buf: Vec::new(),
             cfg,
         };
         e.update_fast_path();
@@ -330,7 +338,13 @@ impl Engine {
             self.group_lines_shift = (c.group_size / c.line_size).trailing_zeros();
             self.group_counts.clear();
         }
+        let rebuild = c.cleaning != self.cfg.cleaning
+            || c.cleaning_age != self.cfg.cleaning_age
+            || c.acp_chunk_lines_shift() != self.cfg.acp_chunk_lines_shift();
         self.cfg = c;
+        if rebuild {
+            self.rebuild_cleaner();
+        }
         self.update_fast_path();
         Ok(())
     }
@@ -546,6 +560,7 @@ impl Engine {
     /// Processes one request: updates state and counters and returns the plan.
     #[inline]
     pub fn process(&mut self, req: &Request) -> Result<&Plan, EngineError> {
+        self.clock += 1;
         // The fast path's test is inlined into the caller's loop; everything else is not.
         if self.fast
             && matches!(req.op, Op::Read | Op::Write)
@@ -690,11 +705,13 @@ impl Engine {
         c.insertions += 1 - hit;
         c.admitted_misses += 1 - hit;
         if is_write {
+            c.write_requests.count(hit, 1 - hit, 0);
             c.writes += 1;
             c.write_bytes += ls;
             c.write_line_accesses += 1;
             c.write_line_hits += hit;
         } else {
+            c.read_requests.count(hit, 1 - hit, 0);
             c.reads += 1;
             c.read_bytes += ls;
             c.read_line_accesses += 1;
@@ -863,7 +880,13 @@ impl Engine {
         }
         if req.len == 0 {
             self.plan.reset(req.offset, 0);
-            self.counters[ci].full_hits += 1;
+            let c = &mut self.counters[ci];
+            c.full_hits += 1;
+            if is_write {
+                c.write_requests.hits += 1;
+            } else {
+                c.read_requests.hits += 1;
+            }
             return;
         }
         let (first, last) = self.lines(req);
@@ -877,7 +900,7 @@ impl Engine {
         } else {
             mode != Mode::PassThrough
         };
-        let (mut hits, mut misses) = (0u64, 0u64);
+        let (mut hits, mut misses, mut bypassed) = (0u64, 0u64, 0u64);
         let mut cur_group = u64::MAX;
         let mut group_ok = false;
         for l in first..=last {
@@ -923,6 +946,7 @@ impl Engine {
                         c.sector_fills += 1;
                     } else {
                         c.bypasses.add(Bypass::Mode);
+                        bypassed += 1;
                     }
                     continue;
                 }
@@ -957,6 +981,7 @@ impl Engine {
             match why {
                 Some(why) => {
                     self.counters[ci].bypasses.add(why);
+                    bypassed += 1;
                     self.bypass_line(req, &part);
                 }
                 None => {
@@ -975,9 +1000,11 @@ impl Engine {
         if is_write {
             c.write_line_accesses += hits + misses;
             c.write_line_hits += hits;
+            c.write_requests.count(hits, misses, bypassed);
         } else {
             c.read_line_accesses += hits + misses;
             c.read_line_hits += hits;
+            c.read_requests.count(hits, misses, bypassed);
         }
         if misses == 0 {
             c.full_hits += 1;
@@ -1342,11 +1369,16 @@ impl Engine {
         if let Some(s) = self.free_slot() {
             return s;
         }
-        let victim = if self.class_gate {
+        let mut victim = if self.class_gate {
             self.policy.victim_for(ci as u8, &self.dirty)
         } else {
             self.policy.victim()
         };
+        if self.cfg.clean_victim_window > 0 && self.is_dirty(victim) {
+            if let Some(c) = self.clean_candidate() {
+                victim = c;
+            }
+        }
         let key = self.keys[victim as usize];
         debug_assert!(
             key != EMPTY,
@@ -1360,6 +1392,22 @@ impl Engine {
         self.counters[ci].evictions += 1;
         self.unmap(victim, true);
         victim
+    }
+
+    /// The first clean line among the policy's next `clean_victim_window` likely victims
+    /// (the victim it named is dirty: evicting a clean one instead needs no write-back).
+    #[cold]
+    fn clean_candidate(&mut self) -> Option<Slot> {
+        let mut hint = std::mem::take(&mut self.cand_buf);
+        hint.clear();
+        self.policy
+            .eviction_candidates(self.cfg.clean_victim_window as usize, &mut hint);
+        let found = hint
+            .iter()
+            .copied()
+            .find(|&s| self.keys[s as usize] != EMPTY && !self.is_dirty(s));
+        self.cand_buf = hint;
+        found
     }
 
     /// A slot that holds no line (the free list, then never-used slots), if any.
@@ -1499,22 +1547,56 @@ impl Engine {
             self.dirty[w] |= 1 << b;
             self.dirty_count += 1;
             self.dirty_set.insert(key);
+            self.cleaner.dirtied(key, self.clock);
         } else {
             self.dirty[w] &= !(1 << b);
             self.dirty_count -= 1;
             self.dirty_set.remove(&key);
+            self.cleaner.cleaned(key);
         }
     }
 
     /// Whether dirty lines exceed the high watermark (write-back cleaning is due).
+    /// With `alru` cleaning also when a line has been dirty for more than `cleaning_age`
+    /// requests.
     pub fn needs_cleaning(&self) -> bool {
-        self.dirty_count > 0 && self.dirty_count as f64 > self.cfg.dirty_high * self.cap as f64
+        self.dirty_count > 0
+            && (self.dirty_count as f64 > self.cfg.dirty_high * self.cap as f64
+                || self.cleaner.due(self.clock, 1) > 0)
     }
 
-    /// Lines cleaning would write back now to get down to the low watermark.
+    /// Lines cleaning would write back now to get down to the low watermark (with `alru`
+    /// cleaning at least the lines dirty for more than `cleaning_age` requests).
     pub fn cleaning_target(&self) -> u64 {
         let low = (self.cfg.dirty_low * self.cap as f64).floor() as u64;
-        self.dirty_count.saturating_sub(low)
+        let over = self.dirty_count.saturating_sub(low);
+        over.max(self.cleaner.due(self.clock, self.dirty_count))
+    }
+
+    /// The engine's logical clock: requests processed plus [`Engine::advance_clock`].
+    pub fn clock(&self) -> u64 {
+        self.clock
+    }
+
+    /// Advances the logical clock by `n` (a driver passing idle time in, in requests'
+    /// worth), so that `alru` staleness also counts time without requests.
+    pub fn advance_clock(&mut self, n: u64) {
+        self.clock += n;
+    }
+
+    /// The cleaning policy's name.
+    pub fn cleaning_name(&self) -> &'static str {
+        self.cleaner.name()
+    }
+
+    /// Rebuilds the cleaner from the configuration and the dirty set (after a change of
+    /// `cleaning`, `cleaning_age` or the ACP chunk); lines count as dirty since now.
+    fn rebuild_cleaner(&mut self) {
+        let c = &self.cfg;
+        self.cleaner = cleaning::make(c.cleaning, c.acp_chunk_lines_shift(), c.cleaning_age);
+        for &k in &self.dirty_set {
+            self.cleaner.dirtied(k, self.clock);
+        }
     }
 
     /// Writes back up to `max_lines` dirty lines in LBA order (continuing where the last pass
@@ -1532,10 +1614,8 @@ impl Engine {
         self.plan.reset(0, 0);
         let mut done = 0;
         while done < max_lines && self.dirty_count > 0 {
-            let key = match self.dirty_set.range(self.clean_cursor..).next() {
-                Some(&k) => k,
-                None => *self.dirty_set.iter().next().expect("dirty_count > 0"),
-            };
+            let key = self.cleaner.next(&self.dirty_set);
+            debug_assert!(self.dirty_set.contains(&key), "cleaner chose a clean line");
             if let Some(n) = self.rewrite_chunk(key, max_lines - done) {
                 done += n;
                 continue;
@@ -1543,7 +1623,7 @@ impl Engine {
             let slot = self.lookup(key).expect("dirty line is cached");
             let ci = self.classes[slot as usize] as usize;
             self.write_back(ci, slot, key);
-            self.clean_cursor = key.wrapping_add(1);
+            self.cleaner.advance(key.wrapping_add(1));
             done += 1;
         }
         &self.plan
@@ -1556,7 +1636,11 @@ impl Engine {
         c.rewrite_chunk = chunk;
         c.rewrite_min_runs = min_runs;
         c.validate().map_err(EngineError::Config)?;
+        let rebuild = c.acp_chunk_lines_shift() != self.cfg.acp_chunk_lines_shift();
         self.cfg = c;
+        if rebuild {
+            self.rebuild_cleaner();
+        }
         Ok(())
     }
 
@@ -1655,7 +1739,7 @@ impl Engine {
             }
         }
         self.counters[0].chunk_rewrites += 1;
-        self.clean_cursor = end;
+        self.cleaner.advance(end);
         Some(cleaned)
     }
 

@@ -4,24 +4,28 @@
 //! executes.
 
 pub mod classes;
+pub mod cleaning;
 pub mod config;
 pub mod engine;
 pub mod index;
 pub mod log;
 pub mod plan;
 pub mod policy;
+pub mod rate;
 pub mod request;
 pub mod stats;
 pub mod units;
 
 pub use classes::{Allocation, ClassPolicy, ClassTable, TableError};
+pub use cleaning::CleaningPolicy;
 pub use config::{
-    Admission, EngineConfig, Mode, Preset, SeqCutoff, Validity, DEFAULT_REWRITE_CHUNK,
-    DEFAULT_REWRITE_MIN_RUNS,
+    Admission, EngineConfig, Mode, Preset, SeqCutoff, Validity, DEFAULT_CLEANING_AGE,
+    DEFAULT_REWRITE_CHUNK, DEFAULT_REWRITE_MIN_RUNS,
 };
 pub use engine::{Engine, EngineError};
 pub use log::{Compression, ExtentContent, Layout, LogConfig, LogEngine};
 pub use plan::{Plan, Step};
+pub use rate::{RateController, WritebackRate};
 pub use request::{Op, Request, MAX_CLASS, NUM_CLASSES};
-pub use stats::{Bypass, Bypasses, Counters};
+pub use stats::{Bypass, Bypasses, Counters, DirRequests};
 pub use units::{fmt_size, parse_size, CacheSize};

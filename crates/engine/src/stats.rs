@@ -6,6 +6,7 @@
 //! - `line_misses = admitted_misses + bypasses.total()`
 //! - `full_hits + partial_hits + full_misses = reads + writes`
 //! - `insertions + sector_fills >= admitted_misses` (group population inserts more)
+//! - per direction: `hits + partial_misses + full_misses + pass_through = reads` (writes)
 
 use serde::{Deserialize, Serialize};
 use std::ops::AddAssign;
@@ -63,6 +64,49 @@ impl Bypasses {
     }
 }
 
+/// Read or write requests by outcome (casadm's per-direction request table). The four add up
+/// to the direction's requests: `pass_through` is a request none of whose lines hit and all of
+/// whose missed lines went around the cache (a bypass of any reason); `full_misses` are the
+/// other requests with no line hit (some line was put in the cache).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DirRequests {
+    pub hits: u64,
+    pub partial_misses: u64,
+    pub full_misses: u64,
+    pub pass_through: u64,
+}
+
+impl DirRequests {
+    pub fn total(&self) -> u64 {
+        self.hits + self.partial_misses + self.full_misses + self.pass_through
+    }
+
+    /// Counts one request of `hits` line hits, `misses` line misses of which `bypassed` went
+    /// around the cache.
+    #[inline]
+    pub fn count(&mut self, hits: u64, misses: u64, bypassed: u64) {
+        debug_assert!(bypassed <= misses);
+        *if misses == 0 {
+            &mut self.hits
+        } else if hits > 0 {
+            &mut self.partial_misses
+        } else if bypassed == misses {
+            &mut self.pass_through
+        } else {
+            &mut self.full_misses
+        } += 1;
+    }
+}
+
+impl AddAssign<&DirRequests> for DirRequests {
+    fn add_assign(&mut self, o: &DirRequests) {
+        self.hits += o.hits;
+        self.partial_misses += o.partial_misses;
+        self.full_misses += o.full_misses;
+        self.pass_through += o.pass_through;
+    }
+}
+
 /// Event counters of one class (or, summed, of the whole run).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Counters {
@@ -85,6 +129,12 @@ pub struct Counters {
     pub full_hits: u64,
     pub partial_hits: u64,
     pub full_misses: u64,
+    /// Read requests by outcome ([`DirRequests`]; absent in results of older versions).
+    #[serde(default)]
+    pub read_requests: DirRequests,
+    /// Write requests by outcome.
+    #[serde(default)]
+    pub write_requests: DirRequests,
     /// Missed lines that were put in the cache.
     pub admitted_misses: u64,
     pub bypasses: Bypasses,
@@ -153,6 +203,8 @@ impl AddAssign<&Counters> for Counters {
         b.partial_write += ob.partial_write;
         b.no_capacity += ob.no_capacity;
         b.class += ob.class;
+        self.read_requests += &o.read_requests;
+        self.write_requests += &o.write_requests;
     }
 }
 
@@ -185,7 +237,7 @@ impl Counters {
     /// Checks the invariants in the module documentation; returns the first that fails.
     pub fn check(&self) -> Result<(), String> {
         let c = self;
-        let rules: [(&str, u64, u64); 6] = [
+        let rules: [(&str, u64, u64); 8] = [
             (
                 "requests = reads+writes+trims+flushes",
                 c.requests,
@@ -215,6 +267,16 @@ impl Counters {
                 "full_hits+partial_hits+full_misses = reads+writes",
                 c.full_hits + c.partial_hits + c.full_misses,
                 c.reads + c.writes,
+            ),
+            (
+                "read requests by outcome = reads",
+                c.read_requests.total(),
+                c.reads,
+            ),
+            (
+                "write requests by outcome = writes",
+                c.write_requests.total(),
+                c.writes,
             ),
         ];
         for (what, a, b) in rules {

@@ -44,11 +44,23 @@ fn run(
     reqs: &[Request],
     oracle: bool,
 ) -> (Counters, Vec<(u64, u32, bool)>, usize) {
+    run_with(policy, mode, cap, reqs, oracle, EngineConfig::default())
+}
+
+/// [`run`] over `base`'s other settings (cleaning policy, clean-victim window).
+fn run_with(
+    policy: &str,
+    mode: Mode,
+    cap: u64,
+    reqs: &[Request],
+    oracle: bool,
+    base: EngineConfig,
+) -> (Counters, Vec<(u64, u32, bool)>, usize) {
     let cfg = EngineConfig {
         capacity_lines: cap,
         policy: policy.into(),
         mode,
-        ..Default::default()
+        ..base
     };
     let mut e = Engine::new(cfg).unwrap();
     if oracle || e.needs_oracle() {
@@ -104,6 +116,42 @@ fn every_policy_keeps_the_contract_in_every_mode() {
             }
         }
     }
+}
+
+#[test]
+fn every_policy_keeps_the_contract_preferring_clean_victims_under_every_cleaning_policy() {
+    use tiercache_engine::CleaningPolicy;
+    let reqs = stream(13, 4000);
+    for p in REGISTRY {
+        for cleaning in CleaningPolicy::ALL {
+            for cap in [1, 7, 64, 300] {
+                let base = EngineConfig {
+                    clean_victim_window: 8,
+                    cleaning,
+                    cleaning_age: 500,
+                    ..Default::default()
+                };
+                run_with(p.name, Mode::WriteBack, cap, &reqs, false, base);
+            }
+        }
+    }
+    // Where the policy gives a hint (LRU), fewer evictions have to write back.
+    let dirty_evictions = |w| {
+        let base = EngineConfig {
+            clean_victim_window: w,
+            dirty_high: 0.5,
+            dirty_low: 0.3,
+            ..Default::default()
+        };
+        run_with("lru", Mode::WriteBack, 64, &reqs, false, base)
+            .0
+            .dirty_evictions
+    };
+    let (off, on) = (dirty_evictions(0), dirty_evictions(8));
+    assert!(
+        on < off,
+        "clean victims preferred: {on} dirty evictions, off: {off}"
+    );
 }
 
 #[test]

@@ -677,3 +677,56 @@ fn a_rewrite_stops_at_the_end_of_the_volume() {
         "{plan:?}"
     );
 }
+
+/// Issue 17: requests per direction by outcome (casadm's request table), for a known mix,
+/// through the one-line fast path and the general path.
+#[test]
+fn requests_per_direction_by_outcome() {
+    use tiercache_engine::DirRequests;
+    let d = |hits, partial_misses, full_misses, pass_through| DirRequests {
+        hits,
+        partial_misses,
+        full_misses,
+        pass_through,
+    };
+    // Write-through: everything missed is admitted.
+    let mut e = engine(Mode::WriteThrough, 16);
+    for r in [
+        Request::read(0, 4096),        // full miss
+        Request::read(0, 4096),        // hit
+        Request::read(0, 8192),        // partial miss (line 1 is new)
+        Request::read(512, 1024),      // hit, sub-line
+        Request::write(65536, 4096),   // full miss
+        Request::write(65536, 4096),   // hit
+        Request::write(65536, 12288),  // partial miss
+        Request::read(1 << 20, 16384), // full miss over 4 lines
+    ] {
+        e.process(&r).unwrap();
+    }
+    let c = e.counters();
+    assert_eq!(c.read_requests, d(2, 1, 2, 0));
+    assert_eq!(c.write_requests, d(1, 1, 1, 0));
+    c.check().unwrap();
+    // Write-around: write misses go around the cache (pass-through), reads are admitted.
+    let mut e = engine(Mode::WriteAround, 16);
+    for r in [
+        Request::write(0, 4096),     // pass-through
+        Request::write(8192, 8192),  // pass-through, two lines
+        Request::read(0, 4096),      // full miss, admitted
+        Request::read(0, 4096),      // hit
+        Request::read(40960, 4096),  // full miss
+        Request::write(40960, 0),    // empty: a hit
+        Request::write(81920, 1000), // pass-through, sub-line
+    ] {
+        e.process(&r).unwrap();
+    }
+    let c = e.counters();
+    assert_eq!(c.read_requests, d(1, 0, 2, 0));
+    assert_eq!(c.write_requests, d(1, 0, 0, 3));
+    c.check().unwrap();
+    // Sums over classes keep them.
+    let mut sum = tiercache_engine::Counters::default();
+    sum += &c;
+    sum += &c;
+    assert_eq!(sum.write_requests, d(2, 0, 0, 6));
+}

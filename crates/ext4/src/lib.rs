@@ -590,6 +590,16 @@ impl Ext4Classifier {
         std::mem::take(&mut self.changes)
     }
 
+    /// Forgets the learned layout (a new file system), keeping the caller's settings: change
+    /// tracking stays on, so that blocks of the new file system are reported as they become
+    /// owned (a reset to `new()` here once turned tracking off for good at the first
+    /// superblock, and no cached line of a kernel-written file was ever relabelled).
+    fn forget(&mut self) {
+        let track = self.track;
+        *self = Self::new();
+        self.track = track;
+    }
+
     fn note_change(&mut self, start: u64, end: u64) {
         if self.track && self.changes.len() < MAX_CHANGES {
             self.changes.push((start, end));
@@ -705,7 +715,7 @@ impl Ext4Classifier {
             None => {
                 if self.geo.is_some() {
                     // The file system was overwritten (mkfs of something else): forget it.
-                    *self = Self::new();
+                    self.forget();
                 }
             }
             Some(g) => {
@@ -719,7 +729,7 @@ impl Ext4Classifier {
                         && old.first_data_block == g.first_data_block
                 });
                 if !same_fs {
-                    *self = Self::new();
+                    self.forget();
                 }
                 let journal = g.journal_inum;
                 self.groups.resize(g.group_count as usize, Group::default());

@@ -13,7 +13,7 @@
 //! anything else                        -> {"ok":false,"error":"..."}
 //! ```
 
-use crate::volume::CacheVolume;
+use crate::live::LiveVolume;
 use serde::{Deserialize, Serialize};
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener};
@@ -62,7 +62,8 @@ pub fn get_reply(all: Vec<(&'static str, String)>, key: Option<&str>) -> serde_j
     serde_json::json!({"ok": true, "settings": v})
 }
 
-fn handle(vol: &CacheVolume, line: &str) -> serde_json::Value {
+/// The answer to one request line, for a volume of either layout.
+pub fn handle(vol: &dyn LiveVolume, line: &str) -> serde_json::Value {
     let cmd: Command = match serde_json::from_str(line) {
         Ok(c) => c,
         Err(e) => {
@@ -71,7 +72,7 @@ fn handle(vol: &CacheVolume, line: &str) -> serde_json::Value {
     };
     let r = match cmd {
         Command::Stats => {
-            return serde_json::json!({"ok": true, "stats": vol.stats()});
+            return serde_json::json!({"ok": true, "stats": vol.live_stats()});
         }
         Command::Flush => vol.flush_dirty().map_err(|e| e.to_string()),
         Command::Mode { mode } => mode
@@ -98,9 +99,10 @@ fn handle(vol: &CacheVolume, line: &str) -> serde_json::Value {
     }
 }
 
-/// Serves the control socket at `path` (replacing a stale socket file) in a thread.
-pub fn serve_control(path: &Path, vol: Arc<CacheVolume>) -> io::Result<JoinHandle<()>> {
-    serve_json_lines(path, move |line| handle(&vol, line))
+/// Serves the control socket of `vol` (either layout) at `path` (replacing a stale socket
+/// file) in a thread.
+pub fn serve_control(path: &Path, vol: Arc<dyn LiveVolume>) -> io::Result<JoinHandle<()>> {
+    serve_json_lines(path, move |line| handle(&*vol, line))
 }
 
 /// The socket side of [`serve_control`] for any volume: one JSON request per line, `answer`
@@ -183,9 +185,9 @@ pub fn request(path: &Path, cmd: &Command) -> Result<serde_json::Value, String> 
 /// responder, one request per connection.
 pub fn serve_metrics(
     addr: SocketAddr,
-    vol: Arc<CacheVolume>,
+    vol: Arc<dyn LiveVolume>,
 ) -> io::Result<(SocketAddr, JoinHandle<()>)> {
-    serve_prometheus(addr, move || vol.metrics().prometheus(&vol.stats()))
+    serve_prometheus(addr, move || crate::live::prometheus(&*vol))
 }
 
 /// Most metrics connections served at once; more are closed right after accept.
@@ -196,8 +198,8 @@ pub const METRICS_REQUEST_DEADLINE: Duration = Duration::from_secs(5);
 /// Time a metrics client has to take the reply.
 pub const METRICS_WRITE_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// The HTTP side of [`serve_metrics`] for any exporter: `body` renders the metrics text at
-/// each `GET /metrics` (the log-layout volume uses it too).
+/// The HTTP side of [`serve_metrics`]: `body` renders the metrics text at each
+/// `GET /metrics`.
 pub fn serve_prometheus(
     addr: SocketAddr,
     body: impl Fn() -> String + Send + Sync + 'static,

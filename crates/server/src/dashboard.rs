@@ -9,8 +9,6 @@
 
 use crate::dev::BlockDev;
 use crate::identity::BackingIdentity;
-use crate::log_volume::LogVolume;
-use crate::volume::CacheVolume;
 use serde::Serialize;
 use std::collections::VecDeque;
 use std::io;
@@ -320,9 +318,18 @@ pub fn counted(
     (Box::new(c), Box::new(b), [ci, bi])
 }
 
-/// A direct-layout volume's snapshot; `ssd`/`hdd` count its devices (see [`Counted`]).
-pub fn direct_snapshot(vol: &CacheVolume, ssd: &IoCounts, hdd: &IoCounts) -> Snapshot {
-    let s = vol.stats();
+/// A live volume's snapshot (either layout); `ssd`/`hdd` count its devices (see
+/// [`Counted`]).
+pub fn snapshot(vol: &dyn crate::live::LiveVolume, ssd: &IoCounts, hdd: &IoCounts) -> Snapshot {
+    let s = vol.live_stats();
+    match &s.log {
+        Some(l) => log_snapshot(l, ssd, hdd),
+        None => direct_snapshot(&s.volume, ssd, hdd),
+    }
+}
+
+/// A direct-layout volume's snapshot.
+fn direct_snapshot(s: &crate::volume::VolumeStats, ssd: &IoCounts, hdd: &IoCounts) -> Snapshot {
     let totals =
         |name: &str, k: &tiercache_engine::Counters, cached: u64, dirty: u64| ClassTotals {
             name: name.to_string(),
@@ -365,8 +372,7 @@ pub fn direct_snapshot(vol: &CacheVolume, ssd: &IoCounts, hdd: &IoCounts) -> Sna
 
 /// A log-layout volume's snapshot: no classes, read hit ratio only, client bytes in whole
 /// lines (said in `missing`).
-pub fn log_snapshot(vol: &LogVolume, ssd: &IoCounts, hdd: &IoCounts) -> Snapshot {
-    let s = vol.stats();
+fn log_snapshot(s: &crate::log_volume::LogVolumeStats, ssd: &IoCounts, hdd: &IoCounts) -> Snapshot {
     let e = &s.engine;
     Snapshot {
         layout: "log",

@@ -140,7 +140,11 @@ impl Default for LogFormatOptions {
 fn engine_config(sb: &LogSuperblock) -> LogConfig {
     let mut c = LogConfig::new(sb.segments * sb.segment_size, sb.line_size);
     c.segment_size = sb.segment_size;
-    c.mode = sb.mode;
+    // Detached (pass-through, `crate::live`): nothing is cached, the engine idles.
+    c.mode = match sb.mode {
+        Mode::PassThrough => Mode::WriteThrough,
+        m => m,
+    };
     c.picker = sb.picker.clone();
     c.dedup_ratio = sb.dedup_ratio;
     c.compression = sb.compression;
@@ -535,6 +539,11 @@ struct Inner {
     /// Lines a failed write-back pass wrote to the backing device without a sync (rule 8):
     /// not admitted clean until a backing sync succeeds.
     unsynced_lines: std::collections::HashSet<u64>,
+    /// Detached (`ctl detach`, mode pass-through in the superblock): the cache holds
+    /// nothing and every request goes to the backing device (`live`).
+    detached: bool,
+    /// The counters at the last `ctl stats --reset` (`stats` reports what came since).
+    base: (LogCounters, LogLiveCounters),
 }
 
 /// A request served by the backing device alone (failed cache).
@@ -553,6 +562,8 @@ pub struct LogVolume {
     inner: Mutex<Inner>,
     size: u64,
     line: u64,
+    /// Client request latencies and bytes (`crate::live`).
+    metrics: crate::metrics::Metrics,
     /// The cache device (also `Inner::cache`), for reads outside the lock.
     cache: Arc<dyn BlockDev>,
     /// Idle reducers (one per thread reducing at once; they keep zstd contexts warm).
@@ -595,6 +606,8 @@ struct Unlocked {
     gen: u32,
     ext: Ext,
 }
+
+mod live;
 
 impl LogVolume {
     fn lock(&self) -> MutexGuard<'_, Inner> {
@@ -742,6 +755,8 @@ impl LogVolume {
             state_path: opts.state_path.clone(),
             failure_unrecorded: None,
             unsynced_lines: Default::default(),
+            detached: sb.mode == Mode::PassThrough,
+            base: Default::default(),
             sb,
         };
         let mut rep = inner.recover()?;
@@ -758,6 +773,7 @@ impl LogVolume {
                 inner: Mutex::new(inner),
                 size,
                 line,
+                metrics: Default::default(),
                 cache,
                 reducers: Mutex::new(Vec::new()),
                 compression,
@@ -784,7 +800,7 @@ impl LogVolume {
         LogVolumeStats {
             layout: "log",
             // The mode in force: a failed cache passes everything through.
-            mode: if g.pass_through {
+            mode: if g.pass_through || g.detached {
                 Mode::PassThrough.as_str().into()
             } else {
                 g.sb.mode.as_str().into()
@@ -802,7 +818,7 @@ impl LogVolume {
             compression_ratio: red.compression_ratio,
             effective_capacity: red.effective_capacity,
             ssd_bytes_used: red.ssd_bytes_used,
-            ssd_bytes_written: g.live.ssd_bytes_written,
+            ssd_bytes_written: g.live.ssd_bytes_written - g.base.1.ssd_bytes_written,
             ram_index_bytes: ib,
             index_bytes_per_entry: if red.cached_lines > 0 {
                 ib as f64 / red.cached_lines as f64
@@ -811,8 +827,8 @@ impl LogVolume {
             },
             dup_entries_budget: g.dup_budget,
             reduction: red,
-            engine: *g.eng.counters(),
-            live: g.live,
+            engine: live::engine_since(g.eng.counters(), &g.base.0),
+            live: live::live_since(&g.live, &g.base.1),
             cache_errors: g.cache_errors,
             backing_errors: g.backing_errors,
             backing_write_errors: g.backing_write_errors,
@@ -1028,7 +1044,7 @@ impl LogVolume {
         let mut g = self.lock();
         g.check_open()?;
         g.live.requests += 1;
-        if g.pass_through {
+        if g.pass_through || g.detached {
             return g.direct(Direct::Read(offset, buf));
         }
         // Lines whose dirty data could not be read back fail (never stale backing bytes).
@@ -1048,7 +1064,9 @@ impl LogVolume {
                     let read = self.read_unlocked(&u, rd, &mut stored, &mut line_buf);
                     g = self.lock();
                     g.check_open()?;
-                    if g.pass_through {
+                    // Failed or detached meanwhile: the backing device holds every byte,
+                    // and writes since then went only there.
+                    if g.pass_through || g.detached {
                         return g.direct(Direct::Read(offset, buf));
                     }
                     g.live.unlocked_reads += 1;
@@ -2893,6 +2911,7 @@ impl Export for LogVolume {
     }
 
     fn read(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
+        let _timed = crate::live::Timed::start(&self.metrics, false, buf.len());
         let mut red = None;
         let r = self.read_lines(offset, buf, &mut red);
         if let Some(red) = red {
@@ -2902,6 +2921,7 @@ impl Export for LogVolume {
     }
 
     fn write(&self, offset: u64, data: &[u8], fua: bool) -> io::Result<()> {
+        let _timed = crate::live::Timed::start(&self.metrics, true, data.len());
         // Hashing, compression and checksums of whole lines need only the request's bytes:
         // done before the lock, so that connections reduce in parallel.
         let pre = self.pre_reduce(offset, data);
@@ -2909,7 +2929,7 @@ impl Export for LogVolume {
         let mut g = self.lock();
         g.check_open()?;
         g.live.requests += 1;
-        if g.pass_through {
+        if g.pass_through || g.detached {
             return g.direct(Direct::Write(offset, data, fua));
         }
         let ls = self.line;
@@ -2957,7 +2977,7 @@ impl Export for LogVolume {
         let mut g = self.lock();
         g.check_open()?;
         g.live.requests += 1;
-        if g.pass_through {
+        if g.pass_through || g.detached {
             return g.direct(Direct::Flush);
         }
         let _ = g.eng.process(&Request::new(0, Op::Flush, 0, 0), &[]);
@@ -2973,7 +2993,7 @@ impl Export for LogVolume {
         let mut g = self.lock();
         g.check_open()?;
         g.live.requests += 1;
-        if g.pass_through {
+        if g.pass_through || g.detached {
             return g.direct(Direct::Trim(offset, len));
         }
         let ls = self.line;

@@ -47,6 +47,9 @@ pub struct Metrics {
     pub degraded: AtomicU64,
     /// Settings changed live (`ctl set`).
     pub settings_changes: AtomicU64,
+    /// Bytes clients read (0) and wrote (1), counted by `crate::live::Timed` (the log
+    /// layout; the direct layout's engine counts its own).
+    pub client_bytes: [AtomicU64; 2],
 }
 
 impl Metrics {
@@ -64,7 +67,13 @@ impl Metrics {
     /// `ctl stats --reset`: zeroes the latency histograms and the event counts (unmaps,
     /// in-flux flags, metadata pages, relabelled lines); fault counts and states are kept.
     pub fn reset(&self) {
-        for b in self.buckets.iter().flatten().chain(&self.sum_us) {
+        for b in self
+            .buckets
+            .iter()
+            .flatten()
+            .chain(&self.sum_us)
+            .chain(&self.client_bytes)
+        {
             b.store(0, Ordering::Relaxed);
         }
         for c in [

@@ -53,6 +53,26 @@ pub const KEYS: &[(&str, &str, bool)] = &[
     ),
     ("dirty-low", "write-back: clean down to this share", true),
     (
+        "cleaning",
+        "write-back cleaning order: lba, acp (densest chunk first) or alru (longest dirty first); not stored: give --cleaning to serve to keep it",
+        true,
+    ),
+    (
+        "cleaning-age",
+        "cleaning alru: requests after which a dirty line is cleaned; not stored",
+        true,
+    ),
+    (
+        "writeback-rate",
+        "background cleaner's rate below the high watermark: auto (PD controller), off, or lines/s; not stored",
+        true,
+    ),
+    (
+        "writeback-target",
+        "dirty share the write-back rate holds; not stored",
+        true,
+    ),
+    (
         "slru-protected",
         "the SLRU protected share is set per run: restart the server with --slru-protected",
         false,
@@ -67,6 +87,15 @@ pub const KEYS: &[(&str, &str, bool)] = &[
         "the line size is fixed at format: `tiercache format --force --line-size` (discards the cache)",
         false,
     ),
+];
+
+/// Keys of [`KEYS`] that live in the running volume only (the superblock's settings block
+/// has no room for them): `serve` flags or a config file keep them across restarts.
+pub const NOT_STORED: &[&str] = &[
+    "cleaning",
+    "cleaning-age",
+    "writeback-rate",
+    "writeback-target",
 ];
 
 /// Canonical key name (`seq_cutoff` and `seq-cutoff` are the same), or an error listing the
@@ -114,16 +143,7 @@ pub struct Tuning {
 impl Eq for Tuning {}
 
 fn admission_str<S: serde::Serializer>(a: &Admission, s: S) -> Result<S::Ok, S::Error> {
-    s.serialize_str(&admission_text(a))
-}
-
-/// An admission rule as `--admission` takes it (`never` rather than `nhit:0:0`).
-pub fn admission_text(a: &Admission) -> String {
-    if a.read_threshold == 0 && a.write_threshold == 0 {
-        "never".into()
-    } else {
-        a.to_string()
-    }
+    s.serialize_str(&a.to_string())
 }
 
 impl Tuning {
@@ -155,7 +175,7 @@ impl Tuning {
     /// not part of them (mode, policy, line size).
     pub fn get(&self, k: &str) -> Option<String> {
         Some(match k {
-            "admission" => admission_text(&self.admission),
+            "admission" => self.admission.to_string(),
             "seq-cutoff" => size_str(self.seq_cutoff_read),
             "seq-cutoff-write" => size_str(self.seq_cutoff_write),
             "group-size" => size_str(self.group_size),

@@ -545,3 +545,65 @@ fn cache_read_errors_lose_only_unreadable_dirty_lines_then_fail() {
         "the rewrite went to the backing device when the cache failed"
     );
 }
+
+/// The log layout's side of the live contract (`tiercache_server::live`) in the middle of a
+/// write-back workload with duplicates, lz4 and a small journal: after each `flush_dirty`
+/// no dirty line is left and the backing file holds every byte written; leaving write-back
+/// writes back first; detach drops the cache's contents and passes through, and a restart
+/// (after a crash) keeps it detached; every read matches the model throughout.
+#[test]
+fn flush_dirty_mode_switches_and_detach_keep_every_byte() {
+    let f = log_files(10);
+    log_format(&f, Mode::WriteBack, Compression::Lz4, 1.0);
+    let v = log_open(&f);
+    let mut m = Model::new(0, VOL);
+    let backing_holds = |m: &Model, what: &str| {
+        let b = std::fs::read(&f.backing).unwrap();
+        for (i, want) in m.now.iter().enumerate() {
+            if let Some(w) = want {
+                assert_eq!(b[i], *w, "{what}: backing byte {i}");
+            }
+        }
+    };
+    for round in 0..3u64 {
+        workload(&v, &mut m, 100 + round, 400);
+        assert!(v.stats().dirty_lines > 0, "round {round}: nothing dirty");
+        v.flush_dirty().unwrap();
+        m.flush();
+        assert_eq!(v.stats().dirty_lines, 0, "round {round}");
+        backing_holds(&m, &format!("round {round}: after flush_dirty"));
+        v.check().unwrap();
+        workload(&v, &mut m, 200 + round, 300);
+        v.set_mode(Mode::WriteThrough).unwrap();
+        m.flush();
+        assert_eq!(v.stats().dirty_lines, 0, "round {round}");
+        backing_holds(&m, &format!("round {round}: after leaving write-back"));
+        workload(&v, &mut m, 300 + round, 300);
+        assert_eq!(v.stats().dirty_lines, 0, "round {round}: write-through");
+        v.set_mode(Mode::WriteBack).unwrap();
+        check_all(&v, &m, &format!("round {round}: back in write-back"));
+        v.check().unwrap();
+    }
+    workload(&v, &mut m, 400, 300);
+    v.detach().unwrap();
+    m.flush();
+    backing_holds(&m, "after detach");
+    let s = v.stats();
+    assert_eq!((s.cached_lines, s.mode.as_str()), (0, "pass-through"));
+    workload(&v, &mut m, 401, 300);
+    v.flush().unwrap();
+    m.flush();
+    drop(v); // no shutdown: a crash
+    let v = log_open(&f);
+    assert_eq!(
+        v.stats().mode,
+        "pass-through",
+        "detach kept by the superblock"
+    );
+    check_all(&v, &m, "detached, after a crash restart");
+    v.set_mode(Mode::WriteBack).unwrap();
+    workload(&v, &mut m, 402, 400);
+    check_all(&v, &m, "write-back again");
+    v.check().unwrap();
+    v.shutdown().unwrap();
+}

@@ -189,6 +189,7 @@ pub fn run(opts: &DssOptions, progress: Option<&(dyn Fn(&RunResult) + Sync)>) ->
                     input: input.clone(),
                     cache_size: CacheSize::Percent(opts.cache_percent),
                     engine: engine_config_with(config, &opts.classes, opts.cleaner),
+                    log: None,
                 };
                 let setup = TimedSetup {
                     hdd: disk.clone(),

@@ -13,6 +13,8 @@
 //! mode = "write-back"
 //! line_size = "4KiB"
 //! admission = "always"    # or "nhit:2:0"
+//! # layout = "log"        # Nitro's log layout: then segment_size, compression, dedup,
+//! #                       # picker, trim, reinsert_hits, dup_share, erase_block
 //! [sweep]                 # optional: a grid; every combination is run
 //! size = ["1%", "5%", "10%"]
 //! policy = ["lru", "s3fifo"]
@@ -59,13 +61,21 @@ pub struct CacheSection {
     pub rewrite_chunk: Option<String>,
     /// Cleaning's chunk rewrite: dirty runs from which a chunk is rewritten.
     pub rewrite_min_runs: Option<u64>,
+    /// Cleaning policy: lba (default) | acp (densest chunk first) | alru (longest dirty
+    /// first, lines dirty for more than `cleaning_age` requests cleaned early).
+    pub cleaning: Option<String>,
+    /// Cleaning `alru`: requests after which a dirty line is due.
+    pub cleaning_age: Option<u64>,
+    /// Eviction: prefer a clean line among this many likely victims when the victim is dirty
+    /// (0 = off).
+    pub clean_victim_window: Option<u32>,
     /// sector (default) | line: what is valid and dirty inside a line.
     pub validity: Option<String>,
     pub partial_write_fill: Option<bool>,
     pub slru_protected: Option<f64>,
     pub s3fifo_small: Option<f64>,
     /// direct (default) | log: the cache layout (log = Nitro's compressed, deduplicated
-    /// segments; `tiercache sim` runs it with the content model).
+    /// segments, simulated with the seeded content model; every entry point runs it).
     pub layout: Option<String>,
     /// Log layout: segment size (default 2MiB).
     pub segment_size: Option<String>,
@@ -73,78 +83,139 @@ pub struct CacheSection {
     pub compression: Option<String>,
     /// Log layout: fingerprint-index ratio, 0..=1 (0 = no dedup).
     pub dedup: Option<f64>,
+    /// Log layout: segment picker: fifo, lru (default), greedy, cost-benefit.
+    pub picker: Option<String>,
+    /// Log layout: TRIM a segment before reusing it.
+    pub trim: Option<bool>,
+    /// Log layout: reinsert clean extents with at least N hits when their segment is
+    /// reclaimed (0 = off).
+    pub reinsert_hits: Option<u16>,
+    /// Log layout, content model: share of duplicate extents (default 0.3).
+    pub dup_share: Option<f64>,
+    /// Log layout: FTL erase block (default 2MiB).
+    pub erase_block: Option<String>,
 }
 
-macro_rules! overlay {
-    ($dst:expr, $src:expr, $($f:ident),*) => { $( if $src.$f.is_some() { $dst.$f = $src.$f.clone(); } )* };
+/// `over`'s set fields over `base`: every field of `over` that differs from
+/// `T::default()` (a `Some`, a `true` flag) replaces `base`'s. Field by field through serde,
+/// so a field added to `T` is merged without being listed anywhere; a field marked
+/// `#[serde(skip)]` keeps `T::default()` and must be carried by the caller.
+pub fn set_fields_over<T>(base: &T, over: &T) -> T
+where
+    T: Serialize + serde::de::DeserializeOwned + Default,
+{
+    let value = |t: &T| serde_json::to_value(t).expect("settings serialise to a JSON object");
+    let (mut merged, top, unset) = (value(base), value(over), value(&T::default()));
+    let (Some(m), Some(t), Some(u)) = (merged.as_object_mut(), top.as_object(), unset.as_object())
+    else {
+        panic!("settings must serialise to a map of fields");
+    };
+    for (k, v) in t {
+        if u.get(k) != Some(v) {
+            m.insert(k.clone(), v.clone());
+        }
+    }
+    serde_json::from_value(merged).expect("the fields just serialised deserialise")
 }
 
 impl CacheSection {
-    /// Fields set in `over` replace ours.
+    /// Fields set in `over` replace ours (every field: see [`set_fields_over`]).
     pub fn overlay(&mut self, over: &CacheSection) {
-        overlay!(
-            self,
-            over,
-            size,
-            preset,
-            line_size,
-            group_size,
-            policy,
-            mode,
-            admission,
-            seq_cutoff_read,
-            seq_cutoff_write,
-            dirty_high,
-            dirty_low,
-            rewrite_chunk,
-            rewrite_min_runs,
-            validity,
-            partial_write_fill,
-            slru_protected,
-            s3fifo_small,
-            layout,
-            segment_size,
-            compression,
-            dedup
-        );
+        *self = set_fields_over(self, over);
     }
 
-    /// These settings without the log layout's (layout, segment size, compression, dedup):
-    /// what the log layout's driver resolves for the line size, capacity and policy it shares
-    /// with the direct layout.
-    pub fn without_layout(&self) -> CacheSection {
-        CacheSection {
-            layout: None,
-            segment_size: None,
-            compression: None,
-            dedup: None,
-            ..self.clone()
+    /// Whether these settings choose the log layout.
+    pub fn is_log(&self) -> Result<bool> {
+        match self.layout.as_deref().map(str::trim) {
+            None | Some("direct") => Ok(false),
+            Some("log") => Ok(true),
+            Some(other) => bail!("layout: unknown '{other}' (direct or log)"),
         }
     }
 
-    /// The cache size and engine configuration these settings describe.
-    ///
-    /// These settings describe the direct layout; the log layout (`layout = "log"` and its
-    /// segment, compression and dedup settings) runs through `tiercache sim`'s log path, so
-    /// asking this function for it is an error rather than a silently ignored setting.
-    pub fn resolve(&self, seed: u64) -> Result<(CacheSize, EngineConfig)> {
-        match self.layout.as_deref() {
-            None | Some("direct") => {}
-            Some("log") => anyhow::bail!(
-                "layout = \"log\" is simulated by `tiercache sim` (or `tiercache nitro-table`); \
-                 this entry point (sweeps, reproduce, the Python API) runs the direct layout only"
-            ),
-            Some(other) => anyhow::bail!("layout: unknown '{other}' (direct or log)"),
+    /// The log layout's settings (None for the direct layout); `seed` seeds the content
+    /// model. Settings of the other layout are refused rather than silently ignored.
+    pub fn log_spec(&self, seed: u64) -> Result<Option<crate::log::LogSpec>> {
+        if !self.is_log()? {
+            for (key, set) in [
+                ("segment_size", self.segment_size.is_some()),
+                ("compression", self.compression.is_some()),
+                ("dedup", self.dedup.is_some()),
+                ("picker", self.picker.is_some()),
+                ("trim", self.trim.is_some()),
+                ("reinsert_hits", self.reinsert_hits.is_some()),
+                ("dup_share", self.dup_share.is_some()),
+                ("erase_block", self.erase_block.is_some()),
+            ] {
+                if set {
+                    bail!("{key} applies to layout = \"log\" only");
+                }
+            }
+            return Ok(None);
         }
         for (key, set) in [
-            ("segment_size", self.segment_size.is_some()),
-            ("compression", self.compression.is_some()),
-            ("dedup", self.dedup.is_some()),
+            ("policy", self.policy.is_some()),
+            ("preset", self.preset.is_some()),
+            ("group_size", self.group_size.is_some()),
+            ("admission", self.admission.is_some()),
+            ("seq_cutoff_read", self.seq_cutoff_read.is_some()),
+            ("seq_cutoff_write", self.seq_cutoff_write.is_some()),
+            ("validity", self.validity.is_some()),
+            ("slru_protected", self.slru_protected.is_some()),
+            ("s3fifo_small", self.s3fifo_small.is_some()),
         ] {
             if set {
-                anyhow::bail!("{key} applies to layout = \"log\" only");
+                bail!(
+                    "{key} applies to layout = \"direct\" only (the log layout caches every \
+                     line in segments; its replacement is the segment picker: picker = \
+                     \"fifo|lru|greedy|cost-benefit\")"
+                );
             }
         }
+        let mut l = crate::log::LogSpec {
+            seed,
+            ..Default::default()
+        };
+        if let Some(s) = &self.segment_size {
+            l.segment_size = parse_size(s).context("segment_size")?;
+        }
+        if let Some(c) = &self.compression {
+            l.compression = c.parse().map_err(|e| anyhow::anyhow!("compression: {e}"))?;
+        }
+        if let Some(d) = self.dedup {
+            anyhow::ensure!(
+                (0.0..=1.0).contains(&d),
+                "dedup {d}: the fingerprint index is a share of the extent slots, 0 to 1"
+            );
+            l.dedup = d;
+        }
+        if let Some(p) = &self.picker {
+            l.picker = p.clone();
+        }
+        if let Some(t) = self.trim {
+            l.trim = t;
+        }
+        if let Some(r) = self.reinsert_hits {
+            l.reinsert_hits = r;
+        }
+        if let Some(d) = self.dup_share {
+            anyhow::ensure!(
+                (0.0..=1.0).contains(&d),
+                "dup_share {d}: a share of the extents, 0 to 1"
+            );
+            l.dup_share = d;
+        }
+        if let Some(e) = &self.erase_block {
+            l.erase_block = parse_size(e).context("erase_block")?;
+        }
+        Ok(Some(l))
+    }
+
+    /// The cache size and engine configuration these settings describe (for the log layout,
+    /// the line size, mode and seed it shares with the direct layout; its own settings come
+    /// from [`CacheSection::log_spec`]).
+    pub fn resolve(&self, seed: u64) -> Result<(CacheSize, EngineConfig)> {
+        let log = self.log_spec(seed)?.is_some();
         let size: CacheSize = self
             .size
             .as_deref()
@@ -153,8 +224,19 @@ impl CacheSection {
             .map_err(|e| anyhow::anyhow!("cache size: {e}"))?;
         let mut cfg = EngineConfig::default();
         cfg.policy_params.seed = seed;
+        if log {
+            cfg.line_size = crate::log::DEFAULT_LOG_LINE;
+            cfg.group_size = cfg.line_size;
+        }
         let size_text = self.size.as_deref().unwrap_or("10%");
         self.apply_engine(&mut cfg)?;
+        if log {
+            anyhow::ensure!(
+                matches!(cfg.mode, Mode::WriteThrough | Mode::WriteBack),
+                "mode {}: the log layout runs write-through or write-back",
+                cfg.mode
+            );
+        }
         if let CacheSize::Bytes(b) = size {
             if b < cfg.line_size {
                 bail!(
@@ -209,6 +291,15 @@ impl CacheSection {
         }
         if let Some(x) = self.rewrite_min_runs {
             cfg.rewrite_min_runs = x;
+        }
+        if let Some(c) = &self.cleaning {
+            cfg.cleaning = c.parse().map_err(anyhow::Error::msg)?;
+        }
+        if let Some(x) = self.cleaning_age {
+            cfg.cleaning_age = x;
+        }
+        if let Some(x) = self.clean_victim_window {
+            cfg.clean_victim_window = x;
         }
         if let Some(v) = &self.validity {
             cfg.validity = v.parse::<Validity>().map_err(anyhow::Error::msg)?;
@@ -358,7 +449,65 @@ pub fn specs(
                 input: input.clone(),
                 cache_size,
                 engine,
+                log: c.log_spec(seed)?,
             })
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::{json, Map, Value};
+
+    /// A value of `key`'s type for `T`, found by trying a string, an integer, a fraction and
+    /// a flag (the field types settings use; a fraction before an integer, which an `f64`
+    /// field would echo as `7.0`).
+    pub(crate) fn sample_for<T: serde::de::DeserializeOwned>(key: &str) -> Value {
+        [json!("7k"), json!(0.7), json!(7), json!(true)]
+            .into_iter()
+            .find(|v| {
+                let one = Map::from_iter([(key.to_string(), v.clone())]);
+                serde_json::from_value::<T>(Value::Object(one)).is_ok()
+            })
+            .unwrap_or_else(|| panic!("no sample value deserialises into field {key}"))
+    }
+
+    /// Fails when a field is added to `CacheSection` and `overlay` does not carry it: every
+    /// field, named from the struct's own serialisation, is set in `over` and must land.
+    #[test]
+    fn overlay_carries_every_field() {
+        let keys: Vec<String> = serde_json::to_value(CacheSection::default())
+            .unwrap()
+            .as_object()
+            .unwrap()
+            .keys()
+            .cloned()
+            .collect();
+        assert!(keys.len() >= 20, "{keys:?}");
+        for k in &keys {
+            let v = sample_for::<CacheSection>(k);
+            let over: CacheSection =
+                serde_json::from_value(Value::Object(Map::from_iter([(k.clone(), v.clone())])))
+                    .unwrap();
+            let mut base = CacheSection {
+                size: Some("1%".into()),
+                ..Default::default()
+            };
+            base.overlay(&over);
+            let got = serde_json::to_value(&base).unwrap();
+            assert_eq!(got[k.as_str()], v, "overlay dropped field {k}");
+            if k != "size" {
+                assert_eq!(
+                    got["size"],
+                    json!("1%"),
+                    "overlay of {k} lost an unset field"
+                );
+            }
+            // And an unset `over` keeps what is set.
+            let mut kept = over.clone();
+            kept.overlay(&CacheSection::default());
+            assert_eq!(kept, over, "overlay of nothing changed field {k}");
+        }
+    }
 }

@@ -8,6 +8,7 @@ pub mod dss;
 pub mod experiment;
 pub mod fileserver;
 pub mod input;
+pub mod log;
 pub mod mrc;
 pub mod nitro;
 pub mod reproduce;
@@ -42,6 +43,8 @@ pub struct SimSpec {
     pub input: Input,
     pub cache_size: CacheSize,
     pub engine: EngineConfig,
+    /// The log layout's settings; None = the direct layout (`engine` alone).
+    pub log: Option<log::LogSpec>,
 }
 
 /// Distinct lines (footprint) of an input at a line size.
@@ -56,13 +59,17 @@ pub fn footprint_lines(input: &Input, line_size: u64) -> Result<u64> {
     Ok(set.len() as u64)
 }
 
-/// Runs one simulation. `footprint` may be given when known (it is needed for percentage
-/// cache sizes); otherwise it is computed with a pre-pass when needed.
+/// Runs one simulation of either layout (the spec's `log` picks it). `footprint` may be
+/// given when known (it is needed for percentage cache sizes); otherwise it is computed with
+/// a pre-pass when needed. The log layout takes the footprint from its content trace.
 pub fn simulate(
     spec: &SimSpec,
     footprint: Option<u64>,
     progress: Option<Progress>,
 ) -> Result<SimResult> {
+    if let Some(l) = &spec.log {
+        return log::simulate_log(spec, l);
+    }
     let ls = spec.engine.line_size;
     let footprint = match footprint {
         Some(f) => Some(f),

@@ -277,6 +277,7 @@ mod tests {
                     input: input.clone(),
                     cache_size: CacheSize::Bytes(lines * 4096),
                     engine: EngineConfig::default(),
+                    log: None,
                 },
                 None,
                 None,

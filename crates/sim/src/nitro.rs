@@ -13,7 +13,9 @@ use std::path::PathBuf;
 use tiercache_devices::{FtlConfig, FtlStats, PageFtl};
 use tiercache_engine::log::dedup::FpIndex;
 use tiercache_engine::log::{LogCounters, Reduction};
-use tiercache_engine::{fmt_size, Compression, LogConfig, LogEngine, Mode, Step};
+use tiercache_engine::{
+    fmt_size, Compression, ExtentContent, LogConfig, LogEngine, Mode, Request, Step,
+};
 use tiercache_trace::content::{ContentModel, ContentTrace};
 use tiercache_trace::workload::bootstorm::BootStorm;
 
@@ -42,6 +44,8 @@ pub struct LogRun {
     pub index_bytes_per_entry: f64,
     /// RAM of all log-layout indices per cached line at the end.
     pub index_bytes_per_line: f64,
+    /// Dirty lines left in the cache at the end (write-back).
+    pub dirty_lines: u64,
     pub counters: LogCounters,
     pub reduction: Reduction,
     pub ftl: FtlStats,
@@ -56,70 +60,117 @@ pub fn ftl_for(cfg: &LogConfig, erase_block: u64) -> FtlConfig {
     f
 }
 
-/// Runs `trace` through a log-layout engine, its SSD writes and trims through a page FTL.
-pub fn run_log(trace: &ContentTrace, cfg: LogConfig, ftl: FtlConfig) -> Result<LogRun> {
-    let mut e = LogEngine::new(cfg.clone()).map_err(|x| anyhow::anyhow!("{x}"))?;
-    let mut f = PageFtl::new(ftl).map_err(anyhow::Error::msg)?;
-    for (i, (r, c)) in trace.iter().enumerate() {
-        let plan = e
-            .process(r, c)
-            .with_context(|| format!("{}: request {} ({r:?})", trace.name, i + 1))?;
+/// A log-layout engine with the page FTL under it: each request's plan is fed to the FTL
+/// (SSD writes and trims), so every driver of the log layout (hit-ratio runs, timed replay)
+/// counts the same figures.
+pub struct LogDriver {
+    engine: LogEngine,
+    ftl: PageFtl,
+    cfg: LogConfig,
+    /// Requests processed.
+    n: u64,
+}
+
+impl LogDriver {
+    pub fn new(cfg: LogConfig, ftl: FtlConfig) -> Result<Self> {
+        Ok(LogDriver {
+            engine: LogEngine::new(cfg.clone()).map_err(|x| anyhow::anyhow!("{x}"))?,
+            ftl: PageFtl::new(ftl).map_err(anyhow::Error::msg)?,
+            cfg,
+            n: 0,
+        })
+    }
+
+    /// Processes one request with its content; returns the plan's steps.
+    pub fn process(&mut self, r: &Request, c: &[ExtentContent]) -> Result<&[Step]> {
+        if self.n > 0 && self.n.is_multiple_of(4096) {
+            // Every 4096 requests, drop duplicate entries into reclaimed segments (no I/O).
+            self.engine.clean_stale(1024);
+        }
+        self.n += 1;
+        let plan = self.engine.process(r, c).map_err(anyhow::Error::msg)?;
         for s in &plan.steps {
             match *s {
                 Step::WriteSsd { ssd, len, .. } | Step::Populate { ssd, len, .. } => {
-                    f.write(ssd, len)
+                    self.ftl.write(ssd, len)
                 }
-                Step::TrimSsd { ssd, len } => f.trim(ssd, len),
+                Step::TrimSsd { ssd, len } => self.ftl.trim(ssd, len),
                 _ => {}
             }
         }
-        if i % 4096 == 4095 {
-            e.clean_stale(1024);
-        }
+        Ok(&plan.steps)
     }
-    e.check()
-        .map_err(|m| anyhow::anyhow!("log layout invariant broken: {m}"))?;
-    let k = *e.counters();
-    let red = e.reduction();
-    let st = f.stats();
-    let extent = cfg.segment_size == cfg.line_size;
-    Ok(LogRun {
-        workload: trace.name.clone(),
-        layout: if extent { "extent" } else { "weu" }.into(),
-        segment_size: cfg.segment_size,
-        capacity_bytes: cfg.capacity_bytes,
-        compression: cfg.compression.to_string(),
-        dedup: cfg.dedup_ratio,
-        trim: cfg.trim,
-        requests: k.requests,
-        read_hit_ratio: if k.read_lines > 0 {
-            k.read_line_hits as f64 / k.read_lines as f64
-        } else {
-            0.0
-        },
-        ssd_bytes_written: k.ssd_bytes_written,
-        ssd_bytes_read: k.ssd_bytes_read,
-        hdd_bytes_read: k.hdd_bytes_read,
-        hdd_bytes_written: k.hdd_bytes_written,
-        erasures: st.erasures,
-        write_amplification: st.write_amplification,
-        dedup_ratio: red.dedup_ratio,
-        compression_ratio: red.compression_ratio,
-        effective_capacity: red.effective_capacity,
-        index_bytes_per_entry: if cfg.dedup_ratio > 0.0 {
-            FpIndex::bytes_per_entry()
-        } else {
-            0.0
-        },
-        index_bytes_per_line: if red.cached_lines > 0 {
-            e.index_bytes() as f64 / red.cached_lines as f64
-        } else {
-            0.0
-        },
-        counters: k,
-        reduction: red,
-        ftl: st,
-    })
+
+    pub fn counters(&self) -> &LogCounters {
+        self.engine.counters()
+    }
+
+    pub fn dirty_lines(&self) -> u64 {
+        self.engine.dirty_lines()
+    }
+
+    pub fn config(&self) -> &LogConfig {
+        &self.cfg
+    }
+
+    /// Checks the engine's invariants and reports the run of `workload`.
+    pub fn finish(self, workload: &str) -> Result<LogRun> {
+        let (e, cfg) = (&self.engine, &self.cfg);
+        e.check()
+            .map_err(|m| anyhow::anyhow!("log layout invariant broken: {m}"))?;
+        let k = *e.counters();
+        let red = e.reduction();
+        let st = self.ftl.stats();
+        let extent = cfg.segment_size == cfg.line_size;
+        Ok(LogRun {
+            workload: workload.to_string(),
+            layout: if extent { "extent" } else { "weu" }.into(),
+            segment_size: cfg.segment_size,
+            capacity_bytes: cfg.capacity_bytes,
+            compression: cfg.compression.to_string(),
+            dedup: cfg.dedup_ratio,
+            trim: cfg.trim,
+            requests: k.requests,
+            read_hit_ratio: if k.read_lines > 0 {
+                k.read_line_hits as f64 / k.read_lines as f64
+            } else {
+                0.0
+            },
+            ssd_bytes_written: k.ssd_bytes_written,
+            ssd_bytes_read: k.ssd_bytes_read,
+            hdd_bytes_read: k.hdd_bytes_read,
+            hdd_bytes_written: k.hdd_bytes_written,
+            erasures: st.erasures,
+            write_amplification: st.write_amplification,
+            dedup_ratio: red.dedup_ratio,
+            compression_ratio: red.compression_ratio,
+            effective_capacity: red.effective_capacity,
+            index_bytes_per_entry: if cfg.dedup_ratio > 0.0 {
+                FpIndex::bytes_per_entry()
+            } else {
+                0.0
+            },
+            index_bytes_per_line: if red.cached_lines > 0 {
+                e.index_bytes() as f64 / red.cached_lines as f64
+            } else {
+                0.0
+            },
+            dirty_lines: e.dirty_lines(),
+            counters: k,
+            reduction: red,
+            ftl: st,
+        })
+    }
+}
+
+/// Runs `trace` through a log-layout engine, its SSD writes and trims through a page FTL.
+pub fn run_log(trace: &ContentTrace, cfg: LogConfig, ftl: FtlConfig) -> Result<LogRun> {
+    let mut d = LogDriver::new(cfg, ftl)?;
+    for (i, (r, c)) in trace.iter().enumerate() {
+        d.process(r, c)
+            .with_context(|| format!("{}: request {} ({r:?})", trace.name, i + 1))?;
+    }
+    d.finish(&trace.name)
 }
 
 /// The table's settings.

@@ -1,17 +1,56 @@
 //! What a simulation reports, for people (a table) and machines (JSON, CSV).
 
+use crate::log::LogSpec;
+use crate::nitro::LogRun;
 use crate::SimSpec;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::fmt;
-use tiercache_engine::{fmt_size, Counters, Engine, NUM_CLASSES};
+use tiercache_devices::FtlStats;
+use tiercache_engine::log::{LogCounters, Reduction};
+use tiercache_engine::{fmt_size, Counters, Engine, LogConfig, NUM_CLASSES};
+
+/// What only the log layout has: its settings, data reduction, segments and the FTL under it.
+#[derive(Clone, Debug, Serialize)]
+pub struct LogFigures {
+    pub segment_size: u64,
+    pub compression: String,
+    /// Fingerprint index as a share of the extent slots (0 = no dedup).
+    pub dedup_index: f64,
+    pub picker: String,
+    pub trim: bool,
+    /// Lines cached per stored extent.
+    pub dedup_ratio: f64,
+    /// Raw bytes per stored byte of the cached extents.
+    pub compression_ratio: f64,
+    /// Logical bytes cached per SSD byte of the segments in use.
+    pub effective_capacity: f64,
+    pub segments_sealed: u64,
+    pub segments_reclaimed: u64,
+    pub extents_stored: u64,
+    pub extents_evicted: u64,
+    /// Read hits through the fingerprint index, and on extents still in RAM.
+    pub dup_read_hits: u64,
+    pub ram_read_hits: u64,
+    /// FTL erasures and write amplification under the cache's SSD writes and trims.
+    pub erasures: u64,
+    pub write_amplification: f64,
+    /// Fingerprint-index RAM per entry (0 without dedup).
+    pub index_bytes_per_entry: f64,
+    pub counters: LogCounters,
+    pub reduction: Reduction,
+    pub ftl: FtlStats,
+}
 
 /// The result of one run. The top-level fields are the stable JSON contract.
 #[derive(Clone, Debug, Serialize)]
 pub struct SimResult {
     pub input: String,
-    pub policy: String,
+    /// Replacement policy (the log layout: its segment picker); null without a cache.
+    pub policy: Option<String>,
     pub mode: String,
+    /// direct | log | none (no cache).
+    pub layout: String,
     pub admission: String,
     pub line_size: u64,
     pub group_size: u64,
@@ -32,6 +71,8 @@ pub struct SimResult {
     pub request_miss_ratio: f64,
     pub byte_miss_ratio: f64,
     pub read_hit_ratio: f64,
+    /// Written lines that hit: in the direct layout a cached line; in the log layout a line
+    /// whose content was already cached (a duplicate: no SSD write).
     pub write_hit_ratio: f64,
     pub insertions: u64,
     pub evictions: u64,
@@ -59,6 +100,8 @@ pub struct SimResult {
     pub skipped_records: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub first_skipped: Option<String>,
+    /// The log layout's own figures (null for the direct layout and no cache).
+    pub log: Option<LogFigures>,
 }
 
 impl SimResult {
@@ -77,12 +120,9 @@ impl SimResult {
         let data_requests = c.full_hits + c.partial_hits + c.full_misses;
         SimResult {
             input: spec.input.label(),
-            policy: if no_cache {
-                "none".into()
-            } else {
-                e.policy_name().to_string()
-            },
+            policy: (!no_cache).then(|| e.policy_name().to_string()),
             mode: cfg.mode.to_string(),
+            layout: if no_cache { "none" } else { "direct" }.into(),
             admission: cfg.admission.to_string(),
             line_size: cfg.line_size,
             group_size: cfg.group_size,
@@ -140,6 +180,115 @@ impl SimResult {
             classes,
             skipped_records: 0,
             first_skipped: None,
+            log: None,
+        }
+    }
+
+    /// The result of a log-layout run: the direct layout's keys from the log engine's
+    /// counters (a line access is a read or written line; a write hit a duplicate write),
+    /// the rest in [`LogFigures`].
+    pub(crate) fn from_log(
+        spec: &SimSpec,
+        log: &LogSpec,
+        cfg: &LogConfig,
+        run: &LogRun,
+        footprint: Option<u64>,
+        wall_s: f64,
+    ) -> Self {
+        let k = &run.counters;
+        let ls = cfg.line_size;
+        let c = Counters {
+            requests: k.requests,
+            reads: k.reads,
+            writes: k.writes,
+            trims: k.trims,
+            flushes: k.flushes,
+            read_line_accesses: k.read_lines,
+            read_line_hits: k.read_line_hits,
+            write_line_accesses: k.write_lines,
+            write_line_hits: k.dup_write_lines,
+            line_accesses: k.read_lines + k.write_lines,
+            line_hits: k.read_line_hits + k.dup_write_lines,
+            line_misses: (k.read_lines - k.read_line_hits) + (k.write_lines - k.dup_write_lines),
+            insertions: k.extents_stored,
+            evictions: k.extents_evicted,
+            write_backs: k.dirty_write_backs,
+            ssd_bytes_read: k.ssd_bytes_read,
+            ssd_bytes_written: k.ssd_bytes_written,
+            hdd_bytes_read: k.hdd_bytes_read,
+            hdd_bytes_written: k.hdd_bytes_written,
+            ..Counters::default()
+        };
+        let cap = cfg.capacity_bytes / ls;
+        let index = (run.index_bytes_per_line * run.reduction.cached_lines as f64) as u64;
+        SimResult {
+            input: run.workload.clone(),
+            policy: Some(cfg.picker.clone()),
+            mode: cfg.mode.to_string(),
+            layout: "log".into(),
+            admission: spec.engine.admission.to_string(),
+            line_size: ls,
+            group_size: ls,
+            cache_size: spec.cache_size.to_string(),
+            capacity_lines: cap,
+            capacity_bytes: cfg.capacity_bytes,
+            footprint_lines: footprint,
+            requests: c.requests,
+            line_accesses: c.line_accesses,
+            line_hits: c.line_hits,
+            line_misses: c.line_misses,
+            hit_ratio: c.hit_ratio(),
+            miss_ratio: c.miss_ratio(),
+            // The log engine does not count whole-request hits: the request miss ratio is
+            // taken as the line miss ratio.
+            request_miss_ratio: c.miss_ratio(),
+            byte_miss_ratio: c.miss_ratio(),
+            read_hit_ratio: c.read_hit_ratio(),
+            write_hit_ratio: c.write_hit_ratio(),
+            insertions: c.insertions,
+            evictions: c.evictions,
+            write_backs: c.write_backs,
+            bypassed_lines: 0,
+            ssd_bytes_read: c.ssd_bytes_read,
+            ssd_bytes_written: c.ssd_bytes_written,
+            hdd_bytes_read: c.hdd_bytes_read,
+            hdd_bytes_written: c.hdd_bytes_written,
+            dirty_lines_at_end: run.dirty_lines,
+            index_bytes: index,
+            index_bytes_per_line: run.index_bytes_per_line,
+            wall_s,
+            requests_per_s: if wall_s > 0.0 {
+                c.requests as f64 / wall_s
+            } else {
+                0.0
+            },
+            counters: c,
+            classes: BTreeMap::new(),
+            class_names: BTreeMap::new(),
+            skipped_records: 0,
+            first_skipped: None,
+            log: Some(LogFigures {
+                segment_size: cfg.segment_size,
+                compression: cfg.compression.to_string(),
+                dedup_index: log.dedup,
+                picker: cfg.picker.clone(),
+                trim: cfg.trim,
+                dedup_ratio: run.dedup_ratio,
+                compression_ratio: run.compression_ratio,
+                effective_capacity: run.effective_capacity,
+                segments_sealed: k.segments_sealed,
+                segments_reclaimed: k.segments_reclaimed,
+                extents_stored: k.extents_stored,
+                extents_evicted: k.extents_evicted,
+                dup_read_hits: k.dup_read_hits,
+                ram_read_hits: k.ram_read_hits,
+                erasures: run.erasures,
+                write_amplification: run.write_amplification,
+                index_bytes_per_entry: run.index_bytes_per_entry,
+                counters: *k,
+                reduction: run.reduction,
+                ftl: run.ftl,
+            }),
         }
     }
 
@@ -150,7 +299,7 @@ impl SimResult {
     }
 
     /// Column names of [`SimResult::csv_row`].
-    pub const CSV_HEADER: &'static str = "input,policy,mode,admission,line_size,group_size,cache_size,capacity_lines,footprint_lines,requests,line_accesses,line_hits,hit_ratio,read_hit_ratio,write_hit_ratio,insertions,evictions,write_backs,bypassed_lines,ssd_bytes_read,ssd_bytes_written,hdd_bytes_read,hdd_bytes_written,index_bytes_per_line,wall_s";
+    pub const CSV_HEADER: &'static str = "input,policy,mode,layout,admission,line_size,group_size,cache_size,capacity_lines,footprint_lines,requests,line_accesses,line_hits,hit_ratio,read_hit_ratio,write_hit_ratio,insertions,evictions,write_backs,bypassed_lines,ssd_bytes_read,ssd_bytes_written,hdd_bytes_read,hdd_bytes_written,index_bytes_per_line,wall_s,segment_size,compression,dedup_index,dedup_ratio,compression_ratio,effective_capacity,segments_reclaimed,erasures,write_amplification";
 
     /// One CSV row (fields in [`SimResult::CSV_HEADER`] order).
     pub fn csv_row(&self) -> String {
@@ -162,10 +311,11 @@ impl SimResult {
             }
         };
         format!(
-            "{},{},{},{},{},{},{},{},{},{},{},{},{:.6},{:.6},{:.6},{},{},{},{},{},{},{},{},{:.2},{:.3}",
+            "{},{},{},{},{},{},{},{},{},{},{},{},{},{:.6},{:.6},{:.6},{},{},{},{},{},{},{},{},{:.2},{:.3},{}",
             q(&self.input),
-            self.policy,
+            self.policy.as_deref().unwrap_or_default(),
             self.mode,
+            self.layout,
             self.admission,
             self.line_size,
             self.group_size,
@@ -187,7 +337,89 @@ impl SimResult {
             self.hdd_bytes_read,
             self.hdd_bytes_written,
             self.index_bytes_per_line,
-            self.wall_s
+            self.wall_s,
+            match &self.log {
+                Some(l) => format!(
+                    "{},{},{},{:.4},{:.4},{:.4},{},{},{:.4}",
+                    l.segment_size,
+                    l.compression,
+                    l.dedup_index,
+                    l.dedup_ratio,
+                    l.compression_ratio,
+                    l.effective_capacity,
+                    l.segments_reclaimed,
+                    l.erasures,
+                    l.write_amplification
+                ),
+                None => ",,,,,,,,".into(),
+            }
+        )
+    }
+}
+
+impl SimResult {
+    /// The human report of a log-layout run (after the input line).
+    fn fmt_log(&self, f: &mut fmt::Formatter<'_>, l: &LogFigures) -> fmt::Result {
+        let k = &l.counters;
+        writeln!(
+            f,
+            "cache        {} log layout ({} lines of {}), segments of {}, picker {}, {}, {} compression, fingerprint index {:.0} %{}",
+            fmt_size(self.capacity_bytes),
+            self.capacity_lines,
+            fmt_size(self.line_size),
+            fmt_size(l.segment_size),
+            l.picker,
+            self.mode,
+            l.compression,
+            l.dedup_index * 100.0,
+            if l.trim { ", TRIM" } else { "" }
+        )?;
+        writeln!(
+            f,
+            "requests     {} ({} reads, {} writes, {} trims, {} flushes)",
+            k.requests, k.reads, k.writes, k.trims, k.flushes
+        )?;
+        writeln!(
+            f,
+            "reads        {} lines, {} hit ({} through the fingerprint index, {} in RAM)",
+            k.read_lines,
+            pct(self.read_hit_ratio),
+            l.dup_read_hits,
+            l.ram_read_hits
+        )?;
+        writeln!(
+            f,
+            "writes       {} lines, {} duplicates of cached content (no SSD write)",
+            k.write_lines, k.dup_write_lines
+        )?;
+        writeln!(
+            f,
+            "reduction    dedup {:.2}x, compression {:.2}x, effective capacity {:.2}x",
+            l.dedup_ratio, l.compression_ratio, l.effective_capacity
+        )?;
+        writeln!(
+            f,
+            "segments     {} sealed, {} reclaimed ({} extents evicted, {} dirty written back)",
+            l.segments_sealed, l.segments_reclaimed, l.extents_evicted, k.dirty_write_backs
+        )?;
+        writeln!(
+            f,
+            "SSD          {} written, {} read; {} erasures, write amplification {:.2}",
+            fmt_size(self.ssd_bytes_written),
+            fmt_size(self.ssd_bytes_read),
+            l.erasures,
+            l.write_amplification
+        )?;
+        writeln!(
+            f,
+            "HDD          {} read, {} written",
+            fmt_size(self.hdd_bytes_read),
+            fmt_size(self.hdd_bytes_written)
+        )?;
+        write!(
+            f,
+            "index RAM    {:.1} B per fingerprint entry, {:.1} B per cached line in all",
+            l.index_bytes_per_entry, self.index_bytes_per_line
         )
     }
 }
@@ -201,6 +433,9 @@ impl fmt::Display for SimResult {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let c = &self.counters;
         writeln!(f, "input        {}", self.input)?;
+        if let Some(l) = &self.log {
+            return self.fmt_log(f, l);
+        }
         writeln!(
             f,
             "cache        {} ({} lines of {}, groups of {}), policy {}, {}, admission {}",
@@ -208,7 +443,7 @@ impl fmt::Display for SimResult {
             self.capacity_lines,
             fmt_size(self.line_size),
             fmt_size(self.group_size),
-            self.policy,
+            self.policy.as_deref().unwrap_or("none (no cache)"),
             self.mode,
             self.admission
         )?;
@@ -243,6 +478,28 @@ impl fmt::Display for SimResult {
             "requests hit {} full, {} partial, {} missed",
             c.full_hits, c.partial_hits, c.full_misses
         )?;
+        for (dir, d) in [("reads", &c.read_requests), ("writes", &c.write_requests)] {
+            let share = |x: u64| {
+                if d.total() > 0 {
+                    format!("{:.1} %", 100.0 * x as f64 / d.total() as f64)
+                } else {
+                    "-".into()
+                }
+            };
+            writeln!(
+                f,
+                "  {dir:<10} hits {} ({}), partial misses {} ({}), full misses {} ({}), pass-through {} ({}), total {}",
+                d.hits,
+                share(d.hits),
+                d.partial_misses,
+                share(d.partial_misses),
+                d.full_misses,
+                share(d.full_misses),
+                d.pass_through,
+                share(d.pass_through),
+                d.total()
+            )?;
+        }
         writeln!(f, "line accesses {}", c.line_accesses)?;
         writeln!(
             f,

@@ -35,6 +35,7 @@ fn compute() -> BTreeMap<String, u64> {
                             mode,
                             ..Default::default()
                         },
+                        log: None,
                     };
                     let r = simulate(&s, None, None).unwrap();
                     r.counters.check().unwrap();

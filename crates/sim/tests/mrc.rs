@@ -64,12 +64,13 @@ fn exact_curve_equals_per_size_lru_runs_on_shared_traces() {
                         validity: Validity::Line,
                         ..EngineConfig::default()
                     },
+                    log: None,
                 },
                 None,
                 None,
             )
             .unwrap();
-            assert_eq!(r.policy, "lru");
+            assert_eq!(r.policy.as_deref(), Some("lru"));
             assert_eq!(m.accesses, r.line_accesses, "{rel}");
             // Exact: the same count of misses, not only a close ratio.
             let misses = (p.miss_ratio * m.accesses as f64).round() as u64;

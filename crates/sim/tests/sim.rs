@@ -22,6 +22,7 @@ fn percent_sizes_use_the_footprint() {
         input: mem(reqs),
         cache_size: CacheSize::Percent(100.0),
         engine: EngineConfig::default(),
+        log: None,
     };
     let r = simulate(&spec, None, None).unwrap();
     assert_eq!(r.footprint_lines, Some(100));
@@ -64,7 +65,7 @@ fn sweeps_match_single_runs_and_keep_order() {
         let one = simulate(spec, None, None).unwrap();
         let r = cell.result.as_ref().unwrap();
         assert_eq!(r.line_hits, one.line_hits);
-        assert_eq!(r.policy, spec.engine.policy);
+        assert_eq!(r.policy.as_deref(), Some(spec.engine.policy.as_str()));
     }
 }
 

@@ -14,6 +14,7 @@ fn spec(workload: &str, size: CacheSize, mode: Mode) -> SimSpec {
             mode,
             ..Default::default()
         },
+        log: None,
     }
 }
 
@@ -198,6 +199,7 @@ fn cloudphysics_no_cache_then_write_through_then_write_back() {
                 mode,
                 ..Default::default()
             },
+            log: None,
         };
         run_timed(&s, &setup(ssd, Drive::Closed { queue_depth: 1 }), None).unwrap()
     };
@@ -229,6 +231,7 @@ fn class_run(
         },
         cache_size: CacheSize::Bytes(cache_lines * 4096),
         engine: EngineConfig::default(),
+        log: None,
     };
     let setup = TimedSetup {
         options: TimedOptions {
@@ -321,4 +324,39 @@ fn class_occupancy_drops_evicted_lines() {
     assert!(s
         .iter()
         .all(|w| w.class_lines.values().sum::<u64>() <= 1000));
+}
+
+/// No cache (`sim --no-cache`: no SSD model) on a stream with FLUSHes, as every file system
+/// sends (a pgbench recording has one per commit): the engine plans a `FlushSsd` for each,
+/// which has no device to run on; the baseline must still run, and its FLUSHes reach the HDD.
+#[test]
+fn no_cache_replays_flushes() {
+    use tiercache_engine::{Op, Request};
+    let reqs: Vec<Request> = (0..200u64)
+        .map(|i| {
+            let mut r = match i % 3 {
+                0 => Request::write(i * 8 * 4096, 4096),
+                1 => Request::read(i * 8 * 4096, 4096),
+                _ => Request::new(0, Op::Flush, 0, 0),
+            };
+            r.time_ns = i * 1_000_000;
+            r
+        })
+        .collect();
+    let s = SimSpec {
+        input: Input::Memory {
+            name: "flushes".into(),
+            requests: std::sync::Arc::new(reqs),
+        },
+        cache_size: CacheSize::Bytes(1 << 20),
+        engine: EngineConfig {
+            mode: Mode::WriteBack,
+            ..Default::default()
+        },
+        log: None,
+    };
+    let none = run_timed(&s, &setup(None, Drive::Closed { queue_depth: 1 }), None).unwrap();
+    assert!(none.timed.iops > 0.0 && none.timed.elapsed_s > 0.0);
+    assert!(none.timed.ssd.is_none());
+    assert!(none.timed.hdd.busy_s > 0.0);
 }

@@ -1,7 +1,7 @@
 //! Opening traces (decompression by magic bytes, format detection) and the streaming reader
 //! and writer.
 
-use crate::formats::{self, Ctx, Format};
+use crate::formats::{self, Ctx, Format, Written};
 use crate::{Location, ReadOptions, TraceError};
 use std::fs::File;
 use std::io::{self, BufRead, BufReader, BufWriter, Read, Write};
@@ -66,35 +66,11 @@ pub fn detect(path: &Path) -> Result<Format, TraceError> {
     detect_bytes(&head, &name).map_err(|m| TraceError::file(path, m))
 }
 
-/// Formats the file name suggests.
+/// Formats the file name suggests (each format's [`formats::Spec::name_hints`]).
 fn name_hints(name: &str) -> Vec<Format> {
-    const HINTS: &[(&str, Format)] = &[
-        ("vscsi", Format::Vscsi),
-        ("oraclegeneral", Format::OracleGeneral),
-        ("oracle", Format::OracleGeneral),
-        (".lis", Format::Arc),
-        ("systor", Format::Systor),
-        ("tencent", Format::Tencent),
-        ("cloud_storage", Format::Tencent),
-        ("cbs", Format::Tencent),
-        ("alibaba", Format::Alibaba),
-        ("spc", Format::Spc),
-        ("umass", Format::Spc),
-        ("financial", Format::Spc),
-        ("websearch", Format::Spc),
-        ("msr", Format::Msr),
-        ("blkparse", Format::Blkparse),
-        ("blktrace", Format::Blkparse),
-        ("mqsim", Format::Disksim),
-        ("disksim", Format::Disksim),
-        ("cloudphysics", Format::LcsCsv),
-        ("lcs", Format::LcsCsv),
-        ("tiercache", Format::Simple),
-    ];
-    HINTS
-        .iter()
-        .filter(|(k, _)| name.contains(k))
-        .map(|&(_, f)| f)
+    Format::ALL
+        .into_iter()
+        .filter(|f| f.spec().name_hints.iter().any(|k| name.contains(k)))
         .collect()
 }
 
@@ -126,80 +102,20 @@ fn choose(mut cands: Vec<Format>, name: &str, what: &str) -> Result<Format, Stri
 
 /// Text formats a record line fits.
 fn text_candidates(line: &[u8]) -> Vec<Format> {
-    use formats::parse_u64;
-    let int = |b: &[u8]| parse_u64(b).is_some();
-    let dec = |b: &[u8]| formats::parse_scaled(b, 0).is_some();
-    let rw = |b: &[u8]| matches!(b, b"R" | b"W" | b"r" | b"w");
-    let csv: Vec<&[u8]> = line.split(|&b| b == b',').map(|p| p.trim_ascii()).collect();
-    let ws: Vec<&[u8]> = line
-        .split(|b| b.is_ascii_whitespace())
-        .filter(|p| !p.is_empty())
+    Format::ALL
+        .into_iter()
+        .filter(|f| !f.is_binary() && (f.spec().fits)(line))
+        .collect()
+}
+
+/// With records that fit no format: the one format of this kind (binary or text) that
+/// trusts its name and whose name hint the file has.
+fn trusted_name(name: &str, binary: bool) -> Option<Format> {
+    let hints: Vec<Format> = name_hints(name)
+        .into_iter()
+        .filter(|f| f.is_binary() == binary && f.spec().trust_name)
         .collect();
-    let mut c = Vec::new();
-    if csv.len() >= 6
-        && int(csv[0])
-        && (csv[3].eq_ignore_ascii_case(b"read") || csv[3].eq_ignore_ascii_case(b"write"))
-        && int(csv[4])
-        && int(csv[5])
-    {
-        c.push(Format::Msr);
-    }
-    if csv.len() == 6 && dec(csv[0]) && rw(csv[2]) && csv[3..].iter().all(|b| int(b)) {
-        c.push(Format::Systor);
-    }
-    if csv.len() == 5 && csv.iter().all(|b| int(b)) && matches!(csv[3], b"0" | b"1") {
-        c.push(Format::Tencent);
-    }
-    if csv.len() == 5 && rw(csv[1]) && int(csv[0]) && csv[2..].iter().all(|b| int(b)) {
-        c.push(Format::Alibaba);
-    }
-    if csv.len() >= 5 && csv[..3].iter().all(|b| int(b)) && rw(csv[3]) && dec(csv[4]) {
-        c.push(Format::Spc);
-    }
-    if csv.len() == 5
-        && int(csv[0])
-        && dec(csv[1])
-        && std::str::from_utf8(csv[2])
-            .ok()
-            .and_then(|s| u64::from_str_radix(s, 16).ok())
-            .and_then(formats::lcs_csv::scsi_op)
-            .is_some()
-        && int(csv[3])
-        && int(csv[4])
-    {
-        c.push(Format::LcsCsv);
-    }
-    if csv.len() >= 4
-        && int(csv[0])
-        && int(csv[2])
-        && int(csv[3])
-        && matches!(
-            csv[1].to_ascii_lowercase().as_slice(),
-            b"read" | b"write" | b"trim" | b"flush" | b"discard"
-        )
-    {
-        c.push(Format::Simple);
-    }
-    if ws.len() == 5 && dec(ws[0]) && ws[1..].iter().all(|b| int(b)) {
-        c.push(Format::Disksim);
-    }
-    if ws.len() == 4 && ws.iter().all(|b| int(b)) {
-        c.push(Format::Arc);
-    }
-    if ws.len() == 1 && int(ws[0]) {
-        c.push(Format::LcsTxt);
-    }
-    if ws.len() >= 7 {
-        if let Some((a, b)) = std::str::from_utf8(ws[0])
-            .ok()
-            .and_then(|s| s.split_once(','))
-        {
-            if a.parse::<u32>().is_ok() && b.parse::<u32>().is_ok() && dec(ws[3]) {
-                c.push(Format::Blkparse);
-            }
-        }
-    }
-    c
+    (hints.len() == 1).then(|| hints[0])
 }
 
 fn detect_bytes(head: &[u8], name: &str) -> Result<Format, String> {
@@ -211,21 +127,14 @@ fn detect_bytes(head: &[u8], name: &str) -> Result<Format, String> {
         .take(4096)
         .any(|&b| b < 0x20 && !matches!(b, b'\t' | b'\n' | b'\r'));
     if binary {
-        let mut c = Vec::new();
-        if formats::vscsi::plausible(head) {
-            c.push(Format::Vscsi);
-        }
-        if formats::oracle::plausible(head) {
-            c.push(Format::OracleGeneral);
-        }
+        let c: Vec<Format> = Format::ALL
+            .into_iter()
+            .filter(|f| f.is_binary() && (f.spec().fits)(head))
+            .collect();
         if c.is_empty() {
             // Trust an explicit name over the sanity checks (they may reject odd traces).
-            let hints: Vec<Format> = name_hints(name)
-                .into_iter()
-                .filter(|f| f.is_binary())
-                .collect();
-            if hints.len() == 1 {
-                return Ok(hints[0]);
+            if let Some(f) = trusted_name(name, true) {
+                return Ok(f);
             }
         }
         return choose(
@@ -251,18 +160,18 @@ fn detect_bytes(head: &[u8], name: &str) -> Result<Format, String> {
     let Some(first) = lines.next() else {
         return choose(Vec::new(), name, "no records in the first 64 KiB");
     };
-    if first.starts_with(b"version,time,op,size,lbn") {
-        return Ok(Format::LcsCsv);
-    }
-    if first.starts_with(b"Timestamp,Response,IOType") {
-        return Ok(Format::Systor);
-    }
-    if first.starts_with(b"time_ns,op") {
-        return Ok(Format::Simple);
+    if let Some(f) = Format::ALL.into_iter().find(|f| {
+        f.spec()
+            .detect_header
+            .is_some_and(|h| first.starts_with(h.as_bytes()))
+    }) {
+        return Ok(f);
     }
     let mut cands = text_candidates(first);
-    if cands == [Format::Blkparse] {
-        return Ok(Format::Blkparse);
+    if let [only] = cands[..] {
+        if only.spec().decides_alone {
+            return Ok(only);
+        }
     }
     for line in lines.take(31) {
         let fits = text_candidates(line);
@@ -271,8 +180,10 @@ fn detect_bytes(head: &[u8], name: &str) -> Result<Format, String> {
             cands = kept;
         }
     }
-    if cands.is_empty() && (name.ends_with(".lis") || name.contains(".lis.")) {
-        return Ok(Format::Arc);
+    if cands.is_empty() {
+        if let Some(f) = trusted_name(name, false) {
+            return Ok(f);
+        }
     }
     let first_text = String::from_utf8_lossy(&first[..first.len().min(80)]).into_owned();
     choose(
@@ -310,20 +221,23 @@ impl TraceReader {
         opts: &ReadOptions,
     ) -> TraceReader {
         let path = label;
-        let rec_size = match format {
+        let spec = format.spec();
+        let rec_size = match spec.first_record {
             // Decided by the first record.
-            Format::Vscsi => 0,
-            f => f.record_size(),
+            Some(_) => 0,
+            None => spec.record_size,
         };
         TraceReader {
             path: path.to_path_buf(),
             format,
+            spec,
+            parse: spec.parse,
             ctx: ctx_of(opts),
             skip_bad: opts.skip_bad,
             src,
             line: Vec::with_capacity(256),
             lineno: 0,
-            rec: vec![0; formats::vscsi::RECORD_V2.max(formats::oracle::RECORD)],
+            rec: vec![0; formats::MAX_RECORD],
             rec_size,
             recno: 0,
             byte_pos: 0,
@@ -346,6 +260,9 @@ impl TraceReader {
 pub struct TraceReader {
     path: PathBuf,
     format: Format,
+    spec: &'static formats::Spec,
+    /// The format's record parser: one indirect call per record, no allocation.
+    parse: formats::ParseFn,
     ctx: Ctx,
     skip_bad: bool,
     src: Box<dyn BufRead + Send>,
@@ -381,7 +298,7 @@ impl TraceReader {
     pub fn read_batch(&mut self, out: &mut Vec<Request>, max: usize) -> Result<(), TraceError> {
         out.clear();
         while out.len() < max && !self.done {
-            if self.format.is_binary() && self.rec_size != 0 && !self.skip_bad {
+            if self.spec.is_binary() && self.rec_size != 0 && !self.skip_bad {
                 self.fast_binary(out, max)?;
                 if out.len() >= max {
                     break;
@@ -413,10 +330,7 @@ impl TraceReader {
             let mut bad = None;
             let mut used = 0;
             for rec in buf[..whole * n].chunks_exact(n) {
-                let res = match self.format {
-                    Format::OracleGeneral => formats::oracle::parse(rec, &self.ctx),
-                    _ => formats::vscsi::parse(rec, &self.ctx),
-                };
+                let res = (self.parse)(rec, &self.ctx);
                 used += 1;
                 match res {
                     Ok(Some(mut r)) => {
@@ -470,27 +384,6 @@ impl TraceReader {
         self.lineno
     }
 
-    fn parse_line(&self, line: &[u8]) -> Result<Option<Request>, String> {
-        use formats::*;
-        let c = &self.ctx;
-        match self.format {
-            Format::Msr => msr::parse(line, c),
-            Format::Systor => systor::parse(line, c),
-            Format::Tencent => tencent::parse(line, c),
-            Format::Alibaba => alibaba::parse(line, c),
-            Format::Spc => spc::parse(line, c),
-            Format::Disksim => disksim::parse(line, c),
-            Format::Arc => arc::parse(line, c),
-            Format::Blkparse => blkparse::parse(line, c),
-            Format::LcsCsv => lcs_csv::parse(line, c),
-            Format::LcsTxt => lcs_txt::parse(line, c),
-            Format::Simple => simple::parse(line, c),
-            Format::OracleGeneral | Format::Vscsi => {
-                Err("internal: binary format parsed as text".into())
-            }
-        }
-    }
-
     /// Reads into `rec[from..to]`; returns the bytes read (short only at the end).
     fn fill(&mut self, from: usize, to: usize) -> Result<usize, TraceError> {
         let mut got = from;
@@ -509,7 +402,7 @@ impl TraceReader {
         let start = self.byte_pos;
         let first = self.rec_size == 0;
         let mut n = if first {
-            formats::vscsi::RECORD_V1
+            self.spec.record_size
         } else {
             self.rec_size
         };
@@ -525,8 +418,8 @@ impl TraceReader {
             index: self.recno,
             offset: start,
         };
-        if first {
-            match formats::vscsi::record_size(&self.rec[..got]) {
+        if let (true, Some(record_size)) = (first, self.spec.first_record) {
+            match record_size(&self.rec[..got]) {
                 Ok(size) => {
                     if size > n && got == n {
                         got += match self.fill(n, size) {
@@ -534,6 +427,7 @@ impl TraceReader {
                             Err(e) => return Got::Fail(e),
                         };
                     }
+                    debug_assert!(size <= formats::MAX_RECORD, "record of {size} bytes");
                     n = size;
                     self.rec_size = size;
                 }
@@ -553,11 +447,7 @@ impl TraceReader {
                 format!("truncated record: {got} of {n} bytes at the end of the trace"),
             );
         }
-        let rec = &self.rec[..n];
-        let res = match self.format {
-            Format::OracleGeneral => formats::oracle::parse(rec, &self.ctx),
-            _ => formats::vscsi::parse(rec, &self.ctx),
-        };
+        let res = (self.parse)(&self.rec[..n], &self.ctx);
         match res {
             Ok(Some(r)) => Got::Req(r),
             Ok(None) => Got::Skip,
@@ -566,7 +456,7 @@ impl TraceReader {
     }
 
     fn next_raw(&mut self) -> Got {
-        if self.format.is_binary() {
+        if self.spec.is_binary() {
             return self.next_binary();
         }
         self.line.clear();
@@ -586,7 +476,7 @@ impl TraceReader {
         if s.iter().all(u8::is_ascii_whitespace) {
             return Got::Skip;
         }
-        match self.parse_line(s) {
+        match (self.parse)(s, &self.ctx) {
             Ok(Some(r)) => Got::Req(r),
             Ok(None) => Got::Skip,
             Err(m) => Got::Bad(Location::Line(self.lineno), m),
@@ -687,17 +577,24 @@ impl Sink {
 /// without it.
 pub struct TraceWriter {
     format: Format,
+    write: formats::WriteFn,
     ctx: Ctx,
     sink: Option<Sink>,
     written: u64,
     dropped: u64,
     writes_as_reads: u64,
-    oracle: formats::oracle::Pending,
+    state: formats::WriteState,
     path: PathBuf,
 }
 
 /// Creates a trace file (and writes the format's header, if it has one).
 pub fn open_writer(path: &Path, format: Format) -> Result<TraceWriter, TraceError> {
+    let Some(write) = format.spec().write else {
+        return Err(TraceError::file(
+            path,
+            format!("the {format} format cannot be written"),
+        ));
+    };
     let f =
         File::create(path).map_err(|e| TraceError::file(path, format!("cannot create: {e}")))?;
     let w = BufWriter::with_capacity(BUF, f);
@@ -722,23 +619,18 @@ pub fn open_writer(path: &Path, format: Format) -> Result<TraceWriter, TraceErro
     } else {
         Sink::Plain(w)
     };
-    let header = match format {
-        Format::Simple => Some(formats::simple::HEADER),
-        Format::Systor => Some(formats::systor::HEADER),
-        Format::LcsCsv => Some(formats::lcs_csv::HEADER),
-        _ => None,
-    };
-    if let Some(h) = header {
+    if let Some(h) = format.spec().header {
         writeln!(sink, "{h}").map_err(|e| TraceError::file(path, format!("write error: {e}")))?;
     }
     Ok(TraceWriter {
         format,
+        write,
         ctx: Ctx::default(),
         sink: Some(sink),
         written: 0,
         dropped: 0,
         writes_as_reads: 0,
-        oracle: Default::default(),
+        state: Default::default(),
         path: path.to_path_buf(),
     })
 }
@@ -775,27 +667,11 @@ impl TraceWriter {
     }
 
     pub fn write(&mut self, r: &Request) -> Result<(), TraceError> {
-        use formats::*;
-        let c = &self.ctx;
         let Some(w) = self.sink.as_mut() else {
             return Err(TraceError::file(&self.path, "write after finish"));
         };
         let seq = self.written + 1;
-        let res = match self.format {
-            Format::Msr => msr::write(w, r, c),
-            Format::Systor => systor::write(w, r, c),
-            Format::Tencent => tencent::write(w, r, c),
-            Format::Alibaba => alibaba::write(w, r, c),
-            Format::Spc => spc::write(w, r, c),
-            Format::Disksim => disksim::write(w, r, c),
-            Format::Arc => arc::write(w, r, c, seq - 1),
-            Format::Blkparse => blkparse::write(w, r, c, seq),
-            Format::LcsCsv => lcs_csv::write(w, r, c),
-            Format::LcsTxt => lcs_txt::write(w, r, c),
-            Format::Simple => simple::write(w, r, c),
-            Format::Vscsi => vscsi::write(w, r, c, seq as u32),
-            Format::OracleGeneral => self.oracle.push(r, c),
-        };
+        let res = (self.write)(&mut self.state, w, r, &self.ctx, seq);
         match res {
             Ok(Written::Yes) => {
                 self.written += 1;
@@ -822,8 +698,8 @@ impl TraceWriter {
             return Ok(());
         };
         let err = |e: io::Error| TraceError::file(&self.path, format!("write error: {e}"));
-        if self.format == Format::OracleGeneral {
-            self.oracle.write_all(&mut sink).map_err(err)?;
+        if let Some(finish) = self.format.spec().finish {
+            finish(&mut self.state, &mut sink).map_err(err)?;
         }
         sink.finish().map_err(err)
     }

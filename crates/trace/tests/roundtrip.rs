@@ -75,6 +75,11 @@ fn representable(f: Format, mut r: Request) -> Request {
             (r.offset, r.len) = keep_end(&r);
             r.volume = 0;
         }
+        Format::Fiu => {
+            r.op = rw(r.op);
+            (r.offset, r.len) = cover(&r);
+        }
+        other => panic!("{other}: add what survives its round trip here"),
     }
     r.class = 0;
     r.fua = false;

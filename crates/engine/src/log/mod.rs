@@ -767,6 +767,18 @@ impl LogEngine {
         &self.cfg
     }
 
+    /// Live side (`ctl mode`): later writes are dirty (write-back) or written through. The
+    /// caller writes back the dirty lines before leaving write-back; nothing else changes.
+    pub fn set_mode(&mut self, mode: Mode) -> Result<(), EngineError> {
+        if !matches!(mode, Mode::WriteThrough | Mode::WriteBack) {
+            return Err(EngineError::Config(format!(
+                "the log layout runs write-through or write-back, not {mode}"
+            )));
+        }
+        self.cfg.mode = mode;
+        Ok(())
+    }
+
     pub fn counters(&self) -> &LogCounters {
         &self.counters
     }

@@ -124,6 +124,7 @@ pub(crate) fn timed(
         input: input.clone(),
         cache_size,
         engine,
+        log: cache.log_spec(seed)?,
     };
     let mut setup = TimedSetup {
         hdd: hdd.to_string(),

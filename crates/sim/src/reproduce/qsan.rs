@@ -86,6 +86,7 @@ pub fn run(config: &str, requests: Option<u64>) -> Result<Outcome> {
                 mode: Mode::WriteThrough,
                 ..Default::default()
             },
+            log: None,
         };
         let setup = |ssd: Option<&str>| TimedSetup {
             hdd: c.hdd.clone(),

@@ -6,7 +6,7 @@
 //!
 //! The writer rounds times down to microseconds; trims and flushes are dropped.
 
-use super::{mul, Ctx, Fields, Written};
+use super::{csv_fields, is_int, is_rw, mul, Ctx, Fields, Written};
 use std::io::{self, Write};
 use tiercache_engine::{Op, Request};
 
@@ -42,3 +42,37 @@ pub fn write(w: &mut dyn Write, r: &Request, _ctx: &Ctx) -> io::Result<Written> 
     )?;
     Ok(Written::Yes)
 }
+
+fn fits(line: &[u8]) -> bool {
+    let c = csv_fields(line);
+    c.len() == 5 && is_rw(c[1]) && is_int(c[0]) && c[2..].iter().all(|b| is_int(b))
+}
+
+fn write_one(
+    _: &mut super::WriteState,
+    w: &mut dyn Write,
+    r: &Request,
+    c: &Ctx,
+    _n: u64,
+) -> io::Result<Written> {
+    write(w, r, c)
+}
+
+/// This format's registry entry.
+pub const SPEC: super::Spec = super::Spec {
+    name: "alibaba",
+    aliases: &["ali"],
+    description: "Alibaba block CSV: device_id,opcode(R/W),offset,length,timestamp(us)",
+    has_op: true,
+    record_size: 0,
+    first_record: None,
+    header: None,
+    detect_header: None,
+    name_hints: &["alibaba"],
+    fits,
+    decides_alone: false,
+    trust_name: false,
+    parse,
+    write: Some(write_one),
+    finish: None,
+};

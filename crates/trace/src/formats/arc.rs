@@ -11,7 +11,7 @@
 //! operation), rounding to whole blocks; trims and flushes are dropped. The request number
 //! column counts written records from 0.
 
-use super::{mul, Ctx, Fields, Written};
+use super::{is_int, mul, ws_fields, Ctx, Fields, Written};
 use std::io::{self, Write};
 use tiercache_engine::{Op, Request};
 
@@ -41,3 +41,37 @@ pub fn write(w: &mut dyn Write, r: &Request, ctx: &Ctx, n: u64) -> io::Result<Wr
     writeln!(w, "{first} {} 0 {n}", r.end().div_ceil(bs) - first)?;
     Ok(Written::Yes)
 }
+
+fn fits(line: &[u8]) -> bool {
+    let w = ws_fields(line);
+    w.len() == 4 && w.iter().all(|b| is_int(b))
+}
+
+fn write_one(
+    _: &mut super::WriteState,
+    w: &mut dyn Write,
+    r: &Request,
+    c: &Ctx,
+    n: u64,
+) -> io::Result<Written> {
+    write(w, r, c, n - 1)
+}
+
+/// This format's registry entry.
+pub const SPEC: super::Spec = super::Spec {
+    name: "arc",
+    aliases: &["lis"],
+    description: "ARC .lis: start_block num_blocks ignore request_number (reads; 512 B blocks)",
+    has_op: false,
+    record_size: 0,
+    first_record: None,
+    header: None,
+    detect_header: None,
+    name_hints: &[".lis"],
+    fits,
+    decides_alone: false,
+    trust_name: true,
+    parse,
+    write: Some(write_one),
+    finish: None,
+};

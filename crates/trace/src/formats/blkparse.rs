@@ -20,7 +20,7 @@
 //! The writer writes `Q` events (or the action of the writer's context) with sequence
 //! numbers from 1, pid 0, cpu 0 and process `[tiercache]`.
 
-use super::{mul, Ctx, Fields, Written};
+use super::{is_dec, mul, ws_fields, Ctx, Fields, Written};
 use std::io::{self, Write};
 use tiercache_engine::{Op, Request};
 
@@ -116,3 +116,42 @@ pub fn write(w: &mut dyn Write, r: &Request, ctx: &Ctx, seq: u64) -> io::Result<
     w.write_all(b"[tiercache]\n")?;
     Ok(Written::Yes)
 }
+
+fn fits(line: &[u8]) -> bool {
+    let w = ws_fields(line);
+    w.len() >= 7
+        && std::str::from_utf8(w[0])
+            .ok()
+            .and_then(|s| s.split_once(','))
+            .is_some_and(|(a, b)| a.parse::<u32>().is_ok() && b.parse::<u32>().is_ok())
+        && is_dec(w[3])
+}
+
+fn write_one(
+    _: &mut super::WriteState,
+    w: &mut dyn Write,
+    r: &Request,
+    c: &Ctx,
+    n: u64,
+) -> io::Result<Written> {
+    write(w, r, c, n)
+}
+
+/// This format's registry entry.
+pub const SPEC: super::Spec = super::Spec {
+    name: "blkparse",
+    aliases: &["blktrace"],
+    description: "blkparse text: maj,min cpu seq time pid action RWBS sector + count [proc] (one action, default Q)",
+    has_op: true,
+    record_size: 0,
+    first_record: None,
+    header: None,
+    detect_header: None,
+    name_hints: &["blkparse", "blktrace"],
+    fits,
+    decides_alone: true,
+    trust_name: false,
+    parse,
+    write: Some(write_one),
+    finish: None,
+};

@@ -12,7 +12,7 @@
 //! The writer rounds offsets down and sizes up to whole sectors; trims and flushes are
 //! dropped.
 
-use super::{mul, Ctx, Fields, Written};
+use super::{is_dec, is_int, mul, ws_fields, Ctx, Fields, Written};
 use std::io::{self, Write};
 use tiercache_engine::{Op, Request};
 
@@ -64,3 +64,37 @@ pub fn write(w: &mut dyn Write, r: &Request, _ctx: &Ctx) -> io::Result<Written> 
     )?;
     Ok(Written::Yes)
 }
+
+fn fits(line: &[u8]) -> bool {
+    let w = ws_fields(line);
+    w.len() == 5 && is_dec(w[0]) && w[1..].iter().all(|b| is_int(b))
+}
+
+fn write_one(
+    _: &mut super::WriteState,
+    w: &mut dyn Write,
+    r: &Request,
+    c: &Ctx,
+    _n: u64,
+) -> io::Result<Written> {
+    write(w, r, c)
+}
+
+/// This format's registry entry.
+pub const SPEC: super::Spec = super::Spec {
+    name: "disksim",
+    aliases: &["mqsim"],
+    description: "DiskSim/MQSim ASCII: arrival_ns device start_sector size_sectors type(1 r/0 w)",
+    has_op: true,
+    record_size: 0,
+    first_record: None,
+    header: None,
+    detect_header: None,
+    name_hints: &["mqsim", "disksim"],
+    fits,
+    decides_alone: false,
+    trust_name: false,
+    parse,
+    write: Some(write_one),
+    finish: None,
+};

@@ -7,12 +7,16 @@
 //! - op `R` / `W`; major and minor device numbers (volume = `major << 20 | minor`);
 //! - md5: 32 hex digits, the block's content hash.
 //!
-//! This reader keeps the MD5s, so it returns a [`ContentTrace`] rather than plain requests:
+//! As a registered trace format (`--format fiu`) each line is one request (the MD5 is
+//! checked, then dropped; volume `major << 20 | minor`, pid and process ignored); the writer
+//! writes pid 0, process `-` and an all-zero MD5 (requests carry no content). [`read`]
+//! keeps the MD5s, so it returns a [`ContentTrace`] rather than plain requests:
 //! each line's fingerprint is the first 8 bytes of its MD5 (mixed with the block's position
 //! in the line when lines are larger than the trace's blocks: an approximation of Nitro's
 //! multi-pass extent fingerprints), and its compressed length comes from a content model
 //! (the traces carry no compression information; the seed did the same).
 
+use super::{blkparse, is_int, mul, ws_fields, Ctx, Fields, Written};
 use crate::content::{mix, ContentModel, ContentTrace};
 use std::io::{self, BufRead, Write};
 use tiercache_engine::{Op, Request};
@@ -144,6 +148,101 @@ pub fn read(input: impl BufRead, name: &str, model: &ContentModel) -> Result<Con
     }
     Ok(t)
 }
+
+const FIELDS: [&str; 9] = [
+    "ts", "pid", "process", "lba", "size", "op", "major", "minor", "md5",
+];
+
+fn is_md5(b: &[u8]) -> bool {
+    b.len() == 32 && b.iter().all(u8::is_ascii_hexdigit)
+}
+
+/// One line as a request, without allocating (the registry's parser).
+fn parse_request(line: &[u8], _ctx: &Ctx) -> Result<Option<Request>, String> {
+    let f = Fields::ws(line, &FIELDS);
+    if f.len() != 9 {
+        return Err(format!(
+            "expected 9 fields (ts pid process lba size op major minor md5), found {}",
+            f.len()
+        ));
+    }
+    let ts = f.u64(0)?;
+    f.u32(1)?;
+    let lba = f.u64(3)?;
+    let sectors = f.u64(4)?;
+    let op = match f.bytes(5)? {
+        b"R" | b"r" => Op::Read,
+        b"W" | b"w" => Op::Write,
+        _ => return Err(f.err(5, "is not R or W")),
+    };
+    let (major, minor) = (f.u32(6)?, f.u32(7)?);
+    if !is_md5(f.bytes(8)?) {
+        return Err(f.err(8, "is not 32 hex digits"));
+    }
+    let volume = blkparse::volume(major, minor)
+        .ok_or_else(|| format!("device {major},{minor}: major or minor too large"))?;
+    let mut r = Request::new(
+        ts,
+        op,
+        mul(lba, 512, "lba")?,
+        mul(sectors, 512, "size in sectors")?,
+    );
+    r.volume = volume;
+    Ok(Some(r))
+}
+
+fn fits(line: &[u8]) -> bool {
+    let w = ws_fields(line);
+    w.len() == 9
+        && [0, 1, 3, 4, 6, 7].iter().all(|&i| is_int(w[i]))
+        && matches!(w[5], b"R" | b"W" | b"r" | b"w")
+        && is_md5(w[8])
+}
+
+const ZERO_MD5: &str = "00000000000000000000000000000000";
+
+fn write_request(
+    _: &mut super::WriteState,
+    w: &mut dyn Write,
+    r: &Request,
+    _c: &Ctx,
+    _n: u64,
+) -> io::Result<Written> {
+    let op = match r.op {
+        Op::Read => "R",
+        Op::Write => "W",
+        Op::Trim | Op::Flush => return Ok(Written::Dropped),
+    };
+    let lba = r.offset / 512;
+    writeln!(
+        w,
+        "{} 0 - {lba} {} {op} {} {} {ZERO_MD5}",
+        r.time_ns,
+        r.end().div_ceil(512) - lba,
+        r.volume >> 20,
+        r.volume & 0xf_ffff,
+    )?;
+    Ok(Written::Yes)
+}
+
+/// This format's registry entry.
+pub const SPEC: super::Spec = super::Spec {
+    name: "fiu",
+    aliases: &["sylab"],
+    description: "FIU/SyLab text with content hashes: ts_ns pid process lba size(sectors) op(R/W) major minor md5",
+    has_op: true,
+    record_size: 0,
+    first_record: None,
+    header: None,
+    detect_header: None,
+    name_hints: &["fiu"],
+    fits,
+    decides_alone: false,
+    trust_name: false,
+    parse: parse_request,
+    write: Some(write_request),
+    finish: None,
+};
 
 #[cfg(test)]
 mod tests {

@@ -10,7 +10,7 @@
 //!
 //! The writer writes whole seconds and rounds offsets down to sectors (keeping the end).
 
-use super::{mul, Ctx, Fields, Written};
+use super::{csv_fields, is_dec, is_int, mul, Ctx, Fields, Written};
 use std::io::{self, Write};
 use tiercache_engine::{Op, Request};
 
@@ -67,3 +67,47 @@ pub fn write(w: &mut dyn Write, r: &Request, _ctx: &Ctx) -> io::Result<Written> 
     )?;
     Ok(Written::Yes)
 }
+
+fn fits(line: &[u8]) -> bool {
+    let c = csv_fields(line);
+    c.len() == 5
+        && is_int(c[0])
+        && is_dec(c[1])
+        && std::str::from_utf8(c[2])
+            .ok()
+            .and_then(|s| u64::from_str_radix(s, 16).ok())
+            .and_then(scsi_op)
+            .is_some()
+        && is_int(c[3])
+        && is_int(c[4])
+}
+
+fn write_one(
+    _: &mut super::WriteState,
+    w: &mut dyn Write,
+    r: &Request,
+    c: &Ctx,
+    _n: u64,
+) -> io::Result<Written> {
+    write(w, r, c)
+}
+
+/// This format's registry entry.
+pub const SPEC: super::Spec = super::Spec {
+    name: "lcs-csv",
+    aliases: &["cloudphysics-csv", "libcachesim-csv"],
+    description:
+        "libCacheSim/CloudPhysics csv: version,time,op(SCSI hex),size,lbn(sectors) (header)",
+    has_op: true,
+    record_size: 0,
+    first_record: None,
+    header: Some(HEADER),
+    detect_header: Some(HEADER),
+    name_hints: &["cloudphysics", "lcs"],
+    fits,
+    decides_alone: false,
+    trust_name: false,
+    parse,
+    write: Some(write_one),
+    finish: None,
+};

@@ -9,7 +9,7 @@
 //!
 //! The writer writes the first block of each read or write; trims and flushes are dropped.
 
-use super::{mul, Ctx, Fields, Written};
+use super::{is_int, mul, ws_fields, Ctx, Fields, Written};
 use std::io::{self, Write};
 use tiercache_engine::{Op, Request};
 
@@ -42,3 +42,38 @@ pub fn write(w: &mut dyn Write, r: &Request, ctx: &Ctx) -> io::Result<Written> {
     writeln!(w, "{}", r.offset / ctx.block_size)?;
     Ok(Written::Yes)
 }
+
+fn fits(line: &[u8]) -> bool {
+    let w = ws_fields(line);
+    w.len() == 1 && is_int(w[0])
+}
+
+fn write_one(
+    _: &mut super::WriteState,
+    w: &mut dyn Write,
+    r: &Request,
+    c: &Ctx,
+    _n: u64,
+) -> io::Result<Written> {
+    write(w, r, c)
+}
+
+/// This format's registry entry.
+pub const SPEC: super::Spec = super::Spec {
+    name: "lcs-txt",
+    aliases: &["txt", "libcachesim-txt"],
+    description:
+        "libCacheSim plain text: one object id per line; reads of one block (512 B) at id x block",
+    has_op: false,
+    record_size: 0,
+    first_record: None,
+    header: None,
+    detect_header: None,
+    name_hints: &[],
+    fits,
+    decides_alone: false,
+    trust_name: false,
+    parse,
+    write: Some(write_one),
+    finish: None,
+};

@@ -1,4 +1,5 @@
-//! The trace formats: one file each, with a record parser and a writer.
+//! The trace formats: one file each, declaring a [`Spec`] (name, capabilities, detection,
+//! parser, writer), and one line each in the [`registry!`] below.
 //!
 //! Text parsers get one line as bytes (without the line end) and split it into at most
 //! [`MAX_FIELDS`] borrowed slices on the stack: no allocation per record, no `String` per
@@ -20,6 +21,7 @@
 //! | `oracle-general` | 24 B LE `<u32 time_s, u64 obj_id, u32 size, i64 next>`; reads; id x 512 B | 0 | 0 |
 //! | `vscsi` | 32 B (v1) or 40 B (v2) LE records; SCSI opcode, lbn sectors, ts us | 0 | 0 |
 //! | `simple` | header; `time_ns,op,offset,len[,class[,volume[,fua]]]` | column | column |
+//! | `fiu` | `ts_ns pid process lba size op major minor md5` (sectors; md5 kept by [`fiu::read`]) | `major << 20 \| minor` | 0 |
 //!
 //! Sectors are 512 bytes everywhere. Times become nanoseconds since the first record (see
 //! [`crate::TraceReader`]).
@@ -40,97 +42,136 @@ pub mod tencent;
 pub mod vscsi;
 
 use std::fmt;
+use std::io;
 use std::str::FromStr;
+use tiercache_engine::Request;
 
-/// A trace format.
+/// Parses one record (a text line without its end, or one binary record): `None` for a
+/// record that is no request (a comment, another blkparse action). No allocation on success.
+pub type ParseFn = fn(&[u8], &Ctx) -> Result<Option<Request>, String>;
+/// Writes one request; `seq` counts requests written, from 1.
+pub type WriteFn =
+    fn(&mut WriteState, &mut dyn io::Write, &Request, &Ctx, u64) -> io::Result<Written>;
+/// A binary format's record size from its first record, or why it is not this format.
+pub type RecordSizeFn = fn(&[u8]) -> Result<usize, String>;
+/// Writes what a format held back until the end (oracleGeneral's next-access indices).
+pub type FinishFn = fn(&mut WriteState, &mut dyn io::Write) -> io::Result<()>;
+
+/// Everything the reader, the writer, detection and `tiercache trace formats` know about a
+/// format: each format's file declares one, and [`registry!`] lists them.
+pub struct Spec {
+    /// The `--format` name.
+    pub name: &'static str,
+    /// Other names `--format` accepts.
+    pub aliases: &'static [&'static str],
+    /// One line for `tiercache trace formats`.
+    pub description: &'static str,
+    /// Whether records say read or write (false: every request read back is a read).
+    pub has_op: bool,
+    /// Fixed record size of a binary format; 0 for a text format (one record per line).
+    pub record_size: usize,
+    /// Binary formats whose record size the first record decides (vscsi v1/v2): its size
+    /// from the first `record_size` bytes, or why it is not this format.
+    pub first_record: Option<RecordSizeFn>,
+    /// The header line the writer puts first.
+    pub header: Option<&'static str>,
+    /// A first line starting with this decides detection (the header, or its stable start).
+    pub detect_header: Option<&'static str>,
+    /// File-name fragments (lower case) that suggest the format: they break ties.
+    pub name_hints: &'static [&'static str],
+    /// Text: whether one record line fits. Binary: whether the first bytes look like it.
+    pub fits: fn(&[u8]) -> bool,
+    /// Text: a first line that fits this format alone decides detection (blkparse).
+    pub decides_alone: bool,
+    /// When the records fit no format, a unique file-name hint for this one decides.
+    pub trust_name: bool,
+    pub parse: ParseFn,
+    /// `None`: the format cannot be written.
+    pub write: Option<WriteFn>,
+    pub finish: Option<FinishFn>,
+}
+
+impl Spec {
+    pub fn is_binary(&self) -> bool {
+        self.record_size != 0
+    }
+}
+
+/// A trace format: a registered [`Spec`], named by its `--format` name (so that formats
+/// compare, hash and match as plain values).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Format {
-    Msr,
-    Systor,
-    Tencent,
-    Alibaba,
-    Spc,
-    Disksim,
-    Arc,
-    Blkparse,
-    LcsCsv,
-    LcsTxt,
-    OracleGeneral,
-    Vscsi,
-    Simple,
+pub struct Format(&'static str);
+
+/// The format registry: one line per format, `Constant = module`, in the order
+/// `tiercache trace formats` lists them. A new format is a file with a `SPEC` and a line
+/// here; the conformance test (tests/conformance.rs) then runs it.
+macro_rules! registry {
+    ($($konst:ident = $module:ident),* $(,)?) => {
+        #[allow(non_upper_case_globals)]
+        impl Format {
+            $(pub const $konst: Format = Format($module::SPEC.name);)*
+            /// Every registered format.
+            pub const ALL: [Format; [$(stringify!($konst)),*].len()] = [$(Format::$konst),*];
+        }
+        /// Every registered format's spec, in [`Format::ALL`]'s order.
+        pub static REGISTRY: [&Spec; [$(stringify!($konst)),*].len()] = [$(&$module::SPEC),*];
+    };
+}
+
+registry! {
+    Simple = simple,
+    Msr = msr,
+    Systor = systor,
+    Tencent = tencent,
+    Alibaba = alibaba,
+    Spc = spc,
+    Disksim = disksim,
+    Arc = arc,
+    Blkparse = blkparse,
+    LcsCsv = lcs_csv,
+    LcsTxt = lcs_txt,
+    OracleGeneral = oracle,
+    Vscsi = vscsi,
+    Fiu = fiu,
 }
 
 impl Format {
-    pub const ALL: [Format; 13] = [
-        Format::Simple,
-        Format::Msr,
-        Format::Systor,
-        Format::Tencent,
-        Format::Alibaba,
-        Format::Spc,
-        Format::Disksim,
-        Format::Arc,
-        Format::Blkparse,
-        Format::LcsCsv,
-        Format::LcsTxt,
-        Format::OracleGeneral,
-        Format::Vscsi,
-    ];
+    /// This format's spec (a short search of the registry: look it up once per trace, not
+    /// per record).
+    pub fn spec(self) -> &'static Spec {
+        REGISTRY
+            .iter()
+            .find(|s| s.name == self.0)
+            .expect("a Format is made only from a registered spec")
+    }
 
     pub fn name(self) -> &'static str {
-        match self {
-            Format::Msr => "msr",
-            Format::Systor => "systor",
-            Format::Tencent => "tencent",
-            Format::Alibaba => "alibaba",
-            Format::Spc => "spc",
-            Format::Disksim => "disksim",
-            Format::Arc => "arc",
-            Format::Blkparse => "blkparse",
-            Format::LcsCsv => "lcs-csv",
-            Format::LcsTxt => "lcs-txt",
-            Format::OracleGeneral => "oracle-general",
-            Format::Vscsi => "vscsi",
-            Format::Simple => "simple",
-        }
+        self.0
     }
 
     pub fn description(self) -> &'static str {
-        match self {
-            Format::Msr => "MSR Cambridge CSV: Timestamp(FILETIME),Hostname,DiskNumber,Type,Offset,Size,ResponseTime",
-            Format::Systor => "SYSTOR'17 CSV: Timestamp,Response,IOType,LUN,Offset,Size (header)",
-            Format::Tencent => "Tencent CBS CSV: Timestamp,Offset(sectors),Size(sectors),IOType(0 r/1 w),VolumeID",
-            Format::Alibaba => "Alibaba block CSV: device_id,opcode(R/W),offset,length,timestamp(us)",
-            Format::Spc => "SPC/UMass CSV: ASU,LBA(sectors),Size(bytes),Opcode(r/w),Timestamp(s)",
-            Format::Disksim => "DiskSim/MQSim ASCII: arrival_ns device start_sector size_sectors type(1 r/0 w)",
-            Format::Arc => "ARC .lis: start_block num_blocks ignore request_number (reads; 512 B blocks)",
-            Format::Blkparse => "blkparse text: maj,min cpu seq time pid action RWBS sector + count [proc] (one action, default Q)",
-            Format::LcsCsv => "libCacheSim/CloudPhysics csv: version,time,op(SCSI hex),size,lbn(sectors) (header)",
-            Format::LcsTxt => "libCacheSim plain text: one object id per line; reads of one block (512 B) at id x block",
-            Format::OracleGeneral => "libCacheSim oracleGeneral binary: <u32 time_s, u64 id, u32 size, i64 next>; reads at id x 512 B",
-            Format::Vscsi => "VMware vscsi binary, v1 (32 B records) or v2 (40 B): SCSI opcode, len, lbn (sectors), ts_us",
-            Format::Simple => "tiercache CSV: time_ns,op,offset,len[,class[,volume[,fua]]] (header)",
-        }
+        self.spec().description
     }
 
     /// Whether records say read or write: ARC, lcs-txt and oracleGeneral list accesses only,
     /// and every request read back from them is a read.
     pub fn has_op(self) -> bool {
-        !matches!(self, Format::Arc | Format::LcsTxt | Format::OracleGeneral)
+        self.spec().has_op
     }
 
     /// Whether records are fixed-size binary.
     pub fn is_binary(self) -> bool {
-        matches!(self, Format::OracleGeneral | Format::Vscsi)
+        self.spec().is_binary()
+    }
+
+    /// Whether requests can be written in this format.
+    pub fn is_writable(self) -> bool {
+        self.spec().write.is_some()
     }
 
     /// Record size of binary formats (vscsi: version 1; version 2 records are 40 bytes).
     pub fn record_size(self) -> usize {
-        match self {
-            Format::OracleGeneral => oracle::RECORD,
-            Format::Vscsi => vscsi::RECORD_V1,
-            _ => 0,
-        }
+        self.spec().record_size
     }
 }
 
@@ -144,29 +185,50 @@ impl FromStr for Format {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
         let t = s.trim().to_ascii_lowercase().replace('_', "-");
-        let f = match t.as_str() {
-            "msr" | "msr-cambridge" => Format::Msr,
-            "systor" | "systor17" => Format::Systor,
-            "tencent" | "tencent-cbs" => Format::Tencent,
-            "alibaba" | "ali" => Format::Alibaba,
-            "spc" | "umass" => Format::Spc,
-            "disksim" | "mqsim" => Format::Disksim,
-            "arc" | "lis" => Format::Arc,
-            "blkparse" | "blktrace" => Format::Blkparse,
-            "lcs-csv" | "cloudphysics-csv" | "libcachesim-csv" => Format::LcsCsv,
-            "lcs-txt" | "txt" | "libcachesim-txt" => Format::LcsTxt,
-            "oracle-general" | "oraclegeneral" => Format::OracleGeneral,
-            "vscsi" => Format::Vscsi,
-            "simple" | "csv" | "tiercache" => Format::Simple,
-            _ => {
-                return Err(format!(
+        REGISTRY
+            .iter()
+            .find(|f| f.name == t || f.aliases.contains(&t.as_str()))
+            .map(|f| Format(f.name))
+            .ok_or_else(|| {
+                format!(
                     "unknown trace format '{s}'; known: {} (or auto)",
                     Format::ALL.map(|f| f.name()).join(", ")
-                ))
-            }
-        };
-        Ok(f)
+                )
+            })
     }
+}
+
+/// Largest binary record of any format (the reader's record buffer).
+pub const MAX_RECORD: usize = 64;
+
+/// What a writer keeps between records (oracleGeneral writes everything at the end).
+#[derive(Default)]
+pub struct WriteState {
+    pub(crate) oracle: oracle::Pending,
+}
+
+/// Detection helpers: a line's comma-separated fields (trimmed) and whitespace-separated
+/// fields. They allocate; detection reads 32 lines, not the trace.
+pub(crate) fn csv_fields(line: &[u8]) -> Vec<&[u8]> {
+    line.split(|&b| b == b',').map(|p| p.trim_ascii()).collect()
+}
+
+pub(crate) fn ws_fields(line: &[u8]) -> Vec<&[u8]> {
+    line.split(|b| b.is_ascii_whitespace())
+        .filter(|p| !p.is_empty())
+        .collect()
+}
+
+pub(crate) fn is_int(b: &[u8]) -> bool {
+    parse_u64(b).is_some()
+}
+
+pub(crate) fn is_dec(b: &[u8]) -> bool {
+    parse_scaled(b, 0).is_some()
+}
+
+pub(crate) fn is_rw(b: &[u8]) -> bool {
+    matches!(b, b"R" | b"W" | b"r" | b"w")
 }
 
 /// State a parser or writer may need.

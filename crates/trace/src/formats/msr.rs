@@ -9,7 +9,7 @@
 //!
 //! The writer writes host `tiercache` and response time 0; trims and flushes are dropped.
 
-use super::{mul, Ctx, Fields, Written};
+use super::{csv_fields, is_int, mul, Ctx, Fields, Written};
 use std::io::{self, Write};
 use tiercache_engine::{Op, Request};
 
@@ -56,3 +56,42 @@ pub fn write(w: &mut dyn Write, r: &Request, _ctx: &Ctx) -> io::Result<Written> 
     )?;
     Ok(Written::Yes)
 }
+
+fn fits(line: &[u8]) -> bool {
+    let c = csv_fields(line);
+    c.len() >= 6
+        && is_int(c[0])
+        && (c[3].eq_ignore_ascii_case(b"read") || c[3].eq_ignore_ascii_case(b"write"))
+        && is_int(c[4])
+        && is_int(c[5])
+}
+
+fn write_one(
+    _: &mut super::WriteState,
+    w: &mut dyn Write,
+    r: &Request,
+    c: &Ctx,
+    _n: u64,
+) -> io::Result<Written> {
+    write(w, r, c)
+}
+
+/// This format's registry entry.
+pub const SPEC: super::Spec = super::Spec {
+    name: "msr",
+    aliases: &["msr-cambridge"],
+    description:
+        "MSR Cambridge CSV: Timestamp(FILETIME),Hostname,DiskNumber,Type,Offset,Size,ResponseTime",
+    has_op: true,
+    record_size: 0,
+    first_record: None,
+    header: None,
+    detect_header: None,
+    name_hints: &["msr"],
+    fits,
+    decides_alone: false,
+    trust_name: false,
+    parse,
+    write: Some(write_one),
+    finish: None,
+};

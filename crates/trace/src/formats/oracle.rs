@@ -111,3 +111,36 @@ impl Pending {
         Ok(())
     }
 }
+
+fn push_one(
+    st: &mut super::WriteState,
+    _: &mut dyn io::Write,
+    r: &Request,
+    c: &Ctx,
+    _n: u64,
+) -> io::Result<Written> {
+    st.oracle.push(r, c)
+}
+
+fn finish(st: &mut super::WriteState, w: &mut dyn io::Write) -> io::Result<()> {
+    st.oracle.write_all(w)
+}
+
+/// This format's registry entry.
+pub const SPEC: super::Spec = super::Spec {
+    name: "oracle-general",
+    aliases: &["oraclegeneral"],
+    description: "libCacheSim oracleGeneral binary: <u32 time_s, u64 id, u32 size, i64 next>; reads at id x 512 B",
+    has_op: false,
+    record_size: RECORD,
+    first_record: None,
+    header: None,
+    detect_header: None,
+    name_hints: &["oraclegeneral", "oracle"],
+    fits: plausible,
+    decides_alone: false,
+    trust_name: true,
+    parse,
+    write: Some(push_one),
+    finish: Some(finish),
+};

@@ -9,7 +9,7 @@
 //!
 //! Lossless: every [`Request`] round-trips.
 
-use super::{Ctx, Fields, Written};
+use super::{csv_fields, is_int, Ctx, Fields, Written};
 use std::io::{self, Write};
 use tiercache_engine::{Op, Request, MAX_CLASS};
 
@@ -82,3 +82,44 @@ pub fn write(w: &mut dyn Write, r: &Request, _ctx: &Ctx) -> io::Result<Written> 
     )?;
     Ok(Written::Yes)
 }
+
+fn fits(line: &[u8]) -> bool {
+    let c = csv_fields(line);
+    c.len() >= 4
+        && is_int(c[0])
+        && is_int(c[2])
+        && is_int(c[3])
+        && matches!(
+            c[1].to_ascii_lowercase().as_slice(),
+            b"read" | b"write" | b"trim" | b"flush" | b"discard"
+        )
+}
+
+fn write_one(
+    _: &mut super::WriteState,
+    w: &mut dyn Write,
+    r: &Request,
+    c: &Ctx,
+    _n: u64,
+) -> io::Result<Written> {
+    write(w, r, c)
+}
+
+/// This format's registry entry.
+pub const SPEC: super::Spec = super::Spec {
+    name: "simple",
+    aliases: &["csv", "tiercache"],
+    description: "tiercache CSV: time_ns,op,offset,len[,class[,volume[,fua]]] (header)",
+    has_op: true,
+    record_size: 0,
+    first_record: None,
+    header: Some(HEADER),
+    detect_header: Some("time_ns,op"),
+    name_hints: &["tiercache"],
+    fits,
+    decides_alone: false,
+    trust_name: false,
+    parse,
+    write: Some(write_one),
+    finish: None,
+};

@@ -8,7 +8,7 @@
 //!
 //! The writer rounds offsets down to sectors (keeping the end) and drops trims and flushes.
 
-use super::{mul, write_secs, Ctx, Fields, Written};
+use super::{csv_fields, is_dec, is_int, is_rw, mul, write_secs, Ctx, Fields, Written};
 use std::io::{self, Write};
 use tiercache_engine::{Op, Request};
 
@@ -39,3 +39,37 @@ pub fn write(w: &mut dyn Write, r: &Request, _ctx: &Ctx) -> io::Result<Written> 
     w.write_all(b"\n")?;
     Ok(Written::Yes)
 }
+
+fn fits(line: &[u8]) -> bool {
+    let c = csv_fields(line);
+    c.len() >= 5 && c[..3].iter().all(|b| is_int(b)) && is_rw(c[3]) && is_dec(c[4])
+}
+
+fn write_one(
+    _: &mut super::WriteState,
+    w: &mut dyn Write,
+    r: &Request,
+    c: &Ctx,
+    _n: u64,
+) -> io::Result<Written> {
+    write(w, r, c)
+}
+
+/// This format's registry entry.
+pub const SPEC: super::Spec = super::Spec {
+    name: "spc",
+    aliases: &["umass"],
+    description: "SPC/UMass CSV: ASU,LBA(sectors),Size(bytes),Opcode(r/w),Timestamp(s)",
+    has_op: true,
+    record_size: 0,
+    first_record: None,
+    header: None,
+    detect_header: None,
+    name_hints: &["spc", "umass", "financial", "websearch"],
+    fits,
+    decides_alone: false,
+    trust_name: false,
+    parse,
+    write: Some(write_one),
+    finish: None,
+};

@@ -7,7 +7,7 @@
 //!
 //! The writer writes the header and response 0; trims and flushes are dropped.
 
-use super::{write_secs, Ctx, Fields, Written};
+use super::{csv_fields, is_dec, is_int, is_rw, write_secs, Ctx, Fields, Written};
 use std::io::{self, Write};
 use tiercache_engine::{Op, Request};
 
@@ -40,3 +40,37 @@ pub fn write(w: &mut dyn Write, r: &Request, _ctx: &Ctx) -> io::Result<Written> 
     writeln!(w, ",0.000000,{ty},{},{},{}", r.volume, r.offset, r.len)?;
     Ok(Written::Yes)
 }
+
+fn fits(line: &[u8]) -> bool {
+    let c = csv_fields(line);
+    c.len() == 6 && is_dec(c[0]) && is_rw(c[2]) && c[3..].iter().all(|b| is_int(b))
+}
+
+fn write_one(
+    _: &mut super::WriteState,
+    w: &mut dyn Write,
+    r: &Request,
+    c: &Ctx,
+    _n: u64,
+) -> io::Result<Written> {
+    write(w, r, c)
+}
+
+/// This format's registry entry.
+pub const SPEC: super::Spec = super::Spec {
+    name: "systor",
+    aliases: &["systor17"],
+    description: "SYSTOR'17 CSV: Timestamp,Response,IOType,LUN,Offset,Size (header)",
+    has_op: true,
+    record_size: 0,
+    first_record: None,
+    header: Some(HEADER),
+    detect_header: Some("Timestamp,Response,IOType"),
+    name_hints: &["systor"],
+    fits,
+    decides_alone: false,
+    trust_name: false,
+    parse,
+    write: Some(write_one),
+    finish: None,
+};

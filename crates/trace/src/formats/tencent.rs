@@ -9,7 +9,7 @@
 //! The writer rounds times down to seconds, offsets down and sizes up to whole sectors;
 //! trims and flushes are dropped.
 
-use super::{mul, Ctx, Fields, Written};
+use super::{csv_fields, is_int, mul, Ctx, Fields, Written};
 use std::io::{self, Write};
 use tiercache_engine::{Op, Request};
 
@@ -50,3 +50,38 @@ pub fn write(w: &mut dyn Write, r: &Request, _ctx: &Ctx) -> io::Result<Written> 
     )?;
     Ok(Written::Yes)
 }
+
+fn fits(line: &[u8]) -> bool {
+    let c = csv_fields(line);
+    c.len() == 5 && c.iter().all(|b| is_int(b)) && matches!(c[3], b"0" | b"1")
+}
+
+fn write_one(
+    _: &mut super::WriteState,
+    w: &mut dyn Write,
+    r: &Request,
+    c: &Ctx,
+    _n: u64,
+) -> io::Result<Written> {
+    write(w, r, c)
+}
+
+/// This format's registry entry.
+pub const SPEC: super::Spec = super::Spec {
+    name: "tencent",
+    aliases: &["tencent-cbs"],
+    description:
+        "Tencent CBS CSV: Timestamp,Offset(sectors),Size(sectors),IOType(0 r/1 w),VolumeID",
+    has_op: true,
+    record_size: 0,
+    first_record: None,
+    header: None,
+    detect_header: None,
+    name_hints: &["tencent", "cloud_storage", "cbs"],
+    fits,
+    decides_alone: false,
+    trust_name: false,
+    parse,
+    write: Some(write_one),
+    finish: None,
+};

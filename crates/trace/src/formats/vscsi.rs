@@ -139,3 +139,33 @@ pub fn encode_v2(r: &Request, sn: u32) -> [u8; RECORD_V2] {
     rec[24..32].copy_from_slice(&(r.time_ns / 1000).to_le_bytes());
     rec
 }
+
+fn write_one(
+    _: &mut super::WriteState,
+    w: &mut dyn Write,
+    r: &Request,
+    c: &Ctx,
+    n: u64,
+) -> io::Result<Written> {
+    write(w, r, c, n as u32)
+}
+
+/// This format's registry entry (version 1 records are written; the first record read
+/// decides the version).
+pub const SPEC: super::Spec = super::Spec {
+    name: "vscsi",
+    aliases: &[],
+    description: "VMware vscsi binary, v1 (32 B records) or v2 (40 B): SCSI opcode, len, lbn (sectors), ts_us",
+    has_op: true,
+    record_size: RECORD_V1,
+    first_record: Some(record_size),
+    header: None,
+    detect_header: None,
+    name_hints: &["vscsi"],
+    fits: plausible,
+    decides_alone: false,
+    trust_name: true,
+    parse,
+    write: Some(write_one),
+    finish: None,
+};

@@ -1,0 +1,443 @@
+//! One contract for the live volume, whatever its layout (issue 19 item 1): the direct
+//! layout ([`CacheVolume`]) and the log layout ([`LogVolume`]) both implement
+//! [`LiveVolume`], and everything around a served volume — the control socket
+//! (`crate::control`), Prometheus ([`prometheus`]), `ctl stats`, the dashboard
+//! (`crate::dashboard::snapshot`), `serve` — is written once against it. [`open_volume`]
+//! reads the superblock and picks the layout.
+//!
+//! # Contract (both layouts MUST keep it; `crates/cli/tests/live_contract.rs` runs one test
+//! body against each)
+//! - **Data path**: the NBD [`Export`] methods. An acknowledged write is readable at once;
+//!   after `flush` (or a FUA write) it survives a crash. A cache-device error never reaches
+//!   the client by itself: the request is served by the backing device; after
+//!   `set_max_cache_errors` read errors (or any write/sync error) the cache is *failed*:
+//!   every dirty line it can still read is copied to the backing device first (what it
+//!   cannot is listed in `lost_dirty_ranges`, and reads of it fail), the failure is recorded
+//!   (state file, superblock erase) and every later request passes through.
+//! - **`flush_dirty`** (`ctl flush`) MUST leave no dirty data in the cache: on return the
+//!   backing device holds, durably, every byte acknowledged before the call.
+//! - **`set_mode`** MUST write back every dirty line before leaving write-back (to
+//!   write-through or pass-through), and MUST store the mode in the superblock: a restart
+//!   keeps it. **`detach`** is `set_mode(PassThrough)`. A failed cache refuses both.
+//! - **`live_stats`** MUST fill the one schema ([`LiveStats`]): the same top-level keys for
+//!   both layouts (`layout` says which), layout-specific figures in the `log` sub-object
+//!   (null for the direct layout). Fault fields carry the same meaning in both.
+//! - **Settings**: `settings` lists the [`crate::tuning::KEYS`] that apply to the layout with
+//!   their values; `set_setting` changes one live (logged, counted in
+//!   `settings.changes`) or refuses it with the reason (a key that does not apply to the
+//!   layout says so and what does).
+//! - **`reset_stats`** zeroes request counters, latency histograms and byte counts; fault
+//!   state (errors, failure, lost data, degraded) is kept.
+//! - **`shutdown`** makes everything durable and marks the cache clean (unless failed);
+//!   every later request fails. **`start_background`** starts the volume's own threads
+//!   (cleaning, write-back retries); they stop after `shutdown`.
+//! - **`metrics`**: the client read and write latency histograms
+//!   (`tiercache_request_latency_seconds`), recorded by the data path of both layouts.
+
+use crate::classify::ClassStats;
+use crate::dev::BlockDev;
+use crate::log_volume::{LogOpenOptions, LogOpenReport, LogVolume, LogVolumeStats};
+use crate::metrics::Metrics;
+use crate::tuning::Tuning;
+use crate::volume::{CacheVolume, OpenOptions, OpenReport, Settings, VolumeStats};
+use serde::Serialize;
+use std::io;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Instant;
+use tiercache_engine::{Counters, Mode};
+use tiercache_nbd::Export;
+
+/// A live cache volume of either layout: see the module doc for the contract.
+pub trait LiveVolume: Export + Send + Sync {
+    /// `"direct"` or `"log"`.
+    fn layout(&self) -> &'static str;
+    /// Writes back every dirty line and makes everything durable (`ctl flush`).
+    fn flush_dirty(&self) -> io::Result<()>;
+    /// Changes the write mode live and stores it (`ctl mode`).
+    fn set_mode(&self, mode: Mode) -> io::Result<()>;
+    /// Writes back, then passes everything through (`ctl detach`).
+    fn detach(&self) -> io::Result<()> {
+        self.set_mode(Mode::PassThrough)
+    }
+    /// The statistics in the one schema (`ctl stats --json`).
+    fn live_stats(&self) -> LiveStats;
+    /// The settings that apply to this layout and their values (`ctl get`).
+    fn settings(&self) -> Vec<(&'static str, String)>;
+    /// Changes one setting live (`ctl set`): (old, new), or why not.
+    fn set_setting(&self, key: &str, value: &str) -> Result<(String, String), String>;
+    /// `ctl stats --reset`.
+    fn reset_stats(&self);
+    /// Clean shutdown.
+    fn shutdown(&self) -> io::Result<()>;
+    /// Whether the cache device has been failed (everything passes through).
+    fn cache_failed(&self) -> bool;
+    /// Whether a failure of the cache, if any, is recorded durably.
+    fn failure_recorded(&self) -> bool;
+    /// Cache-device read errors after which the cache is failed.
+    fn set_max_cache_errors(&self, n: u64);
+    /// Client request latencies (both layouts record them in their data path).
+    fn metrics(&self) -> &Metrics;
+    /// Starts the volume's background work; the returned handle joins it (call after
+    /// `shutdown`).
+    fn start_background(self: Arc<Self>) -> Background;
+}
+
+/// The background threads of a volume ([`LiveVolume::start_background`]).
+pub struct Background(Option<Box<dyn FnOnce() + Send>>);
+
+impl Background {
+    /// Stops and joins the threads (the volume is shut down).
+    pub fn finish(mut self) {
+        if let Some(f) = self.0.take() {
+            f()
+        }
+    }
+}
+
+/// `ctl stats` of either layout: the direct layout's figures at the top (the log layout
+/// fills them from its own counters, see [`log_common`]), the log layout's own in `log`.
+#[derive(Clone, Debug, Serialize)]
+pub struct LiveStats {
+    pub layout: &'static str,
+    #[serde(flatten)]
+    pub volume: VolumeStats,
+    /// Segments, data reduction, journal and engine counters of the log layout; null for
+    /// the direct layout.
+    pub log: Option<LogVolumeStats>,
+}
+
+/// Times one client request into [`Metrics`] when dropped, and counts its bytes.
+pub struct Timed<'a> {
+    m: &'a Metrics,
+    write: bool,
+    t: Instant,
+}
+
+impl<'a> Timed<'a> {
+    pub fn start(m: &'a Metrics, write: bool, bytes: usize) -> Timed<'a> {
+        m.client_bytes[write as usize].fetch_add(bytes as u64, Ordering::Relaxed);
+        Timed {
+            m,
+            write,
+            t: Instant::now(),
+        }
+    }
+}
+
+impl Drop for Timed<'_> {
+    fn drop(&mut self) {
+        self.m.record(self.write, self.t.elapsed());
+    }
+}
+
+impl LiveVolume for CacheVolume {
+    fn layout(&self) -> &'static str {
+        "direct"
+    }
+    fn flush_dirty(&self) -> io::Result<()> {
+        CacheVolume::flush_dirty(self)
+    }
+    fn set_mode(&self, mode: Mode) -> io::Result<()> {
+        CacheVolume::set_mode(self, mode)
+    }
+    fn detach(&self) -> io::Result<()> {
+        CacheVolume::detach(self)
+    }
+    fn live_stats(&self) -> LiveStats {
+        LiveStats {
+            layout: "direct",
+            volume: self.stats(),
+            log: None,
+        }
+    }
+    fn settings(&self) -> Vec<(&'static str, String)> {
+        CacheVolume::settings(self)
+    }
+    fn set_setting(&self, key: &str, value: &str) -> Result<(String, String), String> {
+        CacheVolume::set_setting(self, key, value)
+    }
+    fn reset_stats(&self) {
+        CacheVolume::reset_stats(self)
+    }
+    fn shutdown(&self) -> io::Result<()> {
+        CacheVolume::shutdown(self)
+    }
+    fn cache_failed(&self) -> bool {
+        CacheVolume::cache_failed(self)
+    }
+    fn failure_recorded(&self) -> bool {
+        CacheVolume::failure_recorded(self)
+    }
+    fn set_max_cache_errors(&self, n: u64) {
+        CacheVolume::set_max_cache_errors(self, n)
+    }
+    fn metrics(&self) -> &Metrics {
+        CacheVolume::metrics(self)
+    }
+    fn start_background(self: Arc<Self>) -> Background {
+        // The cleaner stops when the volume shuts down.
+        let h = self.start_cleaner();
+        Background(Some(Box::new(move || {
+            let _ = h.join();
+        })))
+    }
+}
+
+impl LiveVolume for LogVolume {
+    fn layout(&self) -> &'static str {
+        "log"
+    }
+    fn flush_dirty(&self) -> io::Result<()> {
+        LogVolume::flush_dirty(self)
+    }
+    fn set_mode(&self, mode: Mode) -> io::Result<()> {
+        LogVolume::set_mode(self, mode)
+    }
+    fn live_stats(&self) -> LiveStats {
+        let s = self.stats();
+        LiveStats {
+            layout: "log",
+            volume: log_common(self, &s),
+            log: Some(s),
+        }
+    }
+    fn settings(&self) -> Vec<(&'static str, String)> {
+        LogVolume::settings(self)
+    }
+    fn set_setting(&self, key: &str, value: &str) -> Result<(String, String), String> {
+        LogVolume::set_setting(self, key, value)
+    }
+    fn reset_stats(&self) {
+        LogVolume::reset_stats(self)
+    }
+    fn shutdown(&self) -> io::Result<()> {
+        LogVolume::shutdown(self)
+    }
+    fn cache_failed(&self) -> bool {
+        LogVolume::cache_failed(self)
+    }
+    fn failure_recorded(&self) -> bool {
+        LogVolume::failure_recorded(self)
+    }
+    fn set_max_cache_errors(&self, n: u64) {
+        LogVolume::set_max_cache_errors(self, n)
+    }
+    fn metrics(&self) -> &Metrics {
+        LogVolume::metrics(self)
+    }
+    fn start_background(self: Arc<Self>) -> Background {
+        // Write-back retries of a degraded volume: the volume retries when its backoff has
+        // passed; this thread only asks often enough.
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let s = Arc::clone(&stop);
+        let h = std::thread::Builder::new()
+            .name("tiercache-log-retry".into())
+            .spawn(move || {
+                while !s.load(Ordering::Relaxed) {
+                    self.retry_write_backs();
+                    std::thread::sleep(std::time::Duration::from_millis(50));
+                }
+            })
+            .expect("spawn the write-back retry thread");
+        Background(Some(Box::new(move || {
+            stop.store(true, Ordering::Relaxed);
+            let _ = h.join();
+        })))
+    }
+}
+
+/// The direct layout's figures of a log volume: its counters mapped onto the engine's
+/// [`Counters`] (one class, `0`). What the log layout does not count is 0: write-line hits
+/// (it counts read hits only, so `line_hits` are read hits), bypasses (it admits every
+/// missed line), sector fills, unmaps and pages in flux (direct-layout metadata).
+pub fn log_common(v: &LogVolume, s: &LogVolumeStats) -> VolumeStats {
+    let (e, l, ls) = (&s.engine, &s.live, s.line_size);
+    let m = v.metrics();
+    let line_accesses = e.read_lines + e.write_lines;
+    let line_hits = e.read_line_hits;
+    let totals = Counters {
+        requests: l.requests,
+        reads: e.reads,
+        writes: e.writes,
+        trims: e.trims,
+        flushes: e.flushes,
+        read_bytes: m.client_bytes[0].load(Ordering::Relaxed),
+        write_bytes: m.client_bytes[1].load(Ordering::Relaxed),
+        line_accesses,
+        line_hits,
+        line_misses: line_accesses - line_hits,
+        read_line_accesses: e.read_lines,
+        read_line_hits: e.read_line_hits,
+        write_line_accesses: e.write_lines,
+        admitted_misses: line_accesses - line_hits,
+        insertions: e.extents_stored + e.dup_write_lines,
+        evictions: e.extents_evicted,
+        write_backs: l.write_backs,
+        ssd_bytes_read: l.ssd_bytes_read,
+        ssd_bytes_written: l.ssd_bytes_written,
+        hdd_bytes_read: l.backing_bytes_read,
+        hdd_bytes_written: l.backing_bytes_written,
+        ..Default::default()
+    };
+    let tuning = Tuning {
+        group_size: ls,
+        admission: tiercache_engine::Admission::ALWAYS,
+        seq_cutoff_read: 0,
+        seq_cutoff_write: 0,
+        // Dirty lines are written back when their segment is reclaimed (the cache full).
+        dirty_high: 1.0,
+        dirty_low: 1.0,
+        slru_protected: 0.0,
+    };
+    VolumeStats {
+        settings: Settings {
+            mode: s.mode.clone(),
+            policy: s.picker.clone(),
+            line_size: ls,
+            tuning,
+            changes: v.settings_changes(),
+        },
+        mode: s.mode.clone(),
+        policy: s.picker.clone(),
+        line_size: ls,
+        capacity_lines: s.segments * s.segment_size / ls,
+        cached_lines: s.cached_lines,
+        dirty_lines: s.dirty_lines,
+        dirty_bytes: s.dirty_lines * ls,
+        volume_bytes: s.volume_bytes,
+        ram_index_bytes: s.ram_index_bytes,
+        totals,
+        per_class: vec![(0, totals)],
+        unmap_syncs: 0,
+        unmap_on_miss: 0,
+        unmap_ahead: 0,
+        unmapped_ahead_now: 0,
+        flux_syncs: 0,
+        flux_pages: 0,
+        flux_pages_now: 0,
+        metadata_pages_written: 0,
+        classes: vec![ClassStats {
+            id: 0,
+            name: "0".into(),
+            cached_lines: s.cached_lines,
+            dirty_lines: s.dirty_lines,
+            counters: totals,
+        }],
+        classifier: None,
+        cache_errors: s.cache_errors,
+        // Every extent carries a crc32c, checked on every read.
+        checksum_errors: l.extent_crc_errors,
+        data_checksums: true,
+        backing_errors: s.backing_errors,
+        cache_failed: s.cache_failed,
+        lost_dirty_bytes: s.lost_dirty_bytes,
+        lost_dirty_ranges: s.lost_dirty_ranges.clone(),
+        degraded: s.degraded,
+        degraded_reason: s.degraded_reason.clone(),
+        backing_write_errors: s.backing_write_errors,
+    }
+}
+
+/// The Prometheus text of any live volume: the same metric names for both layouts
+/// (`crate::metrics`), then the log layout's own gauges (`tiercache_log_*`).
+pub fn prometheus(v: &dyn LiveVolume) -> String {
+    let s = v.live_stats();
+    let mut o = v.metrics().prometheus(&s.volume);
+    if let Some(l) = &s.log {
+        log_gauges(&mut o, l);
+    }
+    o
+}
+
+/// The log layout's own figures as Prometheus gauges.
+fn log_gauges(o: &mut String, s: &LogVolumeStats) {
+    let mut g = |name: &str, help: &str, v: f64| {
+        o.push_str(&format!(
+            "# HELP tiercache_log_{name} {help}\n# TYPE tiercache_log_{name} gauge\ntiercache_log_{name} {v}\n"
+        ));
+    };
+    g(
+        "cached_lines",
+        "Lines the cache can serve.",
+        s.cached_lines as f64,
+    );
+    g(
+        "dirty_lines",
+        "Lines not yet on the backing device.",
+        s.dirty_lines as f64,
+    );
+    g(
+        "dedup_ratio",
+        "Cached lines per stored extent.",
+        s.dedup_ratio,
+    );
+    g(
+        "compression_ratio",
+        "Raw bytes per stored byte over the stored extents.",
+        s.compression_ratio,
+    );
+    g(
+        "effective_capacity",
+        "Logical bytes cached per SSD byte of segments in use.",
+        s.effective_capacity,
+    );
+    g(
+        "ssd_bytes_written",
+        "Bytes written to the cache device.",
+        s.ssd_bytes_written as f64,
+    );
+    g(
+        "index_bytes_per_entry",
+        "RAM of the indices per cached line.",
+        s.index_bytes_per_entry,
+    );
+    g(
+        "read_line_hits",
+        "Read lines served from the cache.",
+        s.engine.read_line_hits as f64,
+    );
+    g("read_lines", "Read lines.", s.engine.read_lines as f64);
+}
+
+/// A volume [`open_volume`] opened, in the layout its superblock names.
+pub enum Opened {
+    Direct(Box<CacheVolume>, OpenReport),
+    Log(Box<LogVolume>, LogOpenReport),
+}
+
+/// What [`open_volume`] takes: the open options of each layout (the one the superblock
+/// names is used).
+#[derive(Default)]
+pub struct VolumeOpenOptions {
+    pub direct: OpenOptions,
+    pub log: LogOpenOptions,
+}
+
+/// Which layout `cache` holds: `Some("log")`, `Some("direct")`, or `None` (no cache).
+pub fn layout_of(cache: &dyn BlockDev) -> io::Result<Option<&'static str>> {
+    if crate::log_volume::read_log_superblock(cache)?.is_some() {
+        return Ok(Some("log"));
+    }
+    Ok(crate::volume::read_superblock(cache)
+        .is_ok()
+        .then_some("direct"))
+}
+
+/// Opens the cache on `cache` in front of `backing`, in the layout its superblock names.
+pub fn open_volume(
+    cache: Box<dyn BlockDev>,
+    backing: Box<dyn BlockDev>,
+    o: &VolumeOpenOptions,
+) -> io::Result<Opened> {
+    match layout_of(&*cache)? {
+        Some("log") => {
+            let (v, r) = LogVolume::open_opts(cache, backing, &o.log)?;
+            Ok(Opened::Log(Box::new(v), r))
+        }
+        _ => {
+            let (v, r) = CacheVolume::open(cache, backing, &o.direct).map_err(io::Error::other)?;
+            Ok(Opened::Direct(Box::new(v), r))
+        }
+    }
+}

@@ -1,0 +1,302 @@
+//! The log layout's side of the live contract (`crate::live::LiveVolume`): write-back of
+//! every dirty line (`ctl flush`), mode changes and detach, settings, statistics reset.
+//! Kept apart from the data path (`super`): these run under the volume's lock like a
+//! request, and only through the rules of `super`'s module doc.
+
+use super::*;
+use crate::tuning;
+use std::sync::atomic::Ordering;
+
+/// `a - b` field by field (the counters since a reset). Every field is listed: a new
+/// counter does not compile until it is added here.
+pub(super) fn engine_since(a: &LogCounters, b: &LogCounters) -> LogCounters {
+    macro_rules! since {
+        ($($f:ident),*) => { LogCounters { $($f: a.$f.saturating_sub(b.$f)),* } };
+    }
+    since!(
+        requests,
+        reads,
+        writes,
+        trims,
+        flushes,
+        read_lines,
+        read_line_hits,
+        dup_read_hits,
+        ram_read_hits,
+        write_lines,
+        dup_write_lines,
+        extents_stored,
+        logical_bytes_stored,
+        stored_bytes,
+        extents_compressed,
+        segments_sealed,
+        segments_reclaimed,
+        extents_evicted,
+        dirty_write_backs,
+        reinserted,
+        stale_entries_dropped,
+        ssd_bytes_read,
+        ssd_bytes_written,
+        ssd_bytes_trimmed,
+        hdd_bytes_read,
+        hdd_bytes_written
+    )
+}
+
+/// As [`engine_since`] for the live counters.
+pub(super) fn live_since(a: &LogLiveCounters, b: &LogLiveCounters) -> LogLiveCounters {
+    macro_rules! since {
+        ($($f:ident),*) => { LogLiveCounters { $($f: a.$f.saturating_sub(b.$f)),* } };
+    }
+    since!(
+        commits,
+        checkpoints,
+        journal_records_written,
+        header_writes,
+        header_rewrites,
+        ssd_bytes_written,
+        ssd_data_bytes_written,
+        ssd_bytes_read,
+        backing_bytes_read,
+        backing_bytes_written,
+        backing_syncs,
+        cache_syncs,
+        fingerprint_collisions,
+        dedup_budget_skips,
+        write_backs,
+        extent_crc_errors,
+        early_drops,
+        early_drop_syncs,
+        requests,
+        pass_through_requests,
+        failure_write_backs,
+        unlocked_reads,
+        unlocked_read_retries
+    )
+}
+
+/// What `ctl set` says of a key the log layout does not take.
+fn not_log(k: &str) -> String {
+    match k {
+        "line-size" | "policy" => format!(
+            "{k} is fixed when the log layout is formatted (`tiercache format --force --layout log`, discards the cache); the log layout changes live: mode"
+        ),
+        _ => format!(
+            "{k} does not apply to the log layout (it admits every missed line and writes dirty lines back when their segment is reclaimed); the log layout changes live: mode"
+        ),
+    }
+}
+
+impl LogVolume {
+    /// The latency histograms and client byte counts (`crate::metrics`).
+    pub fn metrics(&self) -> &crate::metrics::Metrics {
+        &self.metrics
+    }
+
+    /// `ctl flush`: copies every dirty line to the backing device and syncs it, then drops
+    /// those lines from the cache (see [`Inner::write_back_all`]); makes everything durable.
+    /// Afterwards no dirty data is left in the cache.
+    pub fn flush_dirty(&self) -> io::Result<()> {
+        let mut g = self.lock();
+        g.check_open()?;
+        if g.pass_through || g.detached {
+            return g.backing.sync().map_err(backing_fault);
+        }
+        let r = g.write_back_all();
+        g.guard(r)
+    }
+
+    /// `ctl mode`: write-through, write-back, or pass-through (= [`LogVolume::detach`]).
+    /// Leaving write-back writes back every dirty line first; pass-through also drops every
+    /// cached line (requests then go to the backing device alone). The mode is stored in the
+    /// superblock: a restart keeps it.
+    pub fn set_mode(&self, mode: Mode) -> io::Result<()> {
+        let mut g = self.lock();
+        g.check_open()?;
+        if g.pass_through {
+            return Err(io_err(
+                "the cache device failed: the volume passes through to the backing device until restarted with a newly formatted cache (`tiercache format --force --layout log`)",
+            ));
+        }
+        let r = g.switch_mode(mode);
+        g.guard(r)
+    }
+
+    /// `ctl detach`: writes back dirty data, drops the cache's contents, passes through.
+    pub fn detach(&self) -> io::Result<()> {
+        self.set_mode(Mode::PassThrough)
+    }
+
+    /// The settings `ctl get` shows for the log layout (keys of [`tuning::KEYS`] that apply).
+    pub fn settings(&self) -> Vec<(&'static str, String)> {
+        let g = self.lock();
+        let mode = if g.pass_through || g.detached {
+            Mode::PassThrough
+        } else {
+            g.sb.mode
+        };
+        vec![
+            ("mode", mode.as_str().to_string()),
+            ("policy", g.sb.picker.clone()),
+            ("line-size", tuning::size_str(g.sb.line_size)),
+        ]
+    }
+
+    /// `ctl set KEY VALUE`: `mode` changes live (stored in the superblock); every other key
+    /// is refused with the reason. Returns (old, new).
+    pub fn set_setting(&self, key: &str, value: &str) -> Result<(String, String), String> {
+        let k = tuning::key(key)?;
+        if k != "mode" {
+            return Err(not_log(k));
+        }
+        let get = |v: &LogVolume| v.settings()[0].1.clone();
+        let old = get(self);
+        let m: Mode = value.parse()?;
+        self.set_mode(m)
+            .map_err(|e| format!("mode {value:?}: {e}"))?;
+        let new = get(self);
+        self.metrics
+            .settings_changes
+            .fetch_add(1, Ordering::Relaxed);
+        tracing::info!(target: tuning::LOG_TARGET, "setting mode: {old} -> {new}");
+        Ok((old, new))
+    }
+
+    /// Settings changed live since the start.
+    pub fn settings_changes(&self) -> u64 {
+        self.metrics.settings_changes.load(Ordering::Relaxed)
+    }
+
+    /// `ctl stats --reset` (as `casadm -Z`): the engine's and the live counters, latency
+    /// histograms and byte counts restart from 0; fault state (errors, failure, lost data,
+    /// degraded) is kept, as in the direct layout.
+    pub fn reset_stats(&self) {
+        let mut g = self.lock();
+        g.base = (*g.eng.counters(), g.live);
+        drop(g);
+        self.metrics.reset();
+        tracing::info!(target: tuning::LOG_TARGET, "statistics reset");
+    }
+}
+
+impl Inner {
+    /// Copies every dirty line to the backing device and syncs it, then drops those lines
+    /// from the cache (drop records, committed). The log layout cannot mark an extent clean
+    /// in place, so a line written back here is read from the backing device next time (and
+    /// cached clean then). Crash-safe: before the commit, recovery finds the lines dirty
+    /// again with the same bytes already on the backing device; after it, they are gone and
+    /// the backing device holds them (synced before the drops were written). A backing
+    /// failure leaves them dirty (degraded, as a failed reclamation does, rule 8).
+    pub(super) fn write_back_all(&mut self) -> io::Result<()> {
+        let ls = self.ls();
+        let mut dirty: Vec<(u64, ExtentInfo)> = self
+            .eng
+            .entries()
+            .filter(|(_, i)| i.dirty)
+            .map(|(k, i)| (LogEngine::key_line(k).1, i))
+            .collect();
+        dirty.sort_unstable_by_key(|x| x.0);
+        if !dirty.is_empty() {
+            self.backing_sync_if_dirty().map_err(backing_fault)?;
+            let mut buf = vec![0u8; ls as usize];
+            let mut written = Vec::new();
+            let mut r = Ok(());
+            for &(line, info) in &dirty {
+                r = match self.read_extent(&info, &mut buf) {
+                    Ok(true) => self
+                        .backing
+                        .write_at(&buf, line * ls)
+                        .map_err(backing_fault),
+                    Ok(false) => Err(io_err(format!(
+                        "dirty line {line} (extent {}:{}) fails its checksum at write-back",
+                        info.seg, info.off
+                    ))),
+                    Err(e) => Err(e),
+                };
+                if r.is_err() {
+                    break;
+                }
+                written.push(line);
+                self.live.write_backs += 1;
+                self.live.backing_bytes_written += ls;
+            }
+            if r.is_ok() {
+                r = self.backing.sync().map_err(backing_fault);
+                self.live.backing_syncs += 1;
+            }
+            if let Err(e) = r {
+                if matches!(fault_of(&e), Some(Fault::Backing(_))) {
+                    // As `write_back_first`: the lines stay dirty; the unsynced backing
+                    // writes must not become clean extents before a sync succeeds.
+                    self.unsynced_lines.extend(written);
+                    self.hdd_dirty = false;
+                    self.backing_write_errors += 1;
+                    Degraded::failed(&mut self.degraded, &e);
+                }
+                return Err(e);
+            }
+            self.hdd_dirty = false;
+            self.unsynced_lines.clear();
+            Degraded::healed(&mut self.degraded);
+            for &(line, _) in &dirty {
+                self.unmap(line)?;
+            }
+        }
+        self.commit()?;
+        debug_assert_eq!(
+            self.eng.dirty_lines(),
+            0,
+            "dirty lines left after write-back"
+        );
+        Ok(())
+    }
+
+    /// See [`LogVolume::set_mode`].
+    pub(super) fn switch_mode(&mut self, mode: Mode) -> io::Result<()> {
+        let now = if self.detached {
+            Mode::PassThrough
+        } else {
+            self.sb.mode
+        };
+        if mode == now {
+            return Ok(());
+        }
+        if !matches!(
+            mode,
+            Mode::WriteThrough | Mode::WriteBack | Mode::PassThrough
+        ) {
+            return Err(io_err(format!(
+                "the log layout runs write-through, write-back or pass-through (detached), not {mode}"
+            )));
+        }
+        if now == Mode::WriteBack {
+            self.write_back_all()?;
+        }
+        if mode == Mode::PassThrough {
+            // Requests will bypass the cache, so nothing cached may outlive them: every
+            // line is dropped (durably) before the first one does. The backing device
+            // holds their bytes (write-through, or written back above), synced first.
+            self.backing_sync_if_dirty().map_err(backing_fault)?;
+            let lines: Vec<u64> = self
+                .eng
+                .entries()
+                .map(|(k, _)| LogEngine::key_line(k).1)
+                .collect();
+            for l in lines {
+                self.unmap(l)?;
+            }
+            self.commit()?;
+            self.detached = true;
+        } else {
+            self.commit()?;
+            self.eng.set_mode(mode).map_err(io_err)?;
+            self.detached = false;
+        }
+        self.sb.mode = mode;
+        let b = self.sb.encode();
+        self.cache_write(&b, 0)?;
+        self.cache_sync()?;
+        tracing::info!(target: crate::tuning::LOG_TARGET, "mode: {now} -> {mode}");
+        Ok(())
+    }
+}
