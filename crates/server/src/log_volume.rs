@@ -104,7 +104,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use tiercache_engine::log::segment::HdrEntry;
 use tiercache_engine::log::{
-    Compression, DeadExtent, ExtentContent, ExtentInfo, LogCounters, Reduction, RestoredEntry, RestoredSegment,
+    Compression, DeadExtent, ExtentContent, ExtentInfo, LogCounters, Reduction, RestoredEntry,
+    RestoredSegment,
 };
 use tiercache_engine::{LogConfig, LogEngine, Mode, Op, Request, Step};
 use tiercache_nbd::Export;
@@ -2016,6 +2017,57 @@ impl Inner {
         self.cache_sync()
     }
 
+    /// Drop records, for a checkpoint's `recs`, of the lines that are not cached but whose
+    /// old extent a header not rewritten yet (`hdr_stale`) still marks live: without them
+    /// the new epoch would hold no event of such a line (its drop, committed earlier, is in
+    /// the old half), and a crash before `rewrite_stale_headers` would bring the old extent
+    /// back. It happens in write-back, where a seal marks every extent live (see `reserve`):
+    /// a line's clean extent in an open segment, the line overwritten, then written back
+    /// and unmapped by a reclamation (drop committed), then the segment sealed and a
+    /// checkpoint before the next header rewrite (`log_crash_points_flushed_lines_*`).
+    /// Likewise for the dead extents of open segments: the checkpoint lists them not live,
+    /// but the seal's header (newest for them) will say live until the next commit.
+    /// Lines cached elsewhere need nothing: the checkpoint lists their current event, newer.
+    fn stale_header_drops(&mut self, recs: &mut Vec<Rec>) {
+        self.sync_dead();
+        let dropped: std::collections::HashSet<u64> = recs
+            .iter()
+            .filter_map(|r| match *r {
+                Rec::Drop { key, .. } => Some(key),
+                _ => None,
+            })
+            .collect();
+        let mut keys = Vec::new();
+        // Open segments too: a write-back seal will mark their dead extents live again.
+        let open = (0..self.segs.len() as u32).filter(|&s| {
+            let m = &self.segs[s as usize];
+            !m.sealed && !m.exts.is_empty()
+        });
+        let segs: Vec<u32> = self.hdr_stale.iter().copied().chain(open).collect();
+        for s in segs {
+            let m = &self.segs[s as usize];
+            if m.sealed && !self.hdr_stale.contains(&s) {
+                continue;
+            }
+            for e in m
+                .exts
+                .iter()
+                .filter(|e| (e.live || !m.sealed) && m.dead.contains(&e.off))
+            {
+                let (v, l) = LogEngine::key_line(e.key);
+                if !dropped.contains(&e.key) && self.eng.locate(v, l).is_none() {
+                    keys.push(e.key);
+                }
+            }
+        }
+        keys.sort_unstable();
+        keys.dedup();
+        for key in keys {
+            let seq = self.next_seq();
+            recs.push(Rec::Drop { key, seq });
+        }
+    }
+
     /// Starts a new journal epoch in the other half: see the module doc, rule 5.
     fn checkpoint(&mut self) -> io::Result<()> {
         self.write_open_data()?;
@@ -2044,6 +2096,7 @@ impl Inner {
             });
         }
         recs.append(&mut self.pending);
+        self.stale_header_drops(&mut recs);
         if recs.len() as u64 > self.sb.journal_records {
             return Err(io_err(format!(
                 "journal checkpoint of {} records does not fit a half of {}",

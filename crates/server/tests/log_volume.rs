@@ -284,7 +284,10 @@ fn headers_exact_after_flush(mode: Mode, compression: Compression, seed: u64) {
         // More writes after the last FLUSH, then a power loss.
         workload(&v, &mut m, seed * 100 + round * 10 + 9, r.gen_range(1..200));
         let s = v.stats();
-        assert!(s.live.header_rewrites > 0, "{what}: no header rewritten: {s:?}");
+        assert!(
+            s.live.header_rewrites > 0,
+            "{what}: no header rewritten: {s:?}"
+        );
         drop(v);
         dev.crash(&mut r);
     }
