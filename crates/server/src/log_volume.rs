@@ -20,10 +20,15 @@
 //!    the backing could lose.
 //! 3. *FLUSH/FUA = commit.* A commit syncs the backing, writes the open segments' new bytes,
 //!    syncs, appends the records of the new open extents and of the duplicate entries and
-//!    drops since the last commit, syncs, then rewrites (to the other slot) the headers of
-//!    sealed segments whose extents were superseded since, with those extents marked not
-//!    live, and syncs. After it, everything acknowledged is described durably, and no older
-//!    extent of a line can outlive a newer one's description.
+//!    drops since the last commit, and syncs. After it, everything acknowledged is described
+//!    durably. Headers of sealed segments whose extents were superseded (`hdr_stale`) are
+//!    rewritten (to the other slot, those extents marked not live) only at the next
+//!    checkpoint, right after its new half is in place: until then the superseding events
+//!    are in the active half and newer, so recovery's newest-event rule already ignores the
+//!    old extents (a superseding record into a since-reclaimed segment still outranks them:
+//!    it unmaps the line). The checkpoint itself carries a drop for every uncached line such
+//!    a header still marks live (`stale_header_drops`), so no older extent of a line can
+//!    outlive a newer one's description across the epoch change either.
 //! 4. *Reclaim.* Before a segment is reused: its dirty extents (and dirty duplicates of
 //!    them) are written back, a commit runs (which syncs the backing and makes every
 //!    superseding event durable, and records a drop for every line the reclamation
@@ -496,6 +501,9 @@ struct Inner {
     pending: Vec<Rec>,
     /// Sealed segments with extents superseded since their header was written.
     hdr_stale: BTreeSet<u32>,
+    /// Drop records appended since the stale headers were last rewritten: bounds the drops
+    /// a checkpoint may have to add for them (`stale_header_drops`, see `commit`).
+    drops_since_rewrite: u64,
     /// Scratch for [`Inner::sync_dead`].
     dead_log: Vec<DeadExtent>,
     seq: u64,
@@ -726,6 +734,7 @@ impl LogVolume {
             spare: Vec::new(),
             pending: Vec::new(),
             hdr_stale: BTreeSet::new(),
+            drops_since_rewrite: 0,
             dead_log: Vec::new(),
             seq: 1,
             epoch: 0,
@@ -920,7 +929,9 @@ impl LogVolume {
 
     /// Rule 3's result, for tests: right after a FLUSH (a commit), the header last written
     /// for every sealed segment marks live exactly the extents that are their key's current
-    /// base extent (none left live after being superseded, none marked dead too early).
+    /// base extent (none left live after being superseded, none marked dead too early),
+    /// except that a header waiting for the next checkpoint's rewrite may still mark
+    /// superseded extents live (never a current one dead).
     #[doc(hidden)]
     pub fn check_headers_after_flush(&self) -> Result<(), String> {
         let g = self.lock();
@@ -929,9 +940,10 @@ impl LogVolume {
             if !m.sealed {
                 continue;
             }
+            let waits = g.hdr_stale.contains(&s);
             for e in &m.exts {
                 let cur = g.is_live_lookup(s, e);
-                if e.live != cur {
+                if e.live != cur && !(waits && e.live) {
                     return Err(format!(
                         "segment {s} (gen {}) header extent at {} of key {:#x}: header says live={}, the line's current extent: {}",
                         m.gen, e.off, e.key, e.live, cur
@@ -1524,8 +1536,8 @@ impl Inner {
         let before = self.eng.open_segment(dirty);
         // The header of a segment sealed now describes every extent as live: an extent
         // superseded since the last commit must not be marked dead before what superseded
-        // it is durable (a crash in between would lose both). The next commit rewrites the
-        // header with the dead ones marked (rule 3).
+        // it is durable (a crash in between would lose both). The header is rewritten with
+        // the dead ones marked at the next checkpoint (rule 3).
         let reclaimed0 = self.eng.counters().segments_reclaimed;
         // Rule 8: the victim's write-backs run before the engine reclaims it.
         let mut victim = self.eng.reserve_begin(dirty);
@@ -1993,7 +2005,20 @@ impl Inner {
             self.mark_open_durable();
             self.live.commits += 1;
         }
-        self.rewrite_stale_headers()?;
+        // Stale headers wait for the next checkpoint (module doc, rule 3), unless the drops
+        // that checkpoint might have to add for them (at most one per drop appended since
+        // the last rewrite, plus the open segments' extents) could make it overflow a half:
+        // then they are rewritten now, every superseding event being durable.
+        let drops = recs
+            .iter()
+            .filter(|r| matches!(r, Rec::Drop { .. }))
+            .count() as u64;
+        self.drops_since_rewrite += drops;
+        let me = self.sb.max_extents as u64;
+        let room = r.saturating_sub(self.dups_upper + 3 * me + 2 * self.commit_every);
+        if self.drops_since_rewrite + 3 * me >= room {
+            self.rewrite_stale_headers()?;
+        }
         self.fresh_dups.clear();
         self.shadowed.clear();
         if self.dups_upper >= self.dup_budget && self.dups_upper > self.dups_at_checkpoint {
@@ -2004,6 +2029,7 @@ impl Inner {
     }
 
     fn rewrite_stale_headers(&mut self) -> io::Result<()> {
+        self.drops_since_rewrite = 0;
         if self.hdr_stale.is_empty() {
             return Ok(());
         }
