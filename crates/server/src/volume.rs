@@ -397,8 +397,9 @@ const RATE_PASS_LINES: u64 = 8;
 /// foreground requests. A read behind a flush waits for about this much, not the flush.
 const FLUSH_PASS_TARGET: Duration = Duration::from_millis(10);
 
-/// Lines one pass of `ctl flush` writes back at most (and at first).
-const FLUSH_PASS_MAX: u64 = 1024;
+/// Lines one pass of `ctl flush` writes back at most (about 0.4 s on `--emulate-hdd 7200`:
+/// what a request arriving while no other queued waits at worst), and at first.
+const FLUSH_PASS_MAX: u64 = 256;
 const FLUSH_PASS_FIRST: u64 = 4;
 
 /// Lines one watermark cleaning pass of the background cleaner writes back at most, and
@@ -2117,9 +2118,10 @@ impl CacheVolume {
 
     /// Writes back every dirty line and makes everything durable (`ctl flush`).
     ///
-    /// In short passes (about `FLUSH_PASS_TARGET` each, LBA order carried across passes by
-    /// the engine's cleaning cursor) with the volume lock handed to waiting foreground
-    /// requests in between, so reads and writes go on during a long flush. Each pass writes
+    /// In passes (about `FLUSH_PASS_TARGET` each while foreground requests queue behind
+    /// them, growing to `FLUSH_PASS_MAX` lines while none do; LBA order carried across
+    /// passes by the engine's cleaning cursor) with the volume lock handed to waiting
+    /// foreground requests in between, so reads and writes go on during a long flush. Each pass writes
     /// its lines back and updates their records under the lock, as a cleaning pass does, so
     /// a line rewritten between passes is simply dirty again. Once the lines dirty at the
     /// start are written (bounded: at most twice their count plus a pass, however fast
@@ -2144,12 +2146,17 @@ impl CacheVolume {
             }
             let now = g.engine.dirty_lines();
             written += left.saturating_sub(now).max(1);
+            // Requests queued behind this pass: keep passes near the target; none: grow
+            // them (whole chunks for chunk rewrites, fewer plans), as fast as one hold.
+            let queued = self.waiting.load(Ordering::Acquire) > 0;
             drop(g);
             let took = t.elapsed();
-            if took < FLUSH_PASS_TARGET / 2 {
+            if !queued || took < FLUSH_PASS_TARGET / 2 {
                 n = (n * 2).min(FLUSH_PASS_MAX);
             } else if took > FLUSH_PASS_TARGET {
-                n = (n / 2).max(1);
+                // Straight to the size that takes the target (a grown pass is long).
+                let f = FLUSH_PASS_TARGET.as_secs_f64() / took.as_secs_f64();
+                n = ((n as f64 * f) as u64).max(1);
             }
             self.let_waiters_in();
         }
