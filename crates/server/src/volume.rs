@@ -386,6 +386,9 @@ struct WbRate {
     ctl: tiercache_engine::RateController,
     last: Option<Instant>,
     budget: f64,
+    /// Lines the next rate-controlled pass writes back at most (<= `RATE_PASS_LINES`): sized
+    /// like `ctl flush`'s passes, ~`FLUSH_PASS_TARGET` while requests queue behind them.
+    pass: u64,
 }
 
 /// Lines one rate-controlled cleaning pass writes back at most (then the cleaner sleeps
@@ -926,6 +929,7 @@ impl CacheVolume {
                 ctl: Default::default(),
                 last: None,
                 budget: 0.0,
+                pass: RATE_PASS_LINES,
             }),
             classifier: None,
             class_table: opts.classes.clone(),
@@ -1914,7 +1918,8 @@ impl CacheVolume {
     }
 
     /// One background cleaning step: writes back down to the low watermark when the engine
-    /// says cleaning is due. Returns whether it did anything.
+    /// says cleaning is due. Returns whether it did anything (the rate-controlled pass:
+    /// whether the next should follow at once, its budget not spent).
     pub fn clean_if_needed(&self) -> io::Result<bool> {
         let mut g = self.lock();
         if g.closed || g.failed {
@@ -1955,18 +1960,33 @@ impl CacheVolume {
                 .update(g.engine.dirty_lines(), self.capacity_lines, dt);
             // At most one second's worth is saved up (an idle cleaner does not burst later).
             r.budget = (r.budget + rate * dt).min(rate.max(1.0));
-            let n = r.budget.floor().min(RATE_PASS_LINES as f64);
+            let n = r.budget.floor().min(r.pass.max(1) as f64);
             r.budget -= n;
             n as u64
         };
         if n == 0 || g.engine.dirty_lines() == 0 {
             return Ok(false);
         }
+        let t = Instant::now();
         self.clean_pass(&mut g, n)?;
-        // A short pass, then the cleaner sleeps: the volume lock is held for one pass only
-        // (`ctl flush` holds it for the whole flush: bench_flush_p99.sh measured reads
-        // waiting 17 s), so a foreground request waits for a few write-backs at most.
-        Ok(false)
+        let queued = self.waiting.load(Ordering::Acquire) > 0;
+        drop(g);
+        let took = t.elapsed();
+        let more = {
+            let mut r = self.wb_rate.lock().unwrap_or_else(|e| e.into_inner());
+            if queued && took > FLUSH_PASS_TARGET {
+                let f = FLUSH_PASS_TARGET.as_secs_f64() / took.as_secs_f64();
+                r.pass = ((n as f64 * f) as u64).max(1);
+            } else if !queued || took < FLUSH_PASS_TARGET / 2 {
+                r.pass = (r.pass * 2).min(RATE_PASS_LINES);
+            }
+            // The budget a short pass left: the next pass comes without the 20 ms sleep.
+            r.budget >= 1.0
+        };
+        // A short pass, then the cleaner lets waiting requests in (and sleeps unless the
+        // budget is left): the volume lock is held for one pass only, so a foreground
+        // request waits for a few write-backs at most.
+        Ok(more)
     }
 
     /// The background cleaner's write-back rate (`--writeback-rate auto|off|N`) and the dirty
@@ -1983,6 +2003,7 @@ impl CacheVolume {
             ctl,
             last: None,
             budget: 0.0,
+            pass: RATE_PASS_LINES,
         };
         Ok(())
     }
