@@ -709,7 +709,16 @@ impl CacheVolume {
         if let Some(t) = opts.tuning.or(sb.tuning) {
             t.apply(&mut cfg);
         }
-        sb.tuning = Some(Tuning::of(&cfg));
+        // The write-back rate is the volume's, not the engine's: kept as stored unless this
+        // run sets it.
+        let writeback = opts
+            .tuning
+            .and_then(|t| t.writeback)
+            .or(sb.tuning.and_then(|t| t.writeback));
+        sb.tuning = Some(Tuning {
+            writeback,
+            ..Tuning::of(&cfg)
+        });
         let mut engine = Engine::new(cfg).map_err(|e| FormatError::BadField {
             field: "engine configuration",
             why: e.to_string(),
@@ -926,7 +935,11 @@ impl CacheVolume {
             stop: AtomicBool::new(false),
             inline_cleaning: AtomicBool::new(false),
             wb_rate: Mutex::new(WbRate {
-                ctl: Default::default(),
+                ctl: sb
+                    .tuning
+                    .and_then(|t| t.writeback)
+                    .and_then(|(r, t)| tiercache_engine::RateController::new(r, t).ok())
+                    .unwrap_or_default(),
                 last: None,
                 budget: 0.0,
                 pass: RATE_PASS_LINES,
@@ -1998,14 +2011,37 @@ impl CacheVolume {
         target: f64,
     ) -> Result<(), String> {
         let ctl = tiercache_engine::RateController::new(mode, target)?;
-        let mut r = self.wb_rate.lock().unwrap_or_else(|e| e.into_inner());
-        *r = WbRate {
-            ctl,
-            last: None,
-            budget: 0.0,
-            pass: RATE_PASS_LINES,
-        };
-        Ok(())
+        {
+            let mut r = self.wb_rate.lock().unwrap_or_else(|e| e.into_inner());
+            *r = WbRate {
+                ctl,
+                last: None,
+                budget: 0.0,
+                pass: RATE_PASS_LINES,
+            };
+        }
+        self.store_cleaner(Some((mode, target)))
+    }
+
+    /// Stores the cleaner's settings (cleaning policy and age, and the write-back rate when
+    /// `writeback` is given, else the stored one) in the superblock's settings block, so a
+    /// restart keeps them as it keeps the engine's.
+    fn store_cleaner(
+        &self,
+        writeback: Option<(tiercache_engine::WritebackRate, f64)>,
+    ) -> Result<(), String> {
+        let mut g = self.lock();
+        if g.closed {
+            return Ok(());
+        }
+        let writeback = writeback.or(g.sb.tuning.and_then(|t| t.writeback));
+        g.sb.tuning = Some(Tuning {
+            writeback,
+            ..Tuning::of(g.engine.config())
+        });
+        self.write_superblock(&mut g).map_err(|e| {
+            format!("applied, but storing it in the superblock failed ({e}): a restart goes back to the stored value")
+        })
     }
 
     /// The write-back rate setting, its target share and the rate now (lines/s).
@@ -2029,7 +2065,8 @@ impl CacheVolume {
                     c.cleaning_age = a;
                 }
             })
-            .map_err(|e| e.to_string())
+            .map_err(|e| e.to_string())?;
+        self.store_cleaner(None)
     }
 
     /// Records unmapped per batch: the setting, at most an eighth of the cache.
@@ -2238,7 +2275,8 @@ impl CacheVolume {
         }
     }
 
-    /// `ctl set` of a setting the superblock does not store ([`tuning::NOT_STORED`]).
+    /// `ctl set` of a setting of the cleaner ([`tuning::CLEANER_KEYS`]), stored by the
+    /// cleaner's setters.
     fn set_unstored(&self, k: &str, value: &str) -> Result<(), String> {
         let (mode, target, _) = self.writeback_rate();
         match k {
@@ -2285,7 +2323,7 @@ impl CacheVolume {
             return Err(format!("{k} cannot change on a running volume: {what}"));
         }
         let old = self.setting_now(k);
-        if tuning::NOT_STORED.contains(&k) {
+        if tuning::CLEANER_KEYS.contains(&k) {
             self.set_unstored(k, value)?;
         } else if k == "mode" {
             let m: Mode = value.parse()?;
