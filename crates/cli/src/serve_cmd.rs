@@ -319,7 +319,9 @@ Config file (same keys as the flags):
 
 Live tuning (stored with the cache, so a restart keeps them):
   tiercache ctl --control /run/tiercache/control.sock set admission nhit:2:0
-  tiercache ctl --control /run/tiercache/control.sock get";
+  tiercache ctl --control /run/tiercache/control.sock get
+The class table is per run: `ctl classes load FILE` replaces it until the next restart
+(`tiercache ctl classes load --help`).";
 
 #[derive(Args)]
 pub struct CtlArgs {
@@ -347,7 +349,8 @@ enum CtlCmd {
     },
     /// Show the settings in force (all, or one): mode, admission, seq-cutoff,
     /// seq-cutoff-write, group-size, dirty-high, dirty-low, cleaning, cleaning-age,
-    /// writeback-rate, writeback-target, slru-protected, policy, line-size.
+    /// writeback-rate, writeback-target, classes (the class table in force, where it came
+    /// from, live loads), slru-protected, policy, line-size.
     Get { key: Option<String> },
     /// Change a setting on the running volume, parsed as the `sim`/`serve` flag of the same
     /// name: `set admission nhit:2:0`, `set seq-cutoff 1m`, `set dirty-high 0.9`, `set mode wb`.
@@ -396,7 +399,7 @@ decide what DSS evicts first, 0 = kept longest):
   id = 1
   name = \"metadata\"
   priority = 0
-  allocation = \"always\"        # always | conditional | never (= bypass)
+  allocation = \"always\"       # always | conditional | never (= bypass)
   [[class]]
   id = 8
   name = \"backup\"
@@ -1792,6 +1795,27 @@ mod tests {
                 "flag {k} lost the file's {other}"
             );
         }
+    }
+
+    /// The example table of `ctl classes load --help` is a valid table, with the class and
+    /// rule it shows.
+    #[test]
+    fn classes_help_example_parses() {
+        let text: String = CLASSES_HELP
+            .lines()
+            .skip_while(|l| !l.starts_with("  version"))
+            .take_while(|l| !l.trim().is_empty())
+            .map(|l| format!("{}\n", l.trim_start()))
+            .collect();
+        let t = tiercache_engine::ClassTable::parse(&text, "help").unwrap();
+        assert_eq!(t.name, "nightly");
+        let backup = t.id_of("backup").unwrap();
+        assert_eq!(
+            t.class(backup).allocation,
+            tiercache_engine::Allocation::Never
+        );
+        assert_eq!(t.rules.len(), 1);
+        assert_eq!(t.rules[0].class, backup);
     }
 
     #[test]

@@ -292,6 +292,18 @@ fn log_layout_refuses_a_class_table_and_stats_show_the_cleaner() {
     // No class option at start: no table, and `get classes` says so.
     assert!(stats(&srv)["class_table"].is_null());
     assert!(srv.ctl(&["get", "classes"]).starts_with("none"));
+    let out = Command::new(BIN)
+        .arg("ctl")
+        .arg("--control")
+        .arg(&srv.ctl)
+        .args(["set", "classes", "x.toml"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("classes load FILE"),
+        "{err}"
+    );
     srv.stop("-TERM");
 
     // Log layout: refused with the reason; its stats have no cleaner settings.
