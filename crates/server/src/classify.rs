@@ -493,6 +493,43 @@ mod tests {
         assert_eq!(c.classify(&Request::read(1 << 20, 4096), None), 0);
     }
 
+    /// `ctl classes load`: both classifiers check a new table before taking it, and classify
+    /// by it afterwards (ext4: its class-name map; rules: its rules).
+    #[test]
+    fn classifiers_take_a_checked_table_live() {
+        let e = Ext4Classifier::new(Arc::new(ClassTable::filesystem())).unwrap();
+        assert_eq!(e.class_of_kind(BlockKind::InodeTable), Some(1));
+        assert!(e.check_table(&ClassTable::database()).is_err());
+        let t = ClassTable::parse(
+            "version = 1\n[[class]]\nid = 7\nname = \"metadata\"\npriority = 0\nallocation = \"always\"\n",
+            "t.toml",
+        )
+        .unwrap();
+        e.check_table(&t).unwrap();
+        e.set_table(Arc::new(t));
+        assert_eq!(e.class_of_kind(BlockKind::InodeTable), Some(7));
+        assert_eq!(
+            e.class_of_kind(BlockKind::Journal),
+            None,
+            "not named: rules decide"
+        );
+
+        let mut t = ClassTable::filesystem();
+        t.parse_rules("version = 1\n[[rule]]\nclass = 1\n", "r.toml")
+            .unwrap();
+        let r = by_name("rules", Arc::new(t)).unwrap().unwrap();
+        assert_eq!(r.classify(&Request::read(0, 4096), None), 1);
+        assert!(
+            r.check_table(&ClassTable::filesystem()).is_err(),
+            "no rules"
+        );
+        let mut t = ClassTable::filesystem();
+        t.parse_rules("version = 1\n[[rule]]\nclass = 8\n", "r.toml")
+            .unwrap();
+        r.set_table(Arc::new(t));
+        assert_eq!(r.classify(&Request::read(0, 4096), None), 8);
+    }
+
     #[test]
     fn ext4_without_a_file_system_falls_back() {
         let c = Ext4Classifier::new(Arc::new(ClassTable::filesystem())).unwrap();
