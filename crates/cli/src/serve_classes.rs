@@ -2,9 +2,10 @@
 //! table and rules, attaching the live classifier, printing per-class statistics.
 
 use anyhow::{anyhow, Result};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use tiercache_engine::ClassTable;
+use tiercache_server::classify::table_from_text;
 use tiercache_server::CacheVolume;
 
 /// The table of `--classes` (default: the built-in file-system table), with `--class-rules`;
@@ -18,14 +19,60 @@ pub fn table(
     if classes.is_none() && rules.is_none() && classifier.is_none_or(|c| c == "none") {
         return Ok(None);
     }
-    let mut t = match classes {
-        Some(p) => ClassTable::load(p).map_err(|e| anyhow!("--classes: {e}"))?,
+    let f = read_files(
+        classes.as_deref(),
+        rules.as_deref(),
+        ("--classes", "--class-rules"),
+    )?;
+    Ok(Some(Arc::new(f.table)))
+}
+
+/// A class table read from its files, with the texts it was parsed from (`ctl classes load`
+/// sends them to the server, which parses them again by the same function).
+pub struct TableFiles {
+    pub table: ClassTable,
+    /// (text, file name) of the table file; `None`: the built-in file-system table.
+    pub table_text: Option<(String, String)>,
+    /// (text, file name) of the rules file.
+    pub rules_text: Option<(String, String)>,
+}
+
+/// Reads and checks a class table file (`None`: the built-in file-system table) and a rules
+/// file replacing its rules, as `serve --classes --class-rules` and `ctl classes load FILE
+/// --rules RULES` take them; errors name the flag, the file and the line. Both use
+/// `tiercache_server::classify::table_from_text`, as the server does for `ctl classes load`.
+pub fn read_files(
+    classes: Option<&Path>,
+    rules: Option<&Path>,
+    flags: (&str, &str),
+) -> Result<TableFiles> {
+    let read = |p: &Path, flag: &str| -> Result<(String, String)> {
+        let name = p.display().to_string();
+        let text = std::fs::read_to_string(p).map_err(|e| anyhow!("{flag}: {name}: {e}"))?;
+        Ok((text, name))
+    };
+    let table_text = classes.map(|p| read(p, flags.0)).transpose()?;
+    let rules_text = rules.map(|p| read(p, flags.1)).transpose()?;
+    let rules_ref = rules_text.as_ref().map(|(t, f)| (t.as_str(), f.as_str()));
+    let table = match &table_text {
+        Some((t, f)) => table_from_text((t, f), None).map_err(|e| anyhow!("{}: {e}", flags.0))?,
         None => ClassTable::filesystem(),
     };
-    if let Some(p) = rules {
-        t.load_rules(p).map_err(|e| anyhow!("--class-rules: {e}"))?;
-    }
-    Ok(Some(Arc::new(t)))
+    let table = match rules_ref {
+        Some((t, f)) => {
+            let mut table = table;
+            table
+                .parse_rules(t, f)
+                .map_err(|e| anyhow!("{}: {e}", flags.1))?;
+            table
+        }
+        None => table,
+    };
+    Ok(TableFiles {
+        table,
+        table_text,
+        rules_text,
+    })
 }
 
 /// Hooks the `--classifier` (default none) into the volume and says what it found.

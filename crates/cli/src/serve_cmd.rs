@@ -319,7 +319,9 @@ Config file (same keys as the flags):
 
 Live tuning (stored with the cache, so a restart keeps them):
   tiercache ctl --control /run/tiercache/control.sock set admission nhit:2:0
-  tiercache ctl --control /run/tiercache/control.sock get";
+  tiercache ctl --control /run/tiercache/control.sock get
+The class table is per run: `ctl classes load FILE` replaces it until the next restart
+(`tiercache ctl classes load --help`).";
 
 #[derive(Args)]
 pub struct CtlArgs {
@@ -347,7 +349,8 @@ enum CtlCmd {
     },
     /// Show the settings in force (all, or one): mode, admission, seq-cutoff,
     /// seq-cutoff-write, group-size, dirty-high, dirty-low, cleaning, cleaning-age,
-    /// writeback-rate, writeback-target, slru-protected, policy, line-size.
+    /// writeback-rate, writeback-target, classes (the class table in force, where it came
+    /// from, live loads), slru-protected, policy, line-size.
     Get { key: Option<String> },
     /// Change a setting on the running volume, parsed as the `sim`/`serve` flag of the same
     /// name: `set admission nhit:2:0`, `set seq-cutoff 1m`, `set dirty-high 0.9`, `set mode wb`.
@@ -364,7 +367,65 @@ enum CtlCmd {
     Mode { mode: String },
     /// Write back dirty data, then pass everything through to the backing device.
     Detach,
+    /// The I/O class table of the running volume (direct layout): `classes load FILE`.
+    Classes {
+        #[command(subcommand)]
+        cmd: ClassesCmd,
+    },
 }
+
+#[derive(Subcommand)]
+enum ClassesCmd {
+    /// Replace the class table of the running volume with FILE (the format of
+    /// `serve --classes`; `--rules` as `serve --class-rules`). Checked before anything
+    /// changes: a bad file is refused with its file and line and the old table stays.
+    #[command(after_help = CLASSES_HELP)]
+    Load {
+        /// Class table (TOML: `version = 1`, [[class]]es, optional [[rule]]s), e.g.
+        /// experiments/classes/filesystem.toml.
+        file: PathBuf,
+        /// Rules file (`version = 1` and [[rule]]s) replacing FILE's rules.
+        #[arg(long)]
+        rules: Option<PathBuf>,
+    },
+}
+
+const CLASSES_HELP: &str = "Example FILE (a class made `never` stops being cached; priorities
+decide what DSS evicts first, 0 = kept longest):
+  version = 1
+  name = \"nightly\"
+  clean_threshold = 0.15        # DSS: below 15 % clean only `always` classes are allocated
+  [[class]]
+  id = 1
+  name = \"metadata\"
+  priority = 0
+  allocation = \"always\"       # always | conditional | never (= bypass)
+  [[class]]
+  id = 8
+  name = \"backup\"
+  priority = 9
+  allocation = \"never\"
+  max_share = 0.1               # partitions (any policy): at most 10 % of the cache
+  [[rule]]                      # used by --classifier rules (and ext4 as its fallback)
+  class = \"backup\"
+  offset = [1073741824, 2147483648]
+
+  tiercache ctl --control /run/tiercache.ctl classes load nightly.toml
+  tiercache ctl --control /run/tiercache.ctl get classes
+
+What happens:
+- From the next request on, allocation (DSS, `never` classes), eviction order (DSS
+  priorities) and partitions follow the new table, and `ctl stats` and the metrics name
+  classes by it. Logged, counted in `ctl stats --json` (class_table.loads).
+- Lines already cached keep their data and their class id; they are judged by the new
+  table's class of that id (a class made `never` keeps its cached lines until they are
+  evicted or overwritten; they are not dropped or relabelled).
+- The classifier chosen at start (`serve --classifier`) stays and uses the new table's rules
+  and class names; with no classifier every request is class 0, so only class 0's entry
+  matters.
+- Not stored: the table is per run. A restart uses `serve`'s --classes/--class-rules (or
+  the config file's `classes`); put the file there to keep it.
+- The log layout has no classes: it refuses, and nothing changes.";
 
 /// Logs to stderr, ignoring errors: a server whose stderr went away (closed pipe) must still
 /// shut down cleanly rather than panic in `eprintln!`.
@@ -1435,6 +1496,25 @@ fn print_stats(v: &serde_json::Value) {
         t["slru_protected"],
         n(&t["changes"])
     );
+    if let Some(c) = t["cleaning"].as_str() {
+        println!(
+            "cleaner         cleaning {c} (age {} requests), writeback-rate {}, writeback-target {}",
+            n(&t["cleaning_age"]),
+            t["writeback_rate"].as_str().unwrap_or("?"),
+            t["writeback_target"]
+        );
+    }
+    let ct = &s["class_table"];
+    if ct.is_object() {
+        println!(
+            "class table     {:?} ({} classes, {} rules) from {}, loaded live {} time(s)",
+            ct["name"].as_str().unwrap_or("?"),
+            n(&ct["classes"]),
+            n(&ct["rules"]),
+            ct["source"].as_str().unwrap_or("?"),
+            n(&ct["loads"])
+        );
+    }
     println!(
         "occupancy       {} of {} lines ({:.1} %), line size {}",
         n(&s["cached_lines"]),
@@ -1571,6 +1651,25 @@ pub fn ctl(a: CtlArgs) -> Result<()> {
             Command::Mode { mode: mode.clone() }
         }
         CtlCmd::Detach => Command::Detach,
+        CtlCmd::Classes {
+            cmd: ClassesCmd::Load { file, rules },
+        } => {
+            // Checked here first (errors name the file and line, nothing is sent), then
+            // the server parses the same texts by the same function.
+            let f = crate::serve_classes::read_files(
+                Some(file),
+                rules.as_deref(),
+                ("classes load", "--rules"),
+            )?;
+            let (table, file) = f.table_text.expect("a file was given");
+            let (rules, rules_file) = f.rules_text.unzip();
+            Command::Classes {
+                file,
+                table,
+                rules_file,
+                rules,
+            }
+        }
     };
     let v = control::request(&a.control, &cmd).map_err(|e| anyhow!(e))?;
     match a.cmd {
@@ -1623,6 +1722,21 @@ pub fn ctl(a: CtlArgs) -> Result<()> {
             );
         }
         CtlCmd::Detach => println!("detached: dirty data written back, now pass-through"),
+        CtlCmd::Classes { .. } => {
+            let l = &v["loaded"];
+            println!(
+                "class table: {} -> {}; {} cached lines keep their class ids; live load {} (not stored: a restart uses serve's --classes)",
+                l["old"].as_str().unwrap_or("none"),
+                l["new"].as_str().unwrap_or("?"),
+                l["cached_lines"],
+                l["loads"]
+            );
+            if l["classifier"].is_null() {
+                println!(
+                    "note: no classifier runs (serve --classifier none): every request is class 0, so only class 0's entry applies"
+                );
+            }
+        }
     }
     Ok(())
 }
@@ -1681,6 +1795,27 @@ mod tests {
                 "flag {k} lost the file's {other}"
             );
         }
+    }
+
+    /// The example table of `ctl classes load --help` is a valid table, with the class and
+    /// rule it shows.
+    #[test]
+    fn classes_help_example_parses() {
+        let text: String = CLASSES_HELP
+            .lines()
+            .skip_while(|l| !l.starts_with("  version"))
+            .take_while(|l| !l.trim().is_empty())
+            .map(|l| format!("{}\n", l.trim_start()))
+            .collect();
+        let t = tiercache_engine::ClassTable::parse(&text, "help").unwrap();
+        assert_eq!(t.name, "nightly");
+        let backup = t.id_of("backup").unwrap();
+        assert_eq!(
+            t.class(backup).allocation,
+            tiercache_engine::Allocation::Never
+        );
+        assert_eq!(t.rules.len(), 1);
+        assert_eq!(t.rules[0].class, backup);
     }
 
     #[test]

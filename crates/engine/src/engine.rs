@@ -349,6 +349,69 @@ impl Engine {
         Ok(())
     }
 
+    /// Replaces the I/O class table on a running engine (`tiercache ctl classes load`):
+    /// allocation, priorities and partitions follow `table` from the next request on.
+    ///
+    /// Cached lines keep their class id (so they are judged by the new table's class of that
+    /// id) and their data. When the old or the new policy is class-aware (DSS, partitions,
+    /// `never` classes), the policy is rebuilt over the new table and every cached line is
+    /// put back in the old policy's eviction order (oldest first; lines it cannot order, in
+    /// slot order, before them): the recency among lines of one old class list is kept.
+    /// A partition over its new maximum shrinks as its class inserts (it evicts its own
+    /// lines first). Otherwise the policy is kept as it is.
+    ///
+    /// On error nothing changes.
+    pub fn set_class_table(
+        &mut self,
+        table: Option<std::sync::Arc<crate::ClassTable>>,
+    ) -> Result<(), EngineError> {
+        if self.policy.needs_oracle() {
+            return Err(EngineError::Config(format!(
+                "policy {} needs the future accesses; its class table cannot change on a running engine",
+                self.policy.name()
+            )));
+        }
+        let mut c = self.cfg.clone();
+        c.policy_params.classes = table;
+        c.validate().map_err(EngineError::Config)?;
+        let info = policy::lookup(&c.policy).expect("validated");
+        let mut new =
+            policy::partition::wrap((info.make)(self.cap, &c.policy_params), self.cap, &c);
+        self.cfg = c;
+        if !self.class_gate && !new.class_aware() {
+            return Ok(());
+        }
+        // Oldest first: the old policy's eviction order, then the lines it did not list.
+        let mut order = Vec::with_capacity(self.len as usize);
+        self.policy
+            .eviction_candidates(self.len as usize, &mut order);
+        let mut listed = vec![false; self.cap as usize];
+        order.retain(|&s| {
+            let fresh = self.keys[s as usize] != EMPTY && !listed[s as usize];
+            listed[s as usize] = true;
+            fresh
+        });
+        let rest: Vec<Slot> = (0..self.cap)
+            .filter(|&s| self.keys[s as usize] != EMPTY && !listed[s as usize])
+            .collect();
+        debug_assert_eq!(order.len() + rest.len(), self.len as usize);
+        for slot in rest.into_iter().chain(order) {
+            let a = Access {
+                key: self.keys[slot as usize],
+                seq: self.seq,
+                next_use: NEVER,
+                is_write: false,
+                class: self.classes[slot as usize],
+            };
+            self.seq += 1;
+            new.insert(slot, &a);
+        }
+        self.class_gate = new.class_aware();
+        self.policy = new;
+        self.update_fast_path();
+        Ok(())
+    }
+
     /// Zeroes every counter (`tiercache ctl stats --reset`, as `casadm -Z`); the cache's
     /// contents are untouched.
     pub fn reset_counters(&mut self) {

@@ -97,3 +97,58 @@ fn every_policy_keeps_partition_invariants() {
         }
     }
 }
+
+/// `Engine::set_class_table` in the middle of a stream, for every online policy: a table
+/// with partitions and a `never` class replaces none (and back), the cache keeps its
+/// lines, capacity holds, counters add up, map and policy agree (every cached line can still
+/// be evicted: the stream goes on through many evictions), and the `never` class inserts
+/// nothing while its table is in force.
+#[test]
+fn every_policy_takes_a_class_table_live() {
+    let table = Arc::new(ClassTable::parse(TABLE, "t").unwrap());
+    let reqs = stream(9, 12_000);
+    for info in REGISTRY {
+        let mut e = Engine::new(EngineConfig {
+            capacity_lines: 200,
+            policy: info.name.into(),
+            mode: Mode::WriteBack,
+            ..Default::default()
+        })
+        .unwrap();
+        if e.needs_oracle() {
+            assert!(e.set_class_table(Some(Arc::clone(&table))).is_err());
+            continue;
+        }
+        for (i, chunk) in reqs.chunks(4_000).enumerate() {
+            let t = (i == 1).then(|| Arc::clone(&table));
+            let before = e.len();
+            let never_before = e.class_counters(3).insertions;
+            e.set_class_table(t).unwrap();
+            assert_eq!(e.len(), before, "{}: lines lost in the reload", info.name);
+            for r in chunk {
+                e.process(r).unwrap();
+                assert!(e.len() <= 200, "{}: over capacity", info.name);
+                if e.needs_cleaning() {
+                    let n = e.cleaning_target();
+                    e.clean(n);
+                }
+            }
+            if i == 1 {
+                assert_eq!(
+                    e.class_counters(3).insertions,
+                    never_before,
+                    "{}: a never class was cached",
+                    info.name
+                );
+            }
+            let c = e.counters();
+            c.check()
+                .unwrap_or_else(|m| panic!("{} chunk {i}: {m}", info.name));
+            assert_eq!(c.insertions - c.evictions - c.invalidations, e.len());
+            assert!(c.evictions > 0, "{}", info.name);
+            for (k, s, _) in e.entries() {
+                assert_eq!(e.lookup(k), Some(s));
+            }
+        }
+    }
+}

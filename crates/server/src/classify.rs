@@ -36,7 +36,7 @@
 //! are class 0 until touched or relabelled.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 use tiercache_engine::{ClassTable, Op, Request};
 use tiercache_ext4::{class_name, BlockKind, FS_CLASSES};
 
@@ -65,6 +65,12 @@ pub trait Classifier: Send + Sync {
     fn summary(&self) -> serde_json::Value {
         serde_json::json!({ "name": self.name() })
     }
+    /// Whether the classifier can work over `table` (`ctl classes load`): the rules
+    /// classifier needs rules, the ext4 one file-system class names. Why not, if not.
+    fn check_table(&self, table: &ClassTable) -> Result<(), String>;
+    /// Classifies by `table` from the next request on (checked by
+    /// [`Classifier::check_table`] first). What was learned (ext4's file system) is kept.
+    fn set_table(&self, table: Arc<ClassTable>);
 }
 
 /// `--classifier` values.
@@ -101,28 +107,45 @@ pub fn attach(
 
 /// Classes from the table's rules.
 pub struct RulesClassifier {
-    table: Arc<ClassTable>,
+    table: RwLock<Arc<ClassTable>>,
+}
+
+/// The class of `req` by `table`'s rules (first match), 0 when none matches.
+fn by_rules(table: &ClassTable, req: &Request) -> u8 {
+    table
+        .rules
+        .iter()
+        .find(|r| r.matches(req))
+        .map_or(0, |r| r.class)
 }
 
 impl RulesClassifier {
     /// Fails when the table has no rules.
     pub fn new(table: Arc<ClassTable>) -> Result<Self, String> {
+        Self::check(&table)?;
+        Ok(RulesClassifier {
+            table: RwLock::new(table),
+        })
+    }
+
+    fn check(table: &ClassTable) -> Result<(), String> {
         if table.rules.is_empty() {
             return Err(format!(
                 "--classifier rules: class table {:?} has no [[rule]] (add rules to it or give --class-rules FILE)",
                 table.name
             ));
         }
-        Ok(RulesClassifier { table })
+        Ok(())
     }
 
     fn class_of(&self, req: &Request) -> u8 {
-        self.table
-            .rules
-            .iter()
-            .find(|r| r.matches(req))
-            .map_or(0, |r| r.class)
+        let t: Arc<ClassTable> = read(&self.table);
+        by_rules(&t, req)
     }
+}
+
+fn read<T: Clone>(l: &RwLock<T>) -> T {
+    l.read().unwrap_or_else(|e| e.into_inner()).clone()
 }
 
 impl Classifier for RulesClassifier {
@@ -133,15 +156,21 @@ impl Classifier for RulesClassifier {
         self.class_of(req)
     }
     fn summary(&self) -> serde_json::Value {
-        serde_json::json!({ "name": "rules", "rules": self.table.rules.len() })
+        serde_json::json!({ "name": "rules", "rules": read(&self.table).rules.len() })
+    }
+    fn check_table(&self, table: &ClassTable) -> Result<(), String> {
+        Self::check(table)
+    }
+    fn set_table(&self, table: Arc<ClassTable>) {
+        *self.table.write().unwrap_or_else(|e| e.into_inner()) = table;
     }
 }
 
 /// The ext4-aware classifier, online (see the module documentation).
 pub struct Ext4Classifier {
-    table: Arc<ClassTable>,
-    /// Class id per `FS_CLASSES` entry (`None`: the table lacks that name; rules decide).
-    ids: [Option<u8>; FS_CLASSES.len()],
+    /// The class table, and the class id per `FS_CLASSES` entry (`None`: the table lacks
+    /// that name; rules decide).
+    table: RwLock<Arc<Ext4Table>>,
     fs: Mutex<State>,
     /// Requests classified by ext4 knowledge, and by the rules fallback.
     by_ext4: AtomicU64,
@@ -156,9 +185,15 @@ struct State {
     learn_pending: bool,
 }
 
-impl Ext4Classifier {
+/// The ext4 classifier's view of its class table.
+struct Ext4Table {
+    table: Arc<ClassTable>,
+    ids: [Option<u8>; FS_CLASSES.len()],
+}
+
+impl Ext4Table {
     /// Fails when the table names none of the file-system classes.
-    pub fn new(table: Arc<ClassTable>) -> Result<Self, String> {
+    fn new(table: Arc<ClassTable>) -> Result<Self, String> {
         let mut ids = [None; FS_CLASSES.len()];
         for (i, n) in FS_CLASSES.iter().enumerate() {
             ids[i] = table.id_of(n);
@@ -170,11 +205,18 @@ impl Ext4Classifier {
                 FS_CLASSES.join(", ")
             ));
         }
+        Ok(Ext4Table { table, ids })
+    }
+}
+
+impl Ext4Classifier {
+    /// Fails when the table names none of the file-system classes.
+    pub fn new(table: Arc<ClassTable>) -> Result<Self, String> {
+        let table = RwLock::new(Arc::new(Ext4Table::new(table)?));
         let mut fs = tiercache_ext4::Ext4Classifier::new();
         fs.track_changes(true);
         Ok(Ext4Classifier {
             table,
-            ids,
             fs: Mutex::new(State {
                 fs,
                 relabels: Vec::new(),
@@ -218,7 +260,7 @@ impl Ext4Classifier {
     pub fn class_of_kind(&self, kind: BlockKind) -> Option<u8> {
         let name = class_name(kind);
         let i = FS_CLASSES.iter().position(|n| *n == name)?;
-        self.ids[i]
+        read(&self.table).ids[i]
     }
 
     /// The kind of the byte range (for tests and tools).
@@ -228,11 +270,7 @@ impl Ext4Classifier {
 
     fn fallback(&self, req: &Request) -> u8 {
         self.by_fallback.fetch_add(1, Ordering::Relaxed);
-        self.table
-            .rules
-            .iter()
-            .find(|r| r.matches(req))
-            .map_or(0, |r| r.class)
+        by_rules(&read(&self.table).table, req)
     }
 
     /// Turns the classifier's change log into byte-range relabels; notes a new file system.
@@ -321,6 +359,76 @@ impl Classifier for Ext4Classifier {
             "requests_by_fallback": self.by_fallback.load(Ordering::Relaxed),
         })
     }
+
+    fn check_table(&self, table: &ClassTable) -> Result<(), String> {
+        Ext4Table::new(Arc::new(table.clone())).map(|_| ())
+    }
+
+    fn set_table(&self, table: Arc<ClassTable>) {
+        if let Ok(t) = Ext4Table::new(table) {
+            *self.table.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(t);
+        }
+    }
+}
+
+/// The class table in force, for `ctl stats` (`class_table`) and `ctl get classes`.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct ClassTableInfo {
+    /// The table's `name`.
+    pub name: String,
+    /// Where it came from: `serve flags` (`--classes`/`--class-rules`/`--classifier`), or
+    /// the file(s) of the last `ctl classes load`.
+    pub source: String,
+    /// Classes the table names (the others are `classN`, conditional, priority 15).
+    pub classes: usize,
+    pub rules: usize,
+    /// Times `ctl classes load` replaced the table since the start.
+    pub loads: u64,
+}
+
+/// What `ctl classes load` changed (`CacheVolume::load_classes`).
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct ClassesLoaded {
+    /// The table before ([`table_summary`]); `None`: there was none.
+    pub old: Option<String>,
+    pub new: String,
+    /// The classifier that uses it (`None`: requests are class 0; only class 0's policy
+    /// matters).
+    pub classifier: Option<&'static str>,
+    /// Lines cached at the change (they keep their class id).
+    pub cached_lines: u64,
+    pub loads: u64,
+}
+
+/// Classes `t` names (those not left at the default name `classN`).
+pub fn named_classes(t: &ClassTable) -> usize {
+    (0..tiercache_engine::NUM_CLASSES)
+        .filter(|&i| t.classes[i].name != format!("class{i}"))
+        .count()
+}
+
+/// `"NAME" (N classes, R rules)` for the log and the replies.
+pub fn table_summary(t: &ClassTable) -> String {
+    format!(
+        "{:?} ({} classes, {} rules)",
+        t.name,
+        named_classes(t),
+        t.rules.len()
+    )
+}
+
+/// A class table from the text of a table file and, optionally, of a rules file replacing
+/// its rules, as `serve --classes FILE --class-rules RULES` reads them; each text comes with
+/// its file name, and errors name the file and line.
+pub fn table_from_text(
+    table: (&str, &str),
+    rules: Option<(&str, &str)>,
+) -> Result<ClassTable, String> {
+    let mut t = ClassTable::parse(table.0, table.1).map_err(|e| e.to_string())?;
+    if let Some((text, file)) = rules {
+        t.parse_rules(text, file).map_err(|e| e.to_string())?;
+    }
+    Ok(t)
 }
 
 /// One class in `ctl stats`: name, occupancy and counters.
@@ -383,6 +491,43 @@ mod tests {
             8
         );
         assert_eq!(c.classify(&Request::read(1 << 20, 4096), None), 0);
+    }
+
+    /// `ctl classes load`: both classifiers check a new table before taking it, and classify
+    /// by it afterwards (ext4: its class-name map; rules: its rules).
+    #[test]
+    fn classifiers_take_a_checked_table_live() {
+        let e = Ext4Classifier::new(Arc::new(ClassTable::filesystem())).unwrap();
+        assert_eq!(e.class_of_kind(BlockKind::InodeTable), Some(1));
+        assert!(e.check_table(&ClassTable::database()).is_err());
+        let t = ClassTable::parse(
+            "version = 1\n[[class]]\nid = 7\nname = \"metadata\"\npriority = 0\nallocation = \"always\"\n",
+            "t.toml",
+        )
+        .unwrap();
+        e.check_table(&t).unwrap();
+        e.set_table(Arc::new(t));
+        assert_eq!(e.class_of_kind(BlockKind::InodeTable), Some(7));
+        assert_eq!(
+            e.class_of_kind(BlockKind::Journal),
+            None,
+            "not named: rules decide"
+        );
+
+        let mut t = ClassTable::filesystem();
+        t.parse_rules("version = 1\n[[rule]]\nclass = 1\n", "r.toml")
+            .unwrap();
+        let r = by_name("rules", Arc::new(t)).unwrap().unwrap();
+        assert_eq!(r.classify(&Request::read(0, 4096), None), 1);
+        assert!(
+            r.check_table(&ClassTable::filesystem()).is_err(),
+            "no rules"
+        );
+        let mut t = ClassTable::filesystem();
+        t.parse_rules("version = 1\n[[rule]]\nclass = 8\n", "r.toml")
+            .unwrap();
+        r.set_table(Arc::new(t));
+        assert_eq!(r.classify(&Request::read(0, 4096), None), 8);
     }
 
     #[test]

@@ -10,6 +10,10 @@
 //! {"cmd":"get"}  {"cmd":"get","key":K} -> {"ok":true,"settings":[[key,value],...]}
 //! {"cmd":"set","key":K,"value":V}      -> {"ok":true,"key":K,"old":..,"new":..}
 //! {"cmd":"resetstats"}                 -> {"ok":true}   (zero the counters, as casadm -Z)
+//! {"cmd":"classes","file":F,"table":TEXT[,"rules_file":R,"rules":TEXT]}
+//!                                      -> {"ok":true,"loaded":{old,new,classifier,..}}
+//!                                         (replace the class table; the texts are parsed
+//!                                         here, errors name F or R and the line)
 //! anything else                        -> {"ok":false,"error":"..."}
 //! ```
 
@@ -47,6 +51,16 @@ pub enum Command {
     },
     /// Zeroes the statistics.
     ResetStats,
+    /// Replaces the I/O class table (`ctl classes load`): the text of a table file, and
+    /// optionally of a rules file replacing its rules, each with its file name for errors.
+    Classes {
+        file: String,
+        table: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        rules_file: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        rules: Option<String>,
+    },
 }
 
 /// The answer to `get` from all settings: one key's (checked) or all.
@@ -91,6 +105,27 @@ pub fn handle(vol: &dyn LiveVolume, line: &str) -> serde_json::Value {
         Command::ResetStats => {
             vol.reset_stats();
             Ok(())
+        }
+        Command::Classes {
+            file,
+            table,
+            rules_file,
+            rules,
+        } => {
+            let rules = match (&rules, &rules_file) {
+                (Some(t), f) => Some((t.as_str(), f.as_deref().unwrap_or("<rules>"))),
+                (None, _) => None,
+            };
+            let source = match rules {
+                Some((_, rf)) => format!("{file} with rules {rf}"),
+                None => file.clone(),
+            };
+            return match crate::classify::table_from_text((&table, &file), rules)
+                .and_then(|t| vol.load_classes(t, &source))
+            {
+                Ok(r) => serde_json::json!({"ok": true, "loaded": r}),
+                Err(e) => serde_json::json!({"ok": false, "error": e}),
+            };
         }
     };
     match r {

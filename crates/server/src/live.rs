@@ -66,6 +66,13 @@ pub trait LiveVolume: Export + Send + Sync {
     fn settings(&self) -> Vec<(&'static str, String)>;
     /// Changes one setting live (`ctl set`): (old, new), or why not.
     fn set_setting(&self, key: &str, value: &str) -> Result<(String, String), String>;
+    /// Replaces the I/O class table (`ctl classes load`; `source` names its file), or says
+    /// why not; nothing changes on error. Per run: a restart uses `serve`'s flags.
+    fn load_classes(
+        &self,
+        table: tiercache_engine::ClassTable,
+        source: &str,
+    ) -> Result<crate::classify::ClassesLoaded, String>;
     /// `ctl stats --reset`.
     fn reset_stats(&self);
     /// Clean shutdown.
@@ -157,6 +164,13 @@ impl LiveVolume for CacheVolume {
     fn set_setting(&self, key: &str, value: &str) -> Result<(String, String), String> {
         CacheVolume::set_setting(self, key, value)
     }
+    fn load_classes(
+        &self,
+        table: tiercache_engine::ClassTable,
+        source: &str,
+    ) -> Result<crate::classify::ClassesLoaded, String> {
+        CacheVolume::load_classes(self, table, source)
+    }
     fn reset_stats(&self) {
         CacheVolume::reset_stats(self)
     }
@@ -207,6 +221,15 @@ impl LiveVolume for LogVolume {
     }
     fn set_setting(&self, key: &str, value: &str) -> Result<(String, String), String> {
         LogVolume::set_setting(self, key, value)
+    }
+    fn load_classes(
+        &self,
+        _table: tiercache_engine::ClassTable,
+        source: &str,
+    ) -> Result<crate::classify::ClassesLoaded, String> {
+        Err(format!(
+            "{source}: the log layout has no I/O classes: it caches extents (deduplicated, compressed) and admits every missed line, so no class table applies (its `serve` refuses --classes/--classifier too); class tables work on the direct layout (`tiercache format` without --layout log)"
+        ))
     }
     fn reset_stats(&self) {
         LogVolume::reset_stats(self)
@@ -299,6 +322,10 @@ pub fn log_common(v: &LogVolume, s: &LogVolumeStats) -> VolumeStats {
             policy: s.picker.clone(),
             line_size: ls,
             tuning,
+            cleaning: None,
+            cleaning_age: None,
+            writeback_rate: None,
+            writeback_target: None,
             changes: v.settings_changes(),
         },
         mode: s.mode.clone(),
@@ -328,6 +355,7 @@ pub fn log_common(v: &LogVolume, s: &LogVolumeStats) -> VolumeStats {
             counters: totals,
         }],
         classifier: None,
+        class_table: None,
         cache_errors: s.cache_errors,
         // Every extent carries a crc32c, checked on every read.
         checksum_errors: l.extent_crc_errors,

@@ -208,6 +208,13 @@ impl Metrics {
             "# HELP tiercache_relabelled_lines_total Cached lines relabelled by the classifier.\n# TYPE tiercache_relabelled_lines_total counter\ntiercache_relabelled_lines_total {}",
             self.relabelled_lines.load(Ordering::Relaxed)
         );
+        if let Some(ct) = &stats.class_table {
+            let _ = writeln!(
+                o,
+                "# HELP tiercache_class_table_loads_total Class tables loaded live (`ctl classes load`) since the start.\n# TYPE tiercache_class_table_loads_total counter\ntiercache_class_table_loads_total {}",
+                ct.loads
+            );
+        }
         // The settings in force (`ctl get`; changed live by `ctl set`).
         let t = &stats.settings.tuning;
         let _ = writeln!(

@@ -80,6 +80,11 @@ pub const KEYS: &[(&str, &str, bool)] = &[
         true,
     ),
     (
+        "classes",
+        "the I/O class table: replace it with `tiercache ctl classes load FILE` (per run: a restart uses serve's --classes)",
+        false,
+    ),
+    (
         "slru-protected",
         "the SLRU protected share is set per run: restart the server with --slru-protected",
         false,

@@ -348,6 +348,11 @@ struct Inner {
     forgotten: HashMap<u64, u32>,
     /// Data checksums (`crate::data_sums`), when the cache was formatted with them.
     sums: Option<crate::data_sums::DataSums>,
+    /// The I/O class table in force (names the classes in `ctl stats`; the engine holds the
+    /// same one), where it came from, and how often `ctl classes load` replaced it.
+    class_table: Option<Arc<ClassTable>>,
+    class_source: String,
+    class_loads: u64,
 }
 
 /// A cached block volume: the engine's decisions executed on real devices.
@@ -367,7 +372,6 @@ pub struct CacheVolume {
     inline_cleaning: AtomicBool,
     /// Sets each request's class before the engine plans it (`crate::classify`).
     classifier: Option<Arc<dyn Classifier>>,
-    class_table: Option<Arc<ClassTable>>,
     max_cache_errors: AtomicU64,
     /// Records unmapped per batch ([`CacheVolume::set_unmap_batch`]).
     unmap_batch: AtomicU64,
@@ -905,6 +909,13 @@ impl CacheVolume {
             flush_epoch: FLUX_EPOCHS,
             forgotten: HashMap::new(),
             sums,
+            class_table: opts.classes.clone(),
+            class_source: if opts.classes.is_some() {
+                "serve flags".into()
+            } else {
+                String::new()
+            },
+            class_loads: 0,
         };
         if let Some(s) = &inner.sums {
             inner.lost = s.lost.clone();
@@ -945,7 +956,6 @@ impl CacheVolume {
                 pass: RATE_PASS_LINES,
             }),
             classifier: None,
-            class_table: opts.classes.clone(),
             max_cache_errors: AtomicU64::new(DEFAULT_MAX_CACHE_ERRORS),
             unmap_batch: AtomicU64::new(DEFAULT_UNMAP_BATCH),
             state_path: opts.state_path.clone(),
@@ -2308,6 +2318,24 @@ impl CacheVolume {
             "line-size" => tuning::size_str(c.line_size),
             "cleaning" => c.cleaning.as_str().to_string(),
             "cleaning-age" => c.cleaning_age.to_string(),
+            "classes" => match &g.class_table {
+                None => {
+                    "none (classes by id; --policy dss uses the built-in file-system table)".into()
+                }
+                Some(t) if g.class_loads == 0 => {
+                    format!(
+                        "{} from {}",
+                        crate::classify::table_summary(t),
+                        g.class_source
+                    )
+                }
+                Some(t) => format!(
+                    "{} from {} (loaded live, {} time(s))",
+                    crate::classify::table_summary(t),
+                    g.class_source,
+                    g.class_loads
+                ),
+            },
             _ => Tuning::of(c).get(k).unwrap_or_default(),
         }
     }
@@ -2319,6 +2347,11 @@ impl CacheVolume {
     pub fn set_setting(&self, key: &str, value: &str) -> Result<(String, String), String> {
         let k = tuning::key(key)?;
         let (_, what, live) = *tuning::KEYS.iter().find(|x| x.0 == k).expect("known key");
+        if k == "classes" {
+            return Err(format!(
+                "classes is a table, not a value: `tiercache ctl --control SOCK classes load FILE` ({what})"
+            ));
+        }
         if !live {
             return Err(format!("{k} cannot change on a running volume: {what}"));
         }
@@ -2860,6 +2893,8 @@ impl CacheVolume {
     /// Counters, occupancy and device state for `ctl stats` and metrics.
     pub fn stats(&self) -> VolumeStats {
         let g = self.lock();
+        // Lock order: the volume lock, then `wb_rate`.
+        let (wb_mode, wb_target, _) = self.writeback_rate();
         let e = &g.engine;
         let per_class = (0..tiercache_engine::NUM_CLASSES as u8)
             .filter(|&c| e.class_counters(c).requests > 0)
@@ -2876,6 +2911,10 @@ impl CacheVolume {
                 policy: e.policy_name().to_string(),
                 line_size: e.config().line_size,
                 tuning: Tuning::of(e.config()),
+                cleaning: Some(e.config().cleaning.as_str().to_string()),
+                cleaning_age: Some(e.config().cleaning_age),
+                writeback_rate: Some(wb_mode.to_string()),
+                writeback_target: Some(wb_target),
                 changes: self.metrics.settings_changes.load(Ordering::Relaxed),
             },
             mode: e.config().mode.as_str().to_string(),
@@ -2897,7 +2936,17 @@ impl CacheVolume {
             flux_pages: self.metrics.flux_pages.load(Ordering::Relaxed),
             flux_pages_now: g.flux_pages.len() as u64,
             metadata_pages_written: self.metrics.metadata_pages.load(Ordering::Relaxed),
-            classes: crate::classify::class_stats(e, self.class_table.as_deref()),
+            classes: crate::classify::class_stats(e, g.class_table.as_deref()),
+            class_table: g
+                .class_table
+                .as_ref()
+                .map(|t| crate::classify::ClassTableInfo {
+                    name: t.name.clone(),
+                    source: g.class_source.clone(),
+                    classes: crate::classify::named_classes(t),
+                    rules: t.rules.len(),
+                    loads: g.class_loads,
+                }),
             classifier: self.classifier.as_ref().map(|c| c.summary()),
             cache_errors: self.metrics.cache_errors.load(Ordering::Relaxed),
             checksum_errors: self.metrics.checksum_errors.load(Ordering::Relaxed),
@@ -2951,7 +3000,14 @@ pub struct Settings {
     pub line_size: u64,
     #[serde(flatten)]
     pub tuning: Tuning,
-    /// Settings changed live (`ctl set`) since the start.
+    /// The cleaner's settings, as `ctl get` shows them: `cleaning` (lba, acp, alru),
+    /// `cleaning_age` (requests), `writeback_rate` (off, auto, or lines/s) and
+    /// `writeback_target` (dirty share); null for the log layout (no cleaner keys).
+    pub cleaning: Option<String>,
+    pub cleaning_age: Option<u64>,
+    pub writeback_rate: Option<String>,
+    pub writeback_target: Option<f64>,
+    /// Settings changed live (`ctl set`, `ctl classes load`) since the start.
     pub changes: u64,
 }
 
@@ -2987,6 +3043,8 @@ pub struct VolumeStats {
     pub classes: Vec<crate::classify::ClassStats>,
     /// What the live classifier knows (`None`: no classifier).
     pub classifier: Option<serde_json::Value>,
+    /// The class table in force, where it came from and its reloads (`None`: no table).
+    pub class_table: Option<crate::classify::ClassTableInfo>,
     /// Cache-device errors so far (each one dropped lines; none reached a client alone).
     pub cache_errors: u64,
     /// Data checksum mismatches found (`crate::data_sums`); `data_checksums`: whether the
@@ -3207,6 +3265,61 @@ impl Export for CacheVolume {
 
 /// Classification hooks (issue 7; the classifiers live in `crate::classify`).
 impl CacheVolume {
+    /// `ctl classes load`: replaces the I/O class table on the running volume, in the engine
+    /// (allocation, priorities, partitions: `Engine::set_class_table`), in the classifier
+    /// (its rules, its class names) and in the statistics (class names), together under the
+    /// volume lock, so every request is planned by one table or the other. Cached lines keep
+    /// their class id. `source` says where the table came from (`ctl stats`, `ctl get`).
+    /// Checked before anything changes: a table the classifier or the policy cannot take
+    /// changes nothing. Per run: not stored (a restart uses `serve`'s `--classes`).
+    /// Returns what changed, for the reply and the log.
+    pub fn load_classes(
+        &self,
+        table: ClassTable,
+        source: &str,
+    ) -> Result<crate::classify::ClassesLoaded, String> {
+        let t = Arc::new(table);
+        let mut g = self.lock();
+        if g.closed {
+            return Err("the cache volume is shut down".into());
+        }
+        if g.failed {
+            return Err("the cache device failed (see `ctl stats`): every request passes through, no class table applies".into());
+        }
+        if let Some(c) = &self.classifier {
+            c.check_table(&t)
+                .map_err(|e| format!("{source}: {e} (the running classifier is {:?})", c.name()))?;
+        }
+        g.engine
+            .set_class_table(Some(Arc::clone(&t)))
+            .map_err(|e| format!("{source}: the running policy cannot take this table: {e}"))?;
+        if let Some(c) = &self.classifier {
+            c.set_table(Arc::clone(&t));
+        }
+        let old = g.class_table.replace(Arc::clone(&t));
+        g.class_source = source.to_string();
+        g.class_loads += 1;
+        let r = crate::classify::ClassesLoaded {
+            old: old.as_deref().map(crate::classify::table_summary),
+            new: crate::classify::table_summary(&t),
+            classifier: self.classifier.as_ref().map(|c| c.name()),
+            cached_lines: g.engine.len(),
+            loads: g.class_loads,
+        };
+        drop(g);
+        self.metrics
+            .settings_changes
+            .fetch_add(1, Ordering::Relaxed);
+        tracing::info!(
+            target: tuning::LOG_TARGET,
+            "class table: {} -> {} (from {source}; {} cached lines keep their class ids)",
+            r.old.as_deref().unwrap_or("none"),
+            r.new,
+            r.cached_lines
+        );
+        Ok(r)
+    }
+
     /// Classifies every later request with `c` (before the volume is shared).
     pub fn set_classifier(&mut self, c: Arc<dyn Classifier>) {
         self.classifier = Some(c);
