@@ -409,6 +409,10 @@ pub struct LogLiveCounters {
     /// under the lock.
     pub unlocked_reads: u64,
     pub unlocked_read_retries: u64,
+    /// Backing-device syncs that failed at a seal or commit (their request failed), and the
+    /// lines then written to the backing device again from the cache before the next sync.
+    pub backing_sync_errors: u64,
+    pub backing_resync_lines: u64,
 }
 
 /// `ctl stats` of a log volume.
@@ -511,6 +515,13 @@ struct Inner {
     half: u32,
     jused: u64,
     hdd_dirty: bool,
+    /// Lines written to the backing device since its last successful sync (write-through
+    /// writes), and whether a sync failed since: then the next sync attempt first writes
+    /// them again from the cache (a failed sync may have dropped their bytes, Linux marking
+    /// the pages clean, and a later sync would succeed without them). See
+    /// [`Inner::backing_sync_if_dirty`].
+    hdd_unsynced: std::collections::HashSet<u64>,
+    resync: bool,
     dups_upper: u64,
     /// Duplicate entries counted at the last checkpoint.
     dups_at_checkpoint: u64,
@@ -741,6 +752,8 @@ impl LogVolume {
             half: 0,
             jused: 0,
             hdd_dirty: false,
+            hdd_unsynced: Default::default(),
+            resync: false,
             dups_upper: 0,
             dups_at_checkpoint: 0,
             dup_budget,
@@ -1270,14 +1283,91 @@ impl Inner {
         self.cache.write_at(data, off).map_err(cache_fault)
     }
 
+    /// Rule 2: syncs the backing device if it was written since its last sync. A failure
+    /// is a backing fault: its request fails (EIO; for a FLUSH or FUA write, durability was
+    /// not established), nothing else changed and the volume keeps serving. The lines
+    /// written since the last successful sync may have lost their bytes with the failure
+    /// (`hdd_unsynced`), so the next attempt first writes each of them again from the
+    /// cache, whose copy is the acknowledged one: a write-through line written since the
+    /// last sync is still cached (evicting it takes a reclamation, which follows a seal,
+    /// which follows a successful sync: `reserve`), unless it was trimmed or its write
+    /// failed (contents unspecified), or its extent is unreadable (then reported lost).
     fn backing_sync_if_dirty(&mut self) -> io::Result<()> {
-        if self.hdd_dirty {
-            self.backing.sync()?;
-            self.unsynced_lines.clear();
-            self.live.backing_syncs += 1;
-            self.hdd_dirty = false;
+        if !self.hdd_dirty {
+            return Ok(());
+        }
+        if self.resync {
+            self.rewrite_unsynced()?;
+        }
+        if let Err(e) = self.backing.sync() {
+            self.live.backing_sync_errors += 1;
+            self.resync = !self.hdd_unsynced.is_empty();
+            tracing::warn!(
+                "backing device sync failed ({e}): the request fails; the {} lines written since its last sync are written again before the next one",
+                self.hdd_unsynced.len()
+            );
+            return Err(backing_fault(e));
+        }
+        self.unsynced_lines.clear();
+        self.hdd_unsynced.clear();
+        self.resync = false;
+        self.live.backing_syncs += 1;
+        self.hdd_dirty = false;
+        Ok(())
+    }
+
+    /// After a failed backing sync: writes every line of `hdd_unsynced` again from the
+    /// cache (see [`Inner::backing_sync_if_dirty`]). A line whose extent cannot be read or
+    /// verified may have lost its acknowledged bytes: reported lost (its reads fail, never
+    /// older bytes, until it is written again).
+    fn rewrite_unsynced(&mut self) -> io::Result<()> {
+        let ls = self.ls();
+        let mut lines: Vec<u64> = self.hdd_unsynced.iter().copied().collect();
+        lines.sort_unstable();
+        let mut buf = vec![0u8; ls as usize];
+        for line in lines {
+            let Some(info) = self.eng.locate(0, line) else {
+                // Trimmed, or its write failed: contents unspecified.
+                continue;
+            };
+            match self.read_extent(&info, &mut buf) {
+                Ok(true) => {
+                    self.backing
+                        .write_at(&buf, line * ls)
+                        .map_err(backing_fault)?;
+                    self.live.backing_resync_lines += 1;
+                    self.live.backing_bytes_written += ls;
+                }
+                r => {
+                    let why = match r {
+                        Err(e) => format!("cache read failed: {e}"),
+                        _ => "its extent fails its checksum".to_string(),
+                    };
+                    degrade::lose(
+                        &mut self.lost,
+                        line * ls,
+                        (line + 1) * ls,
+                        self.sb.backing_size,
+                        &format!("a backing sync failed before it was durable and {why}"),
+                    );
+                    self.hdd_unsynced.remove(&line);
+                }
+            }
         }
         Ok(())
+    }
+
+    /// A backing fault in the middle of a plan the engine has already made (a seal, a
+    /// reclamation): RAM may be ahead of the devices, so it stops the volume (a restart
+    /// recovers from the devices) instead of failing only its request. `reserve` syncs the
+    /// backing device before the engine plans, so this is not expected to happen.
+    fn mid_plan(e: io::Error) -> io::Error {
+        match fault_of(&e) {
+            Some(Fault::Backing(m)) => io_err(format!(
+                "backing device error during a seal or reclamation already planned: {m}"
+            )),
+            _ => e,
+        }
     }
 
     /// Is `e` (in segment `s`) its key's current base extent? Looks it up in the engine: for
@@ -1533,6 +1623,12 @@ impl Inner {
 
     /// Executes the plan of `reserve`: seals, write-backs and the reclamation that follows.
     fn reserve(&mut self, dirty: bool) -> io::Result<()> {
+        if self.hdd_dirty && self.eng.reserve_acts(dirty) {
+            // Rule 2 before the engine changes anything: the seal (and a reclamation's
+            // commit) below then find the backing device synced, and a failure here fails
+            // the request with nothing changed.
+            self.backing_sync_if_dirty()?;
+        }
         let before = self.eng.open_segment(dirty);
         // The header of a segment sealed now describes every extent as live: an extent
         // superseded since the last commit must not be marked dead before what superseded
@@ -1610,7 +1706,9 @@ impl Inner {
         self.drop_durably(&shadowed, false)?;
         for st in steps {
             match st {
-                Step::WriteSsd { ssd, .. } => self.seal((ssd / seg_size) as u32)?,
+                Step::WriteSsd { ssd, .. } => {
+                    self.seal((ssd / seg_size) as u32).map_err(Self::mid_plan)?
+                }
                 Step::WriteBack { ssd, hdd, .. } => {
                     if !done.contains(&(ssd, hdd)) {
                         // Not written back first (the engine chose another victim than the
@@ -1634,7 +1732,7 @@ impl Inner {
         };
         if before != Some(now) || reclaimed {
             if reclaimed {
-                self.reclaim(now, &written_back)?;
+                self.reclaim(now, &written_back).map_err(Self::mid_plan)?;
             }
             let gen = self.eng.segments()[now as usize].gen;
             let buf = self
@@ -1759,7 +1857,9 @@ impl Inner {
                     // later (a read after a trim would see the backing device's unsynced
                     // bytes): such reads are not admitted until a backing sync succeeds.
                     self.unsynced_lines.extend(written);
-                    self.hdd_dirty = false;
+                    // Write-through lines written before it (a mode switch) still need
+                    // their sync (`backing_sync_if_dirty`).
+                    self.hdd_dirty = !self.hdd_unsynced.is_empty();
                     self.backing_write_errors += 1;
                     Degraded::failed(&mut self.degraded, &e);
                 }
@@ -1802,6 +1902,8 @@ impl Inner {
             tracing::error!("backing device sync after the cache failed: {e}");
         }
         self.hdd_dirty = false;
+        self.hdd_unsynced.clear();
+        self.resync = false;
         self.pass_through = true;
         self.degraded = None;
         self.bufs.clear();
@@ -2354,6 +2456,7 @@ impl Inner {
                         break;
                     }
                     self.live.backing_bytes_written += len;
+                    self.hdd_unsynced.insert(line);
                 }
                 Step::ReadSsd { .. } | Step::ReadHdd { .. } => {}
                 s => return Err(io_err(format!("unexpected step {s:?} in a line write"))),

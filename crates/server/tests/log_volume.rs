@@ -604,3 +604,143 @@ fn flush_dirty_mode_switches_and_detach_keep_every_byte() {
     v.check().unwrap();
     v.shutdown().unwrap();
 }
+
+/// Opens the log cache of `f` through a fault injector whose backing device has a volatile
+/// write cache (writes reach the file only at a sync; a failed sync may drop them).
+fn open_volatile_backing(
+    f: &LogFiles,
+) -> (
+    LogVolume,
+    std::sync::Arc<tiercache_server::fault::Faults>,
+    tiercache_server::fault::FaultHandle,
+) {
+    let faults = tiercache_server::fault::Faults::new(5);
+    let (cdev, _ch) = faults.wrap("cache", Box::new(FileDev::open(&f.cache).unwrap()), false);
+    let (bdev, bh) = faults.wrap(
+        "backing",
+        Box::new(FileDev::open(&f.backing).unwrap()),
+        true,
+    );
+    let (v, _) = LogVolume::open_opts(Box::new(cdev), Box::new(bdev), &Default::default()).unwrap();
+    (v, faults, bh)
+}
+
+/// The backing file (what a sync made durable) holds every byte the model has now.
+fn backing_file_holds(f: &LogFiles, m: &Model, what: &str) {
+    let b = std::fs::read(&f.backing).unwrap();
+    m.check_now(0, &b[..VOL as usize], what);
+}
+
+/// A backing-device sync that fails once, dropping the writes it should have made durable
+/// (Linux after a writeback error: the pages are marked clean, a later fsync succeeds
+/// without them). `at_seal`: the failure hits the sync before a seal (a plain write),
+/// otherwise the one of a FLUSH's commit. The request whose durability could not be
+/// established fails; the volume keeps serving; every acknowledged write reads back now,
+/// is on the backing device after the next successful FLUSH (the lost bytes were written
+/// again from the cache), and after a restart (clean, or a power cut after that FLUSH).
+fn write_through_sync_error(at_seal: bool, crash: bool) {
+    let f = log_files(10);
+    log_format(&f, Mode::WriteThrough, Compression::Lz4, 1.0);
+    let (v, faults, bh) = open_volatile_backing(&f);
+    let mut m = Model::new(0, VOL);
+    let mut r = rng(21);
+    let write = |v: &LogVolume, m: &mut Model, i: u64, r: &mut ChaCha8Rng| {
+        let d = line_content(r);
+        // Before the failure the lower half, after it the upper half: the lines whose
+        // backing bytes the failed sync dropped are not written again, and get evicted.
+        let half = VOL / LS / 2;
+        let at = ((i * 7 % half) + if i < 80 { 0 } else { half }) * LS;
+        let res = v.write(at, &d, false);
+        match &res {
+            Ok(()) => m.write(at as usize, &d, false),
+            // A failed write leaves its range unspecified.
+            Err(_) => m.trim(at as usize, LS as usize),
+        }
+        res
+    };
+    for i in 0..40 {
+        write(&v, &mut m, i, &mut r).unwrap();
+    }
+    v.flush().unwrap();
+    m.flush();
+    // A few writes only in the backing device's write cache, then its next sync fails.
+    for i in 40..43 {
+        write(&v, &mut m, i, &mut r).unwrap();
+    }
+    bh.fail_next_sync(true);
+    let mut failed = Vec::new();
+    if at_seal {
+        // Plain writes until one needs a seal (whose backing sync fails).
+        for i in 43..80 {
+            if let Err(e) = write(&v, &mut m, i, &mut r) {
+                failed.push((i, e.to_string()));
+            }
+            if bh.injected() > 0 {
+                break;
+            }
+        }
+    } else if let Err(e) = v.flush() {
+        failed.push((0, e.to_string()));
+    }
+    assert_eq!(bh.injected(), 1, "the sync failure was hit");
+    assert_eq!(
+        failed.len(),
+        1,
+        "the request whose backing sync failed gets an error, never a success: {failed:?}"
+    );
+    assert!(
+        failed[0].1.contains("injected sync error"),
+        "the error names the backing device's failure: {}",
+        failed[0].1
+    );
+    check_all(&v, &m, "right after the failed sync");
+    // The volume keeps serving: writes (more than the cache holds), reads, FLUSH.
+    for i in 80..600 {
+        write(&v, &mut m, i, &mut r)
+            .unwrap_or_else(|e| panic!("write {i} after the failed sync: {e}"));
+    }
+    check_all(&v, &m, "after more writes");
+    v.flush()
+        .unwrap_or_else(|e| panic!("FLUSH after the failed sync: {e}"));
+    m.flush();
+    backing_file_holds(
+        &f,
+        &m,
+        "the backing file after the FLUSH that followed the failed sync",
+    );
+    let st = v.stats();
+    assert!(
+        st.backing_errors == 1
+            && st.live.backing_sync_errors == 1
+            && st.live.backing_resync_lines >= 1
+            && st.engine.segments_reclaimed > 0,
+        "one failed sync, the lines it may have lost written again, reclamations since: {st:?}"
+    );
+    v.check().unwrap();
+    if crash {
+        for i in 600..610 {
+            write(&v, &mut m, i, &mut r).unwrap();
+        }
+        faults.power_cut();
+        drop(v);
+        let v = log_open(&f);
+        let mut buf = vec![0u8; VOL as usize];
+        v.read(0, &mut buf).unwrap();
+        m.check_after_crash(0, &buf, "after a power cut");
+    } else {
+        v.shutdown().unwrap();
+        drop(v);
+        let v = log_open(&f);
+        check_all(&v, &m, "after a clean restart");
+    }
+}
+
+#[test]
+fn write_through_backing_sync_error_at_a_flush_keeps_serving() {
+    write_through_sync_error(false, false);
+}
+
+#[test]
+fn write_through_backing_sync_error_at_a_seal_keeps_serving() {
+    write_through_sync_error(true, true);
+}

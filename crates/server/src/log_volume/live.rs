@@ -71,7 +71,9 @@ pub(super) fn live_since(a: &LogLiveCounters, b: &LogLiveCounters) -> LogLiveCou
         pass_through_requests,
         failure_write_backs,
         unlocked_reads,
-        unlocked_read_retries
+        unlocked_read_retries,
+        backing_sync_errors,
+        backing_resync_lines
     )
 }
 
@@ -223,7 +225,8 @@ impl Inner {
                     // As `write_back_first`: the lines stay dirty; the unsynced backing
                     // writes must not become clean extents before a sync succeeds.
                     self.unsynced_lines.extend(written);
-                    self.hdd_dirty = false;
+                    // Lines written through before it still need their sync.
+                    self.hdd_dirty = !self.hdd_unsynced.is_empty();
                     self.backing_write_errors += 1;
                     Degraded::failed(&mut self.degraded, &e);
                 }
