@@ -1761,12 +1761,16 @@ impl Inner {
             let at = self.geo.data_offset(s) + from as u64;
             let r = self.cache_write(&buf[from..to], at);
             self.live.ssd_data_bytes_written += (to - from) as u64;
-            self.spare.push(buf);
+            self.bufs.insert(s, buf);
             r?;
-        } else if let Some(b) = self.bufs.remove(&s) {
+        }
+        // The buffer stays until the bytes are durable: if the cache fails here, its dirty
+        // lines are copied to the backing device from RAM (`fail_cache`), not read back
+        // from a device that failed to store them.
+        self.cache_sync()?;
+        if let Some(b) = self.bufs.remove(&s) {
             self.spare.push(b);
         }
-        self.cache_sync()?;
         self.segs[s as usize].sealed = true;
         // Write-through: superseded extents are marked dead now (rule 7). What superseded
         // them is on the backing device, synced above, so losing both reads the new bytes;
@@ -1880,26 +1884,45 @@ impl Inner {
         );
         let ls = self.ls();
         let dirty = self.dirty_in_lba_order();
-        let mut buf = vec![0u8; ls as usize];
-        for (line, info) in dirty {
-            let r = match self.read_extent(&info, &mut buf) {
-                Ok(true) => self.backing.write_at(&buf, line * ls),
-                Ok(false) => Err(io_err("its extent fails its checksum")),
-                Err(e) => Err(e),
-            };
-            match r {
-                Ok(()) => self.live.failure_write_backs += 1,
-                Err(e) => degrade::lose(
-                    &mut self.lost,
-                    line * ls,
-                    (line + 1) * ls,
-                    self.sb.backing_size,
-                    &format!("cache failed, dirty line not copied: {e}"),
-                ),
-            }
-        }
+        // Lines written through since the last backing sync: from now on only the backing
+        // device holds them, so its sync below must cover them; after a failed sync
+        // (`resync`) they are copied again first.
+        let mut through: Vec<(u64, ExtentInfo)> = self
+            .hdd_unsynced
+            .iter()
+            .filter_map(|&l| self.eng.locate(0, l).map(|i| (l, i)))
+            .filter(|(_, i)| !i.dirty)
+            .collect();
+        through.sort_unstable_by_key(|x| x.0);
+        let first: Vec<(u64, ExtentInfo)> = if self.resync {
+            dirty.iter().chain(&through).copied().collect()
+        } else {
+            dirty.clone()
+        };
+        let mut copied = self.copy_to_backing(&first, "cache failed, dirty line not copied");
+        self.live.failure_write_backs += copied.iter().filter(|(_, i)| i.dirty).count() as u64;
         if let Err(e) = self.backing.sync() {
-            tracing::error!("backing device sync after the cache failed: {e}");
+            // It may have dropped what it should have made durable (Linux marks the pages
+            // clean): once more, and what still is not durable is reported lost (its reads
+            // fail, never older bytes), since nothing but the backing device serves it now.
+            tracing::error!(
+                "backing device sync after the cache failed: {e}; copying the lines again"
+            );
+            if !self.resync {
+                copied.extend(through.iter().copied());
+            }
+            let again = self.copy_to_backing(&copied, "cache failed, line not copied again");
+            if let Err(e) = self.backing.sync() {
+                for (line, _) in again {
+                    degrade::lose(
+                        &mut self.lost,
+                        line * ls,
+                        (line + 1) * ls,
+                        self.sb.backing_size,
+                        &format!("cache failed and the backing device failed to sync it: {e}"),
+                    );
+                }
+            }
         }
         self.hdd_dirty = false;
         self.hdd_unsynced.clear();
@@ -1920,6 +1943,36 @@ impl Inner {
                 self.lost
             );
         }
+    }
+
+    /// Copies `lines` from the cache to the backing device (failing the cache); a line that
+    /// cannot be read is reported lost (`why`). Returns those copied.
+    fn copy_to_backing(
+        &mut self,
+        lines: &[(u64, ExtentInfo)],
+        why: &str,
+    ) -> Vec<(u64, ExtentInfo)> {
+        let ls = self.ls();
+        let mut buf = vec![0u8; ls as usize];
+        let mut done = Vec::new();
+        for &(line, info) in lines {
+            let r = match self.read_extent(&info, &mut buf) {
+                Ok(true) => self.backing.write_at(&buf, line * ls),
+                Ok(false) => Err(io_err("its extent fails its checksum")),
+                Err(e) => Err(e),
+            };
+            match r {
+                Ok(()) => done.push((line, info)),
+                Err(e) => degrade::lose(
+                    &mut self.lost,
+                    line * ls,
+                    (line + 1) * ls,
+                    self.sb.backing_size,
+                    &format!("{why}: {e}"),
+                ),
+            }
+        }
+        done
     }
 
     /// A request on a failed cache: served by the backing device alone (rule 8).

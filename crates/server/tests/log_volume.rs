@@ -613,16 +613,21 @@ fn open_volatile_backing(
     LogVolume,
     std::sync::Arc<tiercache_server::fault::Faults>,
     tiercache_server::fault::FaultHandle,
+    tiercache_server::fault::FaultHandle,
 ) {
     let faults = tiercache_server::fault::Faults::new(5);
-    let (cdev, _ch) = faults.wrap("cache", Box::new(FileDev::open(&f.cache).unwrap()), false);
+    let (cdev, ch) = faults.wrap("cache", Box::new(FileDev::open(&f.cache).unwrap()), false);
     let (bdev, bh) = faults.wrap(
         "backing",
         Box::new(FileDev::open(&f.backing).unwrap()),
         true,
     );
-    let (v, _) = LogVolume::open_opts(Box::new(cdev), Box::new(bdev), &Default::default()).unwrap();
-    (v, faults, bh)
+    let o = tiercache_server::LogOpenOptions {
+        state_path: Some(f.cache.with_extension("tiercache-state")),
+        ..Default::default()
+    };
+    let (v, _) = LogVolume::open_opts(Box::new(cdev), Box::new(bdev), &o).unwrap();
+    (v, faults, ch, bh)
 }
 
 /// The backing file (what a sync made durable) holds every byte the model has now.
@@ -641,7 +646,7 @@ fn backing_file_holds(f: &LogFiles, m: &Model, what: &str) {
 fn write_through_sync_error(at_seal: bool, crash: bool) {
     let f = log_files(10);
     log_format(&f, Mode::WriteThrough, Compression::Lz4, 1.0);
-    let (v, faults, bh) = open_volatile_backing(&f);
+    let (v, faults, _ch, bh) = open_volatile_backing(&f);
     let mut m = Model::new(0, VOL);
     let mut r = rng(21);
     let write = |v: &LogVolume, m: &mut Model, i: u64, r: &mut ChaCha8Rng| {
@@ -743,4 +748,73 @@ fn write_through_backing_sync_error_at_a_flush_keeps_serving() {
 #[test]
 fn write_through_backing_sync_error_at_a_seal_keeps_serving() {
     write_through_sync_error(true, true);
+}
+
+/// A cache write error while sealing a segment of dirty lines (write-back) fails the cache
+/// to pass-through; the segment's dirty lines are copied to the backing device from RAM.
+/// Before: the seal had already released its buffer, so they were read back from the
+/// device that had failed to store them, failed their checksums and were reported lost.
+#[test]
+fn cache_write_error_at_a_seal_copies_its_dirty_lines_from_ram() {
+    let f = log_files(10);
+    log_format(&f, Mode::WriteBack, Compression::None, 0.0);
+    let (v, _faults, ch, _bh) = open_volatile_backing(&f);
+    let mut m = Model::new(0, VOL);
+    let mut r = rng(31);
+    // Four raw lines fill the open segment; the fifth write seals it.
+    for i in 0..4u64 {
+        let d = line_content(&mut r);
+        v.write(i * LS, &d, false).unwrap();
+        m.write((i * LS) as usize, &d, false);
+    }
+    assert_eq!(v.stats().engine.segments_sealed, 0, "nothing sealed yet");
+    ch.fail_writes(0..u64::MAX);
+    let d = line_content(&mut r);
+    v.write(4 * LS, &d, false)
+        .unwrap_or_else(|e| panic!("the write passes through once the cache failed: {e}"));
+    m.write((4 * LS) as usize, &d, false);
+    let st = v.stats();
+    assert!(st.cache_failed, "{st:?}");
+    assert!(
+        st.lost_dirty_ranges.is_empty(),
+        "dirty lines of the segment being sealed reported lost: {:?}",
+        st.lost_dirty_ranges
+    );
+    check_all(&v, &m, "after the cache failed at a seal");
+    v.flush().unwrap();
+    m.flush();
+    backing_file_holds(&f, &m, "the backing file after the FLUSH");
+}
+
+/// The cache fails (write error at a commit) and the backing device's sync that should make
+/// the copied dirty lines durable fails once, dropping them from its write cache: they are
+/// copied again (the cache is still readable) before the volume passes through. Before:
+/// the sync error was only logged and pass-through reads served the older backing bytes.
+#[test]
+fn failed_backing_sync_when_the_cache_fails_copies_the_dirty_lines_again() {
+    let f = log_files(10);
+    log_format(&f, Mode::WriteBack, Compression::Lz4, 1.0);
+    let (v, _faults, ch, bh) = open_volatile_backing(&f);
+    let mut m = Model::new(0, VOL);
+    let mut r = rng(32);
+    for i in 0..24u64 {
+        let d = line_content(&mut r);
+        v.write(i * LS, &d, false).unwrap();
+        m.write((i * LS) as usize, &d, false);
+    }
+    v.flush().unwrap();
+    m.flush();
+    let d = line_content(&mut r);
+    v.write(30 * LS, &d, false).unwrap();
+    m.write((30 * LS) as usize, &d, false);
+    ch.fail_writes(0..u64::MAX);
+    bh.fail_next_sync(true);
+    v.flush()
+        .unwrap_or_else(|e| panic!("the FLUSH passes through once the cache failed: {e}"));
+    m.flush();
+    let st = v.stats();
+    assert!(st.cache_failed && bh.injected() == 1, "{st:?}");
+    assert!(st.lost_dirty_ranges.is_empty(), "{st:?}");
+    check_all(&v, &m, "in pass-through after the cache failed");
+    backing_file_holds(&f, &m, "the backing file after the cache failed");
 }
