@@ -1647,14 +1647,32 @@ impl Inner {
                         Step::WriteBack { ssd, hdd, .. } => Some((ssd, hdd)),
                         _ => None,
                     })),
-                    Err(e) if matches!(fault_of(&e), Some(Fault::Backing(_))) => {
-                        // Degraded: a segment without dirty data instead, or no room.
+                    Err(e)
+                        if matches!(fault_of(&e), Some(Fault::Backing(_)))
+                            || e.kind() == io::ErrorKind::InvalidData =>
+                    {
+                        // Degraded, or a damaged dirty extent in the victim (reclaiming it
+                        // would drop the line, and a restart would then read older bytes
+                        // from the backing device): a segment without dirty data instead,
+                        // or no room.
+                        if e.kind() == io::ErrorKind::InvalidData {
+                            tracing::error!(
+                                "segment {v} not reclaimed: {e}; rewrite the line to free it"
+                            );
+                        }
                         victim = self.eng.clean_victim();
                         if victim.is_none() {
-                            no_room = Some(backing_fault(Degraded::no_room(
-                                self.degraded.as_ref(),
-                                "log cache",
-                            )));
+                            no_room = Some(if e.kind() == io::ErrorKind::InvalidData {
+                                io::Error::new(
+                                    e.kind(),
+                                    format!("log cache: no room: {e}, and every other sealed segment holds dirty data"),
+                                )
+                            } else {
+                                backing_fault(Degraded::no_room(
+                                    self.degraded.as_ref(),
+                                    "log cache",
+                                ))
+                            });
                         }
                     }
                     Err(e) => return Err(e),
@@ -1791,9 +1809,14 @@ impl Inner {
             .ok_or_else(|| io_err(format!("write-back of unknown extent {seg}:{off}")))?;
         if !self.load_stored(seg, &ext)? {
             self.live.extent_crc_errors += 1;
-            return Err(io_err(format!(
-                "dirty extent {seg}:{off} fails its checksum at write-back"
-            )));
+            // InvalidData: nothing changed; the line stays mapped to its damaged extent (its
+            // reads fail, never older bytes) and its segment is not reclaimed (`reserve`).
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!(
+                    "dirty extent {seg}:{off} of volume byte {hdd} fails its checksum at write-back"
+                ),
+            ));
         }
         let mut line = std::mem::take(&mut self.scratch);
         line.resize(self.ls() as usize, 0);
@@ -1854,7 +1877,10 @@ impl Inner {
                 Ok(())
             }
             Err(e) => {
-                if matches!(fault_of(&e), Some(Fault::Backing(_))) {
+                if e.kind() == io::ErrorKind::InvalidData {
+                    // A damaged extent: the lines written before it stay dirty too.
+                    self.unsynced_lines.extend(written);
+                } else if matches!(fault_of(&e), Some(Fault::Backing(_))) {
                     // The lines written are still dirty in the cache: no clean extent
                     // claims them, so the unsynced backing writes need no sync (the backing
                     // device fails it anyway) — as long as no clean extent is made of them

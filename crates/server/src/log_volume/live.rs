@@ -203,10 +203,14 @@ impl Inner {
                         .backing
                         .write_at(&buf, line * ls)
                         .map_err(backing_fault),
-                    Ok(false) => Err(io_err(format!(
-                        "dirty line {line} (extent {}:{}) fails its checksum at write-back",
-                        info.seg, info.off
-                    ))),
+                    // Fails the request only (nothing changed): the line stays dirty.
+                    Ok(false) => Err(io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        format!(
+                            "dirty line {line} (extent {}:{}) fails its checksum at write-back: its data is lost, write it again",
+                            info.seg, info.off
+                        ),
+                    )),
                     Err(e) => Err(e),
                 };
                 if r.is_err() {
