@@ -458,6 +458,9 @@ pub struct LogVolumeStats {
     /// The backing device fails write-backs: segments holding dirty data are not reclaimed.
     pub degraded: bool,
     pub degraded_reason: Option<String>,
+    /// The last open's clean-line sample (nonzero `differing_clean_lines`: the open
+    /// repaired clean lines whose bytes differed from the backing device).
+    pub recovery_sample: RecoverySample,
 }
 
 /// A segment as this side knows it: its generation, header slot and extents (the header's
@@ -564,6 +567,19 @@ struct Inner {
     detached: bool,
     /// The counters at the last `ctl stats --reset` (`stats` reports what came since).
     base: (LogCounters, LogLiveCounters),
+    /// What the open's clean-line sample found (`verify_clean_sample`).
+    recovery_sample: RecoverySample,
+}
+
+/// `ctl stats`' view of the clean-line sample of the last open (`verify_clean_sample`):
+/// clean lines compared with the backing device, how many differed (their cached bytes are
+/// not what the backing device holds: it changed behind the cache, or a recovery gap), and
+/// how many clean lines were dropped for it. Kept across `ctl stats --reset`.
+#[derive(Clone, Copy, Debug, Default, Serialize)]
+pub struct RecoverySample {
+    pub sampled_clean_lines: u64,
+    pub differing_clean_lines: u64,
+    pub dropped_clean_lines: u64,
 }
 
 /// A request served by the backing device alone (failed cache).
@@ -780,12 +796,18 @@ impl LogVolume {
             unsynced_lines: Default::default(),
             detached: sb.mode == Mode::PassThrough,
             base: Default::default(),
+            recovery_sample: Default::default(),
             sb,
         };
         let mut rep = inner.recover()?;
         rep.backing_note = backing_note;
         if !opts.offline {
             inner.verify_clean_sample(&mut rep, opts)?;
+            inner.recovery_sample = RecoverySample {
+                sampled_clean_lines: rep.sampled_clean_lines,
+                differing_clean_lines: rep.differing_clean_lines,
+                dropped_clean_lines: rep.dropped_clean_lines,
+            };
         }
         let size = inner.sb.backing_size;
         let line = inner.sb.line_size;
@@ -860,6 +882,7 @@ impl LogVolume {
             lost_dirty_ranges: g.lost.clone(),
             degraded: g.degraded.is_some(),
             degraded_reason: g.degraded.as_ref().map(Degraded::reason),
+            recovery_sample: g.recovery_sample,
         }
     }
 
@@ -2259,9 +2282,12 @@ impl Inner {
         let segs: Vec<u32> = self.hdr_stale.iter().copied().chain(open).collect();
         for s in segs {
             let m = &self.segs[s as usize];
-            if m.sealed && !self.hdr_stale.contains(&s) {
-                continue;
-            }
+            // `segs` holds the stale headers (sealed: a reclamation removes its victim from
+            // `hdr_stale`, and only sealed segments are added) and the open segments. A
+            // sealed segment outside `hdr_stale` needs nothing: its header was written or
+            // rewritten after its extents' liveness last changed (a write-through seal
+            // marks dead extents dead; every later change adds it to `hdr_stale`).
+            debug_assert!(!m.sealed || self.hdr_stale.contains(&s), "segment {s}");
             for e in m
                 .exts
                 .iter()

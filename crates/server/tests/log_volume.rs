@@ -879,3 +879,40 @@ fn damaged_dirty_extent_at_write_back_fails_only_its_line() {
     drop(v);
     check_all(&log_open(&f), &m, "after a restart");
 }
+
+/// The open's clean-line sample is visible in `ctl stats` (`recovery_sample`): a backing
+/// device changed behind a cleanly stopped write-through cache (one line) is found, and
+/// every clean line dropped. Before, only the open report and a log line said so.
+#[test]
+fn clean_lines_differing_at_open_are_counted_in_stats() {
+    let f = log_files(10);
+    log_format(&f, Mode::WriteThrough, Compression::Lz4, 1.0);
+    let v = log_open(&f);
+    let mut r = rng(34);
+    for i in 0..20u64 {
+        v.write(i * LS, &line_content(&mut r), false).unwrap();
+    }
+    v.flush().unwrap();
+    let cached = v.stats().cached_lines;
+    assert_eq!(v.stats().recovery_sample.differing_clean_lines, 0);
+    v.shutdown().unwrap();
+    drop(v);
+    let mut b = std::fs::read(&f.backing).unwrap();
+    b[3 * LS as usize + 10] ^= 0xff;
+    std::fs::write(&f.backing, &b).unwrap();
+    let v = log_open(&f);
+    let s = v.stats().recovery_sample;
+    assert!(
+        s.sampled_clean_lines == cached
+            && s.differing_clean_lines == 1
+            && s.dropped_clean_lines == cached,
+        "{s:?} (cached {cached})"
+    );
+    let mut got = vec![0u8; LS as usize];
+    v.read(3 * LS, &mut got).unwrap();
+    assert_eq!(
+        got,
+        b[3 * LS as usize..4 * LS as usize],
+        "served from the backing now"
+    );
+}
