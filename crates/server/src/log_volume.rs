@@ -1073,11 +1073,19 @@ impl LogVolume {
         }
         let r = g.commit();
         g.guard(r)?;
-        g.write_end()?;
-        g.sb.clean = true;
-        let b = g.sb.encode();
-        g.cache.write_at(&b, 0)?;
-        g.cache.sync()?;
+        let r = (|| -> io::Result<()> {
+            g.write_end()?;
+            g.sb.clean = true;
+            let b = g.sb.encode();
+            g.cache_write(&b, 0)?;
+            g.cache_sync()
+        })();
+        if r.is_err() {
+            // Not stopped cleanly: a later superblock write (`ctl mode`) must not say so.
+            g.sb.clean = false;
+        }
+        // A cache-device error fails the cache (rule 8) as it would in any request.
+        g.guard(r)?;
         g.closed = true;
         Ok(())
     }

@@ -916,3 +916,36 @@ fn clean_lines_differing_at_open_are_counted_in_stats() {
         "served from the backing now"
     );
 }
+
+/// A cache write error at a clean shutdown (its end record or superblock) fails the cache
+/// as any request's would (rule 8: dirty lines copied to the backing device, the failure
+/// recorded): the restart refuses the cache and the backing device holds every byte.
+/// Before: the error was returned raw, the volume stayed open with `clean` set in RAM
+/// (a later superblock write would have marked the running cache clean).
+#[test]
+fn cache_write_error_at_shutdown_fails_the_cache() {
+    let f = log_files(10);
+    log_format(&f, Mode::WriteBack, Compression::Lz4, 1.0);
+    let (v, ch, _bh, state) = open_faulty(&f);
+    let mut m = Model::new(0, VOL);
+    workload(&v, &mut m, 35, 200);
+    v.flush().unwrap();
+    m.flush();
+    ch.fail_writes(0..u64::MAX);
+    assert!(
+        v.shutdown().is_err(),
+        "the shutdown could not mark the cache clean"
+    );
+    assert!(v.cache_failed(), "{:?}", v.stats());
+    assert!(v.stats().lost_dirty_ranges.is_empty());
+    check_all(&v, &m, "in pass-through after the failed shutdown");
+    v.shutdown().unwrap();
+    drop(v);
+    assert!(state.exists(), "the failure is in the state file");
+    let mut buf = vec![0u8; VOL as usize];
+    FileDev::open(&f.backing)
+        .unwrap()
+        .read_at(&mut buf, 0)
+        .unwrap();
+    m.check_now(0, &buf, "the backing device after the failed shutdown");
+}
