@@ -1332,6 +1332,26 @@ impl Inner {
         }
         if let Err(e) = self.backing.sync() {
             self.live.backing_sync_errors += 1;
+            // A line written since that is no longer cached (trims and failed writes left
+            // the set: its extent was found damaged or unreadable and dropped) has no copy
+            // left to write again: its bytes may be gone from the backing device too.
+            let ls = self.ls();
+            let gone: Vec<u64> = self
+                .hdd_unsynced
+                .iter()
+                .copied()
+                .filter(|&l| self.eng.locate(0, l).is_none())
+                .collect();
+            for l in gone {
+                self.hdd_unsynced.remove(&l);
+                degrade::lose(
+                    &mut self.lost,
+                    l * ls,
+                    (l + 1) * ls,
+                    self.sb.backing_size,
+                    &format!("a backing sync failed ({e}) before it was durable, and its cached copy was dropped (damaged or unreadable)"),
+                );
+            }
             self.resync = !self.hdd_unsynced.is_empty();
             tracing::warn!(
                 "backing device sync failed ({e}): the request fails; the {} lines written since its last sync are written again before the next one",
@@ -1358,7 +1378,7 @@ impl Inner {
         let mut buf = vec![0u8; ls as usize];
         for line in lines {
             let Some(info) = self.eng.locate(0, line) else {
-                // Trimmed, or its write failed: contents unspecified.
+                // Trimmed since the failed sync: contents unspecified.
                 continue;
             };
             match self.read_extent(&info, &mut buf) {
@@ -2580,6 +2600,7 @@ impl Inner {
             // The write failed on the backing device: the line is dropped from the cache
             // (its contents are unspecified after a failed write), the volume stays
             // consistent and the request fails.
+            self.hdd_unsynced.remove(&line);
             self.unmap(line)?;
             return Err(backing_fault(e));
         }
@@ -3301,6 +3322,8 @@ impl Export for LogVolume {
         let mut r = Ok(());
         for line in self.lines(offset, len) {
             if offset <= line * ls && (line + 1) * ls <= offset + len {
+                // Contents unspecified now: nothing to write again after a failed sync.
+                g.hdd_unsynced.remove(&line);
                 r = g.unmap(line);
                 if r.is_err() {
                     break;

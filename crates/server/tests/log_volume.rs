@@ -949,3 +949,41 @@ fn cache_write_error_at_shutdown_fails_the_cache() {
         .unwrap();
     m.check_now(0, &buf, "the backing device after the failed shutdown");
 }
+
+/// Double fault: a write-through line written since the last backing sync is a duplicate
+/// whose shared extent (in a sealed segment) cannot be read, so the read path drops it from
+/// the cache; then the backing sync fails and drops its bytes. Nothing holds them any more:
+/// its reads fail (reported lost), never the older bytes; writing it again heals it.
+#[test]
+fn unsynced_line_dropped_from_the_cache_then_a_failed_sync_is_reported_lost() {
+    let f = log_files(10);
+    log_format(&f, Mode::WriteThrough, Compression::None, 1.0);
+    let (v, _faults, ch, bh) = open_volatile_backing(&f);
+    let x: Vec<u8> = (0..LS).map(|i| (i * 13 % 249) as u8 ^ 0xa5).collect();
+    v.write(0, &x, false).unwrap();
+    let mut r = rng(36);
+    // Seal line 0's segment (four raw lines).
+    for i in 1..6u64 {
+        v.write(i * LS, &line_content(&mut r), false).unwrap();
+    }
+    v.flush().unwrap();
+    // Line 40 gets the same bytes: a duplicate entry of line 0's sealed extent.
+    v.write(40 * LS, &x, false).unwrap();
+    assert!(v.stats().engine.dup_write_lines >= 1, "{:?}", v.stats());
+    ch.fail_reads(0..u64::MAX);
+    let mut got = vec![0u8; LS as usize];
+    v.read(40 * LS, &mut got).unwrap();
+    assert_eq!(got, x, "read from the backing device's write cache");
+    ch.heal();
+    bh.fail_next_sync(true);
+    assert!(v.flush().is_err());
+    match v.read(40 * LS, &mut got) {
+        Ok(()) => assert_eq!(got, x, "line 40 read older bytes after the failed sync"),
+        Err(e) => assert!(e.to_string().contains("lost"), "{e}"),
+    }
+    assert_eq!(v.stats().lost_dirty_ranges, vec![(40 * LS, 41 * LS)]);
+    v.write(40 * LS, &x, false).unwrap();
+    v.read(40 * LS, &mut got).unwrap();
+    assert_eq!(got, x);
+    v.flush().unwrap();
+}
