@@ -51,6 +51,10 @@ struct Rules {
     fail_reads: Vec<Range<u64>>,
     fail_writes: Vec<Range<u64>>,
     fail_syncs: bool,
+    /// The next sync fails once; `true`: the writes it should have made durable are dropped
+    /// from the write cache (a later sync then succeeds without them, as Linux may do after a
+    /// writeback error: the pages are marked clean, the error reported once).
+    fail_next_sync: Option<bool>,
     lost: bool,
     /// OS error number injected errors carry (`None`: a plain error, like EIO).
     errno: Option<i32>,
@@ -206,6 +210,12 @@ impl FaultHandle {
     /// Syncs fail from now on.
     pub fn fail_syncs(&self) {
         lock(&self.st.rules).fail_syncs = true;
+    }
+    /// The next sync fails, once (a transient error); with `drop_unsynced`, the unsynced
+    /// writes of a volatile device are lost with it, so a later successful sync does not
+    /// make them durable (Linux after a writeback error) and reads return the older bytes.
+    pub fn fail_next_sync(&self, drop_unsynced: bool) {
+        lock(&self.st.rules).fail_next_sync = Some(drop_unsynced);
     }
     /// The device is gone: every call fails, and unsynced writes are lost.
     pub fn lose(&self) {
@@ -364,8 +374,12 @@ impl BlockDev for FaultDev {
         let mut st = lock(&self.faults.st);
         self.check_power()?;
         {
-            let r = lock(&self.st.rules);
-            if r.lost || r.fail_syncs {
+            let mut r = lock(&self.st.rules);
+            let once = r.fail_next_sync.take();
+            if once == Some(true) {
+                lock(&self.st.pending).clear();
+            }
+            if r.lost || r.fail_syncs || once.is_some() {
                 self.st.injected.fetch_add(1, Ordering::Relaxed);
                 return Err(injected("sync", &self.st.name, 0, 0, r.errno));
             }

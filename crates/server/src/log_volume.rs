@@ -409,6 +409,10 @@ pub struct LogLiveCounters {
     /// under the lock.
     pub unlocked_reads: u64,
     pub unlocked_read_retries: u64,
+    /// Backing-device syncs that failed at a seal or commit (their request failed), and the
+    /// lines then written to the backing device again from the cache before the next sync.
+    pub backing_sync_errors: u64,
+    pub backing_resync_lines: u64,
 }
 
 /// `ctl stats` of a log volume.
@@ -454,6 +458,9 @@ pub struct LogVolumeStats {
     /// The backing device fails write-backs: segments holding dirty data are not reclaimed.
     pub degraded: bool,
     pub degraded_reason: Option<String>,
+    /// The last open's clean-line sample (nonzero `differing_clean_lines`: the open
+    /// repaired clean lines whose bytes differed from the backing device).
+    pub recovery_sample: RecoverySample,
 }
 
 /// A segment as this side knows it: its generation, header slot and extents (the header's
@@ -511,6 +518,13 @@ struct Inner {
     half: u32,
     jused: u64,
     hdd_dirty: bool,
+    /// Lines written to the backing device since its last successful sync (write-through
+    /// writes), and whether a sync failed since: then the next sync attempt first writes
+    /// them again from the cache (a failed sync may have dropped their bytes, Linux marking
+    /// the pages clean, and a later sync would succeed without them). See
+    /// [`Inner::backing_sync_if_dirty`].
+    hdd_unsynced: std::collections::HashSet<u64>,
+    resync: bool,
     dups_upper: u64,
     /// Duplicate entries counted at the last checkpoint.
     dups_at_checkpoint: u64,
@@ -553,6 +567,19 @@ struct Inner {
     detached: bool,
     /// The counters at the last `ctl stats --reset` (`stats` reports what came since).
     base: (LogCounters, LogLiveCounters),
+    /// What the open's clean-line sample found (`verify_clean_sample`).
+    recovery_sample: RecoverySample,
+}
+
+/// `ctl stats`' view of the clean-line sample of the last open (`verify_clean_sample`):
+/// clean lines compared with the backing device, how many differed (their cached bytes are
+/// not what the backing device holds: it changed behind the cache, or a recovery gap), and
+/// how many clean lines were dropped for it. Kept across `ctl stats --reset`.
+#[derive(Clone, Copy, Debug, Default, Serialize)]
+pub struct RecoverySample {
+    pub sampled_clean_lines: u64,
+    pub differing_clean_lines: u64,
+    pub dropped_clean_lines: u64,
 }
 
 /// A request served by the backing device alone (failed cache).
@@ -741,6 +768,8 @@ impl LogVolume {
             half: 0,
             jused: 0,
             hdd_dirty: false,
+            hdd_unsynced: Default::default(),
+            resync: false,
             dups_upper: 0,
             dups_at_checkpoint: 0,
             dup_budget,
@@ -767,12 +796,18 @@ impl LogVolume {
             unsynced_lines: Default::default(),
             detached: sb.mode == Mode::PassThrough,
             base: Default::default(),
+            recovery_sample: Default::default(),
             sb,
         };
         let mut rep = inner.recover()?;
         rep.backing_note = backing_note;
         if !opts.offline {
             inner.verify_clean_sample(&mut rep, opts)?;
+            inner.recovery_sample = RecoverySample {
+                sampled_clean_lines: rep.sampled_clean_lines,
+                differing_clean_lines: rep.differing_clean_lines,
+                dropped_clean_lines: rep.dropped_clean_lines,
+            };
         }
         let size = inner.sb.backing_size;
         let line = inner.sb.line_size;
@@ -847,6 +882,7 @@ impl LogVolume {
             lost_dirty_ranges: g.lost.clone(),
             degraded: g.degraded.is_some(),
             degraded_reason: g.degraded.as_ref().map(Degraded::reason),
+            recovery_sample: g.recovery_sample,
         }
     }
 
@@ -1037,11 +1073,19 @@ impl LogVolume {
         }
         let r = g.commit();
         g.guard(r)?;
-        g.write_end()?;
-        g.sb.clean = true;
-        let b = g.sb.encode();
-        g.cache.write_at(&b, 0)?;
-        g.cache.sync()?;
+        let r = (|| -> io::Result<()> {
+            g.write_end()?;
+            g.sb.clean = true;
+            let b = g.sb.encode();
+            g.cache_write(&b, 0)?;
+            g.cache_sync()
+        })();
+        if r.is_err() {
+            // Not stopped cleanly: a later superblock write (`ctl mode`) must not say so.
+            g.sb.clean = false;
+        }
+        // A cache-device error fails the cache (rule 8) as it would in any request.
+        g.guard(r)?;
         g.closed = true;
         Ok(())
     }
@@ -1270,14 +1314,111 @@ impl Inner {
         self.cache.write_at(data, off).map_err(cache_fault)
     }
 
+    /// Rule 2: syncs the backing device if it was written since its last sync. A failure
+    /// is a backing fault: its request fails (EIO; for a FLUSH or FUA write, durability was
+    /// not established), nothing else changed and the volume keeps serving. The lines
+    /// written since the last successful sync may have lost their bytes with the failure
+    /// (`hdd_unsynced`), so the next attempt first writes each of them again from the
+    /// cache, whose copy is the acknowledged one: a write-through line written since the
+    /// last sync is still cached (evicting it takes a reclamation, which follows a seal,
+    /// which follows a successful sync: `reserve`), unless it was trimmed or its write
+    /// failed (contents unspecified), or its extent is unreadable (then reported lost).
     fn backing_sync_if_dirty(&mut self) -> io::Result<()> {
-        if self.hdd_dirty {
-            self.backing.sync()?;
-            self.unsynced_lines.clear();
-            self.live.backing_syncs += 1;
-            self.hdd_dirty = false;
+        if !self.hdd_dirty {
+            return Ok(());
+        }
+        if self.resync {
+            self.rewrite_unsynced()?;
+        }
+        if let Err(e) = self.backing.sync() {
+            self.live.backing_sync_errors += 1;
+            // A line written since that is no longer cached (trims and failed writes left
+            // the set: its extent was found damaged or unreadable and dropped) has no copy
+            // left to write again: its bytes may be gone from the backing device too.
+            let ls = self.ls();
+            let gone: Vec<u64> = self
+                .hdd_unsynced
+                .iter()
+                .copied()
+                .filter(|&l| self.eng.locate(0, l).is_none())
+                .collect();
+            for l in gone {
+                self.hdd_unsynced.remove(&l);
+                degrade::lose(
+                    &mut self.lost,
+                    l * ls,
+                    (l + 1) * ls,
+                    self.sb.backing_size,
+                    &format!("a backing sync failed ({e}) before it was durable, and its cached copy was dropped (damaged or unreadable)"),
+                );
+            }
+            self.resync = !self.hdd_unsynced.is_empty();
+            tracing::warn!(
+                "backing device sync failed ({e}): the request fails; the {} lines written since its last sync are written again before the next one",
+                self.hdd_unsynced.len()
+            );
+            return Err(backing_fault(e));
+        }
+        self.unsynced_lines.clear();
+        self.hdd_unsynced.clear();
+        self.resync = false;
+        self.live.backing_syncs += 1;
+        self.hdd_dirty = false;
+        Ok(())
+    }
+
+    /// After a failed backing sync: writes every line of `hdd_unsynced` again from the
+    /// cache (see [`Inner::backing_sync_if_dirty`]). A line whose extent cannot be read or
+    /// verified may have lost its acknowledged bytes: reported lost (its reads fail, never
+    /// older bytes, until it is written again).
+    fn rewrite_unsynced(&mut self) -> io::Result<()> {
+        let ls = self.ls();
+        let mut lines: Vec<u64> = self.hdd_unsynced.iter().copied().collect();
+        lines.sort_unstable();
+        let mut buf = vec![0u8; ls as usize];
+        for line in lines {
+            let Some(info) = self.eng.locate(0, line) else {
+                // Trimmed since the failed sync: contents unspecified.
+                continue;
+            };
+            match self.read_extent(&info, &mut buf) {
+                Ok(true) => {
+                    self.backing
+                        .write_at(&buf, line * ls)
+                        .map_err(backing_fault)?;
+                    self.live.backing_resync_lines += 1;
+                    self.live.backing_bytes_written += ls;
+                }
+                r => {
+                    let why = match r {
+                        Err(e) => format!("cache read failed: {e}"),
+                        _ => "its extent fails its checksum".to_string(),
+                    };
+                    degrade::lose(
+                        &mut self.lost,
+                        line * ls,
+                        (line + 1) * ls,
+                        self.sb.backing_size,
+                        &format!("a backing sync failed before it was durable and {why}"),
+                    );
+                    self.hdd_unsynced.remove(&line);
+                }
+            }
         }
         Ok(())
+    }
+
+    /// A backing fault in the middle of a plan the engine has already made (a seal, a
+    /// reclamation): RAM may be ahead of the devices, so it stops the volume (a restart
+    /// recovers from the devices) instead of failing only its request. `reserve` syncs the
+    /// backing device before the engine plans, so this is not expected to happen.
+    fn mid_plan(e: io::Error) -> io::Error {
+        match fault_of(&e) {
+            Some(Fault::Backing(m)) => io_err(format!(
+                "backing device error during a seal or reclamation already planned: {m}"
+            )),
+            _ => e,
+        }
     }
 
     /// Is `e` (in segment `s`) its key's current base extent? Looks it up in the engine: for
@@ -1533,6 +1674,12 @@ impl Inner {
 
     /// Executes the plan of `reserve`: seals, write-backs and the reclamation that follows.
     fn reserve(&mut self, dirty: bool) -> io::Result<()> {
+        if self.hdd_dirty && self.eng.reserve_acts(dirty) {
+            // Rule 2 before the engine changes anything: the seal (and a reclamation's
+            // commit) below then find the backing device synced, and a failure here fails
+            // the request with nothing changed.
+            self.backing_sync_if_dirty()?;
+        }
         let before = self.eng.open_segment(dirty);
         // The header of a segment sealed now describes every extent as live: an extent
         // superseded since the last commit must not be marked dead before what superseded
@@ -1551,14 +1698,32 @@ impl Inner {
                         Step::WriteBack { ssd, hdd, .. } => Some((ssd, hdd)),
                         _ => None,
                     })),
-                    Err(e) if matches!(fault_of(&e), Some(Fault::Backing(_))) => {
-                        // Degraded: a segment without dirty data instead, or no room.
+                    Err(e)
+                        if matches!(fault_of(&e), Some(Fault::Backing(_)))
+                            || e.kind() == io::ErrorKind::InvalidData =>
+                    {
+                        // Degraded, or a damaged dirty extent in the victim (reclaiming it
+                        // would drop the line, and a restart would then read older bytes
+                        // from the backing device): a segment without dirty data instead,
+                        // or no room.
+                        if e.kind() == io::ErrorKind::InvalidData {
+                            tracing::error!(
+                                "segment {v} not reclaimed: {e}; rewrite the line to free it"
+                            );
+                        }
                         victim = self.eng.clean_victim();
                         if victim.is_none() {
-                            no_room = Some(backing_fault(Degraded::no_room(
-                                self.degraded.as_ref(),
-                                "log cache",
-                            )));
+                            no_room = Some(if e.kind() == io::ErrorKind::InvalidData {
+                                io::Error::new(
+                                    e.kind(),
+                                    format!("log cache: no room: {e}, and every other sealed segment holds dirty data"),
+                                )
+                            } else {
+                                backing_fault(Degraded::no_room(
+                                    self.degraded.as_ref(),
+                                    "log cache",
+                                ))
+                            });
                         }
                     }
                     Err(e) => return Err(e),
@@ -1610,7 +1775,9 @@ impl Inner {
         self.drop_durably(&shadowed, false)?;
         for st in steps {
             match st {
-                Step::WriteSsd { ssd, .. } => self.seal((ssd / seg_size) as u32)?,
+                Step::WriteSsd { ssd, .. } => {
+                    self.seal((ssd / seg_size) as u32).map_err(Self::mid_plan)?
+                }
                 Step::WriteBack { ssd, hdd, .. } => {
                     if !done.contains(&(ssd, hdd)) {
                         // Not written back first (the engine chose another victim than the
@@ -1634,7 +1801,7 @@ impl Inner {
         };
         if before != Some(now) || reclaimed {
             if reclaimed {
-                self.reclaim(now, &written_back)?;
+                self.reclaim(now, &written_back).map_err(Self::mid_plan)?;
             }
             let gen = self.eng.segments()[now as usize].gen;
             let buf = self
@@ -1663,12 +1830,16 @@ impl Inner {
             let at = self.geo.data_offset(s) + from as u64;
             let r = self.cache_write(&buf[from..to], at);
             self.live.ssd_data_bytes_written += (to - from) as u64;
-            self.spare.push(buf);
+            self.bufs.insert(s, buf);
             r?;
-        } else if let Some(b) = self.bufs.remove(&s) {
+        }
+        // The buffer stays until the bytes are durable: if the cache fails here, its dirty
+        // lines are copied to the backing device from RAM (`fail_cache`), not read back
+        // from a device that failed to store them.
+        self.cache_sync()?;
+        if let Some(b) = self.bufs.remove(&s) {
             self.spare.push(b);
         }
-        self.cache_sync()?;
         self.segs[s as usize].sealed = true;
         // Write-through: superseded extents are marked dead now (rule 7). What superseded
         // them is on the backing device, synced above, so losing both reads the new bytes;
@@ -1689,9 +1860,14 @@ impl Inner {
             .ok_or_else(|| io_err(format!("write-back of unknown extent {seg}:{off}")))?;
         if !self.load_stored(seg, &ext)? {
             self.live.extent_crc_errors += 1;
-            return Err(io_err(format!(
-                "dirty extent {seg}:{off} fails its checksum at write-back"
-            )));
+            // InvalidData: nothing changed; the line stays mapped to its damaged extent (its
+            // reads fail, never older bytes) and its segment is not reclaimed (`reserve`).
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!(
+                    "dirty extent {seg}:{off} of volume byte {hdd} fails its checksum at write-back"
+                ),
+            ));
         }
         let mut line = std::mem::take(&mut self.scratch);
         line.resize(self.ls() as usize, 0);
@@ -1752,14 +1928,19 @@ impl Inner {
                 Ok(())
             }
             Err(e) => {
-                if matches!(fault_of(&e), Some(Fault::Backing(_))) {
+                if e.kind() == io::ErrorKind::InvalidData {
+                    // A damaged extent: the lines written before it stay dirty too.
+                    self.unsynced_lines.extend(written);
+                } else if matches!(fault_of(&e), Some(Fault::Backing(_))) {
                     // The lines written are still dirty in the cache: no clean extent
                     // claims them, so the unsynced backing writes need no sync (the backing
                     // device fails it anyway) — as long as no clean extent is made of them
                     // later (a read after a trim would see the backing device's unsynced
                     // bytes): such reads are not admitted until a backing sync succeeds.
                     self.unsynced_lines.extend(written);
-                    self.hdd_dirty = false;
+                    // Write-through lines written before it (a mode switch) still need
+                    // their sync (`backing_sync_if_dirty`).
+                    self.hdd_dirty = !self.hdd_unsynced.is_empty();
                     self.backing_write_errors += 1;
                     Degraded::failed(&mut self.degraded, &e);
                 }
@@ -1780,28 +1961,49 @@ impl Inner {
         );
         let ls = self.ls();
         let dirty = self.dirty_in_lba_order();
-        let mut buf = vec![0u8; ls as usize];
-        for (line, info) in dirty {
-            let r = match self.read_extent(&info, &mut buf) {
-                Ok(true) => self.backing.write_at(&buf, line * ls),
-                Ok(false) => Err(io_err("its extent fails its checksum")),
-                Err(e) => Err(e),
-            };
-            match r {
-                Ok(()) => self.live.failure_write_backs += 1,
-                Err(e) => degrade::lose(
-                    &mut self.lost,
-                    line * ls,
-                    (line + 1) * ls,
-                    self.sb.backing_size,
-                    &format!("cache failed, dirty line not copied: {e}"),
-                ),
+        // Lines written through since the last backing sync: from now on only the backing
+        // device holds them, so its sync below must cover them; after a failed sync
+        // (`resync`) they are copied again first.
+        let mut through: Vec<(u64, ExtentInfo)> = self
+            .hdd_unsynced
+            .iter()
+            .filter_map(|&l| self.eng.locate(0, l).map(|i| (l, i)))
+            .filter(|(_, i)| !i.dirty)
+            .collect();
+        through.sort_unstable_by_key(|x| x.0);
+        let first: Vec<(u64, ExtentInfo)> = if self.resync {
+            dirty.iter().chain(&through).copied().collect()
+        } else {
+            dirty.clone()
+        };
+        let mut copied = self.copy_to_backing(&first, "cache failed, dirty line not copied");
+        self.live.failure_write_backs += copied.iter().filter(|(_, i)| i.dirty).count() as u64;
+        if let Err(e) = self.backing.sync() {
+            // It may have dropped what it should have made durable (Linux marks the pages
+            // clean): once more, and what still is not durable is reported lost (its reads
+            // fail, never older bytes), since nothing but the backing device serves it now.
+            tracing::error!(
+                "backing device sync after the cache failed: {e}; copying the lines again"
+            );
+            if !self.resync {
+                copied.extend(through.iter().copied());
+            }
+            let again = self.copy_to_backing(&copied, "cache failed, line not copied again");
+            if let Err(e) = self.backing.sync() {
+                for (line, _) in again {
+                    degrade::lose(
+                        &mut self.lost,
+                        line * ls,
+                        (line + 1) * ls,
+                        self.sb.backing_size,
+                        &format!("cache failed and the backing device failed to sync it: {e}"),
+                    );
+                }
             }
         }
-        if let Err(e) = self.backing.sync() {
-            tracing::error!("backing device sync after the cache failed: {e}");
-        }
         self.hdd_dirty = false;
+        self.hdd_unsynced.clear();
+        self.resync = false;
         self.pass_through = true;
         self.degraded = None;
         self.bufs.clear();
@@ -1818,6 +2020,36 @@ impl Inner {
                 self.lost
             );
         }
+    }
+
+    /// Copies `lines` from the cache to the backing device (failing the cache); a line that
+    /// cannot be read is reported lost (`why`). Returns those copied.
+    fn copy_to_backing(
+        &mut self,
+        lines: &[(u64, ExtentInfo)],
+        why: &str,
+    ) -> Vec<(u64, ExtentInfo)> {
+        let ls = self.ls();
+        let mut buf = vec![0u8; ls as usize];
+        let mut done = Vec::new();
+        for &(line, info) in lines {
+            let r = match self.read_extent(&info, &mut buf) {
+                Ok(true) => self.backing.write_at(&buf, line * ls),
+                Ok(false) => Err(io_err("its extent fails its checksum")),
+                Err(e) => Err(e),
+            };
+            match r {
+                Ok(()) => done.push((line, info)),
+                Err(e) => degrade::lose(
+                    &mut self.lost,
+                    line * ls,
+                    (line + 1) * ls,
+                    self.sb.backing_size,
+                    &format!("{why}: {e}"),
+                ),
+            }
+        }
+        done
     }
 
     /// A request on a failed cache: served by the backing device alone (rule 8).
@@ -2078,9 +2310,12 @@ impl Inner {
         let segs: Vec<u32> = self.hdr_stale.iter().copied().chain(open).collect();
         for s in segs {
             let m = &self.segs[s as usize];
-            if m.sealed && !self.hdr_stale.contains(&s) {
-                continue;
-            }
+            // `segs` holds the stale headers (sealed: a reclamation removes its victim from
+            // `hdr_stale`, and only sealed segments are added) and the open segments. A
+            // sealed segment outside `hdr_stale` needs nothing: its header was written or
+            // rewritten after its extents' liveness last changed (a write-through seal
+            // marks dead extents dead; every later change adds it to `hdr_stale`).
+            debug_assert!(!m.sealed || self.hdr_stale.contains(&s), "segment {s}");
             for e in m
                 .exts
                 .iter()
@@ -2354,6 +2589,7 @@ impl Inner {
                         break;
                     }
                     self.live.backing_bytes_written += len;
+                    self.hdd_unsynced.insert(line);
                 }
                 Step::ReadSsd { .. } | Step::ReadHdd { .. } => {}
                 s => return Err(io_err(format!("unexpected step {s:?} in a line write"))),
@@ -2364,6 +2600,7 @@ impl Inner {
             // The write failed on the backing device: the line is dropped from the cache
             // (its contents are unspecified after a failed write), the volume stays
             // consistent and the request fails.
+            self.hdd_unsynced.remove(&line);
             self.unmap(line)?;
             return Err(backing_fault(e));
         }
@@ -3085,6 +3322,8 @@ impl Export for LogVolume {
         let mut r = Ok(());
         for line in self.lines(offset, len) {
             if offset <= line * ls && (line + 1) * ls <= offset + len {
+                // Contents unspecified now: nothing to write again after a failed sync.
+                g.hdd_unsynced.remove(&line);
                 r = g.unmap(line);
                 if r.is_err() {
                     break;

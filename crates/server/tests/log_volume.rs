@@ -604,3 +604,386 @@ fn flush_dirty_mode_switches_and_detach_keep_every_byte() {
     v.check().unwrap();
     v.shutdown().unwrap();
 }
+
+/// Opens the log cache of `f` through a fault injector whose backing device has a volatile
+/// write cache (writes reach the file only at a sync; a failed sync may drop them).
+fn open_volatile_backing(
+    f: &LogFiles,
+) -> (
+    LogVolume,
+    std::sync::Arc<tiercache_server::fault::Faults>,
+    tiercache_server::fault::FaultHandle,
+    tiercache_server::fault::FaultHandle,
+) {
+    let faults = tiercache_server::fault::Faults::new(5);
+    let (cdev, ch) = faults.wrap("cache", Box::new(FileDev::open(&f.cache).unwrap()), false);
+    let (bdev, bh) = faults.wrap(
+        "backing",
+        Box::new(FileDev::open(&f.backing).unwrap()),
+        true,
+    );
+    let o = tiercache_server::LogOpenOptions {
+        state_path: Some(f.cache.with_extension("tiercache-state")),
+        ..Default::default()
+    };
+    let (v, _) = LogVolume::open_opts(Box::new(cdev), Box::new(bdev), &o).unwrap();
+    (v, faults, ch, bh)
+}
+
+/// The backing file (what a sync made durable) holds every byte the model has now.
+fn backing_file_holds(f: &LogFiles, m: &Model, what: &str) {
+    let b = std::fs::read(&f.backing).unwrap();
+    m.check_now(0, &b[..VOL as usize], what);
+}
+
+/// A backing-device sync that fails once, dropping the writes it should have made durable
+/// (Linux after a writeback error: the pages are marked clean, a later fsync succeeds
+/// without them). `at_seal`: the failure hits the sync before a seal (a plain write),
+/// otherwise the one of a FLUSH's commit. The request whose durability could not be
+/// established fails; the volume keeps serving; every acknowledged write reads back now,
+/// is on the backing device after the next successful FLUSH (the lost bytes were written
+/// again from the cache), and after a restart (clean, or a power cut after that FLUSH).
+fn write_through_sync_error(at_seal: bool, crash: bool) {
+    let f = log_files(10);
+    log_format(&f, Mode::WriteThrough, Compression::Lz4, 1.0);
+    let (v, faults, _ch, bh) = open_volatile_backing(&f);
+    let mut m = Model::new(0, VOL);
+    let mut r = rng(21);
+    let write = |v: &LogVolume, m: &mut Model, i: u64, r: &mut ChaCha8Rng| {
+        let d = line_content(r);
+        // Before the failure the lower half, after it the upper half: the lines whose
+        // backing bytes the failed sync dropped are not written again, and get evicted.
+        let half = VOL / LS / 2;
+        let at = ((i * 7 % half) + if i < 80 { 0 } else { half }) * LS;
+        let res = v.write(at, &d, false);
+        match &res {
+            Ok(()) => m.write(at as usize, &d, false),
+            // A failed write leaves its range unspecified.
+            Err(_) => m.trim(at as usize, LS as usize),
+        }
+        res
+    };
+    for i in 0..40 {
+        write(&v, &mut m, i, &mut r).unwrap();
+    }
+    v.flush().unwrap();
+    m.flush();
+    // A few writes only in the backing device's write cache, then its next sync fails.
+    for i in 40..43 {
+        write(&v, &mut m, i, &mut r).unwrap();
+    }
+    bh.fail_next_sync(true);
+    let mut failed = Vec::new();
+    if at_seal {
+        // Plain writes until one needs a seal (whose backing sync fails).
+        for i in 43..80 {
+            if let Err(e) = write(&v, &mut m, i, &mut r) {
+                failed.push((i, e.to_string()));
+            }
+            if bh.injected() > 0 {
+                break;
+            }
+        }
+    } else if let Err(e) = v.flush() {
+        failed.push((0, e.to_string()));
+    }
+    assert_eq!(bh.injected(), 1, "the sync failure was hit");
+    assert_eq!(
+        failed.len(),
+        1,
+        "the request whose backing sync failed gets an error, never a success: {failed:?}"
+    );
+    assert!(
+        failed[0].1.contains("injected sync error"),
+        "the error names the backing device's failure: {}",
+        failed[0].1
+    );
+    check_all(&v, &m, "right after the failed sync");
+    // The volume keeps serving: writes (more than the cache holds), reads, FLUSH.
+    for i in 80..600 {
+        write(&v, &mut m, i, &mut r)
+            .unwrap_or_else(|e| panic!("write {i} after the failed sync: {e}"));
+    }
+    check_all(&v, &m, "after more writes");
+    v.flush()
+        .unwrap_or_else(|e| panic!("FLUSH after the failed sync: {e}"));
+    m.flush();
+    backing_file_holds(
+        &f,
+        &m,
+        "the backing file after the FLUSH that followed the failed sync",
+    );
+    let st = v.stats();
+    assert!(
+        st.backing_errors == 1
+            && st.live.backing_sync_errors == 1
+            && st.live.backing_resync_lines >= 1
+            && st.engine.segments_reclaimed > 0,
+        "one failed sync, the lines it may have lost written again, reclamations since: {st:?}"
+    );
+    v.check().unwrap();
+    if crash {
+        for i in 600..610 {
+            write(&v, &mut m, i, &mut r).unwrap();
+        }
+        faults.power_cut();
+        drop(v);
+        let v = log_open(&f);
+        let mut buf = vec![0u8; VOL as usize];
+        v.read(0, &mut buf).unwrap();
+        m.check_after_crash(0, &buf, "after a power cut");
+    } else {
+        v.shutdown().unwrap();
+        drop(v);
+        let v = log_open(&f);
+        check_all(&v, &m, "after a clean restart");
+    }
+}
+
+#[test]
+fn write_through_backing_sync_error_at_a_flush_keeps_serving() {
+    write_through_sync_error(false, false);
+}
+
+#[test]
+fn write_through_backing_sync_error_at_a_seal_keeps_serving() {
+    write_through_sync_error(true, true);
+}
+
+/// A cache write error while sealing a segment of dirty lines (write-back) fails the cache
+/// to pass-through; the segment's dirty lines are copied to the backing device from RAM.
+/// Before: the seal had already released its buffer, so they were read back from the
+/// device that had failed to store them, failed their checksums and were reported lost.
+#[test]
+fn cache_write_error_at_a_seal_copies_its_dirty_lines_from_ram() {
+    let f = log_files(10);
+    log_format(&f, Mode::WriteBack, Compression::None, 0.0);
+    let (v, _faults, ch, _bh) = open_volatile_backing(&f);
+    let mut m = Model::new(0, VOL);
+    let mut r = rng(31);
+    // Four raw lines fill the open segment; the fifth write seals it.
+    for i in 0..4u64 {
+        let d = line_content(&mut r);
+        v.write(i * LS, &d, false).unwrap();
+        m.write((i * LS) as usize, &d, false);
+    }
+    assert_eq!(v.stats().engine.segments_sealed, 0, "nothing sealed yet");
+    ch.fail_writes(0..u64::MAX);
+    let d = line_content(&mut r);
+    v.write(4 * LS, &d, false)
+        .unwrap_or_else(|e| panic!("the write passes through once the cache failed: {e}"));
+    m.write((4 * LS) as usize, &d, false);
+    let st = v.stats();
+    assert!(st.cache_failed, "{st:?}");
+    assert!(
+        st.lost_dirty_ranges.is_empty(),
+        "dirty lines of the segment being sealed reported lost: {:?}",
+        st.lost_dirty_ranges
+    );
+    check_all(&v, &m, "after the cache failed at a seal");
+    v.flush().unwrap();
+    m.flush();
+    backing_file_holds(&f, &m, "the backing file after the FLUSH");
+}
+
+/// The cache fails (write error at a commit) and the backing device's sync that should make
+/// the copied dirty lines durable fails once, dropping them from its write cache: they are
+/// copied again (the cache is still readable) before the volume passes through. Before:
+/// the sync error was only logged and pass-through reads served the older backing bytes.
+#[test]
+fn failed_backing_sync_when_the_cache_fails_copies_the_dirty_lines_again() {
+    let f = log_files(10);
+    log_format(&f, Mode::WriteBack, Compression::Lz4, 1.0);
+    let (v, _faults, ch, bh) = open_volatile_backing(&f);
+    let mut m = Model::new(0, VOL);
+    let mut r = rng(32);
+    for i in 0..24u64 {
+        let d = line_content(&mut r);
+        v.write(i * LS, &d, false).unwrap();
+        m.write((i * LS) as usize, &d, false);
+    }
+    v.flush().unwrap();
+    m.flush();
+    let d = line_content(&mut r);
+    v.write(30 * LS, &d, false).unwrap();
+    m.write((30 * LS) as usize, &d, false);
+    ch.fail_writes(0..u64::MAX);
+    bh.fail_next_sync(true);
+    v.flush()
+        .unwrap_or_else(|e| panic!("the FLUSH passes through once the cache failed: {e}"));
+    m.flush();
+    let st = v.stats();
+    assert!(st.cache_failed && bh.injected() == 1, "{st:?}");
+    assert!(st.lost_dirty_ranges.is_empty(), "{st:?}");
+    check_all(&v, &m, "in pass-through after the cache failed");
+    backing_file_holds(&f, &m, "the backing file after the cache failed");
+}
+
+/// A dirty extent whose bytes are damaged on the cache device, found when its segment is
+/// reclaimed (write-back): that segment is not reclaimed (another one is), the line's reads
+/// fail (never older bytes), every other request goes on, and writing the line again frees
+/// it. Before: the write-back's error stopped the volume.
+#[test]
+fn damaged_dirty_extent_at_write_back_fails_only_its_line() {
+    let f = log_files(10);
+    log_format(&f, Mode::WriteBack, Compression::None, 0.0);
+    let v = log_open(&f);
+    let mut m = Model::new(0, VOL);
+    let mut r = rng(33);
+    let marked: Vec<u8> = (0..LS).map(|i| (i * 7 % 251) as u8 ^ 0x5a).collect();
+    v.write(0, &marked, false).unwrap();
+    m.write(0, &marked, false);
+    for i in 1..8u64 {
+        let d = line_content(&mut r);
+        v.write(i * LS, &d, false).unwrap();
+        m.write((i * LS) as usize, &d, false);
+    }
+    v.flush().unwrap();
+    m.flush();
+    // Damage line 0's stored bytes (raw: no compression) on the cache device.
+    let mut img = std::fs::read(&f.cache).unwrap();
+    let at = img
+        .windows(LS as usize)
+        .position(|w| w == marked.as_slice())
+        .expect("line 0 stored raw on the cache device");
+    img[at + 100] ^= 0xff;
+    std::fs::write(&f.cache, &img).unwrap();
+    // Overwrite other lines (fewer than the cache holds: older segments die, so there is
+    // always a victim without dirty data) until the cache has reclaimed many segments.
+    for k in 0..600u64 {
+        let i = 8 + k % 100;
+        let d = line_content(&mut r);
+        v.write(i * LS, &d, false)
+            .unwrap_or_else(|e| panic!("write {k} (line {i}): {e}"));
+        m.write((i * LS) as usize, &d, false);
+    }
+    let st = v.stats();
+    assert!(
+        st.live.extent_crc_errors > 0 && st.engine.segments_reclaimed > 40,
+        "{st:?}"
+    );
+    let mut buf = vec![0u8; LS as usize];
+    let e = v
+        .read(0, &mut buf)
+        .expect_err("the damaged dirty line reads as an error");
+    assert_eq!(e.kind(), std::io::ErrorKind::InvalidData, "{e}");
+    let mut rest = vec![0u8; (VOL - LS) as usize];
+    v.read(LS, &mut rest).unwrap();
+    m.check_now(LS as usize, &rest, "the other lines");
+    let d = line_content(&mut r);
+    v.write(0, &d, false).unwrap();
+    m.write(0, &d, false);
+    check_all(&v, &m, "after line 0 was written again");
+    v.flush().unwrap();
+    v.shutdown().unwrap();
+    drop(v);
+    check_all(&log_open(&f), &m, "after a restart");
+}
+
+/// The open's clean-line sample is visible in `ctl stats` (`recovery_sample`): a backing
+/// device changed behind a cleanly stopped write-through cache (one line) is found, and
+/// every clean line dropped. Before, only the open report and a log line said so.
+#[test]
+fn clean_lines_differing_at_open_are_counted_in_stats() {
+    let f = log_files(10);
+    log_format(&f, Mode::WriteThrough, Compression::Lz4, 1.0);
+    let v = log_open(&f);
+    let mut r = rng(34);
+    for i in 0..20u64 {
+        v.write(i * LS, &line_content(&mut r), false).unwrap();
+    }
+    v.flush().unwrap();
+    let cached = v.stats().cached_lines;
+    assert_eq!(v.stats().recovery_sample.differing_clean_lines, 0);
+    v.shutdown().unwrap();
+    drop(v);
+    let mut b = std::fs::read(&f.backing).unwrap();
+    b[3 * LS as usize + 10] ^= 0xff;
+    std::fs::write(&f.backing, &b).unwrap();
+    let v = log_open(&f);
+    let s = v.stats().recovery_sample;
+    assert!(
+        s.sampled_clean_lines == cached
+            && s.differing_clean_lines == 1
+            && s.dropped_clean_lines == cached,
+        "{s:?} (cached {cached})"
+    );
+    let mut got = vec![0u8; LS as usize];
+    v.read(3 * LS, &mut got).unwrap();
+    assert_eq!(
+        got,
+        b[3 * LS as usize..4 * LS as usize],
+        "served from the backing now"
+    );
+}
+
+/// A cache write error at a clean shutdown (its end record or superblock) fails the cache
+/// as any request's would (rule 8: dirty lines copied to the backing device, the failure
+/// recorded): the restart refuses the cache and the backing device holds every byte.
+/// Before: the error was returned raw, the volume stayed open with `clean` set in RAM
+/// (a later superblock write would have marked the running cache clean).
+#[test]
+fn cache_write_error_at_shutdown_fails_the_cache() {
+    let f = log_files(10);
+    log_format(&f, Mode::WriteBack, Compression::Lz4, 1.0);
+    let (v, ch, _bh, state) = open_faulty(&f);
+    let mut m = Model::new(0, VOL);
+    workload(&v, &mut m, 35, 200);
+    v.flush().unwrap();
+    m.flush();
+    ch.fail_writes(0..u64::MAX);
+    assert!(
+        v.shutdown().is_err(),
+        "the shutdown could not mark the cache clean"
+    );
+    assert!(v.cache_failed(), "{:?}", v.stats());
+    assert!(v.stats().lost_dirty_ranges.is_empty());
+    check_all(&v, &m, "in pass-through after the failed shutdown");
+    v.shutdown().unwrap();
+    drop(v);
+    assert!(state.exists(), "the failure is in the state file");
+    let mut buf = vec![0u8; VOL as usize];
+    FileDev::open(&f.backing)
+        .unwrap()
+        .read_at(&mut buf, 0)
+        .unwrap();
+    m.check_now(0, &buf, "the backing device after the failed shutdown");
+}
+
+/// Double fault: a write-through line written since the last backing sync is a duplicate
+/// whose shared extent (in a sealed segment) cannot be read, so the read path drops it from
+/// the cache; then the backing sync fails and drops its bytes. Nothing holds them any more:
+/// its reads fail (reported lost), never the older bytes; writing it again heals it.
+#[test]
+fn unsynced_line_dropped_from_the_cache_then_a_failed_sync_is_reported_lost() {
+    let f = log_files(10);
+    log_format(&f, Mode::WriteThrough, Compression::None, 1.0);
+    let (v, _faults, ch, bh) = open_volatile_backing(&f);
+    let x: Vec<u8> = (0..LS).map(|i| (i * 13 % 249) as u8 ^ 0xa5).collect();
+    v.write(0, &x, false).unwrap();
+    let mut r = rng(36);
+    // Seal line 0's segment (four raw lines).
+    for i in 1..6u64 {
+        v.write(i * LS, &line_content(&mut r), false).unwrap();
+    }
+    v.flush().unwrap();
+    // Line 40 gets the same bytes: a duplicate entry of line 0's sealed extent.
+    v.write(40 * LS, &x, false).unwrap();
+    assert!(v.stats().engine.dup_write_lines >= 1, "{:?}", v.stats());
+    ch.fail_reads(0..u64::MAX);
+    let mut got = vec![0u8; LS as usize];
+    v.read(40 * LS, &mut got).unwrap();
+    assert_eq!(got, x, "read from the backing device's write cache");
+    ch.heal();
+    bh.fail_next_sync(true);
+    assert!(v.flush().is_err());
+    match v.read(40 * LS, &mut got) {
+        Ok(()) => assert_eq!(got, x, "line 40 read older bytes after the failed sync"),
+        Err(e) => assert!(e.to_string().contains("lost"), "{e}"),
+    }
+    assert_eq!(v.stats().lost_dirty_ranges, vec![(40 * LS, 41 * LS)]);
+    v.write(40 * LS, &x, false).unwrap();
+    v.read(40 * LS, &mut got).unwrap();
+    assert_eq!(got, x);
+    v.flush().unwrap();
+}

@@ -544,6 +544,25 @@ impl LogEngine {
         (o != NONE).then_some(o)
     }
 
+    /// Whether the stream's open segment has no room for one more extent of up to a line:
+    /// the next [`LogEngine::reserve`] seals it. Changes nothing.
+    pub fn open_full(&self, dirty: bool) -> bool {
+        let o = self.open[dirty as usize];
+        o != NONE && {
+            let s = &self.segs[o as usize];
+            s.used as u64 + self.cfg.line_size > self.seg_size
+                || (self.cfg.max_extents_per_segment > 0
+                    && s.hdr.len() as u32 >= self.cfg.max_extents_per_segment)
+        }
+    }
+
+    /// Whether the next [`LogEngine::reserve`] of the stream changes segments (seals its
+    /// open segment, or opens one, maybe reclaiming a victim): an executor that must do
+    /// something first (sync the backing device) asks before anything changed.
+    pub fn reserve_acts(&self, dirty: bool) -> bool {
+        self.open[dirty as usize] == NONE || self.open_full(dirty)
+    }
+
     /// Live side: makes room for one more extent of up to a line in the open segment of the
     /// clean (`dirty` false) or dirty stream, sealing it and reclaiming a victim if needed.
     /// The plan holds the seal's `WriteSsd`, the victim's `WriteBack`s and `TrimSsd`. A later
@@ -563,12 +582,7 @@ impl LogEngine {
         self.plan.reset(0, 0);
         let stream = dirty as usize;
         let o = self.open[stream];
-        let full = o != NONE && {
-            let s = &self.segs[o as usize];
-            s.used as u64 + self.cfg.line_size > self.seg_size
-                || (self.cfg.max_extents_per_segment > 0
-                    && s.hdr.len() as u32 >= self.cfg.max_extents_per_segment)
-        };
+        let full = self.open_full(dirty);
         if full {
             self.seal(o);
             self.open[stream] = NONE;

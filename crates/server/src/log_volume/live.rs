@@ -71,7 +71,9 @@ pub(super) fn live_since(a: &LogLiveCounters, b: &LogLiveCounters) -> LogLiveCou
         pass_through_requests,
         failure_write_backs,
         unlocked_reads,
-        unlocked_read_retries
+        unlocked_read_retries,
+        backing_sync_errors,
+        backing_resync_lines
     )
 }
 
@@ -201,10 +203,14 @@ impl Inner {
                         .backing
                         .write_at(&buf, line * ls)
                         .map_err(backing_fault),
-                    Ok(false) => Err(io_err(format!(
-                        "dirty line {line} (extent {}:{}) fails its checksum at write-back",
-                        info.seg, info.off
-                    ))),
+                    // Fails the request only (nothing changed): the line stays dirty.
+                    Ok(false) => Err(io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        format!(
+                            "dirty line {line} (extent {}:{}) fails its checksum at write-back: its data is lost, write it again",
+                            info.seg, info.off
+                        ),
+                    )),
                     Err(e) => Err(e),
                 };
                 if r.is_err() {
@@ -223,7 +229,8 @@ impl Inner {
                     // As `write_back_first`: the lines stay dirty; the unsynced backing
                     // writes must not become clean extents before a sync succeeds.
                     self.unsynced_lines.extend(written);
-                    self.hdd_dirty = false;
+                    // Lines written through before it still need their sync.
+                    self.hdd_dirty = !self.hdd_unsynced.is_empty();
                     self.backing_write_errors += 1;
                     Degraded::failed(&mut self.degraded, &e);
                 }
