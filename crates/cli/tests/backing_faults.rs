@@ -51,12 +51,7 @@ fn scenario(layout: &[&str], errno: Option<&str>) {
     if !have("nbdkit") {
         return;
     }
-    let shm = Path::new("/dev/shm");
-    let tmp = if shm.is_dir() {
-        tempfile::tempdir_in(shm).unwrap()
-    } else {
-        tempfile::tempdir().unwrap()
-    };
+    let tmp = common::tmp();
     let dir = tmp.path();
     std::fs::write(dir.join("hdd.img"), vec![0xeeu8; VOL as usize]).unwrap();
     let (_kit, uri, trigger) = nbdkit(dir, errno);

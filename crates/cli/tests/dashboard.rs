@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{have, Srv};
+use common::{free_port, have, Srv};
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::Path;
@@ -22,14 +22,6 @@ fn setup() -> tempfile::TempDir {
     let f = std::fs::File::create(dir.path().join("backing.img")).unwrap();
     f.set_len(64 << 20).unwrap();
     dir
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// fio mixing 4 KiB random reads and writes over 32 MiB (4x the 8 MiB cache: hits, misses

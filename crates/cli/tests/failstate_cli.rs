@@ -8,7 +8,6 @@
 mod common;
 
 use common::*;
-use std::path::Path;
 use std::process::Command;
 use tiercache_nbd::Client;
 
@@ -39,12 +38,7 @@ fn scenario(layout: &[&str], state_dir_flag: bool) {
     if !have("nbdkit") {
         return;
     }
-    let shm = Path::new("/dev/shm");
-    let d = if shm.is_dir() {
-        tempfile::tempdir_in(shm).unwrap()
-    } else {
-        tempfile::tempdir().unwrap()
-    };
+    let d = common::tmp();
     let dir = d.path();
     let backing = dir.join("backing.img");
     std::fs::write(&backing, vec![0x11u8; VOL]).unwrap();

@@ -15,12 +15,7 @@ use std::time::{Duration, Instant};
 
 /// A 0755 directory on tmpfs (other users may traverse it) holding a 16 MiB backing file.
 fn setup() -> tempfile::TempDir {
-    let shm = Path::new("/dev/shm");
-    let dir = if shm.is_dir() {
-        tempfile::tempdir_in(shm).unwrap()
-    } else {
-        tempfile::tempdir().unwrap()
-    };
+    let dir = common::tmp();
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     let f = std::fs::File::create(dir.path().join("backing.img")).unwrap();
     f.set_len(16 << 20).unwrap();

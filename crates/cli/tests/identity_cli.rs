@@ -11,15 +11,6 @@ use tiercache_nbd::Client;
 
 const VOL: usize = 4 << 20;
 
-fn tmp() -> tempfile::TempDir {
-    let shm = Path::new("/dev/shm");
-    if shm.is_dir() {
-        tempfile::tempdir_in(shm).unwrap()
-    } else {
-        tempfile::tempdir().unwrap()
-    }
-}
-
 /// `dir/backing.img` (a pattern), `dir/b.img` (another disk of the same size), and an 8 MiB
 /// `dir/cache.img` formatted write-back for backing.img.
 fn setup(dir: &Path) -> (PathBuf, PathBuf, PathBuf) {

@@ -29,25 +29,8 @@ fn layout_args(layout: &str) -> Vec<&'static str> {
     }
 }
 
-fn tmp() -> tempfile::TempDir {
-    let shm = Path::new("/dev/shm");
-    if shm.is_dir() {
-        tempfile::tempdir_in(shm).unwrap()
-    } else {
-        tempfile::tempdir().unwrap()
-    }
-}
-
 fn stats(srv: &Srv) -> serde_json::Value {
     serde_json::from_str(&srv.ctl(&["stats", "--json"])).unwrap()
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 fn scrape(port: u16) -> String {

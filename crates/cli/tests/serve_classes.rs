@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{have, run, Srv, BIN};
+use common::{free_port, have, run, Srv, BIN};
 use std::process::Command;
 
 fn repo_file(p: &str) -> String {
@@ -49,12 +49,7 @@ fn ext4_classifier_live_with_stats_metrics_and_restart() {
         .unwrap()
         .set_len(64 << 20)
         .unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let addr = format!("127.0.0.1:{port}");
+    let addr = format!("127.0.0.1:{}", free_port());
     let classes = repo_file("experiments/classes/filesystem.toml");
     let srv = Srv::sized(
         d,
@@ -204,12 +199,7 @@ fn kernel_written_files_are_relabelled_live() {
         .unwrap()
         .set_len(128 << 20)
         .unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let addr = format!("127.0.0.1:{port}");
+    let addr = format!("127.0.0.1:{}", free_port());
     let classes = repo_file("experiments/classes/filesystem.toml");
     // A cache larger than everything written: no eviction, so every written block is cached.
     let srv = Srv::sized(

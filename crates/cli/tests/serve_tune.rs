@@ -168,6 +168,36 @@ fn ctl_set_get_and_reset_through_the_binary() {
     srv.stop("-TERM");
 }
 
+/// The cleaner's settings changed live (`cleaning`, `cleaning-age`, `writeback-rate`,
+/// `writeback-target`) belong to the device as the engine's do: stored in the superblock's
+/// settings block, so a kill -9 and a restart without flags keep them; a later run's flag
+/// wins and the others stay.
+#[test]
+fn cleaner_settings_set_live_survive_kill9() {
+    if !have("nbdcopy") {
+        return;
+    }
+    let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+    let d = dir.path();
+    backing(d, 16, false);
+    let srv = Srv::sized(d, "32M", &["--mode", "wb"]);
+    srv.ctl(&["set", "cleaning", "alru"]);
+    srv.ctl(&["set", "cleaning-age", "5000"]);
+    srv.ctl(&["set", "writeback-rate", "300"]);
+    srv.ctl(&["set", "writeback-target", "0.25"]);
+    srv.kill9();
+    let srv = Srv::sized(d, "32M", &[]);
+    assert_eq!(srv.ctl(&["get", "cleaning"]).trim(), "alru");
+    assert_eq!(srv.ctl(&["get", "cleaning-age"]).trim(), "5000");
+    assert_eq!(srv.ctl(&["get", "writeback-rate"]).trim(), "300");
+    assert_eq!(srv.ctl(&["get", "writeback-target"]).trim(), "0.25");
+    srv.kill9();
+    let srv = Srv::sized(d, "32M", &["--cleaning", "acp"]);
+    assert_eq!(srv.ctl(&["get", "cleaning"]).trim(), "acp");
+    assert_eq!(srv.ctl(&["get", "writeback-rate"]).trim(), "300");
+    srv.stop("-TERM");
+}
+
 /// `belady` needs the future: format and serve refuse it, saying so.
 #[test]
 fn offline_policy_is_refused_live() {

@@ -289,6 +289,9 @@ pub fn log_common(v: &LogVolume, s: &LogVolumeStats) -> VolumeStats {
         dirty_high: 1.0,
         dirty_low: 1.0,
         slru_protected: 0.0,
+        cleaning: Default::default(),
+        cleaning_age: 0,
+        writeback: None,
     };
     VolumeStats {
         settings: Settings {

@@ -20,10 +20,15 @@
 //!    the backing could lose.
 //! 3. *FLUSH/FUA = commit.* A commit syncs the backing, writes the open segments' new bytes,
 //!    syncs, appends the records of the new open extents and of the duplicate entries and
-//!    drops since the last commit, syncs, then rewrites (to the other slot) the headers of
-//!    sealed segments whose extents were superseded since, with those extents marked not
-//!    live, and syncs. After it, everything acknowledged is described durably, and no older
-//!    extent of a line can outlive a newer one's description.
+//!    drops since the last commit, and syncs. After it, everything acknowledged is described
+//!    durably. Headers of sealed segments whose extents were superseded (`hdr_stale`) are
+//!    rewritten (to the other slot, those extents marked not live) only at the next
+//!    checkpoint, right after its new half is in place: until then the superseding events
+//!    are in the active half and newer, so recovery's newest-event rule already ignores the
+//!    old extents (a superseding record into a since-reclaimed segment still outranks them:
+//!    it unmaps the line). The checkpoint itself carries a drop for every uncached line such
+//!    a header still marks live (`stale_header_drops`), so no older extent of a line can
+//!    outlive a newer one's description across the epoch change either.
 //! 4. *Reclaim.* Before a segment is reused: its dirty extents (and dirty duplicates of
 //!    them) are written back, a commit runs (which syncs the backing and makes every
 //!    superseding event durable, and records a drop for every line the reclamation
@@ -104,7 +109,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use tiercache_engine::log::segment::HdrEntry;
 use tiercache_engine::log::{
-    Compression, ExtentContent, ExtentInfo, LogCounters, Reduction, RestoredEntry, RestoredSegment,
+    Compression, DeadExtent, ExtentContent, ExtentInfo, LogCounters, Reduction, RestoredEntry,
+    RestoredSegment,
 };
 use tiercache_engine::{LogConfig, LogEngine, Mode, Op, Request, Step};
 use tiercache_nbd::Export;
@@ -462,6 +468,10 @@ struct SegMeta {
     /// Open segment: extents (and bytes) already described by journal records.
     durable: usize,
     durable_fill: u32,
+    /// Offsets of extents (of this generation) no longer their key's current base extent:
+    /// the live flags the next header write gives, kept from the engine's log of dead
+    /// extents ([`Inner::sync_dead`]) instead of looking every extent up at each rewrite.
+    dead: std::collections::HashSet<u32>,
 }
 
 impl SegMeta {
@@ -491,6 +501,11 @@ struct Inner {
     pending: Vec<Rec>,
     /// Sealed segments with extents superseded since their header was written.
     hdr_stale: BTreeSet<u32>,
+    /// Drop records appended since the stale headers were last rewritten: bounds the drops
+    /// a checkpoint may have to add for them (`stale_header_drops`, see `commit`).
+    drops_since_rewrite: u64,
+    /// Scratch for [`Inner::sync_dead`].
+    dead_log: Vec<DeadExtent>,
     seq: u64,
     epoch: u64,
     half: u32,
@@ -719,6 +734,8 @@ impl LogVolume {
             spare: Vec::new(),
             pending: Vec::new(),
             hdr_stale: BTreeSet::new(),
+            drops_since_rewrite: 0,
+            dead_log: Vec::new(),
             seq: 1,
             epoch: 0,
             half: 0,
@@ -910,9 +927,38 @@ impl LogVolume {
         v
     }
 
-    /// Checks the engine's invariants (tests).
+    /// Rule 3's result, for tests: right after a FLUSH (a commit), the header last written
+    /// for every sealed segment marks live exactly the extents that are their key's current
+    /// base extent (none left live after being superseded, none marked dead too early),
+    /// except that a header waiting for the next checkpoint's rewrite may still mark
+    /// superseded extents live (never a current one dead).
+    #[doc(hidden)]
+    pub fn check_headers_after_flush(&self) -> Result<(), String> {
+        let g = self.lock();
+        for s in 0..g.segs.len() as u32 {
+            let m = &g.segs[s as usize];
+            if !m.sealed {
+                continue;
+            }
+            let waits = g.hdr_stale.contains(&s);
+            for e in &m.exts {
+                let cur = g.is_live_lookup(s, e);
+                if e.live != cur && !(waits && e.live) {
+                    return Err(format!(
+                        "segment {s} (gen {}) header extent at {} of key {:#x}: header says live={}, the line's current extent: {}",
+                        m.gen, e.off, e.key, e.live, cur
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks the engine's invariants and the segments' dead sets (tests).
     pub fn check(&self) -> Result<(), String> {
-        self.lock().eng.check()
+        let mut g = self.lock();
+        g.eng.check()?;
+        g.check_dead()
     }
 
     /// Reads every extent a cached line maps (once per extent), checks its crc32c, expands it
@@ -1234,12 +1280,70 @@ impl Inner {
         Ok(())
     }
 
-    /// Is `e` (in segment `s`) its key's current base extent?
-    fn is_live(&self, s: u32, e: &Ext) -> bool {
+    /// Is `e` (in segment `s`) its key's current base extent? Looks it up in the engine: for
+    /// recovery and for checking [`Inner::is_live`].
+    fn is_live_lookup(&self, s: u32, e: &Ext) -> bool {
         let (v, l) = LogEngine::key_line(e.key);
         self.eng
             .locate(v, l)
             .is_some_and(|i| !i.dup && i.seg == s && i.off == e.off)
+    }
+
+    /// Is `e` (in segment `s`) its key's current base extent? From the segment's dead set,
+    /// so [`Inner::sync_dead`] must have run since the engine last changed (every caller
+    /// that writes what this says calls it first).
+    fn is_live(&self, s: u32, e: &Ext) -> bool {
+        let live = !self.segs[s as usize].dead.contains(&e.off);
+        debug_assert_eq!(live, self.is_live_lookup(s, e), "segment {s} extent {e:?}");
+        live
+    }
+
+    /// Moves the engine's log of dead extents into the segments' dead sets: O(extents that
+    /// died since the last call). An entry of an older generation than the segment's is
+    /// dropped (the segment was reclaimed since; its dead set was emptied then).
+    fn sync_dead(&mut self) {
+        let mut d = std::mem::take(&mut self.dead_log);
+        self.eng.take_dead(&mut d);
+        for x in d.drain(..) {
+            let m = &mut self.segs[x.seg as usize];
+            if m.gen == x.gen {
+                m.dead.insert(x.off);
+            }
+        }
+        self.dead_log = d;
+    }
+
+    /// Rebuilds every segment's dead set by looking each extent up (recovery), and starts
+    /// the engine's log of dead extents.
+    fn init_dead(&mut self) {
+        self.eng.set_track_dead(true);
+        for s in 0..self.segs.len() as u32 {
+            let dead: std::collections::HashSet<u32> = self.segs[s as usize]
+                .exts
+                .iter()
+                .filter(|e| !self.is_live_lookup(s, e))
+                .map(|e| e.off)
+                .collect();
+            self.segs[s as usize].dead = dead;
+        }
+    }
+
+    /// Every segment's dead set agrees with a lookup of each extent in the engine.
+    fn check_dead(&mut self) -> Result<(), String> {
+        self.sync_dead();
+        for s in 0..self.segs.len() as u32 {
+            let m = &self.segs[s as usize];
+            for e in &m.exts {
+                let (fast, slow) = (!m.dead.contains(&e.off), self.is_live_lookup(s, e));
+                if fast != slow {
+                    return Err(format!(
+                        "segment {s} (gen {}) extent at {} of key {:#x}: the dead set says live={fast}, the engine live={slow}",
+                        m.gen, e.off, e.key
+                    ));
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Writes segment `s`'s header to its other slot; the extents' live flags are computed
@@ -1249,6 +1353,7 @@ impl Inner {
         let gen = self.segs[s as usize].gen;
         let mut exts = self.segs[s as usize].exts.clone();
         if !keep_flags {
+            self.sync_dead();
             for e in &mut exts {
                 e.live = sealed && self.is_live(s, e);
             }
@@ -1431,8 +1536,8 @@ impl Inner {
         let before = self.eng.open_segment(dirty);
         // The header of a segment sealed now describes every extent as live: an extent
         // superseded since the last commit must not be marked dead before what superseded
-        // it is durable (a crash in between would lose both). The next commit rewrites the
-        // header with the dead ones marked (rule 3).
+        // it is durable (a crash in between would lose both). The header is rewritten with
+        // the dead ones marked at the next checkpoint (rule 3).
         let reclaimed0 = self.eng.counters().segments_reclaimed;
         // Rule 8: the victim's write-backs run before the engine reclaims it.
         let mut victim = self.eng.reserve_begin(dirty);
@@ -1472,6 +1577,7 @@ impl Inner {
                 .iter()
                 .any(|st| matches!(st, Step::WriteSsd { ssd, .. } if ssd / seg_size == o as u64))
         }) {
+            self.sync_dead();
             has_dead = self.segs[o as usize]
                 .exts
                 .iter()
@@ -1540,6 +1646,7 @@ impl Inner {
             m.gen = gen;
             m.sealed = false;
             m.exts.clear();
+            m.dead.clear();
             m.durable = 0;
             m.durable_fill = 0;
         }
@@ -1672,13 +1779,7 @@ impl Inner {
             "cache device failed ({reason}): writing back dirty data and switching to pass-through"
         );
         let ls = self.ls();
-        let mut dirty: Vec<(u64, ExtentInfo)> = self
-            .eng
-            .entries()
-            .filter(|(_, i)| i.dirty)
-            .map(|(k, i)| (LogEngine::key_line(k).1, i))
-            .collect();
-        dirty.sort_unstable_by_key(|x| x.0);
+        let dirty = self.dirty_in_lba_order();
         let mut buf = vec![0u8; ls as usize];
         for (line, info) in dirty {
             let r = match self.read_extent(&info, &mut buf) {
@@ -1720,6 +1821,18 @@ impl Inner {
     }
 
     /// A request on a failed cache: served by the backing device alone (rule 8).
+    /// The dirty lines and their extents, in backing-device order (for writing them back).
+    fn dirty_in_lba_order(&self) -> Vec<(u64, ExtentInfo)> {
+        let mut dirty: Vec<(u64, ExtentInfo)> = self
+            .eng
+            .entries()
+            .filter(|(_, i)| i.dirty)
+            .map(|(k, i)| (LogEngine::key_line(k).1, i))
+            .collect();
+        dirty.sort_unstable_by_key(|x| x.0);
+        dirty
+    }
+
     fn direct(&mut self, req: Direct<'_>) -> io::Result<()> {
         self.live.pass_through_requests += 1;
         if matches!(req, Direct::Write(..) | Direct::Trim(..)) {
@@ -1775,12 +1888,14 @@ impl Inner {
         m.gen = gen;
         m.sealed = false;
         m.exts.clear();
+        m.dead.clear();
         self.write_header(v, false, false)?;
         self.cache_sync()
     }
 
     /// Base records of the open segments' extents from `all` or only the new ones.
     fn open_records(&mut self, all: bool) -> Vec<Rec> {
+        self.sync_dead();
         let mut out = Vec::new();
         for s in 0..self.segs.len() as u32 {
             let m = &self.segs[s as usize];
@@ -1896,7 +2011,20 @@ impl Inner {
             self.mark_open_durable();
             self.live.commits += 1;
         }
-        self.rewrite_stale_headers()?;
+        // Stale headers wait for the next checkpoint (module doc, rule 3), unless the drops
+        // that checkpoint might have to add for them (at most one per drop appended since
+        // the last rewrite, plus the open segments' extents) could make it overflow a half:
+        // then they are rewritten now, every superseding event being durable.
+        let drops = recs
+            .iter()
+            .filter(|r| matches!(r, Rec::Drop { .. }))
+            .count() as u64;
+        self.drops_since_rewrite += drops;
+        let me = self.sb.max_extents as u64;
+        let room = r.saturating_sub(self.dups_upper + 3 * me + 2 * self.commit_every);
+        if self.drops_since_rewrite + 3 * me >= room {
+            self.rewrite_stale_headers()?;
+        }
         self.fresh_dups.clear();
         self.shadowed.clear();
         if self.dups_upper >= self.dup_budget && self.dups_upper > self.dups_at_checkpoint {
@@ -1907,6 +2035,7 @@ impl Inner {
     }
 
     fn rewrite_stale_headers(&mut self) -> io::Result<()> {
+        self.drops_since_rewrite = 0;
         if self.hdr_stale.is_empty() {
             return Ok(());
         }
@@ -1918,6 +2047,57 @@ impl Inner {
             }
         }
         self.cache_sync()
+    }
+
+    /// Drop records, for a checkpoint's `recs`, of the lines that are not cached but whose
+    /// old extent a header not rewritten yet (`hdr_stale`) still marks live: without them
+    /// the new epoch would hold no event of such a line (its drop, committed earlier, is in
+    /// the old half), and a crash before `rewrite_stale_headers` would bring the old extent
+    /// back. It happens in write-back, where a seal marks every extent live (see `reserve`):
+    /// a line's clean extent in an open segment, the line overwritten, then written back
+    /// and unmapped by a reclamation (drop committed), then the segment sealed and a
+    /// checkpoint before the next header rewrite (`log_crash_points_flushed_lines_*`).
+    /// Likewise for the dead extents of open segments: the checkpoint lists them not live,
+    /// but the seal's header (newest for them) will say live until the next commit.
+    /// Lines cached elsewhere need nothing: the checkpoint lists their current event, newer.
+    fn stale_header_drops(&mut self, recs: &mut Vec<Rec>) {
+        self.sync_dead();
+        let dropped: std::collections::HashSet<u64> = recs
+            .iter()
+            .filter_map(|r| match *r {
+                Rec::Drop { key, .. } => Some(key),
+                _ => None,
+            })
+            .collect();
+        let mut keys = Vec::new();
+        // Open segments too: a write-back seal will mark their dead extents live again.
+        let open = (0..self.segs.len() as u32).filter(|&s| {
+            let m = &self.segs[s as usize];
+            !m.sealed && !m.exts.is_empty()
+        });
+        let segs: Vec<u32> = self.hdr_stale.iter().copied().chain(open).collect();
+        for s in segs {
+            let m = &self.segs[s as usize];
+            if m.sealed && !self.hdr_stale.contains(&s) {
+                continue;
+            }
+            for e in m
+                .exts
+                .iter()
+                .filter(|e| (e.live || !m.sealed) && m.dead.contains(&e.off))
+            {
+                let (v, l) = LogEngine::key_line(e.key);
+                if !dropped.contains(&e.key) && self.eng.locate(v, l).is_none() {
+                    keys.push(e.key);
+                }
+            }
+        }
+        keys.sort_unstable();
+        keys.dedup();
+        for key in keys {
+            let seq = self.next_seq();
+            recs.push(Rec::Drop { key, seq });
+        }
     }
 
     /// Starts a new journal epoch in the other half: see the module doc, rule 5.
@@ -1948,6 +2128,7 @@ impl Inner {
             });
         }
         recs.append(&mut self.pending);
+        self.stale_header_drops(&mut recs);
         if recs.len() as u64 > self.sb.journal_records {
             return Err(io_err(format!(
                 "journal checkpoint of {} records does not fit a half of {}",
@@ -2776,6 +2957,7 @@ impl Inner {
         // Base entries before duplicates (a duplicate's target header must be in place).
         entries.sort_by_key(|e| (e.dup, e.key));
         self.eng.restore(rs, &entries).map_err(io_err)?;
+        self.init_dead();
         self.seq = maxseq + 1;
         for &s in &reopened {
             self.segs[s as usize].sealed = true;

@@ -8,8 +8,14 @@
 //! ```text
 //! 0  magic "TCTUNING"   8  version u32 (1)    12 group_size u64
 //! 20 read_threshold u32 24 write_threshold u32 28 seq_cutoff_read u64  36 seq_cutoff_write u64
-//! 44 dirty_high f64     52 dirty_low f64      60 slru_protected f64    68 crc32c u32 (of 0..68)
+//! 44 dirty_high f64     52 dirty_low f64      60 slru_protected f64
+//! version 1:  68 crc32c u32 (of 0..68)
+//! version 2:  68 cleaning u8 (0 lba, 1 acp, 2 alru)  72 cleaning_age u64
+//!             80 writeback-rate kind u8 (0 not set, 1 off, 2 auto, 3 fixed)
+//!             88 fixed rate f64 (lines/s)  96 writeback_target f64  104 crc32c u32 (of 0..104)
 //! ```
+//! Version 1 blocks (devices formatted before the cleaner's settings were stored) still open:
+//! their cleaning settings are the defaults and the write-back rate is not set.
 //! A superblock rewrite torn inside this sector leaves a block whose own checksum fails: it
 //! is ignored with a warning and the defaults apply (these settings shape performance, never
 //! what a block reads). Builds before this area ignore it (the superblock's version is
@@ -23,9 +29,10 @@ pub const LOG_TARGET: &str = "tiercache::settings";
 
 /// Offset of the settings inside the superblock block.
 pub const AT: usize = 512;
-pub const BYTES: usize = 72;
+pub const BYTES: usize = 108;
+const V1_BYTES: usize = 72;
 const MAGIC: &[u8; 8] = b"TCTUNING";
-const VERSION: u32 = 1;
+const VERSION: u32 = 2;
 
 /// Keys `ctl get`/`ctl set` know, in display order: (key, what it is, changeable live).
 pub const KEYS: &[(&str, &str, bool)] = &[
@@ -54,22 +61,22 @@ pub const KEYS: &[(&str, &str, bool)] = &[
     ("dirty-low", "write-back: clean down to this share", true),
     (
         "cleaning",
-        "write-back cleaning order: lba, acp (densest chunk first) or alru (longest dirty first); not stored: give --cleaning to serve to keep it",
+        "write-back cleaning order: lba, acp (densest chunk first) or alru (longest dirty first)",
         true,
     ),
     (
         "cleaning-age",
-        "cleaning alru: requests after which a dirty line is cleaned; not stored",
+        "cleaning alru: requests after which a dirty line is cleaned",
         true,
     ),
     (
         "writeback-rate",
-        "background cleaner's rate below the high watermark: auto (PD controller), off, or lines/s; not stored",
+        "background cleaner's rate below the high watermark: auto (PD controller), off, or lines/s",
         true,
     ),
     (
         "writeback-target",
-        "dirty share the write-back rate holds; not stored",
+        "dirty share the write-back rate holds",
         true,
     ),
     (
@@ -89,9 +96,9 @@ pub const KEYS: &[(&str, &str, bool)] = &[
     ),
 ];
 
-/// Keys of [`KEYS`] that live in the running volume only (the superblock's settings block
-/// has no room for them): `serve` flags or a config file keep them across restarts.
-pub const NOT_STORED: &[&str] = &[
+/// Keys of [`KEYS`] that belong to the volume's cleaner rather than the engine's settings
+/// (`ctl set` applies them through the volume); stored in the settings block since version 2.
+pub const CLEANER_KEYS: &[&str] = &[
     "cleaning",
     "cleaning-age",
     "writeback-rate",
@@ -137,6 +144,14 @@ pub struct Tuning {
     pub dirty_high: f64,
     pub dirty_low: f64,
     pub slru_protected: f64,
+    #[serde(skip)]
+    pub cleaning: tiercache_engine::CleaningPolicy,
+    #[serde(skip)]
+    pub cleaning_age: u64,
+    /// The background cleaner's rate and target share (`--writeback-rate`,
+    /// `--writeback-target`, `ctl set`); `None`: not set (the volume's default).
+    #[serde(skip)]
+    pub writeback: Option<(tiercache_engine::WritebackRate, f64)>,
 }
 
 // Decoded shares are checked to be numbers (not NaN), so equality is reflexive.
@@ -157,6 +172,9 @@ impl Tuning {
             dirty_high: cfg.dirty_high,
             dirty_low: cfg.dirty_low,
             slru_protected: cfg.policy_params.slru_protected,
+            cleaning: cfg.cleaning,
+            cleaning_age: cfg.cleaning_age,
+            writeback: None,
         }
     }
 
@@ -169,6 +187,8 @@ impl Tuning {
         cfg.dirty_high = self.dirty_high;
         cfg.dirty_low = self.dirty_low;
         cfg.policy_params.slru_protected = self.slru_protected;
+        cfg.cleaning = self.cleaning;
+        cfg.cleaning_age = self.cleaning_age;
     }
 
     /// The value of a setting key ([`key`]) these settings hold; `None` for the keys that are
@@ -223,8 +243,20 @@ impl Tuning {
         b[44..52].copy_from_slice(&self.dirty_high.to_le_bytes());
         b[52..60].copy_from_slice(&self.dirty_low.to_le_bytes());
         b[60..68].copy_from_slice(&self.slru_protected.to_le_bytes());
-        let crc = crc32c::crc32c(&b[..68]);
-        b[68..72].copy_from_slice(&crc.to_le_bytes());
+        b[68..88].fill(0);
+        b[68] = cleaning_code(self.cleaning);
+        b[72..80].copy_from_slice(&self.cleaning_age.to_le_bytes());
+        let (kind, fixed, target) = match self.writeback {
+            None => (0u8, 0.0, 0.0),
+            Some((tiercache_engine::WritebackRate::Off, t)) => (1, 0.0, t),
+            Some((tiercache_engine::WritebackRate::Auto, t)) => (2, 0.0, t),
+            Some((tiercache_engine::WritebackRate::Fixed(n), t)) => (3, n, t),
+        };
+        b[80] = kind;
+        b[88..96].copy_from_slice(&f64::to_le_bytes(fixed));
+        b[96..104].copy_from_slice(&f64::to_le_bytes(target));
+        let crc = crc32c::crc32c(&b[..104]);
+        b[104..108].copy_from_slice(&crc.to_le_bytes());
     }
 
     /// Reads a settings block: `Ok(None)` when there is none (a device formatted before
@@ -234,17 +266,51 @@ impl Tuning {
         if &b[0..8] != MAGIC {
             return Ok(None);
         }
-        let crc = u32::from_le_bytes(b[68..72].try_into().unwrap());
-        if crc != crc32c::crc32c(&b[..68]) {
-            return Err("settings block checksum mismatch".into());
-        }
         let u32at = |o: usize| u32::from_le_bytes(b[o..o + 4].try_into().unwrap());
         let u64at = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap());
         let f64at = |o: usize| f64::from_le_bytes(b[o..o + 8].try_into().unwrap());
-        if u32at(8) != VERSION {
-            return Err(format!("settings block version {} unknown", u32at(8)));
+        let version = u32at(8);
+        let end = match version {
+            1 => V1_BYTES - 4,
+            2 => BYTES - 4,
+            v => return Err(format!("settings block version {v} unknown")),
+        };
+        if u32at(end) != crc32c::crc32c(&b[..end]) {
+            return Err("settings block checksum mismatch".into());
         }
+        let defaults = EngineConfig::default();
+        let (cleaning, cleaning_age, writeback) = if version == 1 {
+            (defaults.cleaning, defaults.cleaning_age, None)
+        } else {
+            let cleaning = match b[68] {
+                0 => tiercache_engine::CleaningPolicy::Lba,
+                1 => tiercache_engine::CleaningPolicy::Acp,
+                2 => tiercache_engine::CleaningPolicy::Alru,
+                c => return Err(format!("settings block holds cleaning policy {c}, unknown")),
+            };
+            let target = f64at(96);
+            let rate = match b[80] {
+                0 => None,
+                1 => Some(tiercache_engine::WritebackRate::Off),
+                2 => Some(tiercache_engine::WritebackRate::Auto),
+                3 => Some(tiercache_engine::WritebackRate::Fixed(f64at(88))),
+                k => {
+                    return Err(format!(
+                        "settings block holds write-back rate kind {k}, unknown"
+                    ))
+                }
+            };
+            if rate.is_some() && !(0.0..=1.0).contains(&target) {
+                return Err(format!(
+                    "settings block holds writeback-target {target}, not a share"
+                ));
+            }
+            (cleaning, u64at(72), rate.map(|r| (r, target)))
+        };
         let t = Tuning {
+            cleaning,
+            cleaning_age,
+            writeback,
             group_size: u64at(12),
             admission: Admission {
                 read_threshold: u32at(20),
@@ -266,6 +332,14 @@ impl Tuning {
     }
 }
 
+fn cleaning_code(p: tiercache_engine::CleaningPolicy) -> u8 {
+    match p {
+        tiercache_engine::CleaningPolicy::Lba => 0,
+        tiercache_engine::CleaningPolicy::Acp => 1,
+        tiercache_engine::CleaningPolicy::Alru => 2,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -282,6 +356,33 @@ mod tests {
         assert_eq!(Tuning::decode(&b).unwrap(), Some(t));
         b[30] ^= 1;
         assert!(Tuning::decode(&b).unwrap_err().contains("checksum"));
+    }
+
+    #[test]
+    fn cleaner_settings_round_trip_and_version_1_still_opens() {
+        let cfg = EngineConfig {
+            cleaning: tiercache_engine::CleaningPolicy::Alru,
+            cleaning_age: 777,
+            ..Default::default()
+        };
+        let mut t = Tuning::of(&cfg);
+        t.writeback = Some((tiercache_engine::WritebackRate::Fixed(250.0), 0.3));
+        let mut b = vec![0u8; BYTES];
+        t.encode_into(&mut b);
+        assert_eq!(Tuning::decode(&b).unwrap(), Some(t));
+        // A version 1 block (as builds before version 2 wrote it): the engine's settings
+        // read back, the cleaner's are the defaults.
+        let mut v1 = b.clone();
+        v1[8..12].copy_from_slice(&1u32.to_le_bytes());
+        v1[68..].fill(0);
+        let crc = crc32c::crc32c(&v1[..68]);
+        v1[68..72].copy_from_slice(&crc.to_le_bytes());
+        let got = Tuning::decode(&v1).unwrap().unwrap();
+        assert_eq!(got.admission, t.admission);
+        assert_eq!(got.cleaning, EngineConfig::default().cleaning);
+        assert_eq!(got.writeback, None);
+        v1[8] = 9;
+        assert!(Tuning::decode(&v1).unwrap_err().contains("version 9"));
     }
 
     #[test]

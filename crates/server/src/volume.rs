@@ -376,17 +376,42 @@ pub struct CacheVolume {
     /// The background cleaner's write-back rate controller, when it last ran, and the lines
     /// it may still write back ([`CacheVolume::set_writeback_rate`]).
     wb_rate: Mutex<WbRate>,
+    /// Foreground requests waiting for the volume lock: a long writer of dirty data
+    /// (`ctl flush`, the cleaner) hands the lock to them between its short passes
+    /// ([`CacheVolume::let_waiters_in`]).
+    waiting: AtomicU64,
 }
 
 struct WbRate {
     ctl: tiercache_engine::RateController,
     last: Option<Instant>,
     budget: f64,
+    /// Lines the next rate-controlled pass writes back at most (<= `RATE_PASS_LINES`): sized
+    /// like `ctl flush`'s passes, ~`FLUSH_PASS_TARGET` while requests queue behind them.
+    pass: u64,
 }
 
 /// Lines one rate-controlled cleaning pass writes back at most (then the cleaner sleeps
 /// its 20 ms): bounds how long a foreground request waits behind the cleaner.
 const RATE_PASS_LINES: u64 = 8;
+
+/// How long one pass of `ctl flush` ([`CacheVolume::flush_dirty`]) holds the volume lock,
+/// about: the pass size adapts so each takes this long, then the lock goes to the waiting
+/// foreground requests. A read behind a flush waits for about this much, not the flush.
+const FLUSH_PASS_TARGET: Duration = Duration::from_millis(10);
+
+/// Lines one pass of `ctl flush` writes back at most (about 0.4 s on `--emulate-hdd 7200`:
+/// what a request arriving while no other queued waits at worst), and at first.
+const FLUSH_PASS_MAX: u64 = 256;
+const FLUSH_PASS_FIRST: u64 = 4;
+
+/// Lines one watermark cleaning pass of the background cleaner writes back at most, and
+/// dirty likely victims one unmap-ahead pass writes back at most: between passes the lock
+/// goes to waiting foreground requests.
+const CLEAN_PASS_LINES: u64 = 64;
+
+/// Longest a writer of dirty data waits for the foreground requests it let in.
+const HANDOFF_MAX: Duration = Duration::from_millis(5);
 
 /// Largest backing write merged from contiguous write-backs.
 const MAX_MERGED_WRITE: u64 = 4 << 20;
@@ -684,7 +709,16 @@ impl CacheVolume {
         if let Some(t) = opts.tuning.or(sb.tuning) {
             t.apply(&mut cfg);
         }
-        sb.tuning = Some(Tuning::of(&cfg));
+        // The write-back rate is the volume's, not the engine's: kept as stored unless this
+        // run sets it.
+        let writeback = opts
+            .tuning
+            .and_then(|t| t.writeback)
+            .or(sb.tuning.and_then(|t| t.writeback));
+        sb.tuning = Some(Tuning {
+            writeback,
+            ..Tuning::of(&cfg)
+        });
         let mut engine = Engine::new(cfg).map_err(|e| FormatError::BadField {
             field: "engine configuration",
             why: e.to_string(),
@@ -901,15 +935,21 @@ impl CacheVolume {
             stop: AtomicBool::new(false),
             inline_cleaning: AtomicBool::new(false),
             wb_rate: Mutex::new(WbRate {
-                ctl: Default::default(),
+                ctl: sb
+                    .tuning
+                    .and_then(|t| t.writeback)
+                    .and_then(|(r, t)| tiercache_engine::RateController::new(r, t).ok())
+                    .unwrap_or_default(),
                 last: None,
                 budget: 0.0,
+                pass: RATE_PASS_LINES,
             }),
             classifier: None,
             class_table: opts.classes.clone(),
             max_cache_errors: AtomicU64::new(DEFAULT_MAX_CACHE_ERRORS),
             unmap_batch: AtomicU64::new(DEFAULT_UNMAP_BATCH),
             state_path: opts.state_path.clone(),
+            waiting: AtomicU64::new(0),
             inner: Mutex::new(inner),
         };
         vol.metrics
@@ -944,6 +984,26 @@ impl CacheVolume {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// [`CacheVolume::lock`] for a foreground request: counted in `waiting` until it holds
+    /// the lock, so that a flush or the cleaner lets it in between passes.
+    fn lock_foreground(&self) -> MutexGuard<'_, Inner> {
+        self.waiting.fetch_add(1, Ordering::AcqRel);
+        let g = self.lock();
+        self.waiting.fetch_sub(1, Ordering::AcqRel);
+        g
+    }
+
+    /// Called with the volume lock released between two passes of a long writer of dirty
+    /// data: yields until the foreground requests waiting for the lock took it (at most
+    /// `HANDOFF_MAX`). The std mutex is not fair: without this, the writer takes the lock
+    /// straight back and a read waits for the whole flush (bench_flush_p99.sh: 17 s).
+    fn let_waiters_in(&self) {
+        let t = Instant::now();
+        while self.waiting.load(Ordering::Acquire) > 0 && t.elapsed() < HANDOFF_MAX {
+            std::thread::yield_now();
+        }
+    }
+
     fn write_superblock(&self, g: &mut Inner) -> io::Result<()> {
         if g.failed {
             return Err(ioerr(
@@ -974,7 +1034,7 @@ impl CacheVolume {
     /// Runs one request through the engine and executes its plan. `data`: the client's bytes
     /// (filled for reads, taken for writes).
     fn run(&self, req: &Request, data: Data<'_>) -> io::Result<()> {
-        let mut g = self.lock();
+        let mut g = self.lock_foreground();
         if g.closed {
             return Err(ioerr("the cache volume is shut down"));
         }
@@ -1871,7 +1931,8 @@ impl CacheVolume {
     }
 
     /// One background cleaning step: writes back down to the low watermark when the engine
-    /// says cleaning is due. Returns whether it did anything.
+    /// says cleaning is due. Returns whether it did anything (the rate-controlled pass:
+    /// whether the next should follow at once, its budget not spent).
     pub fn clean_if_needed(&self) -> io::Result<bool> {
         let mut g = self.lock();
         if g.closed || g.failed {
@@ -1895,7 +1956,8 @@ impl CacheVolume {
             return Ok(false);
         }
         if g.engine.needs_cleaning() {
-            let n = g.engine.cleaning_target().clamp(1, 256);
+            // Returns true: the cleaner lets waiting requests in, then runs the next pass.
+            let n = g.engine.cleaning_target().clamp(1, CLEAN_PASS_LINES);
             self.clean_pass(&mut g, n)?;
             return Ok(true);
         }
@@ -1911,18 +1973,33 @@ impl CacheVolume {
                 .update(g.engine.dirty_lines(), self.capacity_lines, dt);
             // At most one second's worth is saved up (an idle cleaner does not burst later).
             r.budget = (r.budget + rate * dt).min(rate.max(1.0));
-            let n = r.budget.floor().min(RATE_PASS_LINES as f64);
+            let n = r.budget.floor().min(r.pass.max(1) as f64);
             r.budget -= n;
             n as u64
         };
         if n == 0 || g.engine.dirty_lines() == 0 {
             return Ok(false);
         }
+        let t = Instant::now();
         self.clean_pass(&mut g, n)?;
-        // A short pass, then the cleaner sleeps: the volume lock is held for one pass only
-        // (`ctl flush` holds it for the whole flush: bench_flush_p99.sh measured reads
-        // waiting 17 s), so a foreground request waits for a few write-backs at most.
-        Ok(false)
+        let queued = self.waiting.load(Ordering::Acquire) > 0;
+        drop(g);
+        let took = t.elapsed();
+        let more = {
+            let mut r = self.wb_rate.lock().unwrap_or_else(|e| e.into_inner());
+            if queued && took > FLUSH_PASS_TARGET {
+                let f = FLUSH_PASS_TARGET.as_secs_f64() / took.as_secs_f64();
+                r.pass = ((n as f64 * f) as u64).max(1);
+            } else if !queued || took < FLUSH_PASS_TARGET / 2 {
+                r.pass = (r.pass * 2).min(RATE_PASS_LINES);
+            }
+            // The budget a short pass left: the next pass comes without the 20 ms sleep.
+            r.budget >= 1.0
+        };
+        // A short pass, then the cleaner lets waiting requests in (and sleeps unless the
+        // budget is left): the volume lock is held for one pass only, so a foreground
+        // request waits for a few write-backs at most.
+        Ok(more)
     }
 
     /// The background cleaner's write-back rate (`--writeback-rate auto|off|N`) and the dirty
@@ -1934,13 +2011,37 @@ impl CacheVolume {
         target: f64,
     ) -> Result<(), String> {
         let ctl = tiercache_engine::RateController::new(mode, target)?;
-        let mut r = self.wb_rate.lock().unwrap_or_else(|e| e.into_inner());
-        *r = WbRate {
-            ctl,
-            last: None,
-            budget: 0.0,
-        };
-        Ok(())
+        {
+            let mut r = self.wb_rate.lock().unwrap_or_else(|e| e.into_inner());
+            *r = WbRate {
+                ctl,
+                last: None,
+                budget: 0.0,
+                pass: RATE_PASS_LINES,
+            };
+        }
+        self.store_cleaner(Some((mode, target)))
+    }
+
+    /// Stores the cleaner's settings (cleaning policy and age, and the write-back rate when
+    /// `writeback` is given, else the stored one) in the superblock's settings block, so a
+    /// restart keeps them as it keeps the engine's.
+    fn store_cleaner(
+        &self,
+        writeback: Option<(tiercache_engine::WritebackRate, f64)>,
+    ) -> Result<(), String> {
+        let mut g = self.lock();
+        if g.closed {
+            return Ok(());
+        }
+        let writeback = writeback.or(g.sb.tuning.and_then(|t| t.writeback));
+        g.sb.tuning = Some(Tuning {
+            writeback,
+            ..Tuning::of(g.engine.config())
+        });
+        self.write_superblock(&mut g).map_err(|e| {
+            format!("applied, but storing it in the superblock failed ({e}): a restart goes back to the stored value")
+        })
     }
 
     /// The write-back rate setting, its target share and the rate now (lines/s).
@@ -1964,7 +2065,8 @@ impl CacheVolume {
                     c.cleaning_age = a;
                 }
             })
-            .map_err(|e| e.to_string())
+            .map_err(|e| e.to_string())?;
+        self.store_cleaner(None)
     }
 
     /// Records unmapped per batch: the setting, at most an eighth of the cache.
@@ -2021,10 +2123,21 @@ impl CacheVolume {
             .collect();
         if !dirty.is_empty() {
             dirty.sort_by_key(|&s| g.engine.slot_key(s));
+            // A short pass under the lock: the next call (after the lock went to waiting
+            // requests) picks the candidates again and writes back the rest.
+            let more = dirty.len() as u64 > CLEAN_PASS_LINES;
+            dirty.truncate(CLEAN_PASS_LINES as usize);
             let steps = g.engine.write_back_slots(&dirty).steps.clone();
             self.run_clean_steps(g, steps)?;
+            if more {
+                return Ok(true);
+            }
         }
         // Every candidate is clean now (a failed write-back returned above).
+        debug_assert!(
+            cand.iter().all(|&s| g.engine.dirty_mask(s) == 0),
+            "unmapping a dirty line's record ahead would lose its data on a crash"
+        );
         let _excl = self.io.write().unwrap_or_else(|e| e.into_inner());
         if let Err((cache, e)) = self.unmap_records(g, &[], &cand) {
             return Err(if cache {
@@ -2049,7 +2162,7 @@ impl CacheVolume {
                         e => e,
                     };
                     match r {
-                        Ok(true) => {}
+                        Ok(true) => v.let_waiters_in(),
                         Ok(false) => std::thread::sleep(Duration::from_millis(20)),
                         Err(e) => {
                             tracing::error!("cleaning failed: {e}");
@@ -2062,9 +2175,56 @@ impl CacheVolume {
     }
 
     /// Writes back every dirty line and makes everything durable (`ctl flush`).
+    ///
+    /// In passes (about `FLUSH_PASS_TARGET` each while foreground requests queue behind
+    /// them, growing to `FLUSH_PASS_MAX` lines while none do; LBA order carried across
+    /// passes by the engine's cleaning cursor) with the volume lock handed to waiting
+    /// foreground requests in between, so reads and writes go on during a long flush. Each pass writes
+    /// its lines back and updates their records under the lock, as a cleaning pass does, so
+    /// a line rewritten between passes is simply dirty again. Once the lines dirty at the
+    /// start are written (bounded: at most twice their count plus a pass, however fast
+    /// clients dirty new ones), the rest is written and everything synced in one hold of the
+    /// lock: on return the backing device holds, durably, every byte acknowledged before
+    /// the call and before the last hold.
     pub fn flush_dirty(&self) -> io::Result<()> {
+        let budget = 2 * self.lock().engine.dirty_lines() + FLUSH_PASS_MAX;
+        let mut written = 0u64;
+        let mut n = FLUSH_PASS_FIRST;
+        loop {
+            let mut g = self.lock();
+            let left = g.engine.dirty_lines();
+            if g.closed || g.failed || left == 0 || written >= budget {
+                break;
+            }
+            let t = Instant::now();
+            match self.clean_pass(&mut g, n) {
+                // The damaged line was dropped (see `clean_all`): the next pass goes on.
+                Err(e) if data_sums::mismatch(&e).is_some() => {}
+                r => r?,
+            }
+            let now = g.engine.dirty_lines();
+            written += left.saturating_sub(now).max(1);
+            // Requests queued behind this pass: keep passes near the target; none: grow
+            // them (whole chunks for chunk rewrites, fewer plans), as fast as one hold.
+            let queued = self.waiting.load(Ordering::Acquire) > 0;
+            drop(g);
+            let took = t.elapsed();
+            if !queued || took < FLUSH_PASS_TARGET / 2 {
+                n = (n * 2).min(FLUSH_PASS_MAX);
+            } else if took > FLUSH_PASS_TARGET {
+                // Straight to the size that takes the target (a grown pass is long).
+                let f = FLUSH_PASS_TARGET.as_secs_f64() / took.as_secs_f64();
+                n = ((n as f64 * f) as u64).max(1);
+            }
+            self.let_waiters_in();
+        }
         let mut g = self.lock();
         self.clean_all(&mut g)?;
+        assert!(
+            g.failed || g.engine.dirty_lines() == 0,
+            "ctl flush: {} dirty lines left after writing back every line",
+            g.engine.dirty_lines()
+        );
         self.flush_locked(&mut g)
     }
 
@@ -2115,7 +2275,8 @@ impl CacheVolume {
         }
     }
 
-    /// `ctl set` of a setting the superblock does not store ([`tuning::NOT_STORED`]).
+    /// `ctl set` of a setting of the cleaner ([`tuning::CLEANER_KEYS`]), stored by the
+    /// cleaner's setters.
     fn set_unstored(&self, k: &str, value: &str) -> Result<(), String> {
         let (mode, target, _) = self.writeback_rate();
         match k {
@@ -2162,7 +2323,7 @@ impl CacheVolume {
             return Err(format!("{k} cannot change on a running volume: {what}"));
         }
         let old = self.setting_now(k);
-        if tuning::NOT_STORED.contains(&k) {
+        if tuning::CLEANER_KEYS.contains(&k) {
             self.set_unstored(k, value)?;
         } else if k == "mode" {
             let m: Mode = value.parse()?;

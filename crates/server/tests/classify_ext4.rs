@@ -7,6 +7,8 @@
 //!
 //! Skips with a printed message when e2fsprogs is missing (`apt-get install e2fsprogs`).
 
+mod common;
+
 use std::fs::{self, File};
 use std::io::Write;
 use std::os::unix::fs::FileExt;
@@ -103,12 +105,7 @@ struct Live {
 /// A fresh cache of `lines` 4 KiB lines in front of a zeroed backing file of `size` bytes, with
 /// policy `policy` and the ext4 classifier over the file-system table.
 fn live(size: u64, lines: u64, policy: &str) -> Live {
-    let shm = Path::new("/dev/shm");
-    let dir = if shm.is_dir() {
-        tempfile::tempdir_in(shm).unwrap()
-    } else {
-        tempfile::tempdir().unwrap()
-    };
+    let dir = common::tmp();
     let backing = dir.path().join("backing.img");
     File::create(&backing).unwrap().set_len(size).unwrap();
     let cache = dir.path().join("cache.img");

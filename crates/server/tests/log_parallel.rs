@@ -6,9 +6,11 @@
 //! started before it ended. A small cache with many segments reused makes reclamations
 //! race with the unlocked reads.
 
+mod common;
+
 use rand::{Rng, RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -56,12 +58,7 @@ struct Files {
 /// A backing device holding version 0 of every line, a log cache of `segs` segments of
 /// four lines.
 fn files(segs: u64, mode: Mode, compression: Compression, dedup: f64, picker: &str) -> Files {
-    let shm = Path::new("/dev/shm");
-    let dir = if shm.is_dir() {
-        tempfile::tempdir_in(shm).unwrap()
-    } else {
-        tempfile::tempdir().unwrap()
-    };
+    let dir = common::tmp();
     let backing = dir.path().join("backing.img");
     let initial: Vec<u8> = (0..LINES).flat_map(|l| content(l, 0)).collect();
     std::fs::write(&backing, initial).unwrap();

@@ -587,28 +587,11 @@ impl<'a> Executor<'a> {
         };
         self.track_classes(req);
         let after = *self.engine.class_counters(req.class);
-        let w = self.window(self.now);
-        self.win_hits[w].0 += after.line_hits - before.line_hits;
-        self.win_hits[w].1 += after.line_accesses - before.line_accesses;
-        let fg = tasks.iter().filter(|t| t.foreground).count() as u32;
-        let all = tasks.len() as u32;
-        let fl = Flight {
-            arrival_ns,
-            is_read: req.op == Op::Read,
-            is_write: req.op == Op::Write,
-            bytes: req.len,
-            tasks,
-            fg_left: fg,
-            all_left: all,
-            done: false,
-            background: false,
-        };
-        let f = self.alloc_flight(fl);
-        if fg == 0 {
-            self.finish_fg(f);
-        }
-        self.launch_ready(f);
-        self.track_idle();
+        let hits = (
+            after.line_hits - before.line_hits,
+            after.line_accesses - before.line_accesses,
+        );
+        self.fly(req, arrival_ns, tasks, hits);
         if self.engine.needs_cleaning() {
             let n = self.engine.cleaning_target();
             let steps = self.engine.clean(n).steps.clone();
@@ -638,9 +621,22 @@ impl<'a> Executor<'a> {
         let steps = l.driver.process(req, l.trace.content(i))?;
         let tasks = tasks_of(steps, req.op == Op::Write, hcap, scap, req.fua);
         let after = l.hits();
+        self.fly(
+            req,
+            arrival_ns,
+            tasks,
+            (after.0 - before.0, after.1 - before.1),
+        );
+        self.kick_background();
+        Ok(())
+    }
+
+    /// Puts a request's tasks in flight (either layout): `hits` = (line hits, line
+    /// accesses) it added, counted in the current warm-up window.
+    fn fly(&mut self, req: &Request, arrival_ns: u64, tasks: Vec<Task>, hits: (u64, u64)) {
         let w = self.window(self.now);
-        self.win_hits[w].0 += after.0 - before.0;
-        self.win_hits[w].1 += after.1 - before.1;
+        self.win_hits[w].0 += hits.0;
+        self.win_hits[w].1 += hits.1;
         let fg = tasks.iter().filter(|t| t.foreground).count() as u32;
         let all = tasks.len() as u32;
         let f = self.alloc_flight(Flight {
@@ -659,8 +655,6 @@ impl<'a> Executor<'a> {
         }
         self.launch_ready(f);
         self.track_idle();
-        self.kick_background();
-        Ok(())
     }
 
     /// Dirty lines in the cache now (either layout).

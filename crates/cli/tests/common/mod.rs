@@ -8,6 +8,26 @@ use std::time::{Duration, Instant};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_tiercache");
 
+/// A temporary directory on tmpfs when there is one (the tests sync often and need not wear a
+/// disk for it), else in the default temporary directory.
+pub fn tmp() -> tempfile::TempDir {
+    let shm = std::path::Path::new("/dev/shm");
+    if shm.is_dir() {
+        tempfile::tempdir_in(shm).unwrap()
+    } else {
+        tempfile::tempdir().unwrap()
+    }
+}
+
+/// A TCP port on 127.0.0.1 that was free a moment ago (for `--metrics`, `--http`).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
 /// Whether `tool` is installed; prints a SKIP line naming the package when it is not.
 pub fn have(tool: &str) -> bool {
     let ok = Command::new("sh")

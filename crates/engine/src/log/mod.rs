@@ -353,9 +353,23 @@ pub struct LogEngine {
     /// Write counter, to make up unique fingerprints when content is unknown.
     nonce: u64,
     reinsert: Vec<HdrEntry>,
+    /// Base extents that stopped being their key's current extent, when tracked
+    /// ([`LogEngine::set_track_dead`]).
+    dead: Option<Vec<DeadExtent>>,
     /// Live side: read misses without content are not appended; [`LogEngine::admit`] appends
     /// them once the executor has read their bytes.
     deferred_fill: bool,
+}
+
+/// A base extent that stopped being its key's current extent (see
+/// [`LogEngine::set_track_dead`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DeadExtent {
+    pub seg: u32,
+    /// The segment's generation when the extent died (an older one than the segment's
+    /// current generation means the segment was reclaimed since).
+    pub gen: u32,
+    pub off: u32,
 }
 
 /// Where a line's current extent is: see [`LogEngine::locate`].
@@ -427,9 +441,31 @@ impl LogEngine {
             tick: 0,
             nonce: 0,
             reinsert: Vec::new(),
+            dead: None,
             deferred_fill: false,
             cfg,
         })
+    }
+
+    /// Live side: from now on, every base extent that stops being its key's current extent
+    /// (overwritten, trimmed, forgotten, replaced during `restore`, evicted by a reclamation)
+    /// is logged for [`LogEngine::take_dead`], so the executor can keep its segment headers'
+    /// live flags without looking every extent up again. Off: the log is dropped.
+    pub fn set_track_dead(&mut self, on: bool) {
+        self.dead = on.then(Vec::new);
+    }
+
+    /// Moves the extents logged dead since the last call (oldest first) to the end of `out`.
+    pub fn take_dead(&mut self, out: &mut Vec<DeadExtent>) {
+        if let Some(d) = self.dead.as_mut() {
+            out.append(d);
+        }
+    }
+
+    fn log_dead(&mut self, seg: u32, gen: u32, off: u32) {
+        if let Some(d) = self.dead.as_mut() {
+            d.push(DeadExtent { seg, gen, off });
+        }
     }
 
     /// Live side: read misses are planned (`ReadHdd`) but not appended until
@@ -717,6 +753,7 @@ impl LogEngine {
             if let Some(old) = self.file.insert(r.key, e) {
                 if !old.dup {
                     self.segs[old.seg as usize].live -= old.len;
+                    self.log_dead(old.seg, old.gen, old.off);
                 }
             }
             if r.dup && r.dirty {
@@ -1035,6 +1072,7 @@ impl LogEngine {
     fn drop_entry(&mut self, key: u64, e: Entry) {
         self.file.remove(&key);
         if !e.dup {
+            self.log_dead(e.seg, e.gen, e.off);
             let s = &mut self.segs[e.seg as usize];
             s.live -= e.len;
             if self.seg_size == self.cfg.line_size && s.state == SegState::Sealed {
@@ -1189,6 +1227,7 @@ impl LogEngine {
                         self.reinsert.push(*h);
                     }
                     self.file.remove(&h.key);
+                    self.log_dead(v, gen, h.off);
                     self.counters.extents_evicted += 1;
                 }
             }

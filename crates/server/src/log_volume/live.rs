@@ -189,13 +189,7 @@ impl Inner {
     /// failure leaves them dirty (degraded, as a failed reclamation does, rule 8).
     pub(super) fn write_back_all(&mut self) -> io::Result<()> {
         let ls = self.ls();
-        let mut dirty: Vec<(u64, ExtentInfo)> = self
-            .eng
-            .entries()
-            .filter(|(_, i)| i.dirty)
-            .map(|(k, i)| (LogEngine::key_line(k).1, i))
-            .collect();
-        dirty.sort_unstable_by_key(|x| x.0);
+        let dirty = self.dirty_in_lba_order();
         if !dirty.is_empty() {
             self.backing_sync_if_dirty().map_err(backing_fault)?;
             let mut buf = vec![0u8; ls as usize];

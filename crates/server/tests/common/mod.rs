@@ -28,15 +28,20 @@ pub fn files(lines: u64, line_size: u64) -> Files {
     files_with(lines, line_size, false)
 }
 
-/// [`files`], with room for the data checksum region when `sums` (`--data-checksums`).
-pub fn files_with(lines: u64, line_size: u64, sums: bool) -> Files {
-    // tmpfs when there is one: the tests sync often and need not wear a disk for it.
-    let shm = Path::new("/dev/shm");
-    let dir = if shm.is_dir() {
+/// A temporary directory on tmpfs when there is one (the tests sync often and need not wear a
+/// disk for it), else in the default temporary directory.
+pub fn tmp() -> tempfile::TempDir {
+    let shm = std::path::Path::new("/dev/shm");
+    if shm.is_dir() {
         tempfile::tempdir_in(shm).unwrap()
     } else {
         tempfile::tempdir().unwrap()
-    };
+    }
+}
+
+/// [`files`], with room for the data checksum region when `sums` (`--data-checksums`).
+pub fn files_with(lines: u64, line_size: u64, sums: bool) -> Files {
+    let dir = tmp();
     let backing = dir.path().join("backing.img");
     let data: Vec<u8> = (0..VOL).map(initial).collect();
     std::fs::write(&backing, data).unwrap();

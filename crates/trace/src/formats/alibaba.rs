@@ -48,16 +48,6 @@ fn fits(line: &[u8]) -> bool {
     c.len() == 5 && is_rw(c[1]) && is_int(c[0]) && c[2..].iter().all(|b| is_int(b))
 }
 
-fn write_one(
-    _: &mut super::WriteState,
-    w: &mut dyn Write,
-    r: &Request,
-    c: &Ctx,
-    _n: u64,
-) -> io::Result<Written> {
-    write(w, r, c)
-}
-
 /// This format's registry entry.
 pub const SPEC: super::Spec = super::Spec {
     name: "alibaba",
@@ -73,6 +63,7 @@ pub const SPEC: super::Spec = super::Spec {
     decides_alone: false,
     trust_name: false,
     parse,
-    write: Some(write_one),
+    // Stateless: one record per request.
+    write: Some(|_, w, r, c, _| write(w, r, c)),
     finish: None,
 };

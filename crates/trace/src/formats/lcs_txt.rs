@@ -48,16 +48,6 @@ fn fits(line: &[u8]) -> bool {
     w.len() == 1 && is_int(w[0])
 }
 
-fn write_one(
-    _: &mut super::WriteState,
-    w: &mut dyn Write,
-    r: &Request,
-    c: &Ctx,
-    _n: u64,
-) -> io::Result<Written> {
-    write(w, r, c)
-}
-
 /// This format's registry entry.
 pub const SPEC: super::Spec = super::Spec {
     name: "lcs-txt",
@@ -74,6 +64,7 @@ pub const SPEC: super::Spec = super::Spec {
     decides_alone: false,
     trust_name: false,
     parse,
-    write: Some(write_one),
+    // Stateless: one record per request.
+    write: Some(|_, w, r, c, _| write(w, r, c)),
     finish: None,
 };

@@ -46,16 +46,6 @@ fn fits(line: &[u8]) -> bool {
     c.len() == 6 && is_dec(c[0]) && is_rw(c[2]) && c[3..].iter().all(|b| is_int(b))
 }
 
-fn write_one(
-    _: &mut super::WriteState,
-    w: &mut dyn Write,
-    r: &Request,
-    c: &Ctx,
-    _n: u64,
-) -> io::Result<Written> {
-    write(w, r, c)
-}
-
 /// This format's registry entry.
 pub const SPEC: super::Spec = super::Spec {
     name: "systor",
@@ -71,6 +61,7 @@ pub const SPEC: super::Spec = super::Spec {
     decides_alone: false,
     trust_name: false,
     parse,
-    write: Some(write_one),
+    // Stateless: one record per request.
+    write: Some(|_, w, r, c, _| write(w, r, c)),
     finish: None,
 };

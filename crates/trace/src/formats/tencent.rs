@@ -56,16 +56,6 @@ fn fits(line: &[u8]) -> bool {
     c.len() == 5 && c.iter().all(|b| is_int(b)) && matches!(c[3], b"0" | b"1")
 }
 
-fn write_one(
-    _: &mut super::WriteState,
-    w: &mut dyn Write,
-    r: &Request,
-    c: &Ctx,
-    _n: u64,
-) -> io::Result<Written> {
-    write(w, r, c)
-}
-
 /// This format's registry entry.
 pub const SPEC: super::Spec = super::Spec {
     name: "tencent",
@@ -82,6 +72,7 @@ pub const SPEC: super::Spec = super::Spec {
     decides_alone: false,
     trust_name: false,
     parse,
-    write: Some(write_one),
+    // Stateless: one record per request.
+    write: Some(|_, w, r, c, _| write(w, r, c)),
     finish: None,
 };
