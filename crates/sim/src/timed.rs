@@ -614,7 +614,7 @@ impl<'a> Executor<'a> {
             self.ssd.as_ref().map(|s| s.capacity_bytes()).unwrap_or(1),
         );
         let plan = self.engine.process(req).map_err(anyhow::Error::msg)?;
-        let mut steps: Vec<Step> = if self.ssd.is_none() && plan.steps.contains(&Step::FlushSsd) {
+        let steps: Vec<Step> = if self.ssd.is_none() && plan.steps.contains(&Step::FlushSsd) {
             // No cache: a FLUSH still plans the cache device's half, which has nothing to
             // make durable (and no device to run on).
             plan.steps
@@ -625,7 +625,7 @@ impl<'a> Executor<'a> {
         } else {
             plan.steps.clone()
         };
-        let waits = self.promote_reused(&mut steps);
+        let waits = self.promote_reused(&steps);
         let mut tasks = tasks_of(&steps, req.op == Op::Write, hcap, scap, fua);
         let gates = self.gate(&mut tasks, &waits);
         self.track_classes(req);
@@ -682,44 +682,133 @@ impl<'a> Executor<'a> {
 
     /// A plan writes new data into cache slots (`WriteSsd`, `Populate`). Where a slot's
     /// previous line still has a planned write-back that has not finished, the slot is being
-    /// reused before that line's data is on the HDD, which no real cache can do: the
-    /// write-backs still queued move into this plan, in front (so the plan's SSD writes wait
-    /// for them, as for a dirty victim's), and the slots whose write-back is already running
-    /// are returned with the background flights to wait for.
-    fn promote_reused(&mut self, steps: &mut Vec<Step>) -> Vec<(u64, Vec<usize>)> {
+    /// reused before that line's data is on the HDD, which no real cache can do. A write-back
+    /// still queued starts now, with the queued write-backs it would have been merged with
+    /// (contiguous on the HDD, as the cleaner merges them), as its own flight. Returns the
+    /// reused slots with the flights writing their previous lines back, for [`Self::gate`].
+    fn promote_reused(&mut self, steps: &[Step]) -> Vec<(u64, Vec<usize>)> {
         let mut waits: Vec<(u64, Vec<usize>)> = Vec::new();
         if self.pending_wb.is_empty() {
             return waits;
         }
-        let mut promoted: Vec<Step> = Vec::new();
-        for st in steps.iter() {
+        for st in steps {
             let (Step::WriteSsd { ssd, .. } | Step::Populate { ssd, .. }) = *st else {
                 continue;
             };
             let slot = ssd >> self.line_shift;
-            let Some(p) = self.pending_wb.get_mut(&slot) else {
+            if waits.iter().any(|(s, _)| *s == slot) {
+                continue;
+            }
+            let Some(p) = self.pending_wb.get(&slot) else {
                 continue;
             };
             if self.engine.lookup(p.key) == Some(slot as tiercache_engine::policy::Slot) {
                 // The line written back still holds the slot: this is its own update.
                 continue;
             }
-            for seq in p.queued.drain(..) {
-                let i = (seq - self.bg_seq_front) as usize;
-                promoted.push(self.bg_queue[i]);
-                self.bg_cancelled.insert(seq);
+            while let Some(&seq) = self.pending_wb.get(&slot).and_then(|p| p.queued.first()) {
+                let (run, seqs) = self.queued_run(seq);
+                self.launch_bg_run(&run, &seqs);
             }
-            if p.flights.is_empty() {
-                self.pending_wb.remove(&slot);
-            } else if !waits.iter().any(|(s, _)| *s == slot) {
-                waits.push((slot, p.flights.clone()));
+            let flights = self
+                .pending_wb
+                .get(&slot)
+                .map(|p| p.flights.clone())
+                .unwrap_or_default();
+            if !flights.is_empty() {
+                waits.push((slot, flights));
             }
-        }
-        if !promoted.is_empty() {
-            promoted.append(steps);
-            *steps = promoted;
         }
         waits
+    }
+
+    /// Takes the queued write-back `seq` out of the queue with its queued neighbours that
+    /// the cleaner would have merged into the same HDD write (contiguous on the HDD, at most
+    /// `MAX_MERGED_WB` bytes); they stay in the deque, cancelled, until they reach its front.
+    fn queued_run(&mut self, seq: u64) -> (Vec<Step>, Vec<u64>) {
+        let range = |st: &Step| match *st {
+            Step::WriteBack { vol, hdd, len, .. } | Step::CopyHdd { vol, hdd, len } => {
+                Some((vol, hdd, len))
+            }
+            _ => None,
+        };
+        let joins = |a: &Step, b: &Step| match (range(a), range(b)) {
+            (Some((v1, h1, l1)), Some((v2, h2, _))) => v1 == v2 && h1 + l1 == h2,
+            _ => false,
+        };
+        let i0 = (seq - self.bg_seq_front) as usize;
+        let len_of = |st: &Step| st.bytes().3;
+        let mut bytes = len_of(&self.bg_queue[i0]);
+        let (mut lo, mut hi) = (i0, i0);
+        while lo > 0
+            && !self
+                .bg_cancelled
+                .contains(&(self.bg_seq_front + lo as u64 - 1))
+            && joins(&self.bg_queue[lo - 1], &self.bg_queue[lo])
+            && bytes + len_of(&self.bg_queue[lo - 1]) <= MAX_MERGED_WB
+        {
+            lo -= 1;
+            bytes += len_of(&self.bg_queue[lo]);
+        }
+        while hi + 1 < self.bg_queue.len()
+            && !self
+                .bg_cancelled
+                .contains(&(self.bg_seq_front + hi as u64 + 1))
+            && joins(&self.bg_queue[hi], &self.bg_queue[hi + 1])
+            && bytes + len_of(&self.bg_queue[hi + 1]) <= MAX_MERGED_WB
+        {
+            hi += 1;
+            bytes += len_of(&self.bg_queue[hi]);
+        }
+        let seqs: Vec<u64> = (lo..=hi).map(|i| self.bg_seq_front + i as u64).collect();
+        let run: Vec<Step> = (lo..=hi).map(|i| self.bg_queue[i]).collect();
+        self.bg_cancelled.extend(seqs.iter().copied());
+        (run, seqs)
+    }
+
+    /// Starts a run of cleaning steps (taken out of the queue; `seqs` their sequence
+    /// numbers) as one background flight; reusing their slots now waits for it.
+    fn launch_bg_run(&mut self, run: &[Step], seqs: &[u64]) -> usize {
+        let (hcap, scap) = (
+            self.hdd.capacity_bytes(),
+            self.ssd.as_ref().map(|s| s.capacity_bytes()).unwrap_or(1),
+        );
+        let mut tasks = tasks_of(run, false, hcap, scap, false);
+        for t in &mut tasks {
+            t.foreground = false;
+        }
+        let n = tasks.len() as u32;
+        let f = self.alloc_flight(Flight {
+            arrival_ns: self.now,
+            is_read: false,
+            is_write: false,
+            bytes: 0,
+            tasks,
+            fg_left: 0,
+            all_left: n,
+            done: true,
+            background: true,
+        });
+        self.bg_in_flight += n;
+        let mut slots = Vec::new();
+        for (st, seq) in run.iter().zip(seqs) {
+            if let Step::WriteBack { ssd, .. } = *st {
+                let slot = ssd >> self.line_shift;
+                let p = self
+                    .pending_wb
+                    .get_mut(&slot)
+                    .expect("a queued write-back's slot is pending");
+                p.queued.retain(|q| q != seq);
+                p.flights.push(f);
+                slots.push(slot);
+            }
+        }
+        if !slots.is_empty() {
+            self.bg_slots.insert(f, slots);
+        }
+        self.launch_ready(f);
+        self.track_idle();
+        f
     }
 
     /// Makes the tasks that write a slot in `waits` also wait for the background flights
@@ -1092,46 +1181,7 @@ impl<'a> Executor<'a> {
                 run.push(st);
                 seqs.push(seq);
             }
-            let (hcap, scap) = (
-                self.hdd.capacity_bytes(),
-                self.ssd.as_ref().map(|s| s.capacity_bytes()).unwrap_or(1),
-            );
-            let mut tasks = tasks_of(&run, false, hcap, scap, false);
-            for t in &mut tasks {
-                t.foreground = false;
-            }
-            let n = tasks.len() as u32;
-            let f = self.alloc_flight(Flight {
-                arrival_ns: self.now,
-                is_read: false,
-                is_write: false,
-                bytes: 0,
-                tasks,
-                fg_left: 0,
-                all_left: n,
-                done: true,
-                background: true,
-            });
-            self.bg_in_flight += n;
-            // The run's write-backs leave the queue: reusing their slots now waits for `f`.
-            let mut slots = Vec::new();
-            for (st, seq) in run.iter().zip(&seqs) {
-                if let Step::WriteBack { ssd, .. } = *st {
-                    let slot = ssd >> self.line_shift;
-                    let p = self
-                        .pending_wb
-                        .get_mut(&slot)
-                        .expect("a queued write-back's slot is pending");
-                    p.queued.retain(|q| q != seq);
-                    p.flights.push(f);
-                    slots.push(slot);
-                }
-            }
-            if !slots.is_empty() {
-                self.bg_slots.insert(f, slots);
-            }
-            self.launch_ready(f);
-            self.track_idle();
+            self.launch_bg_run(&run, &seqs);
         }
     }
 
