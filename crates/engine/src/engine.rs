@@ -979,7 +979,9 @@ impl Engine {
                 Some(Bypass::Admission)
             } else if is_write && !full && !self.cfg.partial_write_fill {
                 Some(Bypass::PartialWrite)
-            } else if self.class_gate && !self.class_admits(req.class) {
+            } else if self.class_gate
+                && (!self.class_admits(req.class) || self.displaces_dirty_peer(ci))
+            {
                 Some(Bypass::Class)
             } else if self.dirty_evictions_blocked && !self.room_without_dirty_eviction() {
                 Some(Bypass::NoCapacity)
@@ -1400,6 +1402,21 @@ impl Engine {
         self.counters[ci].evictions += 1;
         self.unmap(victim, true);
         victim
+    }
+
+    /// Whether a line of class `ci` could be cached only by evicting a dirty line the policy
+    /// values at least as much (class-aware policies, [`Policy::dirty_peer_victim`]). DSS
+    /// falls back to such a victim when no clean line of the incoming priority or lower is
+    /// near its lists' tails, e.g. while a large file (the lowest priority) is written into a
+    /// cache of higher-priority lines: its list then holds only the lines the request has
+    /// just written, and each of its lines evicted the one before, dirty (issue 18). Writing
+    /// the line around the cache costs the one HDD write that write-back would have.
+    fn displaces_dirty_peer(&mut self, ci: usize) -> bool {
+        if self.len < self.cap || self.dirty_count == 0 || self.policy.at_limit(ci as u8) {
+            return false;
+        }
+        self.policy.dirty_peer_victim(ci as u8, &self.dirty)
+            && !(self.cfg.clean_victim_window > 0 && self.clean_candidate().is_some())
     }
 
     /// The first clean line among the policy's next `clean_victim_window` likely victims
