@@ -483,8 +483,8 @@ struct Executor<'a> {
     /// number `bg_seq_front + i`.
     bg_queue: VecDeque<Step>,
     bg_seq_front: u64,
-    /// Sequence numbers of queued write-backs taken out of the queue (promoted into the
-    /// request that reuses their slot); skipped when they reach the front.
+    /// Sequence numbers of queued write-backs started early (a slot they free was reused,
+    /// see `promote_reused`); skipped when they reach the front.
     bg_cancelled: hashbrown::HashSet<u64>,
     /// Cache slots whose line's planned write-back has not finished yet (the engine counts
     /// the line clean from the moment it plans it).
