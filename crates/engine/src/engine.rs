@@ -41,6 +41,14 @@ struct Stream {
 }
 
 /// The cache engine. Feed it requests with [`Engine::process`]; read the plan it returns.
+/// Clean ahead in eviction order (class-aware policies): cleaning is due whenever the next
+/// victim is dirty, and writes back first the dirty lines among this many next victims.
+/// Selective eviction (DSS) takes the lowest-priority class first, whose list holds the lines
+/// written last (large files being written): without this the watermark cleaner (LBA order,
+/// only above `dirty_high`) never reaches them and nearly every eviction waits for an HDD
+/// write in the request's path (issue 18: 5.0 M of 6.6 M evictions on `fileserver`).
+pub const CLEAN_AHEAD: usize = 1024;
+
 pub struct Engine {
     cfg: EngineConfig,
     line_shift: u32,
@@ -1034,7 +1042,9 @@ impl Engine {
                 Some(Bypass::Admission)
             } else if is_write && !full && !self.cfg.partial_write_fill {
                 Some(Bypass::PartialWrite)
-            } else if self.class_gate && !self.class_admits(req.class) {
+            } else if self.class_gate
+                && (!self.class_admits(req.class) || self.displaces_dirty_peer(ci))
+            {
                 Some(Bypass::Class)
             } else if self.dirty_evictions_blocked && !self.room_without_dirty_eviction() {
                 Some(Bypass::NoCapacity)
@@ -1457,6 +1467,21 @@ impl Engine {
         victim
     }
 
+    /// Whether a line of class `ci` could be cached only by evicting a dirty line the policy
+    /// values at least as much (class-aware policies, [`Policy::dirty_peer_victim`]). DSS
+    /// falls back to such a victim when no clean line of the incoming priority or lower is
+    /// near its lists' tails, e.g. while a large file (the lowest priority) is written into a
+    /// cache of higher-priority lines: its list then holds only the lines the request has
+    /// just written, and each of its lines evicted the one before, dirty (issue 18). Writing
+    /// the line around the cache costs the one HDD write that write-back would have.
+    fn displaces_dirty_peer(&mut self, ci: usize) -> bool {
+        if self.len < self.cap || self.dirty_count == 0 || self.policy.at_limit(ci as u8) {
+            return false;
+        }
+        self.policy.dirty_peer_victim(ci as u8, &self.dirty)
+            && !(self.cfg.clean_victim_window > 0 && self.clean_candidate().is_some())
+    }
+
     /// The first clean line among the policy's next `clean_victim_window` likely victims
     /// (the victim it named is dirty: evicting a clean one instead needs no write-back).
     #[cold]
@@ -1622,10 +1647,26 @@ impl Engine {
     /// Whether dirty lines exceed the high watermark (write-back cleaning is due).
     /// With `alru` cleaning also when a line has been dirty for more than `cleaning_age`
     /// requests.
+    /// Class-aware policies (DSS) also when the line they would evict next is dirty: see
+    /// [`CLEAN_AHEAD`].
     pub fn needs_cleaning(&self) -> bool {
         self.dirty_count > 0
             && (self.dirty_count as f64 > self.cfg.dirty_high * self.cap as f64
-                || self.cleaner.due(self.clock, 1) > 0)
+                || self.cleaner.due(self.clock, 1) > 0
+                || self.dirty_ahead(1) > 0)
+    }
+
+    /// Dirty lines among the next `n` lines a class-aware policy would evict once the cache
+    /// is full (0 for other policies, or while slots are free).
+    fn dirty_ahead(&self, n: usize) -> u64 {
+        if !self.class_gate || self.len < self.cap || self.dirty_count == 0 {
+            return 0;
+        }
+        let mut hint = Vec::with_capacity(n);
+        self.policy.eviction_candidates(n, &mut hint);
+        hint.iter()
+            .filter(|&&s| self.keys[s as usize] != EMPTY && self.is_dirty(s))
+            .count() as u64
     }
 
     /// Lines cleaning would write back now to get down to the low watermark (with `alru`
@@ -1634,6 +1675,7 @@ impl Engine {
         let low = (self.cfg.dirty_low * self.cap as f64).floor() as u64;
         let over = self.dirty_count.saturating_sub(low);
         over.max(self.cleaner.due(self.clock, self.dirty_count))
+            .max(self.dirty_ahead(CLEAN_AHEAD))
     }
 
     /// The engine's logical clock: requests processed plus [`Engine::advance_clock`].
@@ -1673,9 +1715,12 @@ impl Engine {
     /// line's valid sectors (dirty ones and clean copies, which equal the backing bytes) and
     /// `CopyHdd`s for the rest, which the executor merges into one backing write. The lines
     /// cleaned are those LBA order would clean anyway: only the steps differ.
+    ///
+    /// **Clean ahead** (class-aware policies): first the dirty lines among the next
+    /// [`CLEAN_AHEAD`] lines the policy would evict, in eviction order.
     pub fn clean(&mut self, max_lines: u64) -> &Plan {
         self.plan.reset(0, 0);
-        let mut done = 0;
+        let mut done = self.clean_ahead(max_lines);
         while done < max_lines && self.dirty_count > 0 {
             let key = self.cleaner.next(&self.dirty_set);
             debug_assert!(self.dirty_set.contains(&key), "cleaner chose a clean line");
@@ -1690,6 +1735,31 @@ impl Engine {
             done += 1;
         }
         &self.plan
+    }
+
+    /// [`Engine::clean`]'s first pass: writes back (up to `max_lines`) the dirty lines among
+    /// a class-aware policy's next [`CLEAN_AHEAD`] victims; returns how many.
+    fn clean_ahead(&mut self, max_lines: u64) -> u64 {
+        if !self.class_gate || self.len < self.cap || self.dirty_count == 0 || max_lines == 0 {
+            return 0;
+        }
+        let mut hint = std::mem::take(&mut self.cand_buf);
+        hint.clear();
+        self.policy.eviction_candidates(CLEAN_AHEAD, &mut hint);
+        let mut done = 0;
+        for &slot in &hint {
+            if done >= max_lines {
+                break;
+            }
+            let key = self.keys[slot as usize];
+            if key != EMPTY && self.is_dirty(slot) {
+                let ci = self.classes[slot as usize] as usize;
+                self.write_back(ci, slot, key);
+                done += 1;
+            }
+        }
+        self.cand_buf = hint;
+        done
     }
 
     /// Sets the chunk rewrite of cleaning (see [`Engine::clean`]): `chunk` bytes (0 = off)

@@ -213,6 +213,11 @@ struct Task {
     deps_left: u32,
     dependents: Vec<u16>,
     foreground: bool,
+    /// A background task that a foreground request now waits for (a cleaning write-back
+    /// whose slot is being reused): its HDD stage no longer yields to foreground work.
+    urgent: bool,
+    /// Whether its HDD stage was submitted (and counted) as foreground work.
+    hdd_fg: bool,
 }
 
 /// A request (or a cleaning pass) in flight.
@@ -279,6 +284,8 @@ fn tasks_of(steps: &[Step], is_write: bool, hdd_cap: u64, ssd_cap: u64, fua: boo
                     deps_left: 0,
                     dependents: Vec::new(),
                     foreground: is_write,
+                    urgent: false,
+                    hdd_fg: false,
                 });
                 wbs.push(idx);
                 gap_read = None;
@@ -307,6 +314,8 @@ fn tasks_of(steps: &[Step], is_write: bool, hdd_cap: u64, ssd_cap: u64, fua: boo
                     deps_left: 0,
                     dependents: vec![w],
                     foreground: is_write,
+                    urgent: false,
+                    hdd_fg: false,
                 });
                 tasks[w as usize].deps_left += 1;
             }
@@ -363,6 +372,8 @@ fn tasks_of(steps: &[Step], is_write: bool, hdd_cap: u64, ssd_cap: u64, fua: boo
             deps_left: deps.len() as u32,
             dependents: Vec::new(),
             foreground: fg,
+            urgent: false,
+            hdd_fg: false,
         });
     }
     tasks
@@ -447,6 +458,18 @@ impl LogTimed {
     }
 }
 
+/// The write-back(s) planned for the line in one cache slot and not finished yet.
+#[derive(Debug, Default)]
+struct SlotWriteBack {
+    /// The line written back (its engine key): while it still holds the slot, a write to
+    /// the slot is that line's own update, not a reuse.
+    key: u64,
+    /// Sequence numbers of its write-backs still in `bg_queue`.
+    queued: Vec<u64>,
+    /// Background flights running its write-backs.
+    flights: Vec<usize>,
+}
+
 /// The discrete-event executor.
 struct Executor<'a> {
     engine: Engine,
@@ -456,8 +479,23 @@ struct Executor<'a> {
     ssd: Option<&'a mut dyn Device>,
     flights: Vec<Option<Flight>>,
     free: Vec<usize>,
-    /// Cleaning write-backs waiting for an idle HDD.
+    /// Cleaning write-backs waiting for an idle HDD. The entry at index `i` has sequence
+    /// number `bg_seq_front + i`.
     bg_queue: VecDeque<Step>,
+    bg_seq_front: u64,
+    /// Sequence numbers of queued write-backs started early (a slot they free was reused,
+    /// see `promote_reused`); skipped when they reach the front.
+    bg_cancelled: hashbrown::HashSet<u64>,
+    /// Cache slots whose line's planned write-back has not finished yet (the engine counts
+    /// the line clean from the moment it plans it).
+    pending_wb: hashbrown::HashMap<u64, SlotWriteBack>,
+    /// Slots whose write-backs each background flight carries.
+    bg_slots: hashbrown::HashMap<usize, Vec<u64>>,
+    /// Tasks of request flights waiting for a background flight to finish: the write of a
+    /// new line into a slot whose previous line that flight is writing back.
+    bg_waiters: hashbrown::HashMap<usize, Vec<(usize, u16)>>,
+    /// log2 of the line size (slot = SSD offset >> line_shift).
+    line_shift: u32,
     bg_in_flight: u32,
     hdd_fg_outstanding: u32,
     done: Vec<Completion>,
@@ -511,13 +549,17 @@ impl<'a> Executor<'a> {
 
     fn submit(&mut self, f: usize, t: u16, second: bool) {
         let (dev, op, fg) = {
-            let task = &self.flights[f].as_ref().expect("live flight").tasks[t as usize];
+            let task = &mut self.flights[f].as_mut().expect("live flight").tasks[t as usize];
             let (dev, op) = if second {
                 task.then.expect("second stage")
             } else {
                 (task.dev, task.op)
             };
-            (dev, op, task.foreground)
+            let fg = task.foreground || task.urgent;
+            if dev == Dev::Hdd {
+                task.hdd_fg = fg;
+            }
+            (dev, op, fg)
         };
         if dev == Dev::Hdd {
             if fg {
@@ -572,33 +614,271 @@ impl<'a> Executor<'a> {
             self.ssd.as_ref().map(|s| s.capacity_bytes()).unwrap_or(1),
         );
         let plan = self.engine.process(req).map_err(anyhow::Error::msg)?;
-        let tasks = if self.ssd.is_none() && plan.steps.contains(&Step::FlushSsd) {
+        let steps: Vec<Step> = if self.ssd.is_none() && plan.steps.contains(&Step::FlushSsd) {
             // No cache: a FLUSH still plans the cache device's half, which has nothing to
             // make durable (and no device to run on).
-            let steps: Vec<Step> = plan
-                .steps
+            plan.steps
                 .iter()
                 .filter(|s| **s != Step::FlushSsd)
                 .cloned()
-                .collect();
-            tasks_of(&steps, req.op == Op::Write, hcap, scap, fua)
+                .collect()
         } else {
-            tasks_of(&plan.steps, req.op == Op::Write, hcap, scap, fua)
+            plan.steps.clone()
         };
+        let waits = self.promote_reused(&steps);
+        let mut tasks = tasks_of(&steps, req.op == Op::Write, hcap, scap, fua);
+        let gates = self.gate(&mut tasks, &waits);
         self.track_classes(req);
         let after = *self.engine.class_counters(req.class);
         let hits = (
             after.line_hits - before.line_hits,
             after.line_accesses - before.line_accesses,
         );
-        self.fly(req, arrival_ns, tasks, hits);
+        let f = self.fly(req, arrival_ns, tasks, hits);
+        for (t, g) in gates {
+            self.bg_waiters.entry(g).or_default().push((f, t));
+            if self.flights[f].as_ref().expect("live").tasks[t as usize].foreground {
+                self.hurry(g);
+            }
+        }
         if self.engine.needs_cleaning() {
             let n = self.engine.cleaning_target();
             let steps = self.engine.clean(n).steps.clone();
-            self.bg_queue.extend(steps);
+            self.enqueue_clean(&steps);
         }
         self.kick_background();
         Ok(())
+    }
+
+    /// Queues cleaning write-backs (the engine already counts their lines clean) and notes
+    /// which slots they read.
+    fn enqueue_clean(&mut self, steps: &[Step]) {
+        for st in steps {
+            if let Step::WriteBack { vol, ssd, hdd, .. } = *st {
+                let seq = self.bg_seq_front + self.bg_queue.len() as u64;
+                let p = self.pending_wb.entry(ssd >> self.line_shift).or_default();
+                p.key = Engine::line_key(vol, hdd >> self.line_shift);
+                p.queued.push(seq);
+            }
+            self.bg_queue.push_back(*st);
+        }
+    }
+
+    /// Drops queue entries that were promoted into a request from the queue's front.
+    fn skip_cancelled(&mut self) {
+        while !self.bg_queue.is_empty() && self.bg_cancelled.remove(&self.bg_seq_front) {
+            self.bg_queue.pop_front();
+            self.bg_seq_front += 1;
+        }
+    }
+
+    /// The next queued cleaning step and its sequence number.
+    fn pop_bg(&mut self) -> Option<(u64, Step)> {
+        self.skip_cancelled();
+        let st = self.bg_queue.pop_front()?;
+        self.bg_seq_front += 1;
+        Some((self.bg_seq_front - 1, st))
+    }
+
+    /// A plan writes new data into cache slots (`WriteSsd`, `Populate`). Where a slot's
+    /// previous line still has a planned write-back that has not finished, the slot is being
+    /// reused before that line's data is on the HDD, which no real cache can do. A write-back
+    /// still queued starts now, with the queued write-backs it would have been merged with
+    /// (contiguous on the HDD, as the cleaner merges them), as its own flight. Returns the
+    /// reused slots with the flights writing their previous lines back, for [`Self::gate`].
+    fn promote_reused(&mut self, steps: &[Step]) -> Vec<(u64, Vec<usize>)> {
+        let mut waits: Vec<(u64, Vec<usize>)> = Vec::new();
+        if self.pending_wb.is_empty() {
+            return waits;
+        }
+        for st in steps {
+            let (Step::WriteSsd { ssd, .. } | Step::Populate { ssd, .. }) = *st else {
+                continue;
+            };
+            let slot = ssd >> self.line_shift;
+            if waits.iter().any(|(s, _)| *s == slot) {
+                continue;
+            }
+            let Some(p) = self.pending_wb.get(&slot) else {
+                continue;
+            };
+            if self.engine.lookup(p.key) == Some(slot as tiercache_engine::policy::Slot) {
+                // The line written back still holds the slot: this is its own update.
+                continue;
+            }
+            while let Some(&seq) = self.pending_wb.get(&slot).and_then(|p| p.queued.first()) {
+                let (run, seqs) = self.queued_run(seq);
+                self.launch_bg_run(&run, &seqs);
+            }
+            let flights = self
+                .pending_wb
+                .get(&slot)
+                .map(|p| p.flights.clone())
+                .unwrap_or_default();
+            if !flights.is_empty() {
+                waits.push((slot, flights));
+            }
+        }
+        waits
+    }
+
+    /// Takes the queued write-back `seq` out of the queue with its queued neighbours that
+    /// the cleaner would have merged into the same HDD write (contiguous on the HDD, at most
+    /// `MAX_MERGED_WB` bytes); they stay in the deque, cancelled, until they reach its front.
+    fn queued_run(&mut self, seq: u64) -> (Vec<Step>, Vec<u64>) {
+        let range = |st: &Step| match *st {
+            Step::WriteBack { vol, hdd, len, .. } | Step::CopyHdd { vol, hdd, len } => {
+                Some((vol, hdd, len))
+            }
+            _ => None,
+        };
+        let joins = |a: &Step, b: &Step| match (range(a), range(b)) {
+            (Some((v1, h1, l1)), Some((v2, h2, _))) => v1 == v2 && h1 + l1 == h2,
+            _ => false,
+        };
+        let i0 = (seq - self.bg_seq_front) as usize;
+        let len_of = |st: &Step| st.bytes().3;
+        let mut bytes = len_of(&self.bg_queue[i0]);
+        let (mut lo, mut hi) = (i0, i0);
+        while lo > 0
+            && !self
+                .bg_cancelled
+                .contains(&(self.bg_seq_front + lo as u64 - 1))
+            && joins(&self.bg_queue[lo - 1], &self.bg_queue[lo])
+            && bytes + len_of(&self.bg_queue[lo - 1]) <= MAX_MERGED_WB
+        {
+            lo -= 1;
+            bytes += len_of(&self.bg_queue[lo]);
+        }
+        while hi + 1 < self.bg_queue.len()
+            && !self
+                .bg_cancelled
+                .contains(&(self.bg_seq_front + hi as u64 + 1))
+            && joins(&self.bg_queue[hi], &self.bg_queue[hi + 1])
+            && bytes + len_of(&self.bg_queue[hi + 1]) <= MAX_MERGED_WB
+        {
+            hi += 1;
+            bytes += len_of(&self.bg_queue[hi]);
+        }
+        let seqs: Vec<u64> = (lo..=hi).map(|i| self.bg_seq_front + i as u64).collect();
+        let run: Vec<Step> = (lo..=hi).map(|i| self.bg_queue[i]).collect();
+        self.bg_cancelled.extend(seqs.iter().copied());
+        (run, seqs)
+    }
+
+    /// Starts a run of cleaning steps (taken out of the queue; `seqs` their sequence
+    /// numbers) as one background flight; reusing their slots now waits for it.
+    fn launch_bg_run(&mut self, run: &[Step], seqs: &[u64]) -> usize {
+        let (hcap, scap) = (
+            self.hdd.capacity_bytes(),
+            self.ssd.as_ref().map(|s| s.capacity_bytes()).unwrap_or(1),
+        );
+        let mut tasks = tasks_of(run, false, hcap, scap, false);
+        for t in &mut tasks {
+            t.foreground = false;
+        }
+        let n = tasks.len() as u32;
+        let f = self.alloc_flight(Flight {
+            arrival_ns: self.now,
+            is_read: false,
+            is_write: false,
+            bytes: 0,
+            tasks,
+            fg_left: 0,
+            all_left: n,
+            done: true,
+            background: true,
+        });
+        self.bg_in_flight += n;
+        let mut slots = Vec::new();
+        for (st, seq) in run.iter().zip(seqs) {
+            if let Step::WriteBack { ssd, .. } = *st {
+                let slot = ssd >> self.line_shift;
+                let p = self
+                    .pending_wb
+                    .get_mut(&slot)
+                    .expect("a queued write-back's slot is pending");
+                p.queued.retain(|q| q != seq);
+                p.flights.push(f);
+                slots.push(slot);
+            }
+        }
+        if !slots.is_empty() {
+            self.bg_slots.insert(f, slots);
+        }
+        self.launch_ready(f);
+        self.track_idle();
+        f
+    }
+
+    /// Makes the tasks that write a slot in `waits` also wait for the background flights
+    /// writing that slot's previous line back; returns (task, flight) pairs to register once
+    /// the request's flight exists.
+    fn gate(&self, tasks: &mut [Task], waits: &[(u64, Vec<usize>)]) -> Vec<(u16, usize)> {
+        let mut out = Vec::new();
+        if waits.is_empty() {
+            return out;
+        }
+        for (i, t) in tasks.iter_mut().enumerate() {
+            let ssd_write = match (t.dev, t.op.kind, t.then) {
+                (Dev::Ssd, IoKind::Write, _) => t.op.offset,
+                (_, _, Some((Dev::Ssd, op))) if op.kind == IoKind::Write => op.offset,
+                _ => continue,
+            };
+            let slot = ssd_write >> self.line_shift;
+            if let Some((_, flights)) = waits.iter().find(|(s, _)| *s == slot) {
+                for &g in flights {
+                    t.deps_left += 1;
+                    out.push((i as u16, g));
+                }
+            }
+        }
+        out
+    }
+
+    /// A foreground request waits for background flight `g`: its HDD work stops yielding.
+    fn hurry(&mut self, g: usize) {
+        let Some(fl) = self.flights[g].as_mut() else {
+            return;
+        };
+        for t in &mut fl.tasks {
+            t.urgent = true;
+        }
+        let mut now: Vec<(usize, u16, bool)> = Vec::new();
+        self.deferred.retain(|&d| {
+            if d.0 == g {
+                now.push(d);
+            }
+            d.0 != g
+        });
+        for (f, t, second) in now {
+            self.submit(f, t, second);
+        }
+    }
+
+    /// Background flight `f` finished: its slots' write-backs are done, and the writes
+    /// waiting to reuse those slots may go.
+    fn release_bg(&mut self, f: usize) {
+        for slot in self.bg_slots.remove(&f).unwrap_or_default() {
+            if let Some(p) = self.pending_wb.get_mut(&slot) {
+                p.flights.retain(|&x| x != f);
+                if p.flights.is_empty() && p.queued.is_empty() {
+                    self.pending_wb.remove(&slot);
+                }
+            }
+        }
+        for (wf, wt) in self.bg_waiters.remove(&f).unwrap_or_default() {
+            let task = &mut self.flights[wf]
+                .as_mut()
+                .expect("a waiting flight is live")
+                .tasks[wt as usize];
+            debug_assert!(task.deps_left > 0 && task.deps_left != u32::MAX);
+            task.deps_left -= 1;
+            if task.deps_left == 0 {
+                task.deps_left = u32::MAX;
+                self.submit(wf, wt, false);
+            }
+        }
     }
 
     /// [`Executor::start`] for the log layout: the log engine's plan for the request (with its
@@ -633,7 +913,7 @@ impl<'a> Executor<'a> {
 
     /// Puts a request's tasks in flight (either layout): `hits` = (line hits, line
     /// accesses) it added, counted in the current warm-up window.
-    fn fly(&mut self, req: &Request, arrival_ns: u64, tasks: Vec<Task>, hits: (u64, u64)) {
+    fn fly(&mut self, req: &Request, arrival_ns: u64, tasks: Vec<Task>, hits: (u64, u64)) -> usize {
         let w = self.window(self.now);
         self.win_hits[w].0 += hits.0;
         self.win_hits[w].1 += hits.1;
@@ -655,6 +935,7 @@ impl<'a> Executor<'a> {
         }
         self.launch_ready(f);
         self.track_idle();
+        f
     }
 
     /// Dirty lines in the cache now (either layout).
@@ -799,12 +1080,12 @@ impl<'a> Executor<'a> {
         let f = (c.id >> 17) as usize;
         let t = ((c.id >> 1) & 0xffff) as u16;
         let second = c.id & 1 == 1;
-        let (dev_first, then, fg) = {
+        let (dev_first, then, fg, hdd_fg) = {
             let task = &self.flights[f]
                 .as_ref()
                 .expect("completion of a live flight")
                 .tasks[t as usize];
-            (task.dev, task.then, task.foreground)
+            (task.dev, task.then, task.foreground, task.hdd_fg)
         };
         let dev_now = if second {
             then.as_ref().map(|x| x.0).unwrap_or(dev_first)
@@ -812,7 +1093,7 @@ impl<'a> Executor<'a> {
             dev_first
         };
         if dev_now == Dev::Hdd {
-            if fg {
+            if hdd_fg {
                 self.hdd_fg_outstanding -= 1;
             } else {
                 self.hdd_bg_outstanding -= 1;
@@ -855,6 +1136,9 @@ impl<'a> Executor<'a> {
             self.finish_fg(f);
             fg_finished = !background;
         }
+        if background && self.flights[f].as_ref().expect("live").all_left == 0 {
+            self.release_bg(f);
+        }
         self.maybe_free(f);
         fg_finished
     }
@@ -863,16 +1147,18 @@ impl<'a> Executor<'a> {
     fn kick_background(&mut self) {
         self.run_deferred();
         while self.bg_in_flight == 0 && self.hdd_fg_outstanding == 0 && self.deferred.is_empty() {
+            self.skip_cancelled();
             if self.bg_queue.is_empty() && self.idle_due() {
                 // Idle-time cleaning: the HDD has nothing else to do.
                 let steps = self.engine.clean(IDLE_CLEAN_BATCH).steps.clone();
-                self.bg_queue.extend(steps);
+                self.enqueue_clean(&steps);
             }
-            let Some(step) = self.bg_queue.pop_front() else {
+            let Some((seq, step)) = self.pop_bg() else {
                 return;
             };
             // Cleaning is in LBA order: write-backs of contiguous ranges go as one HDD write.
             let mut run = vec![step];
+            let mut seqs = vec![seq];
             // (Chunk rewrites' gaps join them: they are part of the same backing write.)
             let wb = |s: Option<&Step>| match s.copied() {
                 Some(Step::WriteBack { vol, hdd, len, .. } | Step::CopyHdd { vol, hdd, len }) => {
@@ -880,38 +1166,22 @@ impl<'a> Executor<'a> {
                 }
                 _ => None,
             };
-            while let (Some((vol, hdd, len)), Some((v2, h2, l2))) =
-                (wb(run.last()), wb(self.bg_queue.front()))
-            {
+            loop {
+                self.skip_cancelled();
+                let (Some((vol, hdd, len)), Some((v2, h2, l2))) =
+                    (wb(run.last()), wb(self.bg_queue.front()))
+                else {
+                    break;
+                };
                 let bytes: u64 = run.iter().map(|s| s.bytes().3).sum();
                 if vol != v2 || hdd + len != h2 || bytes + l2 > MAX_MERGED_WB {
                     break;
                 }
-                run.push(self.bg_queue.pop_front().expect("front exists"));
+                let (seq, st) = self.pop_bg().expect("front exists");
+                run.push(st);
+                seqs.push(seq);
             }
-            let (hcap, scap) = (
-                self.hdd.capacity_bytes(),
-                self.ssd.as_ref().map(|s| s.capacity_bytes()).unwrap_or(1),
-            );
-            let mut tasks = tasks_of(&run, false, hcap, scap, false);
-            for t in &mut tasks {
-                t.foreground = false;
-            }
-            let n = tasks.len() as u32;
-            let f = self.alloc_flight(Flight {
-                arrival_ns: self.now,
-                is_read: false,
-                is_write: false,
-                bytes: 0,
-                tasks,
-                fg_left: 0,
-                all_left: n,
-                done: true,
-                background: true,
-            });
-            self.bg_in_flight += n;
-            self.launch_ready(f);
-            self.track_idle();
+            self.launch_bg_run(&run, &seqs);
         }
     }
 
@@ -1061,6 +1331,12 @@ pub fn simulate_timed<'a>(
         flights: Vec::new(),
         free: Vec::new(),
         bg_queue: VecDeque::new(),
+        bg_seq_front: 0,
+        bg_cancelled: hashbrown::HashSet::new(),
+        pending_wb: hashbrown::HashMap::new(),
+        bg_slots: hashbrown::HashMap::new(),
+        bg_waiters: hashbrown::HashMap::new(),
+        line_shift: ls.trailing_zeros(),
         bg_in_flight: 0,
         hdd_fg_outstanding: 0,
         done: Vec::new(),

@@ -168,6 +168,16 @@ impl Policy for Dss {
         }
         self.victim()
     }
+    fn dirty_peer_victim(&mut self, class: u8, dirty: &[u64]) -> bool {
+        // (`victim_for` only reads the lists.)
+        let v = self.victim_for(class, dirty);
+        let is_dirty = dirty
+            .get(v as usize / 64)
+            .is_some_and(|w| w >> (v % 64) & 1 == 1);
+        // Lower numbers are higher priorities.
+        is_dirty
+            && self.rank_prio[self.rank[v as usize] as usize] <= self.table.class(class).priority
+    }
     fn admit(&mut self, class: u8, clean_share: f64) -> bool {
         match self.table.class(class).allocation {
             Allocation::Never => false,

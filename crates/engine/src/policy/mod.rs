@@ -135,6 +135,14 @@ pub trait Policy: Send {
     fn victim_for(&mut self, _class: u8, _dirty: &[u64]) -> Slot {
         self.victim()
     }
+    /// Whether [`Policy::victim_for`] would now name a dirty line that the policy values at
+    /// least as much as a new line of `class` (DSS: of the same or a higher priority). The
+    /// engine does not evict such a line for it: it writes the new line around the cache
+    /// (one HDD write, as the victim's write-back would have cost, and the victim stays
+    /// cached). Must not change the policy's state.
+    fn dirty_peer_victim(&mut self, _class: u8, _dirty: &[u64]) -> bool {
+        false
+    }
 }
 
 /// A read access to `key` with no oracle, for policy unit tests.
