@@ -20,7 +20,7 @@ pub mod warmup;
 pub use experiment::{Experiment, SweepGrid};
 pub use input::Input;
 pub use result::SimResult;
-pub use sweep::{run_sweep, SweepCell};
+pub use sweep::{run_sweep, run_sweep_with, SweepCell, SweepOptions};
 pub use timed::{run_timed, Drive, TimedOptions, TimedReport, TimedResult, TimedSetup};
 
 use anyhow::{Context, Result};
