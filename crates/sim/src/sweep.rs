@@ -2,7 +2,7 @@
 //!
 //! Cells that read the same input ([`Input::same_source`]) are run in one pass: the input is
 //! read and parsed once, and each batch of requests goes to every cell's engine, the engines
-//! running in parallel over the batch (rayon). The requests in memory are a few batches,
+//! running on one worker thread per core, each batch queued to every worker. The requests in memory are a few batches,
 //! whatever the trace's length; the engines of a group are all alive for the pass. Each
 //! engine sees the same requests in the same order through the same loop as a single
 //! [`simulate`] run, so every counter is the same. Cells of the log layout, cells whose policy
@@ -14,8 +14,9 @@ use crate::{feed, finish, footprint_lines, prepare, simulate, SimResult, SimSpec
 use anyhow::Result;
 use rayon::prelude::*;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{mpsc, Arc};
 use std::time::Instant;
-use tiercache_engine::Engine;
+use tiercache_engine::{Engine, Request};
 
 /// One cell of a sweep and its result.
 #[derive(Debug)]
@@ -206,27 +207,8 @@ fn run_group(
         return out;
     }
     let input = &specs[runs[0].cell].input;
-    let start = Instant::now();
-    let pass = input.for_each_batch_sized(ONE_PASS_BATCH, |batch| {
-        runs.par_iter_mut()
-            .filter(|r| r.failed.is_none())
-            .for_each(|r| {
-                if let Err(e) = feed(&mut r.engine, input, &mut r.n, batch, None) {
-                    r.failed = Some(e);
-                }
-            });
-        add_read(batch.len() as u64);
-        if runs.iter().all(|r| r.failed.is_some()) {
-            // Nobody is listening any more: stop reading.
-            return Err(AllFailed.into());
-        }
-        Ok(())
-    });
-    let wall = start.elapsed().as_secs_f64();
-    let pass: Result<Skipped> = match pass {
-        Err(e) if e.is::<AllFailed>() => Ok(Skipped::default()),
-        p => p,
-    };
+    let (pass, wall, mut runs) = one_pass(input, runs, add_read);
+    runs.sort_by_key(|r| r.cell);
     for r in runs {
         let spec = &specs[r.cell];
         let res = match (&pass, r.failed) {
@@ -240,6 +222,78 @@ fn run_group(
         cell_done();
     }
     out
+}
+
+/// Batches a worker of a one-pass group may have queued: a slow worker (descheduled on a
+/// loaded machine) holds the reader back only after this many.
+const QUEUE: usize = 4;
+
+/// Reads `input` once and feeds every batch to every run. The runs are dealt to as many
+/// worker threads as rayon has (`--jobs`), each taking its runs through the batches in
+/// order; the reader hands each batch to every worker through a
+/// bounded queue (one copy of each batch, shared). There is no barrier per batch: on a shared machine a worker that loses its
+/// core stalls the others only once the queue runs dry (a rayon join per batch did, and ran
+/// at half speed under load). Returns what the pass skipped (or why it failed), its wall
+/// time, and the runs.
+fn one_pass(
+    input: &crate::Input,
+    runs: Vec<Run>,
+    add_read: &(dyn Fn(u64) + Sync),
+) -> (Result<Skipped>, f64, Vec<Run>) {
+    let workers = rayon::current_num_threads().clamp(1, runs.len());
+    let mut shares: Vec<Vec<Run>> = (0..workers).map(|_| Vec::new()).collect();
+    for (k, r) in runs.into_iter().enumerate() {
+        shares[k % workers].push(r);
+    }
+    let live = AtomicUsize::new(shares.iter().map(Vec::len).sum());
+    let start = Instant::now();
+    let (pass, runs) = std::thread::scope(|s| {
+        let mut queues = Vec::with_capacity(workers);
+        let mut handles = Vec::with_capacity(workers);
+        for mut share in shares {
+            let (tx, rx) = mpsc::sync_channel::<Arc<Vec<Request>>>(QUEUE);
+            queues.push(tx);
+            let live = &live;
+            handles.push(s.spawn(move || {
+                for batch in rx {
+                    for r in share.iter_mut().filter(|r| r.failed.is_none()) {
+                        if let Err(e) = feed(&mut r.engine, input, &mut r.n, &batch, None) {
+                            r.failed = Some(e);
+                            live.fetch_sub(1, Ordering::Relaxed);
+                        }
+                    }
+                }
+                share
+            }));
+        }
+        let pass = input.for_each_batch_sized(ONE_PASS_BATCH, |batch| {
+            if live.load(Ordering::Relaxed) == 0 {
+                // Nobody is listening any more: stop reading.
+                return Err(AllFailed.into());
+            }
+            let batch = Arc::new(batch.to_vec());
+            for q in &queues {
+                if q.send(Arc::clone(&batch)).is_err() {
+                    // The worker is gone: it panicked, and the join below says so.
+                    return Err(AllFailed.into());
+                }
+            }
+            add_read(batch.len() as u64);
+            Ok(())
+        });
+        drop(queues);
+        let runs: Vec<Run> = handles
+            .into_iter()
+            .flat_map(|h| h.join().expect("sweep worker thread panicked"))
+            .collect();
+        (pass, runs)
+    });
+    let wall = start.elapsed().as_secs_f64();
+    let pass = match pass {
+        Err(e) if e.is::<AllFailed>() => Ok(Skipped::default()),
+        p => p,
+    };
+    (pass, wall, runs)
 }
 
 /// Every engine of a group failed: the pass stops early.

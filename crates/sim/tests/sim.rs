@@ -243,3 +243,37 @@ fn one_pass_sweep_reports_bad_records_as_single_runs_do() {
         }
     }
 }
+
+#[test]
+fn one_pass_sweep_keeps_going_when_one_run_fails() {
+    // A request past the 4 KiB-line address space is an error for the 4 KiB-line runs only:
+    // they fail as their single runs do, the 64 KiB-line runs read on to the end.
+    let mut reqs: Vec<Request> = (0..3000u64)
+        .map(|i| Request::read((i * 7919 % 900) * 4096, 4096))
+        .collect();
+    reqs.insert(1500, Request::read(1 << 60, 4096));
+    let input = mem(reqs);
+    let grid = SweepGrid {
+        size: vec!["256KiB".into(), "1MiB".into()],
+        line_size: vec!["4KiB".into(), "64KiB".into()],
+        ..Default::default()
+    };
+    let s = specs(&input, &CacheSection::default(), Some(&grid), 0).unwrap();
+    let cells = run_sweep(s.clone(), &|_| {}).unwrap();
+    let mut failed = 0;
+    for (cell, spec) in cells.iter().zip(&s) {
+        match (&cell.result, simulate(spec, None, None)) {
+            (Ok(a), Ok(b)) => {
+                assert_eq!(a.requests, 3001);
+                assert_eq!(counters_of(a), counters_of(&b));
+            }
+            (Err(a), Err(b)) => {
+                failed += 1;
+                assert_eq!(format!("{a:#}"), format!("{b:#}"));
+                assert!(format!("{a:#}").contains("request 1501"), "{a:#}");
+            }
+            (a, b) => panic!("sweep {a:?} vs single {b:?}"),
+        }
+    }
+    assert_eq!(failed, 2);
+}
