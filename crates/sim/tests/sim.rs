@@ -277,3 +277,37 @@ fn one_pass_sweep_keeps_going_when_one_run_fails() {
     }
     assert_eq!(failed, 2);
 }
+
+#[test]
+fn one_pass_sweep_spans_batches() {
+    // More requests than two one-pass batches: whole batches and a short last one.
+    let n = 2 * tiercache_sim::sweep::ONE_PASS_BATCH as u64 + 12345;
+    let reqs: Vec<Request> = (0..n)
+        .map(|i| {
+            let line = (i * 2654435761) % 40_000;
+            if i % 5 == 0 {
+                Request::write(line * 4096, 8192)
+            } else {
+                Request::read(line * 4096, 4096)
+            }
+        })
+        .collect();
+    let input = mem(reqs);
+    let grid = SweepGrid {
+        size: vec!["5%".into(), "30%".into()],
+        policy: vec!["lru".into(), "clock".into()],
+        mode: vec!["write-back".into()],
+        ..Default::default()
+    };
+    let s = specs(&input, &CacheSection::default(), Some(&grid), 0).unwrap();
+    let cells = run_sweep(s.clone(), &|_| {}).unwrap();
+    for (cell, spec) in cells.iter().zip(&s) {
+        let r = cell.result.as_ref().unwrap();
+        assert_eq!(r.requests, n);
+        assert!(r.write_backs > 0, "{r}");
+        assert_eq!(
+            counters_of(r),
+            counters_of(&simulate(spec, None, None).unwrap())
+        );
+    }
+}
