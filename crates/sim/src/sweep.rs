@@ -1,13 +1,15 @@
 //! Sweeps: many simulations of one input, on all cores.
 //!
-//! Cells that read the same input ([`Input::same_source`]) are run in one pass: the input is
-//! read and parsed once, and each batch of requests goes to every cell's engine, the engines
-//! running on one worker thread per core, each batch queued to every worker. The requests in memory are a few batches,
-//! whatever the trace's length; the engines of a group are all alive for the pass. Each
-//! engine sees the same requests in the same order through the same loop as a single
-//! [`simulate`] run, so every counter is the same. Cells of the log layout, cells whose policy
-//! needs the next-use oracle (it loads the whole trace anyway) and inputs with one cell run on
-//! their own, as before.
+//! Cells that read the same input ([`Input::same_source`]) run in one pass: the input is
+//! read and parsed once, and every batch of requests goes to every cell's engine; the
+//! engines are dealt to one worker thread per core, and each batch is queued to every
+//! worker. The requests in memory are a few batches, whatever the trace's length; the
+//! engines of a group are all alive for the pass. Each engine sees the same requests in the
+//! same order through the same loop as a single [`simulate`] run, so every counter is the
+//! same. Cells of the log layout, cells whose policy needs the next-use oracle (it loads the
+//! whole trace anyway) and inputs with one cell run on their own, as before.
+//!
+//! [`Input::same_source`]: crate::Input::same_source
 
 use crate::input::Skipped;
 use crate::{feed, finish, footprint_lines, prepare, simulate, SimResult, SimSpec};
@@ -26,12 +28,12 @@ pub struct SweepCell {
 }
 
 /// Requests per batch handed to the engines of a one-pass group (20 MiB at 40 bytes a
-/// request; a pass holds at most 4 of them: 2 queued per worker, shared, 1 being
-/// gathered, 1 in work). A worker switches engines every
-/// batch, and each switch reloads the engine's index into the core's caches: on a 20-point
-/// LRU sweep of 10 M requests (2 cores, 4 MiB L2 each) the sweep took 25.0 / 16.9 / 12.4 /
-/// 11.2 / 10.7 CPU s at 16 Ki / 64 Ki / 256 Ki / 512 Ki / 1 Mi-request batches, against
-/// 11.7 s for a pass per run: 512 Ki is where larger batches stop paying for their memory.
+/// request; a pass holds at most 4 of them: 2 queued per worker, shared, 1 being gathered,
+/// 1 in work). A worker switches engines every batch, and each switch reloads the engine's
+/// index into the core's caches: on a 20-point LRU sweep of 10 M requests (2 cores, 4 MiB
+/// L2 each) the sweep took 25.0 / 16.9 / 12.4 / 11.2 / 10.7 CPU s at 16 Ki / 64 Ki /
+/// 256 Ki / 512 Ki / 1 Mi-request batches, against 11.7 s for a pass per run: 512 Ki is
+/// where larger batches stop paying for their memory.
 pub const ONE_PASS_BATCH: usize = 1 << 19;
 
 /// How a sweep runs and what it reports while it runs.
@@ -41,7 +43,8 @@ pub struct SweepOptions<'a> {
     pub per_cell: bool,
     /// Called with the number of cells done, after each cell.
     pub on_cell: Option<&'a (dyn Fn(usize) + Sync)>,
-    /// Called with the requests read so far by all passes (after every batch parsed, 16 Ki requests).
+    /// Called with the requests read so far by all passes (after every batch parsed: 16 Ki
+    /// requests).
     pub on_requests: Option<&'a (dyn Fn(u64) + Sync)>,
 }
 
@@ -234,10 +237,10 @@ const QUEUE: usize = 2;
 
 /// Reads `input` once and feeds every batch to every run. The runs are dealt to as many
 /// worker threads as rayon has (`--jobs`), each taking its runs through the batches in
-/// order; the reader hands each batch to every worker through a
-/// bounded queue (one copy of each batch, shared). There is no barrier per batch: on a shared machine a worker that loses its
-/// core stalls the others only once the queue runs dry (a rayon join per batch did, and ran
-/// at half speed under load). Returns what the pass skipped (or why it failed), its wall
+/// order; the reader hands each batch (one copy, shared) to every worker through a bounded
+/// queue. There is no barrier per batch: on a shared machine a worker that loses its core
+/// stalls the others only once the queue runs dry (a rayon join per batch did, and ran at
+/// half speed under load). Returns what the pass skipped (or why it failed), its wall
 /// time, and the runs.
 fn one_pass(
     input: &crate::Input,
