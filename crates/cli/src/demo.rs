@@ -5,7 +5,7 @@ use anyhow::Result;
 use clap::Args;
 use std::sync::Arc;
 use tiercache_engine::{fmt_size, CacheSize, EngineConfig, Mode, Request};
-use tiercache_sim::{run_sweep, Input, SimResult, SimSpec};
+use tiercache_sim::{run_sweep_with, Input, SimResult, SimSpec, SweepOptions};
 use tiercache_trace::workload::WorkloadSpec;
 
 #[derive(Args, Debug)]
@@ -94,7 +94,16 @@ pub fn run(a: DemoArgs) -> Result<()> {
     }
     let n = specs.len() as u64;
     let progress = Progress::new(a.quiet, Some(n), "runs");
-    let cells = run_sweep(specs, &|d| progress.set(d as u64))?;
+    let cells = run_sweep_with(
+        specs,
+        SweepOptions {
+            on_cell: Some(&|d| progress.set(d as u64)),
+            on_requests: Some(&|r| {
+                progress.set_message(format!("{} requests read", indicatif::HumanCount(r)))
+            }),
+            ..Default::default()
+        },
+    )?;
     progress.finish();
     let results: Vec<SimResult> = cells.into_iter().map(|c| c.result).collect::<Result<_>>()?;
     if a.json {

@@ -21,7 +21,7 @@ impl Progress {
             None => ProgressBar::with_draw_target(None, ProgressDrawTarget::hidden()),
         };
         let tpl = if total.is_some() {
-            format!("{{elapsed_precise}} [{{bar:40}}] {{human_pos}}/{{human_len}} {unit} ({{per_sec}}, eta {{eta}})")
+            format!("{{elapsed_precise}} [{{bar:40}}] {{human_pos}}/{{human_len}} {unit} ({{per_sec}}, eta {{eta}}) {{msg}}")
         } else {
             format!("{{elapsed_precise}} {{spinner}} {{human_pos}} {unit} ({{per_sec}})")
         };
@@ -40,6 +40,11 @@ impl Progress {
 
     pub fn set(&self, pos: u64) {
         self.bar.set_position(pos);
+        self.show_when_slow();
+    }
+
+    /// Shows the bar once the run has taken a second.
+    fn show_when_slow(&self) {
         if self.enabled
             && !self.shown.load(Ordering::Relaxed)
             && self.start.elapsed() > Duration::from_secs(1)
@@ -48,6 +53,12 @@ impl Progress {
             self.bar.set_draw_target(ProgressDrawTarget::stderr());
             self.bar.enable_steady_tick(Duration::from_millis(200));
         }
+    }
+
+    /// Text after the bar (e.g. what the position does not tell).
+    pub fn set_message(&self, msg: String) {
+        self.bar.set_message(msg);
+        self.show_when_slow();
     }
 
     pub fn finish(&self) {

@@ -10,9 +10,10 @@ use tiercache_engine::classes::Classify;
 use tiercache_engine::ClassTable;
 use tiercache_sim::experiment::{specs, CacheSection, InputSection};
 use tiercache_sim::fileserver::{self, FileserverSpec, PhaseRange};
+use tiercache_sim::sweep::SweepOptions;
 use tiercache_sim::{
-    run_sweep, run_timed, simulate, Drive, Experiment, Input, SimResult, SweepGrid, TimedReport,
-    TimedSetup,
+    run_sweep_with, run_timed, simulate, Drive, Experiment, Input, SimResult, SweepGrid,
+    TimedReport, TimedSetup,
 };
 
 /// Where requests come from.
@@ -264,6 +265,11 @@ pub struct SweepArgs {
     /// No progress bar.
     #[arg(long, short = 'q')]
     pub quiet: bool,
+    /// Read the input once per run, as before one-pass sweeps (to compare; slower). By
+    /// default the runs of one input share a single pass over it: each request is parsed
+    /// once and handed to every run's engine (log-layout runs and belady read on their own).
+    #[arg(long)]
+    pub per_run: bool,
 }
 
 /// Merges flags over an optional experiment file.
@@ -468,7 +474,17 @@ pub fn sweep(mut a: SweepArgs) -> Result<()> {
     }
     let n = specs.len() as u64;
     let progress = Progress::new(a.quiet, Some(n), "runs");
-    let cells = run_sweep(specs, &|d| progress.set(d as u64))?;
+    let cells = run_sweep_with(
+        specs,
+        SweepOptions {
+            per_cell: a.per_run,
+            on_cell: Some(&|d| progress.set(d as u64)),
+            // Runs sharing a pass finish together: the requests read show it moving.
+            on_requests: Some(&|r| {
+                progress.set_message(format!("{} requests read", indicatif::HumanCount(r)))
+            }),
+        },
+    )?;
     progress.finish();
     let mut results = Vec::new();
     for c in cells {

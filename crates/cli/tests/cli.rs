@@ -222,6 +222,44 @@ fn sweep_writes_one_row_per_cell() {
 }
 
 #[test]
+fn sweep_reads_a_trace_once_and_matches_per_run_sweeps() {
+    let Some(dir) = shared() else { return };
+    let trace = dir.join("systor17/systor17-traces-sample.csv.gz");
+    let t = trace.to_str().unwrap();
+    let args = |extra: &[&'static str]| {
+        let mut v = vec![
+            "sweep",
+            "--trace",
+            t,
+            "--sizes",
+            "1%,5%,10%,256KiB",
+            "--policies",
+            "lru,s3fifo,belady",
+            "--modes",
+            "wt,wb",
+            "--json",
+            "-q",
+        ];
+        v.extend_from_slice(extra);
+        v
+    };
+    let strip = |mut v: serde_json::Value| {
+        for r in v.as_array_mut().unwrap() {
+            let o = r.as_object_mut().unwrap();
+            o.remove("wall_s").unwrap();
+            o.remove("requests_per_s").unwrap();
+        }
+        v
+    };
+    let one_pass = strip(json(&args(&[])));
+    let per_run = strip(json(&args(&["--per-run"])));
+    assert_eq!(one_pass.as_array().unwrap().len(), 4 * 3 * 2);
+    assert_eq!(one_pass, per_run);
+    assert!(one_pass[0]["line_hits"].as_u64().unwrap() > 0);
+    assert!(ok(&["sweep", "--help"]).contains("--per-run"));
+}
+
+#[test]
 fn trace_gen_stats_and_convert() {
     let dir = tempfile::tempdir().unwrap();
     let t = dir.path().join("g.csv.zst");

@@ -93,8 +93,19 @@ impl Input {
     /// (with `skip_bad`) and the first one's error.
     pub fn for_each_batch_counted(
         &self,
+        f: impl FnMut(&[Request]) -> Result<()>,
+    ) -> Result<Skipped> {
+        self.for_each_batch_sized(BATCH, f)
+    }
+
+    /// [`Input::for_each_batch_counted`] in batches of `batch_len` requests (the last one
+    /// shorter). The requests in memory are at most a few batches, whatever the input's length.
+    pub fn for_each_batch_sized(
+        &self,
+        batch_len: usize,
         mut f: impl FnMut(&[Request]) -> Result<()>,
     ) -> Result<Skipped> {
+        assert!(batch_len > 0, "batches of 0 requests");
         match self {
             Input::Trace {
                 path,
@@ -109,7 +120,7 @@ impl Input {
                 let (empty_tx, empty_rx) = mpsc::channel::<Vec<Request>>();
                 for _ in 0..PIPELINE + 2 {
                     empty_tx
-                        .send(Vec::with_capacity(BATCH))
+                        .send(Vec::with_capacity(batch_len))
                         .expect("receiver alive");
                 }
                 std::thread::scope(|s| {
@@ -119,7 +130,7 @@ impl Input {
                             first: r.first_error().map(|e| e.to_string()),
                         };
                         while let Ok(mut batch) = empty_rx.recv() {
-                            let r = reader.read_batch(&mut batch, BATCH);
+                            let r = reader.read_batch(&mut batch, batch_len);
                             let end = r.is_err() || batch.is_empty();
                             let item = r.map(|_| batch).map_err(anyhow::Error::from);
                             if full_tx.send(item).is_err() || end {
@@ -151,10 +162,10 @@ impl Input {
             }
             Input::Workload { spec, seed } => {
                 let mut gen = spec.generate(*seed);
-                let mut batch = Vec::with_capacity(BATCH);
+                let mut batch = Vec::with_capacity(batch_len);
                 loop {
                     batch.clear();
-                    batch.extend(gen.by_ref().take(BATCH));
+                    batch.extend(gen.by_ref().take(batch_len));
                     if batch.is_empty() {
                         return Ok(Skipped::default());
                     }
@@ -162,9 +173,39 @@ impl Input {
                 }
             }
             Input::Memory { requests, .. } => requests
-                .chunks(BATCH)
+                .chunks(batch_len)
                 .try_for_each(f)
                 .map(|_| Skipped::default()),
+        }
+    }
+
+    /// Whether `other` yields the same requests: the same trace read the same way, the same
+    /// workload and seed, or the same requests in memory (so one pass can feed both).
+    pub fn same_source(&self, other: &Input) -> bool {
+        match (self, other) {
+            (
+                Input::Trace {
+                    path,
+                    format,
+                    options,
+                },
+                Input::Trace {
+                    path: p2,
+                    format: f2,
+                    options: o2,
+                },
+            ) => path == p2 && format == f2 && options == o2,
+            (Input::Workload { spec, seed }, Input::Workload { spec: s2, seed: e2 }) => {
+                spec == s2 && seed == e2
+            }
+            (
+                Input::Memory { name, requests },
+                Input::Memory {
+                    name: n2,
+                    requests: r2,
+                },
+            ) => name == n2 && Arc::ptr_eq(requests, r2),
+            _ => false,
         }
     }
 

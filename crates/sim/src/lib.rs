@@ -20,7 +20,7 @@ pub mod warmup;
 pub use experiment::{Experiment, SweepGrid};
 pub use input::Input;
 pub use result::SimResult;
-pub use sweep::{run_sweep, SweepCell};
+pub use sweep::{run_sweep, run_sweep_with, SweepCell, SweepOptions};
 pub use timed::{run_timed, Drive, TimedOptions, TimedReport, TimedResult, TimedSetup};
 
 use anyhow::{Context, Result};
@@ -70,6 +70,23 @@ pub fn simulate(
     if let Some(l) = &spec.log {
         return log::simulate_log(spec, l);
     }
+    let (mut engine, footprint) = prepare(spec, footprint)?;
+    if engine.needs_oracle() {
+        let reqs: Vec<Request> = spec.input.open()?.collect::<Result<_>>()?;
+        engine.set_oracle(Engine::next_use_oracle(spec.engine.line_size, &reqs));
+    }
+    let start = Instant::now();
+    let mut n: u64 = 0;
+    let skipped = spec
+        .input
+        .for_each_batch_counted(|batch| feed(&mut engine, &spec.input, &mut n, batch, progress))?;
+    let wall = start.elapsed().as_secs_f64();
+    finish(spec, &engine, footprint, wall, n, skipped)
+}
+
+/// The engine of a direct-layout run, sized from its cache size (computing the footprint
+/// with a pre-pass when the size needs it and `footprint` is None), without an oracle.
+pub(crate) fn prepare(spec: &SimSpec, footprint: Option<u64>) -> Result<(Engine, Option<u64>)> {
     let ls = spec.engine.line_size;
     let footprint = match footprint {
         Some(f) => Some(f),
@@ -84,39 +101,55 @@ pub fn simulate(
     ensure_some_lines(spec, cfg.capacity_lines, footprint)?;
     let mut engine = Engine::new(cfg).map_err(|e| anyhow::anyhow!("{e}"))?;
     engine.set_record_plan(false);
-    if engine.needs_oracle() {
-        let reqs: Vec<Request> = spec.input.open()?.collect::<Result<_>>()?;
-        engine.set_oracle(Engine::next_use_oracle(ls, &reqs));
-    }
-    let start = Instant::now();
-    let mut n: u64 = 0;
-    let skipped = spec.input.for_each_batch_counted(|batch| {
-        for (i, r) in batch.iter().enumerate() {
-            // Start loading the index bucket of a request a few ahead.
-            if let Some(ahead) = batch.get(i + PREFETCH_AHEAD) {
-                engine.prefetch(ahead);
-            }
-            engine
-                .process(r)
-                .with_context(|| format!("{}: request {} ({:?})", spec.input, n + 1, r))?;
-            if engine.needs_cleaning() {
-                let t = engine.cleaning_target();
-                engine.clean(t);
-            }
-            n += 1;
-            if n.is_multiple_of(PROGRESS_EVERY) {
-                if let Some(p) = progress {
-                    p(n);
-                }
+    Ok((engine, footprint))
+}
+
+/// Runs one batch of requests through an engine: the one loop every untimed direct-layout
+/// run uses (single runs and the one-pass sweep), so that both count alike. `n` counts the
+/// requests done so far (for the error message and `progress`).
+#[inline]
+pub(crate) fn feed(
+    engine: &mut Engine,
+    input: &Input,
+    n: &mut u64,
+    batch: &[Request],
+    progress: Option<Progress>,
+) -> Result<()> {
+    for (i, r) in batch.iter().enumerate() {
+        // Start loading the index bucket of a request a few ahead.
+        if let Some(ahead) = batch.get(i + PREFETCH_AHEAD) {
+            engine.prefetch(ahead);
+        }
+        engine
+            .process(r)
+            .with_context(|| format!("{}: request {} ({:?})", input, *n + 1, r))?;
+        if engine.needs_cleaning() {
+            let t = engine.cleaning_target();
+            engine.clean(t);
+        }
+        *n += 1;
+        if n.is_multiple_of(PROGRESS_EVERY) {
+            if let Some(p) = progress {
+                p(*n);
             }
         }
-        Ok(())
-    })?;
-    let wall = start.elapsed().as_secs_f64();
+    }
+    Ok(())
+}
+
+/// The result of a run that processed `n` requests in `wall` seconds.
+pub(crate) fn finish(
+    spec: &SimSpec,
+    engine: &Engine,
+    footprint: Option<u64>,
+    wall: f64,
+    n: u64,
+    skipped: input::Skipped,
+) -> Result<SimResult> {
     if n == 0 {
         return Err(no_requests(&spec.input));
     }
-    let mut res = SimResult::new(spec, &engine, footprint, wall);
+    let mut res = SimResult::new(spec, engine, footprint, wall);
     res.set_skipped(skipped);
     Ok(res)
 }

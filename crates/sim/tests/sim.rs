@@ -100,3 +100,214 @@ fn relative_trace_paths_follow_the_experiment_file() {
     let e = Experiment::load(&p).unwrap();
     assert_eq!(e.input.trace.unwrap(), dir.path().join("t.csv"));
 }
+
+/// A result as JSON without its timing (wall time and speed differ from run to run).
+fn counters_of(r: &tiercache_sim::SimResult) -> serde_json::Value {
+    let mut v = serde_json::to_value(r).unwrap();
+    let o = v.as_object_mut().unwrap();
+    assert!(o.remove("wall_s").is_some() && o.remove("requests_per_s").is_some());
+    v
+}
+
+/// cloudPhysicsIO beside the checkout (`../shared/traces`), when present.
+fn cloud_physics() -> Option<Input> {
+    let p = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../../shared/traces/cloudPhysicsIO/cloudPhysicsIO.csv");
+    if !p.exists() {
+        eprintln!("SKIP (real-trace half): {} not found", p.display());
+        return None;
+    }
+    Some(Input::Trace {
+        path: p,
+        format: None,
+        options: Default::default(),
+    })
+}
+
+#[test]
+fn one_pass_sweep_matches_single_runs_counter_for_counter() {
+    // Two inputs (a real trace when present, a synthetic workload), their cells interleaved;
+    // several policies, sizes (shares of the footprint and bytes) and write modes, and belady
+    // (which needs the oracle and runs on its own).
+    let workload = Input::Workload {
+        spec: "zipf:theta=0.9,wss=64MiB,requests=50000,read=70,size=4k@80+64k@20"
+            .parse()
+            .unwrap(),
+        seed: 7,
+    };
+    let mut inputs = vec![workload];
+    inputs.extend(cloud_physics());
+    let grid = SweepGrid {
+        size: vec!["1%".into(), "10%".into(), "8MiB".into()],
+        policy: vec!["lru".into(), "s3fifo".into(), "arc".into(), "belady".into()],
+        mode: vec!["write-through".into(), "write-back".into()],
+        ..Default::default()
+    };
+    let mut all = Vec::new();
+    let per_input: Vec<Vec<SimSpec>> = inputs
+        .iter()
+        .map(|i| specs(i, &CacheSection::default(), Some(&grid), 0).unwrap())
+        .collect();
+    for k in 0..per_input[0].len() {
+        for s in &per_input {
+            all.push(s[k].clone());
+        }
+    }
+    let reads = std::sync::atomic::AtomicU64::new(0);
+    let cells = tiercache_sim::sweep::run_sweep_with(
+        all.clone(),
+        tiercache_sim::sweep::SweepOptions {
+            on_requests: Some(&|n| {
+                reads.fetch_max(n, std::sync::atomic::Ordering::Relaxed);
+            }),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(cells.len(), all.len());
+    let mut requests_in_inputs = 0;
+    for (cell, spec) in cells.iter().zip(&all) {
+        let one = simulate(spec, None, None).unwrap();
+        let r = cell.result.as_ref().unwrap();
+        let mut swept = counters_of(r);
+        if one.footprint_lines.is_none() {
+            // A size in bytes needs no footprint; the sweep reports the one it computed for
+            // the other cells of the input (as it always has).
+            swept["footprint_lines"] = serde_json::Value::Null;
+        }
+        assert_eq!(
+            swept,
+            counters_of(&one),
+            "{} {} {} {}",
+            spec.input,
+            spec.engine.policy,
+            spec.engine.mode,
+            spec.cache_size
+        );
+        assert!(r.line_hits > 0 && r.evictions > 0, "{r}");
+        requests_in_inputs = requests_in_inputs.max(r.requests);
+    }
+    // Progress counted the requests read: at least one pass over the longest input, and far
+    // fewer than one pass per cell.
+    let read = reads.load(std::sync::atomic::Ordering::Relaxed);
+    assert!(read >= requests_in_inputs, "{read} < {requests_in_inputs}");
+    let cells_total: u64 = cells
+        .iter()
+        .map(|c| c.result.as_ref().unwrap().requests)
+        .sum();
+    assert!(read * 3 < cells_total, "read {read} of {cells_total}");
+}
+
+#[test]
+fn one_pass_sweep_reports_bad_records_as_single_runs_do() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("t.csv");
+    let mut text = String::new();
+    for i in 0..300u64 {
+        text.push_str(&format!("{},R,{},4096\n", i, (i * 7 % 50) * 4096));
+        if i == 200 {
+            text.push_str("oops,R,x,4096\n");
+        }
+    }
+    std::fs::write(&p, text).unwrap();
+    for skip_bad in [false, true] {
+        let input = Input::Trace {
+            path: p.clone(),
+            format: Some("simple".parse().unwrap()),
+            options: tiercache_trace::ReadOptions {
+                skip_bad,
+                ..Default::default()
+            },
+        };
+        let grid = SweepGrid {
+            size: vec!["40KiB".into(), "100KiB".into(), "80KiB".into()],
+            ..Default::default()
+        };
+        let s = specs(&input, &CacheSection::default(), Some(&grid), 0).unwrap();
+        let cells = run_sweep(s.clone(), &|_| {}).unwrap();
+        for (cell, spec) in cells.iter().zip(&s) {
+            match (&cell.result, simulate(spec, None, None)) {
+                (Ok(a), Ok(b)) => {
+                    assert!(skip_bad);
+                    assert_eq!(a.skipped_records, 1);
+                    assert_eq!(counters_of(a), counters_of(&b));
+                }
+                (Err(a), Err(b)) => {
+                    assert!(!skip_bad);
+                    let (a, b) = (format!("{a:#}"), format!("{b:#}"));
+                    assert_eq!(a, b);
+                    assert!(a.contains("t.csv") && a.contains("oops"), "{a}");
+                }
+                (a, b) => panic!("sweep {a:?} vs single {b:?}"),
+            }
+        }
+    }
+}
+
+#[test]
+fn one_pass_sweep_keeps_going_when_one_run_fails() {
+    // A request past the 4 KiB-line address space is an error for the 4 KiB-line runs only:
+    // they fail as their single runs do, the 64 KiB-line runs read on to the end.
+    let mut reqs: Vec<Request> = (0..3000u64)
+        .map(|i| Request::read((i * 7919 % 900) * 4096, 4096))
+        .collect();
+    reqs.insert(1500, Request::read(1 << 60, 4096));
+    let input = mem(reqs);
+    let grid = SweepGrid {
+        size: vec!["256KiB".into(), "1MiB".into()],
+        line_size: vec!["4KiB".into(), "64KiB".into()],
+        ..Default::default()
+    };
+    let s = specs(&input, &CacheSection::default(), Some(&grid), 0).unwrap();
+    let cells = run_sweep(s.clone(), &|_| {}).unwrap();
+    let mut failed = 0;
+    for (cell, spec) in cells.iter().zip(&s) {
+        match (&cell.result, simulate(spec, None, None)) {
+            (Ok(a), Ok(b)) => {
+                assert_eq!(a.requests, 3001);
+                assert_eq!(counters_of(a), counters_of(&b));
+            }
+            (Err(a), Err(b)) => {
+                failed += 1;
+                assert_eq!(format!("{a:#}"), format!("{b:#}"));
+                assert!(format!("{a:#}").contains("request 1501"), "{a:#}");
+            }
+            (a, b) => panic!("sweep {a:?} vs single {b:?}"),
+        }
+    }
+    assert_eq!(failed, 2);
+}
+
+#[test]
+fn one_pass_sweep_spans_batches() {
+    // More requests than two one-pass batches: whole batches and a short last one.
+    let n = 2 * tiercache_sim::sweep::ONE_PASS_BATCH as u64 + 12345;
+    let reqs: Vec<Request> = (0..n)
+        .map(|i| {
+            let line = (i * 2654435761) % 40_000;
+            if i % 5 == 0 {
+                Request::write(line * 4096, 8192)
+            } else {
+                Request::read(line * 4096, 4096)
+            }
+        })
+        .collect();
+    let input = mem(reqs);
+    let grid = SweepGrid {
+        size: vec!["5%".into(), "30%".into()],
+        policy: vec!["lru".into(), "clock".into()],
+        mode: vec!["write-back".into()],
+        ..Default::default()
+    };
+    let s = specs(&input, &CacheSection::default(), Some(&grid), 0).unwrap();
+    let cells = run_sweep(s.clone(), &|_| {}).unwrap();
+    for (cell, spec) in cells.iter().zip(&s) {
+        let r = cell.result.as_ref().unwrap();
+        assert_eq!(r.requests, n);
+        assert!(r.write_backs > 0, "{r}");
+        assert_eq!(
+            counters_of(r),
+            counters_of(&simulate(spec, None, None).unwrap())
+        );
+    }
+}
