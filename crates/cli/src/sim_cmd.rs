@@ -483,6 +483,7 @@ pub fn sweep(mut a: SweepArgs) -> Result<()> {
             on_requests: Some(&|r| {
                 progress.set_message(format!("{} requests read", indicatif::HumanCount(r)))
             }),
+            ..Default::default()
         },
     )?;
     progress.finish();

@@ -4,7 +4,8 @@
 //! read and parsed once, and every batch of requests goes to every cell's engine; the
 //! engines are dealt to one worker thread per core, and each batch is queued to every
 //! worker. The requests in memory are a few batches, whatever the trace's length; the
-//! engines of a group are all alive for the pass. Each engine sees the same requests in the
+//! engines of a pass are all alive at once, so a group whose caches add up to more than
+//! [`SweepOptions::index_budget`] runs in several passes. Each engine sees the same requests in the
 //! same order through the same loop as a single [`simulate`] run, so every counter is the
 //! same. Cells of the log layout, cells whose policy needs the next-use oracle (it loads the
 //! whole trace anyway) and inputs with one cell run on their own, as before.
@@ -46,6 +47,43 @@ pub struct SweepOptions<'a> {
     /// Called with the requests read so far by all passes (after every batch parsed: 16 Ki
     /// requests).
     pub on_requests: Option<&'a (dyn Fn(u64) + Sync)>,
+    /// Bound on the estimated index RAM of the engines alive in one pass (`None`:
+    /// [`ONE_PASS_INDEX_BUDGET`]). A group whose caches add up to more is split into several
+    /// passes; a pass always may hold as many engines as there are worker threads, so no
+    /// sweep holds fewer engines at once than the per-run path did.
+    pub index_budget: Option<u64>,
+}
+
+/// Default bound on the estimated index RAM of one pass's engines (see
+/// [`SweepOptions::index_budget`]): 4 GiB, a sixth of this project's 24 GiB machine.
+pub const ONE_PASS_INDEX_BUDGET: u64 = 4 << 30;
+
+/// Estimated RAM per cache line of an engine, for [`SweepOptions::index_budget`]: issue 16
+/// measured 31.1 B per line for the engine's index and policy state; rounded up for the
+/// policies with ghost lists.
+const EST_BYTES_PER_LINE: u64 = 48;
+
+/// Splits one group's cells (with each one's cache lines) into passes whose estimated index
+/// RAM stays within `budget`, except that a pass may always hold `min_engines` engines.
+/// Cells keep their order.
+pub fn split_by_budget(cells: &[(usize, u64)], budget: u64, min_engines: usize) -> Vec<Vec<usize>> {
+    let mut passes: Vec<Vec<usize>> = Vec::new();
+    let mut bytes = 0u64;
+    for &(cell, lines) in cells {
+        let est = lines.saturating_mul(EST_BYTES_PER_LINE);
+        match passes.last_mut() {
+            Some(p) if p.len() < min_engines.max(1) || bytes.saturating_add(est) <= budget => {
+                p.push(cell);
+                bytes = bytes.saturating_add(est);
+            }
+            _ => {
+                passes.push(vec![cell]);
+                bytes = est;
+            }
+        }
+    }
+    debug_assert_eq!(passes.iter().map(Vec::len).sum::<usize>(), cells.len());
+    passes
 }
 
 /// Runs every spec, in parallel (rayon's pool: all cores), reading each input once for all
@@ -78,7 +116,33 @@ pub fn run_sweep_with(specs: Vec<SimSpec>, opts: SweepOptions) -> Result<Vec<Swe
             .find(|(i, ls, _)| *ls == s.engine.line_size && specs[*i].input.same_source(&s.input))
             .map(|(_, _, f)| *f)
     };
-    let jobs = plan(&specs, opts.per_cell);
+    let budget = opts.index_budget.unwrap_or(ONE_PASS_INDEX_BUDGET);
+    let jobs = plan(&specs, opts.per_cell)
+        .into_iter()
+        .flat_map(|job| match job {
+            Job::Group(cells) => {
+                let sized: Vec<(usize, u64)> = cells
+                    .iter()
+                    .map(|&c| {
+                        let s = &specs[c];
+                        let fp = footprint_of(s).unwrap_or(0);
+                        (c, s.cache_size.lines(s.engine.line_size, fp))
+                    })
+                    .collect();
+                split_by_budget(&sized, budget, rayon::current_num_threads())
+                    .into_iter()
+                    .map(|p| {
+                        if p.len() == 1 {
+                            Job::Single(p[0])
+                        } else {
+                            Job::Group(p)
+                        }
+                    })
+                    .collect::<Vec<_>>()
+            }
+            single => vec![single],
+        })
+        .collect::<Vec<_>>();
     let cells_done = AtomicUsize::new(0);
     let read = AtomicU64::new(0);
     let cell_done = || {

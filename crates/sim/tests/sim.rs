@@ -311,3 +311,80 @@ fn one_pass_sweep_spans_batches() {
         );
     }
 }
+
+#[test]
+fn index_budget_splits_a_group_into_passes() {
+    use tiercache_sim::sweep::split_by_budget;
+    // 48 B a line (the estimate): 1,000 lines ~ 48 KB.
+    let cells = [(0, 1000), (1, 1000), (2, 1000), (3, 1000), (4, 10)];
+    // Room for two 1,000-line caches a pass; the small one joins the last pass.
+    assert_eq!(
+        split_by_budget(&cells, 100_000, 1),
+        vec![vec![0, 1], vec![2, 3, 4]]
+    );
+    // A pass may always hold as many engines as there are workers, whatever the budget.
+    assert_eq!(
+        split_by_budget(&cells, 0, 2),
+        vec![vec![0, 1], vec![2, 3], vec![4]]
+    );
+    // A large budget: one pass.
+    assert_eq!(
+        split_by_budget(&cells, u64::MAX, 2),
+        vec![vec![0, 1, 2, 3, 4]]
+    );
+}
+
+#[test]
+fn sweep_over_the_index_budget_reads_the_input_once_per_pass_with_the_same_counters() {
+    let n = 50_000u64;
+    let reqs: Vec<Request> = (0..n)
+        .map(|i| {
+            let line = (i * 2654435761) % 20_000;
+            if i % 4 == 0 {
+                Request::write(line * 4096, 4096)
+            } else {
+                Request::read(line * 4096, 4096)
+            }
+        })
+        .collect();
+    let input = mem(reqs);
+    let grid = SweepGrid {
+        size: vec!["10%".into(), "20%".into(), "40%".into(), "80%".into()],
+        policy: vec!["lru".into()],
+        ..Default::default()
+    };
+    let s = specs(&input, &CacheSection::default(), Some(&grid), 0).unwrap();
+    let read = |budget: Option<u64>| {
+        let reads = std::sync::atomic::AtomicU64::new(0);
+        let cells = tiercache_sim::sweep::run_sweep_with(
+            s.clone(),
+            tiercache_sim::sweep::SweepOptions {
+                on_requests: Some(&|r| {
+                    reads.fetch_max(r, std::sync::atomic::Ordering::Relaxed);
+                }),
+                index_budget: budget,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        for (cell, spec) in cells.iter().zip(&s) {
+            assert_eq!(
+                counters_of(cell.result.as_ref().unwrap()),
+                counters_of(&simulate(spec, None, None).unwrap())
+            );
+        }
+        reads.into_inner()
+    };
+    let one = read(None);
+    assert!(one > 0);
+    // A budget of zero: each pass holds only as many engines as there are workers, so the
+    // input is read more than once (4 cells, at most `threads` a pass), counters unchanged.
+    let threads = rayon::current_num_threads() as u64;
+    let split = read(Some(0));
+    match threads {
+        // One worker: every cell runs alone (its progress is counted differently).
+        1 => {}
+        2 | 3 => assert_eq!(split, 2 * one, "one pass read {one} requests"),
+        _ => assert_eq!(split, one, "4 workers hold all 4 engines in one pass"),
+    }
+}
