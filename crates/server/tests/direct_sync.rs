@@ -16,10 +16,16 @@ const LINES: u64 = 16;
 
 /// A cache of `LINES` 4 KiB lines over a backing device with a volatile write cache.
 fn rig(mode: Mode) -> (Files, CacheVolume, FaultHandle) {
+    let (f, vol, _, bh) = rig_with_cache(mode);
+    (f, vol, bh)
+}
+
+/// [`rig`], with the cache device's fault handle.
+fn rig_with_cache(mode: Mode) -> (Files, CacheVolume, FaultHandle, FaultHandle) {
     let f = files(LINES, 4096);
     format(&f, mode, 4096);
     let faults = Faults::new(7);
-    let (c, _) = faults.wrap("cache", Box::new(FileDev::open(&f.cache).unwrap()), false);
+    let (c, ch) = faults.wrap("cache", Box::new(FileDev::open(&f.cache).unwrap()), false);
     let (b, bh) = faults.wrap(
         "backing",
         Box::new(FileDev::open(&f.backing).unwrap()),
@@ -30,7 +36,7 @@ fn rig(mode: Mode) -> (Files, CacheVolume, FaultHandle) {
         ..Default::default()
     };
     let (vol, _) = CacheVolume::open(Box::new(c), Box::new(b), &opts).unwrap();
-    (f, vol, bh)
+    (f, vol, ch, bh)
 }
 
 fn backing_byte(f: &Files, at: usize) -> u8 {
@@ -52,8 +58,9 @@ fn evict_line_0(vol: &CacheVolume) {
 }
 
 /// After the failed sync: a FLUSH succeeds only once byte 0 is on the backing device (or
-/// its range is reported lost); once line 0 is evicted it reads `want` or fails.
-fn check_after_failed_sync(f: &Files, vol: &CacheVolume, want: u8, what: &str) {
+/// its range is reported lost); once line 0 is evicted it reads `want` or fails. `cached`:
+/// the cache still held the line at the failed sync, so nothing may be lost.
+fn check_after_failed_sync(f: &Files, vol: &CacheVolume, want: u8, cached: bool, what: &str) {
     let second = vol.flush();
     let lost = vol.stats().lost_dirty_ranges;
     let on_backing = backing_byte(f, 0);
@@ -62,6 +69,12 @@ fn check_after_failed_sync(f: &Files, vol: &CacheVolume, want: u8, what: &str) {
         assert!(
             on_backing == want || lost.iter().any(|&(a, b)| a == 0 && b > 0),
             "{what}: the FLUSH after a failed sync succeeded, but the backing device holds {on_backing:#x} at byte 0 (want {want:#x}) and no lost range covers it"
+        );
+    }
+    if cached {
+        assert!(
+            second.is_ok() && on_backing == want && lost.is_empty(),
+            "{what}: the cache held the line: written again, nothing lost"
         );
     }
     evict_line_0(vol);
@@ -90,7 +103,7 @@ fn write_through_flush_after_a_failed_sync_does_not_lie() {
     bh.fail_next_sync(true);
     let first = vol.flush();
     assert!(first.is_err(), "the injected sync error: {first:?}");
-    check_after_failed_sync(&f, &vol, 0xab, "write-through");
+    check_after_failed_sync(&f, &vol, 0xab, true, "write-through");
 }
 
 #[test]
@@ -102,7 +115,7 @@ fn write_back_cleaning_then_a_failed_sync_does_not_lie() {
     bh.fail_next_sync(true);
     let first = vol.flush_dirty();
     assert!(first.is_err(), "the injected sync error: {first:?}");
-    check_after_failed_sync(&f, &vol, 0xcd, "write-back");
+    check_after_failed_sync(&f, &vol, 0xcd, true, "write-back");
 }
 
 #[test]
@@ -112,5 +125,63 @@ fn write_around_failed_sync_reports_the_range_lost() {
     bh.fail_next_sync(true);
     let first = vol.flush();
     assert!(first.is_err(), "the injected sync error: {first:?}");
-    check_after_failed_sync(&f, &vol, 0xef, "write-around");
+    check_after_failed_sync(&f, &vol, 0xef, false, "write-around");
+}
+
+#[test]
+fn many_unsynced_backing_writes_force_a_backing_sync() {
+    // Write-around, no FLUSH: 4096 disjoint backing ranges, then one more write syncs
+    // first (bounding what a failed sync could drop), so the file holds the earlier ones.
+    let (f, vol, _bh) = rig(Mode::WriteAround);
+    for k in 0..4096u64 {
+        vol.write(k * 256, &[0x5a], false).unwrap();
+    }
+    let before = std::fs::read(&f.backing).unwrap();
+    assert_eq!(
+        before[0],
+        initial(0),
+        "nothing synced yet (volatile backing)"
+    );
+    vol.write(VOL - 1, &[0x5a], false).unwrap();
+    let after = std::fs::read(&f.backing).unwrap();
+    let synced = (0..4096usize).filter(|k| after[k * 256] == 0x5a).count();
+    assert_eq!(
+        synced, 4096,
+        "the 4097th unsynced write synced the first 4096"
+    );
+    assert_eq!(after[VOL as usize - 1], initial(VOL - 1), "not the new one");
+}
+
+#[test]
+fn failed_sync_after_the_cache_fails_reports_the_copied_lines_lost() {
+    // Write-back: the cache fails (a write error past the threshold) and the backing sync
+    // after copying its dirty line fails dropping the copy: the line is reported lost
+    // (reads fail), never served as the backing device's older bytes.
+    let (_f, vol, ch, bh) = rig_with_cache(Mode::WriteBack);
+    vol.write(0, &[0x77; 4096], false).unwrap();
+    vol.flush().unwrap();
+    assert_eq!(vol.stats().dirty_lines, 1);
+    vol.set_max_cache_errors(1);
+    ch.fail_writes(0..u64::MAX);
+    bh.fail_next_sync(true);
+    let r = vol.write(8 * 4096, &[0x11; 4096], false);
+    let st = vol.stats();
+    println!(
+        "write: {r:?}; cache failed {}, lost {:?}",
+        st.cache_failed, st.lost_dirty_ranges
+    );
+    assert!(st.cache_failed, "{st:?}");
+    let mut b = [0u8; 1];
+    match vol.read(0, &mut b) {
+        Ok(()) => assert_eq!(
+            b[0], 0x77,
+            "byte 0 reads {:#x} after the failed sync (older backing bytes)",
+            b[0]
+        ),
+        Err(e) => println!("byte 0: {e}"),
+    }
+    assert!(st
+        .lost_dirty_ranges
+        .iter()
+        .any(|&(a, b)| a == 0 && b >= 4096));
 }
