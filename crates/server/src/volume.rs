@@ -1742,7 +1742,20 @@ impl CacheVolume {
             .collect();
         if !on_disk.is_empty() {
             if g.backing_unsynced {
-                self.sync_backing(g).map_err(|e| (false, e))?;
+                // The `now` slots still hold the lines the plan evicts from them (`mem` has
+                // their records as before the plan): a failed sync writes those lines again
+                // from there.
+                let evicting: Vec<(u32, u64, u64)> = now
+                    .iter()
+                    .filter_map(|&s| {
+                        let at = s as usize * RECORD_BYTES as usize;
+                        let r = Record::decode(&g.mem[at..at + RECORD_BYTES as usize])?;
+                        (r.key != EMPTY_KEY && g.engine.slot_key(s) != Some(r.key))
+                            .then_some((s, r.key, r.valid))
+                    })
+                    .collect();
+                self.sync_backing_with(g, &evicting)
+                    .map_err(|e| (false, e))?;
             }
             let c = |e| (true, e);
             let empty = Record {
@@ -1863,6 +1876,12 @@ impl CacheVolume {
     /// them ([`CacheVolume::rewrite_unsynced`]), the rest reported lost (reads fail until
     /// rewritten, never older bytes); they stay listed until a sync succeeds.
     fn sync_backing(&self, g: &mut Inner) -> io::Result<()> {
+        self.sync_backing_with(g, &[])
+    }
+
+    /// [`CacheVolume::sync_backing`]; `evicting`: `(slot, key, valid)` of lines the engine
+    /// dropped in the plan being run whose slots still hold them (not yet overwritten).
+    fn sync_backing_with(&self, g: &mut Inner, evicting: &[(u32, u64, u64)]) -> io::Result<()> {
         match self.backing.sync() {
             Ok(()) => {
                 g.backing_unsynced = false;
@@ -1871,7 +1890,7 @@ impl CacheVolume {
                 Ok(())
             }
             Err(e) => {
-                self.rewrite_unsynced(g, &e);
+                self.rewrite_unsynced(g, &e, evicting);
                 Err(e)
             }
         }
@@ -1880,8 +1899,9 @@ impl CacheVolume {
     /// After a failed backing sync (`why`): writes every range of `hdd_unsynced` again from
     /// the cache's valid sectors of it (the current bytes: a clean or dirty line holds the
     /// newest data); a sector the cache does not hold (write-around, evicted, failed cache),
-    /// or whose copy cannot be read or written, is reported lost.
-    fn rewrite_unsynced(&self, g: &mut Inner, why: &io::Error) {
+    /// or whose copy cannot be read or written, is reported lost. `evicting`: see
+    /// [`CacheVolume::sync_backing_with`].
+    fn rewrite_unsynced(&self, g: &mut Inner, why: &io::Error, evicting: &[(u32, u64, u64)]) {
         let ranges: Vec<(u64, u64)> = g.hdd_unsynced.iter().map(|(&a, &b)| (a, b)).collect();
         let lost_before = g.lost.clone();
         let (sh, ls, ss) = (self.line_shift, self.line_size(), g.engine.sector_size());
@@ -1895,11 +1915,17 @@ impl CacheVolume {
             for line in a >> sh..=(b - 1) >> sh {
                 let base = line << sh;
                 let (x, y) = (a.max(base), b.min(base + ls));
-                let slot = match g.failed {
-                    true => None,
-                    false => g.engine.lookup(Engine::line_key(0, line)),
+                let key = Engine::line_key(0, line);
+                let (slot, valid) = match g.failed {
+                    true => (None, 0),
+                    false => match g.engine.lookup(key) {
+                        Some(s) => (Some(s), g.engine.valid_mask(s)),
+                        None => evicting
+                            .iter()
+                            .find(|e| e.1 == key)
+                            .map_or((None, 0), |e| (Some(e.0), e.2)),
+                    },
                 };
-                let valid = slot.map_or(0, |s| g.engine.valid_mask(s));
                 let held = |at: u64| valid >> ((at - base) / ss) & 1 == 1;
                 let mut p = x;
                 while p < y {

@@ -185,3 +185,36 @@ fn failed_sync_after_the_cache_fails_reports_the_copied_lines_lost() {
         .iter()
         .any(|&(a, b)| a == 0 && b >= 4096));
 }
+
+#[test]
+fn failed_sync_while_evicting_an_unsynced_line_writes_it_again_from_its_slot() {
+    // Write-through: line 0's record is on the cache device (flushed); written again, its
+    // new bytes are not synced when reads evict it. Reusing its slot syncs the backing
+    // device first (rule 2); that sync fails dropping them: the evicted line is written
+    // again from the slot it still occupies, so nothing is lost.
+    let (f, vol, bh) = rig(Mode::WriteThrough);
+    vol.write(0, &[0x31; 4096], false).unwrap();
+    vol.flush().unwrap();
+    vol.write(0, &[0x32; 4096], false).unwrap();
+    bh.fail_next_sync(true);
+    let mut b = vec![0u8; 4096];
+    let mut failed = 0;
+    for l in 1..3 * LINES {
+        if let Err(e) = vol.read(l * 4096, &mut b) {
+            println!("read of line {l}: {e}");
+            failed += 1;
+        }
+    }
+    assert!(failed <= 1, "only the request whose sync failed fails");
+    assert!(!vol.lines().iter().any(|l| l.key == 0), "line 0 evicted");
+    let lost = vol.stats().lost_dirty_ranges;
+    assert!(
+        lost.is_empty(),
+        "nothing lost: the slot still held line 0: {lost:?}"
+    );
+    vol.flush().unwrap();
+    assert_eq!(backing_byte(&f, 0), 0x32, "line 0 on the backing device");
+    let mut one = [0u8; 1];
+    vol.read(0, &mut one).unwrap();
+    assert_eq!(one[0], 0x32);
+}
