@@ -1102,11 +1102,7 @@ impl CacheVolume {
             req.class = c.classify(&req, d);
         }
         let req = &req;
-        if g.unsynced_full() {
-            // Bounds what a failed sync can drop (see `Inner::hdd_unsynced`).
-            self.sync_backing(&mut g)
-                .map_err(|e| self.backing_error(e))?;
-        }
+        self.sync_if_full(&mut g)?;
         if g.failed {
             return self.run_direct(&mut g, req, data);
         }
@@ -1879,6 +1875,16 @@ impl CacheVolume {
         self.sync_backing_with(g, &[])
     }
 
+    /// Syncs the backing device when too much was written to it since its last good sync
+    /// (`Inner::unsynced_full`): bounds what a failed sync can drop. Called before the
+    /// engine plans (a failure here changes nothing).
+    fn sync_if_full(&self, g: &mut Inner) -> io::Result<()> {
+        if g.unsynced_full() {
+            self.sync_backing(g).map_err(|e| self.backing_error(e))?;
+        }
+        Ok(())
+    }
+
     /// [`CacheVolume::sync_backing`]; `evicting`: `(slot, key, valid)` of lines the engine
     /// dropped in the plan being run whose slots still hold them (not yet overwritten).
     fn sync_backing_with(&self, g: &mut Inner, evicting: &[(u32, u64, u64)]) -> io::Result<()> {
@@ -2061,6 +2067,7 @@ impl CacheVolume {
     }
 
     fn clean_pass(&self, g: &mut Inner, n: u64) -> io::Result<()> {
+        self.sync_if_full(g)?;
         let steps = g.engine.clean(n).steps.clone();
         self.run_clean_steps(g, steps)
     }
@@ -2303,6 +2310,7 @@ impl CacheVolume {
             // requests) picks the candidates again and writes back the rest.
             let more = dirty.len() as u64 > CLEAN_PASS_LINES;
             dirty.truncate(CLEAN_PASS_LINES as usize);
+            self.sync_if_full(g)?;
             let steps = g.engine.write_back_slots(&dirty).steps.clone();
             self.run_clean_steps(g, steps)?;
             if more {
