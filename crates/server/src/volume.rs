@@ -327,6 +327,10 @@ struct Inner {
     /// Bytes written to the backing device since the last good sync (an upper bound: over-
     /// lapping writes count twice); bounded by [`MAX_UNSYNCED_BYTES`].
     hdd_unsynced_bytes: u64,
+    /// Slots the plan being run writes (`WriteSsd`, `Populate`; empty between plans): the
+    /// engine already maps their new lines, but a slot may still hold its old one, so a
+    /// failed sync in the middle of the plan never copies a line from them.
+    in_plan: BTreeSet<u32>,
     slots: Vec<u32>,
     closed: bool,
     /// Cache-device errors so far; at `max_cache_errors` the cache is failed.
@@ -945,6 +949,7 @@ impl CacheVolume {
             backing_unsynced: false,
             hdd_unsynced: BTreeMap::new(),
             hdd_unsynced_bytes: 0,
+            in_plan: BTreeSet::new(),
             slots: Vec::new(),
             closed: false,
             cache_errors: 0,
@@ -1392,6 +1397,23 @@ impl CacheVolume {
     /// `mem` records it ([`CacheVolume::roll_back`]) instead of dropping lines — a dirty line
     /// whose write-back failed stays dirty in its slot (issue 14 item 1).
     fn exec(&self, g: &mut Inner, steps: &[Step], buf: &mut [u8]) -> Result<(), StepError> {
+        let ls = self.line_shift;
+        g.in_plan.clear();
+        for s in steps {
+            if let Step::WriteSsd { ssd, len, .. } | Step::Populate { ssd, len, .. } = *s {
+                if len > 0 {
+                    g.in_plan
+                        .extend((ssd >> ls) as u32..=((ssd + len - 1) >> ls) as u32);
+                }
+            }
+        }
+        let r = self.exec_plan(g, steps, buf);
+        g.in_plan.clear();
+        r
+    }
+
+    /// [`CacheVolume::exec`] without its bookkeeping of `Inner::in_plan`.
+    fn exec_plan(&self, g: &mut Inner, steps: &[Step], buf: &mut [u8]) -> Result<(), StepError> {
         let first = backing_first(steps);
         // Steps done, sorted (a merged write-back completes several).
         let mut done: Vec<usize> = Vec::new();
@@ -1925,6 +1947,8 @@ impl CacheVolume {
                 let (slot, valid) = match g.failed {
                     true => (None, 0),
                     false => match g.engine.lookup(key) {
+                        // Written by the plan being run: may still hold another line.
+                        Some(s) if g.in_plan.contains(&s) => (None, 0),
                         Some(s) => (Some(s), g.engine.valid_mask(s)),
                         None => evicting
                             .iter()
