@@ -163,7 +163,7 @@ pub fn lost_bytes(lost: &[(u64, u64)]) -> u64 {
 pub fn lost_check(lost: &[(u64, u64)], a: u64, b: u64) -> io::Result<()> {
     match lost.iter().find(|(x, y)| *x < b && a < *y) {
         Some((x, y)) => Err(io::Error::other(format!(
-            "volume bytes {x}..{y} held dirty data lost with the cache device"
+            "volume bytes {x}..{y} were lost (dirty data lost with the cache device, or written to the backing device before a sync that failed and may have dropped them): reads fail until they are written again"
         ))),
         None => Ok(()),
     }

@@ -84,7 +84,7 @@ use crate::identity::BackingIdentity;
 use crate::metrics::Metrics;
 use crate::state_file::{self, FailState};
 use crate::tuning::{self, Tuning};
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
@@ -318,6 +318,19 @@ struct Inner {
     dirty_pages: BTreeSet<u64>,
     seq: u32,
     backing_unsynced: bool,
+    /// Backing byte ranges `[start, end)` written since the last backing sync that
+    /// succeeded (disjoint, merged). A failed sync may have dropped them (Linux marks the
+    /// pages clean after a writeback error and reports it once, so a later sync succeeds
+    /// without them): [`CacheVolume::sync_backing`] writes them again from the cache, or
+    /// reports them lost, before a later sync counts for them.
+    hdd_unsynced: BTreeMap<u64, u64>,
+    /// Bytes written to the backing device since the last good sync (an upper bound: over-
+    /// lapping writes count twice); bounded by [`MAX_UNSYNCED_BYTES`].
+    hdd_unsynced_bytes: u64,
+    /// Slots the plan being run writes (`WriteSsd`, `Populate`; empty between plans): the
+    /// engine already maps their new lines, but a slot may still hold its old one, so a
+    /// failed sync in the middle of the plan never copies a line from them.
+    in_plan: BTreeSet<u32>,
     slots: Vec<u32>,
     closed: bool,
     /// Cache-device errors so far; at `max_cache_errors` the cache is failed.
@@ -354,6 +367,48 @@ struct Inner {
     class_source: String,
     class_loads: u64,
 }
+
+impl Inner {
+    /// `[a, b)` of the backing device is about to be written: not durable until the next
+    /// backing sync that succeeds.
+    fn wrote_backing(&mut self, a: u64, b: u64) {
+        self.backing_unsynced = true;
+        if a >= b {
+            return;
+        }
+        self.hdd_unsynced_bytes += b - a;
+        let (mut a, mut b) = (a, b);
+        if let Some((&s, &e)) = self.hdd_unsynced.range(..=a).next_back() {
+            if e >= a {
+                a = s;
+                b = b.max(e);
+                self.hdd_unsynced.remove(&s);
+            }
+        }
+        while let Some((&s, &e)) = self.hdd_unsynced.range(a..).next() {
+            if s > b {
+                break;
+            }
+            b = b.max(e);
+            self.hdd_unsynced.remove(&s);
+        }
+        self.hdd_unsynced.insert(a, b);
+    }
+
+    /// Too much written to the backing device since its last good sync: a failed sync would
+    /// leave too much to write again (or to lose), and the set of ranges must stay small.
+    fn unsynced_full(&self) -> bool {
+        self.hdd_unsynced.len() >= MAX_UNSYNCED_RANGES
+            || self.hdd_unsynced_bytes >= MAX_UNSYNCED_BYTES
+    }
+}
+
+/// Backing ranges written since the last good backing sync after which a request first
+/// syncs the backing device (see `Inner::hdd_unsynced`).
+const MAX_UNSYNCED_RANGES: usize = 4096;
+/// Bytes written to the backing device since its last good sync after which a request first
+/// syncs it: bounds what a failed sync can drop (and what is then written again or lost).
+const MAX_UNSYNCED_BYTES: u64 = 256 << 20;
 
 /// A cached block volume: the engine's decisions executed on real devices.
 pub struct CacheVolume {
@@ -896,6 +951,9 @@ impl CacheVolume {
             dirty_pages: BTreeSet::new(),
             seq: max_seq.wrapping_add(1),
             backing_unsynced: false,
+            hdd_unsynced: BTreeMap::new(),
+            hdd_unsynced_bytes: 0,
+            in_plan: BTreeSet::new(),
             slots: Vec::new(),
             closed: false,
             cache_errors: 0,
@@ -1059,6 +1117,7 @@ impl CacheVolume {
             req.class = c.classify(&req, d);
         }
         let req = &req;
+        self.sync_if_full(&mut g)?;
         if g.failed {
             return self.run_direct(&mut g, req, data);
         }
@@ -1348,6 +1407,23 @@ impl CacheVolume {
     /// `mem` records it ([`CacheVolume::roll_back`]) instead of dropping lines — a dirty line
     /// whose write-back failed stays dirty in its slot (issue 14 item 1).
     fn exec(&self, g: &mut Inner, steps: &[Step], buf: &mut [u8]) -> Result<(), StepError> {
+        let ls = self.line_shift;
+        g.in_plan.clear();
+        for s in steps {
+            if let Step::WriteSsd { ssd, len, .. } | Step::Populate { ssd, len, .. } = *s {
+                if len > 0 {
+                    g.in_plan
+                        .extend((ssd >> ls) as u32..=((ssd + len - 1) >> ls) as u32);
+                }
+            }
+        }
+        let r = self.exec_plan(g, steps, buf);
+        g.in_plan.clear();
+        r
+    }
+
+    /// [`CacheVolume::exec`] without its bookkeeping of `Inner::in_plan`.
+    fn exec_plan(&self, g: &mut Inner, steps: &[Step], buf: &mut [u8]) -> Result<(), StepError> {
         let first = backing_first(steps);
         // Steps done, sorted (a merged write-back completes several).
         let mut done: Vec<usize> = Vec::new();
@@ -1452,7 +1528,7 @@ impl CacheVolume {
                 Step::WriteHdd {
                     hdd, buf: b, len, ..
                 } => {
-                    g.backing_unsynced = true;
+                    g.wrote_backing(hdd, hdd + len);
                     self.backing.write_at(&buf[r(b, len)], hdd).map_err(h)?
                 }
                 Step::Populate { hdd, ssd, len, .. } => {
@@ -1500,7 +1576,7 @@ impl CacheVolume {
                                 .map_err(|e| c(self.on_mismatch(g, e)))?;
                         }
                     }
-                    g.backing_unsynced = true;
+                    g.wrote_backing(hdd, hdd + total);
                     self.backing.write_at(tmp, hdd).map_err(h)?;
                     return Ok(group[1..].to_vec());
                 }
@@ -1694,8 +1770,20 @@ impl CacheVolume {
             .collect();
         if !on_disk.is_empty() {
             if g.backing_unsynced {
-                self.backing.sync().map_err(|e| (false, e))?;
-                g.backing_unsynced = false;
+                // The `now` slots still hold the lines the plan evicts from them (`mem` has
+                // their records as before the plan): a failed sync writes those lines again
+                // from there.
+                let evicting: Vec<(u32, u64, u64)> = now
+                    .iter()
+                    .filter_map(|&s| {
+                        let at = s as usize * RECORD_BYTES as usize;
+                        let r = Record::decode(&g.mem[at..at + RECORD_BYTES as usize])?;
+                        (r.key != EMPTY_KEY && g.engine.slot_key(s) != Some(r.key))
+                            .then_some((s, r.key, r.valid))
+                    })
+                    .collect();
+                self.sync_backing_with(g, &evicting)
+                    .map_err(|e| (false, e))?;
             }
             let c = |e| (true, e);
             let empty = Record {
@@ -1785,10 +1873,9 @@ impl CacheVolume {
     /// flush then fails only if dirty data was lost with it.
     fn flush_locked(&self, g: &mut Inner) -> io::Result<()> {
         if g.failed {
-            return self.backing.sync().map_err(|e| self.backing_error(e));
+            return self.sync_backing(g).map_err(|e| self.backing_error(e));
         }
-        self.backing.sync().map_err(|e| self.backing_error(e))?;
-        g.backing_unsynced = false;
+        self.sync_backing(g).map_err(|e| self.backing_error(e))?;
         if let Err(e) = self.flush_cache(g) {
             let lost_before = g.lost.len();
             g.cache_errors += 1;
@@ -1809,6 +1896,117 @@ impl CacheVolume {
             }
         }
         Ok(())
+    }
+
+    /// Syncs the backing device. A sync that fails may have dropped every write since the
+    /// last good one, and a later sync would succeed without them: so the ranges written
+    /// since (`Inner::hdd_unsynced`) are written again at once from the cache where it holds
+    /// them ([`CacheVolume::rewrite_unsynced`]), the rest reported lost (reads fail until
+    /// rewritten, never older bytes); they stay listed until a sync succeeds.
+    fn sync_backing(&self, g: &mut Inner) -> io::Result<()> {
+        self.sync_backing_with(g, &[])
+    }
+
+    /// Syncs the backing device when too much was written to it since its last good sync
+    /// (`Inner::unsynced_full`): bounds what a failed sync can drop. Called before the
+    /// engine plans (a failure here changes nothing).
+    fn sync_if_full(&self, g: &mut Inner) -> io::Result<()> {
+        if g.unsynced_full() {
+            self.sync_backing(g).map_err(|e| self.backing_error(e))?;
+        }
+        Ok(())
+    }
+
+    /// [`CacheVolume::sync_backing`]; `evicting`: `(slot, key, valid)` of lines the engine
+    /// dropped in the plan being run whose slots still hold them (not yet overwritten).
+    fn sync_backing_with(&self, g: &mut Inner, evicting: &[(u32, u64, u64)]) -> io::Result<()> {
+        match self.backing.sync() {
+            Ok(()) => {
+                g.backing_unsynced = false;
+                g.hdd_unsynced.clear();
+                g.hdd_unsynced_bytes = 0;
+                Ok(())
+            }
+            Err(e) => {
+                self.rewrite_unsynced(g, &e, evicting);
+                Err(e)
+            }
+        }
+    }
+
+    /// After a failed backing sync (`why`): writes every range of `hdd_unsynced` again from
+    /// the cache's valid sectors of it (the current bytes: a clean or dirty line holds the
+    /// newest data); a sector the cache does not hold (write-around, evicted, failed cache),
+    /// or whose copy cannot be read or written, is reported lost. `evicting`: see
+    /// [`CacheVolume::sync_backing_with`].
+    fn rewrite_unsynced(&self, g: &mut Inner, why: &io::Error, evicting: &[(u32, u64, u64)]) {
+        let ranges: Vec<(u64, u64)> = g.hdd_unsynced.iter().map(|(&a, &b)| (a, b)).collect();
+        let lost_before = g.lost.clone();
+        let (sh, ls, ss) = (self.line_shift, self.line_size(), g.engine.sector_size());
+        let mut rewritten = 0u64;
+        let mut buf = Vec::new();
+        for (a, b) in ranges {
+            let b = b.min(self.size);
+            if a >= b {
+                continue;
+            }
+            for line in a >> sh..=(b - 1) >> sh {
+                let base = line << sh;
+                let (x, y) = (a.max(base), b.min(base + ls));
+                let key = Engine::line_key(0, line);
+                let (slot, valid) = match g.failed {
+                    true => (None, 0),
+                    false => match g.engine.lookup(key) {
+                        // Written by the plan being run: may still hold another line.
+                        Some(s) if g.in_plan.contains(&s) => (None, 0),
+                        Some(s) => (Some(s), g.engine.valid_mask(s)),
+                        None => evicting
+                            .iter()
+                            .find(|e| e.1 == key)
+                            .map_or((None, 0), |e| (Some(e.0), e.2)),
+                    },
+                };
+                let held = |at: u64| valid >> ((at - base) / ss) & 1 == 1;
+                let mut p = x;
+                while p < y {
+                    let v = held(p);
+                    let mut q = base + ((p - base) / ss + 1) * ss;
+                    while q < y && held(q) == v {
+                        q += ss;
+                    }
+                    let q = q.min(y);
+                    let r = match slot.filter(|_| v) {
+                        Some(slot) => {
+                            let ssd = ((slot as u64) << sh) + (p - base);
+                            buf.resize((q - p) as usize, 0);
+                            let exp = Self::expected(g, ssd, q - p);
+                            self.read_data(ssd, &mut buf, exp.as_ref())
+                                .and_then(|_| self.backing.write_at(&buf, p))
+                        }
+                        None => Err(io::Error::other("the cache does not hold them")),
+                    };
+                    match r {
+                        Ok(()) => rewritten += 1,
+                        Err(e) => self.lose(
+                            g,
+                            p,
+                            q,
+                            &format!(
+                                "written to the backing device, whose sync then failed ({why}) and may have dropped them; not written again: {e}"
+                            ),
+                        ),
+                    }
+                    p = q;
+                }
+            }
+        }
+        tracing::warn!(
+            "backing device sync failed ({why}): {rewritten} ranges written since the last good sync written again from the cache, {} lost ranges now",
+            g.lost.len()
+        );
+        if g.lost != lost_before && g.sums.is_some() && !g.failed {
+            self.persist_lost(g);
+        }
     }
 
     /// The cache half of a flush: sync, changed metadata pages (flagged again if still in
@@ -1834,6 +2032,14 @@ impl CacheVolume {
 
     /// The records half of [`CacheVolume::flush_cache`] (after its first sync).
     fn flush_cache_records(&self, g: &mut Inner) -> io::Result<()> {
+        // Rule 4: a record claims its clean line matches the backing device, so every
+        // backing write must have been followed by a sync that succeeded.
+        assert!(
+            g.hdd_unsynced.is_empty(),
+            "cache records written while {} backing ranges are not synced (first {:?})",
+            g.hdd_unsynced.len(),
+            g.hdd_unsynced.iter().next()
+        );
         let epoch = g.flush_epoch;
         let retiring: BTreeSet<u64> = g
             .flux_pages
@@ -1895,6 +2101,7 @@ impl CacheVolume {
     }
 
     fn clean_pass(&self, g: &mut Inner, n: u64) -> io::Result<()> {
+        self.sync_if_full(g)?;
         let steps = g.engine.clean(n).steps.clone();
         self.run_clean_steps(g, steps)
     }
@@ -2137,6 +2344,7 @@ impl CacheVolume {
             // requests) picks the candidates again and writes back the rest.
             let more = dirty.len() as u64 > CLEAN_PASS_LINES;
             dirty.truncate(CLEAN_PASS_LINES as usize);
+            self.sync_if_full(g)?;
             let steps = g.engine.write_back_slots(&dirty).steps.clone();
             self.run_clean_steps(g, steps)?;
             if more {
@@ -2496,10 +2704,11 @@ impl CacheVolume {
         );
         let slots: Vec<u32> = g.engine.entries().map(|(_, s, _)| s).collect();
         self.recover(g, &[], 0, 0, &[], &slots);
-        if let Err(e) = self.backing.sync() {
+        // A failed sync reports lost what it may have dropped (the lines are no longer
+        // cached: nothing holds their bytes any more), never serves older bytes.
+        if let Err(e) = self.sync_backing(g) {
             tracing::error!("backing device sync after the cache failed: {e}");
         }
-        g.backing_unsynced = false;
         g.failed = true;
         g.engine.set_mode(Mode::PassThrough);
         g.dirty_pages.clear();
@@ -2670,7 +2879,7 @@ impl CacheVolume {
         for s in rest {
             if let Step::WriteBack { ssd, hdd, len, .. } = *s {
                 tmp.resize(len as usize, 0);
-                g.backing_unsynced = true;
+                g.wrote_backing(hdd, hdd + len);
                 let exp = Self::expected(g, ssd, len);
                 let r = self
                     .read_data(ssd, &mut tmp, exp.as_ref())
@@ -2730,7 +2939,7 @@ impl CacheVolume {
                     let (p, q) = (w[0], w[1]);
                     let vol = line_vol + (p - base);
                     let step = unfinished.iter().find(|(x, y, _)| *x <= p && q <= *y);
-                    g.backing_unsynced = true;
+                    g.wrote_backing(vol, vol + (q - p));
                     let r = match step {
                         // Bytes an unfinished step was to write from the buffer: there, if
                         // every fill of that part of the buffer completed.
@@ -2862,7 +3071,7 @@ impl CacheVolume {
                     .map_err(|e| self.backing_error(e))
             }
             Data::Write(d) => {
-                g.backing_unsynced = true;
+                g.wrote_backing(req.offset, req.end());
                 self.backing
                     .write_at(d, req.offset)
                     .map_err(|e| self.backing_error(e))?;
