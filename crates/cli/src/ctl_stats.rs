@@ -155,6 +155,7 @@ fn rows(s: &Value) -> Vec<Row> {
         ("cache device errors", "cache_errors"),
         ("core (backing) device errors", "backing_errors"),
         ("failed write-backs", "backing_write_errors"),
+        ("failed backing syncs", "backing_sync_errors"),
         ("lost dirty bytes", "lost_dirty_bytes"),
     ] {
         out.push(("errors", name.into(), n(&s[k]) as f64, "count"));

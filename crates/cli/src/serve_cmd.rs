@@ -1604,10 +1604,11 @@ fn print_log_detail(s: &serde_json::Value) {
 pub(crate) fn print_faults(s: &serde_json::Value) {
     let n = |x: &serde_json::Value| x.as_u64().unwrap_or(0);
     println!(
-        "device errors   cache {}, backing {} ({} failed write-backs){}",
+        "device errors   cache {}, backing {} ({} failed write-backs, {} failed syncs){}",
         n(&s["cache_errors"]),
         n(&s["backing_errors"]),
         n(&s["backing_write_errors"]),
+        n(&s["backing_sync_errors"]),
         if s["cache_failed"] == true {
             "; CACHE DEVICE FAILED: passing everything through to the backing device"
         } else {

@@ -367,6 +367,7 @@ pub fn log_common(v: &LogVolume, s: &LogVolumeStats) -> VolumeStats {
         degraded: s.degraded,
         degraded_reason: s.degraded_reason.clone(),
         backing_write_errors: s.backing_write_errors,
+        backing_sync_errors: l.backing_sync_errors,
     }
 }
 

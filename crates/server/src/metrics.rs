@@ -43,6 +43,9 @@ pub struct Metrics {
     pub lost_dirty_bytes: AtomicU64,
     /// Write-backs the backing device failed (each kept its lines dirty in the cache).
     pub backing_write_errors: AtomicU64,
+    /// Backing-device syncs that failed (each failed its request; what the sync may have
+    /// dropped was written again from the cache or reported lost).
+    pub backing_sync_errors: AtomicU64,
     /// 1 while write-backs are failing (the volume is degraded).
     pub degraded: AtomicU64,
     /// Settings changed live (`ctl set`).
@@ -181,6 +184,7 @@ impl Metrics {
                 checksum_errors: stats.checksum_errors,
                 backing_errors: stats.backing_errors,
                 backing_write_errors: stats.backing_write_errors,
+                backing_sync_errors: stats.backing_sync_errors,
                 cache_failed: stats.cache_failed,
                 lost_dirty_bytes: stats.lost_dirty_bytes,
                 degraded: stats.degraded,
@@ -299,6 +303,7 @@ pub struct FaultFigures {
     pub checksum_errors: u64,
     pub backing_errors: u64,
     pub backing_write_errors: u64,
+    pub backing_sync_errors: u64,
     pub cache_failed: bool,
     pub lost_dirty_bytes: u64,
     pub degraded: bool,
@@ -326,6 +331,11 @@ pub fn fault_metrics(o: &mut String, f: &FaultFigures) {
             "backing_write_back_errors_total",
             "Write-backs the backing device failed (their lines stayed dirty in the cache).",
             f.backing_write_errors,
+        ),
+        (
+            "backing_sync_errors_total",
+            "Backing-device syncs that failed (their request failed; the writes the sync may have dropped were written again from the cache or reported lost).",
+            f.backing_sync_errors,
         ),
     ] {
         let _ = writeln!(

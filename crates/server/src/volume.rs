@@ -1928,6 +1928,9 @@ impl CacheVolume {
                 Ok(())
             }
             Err(e) => {
+                self.metrics
+                    .backing_sync_errors
+                    .fetch_add(1, Ordering::Relaxed);
                 self.rewrite_unsynced(g, &e, evicting);
                 Err(e)
             }
@@ -3167,6 +3170,7 @@ impl CacheVolume {
             degraded: g.degraded.is_some(),
             degraded_reason: g.degraded.as_ref().map(Degraded::reason),
             backing_write_errors: self.metrics.backing_write_errors.load(Ordering::Relaxed),
+            backing_sync_errors: self.metrics.backing_sync_errors.load(Ordering::Relaxed),
         }
     }
 
@@ -3273,6 +3277,8 @@ pub struct VolumeStats {
     pub degraded_reason: Option<String>,
     /// Write-backs the backing device failed so far (each kept its lines dirty).
     pub backing_write_errors: u64,
+    /// Backing-device syncs that failed (`crate::metrics::Metrics::backing_sync_errors`).
+    pub backing_sync_errors: u64,
 }
 
 /// Fails with EIO naming the range when `[a, b)` overlaps lost dirty data.

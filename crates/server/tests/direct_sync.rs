@@ -100,10 +100,19 @@ fn write_through_flush_after_a_failed_sync_does_not_lie() {
     let (f, vol, bh) = rig(Mode::WriteThrough);
     assert_ne!(initial(0), 0xab);
     vol.write(0, &[0xab; 4096], false).unwrap();
+    assert_eq!(vol.stats().backing_sync_errors, 0);
     bh.fail_next_sync(true);
     let first = vol.flush();
     assert!(first.is_err(), "the injected sync error: {first:?}");
+    // Counted where an operator looks (`ctl stats`, Prometheus).
+    assert_eq!(vol.stats().backing_sync_errors, 1);
+    let prom = vol.metrics().prometheus(&vol.stats());
+    assert!(
+        prom.contains("tiercache_backing_sync_errors_total 1"),
+        "{prom}"
+    );
     check_after_failed_sync(&f, &vol, 0xab, true, "write-through");
+    assert_eq!(vol.stats().backing_sync_errors, 1, "later syncs succeeded");
 }
 
 #[test]

@@ -721,6 +721,11 @@ fn write_through_sync_error(at_seal: bool, crash: bool) {
             && st.engine.segments_reclaimed > 0,
         "one failed sync, the lines it may have lost written again, reclamations since: {st:?}"
     );
+    // The same figure under the name both layouts share (`ctl stats`, Prometheus).
+    assert_eq!(
+        tiercache_server::live::log_common(&v, &st).backing_sync_errors,
+        1
+    );
     v.check().unwrap();
     if crash {
         for i in 600..610 {
