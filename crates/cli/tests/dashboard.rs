@@ -24,12 +24,25 @@ fn setup() -> tempfile::TempDir {
     dir
 }
 
+/// fio, killed (and reaped) when dropped, however the test ends.
+struct Fio(Child);
+
+impl Drop for Fio {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// fio mixing 4 KiB random reads and writes over 32 MiB (4x the 8 MiB cache: hits, misses
-/// and write-backs), rate-limited (the machine is shared), for `secs`.
-fn fio(srv: &Srv, secs: u32) -> Child {
-    Command::new("fio")
+/// and write-backs), rate-limited (the machine is shared), for `secs`. `--thread`: the job
+/// runs in fio's own process, so killing it stops the job (a forked job process outlived the
+/// kill, and once the server was gone spun at 100 % CPU long after the test had passed).
+fn fio(srv: &Srv, secs: u32) -> Fio {
+    Fio(Command::new("fio")
         .args([
             "--name=dash",
+            "--thread",
             "--ioengine=nbd",
             &format!("--uri={}", srv.uri()),
             "--rw=randrw",
@@ -44,7 +57,7 @@ fn fio(srv: &Srv, secs: u32) -> Child {
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
-        .unwrap()
+        .unwrap())
 }
 
 /// Chromium, headless, on `url`: `--dump-dom` (the DOM after the page's scripts ran for
@@ -120,7 +133,7 @@ fn get(port: u16, path: &str) -> (String, String) {
 
 /// Loads the page while fio runs; asserts what both layouts show. Returns the DOM.
 fn page_under_fio(dir: &Path, srv: &Srv, port: u16) -> String {
-    let mut f = fio(srv, 60); // killed once the page and the API were read
+    let f = fio(srv, 60); // killed once the page and the API were read
     std::thread::sleep(Duration::from_secs(4)); // fio connected, a few samples taken
     let url = format!("http://127.0.0.1:{port}/");
     let dom = chromium(dir, &url, "--dump-dom");
@@ -132,8 +145,7 @@ fn page_under_fio(dir: &Path, srv: &Srv, port: u16) -> String {
         );
     }
     let (head, api) = get(port, "/api/stats");
-    let _ = f.kill();
-    let _ = f.wait();
+    drop(f);
 
     // The tiles: the newest second, taken while fio ran.
     for id in ["v-read-iops", "v-write-iops", "v-read-mbps", "v-write-mbps"] {
