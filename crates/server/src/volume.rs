@@ -317,7 +317,6 @@ struct Inner {
     disk_key: Vec<u64>,
     dirty_pages: BTreeSet<u64>,
     seq: u32,
-    backing_unsynced: bool,
     /// Backing byte ranges `[start, end)` written since the last backing sync that
     /// succeeded (disjoint, merged). A failed sync may have dropped them (Linux marks the
     /// pages clean after a writeback error and reports it once, so a later sync succeeds
@@ -372,7 +371,6 @@ impl Inner {
     /// `[a, b)` of the backing device is about to be written: not durable until the next
     /// backing sync that succeeds.
     fn wrote_backing(&mut self, a: u64, b: u64) {
-        self.backing_unsynced = true;
         if a >= b {
             return;
         }
@@ -393,6 +391,12 @@ impl Inner {
             self.hdd_unsynced.remove(&s);
         }
         self.hdd_unsynced.insert(a, b);
+    }
+
+    /// Written to the backing device since its last good sync (a record that says a line is
+    /// clean must not reach the cache device before that sync: rule 4).
+    fn backing_unsynced(&self) -> bool {
+        !self.hdd_unsynced.is_empty()
     }
 
     /// Too much written to the backing device since its last good sync: a failed sync would
@@ -950,7 +954,6 @@ impl CacheVolume {
             sb: sb.clone(),
             dirty_pages: BTreeSet::new(),
             seq: max_seq.wrapping_add(1),
-            backing_unsynced: false,
             hdd_unsynced: BTreeMap::new(),
             hdd_unsynced_bytes: 0,
             in_plan: BTreeSet::new(),
@@ -1769,7 +1772,7 @@ impl CacheVolume {
             .filter(|&s| g.disk_key[s as usize] != EMPTY_KEY)
             .collect();
         if !on_disk.is_empty() {
-            if g.backing_unsynced {
+            if g.backing_unsynced() {
                 // The `now` slots still hold the lines the plan evicts from them (`mem` has
                 // their records as before the plan): a failed sync writes those lines again
                 // from there.
@@ -1922,7 +1925,6 @@ impl CacheVolume {
     fn sync_backing_with(&self, g: &mut Inner, evicting: &[(u32, u64, u64)]) -> io::Result<()> {
         match self.backing.sync() {
             Ok(()) => {
-                g.backing_unsynced = false;
                 g.hdd_unsynced.clear();
                 g.hdd_unsynced_bytes = 0;
                 Ok(())
