@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{free_port, have, Srv};
+use common::{free_port, have, tmp, Srv};
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::Path;
@@ -14,11 +14,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 fn setup() -> tempfile::TempDir {
-    let dir = if Path::new("/dev/shm").is_dir() {
-        tempfile::tempdir_in("/dev/shm").unwrap()
-    } else {
-        tempfile::tempdir().unwrap()
-    };
+    let dir = tmp();
     let f = std::fs::File::create(dir.path().join("backing.img")).unwrap();
     f.set_len(64 << 20).unwrap();
     dir
