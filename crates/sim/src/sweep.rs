@@ -5,9 +5,9 @@
 //! engines are dealt to one worker thread per core, and each batch is queued to every
 //! worker. The requests in memory are a few batches, whatever the trace's length; the
 //! engines of a pass are all alive at once, so a group whose caches add up to more than
-//! [`SweepOptions::index_budget`] runs in several passes. Each engine sees the same requests in the
-//! same order through the same loop as a single [`simulate`] run, so every counter is the
-//! same. Cells of the log layout, cells whose policy needs the next-use oracle (it loads the
+//! [`SweepOptions::index_budget`] runs in several passes, one after another. Each engine sees
+//! the same requests in the same order through the same loop as a single [`simulate`] run,
+//! so every counter is the same. Cells of the log layout, cells whose policy needs the next-use oracle (it loads the
 //! whole trace anyway) and inputs with one cell run on their own, as before.
 //!
 //! [`Input::same_source`]: crate::Input::same_source
@@ -117,32 +117,7 @@ pub fn run_sweep_with(specs: Vec<SimSpec>, opts: SweepOptions) -> Result<Vec<Swe
             .map(|(_, _, f)| *f)
     };
     let budget = opts.index_budget.unwrap_or(ONE_PASS_INDEX_BUDGET);
-    let jobs = plan(&specs, opts.per_cell)
-        .into_iter()
-        .flat_map(|job| match job {
-            Job::Group(cells) => {
-                let sized: Vec<(usize, u64)> = cells
-                    .iter()
-                    .map(|&c| {
-                        let s = &specs[c];
-                        let fp = footprint_of(s).unwrap_or(0);
-                        (c, s.cache_size.lines(s.engine.line_size, fp))
-                    })
-                    .collect();
-                split_by_budget(&sized, budget, rayon::current_num_threads())
-                    .into_iter()
-                    .map(|p| {
-                        if p.len() == 1 {
-                            Job::Single(p[0])
-                        } else {
-                            Job::Group(p)
-                        }
-                    })
-                    .collect::<Vec<_>>()
-            }
-            single => vec![single],
-        })
-        .collect::<Vec<_>>();
+    let jobs = plan(&specs, opts.per_cell);
     let cells_done = AtomicUsize::new(0);
     let read = AtomicU64::new(0);
     let cell_done = || {
@@ -167,9 +142,22 @@ pub fn run_sweep_with(specs: Vec<SimSpec>, opts: SweepOptions) -> Result<Vec<Swe
                 cell_done();
                 vec![(i, r)]
             }
-            Job::Group(cells) => run_group(&specs, &cells, &footprint_of, &add_read, &cell_done)
-                .into_iter()
-                .collect(),
+            Job::Group(cells) => {
+                // Passes one after another: each already runs on every worker, and only one
+                // pass's engines are alive at a time (the budget).
+                let sized: Vec<(usize, u64)> = cells
+                    .iter()
+                    .map(|&c| {
+                        let s = &specs[c];
+                        let fp = footprint_of(s).unwrap_or(0);
+                        (c, s.cache_size.lines(s.engine.line_size, fp))
+                    })
+                    .collect();
+                split_by_budget(&sized, budget, rayon::current_num_threads())
+                    .into_iter()
+                    .flat_map(|pass| run_group(&specs, &pass, &footprint_of, &add_read, &cell_done))
+                    .collect()
+            }
         })
         .collect();
     results.sort_by_key(|(i, _)| *i);
