@@ -16,7 +16,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use tiercache_server::check::{check_device, repair_device, CheckError, CheckReport, RepairReport};
 use tiercache_server::log_check::{check_log_device, repair_log_device};
-use tiercache_server::FileDev;
+use tiercache_server::{FileDev, Found};
 
 #[derive(Args, Debug)]
 pub struct CheckArgs {
@@ -39,10 +39,10 @@ pub fn run(a: CheckArgs) -> ExitCode {
         Ok(d) => d,
         Err(e) => return fail(&a, format!("cannot open: {e}")),
     };
-    match tiercache_server::read_log_superblock(&dev) {
-        Ok(Some(_)) => return run_log(&a, dev),
-        Ok(None) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::InvalidData => {
+    match tiercache_server::probe(&dev) {
+        Ok(Found::Log(_)) => return run_log(&a, dev),
+        Ok(Found::Direct(_) | Found::NoCache(_)) => {}
+        Ok(Found::DamagedLog(e)) => {
             // The log magic is there, the superblock does not verify: an inconsistency.
             let p = format!("superblock (bytes 0..4096): {e}");
             if a.json {
@@ -152,9 +152,10 @@ fn run_repair(a: &CheckArgs) -> ExitCode {
         Err(e) => return fail(a, format!("cannot open for repair: {e}")),
     };
     let path = a.device.display().to_string();
-    let log = match tiercache_server::read_log_superblock(&dev) {
-        Ok(l) => l.is_some(),
-        Err(e) if e.kind() == std::io::ErrorKind::InvalidData => {
+    let log = match tiercache_server::probe(&dev) {
+        Ok(Found::Log(_)) => true,
+        Ok(Found::Direct(_) | Found::NoCache(_)) => false,
+        Ok(Found::DamagedLog(e)) => {
             return unrepairable(a, format!("{path}: cannot be repaired: {e}"))
         }
         Err(e) => return fail(a, format!("{path}: {e}")),

@@ -21,13 +21,6 @@ macro_rules! say {
     }};
 }
 
-/// Whether the device holds a log-layout superblock.
-pub fn is_log_device(cache: &dyn BlockDev) -> Result<bool> {
-    Ok(tiercache_server::read_log_superblock(cache)
-        .context("reading the log superblock")?
-        .is_some())
-}
-
 /// Options of `LayoutArgs` the live log layout does not take, and the log options given.
 fn check_live_layout(l: &LayoutArgs) -> Result<()> {
     if l.trim || l.reinsert_hits.is_some() || l.dup_share.is_some() || l.erase_block.is_some() {

@@ -16,8 +16,8 @@ use tiercache_server::state_file;
 use tiercache_server::tuning::Tuning;
 use tiercache_server::LiveVolume;
 use tiercache_server::{
-    BlockDev, CacheVolume, EmulatedHdd, FileDev, FormatError, FormatOptions, NbdDev, OpenOptions,
-    Superblock,
+    BlockDev, CacheVolume, EmulatedHdd, FileDev, FormatError, FormatOptions, Found, NbdDev,
+    OpenOptions, Superblock,
 };
 
 const FORMAT_HELP: &str = "\
@@ -509,8 +509,8 @@ fn socket_dir_exists(flag: &str, sock: &Path) -> Result<()> {
 /// `format` without --force: refuses a device holding a cache, valid or damaged (its magic
 /// is there): it may hold dirty data the backing device does not have.
 fn refuse_existing_cache(path: &std::path::Path, cache: &dyn BlockDev) -> Result<()> {
-    let what = match tiercache_server::read_superblock(cache) {
-        Ok(sb) => format!(
+    let what = match tiercache_server::probe(cache) {
+        Ok(Found::Direct(sb)) => format!(
             "a tiercache cache ({} lines of {} bytes, generation {}, backing {}, {})",
             sb.capacity_lines,
             sb.line_size,
@@ -522,13 +522,15 @@ fn refuse_existing_cache(path: &std::path::Path, cache: &dyn BlockDev) -> Result
                 "not stopped cleanly"
             }
         ),
-        Err(FormatError::BadMagic) => match tiercache_server::read_log_superblock(cache) {
-            Ok(Some(_)) => "a tiercache cache (log layout)".to_string(),
-            Ok(None) => return Ok(()),
-            Err(e) => format!("a damaged tiercache cache (log layout: {e})"),
-        },
-        Err(FormatError::Io(e)) => return Err(e).context(format!("reading {}", path.display())),
-        Err(e) => format!("a damaged tiercache cache ({e}); `tiercache check` tells more"),
+        Ok(Found::Log(_)) => "a tiercache cache (log layout)".to_string(),
+        Ok(Found::DamagedLog(e)) => format!("a damaged tiercache cache (log layout: {e})"),
+        Ok(Found::NoCache(FormatError::BadMagic)) => return Ok(()),
+        Ok(Found::NoCache(FormatError::Io(e))) | Err(e) => {
+            return Err(e).context(format!("reading {}", path.display()))
+        }
+        Ok(Found::NoCache(e)) => {
+            format!("a damaged tiercache cache ({e}); `tiercache check` tells more")
+        }
     };
     bail!(
         "{} already holds {what}; it may hold dirty data that is not on the backing device yet. Serve it and run `tiercache ctl flush` first, or add --force to discard it",
@@ -779,13 +781,7 @@ fn make_state_dir(d: &Path) -> Result<()> {
 
 /// The uuid of the cache a format is about to overwrite (either layout), if any.
 fn old_cache_uuid(cache: &dyn tiercache_server::BlockDev) -> Option<[u8; 16]> {
-    match tiercache_server::read_superblock(cache) {
-        Ok(sb) => Some(sb.uuid),
-        Err(_) => tiercache_server::read_log_superblock(cache)
-            .ok()
-            .flatten()
-            .map(|sb| sb.uuid),
-    }
+    tiercache_server::probe(cache).ok().and_then(|f| f.uuid())
 }
 
 /// After a successful format: removes the state files that recorded a failure of the cache
@@ -946,14 +942,18 @@ pub fn serve(a: ServeArgs) -> Result<()> {
         create_cache_file(&cache_path, bytes, new_line, a.data_checksums)?;
     }
     let cache = open_cache(&cache_path)?;
-    let direct_sb = tiercache_server::read_superblock(&*cache);
-    let log_dev = crate::log_serve::is_log_device(&*cache)?;
+    // What the device holds, read once: the layout is the superblock's.
+    let found = match tiercache_server::probe(&*cache).context("reading the log superblock")? {
+        Found::DamagedLog(e) => return Err(e).context("reading the log superblock"),
+        f => f,
+    };
+    let log_dev = matches!(found, Found::Log(_));
     let want_log = a.layout.is_log()?;
     // --format-if-needed formats only what holds nothing: a file this run created, or a
     // device whose first MiB is zeros. A device that holds data but no valid superblock is
     // most likely a damaged cache (one flipped magic byte) with dirty data on it, or another
     // file system: formatting it would serve stale data, or destroy someone's disk.
-    let no_cache = matches!(direct_sb, Err(FormatError::BadMagic)) && !log_dev;
+    let no_cache = matches!(found, Found::NoCache(FormatError::BadMagic));
     let blank = a.format_if_needed && no_cache && (created || first_mib_is_zero(&*cache)?);
     if a.format_if_needed && no_cache && !blank {
         bail!(
@@ -1006,8 +1006,13 @@ pub fn serve(a: ServeArgs) -> Result<()> {
         return crate::log_serve::serve(p, cache, backing);
     }
     if want_log || crate::log_serve::has_log_options(&a.layout) {
-        bail!("{}: --layout log and its options need a cache device in the log layout (`tiercache format --layout log`, or --format-if-needed on an empty device); this one {}", cache_path.display(), if direct_sb.is_ok() { "is in the direct layout" } else { "holds no cache" });
+        bail!("{}: --layout log and its options need a cache device in the log layout (`tiercache format --layout log`, or --format-if-needed on an empty device); this one {}", cache_path.display(), if matches!(found, Found::Direct(_)) { "is in the direct layout" } else { "holds no cache" });
     }
+    let direct_sb = match found {
+        Found::Direct(sb) => Ok(sb),
+        Found::NoCache(e) => Err(e),
+        Found::Log(_) | Found::DamagedLog(_) => unreachable!("served or refused above"),
+    };
     let uuid;
     let mut tuning = None;
     match direct_sb {

@@ -26,7 +26,7 @@ pub mod volume;
 pub use dev::{hdd_config, BlockDev, EmulatedHdd, FileDev};
 pub use format::{FormatError, Superblock};
 pub use identity::BackingIdentity;
-pub use live::{open_volume, LiveStats, LiveVolume, Opened, VolumeOpenOptions};
+pub use live::{open_volume, probe, Found, LiveStats, LiveVolume, Opened, VolumeOpenOptions};
 pub use log_volume::{
     format_log, format_log_for, read_log_superblock, LogFormatOptions, LogOpenOptions, LogVolume,
 };

@@ -36,6 +36,8 @@
 
 use crate::classify::ClassStats;
 use crate::dev::BlockDev;
+use crate::format::{FormatError, Superblock};
+use crate::log_format::LogSuperblock;
 use crate::log_volume::{LogOpenOptions, LogOpenReport, LogVolume, LogVolumeStats};
 use crate::metrics::Metrics;
 use crate::tuning::Tuning;
@@ -446,14 +448,66 @@ pub struct VolumeOpenOptions {
     pub log: LogOpenOptions,
 }
 
+/// What a cache device holds, read once from its superblocks: the one place that tells the
+/// layouts apart (`serve`, `format`, `check` and [`open_volume`] act on it).
+#[derive(Debug)]
+pub enum Found {
+    /// A direct-layout cache.
+    Direct(Superblock),
+    /// A log-layout cache.
+    Log(LogSuperblock),
+    /// The log layout's magic with a superblock that does not verify (the error says why).
+    DamagedLog(io::Error),
+    /// No valid superblock of either layout; why the direct layout's does not read
+    /// ([`FormatError::BadMagic`]: no cache at all, else a damaged direct-layout cache).
+    NoCache(FormatError),
+}
+
+impl Found {
+    /// `"log"` or `"direct"` for a cache of that layout (damaged or not), `None` for none.
+    pub fn layout(&self) -> Option<&'static str> {
+        match self {
+            Found::Log(_) | Found::DamagedLog(_) => Some("log"),
+            Found::Direct(_) => Some("direct"),
+            Found::NoCache(FormatError::BadMagic) => None,
+            Found::NoCache(_) => Some("direct"),
+        }
+    }
+
+    /// The cache's uuid, if a valid superblock of either layout names one.
+    pub fn uuid(&self) -> Option<[u8; 16]> {
+        match self {
+            Found::Direct(sb) => Some(sb.uuid),
+            Found::Log(sb) => Some(sb.uuid),
+            _ => None,
+        }
+    }
+}
+
+/// Reads what `cache` holds (see [`Found`]). Errors: the device cannot be read (the log
+/// layout's superblock is read first; a direct-layout read error is [`Found::NoCache`] with
+/// [`FormatError::Io`]).
+pub fn probe(cache: &dyn BlockDev) -> io::Result<Found> {
+    match crate::log_volume::read_log_superblock(cache) {
+        Ok(Some(sb)) => return Ok(Found::Log(sb)),
+        Ok(None) => {}
+        Err(e) if e.kind() == io::ErrorKind::InvalidData => return Ok(Found::DamagedLog(e)),
+        Err(e) => return Err(e),
+    }
+    Ok(match crate::volume::read_superblock(cache) {
+        Ok(sb) => Found::Direct(sb),
+        Err(e) => Found::NoCache(e),
+    })
+}
+
 /// Which layout `cache` holds: `Some("log")`, `Some("direct")`, or `None` (no cache).
 pub fn layout_of(cache: &dyn BlockDev) -> io::Result<Option<&'static str>> {
-    if crate::log_volume::read_log_superblock(cache)?.is_some() {
-        return Ok(Some("log"));
+    match probe(cache)? {
+        Found::Log(_) => Ok(Some("log")),
+        Found::DamagedLog(e) => Err(e),
+        Found::Direct(_) => Ok(Some("direct")),
+        Found::NoCache(_) => Ok(None),
     }
-    Ok(crate::volume::read_superblock(cache)
-        .is_ok()
-        .then_some("direct"))
 }
 
 /// Opens the cache on `cache` in front of `backing`, in the layout its superblock names.
