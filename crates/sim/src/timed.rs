@@ -234,7 +234,7 @@ struct Flight {
 }
 
 /// Largest HDD write that merged write-backs make: the live volume's (`MAX_MERGED_WRITE` in
-/// crates/server/src/volume.rs), so a flush of dense chunks times as it runs live.
+/// crates/server/src/volume/mod.rs), so a flush of dense chunks times as it runs live.
 const MAX_MERGED_WB: u64 = 4 << 20;
 
 /// Converts one plan into tasks with their dependencies.
