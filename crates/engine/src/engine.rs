@@ -104,7 +104,8 @@ pub struct Engine {
     /// Scratch for [`Engine::clean_candidate`].
     cand_buf: Vec<Slot>,
     /// Scratch for [`Engine::dirty_ahead`] (called through `&self` by
-    /// [`Engine::needs_cleaning`] after every request: no allocation there).
+    /// [`Engine::needs_cleaning`] after every request: no allocation there). The engine
+    /// was never `Sync` (its policy and cleaner are not); it stays `Send`.
     ahead_buf: Cell<Vec<Slot>>,
     /// Write-backs in flight ([`Engine::begin_clean`]): per slot a write-back reads, its
     /// pins, pending sectors, write generation and whether its line was dropped meanwhile.
@@ -122,6 +123,12 @@ pub struct Engine {
     zombies: u32,
     inflight: InflightCounters,
 }
+
+// Executors move the engine into their threads (behind a lock): it must stay `Send`.
+const _: fn() = || {
+    fn send<T: Send>() {}
+    send::<Engine>();
+};
 
 /// A write-back in flight, from [`Engine::begin_clean`] or
 /// [`Engine::begin_write_back_slots`] until [`Engine::complete_writeback`].
