@@ -9,6 +9,7 @@ use crate::policy::{self, Access, Policy, Slot, NEVER};
 use crate::request::{Op, Request, MAX_CLASS, NUM_CLASSES};
 use crate::stats::{Bypass, Counters};
 use hashbrown::HashMap;
+use std::cell::Cell;
 use std::collections::BTreeSet;
 
 /// Line numbers must fit in this many bits of a key; the volume takes the rest.
@@ -102,6 +103,112 @@ pub struct Engine {
     dirty_evictions_blocked: bool,
     /// Scratch for [`Engine::clean_candidate`].
     cand_buf: Vec<Slot>,
+    /// Scratch for [`Engine::dirty_ahead`] (called through `&self` by
+    /// [`Engine::needs_cleaning`] after every request: no allocation there). The engine
+    /// was never `Sync` (its policy and cleaner are not); it stays `Send`.
+    ahead_buf: Cell<Vec<Slot>>,
+    /// Write-backs in flight ([`Engine::begin_clean`]): per slot a write-back reads, its
+    /// pins, pending sectors, write generation and whether its line was dropped meanwhile.
+    /// Empty whenever no write-back is in flight, so the hot paths test only `is_empty`.
+    pins: HashMap<Slot, Pin>,
+    /// The tickets in flight (the last one is being planned while `capturing`).
+    tickets: Vec<TicketEntry>,
+    /// Completed tickets kept for their buffers (no allocation per write-back).
+    ticket_pool: Vec<TicketEntry>,
+    next_ticket: u32,
+    /// A begin is planning: [`Engine::write_back`] and chunk rewrites pin what they read.
+    capturing: bool,
+    /// Slots whose line was dropped while pinned (zombies): neither cached nor free until
+    /// their write-back completes.
+    zombies: u32,
+    inflight: InflightCounters,
+}
+
+// Executors move the engine into their threads (behind a lock): it must stay `Send`.
+const _: fn() = || {
+    fn send<T: Send>() {}
+    send::<Engine>();
+};
+
+/// A write-back in flight, from [`Engine::begin_clean`] or
+/// [`Engine::begin_write_back_slots`] until [`Engine::complete_writeback`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct WbTicket(u32);
+
+/// One line a write-back in flight reads from the cache. Its slot stays pinned (never a
+/// victim, never reused, never an eviction candidate) until the ticket completes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WbLine {
+    pub slot: Slot,
+    pub key: u64,
+    /// The sectors this write-back cleans: the line's dirty sectors at begin (0 for a clean
+    /// copy a chunk rewrite writes along). They are no longer dirty (the cleaner and the
+    /// counts see the line clean, as after [`Engine::clean`]) but pending
+    /// ([`Engine::pending_mask`]) until the ticket completes.
+    pub pending: u64,
+    /// The slot's write generation at begin ([`Engine::slot_gen`]).
+    pub wgen: u32,
+}
+
+/// What a begin planned. `plan` holds the `WriteBack` steps (and a chunk rewrite's
+/// `CopyHdd`s); `spans` the backing ranges they write, `(volume, offset, len)`, adjacent
+/// ones merged, in plan order: a foreground backing write into one of them must wait until
+/// the write-back's I/O is done (plan-unlocked-io.md (b) 4).
+pub struct WbBatch<'a> {
+    pub ticket: WbTicket,
+    pub plan: &'a Plan,
+    pub lines: &'a [WbLine],
+    pub spans: &'a [(u32, u64, u64)],
+}
+
+/// What completing a write-back came to, in lines.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WbDone {
+    /// Lines whose pending sectors are clean now.
+    pub cleaned: u64,
+    /// Lines whose write-back failed: their pending sectors are dirty again.
+    pub failed: u64,
+    /// Lines written meanwhile (a planned cache write into the slot): the sectors written
+    /// since begin stay dirty.
+    pub redirtied: u64,
+    /// Slots of lines dropped meanwhile (zombies), free now.
+    pub freed: u64,
+}
+
+/// Effects of write-backs in flight since the engine was built. All zero while each begin
+/// is completed before the next request, as [`Engine::clean`] does.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct InflightCounters {
+    /// Evictions whose chosen victim was pinned and that took another line.
+    pub victim_pinned: u64,
+    /// Missed lines not admitted because no unpinned victim was found (also counted in
+    /// `bypasses.no_capacity`).
+    pub bypass_pinned: u64,
+    /// Lines written while their write-back was in flight ([`WbDone::redirtied`]).
+    pub writeback_redirtied: u64,
+    /// Lines made dirty again by a failed write-back.
+    pub writeback_failed: u64,
+    /// Slots freed at completion because their line was dropped meanwhile.
+    pub zombies_freed: u64,
+}
+
+/// Per pinned slot (see `Engine::pins`).
+#[derive(Clone, Copy, Default)]
+struct Pin {
+    count: u16,
+    /// Union of the pending sectors of the tickets that pin the slot.
+    pending: u64,
+    /// Planned cache writes into the slot while pinned.
+    wgen: u32,
+    /// The line was dropped (trim, invalidation) while pinned.
+    zombie: bool,
+}
+
+#[derive(Default)]
+struct TicketEntry {
+    id: u32,
+    lines: Vec<WbLine>,
+    spans: Vec<(u32, u64, u64)>,
 }
 
 /// What serving one line of a request came to.
@@ -208,6 +315,14 @@ impl Engine {
             track_unmapped: false,
             dirty_evictions_blocked: false,
             cand_buf: Vec::new(),
+            ahead_buf: Cell::new(Vec::new()),
+            pins: HashMap::new(),
+            tickets: Vec::new(),
+            ticket_pool: Vec::new(),
+            next_ticket: 0,
+            capturing: false,
+            zombies: 0,
+            inflight: InflightCounters::default(),
             cfg,
         };
         e.update_fast_path();
@@ -230,6 +345,7 @@ impl Engine {
             && self.cap > 0
             && !self.class_gate
             && !self.dirty_evictions_blocked
+            && self.pins.is_empty()
             && matches!(c.mode, Mode::WriteThrough | Mode::WriteBack);
     }
 
@@ -252,7 +368,13 @@ impl Engine {
 
     /// While dirty evictions are blocked: whether a slot can be had without one.
     fn room_without_dirty_eviction(&self) -> bool {
-        self.len < self.cap || (self.len as u64) > self.dirty_count
+        self.has_free_slot() || (self.len as u64) > self.dirty_count
+    }
+
+    /// Whether a slot is neither cached nor a zombie (so [`Engine::free_slot`] finds one).
+    #[inline]
+    fn has_free_slot(&self) -> bool {
+        self.len + self.zombies < self.cap
     }
 
     /// The clean line the policy would evict first (blocked dirty evictions): its likeliest
@@ -265,7 +387,8 @@ impl Engine {
         let mut hint = Vec::new();
         self.policy
             .eviction_candidates(self.len as usize, &mut hint);
-        let clean = |s: Slot| self.keys[s as usize] != EMPTY && !self.is_dirty(s);
+        let clean =
+            |s: Slot| self.keys[s as usize] != EMPTY && !self.is_dirty(s) && !self.is_pinned(s);
         hint.into_iter()
             .find(|&s| clean(s))
             .or_else(|| (0..self.cap).find(|&s| clean(s)))
@@ -426,6 +549,7 @@ impl Engine {
         for c in &mut self.counters {
             *c = Counters::default();
         }
+        self.inflight = InflightCounters::default();
     }
 
     /// Lines in the cache.
@@ -737,7 +861,9 @@ impl Engine {
             }
             None => {
                 self.policy.miss(&a);
-                let slot = self.alloc_slot(ci);
+                let slot = self
+                    .alloc_slot(ci)
+                    .expect("the fast path is off while write-backs are in flight");
                 let ssd = self.ssd_addr(slot);
                 if is_write {
                     self.emit_whole_line_write(ci, vol, hdd, ssd, wb);
@@ -793,6 +919,9 @@ impl Engine {
 
     #[inline(always)]
     fn emit(&mut self, ci: usize, step: Step) {
+        if !self.pins.is_empty() {
+            self.bump_wgen(&step);
+        }
         let (sr, sw, hr, hw) = step.bytes();
         let c = &mut self.counters[ci];
         c.ssd_bytes_read += sr;
@@ -832,8 +961,9 @@ impl Engine {
                     continue;
                 }
                 let full = req.offset <= ls_start && req.end() >= ls_start + ls;
-                // A partly trimmed dirty line keeps its other dirty bytes.
-                if full || !self.is_dirty(slot) {
+                // A partly trimmed dirty line keeps its other dirty bytes (a line being
+                // written back too: a read of them must not go to the backing device yet).
+                if full || !(self.is_dirty(slot) || self.pending_mask(slot) != 0) {
                     self.remove(slot, false);
                     self.counters[ci].invalidations += 1;
                     let ssd = self.ssd_addr(slot);
@@ -1058,10 +1188,17 @@ impl Engine {
                     self.bypass_line(req, &part);
                 }
                 None => {
-                    self.counters[ci].admitted_misses += 1;
-                    self.admit_line(req, &part, &access);
-                    if self.group_lines_shift > 0 {
-                        self.populate_group(req, group, first, last);
+                    if self.admit_line(req, &part, &access) {
+                        self.counters[ci].admitted_misses += 1;
+                        if self.group_lines_shift > 0 {
+                            self.populate_group(req, group, first, last);
+                        }
+                    } else {
+                        // Every victim the policy offered is being written back.
+                        self.inflight.bypass_pinned += 1;
+                        self.counters[ci].bypasses.add(Bypass::NoCapacity);
+                        bypassed += 1;
+                        self.bypass_line(req, &part);
                     }
                 }
             }
@@ -1093,7 +1230,11 @@ impl Engine {
     fn read_line(&mut self, req: &Request, p: &LinePart, a: &Access) -> Outcome {
         let ci = req.class as usize;
         match self.lookup(p.key) {
-            Some(slot) if self.cfg.mode != Mode::PassThrough || self.is_dirty(slot) => {
+            Some(slot)
+                if self.cfg.mode != Mode::PassThrough
+                    || self.is_dirty(slot)
+                    || self.pending_mask(slot) != 0 =>
+            {
                 self.policy.hit(slot, a);
                 if self.sectors {
                     let (m, _) = self.sector_masks(p);
@@ -1216,7 +1357,7 @@ impl Engine {
                 }
             }
             Mode::ReadOnly | Mode::PassThrough => {
-                if full || !self.is_dirty(slot) {
+                if full || !(self.is_dirty(slot) || self.pending_mask(slot) != 0) {
                     // The caller sends the write to the HDD as a bypass.
                     self.remove(slot, false);
                     self.counters[ci].invalidations += 1;
@@ -1257,7 +1398,7 @@ impl Engine {
                 d & !whole
             }
             Mode::ReadOnly | Mode::PassThrough => {
-                if d & !whole == 0 {
+                if (d | self.pending_mask(slot)) & !whole == 0 {
                     // Nothing newer than the HDD survives this write: drop the line.
                     self.remove(slot, false);
                     self.counters[ci].invalidations += 1;
@@ -1290,11 +1431,19 @@ impl Engine {
     }
 
     /// A missed line that is admitted: fetch what is needed, write the whole line to its slot.
-    fn admit_line(&mut self, req: &Request, p: &LinePart, a: &Access) {
+    /// `false`, having planned nothing, when no slot can be had (only while write-backs are
+    /// in flight: every victim the policy offered is pinned).
+    fn admit_line(&mut self, req: &Request, p: &LinePart, a: &Access) -> bool {
         let ci = req.class as usize;
         let ls = self.cfg.line_size;
         let vol = req.volume;
-        let slot = self.alloc_slot(ci);
+        let Some(slot) = self.alloc_slot(ci) else {
+            debug_assert!(
+                !self.pins.is_empty(),
+                "no slot without a write-back in flight"
+            );
+            return false;
+        };
         let line_buf = p.line_start - self.plan.buf_start;
         let ssd = self.ssd_addr(slot);
         let dirty = if req.is_write() {
@@ -1382,6 +1531,7 @@ impl Engine {
         } else if dirty {
             self.set_dirty(slot, p.key, true);
         }
+        true
     }
 
     /// Group population: the group's lines outside this request that are not cached are copied
@@ -1407,7 +1557,9 @@ impl Engine {
             if self.dirty_evictions_blocked && !self.room_without_dirty_eviction() {
                 continue;
             }
-            let slot = self.alloc_slot(ci);
+            let Some(slot) = self.alloc_slot(ci) else {
+                continue;
+            };
             let hdd = l << self.line_shift;
             let ssd = self.ssd_addr(slot);
             self.emit(
@@ -1432,7 +1584,9 @@ impl Engine {
     }
 
     /// Takes a free slot, evicting (and writing back) a victim when the cache is full.
-    fn alloc_slot(&mut self, ci: usize) -> Slot {
+    /// `None` (nothing changed but the policy's search state) only while write-backs are in
+    /// flight, when no unpinned victim is found.
+    fn alloc_slot(&mut self, ci: usize) -> Option<Slot> {
         if self.dirty_evictions_blocked {
             return self.alloc_slot_clean(ci);
         }
@@ -1440,7 +1594,7 @@ impl Engine {
             return self.evict_for_class(ci);
         }
         if let Some(s) = self.free_slot() {
-            return s;
+            return Some(s);
         }
         let mut victim = if self.class_gate {
             self.policy.victim_for(ci as u8, &self.dirty)
@@ -1451,6 +1605,9 @@ impl Engine {
             if let Some(c) = self.clean_candidate() {
                 victim = c;
             }
+        }
+        if self.is_pinned(victim) {
+            victim = self.unpinned_victim()?;
         }
         let key = self.keys[victim as usize];
         debug_assert!(
@@ -1464,7 +1621,33 @@ impl Engine {
         }
         self.counters[ci].evictions += 1;
         self.unmap(victim, true);
-        victim
+        Some(victim)
+    }
+
+    /// The victim chosen is being written back: the policy's first unpinned likely victim
+    /// instead (a clean one first when clean victims are preferred); `None` when it names
+    /// none (policies without a hint, or every candidate pinned): the miss is bypassed.
+    #[cold]
+    fn unpinned_victim(&mut self) -> Option<Slot> {
+        let mut hint = std::mem::take(&mut self.cand_buf);
+        hint.clear();
+        // Among this many distinct cached slots at least one is unpinned.
+        let n = self.pins.len() + 1 + self.cfg.clean_victim_window as usize;
+        self.policy.eviction_candidates(n, &mut hint);
+        let usable = |s: Slot| self.keys[s as usize] != EMPTY && !self.is_pinned(s);
+        let clean = (self.cfg.clean_victim_window > 0)
+            .then(|| {
+                hint.iter()
+                    .copied()
+                    .find(|&s| usable(s) && !self.is_dirty(s))
+            })
+            .flatten();
+        let found = clean.or_else(|| hint.iter().copied().find(|&s| usable(s)));
+        self.cand_buf = hint;
+        if found.is_some() {
+            self.inflight.victim_pinned += 1;
+        }
+        found
     }
 
     /// Whether a line of class `ci` could be cached only by evicting a dirty line the policy
@@ -1475,7 +1658,7 @@ impl Engine {
     /// just written, and each of its lines evicted the one before, dirty (issue 18). Writing
     /// the line around the cache costs the one HDD write that write-back would have.
     fn displaces_dirty_peer(&mut self, ci: usize) -> bool {
-        if self.len < self.cap || self.dirty_count == 0 || self.policy.at_limit(ci as u8) {
+        if self.has_free_slot() || self.dirty_count == 0 || self.policy.at_limit(ci as u8) {
             return false;
         }
         self.policy.dirty_peer_victim(ci as u8, &self.dirty)
@@ -1490,10 +1673,11 @@ impl Engine {
         hint.clear();
         self.policy
             .eviction_candidates(self.cfg.clean_victim_window as usize, &mut hint);
+        // A line being written back is clean but pinned: not a candidate.
         let found = hint
             .iter()
             .copied()
-            .find(|&s| self.keys[s as usize] != EMPTY && !self.is_dirty(s));
+            .find(|&s| self.keys[s as usize] != EMPTY && !self.is_dirty(s) && !self.is_pinned(s));
         self.cand_buf = hint;
         found
     }
@@ -1521,33 +1705,42 @@ impl Engine {
     /// line of its own if the policy names one, else any clean line). The caller checked
     /// [`Engine::room_without_dirty_eviction`].
     #[cold]
-    fn alloc_slot_clean(&mut self, ci: usize) -> Slot {
+    fn alloc_slot_clean(&mut self, ci: usize) -> Option<Slot> {
         if self.class_gate && self.len > 0 && self.policy.at_limit(ci as u8) {
             let v = self.policy.victim_for(ci as u8, &self.dirty);
-            if self.keys[v as usize] != EMPTY && !self.is_dirty(v) {
+            if self.keys[v as usize] != EMPTY && !self.is_dirty(v) && !self.is_pinned(v) {
                 self.counters[ci].evictions += 1;
                 self.remove(v, true);
-                return self.free.pop().expect("remove() frees the slot");
+                return Some(self.free.pop().expect("remove() frees the slot"));
             }
         }
         if let Some(s) = self.free_slot() {
-            return s;
+            return Some(s);
         }
-        let victim = self
-            .clean_victim()
-            .expect("blocked dirty evictions: the caller checked for a clean line");
+        let Some(victim) = self.clean_victim() else {
+            // Lines being written back count as clean but are pinned.
+            assert!(
+                !self.pins.is_empty(),
+                "blocked dirty evictions: the caller checked for a clean line"
+            );
+            return None;
+        };
         assert!(
             !self.is_dirty(victim),
             "dirty evictions are blocked but slot {victim} is dirty"
         );
         self.counters[ci].evictions += 1;
         self.unmap(victim, true);
-        victim
+        Some(victim)
     }
 
-    /// A class at its partition maximum replaces one of its own lines even when slots are free.
-    fn evict_for_class(&mut self, ci: usize) -> Slot {
+    /// A class at its partition maximum replaces one of its own lines even when slots are free
+    /// (`None` when that line is being written back: the miss is bypassed).
+    fn evict_for_class(&mut self, ci: usize) -> Option<Slot> {
         let victim = self.policy.victim_for(ci as u8, &self.dirty);
+        if self.is_pinned(victim) {
+            return None;
+        }
         let key = self.keys[victim as usize];
         if self.is_dirty(victim) {
             self.write_back(ci, victim, key);
@@ -1555,7 +1748,7 @@ impl Engine {
         }
         self.counters[ci].evictions += 1;
         self.remove(victim, true);
-        self.free.pop().expect("remove() frees the slot")
+        Some(self.free.pop().expect("remove() frees the slot"))
     }
 
     /// The steps of a whole-line write on the fast path: the disk too unless write-back,
@@ -1583,16 +1776,24 @@ impl Engine {
         let ssd = self.ssd_addr(slot);
         let hdd = line << self.line_shift;
         let ss = self.sector_shift;
-        for (a, b) in Runs(self.dirty_mask(slot)) {
+        let dirty = self.dirty_mask(slot);
+        for (a, b) in Runs(dirty) {
             let (off, len) = (a << ss, (b - a) << ss);
             let (ssd, hdd) = (ssd + off, hdd + off);
             self.emit(ci, Step::WriteBack { vol, ssd, hdd, len });
         }
         self.counters[ci].write_backs += 1;
+        if self.capturing {
+            self.capture(slot, key, dirty);
+        }
         self.set_dirty_mask(slot, key, 0);
     }
 
     fn place(&mut self, slot: Slot, key: u64, class: u8, a: &Access) {
+        assert!(
+            !self.is_pinned(slot),
+            "slot {slot} is reused while a write-back reads it"
+        );
         self.keys[slot as usize] = key;
         self.classes[slot as usize] = class;
         self.set_valid(slot, self.full_mask);
@@ -1601,15 +1802,28 @@ impl Engine {
         self.policy.insert(slot, a);
     }
 
-    /// Drops the line in `slot`; the slot goes to the free list.
+    /// Drops the line in `slot`; the slot goes to the free list (or, while a write-back
+    /// reads it, becomes a zombie, freed when the write-back completes).
     fn remove(&mut self, slot: Slot, evicted: bool) {
         self.unmap(slot, evicted);
+        if !self.pins.is_empty() {
+            if let Some(p) = self.pins.get_mut(&slot) {
+                debug_assert!(!p.zombie, "slot {slot} dropped twice");
+                p.zombie = true;
+                self.zombies += 1;
+                return;
+            }
+        }
         self.free.push(slot);
     }
 
     /// Drops the line in `slot`, leaving the slot to the caller.
     #[inline]
     fn unmap(&mut self, slot: Slot, evicted: bool) {
+        assert!(
+            !evicted || !self.is_pinned(slot),
+            "slot {slot} is evicted while a write-back reads it"
+        );
         let key = self.keys[slot as usize];
         if self.is_dirty(slot) {
             self.set_dirty_mask(slot, key, 0);
@@ -1659,14 +1873,18 @@ impl Engine {
     /// Dirty lines among the next `n` lines a class-aware policy would evict once the cache
     /// is full (0 for other policies, or while slots are free).
     fn dirty_ahead(&self, n: usize) -> u64 {
-        if !self.class_gate || self.len < self.cap || self.dirty_count == 0 {
+        if !self.class_gate || self.has_free_slot() || self.dirty_count == 0 {
             return 0;
         }
-        let mut hint = Vec::with_capacity(n);
+        let mut hint = self.ahead_buf.take();
+        hint.clear();
         self.policy.eviction_candidates(n, &mut hint);
-        hint.iter()
+        let d = hint
+            .iter()
             .filter(|&&s| self.keys[s as usize] != EMPTY && self.is_dirty(s))
-            .count() as u64
+            .count() as u64;
+        self.ahead_buf.set(hint);
+        d
     }
 
     /// Lines cleaning would write back now to get down to the low watermark (with `alru`
@@ -1718,8 +1936,24 @@ impl Engine {
     ///
     /// **Clean ahead** (class-aware policies): first the dirty lines among the next
     /// [`CLEAN_AHEAD`] lines the policy would evict, in eviction order.
+    ///
+    /// This is [`Engine::begin_clean`] followed at once by [`Engine::complete_writeback`]:
+    /// for an executor that runs the plan before its next request.
     pub fn clean(&mut self, max_lines: u64) -> &Plan {
+        if let Some(t) = self.begin_clean(max_lines).map(|b| b.ticket) {
+            self.complete_writeback(t, &[]);
+        }
+        &self.plan
+    }
+
+    /// Plans what [`Engine::clean`] plans, as a write-back in flight: the lines are clean for
+    /// the cleaner and the counts from now on (so the next begin picks others), but their
+    /// slots are pinned and their sectors pending until [`Engine::complete_writeback`], so
+    /// requests processed meanwhile can neither reuse a slot the executor reads nor lose a
+    /// sector written meanwhile. `None` (an empty plan) when there is nothing to clean.
+    pub fn begin_clean(&mut self, max_lines: u64) -> Option<WbBatch<'_>> {
         self.plan.reset(0, 0);
+        self.open_ticket();
         let mut done = self.clean_ahead(max_lines);
         while done < max_lines && self.dirty_count > 0 {
             let key = self.cleaner.next(&self.dirty_set);
@@ -1734,13 +1968,202 @@ impl Engine {
             self.cleaner.advance(key.wrapping_add(1));
             done += 1;
         }
-        &self.plan
+        self.close_ticket()
+    }
+
+    /// Starts the ticket a begin fills (`capturing`).
+    fn open_ticket(&mut self) {
+        debug_assert!(!self.capturing, "a begin inside a begin");
+        let mut t = self.ticket_pool.pop().unwrap_or_default();
+        t.lines.clear();
+        t.spans.clear();
+        self.next_ticket = self.next_ticket.wrapping_add(1);
+        t.id = self.next_ticket;
+        self.tickets.push(t);
+        self.capturing = true;
+    }
+
+    /// Pins `slot` for the ticket being planned; `pending` are the sectors it cleans.
+    fn capture(&mut self, slot: Slot, key: u64, pending: u64) {
+        let pin = self.pins.entry(slot).or_default();
+        debug_assert!(!pin.zombie, "slot {slot} was dropped but is written back");
+        pin.count = pin.count.checked_add(1).expect("pins of one slot overflow");
+        pin.pending |= pending;
+        let wgen = pin.wgen;
+        let t = self.tickets.last_mut().expect("capturing into a ticket");
+        t.lines.push(WbLine {
+            slot,
+            key,
+            pending,
+            wgen,
+        });
+    }
+
+    /// Ends a begin: the ticket's spans from the plan; `None` when it pinned nothing.
+    fn close_ticket(&mut self) -> Option<WbBatch<'_>> {
+        self.capturing = false;
+        let mut t = self.tickets.pop().expect("a ticket is open");
+        if t.lines.is_empty() {
+            debug_assert!(self.plan.steps.is_empty() || !self.record);
+            self.ticket_pool.push(t);
+            return None;
+        }
+        for s in &self.plan.steps {
+            let (vol, hdd, len) = match *s {
+                Step::WriteBack { vol, hdd, len, .. } | Step::CopyHdd { vol, hdd, len } => {
+                    (vol, hdd, len)
+                }
+                _ => continue,
+            };
+            match t.spans.last_mut() {
+                Some(l) if l.0 == vol && l.1 + l.2 == hdd => l.2 += len,
+                _ => t.spans.push((vol, hdd, len)),
+            }
+        }
+        self.tickets.push(t);
+        self.update_fast_path();
+        let t = self.tickets.last().expect("just pushed");
+        Some(WbBatch {
+            ticket: WbTicket(t.id),
+            plan: &self.plan,
+            lines: &t.lines,
+            spans: &t.spans,
+        })
+    }
+
+    /// Ends a write-back in flight. The executor names the slots whose write-back failed
+    /// (their pending sectors become dirty again, as if never cleaned); every other line's
+    /// pending sectors are clean now, except that sectors written since begin simply stay
+    /// dirty (they were never pending). A line dropped meanwhile (a full trim) frees its
+    /// slot here. Panics on a ticket not in flight (a bug in the executor).
+    pub fn complete_writeback(&mut self, t: WbTicket, failed: &[Slot]) -> WbDone {
+        let i = self
+            .tickets
+            .iter()
+            .position(|e| e.id == t.0)
+            .unwrap_or_else(|| panic!("write-back ticket {} is not in flight", t.0));
+        let entry = self.tickets.swap_remove(i);
+        let mut done = WbDone::default();
+        for l in &entry.lines {
+            let pin = self
+                .pins
+                .get_mut(&l.slot)
+                .expect("a line in flight is pinned");
+            let rewritten = pin.wgen != l.wgen;
+            pin.count -= 1;
+            let (last, zombie) = (pin.count == 0, pin.zombie);
+            if last {
+                self.pins.remove(&l.slot);
+            }
+            let cached = self.keys[l.slot as usize];
+            // A pinned slot is never reused: a violation would have written another line's
+            // bytes to this line's place on the backing device.
+            assert!(
+                cached == l.key || (zombie && cached == EMPTY),
+                "slot {} of a write-back of key {:#x} in flight now holds {cached:#x}",
+                l.slot,
+                l.key
+            );
+            if l.pending != 0 && failed.contains(&l.slot) {
+                if !zombie {
+                    let m = self.dirty_mask(l.slot) | (l.pending & self.valid_mask(l.slot));
+                    self.set_dirty_mask(l.slot, l.key, m);
+                }
+                done.failed += 1;
+            } else if l.pending != 0 {
+                done.cleaned += 1;
+            }
+            done.redirtied += rewritten as u64;
+            if last && zombie {
+                self.free.push(l.slot);
+                self.zombies -= 1;
+                done.freed += 1;
+            }
+        }
+        // Slots another ticket still pins keep that ticket's pending sectors only.
+        if !self.tickets.is_empty() {
+            for l in &entry.lines {
+                if let Some(p) = self.pins.get_mut(&l.slot) {
+                    p.pending = self
+                        .tickets
+                        .iter()
+                        .flat_map(|t| t.lines.iter())
+                        .filter(|x| x.slot == l.slot)
+                        .fold(0, |m, x| m | x.pending);
+                }
+            }
+        }
+        debug_assert_eq!(
+            self.pins.values().map(|p| p.count as usize).sum::<usize>(),
+            self.tickets.iter().map(|t| t.lines.len()).sum::<usize>(),
+            "pins and tickets agree"
+        );
+        debug_assert_eq!(
+            self.zombies as usize,
+            self.pins.values().filter(|p| p.zombie).count(),
+            "every zombie is pinned"
+        );
+        self.ticket_pool.push(entry);
+        let c = &mut self.inflight;
+        c.writeback_redirtied += done.redirtied;
+        c.writeback_failed += done.failed;
+        c.zombies_freed += done.freed;
+        self.update_fast_path();
+        done
+    }
+
+    /// Whether a write-back in flight reads `slot` (it is then never a victim or reused).
+    #[inline]
+    pub fn is_pinned(&self, slot: Slot) -> bool {
+        !self.pins.is_empty() && self.pins.contains_key(&slot)
+    }
+
+    /// Sectors of the line in `slot` a write-back in flight is cleaning (no longer in
+    /// [`Engine::dirty_mask`]). A persisted record of the line must show
+    /// `dirty_mask | pending_mask` dirty until the write-back completes.
+    #[inline]
+    pub fn pending_mask(&self, slot: Slot) -> u64 {
+        if self.pins.is_empty() {
+            return 0;
+        }
+        self.pins.get(&slot).map_or(0, |p| p.pending)
+    }
+
+    /// Planned cache writes into `slot` since it was pinned (0 when not pinned); a ticket
+    /// line whose `wgen` differs at completion was rewritten in flight.
+    pub fn slot_gen(&self, slot: Slot) -> u32 {
+        self.pins.get(&slot).map_or(0, |p| p.wgen)
+    }
+
+    /// Write-backs in flight (tickets begun, not completed).
+    pub fn writebacks_in_flight(&self) -> usize {
+        self.tickets.len()
+    }
+
+    /// Slots of lines dropped while being written back, not yet free.
+    pub fn zombie_slots(&self) -> u64 {
+        self.zombies as u64
+    }
+
+    /// Counts of what write-backs in flight did ([`InflightCounters`]).
+    pub fn inflight_counters(&self) -> InflightCounters {
+        self.inflight
+    }
+
+    /// Bumps the write generation of a pinned slot a planned step writes.
+    #[cold]
+    fn bump_wgen(&mut self, step: &Step) {
+        if let Step::WriteSsd { ssd, .. } | Step::Populate { ssd, .. } = *step {
+            if let Some(p) = self.pins.get_mut(&((ssd >> self.line_shift) as Slot)) {
+                p.wgen = p.wgen.wrapping_add(1);
+            }
+        }
     }
 
     /// [`Engine::clean`]'s first pass: writes back (up to `max_lines`) the dirty lines among
     /// a class-aware policy's next [`CLEAN_AHEAD`] victims; returns how many.
     fn clean_ahead(&mut self, max_lines: u64) -> u64 {
-        if !self.class_gate || self.len < self.cap || self.dirty_count == 0 || max_lines == 0 {
+        if !self.class_gate || self.has_free_slot() || self.dirty_count == 0 || max_lines == 0 {
             return 0;
         }
         let mut hint = std::mem::take(&mut self.cand_buf);
@@ -1833,6 +2256,10 @@ impl Engine {
             let valid = self.valid_mask(slot);
             let dirty = self.dirty_mask(slot);
             debug_assert_eq!(dirty & !valid, 0, "dirty sectors are valid");
+            if self.capturing {
+                // Clean copies are read too: pinned, with nothing pending.
+                self.capture(slot, k, dirty);
+            }
             // Valid sectors (dirty, or clean copies equal to the backing bytes) from the
             // cache, the rest from the backing device, in disk order.
             let mut parts: Vec<(u64, u64, bool)> = Runs(valid)
@@ -1880,21 +2307,41 @@ impl Engine {
     /// [`crate::policy::Policy::eviction_candidates`]), counting only evictions still needed
     /// once the free slots are used. Changes nothing. For class-aware policies the hint is the
     /// plain eviction order (DSS's clean-first search or a partition limit may pick others).
+    /// Slots being written back (pinned) are left out.
     pub fn eviction_candidates(&self, n: u64, out: &mut Vec<Slot>) {
-        let free = (self.cap - self.len) as u64;
+        let free = (self.cap - self.len - self.zombies) as u64;
         if n <= free {
             return;
         }
-        let mut hint = Vec::new();
-        self.policy
-            .eviction_candidates((n - free) as usize, &mut hint);
-        out.extend(hint.into_iter().filter(|&s| self.slot_key(s).is_some()));
+        let start = out.len();
+        self.policy.eviction_candidates((n - free) as usize, out);
+        let mut w = start;
+        for r in start..out.len() {
+            let s = out[r];
+            if self.slot_key(s).is_some() && !self.is_pinned(s) {
+                out[w] = s;
+                w += 1;
+            }
+        }
+        out.truncate(w);
     }
 
     /// Writes back the dirty lines among `slots` (counted as cleaning, like [`Engine::clean`])
     /// and returns the plan; which lines are cached does not change.
+    ///
+    /// This is [`Engine::begin_write_back_slots`] followed at once by
+    /// [`Engine::complete_writeback`].
     pub fn write_back_slots(&mut self, slots: &[Slot]) -> &Plan {
+        if let Some(t) = self.begin_write_back_slots(slots).map(|b| b.ticket) {
+            self.complete_writeback(t, &[]);
+        }
+        &self.plan
+    }
+
+    /// [`Engine::write_back_slots`] as a write-back in flight (see [`Engine::begin_clean`]).
+    pub fn begin_write_back_slots(&mut self, slots: &[Slot]) -> Option<WbBatch<'_>> {
         self.plan.reset(0, 0);
+        self.open_ticket();
         for &slot in slots {
             let Some(key) = self.slot_key(slot) else {
                 continue;
@@ -1904,7 +2351,7 @@ impl Engine {
                 self.write_back(ci, slot, key);
             }
         }
-        &self.plan
+        self.close_ticket()
     }
 
     /// Class-aware admission: the policy decides from the class and the clean share.
@@ -1976,6 +2423,9 @@ impl Engine {
         if self.keys[slot as usize] != EMPTY {
             return bad("slot already holds a line".into());
         }
+        if self.is_pinned(slot) {
+            return bad("a write-back in flight still reads the slot".into());
+        }
         if key == EMPTY || (key & ((1 << LINE_BITS) - 1)) >= (1 << LINE_BITS) - 1 {
             return bad(format!("invalid key {key:#x}"));
         }
@@ -2017,6 +2467,10 @@ impl Engine {
     /// whose cache device failed there, after saving what it could). Returns its key.
     pub fn drop_line(&mut self, slot: Slot) -> Option<u64> {
         let key = self.slot_key(slot)?;
+        assert!(
+            !self.is_pinned(slot),
+            "drop_line of slot {slot} while a write-back reads it (complete it first)"
+        );
         // `free` may still list this slot from before a restore into it (`free_stale`):
         // drop the stale entries first, or the slot would be listed twice once freed and
         // handed out to two lines (a rollback drops, restores and drops the same slot).

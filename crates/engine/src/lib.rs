@@ -22,7 +22,7 @@ pub use config::{
     Admission, EngineConfig, Mode, Preset, SeqCutoff, Validity, DEFAULT_CLEANING_AGE,
     DEFAULT_REWRITE_CHUNK, DEFAULT_REWRITE_MIN_RUNS,
 };
-pub use engine::{Engine, EngineError};
+pub use engine::{Engine, EngineError, InflightCounters, WbBatch, WbDone, WbLine, WbTicket};
 pub use log::{Compression, ExtentContent, Layout, LogConfig, LogEngine};
 pub use plan::{Plan, Step};
 pub use rate::{RateController, WritebackRate};

@@ -130,3 +130,222 @@ fn the_cleaning_policy_can_change_on_a_running_engine() {
         .unwrap_err()
         .contains("acp"));
 }
+
+// ---- Write-backs in flight: begin_clean / complete_writeback (plan-unlocked-io.md (c)) ----
+
+use tiercache_engine::{Validity, WbLine, WbTicket};
+
+/// A 4-line write-back cache (sector validity unless `line`), nothing cleans by itself.
+fn small(cap: u64, line: bool) -> Engine {
+    Engine::new(EngineConfig {
+        capacity_lines: cap,
+        mode: Mode::WriteBack,
+        validity: if line {
+            Validity::Line
+        } else {
+            Validity::Sector
+        },
+        rewrite_chunk: 0,
+        dirty_high: 1.0,
+        dirty_low: 1.0,
+        ..Default::default()
+    })
+    .unwrap()
+}
+
+fn begin(e: &mut Engine, n: u64) -> (WbTicket, Vec<WbLine>, Vec<(u32, u64, u64)>) {
+    let b = e.begin_clean(n).expect("something to clean");
+    (b.ticket, b.lines.to_vec(), b.spans.to_vec())
+}
+
+fn slot_of(e: &Engine, line: u64) -> u32 {
+    e.lookup(Engine::line_key(0, line)).expect("cached")
+}
+
+#[test]
+fn a_write_during_a_write_back_keeps_exactly_the_rewritten_sectors_dirty() {
+    let mut e = small(4, false);
+    write(&mut e, &[3]);
+    let s = slot_of(&e, 3);
+    let (t, lines, spans) = begin(&mut e, 8);
+    assert_eq!(lines.len(), 1);
+    assert_eq!((lines[0].slot, lines[0].pending), (s, 0xff));
+    assert_eq!(spans, vec![(0, 3 * 4096, 4096)]);
+    // Clean for the cleaner and the counts, pending for records.
+    assert_eq!(e.dirty_lines(), 0);
+    assert_eq!((e.dirty_mask(s), e.pending_mask(s)), (0, 0xff));
+    assert!(e.is_pinned(s));
+    assert!(e.begin_clean(8).is_none(), "nothing else is dirty");
+    // Sectors 2 and 3 are written while the write-back reads the line.
+    e.process(&Request::new(0, Op::Write, 3 * 4096 + 1024, 1024))
+        .unwrap();
+    assert_eq!(e.dirty_mask(s), 0b1100);
+    assert_eq!(e.slot_gen(s), lines[0].wgen + 1);
+    let done = e.complete_writeback(t, &[]);
+    assert_eq!((done.cleaned, done.redirtied, done.failed), (1, 1, 0));
+    assert_eq!((e.dirty_mask(s), e.pending_mask(s)), (0b1100, 0));
+    assert!(!e.is_pinned(s));
+    assert_eq!(e.inflight_counters().writeback_redirtied, 1);
+    // The next pass writes back exactly those sectors.
+    let steps = e.clean(8).steps.clone();
+    assert_eq!(
+        steps,
+        vec![Step::WriteBack {
+            vol: 0,
+            ssd: s as u64 * 4096 + 1024,
+            hdd: 3 * 4096 + 1024,
+            len: 1024
+        }]
+    );
+}
+
+#[test]
+fn a_full_trim_during_a_write_back_frees_the_slot_only_at_complete() {
+    let mut e = small(4, false);
+    write(&mut e, &[0, 1, 2, 3]);
+    let s0 = slot_of(&e, 0);
+    let (t, lines, _) = begin(&mut e, 1);
+    assert_eq!(lines[0].slot, s0);
+    e.process(&Request::new(0, Op::Trim, 0, 4096)).unwrap();
+    assert_eq!(e.lookup(Engine::line_key(0, 0)), None);
+    assert_eq!((e.len(), e.zombie_slots()), (3, 1));
+    // The zombie slot is not free: new lines evict (LRU: line 1, then 2) instead.
+    write(&mut e, &[10, 11]);
+    for l in [10, 11] {
+        assert_ne!(
+            slot_of(&e, l),
+            s0,
+            "line {l} took the slot being written back"
+        );
+    }
+    assert_eq!(e.counters().evictions, 2);
+    let done = e.complete_writeback(t, &[]);
+    assert_eq!((done.freed, done.cleaned), (1, 1));
+    assert_eq!(e.zombie_slots(), 0);
+    // Now it is free: the next line takes it without an eviction.
+    write(&mut e, &[12]);
+    assert_eq!(slot_of(&e, 12), s0);
+    assert_eq!(e.counters().evictions, 2);
+    assert_eq!(e.inflight_counters().zombies_freed, 1);
+}
+
+#[test]
+fn a_partial_trim_during_a_write_back_keeps_the_line() {
+    for line_validity in [true, false] {
+        let mut e = small(4, line_validity);
+        write(&mut e, &[5]);
+        let s = slot_of(&e, 5);
+        let (t, ..) = begin(&mut e, 1);
+        e.process(&Request::new(0, Op::Trim, 5 * 4096, 2048))
+            .unwrap();
+        // Still cached: a read of its other half must not go to the backing device before
+        // the write-back has put the data there.
+        assert_eq!(
+            e.lookup(Engine::line_key(0, 5)),
+            Some(s),
+            "line validity {line_validity}"
+        );
+        let plan = e
+            .process(&Request::new(0, Op::Read, 5 * 4096 + 2048, 2048))
+            .unwrap();
+        assert!(
+            plan.steps.iter().all(|s| matches!(s, Step::ReadSsd { .. })),
+            "line validity {line_validity}: {:?}",
+            plan.steps
+        );
+        e.complete_writeback(t, &[]);
+        assert_eq!(e.dirty_lines(), 0);
+    }
+    // Without a write-back in flight a partly trimmed clean line (line validity) is dropped,
+    // as before: the pending state is what kept it.
+    let mut e = small(4, true);
+    write(&mut e, &[5]);
+    e.clean(1);
+    e.process(&Request::new(0, Op::Trim, 5 * 4096, 2048))
+        .unwrap();
+    assert_eq!(e.lookup(Engine::line_key(0, 5)), None);
+}
+
+#[test]
+fn a_failed_write_back_makes_its_lines_dirty_again() {
+    let mut e = small(4, false);
+    write(&mut e, &[1, 2]);
+    let (s1, s2) = (slot_of(&e, 1), slot_of(&e, 2));
+    let (t, lines, _) = begin(&mut e, 8);
+    assert_eq!(lines.len(), 2);
+    assert_eq!(e.dirty_lines(), 0);
+    // Sectors 0-1 of line 1 are trimmed meanwhile: their contents are discarded.
+    e.process(&Request::new(0, Op::Trim, 4096, 1024)).unwrap();
+    let done = e.complete_writeback(t, &[s1]);
+    assert_eq!((done.failed, done.cleaned), (1, 1));
+    assert_eq!(e.dirty_lines(), 1);
+    assert_eq!(
+        e.dirty_mask(s1),
+        0xfc,
+        "pending sectors still valid are dirty again"
+    );
+    assert_eq!(e.dirty_mask(s2), 0);
+    assert_eq!(e.inflight_counters().writeback_failed, 1);
+    assert_eq!(cleaned(&mut e, 8), vec![1]);
+}
+
+#[test]
+fn a_chunk_rewrite_in_flight_pins_its_clean_copies_and_spans_the_chunk() {
+    // 16-line chunks, rewritten from 2 runs; lines 17 and 19 dirty, 18 a clean copy.
+    let mut e = engine(CleaningPolicy::Lba, 2);
+    write(&mut e, &[17, 19]);
+    e.process(&Request::new(0, Op::Read, 18 * 4096, 4096))
+        .unwrap();
+    let s18 = slot_of(&e, 18);
+    let (t, lines, spans) = begin(&mut e, 8);
+    assert_eq!(
+        spans,
+        vec![(0, 17 * 4096, 15 * 4096)],
+        "one span to the chunk's end"
+    );
+    let l18 = lines
+        .iter()
+        .find(|l| l.slot == s18)
+        .expect("clean copy pinned");
+    assert_eq!(l18.pending, 0);
+    assert_eq!(lines.iter().filter(|l| l.pending != 0).count(), 2);
+    assert!(e.is_pinned(s18));
+    let mut cands = Vec::new();
+    e.eviction_candidates(1024, &mut cands);
+    assert!(
+        lines.iter().all(|l| !cands.contains(&l.slot)),
+        "a pinned slot offered for unmap-ahead"
+    );
+    let done = e.complete_writeback(t, &[]);
+    assert_eq!(done.cleaned, 2);
+    assert!(!e.is_pinned(s18));
+}
+
+#[test]
+fn two_write_backs_of_one_rewritten_line_keep_their_own_pending_sectors() {
+    let mut e = small(4, false);
+    write(&mut e, &[1]);
+    let s = slot_of(&e, 1);
+    let (t1, ..) = begin(&mut e, 8);
+    e.process(&Request::new(0, Op::Write, 4096, 512)).unwrap();
+    let (t2, l2, _) = begin(&mut e, 8);
+    assert_eq!(l2[0].pending, 1);
+    assert_eq!(e.writebacks_in_flight(), 2);
+    // The first completes: sector 0 is still pending for the second.
+    e.complete_writeback(t1, &[]);
+    assert_eq!((e.pending_mask(s), e.dirty_mask(s)), (1, 0));
+    // The second fails: only its sector is dirty again.
+    e.complete_writeback(t2, &[s]);
+    assert_eq!((e.pending_mask(s), e.dirty_mask(s)), (0, 1));
+    assert!(!e.is_pinned(s));
+}
+
+#[test]
+#[should_panic(expected = "not in flight")]
+fn completing_a_ticket_twice_is_a_bug() {
+    let mut e = small(4, false);
+    write(&mut e, &[1]);
+    let (t, ..) = begin(&mut e, 8);
+    e.complete_writeback(t, &[]);
+    e.complete_writeback(t, &[]);
+}

@@ -40,14 +40,33 @@ impl CacheVolume {
 
     pub(super) fn clean_pass(&self, g: &mut Inner, n: u64) -> io::Result<()> {
         self.sync_if_full(g)?;
-        let steps = g.engine.clean(n).steps.clone();
-        self.run_clean_steps(g, steps)
+        let batch = g.engine.begin_clean(n).map(InFlight::new);
+        self.run_clean_steps(g, batch)
     }
 
-    /// Executes a plan of write-backs (cleaning) and brings the records up to date.
-    fn run_clean_steps(&self, g: &mut Inner, steps: Vec<Step>) -> io::Result<()> {
+    /// Executes a write-back in flight (cleaning, unmap-ahead: begun in the engine, its
+    /// lines pinned), completes it in the engine, and brings the records up to date. Begin,
+    /// I/O ([`CacheVolume::write_back_io`] through `exec`) and commit all run under the
+    /// volume lock today (plan-unlocked-io step 2); `None` is an empty pass.
+    fn run_clean_steps(&self, g: &mut Inner, batch: Option<InFlight>) -> io::Result<()> {
         let _excl = self.io.write().unwrap_or_else(|e| e.into_inner());
+        let (steps, ticket) = match batch {
+            Some(b) => (b.steps, Some((b.ticket, b.slots))),
+            None => (Vec::new(), None),
+        };
         let r = self.exec(g, &steps, &mut []);
+        // Commit first: `roll_back` and `recover` below drop and restore lines, which a
+        // pinned slot forbids. A failure in the backing-first phase (every write-back runs
+        // there) puts every line back as `mem` has it, i.e. dirty: the ticket's pending
+        // sectors are dirty again, so `roll_back` finds nothing left to change. A failure
+        // after it is recovered from the plan as before, the lines completed clean.
+        if let Some((t, slots)) = ticket {
+            let failed: &[u32] = match &r {
+                Err(e) if e.before_cache => &slots,
+                _ => &[],
+            };
+            g.engine.complete_writeback(t, failed);
+        }
         let mut slots = std::mem::take(&mut g.slots);
         slots.clear();
         for s in &steps {
@@ -283,8 +302,8 @@ impl CacheVolume {
             let more = dirty.len() as u64 > CLEAN_PASS_LINES;
             dirty.truncate(CLEAN_PASS_LINES as usize);
             self.sync_if_full(g)?;
-            let steps = g.engine.write_back_slots(&dirty).steps.clone();
-            self.run_clean_steps(g, steps)?;
+            let batch = g.engine.begin_write_back_slots(&dirty).map(InFlight::new);
+            self.run_clean_steps(g, batch)?;
             if more {
                 return Ok(true);
             }
@@ -382,5 +401,23 @@ impl CacheVolume {
             g.engine.dirty_lines()
         );
         self.flush_locked(&mut g)
+    }
+}
+
+/// A write-back begun in the engine ([`Engine::begin_clean`]): its steps, ticket and the
+/// slots it pinned, owned so the engine's plan buffer is free for the next request.
+struct InFlight {
+    steps: Vec<Step>,
+    ticket: tiercache_engine::WbTicket,
+    slots: Vec<u32>,
+}
+
+impl InFlight {
+    fn new(b: tiercache_engine::WbBatch<'_>) -> Self {
+        InFlight {
+            steps: b.plan.steps.clone(),
+            ticket: b.ticket,
+            slots: b.lines.iter().map(|l| l.slot).collect(),
+        }
     }
 }

@@ -254,7 +254,8 @@ impl CacheVolume {
             tracing::error!("{m}: cache slot {slot}, which maps no line");
             return e;
         };
-        let dirty = g.engine.dirty_mask(slot);
+        // A line being written back (begin..complete) has its dirty sectors pending.
+        let dirty = g.engine.dirty_mask(slot) | g.engine.pending_mask(slot);
         let ss = g.engine.sector_size();
         for &x in &m.sectors {
             let k = (x % ls) / ss;
@@ -439,41 +440,30 @@ impl CacheVolume {
                     // join it in one backing write, when no step between touches their
                     // slot or backing range. A failure names this step: none of the group
                     // reached the backing device, and `recover` redoes write-backs from here.
-                    // A chunk rewrite's gaps (`CopyHdd`) are read from the backing device in
-                    // one read spanning them all, then the cached parts are laid over it:
-                    // this runs under the volume lock, so no write can change the range
-                    // between that read and the write.
                     let group = merge_write_backs(steps, index, skip);
-                    let copies = group.iter().filter_map(|&j| match steps[j] {
-                        Step::CopyHdd { hdd, len, .. } => Some((hdd, hdd + len)),
-                        _ => None,
-                    });
-                    let span = copies.fold(None, |a: Option<(u64, u64)>, (x, y)| {
-                        Some(a.map_or((x, y), |(p, q)| (p.min(x), q.max(y))))
-                    });
-                    tmp.clear();
+                    // Under the lock: what the I/O needs from `Inner` (the expected data
+                    // checksums); the I/O itself touches no `Inner`.
+                    let expected: Vec<_> = group
+                        .iter()
+                        .map(|&j| match steps[j] {
+                            Step::WriteBack { ssd, len, .. } => Self::expected(g, ssd, len),
+                            _ => None,
+                        })
+                        .collect();
                     let total: u64 = group.iter().map(|&j| steps[j].bytes().3).sum();
-                    tmp.resize(total as usize, 0);
-                    if let Some((x, y)) = span {
-                        self.backing
-                            .read_at(&mut tmp[r(x - hdd, y - x)], x)
-                            .map_err(h)?;
+                    let io = self.write_back_io(steps, &group, &expected, tmp);
+                    // The backing range is unsynced once the write was issued (a failed or
+                    // torn write too), recorded when the I/O returned (plan-unlocked-io (b) 6).
+                    if matches!(io, Ok(()) | Err(WbIoError::BackingWrite(_))) {
+                        g.wrote_backing(hdd, hdd + total);
                     }
-                    for &j in &group {
-                        if let Step::WriteBack {
-                            ssd, hdd: at, len, ..
-                        } = steps[j]
-                        {
-                            let at = at - hdd;
-                            // Never a damaged dirty sector to the backing device.
-                            let exp = Self::expected(g, ssd, len);
-                            self.read_data(ssd, &mut tmp[r(at, len)], exp.as_ref())
-                                .map_err(|e| c(self.on_mismatch(g, e)))?;
+                    match io {
+                        Ok(()) => return Ok(group[1..].to_vec()),
+                        Err(WbIoError::Cache(e)) => return Err(c(self.on_mismatch(g, e))),
+                        Err(WbIoError::BackingRead(e) | WbIoError::BackingWrite(e)) => {
+                            return Err(h(e))
                         }
                     }
-                    g.wrote_backing(hdd, hdd + total);
-                    self.backing.write_at(tmp, hdd).map_err(h)?;
-                    return Ok(group[1..].to_vec());
                 }
                 // Discards are hints; keeping the bytes is always correct.
                 Step::TrimSsd { .. } | Step::TrimHdd { .. } => {}
@@ -482,6 +472,68 @@ impl CacheVolume {
             }
         }
         Ok(Vec::new())
+    }
+}
+
+/// Which device a write-back's I/O failed on ([`CacheVolume::write_back_io`]).
+pub(super) enum WbIoError {
+    /// Reading the cached data (a data checksum mismatch too).
+    Cache(io::Error),
+    /// Reading a chunk rewrite's gaps: nothing was written.
+    BackingRead(io::Error),
+    /// The backing write itself (it may have landed in part).
+    BackingWrite(io::Error),
+}
+
+impl CacheVolume {
+    /// The I/O of one merged write-back `group` of `steps` (from
+    /// [`merge_write_backs`], contiguous on the backing device from `steps[group[0]]`): a
+    /// chunk rewrite's gaps (`CopyHdd`) are read from the backing device in one read spanning
+    /// them all, the cached parts are read from the data area over it (verified against
+    /// `expected`, captured under the lock: never a damaged dirty sector to the backing
+    /// device), then the whole group goes out in one backing write. It touches no `Inner`
+    /// (plan-unlocked-io step 2). Between that gap read and the write no client write may
+    /// change the range: today the caller holds the volume lock; once it does not, the
+    /// ticket's spans must hold foreground backing writes off (plan (b) 4).
+    pub(super) fn write_back_io(
+        &self,
+        steps: &[Step],
+        group: &[usize],
+        expected: &[Option<(u64, Vec<u32>)>],
+        tmp: &mut Vec<u8>,
+    ) -> Result<(), WbIoError> {
+        debug_assert_eq!(group.len(), expected.len());
+        let r = |a: u64, l: u64| a as usize..(a + l) as usize;
+        let (Step::WriteBack { hdd, .. } | Step::CopyHdd { hdd, .. }) = steps[group[0]] else {
+            unreachable!("a write-back group starts with a write-back or a gap copy");
+        };
+        let copies = group.iter().filter_map(|&j| match steps[j] {
+            Step::CopyHdd { hdd, len, .. } => Some((hdd, hdd + len)),
+            _ => None,
+        });
+        let span = copies.fold(None, |a: Option<(u64, u64)>, (x, y)| {
+            Some(a.map_or((x, y), |(p, q)| (p.min(x), q.max(y))))
+        });
+        tmp.clear();
+        let total: u64 = group.iter().map(|&j| steps[j].bytes().3).sum();
+        tmp.resize(total as usize, 0);
+        if let Some((x, y)) = span {
+            self.backing
+                .read_at(&mut tmp[r(x - hdd, y - x)], x)
+                .map_err(WbIoError::BackingRead)?;
+        }
+        for (&j, exp) in group.iter().zip(expected) {
+            if let Step::WriteBack {
+                ssd, hdd: at, len, ..
+            } = steps[j]
+            {
+                self.read_data(ssd, &mut tmp[r(at - hdd, len)], exp.as_ref())
+                    .map_err(WbIoError::Cache)?;
+            }
+        }
+        self.backing
+            .write_at(tmp, hdd)
+            .map_err(WbIoError::BackingWrite)
     }
 }
 
