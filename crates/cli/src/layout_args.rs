@@ -57,6 +57,19 @@ impl LayoutArgs {
         })
     }
 
+    /// The log layout's flags given (every one but `--layout`), as `--flag` names: read from
+    /// the settings [`LayoutArgs::section`] makes of them, so a flag added there is seen here
+    /// too (a direct-layout device and `format` without `--layout log` refuse them).
+    pub fn log_flags_given(&self) -> Vec<String> {
+        let s = LayoutArgs {
+            layout: None,
+            ..self.clone()
+        }
+        .section()
+        .expect("without a layout name there is nothing to parse");
+        crate::serve_cmd::flag_names(&crate::serve_cmd::set_keys(&s))
+    }
+
     /// These flags as experiment-file cache settings (laid over the file's by `sim`).
     pub fn section(&self) -> Result<CacheSection> {
         if let Some(l) = &self.layout {

@@ -29,16 +29,6 @@ fn check_live_layout(l: &LayoutArgs) -> Result<()> {
     Ok(())
 }
 
-/// Whether any log-layout option was given (an error with a direct-layout device).
-pub fn has_log_options(l: &LayoutArgs) -> bool {
-    l.segment_size.is_some()
-        || l.compression.is_some()
-        || l.dedup.is_some()
-        || l.picker.is_some()
-        || l.trim
-        || l.reinsert_hits.is_some()
-}
-
 fn options(l: &LayoutArgs, line_size: u64, mode: Mode) -> Result<LogFormatOptions> {
     check_live_layout(l)?;
     let compression: Compression = l
@@ -147,7 +137,7 @@ pub struct LogServe {
     pub line_size: Option<u64>,
     pub layout: LayoutArgs,
     /// Direct-layout options given (refused).
-    pub direct_only: Vec<&'static str>,
+    pub direct_only: Vec<String>,
     /// Format the device (it holds no cache yet and `--layout log --format-if-needed`).
     pub format: bool,
     /// What the open accepts about the backing device (`--accept-backing-*`).

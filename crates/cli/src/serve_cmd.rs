@@ -647,7 +647,10 @@ pub fn format(a: FormatArgs) -> Result<()> {
         refuse_existing_cache(&a.cache, &*cache)?;
     }
     if a.layout.is_log()? && !a.tune.is_empty() {
-        bail!("--preset, --group-size, --admission, --seq-cutoff, --dirty-* and --slru-protected apply to the direct layout");
+        bail!(
+            "{} apply to the direct layout only (the log layout admits every missed line and picks segments with --picker)",
+            flag_names(&set_keys(&a.tune)).join(", ")
+        );
     }
     if a.layout.is_log()? {
         if a.data_checksums {
@@ -667,8 +670,12 @@ pub fn format(a: FormatArgs) -> Result<()> {
         )?;
         return clear_state_files(&a.cache, a.state_dir.as_deref(), old_uuid);
     }
-    if crate::log_serve::has_log_options(&a.layout) {
-        bail!("--segment-size, --compression, --dedup, --picker, --trim and --reinsert-hits need --layout log");
+    let log_flags = a.layout.log_flags_given();
+    if !log_flags.is_empty() {
+        bail!(
+            "{} apply to the log layout only: they need --layout log",
+            log_flags.join(", ")
+        );
     }
     let opts = FormatOptions {
         line_size,
@@ -805,6 +812,81 @@ fn clear_state_files(cache: &Path, state_dir: Option<&Path>, old: Option<[u8; 16
     Ok(())
 }
 
+/// The fields of `t` set to something other than their default (a `Some`, a `true` switch),
+/// by their serde names (the flags' names with underscores). Found through serde, as
+/// [`tiercache_sim::experiment::set_fields_over`] merges them, so a field added later is
+/// seen without being listed anywhere.
+pub(crate) fn set_keys<T: Serialize + Default>(t: &T) -> Vec<String> {
+    let value = |t: &T| serde_json::to_value(t).expect("settings serialise to a JSON object");
+    let (given, unset) = (value(t), value(&T::default()));
+    let (Some(g), Some(u)) = (given.as_object(), unset.as_object()) else {
+        panic!("settings must serialise to a map of fields");
+    };
+    g.iter()
+        .filter(|(k, v)| u.get(k.as_str()) != Some(v))
+        .map(|(k, _)| k.clone())
+        .collect()
+}
+
+/// Serde names as the flags they are: `unmap_batch` -> `--unmap-batch`.
+pub(crate) fn flag_names(keys: &[String]) -> Vec<String> {
+    keys.iter()
+        .map(|k| format!("--{}", k.replace('_', "-")))
+        .collect()
+}
+
+/// The `serve` settings (config keys: the flags' names with underscores) a log-layout device
+/// takes. Every other setting given with a log device is refused ([`ServeArgs::not_for_log`]),
+/// so a flag added to `ServeArgs` is refused on the log layout until the log layout uses it
+/// and it is named here, never silently ignored. The direct layout takes every setting.
+const LOG_LAYOUT_KEYS: &[&str] = &[
+    "cache",
+    "backing",
+    "socket",
+    "socket_group",
+    "listen",
+    "tls",
+    "tls_psk_file",
+    "tls_certificates",
+    "tls_verify_peer",
+    "max_connections",
+    "requests_per_connection",
+    "max_inflight_bytes",
+    "max_inflight_bytes_per_connection",
+    "handshake_deadline",
+    "max_options",
+    "write_timeout",
+    "workers",
+    "mode",
+    "line_size",
+    "cache_size",
+    "format_if_needed",
+    "accept_backing_rename",
+    "accept_backing_changes",
+    "state_dir",
+    "control",
+    "metrics",
+    "http",
+    "max_cache_errors",
+    "emulate_hdd",
+];
+
+impl ServeArgs {
+    /// The settings given (merged with the config file) that the log layout does not take,
+    /// named as they were given: `--flag` when `flags` (the command line's [`set_keys`])
+    /// holds it, else `` `key` in FILE ``.
+    fn not_for_log(&self, flags: &[String]) -> Vec<String> {
+        set_keys(self)
+            .into_iter()
+            .filter(|k| !LOG_LAYOUT_KEYS.contains(&k.as_str()))
+            .map(|k| match &self.config {
+                Some(file) if !flags.contains(&k) => format!("`{k}` in {}", file.display()),
+                _ => flag_names(&[k]).remove(0),
+            })
+            .collect()
+    }
+}
+
 /// Keys a `serve --config` file may hold: the flags' names with underscores, derived from the
 /// flags themselves (the layout's flags and `config` itself are not file keys).
 fn config_keys() -> Vec<String> {
@@ -854,6 +936,7 @@ fn over_file(a: ServeArgs, file: ServeArgs) -> ServeArgs {
 }
 
 pub fn serve(a: ServeArgs) -> Result<()> {
+    let flags = set_keys(&a);
     let a = merge(a)?;
     let cache_path = a
         .cache
@@ -970,17 +1053,6 @@ pub fn serve(a: ServeArgs) -> Result<()> {
         make_state_dir(d)?;
     }
     if log_dev || format_log {
-        let direct_only = [
-            ("--policy", a.policy.is_some()),
-            ("--classes", a.classes.is_some()),
-            ("--classifier", a.classifier.is_some()),
-            ("--class-rules", a.class_rules.is_some()),
-            ("--cleaner", a.cleaner.is_some()),
-            (
-                "--preset, --admission, --seq-cutoff and the other engine settings",
-                !a.tune.is_empty(),
-            ),
-        ];
         let p = crate::log_serve::LogServe {
             cache_path: cache_path.clone(),
             socket: a.socket.clone(),
@@ -993,7 +1065,7 @@ pub fn serve(a: ServeArgs) -> Result<()> {
             mode,
             line_size,
             layout: a.layout.clone(),
-            direct_only: direct_only.iter().filter(|x| x.1).map(|x| x.0).collect(),
+            direct_only: a.not_for_log(&flags),
             format: format_log,
             state_dir: a.state_dir.clone(),
             max_cache_errors: a.max_cache_errors,
@@ -1005,8 +1077,14 @@ pub fn serve(a: ServeArgs) -> Result<()> {
         };
         return crate::log_serve::serve(p, cache, backing);
     }
-    if want_log || crate::log_serve::has_log_options(&a.layout) {
-        bail!("{}: --layout log and its options need a cache device in the log layout (`tiercache format --layout log`, or --format-if-needed on an empty device); this one {}", cache_path.display(), if matches!(found, Found::Direct(_)) { "is in the direct layout" } else { "holds no cache" });
+    let log_flags = a.layout.log_flags_given();
+    if want_log || !log_flags.is_empty() {
+        let given = if log_flags.is_empty() {
+            "--layout log".to_string()
+        } else {
+            log_flags.join(", ")
+        };
+        bail!("{}: {given} apply to the log layout only and need a cache device in the log layout (`tiercache format --layout log`, or --format-if-needed on an empty device); this one {}", cache_path.display(), if matches!(found, Found::Direct(_)) { "is in the direct layout" } else { "holds no cache" });
     }
     let direct_sb = match found {
         Found::Direct(sb) => Ok(sb),
@@ -1799,6 +1877,54 @@ mod tests {
                 get(&from_flag, other),
                 serde_json::json!("file-value"),
                 "flag {k} lost the file's {other}"
+            );
+        }
+    }
+
+    /// The log layout's allow list names only real settings, and every setting given alone is
+    /// seen by `set_keys`: taken on a log device when listed, refused by name otherwise (as
+    /// a flag, or as the config file's key).
+    #[test]
+    fn every_setting_is_taken_or_refused_on_the_log_layout() {
+        let keys = config_keys();
+        for k in LOG_LAYOUT_KEYS {
+            assert!(keys.iter().any(|x| x == k), "{k} is no serve setting");
+        }
+        let mut refused = Vec::new();
+        for k in &keys {
+            let m = serde_json::Map::from_iter([(k.to_string(), sample(k))]);
+            let a: ServeArgs = serde_json::from_value(serde_json::Value::Object(m)).unwrap();
+            assert_eq!(set_keys(&a), vec![k.clone()], "{k} set alone");
+            let flag = format!("--{}", k.replace('_', "-"));
+            let named = a.not_for_log(std::slice::from_ref(k));
+            if LOG_LAYOUT_KEYS.contains(&k.as_str()) {
+                assert!(named.is_empty(), "{k}: {named:?}");
+            } else {
+                assert_eq!(named, vec![flag], "{k} on a log device");
+                let from_file = ServeArgs {
+                    config: Some("/etc/tiercache.toml".into()),
+                    ..a
+                };
+                assert_eq!(
+                    from_file.not_for_log(&[]),
+                    vec![format!("`{k}` in /etc/tiercache.toml")]
+                );
+                refused.push(k.clone());
+            }
+        }
+        // The ones the log layout is known to lack (issue: they were silently ignored).
+        for k in [
+            "unmap_batch",
+            "rewrite_chunk",
+            "cleaning",
+            "writeback_rate",
+            "data_checksums",
+            "admission",
+            "policy",
+        ] {
+            assert!(
+                refused.iter().any(|x| x == k),
+                "{k} not refused: {refused:?}"
             );
         }
     }
