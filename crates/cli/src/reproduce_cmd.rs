@@ -1,7 +1,7 @@
 //! `tiercache reproduce`: re-run a seed document's experiment and print our figures beside the
 //! published ones, with a one-line verdict; write an HTML report and JSON into `--out`.
 
-use crate::report_cmd::{bar_chart, esc, line_chart, Report};
+use crate::report_cmd::{bar_chart, esc, line_chart_marked, Report};
 use anyhow::{Context, Result};
 use clap::Args;
 use std::fmt::Write as _;
@@ -183,7 +183,7 @@ fn claims_html(claims: &[&Claim], requests: Option<u64>, secs: f64) -> String {
     for c in claims {
         let _ = writeln!(
             h,
-            "<tr><td><code>{}</code><br>{} ({})</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            "<tr><td style=\"text-align:left\"><code>{}</code><br>{} ({})</td><td>{}</td><td>{}</td><td>{}</td><td style=\"text-align:left\">{}</td></tr>",
             esc(&c.id),
             esc(&c.text),
             esc(&c.unit),
@@ -262,13 +262,14 @@ fn section_html(o: &Outcome) -> String {
     for p in &o.plots {
         let _ = writeln!(h, "<h3>{}</h3>", esc(&p.title));
         if p.bars.is_empty() {
-            h.push_str(&line_chart(
+            h.push_str(&line_chart_marked(
                 &p.title,
                 &p.x_label,
                 &p.y_label,
                 p.series.clone(),
                 false,
                 None,
+                &p.markers,
             ));
         } else {
             h.push_str(&bar_chart(&p.title, &p.y_label, &p.bars));

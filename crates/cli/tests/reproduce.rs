@@ -292,6 +292,24 @@ fn every_headline_claim_has_a_row_with_an_honest_verdict() {
     let first_srt = html.find("SRT study").expect("srt section");
     assert!(first_claims < first_srt, "the claims table comes first");
     assert!(html.contains("dss.dss_over_lru_7200"));
+    // Plots: the formula's estimate is marked on Qsan's IOPS curves; the ten bars of a DSS
+    // speed-up chart have ten colours and their categories are written under them.
+    assert!(html.contains("estimate T = ") && html.contains("stroke-dasharray"));
+    let i = html
+        .find("DSS 7200 RPM: DSS speed-up over no cache per phase</h3>")
+        .expect("speed-up plot");
+    let svg = &html[i..i + html[i..].find("</svg>").unwrap()];
+    let fills: std::collections::HashSet<&str> = svg
+        .split("fill=\"")
+        .skip(1)
+        .map(|t| &t[..t.find('"').unwrap()])
+        .filter(|c| *c != "#fff" && *c != "none")
+        .collect();
+    assert_eq!(fills.len(), 10, "{fills:?}");
+    assert!(
+        svg.contains(">Trans ours</text>"),
+        "no category under the bars"
+    );
 }
 
 #[test]

@@ -693,6 +693,7 @@ fn disk_rows(
                 x_label: String::new(),
                 y_label: "relative cost".into(),
                 series: vec![],
+                markers: vec![],
                 bars: vec![
                     ("no cache ours".into(), 1.0),
                     ("LRU ours".into(), lh),
@@ -725,6 +726,7 @@ fn disk_rows(
         x_label: String::new(),
         y_label: "no cache = 1".into(),
         series: vec![],
+        markers: vec![],
         bars: vec![
             ("no cache ours".into(), 1.0),
             ("LRU ours".into(), rl),
@@ -739,6 +741,7 @@ fn disk_rows(
         x_label: String::new(),
         y_label: "x faster".into(),
         series: vec![],
+        markers: vec![],
         bars: speedups,
     });
     let meta_gain = ["MacroPrefind", "MacroFind"]

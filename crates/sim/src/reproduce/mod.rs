@@ -58,6 +58,9 @@ pub struct Plot {
     pub series: Vec<(String, Vec<(f64, f64)>)>,
     /// Bars (name, value); empty for a line chart.
     pub bars: Vec<(String, f64)>,
+    /// Vertical markers on a line chart (label, x), e.g. a formula's estimate.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub markers: Vec<(String, f64)>,
 }
 
 /// What one experiment found.
@@ -212,7 +215,9 @@ pub fn claims(defs: &[ClaimDef], mut measured: Vec<(&str, Measured)>) -> Vec<Cla
                         }
                         Sense::Within => {
                             let side = |x: f64| x > d.neutral;
-                            if d.seed != d.neutral && (o == d.neutral || side(o) != side(d.seed)) {
+                            if d.seed != d.neutral && o == d.neutral {
+                                "no effect at all".to_string()
+                            } else if d.seed != d.neutral && side(o) != side(d.seed) {
                                 "the opposite direction".to_string()
                             } else {
                                 format!(

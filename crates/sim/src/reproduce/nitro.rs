@@ -514,6 +514,7 @@ pub fn run(config: &str, requests: Option<u64>) -> Result<Outcome> {
             x_label: String::new(),
             y_label: "read hit ratio".into(),
             series: vec![],
+            markers: vec![],
             bars: bars(&|r| r.read_hit_ratio),
         });
         plots.push(Plot {
@@ -521,6 +522,7 @@ pub fn run(config: &str, requests: Option<u64>) -> Result<Outcome> {
             x_label: String::new(),
             y_label: "erasures".into(),
             series: vec![],
+            markers: vec![],
             bars: bars(&|r| r.erasures as f64),
         });
     }

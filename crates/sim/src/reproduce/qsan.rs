@@ -221,20 +221,27 @@ pub fn run(config: &str, requests: Option<u64>) -> Result<Outcome> {
             ),
             ..Default::default()
         });
+        // Whole windows only: the last one is cut short by the end of the run, and its IOPS
+        // would draw a drop that is not in the data.
+        let whole_windows = |v: &[crate::timed::Window]| -> Vec<(f64, f64)> {
+            v[..v.len().saturating_sub(1).max(v.len().min(1))]
+                .iter()
+                .map(|w| (w.t_s, w.iops))
+                .collect()
+        };
+        let mut markers = vec![(format!("estimate T = {est:.1} s"), est)];
+        if let Some(w) = warm {
+            markers.push((format!("warm-up {w:.1} s"), w));
+        }
         plots.push(Plot {
             title: format!("Qsan {}: IOPS over time (C = {})", c.name, c.hot_bytes),
             x_label: "simulated time (s)".into(),
             y_label: "IOPS".into(),
             series: vec![
-                (
-                    "SSD cache".into(),
-                    series.iter().map(|w| (w.t_s, w.iops)).collect(),
-                ),
-                (
-                    "no cache".into(),
-                    none.timed.series.iter().map(|w| (w.t_s, w.iops)).collect(),
-                ),
+                ("SSD cache".into(), whole_windows(series)),
+                ("no cache".into(), whole_windows(&none.timed.series)),
             ],
+            markers,
             bars: vec![],
         });
         let gain_ours = after / before.max(1e-9);
@@ -268,7 +275,8 @@ pub fn run(config: &str, requests: Option<u64>) -> Result<Outcome> {
                             .filter(|x| x.t_s < w && x.iops < before)
                             .map(|x| (w - x.t_s).min(s.window_s))
                             .sum();
-                        Measured::value(below / w, basis.clone())
+                        // `+ 0.0`: an empty sum is -0.0.
+                        Measured::value(below / w + 0.0, basis.clone())
                     }
                     _ => Measured::missing(
                         "the warm-up time is not reached within the run, so there is no warm-up to share",

@@ -251,6 +251,7 @@ pub fn run(config: &str, requests: Option<u64>) -> Result<Outcome> {
                 .iter()
                 .map(|(m, p)| (m.clone(), p.iter().map(|x| (x.1, x.2 / 1000.0)).collect()))
                 .collect(),
+            markers: vec![],
             bars: vec![],
         },
         Plot {
@@ -258,6 +259,7 @@ pub fn run(config: &str, requests: Option<u64>) -> Result<Outcome> {
             x_label: String::new(),
             y_label: "mean response time (ms)".into(),
             series: vec![],
+            markers: vec![],
             bars: by_policy
                 .iter()
                 .map(|(p, l, _)| (p.clone(), l / 1000.0))
