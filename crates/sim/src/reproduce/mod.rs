@@ -208,28 +208,28 @@ pub fn claims(defs: &[ClaimDef], mut measured: Vec<(&str, Measured)>) -> Vec<Cla
                 Some(o) => {
                     let fact = match d.sense {
                         Sense::AtMost => {
-                            format!("above the bound {}", short_num(d.seed + d.tolerance))
+                            format!("is above the bound {}", short_num(d.seed + d.tolerance))
                         }
                         Sense::AtLeast => {
-                            format!("below the bound {}", short_num(d.seed - d.tolerance))
+                            format!("is below the bound {}", short_num(d.seed - d.tolerance))
                         }
                         Sense::Within => {
                             let side = |x: f64| x > d.neutral;
-                            if d.seed != d.neutral && o == d.neutral {
-                                "no effect at all".to_string()
-                            } else if d.seed != d.neutral && side(o) != side(d.seed) {
-                                "the opposite direction".to_string()
+                            let band =
+                                format!("{} +- {}", short_num(d.seed), short_num(d.tolerance));
+                            if d.seed == d.neutral {
+                                format!("is outside {band}")
+                            } else if o == d.neutral {
+                                "shows no effect at all".to_string()
+                            } else if side(o) != side(d.seed) {
+                                "is in the opposite direction".to_string()
                             } else {
-                                format!(
-                                    "in the same direction but outside {} +- {}",
-                                    short_num(d.seed),
-                                    short_num(d.tolerance)
-                                )
+                                format!("is in the seed's direction but outside {band}")
                             }
                         }
                     };
                     format!(
-                        "Ours {} is {fact}: {}.",
+                        "Ours {} {fact}: {}.",
                         short_num(o),
                         m.why.as_deref().unwrap_or(d.gap).trim_end_matches('.')
                     )
