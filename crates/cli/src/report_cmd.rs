@@ -477,8 +477,10 @@ const MB: f64 = 48.0;
 /// Height of one legend row, and the width a legend character takes at font size 12.
 const LEGEND_ROW: f64 = 20.0;
 const LEGEND_CHAR: f64 = 7.2;
-const COLORS: [&str; 8] = [
-    "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf",
+/// Ten distinguishable colours (matplotlib's tab10), so up to ten series never share one.
+const COLORS: [&str; 10] = [
+    "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
+    "#bcbd22", "#17becf",
 ];
 
 /// "Nice" tick values covering [lo, hi].
@@ -524,11 +526,29 @@ pub fn line_chart(
     log_x: bool,
     y_range: Option<(f64, f64)>,
 ) -> String {
+    line_chart_marked(title, x_label, y_label, series, log_x, y_range, &[])
+}
+
+/// A line chart with labelled vertical markers at `markers` (label, x), drawn dashed; the x
+/// range widens to show them.
+pub fn line_chart_marked(
+    title: &str,
+    x_label: &str,
+    y_label: &str,
+    series: Vec<(String, Vec<(f64, f64)>)>,
+    log_x: bool,
+    y_range: Option<(f64, f64)>,
+    markers: &[(String, f64)],
+) -> String {
     let fx = |x: f64| if log_x { x.max(1e-12).log10() } else { x };
     let all: Vec<(f64, f64)> = series.iter().flat_map(|s| s.1.iter().copied()).collect();
-    let (mut x0, mut x1) = all.iter().fold((f64::MAX, f64::MIN), |(a, b), p| {
-        (a.min(fx(p.0)), b.max(fx(p.0)))
-    });
+    let (mut x0, mut x1) = all
+        .iter()
+        .map(|p| p.0)
+        .chain(markers.iter().map(|m| m.1))
+        .fold((f64::MAX, f64::MIN), |(a, b), x| {
+            (a.min(fx(x)), b.max(fx(x)))
+        });
     let (mut y0, mut y1) = match y_range {
         Some(r) => r,
         None => {
@@ -605,6 +625,17 @@ pub fn line_chart(
         MT + ph / 2.0,
         esc(y_label)
     );
+    for (k, (label, x)) in markers.iter().enumerate() {
+        let x = px(*x);
+        let _ = write!(
+            g,
+            "<line x1=\"{x:.1}\" y1=\"{MT}\" x2=\"{x:.1}\" y2=\"{:.1}\" stroke=\"#000\" stroke-dasharray=\"6,4\"/><text x=\"{:.1}\" y=\"{:.1}\" font-size=\"11\">{}</text>",
+            MT + ph,
+            x + 4.0,
+            MT + 14.0 + 14.0 * k as f64,
+            esc(label)
+        );
+    }
     for (i, (_, pts)) in series.iter().enumerate() {
         let c = COLORS[i % COLORS.len()];
         let path: Vec<String> = pts
@@ -665,6 +696,30 @@ pub fn bar_chart(title: &str, y_label: &str, bars: &[(String, f64)]) -> String {
             py(*v) - 4.0,
             sig(*v)
         );
+        // The category under its bar, wrapped at spaces to the bar's slot (up to 3 lines).
+        let fit = ((pw / n) / 6.2).floor().max(4.0) as usize;
+        let mut lines: Vec<String> = vec![String::new()];
+        for word in bars[i].0.split(' ') {
+            let full = lines.len() >= 3;
+            let cur = lines.last_mut().expect("one line");
+            if !cur.is_empty() && cur.chars().count() + 1 + word.chars().count() > fit && !full {
+                lines.push(word.to_string());
+            } else {
+                if !cur.is_empty() {
+                    cur.push(' ');
+                }
+                cur.push_str(word);
+            }
+        }
+        for (k, line) in lines.iter().enumerate() {
+            let _ = write!(
+                g,
+                "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\" font-size=\"10\">{}</text>",
+                x + bw / 2.0,
+                MT + ph + 13.0 + 11.0 * k as f64,
+                esc(line)
+            );
+        }
     }
     let _ = write!(
         g,

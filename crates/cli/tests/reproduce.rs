@@ -180,3 +180,154 @@ fn nitro_variants_beside_the_seed_with_verdicts() {
         html.contains("read-hit ratio per variant") && html.contains("SSD erasures per variant")
     );
 }
+
+/// The ids the issue (18) names; later checks look them up.
+const ISSUE_CLAIMS: [&str; 16] = [
+    "dss.dss_over_lru_7200",
+    "dss.dss_over_lru_15k",
+    "dss.nocache_phase_share_error_7200",
+    "dss.dss7200_over_nocache15k",
+    "dss.cost_dss_vs_lru_7200",
+    "qsan.case1_measured_over_estimate",
+    "qsan.case1_speedup",
+    "qsan.case2_speedup",
+    "storage_bench.cache_over_hdd",
+    "storage_bench.cache_over_velociraptor",
+    "srt.wb_over_wt",
+    "srt.slru_vs_fifo",
+    "nitro.dc_over_ndnc_read_hits",
+    "nitro.erasures_extent_over_weu_trim",
+    "nitro.ssd_write_reduction",
+    "nitro.iops_gain",
+];
+
+/// `holds` recomputed from the claim's own fields (the rule --help and REPRODUCTION.md state).
+fn recompute_holds(c: &serde_json::Value) -> bool {
+    let f = |k: &str| {
+        c[k].as_f64()
+            .unwrap_or_else(|| panic!("no number {k}: {c}"))
+    };
+    let Some(ours) = c["ours"].as_f64() else {
+        return false;
+    };
+    let (seed, tol, neutral) = (f("seed"), f("tolerance"), f("neutral"));
+    match c["sense"].as_str().unwrap() {
+        "at_most" => ours <= seed + tol,
+        "at_least" => ours >= seed - tol,
+        "within" => {
+            let side = |x: f64| (x > neutral) as i8 - (x < neutral) as i8;
+            (seed == neutral || side(ours) == side(seed)) && (ours - seed).abs() <= tol
+        }
+        s => panic!("unknown sense {s}: {c}"),
+    }
+}
+
+#[test]
+fn every_headline_claim_has_a_row_with_an_honest_verdict() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_tiercache"))
+        .args(["reproduce", "all", "--quick", "--json", "--out"])
+        .arg(dir.path())
+        .output()
+        .expect("run tiercache");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "reproduce all failed:\n{err}");
+    // stdout is the JSON document alone; the text went to stderr.
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap_or_else(|e| {
+        panic!(
+            "stdout is not JSON ({e}):\n{}",
+            String::from_utf8_lossy(&o.stdout)
+        )
+    });
+    assert!(
+        err.contains("claims (") && err.contains("verdict: "),
+        "{err}"
+    );
+    let claims = v["claims"].as_array().expect("claims array");
+    let ids: Vec<&str> = claims.iter().map(|c| c["id"].as_str().unwrap()).collect();
+    for id in ISSUE_CLAIMS {
+        assert!(ids.contains(&id), "claim {id} missing; have {ids:?}");
+    }
+    let mut seen = std::collections::HashSet::new();
+    for c in claims {
+        let id = c["id"].as_str().unwrap();
+        assert!(seen.insert(id), "claim {id} twice");
+        for k in ["text", "unit", "basis"] {
+            assert!(!c[k].as_str().unwrap_or("").is_empty(), "{id}: empty {k}");
+        }
+        let holds = c["holds"].as_bool().unwrap();
+        assert_eq!(
+            holds,
+            recompute_holds(c),
+            "{id}: holds disagrees with its numbers: {c}"
+        );
+        let why = c["why"].as_str().unwrap_or("");
+        if holds {
+            assert!(c["why"].is_null(), "{id} holds but has a why: {c}");
+        } else {
+            assert!(why.len() > 20, "{id} does not hold and says no why: {c}");
+        }
+        if c["ours"].is_null() {
+            assert!(!holds && why.starts_with("Not computed"), "{c}");
+        }
+        // Each experiment's JSON carries its own claims too.
+        let exp = id.split('.').next().unwrap().replace('_', "-");
+        let file: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(dir.path().join(format!("{exp}.json"))).unwrap(),
+        )
+        .unwrap();
+        assert!(file["claims"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|x| x["id"] == id));
+    }
+    // Both outcomes exist: an honest table has claims that hold and claims that do not.
+    assert!(claims.iter().any(|c| c["holds"] == true));
+    assert!(claims.iter().any(|c| c["holds"] == false));
+    let html = std::fs::read_to_string(dir.path().join("reproduce.html")).unwrap();
+    let first_claims = html
+        .find("Headline claims of the seeds")
+        .expect("claims section");
+    let first_srt = html.find("SRT study").expect("srt section");
+    assert!(first_claims < first_srt, "the claims table comes first");
+    assert!(html.contains("dss.dss_over_lru_7200"));
+    // Plots: the formula's estimate is marked on Qsan's IOPS curves; the ten bars of a DSS
+    // speed-up chart have ten colours and their categories are written under them.
+    assert!(html.contains("estimate T = ") && html.contains("stroke-dasharray"));
+    let i = html
+        .find("DSS 7200 RPM: DSS speed-up over no cache per phase</h3>")
+        .expect("speed-up plot");
+    let svg = &html[i..i + html[i..].find("</svg>").unwrap()];
+    let fills: std::collections::HashSet<&str> = svg
+        .split("fill=\"")
+        .skip(1)
+        .map(|t| &t[..t.find('"').unwrap()])
+        .filter(|c| *c != "#fff" && *c != "none")
+        .collect();
+    assert_eq!(fills.len(), 10, "{fills:?}");
+    assert!(
+        svg.contains(">Trans ours</text>"),
+        "no category under the bars"
+    );
+}
+
+#[test]
+fn markdown_prints_the_claims_table() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_tiercache"))
+        .args(["reproduce", "srt", "--quick", "--markdown", "--out"])
+        .arg(dir.path())
+        .output()
+        .expect("run tiercache");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let md = String::from_utf8_lossy(&o.stdout);
+    let lines: Vec<&str> = md.lines().collect();
+    assert_eq!(lines[0], "| claim | seed | ours | holds | why |", "{md}");
+    assert!(lines.len() >= 2 + 4, "{md}");
+    assert!(lines.iter().any(|l| l.contains("`srt.wb_over_wt`")), "{md}");
+    // Every row has five cells.
+    for l in &lines[2..] {
+        assert_eq!(l.matches(" | ").count(), 4, "{l}");
+    }
+}
