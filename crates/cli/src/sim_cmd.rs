@@ -734,6 +734,7 @@ mod tests {
         "reinsert_hits",
         "dup_share",
         "erase_block",
+        "content_lengths",
         "s3fifo_small",
     ];
 
