@@ -93,8 +93,8 @@ impl LogDriver {
     /// reclaimed before the line is placed); a read miss reads the backing device and only
     /// then, its content known, is cached (a duplicate entry when the fingerprint index has
     /// it: the live cache cannot know a line's content before reading it, so there are no
-    /// duplicate read hits); a write covering part of a line writes the whole line (the rest
-    /// read by the volume). Without it (`nitro-table`), whole requests go to the engine with
+    /// duplicate read hits); a write covering part of a line is merged into the line's
+    /// current bytes (cached, or read from the backing device). Without it (`nitro-table`), whole requests go to the engine with
     /// their content, the Nitro seed's model.
     pub fn live(mut self, on: bool) -> Self {
         self.live = on;
@@ -176,6 +176,10 @@ impl LogDriver {
                 _ => {
                     // Write-back: a FUA write is a dirty write made durable by a commit.
                     req.fua = r.fua && !wb;
+                    // The part of the line written (the volume merges it into the line's
+                    // current bytes; the engine counts reading them).
+                    req.offset = req.offset.max(r.offset);
+                    req.len = (line * ls + ls).min(r.end()) - req.offset;
                     self.steps.extend_from_slice(&e.reserve(wb).steps);
                     if i == 0 {
                         e.process(&req, std::slice::from_ref(content))

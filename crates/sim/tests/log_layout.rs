@@ -25,8 +25,7 @@ fn run(toml: &str) -> SimResult {
 /// began to drive the engine in the live volume's order (issue 19, branch h-logequiv: line
 /// by line with room reserved first, read misses admitted after the read, so no duplicate
 /// read hits; a header's extent limit): read hits 9582 -> 9446, duplicate read hits
-/// 142 -> 0, HDD bytes read 52649984 -> 37167104 (partial writes no longer counted as
-/// reads, as live).
+/// 142 -> 0, HDD bytes read 52649984 -> 53862400, SSD bytes read 43144528 -> 42631317.
 #[test]
 fn experiment_path_gives_the_cli_golden_figures() {
     let r = run(&format!(
@@ -67,7 +66,7 @@ fn experiment_path_gives_the_cli_golden_figures() {
             r.hdd_bytes_read,
             r.hdd_bytes_written
         ),
-        (29884795, 44040192, 37167104, 49291264)
+        (42631317, 44040192, 53862400, 24645632)
     );
     assert_eq!(l.erasures, 13);
     assert!((r.read_hit_ratio - 9446.0 / 13983.0).abs() < 1e-12);
@@ -93,7 +92,7 @@ fn experiment_path_gives_the_cli_golden_figures() {
             wb.hdd_bytes_read,
             wb.hdd_bytes_written
         ),
-        (94371840, 48996352, 20905984)
+        (94371840, 70754304, 20905984)
     );
     assert_eq!(wb.log.as_ref().unwrap().erasures, 35);
     assert_eq!(wb.write_backs, 2552);

@@ -342,6 +342,9 @@ impl Inner {
 
     /// Writes one whole line (`pre`: reduced already, before the lock was taken). `first`:
     /// the request's first line (the engine counts the request once, its lines each).
+    /// `part`: the byte range of the line the client wrote (the whole line, or part of it
+    /// merged into `data` with the line's current bytes): the engine sees that range, so it
+    /// counts the read of the rest and the backing device gets only what the client wrote.
     pub(super) fn write_line(
         &mut self,
         line: u64,
@@ -349,6 +352,7 @@ impl Inner {
         fua: bool,
         pre: Option<&PreLine>,
         first: bool,
+        part: std::ops::Range<u64>,
     ) -> io::Result<()> {
         // Write-back FUA: a dirty write, then the caller's commit (rule 7).
         let wb = self.sb.mode == Mode::WriteBack;
@@ -372,7 +376,8 @@ impl Inner {
         }
         self.superseding(line);
         let ls = self.ls();
-        let mut req = Request::write(line * ls, ls);
+        debug_assert!(part.start >= line * ls && part.end <= (line + 1) * ls && !part.is_empty());
+        let mut req = Request::write(part.start, part.end - part.start);
         req.fua = fua;
         let plan = if first {
             self.eng.process(&req, &[c])
@@ -385,7 +390,8 @@ impl Inner {
             match st {
                 Step::WriteHdd { hdd, len, .. } => {
                     self.hdd_dirty = true;
-                    if let Err(e) = self.backing.write_at(&data[..len as usize], hdd) {
+                    let at = (hdd - line * ls) as usize;
+                    if let Err(e) = self.backing.write_at(&data[at..at + len as usize], hdd) {
                         failed = Some(e);
                         break;
                     }
