@@ -47,6 +47,12 @@ pub struct LayoutArgs {
     /// Simulation only: FTL erase block under the log layout. Default 2MiB.
     #[arg(long, value_name = "SIZE", help_heading = "Data reduction")]
     pub erase_block: Option<String>,
+    /// Simulation only: compressed lengths of the content model: `model` (ratio drawn from
+    /// Normal(2, 0.25), the default) or `measured` (each content's bytes, the same that
+    /// `tiercache replay --content` writes, compressed for real with --compression: what a
+    /// live log cache stores, so sim and live agree byte for byte).
+    #[arg(long, value_name = "model|measured", help_heading = "Data reduction")]
+    pub content_lengths: Option<String>,
 }
 
 impl LayoutArgs {
@@ -86,6 +92,7 @@ impl LayoutArgs {
             reinsert_hits: self.reinsert_hits,
             dup_share: self.dup_share,
             erase_block: self.erase_block.clone(),
+            content_lengths: self.content_lengths.clone(),
             ..Default::default()
         })
     }

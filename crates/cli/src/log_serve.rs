@@ -23,8 +23,13 @@ macro_rules! say {
 
 /// Options of `LayoutArgs` the live log layout does not take, and the log options given.
 fn check_live_layout(l: &LayoutArgs) -> Result<()> {
-    if l.trim || l.reinsert_hits.is_some() || l.dup_share.is_some() || l.erase_block.is_some() {
-        bail!("--trim, --reinsert-hits, --dup-share and --erase-block are simulator options (`tiercache sim --layout log`); the live log layout does not take them");
+    if l.trim
+        || l.reinsert_hits.is_some()
+        || l.dup_share.is_some()
+        || l.erase_block.is_some()
+        || l.content_lengths.is_some()
+    {
+        bail!("--trim, --reinsert-hits, --dup-share, --erase-block and --content-lengths are simulator options (`tiercache sim --layout log`); the live log layout does not take them");
     }
     Ok(())
 }

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use tiercache_engine::{Op, Request};
 use tiercache_nbd::{Client, Export, FileExport, ReplayOp, ReplayOpKind, ReplayReport, Server};
 use tiercache_sim::experiment::InputSection;
+use tiercache_trace::content::{ContentModel, ContentTracker};
 
 const REPLAY_EXAMPLES: &str = "\
 Examples:
@@ -22,7 +23,12 @@ The same trace can be run against tiercache, plain nbdkit and nbdkit's cache fil
   tiercache replay --nbd 'nbd+unix:///?socket=/tmp/k.sock' TRACE
 
 Offsets past the end of the export are wrapped modulo its size (counted and reported);
---strict refuses them instead. Writes carry a fixed deterministic byte pattern.";
+--strict refuses them instead. Writes carry a fixed deterministic byte pattern, or with
+--content the content `tiercache sim --layout log` assumes (duplicates and compressibility
+of its content model; lines the trace reads before writing hold version 0 of that content
+in the simulation, so fill the backing device with it for a byte-exact comparison):
+  tiercache replay --nbd URI --workload SPEC --seed 7 --content --line-size 4k --queue-depth 1
+  tiercache sim --layout log --line-size 4k --content-lengths measured --workload SPEC --seed 7";
 
 #[derive(Args, Debug)]
 #[command(after_help = REPLAY_EXAMPLES)]
@@ -69,6 +75,28 @@ pub struct ReplayArgs {
     /// Print the report as JSON.
     #[arg(long)]
     pub json: bool,
+    /// Write the content model's bytes (what `tiercache sim --layout log` simulates, seeded
+    /// by --seed): each written line gets new content, a share of it (--dup-share) from a
+    /// pool of 4096 duplicates, compressible ~2:1 (random bytes then zeros). Line-aligned
+    /// writes give exactly the simulated content.
+    #[arg(long, help_heading = "Content")]
+    pub content: bool,
+    /// With --content: the cache line the content is generated for.
+    #[arg(
+        long,
+        value_name = "SIZE",
+        default_value = "8KiB",
+        help_heading = "Content"
+    )]
+    pub line_size: String,
+    /// With --content: share of duplicate line contents (as `sim --dup-share`).
+    #[arg(
+        long,
+        value_name = "SHARE",
+        default_value_t = 0.3,
+        help_heading = "Content"
+    )]
+    pub dup_share: f64,
 }
 
 pub fn replay(a: ReplayArgs) -> Result<()> {
@@ -134,7 +162,37 @@ pub fn replay(a: ReplayArgs) -> Result<()> {
                 fua: r.fua,
             })
         });
-    let report = tiercache_nbd::replay(&mut client, ops, a.queue_depth);
+    let report = if a.content {
+        let line = tiercache_engine::parse_size(&a.line_size).context("--line-size")?;
+        if !line.is_power_of_two() || line < 512 {
+            bail!(
+                "--line-size {}: a power of two of at least 512 bytes",
+                a.line_size
+            );
+        }
+        if !(0.0..=1.0).contains(&a.dup_share) {
+            bail!("--dup-share {}: a share, 0 to 1", a.dup_share);
+        }
+        let mut model = ContentModel::new(line, a.seed);
+        model.dup_share = a.dup_share;
+        let mut tracker = ContentTracker::new(model);
+        let (mut contents, mut bytes) = (Vec::new(), vec![0u8; line as usize]);
+        tiercache_nbd::replay_with(&mut client, ops, a.queue_depth, |op, out| {
+            contents.clear();
+            tracker.annotate(&Request::write(op.offset, op.len), &mut contents);
+            let first = op.offset / line * line;
+            for (i, c) in contents.iter().enumerate() {
+                model.fill(c.fp, &mut bytes);
+                // The part of line i the write covers.
+                let l0 = first + i as u64 * line;
+                let (s, e) = (op.offset.max(l0), (op.offset + op.len).min(l0 + line));
+                out[(s - op.offset) as usize..(e - op.offset) as usize]
+                    .copy_from_slice(&bytes[(s - l0) as usize..(e - l0) as usize]);
+            }
+        })
+    } else {
+        tiercache_nbd::replay(&mut client, ops, a.queue_depth)
+    };
     if let Some(e) = error.into_inner() {
         return Err(e);
     }

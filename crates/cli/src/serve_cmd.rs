@@ -34,7 +34,8 @@ Example:
 #[command(after_long_help = FORMAT_HELP, mut_arg("trim", |a| a.hide(true)),
     mut_arg("reinsert_hits", |a| a.hide(true)),
     mut_arg("dup_share", |a| a.hide(true)),
-    mut_arg("erase_block", |a| a.hide(true)))]
+    mut_arg("erase_block", |a| a.hide(true)),
+    mut_arg("content_lengths", |a| a.hide(true)))]
 pub struct FormatArgs {
     /// Cache device: file or block device (an SSD), or an NBD export URI.
     #[arg(long)]
@@ -83,7 +84,8 @@ pub struct FormatArgs {
 #[command(after_long_help = SERVE_HELP, mut_arg("trim", |a| a.hide(true)),
     mut_arg("reinsert_hits", |a| a.hide(true)),
     mut_arg("dup_share", |a| a.hide(true)),
-    mut_arg("erase_block", |a| a.hide(true)))]
+    mut_arg("erase_block", |a| a.hide(true)),
+    mut_arg("content_lengths", |a| a.hide(true)))]
 pub struct ServeArgs {
     /// Cache device: file, block device, or NBD export (nbd://HOST[:PORT]/NAME,
     /// nbd+unix:///NAME?socket=PATH), e.g. nbdkit with its error filter to inject faults.

@@ -215,7 +215,10 @@ pub struct SimArgs {
     /// Experiment file (TOML); flags override its values.
     #[arg(long, short = 'c', value_name = "FILE")]
     pub config: Option<PathBuf>,
-    /// Print the result as JSON.
+    /// Print the result as JSON. One schema for every run (the same top-level keys):
+    /// `layout` is direct, log or none (--no-cache); `policy` is the replacement policy, the
+    /// segment picker for the log layout, null without a cache; `log` holds the log layout's
+    /// own figures (segments, reduction, FTL) and is null otherwise.
     #[arg(long)]
     pub json: bool,
     /// Print the result as CSV (header and one row).
@@ -734,6 +737,7 @@ mod tests {
         "reinsert_hits",
         "dup_share",
         "erase_block",
+        "content_lengths",
         "s3fifo_small",
     ];
 

@@ -16,7 +16,9 @@ pub mod unix_access;
 
 pub use client::{Client, ClientError, ClientOptions, Completion, Handle, NbdUri};
 pub use file::FileExport;
-pub use replay::{pattern_byte, replay, OpStats, ReplayOp, ReplayOpKind, ReplayReport};
+pub use replay::{
+    pattern_byte, replay, replay_with, OpStats, ReplayOp, ReplayOpKind, ReplayReport,
+};
 pub use server::{Server, ServerOptions, ShutdownHandle};
 pub use tls::{read_psk_file, ClientTls, TlsConfig, TlsMode};
 

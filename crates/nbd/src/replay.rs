@@ -144,6 +144,23 @@ pub fn replay(
     ops: impl IntoIterator<Item = ReplayOp>,
     queue_depth: usize,
 ) -> Result<ReplayReport, ClientError> {
+    let mut pattern: Vec<u8> = Vec::new();
+    replay_with(client, ops, queue_depth, |op, out| {
+        if pattern.len() < out.len() {
+            pattern = (0..op.len).map(pattern_byte).collect();
+        }
+        out.copy_from_slice(&pattern[..out.len()]);
+    })
+}
+
+/// [`replay`], with the bytes of each write given by `fill(op, out)` (`out` is `op.len`
+/// bytes), called in the order the writes are sent.
+pub fn replay_with(
+    client: &mut Client,
+    ops: impl IntoIterator<Item = ReplayOp>,
+    queue_depth: usize,
+    mut fill: impl FnMut(&ReplayOp, &mut [u8]),
+) -> Result<ReplayReport, ClientError> {
     let qd = queue_depth.max(1);
     let max_block = client
         .block_sizes()
@@ -151,7 +168,7 @@ pub fn replay(
         .unwrap_or(32 << 20)
         .clamp(512, 32 << 20) as u64;
     let can_trim = client.can_trim();
-    let mut pattern: Vec<u8> = Vec::new();
+    let mut data: Vec<u8> = Vec::new();
     let mut tallies: Vec<Tally> = ReplayOpKind::ALL.iter().map(|_| Tally::new()).collect();
     let mut all = Tally::new();
     let mut in_flight: HashMap<u64, (ReplayOpKind, u64, Instant)> = HashMap::with_capacity(qd);
@@ -241,10 +258,9 @@ pub fn replay(
         let h = match op.kind {
             ReplayOpKind::Read => client.submit_read(op.offset, len)?,
             ReplayOpKind::Write => {
-                if pattern.len() < op.len as usize {
-                    pattern = (0..op.len).map(pattern_byte).collect();
-                }
-                client.submit_write(op.offset, &pattern[..op.len as usize], op.fua)?
+                data.resize(op.len as usize, 0);
+                fill(&op, &mut data);
+                client.submit_write(op.offset, &data, op.fua)?
             }
             ReplayOpKind::Trim => client.submit_trim(op.offset, len)?,
             ReplayOpKind::Flush => client.submit_flush()?,

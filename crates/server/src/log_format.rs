@@ -133,7 +133,7 @@ impl LogSuperblock {
         segment_size: u64,
         journal_records: Option<u64>,
     ) -> Result<(u64, u32, u64), String> {
-        let max_extents = ((2 * segment_size / line_size) as u32).max(4);
+        let max_extents = tiercache_engine::log::header_extents(segment_size, line_size);
         // Journal records per half: two per line the raw cache holds (a checkpoint lists
         // every duplicate entry), at least 8192 and 16 segments' worth of extents (it lists
         // the open segments' extents too).

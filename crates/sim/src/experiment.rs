@@ -14,7 +14,8 @@
 //! line_size = "4KiB"
 //! admission = "always"    # or "nhit:2:0"
 //! # layout = "log"        # Nitro's log layout: then segment_size, compression, dedup,
-//! #                       # picker, trim, reinsert_hits, dup_share, erase_block
+//! #                       # picker, trim, reinsert_hits, dup_share, erase_block,
+//! #                       # content_lengths
 //! [sweep]                 # optional: a grid; every combination is run
 //! size = ["1%", "5%", "10%"]
 //! policy = ["lru", "s3fifo"]
@@ -94,6 +95,10 @@ pub struct CacheSection {
     pub dup_share: Option<f64>,
     /// Log layout: FTL erase block (default 2MiB).
     pub erase_block: Option<String>,
+    /// Log layout, content model: compressed lengths `model` (drawn from the ratio
+    /// distribution, the default) or `measured` (the content's bytes, as `tiercache replay
+    /// --content` writes them, compressed for real: what a live log cache stores).
+    pub content_lengths: Option<String>,
 }
 
 /// `over`'s set fields over `base`: every field of `over` that differs from
@@ -146,6 +151,7 @@ impl CacheSection {
                 ("reinsert_hits", self.reinsert_hits.is_some()),
                 ("dup_share", self.dup_share.is_some()),
                 ("erase_block", self.erase_block.is_some()),
+                ("content_lengths", self.content_lengths.is_some()),
             ] {
                 if set {
                     bail!("{key} applies to layout = \"log\" only");
@@ -207,6 +213,13 @@ impl CacheSection {
         }
         if let Some(e) = &self.erase_block {
             l.erase_block = parse_size(e).context("erase_block")?;
+        }
+        if let Some(c) = &self.content_lengths {
+            l.measured = match c.as_str() {
+                "model" => false,
+                "measured" => true,
+                o => bail!("content_lengths \"{o}\": expected model or measured"),
+            };
         }
         Ok(Some(l))
     }

@@ -41,6 +41,9 @@ pub struct LogSpec {
     pub erase_block: u64,
     /// Seed of the content model.
     pub seed: u64,
+    /// Content model: compressed lengths measured on the content's bytes (see
+    /// [`ContentModel::measured`]) rather than drawn.
+    pub measured: bool,
     /// Content carried by the input (content workloads); None = the content model annotates
     /// the input's requests.
     pub content: Option<Arc<ContentTrace>>,
@@ -58,6 +61,7 @@ impl Default for LogSpec {
             dup_share: 0.3,
             erase_block: DEFAULT_ERASE_BLOCK,
             seed: 0,
+            measured: false,
             content: None,
         }
     }
@@ -74,6 +78,11 @@ impl LogSpec {
             Compression::Lz4
         };
         m.dup_share = self.dup_share;
+        // Measured lengths are those of the compressor the cache runs (none: raw).
+        if self.measured {
+            m.measured = true;
+            m.compression = self.compression;
+        }
         m
     }
 
@@ -118,6 +127,10 @@ impl LogSpec {
         cfg.compression = self.compression;
         cfg.trim = self.trim;
         cfg.reinsert_hits = self.reinsert_hits;
+        // The live layout's segment header holds this many extents: a segment is sealed
+        // when it is full, as live.
+        cfg.max_extents_per_segment =
+            tiercache_engine::log::header_extents(self.segment_size, line_size);
         cfg.validate()
             .map_err(|e| anyhow::anyhow!("log layout: {e}"))?;
         Ok(cfg)
@@ -202,7 +215,7 @@ pub fn simulate_log(spec: &SimSpec, log: &LogSpec) -> Result<SimResult> {
         .with_context(|| format!("cache size {}", spec.cache_size))?;
     let ftl = crate::nitro::ftl_for(&cfg, log.erase_block);
     let start = Instant::now();
-    let run = crate::nitro::run_log(&trace, cfg.clone(), ftl)?;
+    let run = crate::nitro::run_log_live(&trace, cfg.clone(), ftl)?;
     let wall = start.elapsed().as_secs_f64();
     Ok(SimResult::from_log(
         spec,

@@ -69,6 +69,10 @@ pub struct LogDriver {
     cfg: LogConfig,
     /// Requests processed.
     n: u64,
+    /// Drive the engine as the live log volume does ([`LogDriver::live`]).
+    live: bool,
+    /// The steps of the request being processed (live order: several engine calls).
+    steps: Vec<Step>,
 }
 
 impl LogDriver {
@@ -78,18 +82,55 @@ impl LogDriver {
             ftl: PageFtl::new(ftl).map_err(anyhow::Error::msg)?,
             cfg,
             n: 0,
+            live: false,
+            steps: Vec::new(),
         })
+    }
+
+    /// Drives the engine as the live log volume (`tiercache serve --layout log`) does, so the
+    /// simulation predicts it counter for counter: each line of a request on its own, with
+    /// room reserved first (a segment is sealed when less than a line is left in it, and
+    /// reclaimed before the line is placed); a read miss reads the backing device and only
+    /// then, its content known, is cached (a duplicate entry when the fingerprint index has
+    /// it: the live cache cannot know a line's content before reading it, so there are no
+    /// duplicate read hits); a write covering part of a line is merged into the line's
+    /// current bytes (cached, or read from the backing device). Without it (`nitro-table`), whole requests go to the engine with
+    /// their content, the Nitro seed's model.
+    pub fn live(mut self, on: bool) -> Self {
+        self.live = on;
+        self.engine.set_deferred_fill(on);
+        self
     }
 
     /// Processes one request with its content; returns the plan's steps.
     pub fn process(&mut self, r: &Request, c: &[ExtentContent]) -> Result<&[Step]> {
-        if self.n > 0 && self.n.is_multiple_of(4096) {
+        if !self.live && self.n > 0 && self.n.is_multiple_of(4096) {
             // Every 4096 requests, drop duplicate entries into reclaimed segments (no I/O).
+            // (The live volume does not: stale entries go when they are looked up.)
             self.engine.clean_stale(1024);
         }
         self.n += 1;
-        let plan = self.engine.process(r, c).map_err(anyhow::Error::msg)?;
-        for s in &plan.steps {
+        self.steps.clear();
+        let lines = if r.len == 0 {
+            0
+        } else {
+            let sh = self.cfg.line_size.trailing_zeros();
+            ((r.end() - 1) >> sh) - (r.offset >> sh) + 1
+        };
+        let per_line = self.live
+            && matches!(
+                r.op,
+                tiercache_engine::Op::Read | tiercache_engine::Op::Write
+            )
+            && lines > 0
+            && c.len() as u64 == lines;
+        if per_line {
+            self.process_live(r, c)?;
+        } else {
+            let plan = self.engine.process(r, c).map_err(anyhow::Error::msg)?;
+            self.steps.extend_from_slice(&plan.steps);
+        }
+        for s in &self.steps {
             match *s {
                 Step::WriteSsd { ssd, len, .. } | Step::Populate { ssd, len, .. } => {
                     self.ftl.write(ssd, len)
@@ -98,7 +139,59 @@ impl LogDriver {
                 _ => {}
             }
         }
-        Ok(&plan.steps)
+        Ok(&self.steps)
+    }
+
+    /// One read or write, line by line, in the live volume's order (see [`LogDriver::live`]).
+    fn process_live(&mut self, r: &Request, c: &[ExtentContent]) -> Result<()> {
+        use tiercache_engine::Op;
+        let ls = self.cfg.line_size;
+        let first = r.offset / ls;
+        let wb = self.cfg.mode == Mode::WriteBack;
+        let e = &mut self.engine;
+        for (i, content) in c.iter().enumerate() {
+            let line = first + i as u64;
+            let mut req = Request {
+                offset: line * ls,
+                len: ls,
+                fua: false,
+                ..*r
+            };
+            let plan = match r.op {
+                Op::Read => {
+                    let p = if i == 0 {
+                        e.process(&req, &[])
+                    } else {
+                        e.process_more(&req, &[])
+                    };
+                    self.steps
+                        .extend_from_slice(&p.map_err(anyhow::Error::msg)?.steps);
+                    if e.locate(r.volume, line).is_some() {
+                        continue;
+                    }
+                    // A miss: the bytes read, the line is admitted (room made first).
+                    self.steps.extend_from_slice(&e.reserve(false).steps);
+                    e.admit(r.volume, line, *content)
+                }
+                _ => {
+                    // Write-back: a FUA write is a dirty write made durable by a commit.
+                    req.fua = r.fua && !wb;
+                    // The part of the line written (the volume merges it into the line's
+                    // current bytes; the engine counts reading them).
+                    req.offset = req.offset.max(r.offset);
+                    req.len = (line * ls + ls).min(r.end()) - req.offset;
+                    self.steps.extend_from_slice(&e.reserve(wb).steps);
+                    if i == 0 {
+                        e.process(&req, std::slice::from_ref(content))
+                    } else {
+                        e.process_more(&req, std::slice::from_ref(content))
+                    }
+                    .map_err(anyhow::Error::msg)?
+                }
+            };
+            self.steps.extend_from_slice(&plan.steps);
+        }
+        Ok(())
     }
 
     pub fn counters(&self) -> &LogCounters {
@@ -165,7 +258,16 @@ impl LogDriver {
 
 /// Runs `trace` through a log-layout engine, its SSD writes and trims through a page FTL.
 pub fn run_log(trace: &ContentTrace, cfg: LogConfig, ftl: FtlConfig) -> Result<LogRun> {
-    let mut d = LogDriver::new(cfg, ftl)?;
+    drive(LogDriver::new(cfg, ftl)?, trace)
+}
+
+/// [`run_log`] with the engine driven as the live volume does ([`LogDriver::live`]): what
+/// `sim --layout log`, `sweep` and experiment files run.
+pub fn run_log_live(trace: &ContentTrace, cfg: LogConfig, ftl: FtlConfig) -> Result<LogRun> {
+    drive(LogDriver::new(cfg, ftl)?.live(true), trace)
+}
+
+fn drive(mut d: LogDriver, trace: &ContentTrace) -> Result<LogRun> {
     for (i, (r, c)) in trace.iter().enumerate() {
         d.process(r, c)
             .with_context(|| format!("{}: request {} ({r:?})", trace.name, i + 1))?;

@@ -415,7 +415,7 @@ impl LogTimed {
         );
         let ftl = crate::nitro::ftl_for(&cfg, l.erase_block);
         Ok(Some(LogTimed {
-            driver: crate::nitro::LogDriver::new(cfg, ftl)?,
+            driver: crate::nitro::LogDriver::new(cfg, ftl)?.live(true),
             trace,
             spec: l.clone(),
             next: 0,

@@ -9,6 +9,11 @@
 //!   request stream with the model.
 //! - [`ContentTrace`]: requests with their per-line content, in memory (boot storm, snapshot
 //!   restore, FIU traces with MD5s).
+//! - Bytes ([`ContentModel::fill`]): the model's content as real line bytes (random bytes as
+//!   long as the modelled compressed length, then zeros), so a live log cache can be given the
+//!   content a simulation assumes (`tiercache replay --content`). With
+//!   [`ContentModel::measured`], the simulated compressed length is that of those bytes
+//!   compressed for real ([`stored_len`]), which is what the live cache stores.
 
 use tiercache_engine::{Compression, ExtentContent, Request};
 
@@ -63,6 +68,10 @@ pub struct ContentModel {
     pub comp_var: f64,
     pub compression: Compression,
     pub seed: u64,
+    /// Compressed lengths measured on the content's bytes ([`ContentModel::fill`]) with the
+    /// real compressor, instead of drawn from the ratio distribution: what a live log cache
+    /// given these bytes stores, so a simulation can match it byte for byte.
+    pub measured: bool,
 }
 
 impl ContentModel {
@@ -77,6 +86,7 @@ impl ContentModel {
             comp_var: 0.25,
             compression: Compression::Lz4,
             seed,
+            measured: false,
         }
     }
 
@@ -95,17 +105,57 @@ impl ContentModel {
 
     /// Compressed length for a given fingerprint under this model.
     pub fn with_fp(&self, fp: u64) -> ExtentContent {
-        ExtentContent {
-            fp,
-            compressed_len: compressed_len(
-                fp,
-                self.line_size,
-                self.comp_mean,
-                self.comp_var,
-                ratio_gain(self.compression),
-            ),
-        }
+        let compressed_len = if self.measured {
+            let mut b = vec![0u8; self.line_size as usize];
+            self.fill(fp, &mut b);
+            stored_len(&b, self.compression)
+        } else {
+            self.modelled_len(fp)
+        };
+        ExtentContent { fp, compressed_len }
     }
+
+    /// The compressed length the ratio distribution gives content `fp`.
+    fn modelled_len(&self, fp: u64) -> u32 {
+        compressed_len(
+            fp,
+            self.line_size,
+            self.comp_mean,
+            self.comp_var,
+            ratio_gain(self.compression),
+        )
+    }
+
+    /// The bytes of content `fp` (`out` is one line): pseudo-random bytes seeded by `fp`, as
+    /// many as its modelled LZ4 length (at least 16, the first 8 being `fp` itself, so
+    /// distinct contents have distinct bytes), then zeros. Equal fingerprints, equal bytes,
+    /// whatever the compressor.
+    pub fn fill(&self, fp: u64, out: &mut [u8]) {
+        debug_assert_eq!(out.len() as u64, self.line_size, "one line");
+        let lz4 = compressed_len(fp, self.line_size, self.comp_mean, self.comp_var, 1.0);
+        let k = (lz4 as usize).clamp(16, out.len());
+        out[..8].copy_from_slice(&fp.to_le_bytes());
+        let mut x = fp;
+        for chunk in out[8..k].chunks_mut(8) {
+            x = mix(x ^ 0x6a09_e667_f3bc_c908);
+            chunk.copy_from_slice(&x.to_le_bytes()[..chunk.len()]);
+        }
+        out[k..].fill(0);
+    }
+}
+
+/// The bytes a log cache stores for `line` under `compression`: its compressed length when
+/// that is shorter than the line, else the line's length (stored raw). The same compressors
+/// and rule as the live log layout (`tiercache-server`'s `reduce.rs`).
+pub fn stored_len(line: &[u8], compression: Compression) -> u32 {
+    let k = match compression {
+        Compression::None => line.len(),
+        Compression::Lz4 => lz4_flex::block::compress(line).len(),
+        Compression::Zstd(level) => zstd::bulk::compress(line, level)
+            .map(|v| v.len())
+            .unwrap_or(line.len()),
+    };
+    k.min(line.len()) as u32
 }
 
 /// Follows writes and annotates requests with a [`ContentModel`].
@@ -274,5 +324,31 @@ mod tests {
         assert_eq!(a.len(), 4);
         assert_eq!(a[0], a[2]);
         assert_ne!(a[0], a[3]);
+    }
+
+    #[test]
+    fn bytes_follow_the_content_and_measured_lengths_are_real() {
+        let m = ContentModel::new(4096, 3);
+        let (mut a, mut b) = (vec![0u8; 4096], vec![0u8; 4096]);
+        m.fill(11, &mut a);
+        m.fill(11, &mut b);
+        assert_eq!(a, b, "equal content, equal bytes");
+        m.fill(12, &mut b);
+        assert_ne!(a, b, "distinct content, distinct bytes");
+        let measured = ContentModel {
+            measured: true,
+            ..m
+        };
+        for fp in 0..200u64 {
+            m.fill(fp, &mut a);
+            let real = stored_len(&a, Compression::Lz4);
+            assert_eq!(measured.with_fp(fp).compressed_len, real);
+            // The bytes compress about as the model says (random prefix, zero tail).
+            let modelled = m.with_fp(fp).compressed_len as i64;
+            assert!(
+                (real as i64 - modelled).abs() <= 64 || real == 4096,
+                "fp {fp}: lz4 {real}, modelled {modelled}"
+            );
+        }
     }
 }

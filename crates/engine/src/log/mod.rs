@@ -43,6 +43,12 @@ use std::str::FromStr;
 
 /// Default segment size: 2 MiB (an erase block of common MLC flash).
 pub const DEFAULT_SEGMENT: u64 = 2 << 20;
+
+/// Extents a segment's header describes at most (the live layout's on-disk header, so the
+/// simulator's limit too): twice the lines that fit raw, at least 4.
+pub fn header_extents(segment_size: u64, line_size: u64) -> u32 {
+    ((2 * segment_size / line_size) as u32).max(4)
+}
 /// Largest segment size.
 pub const MAX_SEGMENT: u64 = 64 << 20;
 const NONE: u32 = u32::MAX;
@@ -869,6 +875,26 @@ impl LogEngine {
         req: &Request,
         content: &[ExtentContent],
     ) -> Result<&Plan, EngineError> {
+        self.process_counted(req, content, true)
+    }
+
+    /// Live side: [`LogEngine::process`] of one more piece (a line) of the request whose
+    /// first piece went to `process`: its lines and bytes are counted, the request is not
+    /// (`requests`, `reads`, `writes` count client requests however they are cut up).
+    pub fn process_more(
+        &mut self,
+        req: &Request,
+        content: &[ExtentContent],
+    ) -> Result<&Plan, EngineError> {
+        self.process_counted(req, content, false)
+    }
+
+    fn process_counted(
+        &mut self,
+        req: &Request,
+        content: &[ExtentContent],
+        count: bool,
+    ) -> Result<&Plan, EngineError> {
         if req.volume > crate::engine::MAX_VOLUME {
             return Err(EngineError::BadVolume(req.volume));
         }
@@ -904,11 +930,11 @@ impl LogEngine {
         }
         self.plan.reset(buf_start, nlines * ls);
         self.tick += 1;
-        self.counters.requests += 1;
+        self.counters.requests += count as u64;
         let wb = self.cfg.mode == Mode::WriteBack;
         match req.op {
             Op::Read => {
-                self.counters.reads += 1;
+                self.counters.reads += count as u64;
                 for (i, line) in (first..=last).enumerate().take(nlines as usize) {
                     let key = Self::key(req.volume, line);
                     let buf = line << self.line_shift;
@@ -942,7 +968,7 @@ impl LogEngine {
                 }
             }
             Op::Write => {
-                self.counters.writes += 1;
+                self.counters.writes += count as u64;
                 if !wb || req.fua {
                     self.emit(Step::WriteHdd {
                         vol: req.volume,

@@ -29,11 +29,11 @@ impl LogVolume {
         let mut line_buf = vec![0u8; ls as usize];
         let mut stored = Vec::new();
         let mut r = Ok(());
-        for line in self.lines(offset, buf.len() as u64) {
+        for (i, line) in self.lines(offset, buf.len() as u64).enumerate() {
             if red.is_none() {
                 *red = self.take_reducer().ok();
             }
-            r = match g.read_line(line, &mut line_buf, red.is_some()) {
+            r = match g.read_line(line, &mut line_buf, red.is_some(), i == 0) {
                 Ok(Some(u)) => {
                     drop(g);
                     let rd = red.as_mut().expect("taken above");
@@ -340,13 +340,19 @@ impl Inner {
         self.record_new(line, &p, data)
     }
 
-    /// Writes one whole line (`pre`: reduced already, before the lock was taken).
+    /// Writes one whole line (`pre`: reduced already, before the lock was taken). `first`:
+    /// the request's first line (the engine counts the request once, its lines each).
+    /// `part`: the byte range of the line the client wrote (the whole line, or part of it
+    /// merged into `data` with the line's current bytes): the engine sees that range, so it
+    /// counts the read of the rest and the backing device gets only what the client wrote.
     pub(super) fn write_line(
         &mut self,
         line: u64,
         data: &[u8],
         fua: bool,
         pre: Option<&PreLine>,
+        first: bool,
+        part: std::ops::Range<u64>,
     ) -> io::Result<()> {
         // Write-back FUA: a dirty write, then the caller's commit (rule 7).
         let wb = self.sb.mode == Mode::WriteBack;
@@ -370,15 +376,22 @@ impl Inner {
         }
         self.superseding(line);
         let ls = self.ls();
-        let mut req = Request::write(line * ls, ls);
+        debug_assert!(part.start >= line * ls && part.end <= (line + 1) * ls && !part.is_empty());
+        let mut req = Request::write(part.start, part.end - part.start);
         req.fua = fua;
-        let steps = self.eng.process(&req, &[c]).map_err(io_err)?.steps.clone();
+        let plan = if first {
+            self.eng.process(&req, &[c])
+        } else {
+            self.eng.process_more(&req, &[c])
+        };
+        let steps = plan.map_err(io_err)?.steps.clone();
         let mut failed = None;
         for st in steps {
             match st {
                 Step::WriteHdd { hdd, len, .. } => {
                     self.hdd_dirty = true;
-                    if let Err(e) = self.backing.write_at(&data[..len as usize], hdd) {
+                    let at = (hdd - line * ls) as usize;
+                    if let Err(e) = self.backing.write_at(&data[at..at + len as usize], hdd) {
                         failed = Some(e);
                         break;
                     }
@@ -403,17 +416,23 @@ impl Inner {
 
     /// A read of `line`: the engine's bookkeeping, then either the line served under the
     /// lock (`None`) or, when `unlocked` allows it, a hit on a sealed segment for the caller
-    /// to read after releasing the lock (`Some`; see `LogVolume::read`).
+    /// to read after releasing the lock (`Some`; see `LogVolume::read`). `first`: the
+    /// request's first line (the engine counts the request once, its lines each).
     fn read_line(
         &mut self,
         line: u64,
         out: &mut [u8],
         unlocked: bool,
+        first: bool,
     ) -> io::Result<Option<Unlocked>> {
         let ls = self.ls();
-        self.eng
-            .process(&Request::read(line * ls, ls), &[])
-            .map_err(io_err)?;
+        let req = Request::read(line * ls, ls);
+        if first {
+            self.eng.process(&req, &[])
+        } else {
+            self.eng.process_more(&req, &[])
+        }
+        .map_err(io_err)?;
         if let Some(info) = self.eng.locate(0, line).filter(|_| unlocked) {
             let m = &self.segs[info.seg as usize];
             if m.sealed && m.gen == info.gen {

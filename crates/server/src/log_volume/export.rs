@@ -43,12 +43,12 @@ impl Export for LogVolume {
                 let src = &data[(a - offset) as usize..(b - offset) as usize];
                 if b - a == ls {
                     let p = pre.get((line - first) as usize).and_then(Option::as_ref);
-                    g.write_line(line, src, fua, p)?;
+                    g.write_line(line, src, fua, p, line == first, a..b)?;
                 } else {
                     g.current_line(line, &mut line_buf)?;
                     line_buf[(a - line * ls) as usize..(b - line * ls) as usize]
                         .copy_from_slice(src);
-                    g.write_line(line, &line_buf, fua, None)?;
+                    g.write_line(line, &line_buf, fua, None, line == first, a..b)?;
                 }
             }
             if fua {
