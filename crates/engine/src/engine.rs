@@ -1603,6 +1603,16 @@ impl Engine {
 
     /// Drops the line in `slot`; the slot goes to the free list.
     fn remove(&mut self, slot: Slot, evicted: bool) {
+        // `free` may still list this slot from before a restore into it (`free_stale`):
+        // drop the stale entries first, or the slot would be listed twice once freed and
+        // handed out to two lines (the second placed over the first without unlinking it
+        // from the index, which then loses the lines chained behind it: a trim after a warm
+        // restart did this, and a write missed its cached dirty line).
+        if self.free_stale {
+            let keys = &self.keys;
+            self.free.retain(|&s| keys[s as usize] == EMPTY);
+            self.free_stale = false;
+        }
         self.unmap(slot, evicted);
         self.free.push(slot);
     }
@@ -2017,14 +2027,8 @@ impl Engine {
     /// whose cache device failed there, after saving what it could). Returns its key.
     pub fn drop_line(&mut self, slot: Slot) -> Option<u64> {
         let key = self.slot_key(slot)?;
-        // `free` may still list this slot from before a restore into it (`free_stale`):
-        // drop the stale entries first, or the slot would be listed twice once freed and
-        // handed out to two lines (a rollback drops, restores and drops the same slot).
-        if self.free_stale {
-            let keys = &self.keys;
-            self.free.retain(|&s| keys[s as usize] == EMPTY);
-            self.free_stale = false;
-        }
+        // (A rollback drops, restores and drops the same slot: `remove` handles the stale
+        // free list.)
         self.remove(slot, false);
         Some(key)
     }
