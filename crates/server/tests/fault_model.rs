@@ -1064,3 +1064,31 @@ fn write_back_partial_line_across_two_restarts_keeps_every_sector() {
     assert_eq!(read_ver(&v, 472), Got::Ver(54), "after the second restart");
     assert_eq!(read_ver(&v, 473), Got::Ver(60), "after the second restart");
 }
+
+/// trust11 item 4: `ctl flush` in the log layout (`write_back_all`) counted a backing sync
+/// that failed as done (`backing_syncs`), and not as failed (`backing_sync_errors`).
+#[test]
+fn log_ctl_flush_counts_a_failed_backing_sync_as_failed() {
+    let mut cfg = cfg_for(1, 0);
+    cfg.layout = Layout::Log;
+    cfg.mode = Mode::WriteBack;
+    let rig = Rig::new(&cfg, 9);
+    let Some(Vol::L(v)) = rig.vol.as_ref() else {
+        unreachable!()
+    };
+    v.write(0, &sectors(0, 64, 1), false).unwrap();
+    let before = v.stats().live;
+    rig.bh.fail_next_sync(false);
+    assert!(v.flush_dirty().is_err(), "the backing sync failed");
+    let after = v.stats().live;
+    assert_eq!(
+        (after.backing_syncs, after.backing_sync_errors),
+        (before.backing_syncs, before.backing_sync_errors + 1),
+        "a failed sync is counted as failed, not as done"
+    );
+    v.flush_dirty().unwrap();
+    let ok = v.stats().live;
+    assert_eq!(ok.backing_syncs, after.backing_syncs + 1);
+    assert_eq!(ok.backing_sync_errors, after.backing_sync_errors);
+    assert_eq!(read_ver(&**v, 5), Got::Ver(1));
+}
