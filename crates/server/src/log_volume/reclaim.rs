@@ -1,0 +1,291 @@
+//! Reclaiming segments (rules 4 and 8 of the module doc): write-back of a victim's dirty extents
+//! before the engine reclaims it, and the reservation of space for new bytes.
+
+use super::*;
+
+impl Inner {
+    /// Executes the plan of `reserve`: seals, write-backs and the reclamation that follows.
+    pub(super) fn reserve(&mut self, dirty: bool) -> io::Result<()> {
+        if self.hdd_dirty && self.eng.reserve_acts(dirty) {
+            // Rule 2 before the engine changes anything: the seal (and a reclamation's
+            // commit) below then find the backing device synced, and a failure here fails
+            // the request with nothing changed.
+            self.backing_sync_if_dirty()?;
+        }
+        let before = self.eng.open_segment(dirty);
+        // The header of a segment sealed now describes every extent as live: an extent
+        // superseded since the last commit must not be marked dead before what superseded
+        // it is durable (a crash in between would lose both). The header is rewritten with
+        // the dead ones marked at the next checkpoint (rule 3).
+        let reclaimed0 = self.eng.counters().segments_reclaimed;
+        // Rule 8: the victim's write-backs run before the engine reclaims it.
+        let mut victim = self.eng.reserve_begin(dirty);
+        let mut done = std::collections::HashSet::new();
+        let mut no_room = None;
+        if let Some(v) = victim {
+            let wbs = self.eng.reclaim_write_backs(v);
+            if !wbs.is_empty() {
+                match self.write_back_first(&wbs) {
+                    Ok(()) => done.extend(wbs.iter().filter_map(|st| match *st {
+                        Step::WriteBack { ssd, hdd, .. } => Some((ssd, hdd)),
+                        _ => None,
+                    })),
+                    Err(e)
+                        if matches!(fault_of(&e), Some(Fault::Backing(_)))
+                            || e.kind() == io::ErrorKind::InvalidData =>
+                    {
+                        // Degraded, or a damaged dirty extent in the victim (reclaiming it
+                        // would drop the line, and a restart would then read older bytes
+                        // from the backing device): a segment without dirty data instead,
+                        // or no room.
+                        if e.kind() == io::ErrorKind::InvalidData {
+                            tracing::error!(
+                                "segment {v} not reclaimed: {e}; rewrite the line to free it"
+                            );
+                        }
+                        victim = self.eng.clean_victim();
+                        if victim.is_none() {
+                            no_room = Some(if e.kind() == io::ErrorKind::InvalidData {
+                                io::Error::new(
+                                    e.kind(),
+                                    format!("log cache: no room: {e}, and every other sealed segment holds dirty data"),
+                                )
+                            } else {
+                                backing_fault(Degraded::no_room(
+                                    self.degraded.as_ref(),
+                                    "log cache",
+                                ))
+                            });
+                        }
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        let steps = self.eng.reserve_end(dirty, victim).steps.clone();
+        let reclaimed = self.eng.counters().segments_reclaimed > reclaimed0;
+        let seg_size = self.sb.segment_size;
+        // Only when this reserve seals the open segment (once per segment, not per line:
+        // the scan is O(extents)). Liveness of its extents is the same before and after the
+        // reserve unless the reserve reclaimed it, a case `has_dead` is not used for.
+        let mut has_dead = false;
+        if let Some(o) = before.filter(|&o| {
+            steps
+                .iter()
+                .any(|st| matches!(st, Step::WriteSsd { ssd, .. } if ssd / seg_size == o as u64))
+        }) {
+            self.sync_dead();
+            has_dead = self.segs[o as usize]
+                .exts
+                .iter()
+                .any(|e| !self.is_live(o, e));
+            for e in self.segs[o as usize].exts.iter_mut() {
+                e.live = true;
+            }
+        }
+        let now = self.eng.open_segment(dirty);
+        assert!(
+            now.is_some() || no_room.is_some(),
+            "reserve opens a segment unless there is no room"
+        );
+        let mut written_back = Vec::new();
+        // Rule 6: lines about to be written back whose durable event is an older clean
+        // extent (a dirty duplicate not committed yet) are dropped durably first. No commit
+        // here: the engine has already unmapped the reclaimed segment's lines.
+        let ls = self.ls();
+        let shadowed: Vec<u64> = steps
+            .iter()
+            .filter_map(|st| match *st {
+                Step::WriteBack { ssd, hdd, .. }
+                    if self.shadowed.contains(&(hdd / ls)) && !done.contains(&(ssd, hdd)) =>
+                {
+                    Some(hdd / ls)
+                }
+                _ => None,
+            })
+            .collect();
+        self.drop_durably(&shadowed, false)?;
+        for st in steps {
+            match st {
+                Step::WriteSsd { ssd, .. } => {
+                    self.seal((ssd / seg_size) as u32).map_err(Self::mid_plan)?
+                }
+                Step::WriteBack { ssd, hdd, .. } => {
+                    if !done.contains(&(ssd, hdd)) {
+                        // Not written back first (the engine chose another victim than the
+                        // one it proposed: it never does). A failure here stops the volume.
+                        self.write_back((ssd / seg_size) as u32, (ssd % seg_size) as u32, hdd)
+                            .map_err(|e| io_err(format!("write-back during a reclaim: {e}")))?;
+                    }
+                    written_back.push(hdd / self.ls());
+                }
+                Step::TrimSsd { .. } => {}
+                s => return Err(io_err(format!("unexpected step {s:?} in a reserve plan"))),
+            }
+        }
+        if let Some(o) = before {
+            if has_dead && self.segs[o as usize].sealed && !(reclaimed && now == Some(o)) {
+                self.hdr_stale.insert(o);
+            }
+        }
+        let Some(now) = now else {
+            return Err(no_room.expect("checked above"));
+        };
+        if before != Some(now) || reclaimed {
+            if reclaimed {
+                self.reclaim(now, &written_back).map_err(Self::mid_plan)?;
+            }
+            let gen = self.eng.segments()[now as usize].gen;
+            let buf = self
+                .spare
+                .pop()
+                .unwrap_or_else(|| vec![0u8; seg_size as usize]);
+            self.bufs.insert(now, buf);
+            let m = &mut self.segs[now as usize];
+            m.gen = gen;
+            m.sealed = false;
+            m.exts.clear();
+            m.dead.clear();
+            m.durable = 0;
+            m.durable_fill = 0;
+        }
+        Ok(())
+    }
+
+    fn write_back(&mut self, seg: u32, off: u32, hdd: u64) -> io::Result<()> {
+        let ext = self.segs[seg as usize]
+            .ext_at(off)
+            .copied()
+            .ok_or_else(|| io_err(format!("write-back of unknown extent {seg}:{off}")))?;
+        if !self.load_stored(seg, &ext)? {
+            self.live.extent_crc_errors += 1;
+            // InvalidData: nothing changed; the line stays mapped to its damaged extent (its
+            // reads fail, never older bytes) and its segment is not reclaimed (`reserve`).
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!(
+                    "dirty extent {seg}:{off} of volume byte {hdd} fails its checksum at write-back"
+                ),
+            ));
+        }
+        let mut line = std::mem::take(&mut self.scratch);
+        line.resize(self.ls() as usize, 0);
+        let stored = std::mem::take(&mut self.stored);
+        let r = self.red.expand(&stored, ext.compressed, &mut line);
+        self.stored = stored;
+        r.map_err(io_err)?;
+        let w = self.backing.write_at(&line, hdd);
+        self.scratch = line;
+        w.map_err(backing_fault)?;
+        self.hdd_dirty = true;
+        self.live.write_backs += 1;
+        self.live.backing_bytes_written += self.ls();
+        Ok(())
+    }
+
+    /// Rule 8: writes back `wbs` (a victim's `WriteBack` steps, before the engine reclaims
+    /// it) and syncs the backing device. A backing-device failure enters (or stays in) the
+    /// degraded state and returns a backing fault: the extents stay dirty, nothing else
+    /// changed. While degraded, nothing is tried before the backoff has passed. Success ends
+    /// the degraded state.
+    pub(super) fn write_back_first(&mut self, wbs: &[Step]) -> io::Result<()> {
+        if let Some(d) = self.degraded.as_ref().filter(|d| !d.due()) {
+            return Err(backing_fault(io::Error::new(
+                d.last_kind,
+                format!("write-backs paused after a failure ({})", d.last_error),
+            )));
+        }
+        let ls = self.ls();
+        let seg_size = self.sb.segment_size;
+        // Rule 6: a line whose durable event is an older clean extent (a dirty duplicate
+        // or extent not committed yet) must not be written back before its newer event is
+        // durable: a commit first (no reclamation is under way). Not a drop record, as the
+        // in-reserve path does: a drop would outlive a failed write-back and lose the line.
+        if wbs.iter().any(
+            |st| matches!(*st, Step::WriteBack { hdd, .. } if self.shadowed.contains(&(hdd / ls))),
+        ) {
+            self.commit()?;
+        }
+        let mut written = Vec::new();
+        let r = (|| -> io::Result<()> {
+            self.backing_sync_if_dirty().map_err(backing_fault)?;
+            for st in wbs {
+                if let Step::WriteBack { ssd, hdd, .. } = *st {
+                    self.write_back((ssd / seg_size) as u32, (ssd % seg_size) as u32, hdd)?;
+                    written.push(hdd / ls);
+                }
+            }
+            self.backing.sync().map_err(backing_fault)?;
+            self.live.backing_syncs += 1;
+            Ok(())
+        })();
+        match r {
+            Ok(()) => {
+                self.hdd_dirty = false;
+                self.unsynced_lines.clear();
+                Degraded::healed(&mut self.degraded);
+                Ok(())
+            }
+            Err(e) => {
+                if e.kind() == io::ErrorKind::InvalidData {
+                    // A damaged extent: the lines written before it stay dirty too.
+                    self.unsynced_lines.extend(written);
+                } else if matches!(fault_of(&e), Some(Fault::Backing(_))) {
+                    // The lines written are still dirty in the cache: no clean extent
+                    // claims them, so the unsynced backing writes need no sync (the backing
+                    // device fails it anyway) — as long as no clean extent is made of them
+                    // later (a read after a trim would see the backing device's unsynced
+                    // bytes): such reads are not admitted until a backing sync succeeds.
+                    self.unsynced_lines.extend(written);
+                    // Write-through lines written before it (a mode switch) still need
+                    // their sync (`backing_sync_if_dirty`).
+                    self.hdd_dirty = !self.hdd_unsynced.is_empty();
+                    self.backing_write_errors += 1;
+                    Degraded::failed(&mut self.degraded, &e);
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// A request on a failed cache: served by the backing device alone (rule 8).
+    /// The dirty lines and their extents, in backing-device order (for writing them back).
+    pub(super) fn dirty_in_lba_order(&self) -> Vec<(u64, ExtentInfo)> {
+        let mut dirty: Vec<(u64, ExtentInfo)> = self
+            .eng
+            .entries()
+            .filter(|(_, i)| i.dirty)
+            .map(|(k, i)| (LogEngine::key_line(k).1, i))
+            .collect();
+        dirty.sort_unstable_by_key(|x| x.0);
+        dirty
+    }
+
+    /// Finishes reclaiming `v` (its write-backs done): drops for the lines it unmapped, a
+    /// commit, then the empty header of the next generation.
+    fn reclaim(&mut self, v: u32, written_back: &[u64]) -> io::Result<()> {
+        let keys: Vec<u64> = self.segs[v as usize]
+            .exts
+            .iter()
+            .map(|e| e.key)
+            .chain(written_back.iter().map(|&l| LogEngine::line_key(0, l)))
+            .collect();
+        for k in keys {
+            let (vol, l) = LogEngine::key_line(k);
+            if self.eng.locate(vol, l).is_none() {
+                let seq = self.next_seq();
+                self.pending.push(Rec::Drop { key: k, seq });
+            }
+        }
+        self.hdr_stale.remove(&v);
+        self.commit()?;
+        let gen = self.eng.segments()[v as usize].gen;
+        let m = &mut self.segs[v as usize];
+        m.gen = gen;
+        m.sealed = false;
+        m.exts.clear();
+        m.dead.clear();
+        self.write_header(v, false, false)?;
+        self.cache_sync()
+    }
+}

@@ -1,0 +1,590 @@
+//! Plan execution: a request through the engine, its plan's steps on the devices (backing-only
+//! steps first, contiguous write-backs merged), and the data checksums of the bytes read and
+//! written.
+
+use super::*;
+
+impl CacheVolume {
+    /// Runs one request through the engine and executes its plan. `data`: the client's bytes
+    /// (filled for reads, taken for writes).
+    pub(super) fn run(&self, req: &Request, data: Data<'_>) -> io::Result<()> {
+        let mut g = self.lock_foreground();
+        if g.closed {
+            return Err(ioerr("the cache volume is shut down"));
+        }
+        // Classified under the lock, so requests reach the devices in the order they were
+        // classified (a classifier outside it reorders concurrent sequential requests).
+        let mut req = *req;
+        if let (Some(c), Op::Read | Op::Write) = (&self.classifier, req.op) {
+            let d = match &data {
+                Data::Write(d) => Some(*d),
+                _ => None,
+            };
+            req.class = c.classify(&req, d);
+        }
+        let req = &req;
+        self.sync_if_full(&mut g)?;
+        if g.failed {
+            return self.run_direct(&mut g, req, data);
+        }
+        if req.op == Op::Read {
+            lost_check(&g.lost, req.offset, req.end())?;
+        }
+        // Slots the request's lines hold now: an invalidation changes them without a step.
+        let mut slots = std::mem::take(&mut g.slots);
+        slots.clear();
+        let mut all_slots = false;
+        if req.len > 0 && req.op != Op::Flush {
+            let (first, last) = (
+                req.offset >> self.line_shift,
+                (req.end() - 1) >> self.line_shift,
+            );
+            if last - first >= self.capacity_lines {
+                all_slots = true;
+            } else {
+                for l in first..=last {
+                    if let Some(s) = g.engine.lookup(Engine::line_key(0, l)) {
+                        slots.push(s);
+                    }
+                }
+            }
+        }
+        // (slot, key) the request's lines held before the plan (rule 5).
+        let before: Vec<(u32, u64)> = slots
+            .iter()
+            .filter_map(|&s| Some((s, g.engine.slot_key(s)?)))
+            .collect();
+        // FUA in write-back: the engine plans a write-back write ending in FlushSsd, which
+        // the flush after the plan makes durable (data and record).
+        let plan = g.engine.process(req).map_err(ioerr)?;
+        let (buf_start, buf_len) = (plan.buf_start, plan.buf_len);
+        let steps: Vec<Step> = plan.steps.clone();
+        let at = req.offset.saturating_sub(buf_start) as usize;
+        let hit = req.op == Op::Read
+            && !steps.is_empty()
+            && steps.iter().all(|s| matches!(s, Step::ReadSsd { .. }));
+        if hit {
+            let _shared = self.io.read().unwrap_or_else(|e| e.into_inner());
+            let exp: Vec<Option<(u64, Vec<u32>)>> = match g.sums.is_some() {
+                true => steps
+                    .iter()
+                    .filter_map(|s| match *s {
+                        Step::ReadSsd { ssd, len, .. } => Some(Self::expected(&g, ssd, len)),
+                        _ => None,
+                    })
+                    .collect(),
+                false => Vec::new(),
+            };
+            g.slots = slots;
+            drop(g);
+            let Data::Read(out) = data else {
+                unreachable!()
+            };
+            let r = if buf_start == req.offset && buf_len as usize == out.len() {
+                self.exec_reads(&steps, out, &exp)
+            } else {
+                let mut buf = vec![0u8; buf_len as usize];
+                let r = self.exec_reads(&steps, &mut buf, &exp);
+                if r.is_ok() {
+                    out.copy_from_slice(&buf[at..at + out.len()]);
+                }
+                r
+            };
+            return match r {
+                Ok(()) => Ok(()),
+                Err(e) => {
+                    drop(_shared);
+                    self.read_fallback(req, out, e)
+                }
+            };
+        }
+        let excl = self.io.write().unwrap_or_else(|e| e.into_inner());
+        let mut buf = vec![0u8; buf_len as usize];
+        if let Data::Write(d) = &data {
+            buf[at..at + d.len()].copy_from_slice(d);
+        }
+        let flux = Self::flux_pages_for(&g, &steps, &before, all_slots && req.op != Op::Read);
+        let r = self
+            .mark_in_flux(&mut g, &flux)
+            .map_err(|err| StepError {
+                index: 0,
+                cache: true,
+                err,
+                // Only metadata flags were written: no data step ran, the engine can be put
+                // back as `mem` has it.
+                before_cache: true,
+                done: Vec::new(),
+            })
+            .and_then(|()| self.exec(&mut g, &steps, &mut buf));
+        for s in &steps {
+            if let Some((ssd, len)) = ssd_range(s) {
+                let (a, b) = (ssd >> self.line_shift, (ssd + len - 1) >> self.line_shift);
+                slots.extend(a as u32..=b as u32);
+            }
+        }
+        if all_slots {
+            slots.clear();
+            slots.extend(0..self.capacity_lines as u32);
+        }
+        if let Err(e) = r {
+            if e.before_cache {
+                // Nothing in the cache changed: put the engine back as `mem` has it.
+                let retry = self.failed_before_cache(&mut g, &steps, &e, &slots);
+                let touched = slots.clone();
+                g.slots = slots;
+                Self::update_records(&mut g);
+                if e.cache {
+                    self.recover(&mut g, &[], 0, 0, &[], &touched);
+                    self.cache_error(&mut g, e.err);
+                    return self.direct(&mut g, req, data);
+                }
+                if retry {
+                    // Dirty evictions are blocked now: planned again, the request needs no
+                    // write-back (a clean victim, or the backing device directly).
+                    drop(excl);
+                    drop(g);
+                    return self.run(req, data);
+                }
+                return Err(self.backing_error(e.err));
+            }
+            let touched = slots.clone();
+            g.slots = slots;
+            Self::update_records(&mut g);
+            return self.after_failure(&mut g, req, data, &steps, e, buf_start, &buf, &touched);
+        }
+        g.slots = slots;
+        Self::update_records(&mut g);
+        if let Data::Read(out) = data {
+            out.copy_from_slice(&buf[at..at + out.len()]);
+        } else if matches!(req.op, Op::Write | Op::Trim) && !g.lost.is_empty() {
+            // Damaged dirty data (`crate::data_sums`) rewritten: readable again.
+            self.unlose(&mut g, req.offset, req.end());
+        }
+        if req.op == Op::Flush || req.fua {
+            self.flush_locked(&mut g)?;
+        }
+        drop(excl);
+        // This request had to unmap a record on the miss path (its likely victims were not
+        // unmapped ahead, e.g. dirty): run the background pass now, after the plan.
+        // Its own request is complete: a failure here is counted and logged, not returned.
+        if std::mem::take(&mut g.unmapped_on_miss) {
+            if let Err(e) = self.unmap_ahead_locked(&mut g) {
+                tracing::warn!("unmapping likely victims ahead failed: {e}");
+            }
+        }
+        if self.inline_cleaning.load(Ordering::Relaxed)
+            && g.degraded.is_none()
+            && g.engine.needs_cleaning()
+        {
+            let n = g.engine.cleaning_target();
+            self.clean_pass(&mut g, n)?;
+        }
+        Ok(())
+    }
+
+    /// Reads the ReadSsd steps of a hit; `exp`: their expected data checksums, in order
+    /// (empty without data checksums).
+    fn exec_reads(
+        &self,
+        steps: &[Step],
+        buf: &mut [u8],
+        exp: &[Option<(u64, Vec<u32>)>],
+    ) -> io::Result<()> {
+        let mut i = 0;
+        for s in steps {
+            if let Step::ReadSsd { ssd, buf: b, len } = *s {
+                let e = exp.get(i).and_then(|e| e.as_ref());
+                i += 1;
+                self.read_data(ssd, &mut buf[b as usize..(b + len) as usize], e)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The expected data checksums of `[ssd, ssd + len)` widened to whole sectors, with the
+    /// sector size; `None` without data checksums.
+    pub(super) fn expected(g: &Inner, ssd: u64, len: u64) -> Option<(u64, Vec<u32>)> {
+        let s = g.sums.as_ref()?;
+        let (a, b) = s.widen(ssd, len);
+        Some((s.sector, s.expected(a, b)))
+    }
+
+    /// Reads `out.len()` bytes of the data area at `ssd`; with `exp` (see
+    /// [`CacheVolume::expected`]) verifies every sector the range touches (reading whole
+    /// sectors): a mismatch is an `InvalidData` error carrying a [`data_sums::Mismatch`].
+    pub(super) fn read_data(
+        &self,
+        ssd: u64,
+        out: &mut [u8],
+        exp: Option<&(u64, Vec<u32>)>,
+    ) -> io::Result<()> {
+        let d = self.data_offset;
+        let Some((sector, exp)) = exp else {
+            return self.cache.read_at(out, d + ssd);
+        };
+        let len = out.len() as u64;
+        let (a, b) = (
+            ssd / sector * sector,
+            (ssd + len).div_ceil(*sector) * sector,
+        );
+        let bad = |m| io::Error::new(io::ErrorKind::InvalidData, m);
+        if a == ssd && b == ssd + len {
+            self.cache.read_at(out, d + ssd)?;
+            return DataSums::verify(*sector, a, out, exp).map_err(bad);
+        }
+        let mut tmp = vec![0u8; (b - a) as usize];
+        self.cache.read_at(&mut tmp, d + a)?;
+        DataSums::verify(*sector, a, &tmp, exp).map_err(bad)?;
+        out.copy_from_slice(&tmp[(ssd - a) as usize..(ssd - a + len) as usize]);
+        Ok(())
+    }
+
+    /// A data checksum mismatch found by a read (`e` carries it; other errors pass): counted
+    /// and logged with the cache slot and volume range, while the engine still maps the line.
+    /// The caller then drops the line ([`CacheVolume::recover`]): a damaged clean sector is
+    /// read again from the backing device, a damaged dirty one is recorded as lost.
+    pub(super) fn on_mismatch(&self, g: &Inner, e: io::Error) -> io::Error {
+        let Some(m) = data_sums::mismatch(&e) else {
+            return e;
+        };
+        self.metrics.checksum_errors.fetch_add(1, Ordering::Relaxed);
+        let slot = (m.ssd >> self.line_shift) as u32;
+        let ls = 1u64 << self.line_shift;
+        let Some(key) = g.engine.slot_key(slot) else {
+            tracing::error!("{m}: cache slot {slot}, which maps no line");
+            return e;
+        };
+        let dirty = g.engine.dirty_mask(slot);
+        let ss = g.engine.sector_size();
+        for &x in &m.sectors {
+            let k = (x % ls) / ss;
+            let vol = ((key & LINE_MASK) << self.line_shift) + k * ss;
+            if dirty >> k & 1 == 1 {
+                tracing::error!(
+                    "data checksum mismatch in DIRTY data: cache slot {slot} (cache byte {}), volume bytes {vol}..{}: the sector is damaged and lost (never written to the backing device); reads of it fail with EIO until it is written again",
+                    self.data_offset + x,
+                    vol + ss
+                );
+            } else {
+                tracing::warn!(
+                    "data checksum mismatch in clean data: cache slot {slot} (cache byte {}), volume bytes {vol}..{}: line dropped, read again from the backing device",
+                    self.data_offset + x,
+                    vol + ss
+                );
+            }
+        }
+        e
+    }
+
+    /// `data` was written to the data area at `ssd`: records its checksums (sectors written
+    /// in part are read back whole from the device).
+    fn note_written(&self, g: &mut Inner, ssd: u64, data: &[u8]) -> io::Result<()> {
+        let Some(s) = g.sums.as_mut() else {
+            return Ok(());
+        };
+        if let Some((a, b)) = s.update(ssd, data) {
+            let mut whole = vec![0u8; (b - a) as usize];
+            self.cache.read_at(&mut whole, self.data_offset + a)?;
+            s.update(a, &whole);
+        }
+        Ok(())
+    }
+
+    /// Executes plan steps (see the module doc for the reuse rule). The steps that only
+    /// touch the backing device (write-backs, backing reads and writes) and depend on no
+    /// earlier step run FIRST ([`backing_first`]): if one fails, nothing in the cache has
+    /// changed yet (`StepError::before_cache`), so the engine can be put back exactly as
+    /// `mem` records it ([`CacheVolume::roll_back`]) instead of dropping lines — a dirty line
+    /// whose write-back failed stays dirty in its slot (issue 14 item 1).
+    pub(super) fn exec(
+        &self,
+        g: &mut Inner,
+        steps: &[Step],
+        buf: &mut [u8],
+    ) -> Result<(), StepError> {
+        let ls = self.line_shift;
+        g.in_plan.clear();
+        for s in steps {
+            if let Step::WriteSsd { ssd, len, .. } | Step::Populate { ssd, len, .. } = *s {
+                if len > 0 {
+                    g.in_plan
+                        .extend((ssd >> ls) as u32..=((ssd + len - 1) >> ls) as u32);
+                }
+            }
+        }
+        let r = self.exec_plan(g, steps, buf);
+        g.in_plan.clear();
+        r
+    }
+
+    /// [`CacheVolume::exec`] without its bookkeeping of `Inner::in_plan`.
+    fn exec_plan(&self, g: &mut Inner, steps: &[Step], buf: &mut [u8]) -> Result<(), StepError> {
+        let first = backing_first(steps);
+        // Steps done, sorted (a merged write-back completes several).
+        let mut done: Vec<usize> = Vec::new();
+        let mut tmp = Vec::new();
+        if !first.is_empty() {
+            // Write-backs that must wait for phase 2 may not join a phase-1 merge.
+            let mut skip: Vec<usize> = (0..steps.len())
+                .filter(|i| {
+                    matches!(steps[*i], Step::WriteBack { .. } | Step::CopyHdd { .. })
+                        && first.binary_search(i).is_err()
+                })
+                .collect();
+            for &index in &first {
+                if skip.binary_search(&index).is_ok() {
+                    continue;
+                }
+                let group = self
+                    .exec_step(g, steps, index, buf, &mut tmp, &skip)
+                    .map_err(|e| StepError {
+                        before_cache: true,
+                        ..e
+                    })?;
+                for i in group.into_iter().chain([index]) {
+                    if let Err(at) = skip.binary_search(&i) {
+                        skip.insert(at, i);
+                    }
+                    if let Err(at) = done.binary_search(&i) {
+                        done.insert(at, i);
+                    }
+                }
+            }
+        }
+        for index in 0..steps.len() {
+            if done.binary_search(&index).is_ok() {
+                continue;
+            }
+            let group = self
+                .exec_step(g, steps, index, buf, &mut tmp, &done)
+                .map_err(|e| StepError {
+                    done: done.clone(),
+                    ..e
+                })?;
+            for i in group {
+                if let Err(at) = done.binary_search(&i) {
+                    done.insert(at, i);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs step `index` of `steps`; returns the later write-backs merged into it (see
+    /// `WriteBack`), which `skip` (sorted) must not name.
+    fn exec_step(
+        &self,
+        g: &mut Inner,
+        steps: &[Step],
+        index: usize,
+        buf: &mut [u8],
+        tmp: &mut Vec<u8>,
+        skip: &[usize],
+    ) -> Result<Vec<usize>, StepError> {
+        let d = self.data_offset;
+        let r = |a: u64, l: u64| a as usize..(a + l) as usize;
+        let s = &steps[index];
+        {
+            let c = |err| StepError {
+                index,
+                cache: true,
+                err,
+                before_cache: false,
+                done: Vec::new(),
+            };
+            let h = |err| StepError {
+                index,
+                cache: false,
+                err,
+                before_cache: false,
+                done: Vec::new(),
+            };
+            let u = |(cache, err)| StepError {
+                index,
+                cache,
+                err,
+                before_cache: false,
+                done: Vec::new(),
+            };
+            match *s {
+                Step::ReadSsd { ssd, buf: b, len } => {
+                    let exp = Self::expected(g, ssd, len);
+                    self.read_data(ssd, &mut buf[r(b, len)], exp.as_ref())
+                        .map_err(|e| c(self.on_mismatch(g, e)))?
+                }
+                Step::ReadHdd {
+                    hdd, buf: b, len, ..
+                } => self.backing.read_at(&mut buf[r(b, len)], hdd).map_err(h)?,
+                Step::WriteSsd { ssd, buf: b, len } => {
+                    self.unmap_before_reuse(g, ssd, len).map_err(u)?;
+                    self.cache.write_at(&buf[r(b, len)], d + ssd).map_err(c)?;
+                    self.note_written(g, ssd, &buf[r(b, len)]).map_err(c)?
+                }
+                Step::WriteHdd {
+                    hdd, buf: b, len, ..
+                } => {
+                    g.wrote_backing(hdd, hdd + len);
+                    self.backing.write_at(&buf[r(b, len)], hdd).map_err(h)?
+                }
+                Step::Populate { hdd, ssd, len, .. } => {
+                    self.unmap_before_reuse(g, ssd, len).map_err(u)?;
+                    tmp.resize(len as usize, 0);
+                    self.backing.read_at(tmp, hdd).map_err(h)?;
+                    self.cache.write_at(tmp, d + ssd).map_err(c)?;
+                    self.note_written(g, ssd, tmp).map_err(c)?
+                }
+                Step::WriteBack { hdd, .. } | Step::CopyHdd { hdd, .. } => {
+                    // Later write-backs that continue this one on the backing device (cleaning
+                    // goes in LBA order; evictions of a sequential run evict neighbours)
+                    // join it in one backing write, when no step between touches their
+                    // slot or backing range. A failure names this step: none of the group
+                    // reached the backing device, and `recover` redoes write-backs from here.
+                    // A chunk rewrite's gaps (`CopyHdd`) are read from the backing device in
+                    // one read spanning them all, then the cached parts are laid over it:
+                    // this runs under the volume lock, so no write can change the range
+                    // between that read and the write.
+                    let group = merge_write_backs(steps, index, skip);
+                    let copies = group.iter().filter_map(|&j| match steps[j] {
+                        Step::CopyHdd { hdd, len, .. } => Some((hdd, hdd + len)),
+                        _ => None,
+                    });
+                    let span = copies.fold(None, |a: Option<(u64, u64)>, (x, y)| {
+                        Some(a.map_or((x, y), |(p, q)| (p.min(x), q.max(y))))
+                    });
+                    tmp.clear();
+                    let total: u64 = group.iter().map(|&j| steps[j].bytes().3).sum();
+                    tmp.resize(total as usize, 0);
+                    if let Some((x, y)) = span {
+                        self.backing
+                            .read_at(&mut tmp[r(x - hdd, y - x)], x)
+                            .map_err(h)?;
+                    }
+                    for &j in &group {
+                        if let Step::WriteBack {
+                            ssd, hdd: at, len, ..
+                        } = steps[j]
+                        {
+                            let at = at - hdd;
+                            // Never a damaged dirty sector to the backing device.
+                            let exp = Self::expected(g, ssd, len);
+                            self.read_data(ssd, &mut tmp[r(at, len)], exp.as_ref())
+                                .map_err(|e| c(self.on_mismatch(g, e)))?;
+                        }
+                    }
+                    g.wrote_backing(hdd, hdd + total);
+                    self.backing.write_at(tmp, hdd).map_err(h)?;
+                    return Ok(group[1..].to_vec());
+                }
+                // Discards are hints; keeping the bytes is always correct.
+                Step::TrimSsd { .. } | Step::TrimHdd { .. } => {}
+                // The caller runs the whole flush sequence after the plan.
+                Step::FlushSsd | Step::FlushHdd { .. } => {}
+            }
+        }
+        Ok(Vec::new())
+    }
+}
+
+/// The write-backs of `steps` to run as one backing write with `steps[first]` (a
+/// `WriteBack`), in backing order: later `WriteBack`s (not yet in `done`) continuing the
+/// range, each only if no step between `first` and it writes its slot range or touches its
+/// backing range, up to [`MAX_MERGED_WRITE`] bytes.
+fn merge_write_backs(steps: &[Step], first: usize, done: &[usize]) -> Vec<usize> {
+    let mut group = vec![first];
+    let (Step::WriteBack { hdd, len, .. } | Step::CopyHdd { hdd, len, .. }) = steps[first] else {
+        return group;
+    };
+    let mut end = hdd + len;
+    let overlaps = |a: u64, l: u64, b: u64, m: u64| a < b + m && b < a + l;
+    'next: while end - hdd < MAX_MERGED_WRITE {
+        for j in first + 1..steps.len() {
+            // A chunk rewrite's gap has no slot (length 0 in the cache).
+            let (ssd, h, l) = match steps[j] {
+                Step::WriteBack { ssd, hdd, len, .. } => (ssd, hdd, len),
+                Step::CopyHdd { hdd, len, .. } => (0, hdd, len),
+                _ => continue,
+            };
+            let sl = if matches!(steps[j], Step::CopyHdd { .. }) {
+                0
+            } else {
+                l
+            };
+            if h != end || done.binary_search(&j).is_ok() || end - hdd + l > MAX_MERGED_WRITE {
+                continue;
+            }
+            let blocked = steps[first + 1..j].iter().any(|s| match *s {
+                Step::WriteSsd { ssd: x, len: m, .. } | Step::Populate { ssd: x, len: m, .. }
+                    if overlaps(ssd, sl, x, m) =>
+                {
+                    true
+                }
+                Step::ReadHdd { hdd: x, len: m, .. }
+                | Step::WriteHdd { hdd: x, len: m, .. }
+                | Step::Populate { hdd: x, len: m, .. }
+                | Step::CopyHdd { hdd: x, len: m, .. }
+                | Step::WriteBack { hdd: x, len: m, .. } => overlaps(h, l, x, m),
+                _ => false,
+            });
+            if blocked {
+                break 'next;
+            }
+            group.push(j);
+            end += l;
+            continue 'next;
+        }
+        break;
+    }
+    group
+}
+
+/// What a step reads and writes: (resource 0 = cache, 1 = backing, 2 = buffer, start, len,
+/// writes).
+fn accesses(s: &Step) -> [(u8, u64, u64, bool); 2] {
+    const NONE: (u8, u64, u64, bool) = (0, 0, 0, false);
+    match *s {
+        Step::ReadSsd { ssd, buf, len } => [(0, ssd, len, false), (2, buf, len, true)],
+        Step::WriteSsd { ssd, buf, len } => [(0, ssd, len, true), (2, buf, len, false)],
+        Step::ReadHdd { hdd, buf, len, .. } => [(1, hdd, len, false), (2, buf, len, true)],
+        Step::WriteHdd { hdd, buf, len, .. } => [(1, hdd, len, true), (2, buf, len, false)],
+        Step::Populate { hdd, ssd, len, .. } => [(1, hdd, len, false), (0, ssd, len, true)],
+        Step::WriteBack { ssd, hdd, len, .. } => [(0, ssd, len, false), (1, hdd, len, true)],
+        Step::CopyHdd { hdd, len, .. } => [(1, hdd, len, false), (1, hdd, len, true)],
+        // Trims and flushes do nothing in `exec` (the flush runs after the plan).
+        _ => [NONE, NONE],
+    }
+}
+
+/// Whether `a` must run before `b` (they touch an overlapping range of the same device or
+/// buffer and one of them writes it).
+fn depends(a: &Step, b: &Step) -> bool {
+    accesses(a).iter().any(|&(r, x, l, w)| {
+        accesses(b)
+            .iter()
+            .any(|&(q, y, m, v)| l > 0 && m > 0 && r == q && (w || v) && x < y + m && y < x + l)
+    })
+}
+
+/// Indices of the steps [`CacheVolume::exec`] runs first: those that touch only the backing
+/// device (and read the cache or buffer) — write-backs, backing reads and writes — and
+/// depend on no earlier step that is not run first. Running them first changes no outcome
+/// (each depends on nothing that runs later), and a failure among them leaves the cache
+/// device untouched.
+fn backing_first(steps: &[Step]) -> Vec<usize> {
+    let mut first = Vec::new();
+    let mut later: Vec<usize> = Vec::new();
+    for (j, s) in steps.iter().enumerate() {
+        let backing = matches!(
+            s,
+            Step::WriteBack { .. }
+                | Step::CopyHdd { .. }
+                | Step::ReadHdd { .. }
+                | Step::WriteHdd { .. }
+        );
+        if backing && !later.iter().any(|&i| depends(&steps[i], s)) {
+            first.push(j);
+        } else {
+            later.push(j);
+        }
+    }
+    first
+}

@@ -1,0 +1,60 @@
+//! The NBD export: client requests mapped onto the volume.
+
+use super::*;
+
+impl Export for CacheVolume {
+    fn size(&self) -> u64 {
+        self.size
+    }
+
+    fn read(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
+        let req = Request::read(offset, buf.len() as u64);
+        self.timed(false, || self.run(&req, Data::Read(buf)))?;
+        if let Some(c) = &self.classifier {
+            c.observe_read(offset, buf);
+            self.relabel(c.take_relabels());
+            self.learn_classifier();
+        }
+        Ok(())
+    }
+
+    fn write(&self, offset: u64, data: &[u8], fua: bool) -> io::Result<()> {
+        let mut req = Request::write(offset, data.len() as u64);
+        req.fua = fua;
+        self.timed(true, || self.run(&req, Data::Write(data)))?;
+        if let Some(c) = &self.classifier {
+            self.relabel(c.take_relabels());
+            self.learn_classifier();
+        }
+        Ok(())
+    }
+
+    fn flush(&self) -> io::Result<()> {
+        self.run(&Request::new(0, Op::Flush, 0, 0), Data::None)
+    }
+
+    fn trim(&self, offset: u64, len: u64) -> io::Result<()> {
+        self.run(&Request::new(0, Op::Trim, offset, len), Data::None)
+    }
+
+    fn write_zeroes(&self, offset: u64, len: u64, fua: bool, _may_trim: bool) -> io::Result<()> {
+        const CHUNK: u64 = 1 << 20;
+        let zeroes = vec![0u8; CHUNK.min(len) as usize];
+        let mut done = 0;
+        while done < len {
+            let n = CHUNK.min(len - done);
+            let last = done + n == len;
+            self.write(offset + done, &zeroes[..n as usize], fua && last)?;
+            done += n;
+        }
+        Ok(())
+    }
+
+    fn block_sizes(&self) -> BlockSizes {
+        BlockSizes {
+            minimum: 1,
+            preferred: 4096,
+            maximum: 32 << 20,
+        }
+    }
+}

@@ -1,0 +1,599 @@
+//! Device faults: backing-device syncs and the unsynced ranges they cover (rule 4), cache-device
+//! errors, the failed cache, lost dirty ranges, the degraded backing device, and pass-through to
+//! the backing device.
+
+use super::*;
+
+impl Inner {
+    /// `[a, b)` of the backing device is about to be written: not durable until the next
+    /// backing sync that succeeds.
+    pub(super) fn wrote_backing(&mut self, a: u64, b: u64) {
+        if a >= b {
+            return;
+        }
+        self.hdd_unsynced_bytes += b - a;
+        let (mut a, mut b) = (a, b);
+        if let Some((&s, &e)) = self.hdd_unsynced.range(..=a).next_back() {
+            if e >= a {
+                a = s;
+                b = b.max(e);
+                self.hdd_unsynced.remove(&s);
+            }
+        }
+        while let Some((&s, &e)) = self.hdd_unsynced.range(a..).next() {
+            if s > b {
+                break;
+            }
+            b = b.max(e);
+            self.hdd_unsynced.remove(&s);
+        }
+        self.hdd_unsynced.insert(a, b);
+    }
+
+    /// Written to the backing device since its last good sync (a record that says a line is
+    /// clean must not reach the cache device before that sync: rule 4).
+    pub(super) fn backing_unsynced(&self) -> bool {
+        !self.hdd_unsynced.is_empty()
+    }
+
+    /// Too much written to the backing device since its last good sync: a failed sync would
+    /// leave too much to write again (or to lose), and the set of ranges must stay small.
+    fn unsynced_full(&self) -> bool {
+        self.hdd_unsynced.len() >= MAX_UNSYNCED_RANGES
+            || self.hdd_unsynced_bytes >= MAX_UNSYNCED_BYTES
+    }
+}
+
+impl CacheVolume {
+    /// Syncs the backing device. A sync that fails may have dropped every write since the
+    /// last good one, and a later sync would succeed without them: so the ranges written
+    /// since (`Inner::hdd_unsynced`) are written again at once from the cache where it holds
+    /// them ([`CacheVolume::rewrite_unsynced`]), the rest reported lost (reads fail until
+    /// rewritten, never older bytes); they stay listed until a sync succeeds.
+    pub(super) fn sync_backing(&self, g: &mut Inner) -> io::Result<()> {
+        self.sync_backing_with(g, &[])
+    }
+
+    /// Syncs the backing device when too much was written to it since its last good sync
+    /// (`Inner::unsynced_full`): bounds what a failed sync can drop. Called before the
+    /// engine plans (a failure here changes nothing).
+    pub(super) fn sync_if_full(&self, g: &mut Inner) -> io::Result<()> {
+        if g.unsynced_full() {
+            self.sync_backing(g).map_err(|e| self.backing_error(e))?;
+        }
+        Ok(())
+    }
+
+    /// [`CacheVolume::sync_backing`]; `evicting`: `(slot, key, valid)` of lines the engine
+    /// dropped in the plan being run whose slots still hold them (not yet overwritten).
+    pub(super) fn sync_backing_with(
+        &self,
+        g: &mut Inner,
+        evicting: &[(u32, u64, u64)],
+    ) -> io::Result<()> {
+        match self.backing.sync() {
+            Ok(()) => {
+                g.hdd_unsynced.clear();
+                g.hdd_unsynced_bytes = 0;
+                Ok(())
+            }
+            Err(e) => {
+                self.metrics
+                    .backing_sync_errors
+                    .fetch_add(1, Ordering::Relaxed);
+                self.rewrite_unsynced(g, &e, evicting);
+                Err(e)
+            }
+        }
+    }
+
+    /// After a failed backing sync (`why`): writes every range of `hdd_unsynced` again from
+    /// the cache's valid sectors of it (the current bytes: a clean or dirty line holds the
+    /// newest data); a sector the cache does not hold (write-around, evicted, failed cache),
+    /// or whose copy cannot be read or written, is reported lost. `evicting`: see
+    /// [`CacheVolume::sync_backing_with`].
+    fn rewrite_unsynced(&self, g: &mut Inner, why: &io::Error, evicting: &[(u32, u64, u64)]) {
+        let ranges: Vec<(u64, u64)> = g.hdd_unsynced.iter().map(|(&a, &b)| (a, b)).collect();
+        let lost_before = g.lost.clone();
+        let (sh, ls, ss) = (self.line_shift, self.line_size(), g.engine.sector_size());
+        let mut rewritten = 0u64;
+        let mut buf = Vec::new();
+        for (a, b) in ranges {
+            let b = b.min(self.size);
+            if a >= b {
+                continue;
+            }
+            for line in a >> sh..=(b - 1) >> sh {
+                let base = line << sh;
+                let (x, y) = (a.max(base), b.min(base + ls));
+                let key = Engine::line_key(0, line);
+                let (slot, valid) = match g.failed {
+                    true => (None, 0),
+                    false => match g.engine.lookup(key) {
+                        // Written by the plan being run: may still hold another line.
+                        Some(s) if g.in_plan.contains(&s) => (None, 0),
+                        Some(s) => (Some(s), g.engine.valid_mask(s)),
+                        None => evicting
+                            .iter()
+                            .find(|e| e.1 == key)
+                            .map_or((None, 0), |e| (Some(e.0), e.2)),
+                    },
+                };
+                let held = |at: u64| valid >> ((at - base) / ss) & 1 == 1;
+                let mut p = x;
+                while p < y {
+                    let v = held(p);
+                    let mut q = base + ((p - base) / ss + 1) * ss;
+                    while q < y && held(q) == v {
+                        q += ss;
+                    }
+                    let q = q.min(y);
+                    let r = match slot.filter(|_| v) {
+                        Some(slot) => {
+                            let ssd = ((slot as u64) << sh) + (p - base);
+                            buf.resize((q - p) as usize, 0);
+                            let exp = Self::expected(g, ssd, q - p);
+                            self.read_data(ssd, &mut buf, exp.as_ref())
+                                .and_then(|_| self.backing.write_at(&buf, p))
+                        }
+                        None => Err(io::Error::other("the cache does not hold them")),
+                    };
+                    match r {
+                        Ok(()) => rewritten += 1,
+                        Err(e) => self.lose(
+                            g,
+                            p,
+                            q,
+                            &format!(
+                                "written to the backing device, whose sync then failed ({why}) and may have dropped them; not written again: {e}"
+                            ),
+                        ),
+                    }
+                    p = q;
+                }
+            }
+        }
+        tracing::warn!(
+            "backing device sync failed ({why}): {rewritten} ranges written since the last good sync written again from the cache, {} lost ranges now",
+            g.lost.len()
+        );
+        if g.lost != lost_before && g.sums.is_some() && !g.failed {
+            self.persist_lost(g);
+        }
+    }
+
+    // ---- Device faults -------------------------------------------------------------------
+    //
+    // A cache-device error never reaches the client by itself: the lines concerned are
+    // dropped after their dirty bytes are copied to the backing device, and the request is
+    // served by the backing device. Dirty bytes that cannot be copied are *lost*: they are
+    // logged, listed in `stats().lost_dirty_ranges`, and reads of them fail (never stale
+    // data) until they are written again. After `max_cache_errors` errors (or any failure to
+    // make the cache durable) the cache is failed: everything that can be written back is,
+    // and every request goes to the backing device. A backing-device error fails the one
+    // request it happened in.
+
+    /// Cache-device errors after which the cache is failed and bypassed.
+    pub fn set_max_cache_errors(&self, n: u64) {
+        self.max_cache_errors.store(n.max(1), Ordering::Relaxed);
+    }
+
+    /// Whether the cache device has been failed (all requests go to the backing device).
+    pub fn cache_failed(&self) -> bool {
+        self.lock().failed
+    }
+
+    /// Whether a failure of the cache, if any, is durable (state file or superblock erase):
+    /// a restart then refuses the cache. `false` only for a failed cache recorded nowhere.
+    pub fn failure_recorded(&self) -> bool {
+        self.lock().failure_unrecorded.is_none()
+    }
+
+    /// Volume byte ranges `[start, end)` whose dirty data was lost with the cache device.
+    pub fn lost_dirty_ranges(&self) -> Vec<(u64, u64)> {
+        self.lock().lost.clone()
+    }
+
+    pub(super) fn backing_error(&self, e: io::Error) -> io::Error {
+        self.metrics.backing_errors.fetch_add(1, Ordering::Relaxed);
+        tracing::warn!("backing device error (request failed): {e}");
+        io::Error::new(e.kind(), format!("backing device: {e}"))
+    }
+
+    /// Counts a cache-device error, fails the cache at the threshold; returns the error for
+    /// callers that cannot serve the request otherwise.
+    pub(super) fn cache_error(&self, g: &mut Inner, e: io::Error) -> io::Error {
+        if data_sums::mismatch(&e).is_some() {
+            // Damaged data, not a failing device: the caller dropped the lines (and `recover`
+            // recorded damaged dirty sectors as lost); counted apart, never fails the cache.
+            return e;
+        }
+        g.cache_errors += 1;
+        self.metrics.cache_errors.fetch_add(1, Ordering::Relaxed);
+        let max = self.max_cache_errors.load(Ordering::Relaxed);
+        tracing::warn!(
+            "cache device error {} of {max} before pass-through: {e}",
+            g.cache_errors
+        );
+        if g.cache_errors >= max && !g.failed {
+            self.fail_cache(
+                g,
+                &format!("{} cache device errors, the last: {e}", g.cache_errors),
+            );
+        }
+        io::Error::new(e.kind(), format!("cache device: {e}"))
+    }
+
+    /// Fails the cache: writes back every dirty byte it can, drops every line, and passes
+    /// every later request through to the backing device. The superblock is erased (best
+    /// effort) so the device is not reopened with records that may be stale: it must be
+    /// formatted again. The failure is first recorded in the state file, if there is one
+    /// ([`OpenOptions::state_path`]). Returns whether the failure is durable (state file or
+    /// erasure); until it is, writes fail ([`CacheVolume::record_failure`]).
+    pub(super) fn fail_cache(&self, g: &mut Inner, reason: &str) -> bool {
+        tracing::error!(
+            "cache device failed after {} errors: writing back dirty data and switching to pass-through",
+            g.cache_errors
+        );
+        let slots: Vec<u32> = g.engine.entries().map(|(_, s, _)| s).collect();
+        self.recover(g, &[], 0, 0, &[], &slots);
+        // A failed sync reports lost what it may have dropped (the lines are no longer
+        // cached: nothing holds their bytes any more), never serves older bytes.
+        if let Err(e) = self.sync_backing(g) {
+            tracing::error!("backing device sync after the cache failed: {e}");
+        }
+        g.failed = true;
+        g.engine.set_mode(Mode::PassThrough);
+        g.dirty_pages.clear();
+        let st = FailState {
+            uuid: g.sb.uuid,
+            failed_at: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs()),
+            reason: reason.to_string(),
+            lost: g.lost.clone(),
+        };
+        let recorded = self.record_failure(&st);
+        g.failure_unrecorded = (!recorded).then_some(st);
+        self.metrics.cache_failed.store(1, Ordering::Relaxed);
+        let bytes: u64 = g.lost.iter().map(|(a, b)| b - a).sum();
+        if g.lost.is_empty() {
+            tracing::error!("cache failed; no dirty data was lost; now in pass-through");
+        } else {
+            tracing::error!(
+                "cache failed; dirty data LOST in {} ranges, {bytes} bytes (reads of them fail until rewritten): {:?}",
+                g.lost.len(),
+                g.lost
+            );
+        }
+        recorded
+    }
+
+    /// Makes a failure of the cache durable: the state file (if any) first, then the
+    /// superblock erase. Returns whether at least one of them is durable. A failed cache
+    /// whose failure is not durable anywhere could be reopened after a restart with records
+    /// older than what passed through to the backing device since; so writes (and trims)
+    /// fail with EIO until a retry here succeeds (reads and flushes still pass through: they
+    /// acknowledge nothing new). Failing writes is visible and loses nothing acknowledged;
+    /// passing them through would let a restart serve stale data over acknowledged writes.
+    fn record_failure(&self, st: &FailState) -> bool {
+        degrade::record_failure(self.state_path.as_deref(), &*self.cache, st)
+    }
+
+    /// A plan failed in its backing-first phase (nothing in the cache changed): rolls the
+    /// engine back to `mem` for `slots`; when the failure was a backing write-back, enters
+    /// (or stays in) the degraded state. Returns whether the request should be planned again
+    /// (dirty evictions were just blocked).
+    pub(super) fn failed_before_cache(
+        &self,
+        g: &mut Inner,
+        steps: &[Step],
+        e: &StepError,
+        slots: &[u32],
+    ) -> bool {
+        debug_assert!(e.before_cache);
+        self.roll_back(g, slots);
+        let write_back = matches!(steps.get(e.index), Some(Step::WriteBack { .. }));
+        if e.cache || !write_back {
+            return false;
+        }
+        let was_blocked = g.engine.dirty_evictions_blocked();
+        self.enter_degraded(g, &e.err);
+        !was_blocked
+    }
+
+    /// A write-back failed on the backing device: dirty lines stay dirty, dirty evictions
+    /// are blocked, the next retry is due after the backoff (doubling up to [`degrade::RETRY_MAX`]).
+    fn enter_degraded(&self, g: &mut Inner, e: &io::Error) {
+        self.metrics
+            .backing_write_errors
+            .fetch_add(1, Ordering::Relaxed);
+        Degraded::failed(&mut g.degraded, e);
+        g.engine.set_dirty_evictions_blocked(true);
+        self.metrics.degraded.store(1, Ordering::Relaxed);
+    }
+
+    /// Write-backs succeed again: dirty evictions are allowed again.
+    pub(super) fn leave_degraded(&self, g: &mut Inner) {
+        if Degraded::healed(&mut g.degraded) {
+            g.engine.set_dirty_evictions_blocked(false);
+            self.metrics.degraded.store(0, Ordering::Relaxed);
+        }
+    }
+
+    /// Whether write-backs are failing on the backing device (see [`VolumeStats::degraded`]).
+    pub fn degraded(&self) -> bool {
+        self.lock().degraded.is_some()
+    }
+
+    /// Records `[a, b)` as lost dirty data.
+    fn lose(&self, g: &mut Inner, a: u64, b: u64, why: &str) {
+        degrade::lose(&mut g.lost, a, b, self.size, why);
+        self.metrics
+            .lost_dirty_bytes
+            .store(degrade::lost_bytes(&g.lost), Ordering::Relaxed);
+    }
+
+    /// `[a, b)` was written (or trimmed) again: no longer lost.
+    pub(super) fn unlose(&self, g: &mut Inner, a: u64, b: u64) {
+        if degrade::unlose(&mut g.lost, a, b) {
+            if let Some(s) = g.sums.as_mut() {
+                s.header_dirty = true;
+            }
+        }
+        self.metrics
+            .lost_dirty_bytes
+            .store(degrade::lost_bytes(&g.lost), Ordering::Relaxed);
+    }
+
+    /// After step `failed` of `steps` went wrong (steps before it completed): redoes the
+    /// write-backs not done, copies to the backing device the dirty bytes of every line in a
+    /// slot an unfinished step touched or in `extra` (from `buf` when an unfinished step was
+    /// to put them in the cache and the buffer holds them complete), drops those lines, and
+    /// records as lost what could not be copied.
+    pub(super) fn recover(
+        &self,
+        g: &mut Inner,
+        steps: &[Step],
+        failed: usize,
+        buf_start: u64,
+        buf: &[u8],
+        extra: &[u32],
+    ) {
+        let ls = 1u64 << self.line_shift;
+        let mut tmp = Vec::new();
+        let lost_before = g.lost.clone();
+        let rest = steps.get(failed..).unwrap_or(&[]);
+        for s in rest {
+            if let Step::WriteBack { ssd, hdd, len, .. } = *s {
+                tmp.resize(len as usize, 0);
+                g.wrote_backing(hdd, hdd + len);
+                let exp = Self::expected(g, ssd, len);
+                let r = self
+                    .read_data(ssd, &mut tmp, exp.as_ref())
+                    .and_then(|_| self.backing.write_at(&tmp, hdd));
+                if let Err(e) = r {
+                    self.lose(g, hdd, hdd + len, &format!("write-back failed: {e}"));
+                }
+            }
+        }
+        let mut slots: BTreeSet<u32> = extra.iter().copied().collect();
+        for s in rest {
+            if let Some((ssd, len)) = ssd_range(s) {
+                slots.extend(
+                    (ssd >> self.line_shift) as u32..=((ssd + len - 1) >> self.line_shift) as u32,
+                );
+            }
+        }
+        // Unfinished steps that were to write the cache from the buffer: (ssd range, buf offset).
+        let unfinished: Vec<(u64, u64, Option<u64>)> = rest
+            .iter()
+            .filter_map(|s| match *s {
+                Step::WriteSsd { ssd, buf: b, len } => Some((ssd, ssd + len, Some(b))),
+                Step::Populate { ssd, len, .. } => Some((ssd, ssd + len, None)),
+                _ => None,
+            })
+            .collect();
+        // Whether every step filling buf[a..b) completed.
+        let filled = |a: u64, b: u64| {
+            !rest.iter().any(|s| match *s {
+                Step::ReadSsd { buf: x, len, .. } | Step::ReadHdd { buf: x, len, .. } => {
+                    x < b && a < x + len
+                }
+                _ => false,
+            })
+        };
+        let ss = g.engine.sector_size();
+        for &slot in &slots {
+            let Some(key) = g.engine.slot_key(slot) else {
+                continue;
+            };
+            let line_vol = (key & LINE_MASK) << self.line_shift;
+            let base = slot as u64 * ls;
+            let dirty = g.engine.dirty_mask(slot);
+            for k in 0..64u64 {
+                if dirty >> k & 1 == 0 || k * ss >= ls {
+                    continue;
+                }
+                let (a, b) = (base + k * ss, base + (k + 1) * ss);
+                // Pieces of the sector, split where unfinished steps begin or end.
+                let mut cuts = vec![a, b];
+                for &(x, y, _) in &unfinished {
+                    cuts.extend([x, y].into_iter().filter(|&c| a < c && c < b));
+                }
+                cuts.sort_unstable();
+                cuts.dedup();
+                for w in cuts.windows(2) {
+                    let (p, q) = (w[0], w[1]);
+                    let vol = line_vol + (p - base);
+                    let step = unfinished.iter().find(|(x, y, _)| *x <= p && q <= *y);
+                    g.wrote_backing(vol, vol + (q - p));
+                    let r = match step {
+                        // Bytes an unfinished step was to write from the buffer: there, if
+                        // every fill of that part of the buffer completed.
+                        Some(&(x, _, Some(bo))) => {
+                            let at = bo + (p - x);
+                            if (at + q - p) as usize <= buf.len()
+                                && vol == buf_start + at
+                                && filled(at, at + q - p)
+                            {
+                                self.backing
+                                    .write_at(&buf[at as usize..(at + q - p) as usize], vol)
+                            } else {
+                                Err(io::Error::other("its new bytes never reached the cache"))
+                            }
+                        }
+                        // A population copies the backing device's own bytes.
+                        Some((_, _, None)) => Ok(()),
+                        None => {
+                            tmp.resize((q - p) as usize, 0);
+                            // A damaged sector is lost, never copied (`crate::data_sums`).
+                            let exp = Self::expected(g, p, q - p);
+                            self.read_data(p, &mut tmp, exp.as_ref())
+                                .and_then(|_| self.backing.write_at(&tmp, vol))
+                        }
+                    };
+                    if let Err(e) = r {
+                        self.lose(
+                            g,
+                            vol,
+                            vol + (q - p),
+                            &format!("dirty bytes not saved: {e}"),
+                        );
+                    }
+                }
+            }
+            g.engine.drop_line(slot);
+        }
+        let mut v = std::mem::take(&mut g.slots);
+        v.clear();
+        v.extend(slots);
+        g.slots = v;
+        Self::update_records(g);
+        if g.lost != lost_before && g.sums.is_some() && !g.failed {
+            self.persist_lost(g);
+        }
+    }
+
+    /// Makes `g.lost` durable in the data checksum region's header now (write and sync),
+    /// before any record that drops the damaged line can reach the device: after a restart
+    /// the ranges still read EIO, never the backing device's older copy.
+    fn persist_lost(&self, g: &mut Inner) {
+        let lost = g.lost.clone();
+        let Some(s) = g.sums.as_mut() else {
+            return;
+        };
+        s.lost = lost;
+        let r = s.write_header(&*self.cache).and_then(|_| self.cache.sync());
+        if let Err(e) = r {
+            s.header_dirty = true;
+            tracing::error!(
+                "could not record the lost ranges in the data checksum region ({e}): after a restart they may read the backing device's older data"
+            );
+        }
+    }
+
+    /// A plan failed at `e`: recovers the cache's state, then fails the request (backing
+    /// error) or serves it from the backing device (cache error).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn after_failure(
+        &self,
+        g: &mut Inner,
+        req: &Request,
+        data: Data<'_>,
+        steps: &[Step],
+        e: StepError,
+        buf_start: u64,
+        buf: &[u8],
+        touched: &[u32],
+    ) -> io::Result<()> {
+        let pending = e.pending(steps);
+        self.recover(g, &pending, 0, buf_start, buf, touched);
+        if !e.cache {
+            return Err(self.backing_error(e.err));
+        }
+        self.cache_error(g, e.err);
+        self.direct(g, req, data)
+    }
+
+    /// A hit's cache read failed: drops the request's lines (saving their dirty bytes) and
+    /// reads from the backing device.
+    pub(super) fn read_fallback(
+        &self,
+        req: &Request,
+        out: &mut [u8],
+        e: io::Error,
+    ) -> io::Result<()> {
+        let mut g = self.lock();
+        let _excl = self.io.write().unwrap_or_else(|e| e.into_inner());
+        if !g.failed {
+            let e = self.on_mismatch(&g, e);
+            let (first, last) = (
+                req.offset >> self.line_shift,
+                (req.end() - 1) >> self.line_shift,
+            );
+            let slots: Vec<u32> = (first..=last)
+                .filter_map(|l| g.engine.lookup(Engine::line_key(0, l)))
+                .collect();
+            self.recover(&mut g, &[], 0, 0, &[], &slots);
+            self.cache_error(&mut g, e);
+        }
+        lost_check(&g.lost, req.offset, req.end())?;
+        self.backing
+            .read_at(out, req.offset)
+            .map_err(|e| self.backing_error(e))
+    }
+
+    /// Serves a request from the backing device alone (the cache holds none of its lines).
+    pub(super) fn direct(&self, g: &mut Inner, req: &Request, data: Data<'_>) -> io::Result<()> {
+        if g.failed
+            && (matches!(data, Data::Write(_)) || req.op == Op::Trim)
+            && g.failure_unrecorded.is_some()
+        {
+            let st = g.failure_unrecorded.take().unwrap();
+            if !self.record_failure(&st) {
+                g.failure_unrecorded = Some(st);
+                return Err(degrade::unrecorded_error(self.state_path.as_deref()));
+            }
+        }
+        match data {
+            Data::Read(out) => {
+                lost_check(&g.lost, req.offset, req.end())?;
+                self.backing
+                    .read_at(out, req.offset)
+                    .map_err(|e| self.backing_error(e))
+            }
+            Data::Write(d) => {
+                g.wrote_backing(req.offset, req.end());
+                self.backing
+                    .write_at(d, req.offset)
+                    .map_err(|e| self.backing_error(e))?;
+                self.unlose(g, req.offset, req.end());
+                if req.fua {
+                    // Also makes the dropped lines' records durable, so no restart maps
+                    // them to older bytes.
+                    self.flush_locked(g)?;
+                }
+                Ok(())
+            }
+            Data::None if req.op == Op::Flush => self.flush_locked(g),
+            Data::None => {
+                if req.op == Op::Trim {
+                    self.unlose(g, req.offset, req.end());
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// Failed cache: everything goes to the backing device.
+    pub(super) fn run_direct(
+        &self,
+        g: &mut Inner,
+        req: &Request,
+        data: Data<'_>,
+    ) -> io::Result<()> {
+        let _excl = self.io.write().unwrap_or_else(|e| e.into_inner());
+        self.direct(g, req, data)
+    }
+}

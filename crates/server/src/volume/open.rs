@@ -1,0 +1,658 @@
+//! Formatting a cache device and opening it: the superblock, the backing device's identity, the
+//! clean-line sample, and the restore of the engine from the durable records.
+
+use super::*;
+
+/// Writes a fresh superblock and empty metadata; returns the superblock.
+pub fn format(
+    cache: &dyn BlockDev,
+    backing_size: u64,
+    opts: &FormatOptions,
+) -> Result<Superblock, FormatError> {
+    let ls = opts.line_size;
+    if !ls.is_power_of_two() || !(4096..=1 << 20).contains(&ls) {
+        return Err(FormatError::BadField {
+            field: "line_size",
+            why: format!("{ls} is not a power of two in 4 KiB..1 MiB"),
+        });
+    }
+    if tiercache_engine::policy::lookup(&opts.policy).is_none() {
+        return Err(FormatError::BadField {
+            field: "policy",
+            why: format!(
+                "unknown policy {:?} (known: {})",
+                opts.policy,
+                tiercache_engine::policy::names().join(", ")
+            ),
+        });
+    }
+    if tiercache_engine::policy::is_offline(&opts.policy) {
+        return Err(offline_policy(&opts.policy));
+    }
+    if let Some(t) = &opts.tuning {
+        let mut cfg = EngineConfig {
+            line_size: ls,
+            policy: opts.policy.clone(),
+            ..Default::default()
+        };
+        t.apply(&mut cfg);
+        cfg.validate().map_err(|why| FormatError::BadField {
+            field: "engine settings",
+            why,
+        })?;
+    }
+    let mut max = Superblock::lines_for_device(cache.size(), ls);
+    while max > 0
+        && opts.data_checksums
+        && Superblock::data_offset_with(max, ls, true) + max * ls > cache.size()
+    {
+        max -= 1;
+    }
+    let lines = opts.capacity_lines.unwrap_or(max);
+    let sums = opts.data_checksums;
+    let need = Superblock::data_offset_with(lines, ls, sums) + lines * ls;
+    if lines == 0 || need > cache.size() {
+        return Err(FormatError::TooSmall {
+            have: cache.size(),
+            need: need.max(Superblock::data_offset_with(1, ls, sums) + ls),
+            lines: lines.max(1),
+            line_size: ls,
+        });
+    }
+    let mut uuid = [0u8; 16];
+    rand::Rng::fill(&mut rand::thread_rng(), &mut uuid[..]);
+    let sb = Superblock {
+        version: if sums {
+            format::VERSION_SUMS
+        } else {
+            format::VERSION
+        },
+        uuid,
+        line_size: ls,
+        capacity_lines: lines,
+        mode: mode_index(opts.mode),
+        policy: opts.policy.clone(),
+        backing_size,
+        backing: opts
+            .backing
+            .clone()
+            .unwrap_or_else(|| BackingIdentity::unknown(&opts.backing_id)),
+        clean: true,
+        generation: 1,
+        data_offset: Superblock::data_offset_with(lines, ls, sums),
+        tuning: opts.tuning,
+        data_checksums: sums,
+    };
+    // Empty records first, the superblock last: a format interrupted half way has no magic.
+    cache.write_at(&[0u8; 4096], 0)?;
+    let mut page = vec![0u8; PAGE as usize];
+    for r in page.chunks_mut(RECORD_BYTES as usize) {
+        Record::EMPTY.encode(r);
+    }
+    let pages = lines.div_ceil(format::RECORDS_PER_PAGE);
+    let chunk: Vec<u8> = page.repeat(256);
+    let mut p = 0;
+    while p < pages {
+        let n = (pages - p).min(256);
+        cache.write_at(&chunk[..(n * PAGE) as usize], META_OFFSET + p * PAGE)?;
+        p += n;
+    }
+    if sums {
+        crate::data_sums::DataSums::format(
+            cache,
+            crate::data_sums::region_offset(lines),
+            lines,
+            ls,
+        )?;
+    }
+    cache.sync()?;
+    cache.write_at(&sb.encode(), 0)?;
+    cache.sync()?;
+    Ok(sb)
+}
+
+/// The error for an offline policy (it needs the future) given to a live cache.
+fn offline_policy(name: &str) -> FormatError {
+    FormatError::BadField {
+        field: "policy",
+        why: format!(
+            "{name} is an offline policy (it needs the future accesses, which only a simulator replaying a trace has): a live cache cannot run it; use it with `tiercache sim`, and pick an online policy here (`tiercache policies`)"
+        ),
+    }
+}
+
+/// Reads the superblock of a cache device.
+pub fn read_superblock(cache: &dyn BlockDev) -> Result<Superblock, FormatError> {
+    let mut b = vec![0u8; format::SUPERBLOCK_BYTES as usize];
+    cache.read_at(&mut b, 0)?;
+    Superblock::decode(&b)
+}
+
+/// Compares the backing device with the identity the superblock recorded (`crate::identity`):
+/// a different device is refused (`FormatError::WrongBacking`) unless
+/// `opts.accept_backing_rename`; an unrecorded identity (version 1) is trusted and recorded,
+/// as is a renamed block device with the same stable id. Updates `sb.backing`, which the
+/// open writes to the device; returns a note for the log when it did more than match.
+fn check_backing_identity(
+    sb: &mut Superblock,
+    backing: &dyn BlockDev,
+    opts: &OpenOptions,
+) -> Result<Option<String>, FormatError> {
+    let Some(given) = backing.identity() else {
+        return Ok(None); // a device that cannot say which it is (test wrappers)
+    };
+    let note = crate::identity::verify(&sb.backing, &given, opts.accept_backing_rename)
+        .map_err(|(recorded, given)| FormatError::WrongBacking { recorded, given })?;
+    sb.backing = given;
+    Ok(note)
+}
+
+/// Compares a sample of the clean lines about to be restored with the backing device. A
+/// clean line must equal it; when one does not, the backing device was written behind the
+/// cache's back or is another disk:
+/// * after a clean shutdown any difference means that: every clean line is dropped (the
+///   backing device's bytes are served), or, when the cache holds dirty lines, the open is
+///   refused (`FormatError::BackingChanged`): they would be written over a changed disk,
+///   unless `opts.accept_backing_changes` (then clean lines and the clean sectors of dirty
+///   ones are dropped);
+/// * after a crash, a line written just before it may legitimately differ (the write reached
+///   one device and not the other); only the differing lines are dropped (they then read the
+///   backing copy, and keep reading it), unless every sampled line differs (another disk).
+///
+/// With data checksums (`sums`), a differing line whose own bytes fail their checksum is
+/// damage in the cache, dropped alone (`OpenReport::damaged_clean_lines`).
+#[allow(clippy::too_many_arguments)]
+fn verify_clean_sample(
+    cache: &dyn BlockDev,
+    backing: &dyn BlockDev,
+    sb: &Superblock,
+    sector: u64,
+    lines: &mut Vec<(u32, Record)>,
+    opts: &OpenOptions,
+    report: &mut OpenReport,
+    sums: Option<&DataSums>,
+) -> Result<(), FormatError> {
+    let ls = sb.line_size;
+    let mut clean: Vec<usize> = (0..lines.len())
+        .filter(|&i| lines[i].1.dirty == 0)
+        .collect();
+    if clean.is_empty() {
+        return Ok(());
+    }
+    clean.sort_by_key(|&i| lines[i].1.key);
+    let k = clean.len().min(crate::identity::sample_size(ls));
+    let (mut a, mut b) = (vec![0u8; ls as usize], vec![0u8; ls as usize]);
+    let mut differ: Vec<usize> = Vec::new();
+    let mut damaged: Vec<usize> = Vec::new();
+    for j in 0..k {
+        let i = clean[j * clean.len() / k];
+        let (slot, r) = lines[i];
+        let at = (r.key & LINE_MASK) * ls;
+        // Only the part of the line inside the backing device (a partial last line).
+        let n = backing.size().saturating_sub(at).min(ls) as usize;
+        cache.read_at(&mut a[..n], sb.data_offset + slot as u64 * ls)?;
+        backing.read_at(&mut b[..n], at).map_err(|e| {
+            io::Error::new(
+                e.kind(),
+                format!("reading the backing device to verify the cache: {e}"),
+            )
+        })?;
+        let same = (0..ls / sector).all(|s| {
+            let (x, y) = ((s * sector) as usize, (((s + 1) * sector) as usize).min(n));
+            r.valid >> s & 1 == 0 || x >= y || a[x..y] == b[x..y]
+        });
+        if !same {
+            // With data checksums, a line whose own bytes fail their checksum is damage in
+            // the cache (a flipped bit), not evidence that the backing device changed.
+            let bad = sums.is_some_and(|s| {
+                (0..(ls / sector).min(64)).any(|q| {
+                    let ssd = slot as u64 * ls + q * sector;
+                    let u = (q * sector) as usize..((q + 1) * sector) as usize;
+                    r.valid >> q & 1 == 1 && u.end <= n && crc32c::crc32c(&a[u]) != s.get(ssd)
+                })
+            });
+            if bad {
+                tracing::warn!(
+                    "data checksum mismatch in clean data: cache slot {slot}, volume bytes {at}..{}: line dropped, read again from the backing device",
+                    at + ls
+                );
+                damaged.push(i);
+            } else {
+                differ.push(i);
+            }
+        }
+    }
+    if !damaged.is_empty() {
+        let drop: std::collections::HashSet<u64> =
+            damaged.iter().map(|&i| lines[i].1.key).collect();
+        let differ_keys: Vec<u64> = differ.iter().map(|&i| lines[i].1.key).collect();
+        lines.retain(|(_, r)| !drop.contains(&r.key));
+        report.damaged_clean_lines = drop.len() as u64;
+        report.dropped_clean_lines += drop.len() as u64;
+        // `differ` indexes the list as it was.
+        differ = differ_keys
+            .iter()
+            .filter_map(|k| lines.iter().position(|(_, r)| r.key == *k))
+            .collect();
+    }
+    report.sampled_clean_lines = k as u64;
+    report.differing_clean_lines = differ.len() as u64;
+    if differ.is_empty() {
+        return Ok(());
+    }
+    let first = differ
+        .iter()
+        .map(|&i| (lines[i].1.key & LINE_MASK) * ls)
+        .min()
+        .unwrap_or(0);
+    let changed = sb.clean || (differ.len() == k && k >= 8);
+    if !changed {
+        let drop: std::collections::HashSet<usize> = differ.into_iter().collect();
+        let mut i = 0;
+        lines.retain(|_| {
+            i += 1;
+            !drop.contains(&(i - 1))
+        });
+        report.dropped_clean_lines += drop.len() as u64;
+        tracing::warn!(
+            "{} of {k} clean cached lines sampled differ from the backing device after an unclean shutdown (writes in flight at the crash; first at volume byte {first}): dropped, they read the backing device's copy",
+            drop.len()
+        );
+        return Ok(());
+    }
+    let dirty = lines.iter().filter(|(_, r)| r.dirty != 0).count() as u64;
+    if dirty > 0 && !opts.accept_backing_changes {
+        return Err(FormatError::BackingChanged {
+            backing: sb.backing.describe(),
+            differ: report.differing_clean_lines,
+            sampled: k as u64,
+            first,
+            dirty_lines: dirty,
+        });
+    }
+    let before = lines.len();
+    lines.retain(|(_, r)| r.dirty != 0);
+    for (_, r) in lines.iter_mut() {
+        r.valid = r.dirty;
+    }
+    report.dropped_clean_lines += (before - lines.len()) as u64;
+    tracing::warn!(
+        "the backing device {} changed behind the cache ({} of {k} clean lines sampled differ, first at volume byte {first}): dropped all {} clean lines{}",
+        sb.backing.describe(),
+        report.differing_clean_lines,
+        report.dropped_clean_lines,
+        if dirty > 0 {
+            format!("; keeping {dirty} dirty lines (--accept-backing-changes)")
+        } else {
+            String::new()
+        }
+    );
+    Ok(())
+}
+
+impl CacheVolume {
+    /// Opens a formatted cache device in front of `backing` and restores its lines.
+    pub fn open(
+        cache: Box<dyn BlockDev>,
+        backing: Box<dyn BlockDev>,
+        opts: &OpenOptions,
+    ) -> Result<(CacheVolume, OpenReport), FormatError> {
+        let state = match &opts.state_path {
+            Some(p) => state_file::read(p)?.map(|st| (p, st)),
+            None => None,
+        };
+        let mut sb = match read_superblock(&*cache) {
+            Ok(sb) => sb,
+            // An erased superblock after a failure: say so, not only "bad magic".
+            Err(e @ (FormatError::BadMagic | FormatError::BadSuperblockChecksum { .. })) => {
+                return Err(match state {
+                    Some((p, st)) => FormatError::Failed {
+                        what: format!("{} (superblock: {e})", st.describe()),
+                        state: p.display().to_string(),
+                    },
+                    None => e,
+                })
+            }
+            Err(e) => return Err(e),
+        };
+        if let Some((p, st)) = state {
+            if st.uuid == sb.uuid {
+                // Issue 14 item 6: never restore lines older than what went to the backing
+                // device after the failure.
+                return Err(FormatError::Failed {
+                    what: st.describe(),
+                    state: p.display().to_string(),
+                });
+            }
+            tracing::warn!(
+                "ignoring cache state file {}: it records the failure of another cache ({}), not this one ({})",
+                p.display(),
+                state_file::uuid_hex(&st.uuid),
+                state_file::uuid_hex(&sb.uuid)
+            );
+        }
+        if sb.backing_size != backing.size() {
+            return Err(FormatError::BackingMismatch {
+                sb: sb.backing_size,
+                actual: backing.size(),
+            });
+        }
+        let backing_note = check_backing_identity(&mut sb, &*backing, opts)?;
+        if cache.size() < sb.device_bytes() {
+            return Err(FormatError::TooSmall {
+                have: cache.size(),
+                need: sb.device_bytes(),
+                lines: sb.capacity_lines,
+                line_size: sb.line_size,
+            });
+        }
+        // The mode the records were written in: it decides which copy of an in-flux line
+        // wins (rule 5 of the module doc).
+        let recorded_mode = Mode::ALL[sb.mode as usize];
+        if let Some(m) = opts.mode {
+            sb.mode = mode_index(m);
+        }
+        // Records may carry in-flux flags from now on (format version 2).
+        sb.version = sb.current_version();
+        if let Some(p) = &opts.policy {
+            sb.policy = p.clone();
+        }
+        if tiercache_engine::policy::is_offline(&sb.policy) {
+            return Err(offline_policy(&sb.policy));
+        }
+        let mut cfg = EngineConfig {
+            capacity_lines: sb.capacity_lines,
+            line_size: sb.line_size,
+            group_size: sb.line_size,
+            policy: sb.policy.clone(),
+            mode: Mode::ALL[sb.mode as usize],
+            volume_bytes: Some(backing.size()),
+            policy_params: tiercache_engine::policy::PolicyConfig {
+                classes: opts.classes.clone(),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        // This run's settings, else the stored ones; stored (again) with the superblock.
+        if let Some(t) = opts.tuning.or(sb.tuning) {
+            t.apply(&mut cfg);
+        }
+        // The write-back rate is the volume's, not the engine's: kept as stored unless this
+        // run sets it.
+        let writeback = opts
+            .tuning
+            .and_then(|t| t.writeback)
+            .or(sb.tuning.and_then(|t| t.writeback));
+        sb.tuning = Some(Tuning {
+            writeback,
+            ..Tuning::of(&cfg)
+        });
+        let mut engine = Engine::new(cfg).map_err(|e| FormatError::BadField {
+            field: "engine configuration",
+            why: e.to_string(),
+        })?;
+        let meta_bytes = sb.capacity_lines.div_ceil(format::RECORDS_PER_PAGE) * PAGE;
+        let mut disk = vec![0u8; meta_bytes as usize];
+        cache.read_at(&mut disk, META_OFFSET)?;
+        let mut report = OpenReport {
+            was_clean: sb.clean,
+            backing_note,
+            ..Default::default()
+        };
+        // Newest record per key.
+        let mut best: std::collections::HashMap<u64, (u32, Record)> = Default::default();
+        let in_flux = |slot: u64| {
+            let at = (slot * RECORD_BYTES) as usize;
+            Record::in_flux(&disk[at..at + RECORD_BYTES as usize])
+        };
+        let mut max_seq = 0u32;
+        for slot in 0..sb.capacity_lines {
+            let at = (slot * RECORD_BYTES) as usize;
+            let Some(r) = Record::decode(&disk[at..at + RECORD_BYTES as usize]) else {
+                if sb.clean {
+                    return Err(FormatError::BadRecord {
+                        slot,
+                        offset: META_OFFSET + at as u64,
+                    });
+                }
+                report.dropped_bad_checksum += 1;
+                continue;
+            };
+            if format::seq_newer(r.seq, max_seq) {
+                max_seq = r.seq;
+            }
+            if r.key == EMPTY_KEY || r.valid == 0 {
+                continue;
+            }
+            match best.get(&r.key) {
+                Some((_, old)) if !format::seq_newer(r.seq, old.seq) => {
+                    report.dropped_duplicates += 1
+                }
+                Some(_) => {
+                    report.dropped_duplicates += 1;
+                    best.insert(r.key, (slot as u32, r));
+                }
+                None => {
+                    best.insert(r.key, (slot as u32, r));
+                }
+            }
+        }
+        let mut sums = match sb.data_checksums {
+            true => Some(crate::data_sums::DataSums::load(
+                &*cache,
+                crate::data_sums::region_offset(sb.capacity_lines),
+                sb.capacity_lines,
+                sb.line_size,
+            )?),
+            false => None,
+        };
+        let mut lines: Vec<(u32, Record)> = best.into_values().collect();
+        lines.sort_by_key(|(s, r)| (r.seq.wrapping_sub(max_seq.wrapping_add(1)), *s));
+        let mut flux_pages = BTreeSet::new();
+        let (ls, ss) = (sb.line_size, engine.sector_size());
+        let (mut slot_bytes, mut backing_bytes) = (vec![0u8; ls as usize], vec![0u8; ls as usize]);
+        let mut kept = Vec::with_capacity(lines.len());
+        for (slot, mut r) in lines {
+            if in_flux(slot as u64) {
+                // Rule 5: the clean sectors that differ from the backing device.
+                report.in_flux += 1;
+                flux_pages.insert(slot as u64 / format::RECORDS_PER_PAGE);
+                cache.read_at(&mut slot_bytes, sb.data_offset + slot as u64 * ls)?;
+                backing.read_at(&mut backing_bytes, (r.key & LINE_MASK) * ls)?;
+                let mut differ = 0u64;
+                for k in 0..(ls / ss).min(64) {
+                    let u = (k * ss) as usize..((k + 1) * ss) as usize;
+                    if (r.valid & !r.dirty) >> k & 1 == 1
+                        && slot_bytes[u.clone()] != backing_bytes[u]
+                    {
+                        differ |= 1 << k;
+                    }
+                }
+                if differ != 0 {
+                    if recorded_mode == Mode::WriteBack {
+                        r.dirty |= differ;
+                        report.in_flux_dirty += 1;
+                    } else {
+                        r.valid &= !differ;
+                        if r.valid == 0 {
+                            report.in_flux_dropped += 1;
+                            continue;
+                        }
+                    }
+                }
+                // Its slot may have been written in place after its checksums were last
+                // made durable (or the other way round): they are recomputed from the data,
+                // which is the line's content either way (never good data reported bad).
+                if let Some((s, _)) = &mut sums {
+                    s.recompute(slot as u64, &slot_bytes, r.valid);
+                }
+            }
+            kept.push((slot, r));
+        }
+        let mut lines = kept;
+        if let Some((s, bad)) = &mut sums {
+            // Blocks whose checksum fails (torn by a crash, or damaged): their entries are
+            // unknown, so those of restored lines are recomputed from the data, and the
+            // blocks rewritten whole at the first flush.
+            if !bad.is_empty() {
+                let slots: BTreeSet<u64> = bad.iter().flat_map(|&b| s.block_slots(b)).collect();
+                for &(slot, r) in &lines {
+                    if slots.contains(&(slot as u64)) {
+                        cache.read_at(&mut slot_bytes, sb.data_offset + slot as u64 * ls)?;
+                        s.recompute(slot as u64, &slot_bytes, r.valid);
+                    }
+                }
+                for &b in bad.iter() {
+                    s.touch_block(b);
+                }
+                let msg = format!(
+                    "{} data checksum block(s) failed their own checksum (first at block {}); the checksums of the cached lines they cover were recomputed from the data",
+                    bad.len(),
+                    bad[0]
+                );
+                if sb.clean {
+                    tracing::error!("{msg}: the checksum region was damaged after a clean stop");
+                } else {
+                    tracing::warn!("{msg} (torn by the unclean stop)");
+                }
+            }
+        }
+        let sums = sums.map(|(s, _)| s);
+        if let Some(s) = &sums {
+            // One checksum per validity unit: anything else would check bytes never valid.
+            assert_eq!(s.sector, engine.sector_size(), "data checksum unit");
+        }
+        verify_clean_sample(
+            &*cache,
+            &*backing,
+            &sb,
+            engine.sector_size(),
+            &mut lines,
+            opts,
+            &mut report,
+            sums.as_ref(),
+        )?;
+        for (slot, r) in lines {
+            match engine.restore_line(r.key, slot, r.valid, r.dirty, 0) {
+                Ok(()) => {
+                    report.restored += 1;
+                    report.restored_dirty += (r.dirty != 0) as u64;
+                }
+                Err(e) if sb.clean => {
+                    return Err(FormatError::BadField {
+                        field: "metadata record",
+                        why: format!("slot {slot}: {e}; run `tiercache check --repair` on the cache device (the server stopped)"),
+                    })
+                }
+                Err(_) => report.dropped_bad_checksum += 1,
+            }
+        }
+        let mut vol_lost_bytes = 0;
+        let mut inner = Inner {
+            engine,
+            disk_key: disk
+                .chunks(RECORD_BYTES as usize)
+                .take(sb.capacity_lines as usize)
+                .map(|r| Record::decode(r).map_or(EMPTY_KEY, |r| r.key))
+                .collect(),
+            mem: disk,
+            sb: sb.clone(),
+            dirty_pages: BTreeSet::new(),
+            seq: max_seq.wrapping_add(1),
+            hdd_unsynced: BTreeMap::new(),
+            hdd_unsynced_bytes: 0,
+            in_plan: BTreeSet::new(),
+            slots: Vec::new(),
+            closed: false,
+            cache_errors: 0,
+            failed: false,
+            lost: Vec::new(),
+            ahead: HashMap::new(),
+            unmapped_on_miss: false,
+            degraded: None,
+            failure_unrecorded: None,
+            flux_pages: Default::default(),
+            flush_epoch: FLUX_EPOCHS,
+            forgotten: HashMap::new(),
+            sums,
+            class_table: opts.classes.clone(),
+            class_source: if opts.classes.is_some() {
+                "serve flags".into()
+            } else {
+                String::new()
+            },
+            class_loads: 0,
+        };
+        if let Some(s) = &inner.sums {
+            inner.lost = s.lost.clone();
+            vol_lost_bytes = s.lost.iter().map(|(a, b)| b - a).sum();
+            if !s.lost.is_empty() {
+                tracing::error!(
+                    "{} volume range(s) hold damaged dirty data (reads fail until rewritten): {:?}",
+                    s.lost.len(),
+                    s.lost
+                );
+            }
+        }
+        // Records the engine did not take (dropped ones) become empty in `mem`, and records
+        // found in flux are rewritten as resolved, without the flag.
+        inner.slots = (0..sb.capacity_lines as u32).collect();
+        Self::update_records(&mut inner);
+        inner.dirty_pages.extend(&flux_pages);
+        let line_shift = sb.line_size.trailing_zeros();
+        let vol = CacheVolume {
+            size: backing.size(),
+            cache,
+            backing,
+            io: RwLock::new(()),
+            line_shift,
+            data_offset: sb.data_offset,
+            capacity_lines: sb.capacity_lines,
+            metrics: Metrics::default(),
+            stop: AtomicBool::new(false),
+            inline_cleaning: AtomicBool::new(false),
+            wb_rate: Mutex::new(WbRate {
+                ctl: sb
+                    .tuning
+                    .and_then(|t| t.writeback)
+                    .and_then(|(r, t)| tiercache_engine::RateController::new(r, t).ok())
+                    .unwrap_or_default(),
+                last: None,
+                budget: 0.0,
+                pass: RATE_PASS_LINES,
+            }),
+            classifier: None,
+            max_cache_errors: AtomicU64::new(DEFAULT_MAX_CACHE_ERRORS),
+            unmap_batch: AtomicU64::new(DEFAULT_UNMAP_BATCH),
+            state_path: opts.state_path.clone(),
+            waiting: AtomicU64::new(0),
+            inner: Mutex::new(inner),
+        };
+        vol.metrics
+            .lost_dirty_bytes
+            .store(vol_lost_bytes, Ordering::Relaxed);
+        vol.metrics
+            .checksum_errors
+            .store(report.damaged_clean_lines, Ordering::Relaxed);
+        {
+            let mut g = vol.lock();
+            g.sb.clean = false;
+            g.sb.version = g.sb.current_version();
+            vol.write_superblock(&mut g)?;
+            if report.dropped_clean_lines > 0 {
+                // The dropped lines' records, emptied in `mem`, reach the device now: a
+                // crash must not bring the stale copies back.
+                vol.flush_locked(&mut g)?;
+            } else if !flux_pages.is_empty() {
+                // Resolved records on the device at once: it agrees with the engine from the
+                // start, and later in-place writes flag their pages afresh.
+                vol.flush_cache(&mut g)?;
+            }
+            if g.engine.config().mode != Mode::WriteBack && g.engine.dirty_lines() > 0 {
+                vol.clean_all(&mut g)?;
+                vol.flush_locked(&mut g)?;
+            }
+        }
+        Ok((vol, report))
+    }
+}

@@ -1,0 +1,462 @@
+//! The durable records on the cache device (rules 1, 2 and 5 of the module doc): in-flux marking,
+//! unmapping before reuse, metadata flushes, the superblock, and rolling back records of failed
+//! steps.
+
+use super::*;
+
+impl CacheVolume {
+    pub(super) fn write_superblock(&self, g: &mut Inner) -> io::Result<()> {
+        if g.failed {
+            return Err(ioerr(
+                "the cache device failed (see the log and `ctl stats`); the volume passes through to the backing device until restarted with a newly formatted cache",
+            ));
+        }
+        g.sb.generation += 1;
+        self.cache.write_at(&g.sb.encode(), 0)?;
+        self.cache.sync()
+    }
+
+    /// Rule 5 of the module doc: the metadata pages to flag in flux before `steps` run, i.e.
+    /// those holding a durable record that maps
+    /// * a slot a step writes in place, for the key the engine keeps there;
+    /// * a line of the request (`before`: its slots and keys before the plan) that the plan
+    ///   drops or replaces, or whose backing range it writes (`all_lines`: a write or trim
+    ///   spanning more lines than the cache holds, for which `before` is not listed);
+    /// * a line the plan writes on the backing device and the engine dropped earlier in this
+    ///   epoch (`forgotten`).
+    pub(super) fn flux_pages_for(
+        g: &Inner,
+        steps: &[Step],
+        before: &[(u32, u64)],
+        all_lines: bool,
+    ) -> BTreeSet<u64> {
+        let line_shift = g.sb.line_size.trailing_zeros();
+        let mut pages = BTreeSet::new();
+        let mut need = |slot: u32| {
+            pages.insert(slot as u64 / format::RECORDS_PER_PAGE);
+        };
+        let writes_backing = steps.iter().any(|s| matches!(s, Step::WriteHdd { .. }));
+        if all_lines {
+            // A write or trim of more lines than the cache holds (`before` is not listed):
+            // every mapped record may be concerned.
+            for (s, &k) in g.disk_key.iter().enumerate() {
+                if k != EMPTY_KEY {
+                    need(s as u32);
+                }
+            }
+        }
+        for &(s, k) in before {
+            if g.disk_key[s as usize] == k && (writes_backing || g.engine.slot_key(s) != Some(k)) {
+                need(s);
+            }
+        }
+        for st in steps {
+            match *st {
+                Step::WriteSsd { ssd, len, .. } | Step::Populate { ssd, len, .. } if len > 0 => {
+                    for s in ssd >> line_shift..=(ssd + len - 1) >> line_shift {
+                        let on_disk = g.disk_key[s as usize];
+                        if on_disk != EMPTY_KEY && g.engine.slot_key(s as u32) == Some(on_disk) {
+                            need(s as u32);
+                        }
+                    }
+                }
+                Step::WriteHdd { hdd, len, .. } if len > 0 && !g.forgotten.is_empty() => {
+                    for l in hdd >> line_shift..=(hdd + len - 1) >> line_shift {
+                        let key = Engine::line_key(0, l);
+                        if let Some(&s) = g.forgotten.get(&key) {
+                            if g.disk_key[s as usize] == key {
+                                need(s);
+                            }
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        pages
+    }
+
+    /// Flags every record of `pages` not flagged yet in flux on the device (each run of
+    /// pages read and written once, then one sync), rule 5 of the module doc; `pages` stay
+    /// flagged for [`FLUX_EPOCHS`] more flushes.
+    pub(super) fn mark_in_flux(&self, g: &mut Inner, pages: &BTreeSet<u64>) -> io::Result<()> {
+        let epoch = g.flush_epoch;
+        let mut new = BTreeSet::new();
+        for &p in pages {
+            if let Some(e) = g.flux_pages.get_mut(&p) {
+                *e = epoch;
+            } else {
+                new.insert(p);
+            }
+        }
+        let pages = &new;
+        if pages.is_empty() {
+            return Ok(());
+        }
+        let mut buf = Vec::new();
+        for (first, n) in runs(pages) {
+            // The pages as last written (only this volume writes them), every mapped record
+            // flagged; its key, masks and sequence number stay.
+            buf.resize((n * PAGE) as usize, 0);
+            self.cache.read_at(&mut buf, META_OFFSET + first * PAGE)?;
+            for rec in buf.chunks_mut(RECORD_BYTES as usize) {
+                if let Some(r) = Record::decode(rec).filter(|r| r.key != EMPTY_KEY) {
+                    r.encode_flagged(rec, true);
+                }
+            }
+            self.cache.write_at(&buf, META_OFFSET + first * PAGE)?;
+        }
+        self.cache.sync()?;
+        g.flux_pages.extend(pages.iter().map(|&p| (p, epoch)));
+        self.metrics.flux_syncs.fetch_add(1, Ordering::Relaxed);
+        self.metrics
+            .flux_pages
+            .fetch_add(pages.len() as u64, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Rule 2 of the module doc: slots in `[ssd, ssd + len)` whose durable record maps a key
+    /// other than the one the engine now keeps there are unmapped on the device first. The
+    /// same batch (one page write per run of pages, one sync) unmaps ahead the persisted
+    /// records of the engine's next likely victims whose lines are clean, so their evictions
+    /// need no sync. Errors: (whether the cache device failed, the error).
+    pub(super) fn unmap_before_reuse(
+        &self,
+        g: &mut Inner,
+        ssd: u64,
+        len: u64,
+    ) -> Result<(), (bool, io::Error)> {
+        let (a, b) = (ssd >> self.line_shift, (ssd + len - 1) >> self.line_shift);
+        let need: Vec<u32> = (a..=b)
+            .map(|s| s as u32)
+            .filter(|&s| {
+                let on_disk = g.disk_key[s as usize];
+                on_disk != EMPTY_KEY && g.engine.slot_key(s) != Some(on_disk)
+            })
+            .collect();
+        if need.is_empty() {
+            return Ok(());
+        }
+        let mut ahead = Vec::new();
+        let k = self.unmap_batch_now();
+        if k > 1 {
+            let mut cand = Vec::new();
+            g.engine.eviction_candidates(k, &mut cand);
+            for s in cand {
+                let key = g.engine.slot_key(s);
+                if key.is_some()
+                    && key == Some(g.disk_key[s as usize])
+                    && g.engine.dirty_mask(s) == 0
+                    && !need.contains(&s)
+                {
+                    ahead.push(s);
+                }
+            }
+        }
+        self.metrics
+            .unmap_on_miss
+            .fetch_add(need.len() as u64, Ordering::Relaxed);
+        g.unmapped_on_miss = true;
+        self.unmap_records(g, &need, &ahead)
+    }
+
+    /// Rewrites the device records of `now` (slots about to be reused) and `ahead` (slots
+    /// whose clean line the engine keeps) as empty: a backing sync first when write-backs
+    /// ran since the last one, then each run of pages read and written once, then one cache
+    /// sync. `ahead` slots' `mem` records become empty first and stay so while their line is
+    /// clean (see `Inner::ahead`); `now` slots' records follow the engine after the plan.
+    pub(super) fn unmap_records(
+        &self,
+        g: &mut Inner,
+        now: &[u32],
+        ahead: &[u32],
+    ) -> Result<(), (bool, io::Error)> {
+        // `ahead` first in `mem` (and `Inner::ahead`): if the device writes fail half way,
+        // their records may be empty on the device already, and stay so in `mem`.
+        for &s in ahead {
+            let Some(key) = g.engine.slot_key(s) else {
+                continue;
+            };
+            let at = s as usize * RECORD_BYTES as usize;
+            let rec = &mut g.mem[at..at + RECORD_BYTES as usize];
+            if Record::decode(rec).is_none_or(|r| r.key != EMPTY_KEY) {
+                Record {
+                    seq: g.seq,
+                    ..Record::EMPTY
+                }
+                .encode(rec);
+                g.seq = g.seq.wrapping_add(1);
+            }
+            g.ahead.insert(s, key);
+        }
+        let on_disk: Vec<u32> = now
+            .iter()
+            .chain(ahead)
+            .copied()
+            .filter(|&s| g.disk_key[s as usize] != EMPTY_KEY)
+            .collect();
+        if !on_disk.is_empty() {
+            if g.backing_unsynced() {
+                // The `now` slots still hold the lines the plan evicts from them (`mem` has
+                // their records as before the plan): a failed sync writes those lines again
+                // from there.
+                let evicting: Vec<(u32, u64, u64)> = now
+                    .iter()
+                    .filter_map(|&s| {
+                        let at = s as usize * RECORD_BYTES as usize;
+                        let r = Record::decode(&g.mem[at..at + RECORD_BYTES as usize])?;
+                        (r.key != EMPTY_KEY && g.engine.slot_key(s) != Some(r.key))
+                            .then_some((s, r.key, r.valid))
+                    })
+                    .collect();
+                self.sync_backing_with(g, &evicting)
+                    .map_err(|e| (false, e))?;
+            }
+            let c = |e| (true, e);
+            let empty = Record {
+                seq: g.seq,
+                ..Record::EMPTY
+            };
+            g.seq = g.seq.wrapping_add(1);
+            let pages: BTreeSet<u64> = on_disk
+                .iter()
+                .map(|&s| s as u64 / format::RECORDS_PER_PAGE)
+                .collect();
+            let mut buf = Vec::new();
+            for (first, n) in runs(&pages) {
+                // The pages as last written (metadata is only ever written by this volume, so
+                // the device returns exactly that), with the batch's records emptied.
+                buf.resize((n * PAGE) as usize, 0);
+                self.cache
+                    .read_at(&mut buf, META_OFFSET + first * PAGE)
+                    .map_err(c)?;
+                let span = first * format::RECORDS_PER_PAGE..(first + n) * format::RECORDS_PER_PAGE;
+                for &s in &on_disk {
+                    if span.contains(&(s as u64)) {
+                        let o = ((s as u64 - span.start) * RECORD_BYTES) as usize;
+                        empty.encode(&mut buf[o..o + RECORD_BYTES as usize]);
+                    }
+                }
+                self.cache
+                    .write_at(&buf, META_OFFSET + first * PAGE)
+                    .map_err(c)?;
+            }
+            self.cache.sync().map_err(c)?;
+            for &s in &on_disk {
+                g.disk_key[s as usize] = EMPTY_KEY;
+            }
+            self.metrics.unmap_syncs.fetch_add(1, Ordering::Relaxed);
+        }
+        self.metrics
+            .unmap_ahead
+            .fetch_add(ahead.len() as u64, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Brings the `mem` records of `g.slots` up to the engine's state.
+    pub(super) fn update_records(g: &mut Inner) {
+        let slots = std::mem::take(&mut g.slots);
+        for &slot in &slots {
+            if let Some(&k) = g.ahead.get(&slot) {
+                // Unmapped ahead: stays empty on the device while its line stays clean.
+                if g.engine.slot_key(slot) == Some(k) && g.engine.dirty_mask(slot) == 0 {
+                    continue;
+                }
+                g.ahead.remove(&slot);
+            }
+            let want = match g.engine.slot_key(slot) {
+                Some(key) => Record {
+                    key,
+                    valid: g.engine.valid_mask(slot),
+                    dirty: g.engine.dirty_mask(slot),
+                    seq: 0,
+                },
+                None => Record::EMPTY,
+            };
+            let at = slot as usize * RECORD_BYTES as usize;
+            let rec = &mut g.mem[at..at + RECORD_BYTES as usize];
+            let have = Record::decode(rec);
+            if let Some(h) = have.filter(|h| h.key != want.key && h.key != EMPTY_KEY) {
+                // Dropped while the device may still map it here (rule 5).
+                if g.disk_key[slot as usize] == h.key {
+                    g.forgotten.insert(h.key, slot);
+                }
+            }
+            let same = have.is_some_and(|h| {
+                h.key == want.key
+                    && (want.key == EMPTY_KEY || (h.valid == want.valid && h.dirty == want.dirty))
+            });
+            if !same {
+                Record { seq: g.seq, ..want }.encode(rec);
+                g.seq = g.seq.wrapping_add(1);
+                g.dirty_pages.insert(slot as u64 / format::RECORDS_PER_PAGE);
+            }
+        }
+        g.slots = slots;
+    }
+
+    /// Rule 4: backing sync, cache sync, changed metadata pages, cache sync.
+    /// A cache-device failure here fails the cache (see [`CacheVolume::fail_cache`]); the
+    /// flush then fails only if dirty data was lost with it.
+    pub(super) fn flush_locked(&self, g: &mut Inner) -> io::Result<()> {
+        if g.failed {
+            return self.sync_backing(g).map_err(|e| self.backing_error(e));
+        }
+        self.sync_backing(g).map_err(|e| self.backing_error(e))?;
+        if let Err(e) = self.flush_cache(g) {
+            let lost_before = g.lost.len();
+            g.cache_errors += 1;
+            self.metrics.cache_errors.fetch_add(1, Ordering::Relaxed);
+            tracing::error!("cache device failed during a flush: {e}");
+            let erased = self.fail_cache(g, &format!("cache device failed during a flush: {e}"));
+            if g.lost.len() != lost_before {
+                return Err(io::Error::other(format!(
+                    "flush: the cache device failed and dirty data was lost ({e})"
+                )));
+            }
+            // Records on the device may still map lines changed since: unless the device is
+            // marked unusable, a restart could serve them, so the flush is not complete.
+            if !erased {
+                return Err(io::Error::other(format!(
+                    "flush: the cache device failed and could not be marked unusable ({e})"
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// The cache half of a flush: sync, changed metadata pages (flagged again if still in
+    /// flux) and pages retiring from flux (rewritten without the flag), sync.
+    pub(super) fn flush_cache(&self, g: &mut Inner) -> io::Result<()> {
+        // Data checksums changed since the last flush: durable with the data they describe,
+        // before any record that maps it (`crate::data_sums`).
+        if let Some(s) = g.sums.as_mut().filter(|s| s.has_dirty()) {
+            s.write_dirty(&*self.cache)?;
+        }
+        self.cache.sync()?;
+        let header = g.sums.as_ref().is_some_and(|s| s.header_dirty);
+        self.flush_cache_records(g)?;
+        if let Some(s) = g.sums.as_mut().filter(|_| header) {
+            // Lost ranges rewritten since: after the records that map the new data (a crash
+            // in between keeps reporting the range lost, never serves the stale backing copy).
+            s.lost = g.lost.clone();
+            s.write_header(&*self.cache)?;
+            self.cache.sync()?;
+        }
+        Ok(())
+    }
+
+    /// The records half of [`CacheVolume::flush_cache`] (after its first sync).
+    fn flush_cache_records(&self, g: &mut Inner) -> io::Result<()> {
+        // Rule 4: a record claims its clean line matches the backing device, so every
+        // backing write must have been followed by a sync that succeeded.
+        assert!(
+            g.hdd_unsynced.is_empty(),
+            "cache records written while {} backing ranges are not synced (first {:?})",
+            g.hdd_unsynced.len(),
+            g.hdd_unsynced.iter().next()
+        );
+        let epoch = g.flush_epoch;
+        let retiring: BTreeSet<u64> = g
+            .flux_pages
+            .iter()
+            .filter(|&(_, &e)| e + FLUX_EPOCHS <= epoch)
+            .map(|(&p, _)| p)
+            .collect();
+        if g.dirty_pages.is_empty() && retiring.is_empty() {
+            return Ok(());
+        }
+        let mut pages = g.dirty_pages.clone();
+        pages.extend(&retiring);
+        let mut buf = Vec::new();
+        // One write per run of consecutive pages.
+        for (page, n) in runs(&pages) {
+            let p = (page * PAGE) as usize..((page + n) * PAGE) as usize;
+            buf.clear();
+            buf.extend_from_slice(&g.mem[p.clone()]);
+            for (i, b) in buf.chunks_mut(PAGE as usize).enumerate() {
+                let q = page + i as u64;
+                if g.flux_pages.contains_key(&q) && !retiring.contains(&q) {
+                    for rec in b.chunks_mut(RECORD_BYTES as usize) {
+                        if let Some(r) = Record::decode(rec).filter(|r| r.key != EMPTY_KEY) {
+                            r.encode_flagged(rec, true);
+                        }
+                    }
+                }
+            }
+            self.cache.write_at(&buf, META_OFFSET + page * PAGE)?;
+            let first = (page * format::RECORDS_PER_PAGE) as usize;
+            for (i, r) in g.mem[p].chunks(RECORD_BYTES as usize).enumerate() {
+                if let Some(k) = g.disk_key.get_mut(first + i) {
+                    *k = Record::decode(r).map_or(EMPTY_KEY, |r| r.key);
+                }
+            }
+        }
+        self.cache.sync()?;
+        g.dirty_pages.clear();
+        g.flux_pages.retain(|p, _| !retiring.contains(p));
+        g.flush_epoch += 1;
+        g.forgotten.clear();
+        self.metrics
+            .metadata_pages
+            .fetch_add(pages.len() as u64, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Puts the engine back for `slots` as their `mem` records say (the state before the plan
+    /// that just failed, since nothing in the cache changed): lines the plan placed there are
+    /// dropped, lines it evicted or cleaned come back with their masks. A line unmapped ahead
+    /// (empty `mem` record, clean) is dropped: the backing device holds its data.
+    pub(super) fn roll_back(&self, g: &mut Inner, slots: &[u32]) {
+        let mut slots = slots.to_vec();
+        slots.sort_unstable();
+        slots.dedup();
+        let rb = RECORD_BYTES as usize;
+        let mut restore = Vec::new();
+        for &s in &slots {
+            let at = s as usize * rb;
+            let want =
+                Record::decode(&g.mem[at..at + rb]).filter(|r| r.key != EMPTY_KEY && r.valid != 0);
+            let now = g.engine.slot_key(s);
+            if let Some(r) = want {
+                if now == Some(r.key)
+                    && g.engine.valid_mask(s) == r.valid
+                    && g.engine.dirty_mask(s) == r.dirty
+                {
+                    continue;
+                }
+                let class = if now == Some(r.key) {
+                    g.engine.line_class(s)
+                } else {
+                    0
+                };
+                restore.push((s, r, class));
+            }
+            g.engine.drop_line(s);
+        }
+        for (s, r, class) in restore {
+            // A key moved within the plan (evicted, then cached again elsewhere): that slot
+            // was touched too, so it was emptied above.
+            if let Err(err) = g.engine.restore_line(r.key, s, r.valid, r.dirty, class) {
+                assert!(
+                    r.dirty == 0,
+                    "rolling back slot {s}: dirty line {:#x} could not be restored: {err}",
+                    r.key
+                );
+                tracing::warn!("rolling back slot {s}: clean line dropped ({err})");
+            }
+        }
+    }
+}
+
+/// Runs of consecutive numbers in `set`: (first, count).
+fn runs(set: &BTreeSet<u64>) -> Vec<(u64, u64)> {
+    let mut out: Vec<(u64, u64)> = Vec::new();
+    for &p in set {
+        match out.last_mut() {
+            Some((a, n)) if *a + *n == p => *n += 1,
+            _ => out.push((p, 1)),
+        }
+    }
+    out
+}

@@ -1,0 +1,188 @@
+//! Runtime settings (`ctl set`/`ctl get`), mode changes, detach and clean shutdown.
+
+use super::*;
+
+impl CacheVolume {
+    /// Changes the write mode; leaving write-back writes back every dirty line first.
+    pub fn set_mode(&self, mode: Mode) -> io::Result<()> {
+        let mut g = self.lock();
+        if g.closed {
+            return Err(ioerr("the cache volume is shut down"));
+        }
+        if g.failed {
+            // The engine must keep saying pass-through: that is what is in force.
+            return Err(ioerr(
+                "the cache device failed: the volume passes through to the backing device (mode pass-through) until restarted with a newly formatted cache (`tiercache format --force`)",
+            ));
+        }
+        if mode != Mode::WriteBack {
+            self.clean_all(&mut g)?;
+            self.flush_locked(&mut g)?;
+        }
+        g.engine.set_mode(mode);
+        g.sb.mode = mode_index(mode);
+        self.write_superblock(&mut g)
+    }
+
+    /// Writes back dirty data, then passes everything through (`ctl detach`).
+    pub fn detach(&self) -> io::Result<()> {
+        self.set_mode(Mode::PassThrough)
+    }
+
+    /// Every setting `ctl get` shows ([`tuning::KEYS`] order), with its value now.
+    pub fn settings(&self) -> Vec<(&'static str, String)> {
+        tuning::KEYS
+            .iter()
+            .map(|&(k, ..)| (k, self.setting_now(k)))
+            .collect()
+    }
+
+    /// A setting's value now, the rate controller's included.
+    fn setting_now(&self, k: &str) -> String {
+        let (mode, target, rate) = self.writeback_rate();
+        match k {
+            "writeback-rate" => match mode {
+                tiercache_engine::WritebackRate::Auto => format!("auto ({rate:.0} lines/s now)"),
+                m => m.to_string(),
+            },
+            "writeback-target" => target.to_string(),
+            _ => Self::setting(&self.lock(), k),
+        }
+    }
+
+    /// `ctl set` of a setting of the cleaner ([`tuning::CLEANER_KEYS`]), stored by the
+    /// cleaner's setters.
+    fn set_unstored(&self, k: &str, value: &str) -> Result<(), String> {
+        let (mode, target, _) = self.writeback_rate();
+        match k {
+            "cleaning" => self.set_cleaning(value.parse()?, None),
+            "cleaning-age" => {
+                let a = value
+                    .trim()
+                    .parse::<u64>()
+                    .map_err(|_| format!("cleaning-age {value:?}: give a number of requests"))?;
+                let p = self.lock().engine.config().cleaning;
+                self.set_cleaning(p, Some(a))
+            }
+            "writeback-rate" => self.set_writeback_rate(value.parse()?, target),
+            "writeback-target" => {
+                let t = value.trim().parse::<f64>().map_err(|_| {
+                    format!("writeback-target {value:?}: give a dirty share between 0 and 1")
+                })?;
+                self.set_writeback_rate(mode, t)
+            }
+            _ => Err(format!("{k} is not a setting of the cleaner")),
+        }
+    }
+
+    fn setting(g: &Inner, k: &str) -> String {
+        let c = g.engine.config();
+        match k {
+            "mode" => c.mode.as_str().to_string(),
+            "policy" => g.engine.policy_name().to_string(),
+            "line-size" => tuning::size_str(c.line_size),
+            "cleaning" => c.cleaning.as_str().to_string(),
+            "cleaning-age" => c.cleaning_age.to_string(),
+            "classes" => match &g.class_table {
+                None => {
+                    "none (classes by id; --policy dss uses the built-in file-system table)".into()
+                }
+                Some(t) if g.class_loads == 0 => {
+                    format!(
+                        "{} from {}",
+                        crate::classify::table_summary(t),
+                        g.class_source
+                    )
+                }
+                Some(t) => format!(
+                    "{} from {} (loaded live, {} time(s))",
+                    crate::classify::table_summary(t),
+                    g.class_source,
+                    g.class_loads
+                ),
+            },
+            _ => Tuning::of(c).get(k).unwrap_or_default(),
+        }
+    }
+
+    /// `ctl set KEY VALUE`: changes a per-run setting on the running volume (the value
+    /// parsed as `tiercache sim` parses the flag of the same name), stores it in the
+    /// superblock so a restart keeps it, logs `old -> new`; returns (old, new). Settings fixed
+    /// at format or start (line size, policy, SLRU share) are refused with what to do.
+    pub fn set_setting(&self, key: &str, value: &str) -> Result<(String, String), String> {
+        let k = tuning::key(key)?;
+        let (_, what, live) = *tuning::KEYS.iter().find(|x| x.0 == k).expect("known key");
+        if k == "classes" {
+            return Err(format!(
+                "classes is a table, not a value: `tiercache ctl --control SOCK classes load FILE` ({what})"
+            ));
+        }
+        if !live {
+            return Err(format!("{k} cannot change on a running volume: {what}"));
+        }
+        let old = self.setting_now(k);
+        if tuning::CLEANER_KEYS.contains(&k) {
+            self.set_unstored(k, value)?;
+        } else if k == "mode" {
+            let m: Mode = value.parse()?;
+            self.set_mode(m)
+                .map_err(|e| format!("mode {value:?}: {e}"))?;
+        } else {
+            let mut g = self.lock();
+            if g.closed {
+                return Err("the cache volume is shut down".into());
+            }
+            let t = Tuning::of(g.engine.config()).with(k, value)?;
+            g.engine
+                .retune(|c| t.apply(c))
+                .map_err(|e| format!("{k} {value:?}: {e}"))?;
+            g.sb.tuning = Some(t);
+            if let Err(e) = self.write_superblock(&mut g) {
+                tracing::warn!("setting {k}: {old} -> {value} applied but not stored: {e}");
+                return Err(format!(
+                    "{k} is {value} now, but storing it in the superblock failed ({e}): a restart goes back to {old}"
+                ));
+            }
+        }
+        let new = self.setting_now(k);
+        self.metrics
+            .settings_changes
+            .fetch_add(1, Ordering::Relaxed);
+        tracing::info!(target: tuning::LOG_TARGET, "setting {k}: {old} -> {new}");
+        Ok((old, new))
+    }
+
+    /// `ctl stats --reset` (as `casadm -Z`): zeroes the engine's counters and the latency
+    /// histograms and event counts; fault state (errors, failure, lost data) is kept.
+    pub fn reset_stats(&self) {
+        self.lock().engine.reset_counters();
+        self.metrics.reset();
+        tracing::info!(target: tuning::LOG_TARGET, "statistics reset");
+    }
+
+    /// Clean shutdown: everything durable, the superblock marked clean. Later calls fail.
+    pub fn shutdown(&self) -> io::Result<()> {
+        self.stop.store(true, Ordering::Relaxed);
+        let mut g = self.lock();
+        if g.closed {
+            return Ok(());
+        }
+        // Lines unmapped ahead are mapped again: a clean restart keeps them. Every page in
+        // flux retires (rewritten without flags).
+        for e in g.flux_pages.values_mut() {
+            *e = 0;
+        }
+        let ahead: Vec<u32> = g.ahead.drain().map(|(s, _)| s).collect();
+        g.slots = ahead;
+        Self::update_records(&mut g);
+        self.flush_locked(&mut g)?;
+        if g.failed {
+            g.closed = true;
+            return Ok(());
+        }
+        g.sb.clean = true;
+        self.write_superblock(&mut g)?;
+        g.closed = true;
+        Ok(())
+    }
+}
