@@ -102,7 +102,7 @@ impl LogVolume {
         let mut g = self.lock();
         g.check_open()?;
         if g.pass_through || g.detached {
-            return g.backing.sync().map_err(backing_fault);
+            return g.direct_sync().map_err(backing_fault);
         }
         let r = g.write_back_all();
         g.guard(r)
