@@ -397,8 +397,9 @@ impl Run {
             m.push('\n');
         }
         m.push_str(&format!(
-            "rerun: TIERCACHE_FAULT_MODEL_SEED={} cargo test --release -p tiercache-server --test fault_model",
-            self.seed
+            "rerun: TIERCACHE_FAULT_MODEL_SEED={}{} cargo test --release -p tiercache-server --test fault_model",
+            self.seed,
+            if self.cfg.ops > 150 { " TIERCACHE_FAULT_SOAK=1" } else { "" }
         ));
         m
     }
@@ -561,7 +562,12 @@ impl Run {
                     self.m.write(s, ver, ok, fua);
                 }
                 if let Err(e) = res {
-                    let why = self.rig.bh.injected() > before || failing || self.degraded();
+                    // Also: a partial-line write into a line reported lost (its other
+                    // bytes cannot be read to complete the line) fails in the log layout.
+                    let why = self.rig.bh.injected() > before
+                        || failing
+                        || self.degraded()
+                        || self.lost_overlaps(off, off + len);
                     if !why {
                         return Err(self.fail(format!(
                             "op {i}: write {off}+{len} failed without a backing fault: {e}"
@@ -658,9 +664,11 @@ impl Run {
 
     /// Lost ranges must stay lost (reads fail) across a restart; a sector lost may also
     /// read what survived. With the known gap `lost-forgotten` skipped, the direct layout
-    /// without data checksums may serve anything there after a restart.
+    /// without data checksums and the log layout may serve anything there after a restart.
     fn forget_lost(&mut self, lost: &[(u64, u64)]) {
-        let any = self.cfg.layout == Layout::Direct && !self.cfg.sums && known("lost-forgotten");
+        // The log layout keeps no lost ranges across a restart at all (soak seed 655).
+        let forgets = self.cfg.layout == Layout::Log || !self.cfg.sums;
+        let any = forgets && known("lost-forgotten");
         for &(a, b) in lost {
             for s in a / S..b.div_ceil(S) {
                 let sec = &mut self.m.secs[s as usize];
@@ -686,8 +694,15 @@ impl Run {
         crash: bool,
         lost: &[(u64, u64)],
     ) -> Result<(), String> {
-        // Reported lost: the operator formats the cache, the backing device's bytes serve.
-        for &(a, b) in lost {
+        // Reported lost (now, or in the failure record the next start shows the operator:
+        // a later unsynced write may have taken a range off the live list): the operator
+        // formats the cache, the backing device's bytes serve.
+        let recorded = tiercache_server::state_file::read(&self.rig.state)
+            .ok()
+            .flatten()
+            .map(|st| st.lost)
+            .unwrap_or_default();
+        for &(a, b) in lost.iter().chain(&recorded) {
             for s in a / S..b.div_ceil(S) {
                 self.m.secs[s as usize].now = vec![Val::Any];
                 self.m.secs[s as usize].durable = vec![Val::Any];
@@ -835,7 +850,8 @@ fn run_seed(seed: u64, ops: usize) -> Result<(u64, u64), String> {
 fn random_faults_never_lose_misdirect_or_serve_stale_data() {
     if let Ok(s) = std::env::var("TIERCACHE_FAULT_MODEL_SEED") {
         let seed = s.parse().expect("TIERCACHE_FAULT_MODEL_SEED: a number");
-        if let Err(e) = run_seed(seed, 150) {
+        let soak = std::env::var("TIERCACHE_FAULT_SOAK").is_ok_and(|v| v != "0");
+        if let Err(e) = run_seed(seed, if soak { 450 } else { 150 }) {
             panic!("{e}");
         }
         return;
