@@ -672,11 +672,11 @@ impl Run {
         for &(a, b) in lost {
             for s in a / S..b.div_ceil(S) {
                 let sec = &mut self.m.secs[s as usize];
+                // Else unchanged: the newest acknowledged version or a failed read (the
+                // range still reported lost) after a clean restart.
                 if any {
                     sec.now = vec![Val::Any];
                     sec.durable = vec![Val::Any];
-                } else {
-                    sec.now.clone_from(&sec.durable);
                 }
             }
         }
