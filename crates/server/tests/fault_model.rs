@@ -299,7 +299,20 @@ impl Rig {
                 (f.dir, f.cache, f.backing)
             }
             Layout::Log => {
+                // Exactly 12 segments of four lines (48 lines for a 384 KiB hot region):
+                // reclamations must write dirty lines back all the time.
                 let f = log_cache_files(12, SEG);
+                let mut bytes = SEG;
+                while tiercache_server::log_format::LogSuperblock::plan(bytes, LS, SEG, Some(300))
+                    .map_or(0, |p| p.0)
+                    < 12
+                {
+                    bytes += SEG;
+                }
+                std::fs::File::create(&f.cache)
+                    .unwrap()
+                    .set_len(bytes)
+                    .unwrap();
                 (f.dir, f.cache, f.backing)
             }
         };
