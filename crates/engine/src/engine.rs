@@ -1805,6 +1805,16 @@ impl Engine {
     /// Drops the line in `slot`; the slot goes to the free list (or, while a write-back
     /// reads it, becomes a zombie, freed when the write-back completes).
     fn remove(&mut self, slot: Slot, evicted: bool) {
+        // `free` may still list this slot from before a restore into it (`free_stale`):
+        // drop the stale entries first, or the slot would be listed twice once freed and
+        // handed out to two lines (the second placed over the first without unlinking it
+        // from the index, which then loses the lines chained behind it: a trim after a warm
+        // restart did this, and a write missed its cached dirty line).
+        if self.free_stale {
+            let keys = &self.keys;
+            self.free.retain(|&s| keys[s as usize] == EMPTY);
+            self.free_stale = false;
+        }
         self.unmap(slot, evicted);
         if !self.pins.is_empty() {
             if let Some(p) = self.pins.get_mut(&slot) {
@@ -2471,14 +2481,8 @@ impl Engine {
             !self.is_pinned(slot),
             "drop_line of slot {slot} while a write-back reads it (complete it first)"
         );
-        // `free` may still list this slot from before a restore into it (`free_stale`):
-        // drop the stale entries first, or the slot would be listed twice once freed and
-        // handed out to two lines (a rollback drops, restores and drops the same slot).
-        if self.free_stale {
-            let keys = &self.keys;
-            self.free.retain(|&s| keys[s as usize] == EMPTY);
-            self.free_stale = false;
-        }
+        // (A rollback drops, restores and drops the same slot: `remove` handles the stale
+        // free list.)
         self.remove(slot, false);
         Some(key)
     }

@@ -166,6 +166,24 @@ impl Faults {
         self.cut(&mut st);
     }
 
+    /// The process exits (or is killed) without a power cut: every unsynced write of every
+    /// volatile device reaches its file, as an OS page cache outliving the process would,
+    /// and every later call on the wrapped devices fails. Idempotent.
+    pub fn process_exit(&self) {
+        let st = lock(&self.st);
+        if self.power_lost.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        for d in st.devs.iter() {
+            let pending = std::mem::take(&mut *lock(&d.pending));
+            for (off, data) in pending {
+                // A failure here leaves the bytes unwritten, as a failing device may.
+                let _ = d.inner.write_at(&data, off);
+            }
+            let _ = d.inner.sync();
+        }
+    }
+
     fn cut(&self, st: &mut State) {
         if self.power_lost.swap(true, Ordering::SeqCst) {
             return;

@@ -308,6 +308,26 @@ impl Inner {
         done
     }
 
+    /// Syncs the backing device for pass-through requests; a failure reports the ranges
+    /// written since the last good sync lost (see `Inner::direct_unsynced`).
+    pub(super) fn direct_sync(&mut self) -> io::Result<()> {
+        match self.backing.sync() {
+            Ok(()) => {
+                self.direct_unsynced.clear();
+                self.live.backing_syncs += 1;
+                Ok(())
+            }
+            Err(e) => {
+                self.live.backing_sync_errors += 1;
+                let why = format!("a backing sync failed ({e}) before they were durable");
+                for (a, b) in std::mem::take(&mut self.direct_unsynced) {
+                    degrade::lose(&mut self.lost, a, b, self.sb.backing_size, &why);
+                }
+                Err(e)
+            }
+        }
+    }
+
     pub(super) fn direct(&mut self, req: Direct<'_>) -> io::Result<()> {
         self.live.pass_through_requests += 1;
         if matches!(req, Direct::Write(..) | Direct::Trim(..)) {
@@ -325,10 +345,19 @@ impl Inner {
                 let r = self.backing.write_at(data, off);
                 if r.is_ok() {
                     degrade::unlose(&mut self.lost, off, off + data.len() as u64);
+                    self.direct_unsynced.push((off, off + data.len() as u64));
                 }
-                r.and_then(|_| if fua { self.backing.sync() } else { Ok(()) })
+                // Bounded: past 4096 unsynced ranges, sync now (what a failure can drop).
+                let full = self.direct_unsynced.len() > 4096;
+                r.and_then(|_| {
+                    if fua || full {
+                        self.direct_sync()
+                    } else {
+                        Ok(())
+                    }
+                })
             }
-            Direct::Flush => self.backing.sync(),
+            Direct::Flush => self.direct_sync(),
             Direct::Trim(off, len) => {
                 degrade::unlose(&mut self.lost, off, off + len);
                 Ok(())

@@ -102,7 +102,7 @@ impl LogVolume {
         let mut g = self.lock();
         g.check_open()?;
         if g.pass_through || g.detached {
-            return g.backing.sync().map_err(backing_fault);
+            return g.direct_sync().map_err(backing_fault);
         }
         let r = g.write_back_all();
         g.guard(r)
@@ -221,8 +221,17 @@ impl Inner {
                 self.live.backing_bytes_written += ls;
             }
             if r.is_ok() {
-                r = self.backing.sync().map_err(backing_fault);
-                self.live.backing_syncs += 1;
+                // Counted as done only when it succeeded (a failed one as failed).
+                r = match self.backing.sync() {
+                    Ok(()) => {
+                        self.live.backing_syncs += 1;
+                        Ok(())
+                    }
+                    Err(e) => {
+                        self.live.backing_sync_errors += 1;
+                        Err(backing_fault(e))
+                    }
+                };
             }
             if let Err(e) = r {
                 if matches!(fault_of(&e), Some(Fault::Backing(_))) {

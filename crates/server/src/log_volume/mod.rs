@@ -469,6 +469,11 @@ struct Inner {
     pass_through: bool,
     /// Volume byte ranges whose dirty data the failed cache lost (sorted, disjoint).
     lost: Vec<(u64, u64)>,
+    /// Byte ranges written to the backing device by pass-through requests (failed cache or
+    /// detached) since its last successful sync: a failed sync may have dropped them and
+    /// nothing else holds their bytes, so it reports them lost (reads fail, never older
+    /// bytes) instead of letting the next sync succeed without them.
+    direct_unsynced: Vec<(u64, u64)>,
     state_path: Option<std::path::PathBuf>,
     /// The cache failed but neither the state file nor the superblock erase is durable yet:
     /// writes fail until one of them is.

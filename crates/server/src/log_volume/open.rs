@@ -233,6 +233,7 @@ impl LogVolume {
             backing_write_errors: 0,
             pass_through: false,
             lost: Vec::new(),
+            direct_unsynced: Vec::new(),
             state_path: opts.state_path.clone(),
             failure_unrecorded: None,
             unsynced_lines: Default::default(),
@@ -278,7 +279,7 @@ impl LogVolume {
         if g.pass_through {
             // Not marked clean: the failure is recorded (state file, erased superblock).
             g.closed = true;
-            return g.backing.sync().map_err(backing_fault);
+            return g.direct_sync().map_err(backing_fault);
         }
         let r = g.commit();
         g.guard(r)?;

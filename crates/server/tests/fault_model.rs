@@ -1,0 +1,1209 @@
+//! A randomized, model-based fault checker for both layouts (trust11 item 1).
+//!
+//! Each seed picks a layout (direct, log), a mode (write-through, write-back, and for the
+//! direct layout write-around), and runs a short random sequence of 512-byte-sector writes,
+//! reads, trims, FLUSHes, FUA writes, `ctl flush`es and background retries over two
+//! [`Faults`]-wrapped volatile devices (cache and backing: writes sit in a write cache until
+//! synced), injecting errors by seeded probability: EIO bursts on reads and writes of byte
+//! ranges, ENOSPC on backing writes, the nth write failing, a sync failing once and dropping
+//! the unsynced writes (Linux after a writeback error). Now and then the volume restarts:
+//! clean (shutdown, the process exits, page cache kept) or a power cut (unsynced writes torn
+//! sector by sector). A failed cache is checked on the backing file, formatted again, reopened.
+//!
+//! Every sector written carries (sector index, version, crc32c), so a read names exactly what
+//! it returned: a version, another sector's data (misdirected), or garbage. The model keeps,
+//! per sector, the versions a read may return now (the last acknowledged write; also the
+//! written one after a failed write; anything after a trim) and after a crash (the value at
+//! the last successful FLUSH, `ctl flush` or FUA write covering it, and every write since).
+//! A read may fail only where the volume reported a failure: its own backing read failed,
+//! or the range is in `lost_dirty_ranges`. A write or FLUSH may fail only while the backing
+//! device fails or the volume is degraded (or, FLUSH, reports lost data). At the end faults
+//! are healed, the volume is shut down and reopened, and every sector is read.
+//!
+//! `TIERCACHE_FAULT_MODEL_SEEDS=N` (default 600), `TIERCACHE_FAULT_SOAK=1` (4000 seeds of
+//! 3x the ops), `TIERCACHE_FAULT_MODEL_SEED=N` reruns one seed and prints its op log.
+
+mod common;
+
+use common::*;
+use rand::Rng;
+use rand_chacha::ChaCha8Rng;
+use std::path::Path;
+use std::sync::Arc;
+use tiercache_engine::log::Compression;
+use tiercache_engine::Mode;
+use tiercache_nbd::Export;
+use tiercache_server::fault::{FaultHandle, Faults};
+use tiercache_server::live::{open_volume, LiveVolume, Opened, VolumeOpenOptions};
+use tiercache_server::{
+    format_log, CacheVolume, FileDev, FormatOptions, LogFormatOptions, LogOpenOptions, LogVolume,
+    OpenOptions,
+};
+
+const S: u64 = 512;
+/// The part of the volume the workload touches (the rest is read at the end).
+const HOT: u64 = 384 << 10;
+const LS: u64 = 4096;
+const SEG: u64 = 4 * LS;
+
+/// Sector `idx` at version `ver` (version 0: the backing device's initial contents).
+fn encode(idx: u64, ver: u64) -> Vec<u8> {
+    let mut b = vec![0u8; S as usize];
+    b[0..8].copy_from_slice(&idx.to_le_bytes());
+    b[8..16].copy_from_slice(&ver.to_le_bytes());
+    if ver.is_multiple_of(3) {
+        // Compressible.
+        b[20..].fill((ver as u8) ^ 0x5a);
+    } else {
+        let mut x =
+            idx.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ ver.wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        for c in b[20..].chunks_mut(8) {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let n = c.len();
+            c.copy_from_slice(&x.to_le_bytes()[..n]);
+        }
+    }
+    let crc = sum(&b);
+    b[16..20].copy_from_slice(&crc.to_le_bytes());
+    b
+}
+
+fn sum(b: &[u8]) -> u32 {
+    crc32c::crc32c_append(crc32c::crc32c(&b[0..16]), &b[20..])
+}
+
+/// What a sector read back.
+#[derive(Debug, PartialEq)]
+enum Got {
+    Ver(u64),
+    /// A valid sector of another index: misdirected.
+    Other(u64, u64),
+    Garbage,
+}
+
+fn decode(b: &[u8]) -> (u64, Got) {
+    let idx = u64::from_le_bytes(b[0..8].try_into().unwrap());
+    let ver = u64::from_le_bytes(b[8..16].try_into().unwrap());
+    let crc = u32::from_le_bytes(b[16..20].try_into().unwrap());
+    if crc == sum(b) {
+        (idx, Got::Ver(ver))
+    } else {
+        (idx, Got::Garbage)
+    }
+}
+
+fn got_at(b: &[u8], idx: u64) -> Got {
+    match decode(b) {
+        (i, Got::Ver(v)) if i == idx => Got::Ver(v),
+        (i, Got::Ver(v)) => Got::Other(i, v),
+        _ => Got::Garbage,
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Val {
+    V(u64),
+    /// Unspecified (trimmed): anything.
+    Any,
+}
+
+#[derive(Clone, Debug)]
+struct Sec {
+    now: Vec<Val>,
+    durable: Vec<Val>,
+}
+
+struct Model {
+    secs: Vec<Sec>,
+}
+
+impl Model {
+    fn new() -> Model {
+        Model {
+            secs: vec![
+                Sec {
+                    now: vec![Val::V(0)],
+                    durable: vec![Val::V(0)],
+                };
+                (VOL / S) as usize
+            ],
+        }
+    }
+    fn add(v: &mut Vec<Val>, x: Val) {
+        if !v.contains(&x) {
+            v.push(x);
+        }
+    }
+    fn write(&mut self, s: u64, ver: u64, ok: bool, fua: bool) {
+        let sec = &mut self.secs[s as usize];
+        if ok {
+            sec.now = vec![Val::V(ver)];
+            if fua {
+                sec.durable = vec![Val::V(ver)];
+            } else {
+                Self::add(&mut sec.durable, Val::V(ver));
+            }
+        } else {
+            Self::add(&mut sec.now, Val::V(ver));
+            Self::add(&mut sec.durable, Val::V(ver));
+        }
+    }
+    fn trim(&mut self, s: u64) {
+        let sec = &mut self.secs[s as usize];
+        sec.now = vec![Val::Any];
+        sec.durable = vec![Val::Any];
+    }
+    /// A FLUSH (or `ctl flush`, or a clean shutdown) succeeded: durable now, except the
+    /// sectors the volume reports lost (what survives there is whatever did).
+    fn flushed(&mut self, lost: &[(u64, u64)]) {
+        for (i, s) in self.secs.iter_mut().enumerate() {
+            let at = i as u64 * S;
+            if lost.iter().any(|&(a, b)| a < at + S && at < b) {
+                for v in s.now.clone() {
+                    Self::add(&mut s.durable, v);
+                }
+            } else {
+                s.durable.clone_from(&s.now);
+            }
+        }
+    }
+    /// After a power cut: a sector may be any value it could have kept.
+    fn crashed(&mut self) {
+        for s in &mut self.secs {
+            s.now.clone_from(&s.durable);
+        }
+    }
+    /// Whether sector `s` may read `g` now; on success after a crash the sector is pinned
+    /// to what it read (it must be stable from then on).
+    fn check(&mut self, s: u64, b: &[u8]) -> Result<(), String> {
+        let sec = &mut self.secs[s as usize];
+        if sec.now.contains(&Val::Any) {
+            return Ok(());
+        }
+        let g = got_at(b, s);
+        match g {
+            Got::Ver(v) if sec.now.contains(&Val::V(v)) => {
+                if sec.now.len() > 1 {
+                    sec.now = vec![Val::V(v)];
+                }
+                Ok(())
+            }
+            // A torn sector is fine only when several values were possible (a crash), and
+            // then it is stable like any other.
+            _ => Err(format!(
+                "sector {s} (byte {}) read {g:?}, may read {:?} (after a crash {:?})",
+                s * S,
+                sec.now,
+                sec.durable
+            )),
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Layout {
+    Direct,
+    Log,
+}
+
+struct Cfg {
+    layout: Layout,
+    mode: Mode,
+    sums: bool,
+    max_cache_errors: u64,
+    /// Per-op probability of injecting a fault (varies per seed: some seeds are calm).
+    p_fault: f64,
+    ops: usize,
+}
+
+enum Vol {
+    D(Box<CacheVolume>),
+    L(Box<LogVolume>),
+}
+
+impl Vol {
+    fn live(&self) -> &dyn LiveVolume {
+        match self {
+            Vol::D(v) => &**v,
+            Vol::L(v) => &**v,
+        }
+    }
+    fn lost(&self) -> Vec<(u64, u64)> {
+        self.live().live_stats().volume.lost_dirty_ranges
+    }
+    fn background(&self) -> Result<(), String> {
+        match self {
+            Vol::D(v) => v.clean_if_needed().map(|_| ()).map_err(|e| e.to_string()),
+            Vol::L(v) => {
+                v.retry_write_backs();
+                Ok(())
+            }
+        }
+    }
+}
+
+struct Rig {
+    dir: tempfile::TempDir,
+    cache: std::path::PathBuf,
+    backing: std::path::PathBuf,
+    state: std::path::PathBuf,
+    cache_len: u64,
+    faults: Arc<Faults>,
+    ch: FaultHandle,
+    bh: FaultHandle,
+    vol: Option<Vol>,
+}
+
+fn write_initial_backing(p: &Path) {
+    let mut d = Vec::with_capacity(VOL as usize);
+    for s in 0..VOL / S {
+        d.extend_from_slice(&encode(s, 0));
+    }
+    std::fs::write(p, d).unwrap();
+}
+
+fn format_cache(cfg: &Cfg, cache: &Path) {
+    let dev = FileDev::open(cache).unwrap();
+    match cfg.layout {
+        Layout::Direct => {
+            let o = FormatOptions {
+                line_size: LS,
+                mode: cfg.mode,
+                data_checksums: cfg.sums,
+                ..Default::default()
+            };
+            tiercache_server::format(&dev, VOL, &o).unwrap();
+        }
+        Layout::Log => {
+            let o = LogFormatOptions {
+                line_size: LS,
+                segment_size: SEG,
+                compression: Compression::Lz4,
+                dedup_ratio: 0.0,
+                picker: "lru".into(),
+                mode: cfg.mode,
+                journal_records: Some(300),
+            };
+            format_log(&dev, VOL, &o).unwrap();
+        }
+    }
+}
+
+impl Rig {
+    fn new(cfg: &Cfg, seed: u64) -> Rig {
+        let (dir, cache, backing) = match cfg.layout {
+            Layout::Direct => {
+                let f = files_with(32, LS, cfg.sums);
+                (f.dir, f.cache, f.backing)
+            }
+            Layout::Log => {
+                // Exactly 12 segments of four lines (48 lines for a 384 KiB hot region):
+                // reclamations must write dirty lines back all the time.
+                let f = log_cache_files(12, SEG);
+                let mut bytes = SEG;
+                while tiercache_server::log_format::LogSuperblock::plan(bytes, LS, SEG, Some(300))
+                    .map_or(0, |p| p.0)
+                    < 12
+                {
+                    bytes += SEG;
+                }
+                std::fs::File::create(&f.cache)
+                    .unwrap()
+                    .set_len(bytes)
+                    .unwrap();
+                (f.dir, f.cache, f.backing)
+            }
+        };
+        write_initial_backing(&backing);
+        format_cache(cfg, &cache);
+        let state = tiercache_server::state_file::beside(&cache);
+        let faults = Faults::new(seed);
+        let (_, ch) = faults.wrap("unused", Box::new(FileDev::open(&cache).unwrap()), false);
+        let bh = ch.clone();
+        let cache_len = std::fs::metadata(&cache).unwrap().len();
+        let mut r = Rig {
+            dir,
+            cache_len,
+            cache,
+            backing,
+            state,
+            faults,
+            ch,
+            bh,
+            vol: None,
+        };
+        r.open(cfg, seed).unwrap();
+        r
+    }
+
+    /// Opens the volume on freshly wrapped devices (no injected faults).
+    fn open(&mut self, cfg: &Cfg, seed: u64) -> Result<(), String> {
+        self.faults = Faults::new(seed);
+        let (c, ch) =
+            self.faults
+                .wrap("cache", Box::new(FileDev::open(&self.cache).unwrap()), true);
+        let (b, bh) = self.faults.wrap(
+            "backing",
+            Box::new(FileDev::open(&self.backing).unwrap()),
+            true,
+        );
+        self.ch = ch;
+        self.bh = bh;
+        let o = VolumeOpenOptions {
+            direct: OpenOptions {
+                state_path: Some(self.state.clone()),
+                ..Default::default()
+            },
+            log: LogOpenOptions {
+                state_path: Some(self.state.clone()),
+                ..Default::default()
+            },
+        };
+        let v = match open_volume(Box::new(c), Box::new(b), &o).map_err(|e| e.to_string())? {
+            Opened::Direct(v, _) => Vol::D(v),
+            Opened::Log(v, _) => Vol::L(v),
+        };
+        v.live().set_max_cache_errors(cfg.max_cache_errors);
+        self.vol = Some(v);
+        Ok(())
+    }
+
+    fn vol(&self) -> &Vol {
+        self.vol.as_ref().unwrap()
+    }
+}
+
+/// One seed's run: `Err` names the first violation.
+struct Run {
+    cfg: Cfg,
+    seed: u64,
+    rng: ChaCha8Rng,
+    m: Model,
+    rig: Rig,
+    log: Vec<String>,
+    ver: u64,
+    /// Whether errors are being injected into the backing device (or were, at the last op).
+    backing_faulty: bool,
+    injected: u64,
+    failed_noted: bool,
+}
+
+impl Run {
+    fn note(&mut self, s: String) {
+        if std::env::var("TIERCACHE_FAULT_MODEL_SEED").is_ok() {
+            eprintln!("{s}");
+        }
+        self.log.push(s);
+    }
+
+    fn fail(&self, what: String) -> String {
+        let tail: Vec<&String> = self.log.iter().rev().take(60).collect();
+        let mut m = format!(
+            "seed {} ({:?} {:?}, data checksums {}, max cache errors {}): {what}\nlast ops (newest first):\n",
+            self.seed, self.cfg.layout, self.cfg.mode, self.cfg.sums, self.cfg.max_cache_errors
+        );
+        for l in tail {
+            m.push_str("  ");
+            m.push_str(l);
+            m.push('\n');
+        }
+        m.push_str(&format!(
+            "rerun: TIERCACHE_FAULT_MODEL_SEED={}{} cargo test --release -p tiercache-server --test fault_model",
+            self.seed,
+            if self.cfg.ops > 150 { " TIERCACHE_FAULT_SOAK=1" } else { "" }
+        ));
+        m
+    }
+
+    fn lost_overlaps(&self, a: u64, b: u64) -> bool {
+        self.rig.vol().lost().iter().any(|&(x, y)| x < b && a < y)
+    }
+
+    fn degraded(&self) -> bool {
+        let v = self.rig.vol().live().live_stats().volume;
+        v.degraded
+    }
+
+    fn inject(&mut self) {
+        let r = &mut self.rng;
+        let hot_range = |r: &mut ChaCha8Rng| {
+            let a = r.gen_range(0..HOT / S) * S;
+            a..a + S * r.gen_range(1..24)
+        };
+        let k = r.gen_range(0..100);
+        let what = match k {
+            0..=19 => {
+                let x = hot_range(r);
+                self.rig.bh.fail_reads(x.clone());
+                self.backing_faulty = true;
+                format!("inject: backing reads fail {x:?}")
+            }
+            20..=39 => {
+                let x = hot_range(r);
+                self.rig.bh.fail_writes(x.clone());
+                let enospc = r.gen_bool(0.3);
+                if enospc {
+                    self.rig.bh.fail_with_errno(libc_enospc());
+                }
+                self.backing_faulty = true;
+                format!("inject: backing writes fail {x:?} enospc {enospc}")
+            }
+            40..=49 => {
+                let n = r.gen_range(1..6);
+                self.rig.bh.fail_nth_write(n, false);
+                self.backing_faulty = true;
+                format!("inject: backing write {n} from now fails once")
+            }
+            50..=64 => {
+                // Known gap `log-failed-sync-drop`: the log layout passing through after its
+                // cache failed forgets the writes a failed backing sync dropped.
+                let drop = !(self.cfg.layout == Layout::Log
+                    && self.failed_noted
+                    && known("log-failed-sync-drop"));
+                self.rig.bh.fail_next_sync(drop);
+                self.backing_faulty = true;
+                format!("inject: next backing sync fails once, dropping unsynced writes {drop}")
+            }
+            65..=74 => {
+                self.rig.bh.fail_syncs();
+                self.backing_faulty = true;
+                "inject: backing syncs fail".into()
+            }
+            75..=84 => {
+                let len = self.rig.cache_len;
+                let a = r.gen_range(4096..len.max(4097));
+                let x = a..a + r.gen_range(512..16384);
+                self.rig.ch.fail_reads(x.clone());
+                format!("inject: cache reads fail {x:?}")
+            }
+            85..=94 => {
+                let len = self.rig.cache_len;
+                let a = r.gen_range(4096..len.max(4097));
+                let x = a..a + r.gen_range(512..16384);
+                self.rig.ch.fail_writes(x.clone());
+                format!("inject: cache writes fail {x:?}")
+            }
+            _ => {
+                let drop = !known("cache-sync-drop");
+                self.rig.ch.fail_next_sync(drop);
+                format!("inject: next cache sync fails once, dropping unsynced writes {drop}")
+            }
+        };
+        self.note(what);
+    }
+
+    fn heal(&mut self) {
+        self.injected += self.rig.bh.injected() + self.rig.ch.injected();
+        self.rig.bh.heal();
+        self.rig.ch.heal();
+        self.backing_faulty = false;
+        self.note("heal".into());
+    }
+
+    fn read(&mut self, off: u64, len: u64, what: &str) -> Result<(), String> {
+        let before = self.rig.bh.injected();
+        let mut buf = vec![0u8; len as usize];
+        let res = self.rig.vol().live().read(off, &mut buf);
+        let backing_failed = self.rig.bh.injected() > before;
+        match res {
+            Ok(()) => {
+                for k in 0..len / S {
+                    let s = off / S + k;
+                    let b = &buf[(k * S) as usize..((k + 1) * S) as usize];
+                    if let Err(e) = self.m.check(s, b) {
+                        return Err(self.fail(format!("{what}: {e}")));
+                    }
+                }
+                Ok(())
+            }
+            Err(e) => {
+                if backing_failed || self.lost_overlaps(off, off + len) {
+                    self.note(format!("  read failed (allowed): {e}"));
+                    Ok(())
+                } else {
+                    Err(self.fail(format!(
+                        "{what}: read failed without a backing read error or lost data: {e}"
+                    )))
+                }
+            }
+        }
+    }
+
+    fn op(&mut self, i: usize) -> Result<(), String> {
+        if self.rng.gen_bool(self.cfg.p_fault) {
+            self.inject();
+        }
+        if self.rng.gen_bool(0.04) {
+            self.heal();
+        }
+        let secs = match self.rng.gen_range(0..4) {
+            0 => 1,
+            1 => self.rng.gen_range(1..9),
+            2 => 8,
+            _ => self.rng.gen_range(1..33),
+        };
+        let mut s0 = self.rng.gen_range(0..HOT / S - secs);
+        if self.rng.gen_bool(0.5) {
+            s0 &= !7;
+        }
+        let (off, len) = (s0 * S, secs * S);
+        let k = self.rng.gen_range(0..100);
+        let failing = self.backing_faulty;
+        match k {
+            0..=39 => {
+                self.note(format!("op {i}: read {off}+{len}"));
+                self.read(off, len, &format!("op {i} read {off}+{len}"))?;
+            }
+            40..=82 => {
+                let fua = self.rng.gen_bool(0.1);
+                self.ver += 1;
+                let ver = self.ver;
+                let mut d = Vec::with_capacity(len as usize);
+                for s in s0..s0 + secs {
+                    d.extend_from_slice(&encode(s, ver));
+                }
+                let before = self.rig.bh.injected();
+                let res = self.rig.vol().live().write(off, &d, fua);
+                let ok = res.is_ok();
+                self.note(format!(
+                    "op {i}: write {off}+{len} v{ver} fua {fua}: {}",
+                    res.as_ref().map_or_else(|e| e.to_string(), |_| "ok".into())
+                ));
+                for s in s0..s0 + secs {
+                    self.m.write(s, ver, ok, fua);
+                }
+                if let Err(e) = res {
+                    // Also: a partial-line write into a line reported lost (its other
+                    // bytes cannot be read to complete the line) fails in the log layout.
+                    let why = self.rig.bh.injected() > before
+                        || failing
+                        || self.degraded()
+                        || self.lost_overlaps(off, off + len);
+                    if !why {
+                        return Err(self.fail(format!(
+                            "op {i}: write {off}+{len} failed without a backing fault: {e}"
+                        )));
+                    }
+                }
+            }
+            83..=87 => {
+                let res = self.rig.vol().live().trim(off, len);
+                self.note(format!("op {i}: trim {off}+{len}: {res:?}"));
+                for s in s0..s0 + secs {
+                    self.m.trim(s);
+                }
+            }
+            88..=94 => {
+                let before = self.rig.bh.injected() + self.rig.ch.injected();
+                let res = self.rig.vol().live().flush();
+                self.note(format!("op {i}: flush: {res:?}"));
+                match res {
+                    Ok(()) => {
+                        let lost = self.rig.vol().lost();
+                        self.m.flushed(&lost)
+                    }
+                    Err(e) => {
+                        let why = self.rig.bh.injected() + self.rig.ch.injected() > before
+                            || failing
+                            || self.degraded()
+                            || !self.rig.vol().lost().is_empty();
+                        if !why {
+                            return Err(self.fail(format!("op {i}: flush failed: {e}")));
+                        }
+                    }
+                }
+            }
+            95..=96 => {
+                let res = self.rig.vol().live().flush_dirty();
+                self.note(format!("op {i}: ctl flush: {res:?}"));
+                if res.is_ok() {
+                    let lost = self.rig.vol().lost();
+                    self.m.flushed(&lost);
+                }
+            }
+            97 => {
+                let res = self.rig.vol().background();
+                self.note(format!("op {i}: background retry: {res:?}"));
+            }
+            _ => self.restart(i)?,
+        }
+        Ok(())
+    }
+
+    /// Clean restart or power cut, then reopen with no faults injected.
+    fn restart(&mut self, i: usize) -> Result<(), String> {
+        let crash = self.rng.gen_bool(0.5);
+        let vol = self.rig.vol.take().unwrap();
+        let mut lost = vol.lost();
+        self.injected += self.rig.bh.injected() + self.rig.ch.injected();
+        let failed = if crash {
+            let failed = vol.live().cache_failed();
+            self.faults_cut();
+            drop(vol);
+            self.m.crashed();
+            self.note(format!(
+                "op {i}: power cut (cache failed {failed}, lost {lost:?})"
+            ));
+            failed
+        } else {
+            let res = vol.live().shutdown();
+            // The shutdown may fail the cache (a sync error) and lose data.
+            let failed = vol.live().cache_failed();
+            lost = vol.lost();
+            self.note(format!(
+                "op {i}: clean shutdown: {res:?} (cache failed {failed}, lost {lost:?})"
+            ));
+            drop(vol);
+            self.rig.faults.process_exit();
+            if res.is_ok() {
+                self.m.flushed(&lost);
+            } else {
+                self.m.crashed();
+            }
+            failed
+        };
+        self.backing_faulty = false;
+        self.forget_lost(&lost);
+        if failed {
+            self.after_cache_failure(i, crash, &lost)?;
+        }
+        if let Err(e) = self.rig.open(&self.cfg, self.seed ^ (i as u64) << 20) {
+            return Err(self.fail(format!("op {i}: reopen failed: {e}")));
+        }
+        Ok(())
+    }
+
+    /// Lost ranges must stay lost (reads fail) across a restart; a sector lost may also
+    /// read what survived. With the known gap `lost-forgotten` skipped, the direct layout
+    /// without data checksums and the log layout may serve anything there after a restart.
+    fn forget_lost(&mut self, lost: &[(u64, u64)]) {
+        // The log layout keeps no lost ranges across a restart at all (soak seed 655).
+        let forgets = self.cfg.layout == Layout::Log || !self.cfg.sums;
+        let any = forgets && known("lost-forgotten");
+        for &(a, b) in lost {
+            for s in a / S..b.div_ceil(S) {
+                let sec = &mut self.m.secs[s as usize];
+                // Else unchanged: the newest acknowledged version or a failed read (the
+                // range still reported lost) after a clean restart.
+                if any {
+                    sec.now = vec![Val::Any];
+                    sec.durable = vec![Val::Any];
+                }
+            }
+        }
+    }
+
+    fn faults_cut(&self) {
+        self.rig.faults.power_cut();
+    }
+
+    /// The cache failed: the next start is refused (state file); the backing file holds
+    /// what the volume may serve; `format --force` (a new cache) then serves it.
+    fn after_cache_failure(
+        &mut self,
+        i: usize,
+        crash: bool,
+        lost: &[(u64, u64)],
+    ) -> Result<(), String> {
+        // Reported lost (now, or in the failure record the next start shows the operator:
+        // a later unsynced write may have taken a range off the live list): the operator
+        // formats the cache, the backing device's bytes serve.
+        let recorded = tiercache_server::state_file::read(&self.rig.state)
+            .ok()
+            .flatten()
+            .map(|st| st.lost)
+            .unwrap_or_default();
+        for &(a, b) in lost.iter().chain(&recorded) {
+            for s in a / S..b.div_ceil(S) {
+                self.m.secs[s as usize].now = vec![Val::Any];
+                self.m.secs[s as usize].durable = vec![Val::Any];
+            }
+        }
+        let o = VolumeOpenOptions {
+            direct: OpenOptions {
+                state_path: Some(self.rig.state.clone()),
+                ..Default::default()
+            },
+            log: LogOpenOptions {
+                state_path: Some(self.rig.state.clone()),
+                ..Default::default()
+            },
+        };
+        let c = Box::new(FileDev::open(&self.rig.cache).unwrap());
+        let b = Box::new(FileDev::open(&self.rig.backing).unwrap());
+        if open_volume(c, b, &o).is_ok() {
+            return Err(self.fail(format!("op {i}: a failed cache was reopened")));
+        }
+        let data = std::fs::read(&self.rig.backing).unwrap();
+        for s in 0..VOL / S {
+            let b = &data[(s * S) as usize..((s + 1) * S) as usize];
+            if let Err(e) = self.m.check(s, b) {
+                return Err(self.fail(format!(
+                    "op {i}: backing file after the cache failed (crash {crash}): {e}"
+                )));
+            }
+        }
+        let _ = std::fs::remove_file(&self.rig.state);
+        format_cache(&self.cfg, &self.rig.cache);
+        self.note(format!("op {i}: cache formatted again after its failure"));
+        Ok(())
+    }
+
+    fn finish(&mut self) -> Result<(), String> {
+        self.heal();
+        // A last clean restart with nothing injected, then every sector.
+        let vol = self.rig.vol.take().unwrap();
+        let res = vol.live().shutdown();
+        let failed = vol.live().cache_failed();
+        let lost = vol.lost();
+        self.note(format!(
+            "final shutdown: {res:?} (failed {failed}, lost {lost:?})"
+        ));
+        drop(vol);
+        self.rig.faults.process_exit();
+        if res.is_ok() {
+            self.m.flushed(&lost);
+        } else {
+            return Err(self.fail(format!("shutdown with no fault injected failed: {res:?}")));
+        }
+        self.forget_lost(&lost);
+        if failed {
+            self.after_cache_failure(usize::MAX, false, &lost)?;
+        }
+        if let Err(e) = self.rig.open(&self.cfg, self.seed ^ 0xfeed) {
+            return Err(self.fail(format!("final reopen failed: {e}")));
+        }
+        let chunk = 64 << 10;
+        for off in (0..VOL).step_by(chunk as usize) {
+            self.read(off, chunk, &format!("final read {off}+{chunk}"))?;
+        }
+        Ok(())
+    }
+}
+
+/// Known gaps the default run steers around (each names its regression test and notes
+/// entry): `TIERCACHE_FAULT_MODEL_KNOWN=a,b` lists the ones to skip; `all` / `none`.
+fn known(gap: &str) -> bool {
+    let v = std::env::var("TIERCACHE_FAULT_MODEL_KNOWN").unwrap_or_else(|_| KNOWN.join(","));
+    v.split(',').any(|k| k == gap || k == "all")
+}
+
+/// Gaps not fixed yet (skipped by the default run).
+const KNOWN: &[&str] = &["cache-sync-drop", "lost-forgotten"];
+
+fn libc_enospc() -> i32 {
+    28
+}
+
+fn cfg_for(seed: u64, ops: usize) -> Cfg {
+    let mut r = rng(seed ^ 0x7275_7374);
+    let layout = if seed.is_multiple_of(2) {
+        Layout::Direct
+    } else {
+        Layout::Log
+    };
+    let mode = match (layout, r.gen_range(0..3)) {
+        (_, 0) => Mode::WriteThrough,
+        (Layout::Direct, 2) => Mode::WriteAround,
+        _ => Mode::WriteBack,
+    };
+    Cfg {
+        layout,
+        mode,
+        sums: layout == Layout::Direct && r.gen_bool(0.3),
+        max_cache_errors: if r.gen_bool(0.3) { 3 } else { 1_000_000 },
+        p_fault: [0.0, 0.01, 0.03, 0.06][r.gen_range(0..4)],
+        ops,
+    }
+}
+
+fn run_seed(seed: u64, ops: usize) -> Result<(u64, u64), String> {
+    let cfg = cfg_for(seed, ops);
+    let rig = Rig::new(&cfg, seed);
+    let mut run = Run {
+        rng: rng(seed),
+        seed,
+        m: Model::new(),
+        rig,
+        log: Vec::new(),
+        ver: 0,
+        backing_faulty: false,
+        injected: 0,
+        failed_noted: false,
+        cfg,
+    };
+    for i in 0..run.cfg.ops {
+        run.op(i)?;
+        if let (Ok(w), Some(Vol::D(v))) = (
+            std::env::var("TIERCACHE_FAULT_MODEL_WATCH"),
+            run.rig.vol.as_ref(),
+        ) {
+            let key: u64 = w.parse().unwrap();
+            let l: Vec<_> = v.lines().into_iter().filter(|l| l.key == key).collect();
+            run.note(format!("  watch line {key}: {l:?}"));
+        }
+        let failed = run
+            .rig
+            .vol
+            .as_ref()
+            .is_some_and(|v| v.live().cache_failed());
+        if failed && !run.failed_noted {
+            run.note(format!("  the cache failed at op {i}"));
+        }
+        run.failed_noted = failed;
+    }
+    run.finish()?;
+    let _ = &run.rig.dir;
+    Ok((run.injected, run.ver))
+}
+
+#[test]
+fn random_faults_never_lose_misdirect_or_serve_stale_data() {
+    if let Ok(s) = std::env::var("TIERCACHE_FAULT_MODEL_SEED") {
+        let seed = s.parse().expect("TIERCACHE_FAULT_MODEL_SEED: a number");
+        let soak = std::env::var("TIERCACHE_FAULT_SOAK").is_ok_and(|v| v != "0");
+        if let Err(e) = run_seed(seed, if soak { 450 } else { 150 }) {
+            panic!("{e}");
+        }
+        return;
+    }
+    let soak = std::env::var("TIERCACHE_FAULT_SOAK").is_ok_and(|v| v != "0");
+    let (seeds, ops) = if soak { (4000, 450) } else { (600, 150) };
+    let seeds = std::env::var("TIERCACHE_FAULT_MODEL_SEEDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(seeds);
+    let t = std::time::Instant::now();
+    let (mut injected, mut writes, mut failures) = (0, 0, Vec::new());
+    for seed in 0..seeds {
+        match run_seed(seed, ops) {
+            Ok((i, w)) => {
+                injected += i;
+                writes += w;
+            }
+            Err(e) => {
+                failures.push(seed);
+                if failures.len() == 1 {
+                    eprintln!("{e}");
+                }
+            }
+        }
+    }
+    println!(
+        "{seeds} seeds x {ops} ops, {writes} writes, {injected} injected errors, {:.1} s, failing seeds {failures:?}",
+        t.elapsed().as_secs_f64()
+    );
+    assert!(failures.is_empty(), "failing seeds: {failures:?}");
+    assert!(injected > seeds, "few faults injected: {injected}");
+}
+
+/// Replays an op log without faults (`TIERCACHE_FAULT_MODEL_REPLAY=file`, one op a line as
+/// the checker logs them: `write OFF+LEN vN fua B`, `read OFF+LEN`, `trim OFF+LEN`, `flush`,
+/// `ctl flush`, `clean shutdown`, `power cut`; `layout mode sums` on the first line), to
+/// minimize a failing seed by deleting lines.
+#[test]
+fn replay_op_log() {
+    let Ok(path) = std::env::var("TIERCACHE_FAULT_MODEL_REPLAY") else {
+        return;
+    };
+    replay(&std::fs::read_to_string(path).unwrap());
+}
+
+/// Found by the checker (seed 352, no fault injected; minimized from 149 ops): after a warm
+/// restart the engine's free list still listed slots the restore had filled (`free_stale`);
+/// a trim freed slot 0 again, so it was listed twice and handed out to lines 15 and 16 of
+/// one read; placing the second over the first unlinked line 59 (dirty) from the index, the
+/// next write to it missed and took a second slot, and the restart after kept one copy:
+/// before the fix, "after line 22 (write 242176+2048 v60 fua false): a key in two slots:
+/// [... (59, 2, 3, 3), (59, 5, 30, 30) ...]" and, without that check, "final read: sector
+/// 472 (byte 241664) read Ver(0), may read [V(54)]".
+#[test]
+fn trim_after_a_warm_restart_never_hands_a_slot_out_twice() {
+    replay(
+        "direct write-back false
+read 92672+13824
+read 221184+4096
+write 15872+4096 v29 fua false
+read 266240+512
+write 311296+5632 v30 fua true
+write 36864+2560 v31 fua false
+write 156672+14848 v32 fua false
+write 217088+512 v35 fua true
+write 146944+14336 v36 fua false
+write 25600+4096 v37 fua false
+read 301056+14336
+read 69632+4096
+write 53760+4096 v39 fua false
+read 258048+512
+read 352768+512
+write 182272+4608 v44 fua false
+read 225280+2560
+read 385024+4096
+write 238592+4096 v54 fua false
+clean shutdown
+trim 385024+4096
+read 62976+4096
+write 242176+2048 v60 fua false
+",
+    );
+}
+
+fn replay(text: &str) {
+    let mut lines = text.lines();
+    let head: Vec<&str> = lines.next().unwrap().split_whitespace().collect();
+    let mut cfg = cfg_for(0, 0);
+    cfg.layout = if head[0] == "log" {
+        Layout::Log
+    } else {
+        Layout::Direct
+    };
+    cfg.mode = head[1].parse().unwrap();
+    cfg.sums = head[2] == "true";
+    let rig = Rig::new(&cfg, 1);
+    let mut run = Run {
+        rng: rng(1),
+        seed: 0,
+        m: Model::new(),
+        rig,
+        log: Vec::new(),
+        ver: 0,
+        backing_faulty: false,
+        injected: 0,
+        failed_noted: false,
+        cfg,
+    };
+    let span = |w: &str| -> (u64, u64) {
+        let (a, b) = w.split_once('+').unwrap();
+        (a.parse().unwrap(), b.parse().unwrap())
+    };
+    for (i, l) in lines.enumerate() {
+        let w: Vec<&str> = l.split_whitespace().collect();
+        run.note(l.to_string());
+        let r = match w[0] {
+            "write" => {
+                let (off, len) = span(w[1]);
+                let ver: u64 = w[2][1..].parse().unwrap();
+                let fua = w.get(4) == Some(&"true");
+                let d = sectors(off / S, len / S, ver);
+                run.rig.vol().live().write(off, &d, fua).unwrap();
+                for s in off / S..(off + len) / S {
+                    run.m.write(s, ver, true, fua);
+                }
+                Ok(())
+            }
+            "read" => {
+                let (off, len) = span(w[1]);
+                run.read(off, len, &format!("line {i}: {l}"))
+            }
+            "trim" => {
+                let (off, len) = span(w[1]);
+                run.rig.vol().live().trim(off, len).unwrap();
+                for s in off / S..(off + len) / S {
+                    run.m.trim(s);
+                }
+                Ok(())
+            }
+            "flush" => {
+                run.rig.vol().live().flush().unwrap();
+                run.m.flushed(&[]);
+                Ok(())
+            }
+            "ctl" => {
+                run.rig.vol().live().flush_dirty().unwrap();
+                run.m.flushed(&[]);
+                Ok(())
+            }
+            "clean" | "power" => {
+                let crash = w[0] == "power";
+                let vol = run.rig.vol.take().unwrap();
+                if crash {
+                    run.rig.faults.power_cut();
+                    drop(vol);
+                    run.m.crashed();
+                } else {
+                    vol.live().shutdown().unwrap();
+                    drop(vol);
+                    run.rig.faults.process_exit();
+                    run.m.flushed(&[]);
+                }
+                run.rig.open(&run.cfg, i as u64).map_err(|e| e.to_string())
+            }
+            x => panic!("unknown op {x}"),
+        };
+        if let Err(e) = r {
+            panic!("{e}");
+        }
+        if let Some(Vol::D(v)) = run.rig.vol.as_ref() {
+            let mut keys: Vec<_> = v
+                .lines()
+                .iter()
+                .map(|l| (l.key, l.slot, l.valid, l.dirty))
+                .collect();
+            keys.sort();
+            if keys.windows(2).any(|w| w[0].0 == w[1].0) {
+                panic!("after line {i} ({l}): a key in two slots: {keys:?}");
+            }
+            if std::env::var("TIERCACHE_FAULT_MODEL_LINES").is_ok() {
+                eprintln!("after {l}: {keys:?}");
+            }
+        }
+    }
+    if let Err(e) = run.finish() {
+        panic!("{e}");
+    }
+}
+
+/// Direct rig without faults: (files, volume).
+fn plain_direct(mode: Mode, sums: bool) -> (Files, CacheVolume) {
+    let f = files_with(32, LS, sums);
+    write_initial_backing(&f.backing);
+    format_with(&f, mode, LS, sums);
+    let (v, _) = open(&f, None);
+    (f, v)
+}
+
+fn sectors(s0: u64, n: u64, ver: u64) -> Vec<u8> {
+    (s0..s0 + n).flat_map(|s| encode(s, ver)).collect()
+}
+
+fn read_ver(v: &dyn LiveVolume, s: u64) -> Got {
+    let mut b = vec![0u8; S as usize];
+    match v.read(s * S, &mut b) {
+        Ok(()) => got_at(&b, s),
+        Err(_) => Got::Garbage,
+    }
+}
+
+/// Found by the checker (seed 352, no fault injected): write-back with data checksums, a
+/// partial line written, restart, another partial write to the same line, restart.
+#[test]
+fn write_back_partial_line_across_two_restarts_keeps_every_sector() {
+    let (f, v) = plain_direct(Mode::WriteBack, true);
+    v.write(466 * S, &sectors(466, 8, 54), false).unwrap();
+    v.shutdown().unwrap();
+    drop(v);
+    let (v, _) = open(&f, None);
+    v.write(473 * S, &sectors(473, 4, 60), false).unwrap();
+    assert_eq!(read_ver(&v, 472), Got::Ver(54), "before the second restart");
+    v.shutdown().unwrap();
+    drop(v);
+    let (v, _) = open(&f, None);
+    assert_eq!(read_ver(&v, 472), Got::Ver(54), "after the second restart");
+    assert_eq!(read_ver(&v, 473), Got::Ver(60), "after the second restart");
+}
+
+/// trust11 item 4: `ctl flush` in the log layout (`write_back_all`) counted a backing sync
+/// that failed as done (`backing_syncs`), and not as failed (`backing_sync_errors`).
+#[test]
+fn log_ctl_flush_counts_a_failed_backing_sync_as_failed() {
+    let mut cfg = cfg_for(1, 0);
+    cfg.layout = Layout::Log;
+    cfg.mode = Mode::WriteBack;
+    let rig = Rig::new(&cfg, 9);
+    let Some(Vol::L(v)) = rig.vol.as_ref() else {
+        unreachable!()
+    };
+    v.write(0, &sectors(0, 64, 1), false).unwrap();
+    let before = v.stats().live;
+    rig.bh.fail_next_sync(false);
+    assert!(v.flush_dirty().is_err(), "the backing sync failed");
+    let after = v.stats().live;
+    assert_eq!(
+        (after.backing_syncs, after.backing_sync_errors),
+        (before.backing_syncs, before.backing_sync_errors + 1),
+        "a failed sync is counted as failed, not as done"
+    );
+    v.flush_dirty().unwrap();
+    let ok = v.stats().live;
+    assert_eq!(ok.backing_syncs, after.backing_syncs + 1);
+    assert_eq!(ok.backing_sync_errors, after.backing_sync_errors);
+    assert_eq!(read_ver(&**v, 5), Got::Ver(1));
+}
+
+/// What sector `s` reads: its version, or the error with whether the volume reports it lost.
+fn read_or_lost(v: &Vol, s: u64) -> Result<Got, bool> {
+    let mut b = vec![0u8; S as usize];
+    match v.live().read(s * S, &mut b) {
+        Ok(()) => Ok(got_at(&b, s)),
+        Err(_) => Err(v.lost().iter().any(|&(a, b)| a < (s + 1) * S && s * S < b)),
+    }
+}
+
+fn rig_for(layout: Layout, mode: Mode, sums: bool) -> Rig {
+    let mut cfg = cfg_for(1, 0);
+    (cfg.layout, cfg.mode, cfg.sums) = (layout, mode, sums);
+    Rig::new(&cfg, 3)
+}
+
+/// Known gap `cache-sync-drop` (checker seeds 146, 192, 160, 54 with
+/// `TIERCACHE_FAULT_MODEL_KNOWN=none`): in the direct layout a cache sync that fails and
+/// drops the unsynced cache writes (a failed fsync on a cache file) fails the cache, whose
+/// dirty lines are then copied from slots that no longer hold them: the copy is older bytes
+/// or garbage, served from then on with no error and nothing reported lost.
+#[test]
+#[ignore = "known gap cache-sync-drop (docs/notes-trust11.md): not fixed yet"]
+fn direct_failed_cache_sync_that_drops_data_never_serves_older_bytes() {
+    let rig = rig_for(Layout::Direct, Mode::WriteBack, false);
+    let v = rig.vol();
+    v.live().write(0, &sectors(0, 8, 1), false).unwrap();
+    rig.ch.fail_next_sync(true);
+    let flush = v.live().flush();
+    let got = read_or_lost(v, 0);
+    assert!(
+        got == Ok(Got::Ver(1)) || got == Err(true),
+        "after a failed cache sync (flush {flush:?}): sector 0 reads {got:?}, want version 1 or an error for a range reported lost"
+    );
+}
+
+/// Found by the checker (seeds 91, 97, 223): the log layout passing through after its cache
+/// failed forgot the writes a failed backing sync dropped: the FLUSH failed once, the next
+/// one succeeded, and the older bytes were served with nothing reported lost. Before the
+/// fix: "next flush Ok(()): sector 16 reads Ok(Ver(0))".
+#[test]
+fn log_pass_through_failed_backing_sync_never_serves_older_bytes() {
+    let rig = rig_for(Layout::Log, Mode::WriteBack, false);
+    let v = rig.vol();
+    rig.ch.fail_next_sync(false);
+    v.live().write(0, &sectors(0, 8, 1), false).unwrap();
+    let _ = v.live().flush();
+    assert!(
+        v.live().cache_failed(),
+        "the cache sync error failed the cache"
+    );
+    v.live().write(8192, &sectors(16, 8, 2), false).unwrap();
+    rig.bh.fail_next_sync(true);
+    assert!(v.live().flush().is_err(), "the sync failed");
+    let second = v.live().flush();
+    let got = read_or_lost(v, 16);
+    assert!(
+        got == Ok(Got::Ver(2)) || got == Err(true),
+        "pass-through after a failed backing sync (next flush {second:?}): sector 16 reads {got:?}, want version 2 or an error for a range reported lost"
+    );
+}
+
+/// Known gap `lost-forgotten` = trust11 item 3 (checker seeds 32, 34, 52, 134, 208, 228):
+/// the direct layout without `--data-checksums` forgets its lost ranges at a restart and
+/// serves the backing device's older bytes there.
+#[test]
+#[ignore = "known gap lost-forgotten, trust11 item 3 (docs/notes-trust11.md): not fixed yet"]
+fn direct_lost_ranges_survive_a_restart_without_data_checksums() {
+    let mut rig = rig_for(Layout::Direct, Mode::WriteAround, false);
+    rig.vol().live().write(0, &sectors(0, 8, 1), false).unwrap();
+    rig.bh.fail_next_sync(true);
+    assert!(rig.vol().live().flush().is_err());
+    assert_eq!(read_or_lost(rig.vol(), 0), Err(true), "reported lost");
+    let vol = rig.vol.take().unwrap();
+    vol.live().shutdown().unwrap();
+    drop(vol);
+    rig.faults.process_exit();
+    let cfg = cfg_for(1, 0);
+    rig.open(&cfg, 4).unwrap();
+    let got = read_or_lost(rig.vol(), 0);
+    assert_eq!(
+        got,
+        Err(true),
+        "after a clean restart sector 0 reads {got:?}"
+    );
+}
