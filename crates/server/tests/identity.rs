@@ -487,3 +487,78 @@ fn block_devices_are_known_by_their_stable_id() {
         .expect("another disk");
     assert!(e.contains("b.img") && e.contains("backing.img"), "{e}");
 }
+
+/// The backing device of `f`, behind a fault injector that fails every read of line `bad`.
+fn backing_failing_reads_of(f: &Files, bad: u64) -> Box<dyn BlockDev> {
+    let faults = tiercache_server::fault::Faults::new(3);
+    let (dev, h) = faults.wrap(
+        "backing",
+        Box::new(FileDev::open(&f.backing).unwrap()),
+        false,
+    );
+    h.fail_reads(bad * LS..(bad + 1) * LS);
+    Box::new(dev)
+}
+
+/// A backing read error on one sampled clean line at open (a bad sector, a transient error)
+/// leaves that line out of the sample instead of refusing the whole cache — before, the
+/// open failed ("reading the backing device to verify the cache: ..."), so dirty data
+/// behind one unreadable sector of the disk could not be reached at all.
+#[test]
+fn a_backing_read_error_in_the_open_sample_skips_the_line() {
+    let f = files(64, LS);
+    cache_with(&f, 32, 2);
+    let (v, rep) = CacheVolume::open(
+        Box::new(FileDev::open(&f.cache).unwrap()),
+        backing_failing_reads_of(&f, 5),
+        &OpenOptions::default(),
+    )
+    .unwrap_or_else(|e| panic!("one unreadable backing line refused the cache: {e}"));
+    assert_eq!(
+        (
+            rep.sampled_clean_lines,
+            rep.unreadable_clean_lines,
+            rep.differing_clean_lines,
+            rep.dropped_clean_lines
+        ),
+        (31, 1, 0, 0),
+        "{rep:?}"
+    );
+    let mut got = line(0);
+    v.read(5 * LS, &mut got).unwrap();
+    assert_eq!(got, line(0x15), "the cached clean copy is served");
+    v.read(33 * LS, &mut got).unwrap();
+    assert_eq!(got, line(0x80 + 33), "the dirty line is kept");
+}
+
+/// The log layout's half of the test above.
+#[test]
+fn log_a_backing_read_error_in_the_open_sample_skips_the_line() {
+    let f = files(512, LS);
+    log_cache_with(&f, 16, 2);
+    let expect = std::fs::read(&f.backing).unwrap();
+    let (v, rep) = LogVolume::open_opts(
+        Box::new(FileDev::open(&f.cache).unwrap()),
+        backing_failing_reads_of(&f, 5),
+        &LogOpenOptions::default(),
+    )
+    .unwrap_or_else(|e| panic!("one unreadable backing line refused the log cache: {e}"));
+    assert_eq!(
+        (
+            rep.sampled_clean_lines,
+            rep.unreadable_clean_lines,
+            rep.differing_clean_lines,
+            rep.dropped_clean_lines
+        ),
+        (15, 1, 0, 0),
+        "{rep:?}"
+    );
+    let mut got = line(0);
+    v.read(5 * LS, &mut got).unwrap();
+    assert!(
+        got[..] == expect[(5 * LS) as usize..(6 * LS) as usize],
+        "the cached clean copy is served"
+    );
+    v.read(17 * LS, &mut got).unwrap();
+    assert!(got == line(0x80 + 17), "the dirty line is kept");
+}

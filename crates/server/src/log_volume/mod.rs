@@ -273,6 +273,9 @@ pub struct LogOpenReport {
     pub sampled_clean_lines: u64,
     pub differing_clean_lines: u64,
     pub dropped_clean_lines: u64,
+    /// Clean lines left out of the sample because the cache or backing device failed to
+    /// read them (twice): not compared, not dropped.
+    pub unreadable_clean_lines: u64,
     /// Damage found (empty unless opened with [`LogVolume::open_salvage`]: `open` fails).
     pub damage: Vec<LogDamage>,
     /// Valid records after a damaged one that a salvage replayed.
@@ -499,6 +502,7 @@ pub struct RecoverySample {
     pub sampled_clean_lines: u64,
     pub differing_clean_lines: u64,
     pub dropped_clean_lines: u64,
+    pub unreadable_clean_lines: u64,
 }
 
 /// A request served by the backing device alone (failed cache).

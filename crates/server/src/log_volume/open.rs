@@ -250,6 +250,7 @@ impl LogVolume {
                 sampled_clean_lines: rep.sampled_clean_lines,
                 differing_clean_lines: rep.differing_clean_lines,
                 dropped_clean_lines: rep.dropped_clean_lines,
+                unreadable_clean_lines: rep.unreadable_clean_lines,
             };
         }
         let size = inner.sb.backing_size;

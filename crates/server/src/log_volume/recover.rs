@@ -149,15 +149,40 @@ impl Inner {
         let k = clean.len().min(crate::identity::sample_size(ls));
         let (mut a, mut b) = (vec![0u8; ls as usize], vec![0u8; ls as usize]);
         let mut differ = Vec::new();
+        let mut unreadable = 0usize;
         for j in 0..k {
             let (line, info) = clean[j * clean.len() / k];
             let n = self.sb.backing_size.saturating_sub(line * ls).min(ls) as usize;
-            let ok = self.read_extent(&info, &mut a)?;
-            self.read_backing(line, &mut b)?;
+            // A read error (after one retry) leaves the line out of the sample: one bad
+            // sector must not refuse a cache holding dirty data; the request path handles
+            // it later (a clean extent that fails to read is dropped, rule 8).
+            let read = self
+                .read_extent(&info, &mut a)
+                .or_else(|_| self.read_extent(&info, &mut a))
+                .map_err(|e| format!("its cached extent: {e}"))
+                .and_then(|ok| {
+                    crate::volume::read_twice(self.backing.as_ref(), &mut b, line * ls)
+                        .map(|()| ok)
+                        .map_err(|e| format!("the backing device: {e}"))
+                });
+            let ok = match read {
+                Ok(ok) => ok,
+                Err(e) => {
+                    tracing::warn!(
+                        "verifying cached line at volume byte {} against the backing device: reading {e}; line left out of the sample",
+                        line * ls
+                    );
+                    unreadable += 1;
+                    continue;
+                }
+            };
+            self.live.backing_bytes_read += ls;
             if !ok || a[..n] != b[..n] {
                 differ.push(line);
             }
         }
+        rep.unreadable_clean_lines = unreadable as u64;
+        let k = k - unreadable;
         rep.sampled_clean_lines = k as u64;
         rep.differing_clean_lines = differ.len() as u64;
         if differ.is_empty() {

@@ -106,6 +106,7 @@ mod records;
 mod settings;
 mod stats;
 
+pub(crate) use open::read_twice;
 pub use open::{format, read_superblock};
 
 /// How to format a cache device.
@@ -192,6 +193,9 @@ pub struct OpenReport {
     /// Sampled clean lines whose data failed its data checksum (`crate::data_sums`): damage
     /// in the cache, not a changed backing device; dropped (read from the backing device).
     pub damaged_clean_lines: u64,
+    /// Clean lines left out of the sample because the cache or backing device failed to
+    /// read them (twice): not compared, not dropped.
+    pub unreadable_clean_lines: u64,
 }
 
 fn mode_index(m: Mode) -> u8 {

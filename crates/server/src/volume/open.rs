@@ -161,6 +161,11 @@ fn check_backing_identity(
 ///
 /// With data checksums (`sums`), a differing line whose own bytes fail their checksum is
 /// damage in the cache, dropped alone (`OpenReport::damaged_clean_lines`).
+/// One read, and one retry if it fails (a transient error at open).
+pub(crate) fn read_twice(dev: &dyn BlockDev, buf: &mut [u8], off: u64) -> io::Result<()> {
+    dev.read_at(buf, off).or_else(|_| dev.read_at(buf, off))
+}
+
 #[allow(clippy::too_many_arguments)]
 fn verify_clean_sample(
     cache: &dyn BlockDev,
@@ -184,19 +189,34 @@ fn verify_clean_sample(
     let (mut a, mut b) = (vec![0u8; ls as usize], vec![0u8; ls as usize]);
     let mut differ: Vec<usize> = Vec::new();
     let mut damaged: Vec<usize> = Vec::new();
+    let mut unreadable = 0usize;
     for j in 0..k {
         let i = clean[j * clean.len() / k];
         let (slot, r) = lines[i];
         let at = (r.key & LINE_MASK) * ls;
         // Only the part of the line inside the backing device (a partial last line).
         let n = backing.size().saturating_sub(at).min(ls) as usize;
-        cache.read_at(&mut a[..n], sb.data_offset + slot as u64 * ls)?;
-        backing.read_at(&mut b[..n], at).map_err(|e| {
-            io::Error::new(
-                e.kind(),
-                format!("reading the backing device to verify the cache: {e}"),
-            )
-        })?;
+        // A read error (after one retry) leaves the line out of the sample: one bad sector
+        // must not refuse a cache holding dirty data. The request path handles it later (a
+        // clean line whose cache read fails is served from the backing device).
+        if let Err(e) = read_twice(cache, &mut a[..n], sb.data_offset + slot as u64 * ls)
+            .map_err(|e| {
+                format!(
+                    "the cache device at byte {}: {e}",
+                    sb.data_offset + slot as u64 * ls
+                )
+            })
+            .and_then(|()| {
+                read_twice(backing, &mut b[..n], at)
+                    .map_err(|e| format!("the backing device at byte {at}: {e}"))
+            })
+        {
+            tracing::warn!(
+                "verifying cached line at volume byte {at} against the backing device: reading {e}; line left out of the sample"
+            );
+            unreadable += 1;
+            continue;
+        }
         let same = (0..ls / sector).all(|s| {
             let (x, y) = ((s * sector) as usize, (((s + 1) * sector) as usize).min(n));
             r.valid >> s & 1 == 0 || x >= y || a[x..y] == b[x..y]
@@ -235,6 +255,9 @@ fn verify_clean_sample(
             .filter_map(|k| lines.iter().position(|(_, r)| r.key == *k))
             .collect();
     }
+    // Lines left out for a read error were not compared.
+    report.unreadable_clean_lines = unreadable as u64;
+    let k = k - unreadable;
     report.sampled_clean_lines = k as u64;
     report.differing_clean_lines = differ.len() as u64;
     if differ.is_empty() {
