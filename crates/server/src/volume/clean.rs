@@ -39,6 +39,10 @@ impl CacheVolume {
     }
 
     pub(super) fn clean_pass(&self, g: &mut Inner, n: u64) -> io::Result<()> {
+        if !g.cache_dropped.is_empty() {
+            let _excl = self.io.write().unwrap_or_else(|e| e.into_inner());
+            self.settle_dropped(g);
+        }
         self.sync_if_full(g)?;
         let batch = g.engine.begin_clean(n).map(InFlight::new);
         self.run_clean_steps(g, batch)
@@ -279,6 +283,10 @@ impl CacheVolume {
         // Degraded: its write-backs would fail; clean lines are evicted without a sync then.
         if g.closed || g.failed || g.degraded.is_some() || self.inline_cleaning() {
             return Ok(false);
+        }
+        if !g.cache_dropped.is_empty() {
+            let _excl = self.io.write().unwrap_or_else(|e| e.into_inner());
+            self.settle_dropped(g);
         }
         let k = self.unmap_batch_now();
         if k < 2 {

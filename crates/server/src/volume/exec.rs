@@ -12,6 +12,10 @@ impl CacheVolume {
         if g.closed {
             return Err(ioerr("the cache volume is shut down"));
         }
+        if !g.cache_dropped.is_empty() {
+            let _excl = self.io.write().unwrap_or_else(|e| e.into_inner());
+            self.settle_dropped(&mut g);
+        }
         // Classified under the lock, so requests reach the devices in the order they were
         // classified (a classifier outside it reorders concurrent sequential requests).
         let mut req = *req;
@@ -277,6 +281,30 @@ impl CacheVolume {
         e
     }
 
+    /// `[ssd, ssd + len)` of the data area is about to be written (a failed or torn write
+    /// too): not durable until the next cache sync that succeeds (`Inner::cache_unsynced`).
+    fn wrote_cache(&self, g: &mut Inner, ssd: u64, len: u64) {
+        if len == 0 {
+            return;
+        }
+        let (sh, ss) = (self.line_shift, g.engine.sector_size());
+        let ls = 1u64 << sh;
+        let mut p = ssd;
+        while p < ssd + len {
+            let slot = p >> sh;
+            let end = (ssd + len).min((slot + 1) << sh);
+            let (a, b) = ((p - (slot << sh)) / ss, (end - (slot << sh)).div_ceil(ss));
+            debug_assert!(b <= 64 && b * ss <= ls, "a line holds at most 64 sectors");
+            let mask = if b - a >= 64 {
+                u64::MAX
+            } else {
+                ((1u64 << (b - a)) - 1) << a
+            };
+            *g.cache_unsynced.entry(slot as u32).or_insert(0) |= mask;
+            p = end;
+        }
+    }
+
     /// `data` was written to the data area at `ssd`: records its checksums (sectors written
     /// in part are read back whole from the device).
     fn note_written(&self, g: &mut Inner, ssd: u64, data: &[u8]) -> io::Result<()> {
@@ -418,6 +446,7 @@ impl CacheVolume {
                 } => self.backing.read_at(&mut buf[r(b, len)], hdd).map_err(h)?,
                 Step::WriteSsd { ssd, buf: b, len } => {
                     self.unmap_before_reuse(g, ssd, len).map_err(u)?;
+                    self.wrote_cache(g, ssd, len);
                     self.cache.write_at(&buf[r(b, len)], d + ssd).map_err(c)?;
                     self.note_written(g, ssd, &buf[r(b, len)]).map_err(c)?
                 }
@@ -431,6 +460,7 @@ impl CacheVolume {
                     self.unmap_before_reuse(g, ssd, len).map_err(u)?;
                     tmp.resize(len as usize, 0);
                     self.backing.read_at(tmp, hdd).map_err(h)?;
+                    self.wrote_cache(g, ssd, len);
                     self.cache.write_at(tmp, d + ssd).map_err(c)?;
                     self.note_written(g, ssd, tmp).map_err(c)?
                 }

@@ -133,8 +133,19 @@ impl CacheVolume {
                             let ssd = ((slot as u64) << sh) + (p - base);
                             buf.resize((q - p) as usize, 0);
                             let exp = Self::expected(g, ssd, q - p);
-                            self.read_data(ssd, &mut buf, exp.as_ref())
-                                .and_then(|_| self.backing.write_at(&buf, p))
+                            let (k0, k1) = ((p - base) / ss, (q - base).div_ceil(ss));
+                            let dropped = g
+                                .cache_dropped
+                                .get(&slot)
+                                .is_some_and(|m| (k0..k1).any(|k| m >> k & 1 == 1));
+                            if dropped && exp.is_none() {
+                                Err(io::Error::other(
+                                    "the cache's copy was written since its last good sync, which failed and may have dropped it",
+                                ))
+                            } else {
+                                self.read_data(ssd, &mut buf, exp.as_ref())
+                                    .and_then(|_| self.backing.write_at(&buf, p))
+                            }
                         }
                         None => Err(io::Error::other("the cache does not hold them")),
                     };
@@ -237,6 +248,15 @@ impl CacheVolume {
         );
         let slots: Vec<u32> = g.engine.entries().map(|(_, s, _)| s).collect();
         self.recover(g, &[], 0, 0, &[], &slots);
+        // Whatever a failed cache sync may have dropped is no longer cached: its dirty
+        // sectors were copied verified or reported lost, its clean copies dropped.
+        debug_assert!(
+            g.cache_dropped
+                .keys()
+                .all(|&s| g.engine.slot_key(s).is_none()),
+            "a slot written since the failed cache sync still maps a line"
+        );
+        g.cache_dropped.clear();
         // A failed sync reports lost what it may have dropped (the lines are no longer
         // cached: nothing holds their bytes any more), never serves older bytes.
         if let Err(e) = self.sync_backing(g) {
@@ -324,6 +344,35 @@ impl CacheVolume {
     /// Whether write-backs are failing on the backing device (see [`VolumeStats::degraded`]).
     pub fn degraded(&self) -> bool {
         self.lock().degraded.is_some()
+    }
+
+    /// Drops the lines of the slots a failed cache sync may have dropped writes of
+    /// (`Inner::cache_dropped`): their dirty sectors are copied to the backing device only
+    /// where the data checksums verify them, else reported lost (reads fail until
+    /// rewritten); their clean copies are read again from the backing device. Called where
+    /// no plan or write-back is under way (before the engine plans, before a flush).
+    pub(super) fn settle_dropped(&self, g: &mut Inner) {
+        if g.cache_dropped.is_empty() {
+            return;
+        }
+        if !g.failed {
+            let slots: Vec<u32> = g
+                .cache_dropped
+                .keys()
+                .copied()
+                .filter(|&s| g.engine.slot_key(s).is_some())
+                .collect();
+            tracing::error!(
+                "a cache device sync failed and may have dropped the data written since the last good one: dropping {} cached lines written since (their dirty sectors are kept only if verified, else reported lost)",
+                slots.len()
+            );
+            self.recover(g, &[], 0, 0, &[], &slots);
+            assert!(
+                slots.iter().all(|&s| g.engine.slot_key(s).is_none()),
+                "a line a failed cache sync may have dropped is still cached"
+            );
+        }
+        g.cache_dropped.clear();
     }
 
     /// Records `[a, b)` as lost dirty data.
@@ -449,8 +498,18 @@ impl CacheVolume {
                             tmp.resize((q - p) as usize, 0);
                             // A damaged sector is lost, never copied (`crate::data_sums`).
                             let exp = Self::expected(g, p, q - p);
-                            self.read_data(p, &mut tmp, exp.as_ref())
-                                .and_then(|_| self.backing.write_at(&tmp, vol))
+                            // Written since the last good cache sync, which then failed: the
+                            // slot may hold older bytes; copied only if they verify.
+                            let dropped =
+                                g.cache_dropped.get(&slot).is_some_and(|m| m >> k & 1 == 1);
+                            if dropped && exp.is_none() {
+                                Err(io::Error::other(
+                                    "written to the cache since its last good sync, which failed and may have dropped it (no data checksums to verify the cached copy)",
+                                ))
+                            } else {
+                                self.read_data(p, &mut tmp, exp.as_ref())
+                                    .and_then(|_| self.backing.write_at(&tmp, vol))
+                            }
                         }
                     };
                     if let Err(e) = r {
@@ -484,9 +543,12 @@ impl CacheVolume {
             return;
         };
         s.lost = lost;
-        let r = s.write_header(&*self.cache).and_then(|_| self.cache.sync());
+        let r = s.write_header(&*self.cache);
+        let r = r.and_then(|_| self.sync_cache(g));
         if let Err(e) = r {
-            s.header_dirty = true;
+            if let Some(s) = g.sums.as_mut() {
+                s.header_dirty = true;
+            }
             tracing::error!(
                 "could not record the lost ranges in the data checksum region ({e}): after a restart they may read the backing device's older data"
             );

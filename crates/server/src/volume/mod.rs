@@ -223,6 +223,17 @@ struct Inner {
     /// engine already maps their new lines, but a slot may still hold its old one, so a
     /// failed sync in the middle of the plan never copies a line from them.
     in_plan: BTreeSet<u32>,
+    /// Data-area sectors written since the last cache sync that succeeded: slot -> mask of
+    /// its sectors (bit k: sector k of the line). Cleared by every good cache sync; a
+    /// failed one moves them to `cache_dropped` ([`CacheVolume::sync_cache`]). At most one
+    /// entry per slot (bounded by the cache's lines, like `mem`).
+    cache_unsynced: BTreeMap<u32, u64>,
+    /// Sectors a failed cache sync may have dropped (the slot then holds older bytes or
+    /// garbage, and a later sync succeeds without them): no recovery or backing rewrite
+    /// copies them unless data checksums verify them ([`CacheVolume::recover`]), and
+    /// [`CacheVolume::settle_dropped`] drops their lines (dirty sectors reported lost)
+    /// before the engine plans again, or `fail_cache` drops everything.
+    cache_dropped: BTreeMap<u32, u64>,
     slots: Vec<u32>,
     closed: bool,
     /// Cache-device errors so far; at `max_cache_errors` the cache is failed.

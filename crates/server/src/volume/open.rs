@@ -585,6 +585,8 @@ impl CacheVolume {
             hdd_unsynced: BTreeMap::new(),
             hdd_unsynced_bytes: 0,
             in_plan: BTreeSet::new(),
+            cache_unsynced: BTreeMap::new(),
+            cache_dropped: BTreeMap::new(),
             slots: Vec::new(),
             closed: false,
             cache_errors: 0,

@@ -5,6 +5,27 @@
 use super::*;
 
 impl CacheVolume {
+    /// Syncs the cache device (every cache sync of a running volume goes through here): a
+    /// sync that succeeds makes every data-area write before it durable
+    /// (`Inner::cache_unsynced` cleared). A sync that fails may have dropped them (Linux after a writeback error: the pages
+    /// are marked clean, reads return the older bytes, a later sync succeeds without them):
+    /// they move to `Inner::cache_dropped`, whose lines no recovery copies unverified and
+    /// [`CacheVolume::settle_dropped`] drops at the next safe point.
+    pub(super) fn sync_cache(&self, g: &mut Inner) -> io::Result<()> {
+        match self.cache.sync() {
+            Ok(()) => {
+                g.cache_unsynced.clear();
+                Ok(())
+            }
+            Err(e) => {
+                for (s, m) in std::mem::take(&mut g.cache_unsynced) {
+                    *g.cache_dropped.entry(s).or_insert(0) |= m;
+                }
+                Err(e)
+            }
+        }
+    }
+
     pub(super) fn write_superblock(&self, g: &mut Inner) -> io::Result<()> {
         if g.failed {
             return Err(ioerr(
@@ -13,7 +34,7 @@ impl CacheVolume {
         }
         g.sb.generation += 1;
         self.cache.write_at(&g.sb.encode(), 0)?;
-        self.cache.sync()
+        self.sync_cache(g)
     }
 
     /// Rule 5 of the module doc: the metadata pages to flag in flux before `steps` run, i.e.
@@ -106,7 +127,7 @@ impl CacheVolume {
             }
             self.cache.write_at(&buf, META_OFFSET + first * PAGE)?;
         }
-        self.cache.sync()?;
+        self.sync_cache(g)?;
         g.flux_pages.extend(pages.iter().map(|&p| (p, epoch)));
         self.metrics.flux_syncs.fetch_add(1, Ordering::Relaxed);
         self.metrics
@@ -241,7 +262,7 @@ impl CacheVolume {
                     .write_at(&buf, META_OFFSET + first * PAGE)
                     .map_err(c)?;
             }
-            self.cache.sync().map_err(c)?;
+            self.sync_cache(g).map_err(c)?;
             for &s in &on_disk {
                 g.disk_key[s as usize] = EMPTY_KEY;
             }
@@ -299,17 +320,21 @@ impl CacheVolume {
     /// A cache-device failure here fails the cache (see [`CacheVolume::fail_cache`]); the
     /// flush then fails only if dirty data was lost with it.
     pub(super) fn flush_locked(&self, g: &mut Inner) -> io::Result<()> {
+        self.settle_dropped(g);
         if g.failed {
             return self.sync_backing(g).map_err(|e| self.backing_error(e));
         }
         self.sync_backing(g).map_err(|e| self.backing_error(e))?;
         if let Err(e) = self.flush_cache(g) {
-            let lost_before = g.lost.len();
+            let lost_before = g.lost.clone();
             g.cache_errors += 1;
             self.metrics.cache_errors.fetch_add(1, Ordering::Relaxed);
             tracing::error!("cache device failed during a flush: {e}");
+            // A failed sync moved the data-area writes since the last good one to
+            // `cache_dropped`: `fail_cache`'s write-back copies none of them unverified.
             let erased = self.fail_cache(g, &format!("cache device failed during a flush: {e}"));
-            if g.lost.len() != lost_before {
+            // (Compared whole: a newly lost range may merge into one listed already.)
+            if g.lost != lost_before {
                 return Err(io::Error::other(format!(
                     "flush: the cache device failed and dirty data was lost ({e})"
                 )));
@@ -333,7 +358,7 @@ impl CacheVolume {
         if let Some(s) = g.sums.as_mut().filter(|s| s.has_dirty()) {
             s.write_dirty(&*self.cache)?;
         }
-        self.cache.sync()?;
+        self.sync_cache(g)?;
         let header = g.sums.as_ref().is_some_and(|s| s.header_dirty);
         self.flush_cache_records(g)?;
         if let Some(s) = g.sums.as_mut().filter(|_| header) {
@@ -341,7 +366,7 @@ impl CacheVolume {
             // in between keeps reporting the range lost, never serves the stale backing copy).
             s.lost = g.lost.clone();
             s.write_header(&*self.cache)?;
-            self.cache.sync()?;
+            self.sync_cache(g)?;
         }
         Ok(())
     }
@@ -355,6 +380,14 @@ impl CacheVolume {
             "cache records written while {} backing ranges are not synced (first {:?})",
             g.hdd_unsynced.len(),
             g.hdd_unsynced.iter().next()
+        );
+        // A record maps data the device must already hold: every data-area write before it
+        // was synced by a sync that succeeded (`Inner::cache_unsynced`).
+        assert!(
+            g.cache_unsynced.is_empty(),
+            "cache records written while {} slots' data is not synced (first {:?})",
+            g.cache_unsynced.len(),
+            g.cache_unsynced.iter().next()
         );
         let epoch = g.flush_epoch;
         let retiring: BTreeSet<u64> = g
@@ -392,7 +425,7 @@ impl CacheVolume {
                 }
             }
         }
-        self.cache.sync()?;
+        self.sync_cache(g)?;
         g.dirty_pages.clear();
         g.flux_pages.retain(|p, _| !retiring.contains(p));
         g.flush_epoch += 1;
