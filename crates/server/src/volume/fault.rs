@@ -179,10 +179,13 @@ impl CacheVolume {
     // dropped after their dirty bytes are copied to the backing device, and the request is
     // served by the backing device. Dirty bytes that cannot be copied are *lost*: they are
     // logged, listed in `stats().lost_dirty_ranges`, and reads of them fail (never stale
-    // data) until they are written again. After `max_cache_errors` errors (or any failure to
-    // make the cache durable) the cache is failed: everything that can be written back is,
-    // and every request goes to the backing device. A backing-device error fails the one
-    // request it happened in.
+    // data) until they are written again. After `max_cache_errors` errors (or a failed cache
+    // sync in a full flush: FLUSH, FUA, shutdown, mode change) the cache is failed: everything that can be written
+    // back is, and every request goes to the backing device. A failed cache sync elsewhere
+    // (flagging records in flux, unmapping before reuse) counts as one error: the writes it
+    // may have dropped (`cache_unsynced`) are never served or copied unless their data
+    // checksums verify; their lines are dropped (dirty sectors reported lost) before the
+    // next plan. A backing-device error fails the one request it happened in.
 
     /// Cache-device errors after which the cache is failed and bypassed.
     pub fn set_max_cache_errors(&self, n: u64) {
