@@ -127,22 +127,16 @@ pub fn run(a: ReproduceArgs) -> Result<()> {
     Ok(())
 }
 
-fn fmt_num(v: f64) -> String {
-    if v != 0.0 && v.abs() < 0.01 {
-        format!("{v:.2e}")
-    } else if v.abs() >= 100.0 {
-        format!("{v:.0}")
-    } else {
-        format!("{v:.2}")
-    }
-}
-
 /// "2.19 +- 0.55", "<= 0.05", ">= 100": the seed's number and what counts as holding.
 fn bound(c: &Claim) -> String {
     match c.sense {
-        Sense::Within => format!("{} +- {}", fmt_num(c.seed), fmt_num(c.tolerance)),
-        Sense::AtMost => format!("<= {}", fmt_num(c.seed + c.tolerance)),
-        Sense::AtLeast => format!(">= {}", fmt_num(c.seed - c.tolerance)),
+        Sense::Within => format!(
+            "{} +- {}",
+            reproduce::short_num(c.seed),
+            reproduce::short_num(c.tolerance)
+        ),
+        Sense::AtMost => format!("<= {}", reproduce::short_num(c.seed + c.tolerance)),
+        Sense::AtLeast => format!(">= {}", reproduce::short_num(c.seed - c.tolerance)),
     }
 }
 
@@ -155,7 +149,9 @@ fn claims_text(claims: &[Claim]) -> String {
             "   {:<w$}  seed {:<14} ours {:<9} {}",
             c.id,
             bound(c),
-            c.ours.map(fmt_num).unwrap_or_else(|| "-".into()),
+            c.ours
+                .map(reproduce::short_num)
+                .unwrap_or_else(|| "-".into()),
             if c.holds { "holds" } else { "DOES NOT HOLD" }
         );
         if let Some(why) = &c.why {
@@ -188,7 +184,7 @@ fn claims_html(claims: &[&Claim], requests: Option<u64>, secs: f64) -> String {
             esc(&c.text),
             esc(&c.unit),
             esc(&bound(c)),
-            c.ours.map(fmt_num).unwrap_or_else(|| "-".into()),
+            c.ours.map(reproduce::short_num).unwrap_or_else(|| "-".into()),
             if c.holds { "yes" } else { "<b>no</b>" },
             esc(c.why.as_deref().unwrap_or(""))
         );

@@ -171,7 +171,8 @@ impl Measured {
     }
 }
 
-fn short_num(v: f64) -> String {
+/// A claim's number as the tables print it (3 significant-ish digits, exponent below 0.01).
+pub fn short_num(v: f64) -> String {
     if v != 0.0 && v.abs() < 0.01 {
         format!("{v:.2e}")
     } else if v.abs() >= 100.0 {
