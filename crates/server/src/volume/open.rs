@@ -147,6 +147,11 @@ fn check_backing_identity(
     Ok(note)
 }
 
+/// One read, and one retry if it fails (a transient error at open).
+pub(crate) fn read_twice(dev: &dyn BlockDev, buf: &mut [u8], off: u64) -> io::Result<()> {
+    dev.read_at(buf, off).or_else(|_| dev.read_at(buf, off))
+}
+
 /// Compares a sample of the clean lines about to be restored with the backing device. A
 /// clean line must equal it; when one does not, the backing device was written behind the
 /// cache's back or is another disk:
@@ -160,12 +165,8 @@ fn check_backing_identity(
 ///   backing copy, and keep reading it), unless every sampled line differs (another disk).
 ///
 /// With data checksums (`sums`), a differing line whose own bytes fail their checksum is
-/// damage in the cache, dropped alone (`OpenReport::damaged_clean_lines`).
-/// One read, and one retry if it fails (a transient error at open).
-pub(crate) fn read_twice(dev: &dyn BlockDev, buf: &mut [u8], off: u64) -> io::Result<()> {
-    dev.read_at(buf, off).or_else(|_| dev.read_at(buf, off))
-}
-
+/// damage in the cache, dropped alone (`OpenReport::damaged_clean_lines`). A line either
+/// device fails to read (twice) is left out of the sample (`unreadable_clean_lines`).
 #[allow(clippy::too_many_arguments)]
 fn verify_clean_sample(
     cache: &dyn BlockDev,
