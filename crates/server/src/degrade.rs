@@ -98,11 +98,13 @@ impl Degraded {
     }
 
     /// The error a write that finds no room without a write-back gets: the backing device's
-    /// last error kind (ENOSPC stays ENOSPC), else EIO.
-    pub fn no_room(d: Option<&Degraded>, what: &str) -> io::Error {
+    /// last error kind and text (ENOSPC stays ENOSPC), else those of `now`, the write-back
+    /// error that just happened (the volume is not marked degraded yet).
+    pub fn no_room(d: Option<&Degraded>, what: &str, now: &io::Error) -> io::Error {
+        let now_text = now.to_string();
         let (kind, last) = match d {
             Some(d) => (d.last_kind, d.last_error.as_str()),
-            None => (io::ErrorKind::Other, "?"),
+            None => (now.kind(), now_text.as_str()),
         };
         io::Error::new(
             kind,
@@ -279,10 +281,15 @@ mod tests {
         let g = d.as_ref().unwrap();
         assert_eq!(g.backoff, RETRY_MAX);
         assert_eq!(g.failures, 21);
+        let now = io::Error::new(io::ErrorKind::TimedOut, "the write-back just now");
         assert_eq!(
-            Degraded::no_room(d.as_ref(), "t").kind(),
+            Degraded::no_room(d.as_ref(), "t", &now).kind(),
             io::ErrorKind::StorageFull
         );
+        // Not (yet) degraded: the error that just happened is named, not "(?)".
+        let e = Degraded::no_room(None, "log cache", &now);
+        assert_eq!(e.kind(), io::ErrorKind::TimedOut);
+        assert!(e.to_string().contains("(the write-back just now)"), "{e}");
         assert!(Degraded::healed(&mut d));
         assert!(d.is_none());
     }

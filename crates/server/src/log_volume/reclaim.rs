@@ -54,6 +54,7 @@ impl Inner {
                                 backing_fault(Degraded::no_room(
                                     self.degraded.as_ref(),
                                     "log cache",
+                                    &e,
                                 ))
                             });
                         }
