@@ -638,6 +638,30 @@ impl Run {
         Ok(())
     }
 
+    /// Shuts `vol` down cleanly (the shutdown may fail the cache with a sync error and lose
+    /// data), notes it as `what`, and exits the process keeping the page cache; a shutdown
+    /// that succeeded makes everything but the lost ranges durable in the model. Returns the
+    /// shutdown's result, whether the cache failed, and the ranges reported lost.
+    fn clean_shutdown(
+        &mut self,
+        vol: Vol,
+        what: &str,
+    ) -> (std::io::Result<()>, bool, Vec<(u64, u64)>) {
+        let res = vol.live().shutdown();
+        let failed = vol.live().cache_failed();
+        let lost = vol.lost();
+        self.note(format!(
+            "{what}: {res:?} (cache failed {failed}, lost {lost:?})"
+        ));
+        drop(vol);
+        self.rig.faults.process_exit();
+        if res.is_ok() {
+            self.m.flushed(&lost);
+            self.lost_seen.clone_from(&lost);
+        }
+        (res, failed, lost)
+    }
+
     /// Clean restart or power cut, then reopen with no faults injected.
     fn restart(&mut self, i: usize) -> Result<(), String> {
         let crash = self.rng.gen_bool(0.5);
@@ -654,19 +678,9 @@ impl Run {
             ));
             failed
         } else {
-            let res = vol.live().shutdown();
-            // The shutdown may fail the cache (a sync error) and lose data.
-            let failed = vol.live().cache_failed();
-            lost = vol.lost();
-            self.note(format!(
-                "op {i}: clean shutdown: {res:?} (cache failed {failed}, lost {lost:?})"
-            ));
-            drop(vol);
-            self.rig.faults.process_exit();
-            if res.is_ok() {
-                self.m.flushed(&lost);
-                self.lost_seen.clone_from(&lost);
-            } else {
+            let (res, failed, l) = self.clean_shutdown(vol, &format!("op {i}: clean shutdown"));
+            lost = l;
+            if res.is_err() {
                 self.m.crashed();
             }
             failed
@@ -764,18 +778,8 @@ impl Run {
         self.heal();
         // A last clean restart with nothing injected, then every sector.
         let vol = self.rig.vol.take().unwrap();
-        let res = vol.live().shutdown();
-        let failed = vol.live().cache_failed();
-        let lost = vol.lost();
-        self.note(format!(
-            "final shutdown: {res:?} (failed {failed}, lost {lost:?})"
-        ));
-        drop(vol);
-        self.rig.faults.process_exit();
-        if res.is_ok() {
-            self.m.flushed(&lost);
-            self.lost_seen.clone_from(&lost);
-        } else {
+        let (res, failed, lost) = self.clean_shutdown(vol, "final shutdown");
+        if res.is_err() {
             return Err(self.fail(format!("shutdown with no fault injected failed: {res:?}")));
         }
         self.forget_lost(&lost);

@@ -39,10 +39,7 @@ impl CacheVolume {
     }
 
     pub(super) fn clean_pass(&self, g: &mut Inner, n: u64) -> io::Result<()> {
-        if !g.cache_dropped.is_empty() {
-            let _excl = self.io.write().unwrap_or_else(|e| e.into_inner());
-            self.settle_dropped(g);
-        }
+        self.settle_dropped_exclusive(g);
         self.sync_if_full(g)?;
         let batch = g.engine.begin_clean(n).map(InFlight::new);
         self.run_clean_steps(g, batch)
@@ -284,10 +281,7 @@ impl CacheVolume {
         if g.closed || g.failed || g.degraded.is_some() || self.inline_cleaning() {
             return Ok(false);
         }
-        if !g.cache_dropped.is_empty() {
-            let _excl = self.io.write().unwrap_or_else(|e| e.into_inner());
-            self.settle_dropped(g);
-        }
+        self.settle_dropped_exclusive(g);
         let k = self.unmap_batch_now();
         if k < 2 {
             return Ok(false);

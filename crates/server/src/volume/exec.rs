@@ -12,10 +12,7 @@ impl CacheVolume {
         if g.closed {
             return Err(ioerr("the cache volume is shut down"));
         }
-        if !g.cache_dropped.is_empty() {
-            let _excl = self.io.write().unwrap_or_else(|e| e.into_inner());
-            self.settle_dropped(&mut g);
-        }
+        self.settle_dropped_exclusive(&mut g);
         // Classified under the lock, so requests reach the devices in the order they were
         // classified (a classifier outside it reorders concurrent sequential requests).
         let mut req = *req;

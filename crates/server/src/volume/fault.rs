@@ -349,6 +349,15 @@ impl CacheVolume {
         self.lock().degraded.is_some()
     }
 
+    /// [`CacheVolume::settle_dropped`] after the hits reading data outside the volume lock
+    /// are done (the `io` lock, taken exclusively only when there is something to settle).
+    pub(super) fn settle_dropped_exclusive(&self, g: &mut Inner) {
+        if !g.cache_dropped.is_empty() {
+            let _excl = self.io.write().unwrap_or_else(|e| e.into_inner());
+            self.settle_dropped(g);
+        }
+    }
+
     /// Drops the lines of the slots a failed cache sync may have dropped writes of
     /// (`Inner::cache_dropped`): their dirty sectors are copied to the backing device only
     /// where the data checksums verify them, else reported lost (reads fail until
