@@ -479,8 +479,7 @@ fn open_cache(path: &std::path::Path) -> Result<Box<dyn BlockDev>> {
 /// 0600 whatever the umask: the file will hold the volume's data.
 fn create_cache_file(path: &Path, bytes: u64, ls: u64, data_checksums: bool) -> Result<()> {
     anyhow::ensure!(ls > 0, "--line-size must be above 0");
-    let lines = bytes / ls;
-    let total = Superblock::data_offset_with(lines, ls, data_checksums) + lines * ls;
+    let total = cache_file_len(bytes, ls, data_checksums);
     std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
@@ -488,6 +487,61 @@ fn create_cache_file(path: &Path, bytes: u64, ls: u64, data_checksums: bool) -> 
         .open(path)
         .and_then(|f| f.set_len(total))
         .with_context(|| format!("creating the cache device {}", path.display()))
+}
+
+/// The length of the file [`create_cache_file`] makes for `bytes` of lines of `ls`.
+fn cache_file_len(bytes: u64, ls: u64, data_checksums: bool) -> u64 {
+    let lines = bytes / ls;
+    Superblock::data_offset_with(lines, ls, data_checksums) + lines * ls
+}
+
+/// `serve --cache-size` on a cache that already holds a cache: the formatted size is what is
+/// served, so a different size is refused rather than ignored. The same size (a restart
+/// repeating the command line that formatted it) passes. `formatted`: the data bytes of a
+/// direct-layout cache; `None` for the log layout, which uses its whole device and whose
+/// size can only match the file `--format-if-needed --cache-size` would have created.
+fn formatted_size_matches(
+    cache_path: &Path,
+    given: &str,
+    bytes: u64,
+    formatted: Option<(u64, u64)>,
+    log_device: Option<(u64, u64, bool)>,
+) -> Result<()> {
+    let (have, what) = match (formatted, log_device) {
+        (Some((lines, ls)), _) => {
+            if bytes / ls == lines {
+                return Ok(());
+            }
+            (
+                lines * ls,
+                format!(
+                    "is formatted with {lines} lines of {ls} bytes ({})",
+                    tiercache_engine::fmt_size(lines * ls)
+                ),
+            )
+        }
+        (None, Some((dev_size, ls, sums))) => {
+            if cache_file_len(bytes, ls, sums) == dev_size {
+                return Ok(());
+            }
+            (
+                dev_size,
+                format!(
+                    "is formatted in the log layout, which uses its whole device ({})",
+                    tiercache_engine::fmt_size(dev_size)
+                ),
+            )
+        }
+        (None, None) => return Ok(()),
+    };
+    bail!(
+        "--cache-size {given}: {} {what}; --cache-size only sizes a new cache and would be ignored. \
+         Serve it as it is without --cache-size (or with the size it was made with, {}), or, to resize it, \
+         empty it of dirty data (`tiercache ctl flush`, or `ctl mode wt`), stop it, remove the file and \
+         start again with --format-if-needed --cache-size {given} (a block device: `tiercache format --force`)",
+        cache_path.display(),
+        tiercache_engine::fmt_size(have)
+    )
 }
 
 /// Fails when the directory a socket is to be created in does not exist, before anything is
@@ -1054,6 +1108,17 @@ pub fn serve(a: ServeArgs) -> Result<()> {
     if let Some(d) = &state_dir {
         make_state_dir(d)?;
     }
+    if let (Some(bytes), false, true) = (cache_size, created, log_dev || format_log) {
+        // An existing device in the log layout (or a blank one about to be): the layout takes
+        // the whole device, so --cache-size holds only if it made this file.
+        formatted_size_matches(
+            &cache_path,
+            a.cache_size.as_deref().unwrap_or_default(),
+            bytes,
+            None,
+            Some((cache.size(), new_line, a.data_checksums)),
+        )?;
+    }
     if log_dev || format_log {
         let p = crate::log_serve::LogServe {
             cache_path: cache_path.clone(),
@@ -1097,6 +1162,15 @@ pub fn serve(a: ServeArgs) -> Result<()> {
     let mut tuning = None;
     match direct_sb {
         Ok(sb) => {
+            if let Some(bytes) = cache_size {
+                formatted_size_matches(
+                    &cache_path,
+                    a.cache_size.as_deref().unwrap_or_default(),
+                    bytes,
+                    Some((sb.capacity_lines, sb.line_size)),
+                    None,
+                )?;
+            }
             uuid = Some(sb.uuid);
             tuning = serve_settings(
                 &cache_path,

@@ -587,3 +587,49 @@ fn readme_walkthrough_runs() {
     );
     assert!(!dir.path().join("tc-demo").exists());
 }
+
+/// `serve --cache-size` on a cache that is already formatted: the size it was formatted with
+/// is what is served, so a different size must not be silently ignored (both layouts; the
+/// same size, as a restart repeating its first command line gives, is fine).
+#[test]
+fn serve_refuses_a_cache_size_the_cache_was_not_formatted_with() {
+    let dir = common::tmp();
+    let d = dir.path();
+    std::fs::File::create(d.join("backing.img"))
+        .unwrap()
+        .set_len(64 << 20)
+        .unwrap();
+    for (layout, size, other) in [("direct", "8M", "16M"), ("log", "16M", "32M")] {
+        let cache = d.join("cache.img");
+        let _ = std::fs::remove_file(&cache);
+        let extra: &[&str] = if layout == "log" {
+            &["--layout", "log"]
+        } else {
+            &[]
+        };
+        // First start formats at `size`; a restart repeating it is served as before.
+        for _ in 0..2 {
+            common::Srv::sized(d, size, extra).stop("-TERM");
+        }
+        let (c, b) = (
+            cache.to_str().unwrap().to_string(),
+            d.join("backing.img").to_str().unwrap().to_string(),
+        );
+        for flags in [
+            vec!["--cache-size", other],
+            vec!["--cache-size", other, "--format-if-needed"],
+        ] {
+            let mut args = vec!["--cache", &c, "--backing", &b];
+            args.extend(flags.iter().copied());
+            args.extend(extra);
+            let err = common::serve_refused(d, &args);
+            assert!(
+                err.contains("--cache-size") && err.contains(other) && err.contains("formatted"),
+                "{layout}: serve --cache-size {other} on a cache formatted at {size}: {err}"
+            );
+            assert!(!err.contains("serving NBD"), "{layout}: {err}");
+        }
+        // The cache was left as it was: the first size still serves.
+        common::Srv::sized(d, size, extra).stop("-TERM");
+    }
+}
