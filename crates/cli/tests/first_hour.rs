@@ -541,6 +541,22 @@ fn ctl_stats_reads_like_casadm_and_writes_csv() {
     assert_eq!(reads.len(), 1, "{csv}");
     let v: u64 = reads[0].split(',').nth(2).unwrap().parse().unwrap();
     assert!(v > 1000, "{csv}");
+    // Per volume (one per server until issue 15): labelled with the volume's name (its
+    // backing device) in text, CSV and JSON, with the same figures as the totals.
+    let name = std::fs::canonicalize(d.join("backing.img"))
+        .unwrap()
+        .display()
+        .to_string();
+    let j: serde_json::Value =
+        serde_json::from_slice(&ok(&["ctl", "--control", c, "stats", "--json"]).stdout).unwrap();
+    assert_eq!(j["volume_name"], name.as_str(), "{j}");
+    assert!(out.contains("[per volume]"), "{out}");
+    assert!(out.contains(&format!("volume {name} ")), "{out}");
+    let vol_reads = format!("volume,\"volume {name}: read requests\",{v},requests");
+    assert!(
+        csv.lines().any(|l| l == vol_reads),
+        "no {vol_reads:?} in\n{csv}"
+    );
     // `ctl ... stats | head -2` ends quietly.
     let o = into_closed_pipe(&["ctl", "--control", c, "stats"]);
     assert!(!text(&o).1.contains("panicked"), "{}", text(&o).1);
