@@ -95,7 +95,7 @@ fn sockets_and_cache_file_are_private_under_umask_000() {
 #[test]
 fn control_socket_refuses_other_uids() {
     if !is_root() {
-        println!("SKIP: needs root to run a client as user nobody (uid 65534)");
+        tiercache_testskip::skip!("needs root to run a client as user nobody (uid 65534)");
         return;
     }
     let dir = setup();

@@ -190,7 +190,7 @@ fn kernel_written_files_are_relabelled_live() {
         return;
     }
     if !std::path::Path::new("/dev/fuse").exists() {
-        println!("SKIP: /dev/fuse is missing");
+        tiercache_testskip::skip!("/dev/fuse is missing");
         return;
     }
     let dir = tempfile::tempdir().unwrap();
