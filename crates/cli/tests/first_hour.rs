@@ -349,6 +349,14 @@ fn q_means_quiet_everywhere_and_replay_keeps_its_old_q() {
     for cmd in ["sim", "mrc", "sweep", "demo", "replay"] {
         let (help, _) = text(&ok(&[cmd, "--help"]));
         assert!(help.contains("-q, --quiet"), "{cmd}: {help}");
+        // And the help says what it quiets.
+        let line = help.lines().find(|l| l.contains("-q, --quiet")).unwrap();
+        assert!(
+            line.split("--quiet")
+                .nth(1)
+                .is_some_and(|d| !d.trim().is_empty()),
+            "{cmd}: `-q, --quiet` has no description: {line:?}"
+        );
     }
     // The old `replay -q 16` still parses as the queue depth (a deprecation note), failing only
     // on the missing server.
