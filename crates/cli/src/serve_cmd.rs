@@ -1069,6 +1069,22 @@ pub fn serve(a: ServeArgs) -> Result<()> {
         }
         None => Box::new(backing_file),
     };
+    // The class flags are checked before a cache file is created or formatted: a start they
+    // refuse must leave nothing behind (a formatted file would fix the cache size for the
+    // next start). Under --layout log they are refused by the log layout instead, below.
+    let early_table = if a.layout.is_log()? {
+        None
+    } else {
+        let t = crate::serve_classes::table(&a.classes, &a.class_rules, a.classifier.as_deref())?;
+        if let Some(t) = &t {
+            tiercache_server::classify::by_name(
+                a.classifier.as_deref().unwrap_or("none"),
+                t.clone(),
+            )
+            .map_err(|e| anyhow!(e))?;
+        }
+        Some(t)
+    };
     let cache_is_nbd = NbdDev::is_uri(&cache_path.to_string_lossy());
     let created = !cache_is_nbd && !cache_path.exists() && a.format_if_needed;
     if created {
@@ -1233,7 +1249,10 @@ pub fn serve(a: ServeArgs) -> Result<()> {
         }
         Err(e) => return Err(e).with_context(|| format!("reading {}", cache_path.display())),
     }
-    let table = crate::serve_classes::table(&a.classes, &a.class_rules, a.classifier.as_deref())?;
+    let table = match early_table {
+        Some(t) => t,
+        None => crate::serve_classes::table(&a.classes, &a.class_rules, a.classifier.as_deref())?,
+    };
     let opts = OpenOptions {
         mode,
         policy: a.policy.clone(),
