@@ -507,17 +507,17 @@ fn formatted_size_matches(
     formatted: Option<(u64, u64)>,
     log_device: Option<(u64, u64, bool)>,
 ) -> Result<()> {
-    let (have, what) = match (formatted, log_device) {
+    let (what, same) = match (formatted, log_device) {
         (Some((lines, ls)), _) => {
             if bytes / ls == lines {
                 return Ok(());
             }
             (
-                lines * ls,
                 format!(
                     "is formatted with {lines} lines of {ls} bytes ({})",
                     tiercache_engine::fmt_size(lines * ls)
                 ),
+                format!(" (or with --cache-size {}, its size)", lines * ls),
             )
         }
         (None, Some((dev_size, ls, sums))) => {
@@ -525,22 +525,21 @@ fn formatted_size_matches(
                 return Ok(());
             }
             (
-                dev_size,
                 format!(
-                    "is formatted in the log layout, which uses its whole device ({})",
+                    "is formatted in the log layout (or, blank, would be), which uses its whole device ({})",
                     tiercache_engine::fmt_size(dev_size)
                 ),
+                String::new(),
             )
         }
         (None, None) => return Ok(()),
     };
     bail!(
         "--cache-size {given}: {} {what}; --cache-size only sizes a new cache and would be ignored. \
-         Serve it as it is without --cache-size (or with the size it was made with, {}), or, to resize it, \
-         empty it of dirty data (`tiercache ctl flush`, or `ctl mode wt`), stop it, remove the file and \
-         start again with --format-if-needed --cache-size {given} (a block device: `tiercache format --force`)",
-        cache_path.display(),
-        tiercache_engine::fmt_size(have)
+         Serve it as it is without --cache-size{same}; to resize it, write its dirty data back \
+         (`tiercache ctl flush`), stop it, remove the file and start again with --format-if-needed \
+         --cache-size {given} (a block device: `tiercache format --force`)",
+        cache_path.display()
     )
 }
 
