@@ -497,9 +497,10 @@ fn cache_file_len(bytes: u64, ls: u64, data_checksums: bool) -> u64 {
 
 /// `serve --cache-size` on a cache that already holds a cache: the formatted size is what is
 /// served, so a different size is refused rather than ignored. The same size (a restart
-/// repeating the command line that formatted it) passes. `formatted`: the data bytes of a
-/// direct-layout cache; `None` for the log layout, which uses its whole device and whose
-/// size can only match the file `--format-if-needed --cache-size` would have created.
+/// repeating the command line that formatted it) passes. `formatted`: (lines, line size) of a
+/// direct-layout superblock; `log_device`: (device size, line size, data checksums) for the
+/// log layout, which uses its whole device: only the length of the file `--format-if-needed
+/// --cache-size` creates matches.
 fn formatted_size_matches(
     cache_path: &Path,
     given: &str,
