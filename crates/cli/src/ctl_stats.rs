@@ -151,6 +151,9 @@ fn rows(s: &Value) -> Vec<Row> {
         }
     }
     counter_rows("requests", &s["totals"], &mut out);
+    if is_log(s) {
+        out.retain(|r| !outcome_row(r));
+    }
     for (name, k) in [
         ("cache device errors", "cache_errors"),
         ("core (backing) device errors", "backing_errors"),
@@ -163,9 +166,39 @@ fn rows(s: &Value) -> Vec<Row> {
     out
 }
 
+/// Whether the reply is the log layout's: its engine counts lines, not requests by outcome
+/// (hits, partial and full misses, per direction), so those rows would read as zeros.
+fn is_log(s: &Value) -> bool {
+    s["layout"] == "log"
+}
+
+/// A request-outcome figure (whole, partly, not served; per direction).
+fn outcome_row(r: &Row) -> bool {
+    let dir_row = ["read ", "write "].iter().any(|d| {
+        r.1.strip_prefix(d).is_some_and(|k| {
+            let k = k.trim_end_matches(" %");
+            [
+                "hits",
+                "partial misses",
+                "full misses",
+                "pass-through",
+                "total",
+            ]
+            .contains(&k)
+        })
+    });
+    dir_row
+        || r.1.starts_with("requests served whole")
+        || r.1.starts_with("requests partly served")
+        || r.1.starts_with("requests not served")
+}
+
 /// casadm -P's sections as text, after the summary `ctl stats` prints.
 pub fn print_breakdown(s: &Value) {
     let all = rows(s);
+    if is_log(s) {
+        println!("\nrequests by outcome (hits, partial and full misses, per direction): not counted by the log layout; see the line hits");
+    }
     let mut section = "";
     for (i, (sec, name, v, unit)) in all.iter().enumerate() {
         if *sec != section {
@@ -189,27 +222,62 @@ pub fn print_breakdown(s: &Value) {
             println!("{name:<48} {:>16} {unit}", *v as u64);
         }
     }
+    // Per volume (casadm -P per core device): a server has one volume until issue 15, which
+    // adds a line per volume here; the section is labelled with the volume's name.
+    println!("\n[per volume]");
+    if is_log(s) {
+        let t = &s["totals"];
+        println!(
+            "volume {} {:>10} requests, read line hits {} of {}",
+            volume_name(s),
+            n(&t["reads"]) + n(&t["writes"]),
+            n(&t["read_line_hits"]),
+            n(&t["read_line_accesses"])
+        );
+        return;
+    }
+    summary_line(&format!("volume {}", volume_name(s)), &s["totals"]);
     // Per class: the same request figures (casadm's per-IO-class statistics, `-d`).
     for pc in s["per_class"].as_array().into_iter().flatten() {
-        let (class, c) = (n(&pc[0]), &pc[1]);
-        let mut out = Vec::new();
-        counter_rows("class", c, &mut out);
-        let pick = |want: &str| out.iter().find(|r| r.1 == want).map(|r| r.2).unwrap_or(0.0);
-        println!(
-            "class {class:<3} {:>10} requests, hits {:.1} %, partial misses {:.1} %, full misses {:.1} %, pass-through {} lines",
-            n(&c["reads"]) + n(&c["writes"]),
-            pick("requests served whole by the cache (hits) %"),
-            pick("requests partly served (partial misses) %"),
-            pick("requests not served (full misses) %"),
-            pick("pass-through lines") as u64
-        );
+        summary_line(&format!("class {:<3}", n(&pc[0])), &pc[1]);
     }
+}
+
+/// The served volume's name (its backing device; `?` from a server before it was sent).
+fn volume_name(s: &Value) -> &str {
+    s["volume_name"].as_str().unwrap_or("?")
+}
+
+/// One line of requests and outcomes for a volume or a class.
+fn summary_line(label: &str, c: &Value) {
+    let mut out = Vec::new();
+    counter_rows("class", c, &mut out);
+    let pick = |want: &str| out.iter().find(|r| r.1 == want).map(|r| r.2).unwrap_or(0.0);
+    println!(
+        "{label} {:>10} requests, hits {:.1} %, partial misses {:.1} %, full misses {:.1} %, pass-through {} lines",
+        n(&c["reads"]) + n(&c["writes"]),
+        pick("requests served whole by the cache (hits) %"),
+        pick("requests partly served (partial misses) %"),
+        pick("requests not served (full misses) %"),
+        pick("pass-through lines") as u64
+    );
 }
 
 /// `ctl stats --csv`: `section,name,value,unit`, one row per figure (per class too).
 pub fn print_csv(s: &Value) {
     println!("section,name,value,unit");
     let mut all = rows(s);
+    // Per volume: one until issue 15; its rows are named after it, as a class's are.
+    let mut out = Vec::new();
+    counter_rows("volume", &s["totals"], &mut out);
+    if is_log(s) {
+        out.retain(|r| !outcome_row(r));
+    }
+    let vol = volume_name(s);
+    all.extend(
+        out.into_iter()
+            .map(|(_, name, v, u)| ("volume", format!("volume {vol}: {name}"), v, u)),
+    );
     for pc in s["per_class"].as_array().into_iter().flatten() {
         let mut out = Vec::new();
         counter_rows("class", &pc[1], &mut out);
@@ -225,6 +293,6 @@ pub fn print_csv(s: &Value) {
         } else {
             format!("{}", v as u64)
         };
-        println!("{sec},\"{name}\",{v},{unit}");
+        println!("{sec},\"{}\",{v},{unit}", name.replace('"', "\"\""));
     }
 }

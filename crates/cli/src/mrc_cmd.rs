@@ -28,6 +28,7 @@ pub struct MrcArgs {
     /// Print JSON.
     #[arg(long)]
     pub json: bool,
+    /// No progress bar (notes, such as skipped records, still go to standard error).
     #[arg(long, short = 'q')]
     pub quiet: bool,
 }

@@ -479,8 +479,7 @@ fn open_cache(path: &std::path::Path) -> Result<Box<dyn BlockDev>> {
 /// 0600 whatever the umask: the file will hold the volume's data.
 fn create_cache_file(path: &Path, bytes: u64, ls: u64, data_checksums: bool) -> Result<()> {
     anyhow::ensure!(ls > 0, "--line-size must be above 0");
-    let lines = bytes / ls;
-    let total = Superblock::data_offset_with(lines, ls, data_checksums) + lines * ls;
+    let total = cache_file_len(bytes, ls, data_checksums);
     std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
@@ -488,6 +487,61 @@ fn create_cache_file(path: &Path, bytes: u64, ls: u64, data_checksums: bool) -> 
         .open(path)
         .and_then(|f| f.set_len(total))
         .with_context(|| format!("creating the cache device {}", path.display()))
+}
+
+/// The length of the file [`create_cache_file`] makes for `bytes` of lines of `ls`.
+fn cache_file_len(bytes: u64, ls: u64, data_checksums: bool) -> u64 {
+    let lines = bytes / ls;
+    Superblock::data_offset_with(lines, ls, data_checksums) + lines * ls
+}
+
+/// `serve --cache-size` on a cache that already holds a cache: the formatted size is what is
+/// served, so a different size is refused rather than ignored. The same size (a restart
+/// repeating the command line that formatted it) passes. `formatted`: (lines, line size) of a
+/// direct-layout superblock; `log_device`: (device size, line size, data checksums) for the
+/// log layout, which uses its whole device: only the length of the file `--format-if-needed
+/// --cache-size` creates matches.
+fn formatted_size_matches(
+    cache_path: &Path,
+    given: &str,
+    bytes: u64,
+    formatted: Option<(u64, u64)>,
+    log_device: Option<(u64, u64, bool)>,
+) -> Result<()> {
+    let (what, same) = match (formatted, log_device) {
+        (Some((lines, ls)), _) => {
+            if bytes / ls == lines {
+                return Ok(());
+            }
+            (
+                format!(
+                    "is formatted with {lines} lines of {ls} bytes ({})",
+                    tiercache_engine::fmt_size(lines * ls)
+                ),
+                format!(" (or with --cache-size {}, its size)", lines * ls),
+            )
+        }
+        (None, Some((dev_size, ls, sums))) => {
+            if cache_file_len(bytes, ls, sums) == dev_size {
+                return Ok(());
+            }
+            (
+                format!(
+                    "is formatted in the log layout (or, blank, would be), which uses its whole device ({})",
+                    tiercache_engine::fmt_size(dev_size)
+                ),
+                String::new(),
+            )
+        }
+        (None, None) => return Ok(()),
+    };
+    bail!(
+        "--cache-size {given}: {} {what}; --cache-size only sizes a new cache and would be ignored. \
+         Serve it as it is without --cache-size{same}; to resize it, write its dirty data back \
+         (`tiercache ctl flush`), stop it, remove the file and start again with --format-if-needed \
+         --cache-size {given} (a block device: `tiercache format --force`)",
+        cache_path.display()
+    )
 }
 
 /// Fails when the directory a socket is to be created in does not exist, before anything is
@@ -1015,6 +1069,22 @@ pub fn serve(a: ServeArgs) -> Result<()> {
         }
         None => Box::new(backing_file),
     };
+    // The class flags are checked before a cache file is created or formatted: a start they
+    // refuse must leave nothing behind (a formatted file would fix the cache size for the
+    // next start). Under --layout log they are refused by the log layout instead, below.
+    let early_table = if a.layout.is_log()? {
+        None
+    } else {
+        let t = crate::serve_classes::table(&a.classes, &a.class_rules, a.classifier.as_deref())?;
+        if let Some(t) = &t {
+            tiercache_server::classify::by_name(
+                a.classifier.as_deref().unwrap_or("none"),
+                t.clone(),
+            )
+            .map_err(|e| anyhow!(e))?;
+        }
+        Some(t)
+    };
     let cache_is_nbd = NbdDev::is_uri(&cache_path.to_string_lossy());
     let created = !cache_is_nbd && !cache_path.exists() && a.format_if_needed;
     if created {
@@ -1053,6 +1123,17 @@ pub fn serve(a: ServeArgs) -> Result<()> {
     let state_dir = effective_state_dir(&cache_path, a.state_dir.as_deref());
     if let Some(d) = &state_dir {
         make_state_dir(d)?;
+    }
+    if let (Some(bytes), false, true) = (cache_size, created, log_dev || format_log) {
+        // An existing device in the log layout (or a blank one about to be): the layout takes
+        // the whole device, so --cache-size holds only if it made this file.
+        formatted_size_matches(
+            &cache_path,
+            a.cache_size.as_deref().unwrap_or_default(),
+            bytes,
+            None,
+            Some((cache.size(), new_line, a.data_checksums)),
+        )?;
     }
     if log_dev || format_log {
         let p = crate::log_serve::LogServe {
@@ -1097,6 +1178,15 @@ pub fn serve(a: ServeArgs) -> Result<()> {
     let mut tuning = None;
     match direct_sb {
         Ok(sb) => {
+            if let Some(bytes) = cache_size {
+                formatted_size_matches(
+                    &cache_path,
+                    a.cache_size.as_deref().unwrap_or_default(),
+                    bytes,
+                    Some((sb.capacity_lines, sb.line_size)),
+                    None,
+                )?;
+            }
             uuid = Some(sb.uuid);
             tuning = serve_settings(
                 &cache_path,
@@ -1159,7 +1249,10 @@ pub fn serve(a: ServeArgs) -> Result<()> {
         }
         Err(e) => return Err(e).with_context(|| format!("reading {}", cache_path.display())),
     }
-    let table = crate::serve_classes::table(&a.classes, &a.class_rules, a.classifier.as_deref())?;
+    let table = match early_table {
+        Some(t) => t,
+        None => crate::serve_classes::table(&a.classes, &a.class_rules, a.classifier.as_deref())?,
+    };
     let opts = OpenOptions {
         mode,
         policy: a.policy.clone(),

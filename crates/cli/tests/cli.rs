@@ -31,8 +31,8 @@ fn shared() -> Option<PathBuf> {
     if p.join("MANIFEST.md").exists() {
         Some(p)
     } else {
-        eprintln!(
-            "SKIP: ../shared/traces not found beside the checkout; real-trace CLI tests not run"
+        tiercache_testskip::skip!(
+            "../shared/traces not found beside the checkout; real-trace CLI tests not run"
         );
         None
     }

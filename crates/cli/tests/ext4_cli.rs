@@ -9,8 +9,8 @@ fn bin() -> Command {
 #[test]
 fn ext4_classify_counts_blocks_per_class() {
     if Command::new("mkfs.ext4").arg("-V").output().is_err() {
-        eprintln!(
-            "SKIPPED: mkfs.ext4 not found (apt-get install e2fsprogs); ext4-classify not run"
+        tiercache_testskip::skip!(
+            "mkfs.ext4 not found (apt-get install e2fsprogs); ext4-classify not run"
         );
         return;
     }

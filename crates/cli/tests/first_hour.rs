@@ -349,6 +349,14 @@ fn q_means_quiet_everywhere_and_replay_keeps_its_old_q() {
     for cmd in ["sim", "mrc", "sweep", "demo", "replay"] {
         let (help, _) = text(&ok(&[cmd, "--help"]));
         assert!(help.contains("-q, --quiet"), "{cmd}: {help}");
+        // And the help says what it quiets.
+        let line = help.lines().find(|l| l.contains("-q, --quiet")).unwrap();
+        assert!(
+            line.split("--quiet")
+                .nth(1)
+                .is_some_and(|d| !d.trim().is_empty()),
+            "{cmd}: `-q, --quiet` has no description: {line:?}"
+        );
     }
     // The old `replay -q 16` still parses as the queue depth (a deprecation note), failing only
     // on the missing server.
@@ -541,6 +549,22 @@ fn ctl_stats_reads_like_casadm_and_writes_csv() {
     assert_eq!(reads.len(), 1, "{csv}");
     let v: u64 = reads[0].split(',').nth(2).unwrap().parse().unwrap();
     assert!(v > 1000, "{csv}");
+    // Per volume (one per server until issue 15): labelled with the volume's name (its
+    // backing device) in text, CSV and JSON, with the same figures as the totals.
+    let name = std::fs::canonicalize(d.join("backing.img"))
+        .unwrap()
+        .display()
+        .to_string();
+    let j: serde_json::Value =
+        serde_json::from_slice(&ok(&["ctl", "--control", c, "stats", "--json"]).stdout).unwrap();
+    assert_eq!(j["volume_name"], name.as_str(), "{j}");
+    assert!(out.contains("[per volume]"), "{out}");
+    assert!(out.contains(&format!("volume {name} ")), "{out}");
+    let vol_reads = format!("volume,\"volume {name}: read requests\",{v},requests");
+    assert!(
+        csv.lines().any(|l| l == vol_reads),
+        "no {vol_reads:?} in\n{csv}"
+    );
     // `ctl ... stats | head -2` ends quietly.
     let o = into_closed_pipe(&["ctl", "--control", c, "stats"]);
     assert!(!text(&o).1.contains("panicked"), "{}", text(&o).1);
@@ -586,4 +610,50 @@ fn readme_walkthrough_runs() {
         "{out}"
     );
     assert!(!dir.path().join("tc-demo").exists());
+}
+
+/// `serve --cache-size` on a cache that is already formatted: the size it was formatted with
+/// is what is served, so a different size must not be silently ignored (both layouts; the
+/// same size, as a restart repeating its first command line gives, is fine).
+#[test]
+fn serve_refuses_a_cache_size_the_cache_was_not_formatted_with() {
+    let dir = common::tmp();
+    let d = dir.path();
+    std::fs::File::create(d.join("backing.img"))
+        .unwrap()
+        .set_len(64 << 20)
+        .unwrap();
+    for (layout, size, other) in [("direct", "8M", "16M"), ("log", "16M", "32M")] {
+        let cache = d.join("cache.img");
+        let _ = std::fs::remove_file(&cache);
+        let extra: &[&str] = if layout == "log" {
+            &["--layout", "log"]
+        } else {
+            &[]
+        };
+        // First start formats at `size`; a restart repeating it is served as before.
+        for _ in 0..2 {
+            common::Srv::sized(d, size, extra).stop("-TERM");
+        }
+        let (c, b) = (
+            cache.to_str().unwrap().to_string(),
+            d.join("backing.img").to_str().unwrap().to_string(),
+        );
+        for flags in [
+            vec!["--cache-size", other],
+            vec!["--cache-size", other, "--format-if-needed"],
+        ] {
+            let mut args = vec!["--cache", &c, "--backing", &b];
+            args.extend(flags.iter().copied());
+            args.extend(extra);
+            let err = common::serve_refused(d, &args);
+            assert!(
+                err.contains("--cache-size") && err.contains(other) && err.contains("formatted"),
+                "{layout}: serve --cache-size {other} on a cache formatted at {size}: {err}"
+            );
+            assert!(!err.contains("serving NBD"), "{layout}: {err}");
+        }
+        // The cache was left as it was: the first size still serves.
+        common::Srv::sized(d, size, extra).stop("-TERM");
+    }
 }

@@ -119,8 +119,8 @@ fn chromium() -> Option<String> {
 #[test]
 fn report_renders_in_headless_chromium() {
     let Some(chrome) = chromium() else {
-        eprintln!(
-            "SKIP: no chromium found (apt-get install chromium) - the report was not rendered"
+        tiercache_testskip::skip!(
+            "no chromium found (apt-get install chromium) - the report was not rendered"
         );
         return;
     };

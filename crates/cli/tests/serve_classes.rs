@@ -146,6 +146,11 @@ fn rules_classifier_and_config_keys() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("has no [[rule]]"), "{err}");
+    // Refused before anything is created: no cache file formatted at 4M for the next start.
+    assert!(
+        !d.join("cache.img").exists(),
+        "a refused start left cache.img"
+    );
     // Rules by name from a separate file, given in the config file.
     let rules = d.join("rules.toml");
     std::fs::write(
@@ -190,7 +195,7 @@ fn kernel_written_files_are_relabelled_live() {
         return;
     }
     if !std::path::Path::new("/dev/fuse").exists() {
-        println!("SKIP: /dev/fuse is missing");
+        tiercache_testskip::skip!("/dev/fuse is missing");
         return;
     }
     let dir = tempfile::tempdir().unwrap();

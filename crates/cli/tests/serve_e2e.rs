@@ -158,7 +158,7 @@ fn ext4_through_nbdfuse_survives_restart() {
         return;
     }
     if !Path::new("/dev/fuse").exists() {
-        println!("SKIP: /dev/fuse is missing");
+        tiercache_testskip::skip!("/dev/fuse is missing");
         return;
     }
     let dir = setup(64);
@@ -244,7 +244,7 @@ fn replay_at_queue_depth_1_matches_the_simulator_exactly() {
             13 << 10,
         ));
     } else {
-        println!("SKIP (msr part): {} not found", msr.display());
+        tiercache_testskip::skip!("msr part: {} not found", msr.display());
     }
     let (mut cleaned, mut evicted) = (false, false);
     for (ci, (setting, flags)) in configs.iter().enumerate() {

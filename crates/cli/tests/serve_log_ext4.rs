@@ -136,7 +136,7 @@ fn python_has_lz4() -> bool {
         .output()
         .is_ok_and(|o| o.status.success());
     if !ok {
-        println!("SKIP: python3 module lz4 is missing (python3 -m pip install lz4)");
+        tiercache_testskip::skip!("python3 module lz4 is missing (python3 -m pip install lz4)");
     }
     ok
 }

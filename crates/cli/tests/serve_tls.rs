@@ -10,7 +10,7 @@ const BIN: &str = env!("CARGO_BIN_EXE_tiercache");
 #[test]
 fn bare_port_is_loopback_and_tls_require_refuses_plaintext() {
     if Command::new("nbdinfo").arg("--version").output().is_err() {
-        println!("SKIP: nbdinfo is not installed (apt-get install -y libnbd-bin)");
+        tiercache_testskip::skip!("nbdinfo is not installed (apt-get install -y libnbd-bin)");
         return;
     }
     let dir = tempfile::tempdir().unwrap();

@@ -22,7 +22,7 @@ const KEY: &str = "0f1e2d3c4b5a69788796a5b4c3d2e1f00f1e2d3c4b5a69788796a5b4c3d2e
 
 fn fio_has_nbd() -> bool {
     if Command::new("nbdcopy").arg("--version").output().is_err() {
-        println!("SKIP: nbdcopy is not installed (apt-get install -y libnbd-bin)");
+        tiercache_testskip::skip!("nbdcopy is not installed (apt-get install -y libnbd-bin)");
         return false;
     }
     let ok = Command::new("fio")
@@ -31,7 +31,9 @@ fn fio_has_nbd() -> bool {
         .map(|o| o.status.success() && String::from_utf8_lossy(&o.stdout).contains("uri"))
         .unwrap_or(false);
     if !ok {
-        println!("SKIP: fio with the nbd engine is not installed (apt-get install -y fio)");
+        tiercache_testskip::skip!(
+            "fio with the nbd engine is not installed (apt-get install -y fio)"
+        );
     }
     ok
 }

@@ -332,12 +332,12 @@ fn check_slru_model(
 #[test]
 fn cloudphysics_matches_libcachesim_and_the_manifest() {
     let Some(dir) = shared_traces() else {
-        eprintln!("SKIP: ../shared/traces not found");
+        tiercache_testskip::skip!("../shared/traces not found");
         return;
     };
     let csv = dir.join("cloudPhysicsIO/cloudPhysicsIO.csv");
     if !csv.exists() {
-        eprintln!("SKIP: {} not found", csv.display());
+        tiercache_testskip::skip!("{} not found", csv.display());
         return;
     }
     let blocks = cloudphysics_blocks(&csv);
@@ -352,7 +352,7 @@ fn cloudphysics_matches_libcachesim_and_the_manifest() {
         );
     }
     if !have_libcachesim() {
-        eprintln!("SKIP: python3 with libcachesim is missing (pip install libcachesim)");
+        tiercache_testskip::skip!("python3 with libcachesim is missing (pip install libcachesim)");
         return;
     }
     let results = compare("cloudPhysicsIO", &blocks);
@@ -362,7 +362,7 @@ fn cloudphysics_matches_libcachesim_and_the_manifest() {
 #[test]
 fn zipf_matches_libcachesim() {
     if !have_libcachesim() {
-        eprintln!("SKIP: python3 with libcachesim is missing (pip install libcachesim)");
+        tiercache_testskip::skip!("python3 with libcachesim is missing (pip install libcachesim)");
         return;
     }
     let blocks = zipf_blocks(42, 200_000, 20_000, 1.0);

@@ -29,8 +29,8 @@ fn tools_present() -> bool {
 macro_rules! require_tools {
     () => {
         if !tools_present() {
-            eprintln!(
-                "SKIPPED: mkfs.ext4/mke2fs/debugfs/dumpe2fs not found; install e2fsprogs \
+            tiercache_testskip::skip!(
+                "mkfs.ext4/mke2fs/debugfs/dumpe2fs not found; install e2fsprogs \
                  (apt-get install e2fsprogs) to run the ext4 classifier accuracy tests"
             );
             return;

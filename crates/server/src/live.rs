@@ -109,6 +109,10 @@ impl Background {
 #[derive(Clone, Debug, Serialize)]
 pub struct LiveStats {
     pub layout: &'static str,
+    /// The served volume's name: its backing device as recorded in the superblock (casadm's
+    /// core device). One volume per server until issue 15 (several volumes) names each by
+    /// its export; `ctl stats` labels the per-volume section with it.
+    pub volume_name: String,
     #[serde(flatten)]
     pub volume: VolumeStats,
     /// Segments, data reduction, journal and engine counters of the log layout; null for
@@ -156,6 +160,7 @@ impl LiveVolume for CacheVolume {
     fn live_stats(&self) -> LiveStats {
         LiveStats {
             layout: "direct",
+            volume_name: self.volume_name(),
             volume: self.stats(),
             log: None,
         }
@@ -214,6 +219,7 @@ impl LiveVolume for LogVolume {
         let s = self.stats();
         LiveStats {
             layout: "log",
+            volume_name: self.volume_name(),
             volume: log_common(self, &s),
             log: Some(s),
         }

@@ -26,8 +26,8 @@ use tiercache_server::{CacheVolume, FileDev, FormatOptions, OpenOptions};
 macro_rules! require_e2fsprogs {
     () => {
         if !["mkfs.ext4", "debugfs", "dumpe2fs"].iter().all(|t| have(t)) {
-            println!(
-                "SKIP: mkfs.ext4/debugfs/dumpe2fs not found; install e2fsprogs to run the live \
+            tiercache_testskip::skip!(
+                "mkfs.ext4/debugfs/dumpe2fs not found; install e2fsprogs to run the live \
                  ext4 classifier tests"
             );
             return;
@@ -395,8 +395,8 @@ fn kernel_written_ext4_through_nbdfuse_and_loop() {
     require_e2fsprogs!();
     let root = run(Command::new("id").arg("-u")).trim() == "0";
     if !root || !have("nbdfuse") || !have("losetup") || !Path::new("/dev/fuse").exists() {
-        println!(
-            "SKIP: needs root, /dev/fuse, nbdfuse and losetup (apt-get install nbdfuse fuse3)"
+        tiercache_testskip::skip!(
+            "needs root, /dev/fuse, nbdfuse and losetup (apt-get install nbdfuse fuse3)"
         );
         return;
     }
@@ -436,7 +436,7 @@ fn kernel_written_ext4_through_nbdfuse_and_loop() {
     // Cleanup below runs even when a step panics (a mount must not outlive the test).
     let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         if !fuse_dir.join("nbd").exists() {
-            println!("SKIP: nbdfuse did not mount (no FUSE here?)");
+            tiercache_testskip::skip!("nbdfuse did not mount (no FUSE here?)");
             return false;
         }
         let out = Command::new("losetup")
@@ -445,10 +445,7 @@ fn kernel_written_ext4_through_nbdfuse_and_loop() {
             .output()
             .unwrap();
         if !out.status.success() {
-            println!(
-                "SKIP: no loop device: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
+            tiercache_testskip::skip!("no loop device: {}", String::from_utf8_lossy(&out.stderr));
             return false;
         }
         let dev = String::from_utf8_lossy(&out.stdout).trim().to_string();
@@ -461,7 +458,7 @@ fn kernel_written_ext4_through_nbdfuse_and_loop() {
             .unwrap()
             .success()
         {
-            println!("SKIP: mount {dev} failed (not allowed here?)");
+            tiercache_testskip::skip!("mount {dev} failed (not allowed here?)");
             return false;
         }
         mounted = true;

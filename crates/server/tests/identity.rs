@@ -460,7 +460,7 @@ impl Drop for Loop {
 fn block_devices_are_known_by_their_stable_id() {
     let f = files(64, LS);
     let Some(l1) = Loop::attach(&f.backing) else {
-        println!("SKIP: no loop device (needs root and losetup)");
+        tiercache_testskip::skip!("no loop device (needs root and losetup)");
         return;
     };
     let id = FileDev::open(Path::new(&l1.0)).unwrap().identity().unwrap();

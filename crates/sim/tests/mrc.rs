@@ -14,8 +14,8 @@ fn traces_dir() -> Option<PathBuf> {
     if d.join("MANIFEST.md").is_file() {
         Some(d)
     } else {
-        eprintln!(
-            "SKIP: shared traces not found at {} (the tests need ../shared beside the checkout)",
+        tiercache_testskip::skip!(
+            "shared traces not found at {} (the tests need ../shared beside the checkout)",
             d.display()
         );
         None

@@ -114,7 +114,7 @@ fn cloud_physics() -> Option<Input> {
     let p = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("../../../shared/traces/cloudPhysicsIO/cloudPhysicsIO.csv");
     if !p.exists() {
-        eprintln!("SKIP (real-trace half): {} not found", p.display());
+        tiercache_testskip::skip!("real-trace half: {} not found", p.display());
         return None;
     }
     Some(Input::Trace {

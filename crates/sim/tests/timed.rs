@@ -184,7 +184,7 @@ fn shared_trace(rel: &str) -> Option<std::path::PathBuf> {
 #[test]
 fn cloudphysics_no_cache_then_write_through_then_write_back() {
     let Some(path) = shared_trace("cloudPhysicsIO/cloudPhysicsIO.vscsi") else {
-        eprintln!("SKIP: ../shared/traces/cloudPhysicsIO not found");
+        tiercache_testskip::skip!("../shared/traces/cloudPhysicsIO not found");
         return;
     };
     let run = |mode: Mode, ssd: Option<&str>| {

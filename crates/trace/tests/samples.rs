@@ -11,8 +11,8 @@ fn traces() -> Option<PathBuf> {
     if dir.is_dir() {
         Some(dir)
     } else {
-        eprintln!(
-            "SKIP: ../shared/traces not found (looked in {}); the real-trace tests did not run",
+        tiercache_testskip::skip!(
+            "../shared/traces not found (looked in {}); the real-trace tests did not run",
             dir.display()
         );
         None

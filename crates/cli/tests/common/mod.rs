@@ -36,8 +36,8 @@ pub fn have(tool: &str) -> bool {
         .status()
         .is_ok_and(|s| s.success());
     if !ok {
-        println!(
-            "SKIP: `{tool}` is not installed (apt-get install -y libnbd-bin fio qemu-utils e2fsprogs)"
+        tiercache_testskip::skip!(
+            "`{tool}` is not installed (apt-get install -y libnbd-bin fio qemu-utils e2fsprogs)"
         );
     }
     ok
@@ -305,7 +305,7 @@ impl Mounted {
         let t = Instant::now();
         while !fuse_dir.join("nbd").exists() {
             if t.elapsed() > Duration::from_secs(10) {
-                println!("SKIP: nbdfuse did not mount (no FUSE here?)");
+                tiercache_testskip::skip!("nbdfuse did not mount (no FUSE here?)");
                 return None;
             }
             std::thread::sleep(Duration::from_millis(50));
@@ -316,10 +316,7 @@ impl Mounted {
             .output()
             .ok()?;
         if !out.status.success() {
-            println!(
-                "SKIP: no loop device: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
+            tiercache_testskip::skip!("no loop device: {}", String::from_utf8_lossy(&out.stderr));
             return None;
         }
         let dev = String::from_utf8_lossy(&out.stdout).trim().to_string();
@@ -332,7 +329,7 @@ impl Mounted {
         }
         let st = Command::new("mount").arg(&dev).arg(&m.mnt).status().ok()?;
         if !st.success() {
-            println!("SKIP: mount {dev} failed (not allowed in this container?)");
+            tiercache_testskip::skip!("mount {dev} failed (not allowed in this container?)");
             return None;
         }
         m.mounted = true;

@@ -84,7 +84,7 @@ pub fn have(tool: &str) -> bool {
         .map(|o| o.status.success())
         .unwrap_or(false);
     if !ok {
-        println!("SKIP: {tool} not installed");
+        tiercache_testskip::skip!("{tool} not installed");
     }
     ok
 }
@@ -114,7 +114,9 @@ pub fn nbdsh() -> Option<Command> {
         c.env("PATH", path);
         return Some(c);
     }
-    println!("SKIP: nbdsh not installed (its python3 cannot import nbd: install python3-libnbd)");
+    tiercache_testskip::skip!(
+        "nbdsh not installed (its python3 cannot import nbd: install python3-libnbd)"
+    );
     None
 }
 

@@ -3,6 +3,11 @@
 use super::*;
 
 impl LogVolume {
+    /// The volume's name in `ctl stats`: its backing device as the superblock records it.
+    pub fn volume_name(&self) -> String {
+        self.lock().sb.backing.name.clone()
+    }
+
     pub fn stats(&self) -> LogVolumeStats {
         let g = self.lock();
         let red = g.eng.reduction();

@@ -3,6 +3,11 @@
 use super::*;
 
 impl CacheVolume {
+    /// The volume's name in `ctl stats`: its backing device as the superblock records it.
+    pub fn volume_name(&self) -> String {
+        self.lock().sb.backing.name.clone()
+    }
+
     /// Counters, occupancy and device state for `ctl stats` and metrics.
     pub fn stats(&self) -> VolumeStats {
         let g = self.lock();
