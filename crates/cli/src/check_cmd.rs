@@ -14,8 +14,10 @@
 use clap::Args;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use tiercache_server::check::{check_device, repair_device, CheckError, CheckReport, RepairReport};
-use tiercache_server::log_check::{check_log_device, repair_log_device};
+use tiercache_server::check::{
+    check_any, repair_device, CheckError, CheckReport, DeviceCheck, DeviceCheckError, RepairReport,
+};
+use tiercache_server::log_check::{repair_log_device, LogCheckReport};
 use tiercache_server::{FileDev, Found};
 
 #[derive(Args, Debug)]
@@ -39,10 +41,10 @@ pub fn run(a: CheckArgs) -> ExitCode {
         Ok(d) => d,
         Err(e) => return fail(&a, format!("cannot open: {e}")),
     };
-    match tiercache_server::probe(&dev) {
-        Ok(Found::Log(_)) => return run_log(&a, dev),
-        Ok(Found::Direct(_) | Found::NoCache(_)) => {}
-        Ok(Found::DamagedLog(e)) => {
+    let rep = match check_any(Box::new(dev)) {
+        Ok(DeviceCheck::Direct(r)) => r,
+        Ok(DeviceCheck::Log(r)) => return print_log(&a, r),
+        Err(DeviceCheckError::DamagedLog(e)) => {
             // The log magic is there, the superblock does not verify: an inconsistency.
             let p = format!("superblock (bytes 0..4096): {e}");
             if a.json {
@@ -56,11 +58,21 @@ pub fn run(a: CheckArgs) -> ExitCode {
             }
             return ExitCode::from(1);
         }
-        Err(e) => return fail(&a, format!("{}: {e}", a.device.display())),
-    }
-    let rep = match check_device(&dev) {
-        Ok(r) => r,
-        Err(e) => return fail(&a, format!("{}: {e}", a.device.display())),
+        Err(DeviceCheckError::LogRecovery(e)) => {
+            return fail(
+                &a,
+                format!(
+                    "{}: recovery of the log layout fails: {e}",
+                    a.device.display()
+                ),
+            )
+        }
+        Err(DeviceCheckError::Unreadable(e)) => {
+            return fail(&a, format!("{}: {e}", a.device.display()))
+        }
+        Err(DeviceCheckError::Direct(e)) => {
+            return fail(&a, format!("{}: {e}", a.device.display()))
+        }
     };
     let code = if rep.ok() { 0 } else { 1 };
     if a.json {
@@ -75,20 +87,9 @@ pub fn run(a: CheckArgs) -> ExitCode {
     ExitCode::from(code)
 }
 
-/// A log-layout device: recovery on a copy-on-write view, index invariants, extent scrub.
-fn run_log(a: &CheckArgs, dev: FileDev) -> ExitCode {
-    let r = match check_log_device(Box::new(dev)) {
-        Ok(r) => r,
-        Err(e) => {
-            return fail(
-                a,
-                format!(
-                    "{}: recovery of the log layout fails: {e}",
-                    a.device.display()
-                ),
-            )
-        }
-    };
+/// A log-layout device's report: recovery on a copy-on-write view, index invariants, extent
+/// scrub.
+fn print_log(a: &CheckArgs, r: LogCheckReport) -> ExitCode {
     let code = if r.ok() { 0 } else { 1 };
     if a.json {
         let mut v = serde_json::to_value(&r).expect("report serializes");
@@ -162,12 +163,15 @@ fn run_repair(a: &CheckArgs) -> ExitCode {
     };
     let check_again = || -> Result<(bool, serde_json::Value), String> {
         let ro = FileDev::open_read_only(&a.device).map_err(|e| e.to_string())?;
-        if log {
-            let r = check_log_device(Box::new(ro)).map_err(|e| e.to_string())?;
-            Ok((r.ok(), serde_json::to_value(&r).unwrap()))
-        } else {
-            let r = check_device(&ro).map_err(|e| e.to_string())?;
-            Ok((r.ok(), serde_json::to_value(&r).unwrap()))
+        match check_any(Box::new(ro)) {
+            Ok(DeviceCheck::Log(r)) => Ok((r.ok(), serde_json::to_value(&r).unwrap())),
+            Ok(DeviceCheck::Direct(r)) => Ok((r.ok(), serde_json::to_value(&r).unwrap())),
+            Err(
+                DeviceCheckError::Unreadable(e)
+                | DeviceCheckError::DamagedLog(e)
+                | DeviceCheckError::LogRecovery(e),
+            ) => Err(e.to_string()),
+            Err(DeviceCheckError::Direct(e)) => Err(e.to_string()),
         }
     };
     let rep = if log {

@@ -1,12 +1,11 @@
 //! The class side of `tiercache serve` and `tiercache ctl stats` (issue 7): loading the class
-//! table and rules, attaching the live classifier, printing per-class statistics.
+//! table and rules (`tiercache_server::open_live` attaches the classifier), printing per-class statistics.
 
 use anyhow::{anyhow, Result};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use tiercache_engine::ClassTable;
 use tiercache_server::classify::table_from_text;
-use tiercache_server::CacheVolume;
 
 /// The table of `--classes` (default: the built-in file-system table), with `--class-rules`;
 /// `None` when no class option is given at all (statistics then name classes by id, as
@@ -73,39 +72,6 @@ pub fn read_files(
         table_text,
         rules_text,
     })
-}
-
-/// Hooks the `--classifier` (default none) into the volume and says what it found.
-pub fn attach(
-    vol: &mut CacheVolume,
-    classifier: Option<&str>,
-    table: Option<Arc<ClassTable>>,
-) -> Result<()> {
-    let name = classifier.unwrap_or("none");
-    let Some(table) = table else {
-        return Ok(());
-    };
-    let t = std::time::Instant::now();
-    let tname = table.name.clone();
-    let summary = tiercache_server::classify::attach(vol, name, table).map_err(|e| anyhow!(e))?;
-    if let Some(s) = summary {
-        let extra = match name {
-            "ext4" if s["ext4_found"] == true => format!(
-                ": ext4 found, {} inodes and {} extents learned in {:.2} s",
-                s["inodes"],
-                s["extents"],
-                t.elapsed().as_secs_f64()
-            ),
-            "ext4" => ": no ext4 file system yet (learns it when one is written; rules meanwhile)"
-                .to_string(),
-            _ => String::new(),
-        };
-        let _ = std::io::Write::write_fmt(
-            &mut std::io::stderr(),
-            format_args!("classifier {name} over class table {tname:?}{extra}\n"),
-        );
-    }
-    Ok(())
 }
 
 /// Prints the per-class table of `ctl stats` from the `classes` array; false when the server

@@ -16,8 +16,8 @@ use tiercache_server::state_file;
 use tiercache_server::tuning::Tuning;
 use tiercache_server::LiveVolume;
 use tiercache_server::{
-    BlockDev, CacheVolume, EmulatedHdd, FileDev, FormatError, FormatOptions, Found, NbdDev,
-    OpenOptions, Superblock,
+    BlockDev, DirectRun, EmulatedHdd, FileDev, FormatError, FormatOptions, Found, LiveOpenOptions,
+    NbdDev, Superblock,
 };
 
 const FORMAT_HELP: &str = "\
@@ -655,14 +655,6 @@ fn serve_settings(
     Ok(Some(Tuning::of(&cfg)))
 }
 
-/// One line for the log: the engine settings in force.
-fn settings_line(v: &[(&str, String)]) -> String {
-    v.iter()
-        .map(|(k, v)| format!("{k} {v}"))
-        .collect::<Vec<_>>()
-        .join(", ")
-}
-
 /// `--policy NAME` for a live cache: refused when offline (`belady` needs the future).
 fn live_policy(name: &str) -> Result<()> {
     if tiercache_engine::policy::is_offline(name) {
@@ -1097,13 +1089,14 @@ pub fn serve(a: ServeArgs) -> Result<()> {
         create_cache_file(&cache_path, bytes, new_line, a.data_checksums)?;
     }
     let cache = open_cache(&cache_path)?;
-    // What the device holds, read once: the layout is the superblock's.
+    // What the device holds, read here only to decide whether to format it: the layout of
+    // what is served is the superblock's, picked by `open_live`.
     let found = match tiercache_server::probe(&*cache).context("reading the log superblock")? {
         Found::DamagedLog(e) => return Err(e).context("reading the log superblock"),
         f => f,
     };
-    let log_dev = matches!(found, Found::Log(_));
-    let want_log = a.layout.is_log()?;
+    let log_given = crate::log_serve::given(&a.layout)?;
+    let direct_only = a.not_for_log(&flags);
     // --format-if-needed formats only what holds nothing: a file this run created, or a
     // device whose first MiB is zeros. A device that holds data but no valid superblock is
     // most likely a damaged cache (one flipped magic byte) with dirty data on it, or another
@@ -1119,225 +1112,124 @@ pub fn serve(a: ServeArgs) -> Result<()> {
             cache_path.display()
         );
     }
-    let format_log = want_log && blank;
-    let state_dir = effective_state_dir(&cache_path, a.state_dir.as_deref());
-    if let Some(d) = &state_dir {
-        make_state_dir(d)?;
+    if let Some(d) = effective_state_dir(&cache_path, a.state_dir.as_deref()) {
+        make_state_dir(&d)?;
     }
-    if let (Some(bytes), false, true) = (cache_size, created, log_dev || format_log) {
-        // An existing device in the log layout (or a blank one about to be): the layout takes
-        // the whole device, so --cache-size holds only if it made this file.
-        formatted_size_matches(
-            &cache_path,
-            a.cache_size.as_deref().unwrap_or_default(),
-            bytes,
-            None,
-            Some((cache.size(), new_line, a.data_checksums)),
-        )?;
-    }
-    if log_dev || format_log {
-        let p = crate::log_serve::LogServe {
-            cache_path: cache_path.clone(),
-            socket: a.socket.clone(),
-            socket_group,
-            listen,
-            control: a.control.clone(),
-            metrics: a.metrics.clone(),
-            http,
-            nbd: nbd_opts,
-            mode,
-            line_size,
-            layout: a.layout.clone(),
-            direct_only: a.not_for_log(&flags),
-            format: format_log,
-            state_dir: a.state_dir.clone(),
-            max_cache_errors: a.max_cache_errors,
-            accept: tiercache_server::LogOpenOptions {
-                accept_backing_rename: a.accept_backing_rename,
-                accept_backing_changes: a.accept_backing_changes,
-                ..Default::default()
-            },
-        };
-        return crate::log_serve::serve(p, cache, backing);
-    }
-    let log_flags = a.layout.log_flags_given();
-    if want_log || !log_flags.is_empty() {
-        let given = if log_flags.is_empty() {
-            "--layout log".to_string()
-        } else {
-            log_flags.join(", ")
-        };
-        bail!("{}: {given} apply to the log layout only and need a cache device in the log layout (`tiercache format --layout log`, or --format-if-needed on an empty device); this one {}", cache_path.display(), if matches!(found, Found::Direct(_)) { "is in the direct layout" } else { "holds no cache" });
-    }
-    let direct_sb = match found {
-        Found::Direct(sb) => Ok(sb),
-        Found::NoCache(e) => Err(e),
-        Found::Log(_) | Found::DamagedLog(_) => unreachable!("served or refused above"),
-    };
-    let uuid;
-    let mut tuning = None;
-    match direct_sb {
-        Ok(sb) => {
-            if let Some(bytes) = cache_size {
-                formatted_size_matches(
-                    &cache_path,
-                    a.cache_size.as_deref().unwrap_or_default(),
-                    bytes,
-                    Some((sb.capacity_lines, sb.line_size)),
-                    None,
-                )?;
-            }
-            uuid = Some(sb.uuid);
-            tuning = serve_settings(
+    if let (Some(bytes), false) = (cache_size, created) {
+        // --cache-size only sizes a new cache: on a device that already holds one (or, in the
+        // log layout, on any existing device: that layout takes the whole device) a size other
+        // than the formatted one is refused rather than ignored.
+        let given = a.cache_size.as_deref().unwrap_or_default();
+        match &found {
+            Found::Direct(sb) => formatted_size_matches(
                 &cache_path,
-                sb.line_size,
-                a.policy.as_deref().unwrap_or(&sb.policy),
-                sb.tuning,
-                &a.tune,
-            )?;
-            if a.data_checksums && !sb.data_checksums {
+                given,
+                bytes,
+                Some((sb.capacity_lines, sb.line_size)),
+                None,
+            )?,
+            Found::Log(_) => formatted_size_matches(
+                &cache_path,
+                given,
+                bytes,
+                None,
+                Some((cache.size(), new_line, a.data_checksums)),
+            )?,
+            _ if blank && a.layout.is_log()? => formatted_size_matches(
+                &cache_path,
+                given,
+                bytes,
+                None,
+                Some((cache.size(), new_line, a.data_checksums)),
+            )?,
+            _ => {}
+        }
+    }
+    if blank {
+        // The layout asked for (--layout), on a device that holds nothing.
+        let paths = (cache_path.as_path(), backing_path.as_path());
+        let new = (new_line, new_tuning);
+        format_new(&a, paths, &*cache, &*backing, &log_given, &direct_only, new)?;
+    } else if let Found::NoCache(e) = found {
+        if !log_given.flags.is_empty() {
+            bail!("{}: {} apply to the log layout only and need a cache device in the log layout (`tiercache format --layout log`, or --format-if-needed on an empty device); this one holds no cache", cache_path.display(), log_given.flags.join(", "));
+        }
+        if let (FormatError::BadMagic, Some(p)) = (&e, state_path(&cache_path, None, &[0; 16])) {
+            if let Some(st) = state_file::read(&p)? {
                 bail!(
-                    "{} was formatted without data checksums; they are fixed at format time: `tiercache format --force --data-checksums` (discards the cache, flush it first), or serve without --data-checksums",
-                    cache_path.display()
-                );
-            }
-            if let Some(ls) = line_size.filter(|&ls| ls != sb.line_size) {
-                bail!(
-                    "{} is formatted with {}-byte lines, not {ls}; reformat with `tiercache format --force --line-size {ls}`",
+                    "{} holds no tiercache superblock: it was erased when the cache FAILED ({}; recorded in {}). Run `tiercache format --force` on it before it is used again",
                     cache_path.display(),
-                    sb.line_size
+                    st.describe(),
+                    p.display()
                 );
             }
         }
-        Err(FormatError::BadMagic) if blank => {
-            let ls = new_line;
-            let opts = FormatOptions {
-                line_size: ls,
-                mode: mode.unwrap_or(Mode::WriteThrough),
-                policy: a.policy.clone().unwrap_or_else(|| "lru".into()),
-                capacity_lines: cache_size.map(|b| b / ls),
-                backing_id: backing_path.display().to_string(),
-                backing: backing.identity(),
-                tuning: new_tuning,
-                data_checksums: a.data_checksums,
-            };
-            let sb = tiercache_server::format(&*cache, backing.size(), &opts)?;
-            uuid = Some(sb.uuid);
-            clear_state_files(&cache_path, a.state_dir.as_deref(), None)?;
-            say!(
-                "formatted {}: {} lines of {} bytes",
-                cache_path.display(),
-                sb.capacity_lines,
-                sb.line_size
-            );
-        }
-        Err(FormatError::BadMagic) => {
-            if let Some(p) = state_path(&cache_path, None, &[0; 16]) {
-                if let Some(st) = state_file::read(&p)? {
-                    bail!(
-                        "{} holds no tiercache superblock: it was erased when the cache FAILED ({}; recorded in {}). Run `tiercache format --force` on it before it is used again",
-                        cache_path.display(),
-                        st.describe(),
-                        p.display()
-                    );
-                }
-            }
+        if let FormatError::BadMagic = e {
             bail!(
                 "{} holds no tiercache cache: run `tiercache format` or add --format-if-needed",
                 cache_path.display()
             )
         }
-        Err(e) => return Err(e).with_context(|| format!("reading {}", cache_path.display())),
+        return Err(e).with_context(|| format!("reading {}", cache_path.display()));
     }
-    let table = match early_table {
-        Some(t) => t,
-        None => crate::serve_classes::table(&a.classes, &a.class_rules, a.classifier.as_deref())?,
+    let tuning = |line: u64, policy: &str, stored: Option<Tuning>| {
+        serve_settings(&cache_path, line, policy, stored, &a.tune).map_err(|e| format!("{e:#}"))
     };
-    let opts = OpenOptions {
+    let state_dir = a.state_dir.clone();
+    let state = |u: &[u8; 16]| state_path(&cache_path, state_dir.as_deref(), u);
+    let say = |l: &str| say!("{l}");
+    let opts = LiveOpenOptions {
+        cache_name: &cache_path,
         mode,
-        policy: a.policy.clone(),
-        classes: table.clone(),
+        line_size,
+        max_cache_errors: a.max_cache_errors,
         accept_backing_rename: a.accept_backing_rename,
         accept_backing_changes: a.accept_backing_changes,
-        state_path: uuid.and_then(|u| state_path(&cache_path, a.state_dir.as_deref(), &u)),
-        tuning,
-    };
-    say_state_path(&cache_path, opts.state_path.as_deref());
-    let (cache, backing, io) = dashboard::counted(cache, backing, http.is_some());
-    let (mut vol, rep) = CacheVolume::open(cache, backing, &opts)
-        .with_context(|| format!("opening cache {}", cache_path.display()))?;
-    crate::serve_classes::attach(&mut vol, a.classifier.as_deref(), table)?;
-    say!(
-        "cache {}: {} lines restored ({} dirty) after {} shutdown; {} bad records dropped; mode {}",
-        cache_path.display(),
-        rep.restored,
-        rep.restored_dirty,
-        if rep.was_clean {
-            "a clean"
-        } else {
-            "an unclean"
+        state_path: &state,
+        direct: DirectRun {
+            policy: a.policy.clone(),
+            data_checksums: a.data_checksums,
+            tuning: &tuning,
+            classes: match early_table {
+                Some(t) => t,
+                None => crate::serve_classes::table(
+                    &a.classes,
+                    &a.class_rules,
+                    a.classifier.as_deref(),
+                )?,
+            },
+            classifier: a.classifier.clone(),
+            unmap_batch: a.unmap_batch,
+            inline_cleaning,
+            rewrite_chunk: a
+                .rewrite_chunk
+                .as_deref()
+                .map(|s| size_arg("--rewrite-chunk", s))
+                .transpose()?,
+            rewrite_min_runs: a.rewrite_min_runs,
+            emulate_hdd: a.emulate_hdd.clone(),
+            cleaning: a
+                .cleaning
+                .as_deref()
+                .map(|c| c.parse().map_err(|e: String| anyhow!("--cleaning: {e}")))
+                .transpose()?,
+            cleaning_age: a.cleaning_age,
+            writeback_rate: a
+                .writeback_rate
+                .as_deref()
+                .map(|r| {
+                    r.parse()
+                        .map_err(|e: String| anyhow!("--writeback-rate: {e}"))
+                })
+                .transpose()?,
+            writeback_target: a.writeback_target,
         },
-        rep.dropped_bad_checksum,
-        vol.mode()
-    );
-    say!("settings: {}", settings_line(&vol.settings()));
-    report_backing_check(
-        &rep.backing_note,
-        rep.sampled_clean_lines,
-        rep.differing_clean_lines,
-        rep.dropped_clean_lines,
-    );
-    if let Some(n) = a.unmap_batch {
-        vol.set_unmap_batch(n);
-    }
-    if let Some(n) = a.max_cache_errors {
-        vol.set_max_cache_errors(n);
-    }
-    let vol = Arc::new(vol);
-    vol.set_inline_cleaning(inline_cleaning);
-    {
-        let chunk = match a.rewrite_chunk.as_deref() {
-            Some(s) => size_arg("--rewrite-chunk", s)?,
-            None => tiercache_engine::DEFAULT_REWRITE_CHUNK,
-        };
-        let runs = match (a.rewrite_min_runs, &a.emulate_hdd) {
-            (Some(n), _) => n,
-            (None, Some(spec)) => tiercache_devices::rewrite_min_runs(
-                &tiercache_server::hdd_config(spec).map_err(|e| anyhow!(e))?,
-                chunk,
-                vol.line_size(),
-            ),
-            (None, None) => tiercache_engine::DEFAULT_REWRITE_MIN_RUNS,
-        };
-        vol.set_chunk_rewrite(chunk, runs)
-            .map_err(|e| anyhow!("--rewrite-chunk {chunk} / --rewrite-min-runs {runs}: {e}"))?;
-        if chunk > 0 {
-            say!("cleaning: chunk rewrite of {chunk} bytes, rewrite min runs {runs}");
-        }
-    }
-    if a.cleaning.is_some() || a.cleaning_age.is_some() {
-        let p = match a.cleaning.as_deref() {
-            Some(c) => c.parse().map_err(|e: String| anyhow!("--cleaning: {e}"))?,
-            None => tiercache_engine::CleaningPolicy::default(),
-        };
-        vol.set_cleaning(p, a.cleaning_age)
-            .map_err(|e| anyhow!("--cleaning / --cleaning-age: {e}"))?;
-        say!("cleaning: {p}");
-    }
-    if a.writeback_rate.is_some() || a.writeback_target.is_some() {
-        let rate = match a.writeback_rate.as_deref() {
-            Some(r) => r
-                .parse()
-                .map_err(|e: String| anyhow!("--writeback-rate: {e}"))?,
-            None => tiercache_engine::WritebackRate::Auto,
-        };
-        let target = a
-            .writeback_target
-            .unwrap_or(tiercache_engine::rate::DEFAULT_TARGET);
-        vol.set_writeback_rate(rate, target)
-            .map_err(|e| anyhow!("--writeback-rate / --writeback-target: {e}"))?;
-        say!("write-back rate {rate}, target dirty share {target}");
-    }
+        direct_only,
+        log: log_given,
+        say: &say,
+    };
+    let (cache, backing, io) = dashboard::counted(cache, backing, http.is_some());
+    let (vol, rep) = tiercache_server::open_live(cache, backing, &opts).map_err(|e| anyhow!(e))?;
     run_live(
         vol,
         LiveServe {
@@ -1350,9 +1242,77 @@ pub fn serve(a: ServeArgs) -> Result<()> {
             socket: a.socket.as_deref(),
             socket_group,
             listen,
-            state_path: opts.state_path.as_deref(),
+            state_path: rep.state_path.as_deref(),
         },
     )
+}
+
+/// `serve --format-if-needed` on a device that holds nothing: formats it in the layout asked
+/// for (`--layout`, default direct), with the run's settings.
+/// `new` is the direct layout's line and settings (the preset's line unless --line-size).
+fn format_new(
+    a: &ServeArgs,
+    (cache_path, backing_path): (&Path, &Path),
+    cache: &dyn BlockDev,
+    backing: &dyn BlockDev,
+    log_given: &tiercache_server::LogGiven,
+    direct_only: &[String],
+    (ls, tuning): (u64, Option<Tuning>),
+) -> Result<()> {
+    let mode = a.mode.as_deref().map(mode_arg).transpose()?;
+    let line_size = a
+        .line_size
+        .as_deref()
+        .map(|s| size_arg("--line-size", s))
+        .transpose()?;
+    if a.layout.is_log()? {
+        if !direct_only.is_empty() {
+            bail!(
+                "{} apply to the direct layout only; {} is (or is being formatted) in the log layout",
+                direct_only.join(", "),
+                cache_path.display()
+            );
+        }
+        let o = crate::log_serve::options(
+            &a.layout,
+            line_size.unwrap_or(4096),
+            mode.unwrap_or(Mode::WriteThrough),
+        )?;
+        let sb = tiercache_server::format_log_for(cache, backing.size(), backing.identity(), &o)?;
+        say!(
+            "formatted {} (log layout): {} segments of {}",
+            cache_path.display(),
+            sb.segments,
+            tiercache_engine::fmt_size(sb.segment_size)
+        );
+        return Ok(());
+    }
+    if !log_given.flags.is_empty() {
+        bail!("{}: {} apply to the log layout only and need a cache device in the log layout (`tiercache format --layout log`, or --format-if-needed on an empty device); this one holds no cache", cache_path.display(), log_given.flags.join(", "));
+    }
+    let opts = FormatOptions {
+        line_size: ls,
+        mode: mode.unwrap_or(Mode::WriteThrough),
+        policy: a.policy.clone().unwrap_or_else(|| "lru".into()),
+        capacity_lines: a
+            .cache_size
+            .as_deref()
+            .map(|s| size_arg("--cache-size", s).map(|b| b / ls))
+            .transpose()?,
+        backing_id: backing_path.display().to_string(),
+        backing: backing.identity(),
+        tuning,
+        data_checksums: a.data_checksums,
+    };
+    let sb = tiercache_server::format(cache, backing.size(), &opts)?;
+    clear_state_files(cache_path, a.state_dir.as_deref(), None)?;
+    say!(
+        "formatted {}: {} lines of {} bytes",
+        cache_path.display(),
+        sb.capacity_lines,
+        sb.line_size
+    );
+    Ok(())
 }
 
 /// What serving an open volume takes besides the volume (both layouts).
@@ -1418,17 +1378,6 @@ pub(crate) fn run_live(vol: Arc<dyn LiveVolume>, p: LiveServe) -> Result<()> {
     Ok(())
 }
 
-/// Where a failure of the cache would be recorded (both layouts).
-pub(crate) fn say_state_path(cache: &Path, state_path: Option<&Path>) {
-    match state_path {
-        Some(p) => say!("a failure of the cache would be recorded in {}", p.display()),
-        None => say!(
-            "WARNING: no --state-dir for the NBD cache device {} (and no default: no $HOME): a failure of it can only be recorded by erasing its superblock, and writes fail while that is impossible",
-            cache.display()
-        ),
-    }
-}
-
 /// The last word of `serve` (both layouts): the truth about what a restart will find.
 pub(crate) fn say_shutdown(
     cache: &Path,
@@ -1461,19 +1410,6 @@ pub(crate) fn say_shutdown(
         );
     } else {
         say!("cache {} shut down cleanly", cache.display());
-    }
-}
-
-/// Logs what the open's backing checks found (both layouts): the identity note, and the
-/// clean lines compared with the backing device.
-pub(crate) fn report_backing_check(note: &Option<String>, sampled: u64, differ: u64, dropped: u64) {
-    if let Some(n) = note {
-        say!("warning: {n}");
-    }
-    if differ > 0 {
-        say!("warning: {differ} of {sampled} clean cached lines compared differ from the backing device: {dropped} clean lines dropped (they read the backing device's bytes)");
-    } else if sampled > 0 {
-        say!("backing device verified: {sampled} clean cached lines compared, all equal");
     }
 }
 

@@ -594,3 +594,37 @@ fn check_data(
     }
     Ok(sums.lost.clone())
 }
+
+/// What [`check_any`] found, in the layout the device's superblock names.
+pub enum DeviceCheck {
+    Direct(CheckReport),
+    Log(crate::log_check::LogCheckReport),
+}
+
+/// Why [`check_any`] could not check a device.
+#[derive(Debug)]
+pub enum DeviceCheckError {
+    /// The device cannot be read.
+    Unreadable(std::io::Error),
+    /// The log layout's magic with a superblock that does not verify (an inconsistency).
+    DamagedLog(std::io::Error),
+    /// The log layout's recovery fails.
+    LogRecovery(std::io::Error),
+    /// The direct layout's check fails (no cache, or unreadable metadata).
+    Direct(CheckError),
+}
+
+/// `tiercache check` of a device of either layout: [`crate::probe`] reads the superblocks
+/// once and the layout's check runs (the one place `check` tells the layouts apart).
+pub fn check_any(dev: Box<dyn BlockDev>) -> Result<DeviceCheck, DeviceCheckError> {
+    match crate::live::probe(&*dev) {
+        Ok(crate::Found::Log(_)) => crate::log_check::check_log_device(dev)
+            .map(DeviceCheck::Log)
+            .map_err(DeviceCheckError::LogRecovery),
+        Ok(crate::Found::DamagedLog(e)) => Err(DeviceCheckError::DamagedLog(e)),
+        Ok(crate::Found::Direct(_) | crate::Found::NoCache(_)) => check_device(&*dev)
+            .map(DeviceCheck::Direct)
+            .map_err(DeviceCheckError::Direct),
+        Err(e) => Err(DeviceCheckError::Unreadable(e)),
+    }
+}

@@ -18,6 +18,7 @@ pub mod log_format;
 pub mod log_volume;
 pub mod metrics;
 pub mod nbd_dev;
+pub mod open_live;
 pub mod reduce;
 pub mod state_file;
 pub mod tuning;
@@ -31,6 +32,7 @@ pub use log_volume::{
     format_log, format_log_for, read_log_superblock, LogFormatOptions, LogOpenOptions, LogVolume,
 };
 pub use nbd_dev::NbdDev;
+pub use open_live::{open_live, DirectRun, LiveOpenOptions, LiveOpenReport, LogGiven};
 pub use volume::{
     format, read_superblock, CacheVolume, FormatOptions, LineState, OpenOptions, OpenReport,
     VolumeStats,

@@ -1,95 +1,94 @@
-//! Crash points, enumerated. A seeded write-back (and every other mode) workload of reads,
-//! partial/unaligned writes, FUA writes, trims, FLUSHes and cleaning passes runs through
-//! `CacheVolume` on devices wrapped by `tiercache_server::fault`, which number every write and
-//! sync of both devices. For a crash point N the power is cut at event N: that call fails
-//! (torn, when it is a write: a random subset of its sectors lands), everything later fails,
-//! and writes not synced by then land sector by sector at random (both devices model a
-//! volatile write cache). The volume is then reopened on the files and checked against a
-//! reference model:
+//! Crash points, enumerated, for both live layouts with one harness (issue 19 item 6). A
+//! seeded workload of reads, partial/unaligned writes, FUA writes, trims, FLUSHes and (direct
+//! layout) cleaning passes runs through a volume of either layout — driven only through the
+//! one contract, [`LiveVolume`] — on devices wrapped by `tiercache_server::fault`, which
+//! number every write and sync of both devices. For a crash point N the power is cut at event
+//! N: that call fails (torn, when it is a write: a random subset of its sectors lands),
+//! everything later fails, and writes not synced by then land sector by sector at random
+//! (both devices model a volatile write cache). The volume is then reopened on the files and
+//! checked against a reference model, the same checks for both layouts:
 //! * every byte acknowledged before the last completed FLUSH, or written with FUA, reads back
 //!   exactly (bytes written since may read old or new);
 //! * no byte reads back a value never written there (checked for trimmed bytes too);
-//! * clean valid lines not being changed since the last FLUSH come back (warm restart);
 //! * stable: every byte of the hot area reads the same after the restart and again once
 //!   its line has been evicted (dirty lines written back on the way);
-//! * the reopened volume keeps working;
-//! * `tiercache check`'s library finds no inconsistency on the crashed device.
+//! * the reopened volume keeps working.
 //!
-//! A second set of points cuts the power during writes to the metadata area and tears them at
-//! 8-byte granularity (a device without atomic sector writes): records torn that way must be
-//! caught by their checksums and dropped, and still no byte may read a never-written value.
+//! A second set of points cuts the power during writes to the metadata area (direct: the
+//! records; log: the journal) and tears them at 8-byte granularity (a device without atomic
+//! sector writes): records torn that way must be caught by their checksums and dropped, and
+//! still no byte may read a never-written value. A third set (issue 14) fails the Nth write
+//! to the backing device (a write-back of cleaning, an eviction or a reclaim; a write-through
+//! write; every later one too for even N), lets the workload go on (refused writes may read
+//! old or new bytes; the volume keeps serving and the cache is not failed), then cuts the
+//! power (even N) or stops cleanly with `shutdown` (odd N), and checks the same after a
+//! restart with a healthy backing device.
 //!
-//! With data checksums (`--data-checksums`, the `*_checksums` tests) also: after recovery no
-//! read finds a checksum mismatch (a crash never leaves good data with a stale checksum).
-//! A third set (issue 14) fails the Nth write to the backing device (a write-back when the
-//! cleaner or an eviction writes dirty lines back, a write-through write; every later one
-//! too for even N), lets the workload go on (refused writes may read old or new bytes; the
-//! volume keeps serving), then cuts the power (even N) or stops cleanly (odd N), and checks
-//! the same after a restart with a healthy backing device.
+//! Each layout adds its own checks through [`Layout`]'s hooks:
+//! * direct (five modes, with and without data checksums, with chunk rewrites): clean valid
+//!   lines not changed since the last FLUSH come back (warm restart); `tiercache check`'s
+//!   library finds no inconsistency on the crashed device; with data checksums no read finds
+//!   a checksum mismatch after recovery;
+//! * log (write-through and write-back; ten 4-line segments, lz4 or zstd, dedup, a small
+//!   journal for every third seed so checkpoints happen): the engine's invariant check passes
+//!   after recovery; in write-through the lines still cached hold what the backing device
+//!   holds; some crash leaves an open segment for the journal to recover.
 //!
-//! Default: 250 sector-torn points plus 50 sub-sector points over the five modes.
-//! `TIERCACHE_CRASH_LONG=1`: 10,000 points (or `TIERCACHE_CRASH_POINTS=N`). A failure names
-//! the mode, seed and crash point; rerun one with `TIERCACHE_CRASH_ONLY=mode:seed:N`.
+//! Default: direct 250 sector-torn points plus 50 sub-sector points over the five modes; log
+//! 200 + 40 over two modes. `TIERCACHE_CRASH_LONG=1`: 10,000 (direct) and 4,000 (log) points
+//! (or `TIERCACHE_CRASH_POINTS=N`). A failure names the layout, mode, seed and crash point;
+//! rerun one with the test's name and `TIERCACHE_CRASH_ONLY=mode:seed:N` (`metaN` for the
+//! metadata points).
 
 mod common;
 
 use common::*;
 use rand::Rng;
 use std::collections::HashSet;
+use std::io;
+use std::ops::Range;
 use std::sync::Arc;
+use tiercache_engine::log::Compression;
 use tiercache_engine::Mode;
 use tiercache_nbd::Export;
 use tiercache_server::check::check_device;
 use tiercache_server::fault::Faults;
 use tiercache_server::format::META_OFFSET;
-use tiercache_server::{BlockDev, CacheVolume, FileDev, LineState, OpenOptions, Superblock};
+use tiercache_server::log_format::JOURNAL_OFFSET;
+use tiercache_server::{
+    format_log, BlockDev, CacheVolume, FileDev, LineState, LiveVolume, LogFormatOptions, LogVolume,
+    OpenOptions, Superblock,
+};
 
-const CACHE_LINES: u64 = 24;
-/// Requests land in the first HOT bytes (40 lines for 24 cache lines: many evictions).
-const HOT: u64 = 160 << 10;
-const OPS: usize = 160;
-
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 enum Act {
     Read(u64, u64),
-    Write(u64, u64, bool),
+    Write(u64, Vec<u8>, bool),
     Trim(u64, u64),
     Flush,
+    /// A cleaning pass (the direct layout's workload; the log layout reclaims on its own).
     Clean,
 }
 
-fn workload(seed: u64) -> Vec<Act> {
-    let mut r = rng(seed ^ 0x5eed_c4a5);
-    (0..OPS)
-        .map(|_| {
-            if r.gen_bool(0.03) {
-                return Act::Clean;
-            }
-            match random_op(&mut r, HOT) {
-                (0, o, l, _) => Act::Read(o, l),
-                (1, o, l, fua) => Act::Write(o, l, fua),
-                (2, o, l, _) => Act::Trim(o, l),
-                _ => Act::Flush,
-            }
-        })
-        .collect()
+/// Where to cut the power.
+#[derive(Clone, Copy, Debug)]
+enum Crash {
+    /// At the Nth write or sync of either device; a write is torn by sectors.
+    Event(u64),
+    /// At the Nth write to the cache's metadata area (direct: records; log: journal), torn at
+    /// 8-byte granularity.
+    Meta(u64),
+    /// The Nth backing write fails (see the module doc).
+    BackingWrite(u64),
 }
 
-fn data_for(i: usize, seed: u64, len: u64) -> Vec<u8> {
-    (0..len)
-        .map(|k| {
-            (i as u8).wrapping_mul(29) ^ (seed as u8).wrapping_mul(7) ^ (k as u8).rotate_left(2)
-        })
-        .collect()
-}
-
-/// Values each byte has ever held (initial or written): a 256-bit set per byte of HOT.
+/// Values each byte of the hot area has ever held (initial or written): 256 bits per byte.
 struct Ever(Vec<[u64; 4]>);
 
 impl Ever {
-    fn new() -> Ever {
+    fn new(hot: u64) -> Ever {
         Ever(
-            (0..HOT)
+            (0..hot)
                 .map(|i| {
                     let mut s = [0u64; 4];
                     let v = initial(i);
@@ -109,10 +108,19 @@ impl Ever {
     }
 }
 
+/// What the points of one sweep found (each layout fills its own figures).
 #[derive(Default)]
 struct Tally {
     points: u64,
     crashed_in_open: u64,
+    checked: u64,
+    /// Bytes read the same after the restart and after their line was evicted.
+    stable_bytes: u64,
+    /// Backing-error points: injected failures, refused requests, runs left degraded.
+    backing_errors: u64,
+    refused: u64,
+    degraded: u64,
+    // Direct layout.
     unchanged_lines: u64,
     unchanged_restored: u64,
     /// Clean lines dropped at open because their cache copy differed from the backing
@@ -121,45 +129,98 @@ struct Tally {
     dropped_differing: u64,
     bad_checksums: u64,
     duplicates: u64,
-    checked: u64,
     /// Records unmapped ahead in batches (runs without a crash): the batched path ran.
     unmapped_ahead: u64,
     /// Chunk rewrites in the uncrashed runs (which count the events the points cover).
     chunk_rewrites: u64,
-    /// Bytes read the same after the restart and after their line was evicted.
-    stable_bytes: u64,
-    /// Backing-error points: injected failures, runs left degraded at the stop.
-    backing_errors: u64,
-    degraded: u64,
+    // Log layout.
+    recovered_open_segments: u64,
+    stale_records: u64,
 }
 
-/// Where to cut the power.
-#[derive(Clone, Copy, Debug)]
-enum Crash {
-    /// At the Nth write or sync of either device; a write is torn by sectors.
-    Event(u64),
-    /// At the Nth write to the cache's metadata area, torn at 8-byte granularity.
-    MetaWrite(u64),
-    /// The Nth backing write fails (see the module doc).
-    BackingWrite(u64),
-}
+/// One layout under the harness: how to make, open, exercise and judge its volume. The data
+/// path, flush, shutdown, degradation and failure state go through [`LiveVolume`].
+trait Layout {
+    type Vol: LiveVolume;
+    /// What the open after a crash found.
+    type Report: std::fmt::Debug;
+    /// Per-run state of the layout's own checks (the direct layout's warm lines).
+    type Watch: Default;
 
-thread_local! {
-    /// The sweep being run counts backing writes (not events) as its points.
-    static BACKING_SWEEP: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    fn name(&self) -> String;
+    /// Requests land in the first `hot()` bytes.
+    fn hot(&self) -> u64;
+    fn budget(&self) -> u64;
+    /// The multiplier of the seed that seeds the fault wrappers (which sectors land).
+    fn fault_mul(&self) -> u64;
+    /// Points per seed, the salt of their choice, the first seeds of the metadata and backing
+    /// sweeps, and the share of the budget the backing sweep gets (1/N).
+    fn sweep_params(&self) -> (u64, u64, u64, u64, u64);
+    /// Fresh files formatted in `mode` for `seed`, and the metadata range the 8-byte tears hit.
+    fn setup(&self, mode: Mode, seed: u64) -> (Files, Range<u64>);
+    fn open(&self, cache: Box<dyn BlockDev>, backing: Box<dyn BlockDev>) -> io::Result<Self::Vol>;
+    fn workload(&self, seed: u64) -> Vec<Act>;
+    /// Runs once after the open, before the workload.
+    fn started(&self, _v: &Self::Vol) {}
+    /// A cleaning pass: `Ok(true)` when it made every byte durable (a full flush).
+    fn clean(&self, _v: &Self::Vol) -> io::Result<bool> {
+        Ok(false)
+    }
+    /// After each request (`durable`: everything acknowledged is durable now).
+    fn after_op(&self, _v: &Self::Vol, _act: &Act, _durable: bool, _w: &mut Self::Watch) {}
+    /// Which requests may fail while the backing device fails (the volume going on), and
+    /// the layout's own check of that error.
+    fn refusal(&self, act: &Act, e: &io::Error) -> Result<(), String>;
+    /// A run without a crash ends: the layout's figures and checks, before its shutdown.
+    fn uncrashed(&self, _v: &Self::Vol, _seed: u64, _what: &str, _t: &mut Tally) {}
+    /// The crashed devices, before the reopen (the offline check).
+    fn crashed(&self, _f: &Files, _what: &str, _t: &mut Tally) {}
+    fn reopen(&self, f: &Files, what: &str) -> (Self::Vol, Self::Report);
+    /// Right after the reopen: the layout's own recovery checks (`clean_ok`: the volume was
+    /// shut down cleanly, or the crash came during its open).
+    fn reopened(
+        &self,
+        v: &Self::Vol,
+        rep: &Self::Report,
+        w: Self::Watch,
+        clean_ok: bool,
+        what: &str,
+        t: &mut Tally,
+    );
+    /// Whether every flushed byte must read back exactly (not only "never a value never
+    /// written") after this crash in this mode.
+    fn strict(&self, _crash: Crash, _mode: Mode) -> bool {
+        true
+    }
+    /// Evicts every hot line (dirty ones written back) and says how much was evicted.
+    fn evict(&self, v: &Self::Vol, mode: Mode, what: &str, t: &mut Tally);
+    /// After the stability check: the layout's last checks of the recovered volume (`buf`:
+    /// the whole volume as read after the restart).
+    fn finish(&self, _v: &Self::Vol, _f: &Files, _buf: &[u8], _mode: Mode, _what: &str) {}
+    /// The sweep's figures, for the log line, and that the sweep bit (`sub`: the metadata
+    /// points).
+    fn summary(&self, t: &Tally, sub: &Tally) -> String;
+    fn assert_bit(&self, mode: Mode, t: &Tally, sub: &Tally);
 }
 
 /// Runs the workload of `seed` in `mode`; with a crash point cuts the power there, recovers
-/// and checks. Returns how many events and metadata writes the run made.
-fn run(mode: Mode, sums: bool, seed: u64, crash: Option<Crash>, t: &mut Tally) -> (u64, u64) {
+/// and checks. Returns how many events and metadata writes the run made (backing writes
+/// twice in a `backing_sweep`).
+fn run<L: Layout>(
+    l: &L,
+    mode: Mode,
+    seed: u64,
+    crash: Option<Crash>,
+    backing_sweep: bool,
+    t: &mut Tally,
+) -> (u64, u64) {
     let what = format!(
-        "{mode:?}{} seed {seed} crash point {:?} (rerun: TIERCACHE_CRASH_ONLY={}:{seed}:{})",
-        if sums { " with data checksums" } else { "" },
-        crash,
+        "{} {mode:?} seed {seed} crash point {crash:?} (rerun: TIERCACHE_CRASH_ONLY={}:{seed}:{})",
+        l.name(),
         mode.as_str(),
         match crash {
             Some(Crash::Event(n)) => n.to_string(),
-            Some(Crash::MetaWrite(n)) => format!("meta{n}"),
+            Some(Crash::Meta(n)) => format!("meta{n}"),
             // With the test's name: the event sweeps read the same string.
             Some(Crash::BackingWrite(n)) => n.to_string(),
             None => "-".into(),
@@ -169,14 +230,12 @@ fn run(mode: Mode, sums: bool, seed: u64, crash: Option<Crash>, t: &mut Tally) -
         Some(Crash::BackingWrite(n)) => Some(n),
         _ => None,
     };
-    let f = files_with(CACHE_LINES, 4096, sums);
-    format_with(&f, mode, 4096, sums);
-    // With data checksums this includes their region: tears there too.
-    let meta = META_OFFSET..Superblock::data_offset_with(CACHE_LINES, 4096, sums);
-    let faults = Faults::new(seed.wrapping_mul(1_000_003) ^ format!("{crash:?}").len() as u64);
+    let hot = l.hot();
+    let (f, meta) = l.setup(mode, seed);
+    let faults = Faults::new(seed.wrapping_mul(l.fault_mul()) ^ format!("{crash:?}").len() as u64);
     match crash {
         Some(Crash::Event(n)) => faults.crash_at(n, true),
-        Some(Crash::MetaWrite(n)) => {
+        Some(Crash::Meta(n)) => {
             faults.crash_at_write_to(n, "cache", meta);
             faults.set_tear_bytes(8);
         }
@@ -189,11 +248,10 @@ fn run(mode: Mode, sums: bool, seed: u64, crash: Option<Crash>, t: &mut Tally) -
         true,
     );
     let mut m = Model::new(0, VOL);
-    let mut ever = Ever::new();
-    // Clean lines at the last completed flush untouched since (checked after every request).
-    let mut unchanged: HashSet<LineState> = HashSet::new();
-    let vol = match CacheVolume::open(Box::new(cdev), Box::new(bdev), &OpenOptions::default()) {
-        Ok((v, _)) => Some(v),
+    let mut ever = Ever::new(hot);
+    let mut watch = L::Watch::default();
+    let vol = match l.open(Box::new(cdev), Box::new(bdev)) {
+        Ok(v) => Some(v),
         Err(e) => {
             assert!(
                 faults.power_lost(),
@@ -206,87 +264,78 @@ fn run(mode: Mode, sums: bool, seed: u64, crash: Option<Crash>, t: &mut Tally) -
     if let (Some(n), Some(_)) = (backing_error, &vol) {
         bh.fail_nth_write(n, n.is_multiple_of(2));
     }
-    let rewrite = REWRITE.with(|r| r.get());
-    if let (Some(vol), true) = (&vol, rewrite) {
-        vol.set_chunk_rewrite(64 << 10, 2).unwrap();
-    }
     if let Some(vol) = &vol {
-        for (i, act) in workload(seed).into_iter().enumerate() {
-            let r = match act {
-                Act::Read(o, l) => {
-                    let mut buf = vec![0u8; l as usize];
-                    let r = vol.read(o, &mut buf);
+        l.started(vol);
+        for (i, act) in l.workload(seed).into_iter().enumerate() {
+            let mut durable = false;
+            let r = match &act {
+                Act::Read(o, n) => {
+                    let mut buf = vec![0u8; *n as usize];
+                    let r = vol.read(*o, &mut buf);
                     if r.is_ok() {
-                        m.check_now(o as usize, &buf, &format!("{what}: op {i} read"));
+                        m.check_now(*o as usize, &buf, &format!("{what}: op {i} read"));
                     }
                     r
                 }
-                Act::Write(o, l, fua) => {
-                    let d = data_for(i, seed, l);
-                    ever.add(o, &d);
-                    let r = vol.write(o, &d, fua);
+                Act::Write(o, d, fua) => {
+                    ever.add(*o, d);
+                    let r = vol.write(*o, d, *fua);
                     // A write that failed may have landed in part: old or new, not durable;
                     // refused for the backing device, old or new even after a FLUSH.
                     if r.is_err() && backing_error.is_some() {
-                        m.trim(o as usize, l as usize);
+                        m.trim(*o as usize, d.len());
                     } else {
-                        m.write(o as usize, &d, fua && r.is_ok());
+                        m.write(*o as usize, d, *fua && r.is_ok());
                     }
-                    if fua && r.is_ok() {
-                        unchanged = clean_set(&vol.lines());
-                    }
+                    durable = *fua && r.is_ok();
                     r
                 }
-                Act::Trim(o, l) => {
-                    m.trim(o as usize, l as usize);
-                    vol.trim(o, l)
+                Act::Trim(o, n) => {
+                    m.trim(*o as usize, *n as usize);
+                    vol.trim(*o, *n)
                 }
                 Act::Flush => {
                     let r = vol.flush();
                     if r.is_ok() {
                         m.flush();
-                        unchanged = clean_set(&vol.lines());
+                        durable = true;
                     }
                     r
                 }
-                // Chunk-rewrite cases: a full flush (`ctl flush`), so every dense chunk
-                // is rewritten; durable once it returns.
-                Act::Clean if rewrite => {
-                    let r = vol.flush_dirty();
-                    if r.is_ok() {
-                        m.flush();
-                        unchanged = clean_set(&vol.lines());
+                Act::Clean => match l.clean(vol) {
+                    Ok(full) => {
+                        if full {
+                            m.flush();
+                            durable = true;
+                        }
+                        Ok(())
                     }
-                    r
-                }
-                Act::Clean => vol.clean_if_needed().map(|_| ()),
+                    Err(e) => Err(e),
+                },
             };
-            if std::env::var("TIERCACHE_CRASH_VERBOSE").is_ok_and(|v| v == "2") {
+            if std::env::var("TIERCACHE_CRASH_VERBOSE").is_ok() {
+                let d = match &act {
+                    Act::Write(o, d, f) => format!("write {o}+{} fua {f}", d.len()),
+                    a => format!("{a:?}"),
+                };
                 eprintln!(
-                    "op {i} {act:?} -> {r:?}, {} events; unmapped ahead {:?}",
-                    faults.events(),
-                    vol.unmapped_ahead(),
+                    "op {i} {d} -> {:?}, {} events",
+                    r.as_ref().err(),
+                    faults.events()
                 );
             }
-            // A line written or trimmed since the FLUSH is not unchanged, even if its state
-            // is the same: its slot and backing copies may land differently at the crash.
-            if let Act::Write(o, l, _) | Act::Trim(o, l) = act {
-                let (a, b) = (o / 4096, (o + l - 1) / 4096);
-                unchanged.retain(|x| !(a..=b).contains(&x.key));
-            }
-            let now = clean_set(&vol.lines());
-            // Lines whose record was unmapped ahead of their eviction (or may have been, in a
-            // batch the crash cut) are not expected back.
-            let ahead = vol.unmapped_ahead();
-            unchanged.retain(|l| now.contains(l) && !ahead.contains(&l.slot));
+            l.after_op(vol, &act, durable, &mut watch);
             if let Err(e) = r {
                 if backing_error.is_some() {
-                    // Failed for the backing device (a refused write, a failed read fill or
-                    // FLUSH): the volume goes on.
+                    // Refused for the backing device: the volume goes on, the cache is not
+                    // failed.
+                    l.refusal(&act, &e)
+                        .unwrap_or_else(|why| panic!("{what}: op {i} {act:?}: {why}"));
                     assert!(
                         !vol.cache_failed(),
                         "{what}: op {i}: backing errors failed the cache: {e}"
                     );
+                    t.refused += 1;
                     continue;
                 }
                 assert!(
@@ -300,27 +349,25 @@ fn run(mode: Mode, sums: bool, seed: u64, crash: Option<Crash>, t: &mut Tally) -
     let mut stopped_cleanly = false;
     if let (Some(n), Some(v)) = (backing_error, &vol) {
         t.backing_errors += bh.injected();
-        t.degraded += v.degraded() as u64;
+        t.degraded += v.live_stats().volume.degraded as u64;
+        assert!(!v.cache_failed(), "{what}: backing errors failed the cache");
         if n.is_multiple_of(2) {
             faults.power_cut();
         } else {
-            v.shutdown()
+            LiveVolume::shutdown(v)
                 .unwrap_or_else(|e| panic!("{what}: clean stop after backing errors: {e}"));
             stopped_cleanly = true;
         }
     }
     let Some(crash) = crash else {
-        let n = if BACKING_SWEEP.with(|c| c.get()) {
+        let n = if backing_sweep {
             (bh.writes(), bh.writes())
         } else {
             (faults.events(), faults.matched_writes())
         };
-        if let Some(v) = &vol {
-            t.unmapped_ahead += v.stats().unmap_ahead;
-            t.chunk_rewrites += v.stats().totals.chunk_rewrites;
-        }
         if let Some(v) = vol {
-            v.shutdown().unwrap();
+            l.uncrashed(&v, seed, &what, t);
+            LiveVolume::shutdown(&v).unwrap();
         }
         return n;
     };
@@ -331,45 +378,23 @@ fn run(mode: Mode, sums: bool, seed: u64, crash: Option<Crash>, t: &mut Tally) -
     }
     drop(vol);
     t.points += 1;
-
-    // The offline check agrees: torn records and superseded duplicates are expected after a
-    // crash, inconsistencies are not.
-    let chk = check_device(&FileDev::open_read_only(&f.cache).unwrap()).unwrap();
-    assert!(chk.ok(), "{what}: tiercache check found {:?}", chk.problems);
-    t.checked += 1;
-    let (vol, rep) = open(&f, None);
-    assert!(
-        !rep.was_clean || crashed_in_open || stopped_cleanly,
-        "{what}"
+    l.crashed(&f, &what, t);
+    let (vol, rep) = l.reopen(&f, &what);
+    l.reopened(
+        &vol,
+        &rep,
+        watch,
+        crashed_in_open || stopped_cleanly,
+        &what,
+        t,
     );
-    t.bad_checksums += rep.dropped_bad_checksum;
-    t.duplicates += rep.dropped_duplicates;
-    // Warm means the line is back in its slot with its bytes. It may come back dirty: the
-    // unmap-ahead pass can write lines back after a request's FLUSH.
-    let now: HashSet<LineState> = vol
-        .lines()
-        .into_iter()
-        .map(|l| LineState { dirty: 0, ..l })
-        .collect();
-    t.unchanged_lines += unchanged.len() as u64;
-    let back = unchanged.iter().filter(|l| now.contains(l)).count();
-    t.unchanged_restored += back as u64;
-    t.dropped_differing += rep.dropped_clean_lines;
-    if back < unchanged.len() && std::env::var("TIERCACHE_CRASH_VERBOSE").is_ok() {
-        let missing: Vec<_> = unchanged.iter().filter(|l| !now.contains(l)).collect();
-        eprintln!("{what}: not restored {missing:?}; restored {now:?}; {rep:?}");
-    }
-
     let mut buf = vec![0u8; VOL as usize];
     vol.read(0, &mut buf).unwrap();
-    // Without atomic sector writes a torn record of a dirty line loses that line's
-    // unflushed-and-flushed data to the backing's older copy: only "never written" holds.
-    let strict = matches!(crash, Crash::Event(_)) || mode != Mode::WriteBack;
-    if strict {
+    if l.strict(crash, mode) {
         m.check_after_crash(0, &buf, &format!("{what} after recovery ({rep:?})"));
     }
     for (i, &b) in buf.iter().enumerate() {
-        let ok = if (i as u64) < HOT {
+        let ok = if (i as u64) < hot {
             ever.has(i, b)
         } else {
             b == initial(i as u64)
@@ -380,109 +405,315 @@ fn run(mode: Mode, sums: bool, seed: u64, crash: Option<Crash>, t: &mut Tally) -
         );
     }
     // Stable: what a block reads after the restart it keeps reading once its line has left
-    // the cache (evicted by reads of twice the cache's worth of other lines; dirty ones
-    // written back on the way), until it is written again.
-    if mode != Mode::PassThrough {
-        let mut line = vec![0u8; 4096];
-        for l in HOT / 4096 + 8..HOT / 4096 + 8 + 2 * CACHE_LINES {
-            vol.read(l * 4096, &mut line).unwrap();
-        }
-        let left: Vec<u64> = vol
-            .lines()
-            .iter()
-            .map(|l| l.key)
-            .filter(|&k| k < HOT / 4096)
-            .collect();
-        assert!(left.is_empty(), "{what}: lines {left:?} not evicted");
-    }
-    let mut again = vec![0u8; HOT as usize];
+    // the cache (dirty ones written back on the way), until it is written again.
+    l.evict(&vol, mode, &what, t);
+    let mut again = vec![0u8; hot as usize];
     vol.read(0, &mut again).unwrap();
-    assert_stable_after_eviction(&what, &buf[..HOT as usize], &again, &rep);
-    if sums {
-        let st = vol.stats();
-        assert!(
-            st.data_checksums && st.checksum_errors == 0 && st.lost_dirty_ranges.is_empty(),
-            "{what}: good data reported damaged after the crash: {} checksum errors, lost {:?} ({rep:?})",
-            st.checksum_errors,
-            st.lost_dirty_ranges
-        );
-    }
-    t.stable_bytes += HOT;
+    assert_stable_after_eviction(&what, &buf[..hot as usize], &again, &rep);
+    t.stable_bytes += hot;
+    l.finish(&vol, &f, &buf, mode, &what);
     // The recovered volume keeps working.
     let d = vec![0xa5; 9000];
     vol.write(3001, &d, true).unwrap();
     let mut back = vec![0u8; 9000];
     vol.read(3001, &mut back).unwrap();
     assert_eq!(back, d, "{what}: write after recovery");
-    vol.shutdown().unwrap();
+    LiveVolume::shutdown(&vol).unwrap();
     (0, 0)
 }
+
+/// Crash points for one mode: `points` of them, spread over every event (or metadata write)
+/// of successive seeds' workloads (all of them when the budget allows).
+fn sweep<L: Layout>(l: &L, mode: Mode, points: u64, meta: bool) -> Tally {
+    let (per_seed, salt, meta_seed0, _, _) = l.sweep_params();
+    let seed0 = if meta { meta_seed0 } else { 0 };
+    let mut t = Tally::default();
+    crash_sweep(mode, points, meta, seed0, per_seed, salt, |seed, c| {
+        let c = c.map(|(m, n)| if m { Crash::Meta(n) } else { Crash::Event(n) });
+        run(l, mode, seed, c, false, &mut t)
+    });
+    t
+}
+
+/// The power-cut points of one mode (`share` of the budget, a fifth of that again as
+/// metadata tears), then the layout's checks that they bit.
+fn check_mode<L: Layout>(l: &L, mode: Mode, share: f64) -> Tally {
+    let start = std::time::Instant::now();
+    let pts = ((l.budget() as f64 * share).ceil() as u64).max(1);
+    let t = sweep(l, mode, pts, false);
+    let sub = sweep(l, mode, (pts / 5).max(1), true);
+    println!(
+        "{} {mode:?}: {} crash points (+{} with 8-byte tears of the metadata) passed in {:.1} s; {} crashed during open; {}; {} bytes read the same after eviction",
+        l.name(),
+        t.points,
+        sub.points,
+        start.elapsed().as_secs_f64(),
+        t.crashed_in_open + sub.crashed_in_open,
+        l.summary(&t, &sub),
+        t.stable_bytes + sub.stable_bytes,
+    );
+    if std::env::var("TIERCACHE_CRASH_ONLY").is_err() {
+        assert!(
+            t.points >= pts,
+            "{} {mode:?}: {} of {pts} points ran",
+            l.name(),
+            t.points
+        );
+        l.assert_bit(mode, &t, &sub);
+    }
+    t
+}
+
+/// Issue 14: a backing-device error at each backing write of a run (write-backs of
+/// cleaning, evictions and reclaims; write-through writes), then a crash or a clean stop.
+fn check_backing_errors<L: Layout>(l: &L, mode: Mode) {
+    let start = std::time::Instant::now();
+    let (_, _, _, seed0, share) = l.sweep_params();
+    let mut t = Tally::default();
+    let pts = (l.budget() / share).max(4);
+    crash_sweep(mode, pts, false, seed0, 20, 0xbac4, |seed, c| {
+        let c = c.map(|(_, n)| Crash::BackingWrite(n));
+        run(l, mode, seed, c, true, &mut t)
+    });
+    println!(
+        "{} {mode:?}: {} backing-write error points passed in {:.1} s: {} injected failures, {} requests refused, {} runs degraded at the stop; {} bytes read the same after eviction",
+        l.name(),
+        t.points,
+        start.elapsed().as_secs_f64(),
+        t.backing_errors,
+        t.refused,
+        t.degraded,
+        t.stable_bytes
+    );
+    assert_backing_sweep_bit(mode, t.points, pts, t.backing_errors, t.degraded);
+}
+
+// ---------------------------------------------------------------------------------------
+// The direct layout.
+
+/// 24 cache lines of 4 KiB; requests in the first 160 KiB (40 lines: many evictions).
+struct Direct {
+    /// Data checksums (`--data-checksums`).
+    sums: bool,
+    /// Small chunk rewrites (64 KiB from 2 dirty runs), cleaning with full flushes.
+    rewrite: bool,
+}
+
+const CACHE_LINES: u64 = 24;
+const DIRECT_HOT: u64 = 160 << 10;
+const DIRECT_OPS: usize = 160;
 
 fn clean_set(lines: &[LineState]) -> HashSet<LineState> {
     lines.iter().filter(|l| l.dirty == 0).copied().collect()
 }
 
-fn budget() -> u64 {
-    crash_budget(250, 10_000)
+fn data_for(i: usize, seed: u64, len: u64) -> Vec<u8> {
+    (0..len)
+        .map(|k| {
+            (i as u8).wrapping_mul(29) ^ (seed as u8).wrapping_mul(7) ^ (k as u8).rotate_left(2)
+        })
+        .collect()
 }
 
-/// Crash points for one mode: `points` of them, spread over every event of successive seeds'
-/// workloads (all of them when the budget allows), at most 60 per seed.
-fn sweep(mode: Mode, sums: bool, points: u64, meta: bool, seed0: u64) -> Tally {
-    let mut t = Tally::default();
-    crash_sweep(mode, points, meta, seed0, 60, 0xc4a5, |seed, c| {
-        let c = c.map(|(m, n)| {
-            if m {
-                Crash::MetaWrite(n)
+impl Layout for Direct {
+    type Vol = CacheVolume;
+    type Report = tiercache_server::OpenReport;
+    /// Clean lines at the last completed flush untouched since (checked after every request).
+    type Watch = HashSet<LineState>;
+
+    fn name(&self) -> String {
+        format!(
+            "direct{}{}",
+            if self.sums {
+                " with data checksums"
             } else {
-                Crash::Event(n)
+                ""
+            },
+            if self.rewrite {
+                " with chunk rewrites"
+            } else {
+                ""
             }
-        });
-        run(mode, sums, seed, c, &mut t)
-    });
-    t
-}
-
-fn check_mode(mode: Mode, share: f64) {
-    check_mode_with(mode, share, false)
-}
-
-fn check_mode_with(mode: Mode, share: f64, sums: bool) {
-    let start = std::time::Instant::now();
-    let pts = ((budget() as f64 * share).ceil() as u64).max(1);
-    let t = sweep(mode, sums, pts, false, 0);
-    let sub = sweep(mode, sums, (pts / 5).max(1), true, 1000);
-    println!(
-        "{mode:?}{}: {} crash points (+{} with 8-byte tears) passed in {:.1} s; {} crashed during open; \
-         warm: {} of {} unchanged clean lines restored ({} dropped: differing from the backing device); {} (+{}) torn records caught by checksum, {} duplicates resolved; \
-         {} records unmapped ahead in batches; {} bytes read the same after eviction",
-        if sums { " with data checksums" } else { "" },
-        t.points,
-        sub.points,
-        start.elapsed().as_secs_f64(),
-        t.crashed_in_open + sub.crashed_in_open,
-        t.unchanged_restored,
-        t.unchanged_lines,
-        t.dropped_differing,
-        t.bad_checksums,
-        sub.bad_checksums,
-        t.duplicates + sub.duplicates,
-        t.unmapped_ahead + sub.unmapped_ahead,
-        t.stable_bytes + sub.stable_bytes,
-    );
-    if std::env::var("TIERCACHE_CRASH_ONLY").is_ok() {
-        return;
+        )
     }
-    assert!(
-        t.points >= pts,
-        "{mode:?}: {} of {pts} points ran",
-        t.points
-    );
-    assert_eq!(
-        t.checked, t.points,
-        "{mode:?}: every crashed device went through check"
-    );
-    if mode != Mode::PassThrough {
+    fn hot(&self) -> u64 {
+        DIRECT_HOT
+    }
+    fn budget(&self) -> u64 {
+        crash_budget(250, 10_000)
+    }
+    fn fault_mul(&self) -> u64 {
+        1_000_003
+    }
+    fn sweep_params(&self) -> (u64, u64, u64, u64, u64) {
+        (60, 0xc4a5, 1000, 2000, 6)
+    }
+    fn setup(&self, mode: Mode, _seed: u64) -> (Files, Range<u64>) {
+        let f = files_with(CACHE_LINES, 4096, self.sums);
+        format_with(&f, mode, 4096, self.sums);
+        // With data checksums this includes their region: tears there too.
+        let meta = META_OFFSET..Superblock::data_offset_with(CACHE_LINES, 4096, self.sums);
+        (f, meta)
+    }
+    fn open(
+        &self,
+        cache: Box<dyn BlockDev>,
+        backing: Box<dyn BlockDev>,
+    ) -> io::Result<CacheVolume> {
+        CacheVolume::open(cache, backing, &OpenOptions::default())
+            .map(|(v, _)| v)
+            .map_err(io::Error::other)
+    }
+    fn workload(&self, seed: u64) -> Vec<Act> {
+        let mut r = rng(seed ^ 0x5eed_c4a5);
+        (0..DIRECT_OPS)
+            .map(|i| {
+                if r.gen_bool(0.03) {
+                    return Act::Clean;
+                }
+                match random_op(&mut r, DIRECT_HOT) {
+                    (0, o, l, _) => Act::Read(o, l),
+                    (1, o, l, fua) => Act::Write(o, data_for(i, seed, l), fua),
+                    (2, o, l, _) => Act::Trim(o, l),
+                    _ => Act::Flush,
+                }
+            })
+            .collect()
+    }
+    fn started(&self, v: &CacheVolume) {
+        if self.rewrite {
+            v.set_chunk_rewrite(64 << 10, 2).unwrap();
+        }
+    }
+    fn clean(&self, v: &CacheVolume) -> io::Result<bool> {
+        if self.rewrite {
+            // A full flush (`ctl flush`), so every dense chunk is rewritten; durable once
+            // it returns.
+            v.flush_dirty().map(|_| true)
+        } else {
+            v.clean_if_needed().map(|_| false)
+        }
+    }
+    fn after_op(&self, v: &CacheVolume, act: &Act, durable: bool, w: &mut Self::Watch) {
+        if durable {
+            *w = clean_set(&v.lines());
+        }
+        // A line written or trimmed since the FLUSH is not unchanged, even if its state
+        // is the same: its slot and backing copies may land differently at the crash.
+        if let Act::Write(o, d, _) = act {
+            let (a, b) = (o / 4096, (o + d.len() as u64 - 1) / 4096);
+            w.retain(|x| !(a..=b).contains(&x.key));
+        }
+        if let Act::Trim(o, l) = act {
+            let (a, b) = (o / 4096, (o + l - 1) / 4096);
+            w.retain(|x| !(a..=b).contains(&x.key));
+        }
+        let now = clean_set(&v.lines());
+        // Lines whose record was unmapped ahead of their eviction (or may have been, in a
+        // batch the crash cut) are not expected back.
+        let ahead = v.unmapped_ahead();
+        w.retain(|l| now.contains(l) && !ahead.contains(&l.slot));
+    }
+    fn refusal(&self, _act: &Act, _e: &io::Error) -> Result<(), String> {
+        // Any request may fail for the backing device (a refused write, a failed read fill
+        // or FLUSH, a cleaning pass).
+        Ok(())
+    }
+    fn uncrashed(&self, v: &CacheVolume, _seed: u64, _what: &str, t: &mut Tally) {
+        t.unmapped_ahead += v.stats().unmap_ahead;
+        t.chunk_rewrites += v.stats().totals.chunk_rewrites;
+    }
+    fn crashed(&self, f: &Files, what: &str, t: &mut Tally) {
+        // The offline check agrees: torn records and superseded duplicates are expected
+        // after a crash, inconsistencies are not.
+        let chk = check_device(&FileDev::open_read_only(&f.cache).unwrap()).unwrap();
+        assert!(chk.ok(), "{what}: tiercache check found {:?}", chk.problems);
+        t.checked += 1;
+    }
+    fn reopen(&self, f: &Files, _what: &str) -> (CacheVolume, Self::Report) {
+        open(f, None)
+    }
+    fn reopened(
+        &self,
+        v: &CacheVolume,
+        rep: &Self::Report,
+        unchanged: Self::Watch,
+        clean_ok: bool,
+        what: &str,
+        t: &mut Tally,
+    ) {
+        assert!(!rep.was_clean || clean_ok, "{what}");
+        t.bad_checksums += rep.dropped_bad_checksum;
+        t.duplicates += rep.dropped_duplicates;
+        // Warm means the line is back in its slot with its bytes. It may come back dirty:
+        // the unmap-ahead pass can write lines back after a request's FLUSH.
+        let now: HashSet<LineState> = v
+            .lines()
+            .into_iter()
+            .map(|l| LineState { dirty: 0, ..l })
+            .collect();
+        t.unchanged_lines += unchanged.len() as u64;
+        let back = unchanged.iter().filter(|l| now.contains(l)).count();
+        t.unchanged_restored += back as u64;
+        t.dropped_differing += rep.dropped_clean_lines;
+        if back < unchanged.len() && std::env::var("TIERCACHE_CRASH_VERBOSE").is_ok() {
+            let missing: Vec<_> = unchanged.iter().filter(|l| !now.contains(l)).collect();
+            eprintln!("{what}: not restored {missing:?}; restored {now:?}; {rep:?}");
+        }
+    }
+    fn strict(&self, crash: Crash, mode: Mode) -> bool {
+        // Without atomic sector writes a torn record of a dirty line loses that line's
+        // unflushed-and-flushed data to the backing's older copy: only "never written" holds.
+        matches!(crash, Crash::Event(_)) || mode != Mode::WriteBack
+    }
+    fn evict(&self, v: &CacheVolume, mode: Mode, what: &str, _t: &mut Tally) {
+        // Reads of twice the cache's worth of other lines evict every hot line.
+        if mode == Mode::PassThrough {
+            return;
+        }
+        let mut line = vec![0u8; 4096];
+        for l in DIRECT_HOT / 4096 + 8..DIRECT_HOT / 4096 + 8 + 2 * CACHE_LINES {
+            v.read(l * 4096, &mut line).unwrap();
+        }
+        let left: Vec<u64> = v
+            .lines()
+            .iter()
+            .map(|l| l.key)
+            .filter(|&k| k < DIRECT_HOT / 4096)
+            .collect();
+        assert!(left.is_empty(), "{what}: lines {left:?} not evicted");
+    }
+    fn finish(&self, v: &CacheVolume, _f: &Files, _buf: &[u8], _mode: Mode, what: &str) {
+        if self.sums {
+            let st = v.stats();
+            assert!(
+                st.data_checksums && st.checksum_errors == 0 && st.lost_dirty_ranges.is_empty(),
+                "{what}: good data reported damaged after the crash: {} checksum errors, lost {:?}",
+                st.checksum_errors,
+                st.lost_dirty_ranges
+            );
+        }
+    }
+    fn summary(&self, t: &Tally, sub: &Tally) -> String {
+        format!(
+            "warm: {} of {} unchanged clean lines restored ({} dropped: differing from the backing device); {} (+{}) torn records caught by checksum, {} duplicates resolved; {} records unmapped ahead in batches",
+            t.unchanged_restored,
+            t.unchanged_lines,
+            t.dropped_differing,
+            t.bad_checksums,
+            sub.bad_checksums,
+            t.duplicates + sub.duplicates,
+            t.unmapped_ahead + sub.unmapped_ahead,
+        )
+    }
+    fn assert_bit(&self, mode: Mode, t: &Tally, sub: &Tally) {
+        assert_eq!(
+            t.checked, t.points,
+            "{mode:?}: every crashed device went through check"
+        );
+        if mode == Mode::PassThrough {
+            return;
+        }
         assert!(
             t.unchanged_lines > 0,
             "{mode:?}: no unchanged lines to test warmth"
@@ -504,57 +735,31 @@ fn check_mode_with(mode: Mode, share: f64, sums: bool) {
     }
 }
 
-/// Issue 14: a backing-device error at each backing write of a run (write-backs of cleaning
-/// passes and evictions; write-through writes), then a crash or a clean stop.
-fn check_backing_errors(mode: Mode) {
-    let start = std::time::Instant::now();
-    BACKING_SWEEP.with(|c| c.set(true));
-    let mut t = Tally::default();
-    let pts = (budget() / 6).max(4);
-    crash_sweep(mode, pts, false, 2000, 20, 0xbac4, |seed, c| {
-        run(
-            mode,
-            false,
-            seed,
-            c.map(|(_, n)| Crash::BackingWrite(n)),
-            &mut t,
-        )
-    });
-    BACKING_SWEEP.with(|c| c.set(false));
-    println!(
-        "{mode:?}: {} backing-write error points passed in {:.1} s: {} injected failures, {} runs degraded at the stop; {} bytes read the same after eviction",
-        t.points,
-        start.elapsed().as_secs_f64(),
-        t.backing_errors,
-        t.degraded,
-        t.stable_bytes
-    );
-    assert_backing_sweep_bit(mode, t.points, pts, t.backing_errors, t.degraded);
-}
+const DIRECT: Direct = Direct {
+    sums: false,
+    rewrite: false,
+};
 
 #[test]
 fn backing_errors_during_cleaning_write_back() {
-    check_backing_errors(Mode::WriteBack);
+    check_backing_errors(&DIRECT, Mode::WriteBack);
 }
 
 #[test]
 fn backing_errors_write_through() {
-    check_backing_errors(Mode::WriteThrough);
-}
-
-thread_local! {
-    /// This thread's runs use small chunk rewrites (64 KiB from 2 dirty runs) and clean
-    /// with full flushes.
-    static REWRITE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    check_backing_errors(&DIRECT, Mode::WriteThrough);
 }
 
 /// Crash points inside chunk rewrites (cleaning writes dense 64 KiB chunks whole, gaps read
 /// from the backing device or clean copies): same guarantees as plain write-backs.
 #[test]
 fn crash_points_chunk_rewrites() {
-    REWRITE.with(|r| r.set(true));
-    check_mode(Mode::WriteBack, 0.2);
-    let t = sweep(Mode::WriteBack, false, 5, false, 0);
+    let l = Direct {
+        sums: false,
+        rewrite: true,
+    };
+    check_mode(&l, Mode::WriteBack, 0.2);
+    let t = sweep(&l, Mode::WriteBack, 5, false);
     println!("{} chunk rewrites in the uncrashed runs", t.chunk_rewrites);
     assert!(
         t.chunk_rewrites > 0,
@@ -565,7 +770,7 @@ fn crash_points_chunk_rewrites() {
 // Shares of the budget: write-back gets the most (dirty data, write-backs, cleaning).
 #[test]
 fn crash_points_write_back() {
-    check_mode(Mode::WriteBack, 0.36);
+    check_mode(&DIRECT, Mode::WriteBack, 0.36);
 }
 
 // The same crash points with data checksums: the checksum of every slot write is durable no
@@ -573,32 +778,256 @@ fn crash_points_write_back() {
 // checksums recomputed (`tiercache_server::data_sums`).
 #[test]
 fn crash_points_write_back_checksums() {
-    check_mode_with(Mode::WriteBack, 0.36, true);
+    let l = Direct {
+        sums: true,
+        rewrite: false,
+    };
+    check_mode(&l, Mode::WriteBack, 0.36);
 }
 
 #[test]
 fn crash_points_write_through_checksums() {
-    check_mode_with(Mode::WriteThrough, 0.2, true);
+    let l = Direct {
+        sums: true,
+        rewrite: false,
+    };
+    check_mode(&l, Mode::WriteThrough, 0.2);
 }
 
 #[test]
 fn crash_points_write_through() {
-    check_mode(Mode::WriteThrough, 0.2);
+    check_mode(&DIRECT, Mode::WriteThrough, 0.2);
 }
 
 #[test]
 fn crash_points_write_around() {
-    check_mode(Mode::WriteAround, 0.16);
+    check_mode(&DIRECT, Mode::WriteAround, 0.16);
 }
 
 #[test]
 fn crash_points_read_only() {
-    check_mode(Mode::ReadOnly, 0.16);
+    check_mode(&DIRECT, Mode::ReadOnly, 0.16);
 }
 
 #[test]
 fn crash_points_pass_through() {
-    check_mode(Mode::PassThrough, 0.12);
+    check_mode(&DIRECT, Mode::PassThrough, 0.12);
+}
+
+// ---------------------------------------------------------------------------------------
+// The log layout.
+
+/// Ten 4-line segments of 4 KiB lines; requests in the first 96 lines.
+struct Log;
+
+const LS: u64 = 4096;
+const SEG: u64 = 4 * LS;
+const LOG_HOT: u64 = 96 * LS;
+const LOG_OPS: usize = 150;
+
+/// A line of duplicate-prone, compressible or random content.
+fn log_line(r: &mut rand_chacha::ChaCha8Rng, tag: u8) -> Vec<u8> {
+    match r.gen_range(0..10) {
+        0..=3 => {
+            let p = r.gen_range(0..4u8);
+            (0..LS)
+                .map(|i| p.wrapping_mul(37) ^ (i / 128) as u8)
+                .collect()
+        }
+        4..=6 => format!("extent {tag} text ")
+            .bytes()
+            .cycle()
+            .take(LS as usize)
+            .collect(),
+        _ => (0..LS).map(|_| r.gen()).collect(),
+    }
+}
+
+impl Layout for Log {
+    type Vol = LogVolume;
+    type Report = tiercache_server::log_volume::LogOpenReport;
+    type Watch = ();
+
+    fn name(&self) -> String {
+        "log".into()
+    }
+    fn hot(&self) -> u64 {
+        LOG_HOT
+    }
+    fn budget(&self) -> u64 {
+        crash_budget(200, 4000)
+    }
+    fn fault_mul(&self) -> u64 {
+        7_000_003
+    }
+    fn sweep_params(&self) -> (u64, u64, u64, u64, u64) {
+        (50, 0x7ea5, 500, 900, 5)
+    }
+    fn setup(&self, mode: Mode, seed: u64) -> (Files, Range<u64>) {
+        let f = log_cache_files(10, SEG);
+        let opts = LogFormatOptions {
+            line_size: LS,
+            segment_size: SEG,
+            compression: if seed.is_multiple_of(2) {
+                Compression::Lz4
+            } else {
+                Compression::Zstd(1)
+            },
+            dedup_ratio: 1.0,
+            picker: "lru".into(),
+            mode,
+            // Every third workload with a small journal: checkpoints during the run.
+            journal_records: seed.is_multiple_of(3).then_some(64),
+        };
+        let sb = format_log(&FileDev::open(&f.cache).unwrap(), VOL, &opts).unwrap();
+        (f, JOURNAL_OFFSET..sb.geometry().seg_area)
+    }
+    fn open(&self, cache: Box<dyn BlockDev>, backing: Box<dyn BlockDev>) -> io::Result<LogVolume> {
+        LogVolume::open(cache, backing).map(|(v, _)| v)
+    }
+    fn workload(&self, seed: u64) -> Vec<Act> {
+        let mut r = rng(seed ^ 0x10c_c4a5);
+        (0..LOG_OPS)
+            .map(|i| match r.gen_range(0..100) {
+                0..=29 => {
+                    let n = r.gen_range(1..4 * LS);
+                    Act::Read(r.gen_range(0..LOG_HOT - n), n)
+                }
+                30..=69 => {
+                    let k = r.gen_range(1..3);
+                    let o = r.gen_range(0..LOG_HOT / LS - k) * LS;
+                    let mut d = Vec::new();
+                    for _ in 0..k {
+                        d.extend(log_line(&mut r, i as u8));
+                    }
+                    Act::Write(o, d, r.gen_bool(0.06))
+                }
+                70..=87 => {
+                    let n = r.gen_range(1..2 * LS);
+                    let o = r.gen_range(0..LOG_HOT - n);
+                    Act::Write(o, (0..n).map(|_| r.gen()).collect(), r.gen_bool(0.06))
+                }
+                88..=90 => {
+                    let n = r.gen_range(1..3 * LS);
+                    Act::Trim(r.gen_range(0..LOG_HOT - n), n)
+                }
+                _ => Act::Flush,
+            })
+            .collect()
+    }
+    fn refusal(&self, act: &Act, e: &io::Error) -> Result<(), String> {
+        // A write that finds no clean segment while the backing device fails is refused;
+        // nothing else may fail.
+        if matches!(act, Act::Write(..)) && e.to_string().contains("backing device") {
+            Ok(())
+        } else {
+            Err(format!(
+                "failed, not as a write refused for the backing device: {e}"
+            ))
+        }
+    }
+    fn uncrashed(&self, v: &LogVolume, seed: u64, what: &str, _t: &mut Tally) {
+        v.check().unwrap();
+        if seed.is_multiple_of(3) {
+            let c = v.stats().live.checkpoints;
+            assert!(
+                c > 1,
+                "{what}: small journal, {c} checkpoints: {:?}",
+                v.stats().live
+            );
+        }
+    }
+    fn reopen(&self, f: &Files, what: &str) -> (LogVolume, Self::Report) {
+        LogVolume::open(
+            Box::new(FileDev::open(&f.cache).unwrap()),
+            Box::new(FileDev::open(&f.backing).unwrap()),
+        )
+        .unwrap_or_else(|e| panic!("{what}: reopen failed: {e}"))
+    }
+    fn reopened(
+        &self,
+        v: &LogVolume,
+        rep: &Self::Report,
+        _w: (),
+        _clean_ok: bool,
+        what: &str,
+        t: &mut Tally,
+    ) {
+        t.recovered_open_segments += rep.recovered_open_segments;
+        t.stale_records += rep.stale_records;
+        v.check()
+            .unwrap_or_else(|e| panic!("{what}: after recovery: {e}"));
+    }
+    fn evict(&self, v: &LogVolume, _mode: Mode, what: &str, _t: &mut Tally) {
+        // Three cache-fulls of unique lines written past HOT reclaim every segment, writing
+        // dirty extents back.
+        let churn = 3 * v.stats().segments * SEG / LS;
+        for l in 0..churn {
+            let d: Vec<u8> = (0..LS)
+                .map(|k| (l as u8) ^ (k as u8).rotate_left(1) ^ (l >> 8) as u8 ^ 0x3c)
+                .collect();
+            v.write(LOG_HOT + 4 * LS + l % 150 * LS, &d, false).unwrap();
+        }
+        // Duplicate entries of lines sharing one extent may outlive the churn; most go.
+        let left = v
+            .cached_lines()
+            .into_iter()
+            .filter(|&(l, _)| l < LOG_HOT / LS)
+            .count() as u64;
+        assert!(
+            left <= LOG_HOT / LS / 4,
+            "{what}: {left} hot lines not evicted"
+        );
+    }
+    fn finish(&self, _v: &LogVolume, f: &Files, buf: &[u8], mode: Mode, what: &str) {
+        if mode == Mode::WriteThrough {
+            // Lines still cached hold what the backing device holds.
+            let mut disk = vec![0u8; LOG_HOT as usize];
+            FileDev::open(&f.backing)
+                .unwrap()
+                .read_at(&mut disk, 0)
+                .unwrap();
+            if let Some(i) = (0..LOG_HOT as usize).find(|&i| disk[i] != buf[i]) {
+                panic!(
+                    "{what}: byte {i} read {:#x} after the restart; the backing device holds {:#x}",
+                    buf[i], disk[i]
+                );
+            }
+        }
+    }
+    fn summary(&self, t: &Tally, sub: &Tally) -> String {
+        format!(
+            "{} open segments recovered from the journal; {} stale records dropped",
+            t.recovered_open_segments + sub.recovered_open_segments,
+            t.stale_records + sub.stale_records,
+        )
+    }
+    fn assert_bit(&self, mode: Mode, t: &Tally, sub: &Tally) {
+        assert!(
+            t.recovered_open_segments + sub.recovered_open_segments > 0,
+            "{mode:?}: no crash left an open segment to recover; the test is not biting"
+        );
+    }
+}
+
+#[test]
+fn log_backing_errors_during_cleaning_write_back() {
+    check_backing_errors(&Log, Mode::WriteBack);
+}
+
+#[test]
+fn log_backing_errors_write_through() {
+    check_backing_errors(&Log, Mode::WriteThrough);
+}
+
+#[test]
+fn log_crash_points_write_back() {
+    check_mode(&Log, Mode::WriteBack, 0.5);
+}
+
+#[test]
+fn log_crash_points_write_through() {
+    check_mode(&Log, Mode::WriteThrough, 0.5);
 }
 
 /// The wrapper itself: events are numbered, the crash point fails, later calls fail, and
