@@ -279,6 +279,13 @@ impl Inner {
                 "the log layout runs write-through, write-back or pass-through (detached), not {mode}"
             )));
         }
+        if self.detached {
+            // Leaving pass-through: the writes passed through since the last backing sync
+            // are in no cache and not in `hdd_unsynced`, so a later sync that failed and
+            // dropped them would be followed by one that succeeds without them (the older
+            // bytes served, nothing reported lost). Made durable (or reported lost) here.
+            self.direct_sync().map_err(backing_fault)?;
+        }
         if now == Mode::WriteBack {
             self.write_back_all()?;
         }
