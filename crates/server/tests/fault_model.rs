@@ -673,10 +673,13 @@ impl Run {
                 if let Err(e) = res {
                     // Also: a partial-line write into a line reported lost (its other
                     // bytes cannot be read to complete the line) fails in the log layout.
+                    // A FUA write is a FLUSH too: it fails when that lost data (soak seed
+                    // 2090: a cache sync dropping dirty lines elsewhere).
                     let why = self.rig.bh.injected() > before
                         || failing
                         || self.degraded()
-                        || self.lost_overlaps(off, off + len);
+                        || self.lost_overlaps(off, off + len)
+                        || (fua && !self.rig.vol().lost().is_empty());
                     if !why {
                         return Err(self.fail(format!(
                             "op {i}: write {off}+{len} failed without a backing fault: {e}"
@@ -983,10 +986,12 @@ impl Run {
             self.m.set(u, x, ok, fua);
         }
         if let Err(e) = res {
+            // FUA: a FLUSH too, which fails when it lost data (soak seeds 2090, 3730).
             let why = self.rig.bh.injected() > before
                 || failing
                 || self.degraded()
-                || self.lost_overlaps(off, off + len);
+                || self.lost_overlaps(off, off + len)
+                || (fua && !self.rig.vol().lost().is_empty());
             if !why {
                 return Err(self.fail(format!(
                     "op {i}: {what} failed without a backing fault: {e}"
@@ -1590,4 +1595,102 @@ fn direct_lost_ranges_survive_a_restart_without_data_checksums() {
         Err(true),
         "after a clean restart sector 0 reads {got:?}"
     );
+}
+
+/// Writes whole lines `lines` at version `ver` (write-through log layout): the lines whose
+/// write succeeded, and the first error.
+fn write_lines(v: &Vol, lines: std::ops::Range<u64>, ver: u64) -> (Vec<u64>, Option<String>) {
+    let mut ok = Vec::new();
+    for l in lines {
+        match v
+            .live()
+            .write(l * LS, &sectors(l * LS / S, LS / S, ver), false)
+        {
+            Ok(()) => ok.push(l),
+            Err(e) => return (ok, Some(e.to_string())),
+        }
+    }
+    (ok, None)
+}
+
+/// Session 12 item 3: in the log layout (write-through: every line written goes to the
+/// backing device, and a segment is sealed only after a backing sync) backing syncs that
+/// keep failing failed every sealing write, each asking the failing device again, with no
+/// state an operator could see. Now, as the direct layout's degraded state: `degraded` with
+/// the last error in `ctl stats` / Prometheus, after a second failure no device retry
+/// before the backoff (100 ms doubling to 30 s), the
+/// background retry (or a FLUSH) ends it once the device heals. Before: "after a failed
+/// sealing write (...): degraded false, reason None".
+#[test]
+fn log_failing_backing_syncs_degrade_back_off_and_recover() {
+    let rig = rig_for(Layout::Log, Mode::WriteThrough, false);
+    let v = rig.vol();
+    let Vol::L(lv) = v else { unreachable!() };
+    rig.bh.fail_syncs();
+    let (ok1, err) = write_lines(v, 0..96, 1);
+    let err = err.expect("a write needing a seal fails while backing syncs fail");
+    let st = v.live().live_stats().volume;
+    let reason = st.degraded_reason.clone().unwrap_or_default();
+    assert!(
+        st.degraded && reason.contains("sync") && reason.contains("injected sync error"),
+        "after a failed sealing write ({err}): degraded {}, reason {:?}",
+        st.degraded,
+        st.degraded_reason
+    );
+    let prom = tiercache_server::live::prometheus(v.live());
+    assert!(
+        prom.contains("\ntiercache_degraded 1\n"),
+        "Prometheus shows the degraded state"
+    );
+    // The first failure may be a one-off: the next sealing write asks the device again.
+    let asked = rig.bh.injected();
+    let (_, second) = write_lines(v, 96..98, 2);
+    assert!(second.is_some() && rig.bh.injected() == asked + 1);
+    // Backoff: from the second failure on, the next sealing writes do not ask it.
+    let asked = rig.bh.injected();
+    let (_, again) = write_lines(v, 98..100, 2);
+    assert!(
+        again.is_some(),
+        "a sealing write still fails while syncs fail"
+    );
+    assert_eq!(
+        rig.bh.injected(),
+        asked,
+        "a sync was tried again within the backoff ({again:?})"
+    );
+    // Still failing when due: counted, still degraded.
+    std::thread::sleep(std::time::Duration::from_millis(150));
+    assert!(lv.retry_write_backs(), "degraded before the retry");
+    assert!(rig.bh.injected() > asked, "the due retry asked the device");
+    assert!(v.live().live_stats().volume.degraded);
+    // The device heals: the background retry ends the state once due, writes succeed.
+    rig.bh.heal();
+    std::thread::sleep(std::time::Duration::from_millis(450));
+    lv.retry_write_backs();
+    let st = v.live().live_stats().volume;
+    assert!(
+        !st.degraded,
+        "healed device, due retry: still degraded ({:?})",
+        st.degraded_reason
+    );
+    let (ok2, err) = write_lines(v, 0..96, 3);
+    assert!(err.is_none(), "writes after recovery: {err:?}");
+    // A FLUSH retries at once, whatever the backoff.
+    rig.bh.fail_syncs();
+    let (_, err) = write_lines(v, 0..96, 4);
+    assert!(err.is_some());
+    rig.bh.heal();
+    v.live().flush().unwrap();
+    assert!(
+        !v.live().live_stats().volume.degraded,
+        "a good FLUSH ends it"
+    );
+    assert!(ok1.len() < 96 && ok2.len() == 96);
+    for l in 0..96 {
+        let got = read_ver(v.live(), l * LS / S);
+        assert!(
+            got == Got::Ver(3) || got == Got::Ver(4),
+            "line {l} reads {got:?}"
+        );
+    }
 }

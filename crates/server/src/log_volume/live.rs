@@ -104,6 +104,7 @@ impl LogVolume {
         if g.pass_through || g.detached {
             return g.direct_sync().map_err(backing_fault);
         }
+        g.sync_retry_now();
         let r = g.write_back_all();
         g.guard(r)
     }
@@ -120,6 +121,7 @@ impl LogVolume {
                 "the cache device failed: the volume passes through to the backing device until restarted with a newly formatted cache (`tiercache format --force --layout log`)",
             ));
         }
+        g.sync_retry_now();
         let r = g.switch_mode(mode);
         g.guard(r)
     }
@@ -248,6 +250,7 @@ impl Inner {
             self.hdd_dirty = false;
             self.unsynced_lines.clear();
             Degraded::healed(&mut self.degraded);
+            Degraded::sync_healed(&mut self.sync_failing);
             for &(line, _) in &dirty {
                 self.unmap(line)?;
             }

@@ -464,6 +464,11 @@ struct Inner {
     dropped_now: std::collections::HashSet<u64>,
     /// Write-backs are failing on the backing device (rule 8).
     degraded: Option<Degraded>,
+    /// Backing syncs are failing (`Degraded::sync_failed`): while its backoff runs, a
+    /// sync a seal or FUA write needs fails at once without touching the device; FLUSH,
+    /// `ctl flush`, `ctl mode` and shutdown retry at once; the background retry tries when
+    /// due, and the first success ends it.
+    sync_failing: Option<Degraded>,
     cache_errors: u64,
     max_cache_errors: u64,
     backing_errors: u64,

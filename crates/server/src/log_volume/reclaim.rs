@@ -225,6 +225,7 @@ impl Inner {
                 self.hdd_dirty = false;
                 self.unsynced_lines.clear();
                 Degraded::healed(&mut self.degraded);
+                Degraded::sync_healed(&mut self.sync_failing);
                 Ok(())
             }
             Err(e) => {
