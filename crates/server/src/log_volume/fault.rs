@@ -116,20 +116,6 @@ impl Inner {
         if !self.hdd_dirty {
             return Ok(());
         }
-        if let Some(d) = self.sync_failing.as_ref().filter(|d| !d.due()) {
-            // Backoff: a failing device is not asked again at every sealing write.
-            return Err(backing_fault(io::Error::new(
-                d.last_kind,
-                format!(
-                    "backing device syncs failing ({} failures, last: {}); not retried for {:.1} s (a FLUSH retries at once)",
-                    d.failures,
-                    d.last_error,
-                    d.retry_at
-                        .saturating_duration_since(std::time::Instant::now())
-                        .as_secs_f64()
-                ),
-            )));
-        }
         if self.resync {
             self.rewrite_unsynced()?;
         }
@@ -172,6 +158,27 @@ impl Inner {
         self.hdd_dirty = false;
         Degraded::sync_healed(&mut self.sync_failing);
         Ok(())
+    }
+
+    /// The backoff of failing backing syncs, checked where a segment must be sealed for new
+    /// bytes (`reserve`): while it runs, the failing device is not asked again at every
+    /// sealing write, which fails at once with its last error. Reads are not held back (an
+    /// admission refused this way serves the read all the same), nor are FLUSH and commits.
+    pub(super) fn sync_backoff(&self) -> io::Result<()> {
+        match self.sync_failing.as_ref().filter(|d| !d.due()) {
+            Some(d) if self.hdd_dirty => Err(backing_fault(io::Error::new(
+                d.last_kind,
+                format!(
+                    "backing device syncs failing ({} failures, last: {}); not retried for {:.1} s (a FLUSH retries at once)",
+                    d.failures,
+                    d.last_error,
+                    d.retry_at
+                        .saturating_duration_since(std::time::Instant::now())
+                        .as_secs_f64()
+                ),
+            ))),
+            _ => Ok(()),
+        }
     }
 
     /// A FLUSH, `ctl flush`, `ctl mode` or shutdown: a client or the operator asks for
