@@ -71,8 +71,15 @@ fn unit_id(u: u64, ver: u64) -> u64 {
 
 /// Unit `u` (64 bytes) at version `ver`.
 fn encode_unit(u: u64, ver: u64) -> Vec<u8> {
-    let id = unit_id(u, ver);
     let mut b = vec![0u8; U as usize];
+    encode_unit_into(u, ver, &mut b);
+    b
+}
+
+/// Unit `u` at version `ver` into `b` (64 bytes; no allocation: the initial backing file is
+/// 16,384 units per seed).
+fn encode_unit_into(u: u64, ver: u64, b: &mut [u8]) {
+    let id = unit_id(u, ver);
     b[0..8].copy_from_slice(&id.to_le_bytes());
     b[8..16].copy_from_slice(&ver.to_le_bytes());
     if ver.is_multiple_of(3) {
@@ -89,9 +96,8 @@ fn encode_unit(u: u64, ver: u64) -> Vec<u8> {
             c.copy_from_slice(&x.to_le_bytes()[..n]);
         }
     }
-    let crc = sum(&b);
+    let crc = sum(b);
     b[16..20].copy_from_slice(&crc.to_le_bytes());
-    b
 }
 
 fn sum(b: &[u8]) -> u32 {
@@ -341,9 +347,9 @@ struct Rig {
 }
 
 fn write_initial_backing(p: &Path) {
-    let mut d = Vec::with_capacity(VOL as usize);
-    for s in 0..VOL / S {
-        d.extend_from_slice(&encode(s, 0));
+    let mut d = vec![0u8; VOL as usize];
+    for (u, b) in d.chunks_mut(U as usize).enumerate() {
+        encode_unit_into(u as u64, 0, b);
     }
     std::fs::write(p, d).unwrap();
 }
