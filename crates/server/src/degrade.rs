@@ -79,6 +79,77 @@ impl Degraded {
         }
     }
 
+    /// Enters (logs it) or stays in the state "backing syncs failing" after sync error `e`
+    /// (log layout: a sync must succeed before a segment is sealed, rule 2). After the first
+    /// failure the next sync is tried at once (a one-off error, e.g. a dropped writeback,
+    /// costs one request); after each later one the next attempt is due after the backoff,
+    /// [`RETRY_MIN`] doubling up to [`RETRY_MAX`]. Later failures are logged at the 2nd,
+    /// 4th, 8th, ... one (rate-limited), each with the count.
+    pub fn sync_failed(d: &mut Option<Degraded>, e: &io::Error) {
+        let entering = d.is_none();
+        if entering {
+            tracing::error!(
+                "backing device sync failed ({e}): volume DEGRADED — writes that need a backing sync (sealing a segment, FUA) fail; syncs are retried after a backoff ({} ms doubling up to {} s) and at every FLUSH, `ctl flush` and shutdown",
+                RETRY_MIN.as_millis(),
+                RETRY_MAX.as_secs()
+            );
+        }
+        let now = Instant::now();
+        let d = d.get_or_insert_with(|| Degraded {
+            since: now,
+            last_error: String::new(),
+            last_kind: io::ErrorKind::Other,
+            failures: 0,
+            backoff: RETRY_MIN / 2,
+            retry_at: now,
+        });
+        d.failures += 1;
+        d.last_error = e.to_string();
+        d.last_kind = e.kind();
+        if entering {
+            d.retry_at = now;
+        } else {
+            d.backoff = (d.backoff * 2).min(RETRY_MAX);
+            d.retry_at = now + d.backoff;
+        }
+        if !entering && d.failures.is_power_of_two() {
+            tracing::warn!(
+                "backing device syncs still failing: {} failures in {:.1} s (last: {e}); next retry in {:.1} s",
+                d.failures,
+                d.since.elapsed().as_secs_f64(),
+                d.backoff.as_secs_f64()
+            );
+        }
+    }
+
+    /// Leaves the state "backing syncs failing" (a sync succeeded); whether it was in it.
+    pub fn sync_healed(d: &mut Option<Degraded>) -> bool {
+        match d.take() {
+            Some(d) => {
+                tracing::warn!(
+                    "backing device syncs succeed again after {} failures in {:.1} s: volume no longer degraded",
+                    d.failures,
+                    d.since.elapsed().as_secs_f64()
+                );
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// `ctl stats`' `degraded_reason` while backing syncs fail.
+    pub fn sync_reason(&self) -> String {
+        format!(
+            "backing device failing syncs for {:.1} s ({} failures, last: {}); writes that need a sync (sealing a segment, FUA) fail, next retry in {:.1} s (a FLUSH or `ctl flush` retries at once)",
+            self.since.elapsed().as_secs_f64(),
+            self.failures,
+            self.last_error,
+            self.retry_at
+                .saturating_duration_since(Instant::now())
+                .as_secs_f64()
+        )
+    }
+
     /// Whether the next retry is due.
     pub fn due(&self) -> bool {
         Instant::now() >= self.retry_at

@@ -78,6 +78,7 @@ impl Export for LogVolume {
             return g.direct(Direct::Flush);
         }
         let _ = g.eng.process(&Request::new(0, Op::Flush, 0, 0), &[]);
+        g.sync_retry_now();
         let r = g.commit();
         let r = g.guard(r);
         if r.is_err() && g.pass_through {

@@ -33,12 +33,17 @@ impl LogVolume {
 
     /// The background retry of failed write-backs (rule 8): when degraded and the backoff
     /// has passed, writes back the dirty extents of one sealed segment (without reclaiming
-    /// it); success ends the degraded state. Whether it was degraded before.
+    /// it); success ends the degraded state. Failing backing syncs are retried the same way
+    /// first (`Inner::retry_sync`). Whether it was degraded before.
     pub fn retry_write_backs(&self) -> bool {
         let mut g = self.lock();
+        let syncs = g.sync_failing.is_some();
+        if syncs && !(g.closed || g.failed || g.pass_through) {
+            g.retry_sync();
+        }
         let due = g.degraded.as_ref().is_some_and(Degraded::due);
         if !due || g.closed || g.failed || g.pass_through {
-            return g.degraded.is_some();
+            return g.degraded.is_some() || syncs;
         }
         let wbs = (0..g.segs.len() as u32)
             .filter(|&s| g.segs[s as usize].sealed)
@@ -137,10 +142,13 @@ impl Inner {
                 );
             }
             self.resync = !self.hdd_unsynced.is_empty();
-            tracing::warn!(
-                "backing device sync failed ({e}): the request fails; the {} lines written since its last sync are written again before the next one",
-                self.hdd_unsynced.len()
-            );
+            if self.sync_failing.is_none() {
+                tracing::warn!(
+                    "backing device sync failed ({e}): the request fails; the {} lines written since its last sync are written again before the next one",
+                    self.hdd_unsynced.len()
+                );
+            }
+            Degraded::sync_failed(&mut self.sync_failing, &e);
             return Err(backing_fault(e));
         }
         self.unsynced_lines.clear();
@@ -148,7 +156,70 @@ impl Inner {
         self.resync = false;
         self.live.backing_syncs += 1;
         self.hdd_dirty = false;
+        Degraded::sync_healed(&mut self.sync_failing);
         Ok(())
+    }
+
+    /// The backoff of failing backing syncs, checked where a segment must be sealed for new
+    /// bytes (`reserve`): while it runs, the failing device is not asked again at every
+    /// sealing write, which fails at once with its last error. Reads are not held back (an
+    /// admission refused this way serves the read all the same), nor are FLUSH and commits.
+    pub(super) fn sync_backoff(&self) -> io::Result<()> {
+        match self.sync_failing.as_ref().filter(|d| !d.due()) {
+            Some(d) if self.hdd_dirty => Err(backing_fault(io::Error::new(
+                d.last_kind,
+                format!(
+                    "backing device syncs failing ({} failures, last: {}); not retried for {:.1} s (a FLUSH retries at once)",
+                    d.failures,
+                    d.last_error,
+                    d.retry_at
+                        .saturating_duration_since(std::time::Instant::now())
+                        .as_secs_f64()
+                ),
+            ))),
+            _ => Ok(()),
+        }
+    }
+
+    /// A FLUSH, `ctl flush`, `ctl mode` or shutdown: a client or the operator asks for
+    /// durability now, so a sync is tried at once whatever the backoff.
+    pub(super) fn sync_retry_now(&mut self) {
+        if let Some(d) = self.sync_failing.as_mut() {
+            d.retry_at = std::time::Instant::now();
+        }
+    }
+
+    /// The background retry of failing backing syncs: when the backoff has passed, one
+    /// sync (the unsynced lines written again first); success ends the state. No request
+    /// fails; an error only counts.
+    fn retry_sync(&mut self) {
+        if !self.sync_failing.as_ref().is_some_and(Degraded::due) {
+            return;
+        }
+        let r = if self.hdd_dirty {
+            self.backing_sync_if_dirty()
+        } else {
+            match self.backing.sync() {
+                Ok(()) => {
+                    self.live.backing_syncs += 1;
+                    Degraded::sync_healed(&mut self.sync_failing);
+                    Ok(())
+                }
+                Err(e) => {
+                    self.live.backing_sync_errors += 1;
+                    Degraded::sync_failed(&mut self.sync_failing, &e);
+                    Err(backing_fault(e))
+                }
+            }
+        };
+        match r {
+            Err(e) if matches!(fault_of(&e), Some(Fault::Backing(_))) => {
+                tracing::debug!("backing sync retry: {e}");
+            }
+            r => {
+                let _ = self.guard(r);
+            }
+        }
     }
 
     /// After a failed backing sync: writes every line of `hdd_unsynced` again from the
@@ -315,6 +386,7 @@ impl Inner {
             Ok(()) => {
                 self.direct_unsynced.clear();
                 self.live.backing_syncs += 1;
+                Degraded::sync_healed(&mut self.sync_failing);
                 Ok(())
             }
             Err(e) => {

@@ -104,6 +104,7 @@ impl LogVolume {
         if g.pass_through || g.detached {
             return g.direct_sync().map_err(backing_fault);
         }
+        g.sync_retry_now();
         let r = g.write_back_all();
         g.guard(r)
     }
@@ -120,6 +121,7 @@ impl LogVolume {
                 "the cache device failed: the volume passes through to the backing device until restarted with a newly formatted cache (`tiercache format --force --layout log`)",
             ));
         }
+        g.sync_retry_now();
         let r = g.switch_mode(mode);
         g.guard(r)
     }
@@ -248,6 +250,7 @@ impl Inner {
             self.hdd_dirty = false;
             self.unsynced_lines.clear();
             Degraded::healed(&mut self.degraded);
+            Degraded::sync_healed(&mut self.sync_failing);
             for &(line, _) in &dirty {
                 self.unmap(line)?;
             }
@@ -278,6 +281,13 @@ impl Inner {
             return Err(io_err(format!(
                 "the log layout runs write-through, write-back or pass-through (detached), not {mode}"
             )));
+        }
+        if self.detached {
+            // Leaving pass-through: the writes passed through since the last backing sync
+            // are in no cache and not in `hdd_unsynced`, so a later sync that failed and
+            // dropped them would be followed by one that succeeds without them (the older
+            // bytes served, nothing reported lost). Made durable (or reported lost) here.
+            self.direct_sync().map_err(backing_fault)?;
         }
         if now == Mode::WriteBack {
             self.write_back_all()?;

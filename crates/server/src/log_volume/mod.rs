@@ -73,7 +73,11 @@
 //!    fails, the volume is *degraded*: the victim is not reclaimed (its dirty extents stay
 //!    dirty and are served from the cache), a sealed segment without dirty data is reclaimed
 //!    instead, and when there is none the write fails with the backing device's error
-//!    (ENOSPC or EIO); write-backs are retried with backoff. A cache-device write or sync
+//!    (ENOSPC or EIO); write-backs are retried with backoff. A backing *sync* that fails
+//!    (rule 2, before a seal) degrades the volume too (`Inner::sync_failing`): after a second
+//!    failure, writes that need a seal fail at once until the backoff has passed; FLUSH,
+//!    `ctl flush`, `ctl mode`, shutdown and the background retry try the device; any good
+//!    sync ends it. A cache-device write or sync
 //!    error leaves RAM ahead of the device, so it fails the cache at once (a read error on a
 //!    hit counts towards `max_cache_errors`: a clean line is read from the backing device, a
 //!    dirty one is reported lost): every dirty line that can still be read is copied to the
@@ -464,6 +468,11 @@ struct Inner {
     dropped_now: std::collections::HashSet<u64>,
     /// Write-backs are failing on the backing device (rule 8).
     degraded: Option<Degraded>,
+    /// Backing syncs are failing (`Degraded::sync_failed`): while its backoff runs, a
+    /// sync a seal or FUA write needs fails at once without touching the device; FLUSH,
+    /// `ctl flush`, `ctl mode` and shutdown retry at once; the background retry tries when
+    /// due, and the first success ends it.
+    sync_failing: Option<Degraded>,
     cache_errors: u64,
     max_cache_errors: u64,
     backing_errors: u64,

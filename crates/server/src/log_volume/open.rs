@@ -227,6 +227,7 @@ impl LogVolume {
             fresh_dups: Default::default(),
             dropped_now: Default::default(),
             degraded: None,
+            sync_failing: None,
             cache_errors: 0,
             max_cache_errors: DEFAULT_MAX_CACHE_ERRORS,
             backing_errors: 0,
@@ -282,6 +283,7 @@ impl LogVolume {
             g.closed = true;
             return g.direct_sync().map_err(backing_fault);
         }
+        g.sync_retry_now();
         let r = g.commit();
         g.guard(r)?;
         let r = (|| -> io::Result<()> {

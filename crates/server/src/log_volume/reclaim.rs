@@ -9,7 +9,9 @@ impl Inner {
         if self.hdd_dirty && self.eng.reserve_acts(dirty) {
             // Rule 2 before the engine changes anything: the seal (and a reclamation's
             // commit) below then find the backing device synced, and a failure here fails
-            // the request with nothing changed.
+            // the request with nothing changed. While syncs fail, not before the backoff
+            // (`sync_backoff`).
+            self.sync_backoff()?;
             self.backing_sync_if_dirty()?;
         }
         let before = self.eng.open_segment(dirty);
@@ -225,6 +227,7 @@ impl Inner {
                 self.hdd_dirty = false;
                 self.unsynced_lines.clear();
                 Degraded::healed(&mut self.degraded);
+                Degraded::sync_healed(&mut self.sync_failing);
                 Ok(())
             }
             Err(e) => {

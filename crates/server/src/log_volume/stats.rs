@@ -55,8 +55,13 @@ impl LogVolume {
             cache_failed: g.pass_through,
             lost_dirty_bytes: degrade::lost_bytes(&g.lost),
             lost_dirty_ranges: g.lost.clone(),
-            degraded: g.degraded.is_some(),
-            degraded_reason: g.degraded.as_ref().map(Degraded::reason),
+            degraded: g.degraded.is_some() || g.sync_failing.is_some(),
+            degraded_reason: match (&g.degraded, &g.sync_failing) {
+                (Some(d), Some(s)) => Some(format!("{}; {}", d.reason(), s.sync_reason())),
+                (Some(d), None) => Some(d.reason()),
+                (None, Some(s)) => Some(s.sync_reason()),
+                (None, None) => None,
+            },
             recovery_sample: g.recovery_sample,
         }
     }
