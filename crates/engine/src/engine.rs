@@ -593,8 +593,14 @@ impl Engine {
         t
     }
 
-    /// Heap bytes of the line index: slots, map, dirty bits and the policy's state.
+    /// Heap bytes of everything the engine keeps per line: slots (keys, classes, dirty
+    /// bits, sector masks, free list), the map, the policy's state, the dirty lines in LBA
+    /// order and the cleaner's state, plus what grows with requests (admission groups,
+    /// unmapped keys not yet drained, the oracle). B-trees and hash maps are estimated
+    /// ([`crate::mem`]). Not counted: scratch bounded by one batch (write-back tickets and
+    /// pins, candidate buffers) and fixed tables (counters, stream detector).
     pub fn index_bytes(&self) -> usize {
+        use crate::mem::{btree_bytes, hash_bytes};
         self.keys.capacity() * 8
             + self.classes.capacity()
             + self.dirty.capacity() * 8
@@ -602,6 +608,11 @@ impl Engine {
             + self.free.capacity() * 4
             + self.map.mem_bytes()
             + self.policy.mem_bytes()
+            + btree_bytes(self.dirty_set.len(), 8)
+            + self.cleaner.mem_bytes()
+            + hash_bytes(self.group_counts.capacity(), 16)
+            + self.unmapped.capacity() * 8
+            + self.oracle.as_ref().map_or(0, |o| o.capacity() * 8)
     }
 
     /// The key of line `line` of `volume`.

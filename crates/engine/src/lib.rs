@@ -9,6 +9,7 @@ pub mod config;
 pub mod engine;
 pub mod index;
 pub mod log;
+pub mod mem;
 pub mod plan;
 pub mod policy;
 pub mod rate;
