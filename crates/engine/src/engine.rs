@@ -130,6 +130,16 @@ const _: fn() = || {
     send::<Engine>();
 };
 
+/// One line for [`Engine::restore_bulk`]: as the arguments of [`Engine::restore_line`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RestoreLine {
+    pub key: u64,
+    pub slot: Slot,
+    pub valid: u64,
+    pub dirty: u64,
+    pub class: u8,
+}
+
 /// A write-back in flight, from [`Engine::begin_clean`] or
 /// [`Engine::begin_write_back_slots`] until [`Engine::complete_writeback`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -593,8 +603,14 @@ impl Engine {
         t
     }
 
-    /// Heap bytes of the line index: slots, map, dirty bits and the policy's state.
+    /// Heap bytes of everything the engine keeps per line: slots (keys, classes, dirty
+    /// bits, sector masks, free list), the map, the policy's state, the dirty lines in LBA
+    /// order and the cleaner's state, plus what grows with requests (admission groups,
+    /// unmapped keys not yet drained, the oracle). B-trees and hash maps are estimated
+    /// ([`crate::mem`]). Not counted: scratch bounded by one batch (write-back tickets and
+    /// pins, candidate buffers) and fixed tables (counters, stream detector).
     pub fn index_bytes(&self) -> usize {
+        use crate::mem::{btree_bytes, hash_bytes};
         self.keys.capacity() * 8
             + self.classes.capacity()
             + self.dirty.capacity() * 8
@@ -602,6 +618,11 @@ impl Engine {
             + self.free.capacity() * 4
             + self.map.mem_bytes()
             + self.policy.mem_bytes()
+            + btree_bytes(self.dirty_set.len(), 8)
+            + self.cleaner.mem_bytes()
+            + hash_bytes(self.group_counts.capacity(), 16)
+            + self.unmapped.capacity() * 8
+            + self.oracle.as_ref().map_or(0, |o| o.capacity() * 8)
     }
 
     /// The key of line `line` of `volume`.
@@ -2470,6 +2491,131 @@ impl Engine {
         self.place(slot, key, class, &a);
         self.set_valid(slot, valid_mask);
         self.set_dirty_mask(slot, key, dirty_mask);
+        Ok(())
+    }
+
+    /// Restores many lines into an empty engine (a warm restart of millions of lines): the
+    /// same state as [`Engine::restore_line`] on each in turn (`lines` oldest first: the
+    /// policy sees them in this order), but the per-slot arrays and the index are filled in
+    /// slot order with the index buckets prefetched, and the policy threaded after, so that
+    /// a restart is not a chain of cache misses per line. The keys must be distinct (a
+    /// caller resolves duplicates first; checked in debug builds). Returns the lines that
+    /// were refused, by position in `lines`, each with what [`Engine::restore_line`] would
+    /// have said; the others are restored.
+    pub fn restore_bulk(&mut self, lines: &[RestoreLine]) -> Vec<(usize, EngineError)> {
+        assert!(
+            self.len == 0 && self.pins.is_empty() && self.dirty_count == 0,
+            "restore_bulk into an engine that holds lines"
+        );
+        let mut errors = Vec::new();
+        // Position in `lines` per slot (NIL: none), so the slots are visited in order.
+        const NONE: u32 = u32::MAX;
+        let mut at = vec![NONE; self.cap as usize];
+        for (i, l) in lines.iter().enumerate() {
+            if l.slot >= self.cap {
+                errors.push((
+                    i,
+                    EngineError::Config(format!(
+                        "restore slot {}: slot out of range (capacity {})",
+                        l.slot, self.cap
+                    )),
+                ));
+            } else if at[l.slot as usize] != NONE {
+                errors.push((
+                    i,
+                    EngineError::Config(format!(
+                        "restore slot {}: slot already holds a line",
+                        l.slot
+                    )),
+                ));
+            } else {
+                at[l.slot as usize] = i as u32;
+            }
+        }
+        let mut ok = vec![false; lines.len()];
+        let mut dirty_keys = Vec::new();
+        const AHEAD: usize = 16;
+        let slots: Vec<u32> = (0..self.cap).filter(|&s| at[s as usize] != NONE).collect();
+        for (n, &slot) in slots.iter().enumerate() {
+            if let Some(&s) = slots.get(n + AHEAD) {
+                self.map.prefetch(lines[at[s as usize] as usize].key);
+            }
+            let i = at[slot as usize] as usize;
+            let l = lines[i];
+            if let Err(e) = self.check_restore(&l) {
+                errors.push((i, e));
+                continue;
+            }
+            debug_assert!(self.lookup(l.key).is_none(), "key {:#x} twice", l.key);
+            if slot >= self.next_fresh {
+                self.free.extend(self.next_fresh..slot);
+                self.next_fresh = slot + 1;
+            }
+            self.keys[slot as usize] = l.key;
+            self.classes[slot as usize] = l.class;
+            self.set_valid(slot, l.valid);
+            self.map.insert(l.key, slot);
+            self.len += 1;
+            if self.sectors {
+                let bit = (slot as usize) << self.spl_shift;
+                self.dirty_bits[bit >> 6] |= l.dirty << (bit & 63);
+            }
+            if l.dirty != 0 {
+                // As `set_dirty`, the LBA-ordered set built in one go below.
+                self.dirty[slot as usize / 64] |= 1 << (slot % 64);
+                self.dirty_count += 1;
+                self.cleaner.dirtied(l.key, self.clock);
+                dirty_keys.push(l.key);
+            }
+            ok[i] = true;
+        }
+        dirty_keys.sort_unstable();
+        self.dirty_set = dirty_keys.into_iter().collect();
+        for (i, l) in lines.iter().enumerate() {
+            if !ok[i] {
+                continue;
+            }
+            let a = Access {
+                key: l.key,
+                seq: self.seq,
+                next_use: NEVER,
+                is_write: false,
+                class: l.class,
+            };
+            self.seq += 1;
+            self.policy.insert(l.slot, &a);
+        }
+        errors.sort_by_key(|e| e.0);
+        errors
+    }
+
+    /// The checks of [`Engine::restore_line`] that need no lookup.
+    fn check_restore(&self, l: &RestoreLine) -> Result<(), EngineError> {
+        let RestoreLine {
+            key,
+            slot,
+            valid: valid_mask,
+            dirty: dirty_mask,
+            class,
+        } = *l;
+        let bad = |why: String| Err(EngineError::Config(format!("restore slot {slot}: {why}")));
+        if class > MAX_CLASS {
+            return Err(EngineError::BadClass(class));
+        }
+        if key == EMPTY || (key & ((1 << LINE_BITS) - 1)) >= (1 << LINE_BITS) - 1 {
+            return bad(format!("invalid key {key:#x}"));
+        }
+        if valid_mask == 0 || valid_mask & !self.full_mask != 0 || dirty_mask & !valid_mask != 0 {
+            return bad(format!(
+                "masks valid {valid_mask:#x} dirty {dirty_mask:#x} do not fit a line of {} sectors",
+                1u64 << self.spl_shift
+            ));
+        }
+        if !self.sectors
+            && (valid_mask != self.full_mask || (dirty_mask != 0 && dirty_mask != self.full_mask))
+        {
+            return bad("line validity needs whole-line masks".into());
+        }
         Ok(())
     }
 

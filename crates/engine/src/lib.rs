@@ -9,6 +9,7 @@ pub mod config;
 pub mod engine;
 pub mod index;
 pub mod log;
+pub mod mem;
 pub mod plan;
 pub mod policy;
 pub mod rate;
@@ -22,7 +23,9 @@ pub use config::{
     Admission, EngineConfig, Mode, Preset, SeqCutoff, Validity, DEFAULT_CLEANING_AGE,
     DEFAULT_REWRITE_CHUNK, DEFAULT_REWRITE_MIN_RUNS,
 };
-pub use engine::{Engine, EngineError, InflightCounters, WbBatch, WbDone, WbLine, WbTicket};
+pub use engine::{
+    Engine, EngineError, InflightCounters, RestoreLine, WbBatch, WbDone, WbLine, WbTicket,
+};
 pub use log::{Compression, ExtentContent, Layout, LogConfig, LogEngine};
 pub use plan::{Plan, Step};
 pub use rate::{RateController, WritebackRate};

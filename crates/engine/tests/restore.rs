@@ -123,3 +123,95 @@ fn drop_restore_drop_frees_a_slot_once() {
     assert_eq!(slots.len() as u64, e.len(), "two lines share a slot");
     assert_eq!(e.len(), 8);
 }
+
+/// `restore_bulk` leaves the engine exactly as `restore_line` on each line in turn: same
+/// lines, masks and dirty state, and (the policy threaded in the same order, the free slots
+/// the same) the same plans for every request after, so the same victims and slots.
+#[test]
+fn restore_bulk_equals_restore_line_in_every_policy() {
+    use tiercache_engine::RestoreLine;
+    let cap = 512u32;
+    for policy in [
+        "lru", "fifo", "clock", "slru", "s3fifo", "arc", "lifo", "mru",
+    ] {
+        for cleaning in ["lba", "acp", "alru"] {
+            let cfg = EngineConfig {
+                capacity_lines: cap as u64,
+                mode: Mode::WriteBack,
+                policy: policy.into(),
+                cleaning: cleaning.parse().unwrap(),
+                ..Default::default()
+            };
+            // Lines in a random order of slots (about 3/4 of them), random keys, some
+            // dirty, some partial, and one of each kind of bad record.
+            let mut x = 0x9e37_79b9_7f4a_7c15u64;
+            let mut next = || {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x
+            };
+            let mut slots: Vec<u32> = (0..cap).filter(|_| next() % 4 != 0).collect();
+            for i in (1..slots.len()).rev() {
+                slots.swap(i, next() as usize % (i + 1));
+            }
+            let mut lines: Vec<RestoreLine> = slots
+                .iter()
+                .enumerate()
+                .map(|(i, &slot)| {
+                    let r = next();
+                    let valid = if r % 7 == 0 { 0x0f } else { 0xff };
+                    RestoreLine {
+                        key: i as u64 * 3 + 1,
+                        slot,
+                        valid,
+                        dirty: if r % 3 == 0 { valid } else { 0 },
+                        class: 0,
+                    }
+                })
+                .collect();
+            lines[5].valid = 0; // bad masks
+            lines[9].dirty = 0x100; // dirty outside valid
+            let mut a = Engine::new(cfg.clone()).unwrap();
+            let mut refused_a = Vec::new();
+            for (i, l) in lines.iter().enumerate() {
+                if let Err(e) = a.restore_line(l.key, l.slot, l.valid, l.dirty, l.class) {
+                    refused_a.push((i, e));
+                }
+            }
+            let mut b = Engine::new(cfg).unwrap();
+            let refused_b = b.restore_bulk(&lines);
+            let what = format!("{policy}/{cleaning}");
+            assert_eq!(refused_a, refused_b, "{what}");
+            assert_eq!(refused_b.len(), 2, "{what}");
+            let state = |e: &Engine| {
+                e.entries()
+                    .map(|(k, s, d)| (k, s, d, e.valid_mask(s), e.dirty_mask(s)))
+                    .collect::<Vec<_>>()
+            };
+            assert_eq!(state(&a), state(&b), "{what}");
+            assert_eq!(a.dirty_lines(), b.dirty_lines(), "{what}");
+            let (mut ca, mut cb) = (Vec::new(), Vec::new());
+            a.eviction_candidates(64, &mut ca);
+            b.eviction_candidates(64, &mut cb);
+            assert_eq!(ca, cb, "{what}: eviction order");
+            // Misses, hits and cleaning after: the same plans step by step.
+            for i in 0..2000u64 {
+                let r = next();
+                let off = (r % 2048) * 4096 + if i % 5 == 0 { 512 } else { 0 };
+                let req = if r % 3 == 0 {
+                    Request::write(off, 1024)
+                } else {
+                    Request::read(off, 4096)
+                };
+                let pa = a.process(&req).unwrap().steps.clone();
+                let pb = b.process(&req).unwrap().steps.clone();
+                assert_eq!(pa, pb, "{what}: request {i}");
+                if i % 100 == 0 {
+                    assert_eq!(a.clean(8).steps, b.clean(8).steps, "{what}: cleaning {i}");
+                }
+            }
+            assert_eq!(a.counters(), b.counters(), "{what}");
+        }
+    }
+}

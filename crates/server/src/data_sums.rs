@@ -107,6 +107,13 @@ fn block_ok(b: &[u8], index: u64) -> bool {
 }
 
 impl DataSums {
+    /// Heap bytes: the region's image, the changed blocks and the lost ranges.
+    pub fn mem_bytes(&self) -> usize {
+        self.img.capacity()
+            + tiercache_engine::mem::btree_bytes(self.dirty.len(), 8)
+            + self.lost.capacity() * 16
+    }
+
     fn empty(offset: u64, capacity_lines: u64, line_size: u64) -> DataSums {
         let n = blocks(capacity_lines, line_size);
         let mut img = vec![0u8; (n * BLOCK) as usize];

@@ -79,6 +79,7 @@ impl Cleaner for Acp {
     }
 
     fn mem_bytes(&self) -> usize {
-        self.counts.capacity() * 16 + self.order.len() * 24
+        crate::mem::hash_bytes(self.counts.len(), 12)
+            + crate::mem::btree_bytes(self.order.len(), 16)
     }
 }

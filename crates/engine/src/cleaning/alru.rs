@@ -55,6 +55,6 @@ impl Cleaner for Alru {
     }
 
     fn mem_bytes(&self) -> usize {
-        self.since.capacity() * 16 + self.order.len() * 32
+        crate::mem::hash_bytes(self.since.len(), 16) + crate::mem::btree_bytes(self.order.len(), 16)
     }
 }

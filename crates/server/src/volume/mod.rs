@@ -271,6 +271,10 @@ struct Inner {
     class_loads: u64,
 }
 
+/// Capacity of the `Inner::slots` scratch kept between plans (slots; larger ones, from
+/// passes over every slot, are freed).
+const MAX_SLOTS_SCRATCH: usize = 16384;
+
 /// Backing ranges written since the last good backing sync after which a request first
 /// syncs the backing device (see `Inner::hdd_unsynced`).
 const MAX_UNSYNCED_RANGES: usize = 4096;

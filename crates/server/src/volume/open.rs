@@ -185,14 +185,24 @@ fn verify_clean_sample(
     if clean.is_empty() {
         return Ok(());
     }
-    clean.sort_by_key(|&i| lines[i].1.key);
     let k = clean.len().min(crate::identity::sample_size(ls));
+    if k < clean.len() {
+        // k lines evenly spaced in key order: the keys at ranks j * n / k, found with one
+        // radix sort of the clean keys and one pass (not a comparison sort of the lines).
+        let n = clean.len();
+        let mut keys: Vec<u64> = clean.iter().map(|&i| lines[i].1.key).collect();
+        radix_sort(&mut keys);
+        let picked: Vec<u64> = (0..k).map(|j| keys[j * n / k]).collect();
+        drop(keys);
+        clean.retain(|&i| picked.binary_search(&lines[i].1.key).is_ok());
+    }
+    clean.sort_by_key(|&i| lines[i].1.key);
+    let k = clean.len();
     let (mut a, mut b) = (vec![0u8; ls as usize], vec![0u8; ls as usize]);
     let mut differ: Vec<usize> = Vec::new();
     let mut damaged: Vec<usize> = Vec::new();
     let mut unreadable = 0usize;
-    for j in 0..k {
-        let i = clean[j * clean.len() / k];
+    for &i in &clean {
         let (slot, r) = lines[i];
         let at = (r.key & LINE_MASK) * ls;
         // Only the part of the line inside the backing device (a partial last line).
@@ -423,44 +433,90 @@ impl CacheVolume {
             backing_note,
             ..Default::default()
         };
-        // Newest record per key.
-        let mut best: std::collections::HashMap<u64, (u32, Record)> = Default::default();
+        // One decode of the record area: the key each slot's durable record maps, and
+        // `(seq, slot)` of every record mapping a line. Records the engine will not take as
+        // they are (`touched`) are brought up to its state by `update_records` below; the
+        // others already equal it, so open never passes over every slot again.
+        let cap = sb.capacity_lines as usize;
+        let mut disk_key = vec![EMPTY_KEY; cap];
+        let mut order: Vec<u64> = Vec::new();
+        let mut touched: Vec<u32> = Vec::new();
         let in_flux = |slot: u64| {
             let at = (slot * RECORD_BYTES) as usize;
             Record::in_flux(&disk[at..at + RECORD_BYTES as usize])
         };
         let mut max_seq = 0u32;
-        for slot in 0..sb.capacity_lines {
-            let at = (slot * RECORD_BYTES) as usize;
-            let Some(r) = Record::decode(&disk[at..at + RECORD_BYTES as usize]) else {
+        for (slot, rec) in disk.chunks(RECORD_BYTES as usize).take(cap).enumerate() {
+            let Some(r) = Record::decode(rec) else {
                 if sb.clean {
                     return Err(FormatError::BadRecord {
-                        slot,
-                        offset: META_OFFSET + at as u64,
+                        slot: slot as u64,
+                        offset: META_OFFSET + slot as u64 * RECORD_BYTES,
                     });
                 }
                 report.dropped_bad_checksum += 1;
+                touched.push(slot as u32);
                 continue;
             };
+            disk_key[slot] = r.key;
             if format::seq_newer(r.seq, max_seq) {
                 max_seq = r.seq;
             }
-            if r.key == EMPTY_KEY || r.valid == 0 {
+            if r.key == EMPTY_KEY {
                 continue;
             }
-            match best.get(&r.key) {
-                Some((_, old)) if !format::seq_newer(r.seq, old.seq) => {
-                    report.dropped_duplicates += 1
+            if r.valid == 0 {
+                touched.push(slot as u32);
+                continue;
+            }
+            order.push((r.seq as u64) << 32 | slot as u64);
+        }
+        // A key in two slots (a flush torn between the page unmapping it and the page
+        // mapping it anew, rule 3): found by sorting the keys; the newer record wins, the
+        // lower slot among equal sequence numbers (the records are visited in slot order).
+        let mut keys: Vec<u64> = order.iter().map(|&o| disk_key[o as u32 as usize]).collect();
+        radix_sort(&mut keys);
+        let mut dups: Vec<u64> = keys
+            .windows(2)
+            .filter(|w| w[0] == w[1])
+            .map(|w| w[0])
+            .collect();
+        drop(keys);
+        dups.dedup();
+        if !dups.is_empty() {
+            let mut best: HashMap<u64, (u32, u32)> = HashMap::new();
+            let mut losers: BTreeSet<u32> = BTreeSet::new();
+            for &o in &order {
+                let (slot, seq) = (o as u32, (o >> 32) as u32);
+                let key = disk_key[slot as usize];
+                if dups.binary_search(&key).is_err() {
+                    continue;
                 }
-                Some(_) => {
-                    report.dropped_duplicates += 1;
-                    best.insert(r.key, (slot as u32, r));
-                }
-                None => {
-                    best.insert(r.key, (slot as u32, r));
+                report.dropped_duplicates += best.contains_key(&key) as u64;
+                match best.get(&key) {
+                    Some(&(_, old)) if !format::seq_newer(seq, old) => {
+                        losers.insert(slot);
+                    }
+                    Some(&(old, _)) => {
+                        losers.insert(old);
+                        best.insert(key, (slot, seq));
+                    }
+                    None => {
+                        best.insert(key, (slot, seq));
+                    }
                 }
             }
+            order.retain(|&o| !losers.contains(&(o as u32)));
+            touched.extend(losers);
         }
+        // Oldest first (as they were last used), by sequence number relative to the newest,
+        // then slot.
+        let base = max_seq.wrapping_add(1);
+        for o in order.iter_mut() {
+            let seq = (*o >> 32) as u32;
+            *o = (seq.wrapping_sub(base) as u64) << 32 | (*o & 0xffff_ffff);
+        }
+        radix_sort(&mut order);
         let mut sums = match sb.data_checksums {
             true => Some(crate::data_sums::DataSums::load(
                 &*cache,
@@ -470,8 +526,15 @@ impl CacheVolume {
             )?),
             false => None,
         };
-        let mut lines: Vec<(u32, Record)> = best.into_values().collect();
-        lines.sort_by_key(|(s, r)| (r.seq.wrapping_sub(max_seq.wrapping_add(1)), *s));
+        let lines: Vec<(u32, Record)> = order
+            .iter()
+            .map(|&o| {
+                let at = (o as u32 as u64 * RECORD_BYTES) as usize;
+                let r = Record::decode(&disk[at..at + RECORD_BYTES as usize]);
+                (o as u32, r.expect("decoded above"))
+            })
+            .collect();
+        drop(order);
         let mut flux_pages = BTreeSet::new();
         let (ls, ss) = (sb.line_size, engine.sector_size());
         let (mut slot_bytes, mut backing_bytes) = (vec![0u8; ls as usize], vec![0u8; ls as usize]);
@@ -480,6 +543,7 @@ impl CacheVolume {
             if in_flux(slot as u64) {
                 // Rule 5: the clean sectors that differ from the backing device.
                 report.in_flux += 1;
+                touched.push(slot);
                 flux_pages.insert(slot as u64 / format::RECORDS_PER_PAGE);
                 cache.read_at(&mut slot_bytes, sb.data_offset + slot as u64 * ls)?;
                 backing.read_at(&mut backing_bytes, (r.key & LINE_MASK) * ls)?;
@@ -556,29 +620,36 @@ impl CacheVolume {
             &mut report,
             sums.as_ref(),
         )?;
-        for (slot, r) in lines {
-            match engine.restore_line(r.key, slot, r.valid, r.dirty, 0) {
-                Ok(()) => {
-                    report.restored += 1;
-                    report.restored_dirty += (r.dirty != 0) as u64;
-                }
-                Err(e) if sb.clean => {
-                    return Err(FormatError::BadField {
-                        field: "metadata record",
-                        why: format!("slot {slot}: {e}; run `tiercache check --repair` on the cache device (the server stopped)"),
-                    })
-                }
-                Err(_) => report.dropped_bad_checksum += 1,
-            }
+        // The sample dropped lines or changed their masks: every record is compared below.
+        let touch_all = report.dropped_clean_lines > 0;
+        let bulk: Vec<tiercache_engine::RestoreLine> = lines
+            .iter()
+            .map(|&(slot, r)| tiercache_engine::RestoreLine {
+                key: r.key,
+                slot,
+                valid: r.valid,
+                dirty: r.dirty,
+                class: 0,
+            })
+            .collect();
+        drop(lines);
+        let refused = engine.restore_bulk(&bulk);
+        if let (Some((i, e)), true) = (refused.first(), sb.clean) {
+            return Err(FormatError::BadField {
+                field: "metadata record",
+                why: format!("slot {}: {e}; run `tiercache check --repair` on the cache device (the server stopped)", bulk[*i].slot),
+            });
         }
+        report.dropped_bad_checksum += refused.len() as u64;
+        touched.extend(refused.iter().map(|&(i, _)| bulk[i].slot));
+        report.restored = (bulk.len() - refused.len()) as u64;
+        report.restored_dirty = bulk.iter().filter(|l| l.dirty != 0).count() as u64
+            - refused.iter().filter(|&&(i, _)| bulk[i].dirty != 0).count() as u64;
+        drop(bulk);
         let mut vol_lost_bytes = 0;
         let mut inner = Inner {
             engine,
-            disk_key: disk
-                .chunks(RECORD_BYTES as usize)
-                .take(sb.capacity_lines as usize)
-                .map(|r| Record::decode(r).map_or(EMPTY_KEY, |r| r.key))
-                .collect(),
+            disk_key,
             mem: disk,
             sb: sb.clone(),
             dirty_pages: BTreeSet::new(),
@@ -621,8 +692,16 @@ impl CacheVolume {
             }
         }
         // Records the engine did not take (dropped ones) become empty in `mem`, and records
-        // found in flux are rewritten as resolved, without the flag.
-        inner.slots = (0..sb.capacity_lines as u32).collect();
+        // found in flux are rewritten as resolved, without the flag. Every other record
+        // equals the engine's line already (`update_records` would leave it alone).
+        inner.slots = if touch_all {
+            (0..sb.capacity_lines as u32).collect()
+        } else {
+            // In slot order, as a pass over every slot would assign them sequence numbers.
+            touched.sort_unstable();
+            touched.dedup();
+            touched
+        };
         Self::update_records(&mut inner);
         inner.dirty_pages.extend(&flux_pages);
         let line_shift = sb.line_size.trailing_zeros();
@@ -680,5 +759,63 @@ impl CacheVolume {
             }
         }
         Ok((vol, report))
+    }
+}
+
+/// Sorts ascending: LSD radix sort, one byte a pass, skipping the bytes every value shares
+/// (restart orders up to 10^8 records: a comparison sort takes most of the open).
+fn radix_sort(v: &mut Vec<u64>) {
+    if v.len() < 4096 {
+        v.sort_unstable();
+        return;
+    }
+    let mut hist = vec![[0usize; 256]; 8];
+    for &x in v.iter() {
+        for (d, h) in hist.iter_mut().enumerate() {
+            h[(x >> (8 * d)) as usize & 255] += 1;
+        }
+    }
+    let mut tmp = vec![0u64; v.len()];
+    for (d, h) in hist.iter().enumerate() {
+        if h.contains(&v.len()) {
+            continue;
+        }
+        let mut at = [0usize; 256];
+        let mut sum = 0;
+        for (a, &c) in at.iter_mut().zip(h.iter()) {
+            *a = sum;
+            sum += c;
+        }
+        for &x in v.iter() {
+            let b = (x >> (8 * d)) as usize & 255;
+            tmp[at[b]] = x;
+            at[b] += 1;
+        }
+        std::mem::swap(v, &mut tmp);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn radix_sort_sorts() {
+        let mut x = 0x1234_5678_9abc_def1u64;
+        let mut v: Vec<u64> = (0..100_000)
+            .map(|i| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                // Shared high bytes (skipped passes) and duplicates.
+                if i % 3 == 0 {
+                    x & 0xffff
+                } else {
+                    x
+                }
+            })
+            .collect();
+        let mut want = v.clone();
+        want.sort_unstable();
+        super::radix_sort(&mut v);
+        assert_eq!(v, want);
     }
 }

@@ -313,7 +313,13 @@ impl CacheVolume {
                 g.dirty_pages.insert(slot as u64 / format::RECORDS_PER_PAGE);
             }
         }
-        g.slots = slots;
+        // A scratch bounded by a plan, not by the cache: open and `fail_cache` pass every
+        // slot once, and keeping that capacity would cost 4 B per line for ever.
+        g.slots = if slots.capacity() > MAX_SLOTS_SCRATCH {
+            Vec::new()
+        } else {
+            slots
+        };
     }
 
     /// Rule 4: backing sync, cache sync, changed metadata pages, cache sync.
