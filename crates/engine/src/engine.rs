@@ -42,8 +42,13 @@ struct Stream {
 }
 
 /// The cache engine. Feed it requests with [`Engine::process`]; read the plan it returns.
-/// Clean ahead in eviction order (class-aware policies): cleaning is due whenever the next
-/// victim is dirty, and writes back first the dirty lines among this many next victims.
+/// Clean ahead in eviction order (class-aware policies): cleaning is due whenever one of the
+/// next `CLEAN_AHEAD / 2` victims is dirty, and writes back first the dirty lines among this
+/// many next victims, so a line's write-back is planned at least `CLEAN_AHEAD / 2` evictions
+/// before its own (unless it is inserted nearer the tail than that: DSS's staging floor keeps
+/// a large file's list that deep). Triggering on the next victim only (before issue 18's
+/// second round) planned each write-back one request before the line's eviction, so the
+/// write-back still ran in the request's path.
 /// Selective eviction (DSS) takes the lowest-priority class first, whose list holds the lines
 /// written last (large files being written): without this the watermark cleaner (LBA order,
 /// only above `dirty_high`) never reaches them and nearly every eviction waits for an HDD
@@ -1892,13 +1897,13 @@ impl Engine {
     /// Whether dirty lines exceed the high watermark (write-back cleaning is due).
     /// With `alru` cleaning also when a line has been dirty for more than `cleaning_age`
     /// requests.
-    /// Class-aware policies (DSS) also when the line they would evict next is dirty: see
+    /// Class-aware policies (DSS) also when one of the next `CLEAN_AHEAD / 2` victims is dirty: see
     /// [`CLEAN_AHEAD`].
     pub fn needs_cleaning(&self) -> bool {
         self.dirty_count > 0
             && (self.dirty_count as f64 > self.cfg.dirty_high * self.cap as f64
                 || self.cleaner.due(self.clock, 1) > 0
-                || self.dirty_ahead(1) > 0)
+                || self.dirty_ahead(CLEAN_AHEAD / 2) > 0)
     }
 
     /// Dirty lines among the next `n` lines a class-aware policy would evict once the cache

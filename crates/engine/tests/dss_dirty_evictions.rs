@@ -71,3 +71,82 @@ fn dss_evicts_clean_lines_of_the_lowest_priority_as_lru_does() {
     // Selective eviction is unchanged: the metadata stays cached.
     assert_eq!(dss_kept, CAP * 9 / 10, "DSS evicted metadata lines");
 }
+
+/// Issue 18, the open case: a large file (class 15, the lowest priority) written in 64 KiB
+/// requests into a write-back DSS cache full of clean higher-priority lines (class 8), as
+/// the file server's MacroSetup does once the cache is full. Replayed as the simulator does
+/// (a request, then the cleaning the engine asks for). Returns (large-file lines written
+/// around the cache, large-file lines evicted, the fewest large-file lines written between
+/// the planning of an evicted line's write-back and its eviction).
+fn large_file_after_a_full_cache() -> (u64, u64, u64) {
+    const CAP: u64 = 64 * 1024;
+    const REQ: u64 = 16;
+    let mut e = Engine::new(EngineConfig {
+        capacity_lines: CAP,
+        mode: Mode::WriteBack,
+        policy: "dss".into(),
+        admission: "nhit:0:1".parse().unwrap(),
+        ..Default::default()
+    })
+    .unwrap();
+    for l in (0..CAP).step_by(REQ as usize) {
+        let mut r = Request::write(l * 4096, REQ * 4096);
+        r.class = 8;
+        e.process(&r).unwrap();
+    }
+    let dirty = e.counters().insertions;
+    e.clean(dirty);
+    e.track_unmapped(true);
+    e.drain_unmapped().for_each(drop);
+    let base = 1u64 << 30;
+    let mut planned = std::collections::HashMap::new();
+    let mut written = 0u64;
+    let (mut evicted, mut closest) = (0u64, u64::MAX);
+    for l in (0..CAP / 4).step_by(REQ as usize) {
+        let mut r = Request::write(base + l * 4096, REQ * 4096);
+        r.class = 15;
+        e.process(&r).unwrap();
+        written += REQ;
+        for k in e.drain_unmapped().collect::<Vec<_>>() {
+            if k >= base / 4096 {
+                evicted += 1;
+                // A line evicted dirty had its write-back planned just now.
+                closest = closest.min(written - planned.get(&k).copied().unwrap_or(written));
+            }
+        }
+        if e.needs_cleaning() {
+            let n = e.cleaning_target();
+            for st in &e.clean(n).steps {
+                if let tiercache_engine::Step::WriteBack { hdd, len, .. } = *st {
+                    for line in hdd / 4096..(hdd + len).div_ceil(4096) {
+                        planned.insert(line, written);
+                    }
+                }
+            }
+        }
+    }
+    (e.class_counters(15).bypasses.class, evicted, closest)
+}
+
+#[test]
+fn dss_stages_a_large_file_so_its_evictions_were_cleaned_long_before() {
+    let (around, evicted, closest) = large_file_after_a_full_cache();
+    // The staging floor of a 64 Ki-line cache (`policy::dss::STAGING_LINES`).
+    let floor = 1024;
+    println!(
+        "large file: {around} lines written around, {evicted} evicted, the closest eviction \
+         {closest} lines after its write-back was planned (floor {floor})"
+    );
+    assert_eq!(
+        around, 0,
+        "lines of the large file were written around the cache"
+    );
+    assert!(
+        evicted > 0,
+        "the large file evicts its own lines once staged"
+    );
+    assert!(
+        closest >= floor / 2,
+        "a large-file line was evicted {closest} lines after its write-back was planned"
+    );
+}

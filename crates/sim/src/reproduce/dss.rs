@@ -62,7 +62,7 @@ const SEED_15K_S: [[f64; 3]; 5] = [
     [26113.0, 25403.0, 17314.0],
 ];
 
-const SCALED: &str = "our file-server workload is scaled down and its request sizes, file sizes and phases are not yet calibrated to the seed's no-cache baseline (see dss.nocache_phase_share_error_7200)";
+const SCALED: &str = "our file-server workload is scaled down (fewer files, on the seed's 1 TB volume); its volume, inode order and archive size are calibrated to the seed's no-cache shares, but its request and file sizes are not the SPECsfs tables (see dss.nocache_phase_share_error_7200)";
 
 /// The seed's headline claims (executive summary, Table 3, Table 4, Figures 4-5). Ratios of
 /// times are totals over the five measured phases, as Table 3's relative performance is
@@ -293,7 +293,7 @@ fn share_error(h: &RunResult, seed: &[[f64; 3]; 5]) -> Option<(f64, String)> {
     })
 }
 
-const SCALED_SHORT: &str = "the workload's request sizes, file sizes and phases are not yet calibrated to Table 3's baseline";
+const SCALED_SHORT: &str = "the workload's request and file sizes are not the SPECsfs tables (only volume, inode order and archive size are calibrated to Figure 4's no-cache shares)";
 
 /// Where DSS's gain over `base` falls shortest of the seed's, as a sentence.
 fn shortfall(base: &RunResult, d: &RunResult, seed: &[[f64; 3]; 5], col: usize) -> String {
