@@ -123,7 +123,7 @@ fn counter_rows(section: &'static str, c: &Value, out: &mut Vec<Row>) {
     out.extend(dir_rows);
 }
 
-/// Every figure of a direct-layout `stats` reply.
+/// Every figure of a `stats` reply (either layout).
 fn rows(s: &Value) -> Vec<Row> {
     let mut out: Vec<Row> = Vec::new();
     let cap = n(&s["capacity_lines"]);
@@ -151,9 +151,6 @@ fn rows(s: &Value) -> Vec<Row> {
         }
     }
     counter_rows("requests", &s["totals"], &mut out);
-    if is_log(s) {
-        out.retain(|r| !outcome_row(r));
-    }
     for (name, k) in [
         ("cache device errors", "cache_errors"),
         ("core (backing) device errors", "backing_errors"),
@@ -166,39 +163,9 @@ fn rows(s: &Value) -> Vec<Row> {
     out
 }
 
-/// Whether the reply is the log layout's: its engine counts lines, not requests by outcome
-/// (hits, partial and full misses, per direction), so those rows would read as zeros.
-fn is_log(s: &Value) -> bool {
-    s["layout"] == "log"
-}
-
-/// A request-outcome figure (whole, partly, not served; per direction).
-fn outcome_row(r: &Row) -> bool {
-    let dir_row = ["read ", "write "].iter().any(|d| {
-        r.1.strip_prefix(d).is_some_and(|k| {
-            let k = k.trim_end_matches(" %");
-            [
-                "hits",
-                "partial misses",
-                "full misses",
-                "pass-through",
-                "total",
-            ]
-            .contains(&k)
-        })
-    });
-    dir_row
-        || r.1.starts_with("requests served whole")
-        || r.1.starts_with("requests partly served")
-        || r.1.starts_with("requests not served")
-}
-
 /// casadm -P's sections as text, after the summary `ctl stats` prints.
 pub fn print_breakdown(s: &Value) {
     let all = rows(s);
-    if is_log(s) {
-        println!("\nrequests by outcome (hits, partial and full misses, per direction): not counted by the log layout; see the line hits");
-    }
     let mut section = "";
     for (i, (sec, name, v, unit)) in all.iter().enumerate() {
         if *sec != section {
@@ -225,17 +192,6 @@ pub fn print_breakdown(s: &Value) {
     // Per volume (casadm -P per core device): a server has one volume until issue 15, which
     // adds a line per volume here; the section is labelled with the volume's name.
     println!("\n[per volume]");
-    if is_log(s) {
-        let t = &s["totals"];
-        println!(
-            "volume {} {:>10} requests, read line hits {} of {}",
-            volume_name(s),
-            n(&t["reads"]) + n(&t["writes"]),
-            n(&t["read_line_hits"]),
-            n(&t["read_line_accesses"])
-        );
-        return;
-    }
     summary_line(&format!("volume {}", volume_name(s)), &s["totals"]);
     // Per class: the same request figures (casadm's per-IO-class statistics, `-d`).
     for pc in s["per_class"].as_array().into_iter().flatten() {
@@ -270,9 +226,6 @@ pub fn print_csv(s: &Value) {
     // Per volume: one until issue 15; its rows are named after it, as a class's are.
     let mut out = Vec::new();
     counter_rows("volume", &s["totals"], &mut out);
-    if is_log(s) {
-        out.retain(|r| !outcome_row(r));
-    }
     let vol = volume_name(s);
     all.extend(
         out.into_iter()

@@ -88,6 +88,101 @@ fn request_table_per_direction_counts_a_known_mix_exactly() {
     srv.stop("-TERM");
 }
 
+/// The log layout counts requests by outcome with the direct layout's definitions (a read
+/// hits when all its lines are cached; a write when all its lines were cached before it),
+/// including requests of several lines, which the live log volume processes line by line.
+#[test]
+fn log_layout_counts_requests_per_direction_like_the_direct_layout() {
+    if !have("qemu-io") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::File::create(d.join("backing.img"))
+        .unwrap()
+        .set_len(64 << 20)
+        .unwrap();
+    let srv = Srv::start(
+        d,
+        &[
+            "--layout",
+            "log",
+            "--segment-size",
+            "256k",
+            "--mode",
+            "write-back",
+        ],
+    );
+    run(Command::new("qemu-io").args([
+        "-f",
+        "raw",
+        "-c",
+        "write -P 97 0 4k", // write full miss (line 0 new)
+        "-c",
+        "write 0 8k", // write partial miss (line 0 cached, line 1 new)
+        "-c",
+        "write 0 4k", // write hit
+        "-c",
+        "read 0 8k", // read hit (two lines)
+        "-c",
+        "read 0 12k", // read partial miss (line 2 new)
+        "-c",
+        "read 40k 4k", // read full miss
+        "-c",
+        "read 40k 4k", // read hit (admitted by the miss)
+        &srv.uri(),
+    ]));
+    let v: serde_json::Value = serde_json::from_str(&srv.ctl(&["stats", "--json"])).unwrap();
+    assert_eq!(v["layout"], "log");
+    let t = &v["totals"];
+    let get = |dir: &str, k: &str| t[format!("{dir}_requests")][k].as_u64().unwrap();
+    let got: Vec<u64> = ["read", "write"]
+        .iter()
+        .flat_map(|dir| {
+            ["hits", "partial_misses", "full_misses", "pass_through"].map(|k| get(dir, k))
+        })
+        .collect();
+    assert_eq!(got, [2, 1, 1, 0, 1, 1, 1, 0], "{t}");
+    assert_eq!(
+        (t["reads"].as_u64(), t["writes"].as_u64()),
+        (Some(4), Some(3))
+    );
+    // Over both directions: hits, partial misses, full misses.
+    let both = ["full_hits", "partial_hits", "full_misses"].map(|k| t[k].as_u64());
+    assert_eq!(both, [Some(3), Some(2), Some(2)], "{t}");
+    // Line hits of writes: lines cached before the write (0, then 1 of 2, then 1).
+    assert_eq!(t["write_line_hits"].as_u64(), Some(2), "{t}");
+
+    let text = srv.ctl(&["stats"]);
+    let line = |name: &str| {
+        text.lines()
+            .find(|l| l.starts_with(&format!("{name} ")))
+            .unwrap_or_else(|| panic!("no {name:?} line in\n{text}"))
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    assert!(text.contains("[requests by direction]"), "{text}");
+    assert!(!text.contains("not counted by the log layout"), "{text}");
+    assert!(line("read hits").ends_with(" 2 requests 50.0 %"), "{text}");
+    assert!(
+        line("write partial misses").ends_with(" 1 requests 33.3 %"),
+        "{text}"
+    );
+    assert!(line("write total").ends_with(" 3 requests"), "{text}");
+
+    let csv = srv.ctl(&["stats", "--csv"]);
+    for row in [
+        "requests by direction,\"read partial misses\",1,requests",
+        "requests by direction,\"read full misses %\",25.000,%",
+        "requests by direction,\"write hits\",1,requests",
+        "requests by direction,\"write total\",3,requests",
+    ] {
+        assert!(csv.lines().any(|l| l == row), "{row} missing from\n{csv}");
+    }
+    srv.stop("-TERM");
+}
+
 /// `sim` prints the same per-direction table, and its JSON has it under `counters`, adding up
 /// to the reads and writes.
 #[test]

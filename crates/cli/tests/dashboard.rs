@@ -165,6 +165,14 @@ fn page_under_fio(dir: &Path, srv: &Srv, port: u16) -> String {
 
     assert!(head.starts_with("HTTP/1.1 200") && head.contains("application/json"));
     let j: serde_json::Value = serde_json::from_str(&api).unwrap();
+    // The volume is named after its backing device, on the page and in the API (as in
+    // `ctl stats`).
+    let name = std::fs::canonicalize(dir.join("backing.img"))
+        .unwrap()
+        .display()
+        .to_string();
+    assert_eq!(j["volume_name"], name.as_str(), "/api/stats volume_name");
+    assert_eq!(text(&dom, "volume-name"), name, "the page's volume name");
     let s = j["samples"].as_array().unwrap();
     assert!(s.len() >= 3, "{} samples", s.len());
     let peak = |k: &str| s.iter().map(|x| x[k].as_f64().unwrap()).fold(0.0, f64::max);

@@ -85,8 +85,23 @@ impl DirRequests {
     /// around the cache.
     #[inline]
     pub fn count(&mut self, hits: u64, misses: u64, bypassed: u64) {
+        *self.outcome(hits, misses, bypassed) += 1;
+    }
+
+    /// Takes back one request counted by [`DirRequests::count`] with the same figures (a
+    /// request processed in pieces is counted again once its last piece is known).
+    #[inline]
+    pub fn uncount(&mut self, hits: u64, misses: u64, bypassed: u64) {
+        let n = self.outcome(hits, misses, bypassed);
+        debug_assert!(*n > 0, "uncounting a request that was not counted");
+        *n = n.saturating_sub(1);
+    }
+
+    /// The counter of a request's outcome (the one definition both layouts use).
+    #[inline]
+    fn outcome(&mut self, hits: u64, misses: u64, bypassed: u64) -> &mut u64 {
         debug_assert!(bypassed <= misses);
-        *if misses == 0 {
+        if misses == 0 {
             &mut self.hits
         } else if hits > 0 {
             &mut self.partial_misses
@@ -94,7 +109,17 @@ impl DirRequests {
             &mut self.pass_through
         } else {
             &mut self.full_misses
-        } += 1;
+        }
+    }
+
+    /// `self - o` field by field, at least 0 (the counts since a statistics reset).
+    pub fn saturating_sub(self, o: DirRequests) -> DirRequests {
+        DirRequests {
+            hits: self.hits.saturating_sub(o.hits),
+            partial_misses: self.partial_misses.saturating_sub(o.partial_misses),
+            full_misses: self.full_misses.saturating_sub(o.full_misses),
+            pass_through: self.pass_through.saturating_sub(o.pass_through),
+        }
     }
 }
 

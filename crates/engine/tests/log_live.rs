@@ -119,3 +119,52 @@ fn restore_rebuilds_indices() {
     assert!(wb > 0);
     r.check().unwrap();
 }
+
+/// A request processed in pieces (the live volume's line-by-line order) is counted by its
+/// first piece, then again from all its pieces by `recount_request`, with the direct
+/// layout's outcome definitions; the counts add up to the reads and writes throughout.
+#[test]
+fn a_request_in_pieces_is_counted_once_by_its_whole_outcome() {
+    use tiercache_engine::log::LineTally;
+    use tiercache_engine::Op;
+    let mut e = LogEngine::new(cfg()).unwrap();
+    // Line 0 written whole (a write full miss), then a two-line write in pieces: line 0
+    // cached, line 1 not -> one write partial miss, not a hit plus a miss.
+    e.process(&Request::write(0, LS), &[c(1, 100)]).unwrap();
+    e.process(&Request::write(0, LS), &[c(2, 100)]).unwrap();
+    let first = e.last_lines();
+    assert_eq!(first, LineTally { hits: 1, misses: 0 });
+    // Between the pieces (as counted so far: a hit), the counts already add up.
+    e.check().unwrap();
+    assert_eq!(e.counters().write_requests.hits, 1);
+    e.process_more(&Request::write(LS, LS), &[c(3, 100)])
+        .unwrap();
+    let mut whole = first;
+    whole += e.last_lines();
+    e.recount_request(Op::Write, first, whole);
+    let w = e.counters().write_requests;
+    assert_eq!(
+        (w.hits, w.partial_misses, w.full_misses, w.pass_through),
+        (0, 1, 1, 0),
+        "{w:?}"
+    );
+    assert_eq!(e.counters().write_line_hits, 1);
+    // A read of lines 0..3 in pieces: two cached, one not -> a read partial miss.
+    e.process(&Request::read(0, LS), &[]).unwrap();
+    let first = e.last_lines();
+    let mut whole = first;
+    for line in 1..3 {
+        e.process_more(&Request::read(line * LS, LS), &[]).unwrap();
+        whole += e.last_lines();
+    }
+    assert_eq!(whole, LineTally { hits: 2, misses: 1 });
+    e.recount_request(Op::Read, first, whole);
+    let r = e.counters().read_requests;
+    assert_eq!(
+        (r.hits, r.partial_misses, r.full_misses),
+        (0, 1, 0),
+        "{r:?}"
+    );
+    assert_eq!((e.counters().reads, e.counters().writes), (1, 2));
+    e.check().unwrap();
+}

@@ -112,6 +112,8 @@ pub struct ClassTotals {
 #[derive(Clone, Debug, Default)]
 pub struct Snapshot {
     pub layout: &'static str,
+    /// The volume's name (its backing device, as `ctl stats` names it).
+    pub volume_name: String,
     pub volume: ClassTotals,
     pub classes: Vec<ClassTotals>,
     /// Requests the cache device and the backing device received (reads, writes, bytes).
@@ -261,6 +263,7 @@ impl Dashboard {
         let samples: Vec<Sample> = self.samples.lock().unwrap().iter().cloned().collect();
         serde_json::json!({
             "layout": last.layout,
+            "volume_name": last.volume_name,
             "interval_seconds": 1,
             "history_seconds": HISTORY_SECONDS,
             "settings": last.settings,
@@ -322,9 +325,13 @@ pub fn counted(
 /// [`Counted`]).
 pub fn snapshot(vol: &dyn crate::live::LiveVolume, ssd: &IoCounts, hdd: &IoCounts) -> Snapshot {
     let s = vol.live_stats();
-    match &s.log {
+    let snap = match &s.log {
         Some(l) => log_snapshot(l, ssd, hdd),
         None => direct_snapshot(&s.volume, ssd, hdd),
+    };
+    Snapshot {
+        volume_name: s.volume_name,
+        ..snap
     }
 }
 
@@ -346,6 +353,7 @@ fn direct_snapshot(s: &crate::volume::VolumeStats, ssd: &IoCounts, hdd: &IoCount
         };
     Snapshot {
         layout: "direct",
+        volume_name: String::new(),
         volume: totals("volume", &s.totals, s.cached_lines, s.dirty_lines),
         classes: s
             .classes
@@ -376,6 +384,7 @@ fn log_snapshot(s: &crate::log_volume::LogVolumeStats, ssd: &IoCounts, hdd: &IoC
     let e = &s.engine;
     Snapshot {
         layout: "log",
+        volume_name: String::new(),
         volume: ClassTotals {
             name: "volume".into(),
             reads: e.reads,

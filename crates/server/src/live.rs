@@ -279,14 +279,16 @@ impl LiveVolume for LogVolume {
 }
 
 /// The direct layout's figures of a log volume: its counters mapped onto the engine's
-/// [`Counters`] (one class, `0`). What the log layout does not count is 0: write-line hits
-/// (it counts read hits only, so `line_hits` are read hits), bypasses (it admits every
-/// missed line), sector fills, unmaps and pages in flux (direct-layout metadata).
+/// [`Counters`] (one class, `0`), requests by outcome per direction with the direct
+/// layout's definitions. What the log layout does not count is 0: bypasses and
+/// pass-through (it admits every missed line), sector fills, unmaps and pages in flux
+/// (direct-layout metadata).
 pub fn log_common(v: &LogVolume, s: &LogVolumeStats) -> VolumeStats {
     let (e, l, ls) = (&s.engine, &s.live, s.line_size);
     let m = v.metrics();
     let line_accesses = e.read_lines + e.write_lines;
-    let line_hits = e.read_line_hits;
+    let line_hits = e.read_line_hits + e.write_line_hits;
+    let (r, w) = (&e.read_requests, &e.write_requests);
     let totals = Counters {
         requests: l.requests,
         reads: e.reads,
@@ -301,6 +303,12 @@ pub fn log_common(v: &LogVolume, s: &LogVolumeStats) -> VolumeStats {
         read_line_accesses: e.read_lines,
         read_line_hits: e.read_line_hits,
         write_line_accesses: e.write_lines,
+        write_line_hits: e.write_line_hits,
+        full_hits: r.hits + w.hits,
+        partial_hits: r.partial_misses + w.partial_misses,
+        full_misses: r.full_misses + r.pass_through + w.full_misses + w.pass_through,
+        read_requests: *r,
+        write_requests: *w,
         admitted_misses: line_accesses - line_hits,
         insertions: e.extents_stored + e.dup_write_lines,
         evictions: e.extents_evicted,

@@ -12,7 +12,7 @@ use std::fmt::Write as _;
 use std::path::PathBuf;
 use tiercache_devices::{FtlConfig, FtlStats, PageFtl};
 use tiercache_engine::log::dedup::FpIndex;
-use tiercache_engine::log::{LogCounters, Reduction};
+use tiercache_engine::log::{LineTally, LogCounters, Reduction};
 use tiercache_engine::{
     fmt_size, Compression, ExtentContent, LogConfig, LogEngine, Mode, Request, Step,
 };
@@ -149,6 +149,8 @@ impl LogDriver {
         let first = r.offset / ls;
         let wb = self.cfg.mode == Mode::WriteBack;
         let e = &mut self.engine;
+        // The request's line outcome: its first line's (counted by the engine), all its lines'.
+        let (mut first_t, mut whole) = (LineTally::default(), LineTally::default());
         for (i, content) in c.iter().enumerate() {
             let line = first + i as u64;
             let mut req = Request {
@@ -166,6 +168,7 @@ impl LogDriver {
                     };
                     self.steps
                         .extend_from_slice(&p.map_err(anyhow::Error::msg)?.steps);
+                    tally(e.last_lines(), i, &mut first_t, &mut whole);
                     if e.locate(r.volume, line).is_some() {
                         continue;
                     }
@@ -181,15 +184,21 @@ impl LogDriver {
                     req.offset = req.offset.max(r.offset);
                     req.len = (line * ls + ls).min(r.end()) - req.offset;
                     self.steps.extend_from_slice(&e.reserve(wb).steps);
-                    if i == 0 {
+                    let p = if i == 0 {
                         e.process(&req, std::slice::from_ref(content))
                     } else {
                         e.process_more(&req, std::slice::from_ref(content))
                     }
-                    .map_err(anyhow::Error::msg)?
+                    .map_err(anyhow::Error::msg)?;
+                    self.steps.extend_from_slice(&p.steps);
+                    tally(e.last_lines(), i, &mut first_t, &mut whole);
+                    continue;
                 }
             };
             self.steps.extend_from_slice(&plan.steps);
+        }
+        if c.len() > 1 {
+            e.recount_request(r.op, first_t, whole);
         }
         Ok(())
     }
@@ -457,4 +466,12 @@ pub fn table(rows: &[LogRun]) -> String {
         );
     }
     s
+}
+
+/// Adds piece `i`'s line outcome `t` to its request's: `first` (piece 0) and `whole`.
+fn tally(t: LineTally, i: usize, first: &mut LineTally, whole: &mut LineTally) {
+    if i == 0 {
+        *first = t;
+    }
+    *whole += t;
 }

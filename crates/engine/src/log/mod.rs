@@ -33,6 +33,7 @@ use crate::config::Mode;
 use crate::engine::{EngineError, LINE_BITS};
 use crate::plan::{Plan, Step};
 use crate::request::{Op, Request};
+use crate::stats::DirRequests;
 use dedup::{FpIndex, Loc};
 use hashbrown::HashMap;
 use picker::SegmentPicker;
@@ -252,6 +253,15 @@ pub struct LogCounters {
     /// Read hits on extents still in an open segment (RAM).
     pub ram_read_hits: u64,
     pub write_lines: u64,
+    /// Written lines that were cached before the write (their old extent replaced).
+    pub write_line_hits: u64,
+    /// Read requests by outcome, as the direct layout counts them ([`DirRequests`]: all,
+    /// some or none of the request's lines cached; the log layout admits every missed line,
+    /// so it has no pass-through). A request processed in pieces is counted by its first
+    /// piece, then again as a whole by [`LogEngine::recount_request`].
+    pub read_requests: DirRequests,
+    /// Write requests by outcome: whether their lines were cached before the write.
+    pub write_requests: DirRequests,
     /// Written lines whose content was already cached: a duplicate entry, no SSD write.
     pub dup_write_lines: u64,
     /// Extents appended to segments (misses admitted, unique writes, reinsertions).
@@ -289,8 +299,13 @@ impl LogCounters {
         {
             return e(format!("read hits exceed read lines: {self:?}"));
         }
-        if self.dup_write_lines > self.write_lines {
-            return e("duplicate writes exceed writes".into());
+        if self.dup_write_lines > self.write_lines || self.write_line_hits > self.write_lines {
+            return e("duplicate writes or write hits exceed written lines".into());
+        }
+        if self.read_requests.total() != self.reads || self.write_requests.total() != self.writes {
+            return e(format!(
+                "requests by outcome do not add up to reads and writes: {self:?}"
+            ));
         }
         if self.stored_bytes > self.logical_bytes_stored {
             return e("stored more bytes than the extents hold".into());
@@ -337,6 +352,21 @@ pub struct Reduction {
     pub ssd_bytes_used: u64,
 }
 
+/// The lines of one read or write that were cached (`hits`) and not (`misses`); summed over
+/// the pieces of a request processed in pieces ([`LogEngine::last_lines`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LineTally {
+    pub hits: u64,
+    pub misses: u64,
+}
+
+impl std::ops::AddAssign for LineTally {
+    fn add_assign(&mut self, o: LineTally) {
+        self.hits += o.hits;
+        self.misses += o.misses;
+    }
+}
+
 /// The log-layout engine.
 pub struct LogEngine {
     cfg: LogConfig,
@@ -353,6 +383,8 @@ pub struct LogEngine {
     /// segment is reclaimed (the header does not describe them).
     dirty_dups: HashMap<u32, Vec<u64>>,
     counters: LogCounters,
+    /// The line outcome of the last `process` or `process_more` call.
+    last: LineTally,
     plan: Plan,
     record: bool,
     tick: u64,
@@ -442,6 +474,7 @@ impl LogEngine {
             picker,
             dirty_dups: HashMap::new(),
             counters: LogCounters::default(),
+            last: LineTally::default(),
             plan: Plan::default(),
             record: true,
             tick: 0,
@@ -878,6 +911,26 @@ impl LogEngine {
         self.process_counted(req, content, true)
     }
 
+    /// The lines of the last [`LogEngine::process`] or [`LogEngine::process_more`] call that
+    /// hit and missed (a caller cutting a request into pieces sums them for
+    /// [`LogEngine::recount_request`]).
+    pub fn last_lines(&self) -> LineTally {
+        self.last
+    }
+
+    /// A read or write processed in pieces: `process` counted its outcome from its first
+    /// piece (`first`); it is counted again from all its pieces (`whole`), with the same
+    /// definitions ([`DirRequests`]). Counts stay adding up to the reads and writes.
+    pub fn recount_request(&mut self, op: Op, first: LineTally, whole: LineTally) {
+        let d = match op {
+            Op::Read => &mut self.counters.read_requests,
+            Op::Write => &mut self.counters.write_requests,
+            Op::Trim | Op::Flush => return,
+        };
+        d.uncount(first.hits, first.misses, 0);
+        d.count(whole.hits, whole.misses, 0);
+    }
+
     /// Live side: [`LogEngine::process`] of one more piece (a line) of the request whose
     /// first piece went to `process`: its lines and bytes are counted, the request is not
     /// (`requests`, `reads`, `writes` count client requests however they are cut up).
@@ -931,6 +984,7 @@ impl LogEngine {
         self.plan.reset(buf_start, nlines * ls);
         self.tick += 1;
         self.counters.requests += count as u64;
+        self.last = LineTally::default();
         let wb = self.cfg.mode == Mode::WriteBack;
         match req.op {
             Op::Read => {
@@ -940,6 +994,7 @@ impl LogEngine {
                     let buf = line << self.line_shift;
                     self.counters.read_lines += 1;
                     if let Some(e) = self.current(key) {
+                        self.last.hits += 1;
                         self.serve(e, buf);
                         continue;
                     }
@@ -947,11 +1002,13 @@ impl LogEngine {
                     if let Some(c) = c {
                         if let Some(loc) = self.dedup_lookup(c.fp) {
                             self.counters.dup_read_hits += 1;
+                            self.last.hits += 1;
                             let e = self.dup_entry(key, loc, false);
                             self.serve(e, buf);
                             continue;
                         }
                     }
+                    self.last.misses += 1;
                     let (vol, hdd) = self.home(key);
                     let buf = buf - buf_start;
                     self.emit(Step::ReadHdd {
@@ -965,6 +1022,10 @@ impl LogEngine {
                         continue;
                     }
                     self.append(key, c, false);
+                }
+                if count {
+                    let t = self.last;
+                    self.counters.read_requests.count(t.hits, t.misses, 0);
                 }
             }
             Op::Write => {
@@ -985,6 +1046,12 @@ impl LogEngine {
                     self.counters.write_lines += 1;
                     let partial = req.offset > ls_start || req.end() < ls_start + ls;
                     let old = self.current(key);
+                    if old.is_some() {
+                        self.last.hits += 1;
+                        self.counters.write_line_hits += 1;
+                    } else {
+                        self.last.misses += 1;
+                    }
                     if partial {
                         // The rest of the line must come from somewhere: the cached extent
                         // or the disk.
@@ -1014,6 +1081,10 @@ impl LogEngine {
                         }
                     }
                     self.append(key, c, dirty);
+                }
+                if count {
+                    let t = self.last;
+                    self.counters.write_requests.count(t.hits, t.misses, 0);
                 }
             }
             Op::Trim => {

@@ -29,11 +29,22 @@ impl LogVolume {
         let mut line_buf = vec![0u8; ls as usize];
         let mut stored = Vec::new();
         let mut r = Ok(());
+        // The request's line outcome: its first line's (counted by the engine), all its lines'.
+        let (mut first, mut whole, mut pieces) = (LineTally::default(), LineTally::default(), 0);
         for (i, line) in self.lines(offset, buf.len() as u64).enumerate() {
             if red.is_none() {
                 *red = self.take_reducer().ok();
             }
-            r = match g.read_line(line, &mut line_buf, red.is_some(), i == 0) {
+            let got = g.read_line(line, &mut line_buf, red.is_some(), i == 0);
+            if got.is_ok() {
+                let t = g.eng.last_lines();
+                if i == 0 {
+                    first = t;
+                }
+                whole += t;
+                pieces += 1;
+            }
+            r = match got {
                 Ok(Some(u)) => {
                     drop(g);
                     let rd = red.as_mut().expect("taken above");
@@ -66,6 +77,9 @@ impl LogVolume {
             let b = ((line + 1) * ls).min(offset + buf.len() as u64);
             buf[(a - offset) as usize..(b - offset) as usize]
                 .copy_from_slice(&line_buf[(a - line * ls) as usize..(b - line * ls) as usize]);
+        }
+        if pieces > 1 {
+            g.eng.recount_request(Op::Read, first, whole);
         }
         let r = g.guard(r);
         if r.is_err() && g.pass_through {

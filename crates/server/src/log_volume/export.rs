@@ -37,6 +37,9 @@ impl Export for LogVolume {
                 let lines: Vec<u64> = self.lines(offset, data.len() as u64).collect();
                 g.drop_durably(&lines, true)?;
             }
+            // The request's line outcome: its first line's (counted by the engine), all its
+            // lines' (counted once the request is written).
+            let (mut first_t, mut whole) = (LineTally::default(), LineTally::default());
             for line in self.lines(offset, data.len() as u64) {
                 let a = (line * ls).max(offset);
                 let b = ((line + 1) * ls).min(offset + data.len() as u64);
@@ -50,6 +53,14 @@ impl Export for LogVolume {
                         .copy_from_slice(src);
                     g.write_line(line, &line_buf, fua, None, line == first, a..b)?;
                 }
+                let t = g.eng.last_lines();
+                if line == first {
+                    first_t = t;
+                }
+                whole += t;
+            }
+            if whole != first_t {
+                g.eng.recount_request(Op::Write, first_t, whole);
             }
             if fua {
                 g.commit()?;

@@ -113,8 +113,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use tiercache_engine::log::segment::HdrEntry;
 use tiercache_engine::log::{
-    Compression, DeadExtent, ExtentContent, ExtentInfo, LogCounters, Reduction, RestoredEntry,
-    RestoredSegment,
+    Compression, DeadExtent, ExtentContent, ExtentInfo, LineTally, LogCounters, Reduction,
+    RestoredEntry, RestoredSegment,
 };
 
 use tiercache_engine::{LogConfig, LogEngine, Mode, Op, Request, Step};
