@@ -132,6 +132,12 @@ fn run_log(a: &CheckArgs, dev: FileDev) -> ExitCode {
     for p in r.index_problems.iter().chain(&sc.problems) {
         println!("PROBLEM: {p}");
     }
+    for &(a, b) in &r.lost_list {
+        println!(
+            "lost          volume bytes {a}..{b} (offset {a}, length {}): in the lost-range list, reads fail with EIO until written again",
+            b - a
+        );
+    }
     if r.ok() {
         println!("result        consistent");
     } else {
