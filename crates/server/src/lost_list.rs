@@ -200,6 +200,22 @@ impl LostList {
         Ok(())
     }
 
+    /// The upgrade of a cache whose superblock does not flag the list: a valid list already
+    /// there is kept (an older build opened the cache and rewrote its superblock without
+    /// the flag: its entries still hold), else an empty one is written. The caller syncs.
+    pub fn adopt_or_format(dev: &dyn BlockDev, offset: u64) -> io::Result<LostList> {
+        match Self::load(dev, offset) {
+            Ok(l) => {
+                tracing::warn!(
+                    "a valid lost-range list with {} range(s) found at cache byte {offset} although the superblock does not flag it (an older build ran this cache): kept",
+                    l.ranges.len()
+                );
+                Ok(l)
+            }
+            Err(_) => Self::format(dev, offset),
+        }
+    }
+
     /// Where the area starts on the cache device.
     pub fn offset(&self) -> u64 {
         self.offset

@@ -201,13 +201,13 @@ impl LogVolume {
             .geometry();
             match with.lost_list.filter(|_| with.seg_area == old.seg_area) {
                 Some(at) if !opts.offline => {
-                    let l = crate::lost_list::LostList::format(&*cache, at)?;
+                    let l = crate::lost_list::LostList::adopt_or_format(&*cache, at)?;
                     cache.sync()?;
                     sb.lost_list = true;
                     cache.write_at(&sb.encode(), 0)?;
                     cache.sync()?;
                     tracing::info!(
-                        "log cache formatted before the lost-range list: an empty list written at cache bytes {at}..{} (upgrade)",
+                        "log cache formatted before the lost-range list: the list set up at cache bytes {at}..{} (upgrade)",
                         at + crate::lost_list::BYTES
                     );
                     Some(l)

@@ -480,11 +480,11 @@ impl CacheVolume {
             let at = sb.lost_list_offset().expect("checked by decode");
             Some(crate::lost_list::LostList::load(&*cache, at)?)
         } else if let Some(at) = sb.lost_list_offset() {
-            let l = crate::lost_list::LostList::format(&*cache, at)?;
+            let l = crate::lost_list::LostList::adopt_or_format(&*cache, at)?;
             cache.sync()?;
             sb.lost_list = true;
             tracing::info!(
-                "cache formatted before the lost-range list: an empty list written at cache bytes {at}..{} (upgrade)",
+                "cache formatted before the lost-range list: the list set up at cache bytes {at}..{} (upgrade)",
                 at + crate::lost_list::BYTES
             );
             Some(l)
