@@ -346,3 +346,41 @@ fn log_power_cut_at_every_lost_list_write() {
         r.unwrap_or_else(|e| panic!("crash at list write {n}: {e}"));
     }
 }
+
+/// The list cannot be written when a loss is found (its area refuses writes): the cache is
+/// failed, the state file records the lost range, and the next start is refused naming it.
+#[test]
+fn direct_unwritable_list_fails_the_cache_and_the_state_file_records_the_range() {
+    let f = files(32, 4096);
+    format(&f, Mode::WriteAround, 4096);
+    let at = read_superblock(&dev(&f.cache))
+        .unwrap()
+        .lost_list_offset()
+        .unwrap();
+    let state = tiercache_server::state_file::beside(&f.cache);
+    let opts = OpenOptions {
+        state_path: Some(state.clone()),
+        ..Default::default()
+    };
+    let faults = Faults::new(3);
+    let (c, ch) = faults.wrap("cache", Box::new(dev(&f.cache)), true);
+    let (b, bh) = faults.wrap("backing", Box::new(dev(&f.backing)), true);
+    let (v, _) = CacheVolume::open(Box::new(c), Box::new(b), &opts).unwrap();
+    ch.fail_writes(at..at + lost_list::BYTES);
+    v.write(0, &[1u8; 4096], false).unwrap();
+    bh.fail_next_sync(true);
+    assert!(v.flush().is_err());
+    assert!(
+        v.cache_failed(),
+        "the list could not be written: cache failed"
+    );
+    let st = tiercache_server::state_file::read(&state).unwrap().unwrap();
+    assert_eq!(st.lost, vec![(0, 4096)], "{}", st.describe());
+    drop(v);
+    faults.process_exit();
+    let e = CacheVolume::open(Box::new(dev(&f.cache)), Box::new(dev(&f.backing)), &opts)
+        .map(|_| ())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("0, 4096") || e.contains("0..4096"), "{e}");
+}
