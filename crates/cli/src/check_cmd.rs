@@ -133,6 +133,12 @@ fn print_log(a: &CheckArgs, r: LogCheckReport) -> ExitCode {
     for p in r.index_problems.iter().chain(&sc.problems) {
         println!("PROBLEM: {p}");
     }
+    for &(a, b) in &r.lost_list {
+        println!(
+            "lost          volume bytes {a}..{b} (offset {a}, length {}): in the lost-range list, reads fail with EIO until written again",
+            b - a
+        );
+    }
     if r.ok() {
         println!("result        consistent");
     } else {

@@ -157,6 +157,7 @@ fn rows(s: &Value) -> Vec<Row> {
         ("failed write-backs", "backing_write_errors"),
         ("failed backing syncs", "backing_sync_errors"),
         ("lost dirty bytes", "lost_dirty_bytes"),
+        ("lost ranges", "lost_ranges"),
     ] {
         out.push(("errors", name.into(), n(&s[k]) as f64, "count"));
     }

@@ -37,6 +37,10 @@ pub struct CheckReport {
     pub backing_id: String,
     pub clean: bool,
     pub generation: u64,
+    /// The server's lost-range list (`crate::lost_list`): volume ranges whose acknowledged
+    /// data was lost, which read EIO until rewritten (listed, not a problem: the server
+    /// knows them). A damaged list is a problem.
+    pub lost_list: Vec<(u64, u64)>,
     /// Records that map a line (the newest one per key).
     pub lines: u64,
     pub dirty_lines: u64,
@@ -302,6 +306,18 @@ fn repair_sums(
     if !sums.lost.is_empty() {
         sums.lost.clear();
         sums.write_header(dev).map_err(io)?;
+        // The same ranges leave the lost-range list (the listing above is their record).
+        if let Some(at) = sb.lost_list_offset().filter(|_| sb.lost_list) {
+            if let Ok(mut l) = crate::lost_list::LostList::load(dev, at) {
+                let mut rest = l.ranges.clone();
+                for &(a, b) in lost {
+                    crate::degrade::unlose(&mut rest, a, b);
+                }
+                if rest != l.ranges {
+                    l.write(dev, &rest).map_err(io)?;
+                }
+            }
+        }
     }
     Ok(())
 }
@@ -358,6 +374,20 @@ fn scan(dev: &dyn BlockDev) -> Result<(CheckReport, Option<Scan>), CheckError> {
             sb.line_size
         ));
         return Ok((rep, None));
+    }
+    if let Some(at) = sb.lost_list_offset().filter(|_| sb.lost_list) {
+        match crate::lost_list::LostList::load(dev, at) {
+            Ok(l) => {
+                for &(a, b) in &l.ranges {
+                    rep.note(format!(
+                        "volume bytes {a}..{b} (offset {a}, length {}): in the lost-range list, their acknowledged data was lost; reads fail with EIO until written again",
+                        b - a
+                    ));
+                }
+                rep.lost_list = l.ranges;
+            }
+            Err(e) => rep.problem(e.to_string()),
+        }
     }
     let meta_bytes = sb.capacity_lines.div_ceil(format::RECORDS_PER_PAGE) * PAGE;
     let mut meta = vec![0u8; meta_bytes as usize];

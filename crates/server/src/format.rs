@@ -127,6 +127,9 @@ pub struct Superblock {
     pub tuning: Option<crate::tuning::Tuning>,
     /// A crc32c per sector of every slot is kept (`crate::data_sums`; version 3).
     pub data_checksums: bool,
+    /// The lost-range list exists at [`Superblock::lost_list_offset`] (byte 47;
+    /// `crate::lost_list`). Caches formatted before it get it at their first open.
+    pub lost_list: bool,
 }
 
 impl Superblock {
@@ -163,6 +166,34 @@ impl Superblock {
         end.div_ceil(line_size.max(1 << 20)) * line_size.max(1 << 20)
     }
 
+    /// End of the metadata area (and of the data checksum region when `sums`): what a data
+    /// offset must not overlap.
+    pub fn meta_end(capacity_lines: u64, line_size: u64, sums: bool) -> u64 {
+        if sums {
+            crate::data_sums::region_offset(capacity_lines)
+                + crate::data_sums::region_bytes(capacity_lines, line_size)
+        } else {
+            META_OFFSET + capacity_lines.div_ceil(RECORDS_PER_PAGE) * PAGE
+        }
+    }
+
+    /// The data offset of a cache formatted now: [`Superblock::data_offset_with`] with room
+    /// for the lost-range list ([`crate::lost_list`]) just before the data area.
+    pub fn data_offset_new(capacity_lines: u64, line_size: u64, sums: bool) -> u64 {
+        let align = line_size.max(1 << 20);
+        (Self::meta_end(capacity_lines, line_size, sums) + crate::lost_list::BYTES).div_ceil(align)
+            * align
+    }
+
+    /// Where the lost-range list sits (`data_offset - lost_list::BYTES`), if the slack
+    /// before the data area holds it (always for caches formatted with it; for older ones
+    /// when the alignment left room).
+    pub fn lost_list_offset(&self) -> Option<u64> {
+        let at = self.data_offset.checked_sub(crate::lost_list::BYTES)?;
+        (at >= Self::meta_end(self.capacity_lines, self.line_size, self.data_checksums))
+            .then_some(at)
+    }
+
     /// The version this superblock is written as.
     pub fn current_version(&self) -> u32 {
         if self.data_checksums {
@@ -186,6 +217,7 @@ impl Superblock {
         b[44] = self.mode;
         b[45] = self.clean as u8;
         b[46] = self.data_checksums as u8;
+        b[crate::lost_list::SB_FLAG_AT] = self.lost_list as u8;
         b[48..56].copy_from_slice(&self.backing_size.to_le_bytes());
         b[56..64].copy_from_slice(&self.generation.to_le_bytes());
         b[64..72].copy_from_slice(&self.data_offset.to_le_bytes());
@@ -238,6 +270,7 @@ impl Superblock {
             generation: u64at(56),
             data_offset: u64at(64),
             data_checksums: version >= VERSION_SUMS && b[46] == 1,
+            lost_list: b[crate::lost_list::SB_FLAG_AT] == 1,
             policy: get_str(&b[80..80 + POLICY_BYTES]),
             backing,
             tuning: crate::tuning::Tuning::decode(&b[crate::tuning::AT..]).unwrap_or_else(|e| {
@@ -269,6 +302,15 @@ impl Superblock {
             return bad(
                 "data_offset",
                 format!("{} overlaps the metadata area", sb.data_offset),
+            );
+        }
+        if sb.lost_list && sb.lost_list_offset().is_none() {
+            return bad(
+                "lost_list",
+                format!(
+                    "flag set, but data offset {} leaves no room for the list",
+                    sb.data_offset
+                ),
             );
         }
         if u64at(72) != META_OFFSET {
@@ -385,6 +427,7 @@ mod tests {
             data_offset: Superblock::data_offset_for(1000, 4096),
             tuning: Some(crate::tuning::Tuning::of(&Default::default())),
             data_checksums: false,
+            lost_list: true,
         }
     }
 

@@ -16,6 +16,7 @@ pub mod live;
 pub mod log_check;
 pub mod log_format;
 pub mod log_volume;
+pub mod lost_list;
 pub mod metrics;
 pub mod nbd_dev;
 pub mod open_live;

@@ -380,6 +380,7 @@ pub fn log_common(v: &LogVolume, s: &LogVolumeStats) -> VolumeStats {
         cache_failed: s.cache_failed,
         lost_dirty_bytes: s.lost_dirty_bytes,
         lost_dirty_ranges: s.lost_dirty_ranges.clone(),
+        lost_ranges: s.lost_dirty_ranges.len() as u64,
         degraded: s.degraded,
         degraded_reason: s.degraded_reason.clone(),
         backing_write_errors: s.backing_write_errors,

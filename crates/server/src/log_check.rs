@@ -102,6 +102,9 @@ pub struct LogCheckReport {
     /// Invariant violations of the rebuilt indices (empty when consistent).
     pub index_problems: Vec<String>,
     pub scrub: LogScrub,
+    /// The server's lost-range list (`crate::lost_list`): volume ranges whose acknowledged
+    /// data was lost, which read EIO until rewritten (listed, not a problem).
+    pub lost_list: Vec<(u64, u64)>,
 }
 
 impl LogCheckReport {
@@ -126,7 +129,9 @@ pub fn check_log_device(cache: Box<dyn BlockDev>) -> io::Result<LogCheckReport> 
         LogVolume::open_salvage(Box::new(view), Box::new(NoBacking(sb.backing_size)))?;
     let index_problems = vol.check().err().into_iter().collect();
     let scrub = vol.scrub()?;
+    let lost_list = vol.stats().lost_dirty_ranges;
     Ok(LogCheckReport {
+        lost_list,
         layout: "log",
         device_bytes,
         line_size: sb.line_size,

@@ -97,6 +97,10 @@ pub struct LogSuperblock {
     pub backing: BackingIdentity,
     /// The cache's uuid (zeroes before version 3): names it in a failure state file.
     pub uuid: [u8; 16],
+    /// The lost-range list (`crate::lost_list`) exists at [`Geometry::lost_list`] (byte 47).
+    /// Caches formatted before it get it at their first open when the slack before the
+    /// segment area holds it.
+    pub lost_list: bool,
 }
 
 /// Where things are on the device.
@@ -107,6 +111,9 @@ pub struct Geometry {
     pub seg_area: u64,
     pub seg_stride: u64,
     pub segment_size: u64,
+    /// Where the lost-range list sits (`seg_area - lost_list::BYTES`), if the slack after
+    /// the journal holds it (always when formatted with it).
+    pub lost_list: Option<u64>,
 }
 
 impl Geometry {
@@ -144,7 +151,7 @@ impl LogSuperblock {
             Some(r) => r.max(8 * max_extents as u64).max(64),
             None => records,
         };
-        let g = Self::geometry_for(segment_size, max_extents, records);
+        let g = Self::geometry_for(segment_size, max_extents, records, true);
         if device_bytes < g.seg_area {
             return Err(format!(
                 "cache device of {device_bytes} bytes is smaller than its journal"
@@ -154,22 +161,42 @@ impl LogSuperblock {
         Ok((segments, max_extents, records))
     }
 
-    fn geometry_for(segment_size: u64, max_extents: u32, records: u64) -> Geometry {
+    /// `lost_list`: reserve room for the lost-range list after the journal (caches
+    /// formatted since it); else the segment area starts where it always did.
+    fn geometry_for(
+        segment_size: u64,
+        max_extents: u32,
+        records: u64,
+        lost_list: bool,
+    ) -> Geometry {
         let half_bytes = HALF_HEADER + (records * REC_BYTES as u64).next_multiple_of(4096);
         let slot_bytes =
             (HDR_FIXED as u64 + HDR_ENTRY as u64 * max_extents as u64).next_multiple_of(4096);
-        let seg_area = (JOURNAL_OFFSET + 2 * half_bytes).next_multiple_of(1 << 20);
+        let journal_end = JOURNAL_OFFSET + 2 * half_bytes;
+        let reserve = if lost_list {
+            crate::lost_list::BYTES
+        } else {
+            0
+        };
+        let seg_area = (journal_end + reserve).next_multiple_of(1 << 20);
         Geometry {
             half_bytes,
             slot_bytes,
             seg_area,
             seg_stride: 2 * slot_bytes + segment_size,
             segment_size,
+            lost_list: (seg_area - journal_end >= crate::lost_list::BYTES)
+                .then(|| seg_area - crate::lost_list::BYTES),
         }
     }
 
     pub fn geometry(&self) -> Geometry {
-        Self::geometry_for(self.segment_size, self.max_extents, self.journal_records)
+        Self::geometry_for(
+            self.segment_size,
+            self.max_extents,
+            self.journal_records,
+            self.lost_list,
+        )
     }
 
     pub fn encode(&self) -> Vec<u8> {
@@ -188,6 +215,7 @@ impl LogSuperblock {
         b[44] = kind;
         b[45] = Mode::ALL.iter().position(|m| *m == self.mode).unwrap_or(0) as u8;
         b[46] = self.clean as u8;
+        b[crate::lost_list::SB_FLAG_AT] = self.lost_list as u8;
         b[48..52].copy_from_slice(&level.to_le_bytes());
         b[56..64].copy_from_slice(&self.dedup_ratio.to_le_bytes());
         b[64..72].copy_from_slice(&self.backing_size.to_le_bytes());
@@ -254,6 +282,7 @@ impl LogSuperblock {
             } else {
                 [0; 16]
             },
+            lost_list: b[crate::lost_list::SB_FLAG_AT] == 1,
         };
         if !sb.line_size.is_power_of_two()
             || sb.segment_size < sb.line_size
@@ -628,12 +657,14 @@ mod tests {
             clean: true,
             backing: BackingIdentity::nbd("nbd+unix:///disk?socket=/run/x.sock"),
             uuid: [7; 16],
+            lost_list: true,
         };
         assert_eq!(LogSuperblock::decode(&sb.encode()).unwrap(), sb);
         // A version-1 superblock (zeroes where the identity is) opens, identity unknown.
         let mut v1 = LogSuperblock {
             backing: BackingIdentity::unknown(""),
             uuid: [0; 16],
+            lost_list: false,
             ..sb.clone()
         }
         .encode();

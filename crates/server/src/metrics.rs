@@ -187,6 +187,7 @@ impl Metrics {
                 backing_sync_errors: stats.backing_sync_errors,
                 cache_failed: stats.cache_failed,
                 lost_dirty_bytes: stats.lost_dirty_bytes,
+                lost_ranges: stats.lost_ranges,
                 degraded: stats.degraded,
             },
         );
@@ -306,6 +307,8 @@ pub struct FaultFigures {
     pub backing_sync_errors: u64,
     pub cache_failed: bool,
     pub lost_dirty_bytes: u64,
+    /// Volume ranges reported lost (reads fail until rewritten; durable across restarts).
+    pub lost_ranges: u64,
     pub degraded: bool,
 }
 
@@ -353,6 +356,11 @@ pub fn fault_metrics(o: &mut String, f: &FaultFigures) {
             "lost_dirty_bytes",
             "Dirty bytes lost with the cache device (reads of them fail).",
             f.lost_dirty_bytes,
+        ),
+        (
+            "lost_ranges",
+            "Volume ranges whose acknowledged data was lost (reads fail with EIO until rewritten; kept across restarts by the lost-range list).",
+            f.lost_ranges,
         ),
         (
             "degraded",

@@ -379,6 +379,51 @@ impl Inner {
         done
     }
 
+    /// Makes the ranges reported lost durable in the lost-range list (`crate::lost_list`),
+    /// if it does not cover them yet: run when the volume lock is released, so before the
+    /// request that found them returns and before any other is served. A failed cache
+    /// needs none (its state file holds the ranges). If the list cannot be written the
+    /// cache is failed: the failure and the lost ranges are then recorded in the state file
+    /// and the next start is refused naming them.
+    pub(super) fn persist_lost(&mut self) {
+        if self.pass_through {
+            return;
+        }
+        let Some(l) = self.list.as_mut() else {
+            return;
+        };
+        if crate::lost_list::covers(&l.ranges, &self.lost) {
+            return;
+        }
+        let want = crate::lost_list::union(&l.ranges, &self.lost);
+        let r = l.write(&*self.cache, &want).map_err(cache_fault);
+        if let Err(e) = r.and_then(|_| self.cache_sync()) {
+            tracing::error!(
+                "could not record the lost ranges on the cache device ({e}): failing the cache so that the state file records them"
+            );
+            self.cache_errors += 1;
+            self.fail_cache(&format!("the lost-range list could not be written: {e}"));
+        }
+    }
+
+    /// After a commit or a pass-through sync made every acknowledged write durable: the
+    /// list drops the ranges written again since (a crash before keeps them listed: reads
+    /// fail, never older bytes).
+    pub(super) fn clear_rewritten_lost(&mut self) -> io::Result<()> {
+        if self.pass_through {
+            return Ok(());
+        }
+        let lost = self.lost.clone();
+        let Some(l) = self.list.as_mut() else {
+            return Ok(());
+        };
+        if l.ranges == lost {
+            return Ok(());
+        }
+        l.write(&*self.cache, &lost).map_err(cache_fault)?;
+        self.cache_sync()
+    }
+
     /// Syncs the backing device for pass-through requests; a failure reports the ranges
     /// written since the last good sync lost (see `Inner::direct_unsynced`).
     pub(super) fn direct_sync(&mut self) -> io::Result<()> {
@@ -387,6 +432,10 @@ impl Inner {
                 self.direct_unsynced.clear();
                 self.live.backing_syncs += 1;
                 Degraded::sync_healed(&mut self.sync_failing);
+                // Detached: ranges written again since the last sync leave the list.
+                if let Err(e) = self.clear_rewritten_lost() {
+                    tracing::error!("could not update the lost-range list: {e}");
+                }
                 Ok(())
             }
             Err(e) => {

@@ -106,8 +106,14 @@ impl Inner {
         Ok(())
     }
 
-    /// FLUSH: see the module doc, rule 3.
+    /// FLUSH: see the module doc, rule 3. Then every acknowledged write is durable, and the
+    /// lost-range list drops the ranges written again since the last commit.
     pub(super) fn commit(&mut self) -> io::Result<()> {
+        self.commit_records()?;
+        self.clear_rewritten_lost()
+    }
+
+    fn commit_records(&mut self) -> io::Result<()> {
         self.write_open_data()?;
         let mut recs = self.open_records(false);
         recs.append(&mut self.pending);

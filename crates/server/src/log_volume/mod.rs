@@ -481,6 +481,10 @@ struct Inner {
     pass_through: bool,
     /// Volume byte ranges whose dirty data the failed cache lost (sorted, disjoint).
     lost: Vec<(u64, u64)>,
+    /// The durable lost-range list (`crate::lost_list`) as on the device: a superset of
+    /// `lost` between commits (a range written again stays listed until the commit that
+    /// makes the new data durable). `None`: an old cache with no room for it (warned).
+    list: Option<crate::lost_list::LostList>,
     /// Byte ranges written to the backing device by pass-through requests (failed cache or
     /// detached) since its last successful sync: a failed sync may have dropped them and
     /// nothing else holds their bytes, so it reports them lost (reads fail, never older
@@ -578,12 +582,37 @@ struct Unlocked {
 mod live;
 
 impl LogVolume {
-    fn lock(&self) -> MutexGuard<'_, Inner> {
-        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    /// The volume lock. When it is released, ranges reported lost while it was held are
+    /// made durable in the lost-range list first ([`Inner::persist_lost`]): before the
+    /// request that found them returns, before any other request is served.
+    fn lock(&self) -> Locked<'_> {
+        Locked(self.inner.lock().unwrap_or_else(|e| e.into_inner()))
     }
 
     pub fn superblock(&self) -> LogSuperblock {
         self.lock().sb.clone()
+    }
+}
+
+/// The volume lock held (see [`LogVolume::lock`]).
+struct Locked<'a>(MutexGuard<'a, Inner>);
+
+impl std::ops::Deref for Locked<'_> {
+    type Target = Inner;
+    fn deref(&self) -> &Inner {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Locked<'_> {
+    fn deref_mut(&mut self) -> &mut Inner {
+        &mut self.0
+    }
+}
+
+impl Drop for Locked<'_> {
+    fn drop(&mut self) {
+        self.0.persist_lost();
     }
 }
 

@@ -49,6 +49,7 @@ pub fn format_log_for(
         clean: true,
         backing: backing.unwrap_or_default(),
         uuid: rand::random(),
+        lost_list: true,
     };
     engine_config(&sb).validate().map_err(io_err)?;
     let g = sb.geometry();
@@ -70,6 +71,10 @@ pub fn format_log_for(
             cache.write_at(&zero, g.slot_offset(s, slot))?;
         }
     }
+    let at = g
+        .lost_list
+        .expect("a new layout reserves the lost-range list");
+    crate::lost_list::LostList::format(cache, at)?;
     cache.sync()?;
     cache.write_at(&sb.encode(), 0)?;
     cache.sync()?;
@@ -174,6 +179,49 @@ impl LogVolume {
             cache.write_at(&sb.encode(), 0)?;
             cache.sync()?;
         }
+        // The lost-range list (`crate::lost_list`): read back, or written empty at the first
+        // open of a cache formatted before it when the slack after the journal holds it
+        // (durable before the superblock says it exists).
+        let list = if sb.lost_list {
+            let at = sb
+                .geometry()
+                .lost_list
+                .expect("reserved by the flag's layout");
+            Some(
+                crate::lost_list::LostList::load(&*cache, at).map_err(|e| {
+                    io::Error::new(e.kind(), format!("cache device (log layout): {e}"))
+                })?,
+            )
+        } else {
+            let old = sb.geometry();
+            let with = LogSuperblock {
+                lost_list: true,
+                ..sb.clone()
+            }
+            .geometry();
+            match with.lost_list.filter(|_| with.seg_area == old.seg_area) {
+                Some(at) if !opts.offline => {
+                    let l = crate::lost_list::LostList::adopt_or_format(&*cache, at)?;
+                    cache.sync()?;
+                    sb.lost_list = true;
+                    cache.write_at(&sb.encode(), 0)?;
+                    cache.sync()?;
+                    tracing::info!(
+                        "log cache formatted before the lost-range list: the list set up at cache bytes {at}..{} (upgrade)",
+                        at + crate::lost_list::BYTES
+                    );
+                    Some(l)
+                }
+                Some(_) => None,
+                None => {
+                    tracing::warn!(
+                        "this log cache was formatted before the lost-range list and has no room for it (segment area at byte {}): ranges reported lost are forgotten at a restart and then read the backing device's older bytes. `tiercache format --force` the cache device (after a clean shutdown) to get the list",
+                        old.seg_area
+                    );
+                    None
+                }
+            }
+        };
         let geo = sb.geometry();
         if cache.size() < geo.device_bytes(sb.segments) {
             return Err(io_err(format!(
@@ -233,7 +281,8 @@ impl LogVolume {
             backing_errors: 0,
             backing_write_errors: 0,
             pass_through: false,
-            lost: Vec::new(),
+            lost: list.as_ref().map(|l| l.ranges.clone()).unwrap_or_default(),
+            list,
             direct_unsynced: Vec::new(),
             state_path: opts.state_path.clone(),
             failure_unrecorded: None,
@@ -243,6 +292,7 @@ impl LogVolume {
             recovery_sample: Default::default(),
             sb,
         };
+        crate::lost_list::LostList::log_ranges(&inner.lost);
         let mut rep = inner.recover()?;
         rep.backing_note = backing_note;
         if !opts.offline {

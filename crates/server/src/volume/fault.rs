@@ -168,7 +168,7 @@ impl CacheVolume {
             "backing device sync failed ({why}): {rewritten} ranges written since the last good sync written again from the cache, {} lost ranges now",
             g.lost.len()
         );
-        if g.lost != lost_before && g.sums.is_some() && !g.failed {
+        if g.lost != lost_before {
             self.persist_lost(g);
         }
     }
@@ -250,7 +250,9 @@ impl CacheVolume {
             g.cache_errors
         );
         let slots: Vec<u32> = g.engine.entries().map(|(_, s, _)| s).collect();
+        g.failing = true;
         self.recover(g, &[], 0, 0, &[], &slots);
+        g.failing = false;
         // Whatever a failed cache sync may have dropped is no longer cached: its dirty
         // sectors were copied verified or reported lost, its clean copies dropped.
         debug_assert!(
@@ -541,30 +543,66 @@ impl CacheVolume {
         v.extend(slots);
         g.slots = v;
         Self::update_records(g);
-        if g.lost != lost_before && g.sums.is_some() && !g.failed {
+        if g.lost != lost_before {
             self.persist_lost(g);
         }
     }
 
-    /// Makes `g.lost` durable in the data checksum region's header now (write and sync),
-    /// before any record that drops the damaged line can reach the device: after a restart
-    /// the ranges still read EIO, never the backing device's older copy.
+    /// Makes `g.lost` durable now (write and sync), before the volume serves anything else
+    /// and before any record that drops a damaged line can reach the device: after a
+    /// restart the ranges still read EIO, never the backing device's older copy. In the
+    /// lost-range list (`crate::lost_list`; what it listed stays listed until a flush makes
+    /// the data replacing it durable) and, with data checksums, their region's header.
+    /// If the list cannot be written the cache is failed: the failure and the lost ranges
+    /// are then recorded in the state file, and the next start is refused naming them.
+    /// A failed cache needs neither (its state file holds the ranges lost with it).
     fn persist_lost(&self, g: &mut Inner) {
-        let lost = g.lost.clone();
-        let Some(s) = g.sums.as_mut() else {
+        if g.failed || g.failing || (g.list.is_none() && g.sums.is_none()) {
             return;
-        };
-        s.lost = lost;
-        let r = s.write_header(&*self.cache);
+        }
+        let lost = g.lost.clone();
+        let mut r = Ok(());
+        if let Some(l) = g.list.as_mut() {
+            if !crate::lost_list::covers(&l.ranges, &lost) {
+                let want = crate::lost_list::union(&l.ranges, &lost);
+                r = l.write(&*self.cache, &want);
+            }
+        }
+        if let Some(s) = g.sums.as_mut() {
+            s.lost = lost;
+            r = r.and_then(|_| s.write_header(&*self.cache));
+        }
         let r = r.and_then(|_| self.sync_cache(g));
         if let Err(e) = r {
             if let Some(s) = g.sums.as_mut() {
                 s.header_dirty = true;
             }
             tracing::error!(
-                "could not record the lost ranges in the data checksum region ({e}): after a restart they may read the backing device's older data"
+                "could not record the lost ranges on the cache device ({e}): failing the cache so that the state file records them"
             );
+            g.cache_errors += 1;
+            self.metrics.cache_errors.fetch_add(1, Ordering::Relaxed);
+            self.fail_cache(g, &format!("the lost-range list could not be written: {e}"));
         }
+    }
+
+    /// At a flush, after the data written since the last one is durable (backing and cache
+    /// synced, records written): the list drops the ranges written again since, and is
+    /// synced. A crash before keeps them listed (reads EIO), never older bytes.
+    pub(super) fn clear_rewritten_lost(&self, g: &mut Inner) -> io::Result<()> {
+        let lost = g.lost.clone();
+        let Some(l) = g.list.as_mut() else {
+            return Ok(());
+        };
+        if l.ranges == lost {
+            return Ok(());
+        }
+        debug_assert!(
+            crate::lost_list::covers(&l.ranges, &lost),
+            "a lost range not in the durable list at a flush"
+        );
+        l.write(&*self.cache, &lost)?;
+        self.sync_cache(g)
     }
 
     /// A plan failed at `e`: recovers the cache's state, then fails the request (backing

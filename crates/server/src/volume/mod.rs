@@ -264,6 +264,12 @@ struct Inner {
     forgotten: HashMap<u64, u32>,
     /// Data checksums (`crate::data_sums`), when the cache was formatted with them.
     sums: Option<crate::data_sums::DataSums>,
+    /// The durable lost-range list (`crate::lost_list`) as on the device: a superset of
+    /// `lost` between flushes (a range written again stays listed until the flush that
+    /// makes the new data durable). `None`: an old cache with no room for it (warned).
+    list: Option<crate::lost_list::LostList>,
+    /// `fail_cache` is under way (a failed list write inside it does not fail it again).
+    failing: bool,
     /// The I/O class table in force (names the classes in `ctl stats`; the engine holds the
     /// same one), where it came from, and how often `ctl classes load` replaced it.
     class_table: Option<Arc<ClassTable>>,
@@ -517,6 +523,9 @@ pub struct VolumeStats {
     /// Dirty data lost with the cache device: byte ranges `[start, end)` of the volume.
     pub lost_dirty_bytes: u64,
     pub lost_dirty_ranges: Vec<(u64, u64)>,
+    /// Ranges in `lost_dirty_ranges` (reads of them fail; kept across restarts by the
+    /// lost-range list, `crate::lost_list`).
+    pub lost_ranges: u64,
     /// Write-backs are failing on the backing device: dirty lines stay in the cache (only
     /// clean lines are evicted; writes that find none fail) and are retried with backoff.
     pub degraded: bool,

@@ -43,18 +43,17 @@ pub fn format(
     }
     let mut max = Superblock::lines_for_device(cache.size(), ls);
     while max > 0
-        && opts.data_checksums
-        && Superblock::data_offset_with(max, ls, true) + max * ls > cache.size()
+        && Superblock::data_offset_new(max, ls, opts.data_checksums) + max * ls > cache.size()
     {
         max -= 1;
     }
     let lines = opts.capacity_lines.unwrap_or(max);
     let sums = opts.data_checksums;
-    let need = Superblock::data_offset_with(lines, ls, sums) + lines * ls;
+    let need = Superblock::data_offset_new(lines, ls, sums) + lines * ls;
     if lines == 0 || need > cache.size() {
         return Err(FormatError::TooSmall {
             have: cache.size(),
-            need: need.max(Superblock::data_offset_with(1, ls, sums) + ls),
+            need: need.max(Superblock::data_offset_new(1, ls, sums) + ls),
             lines: lines.max(1),
             line_size: ls,
         });
@@ -79,9 +78,10 @@ pub fn format(
             .unwrap_or_else(|| BackingIdentity::unknown(&opts.backing_id)),
         clean: true,
         generation: 1,
-        data_offset: Superblock::data_offset_with(lines, ls, sums),
+        data_offset: Superblock::data_offset_new(lines, ls, sums),
         tuning: opts.tuning,
         data_checksums: sums,
+        lost_list: true,
     };
     // Empty records first, the superblock last: a format interrupted half way has no magic.
     cache.write_at(&[0u8; 4096], 0)?;
@@ -105,6 +105,10 @@ pub fn format(
             ls,
         )?;
     }
+    let at = sb
+        .lost_list_offset()
+        .expect("a new layout reserves the lost-range list");
+    crate::lost_list::LostList::format(cache, at)?;
     cache.sync()?;
     cache.write_at(&sb.encode(), 0)?;
     cache.sync()?;
@@ -526,6 +530,27 @@ impl CacheVolume {
             )?),
             false => None,
         };
+        // The lost-range list (`crate::lost_list`): read back, or written empty at the first
+        // open of a cache formatted before it (made durable before the superblock says so).
+        let list = if sb.lost_list {
+            let at = sb.lost_list_offset().expect("checked by decode");
+            Some(crate::lost_list::LostList::load(&*cache, at)?)
+        } else if let Some(at) = sb.lost_list_offset() {
+            let l = crate::lost_list::LostList::adopt_or_format(&*cache, at)?;
+            cache.sync()?;
+            sb.lost_list = true;
+            tracing::info!(
+                "cache formatted before the lost-range list: the list set up at cache bytes {at}..{} (upgrade)",
+                at + crate::lost_list::BYTES
+            );
+            Some(l)
+        } else {
+            tracing::warn!(
+                "this cache was formatted before the lost-range list and has no room for it (data area at byte {}): ranges reported lost are forgotten at a restart and then read the backing device's older bytes. `tiercache format --force` the cache device (after a clean shutdown) to get the list",
+                sb.data_offset
+            );
+            None
+        };
         let lines: Vec<(u32, Record)> = order
             .iter()
             .map(|&o| {
@@ -646,7 +671,6 @@ impl CacheVolume {
         report.restored_dirty = bulk.iter().filter(|l| l.dirty != 0).count() as u64
             - refused.iter().filter(|&&(i, _)| bulk[i].dirty != 0).count() as u64;
         drop(bulk);
-        let mut vol_lost_bytes = 0;
         let mut inner = Inner {
             engine,
             disk_key,
@@ -672,6 +696,8 @@ impl CacheVolume {
             flush_epoch: FLUX_EPOCHS,
             forgotten: HashMap::new(),
             sums,
+            list,
+            failing: false,
             class_table: opts.classes.clone(),
             class_source: if opts.classes.is_some() {
                 "serve flags".into()
@@ -682,7 +708,6 @@ impl CacheVolume {
         };
         if let Some(s) = &inner.sums {
             inner.lost = s.lost.clone();
-            vol_lost_bytes = s.lost.iter().map(|(a, b)| b - a).sum();
             if !s.lost.is_empty() {
                 tracing::error!(
                     "{} volume range(s) hold damaged dirty data (reads fail until rewritten): {:?}",
@@ -691,6 +716,11 @@ impl CacheVolume {
                 );
             }
         }
+        if let Some(l) = &inner.list {
+            crate::lost_list::LostList::log_ranges(&l.ranges);
+            inner.lost = crate::lost_list::union(&inner.lost, &l.ranges);
+        }
+        let vol_lost_bytes = degrade::lost_bytes(&inner.lost);
         // Records the engine did not take (dropped ones) become empty in `mem`, and records
         // found in flux are rewritten as resolved, without the flag. Every other record
         // equals the engine's line already (`update_records` would leave it alone).

@@ -374,6 +374,7 @@ impl CacheVolume {
             s.write_header(&*self.cache)?;
             self.sync_cache(g)?;
         }
+        self.clear_rewritten_lost(g)?;
         Ok(())
     }
 

@@ -98,6 +98,7 @@ impl CacheVolume {
             cache_failed: g.failed,
             lost_dirty_bytes: g.lost.iter().map(|(a, b)| b - a).sum(),
             lost_dirty_ranges: g.lost.clone(),
+            lost_ranges: g.lost.len() as u64,
             degraded: g.degraded.is_some(),
             degraded_reason: g.degraded.as_ref().map(Degraded::reason),
             backing_write_errors: self.metrics.backing_write_errors.load(Ordering::Relaxed),

@@ -1,0 +1,386 @@
+//! The durable lost-range list (`tiercache_server::lost_list`) on real files, both layouts:
+//! a damaged list refuses the open naming it and what to do; a cache formatted before the
+//! list gets an empty one at its first open (the upgrade) and keeps lost ranges across a
+//! restart from then on; an old cache without room for it still opens (warned).
+
+mod common;
+
+use common::*;
+use tiercache_engine::Mode;
+use tiercache_nbd::Export;
+use tiercache_server::fault::Faults;
+use tiercache_server::log_format::LogSuperblock;
+use tiercache_server::lost_list::{self, LostList};
+use tiercache_server::{
+    format_log, read_log_superblock, read_superblock, BlockDev, CacheVolume, FileDev,
+    FormatOptions, LogFormatOptions, LogVolume, OpenOptions, Superblock,
+};
+
+fn dev(p: &std::path::Path) -> FileDev {
+    FileDev::open(p).unwrap()
+}
+
+fn direct_open(f: &Files) -> Result<CacheVolume, String> {
+    CacheVolume::open(
+        Box::new(dev(&f.cache)),
+        Box::new(dev(&f.backing)),
+        &OpenOptions::default(),
+    )
+    .map(|(v, _)| v)
+    .map_err(|e| e.to_string())
+}
+
+fn log_files() -> Files {
+    let f = log_cache_files(4, 1 << 20);
+    let o = LogFormatOptions {
+        segment_size: 1 << 20,
+        mode: Mode::WriteBack,
+        ..Default::default()
+    };
+    format_log(&dev(&f.cache), VOL, &o).unwrap();
+    f
+}
+
+fn log_open(f: &Files) -> Result<LogVolume, String> {
+    LogVolume::open(Box::new(dev(&f.cache)), Box::new(dev(&f.backing)))
+        .map(|(v, _)| v)
+        .map_err(|e| e.to_string())
+}
+
+/// Flips one byte in each copy of the list at `at`.
+fn damage_both_copies(f: &Files, at: u64) {
+    let d = dev(&f.cache);
+    for copy in [0, lost_list::COPY] {
+        let mut b = [0u8; 1];
+        d.read_at(&mut b, at + copy + 100).unwrap();
+        d.write_at(&[b[0] ^ 0x40], at + copy + 100).unwrap();
+    }
+    d.sync().unwrap();
+}
+
+#[test]
+fn direct_damaged_lost_list_refuses_the_open_naming_it() {
+    let f = files(32, 4096);
+    format(&f, Mode::WriteBack, 4096);
+    let sb = read_superblock(&dev(&f.cache)).unwrap();
+    assert!(sb.lost_list, "a new cache has the list");
+    let at = sb.lost_list_offset().unwrap();
+    LostList::load(&dev(&f.cache), at).unwrap();
+    damage_both_copies(&f, at);
+    let e = direct_open(&f).map(|_| ()).unwrap_err();
+    for want in ["lost-range list", "damaged", "crc32c", "format --force"] {
+        assert!(e.contains(want), "{want:?} not in: {e}");
+    }
+    // `check` names it as a problem.
+    let rep = tiercache_server::check::check_device(&dev(&f.cache)).unwrap();
+    assert!(!rep.ok(), "{rep:?}");
+    assert!(
+        rep.problems.iter().any(|p| p.contains("lost-range list")),
+        "{:?}",
+        rep.problems
+    );
+}
+
+#[test]
+fn log_damaged_lost_list_refuses_the_open_naming_it() {
+    let f = log_files();
+    let sb = read_log_superblock(&dev(&f.cache)).unwrap().unwrap();
+    assert!(sb.lost_list, "a new log cache has the list");
+    let at = sb.geometry().lost_list.unwrap();
+    damage_both_copies(&f, at);
+    let e = log_open(&f).map(|_| ()).unwrap_err();
+    for want in ["lost-range list", "damaged", "log layout", "format --force"] {
+        assert!(e.contains(want), "{want:?} not in: {e}");
+    }
+}
+
+/// Rewrites the direct superblock as a cache formatted before the list (flag clear) with
+/// the list area holding garbage (never written, or a reused device).
+fn make_old_direct(f: &Files, data_offset: Option<u64>) -> Superblock {
+    let d = dev(&f.cache);
+    let mut sb = read_superblock(&d).unwrap();
+    if let Some(at) = sb.lost_list_offset() {
+        d.write_at(&vec![0xa5; lost_list::BYTES as usize], at)
+            .unwrap();
+    }
+    sb.lost_list = false;
+    if let Some(o) = data_offset {
+        sb.data_offset = o;
+    }
+    d.write_at(&sb.encode(), 0).unwrap();
+    d.sync().unwrap();
+    sb
+}
+
+#[test]
+fn direct_old_cache_gets_an_empty_list_at_first_open_and_keeps_losses_from_then_on() {
+    let f = files(32, 4096);
+    format(&f, Mode::WriteAround, 4096);
+    make_old_direct(&f, None);
+    let faults = Faults::new(1);
+    let (b, bh) = faults.wrap("backing", Box::new(dev(&f.backing)), true);
+    let (v, _) = CacheVolume::open(
+        Box::new(dev(&f.cache)),
+        Box::new(b),
+        &OpenOptions::default(),
+    )
+    .unwrap();
+    let sb = read_superblock(&dev(&f.cache)).unwrap();
+    assert!(sb.lost_list, "the open set the flag");
+    let l = LostList::load(&dev(&f.cache), sb.lost_list_offset().unwrap()).unwrap();
+    assert!(l.ranges.is_empty(), "{:?}", l.ranges);
+    // A write around the cache dropped by a failed backing sync: lost, and still after a
+    // clean restart.
+    v.write(0, &[7u8; 4096], false).unwrap();
+    bh.fail_next_sync(true);
+    assert!(v.flush().is_err());
+    assert_eq!(v.lost_dirty_ranges(), vec![(0, 4096)]);
+    v.shutdown().unwrap();
+    drop(v);
+    faults.process_exit();
+    let v = direct_open(&f).unwrap();
+    let mut buf = vec![0u8; 512];
+    let e = v.read(0, &mut buf).unwrap_err().to_string();
+    assert!(e.contains("0..4096"), "{e}");
+    assert_eq!(v.stats().lost_ranges, 1);
+    let rep = tiercache_server::check::check_device(&dev(&f.cache)).unwrap();
+    assert_eq!(rep.lost_list, vec![(0, 4096)]);
+    v.shutdown().unwrap();
+    drop(v);
+    // An older build ran the cache and wrote its superblock without the flag: the valid
+    // list found there is kept, not replaced by an empty one.
+    let d = dev(&f.cache);
+    let mut sb = read_superblock(&d).unwrap();
+    sb.lost_list = false;
+    d.write_at(&sb.encode(), 0).unwrap();
+    d.sync().unwrap();
+    let v = direct_open(&f).unwrap();
+    assert_eq!(
+        v.lost_dirty_ranges(),
+        vec![(0, 4096)],
+        "kept at the upgrade"
+    );
+}
+
+#[test]
+fn direct_old_cache_without_room_for_the_list_still_opens() {
+    // 32512 lines: the metadata ends 4 KiB before 1 MiB, where such a cache's data began.
+    let lines = 32512;
+    let f = files(1, 4096);
+    let need = Superblock::data_offset_new(lines, 4096, false) + lines * 4096;
+    std::fs::File::create(&f.cache)
+        .unwrap()
+        .set_len(need)
+        .unwrap();
+    let o = FormatOptions {
+        line_size: 4096,
+        mode: Mode::WriteBack,
+        capacity_lines: Some(lines),
+        ..Default::default()
+    };
+    tiercache_server::format(&dev(&f.cache), VOL, &o).unwrap();
+    let old = Superblock::data_offset_for(lines, 4096);
+    assert_eq!(old, 1 << 20);
+    let sb = make_old_direct(&f, Some(old));
+    assert_eq!(sb.lost_list_offset(), None, "no room");
+    let v = direct_open(&f).unwrap();
+    v.write(0, &[1u8; 4096], false).unwrap();
+    v.shutdown().unwrap();
+    assert!(!read_superblock(&dev(&f.cache)).unwrap().lost_list);
+}
+
+#[test]
+fn log_old_cache_gets_an_empty_list_at_first_open() {
+    let f = log_files();
+    let d = dev(&f.cache);
+    let mut sb = read_log_superblock(&d).unwrap().unwrap();
+    let at = sb.geometry().lost_list.unwrap();
+    let seg_area = sb.geometry().seg_area;
+    sb.lost_list = false;
+    assert_eq!(
+        sb.geometry().seg_area,
+        seg_area,
+        "this layout had the room before the list existed"
+    );
+    d.write_at(&vec![0xa5; lost_list::BYTES as usize], at)
+        .unwrap();
+    d.write_at(&sb.encode(), 0).unwrap();
+    d.sync().unwrap();
+    let v = log_open(&f).unwrap();
+    let sb: LogSuperblock = read_log_superblock(&d).unwrap().unwrap();
+    assert!(sb.lost_list, "the open set the flag");
+    assert!(LostList::load(&d, at).unwrap().ranges.is_empty());
+    v.write(0, &[3u8; 4096], false).unwrap();
+    v.flush().unwrap();
+    v.shutdown().unwrap();
+    drop(v);
+    let v = log_open(&f).unwrap();
+    let mut buf = vec![0u8; 4096];
+    v.read(0, &mut buf).unwrap();
+    assert_eq!(buf, vec![3u8; 4096]);
+}
+
+/// What a read of volume bytes 0..4096 may return after the crash: an error (the range is
+/// listed lost) or one of `fills` (whole-block values); `initial`: the backing file's bytes.
+fn read_allowed(v: &dyn Export, fills: &[u8], initial_ok: bool) -> Result<(), String> {
+    let mut b = vec![0u8; 4096];
+    match v.read(0, &mut b) {
+        Err(_) => Ok(()),
+        Ok(()) if fills.iter().any(|&x| b.iter().all(|&y| y == x)) => Ok(()),
+        Ok(()) if initial_ok && b.iter().enumerate().all(|(i, &y)| y == initial(i as u64)) => {
+            Ok(())
+        }
+        Ok(()) => Err(format!(
+            "read {:?}.., want an error or a block of {fills:?}{}",
+            &b[..8],
+            if initial_ok {
+                " or the initial bytes"
+            } else {
+                ""
+            }
+        )),
+    }
+}
+
+/// Power cut at every write of the lost-range list (torn sector by sector) in a run that
+/// adds an entry (write-around data dropped by a failed backing sync) and clears it (the
+/// range rewritten and flushed): the cache always opens again, and the range reads an
+/// error or a version the client may see — after the clearing write began, never the
+/// backing device's older bytes.
+#[test]
+fn direct_power_cut_at_every_lost_list_write() {
+    let f = files(32, 4096);
+    format(&f, Mode::WriteAround, 4096);
+    let sb = read_superblock(&dev(&f.cache)).unwrap();
+    let at = sb.lost_list_offset().unwrap();
+    let run = |crash: Option<u64>| -> u64 {
+        let faults = Faults::new(7);
+        // Without a crash: counts the list's writes (`matched_writes`).
+        let n = crash.unwrap_or(u64::MAX);
+        faults.crash_at_write_to(n, "cache", at..at + lost_list::BYTES);
+        let (c, _) = faults.wrap("cache", Box::new(dev(&f.cache)), true);
+        let (b, bh) = faults.wrap("backing", Box::new(dev(&f.backing)), true);
+        let (v, _) = CacheVolume::open(Box::new(c), Box::new(b), &OpenOptions::default()).unwrap();
+        let _ = v.write(0, &[1u8; 4096], false);
+        bh.fail_next_sync(true);
+        let _ = v.flush();
+        let _ = v.write(0, &[2u8; 4096], false);
+        let _ = v.flush();
+        let n = faults.matched_writes();
+        drop(v);
+        faults.power_cut();
+        n
+    };
+    let writes = run(None);
+    assert_eq!(writes, 2, "one write adds the entry, one clears it");
+    // The run without a crash left the cache clean of losses: format again per point.
+    for n in 1..=writes {
+        format(&f, Mode::WriteAround, 4096);
+        std::fs::write(&f.backing, (0..VOL).map(initial).collect::<Vec<u8>>()).unwrap();
+        run(Some(n));
+        let v = direct_open(&f).unwrap_or_else(|e| panic!("crash at list write {n}: {e}"));
+        // At the first write the loss was never reported (the FLUSH did not return):
+        // version 1, or the initial bytes it may have dropped, or the error. At the second:
+        // listed (error) or the flushed rewrite.
+        let r = if n == 1 {
+            read_allowed(&v, &[1], true)
+        } else {
+            read_allowed(&v, &[2], false)
+        };
+        r.unwrap_or_else(|e| panic!("crash at list write {n}: {e}"));
+    }
+}
+
+/// The same for the log layout: the entry added when a dirty line cannot be read from the
+/// cache, cleared by its flushed rewrite.
+#[test]
+fn log_power_cut_at_every_lost_list_write() {
+    let f = log_files();
+    let at = read_log_superblock(&dev(&f.cache))
+        .unwrap()
+        .unwrap()
+        .geometry()
+        .lost_list
+        .unwrap();
+    let o = LogFormatOptions {
+        segment_size: 1 << 20,
+        mode: Mode::WriteBack,
+        ..Default::default()
+    };
+    let run = |crash: Option<u64>| -> u64 {
+        let faults = Faults::new(7);
+        // Without a crash: counts the list's writes (`matched_writes`).
+        let n = crash.unwrap_or(u64::MAX);
+        faults.crash_at_write_to(n, "cache", at..at + lost_list::BYTES);
+        let (c, ch) = faults.wrap("cache", Box::new(dev(&f.cache)), true);
+        let (b, _) = faults.wrap("backing", Box::new(dev(&f.backing)), true);
+        let (v, _) = LogVolume::open(Box::new(c), Box::new(b)).unwrap();
+        v.set_max_cache_errors(1_000_000);
+        // Enough lines to seal the first segment, so line 0 is read from the device.
+        for l in 0..300u64 {
+            let _ = v.write(l * 4096, &[1u8; 4096], false);
+        }
+        let _ = v.flush();
+        ch.fail_reads(at + lost_list::BYTES..u64::MAX);
+        let mut b = vec![0u8; 4096];
+        let _ = v.read(0, &mut b);
+        ch.heal();
+        let _ = v.write(0, &[2u8; 4096], false);
+        let _ = v.flush();
+        let n = faults.matched_writes();
+        drop(v);
+        faults.power_cut();
+        n
+    };
+    let writes = run(None);
+    assert_eq!(writes, 2, "one write adds the entry, one clears it");
+    for n in 1..=writes {
+        format_log(&dev(&f.cache), VOL, &o).unwrap();
+        run(Some(n));
+        let v = log_open(&f).unwrap_or_else(|e| panic!("crash at list write {n}: {e}"));
+        let r = if n == 1 {
+            read_allowed(&v, &[1], false)
+        } else {
+            read_allowed(&v, &[2], false)
+        };
+        r.unwrap_or_else(|e| panic!("crash at list write {n}: {e}"));
+    }
+}
+
+/// The list cannot be written when a loss is found (its area refuses writes): the cache is
+/// failed, the state file records the lost range, and the next start is refused naming it.
+#[test]
+fn direct_unwritable_list_fails_the_cache_and_the_state_file_records_the_range() {
+    let f = files(32, 4096);
+    format(&f, Mode::WriteAround, 4096);
+    let at = read_superblock(&dev(&f.cache))
+        .unwrap()
+        .lost_list_offset()
+        .unwrap();
+    let state = tiercache_server::state_file::beside(&f.cache);
+    let opts = OpenOptions {
+        state_path: Some(state.clone()),
+        ..Default::default()
+    };
+    let faults = Faults::new(3);
+    let (c, ch) = faults.wrap("cache", Box::new(dev(&f.cache)), true);
+    let (b, bh) = faults.wrap("backing", Box::new(dev(&f.backing)), true);
+    let (v, _) = CacheVolume::open(Box::new(c), Box::new(b), &opts).unwrap();
+    ch.fail_writes(at..at + lost_list::BYTES);
+    v.write(0, &[1u8; 4096], false).unwrap();
+    bh.fail_next_sync(true);
+    assert!(v.flush().is_err());
+    assert!(
+        v.cache_failed(),
+        "the list could not be written: cache failed"
+    );
+    let st = tiercache_server::state_file::read(&state).unwrap().unwrap();
+    assert_eq!(st.lost, vec![(0, 4096)], "{}", st.describe());
+    drop(v);
+    faults.process_exit();
+    let e = CacheVolume::open(Box::new(dev(&f.cache)), Box::new(dev(&f.backing)), &opts)
+        .map(|_| ())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("0, 4096") || e.contains("0..4096"), "{e}");
+}
