@@ -130,8 +130,9 @@ struct Run {
     fail_every: u64,
 }
 
-/// Runs one seed; returns (client ops, cleaner write-backs).
-fn run(r: &Run) -> (u64, u64) {
+/// Runs one seed; returns (client ops, write-backs, [cleaning passes run outside the volume
+/// lock, requests that waited for one, passes cut short for them]).
+fn run(r: &Run) -> (u64, u64, [u64; 3]) {
     let f = files(40, LINE);
     format(&f, Mode::WriteBack, LINE);
     let failing = Arc::new(AtomicBool::new(false));
@@ -274,6 +275,12 @@ fn run(r: &Run) -> (u64, u64) {
     ctl.join().unwrap();
     let stats = vol.stats();
     let write_backs = stats.totals.write_backs;
+    let m = vol.metrics();
+    let unlocked = [
+        m.unlocked_writebacks.load(Ordering::Relaxed),
+        m.writeback_waits.load(Ordering::Relaxed),
+        m.writeback_yields.load(Ordering::Relaxed),
+    ];
     // Everything written back: the backing device holds every Known sector.
     let mut tries = 0;
     while vol.flush_dirty().is_err() || vol.stats().dirty_lines > 0 {
@@ -327,7 +334,7 @@ fn run(r: &Run) -> (u64, u64) {
         before == after,
         "a clean restart changed the volume's bytes"
     );
-    (ops.load(Ordering::Relaxed), write_backs)
+    (ops.load(Ordering::Relaxed), write_backs, unlocked)
 }
 
 fn env(k: &str, d: f64) -> f64 {
@@ -342,13 +349,13 @@ fn seeds(fail_every: u64, base: u64) {
     let n = env("TIERCACHE_STRESS_SEEDS", 6.0) as u64;
     for seed in base..base + n {
         let t = Instant::now();
-        let (ops, wb) = run(&Run {
+        let (ops, wb, unlocked) = run(&Run {
             seed,
             secs,
             fail_every,
         });
         eprintln!(
-            "seed {seed}: {ops} client ops, {wb} write-backs, {:.1} s",
+            "seed {seed}: {ops} client ops, {wb} write-backs, unlocked passes/waits/yields {unlocked:?}, {:.1} s",
             t.elapsed().as_secs_f64()
         );
         assert!(
