@@ -243,6 +243,12 @@ impl CacheVolume {
                 }
                 break;
             }
+            // Foreground backing I/O first (bounded): a read miss then waits for at most the
+            // one write-back in progress on the device, not for a run of them.
+            let t = Instant::now();
+            while self.fg_backing.load(Ordering::Acquire) > 0 && t.elapsed() < FG_GATE_MAX {
+                std::thread::sleep(Duration::from_micros(100));
+            }
             let io = self.write_back_io(&steps, group, expected, &mut tmp);
             if matches!(io, Ok(()) | Err(WbIoError::BackingWrite(_))) {
                 wrote.push(*span);

@@ -102,6 +102,13 @@ impl CacheVolume {
                 }
             };
         }
+        let fg = steps.iter().any(|s| {
+            matches!(
+                s,
+                Step::ReadHdd { .. } | Step::WriteHdd { .. } | Step::Populate { .. }
+            )
+        });
+        let _fg = fg.then(|| FgBacking::new(&self.fg_backing));
         if self.conflicts_in_flight(&g, &steps) {
             // Its backing write lands first, its cache reads are done; committed later.
             self.wait_wb_io();
@@ -680,4 +687,20 @@ fn backing_first(steps: &[Step]) -> Vec<usize> {
         }
     }
     first
+}
+
+/// Counts a foreground plan with backing steps in `CacheVolume::fg_backing` while it lives.
+struct FgBacking<'a>(&'a AtomicU64);
+
+impl<'a> FgBacking<'a> {
+    fn new(c: &'a AtomicU64) -> Self {
+        c.fetch_add(1, Ordering::AcqRel);
+        FgBacking(c)
+    }
+}
+
+impl Drop for FgBacking<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
 }

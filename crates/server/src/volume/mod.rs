@@ -333,7 +333,14 @@ pub struct CacheVolume {
     /// Requests waiting for the unlocked write-back to end ([`CacheVolume::reap`]): its I/O
     /// stops after the group it is writing, the rest of its lines stay dirty.
     wb_waiters: AtomicU64,
+    /// Foreground plans with backing-device steps planned and not yet executed: the unlocked
+    /// write-back issues its next backing write only when none is (for at most
+    /// [`FG_GATE_MAX`]), so a read miss waits for at most the one in progress.
+    fg_backing: AtomicU64,
 }
+
+/// Longest the unlocked write-back holds a backing write back for foreground backing I/O.
+const FG_GATE_MAX: Duration = Duration::from_millis(10);
 
 struct WbRate {
     ctl: tiercache_engine::RateController,

@@ -658,6 +658,7 @@ impl CacheVolume {
             wb_io: Mutex::new(Default::default()),
             wb_done: std::sync::Condvar::new(),
             wb_waiters: AtomicU64::new(0),
+            fg_backing: AtomicU64::new(0),
             inner: Mutex::new(inner),
         };
         vol.metrics
