@@ -64,12 +64,15 @@ row() { # name p99 med iops before after
 start
 dirty_up
 B=$(dirty)
-"$TC" ctl --control "$W/c" flush >/dev/null &
+T0=$(date +%s.%N)
+("$TC" ctl --control "$W/c" flush >/dev/null; date +%s.%N >"$W/flushed") &
 FL=$!
 read -r P M I < <(p99 2)
 A=$(dirty)
 wait "$FL" || true
 row flush "$P" "$M" "$I" "$B" "$A"
+# The whole flush under the read load (it may outlast the fio run).
+python3 -c "print(f'flush of $B lines took {$(cat "$W/flushed") - $T0:.1f} s (reads ran for the first ${SECS} s)')"
 stop
 # The background cleaner under the rate controller / at a fixed rate.
 for r in auto "$RATE"; do

@@ -50,6 +50,12 @@ pub struct Metrics {
     pub degraded: AtomicU64,
     /// Settings changed live (`ctl set`).
     pub settings_changes: AtomicU64,
+    /// Cleaning passes whose device I/O ran outside the volume lock (`crate::volume`,
+    /// `clean_pass_unlocked`), requests that waited for one (they touched its lines or
+    /// backing ranges, or flushed), and passes cut short for such a request.
+    pub unlocked_writebacks: AtomicU64,
+    pub writeback_waits: AtomicU64,
+    pub writeback_yields: AtomicU64,
     /// Bytes clients read (0) and wrote (1), counted by `crate::live::Timed` (the log
     /// layout; the direct layout's engine counts its own).
     pub client_bytes: [AtomicU64; 2],

@@ -1,6 +1,7 @@
 //! Cleaning: write-back passes (watermarks, rate, inline cleaning), unmapping ahead, the background
 //! cleaner, and `ctl flush` (`flush_dirty`).
 
+use super::exec::{merge_write_backs, WbIoError};
 use super::*;
 
 impl CacheVolume {
@@ -39,16 +40,20 @@ impl CacheVolume {
     }
 
     pub(super) fn clean_pass(&self, g: &mut Inner, n: u64) -> io::Result<()> {
+        assert!(
+            g.wb.is_none(),
+            "a locked cleaning pass while a write-back is in flight (it would see its lines clean)"
+        );
         self.settle_dropped_exclusive(g);
         self.sync_if_full(g)?;
         let batch = g.engine.begin_clean(n).map(InFlight::new);
         self.run_clean_steps(g, batch)
     }
 
-    /// Executes a write-back in flight (cleaning, unmap-ahead: begun in the engine, its
-    /// lines pinned), completes it in the engine, and brings the records up to date. Begin,
-    /// I/O ([`CacheVolume::write_back_io`] through `exec`) and commit all run under the
-    /// volume lock today (plan-unlocked-io step 2); `None` is an empty pass.
+    /// Executes a write-back begun in the engine (cleaning, unmap-ahead: its lines pinned)
+    /// under the volume lock, completes it in the engine, and brings the records up to date;
+    /// `None` is an empty pass. [`CacheVolume::clean_pass_unlocked`] runs the I/O without
+    /// the lock instead.
     fn run_clean_steps(&self, g: &mut Inner, batch: Option<InFlight>) -> io::Result<()> {
         let _excl = self.io.write().unwrap_or_else(|e| e.into_inner());
         let (steps, ticket) = match batch {
@@ -56,15 +61,34 @@ impl CacheVolume {
             None => (Vec::new(), None),
         };
         let r = self.exec(g, &steps, &mut []);
+        self.commit_clean(g, steps, ticket, &[], false, r)
+    }
+
+    /// The commit of a write-back whose I/O returned `r`: completes the ticket in the engine
+    /// (`undone`: slots whose write-back was not attempted, dirty again), brings the records
+    /// of its slots up to date, and recovers from a failure as a plan's failure is.
+    /// `unlocked`: its I/O ran outside the lock, so requests planned meanwhile may have
+    /// changed its lines (a sector written again, a neighbour populated): a failure then
+    /// does not roll the engine back to `mem` (it would undo them); completing the ticket
+    /// failed already puts its pending sectors back dirty, which is all a roll-back does here.
+    fn commit_clean(
+        &self,
+        g: &mut Inner,
+        steps: Vec<Step>,
+        ticket: Option<(tiercache_engine::WbTicket, Vec<u32>)>,
+        undone: &[u32],
+        unlocked: bool,
+        r: Result<(), StepError>,
+    ) -> io::Result<()> {
         // Commit first: `roll_back` and `recover` below drop and restore lines, which a
         // pinned slot forbids. A failure in the backing-first phase (every write-back runs
         // there) puts every line back as `mem` has it, i.e. dirty: the ticket's pending
-        // sectors are dirty again, so `roll_back` finds nothing left to change. A failure
+        // sectors are dirty again, so `roll_back` finds nothing to change. A failure
         // after it is recovered from the plan as before, the lines completed clean.
         if let Some((t, slots)) = ticket {
             let failed: &[u32] = match &r {
                 Err(e) if e.before_cache => &slots,
-                _ => &[],
+                _ => undone,
             };
             g.engine.complete_writeback(t, failed);
         }
@@ -77,7 +101,11 @@ impl CacheVolume {
             }
         }
         if let Err(e) = &r {
-            if e.before_cache {
+            if e.before_cache && unlocked {
+                if !e.cache && matches!(steps.get(e.index), Some(Step::WriteBack { .. })) {
+                    self.enter_degraded(g, &e.err);
+                }
+            } else if e.before_cache {
                 // Every write-back runs in the backing-first phase: the lines are put back
                 // dirty as `mem` has them (nothing is dropped on a backing error).
                 self.failed_before_cache(g, &steps, e, &slots);
@@ -99,16 +127,286 @@ impl CacheVolume {
                 self.backing_error(e.err)
             });
         }
-        if !steps.is_empty() {
+        if !steps.is_empty() && undone.is_empty() {
             self.leave_degraded(g);
         }
         Ok(())
+    }
+
+    /// A cleaning pass of at most `n` lines whose device I/O runs outside the volume lock
+    /// (plan-unlocked-io step 3). Under the lock: begun in the engine (its slots pinned:
+    /// never evicted or reused, their dirty sectors pending), the merged groups formed as
+    /// `exec` would and their expected data checksums captured, the backing spans published
+    /// in `Inner::wb`. Unlocked: each group's cache reads and backing write
+    /// ([`CacheVolume::write_back_io`]). Then committed ([`CacheVolume::reap`]) by whoever
+    /// needs it first: this owner when it retakes the lock, or a request whose plan touches a
+    /// pinned slot or a span, a FLUSH or FUA. The caller holds `clean_io` (`_owner`), so at
+    /// most one write-back is in flight. With inline cleaning the locked pass runs (the
+    /// simulator's order).
+    pub(super) fn clean_pass_unlocked<'a>(
+        &'a self,
+        _owner: &MutexGuard<'_, ()>,
+        mut g: MutexGuard<'a, Inner>,
+        n: u64,
+    ) -> (MutexGuard<'a, Inner>, io::Result<()>) {
+        assert!(
+            g.wb.is_none(),
+            "a write-back in flight while another owner holds clean_io"
+        );
+        if self.inline_cleaning() {
+            let r = self.clean_pass(&mut g, n);
+            return (g, r);
+        }
+        self.settle_dropped_exclusive(&mut g);
+        if let Err(e) = self.sync_if_full(&mut g) {
+            return (g, Err(e));
+        }
+        let Some(pass) = g.engine.begin_clean(n).map(InFlight::new) else {
+            return (g, Ok(()));
+        };
+        let only_write_backs = pass
+            .steps
+            .iter()
+            .all(|s| matches!(s, Step::WriteBack { .. } | Step::CopyHdd { .. }));
+        if !only_write_backs {
+            let r = self.run_clean_steps(&mut g, Some(pass));
+            return (g, r);
+        }
+        // The groups exec's backing-first phase would write (every step is in it), in its
+        // order, with what their I/O needs from `Inner`.
+        let steps = pass.steps.clone();
+        let mut groups = Vec::new();
+        let mut done: Vec<usize> = Vec::new();
+        for i in 0..steps.len() {
+            if done.binary_search(&i).is_ok() {
+                continue;
+            }
+            let group = merge_write_backs(&steps, i, &done);
+            for &j in &group {
+                if let Err(at) = done.binary_search(&j) {
+                    done.insert(at, j);
+                }
+            }
+            let expected: Vec<_> = group
+                .iter()
+                .map(|&j| match steps[j] {
+                    Step::WriteBack { ssd, len, .. } => Self::expected(&g, ssd, len),
+                    _ => None,
+                })
+                .collect();
+            let (Step::WriteBack { hdd, .. } | Step::CopyHdd { hdd, .. }) = steps[group[0]] else {
+                unreachable!("only write-backs and gap copies here");
+            };
+            let total: u64 = group.iter().map(|&j| steps[j].bytes().3).sum();
+            groups.push((group, expected, (hdd, hdd + total)));
+        }
+        let spans: Vec<(u64, u64)> = groups.iter().map(|x| x.2).collect();
+        // Unsynced from before the writes are issued: a backing sync that fails meanwhile
+        // writes these ranges again from the cache (the same bytes: no plan writes a pinned
+        // slot while it is pinned). The commit records them again (a sync that succeeded
+        // meanwhile may have missed them).
+        for &(a, b) in &spans {
+            g.wrote_backing(a, b);
+        }
+        {
+            let mut w = self.wb_io.lock().unwrap_or_else(|e| e.into_inner());
+            assert!(
+                !w.running && w.outcome.is_none(),
+                "two write-backs in flight outside the lock"
+            );
+            w.running = true;
+        }
+        g.wb = Some(Unlocked { pass, spans });
+        drop(g);
+        self.metrics
+            .unlocked_writebacks
+            .fetch_add(1, Ordering::Relaxed);
+        let mut tmp = Vec::new();
+        let mut wrote = Vec::new();
+        let mut undone = Vec::new();
+        let mut r = Ok(());
+        for (k, (group, expected, span)) in groups.iter().enumerate() {
+            if k > 0 && self.wb_waiters.load(Ordering::Acquire) > 0 {
+                // A request waits for this write-back (it touches one of its lines or
+                // spans, or flushes): stop here, the lines not written stay dirty.
+                self.metrics
+                    .writeback_yields
+                    .fetch_add(1, Ordering::Relaxed);
+                for (group, ..) in &groups[k..] {
+                    for &j in group {
+                        if let Some((ssd, len)) = ssd_range(&steps[j]) {
+                            let (a, b) =
+                                (ssd >> self.line_shift, (ssd + len - 1) >> self.line_shift);
+                            undone.extend(a as u32..=b as u32);
+                        }
+                    }
+                }
+                break;
+            }
+            // Foreground backing I/O first (bounded): a read miss then waits for at most the
+            // one write-back in progress on the device, not for a run of them.
+            let t = Instant::now();
+            while self.fg_backing.load(Ordering::Acquire) > 0 && t.elapsed() < FG_GATE_MAX {
+                std::thread::sleep(Duration::from_micros(100));
+            }
+            let io = self.write_back_io(&steps, group, expected, &mut tmp);
+            if matches!(io, Ok(()) | Err(WbIoError::BackingWrite(_))) {
+                wrote.push(*span);
+            }
+            if let Err(e) = io {
+                let (cache, err) = match e {
+                    WbIoError::Cache(e) => (true, e),
+                    WbIoError::BackingRead(e) | WbIoError::BackingWrite(e) => (false, e),
+                };
+                r = Err(StepError {
+                    index: group[0],
+                    cache,
+                    err,
+                    before_cache: true,
+                    done: Vec::new(),
+                });
+                break;
+            }
+        }
+        {
+            let mut w = self.wb_io.lock().unwrap_or_else(|e| e.into_inner());
+            w.outcome = Some(WbOutcome { r, wrote, undone });
+            w.running = false;
+        }
+        self.wb_done.notify_all();
+        let mut g = self.lock();
+        self.reap(&mut g, false);
+        let r = g.wb_error.take().map_or(Ok(()), Err);
+        (g, r)
+    }
+
+    /// Commits the write-back whose I/O runs outside the lock (`Inner::wb`), if any, once
+    /// its I/O is done (waits for it: that I/O never needs the volume lock, so holding it
+    /// here cannot deadlock). Called before anything that must not overlap it: a plan that
+    /// touches a pinned slot or a backing span of it, a FLUSH or FUA, recovery from a
+    /// failure, another write-back. Its error goes to `Inner::wb_error` for its owner.
+    /// `excl`: the caller holds `io` exclusively (else a failure's recovery takes it).
+    pub(super) fn reap(&self, g: &mut Inner, excl: bool) {
+        let Some(u) = g.wb.take() else {
+            return;
+        };
+        let out = {
+            let mut w = self.wb_io.lock().unwrap_or_else(|e| e.into_inner());
+            if w.running {
+                self.metrics.writeback_waits.fetch_add(1, Ordering::Relaxed);
+                self.wb_waiters.fetch_add(1, Ordering::AcqRel);
+                while w.running {
+                    w = self.wb_done.wait(w).unwrap_or_else(|e| e.into_inner());
+                }
+                self.wb_waiters.fetch_sub(1, Ordering::AcqRel);
+            }
+            w.outcome
+                .take()
+                .expect("a write-back in flight posts its outcome when its I/O ends")
+        };
+        // A failure is recovered from as under the lock (lines restored, copied, dropped):
+        // no hit reads a slot meanwhile.
+        let _excl =
+            (!excl && out.r.is_err()).then(|| self.io.write().unwrap_or_else(|e| e.into_inner()));
+        for &(a, b) in &out.wrote {
+            g.wrote_backing(a, b);
+        }
+        let r = out.r.map_err(|mut e| {
+            if e.cache {
+                e.err = self.on_mismatch(g, e.err);
+            }
+            e
+        });
+        let ticket = Some((u.pass.ticket, u.pass.slots));
+        if let Err(e) = self.commit_clean(g, u.pass.steps, ticket, &out.undone, true, r) {
+            g.wb_error = Some(e);
+        }
+    }
+
+    /// Waits until the unlocked write-back's I/O is done (not committed: its owner commits it
+    /// when it retakes the lock, or a later `reap`). Called holding the volume lock.
+    pub(super) fn wait_wb_io(&self) {
+        let mut w = self.wb_io.lock().unwrap_or_else(|e| e.into_inner());
+        if w.running {
+            self.metrics.writeback_waits.fetch_add(1, Ordering::Relaxed);
+            self.wb_waiters.fetch_add(1, Ordering::AcqRel);
+            while w.running {
+                w = self.wb_done.wait(w).unwrap_or_else(|e| e.into_inner());
+            }
+            self.wb_waiters.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+
+    /// Whether a request must have the unlocked write-back in flight committed before the
+    /// engine plans it: a FLUSH or FUA (it makes everything durable, that write-back too),
+    /// or a write or trim of a line being written back (a write must not change the slot
+    /// under the cache read, a trim must not drop it while pinned).
+    pub(super) fn reap_before(&self, g: &Inner, req: &Request) -> bool {
+        if g.wb.is_none() {
+            return false;
+        }
+        if req.op == Op::Flush || req.fua {
+            return true;
+        }
+        // A read of a pending line is a hit (both only read the slot); a read that
+        // populates its missing sectors waits for the I/O after planning
+        // ([`CacheVolume::conflicts_in_flight`]).
+        if req.len == 0 || req.op == Op::Read {
+            return false;
+        }
+        let (first, last) = (
+            req.offset >> self.line_shift,
+            (req.end() - 1) >> self.line_shift,
+        );
+        last - first >= self.capacity_lines
+            || (first..=last).any(|l| {
+                g.engine
+                    .lookup(Engine::line_key(0, l))
+                    .is_some_and(|s| g.engine.is_pinned(s))
+            })
+    }
+
+    /// Whether `steps` (planned while the unlocked write-back is in flight) must wait for its
+    /// I/O before they run: they
+    /// write or read a backing range it writes (the device must see its write first, and a
+    /// chunk rewrite's gap copy must not overwrite a newer client write), or write a slot it
+    /// reads (a neighbour populated in a pinned slot: the request's own lines were reaped
+    /// before planning).
+    pub(super) fn conflicts_in_flight(&self, g: &Inner, steps: &[Step]) -> bool {
+        let Some(u) = &g.wb else {
+            return false;
+        };
+        let ls = self.line_shift;
+        steps.iter().any(|s| {
+            let backing = match *s {
+                Step::ReadHdd { hdd, len, .. }
+                | Step::WriteHdd { hdd, len, .. }
+                | Step::Populate { hdd, len, .. }
+                | Step::WriteBack { hdd, len, .. }
+                | Step::CopyHdd { hdd, len, .. } => Some((hdd, hdd + len)),
+                _ => None,
+            };
+            let hits_span =
+                backing.is_some_and(|(a, b)| u.spans.iter().any(|&(x, y)| a < y && x < b));
+            let writes_pinned = match *s {
+                Step::WriteSsd { ssd, len, .. }
+                | Step::Populate { ssd, len, .. }
+                | Step::TrimSsd { ssd, len }
+                    if len > 0 =>
+                {
+                    ((ssd >> ls)..=((ssd + len - 1) >> ls)).any(|x| g.engine.is_pinned(x as u32))
+                }
+                _ => false,
+            };
+            hits_span || writes_pinned
+        })
     }
 
     /// One background cleaning step: writes back down to the low watermark when the engine
     /// says cleaning is due. Returns whether it did anything (the rate-controlled pass:
     /// whether the next should follow at once, its budget not spent).
     pub fn clean_if_needed(&self) -> io::Result<bool> {
+        let owner = self.clean_owner();
         let mut g = self.lock();
         if g.closed || g.failed {
             return Ok(false);
@@ -124,7 +422,7 @@ impl CacheVolume {
                 return Ok(true);
             }
             let n = g.engine.dirty_lines().clamp(1, 64);
-            self.clean_pass(&mut g, n)?;
+            self.clean_pass_unlocked(&owner, g, n).1?;
             return Ok(true);
         }
         if self.inline_cleaning() {
@@ -133,7 +431,7 @@ impl CacheVolume {
         if g.engine.needs_cleaning() {
             // Returns true: the cleaner lets waiting requests in, then runs the next pass.
             let n = g.engine.cleaning_target().clamp(1, CLEAN_PASS_LINES);
-            self.clean_pass(&mut g, n)?;
+            self.clean_pass_unlocked(&owner, g, n).1?;
             return Ok(true);
         }
         // Below the high watermark: the rate controller's share of write-backs, spread over
@@ -156,9 +454,11 @@ impl CacheVolume {
             return Ok(false);
         }
         let t = Instant::now();
-        self.clean_pass(&mut g, n)?;
+        let (g, r) = self.clean_pass_unlocked(&owner, g, n);
+        r?;
         let queued = self.waiting.load(Ordering::Acquire) > 0;
         drop(g);
+        drop(owner);
         let took = t.elapsed();
         let more = {
             let mut r = self.wb_rate.lock().unwrap_or_else(|e| e.into_inner());
@@ -272,6 +572,7 @@ impl CacheVolume {
     /// in one batch (one backing sync, one cache sync), so their evictions need no sync.
     /// Returns whether it did anything.
     pub fn unmap_ahead_if_needed(&self) -> io::Result<bool> {
+        let _owner = self.clean_owner();
         let mut g = self.lock();
         self.unmap_ahead_locked(&mut g)
     }
@@ -280,6 +581,11 @@ impl CacheVolume {
         // Degraded: its write-backs would fail; clean lines are evicted without a sync then.
         if g.closed || g.failed || g.degraded.is_some() || self.inline_cleaning() {
             return Ok(false);
+        }
+        // Its write-backs run under the lock: none may be in flight outside it.
+        self.reap(g, false);
+        if let Some(e) = g.wb_error.take() {
+            tracing::warn!("write-back failed: {e}");
         }
         self.settle_dropped_exclusive(g);
         let k = self.unmap_batch_now();
@@ -368,13 +674,15 @@ impl CacheVolume {
         let mut written = 0u64;
         let mut n = FLUSH_PASS_FIRST;
         loop {
-            let mut g = self.lock();
+            let owner = self.clean_owner();
+            let g = self.lock();
             let left = g.engine.dirty_lines();
             if g.closed || g.failed || left == 0 || written >= budget {
                 break;
             }
             let t = Instant::now();
-            match self.clean_pass(&mut g, n) {
+            let (g, r) = self.clean_pass_unlocked(&owner, g, n);
+            match r {
                 // The damaged line was dropped (see `clean_all`): the next pass goes on.
                 Err(e) if data_sums::mismatch(&e).is_some() => {}
                 r => r?,
@@ -385,6 +693,7 @@ impl CacheVolume {
             // them (whole chunks for chunk rewrites, fewer plans), as fast as one hold.
             let queued = self.waiting.load(Ordering::Acquire) > 0;
             drop(g);
+            drop(owner);
             let took = t.elapsed();
             if !queued || took < FLUSH_PASS_TARGET / 2 {
                 n = (n * 2).min(FLUSH_PASS_MAX);
@@ -395,6 +704,7 @@ impl CacheVolume {
             }
             self.let_waiters_in();
         }
+        let _owner = self.clean_owner();
         let mut g = self.lock();
         self.clean_all(&mut g)?;
         assert!(
@@ -422,4 +732,27 @@ impl InFlight {
             slots: b.lines.iter().map(|l| l.slot).collect(),
         }
     }
+}
+
+/// A write-back whose I/O runs outside the volume lock (`Inner::wb`): the pass begun in the
+/// engine and the backing ranges its groups write.
+pub(super) struct Unlocked {
+    pass: InFlight,
+    spans: Vec<(u64, u64)>,
+}
+
+/// The unlocked write-back's I/O: whether it runs, and its outcome once it is done.
+#[derive(Default)]
+pub(super) struct WbIo {
+    running: bool,
+    outcome: Option<WbOutcome>,
+}
+
+pub(super) struct WbOutcome {
+    /// As `exec` reports it (every step is in its backing-first phase).
+    r: Result<(), StepError>,
+    /// Backing ranges written (or whose write failed, possibly in part).
+    wrote: Vec<(u64, u64)>,
+    /// Slots whose group was not attempted (a request was waiting).
+    undone: Vec<u32>,
 }

@@ -13,6 +13,9 @@ impl CacheVolume {
             return Err(ioerr("the cache volume is shut down"));
         }
         self.settle_dropped_exclusive(&mut g);
+        if self.reap_before(&g, req) {
+            self.reap(&mut g, false);
+        }
         // Classified under the lock, so requests reach the devices in the order they were
         // classified (a classifier outside it reorders concurrent sequential requests).
         let mut req = *req;
@@ -99,6 +102,17 @@ impl CacheVolume {
                 }
             };
         }
+        let fg = steps.iter().any(|s| {
+            matches!(
+                s,
+                Step::ReadHdd { .. } | Step::WriteHdd { .. } | Step::Populate { .. }
+            )
+        });
+        let _fg = fg.then(|| FgBacking::new(&self.fg_backing));
+        if self.conflicts_in_flight(&g, &steps) {
+            // Its backing write lands first, its cache reads are done; committed later.
+            self.wait_wb_io();
+        }
         let excl = self.io.write().unwrap_or_else(|e| e.into_inner());
         let mut buf = vec![0u8; buf_len as usize];
         if let Data::Write(d) = &data {
@@ -128,6 +142,8 @@ impl CacheVolume {
             slots.extend(0..self.capacity_lines as u32);
         }
         if let Err(e) = r {
+            // Recovery restores and drops lines: commit a write-back in flight first.
+            self.reap(&mut g, true);
             if e.before_cache {
                 // Nothing in the cache changed: put the engine back as `mem` has it.
                 let retry = self.failed_before_cache(&mut g, &steps, &e, &slots);
@@ -169,6 +185,7 @@ impl CacheVolume {
         // unmapped ahead, e.g. dirty): run the background pass now, after the plan.
         // Its own request is complete: a failure here is counted and logged, not returned.
         if std::mem::take(&mut g.unmapped_on_miss) {
+            // (It commits a write-back in flight first.)
             if let Err(e) = self.unmap_ahead_locked(&mut g) {
                 tracing::warn!("unmapping likely victims ahead failed: {e}");
             }
@@ -178,6 +195,10 @@ impl CacheVolume {
             && g.engine.needs_cleaning()
         {
             let n = g.engine.cleaning_target();
+            self.reap(&mut g, false);
+            if let Some(e) = g.wb_error.take() {
+                tracing::warn!("write-back failed: {e}");
+            }
             self.clean_pass(&mut g, n)?;
         }
         Ok(())
@@ -568,7 +589,7 @@ impl CacheVolume {
 /// `WriteBack`), in backing order: later `WriteBack`s (not yet in `done`) continuing the
 /// range, each only if no step between `first` and it writes its slot range or touches its
 /// backing range, up to [`MAX_MERGED_WRITE`] bytes.
-fn merge_write_backs(steps: &[Step], first: usize, done: &[usize]) -> Vec<usize> {
+pub(super) fn merge_write_backs(steps: &[Step], first: usize, done: &[usize]) -> Vec<usize> {
     let mut group = vec![first];
     let (Step::WriteBack { hdd, len, .. } | Step::CopyHdd { hdd, len, .. }) = steps[first] else {
         return group;
@@ -666,4 +687,20 @@ fn backing_first(steps: &[Step]) -> Vec<usize> {
         }
     }
     first
+}
+
+/// Counts a foreground plan with backing steps in `CacheVolume::fg_backing` while it lives.
+struct FgBacking<'a>(&'a AtomicU64);
+
+impl<'a> FgBacking<'a> {
+    fn new(c: &'a AtomicU64) -> Self {
+        c.fetch_add(1, Ordering::AcqRel);
+        FgBacking(c)
+    }
+}
+
+impl Drop for FgBacking<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
 }

@@ -245,6 +245,10 @@ impl CacheVolume {
     /// ([`OpenOptions::state_path`]). Returns whether the failure is durable (state file or
     /// erasure); until it is, writes fail ([`CacheVolume::record_failure`]).
     pub(super) fn fail_cache(&self, g: &mut Inner, reason: &str) -> bool {
+        debug_assert!(
+            g.wb.is_none(),
+            "failing the cache while a write-back is in flight (its lines are pinned)"
+        );
         tracing::error!(
             "cache device failed after {} errors: writing back dirty data and switching to pass-through",
             g.cache_errors
@@ -329,7 +333,7 @@ impl CacheVolume {
 
     /// A write-back failed on the backing device: dirty lines stay dirty, dirty evictions
     /// are blocked, the next retry is due after the backoff (doubling up to [`degrade::RETRY_MAX`]).
-    fn enter_degraded(&self, g: &mut Inner, e: &io::Error) {
+    pub(super) fn enter_degraded(&self, g: &mut Inner, e: &io::Error) {
         self.metrics
             .backing_write_errors
             .fetch_add(1, Ordering::Relaxed);
@@ -356,6 +360,8 @@ impl CacheVolume {
     pub(super) fn settle_dropped_exclusive(&self, g: &mut Inner) {
         if !g.cache_dropped.is_empty() {
             let _excl = self.io.write().unwrap_or_else(|e| e.into_inner());
+            // Its recovery drops lines: none may be pinned.
+            self.reap(g, true);
             self.settle_dropped(g);
         }
     }
@@ -638,6 +644,8 @@ impl CacheVolume {
     ) -> io::Result<()> {
         let mut g = self.lock();
         let _excl = self.io.write().unwrap_or_else(|e| e.into_inner());
+        // The recovery below drops the request's lines: none may be pinned.
+        self.reap(&mut g, true);
         if !g.failed {
             let e = self.on_mismatch(&g, e);
             let (first, last) = (

@@ -10,6 +10,13 @@
 //! * every other plan (misses, writes, trims, cleaning, flushes) keeps `inner` and takes `io`
 //!   exclusively for the whole plan, so it waits for hits in flight on slots it may reuse, and
 //!   no later request is planned before its device steps are done.
+//! * a cleaning pass of the background cleaner or `ctl flush` runs its device I/O holding
+//!   neither lock (`clean::clean_pass_unlocked`): begun under `inner` (its slots pinned in
+//!   the engine, its backing spans in `Inner::wb`), committed under it again by whoever needs
+//!   it first (`CacheVolume::reap`). Meanwhile a write or trim of one of its lines, a FLUSH
+//!   or FUA, and any failure's recovery commit it first (waiting for its I/O); a plan whose
+//!   backing ranges meet its spans, or that writes a pinned slot, waits for its I/O. Records
+//!   show its lines' pending sectors dirty until it commits. One at a time (`clean_io`).
 //!
 //! # Crash consistency: the ordering argument
 //!
@@ -275,6 +282,13 @@ struct Inner {
     class_table: Option<Arc<ClassTable>>,
     class_source: String,
     class_loads: u64,
+    /// The write-back whose I/O runs outside the volume lock (begun, not yet committed), with
+    /// the backing spans it writes; see [`CacheVolume::reap`]. `None` whenever no cleaning
+    /// pass is between begin and commit.
+    wb: Option<clean::Unlocked>,
+    /// The error of an unlocked write-back committed by someone other than its owner (a
+    /// foreground request that needed it done), for the owner to report.
+    wb_error: Option<io::Error>,
 }
 
 /// Capacity of the `Inner::slots` scratch kept between plans (slots; larger ones, from
@@ -318,7 +332,25 @@ pub struct CacheVolume {
     /// (`ctl flush`, the cleaner) hands the lock to them between its short passes
     /// ([`CacheVolume::let_waiters_in`]).
     waiting: AtomicU64,
+    /// Held by whoever runs a cleaning pass whose I/O goes on outside the volume lock (the
+    /// cleaner, `ctl flush`'s passes, unmap-ahead), from begin to commit, and by whoever
+    /// needs no write-back in flight (a mode switch, shutdown, `ctl flush`'s last hold).
+    /// Lock order: `clean_io`, then `inner`, then `wb_io`. Foreground requests never take it.
+    clean_io: Mutex<()>,
+    /// The unlocked write-back's I/O: running, and its outcome once done.
+    wb_io: Mutex<clean::WbIo>,
+    wb_done: std::sync::Condvar,
+    /// Requests waiting for the unlocked write-back to end ([`CacheVolume::reap`]): its I/O
+    /// stops after the group it is writing, the rest of its lines stay dirty.
+    wb_waiters: AtomicU64,
+    /// Foreground plans with backing-device steps planned and not yet executed: the unlocked
+    /// write-back issues its next backing write only when none is (for at most
+    /// [`FG_GATE_MAX`]), so a read miss waits for at most the one in progress.
+    fg_backing: AtomicU64,
 }
+
+/// Longest the unlocked write-back holds a backing write back for foreground backing I/O.
+const FG_GATE_MAX: Duration = Duration::from_millis(10);
 
 struct WbRate {
     ctl: tiercache_engine::RateController,
@@ -402,6 +434,11 @@ fn ioerr(e: impl std::fmt::Display) -> io::Error {
 impl CacheVolume {
     fn lock(&self) -> MutexGuard<'_, Inner> {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Takes `clean_io` (see the field): no other write-back is in flight until it is dropped.
+    fn clean_owner(&self) -> MutexGuard<'_, ()> {
+        self.clean_io.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// [`CacheVolume::lock`] for a foreground request: counted in `waiting` until it holds

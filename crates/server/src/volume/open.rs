@@ -705,6 +705,8 @@ impl CacheVolume {
                 String::new()
             },
             class_loads: 0,
+            wb: None,
+            wb_error: None,
         };
         if let Some(s) = &inner.sums {
             inner.lost = s.lost.clone();
@@ -761,6 +763,11 @@ impl CacheVolume {
             unmap_batch: AtomicU64::new(DEFAULT_UNMAP_BATCH),
             state_path: opts.state_path.clone(),
             waiting: AtomicU64::new(0),
+            clean_io: Mutex::new(()),
+            wb_io: Mutex::new(Default::default()),
+            wb_done: std::sync::Condvar::new(),
+            wb_waiters: AtomicU64::new(0),
+            fg_backing: AtomicU64::new(0),
             inner: Mutex::new(inner),
         };
         vol.metrics

@@ -280,7 +280,9 @@ impl CacheVolume {
         for &slot in &slots {
             if let Some(&k) = g.ahead.get(&slot) {
                 // Unmapped ahead: stays empty on the device while its line stays clean.
-                if g.engine.slot_key(slot) == Some(k) && g.engine.dirty_mask(slot) == 0 {
+                if g.engine.slot_key(slot) == Some(k)
+                    && g.engine.dirty_mask(slot) | g.engine.pending_mask(slot) == 0
+                {
                     continue;
                 }
                 g.ahead.remove(&slot);
@@ -289,7 +291,9 @@ impl CacheVolume {
                 Some(key) => Record {
                     key,
                     valid: g.engine.valid_mask(slot),
-                    dirty: g.engine.dirty_mask(slot),
+                    // Sectors a write-back in flight cleans stay dirty on the device until
+                    // it commits (its backing write may not have landed).
+                    dirty: g.engine.dirty_mask(slot) | g.engine.pending_mask(slot),
                     seq: 0,
                 },
                 None => Record::EMPTY,
@@ -326,6 +330,10 @@ impl CacheVolume {
     /// A cache-device failure here fails the cache (see [`CacheVolume::fail_cache`]); the
     /// flush then fails only if dirty data was lost with it.
     pub(super) fn flush_locked(&self, g: &mut Inner) -> io::Result<()> {
+        debug_assert!(
+            g.wb.is_none(),
+            "a flush while a write-back is in flight would not cover it (reap first)"
+        );
         self.settle_dropped(g);
         if g.failed {
             return self.sync_backing(g).map_err(|e| self.backing_error(e));

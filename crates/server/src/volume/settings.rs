@@ -5,6 +5,8 @@ use super::*;
 impl CacheVolume {
     /// Changes the write mode; leaving write-back writes back every dirty line first.
     pub fn set_mode(&self, mode: Mode) -> io::Result<()> {
+        // No write-back in flight from here on (its lines would look clean to `clean_all`).
+        let _owner = self.clean_owner();
         let mut g = self.lock();
         if g.closed {
             return Err(ioerr("the cache volume is shut down"));
@@ -163,6 +165,8 @@ impl CacheVolume {
     /// Clean shutdown: everything durable, the superblock marked clean. Later calls fail.
     pub fn shutdown(&self) -> io::Result<()> {
         self.stop.store(true, Ordering::Relaxed);
+        // Waits for a cleaning pass in flight to commit: the flush below covers it.
+        let _owner = self.clean_owner();
         let mut g = self.lock();
         if g.closed {
             return Ok(());

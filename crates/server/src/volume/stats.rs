@@ -46,7 +46,9 @@ impl CacheVolume {
         let dirty_bytes = e
             .entries()
             .filter(|x| x.2)
-            .map(|(_, s, _)| e.dirty_mask(s).count_ones() as u64 * e.sector_size())
+            .map(|(_, s, _)| {
+                (e.dirty_mask(s) | e.pending_mask(s)).count_ones() as u64 * e.sector_size()
+            })
             .sum();
         VolumeStats {
             settings: Settings {
@@ -115,7 +117,7 @@ impl CacheVolume {
                 key,
                 slot,
                 valid: e.valid_mask(slot),
-                dirty: e.dirty_mask(slot),
+                dirty: e.dirty_mask(slot) | e.pending_mask(slot),
             })
             .collect()
     }
