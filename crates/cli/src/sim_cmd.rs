@@ -434,6 +434,9 @@ pub(crate) fn print_one(res: &SimResult, json: bool, csv: bool) -> Result<()> {
 
 pub fn sweep(mut a: SweepArgs) -> Result<()> {
     a.input.take_positional();
+    if let Some(list) = a.cache.cache_size.as_deref().filter(|s| s.contains(',')) {
+        bail!("--cache-size {list}: sweep takes one size there; a list of sizes to sweep is --sizes {list}");
+    }
     let fs = fileserver_input(&a.input)?;
     let mut input_args = a.input.clone();
     if fs.is_some() {

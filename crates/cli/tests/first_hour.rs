@@ -657,3 +657,18 @@ fn serve_refuses_a_cache_size_the_cache_was_not_formatted_with() {
         common::Srv::sized(d, size, extra).stop("-TERM");
     }
 }
+
+/// `sweep --cache-size 10%,20%` said only "bad percentage": the list of sizes a sweep takes is
+/// `--sizes`, and the error now says so (before: "'10%,20%' is not a size: bad percentage").
+#[test]
+fn sweep_cache_size_list_points_at_sizes() {
+    let e = fails(&[
+        "sweep",
+        "--workload",
+        "zipf",
+        "--cache-size",
+        "10%,20%",
+        "-q",
+    ]);
+    assert!(e.contains("--sizes 10%,20%"), "{e}");
+}

@@ -510,7 +510,7 @@ impl fmt::Display for SimResult {
         )?;
         writeln!(
             f,
-            "  miss ratio request miss ratio {:.4}, byte miss ratio {:.4} (libCacheSim's pair; bytes in whole lines)",
+            "  request miss ratio {:.4}, byte miss ratio {:.4} (libCacheSim's pair; bytes in whole lines)",
             self.request_miss_ratio, self.byte_miss_ratio
         )?;
         let b = &c.bypasses;
