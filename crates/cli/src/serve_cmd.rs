@@ -1120,30 +1120,13 @@ pub fn serve(a: ServeArgs) -> Result<()> {
         // log layout, on any existing device: that layout takes the whole device) a size other
         // than the formatted one is refused rather than ignored.
         let given = a.cache_size.as_deref().unwrap_or_default();
-        match &found {
-            Found::Direct(sb) => formatted_size_matches(
-                &cache_path,
-                given,
-                bytes,
-                Some((sb.capacity_lines, sb.line_size)),
-                None,
-            )?,
-            Found::Log(_) => formatted_size_matches(
-                &cache_path,
-                given,
-                bytes,
-                None,
-                Some((cache.size(), new_line, a.data_checksums)),
-            )?,
-            _ if blank && a.layout.is_log()? => formatted_size_matches(
-                &cache_path,
-                given,
-                bytes,
-                None,
-                Some((cache.size(), new_line, a.data_checksums)),
-            )?,
-            _ => {}
-        }
+        let log_device = matches!(found, Found::Log(_)) || (blank && a.layout.is_log()?);
+        let log = log_device.then_some((cache.size(), new_line, a.data_checksums));
+        let direct = match &found {
+            Found::Direct(sb) => Some((sb.capacity_lines, sb.line_size)),
+            _ => None,
+        };
+        formatted_size_matches(&cache_path, given, bytes, direct, log)?;
     }
     if blank {
         // The layout asked for (--layout), on a device that holds nothing.

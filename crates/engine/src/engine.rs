@@ -2453,31 +2453,22 @@ impl Engine {
         if slot >= self.cap {
             return bad(format!("slot out of range (capacity {})", self.cap));
         }
-        if class > MAX_CLASS {
-            return Err(EngineError::BadClass(class));
-        }
+        let line = RestoreLine {
+            key,
+            slot,
+            valid: valid_mask,
+            dirty: dirty_mask,
+            class,
+        };
+        self.check_restore(&line)?;
         if self.keys[slot as usize] != EMPTY {
             return bad("slot already holds a line".into());
         }
         if self.is_pinned(slot) {
             return bad("a write-back in flight still reads the slot".into());
         }
-        if key == EMPTY || (key & ((1 << LINE_BITS) - 1)) >= (1 << LINE_BITS) - 1 {
-            return bad(format!("invalid key {key:#x}"));
-        }
         if self.lookup(key).is_some() {
             return bad(format!("key {key:#x} is already cached"));
-        }
-        if valid_mask == 0 || valid_mask & !self.full_mask != 0 || dirty_mask & !valid_mask != 0 {
-            return bad(format!(
-                "masks valid {valid_mask:#x} dirty {dirty_mask:#x} do not fit a line of {} sectors",
-                1u64 << self.spl_shift
-            ));
-        }
-        if !self.sectors
-            && (valid_mask != self.full_mask || (dirty_mask != 0 && dirty_mask != self.full_mask))
-        {
-            return bad("line validity needs whole-line masks".into());
         }
         if slot >= self.next_fresh {
             self.free.extend(self.next_fresh..slot);

@@ -516,6 +516,25 @@ impl Run {
         m
     }
 
+    /// Whether a failed write (or write-zeroes) of `off..off + len` has a cause the contract
+    /// allows: a backing fault injected since `before`, a failing device, the degraded state,
+    /// a lost range it touches (its other bytes cannot complete the line), or a FUA that is a
+    /// FLUSH too, which fails when data was lost anywhere (soak seeds 2090, 3730).
+    fn write_failure_explained(
+        &self,
+        before: u64,
+        failing: bool,
+        off: u64,
+        len: u64,
+        fua: bool,
+    ) -> bool {
+        self.rig.bh.injected() > before
+            || failing
+            || self.degraded()
+            || self.lost_overlaps(off, off + len)
+            || (fua && !self.rig.vol().lost().is_empty())
+    }
+
     fn lost_overlaps(&self, a: u64, b: u64) -> bool {
         self.rig.vol().lost().iter().any(|&(x, y)| x < b && a < y)
     }
@@ -681,11 +700,7 @@ impl Run {
                     // bytes cannot be read to complete the line) fails in the log layout.
                     // A FUA write is a FLUSH too: it fails when that lost data (soak seed
                     // 2090: a cache sync dropping dirty lines elsewhere).
-                    let why = self.rig.bh.injected() > before
-                        || failing
-                        || self.degraded()
-                        || self.lost_overlaps(off, off + len)
-                        || (fua && !self.rig.vol().lost().is_empty());
+                    let why = self.write_failure_explained(before, failing, off, len, fua);
                     if !why {
                         return Err(self.fail(format!(
                             "op {i}: write {off}+{len} failed without a backing fault: {e}"
@@ -993,11 +1008,7 @@ impl Run {
         }
         if let Err(e) = res {
             // FUA: a FLUSH too, which fails when it lost data (soak seeds 2090, 3730).
-            let why = self.rig.bh.injected() > before
-                || failing
-                || self.degraded()
-                || self.lost_overlaps(off, off + len)
-                || (fua && !self.rig.vol().lost().is_empty());
+            let why = self.write_failure_explained(before, failing, off, len, fua);
             if !why {
                 return Err(self.fail(format!(
                     "op {i}: {what} failed without a backing fault: {e}"
