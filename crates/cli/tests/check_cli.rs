@@ -641,4 +641,7 @@ fn damaged_lost_list_is_a_problem_in_both_layouts() {
         let (code, v) = repair(dev);
         assert_eq!(code, 1, "{name}: {v}");
     }
+    // The repair did not paper over it: the log cache is still refused.
+    let err = serve_refuses(&log_dir, &log, &log_backing);
+    assert!(err.contains("lost-range list"), "{err}");
 }
