@@ -130,7 +130,12 @@ fn print_log(a: &CheckArgs, r: LogCheckReport) -> ExitCode {
         "mapping       {} lines cached, {} dirty, {} stored extents scrubbed",
         sc.lines, sc.dirty_lines, sc.extents
     );
-    for p in r.index_problems.iter().chain(&sc.problems) {
+    for p in r
+        .index_problems
+        .iter()
+        .chain(&sc.problems)
+        .chain(&r.lost_list_problem)
+    {
         println!("PROBLEM: {p}");
     }
     for &(a, b) in &r.lost_list {
@@ -144,7 +149,10 @@ fn print_log(a: &CheckArgs, r: LogCheckReport) -> ExitCode {
     } else {
         println!(
             "result        {} inconsistencies found ({} bad extents, {} dirty lines lost)",
-            rec.damage.len() + r.index_problems.len() + sc.problems.len(),
+            rec.damage.len()
+                + r.index_problems.len()
+                + sc.problems.len()
+                + usize::from(r.lost_list_problem.is_some()),
             sc.bad_extents,
             sc.lost_lines
         );

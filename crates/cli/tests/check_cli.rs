@@ -594,3 +594,54 @@ fn data_checksum_damage_is_named_and_repaired() {
     );
     second_repair_changes_nothing(&cache);
 }
+
+/// Flips a byte in both copies of the lost-range list at `at` (`lost_list::COPY` apart).
+fn damage_lost_list(p: &Path, at: u64) {
+    for copy in [0, tiercache_server::lost_list::COPY] {
+        flip(p, (at + copy + 100) as usize, 0x40);
+    }
+}
+
+/// A damaged lost-range list (both copies fail their crc32c) is an inconsistency that
+/// `check` lists (exit 1, text and JSON) in both layouts alike (the log layout's check used
+/// to refuse with exit 2); the server refuses to start, naming the list; no repair rebuilds
+/// it, so `check --repair` still ends with exit 1.
+#[test]
+fn damaged_lost_list_is_a_problem_in_both_layouts() {
+    let dir = tempfile::tempdir().unwrap();
+    let direct = device(dir.path());
+    let sb = tiercache_server::read_superblock(&FileDev::open(&direct).unwrap()).unwrap();
+    damage_lost_list(&direct, sb.lost_list_offset().unwrap());
+    let log_dir = dir.path().join("log");
+    std::fs::create_dir(&log_dir).unwrap();
+    let (log, log_backing) = log_device(&log_dir, true, 64 << 10);
+    let lsb = tiercache_server::read_log_superblock(&FileDev::open(&log).unwrap())
+        .unwrap()
+        .unwrap();
+    damage_lost_list(&log, lsb.geometry().lost_list.unwrap());
+    for (name, dev) in [("direct", &direct), ("log", &log)] {
+        let (code, out) = check(dev, false);
+        assert_eq!(code, 1, "{name}: {out}");
+        assert!(
+            out.lines()
+                .any(|l| l.starts_with("PROBLEM") && l.contains("lost-range list")),
+            "{name}: {out}"
+        );
+        let (code, out) = check(dev, true);
+        assert_eq!(code, 1, "{name}: {out}");
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(v["ok"], false, "{name}: {v}");
+        assert_eq!(v["exit_code"], 1, "{name}: {v}");
+        assert!(v.to_string().contains("lost-range list"), "{name}: {v}");
+    }
+    let err = serve_refuses(&log_dir, &log, &log_backing);
+    assert!(err.contains("lost-range list"), "{err}");
+    assert!(err.contains("format --force"), "{err}");
+    for (name, dev) in [("direct", &direct), ("log", &log)] {
+        let (code, v) = repair(dev);
+        assert_eq!(code, 1, "{name}: {v}");
+    }
+    // The repair did not paper over it: the log cache is still refused.
+    let err = serve_refuses(&log_dir, &log, &log_backing);
+    assert!(err.contains("lost-range list"), "{err}");
+}

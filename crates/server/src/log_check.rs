@@ -105,6 +105,9 @@ pub struct LogCheckReport {
     /// The server's lost-range list (`crate::lost_list`): volume ranges whose acknowledged
     /// data was lost, which read EIO until rewritten (listed, not a problem).
     pub lost_list: Vec<(u64, u64)>,
+    /// The lost-range list could not be read back (both copies damaged): what is wrong and
+    /// what to do. A problem: the server refuses to open the cache.
+    pub lost_list_problem: Option<String>,
 }
 
 impl LogCheckReport {
@@ -112,6 +115,7 @@ impl LogCheckReport {
         self.recovery.damage.is_empty()
             && self.index_problems.is_empty()
             && self.scrub.problems.is_empty()
+            && self.lost_list_problem.is_none()
     }
 }
 
@@ -121,6 +125,16 @@ pub fn check_log_device(cache: Box<dyn BlockDev>) -> io::Result<LogCheckReport> 
     let device_bytes = cache.size();
     let sb = crate::log_volume::read_log_superblock(&*cache)?
         .ok_or_else(|| io::Error::other("not a log-layout cache device"))?;
+    // A damaged list is a problem, not a refusal of the check (the offline open goes on
+    // without it).
+    let lost_list_problem = match sb.geometry().lost_list.filter(|_| sb.lost_list) {
+        Some(at) => match crate::lost_list::LostList::load(&*cache, at) {
+            Err(e) if e.kind() == io::ErrorKind::InvalidData => Some(e.to_string()),
+            Err(e) => return Err(e),
+            Ok(_) => None,
+        },
+        None => None,
+    };
     let view = Overlay {
         base: cache,
         pages: Mutex::new(HashMap::new()),
@@ -132,6 +146,7 @@ pub fn check_log_device(cache: Box<dyn BlockDev>) -> io::Result<LogCheckReport> 
     let lost_list = vol.stats().lost_dirty_ranges;
     Ok(LogCheckReport {
         lost_list,
+        lost_list_problem,
         layout: "log",
         device_bytes,
         line_size: sb.line_size,

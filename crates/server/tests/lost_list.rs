@@ -92,6 +92,12 @@ fn log_damaged_lost_list_refuses_the_open_naming_it() {
     for want in ["lost-range list", "damaged", "log layout", "format --force"] {
         assert!(e.contains(want), "{want:?} not in: {e}");
     }
+    // `check` names it as a problem, as for the direct layout (it used to refuse the check).
+    let rep = tiercache_server::log_check::check_log_device(Box::new(dev(&f.cache)))
+        .unwrap_or_else(|e| panic!("the check refused: {e}"));
+    assert!(!rep.ok(), "{rep:?}");
+    let p = rep.lost_list_problem.clone().unwrap_or_default();
+    assert!(p.contains("lost-range list"), "{rep:?}");
 }
 
 /// Rewrites the direct superblock as a cache formatted before the list (flag clear) with
@@ -382,5 +388,72 @@ fn direct_unwritable_list_fails_the_cache_and_the_state_file_records_the_range()
         .map(|_| ())
         .unwrap_err()
         .to_string();
+    assert!(e.contains("0, 4096") || e.contains("0..4096"), "{e}");
+}
+
+/// The same for the log layout, the loss being a dirty line the cache cannot read back:
+/// the list's area refuses writes, so the cache is failed, the state file records the
+/// range, and the next start is refused naming it.
+#[test]
+fn log_unwritable_list_fails_the_cache_and_the_state_file_records_the_range() {
+    let f = log_files();
+    let at = read_log_superblock(&dev(&f.cache))
+        .unwrap()
+        .unwrap()
+        .geometry()
+        .lost_list
+        .unwrap();
+    let state = tiercache_server::state_file::beside(&f.cache);
+    let opts = tiercache_server::LogOpenOptions {
+        state_path: Some(state.clone()),
+        ..Default::default()
+    };
+    let faults = Faults::new(3);
+    let (c, ch) = faults.wrap("cache", Box::new(dev(&f.cache)), true);
+    let (b, _) = faults.wrap("backing", Box::new(dev(&f.backing)), true);
+    let (v, _) = LogVolume::open_opts(Box::new(c), Box::new(b), &opts).unwrap();
+    v.set_max_cache_errors(1_000_000);
+    // Enough lines to seal the first segment, so line 0 is read from the device; line 0
+    // alone is made unreadable (found by its contents), so only it is lost when the failed
+    // cache copies its dirty lines to the backing device.
+    v.write(0, &[0x5a; 4096], false).unwrap();
+    for l in 1..300u64 {
+        v.write(l * 4096, &[1u8; 4096], false).unwrap();
+    }
+    v.flush().unwrap();
+    let img = std::fs::read(&f.cache).unwrap();
+    let line0 = (0..img.len() / 4096)
+        .map(|i| i * 4096)
+        .find(|&o| img[o..o + 4096].iter().all(|&x| x == 0x5a))
+        .expect("line 0 on the cache device") as u64;
+    ch.fail_reads(line0..line0 + 4096);
+    ch.fail_writes(at..at + lost_list::BYTES);
+    let mut buf = vec![0u8; 4096];
+    assert!(v.read(0, &mut buf).is_err(), "line 0 is unreadable: lost");
+    assert!(
+        v.cache_failed(),
+        "the list could not be written: cache failed"
+    );
+    let st = tiercache_server::state_file::read(&state).unwrap().unwrap();
+    assert_eq!(st.lost, vec![(0, 4096)], "{}", st.describe());
+    // The other dirty lines were copied to the backing device.
+    v.read(4096, &mut buf).unwrap();
+    assert_eq!(buf, vec![1u8; 4096]);
+    drop(v);
+    faults.process_exit();
+    // The next start (as `serve` opens: the superblock was erased, so by the state file).
+    let o = tiercache_server::live::VolumeOpenOptions {
+        direct: OpenOptions {
+            state_path: Some(state.clone()),
+            ..Default::default()
+        },
+        log: opts,
+    };
+    let e =
+        tiercache_server::live::open_volume(Box::new(dev(&f.cache)), Box::new(dev(&f.backing)), &o)
+            .map(|_| ())
+            .unwrap_err()
+            .to_string();
+    assert!(e.contains("failed earlier"), "{e}");
     assert!(e.contains("0, 4096") || e.contains("0..4096"), "{e}");
 }

@@ -187,11 +187,20 @@ impl LogVolume {
                 .geometry()
                 .lost_list
                 .expect("reserved by the flag's layout");
-            Some(
-                crate::lost_list::LostList::load(&*cache, at).map_err(|e| {
-                    io::Error::new(e.kind(), format!("cache device (log layout): {e}"))
-                })?,
-            )
+            match crate::lost_list::LostList::load(&*cache, at) {
+                Ok(l) => Some(l),
+                // Offline (`check`, `check --repair`): a damaged list does not stop the rest
+                // of the check; `crate::log_check` reports it as a problem (as the direct
+                // layout's check does; no log line, the report carries it) and nothing here
+                // writes the list.
+                Err(e) if opts.offline && e.kind() == io::ErrorKind::InvalidData => None,
+                Err(e) => {
+                    return Err(io::Error::new(
+                        e.kind(),
+                        format!("cache device (log layout): {e}"),
+                    ))
+                }
+            }
         } else {
             let old = sb.geometry();
             let with = LogSuperblock {
