@@ -1600,6 +1600,12 @@ fn print_stats(v: &serde_json::Value) {
             t["writeback_rate"].as_str().unwrap_or("?"),
             t["writeback_target"]
         );
+        println!(
+            "write-backs     {} passes outside the volume lock, {} requests waited for one, {} cut short",
+            n(&s["unlocked_writebacks"]),
+            n(&s["writeback_waits"]),
+            n(&s["writeback_yields"])
+        );
     }
     let ct = &s["class_table"];
     if ct.is_object() {

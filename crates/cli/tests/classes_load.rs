@@ -289,6 +289,17 @@ fn log_layout_refuses_a_class_table_and_stats_show_the_cleaner() {
         ),
         "{text}"
     );
+    // The unlocked cleaning's counts (nothing written: all 0), as in the JSON.
+    assert!(
+        text.contains(
+            "write-backs     0 passes outside the volume lock, 0 requests waited for one, 0 cut short"
+        ),
+        "{text}"
+    );
+    let j = stats(&srv);
+    for k in ["unlocked_writebacks", "writeback_waits", "writeback_yields"] {
+        assert_eq!(j[k].as_u64(), Some(0), "{k} in {j}");
+    }
     // No class option at start: no table, and `get classes` says so.
     assert!(stats(&srv)["class_table"].is_null());
     assert!(srv.ctl(&["get", "classes"]).starts_with("none"));

@@ -163,6 +163,9 @@ pub struct WbLine {
     pub pending: u64,
     /// The slot's write generation at begin ([`Engine::slot_gen`]).
     pub wgen: u32,
+    /// The class the line's write-back was counted against at begin (`write_backs`): a
+    /// failed or undone line is uncounted there at completion.
+    pub class: u8,
 }
 
 /// What a begin planned. `plan` holds the `WriteBack` steps (and a chunk rewrite's
@@ -2021,6 +2024,7 @@ impl Engine {
 
     /// Pins `slot` for the ticket being planned; `pending` are the sectors it cleans.
     fn capture(&mut self, slot: Slot, key: u64, pending: u64) {
+        let class = self.classes[slot as usize];
         let pin = self.pins.entry(slot).or_default();
         debug_assert!(!pin.zombie, "slot {slot} was dropped but is written back");
         pin.count = pin.count.checked_add(1).expect("pins of one slot overflow");
@@ -2032,6 +2036,7 @@ impl Engine {
             key,
             pending,
             wgen,
+            class,
         });
     }
 
@@ -2105,6 +2110,10 @@ impl Engine {
                     let m = self.dirty_mask(l.slot) | (l.pending & self.valid_mask(l.slot));
                     self.set_dirty_mask(l.slot, l.key, m);
                 }
+                // Counted at begin, not written: the pass that writes it counts it.
+                // (Saturating: `reset_counters` may have run while it was in flight.)
+                let c = &mut self.counters[l.class as usize];
+                c.write_backs = c.write_backs.saturating_sub(1);
                 done.failed += 1;
             } else if l.pending != 0 {
                 done.cleaned += 1;

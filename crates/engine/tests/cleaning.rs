@@ -349,3 +349,42 @@ fn completing_a_ticket_twice_is_a_bug() {
     e.complete_writeback(t, &[]);
     e.complete_writeback(t, &[]);
 }
+
+/// A pass cut short (the executor stopped before some groups: it completes them as failed)
+/// or failing counts as written back only the lines it wrote: the others are written back
+/// (and counted) by a later pass. Before the fix the counter took every line at begin.
+#[test]
+fn a_cut_short_pass_counts_only_the_lines_it_wrote_back() {
+    let mut e = small(8, false);
+    write(&mut e, &[1, 2, 3, 4]);
+    let (t, lines, _) = begin(&mut e, 8);
+    assert_eq!(lines.len(), 4);
+    // Lines 3 and 4 were not written (the pass yielded after the first two groups).
+    let undone = [slot_of(&e, 3), slot_of(&e, 4)];
+    let done = e.complete_writeback(t, &undone);
+    assert_eq!((done.cleaned, done.failed), (2, 2));
+    assert_eq!(
+        e.counters().write_backs,
+        2,
+        "only lines 1 and 2 were written back"
+    );
+    assert_eq!(cleaned(&mut e, 8), vec![3, 4]);
+    assert_eq!(
+        e.counters().write_backs,
+        4,
+        "4 dirty lines, each written back once"
+    );
+
+    // The same for a chunk rewrite (lines 17 and 19 dirty, 18 a clean copy) failing whole.
+    let mut e = engine(CleaningPolicy::Lba, 2);
+    write(&mut e, &[17, 19]);
+    e.process(&Request::new(0, Op::Read, 18 * 4096, 4096))
+        .unwrap();
+    let (t, lines, _) = begin(&mut e, 8);
+    let all: Vec<u32> = lines.iter().map(|l| l.slot).collect();
+    e.complete_writeback(t, &all);
+    assert_eq!(e.counters().write_backs, 0, "nothing was written back");
+    assert_eq!(e.dirty_lines(), 2);
+    e.clean(8);
+    assert_eq!(e.counters().write_backs, 2);
+}

@@ -385,6 +385,9 @@ pub fn log_common(v: &LogVolume, s: &LogVolumeStats) -> VolumeStats {
         degraded_reason: s.degraded_reason.clone(),
         backing_write_errors: s.backing_write_errors,
         backing_sync_errors: l.backing_sync_errors,
+        unlocked_writebacks: 0,
+        writeback_waits: 0,
+        writeback_yields: 0,
     }
 }
 

@@ -74,7 +74,8 @@ impl Metrics {
     }
 
     /// `ctl stats --reset`: zeroes the latency histograms and the event counts (unmaps,
-    /// in-flux flags, metadata pages, relabelled lines); fault counts and states are kept.
+    /// in-flux flags, metadata pages, relabelled lines, unlocked cleaning passes, their waits
+    /// and yields); fault counts and states are kept.
     pub fn reset(&self) {
         for b in self
             .buckets
@@ -93,6 +94,9 @@ impl Metrics {
             &self.flux_pages,
             &self.metadata_pages,
             &self.relabelled_lines,
+            &self.unlocked_writebacks,
+            &self.writeback_waits,
+            &self.writeback_yields,
         ] {
             c.store(0, Ordering::Relaxed);
         }
@@ -219,6 +223,28 @@ impl Metrics {
             "# HELP tiercache_relabelled_lines_total Cached lines relabelled by the classifier.\n# TYPE tiercache_relabelled_lines_total counter\ntiercache_relabelled_lines_total {}",
             self.relabelled_lines.load(Ordering::Relaxed)
         );
+        for (n, h, v) in [
+            (
+                "unlocked_writebacks_total",
+                "Cleaning passes whose device I/O ran outside the volume lock.",
+                stats.unlocked_writebacks,
+            ),
+            (
+                "writeback_waits_total",
+                "Requests that waited for a cleaning pass's I/O (they touched its lines or backing ranges, or flushed).",
+                stats.writeback_waits,
+            ),
+            (
+                "writeback_yields_total",
+                "Cleaning passes cut short for a waiting request (their unwritten lines stay dirty).",
+                stats.writeback_yields,
+            ),
+        ] {
+            let _ = writeln!(
+                o,
+                "# HELP tiercache_{n} {h}\n# TYPE tiercache_{n} counter\ntiercache_{n} {v}"
+            );
+        }
         if let Some(ct) = &stats.class_table {
             let _ = writeln!(
                 o,

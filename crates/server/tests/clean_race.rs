@@ -275,12 +275,34 @@ fn run(r: &Run) -> (u64, u64, [u64; 3]) {
     ctl.join().unwrap();
     let stats = vol.stats();
     let write_backs = stats.totals.write_backs;
-    let m = vol.metrics();
     let unlocked = [
-        m.unlocked_writebacks.load(Ordering::Relaxed),
-        m.writeback_waits.load(Ordering::Relaxed),
-        m.writeback_yields.load(Ordering::Relaxed),
+        stats.unlocked_writebacks,
+        stats.writeback_waits,
+        stats.writeback_yields,
     ];
+    // `ctl stats` (JSON) and Prometheus show the cleaner's counts.
+    assert!(
+        stats.unlocked_writebacks > 0,
+        "no cleaning pass ran outside the lock: {unlocked:?}"
+    );
+    assert!(
+        stats.writeback_yields <= stats.unlocked_writebacks,
+        "more passes cut short than passes: {unlocked:?}"
+    );
+    let json = serde_json::to_value(&stats).unwrap();
+    let text = vol.metrics().prometheus(&stats);
+    for (k, v) in [
+        ("unlocked_writebacks", unlocked[0]),
+        ("writeback_waits", unlocked[1]),
+        ("writeback_yields", unlocked[2]),
+    ] {
+        assert_eq!(json[k].as_u64(), Some(v), "ctl stats JSON field {k}");
+        let want = format!("\ntiercache_{k}_total {v}\n");
+        assert!(text.contains(&want), "{want:?} missing from:\n{text}");
+    }
+    // The atomics only grow (the background cleaner still runs).
+    let m = vol.metrics();
+    assert!(m.unlocked_writebacks.load(Ordering::Relaxed) >= unlocked[0]);
     // Everything written back: the backing device holds every Known sector.
     let mut tries = 0;
     while vol.flush_dirty().is_err() || vol.stats().dirty_lines > 0 {

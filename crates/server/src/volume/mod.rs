@@ -571,6 +571,12 @@ pub struct VolumeStats {
     pub backing_write_errors: u64,
     /// Backing-device syncs that failed (`crate::metrics::Metrics::backing_sync_errors`).
     pub backing_sync_errors: u64,
+    /// Cleaning passes whose device I/O ran outside the volume lock, requests that waited
+    /// for one's I/O, and passes cut short for such a request (their unwritten lines stay
+    /// dirty for a later pass). 0 for the log layout (no cleaner).
+    pub unlocked_writebacks: u64,
+    pub writeback_waits: u64,
+    pub writeback_yields: u64,
 }
 
 /// Fails with EIO naming the range when `[a, b)` overlaps lost dirty data.

@@ -105,6 +105,9 @@ impl CacheVolume {
             degraded_reason: g.degraded.as_ref().map(Degraded::reason),
             backing_write_errors: self.metrics.backing_write_errors.load(Ordering::Relaxed),
             backing_sync_errors: self.metrics.backing_sync_errors.load(Ordering::Relaxed),
+            unlocked_writebacks: self.metrics.unlocked_writebacks.load(Ordering::Relaxed),
+            writeback_waits: self.metrics.writeback_waits.load(Ordering::Relaxed),
+            writeback_yields: self.metrics.writeback_yields.load(Ordering::Relaxed),
         }
     }
 
