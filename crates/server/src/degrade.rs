@@ -38,6 +38,25 @@ pub struct Degraded {
 }
 
 impl Degraded {
+    /// The state just entered at `now`, before its first failure is counted.
+    fn entered(now: Instant) -> Self {
+        Degraded {
+            since: now,
+            last_error: String::new(),
+            last_kind: io::ErrorKind::Other,
+            failures: 0,
+            backoff: RETRY_MIN / 2,
+            retry_at: now,
+        }
+    }
+
+    /// Counts failure `e` (the last error and its kind are what clients are told).
+    fn count(&mut self, e: &io::Error) {
+        self.failures += 1;
+        self.last_error = e.to_string();
+        self.last_kind = e.kind();
+    }
+
     /// Enters (`d` is `None`: logs it) or stays in the degraded state after write-back error
     /// `e`: the next retry is due after the backoff, doubled up to [`RETRY_MAX`].
     pub fn failed(d: &mut Option<Degraded>, e: &io::Error) {
@@ -48,18 +67,9 @@ impl Degraded {
                 RETRY_MIN.as_millis(),
                 RETRY_MAX.as_secs()
             );
-            Degraded {
-                since: now,
-                last_error: String::new(),
-                last_kind: io::ErrorKind::Other,
-                failures: 0,
-                backoff: RETRY_MIN / 2,
-                retry_at: now,
-            }
+            Degraded::entered(now)
         });
-        d.failures += 1;
-        d.last_error = e.to_string();
-        d.last_kind = e.kind();
+        d.count(e);
         d.backoff = (d.backoff * 2).min(RETRY_MAX);
         d.retry_at = now + d.backoff;
     }
@@ -95,17 +105,8 @@ impl Degraded {
             );
         }
         let now = Instant::now();
-        let d = d.get_or_insert_with(|| Degraded {
-            since: now,
-            last_error: String::new(),
-            last_kind: io::ErrorKind::Other,
-            failures: 0,
-            backoff: RETRY_MIN / 2,
-            retry_at: now,
-        });
-        d.failures += 1;
-        d.last_error = e.to_string();
-        d.last_kind = e.kind();
+        let d = d.get_or_insert_with(|| Degraded::entered(now));
+        d.count(e);
         if entering {
             d.retry_at = now;
         } else {

@@ -190,35 +190,29 @@ impl Policy for Dss {
                 .take_while(|&r| self.rank_prio[r] >= prio)
                 .map(|r| self.rank_len[r])
                 .sum();
-            if below < self.floor {
-                for r in 0..NUM_CLASSES {
-                    if self.rank_prio[r] >= prio {
-                        continue;
-                    }
-                    let mut s = self.tail[r];
-                    let mut n = 0;
-                    while s != NIL && n < CLEAN_SEARCH {
-                        if !is_dirty(s) {
-                            return s;
-                        }
-                        s = self.prev[s as usize];
-                        n += 1;
-                    }
-                }
-            }
-            for r in 0..NUM_CLASSES {
-                if self.rank_prio[r] < prio {
-                    break;
-                }
+            // The first clean line among the CLEAN_SEARCH least recently used of rank `r`.
+            let clean_in = |r: usize| {
                 let mut s = self.tail[r];
-                let mut n = 0;
-                while s != NIL && n < CLEAN_SEARCH {
+                for _ in 0..CLEAN_SEARCH {
+                    if s == NIL {
+                        return None;
+                    }
                     if !is_dirty(s) {
-                        return s;
+                        return Some(s);
                     }
                     s = self.prev[s as usize];
-                    n += 1;
                 }
+                None
+            };
+            if below < self.floor {
+                let higher = (0..NUM_CLASSES).filter(|&r| self.rank_prio[r] < prio);
+                if let Some(s) = higher.filter_map(clean_in).next() {
+                    return s;
+                }
+            }
+            let lower = (0..NUM_CLASSES).take_while(|&r| self.rank_prio[r] >= prio);
+            if let Some(s) = lower.filter_map(clean_in).next() {
+                return s;
             }
         }
         self.victim()

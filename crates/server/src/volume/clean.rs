@@ -290,20 +290,11 @@ impl CacheVolume {
         let Some(u) = g.wb.take() else {
             return;
         };
-        let out = {
-            let mut w = self.wb_io.lock().unwrap_or_else(|e| e.into_inner());
-            if w.running {
-                self.metrics.writeback_waits.fetch_add(1, Ordering::Relaxed);
-                self.wb_waiters.fetch_add(1, Ordering::AcqRel);
-                while w.running {
-                    w = self.wb_done.wait(w).unwrap_or_else(|e| e.into_inner());
-                }
-                self.wb_waiters.fetch_sub(1, Ordering::AcqRel);
-            }
-            w.outcome
-                .take()
-                .expect("a write-back in flight posts its outcome when its I/O ends")
-        };
+        let out = self
+            .wb_io_done()
+            .outcome
+            .take()
+            .expect("a write-back in flight posts its outcome when its I/O ends");
         // A failure is recovered from as under the lock (lines restored, copied, dropped):
         // no hit reads a slot meanwhile.
         let _excl =
@@ -326,6 +317,12 @@ impl CacheVolume {
     /// Waits until the unlocked write-back's I/O is done (not committed: its owner commits it
     /// when it retakes the lock, or a later `reap`). Called holding the volume lock.
     pub(super) fn wait_wb_io(&self) {
+        drop(self.wb_io_done());
+    }
+
+    /// `wb_io` once the unlocked write-back's I/O (if any) has ended; a wait is counted and
+    /// announced (`wb_waiters`: the pass stops after its current group).
+    fn wb_io_done(&self) -> std::sync::MutexGuard<'_, WbIo> {
         let mut w = self.wb_io.lock().unwrap_or_else(|e| e.into_inner());
         if w.running {
             self.metrics.writeback_waits.fetch_add(1, Ordering::Relaxed);
@@ -335,6 +332,7 @@ impl CacheVolume {
             }
             self.wb_waiters.fetch_sub(1, Ordering::AcqRel);
         }
+        w
     }
 
     /// Whether a request must have the unlocked write-back in flight committed before the
