@@ -1606,6 +1606,12 @@ fn print_stats(v: &serde_json::Value) {
             n(&s["writeback_waits"]),
             n(&s["writeback_yields"])
         );
+        if n(&s["cleaner_panics"]) > 0 {
+            println!(
+                "cleaner panics  {} passes panicked (a bug: report it with the log); their lines stayed dirty",
+                n(&s["cleaner_panics"])
+            );
+        }
     }
     let ct = &s["class_table"];
     if ct.is_object() {

@@ -56,6 +56,9 @@ pub struct Metrics {
     pub unlocked_writebacks: AtomicU64,
     pub writeback_waits: AtomicU64,
     pub writeback_yields: AtomicU64,
+    /// Cleaning passes (the background cleaner's) that panicked: each failed as a failed
+    /// write-back does, and the cleaner went on.
+    pub cleaner_panics: AtomicU64,
     /// Bytes clients read (0) and wrote (1), counted by `crate::live::Timed` (the log
     /// layout; the direct layout's engine counts its own).
     pub client_bytes: [AtomicU64; 2],
@@ -97,6 +100,7 @@ impl Metrics {
             &self.unlocked_writebacks,
             &self.writeback_waits,
             &self.writeback_yields,
+            &self.cleaner_panics,
         ] {
             c.store(0, Ordering::Relaxed);
         }
@@ -238,6 +242,11 @@ impl Metrics {
                 "writeback_yields_total",
                 "Cleaning passes cut short for a waiting request (their unwritten lines stay dirty).",
                 stats.writeback_yields,
+            ),
+            (
+                "cleaner_panics_total",
+                "Background cleaning passes that panicked (a bug: each failed its pass, lines stayed dirty, the cleaner went on).",
+                stats.cleaner_panics,
             ),
         ] {
             let _ = writeln!(

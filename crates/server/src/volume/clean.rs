@@ -222,9 +222,16 @@ impl CacheVolume {
             .unlocked_writebacks
             .fetch_add(1, Ordering::Relaxed);
         let mut tmp = Vec::new();
-        let mut wrote = Vec::new();
-        let mut undone = Vec::new();
-        let mut r = Ok(());
+        // Posts the outcome when the I/O ends, also when it panics (a device's bug): else
+        // `running` would stay set and every request that needs this pass committed would
+        // wait for it forever.
+        let mut post = PostOnDrop {
+            vol: self,
+            wrote: Vec::new(),
+            undone: Vec::new(),
+            r: None,
+            current: None,
+        };
         for (k, (group, expected, span)) in groups.iter().enumerate() {
             if k > 0 && self.wb_waiters.load(Ordering::Acquire) > 0 {
                 // A request waits for this write-back (it touches one of its lines or
@@ -237,7 +244,7 @@ impl CacheVolume {
                         if let Some((ssd, len)) = ssd_range(&steps[j]) {
                             let (a, b) =
                                 (ssd >> self.line_shift, (ssd + len - 1) >> self.line_shift);
-                            undone.extend(a as u32..=b as u32);
+                            post.undone.extend(a as u32..=b as u32);
                         }
                     }
                 }
@@ -249,31 +256,28 @@ impl CacheVolume {
             while self.fg_backing.load(Ordering::Acquire) > 0 && t.elapsed() < FG_GATE_MAX {
                 std::thread::sleep(Duration::from_micros(100));
             }
+            post.current = Some((group[0], *span));
             let io = self.write_back_io(&steps, group, expected, &mut tmp);
+            post.current = None;
             if matches!(io, Ok(()) | Err(WbIoError::BackingWrite(_))) {
-                wrote.push(*span);
+                post.wrote.push(*span);
             }
             if let Err(e) = io {
                 let (cache, err) = match e {
                     WbIoError::Cache(e) => (true, e),
                     WbIoError::BackingRead(e) | WbIoError::BackingWrite(e) => (false, e),
                 };
-                r = Err(StepError {
+                post.r = Some(Err(StepError {
                     index: group[0],
                     cache,
                     err,
                     before_cache: true,
                     done: Vec::new(),
-                });
+                }));
                 break;
             }
         }
-        {
-            let mut w = self.wb_io.lock().unwrap_or_else(|e| e.into_inner());
-            w.outcome = Some(WbOutcome { r, wrote, undone });
-            w.running = false;
-        }
-        self.wb_done.notify_all();
+        drop(post);
         let mut g = self.lock();
         self.reap(&mut g, false);
         let r = g.wb_error.take().map_or(Ok(()), Err);
@@ -637,11 +641,20 @@ impl CacheVolume {
             .name("tiercache-cleaner".into())
             .spawn(move || {
                 while !v.stop.load(Ordering::Relaxed) {
-                    let r = v.clean_if_needed();
-                    let r = match r {
-                        Ok(did) => v.unmap_ahead_if_needed().map(|a| a || did),
-                        e => e,
-                    };
+                    // A panic in a pass (a device's bug) fails that pass (its lines stay
+                    // dirty, see `PostOnDrop`); the cleaner goes on after a pause, as after
+                    // an error, instead of leaving the volume without one.
+                    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                        let r = v.clean_if_needed();
+                        match r {
+                            Ok(did) => v.unmap_ahead_if_needed().map(|a| a || did),
+                            e => e,
+                        }
+                    }))
+                    .unwrap_or_else(|_| {
+                        v.metrics.cleaner_panics.fetch_add(1, Ordering::Relaxed);
+                        Err(io::Error::other("a cleaning pass panicked"))
+                    });
                     match r {
                         Ok(true) => v.let_waiters_in(),
                         Ok(false) => std::thread::sleep(Duration::from_millis(20)),
@@ -744,6 +757,67 @@ pub(super) struct Unlocked {
 pub(super) struct WbIo {
     running: bool,
     outcome: Option<WbOutcome>,
+}
+
+/// Posts an unlocked write-back's outcome in `wb_io` when dropped: at the end of its I/O, or
+/// while a panic in that I/O unwinds. A panic fails the pass as a failed backing write of the
+/// group in progress would (every line of the pass dirty again, the group's backing range
+/// counted as written: it may be, in part), and the panicking owner commits it before its
+/// thread goes, so the error is logged here and not left for an unrelated later pass.
+struct PostOnDrop<'a> {
+    vol: &'a CacheVolume,
+    wrote: Vec<(u64, u64)>,
+    undone: Vec<u32>,
+    /// The I/O's result once it ended (`None`: ended without an error, or panicked).
+    r: Option<Result<(), StepError>>,
+    /// The group whose I/O runs (its first step, its backing span).
+    current: Option<(usize, (u64, u64))>,
+}
+
+impl Drop for PostOnDrop<'_> {
+    fn drop(&mut self) {
+        let panicked = std::thread::panicking();
+        let r = match (self.r.take(), self.current) {
+            (Some(r), _) => r,
+            (None, Some((index, span))) if panicked => {
+                self.wrote.push(span);
+                Err(StepError {
+                    index,
+                    cache: false,
+                    err: io::Error::other(format!(
+                        "a write-back of backing bytes {}..{} panicked (see the panic \
+                         message above); its lines stay dirty",
+                        span.0, span.1
+                    )),
+                    before_cache: true,
+                    done: Vec::new(),
+                })
+            }
+            (None, _) => Ok(()),
+        };
+        debug_assert!(
+            panicked || self.current.is_none(),
+            "a write-back group's I/O ended without clearing `current`"
+        );
+        {
+            let mut w = self.vol.wb_io.lock().unwrap_or_else(|e| e.into_inner());
+            assert!(w.running, "an unlocked write-back's outcome posted twice");
+            w.outcome = Some(WbOutcome {
+                r,
+                wrote: std::mem::take(&mut self.wrote),
+                undone: std::mem::take(&mut self.undone),
+            });
+            w.running = false;
+        }
+        self.vol.wb_done.notify_all();
+        if panicked {
+            let mut g = self.vol.lock();
+            self.vol.reap(&mut g, false);
+            if let Some(e) = g.wb_error.take() {
+                tracing::error!("cleaning pass failed: {e}");
+            }
+        }
+    }
 }
 
 pub(super) struct WbOutcome {

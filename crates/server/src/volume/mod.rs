@@ -577,6 +577,8 @@ pub struct VolumeStats {
     pub unlocked_writebacks: u64,
     pub writeback_waits: u64,
     pub writeback_yields: u64,
+    /// Background cleaning passes that panicked (each failed as a failed write-back does).
+    pub cleaner_panics: u64,
 }
 
 /// Fails with EIO naming the range when `[a, b)` overlaps lost dirty data.

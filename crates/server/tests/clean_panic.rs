@@ -1,0 +1,213 @@
+//! A panic inside an unlocked cleaning pass's device I/O (a device driver bug, an assertion
+//! in a backing implementation) must not wedge the volume: requests that need that pass
+//! committed must not hang, the lines it was writing back stay dirty (nothing acknowledged
+//! is lost), and the background cleaner goes on once the device behaves again.
+//!
+//! Before the fix, the pass's `running` flag stayed set and no outcome was posted: the next
+//! write to one of its lines waited forever in `reap`, and the cleaner thread was gone.
+
+mod common;
+
+use common::*;
+use std::io;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tiercache_engine::Mode;
+use tiercache_nbd::Export;
+use tiercache_server::{BlockDev, CacheVolume, FileDev, OpenOptions};
+
+const LINE: u64 = 4096;
+const LINES: u64 = 32;
+
+/// A backing device whose writes panic while `armed` (counted in `panics`).
+struct Panicky {
+    inner: FileDev,
+    armed: Arc<AtomicBool>,
+    panics: Arc<AtomicU64>,
+}
+
+impl BlockDev for Panicky {
+    fn size(&self) -> u64 {
+        self.inner.size()
+    }
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        self.inner.read_at(buf, offset)
+    }
+    fn write_at(&self, data: &[u8], offset: u64) -> io::Result<()> {
+        if self.armed.load(Ordering::SeqCst) {
+            self.panics.fetch_add(1, Ordering::SeqCst);
+            panic!("injected panic in a backing write at byte {offset}");
+        }
+        self.inner.write_at(data, offset)
+    }
+    fn sync(&self) -> io::Result<()> {
+        self.inner.sync()
+    }
+}
+
+fn line_data(line: u64, version: u8) -> Vec<u8> {
+    (0..LINE)
+        .map(|i| (i as u8) ^ (line as u8).wrapping_mul(31) ^ version.wrapping_mul(7) | 1)
+        .collect()
+}
+
+struct Setup {
+    _f: Files,
+    vol: Arc<CacheVolume>,
+    armed: Arc<AtomicBool>,
+    panics: Arc<AtomicU64>,
+}
+
+fn setup() -> Setup {
+    let f = files(LINES * 2, LINE);
+    format(&f, Mode::WriteBack, LINE);
+    let armed = Arc::new(AtomicBool::new(false));
+    let panics = Arc::new(AtomicU64::new(0));
+    let vol = CacheVolume::open(
+        Box::new(FileDev::open(&f.cache).unwrap()),
+        Box::new(Panicky {
+            inner: FileDev::open(&f.backing).unwrap(),
+            armed: armed.clone(),
+            panics: panics.clone(),
+        }),
+        &OpenOptions::default(),
+    )
+    .unwrap()
+    .0;
+    let vol = Arc::new(vol);
+    for l in 0..LINES {
+        vol.write(l * LINE, &line_data(l, 1), false).unwrap();
+    }
+    assert_eq!(
+        vol.stats().dirty_lines,
+        LINES,
+        "every line written is dirty"
+    );
+    Setup {
+        _f: f,
+        vol,
+        armed,
+        panics,
+    }
+}
+
+/// Runs `f` on a thread and waits at most `secs` for it: `None` if it did not return.
+fn within<T: Send + 'static>(secs: u64, f: impl FnOnce() -> T + Send + 'static) -> Option<T> {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    rx.recv_timeout(Duration::from_secs(secs)).ok()
+}
+
+/// Every line reads back its newest version, and once flushed the backing file holds it.
+fn assert_all(vol: &CacheVolume, version: impl Fn(u64) -> u8, what: &str) {
+    for l in 0..LINES {
+        let mut buf = vec![0u8; LINE as usize];
+        vol.read(l * LINE, &mut buf).unwrap();
+        assert!(
+            buf == line_data(l, version(l)),
+            "{what}: line {l} (byte {}) does not read back version {}",
+            l * LINE,
+            version(l)
+        );
+    }
+}
+
+#[test]
+fn a_panic_in_a_flush_pass_fails_the_pass_and_leaves_its_lines_dirty() {
+    let s = setup();
+    s.armed.store(true, Ordering::SeqCst);
+    let vol = s.vol.clone();
+    let flushed = within(20, move || {
+        std::thread::spawn(move || vol.flush_dirty())
+            .join()
+            .is_err()
+    });
+    assert_eq!(
+        flushed,
+        Some(true),
+        "ctl flush over a panicking backing device must end (its thread panics)"
+    );
+    assert!(s.panics.load(Ordering::SeqCst) >= 1, "the device panicked");
+    // A write to a line of the pass must commit it (reap), not wait forever.
+    let vol = s.vol.clone();
+    let wrote = within(10, move || vol.write(0, &line_data(0, 2), false).is_ok());
+    assert_eq!(
+        wrote,
+        Some(true),
+        "a write to a line of a cleaning pass whose I/O panicked hung or failed"
+    );
+    assert_all(&s.vol, |l| if l == 0 { 2 } else { 1 }, "after the panic");
+    assert!(
+        s.vol.stats().dirty_lines >= LINES - 1,
+        "the lines of the panicked pass stay dirty: {} of {LINES} dirty",
+        s.vol.stats().dirty_lines
+    );
+    // The device behaves again: a flush writes everything back.
+    s.armed.store(false, Ordering::SeqCst);
+    let vol = s.vol.clone();
+    let r = within(20, move || vol.flush_dirty().map_err(|e| e.to_string()));
+    assert_eq!(r, Some(Ok(())), "ctl flush after the device healed");
+    assert_eq!(s.vol.stats().dirty_lines, 0);
+    assert_all(&s.vol, |l| if l == 0 { 2 } else { 1 }, "after the flush");
+}
+
+#[test]
+fn the_cleaner_survives_a_panic_in_its_pass() {
+    let s = setup();
+    s.vol.set_setting("dirty-low", "0").unwrap();
+    s.vol.set_setting("dirty-high", "0.1").unwrap();
+    s.armed.store(true, Ordering::SeqCst);
+    let cleaner = s.vol.start_cleaner();
+    let t = Instant::now();
+    while s.panics.load(Ordering::SeqCst) == 0 {
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "the cleaner never wrote back"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // Reads and writes go on (hits and a rewrite of a line of the pass).
+    let vol = s.vol.clone();
+    let wrote = within(10, move || vol.write(LINE, &line_data(1, 3), false).is_ok());
+    assert_eq!(
+        wrote,
+        Some(true),
+        "a write hung after the cleaner's pass panicked"
+    );
+    s.armed.store(false, Ordering::SeqCst);
+    let t = Instant::now();
+    while s.vol.stats().dirty_lines > 0 {
+        assert!(
+            !cleaner.is_finished(),
+            "the cleaner thread died with the panic in its pass"
+        );
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "the cleaner did not clean after the device healed: {} dirty lines",
+            s.vol.stats().dirty_lines
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_all(&s.vol, |l| if l == 1 { 3 } else { 1 }, "after cleaning");
+    let st = s.vol.stats();
+    assert!(
+        st.cleaner_panics >= 1 && st.cleaner_panics <= s.panics.load(Ordering::SeqCst),
+        "cleaner_panics {} for {} injected panics",
+        st.cleaner_panics,
+        s.panics.load(Ordering::SeqCst)
+    );
+    let prom = s.vol.metrics().prometheus(&st);
+    assert!(
+        prom.contains(&format!(
+            "tiercache_cleaner_panics_total {}",
+            st.cleaner_panics
+        )),
+        "Prometheus shows the cleaner's panics"
+    );
+    s.vol.shutdown().unwrap();
+    cleaner.join().unwrap();
+}
