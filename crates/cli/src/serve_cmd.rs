@@ -1724,6 +1724,9 @@ pub(crate) fn print_faults(s: &serde_json::Value) {
             ""
         }
     );
+    if s["halted"] == true {
+        println!("HALTED          {}", tiercache_server::live::HALTED);
+    }
     if s["data_checksums"] == true {
         println!(
             "data checksums  on, {} mismatches (clean: re-read from the backing device; dirty: LOST below)",

@@ -372,6 +372,7 @@ fn direct_snapshot(s: &crate::volume::VolumeStats, ssd: &IoCounts, hdd: &IoCount
             "volume_bytes": s.volume_bytes,
             "classifier": s.classifier.is_some(),
             "cache_failed": s.cache_failed,
+            "halted": s.halted,
             "degraded": s.degraded,
         }),
         missing: Vec::new(),

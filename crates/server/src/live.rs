@@ -51,6 +51,14 @@ use tiercache_engine::{Counters, Mode};
 use tiercache_nbd::Export;
 
 /// A live cache volume of either layout: see the module doc for the contract.
+/// Why a volume serves nothing more after a panic while its lock was held (a bug: an
+/// assertion, a device's panic). The in-memory state may be half-updated (a line mapped to a
+/// slot not yet written), so nothing is served from it; the device holds a crash-consistent
+/// state, which a restart recovers as after a power cut.
+pub const HALTED: &str = "the volume stopped after a panic while it held its lock (a bug: the \
+     panic message is in the log); nothing more is served from its in-memory state: restart \
+     `tiercache serve`, which recovers from the device as after a crash";
+
 pub trait LiveVolume: Export + Send + Sync {
     /// `"direct"` or `"log"`.
     fn layout(&self) -> &'static str;
@@ -378,6 +386,7 @@ pub fn log_common(v: &LogVolume, s: &LogVolumeStats) -> VolumeStats {
         data_checksums: true,
         backing_errors: s.backing_errors,
         cache_failed: s.cache_failed,
+        halted: s.halted,
         lost_dirty_bytes: s.lost_dirty_bytes,
         lost_dirty_ranges: s.lost_dirty_ranges.clone(),
         lost_ranges: s.lost_dirty_ranges.len() as u64,

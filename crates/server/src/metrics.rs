@@ -200,6 +200,7 @@ impl Metrics {
                 backing_write_errors: stats.backing_write_errors,
                 backing_sync_errors: stats.backing_sync_errors,
                 cache_failed: stats.cache_failed,
+                halted: stats.halted,
                 lost_dirty_bytes: stats.lost_dirty_bytes,
                 lost_ranges: stats.lost_ranges,
                 degraded: stats.degraded,
@@ -347,6 +348,8 @@ pub struct FaultFigures {
     pub backing_write_errors: u64,
     pub backing_sync_errors: u64,
     pub cache_failed: bool,
+    /// A panic while the volume lock was held stopped the volume.
+    pub halted: bool,
     pub lost_dirty_bytes: u64,
     /// Volume ranges reported lost (reads fail until rewritten; durable across restarts).
     pub lost_ranges: u64,
@@ -392,6 +395,11 @@ pub fn fault_metrics(o: &mut String, f: &FaultFigures) {
             "cache_failed",
             "1 when the cache device failed and every request passes through.",
             f.cache_failed as u64,
+        ),
+        (
+            "halted",
+            "1 when a panic while the volume lock was held stopped the volume (a bug): every request fails until `tiercache serve` is restarted, which recovers from the device.",
+            f.halted as u64,
         ),
         (
             "lost_dirty_bytes",

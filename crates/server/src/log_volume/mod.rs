@@ -386,6 +386,8 @@ pub struct LogVolumeStats {
     pub backing_write_errors: u64,
     /// The cache device failed: every request passes through to the backing device.
     pub cache_failed: bool,
+    /// A panic while the volume lock was held stopped the volume ([`crate::live::HALTED`]).
+    pub halted: bool,
     pub lost_dirty_bytes: u64,
     pub lost_dirty_ranges: Vec<(u64, u64)>,
     /// The backing device fails write-backs: segments holding dirty data are not reclaimed.
@@ -456,6 +458,8 @@ struct Inner {
     stored: Vec<u8>,
     scratch: Vec<u8>,
     closed: bool,
+    /// A panic while the lock was held ([`crate::live::HALTED`]); `closed` is set too.
+    halted: bool,
     failed: bool,
     /// Recovery goes on past damage (see [`LogVolume::open_salvage`]).
     salvage: bool,
@@ -585,8 +589,19 @@ impl LogVolume {
     /// The volume lock. When it is released, ranges reported lost while it was held are
     /// made durable in the lost-range list first ([`Inner::persist_lost`]): before the
     /// request that found them returns, before any other request is served.
+    /// Poisoned (a thread panicked holding it), the volume halts: every later call fails
+    /// ([`crate::live::HALTED`]) and shutdown does not mark the superblock clean.
     fn lock(&self) -> Locked<'_> {
-        Locked(self.inner.lock().unwrap_or_else(|e| e.into_inner()))
+        Locked(self.inner.lock().unwrap_or_else(|e| {
+            let mut g = e.into_inner();
+            self.inner.clear_poison();
+            if !g.halted {
+                g.halted = true;
+                g.closed = true;
+                tracing::error!("{}", crate::live::HALTED);
+            }
+            g
+        }))
     }
 
     pub fn superblock(&self) -> LogSuperblock {
@@ -634,6 +649,9 @@ impl Inner {
     }
 
     fn check_open(&self) -> io::Result<()> {
+        if self.halted {
+            return Err(io_err(crate::live::HALTED));
+        }
         if self.closed {
             return Err(io_err("the log volume was shut down"));
         }

@@ -278,6 +278,7 @@ impl LogVolume {
             stored: Vec::new(),
             scratch: Vec::new(),
             closed: false,
+            halted: false,
             failed: false,
             salvage,
             shadowed: Default::default(),

@@ -53,6 +53,7 @@ impl LogVolume {
             backing_errors: g.backing_errors,
             backing_write_errors: g.backing_write_errors,
             cache_failed: g.pass_through,
+            halted: g.halted,
             lost_dirty_bytes: degrade::lost_bytes(&g.lost),
             lost_dirty_ranges: g.lost.clone(),
             degraded: g.degraded.is_some() || g.sync_failing.is_some(),

@@ -20,7 +20,7 @@ impl CacheVolume {
         let t = Arc::new(table);
         let mut g = self.lock();
         if g.closed {
-            return Err("the cache volume is shut down".into());
+            return Err(g.closed_reason().into());
         }
         if g.failed {
             return Err("the cache device failed (see `ctl stats`): every request passes through, no class table applies".into());

@@ -10,7 +10,7 @@ impl CacheVolume {
     pub(super) fn run(&self, req: &Request, data: Data<'_>) -> io::Result<()> {
         let mut g = self.lock_foreground();
         if g.closed {
-            return Err(ioerr("the cache volume is shut down"));
+            return Err(ioerr(g.closed_reason()));
         }
         self.settle_dropped_exclusive(&mut g);
         if self.reap_before(&g, req) {

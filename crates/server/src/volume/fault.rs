@@ -5,6 +5,15 @@
 use super::*;
 
 impl Inner {
+    /// Why a closed volume refuses: shut down, or halted by a panic.
+    pub(super) fn closed_reason(&self) -> &'static str {
+        if self.halted {
+            crate::live::HALTED
+        } else {
+            "the cache volume is shut down"
+        }
+    }
+
     /// `[a, b)` of the backing device is about to be written: not durable until the next
     /// backing sync that succeeds.
     pub(super) fn wrote_backing(&mut self, a: u64, b: u64) {

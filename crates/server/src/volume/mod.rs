@@ -243,6 +243,9 @@ struct Inner {
     cache_dropped: BTreeMap<u32, u64>,
     slots: Vec<u32>,
     closed: bool,
+    /// A panic while the lock was held (see [`crate::live::HALTED`]): `closed` is set too,
+    /// so everything that stops at a shut-down volume stops here, with this reason.
+    halted: bool,
     /// Cache-device errors so far; at `max_cache_errors` the cache is failed.
     cache_errors: u64,
     /// The cache device failed: every request goes to the backing device.
@@ -432,8 +435,21 @@ fn ioerr(e: impl std::fmt::Display) -> io::Error {
 }
 
 impl CacheVolume {
+    /// The volume lock. Poisoned (a thread panicked holding it), the volume halts: every
+    /// later request, flush, setting and cleaning pass fails or stops ([`crate::live::HALTED`]),
+    /// and shutdown does not mark the superblock clean.
     fn lock(&self) -> MutexGuard<'_, Inner> {
-        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+        self.inner.lock().unwrap_or_else(|e| {
+            let mut g = e.into_inner();
+            self.inner.clear_poison();
+            if !g.halted {
+                g.halted = true;
+                g.closed = true;
+                self.stop.store(true, Ordering::Relaxed);
+                tracing::error!("{}", crate::live::HALTED);
+            }
+            g
+        })
     }
 
     /// Takes `clean_io` (see the field): no other write-back is in flight until it is dropped.
@@ -557,6 +573,8 @@ pub struct VolumeStats {
     pub backing_errors: u64,
     /// The cache device was failed: everything passes through to the backing device.
     pub cache_failed: bool,
+    /// A panic while the volume lock was held stopped the volume ([`crate::live::HALTED`]).
+    pub halted: bool,
     /// Dirty data lost with the cache device: byte ranges `[start, end)` of the volume.
     pub lost_dirty_bytes: u64,
     pub lost_dirty_ranges: Vec<(u64, u64)>,

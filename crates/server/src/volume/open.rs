@@ -685,6 +685,7 @@ impl CacheVolume {
             cache_dropped: BTreeMap::new(),
             slots: Vec::new(),
             closed: false,
+            halted: false,
             cache_errors: 0,
             failed: false,
             lost: Vec::new(),

@@ -9,7 +9,7 @@ impl CacheVolume {
         let _owner = self.clean_owner();
         let mut g = self.lock();
         if g.closed {
-            return Err(ioerr("the cache volume is shut down"));
+            return Err(ioerr(g.closed_reason()));
         }
         if g.failed {
             // The engine must keep saying pass-through: that is what is in force.
@@ -132,7 +132,7 @@ impl CacheVolume {
         } else {
             let mut g = self.lock();
             if g.closed {
-                return Err("the cache volume is shut down".into());
+                return Err(g.closed_reason().into());
             }
             let t = Tuning::of(g.engine.config()).with(k, value)?;
             g.engine
@@ -168,6 +168,11 @@ impl CacheVolume {
         // Waits for a cleaning pass in flight to commit: the flush below covers it.
         let _owner = self.clean_owner();
         let mut g = self.lock();
+        if g.halted {
+            // Nothing written from a half-updated state: the superblock stays "not clean",
+            // so the next open recovers as after a crash.
+            return Err(ioerr(crate::live::HALTED));
+        }
         if g.closed {
             return Ok(());
         }

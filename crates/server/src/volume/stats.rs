@@ -98,6 +98,7 @@ impl CacheVolume {
             data_checksums: g.sums.is_some(),
             backing_errors: self.metrics.backing_errors.load(Ordering::Relaxed),
             cache_failed: g.failed,
+            halted: g.halted,
             lost_dirty_bytes: g.lost.iter().map(|(a, b)| b - a).sum(),
             lost_dirty_ranges: g.lost.clone(),
             lost_ranges: g.lost.len() as u64,

@@ -211,3 +211,172 @@ fn the_cleaner_survives_a_panic_in_its_pass() {
     s.vol.shutdown().unwrap();
     cleaner.join().unwrap();
 }
+
+/// A panic while the volume lock is held (here: the backing write of a write-through write
+/// to a line new in the cache, after the engine gave it a slot) leaves the in-memory state
+/// half-applied: the line maps to a slot whose bytes are another line's. Serving on from that
+/// state would return them. The volume must stop instead (every request fails, nothing
+/// served from that state, not marked cleanly shut down) and a restart recovers from the
+/// device. Before the fix the read of the new line returned the evicted line's bytes.
+#[test]
+fn a_panic_under_the_volume_lock_halts_the_volume_until_a_restart() {
+    let f = files(8, LINE);
+    format(&f, Mode::WriteThrough, LINE);
+    let armed = Arc::new(AtomicBool::new(false));
+    let panics = Arc::new(AtomicU64::new(0));
+    let vol = Arc::new(
+        CacheVolume::open(
+            Box::new(FileDev::open(&f.cache).unwrap()),
+            Box::new(Panicky {
+                inner: FileDev::open(&f.backing).unwrap(),
+                armed: armed.clone(),
+                panics: panics.clone(),
+            }),
+            &OpenOptions::default(),
+        )
+        .unwrap()
+        .0,
+    );
+    // Every slot holds a line written through (cached, clean).
+    for l in 0..8 {
+        vol.write(l * LINE, &line_data(l, 1), false).unwrap();
+    }
+    armed.store(true, Ordering::SeqCst);
+    let new_line = 20;
+    let v = vol.clone();
+    let panicked =
+        std::thread::spawn(move || v.write(new_line * LINE, &line_data(new_line, 2), false))
+            .join()
+            .is_err();
+    assert!(
+        panicked,
+        "the backing write panicked in the client's thread"
+    );
+    armed.store(false, Ordering::SeqCst);
+    // Nothing may be served from the half-applied state.
+    let initial_of = |l: u64| -> Vec<u8> { (l * LINE..(l + 1) * LINE).map(initial).collect() };
+    let mut buf = vec![0u8; LINE as usize];
+    match vol.read(new_line * LINE, &mut buf) {
+        Err(e) => assert!(
+            e.to_string().contains("panic"),
+            "the read fails naming the panic: {e}"
+        ),
+        Ok(()) => assert!(
+            buf == initial_of(new_line) || buf == line_data(new_line, 2),
+            "line {new_line} read back bytes that were never written there (first 8: {:?}; \
+             another line's: {})",
+            &buf[..8],
+            (0..8).any(|l| buf == line_data(l, 1))
+        ),
+    }
+    assert!(
+        vol.read(0, &mut buf).is_err(),
+        "a halted volume serves no read"
+    );
+    assert!(
+        vol.write(0, &line_data(0, 3), false).is_err(),
+        "a halted volume takes no write"
+    );
+    assert!(
+        vol.flush().is_err(),
+        "a halted volume acknowledges no flush"
+    );
+    assert!(vol.stats().halted, "ctl stats shows the halt");
+    let e = vol
+        .shutdown()
+        .expect_err("a halted volume does not shut down cleanly");
+    assert!(e.to_string().contains("restart"), "{e}");
+    drop(vol);
+    // A restart recovers from the device: the write-through lines are on the backing
+    // device, the unacknowledged write is not anywhere.
+    let (vol, _) = open(&f, None);
+    for l in 0..8 {
+        vol.read(l * LINE, &mut buf).unwrap();
+        assert!(buf == line_data(l, 1), "line {l} after the restart");
+    }
+    vol.read(new_line * LINE, &mut buf).unwrap();
+    assert!(
+        buf == initial_of(new_line) || buf == line_data(new_line, 2),
+        "line {new_line} after the restart"
+    );
+    assert!(!vol.stats().halted);
+}
+
+/// The log layout halts the same way: a panic in its cache-device write under the lock (at a
+/// FLUSH that seals the open segment) stops the volume; a restart recovers every line
+/// acknowledged by the FLUSH before it.
+#[test]
+fn a_panic_under_the_log_volume_lock_halts_it_until_a_restart() {
+    use tiercache_server::{format_log, LogFormatOptions, LogVolume};
+    let seg = 64 * LINE;
+    let f = log_cache_files(16, seg);
+    format_log(
+        &FileDev::open(&f.cache).unwrap(),
+        VOL,
+        &LogFormatOptions {
+            line_size: LINE,
+            segment_size: seg,
+            compression: tiercache_engine::log::Compression::None,
+            dedup_ratio: 0.0,
+            picker: "lru".into(),
+            mode: Mode::WriteBack,
+            journal_records: Some(400),
+        },
+    )
+    .unwrap();
+    let armed = Arc::new(AtomicBool::new(false));
+    let panics = Arc::new(AtomicU64::new(0));
+    let vol = Arc::new(
+        LogVolume::open(
+            Box::new(Panicky {
+                inner: FileDev::open(&f.cache).unwrap(),
+                armed: armed.clone(),
+                panics: panics.clone(),
+            }),
+            Box::new(FileDev::open(&f.backing).unwrap()),
+        )
+        .unwrap()
+        .0,
+    );
+    for l in 0..8 {
+        vol.write(l * LINE, &line_data(l, 1), false).unwrap();
+    }
+    vol.flush().unwrap();
+    for l in 8..16 {
+        vol.write(l * LINE, &line_data(l, 2), false).unwrap();
+    }
+    armed.store(true, Ordering::SeqCst);
+    let v = vol.clone();
+    let panicked = std::thread::spawn(move || v.flush()).join().is_err();
+    assert!(panicked, "the cache write of the FLUSH panicked");
+    assert!(panics.load(Ordering::SeqCst) >= 1);
+    armed.store(false, Ordering::SeqCst);
+    let mut buf = vec![0u8; LINE as usize];
+    let e = vol
+        .read(0, &mut buf)
+        .expect_err("a halted log volume serves no read");
+    assert!(e.to_string().contains("restart"), "{e}");
+    assert!(vol.write(0, &line_data(0, 3), false).is_err());
+    assert!(
+        vol.flush().is_err(),
+        "a halted log volume acknowledges no flush"
+    );
+    assert!(vol.stats().halted, "stats show the halt");
+    vol.shutdown()
+        .expect_err("a halted log volume does not shut down cleanly");
+    drop(vol);
+    let (vol, rep) = LogVolume::open(
+        Box::new(FileDev::open(&f.cache).unwrap()),
+        Box::new(FileDev::open(&f.backing).unwrap()),
+    )
+    .unwrap();
+    assert!(!rep.was_clean, "recovered as after a crash: {rep:?}");
+    for l in 0..8 {
+        vol.read(l * LINE, &mut buf).unwrap();
+        assert!(
+            buf == line_data(l, 1),
+            "line {l}, acknowledged by a FLUSH, after the restart"
+        );
+    }
+    assert!(!vol.stats().halted);
+}
