@@ -45,6 +45,11 @@ pub const MAGIC: &[u8; 8] = b"TIERCACH";
 pub const VERSION: u32 = 2;
 /// Version of a superblock with data checksums (`Superblock::data_checksums`).
 pub const VERSION_SUMS: u32 = 3;
+/// Version of a superblock written while the lost-range list (`crate::lost_list`) holds
+/// ranges, with or without data checksums (byte 46 says which). Builds before it ignore the
+/// list and would serve the backing device's older bytes in those ranges: they refuse the
+/// version. Back to [`VERSION`] or [`VERSION_SUMS`] once the list is empty again.
+pub const VERSION_LOST: u32 = 4;
 /// Oldest on-disk version this build opens (1: no backing identity, no in-flux flags), and
 /// upgrades to [`VERSION`] when it opens it.
 pub const MIN_VERSION: u32 = 1;
@@ -75,7 +80,7 @@ pub enum FormatError {
     BadMagic,
     #[error("superblock checksum mismatch (stored {stored:#010x}, computed {computed:#010x}): the superblock is corrupted")]
     BadSuperblockChecksum { stored: u32, computed: u32 },
-    #[error("on-disk format version {0} is not supported (this build reads versions {MIN_VERSION} to {VERSION_SUMS})")]
+    #[error("on-disk format version {0} is not supported (this build reads versions {MIN_VERSION} to {VERSION_LOST})")]
     BadVersion(u32),
     #[error("superblock field {field} is invalid: {why}")]
     BadField { field: &'static str, why: String },
@@ -130,6 +135,9 @@ pub struct Superblock {
     /// The lost-range list exists at [`Superblock::lost_list_offset`] (byte 47;
     /// `crate::lost_list`). Caches formatted before it get it at their first open.
     pub lost_list: bool,
+    /// The lost-range list holds ranges: written as [`VERSION_LOST`] so that builds that
+    /// do not honour the list refuse the cache.
+    pub lost_pending: bool,
 }
 
 impl Superblock {
@@ -196,7 +204,9 @@ impl Superblock {
 
     /// The version this superblock is written as.
     pub fn current_version(&self) -> u32 {
-        if self.data_checksums {
+        if self.lost_pending {
+            VERSION_LOST
+        } else if self.data_checksums {
             VERSION_SUMS
         } else {
             VERSION
@@ -251,7 +261,7 @@ impl Superblock {
         }
         let u64at = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap());
         let version = u32::from_le_bytes(b[8..12].try_into().unwrap());
-        if !(MIN_VERSION..=VERSION_SUMS).contains(&version) {
+        if !(MIN_VERSION..=VERSION_LOST).contains(&version) {
             return Err(FormatError::BadVersion(version));
         }
         let backing = BackingIdentity::decode_from(&b[BACKING_ID_AT..BACKING_ID_AT + ID_BYTES])
@@ -271,6 +281,7 @@ impl Superblock {
             data_offset: u64at(64),
             data_checksums: version >= VERSION_SUMS && b[46] == 1,
             lost_list: b[crate::lost_list::SB_FLAG_AT] == 1,
+            lost_pending: version == VERSION_LOST,
             policy: get_str(&b[80..80 + POLICY_BYTES]),
             backing,
             tuning: crate::tuning::Tuning::decode(&b[crate::tuning::AT..]).unwrap_or_else(|e| {
@@ -290,7 +301,7 @@ impl Superblock {
         if sb.mode as usize >= tiercache_engine::Mode::ALL.len() {
             return bad("mode", format!("{} is not a mode index", sb.mode));
         }
-        if version >= VERSION_SUMS && b[46] != 1 {
+        if version == VERSION_SUMS && b[46] != 1 {
             return bad(
                 "data_checksums",
                 format!("flag {} in a version {version} superblock", b[46]),
@@ -302,6 +313,12 @@ impl Superblock {
             return bad(
                 "data_offset",
                 format!("{} overlaps the metadata area", sb.data_offset),
+            );
+        }
+        if sb.lost_pending && !sb.lost_list {
+            return bad(
+                "lost_list",
+                format!("version {version} (lost ranges listed) without the list's flag"),
             );
         }
         if sb.lost_list && sb.lost_list_offset().is_none() {
@@ -428,6 +445,7 @@ mod tests {
             tuning: Some(crate::tuning::Tuning::of(&Default::default())),
             data_checksums: false,
             lost_list: true,
+            lost_pending: false,
         }
     }
 
@@ -443,6 +461,35 @@ mod tests {
         ));
         b[0] = b'X';
         assert!(matches!(Superblock::decode(&b), Err(FormatError::BadMagic)));
+    }
+
+    #[test]
+    fn lost_ranges_pending_is_version_4_with_or_without_checksums() {
+        for sums in [false, true] {
+            let mut s = Superblock {
+                data_checksums: sums,
+                data_offset: Superblock::data_offset_with(1000, 4096, sums),
+                lost_pending: true,
+                ..sb()
+            };
+            s.version = s.current_version();
+            assert_eq!(s.version, VERSION_LOST);
+            let got = Superblock::decode(&s.encode()).unwrap();
+            assert_eq!(got, s);
+            s.lost_pending = false;
+            assert_eq!(
+                s.current_version(),
+                if sums { VERSION_SUMS } else { VERSION }
+            );
+            // Listed ranges without the list's flag: a damaged or foreign superblock.
+            let bad = Superblock {
+                lost_pending: true,
+                lost_list: false,
+                version: VERSION_LOST,
+                ..s.clone()
+            };
+            assert!(Superblock::decode(&bad.encode()).is_err());
+        }
     }
 
     #[test]

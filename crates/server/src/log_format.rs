@@ -48,6 +48,10 @@ pub const VERSION: u32 = 1;
 /// The superblock's version (2: with the backing identity; 3: with the cache's uuid); 1 and
 /// 2 still open.
 pub const SB_VERSION: u32 = 3;
+/// The superblock's version while the lost-range list holds ranges: builds before it ignore
+/// the list (they would serve the backing device's older bytes there) and refuse it. Back to
+/// [`SB_VERSION`] once the list is empty again.
+pub const SB_VERSION_LOST: u32 = 4;
 /// Where the superblock keeps the backing identity.
 const SB_ID_AT: usize = 112;
 const _: () = assert!(
@@ -101,6 +105,8 @@ pub struct LogSuperblock {
     /// Caches formatted before it get it at their first open when the slack before the
     /// segment area holds it.
     pub lost_list: bool,
+    /// The lost-range list holds ranges: written as [`SB_VERSION_LOST`].
+    pub lost_pending: bool,
 }
 
 /// Where things are on the device.
@@ -202,7 +208,12 @@ impl LogSuperblock {
     pub fn encode(&self) -> Vec<u8> {
         let mut b = vec![0u8; SB_BYTES as usize];
         b[0..8].copy_from_slice(MAGIC);
-        b[8..12].copy_from_slice(&SB_VERSION.to_le_bytes());
+        let v = if self.lost_pending {
+            SB_VERSION_LOST
+        } else {
+            SB_VERSION
+        };
+        b[8..12].copy_from_slice(&v.to_le_bytes());
         b[16..24].copy_from_slice(&self.line_size.to_le_bytes());
         b[24..32].copy_from_slice(&self.segment_size.to_le_bytes());
         b[32..40].copy_from_slice(&self.segments.to_le_bytes());
@@ -247,9 +258,9 @@ impl LogSuperblock {
             return Err(bad("log superblock checksum mismatch".into()));
         }
         let v = u32_at(b, 8);
-        if !(1..=SB_VERSION).contains(&v) {
+        if !(1..=SB_VERSION_LOST).contains(&v) {
             return Err(bad(format!(
-                "log layout version {v} is not supported (this build reads 1 to {SB_VERSION})"
+                "log layout version {v} is not supported (this build reads 1 to {SB_VERSION_LOST})"
             )));
         }
         let backing = BackingIdentity::decode_from(&b[SB_ID_AT..SB_ID_AT + ID_BYTES])
@@ -283,7 +294,13 @@ impl LogSuperblock {
                 [0; 16]
             },
             lost_list: b[crate::lost_list::SB_FLAG_AT] == 1,
+            lost_pending: v == SB_VERSION_LOST,
         };
+        if sb.lost_pending && !sb.lost_list {
+            return Err(bad(format!(
+                "log superblock version {v} (lost ranges listed) without the list's flag"
+            )));
+        }
         if !sb.line_size.is_power_of_two()
             || sb.segment_size < sb.line_size
             || sb.max_extents == 0
@@ -658,6 +675,7 @@ mod tests {
             backing: BackingIdentity::nbd("nbd+unix:///disk?socket=/run/x.sock"),
             uuid: [7; 16],
             lost_list: true,
+            lost_pending: false,
         };
         assert_eq!(LogSuperblock::decode(&sb.encode()).unwrap(), sb);
         // A version-1 superblock (zeroes where the identity is) opens, identity unknown.
@@ -676,5 +694,18 @@ mod tests {
         let mut b = sb.encode();
         b[20] ^= 1;
         assert!(LogSuperblock::decode(&b).is_err());
+        // Lost ranges listed: version 4, which builds before it refuse.
+        let lost = LogSuperblock {
+            lost_pending: true,
+            ..sb.clone()
+        };
+        let b = lost.encode();
+        assert_eq!(u32_at(&b, 8), SB_VERSION_LOST);
+        assert_eq!(LogSuperblock::decode(&b).unwrap(), lost);
+        let orphan = LogSuperblock {
+            lost_list: false,
+            ..lost
+        };
+        assert!(LogSuperblock::decode(&orphan.encode()).is_err());
     }
 }

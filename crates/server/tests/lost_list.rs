@@ -153,11 +153,15 @@ fn direct_old_cache_gets_an_empty_list_at_first_open_and_keeps_losses_from_then_
     assert_eq!(rep.lost_list, vec![(0, 4096)]);
     v.shutdown().unwrap();
     drop(v);
-    // An older build ran the cache and wrote its superblock without the flag: the valid
-    // list found there is kept, not replaced by an empty one.
+    // An older build ran the cache and wrote its superblock without the flag (in its own
+    // version: builds since the version-4 superblock are refused, but one between the list
+    // and it was not): the valid list found there is kept, not replaced by an empty one.
     let d = dev(&f.cache);
     let mut sb = read_superblock(&d).unwrap();
+    assert!(sb.lost_pending, "a listed loss: version 4");
     sb.lost_list = false;
+    sb.lost_pending = false;
+    sb.version = sb.current_version();
     d.write_at(&sb.encode(), 0).unwrap();
     d.sync().unwrap();
     let v = direct_open(&f).unwrap();
@@ -456,4 +460,152 @@ fn log_unwritable_list_fails_the_cache_and_the_state_file_records_the_range() {
             .to_string();
     assert!(e.contains("failed earlier"), "{e}");
     assert!(e.contains("0, 4096") || e.contains("0..4096"), "{e}");
+}
+
+/// The superblock's version as written on the device (bytes 8..12, both layouts).
+fn raw_version(p: &std::path::Path) -> u32 {
+    let b = std::fs::read(p).unwrap();
+    u32::from_le_bytes(b[8..12].try_into().unwrap())
+}
+
+/// Downgrade: builds before the version-4 superblock ignore the list and would serve the
+/// backing device's older bytes in a lost range. While the list holds ranges the superblock
+/// is version 4, which they refuse (they read 1 to 3); once a flushed rewrite empties the
+/// list it is version 2 again. Before: version 2 throughout.
+#[test]
+fn direct_lost_ranges_make_older_builds_refuse_the_cache_until_cleared() {
+    use tiercache_server::format::{VERSION, VERSION_LOST, VERSION_SUMS};
+    let f = files(32, 4096);
+    format(&f, Mode::WriteAround, 4096);
+    assert_eq!(raw_version(&f.cache), VERSION);
+    let faults = Faults::new(1);
+    let (b, bh) = faults.wrap("backing", Box::new(dev(&f.backing)), true);
+    let (v, _) = CacheVolume::open(
+        Box::new(dev(&f.cache)),
+        Box::new(b),
+        &OpenOptions::default(),
+    )
+    .unwrap();
+    v.write(0, &[7u8; 4096], false).unwrap();
+    bh.fail_next_sync(true);
+    assert!(v.flush().is_err());
+    assert_eq!(v.lost_dirty_ranges(), vec![(0, 4096)]);
+    assert_eq!(
+        raw_version(&f.cache),
+        VERSION_LOST,
+        "a lost range listed: builds reading versions 1..={VERSION_SUMS} must refuse the cache"
+    );
+    v.shutdown().unwrap();
+    drop(v);
+    faults.process_exit();
+    assert_eq!(
+        raw_version(&f.cache),
+        VERSION_LOST,
+        "kept by a clean shutdown"
+    );
+    let v = direct_open(&f).unwrap();
+    assert_eq!(raw_version(&f.cache), VERSION_LOST, "kept by the open");
+    v.write(0, &[8u8; 4096], false).unwrap();
+    v.flush().unwrap();
+    assert!(v.lost_dirty_ranges().is_empty());
+    assert_eq!(
+        raw_version(&f.cache),
+        VERSION,
+        "the list is empty: older builds may open the cache again"
+    );
+    v.shutdown().unwrap();
+}
+
+/// The same for the log layout (its superblock goes from version 3 to 4 and back).
+#[test]
+fn log_lost_ranges_make_older_builds_refuse_the_cache_until_cleared() {
+    use tiercache_server::log_format::{SB_VERSION, SB_VERSION_LOST};
+    let f = log_files();
+    assert_eq!(raw_version(&f.cache), SB_VERSION);
+    let faults = Faults::new(3);
+    let (c, ch) = faults.wrap("cache", Box::new(dev(&f.cache)), true);
+    let (b, _) = faults.wrap("backing", Box::new(dev(&f.backing)), true);
+    let (v, _) = LogVolume::open(Box::new(c), Box::new(b)).unwrap();
+    v.set_max_cache_errors(1_000_000);
+    let at = read_log_superblock(&dev(&f.cache))
+        .unwrap()
+        .unwrap()
+        .geometry()
+        .lost_list
+        .unwrap();
+    for l in 0..300u64 {
+        v.write(l * 4096, &[1u8; 4096], false).unwrap();
+    }
+    v.flush().unwrap();
+    ch.fail_reads(at + lost_list::BYTES..u64::MAX);
+    let mut buf = vec![0u8; 4096];
+    assert!(
+        v.read(0, &mut buf).is_err(),
+        "dirty line 0 unreadable: lost"
+    );
+    ch.heal();
+    assert_eq!(
+        raw_version(&f.cache),
+        SB_VERSION_LOST,
+        "a lost range listed"
+    );
+    v.write(0, &[2u8; 4096], false).unwrap();
+    v.flush().unwrap();
+    assert_eq!(
+        raw_version(&f.cache),
+        SB_VERSION,
+        "the list is empty: older builds may open the cache again"
+    );
+    v.shutdown().unwrap();
+}
+
+/// A power cut at every superblock write of a loss and its clearing: the volume that opens
+/// still fails the lost range (or returns the flushed rewrite), and its superblock says
+/// version 4 exactly when its list holds ranges.
+#[test]
+fn direct_power_cut_at_every_superblock_write_of_a_loss() {
+    use tiercache_server::format::{VERSION, VERSION_LOST};
+    let f = files(32, 4096);
+    let run = |crash: Option<u64>| -> u64 {
+        let faults = Faults::new(11);
+        faults.crash_at_write_to(u64::MAX, "cache", 0..4096);
+        let (c, _) = faults.wrap("cache", Box::new(dev(&f.cache)), true);
+        let (b, bh) = faults.wrap("backing", Box::new(dev(&f.backing)), true);
+        let (v, _) = CacheVolume::open(Box::new(c), Box::new(b), &OpenOptions::default()).unwrap();
+        // Counted from after the open's own superblock write.
+        let before = faults.matched_writes();
+        if let Some(n) = crash {
+            faults.crash_at_write_to(before + n, "cache", 0..4096);
+        }
+        let _ = v.write(0, &[1u8; 4096], false);
+        bh.fail_next_sync(true);
+        let _ = v.flush();
+        let _ = v.write(0, &[2u8; 4096], false);
+        let _ = v.flush();
+        let n = faults.matched_writes() - before;
+        drop(v);
+        faults.power_cut();
+        n
+    };
+    format(&f, Mode::WriteAround, 4096);
+    // The superblock writes of the open, the loss and the clearing.
+    let writes = run(None);
+    assert!(
+        writes >= 2,
+        "the loss and its clearing rewrite the superblock: {writes}"
+    );
+    for n in 1..=writes {
+        format(&f, Mode::WriteAround, 4096);
+        std::fs::write(&f.backing, (0..VOL).map(initial).collect::<Vec<u8>>()).unwrap();
+        run(Some(n));
+        let v = direct_open(&f).unwrap_or_else(|e| panic!("crash at superblock write {n}: {e}"));
+        read_allowed(&v, &[1, 2], true)
+            .unwrap_or_else(|e| panic!("crash at superblock write {n}: {e}"));
+        let want = if v.lost_dirty_ranges().is_empty() {
+            VERSION
+        } else {
+            VERSION_LOST
+        };
+        assert_eq!(raw_version(&f.cache), want, "crash at superblock write {n}");
+    }
 }

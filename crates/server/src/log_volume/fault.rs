@@ -396,7 +396,18 @@ impl Inner {
             return;
         }
         let want = crate::lost_list::union(&l.ranges, &self.lost);
-        let r = l.write(&*self.cache, &want).map_err(cache_fault);
+        let mut r = Ok(());
+        if !self.sb.lost_pending {
+            // The superblock first says version 4: a build that ignores the list refuses
+            // the cache before the list holds anything it would serve stale bytes for.
+            self.sb.lost_pending = true;
+            let b = self.sb.encode();
+            r = self.cache_write(&b, 0).and_then(|_| self.cache_sync());
+        }
+        let Some(l) = self.list.as_mut() else {
+            unreachable!("checked above");
+        };
+        let r = r.and_then(|_| l.write(&*self.cache, &want).map_err(cache_fault));
         if let Err(e) = r.and_then(|_| self.cache_sync()) {
             tracing::error!(
                 "could not record the lost ranges on the cache device ({e}): failing the cache so that the state file records them"
@@ -421,7 +432,15 @@ impl Inner {
             return Ok(());
         }
         l.write(&*self.cache, &lost).map_err(cache_fault)?;
-        self.cache_sync()
+        self.cache_sync()?;
+        if lost.is_empty() && self.sb.lost_pending {
+            // The list is durably empty: older builds may open the cache again.
+            self.sb.lost_pending = false;
+            let b = self.sb.encode();
+            self.cache_write(&b, 0)?;
+            self.cache_sync()?;
+        }
+        Ok(())
     }
 
     /// Syncs the backing device for pass-through requests; a failure reports the ranges

@@ -50,6 +50,7 @@ pub fn format_log_for(
         backing: backing.unwrap_or_default(),
         uuid: rand::random(),
         lost_list: true,
+        lost_pending: false,
     };
     engine_config(&sb).validate().map_err(io_err)?;
     let g = sb.geometry();
@@ -231,6 +232,14 @@ impl LogVolume {
                 }
             }
         };
+        // Version 4 exactly while the list holds ranges (a crash may have left either side
+        // of an update: the list is the truth); written now if it disagrees.
+        let pending = list.as_ref().is_some_and(|l| !l.ranges.is_empty());
+        if pending != sb.lost_pending && !opts.offline {
+            sb.lost_pending = pending;
+            cache.write_at(&sb.encode(), 0)?;
+            cache.sync()?;
+        }
         let geo = sb.geometry();
         if cache.size() < geo.device_bytes(sb.segments) {
             return Err(io_err(format!(

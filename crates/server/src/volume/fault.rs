@@ -577,11 +577,20 @@ impl CacheVolume {
         }
         let lost = g.lost.clone();
         let mut r = Ok(());
-        if let Some(l) = g.list.as_mut() {
-            if !crate::lost_list::covers(&l.ranges, &lost) {
-                let want = crate::lost_list::union(&l.ranges, &lost);
-                r = l.write(&*self.cache, &want);
-            }
+        let grows = g
+            .list
+            .as_ref()
+            .is_some_and(|l| !crate::lost_list::covers(&l.ranges, &lost));
+        if grows && !g.sb.lost_pending {
+            // The superblock first says version 4: a build that ignores the list refuses
+            // the cache before the list holds anything it would serve stale bytes for.
+            g.sb.lost_pending = true;
+            g.sb.version = g.sb.current_version();
+            r = self.write_superblock(g);
+        }
+        if let (true, Some(l)) = (grows, g.list.as_mut()) {
+            let want = crate::lost_list::union(&l.ranges, &lost);
+            r = r.and_then(|_| l.write(&*self.cache, &want));
         }
         if let Some(s) = g.sums.as_mut() {
             s.lost = lost;
@@ -617,7 +626,14 @@ impl CacheVolume {
             "a lost range not in the durable list at a flush"
         );
         l.write(&*self.cache, &lost)?;
-        self.sync_cache(g)
+        self.sync_cache(g)?;
+        if lost.is_empty() && g.sb.lost_pending {
+            // The list is durably empty: older builds may open the cache again.
+            g.sb.lost_pending = false;
+            g.sb.version = g.sb.current_version();
+            self.write_superblock(g)?;
+        }
+        Ok(())
     }
 
     /// A plan failed at `e`: recovers the cache's state, then fails the request (backing

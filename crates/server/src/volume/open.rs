@@ -77,6 +77,7 @@ pub fn format(
             .clone()
             .unwrap_or_else(|| BackingIdentity::unknown(&opts.backing_id)),
         clean: true,
+        lost_pending: false,
         generation: 1,
         data_offset: Superblock::data_offset_new(lines, ls, sums),
         tuning: opts.tuning,
@@ -780,6 +781,9 @@ impl CacheVolume {
         {
             let mut g = vol.lock();
             g.sb.clean = false;
+            // Version 4 exactly while the list holds ranges (a crash may have left either
+            // side of an update: the list is the truth).
+            g.sb.lost_pending = g.list.as_ref().is_some_and(|l| !l.ranges.is_empty());
             g.sb.version = g.sb.current_version();
             vol.write_superblock(&mut g)?;
             if report.dropped_clean_lines > 0 {
