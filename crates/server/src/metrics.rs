@@ -230,6 +230,36 @@ impl Metrics {
         );
         for (n, h, v) in [
             (
+                "unmap_syncs_total",
+                "Cache syncs that made records unmapped before their slot's reuse durable (on the miss path or in a batch ahead of evictions).",
+                stats.unmap_syncs,
+            ),
+            (
+                "unmapped_on_miss_total",
+                "Records unmapped on the miss path (their slot was being reused).",
+                stats.unmap_on_miss,
+            ),
+            (
+                "unmapped_ahead_total",
+                "Records of likely victims unmapped ahead of their eviction, in batches.",
+                stats.unmap_ahead,
+            ),
+            (
+                "flux_syncs_total",
+                "Cache syncs made to flag metadata pages in flux before in-place writes.",
+                stats.flux_syncs,
+            ),
+            (
+                "flux_pages_total",
+                "Metadata pages flagged in flux before in-place writes.",
+                stats.flux_pages,
+            ),
+            (
+                "metadata_pages_written_total",
+                "Metadata pages written by flushes.",
+                stats.metadata_pages_written,
+            ),
+            (
                 "unlocked_writebacks_total",
                 "Cleaning passes whose device I/O ran outside the volume lock.",
                 stats.unlocked_writebacks,

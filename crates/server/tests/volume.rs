@@ -394,6 +394,22 @@ fn evictions_unmap_likely_victims_in_batches() {
     let after = vol.stats();
     assert_eq!(after.unmap_syncs, before.unmap_syncs + 1);
     assert_eq!(after.unmap_ahead, before.unmap_ahead + 8);
+    // The same figures on the Prometheus endpoint.
+    let text = vol.metrics().prometheus(&after);
+    for (name, v) in [
+        ("unmap_syncs_total", after.unmap_syncs),
+        ("unmapped_on_miss_total", after.unmap_on_miss),
+        ("unmapped_ahead_total", after.unmap_ahead),
+        ("flux_syncs_total", after.flux_syncs),
+        ("flux_pages_total", after.flux_pages),
+        ("metadata_pages_written_total", after.metadata_pages_written),
+    ] {
+        assert!(
+            text.contains(&format!("\ntiercache_{name} {v}\n")),
+            "tiercache_{name} {v} not in the Prometheus text"
+        );
+    }
+    assert!(after.metadata_pages_written > 0 && after.unmap_ahead > 0);
     assert_eq!(after.dirty_lines, before.dirty_lines - 8);
     assert_eq!(vol.unmapped_ahead().len(), 8);
     // Their evictions need no sync.
