@@ -178,7 +178,27 @@ pub fn serve_json_lines(
                         if line.trim().is_empty() {
                             continue;
                         }
-                        if writeln!(w, "{}", answer(&line)).is_err() {
+                        // A command that panics (a bug; with the volume lock held the
+                        // volume halts, see `crate::live::HALTED`) still gets its reply,
+                        // and this connection goes on.
+                        let reply = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                            answer(&line)
+                        }))
+                        .unwrap_or_else(|p| {
+                            let what = p
+                                .downcast_ref::<String>()
+                                .map(String::as_str)
+                                .or_else(|| p.downcast_ref::<&str>().copied())
+                                .unwrap_or("(no message)");
+                            serde_json::json!({
+                                "ok": false,
+                                "error": format!(
+                                    "the command panicked: {what} (a bug: the server log has \
+                                     the details; `ctl stats` says whether the volume halted)"
+                                ),
+                            })
+                        });
+                        if writeln!(w, "{reply}").is_err() {
                             return;
                         }
                     }

@@ -380,3 +380,20 @@ fn a_panic_under_the_log_volume_lock_halts_it_until_a_restart() {
     }
     assert!(!vol.stats().halted);
 }
+
+/// `ctl flush` whose cleaning pass panics gets an error reply naming the panic (before: the
+/// control connection closed without a reply), and the control socket goes on answering.
+#[test]
+fn a_control_command_that_panics_gets_a_reply() {
+    use tiercache_server::control::{request, serve_control, Command};
+    let s = setup();
+    let dir = tmp();
+    let sock = dir.path().join("ctl.sock");
+    serve_control(&sock, s.vol.clone()).unwrap();
+    s.armed.store(true, Ordering::SeqCst);
+    let e = request(&sock, &Command::Flush).expect_err("a flush whose pass panicked fails");
+    assert!(e.contains("panicked"), "the reply names the panic: {e}");
+    s.armed.store(false, Ordering::SeqCst);
+    request(&sock, &Command::Flush).expect("the next flush, with the device healed");
+    assert_eq!(s.vol.stats().dirty_lines, 0);
+}
