@@ -218,6 +218,7 @@ impl CacheVolume {
         }
         g.wb = Some(Unlocked { pass, spans });
         drop(g);
+        self.pause.at(step::Stage::Begun, &self.wb_waiters);
         self.metrics
             .unlocked_writebacks
             .fetch_add(1, Ordering::Relaxed);
@@ -274,6 +275,7 @@ impl CacheVolume {
             w.running = false;
         }
         self.wb_done.notify_all();
+        self.pause.at(step::Stage::IoDone, &self.wb_waiters);
         let mut g = self.lock();
         self.reap(&mut g, false);
         let r = g.wb_error.take().map_or(Ok(()), Err);
