@@ -56,7 +56,8 @@ impl Pause {
         if s.thread != Some(std::thread::current().id()) {
             return;
         }
-        s.reached = stage as u8;
+        // Only the first pass is held (unmap-ahead may run more): later ones go on.
+        s.reached = s.reached.max(stage as u8);
         self.cv.notify_all();
         while s.released < stage as u8
             && !(stage == Stage::Begun && waiters.load(Ordering::Acquire) > 0)
@@ -98,6 +99,31 @@ impl CacheVolume {
     /// thread, `ctl flush`, a mode switch) while it runs: they wait for it.
     #[doc(hidden)]
     pub fn stepped_clean(self: &Arc<Self>, n: u64) -> SteppedClean {
+        self.stepped(move |v| {
+            let owner = v.clean_owner();
+            let g = v.lock();
+            if g.closed || g.failed {
+                return Ok(());
+            }
+            let (g, r) = v.clean_pass_unlocked(&owner, g, n);
+            drop(g);
+            drop(owner);
+            r
+        })
+    }
+
+    /// Test hook: [`CacheVolume::unmap_ahead_if_needed`] with its first write-back outside
+    /// the lock held as [`CacheVolume::stepped_clean`]'s pass is; the unmapping comes with
+    /// the commit.
+    #[doc(hidden)]
+    pub fn stepped_unmap_ahead(self: &Arc<Self>) -> SteppedClean {
+        self.stepped(|v| v.unmap_ahead_if_needed().map(|_| ()))
+    }
+
+    fn stepped(
+        self: &Arc<Self>,
+        pass: impl FnOnce(&CacheVolume) -> io::Result<()> + Send + 'static,
+    ) -> SteppedClean {
         {
             let mut s = self.pause.state();
             assert!(s.thread.is_none(), "one stepped cleaning pass at a time");
@@ -110,15 +136,7 @@ impl CacheVolume {
                 let _finished = Finished(&v.pause);
                 v.pause.state().thread = Some(std::thread::current().id());
                 v.pause.armed.store(true, Ordering::Release);
-                let owner = v.clean_owner();
-                let g = v.lock();
-                if g.closed || g.failed {
-                    return Ok(());
-                }
-                let (g, r) = v.clean_pass_unlocked(&owner, g, n);
-                drop(g);
-                drop(owner);
-                r
+                pass(&v)
             })
             .expect("spawn the stepped cleaning pass");
         let p = SteppedClean {
