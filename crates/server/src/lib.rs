@@ -34,6 +34,8 @@ pub use log_volume::{
 };
 pub use nbd_dev::NbdDev;
 pub use open_live::{open_live, DirectRun, LiveOpenOptions, LiveOpenReport, LogGiven};
+#[doc(hidden)]
+pub use volume::SteppedClean;
 pub use volume::{
     format, read_superblock, CacheVolume, FormatOptions, LineState, OpenOptions, OpenReport,
     VolumeStats,

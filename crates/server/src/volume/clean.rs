@@ -145,23 +145,44 @@ impl CacheVolume {
     /// simulator's order).
     pub(super) fn clean_pass_unlocked<'a>(
         &'a self,
+        owner: &MutexGuard<'_, ()>,
+        g: MutexGuard<'a, Inner>,
+        n: u64,
+    ) -> (MutexGuard<'a, Inner>, io::Result<()>) {
+        self.write_back_unlocked(owner, g, WbOf::Lines(n))
+    }
+
+    /// [`CacheVolume::clean_pass_unlocked`] of the lines the cleaner picks, or of given
+    /// slots (unmap-ahead's dirty likely victims).
+    fn write_back_unlocked<'a>(
+        &'a self,
         _owner: &MutexGuard<'_, ()>,
         mut g: MutexGuard<'a, Inner>,
-        n: u64,
+        of: WbOf,
     ) -> (MutexGuard<'a, Inner>, io::Result<()>) {
         assert!(
             g.wb.is_none(),
             "a write-back in flight while another owner holds clean_io"
         );
         if self.inline_cleaning() {
-            let r = self.clean_pass(&mut g, n);
+            let r = match of {
+                WbOf::Lines(n) => self.clean_pass(&mut g, n),
+                WbOf::Slots(s) => self.sync_if_full(&mut g).and_then(|()| {
+                    let batch = g.engine.begin_write_back_slots(&s).map(InFlight::new);
+                    self.run_clean_steps(&mut g, batch)
+                }),
+            };
             return (g, r);
         }
         self.settle_dropped_exclusive(&mut g);
         if let Err(e) = self.sync_if_full(&mut g) {
             return (g, Err(e));
         }
-        let Some(pass) = g.engine.begin_clean(n).map(InFlight::new) else {
+        let pass = match &of {
+            WbOf::Lines(n) => g.engine.begin_clean(*n).map(InFlight::new),
+            WbOf::Slots(s) => g.engine.begin_write_back_slots(s).map(InFlight::new),
+        };
+        let Some(pass) = pass else {
             return (g, Ok(()));
         };
         let only_write_backs = pass
@@ -218,6 +239,7 @@ impl CacheVolume {
         }
         g.wb = Some(Unlocked { pass, spans });
         drop(g);
+        self.pause.at(step::Stage::Begun, &self.wb_waiters);
         self.metrics
             .unlocked_writebacks
             .fetch_add(1, Ordering::Relaxed);
@@ -278,6 +300,7 @@ impl CacheVolume {
             }
         }
         drop(post);
+        self.pause.at(step::Stage::IoDone, &self.wb_waiters);
         let mut g = self.lock();
         self.reap(&mut g, false);
         let r = g.wb_error.take().map_or(Ok(()), Err);
@@ -573,18 +596,38 @@ impl CacheVolume {
     /// them (LBA order, contiguous ones merged; counted as cleaning), then unmaps them all
     /// in one batch (one backing sync, one cache sync), so their evictions need no sync.
     /// Returns whether it did anything.
+    ///
+    /// The dirty ones are written back outside the volume lock first (as a cleaning pass of
+    /// those slots, [`CacheVolume::clean_pass_unlocked`]); then, under the lock, the
+    /// candidates are picked again: any dirtied meanwhile is written back under the lock
+    /// (rare: a likely victim is cold), and the batch is unmapped.
     pub fn unmap_ahead_if_needed(&self) -> io::Result<bool> {
-        let _owner = self.clean_owner();
+        let owner = self.clean_owner();
         let mut g = self.lock();
+        // A few passes at most (a likely victim rewritten again and again is left to the
+        // locked pass below).
+        for _ in 0..4 {
+            match self.unmap_ahead_candidates(&mut g) {
+                Some((_, mut dirty)) if !dirty.is_empty() => {
+                    dirty.truncate(CLEAN_PASS_LINES as usize);
+                    let (g2, r) = self.write_back_unlocked(&owner, g, WbOf::Slots(dirty));
+                    g = g2;
+                    r?;
+                }
+                _ => break,
+            }
+        }
         self.unmap_ahead_locked(&mut g)
     }
 
-    pub(super) fn unmap_ahead_locked(&self, g: &mut Inner) -> io::Result<bool> {
+    /// The likely victims to unmap ahead now (none: not due) and the dirty ones among them
+    /// (LBA order).
+    fn unmap_ahead_candidates(&self, g: &mut Inner) -> Option<(Vec<u32>, Vec<u32>)> {
         // Degraded: its write-backs would fail; clean lines are evicted without a sync then.
         if g.closed || g.failed || g.degraded.is_some() || self.inline_cleaning() {
-            return Ok(false);
+            return None;
         }
-        // Its write-backs run under the lock: none may be in flight outside it.
+        // None may be in flight when the candidates are picked (its lines are pinned).
         self.reap(g, false);
         if let Some(e) = g.wb_error.take() {
             tracing::warn!("write-back failed: {e}");
@@ -592,21 +635,28 @@ impl CacheVolume {
         self.settle_dropped_exclusive(g);
         let k = self.unmap_batch_now();
         if k < 2 {
-            return Ok(false);
+            return None;
         }
         let mut cand = Vec::new();
         g.engine.eviction_candidates(k, &mut cand);
         cand.retain(|s| !g.ahead.contains_key(s));
         if cand.is_empty() || (cand.len() as u64) < k / 2 {
-            return Ok(false);
+            return None;
         }
         let mut dirty: Vec<u32> = cand
             .iter()
             .copied()
             .filter(|&s| g.engine.dirty_mask(s) != 0)
             .collect();
+        dirty.sort_by_key(|&s| g.engine.slot_key(s));
+        Some((cand, dirty))
+    }
+
+    pub(super) fn unmap_ahead_locked(&self, g: &mut Inner) -> io::Result<bool> {
+        let Some((cand, mut dirty)) = self.unmap_ahead_candidates(g) else {
+            return Ok(false);
+        };
         if !dirty.is_empty() {
-            dirty.sort_by_key(|&s| g.engine.slot_key(s));
             // A short pass under the lock: the next call (after the lock went to waiting
             // requests) picks the candidates again and writes back the rest.
             let more = dirty.len() as u64 > CLEAN_PASS_LINES;
@@ -725,6 +775,13 @@ impl CacheVolume {
         );
         self.flush_locked(&mut g)
     }
+}
+
+/// What an unlocked write-back writes: at most N lines in the cleaner's order, or these
+/// slots' dirty lines.
+enum WbOf {
+    Lines(u64),
+    Slots(Vec<u32>),
 }
 
 /// A write-back begun in the engine ([`Engine::begin_clean`]): its steps, ticket and the

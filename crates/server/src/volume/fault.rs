@@ -254,10 +254,12 @@ impl CacheVolume {
     /// ([`OpenOptions::state_path`]). Returns whether the failure is durable (state file or
     /// erasure); until it is, writes fail ([`CacheVolume::record_failure`]).
     pub(super) fn fail_cache(&self, g: &mut Inner, reason: &str) -> bool {
-        debug_assert!(
-            g.wb.is_none(),
-            "failing the cache while a write-back is in flight (its lines are pinned)"
-        );
+        // The recovery below drops every line, which a pinned slot forbids: commit a
+        // write-back in flight first (it may get here from inside a request's plan, e.g. a
+        // backing sync failing in `unmap_before_reuse` whose lost ranges cannot be
+        // recorded). `excl`: this recovery, like the one below, runs with whatever the
+        // caller holds (a plan holds `io` exclusively: taking it here would deadlock).
+        self.reap(g, true);
         tracing::error!(
             "cache device failed after {} errors: writing back dirty data and switching to pass-through",
             g.cache_errors

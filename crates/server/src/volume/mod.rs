@@ -112,9 +112,12 @@ mod open;
 mod records;
 mod settings;
 mod stats;
+mod step;
 
 pub(crate) use open::read_twice;
 pub use open::{format, read_superblock};
+#[doc(hidden)]
+pub use step::SteppedClean;
 
 /// How to format a cache device.
 #[derive(Clone, Debug)]
@@ -350,6 +353,8 @@ pub struct CacheVolume {
     /// write-back issues its next backing write only when none is (for at most
     /// [`FG_GATE_MAX`]), so a read miss waits for at most the one in progress.
     fg_backing: AtomicU64,
+    /// Test hook: holds a stepped cleaning pass between its steps ([`step`]).
+    pause: step::Pause,
 }
 
 /// Longest the unlocked write-back holds a backing write back for foreground backing I/O.

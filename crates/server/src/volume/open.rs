@@ -770,6 +770,7 @@ impl CacheVolume {
             wb_done: std::sync::Condvar::new(),
             wb_waiters: AtomicU64::new(0),
             fg_backing: AtomicU64::new(0),
+            pause: Default::default(),
             inner: Mutex::new(inner),
         };
         vol.metrics

@@ -1,0 +1,116 @@
+//! A cleaning write-back held between its steps (`CacheVolume::stepped_clean`: begun with
+//! its lines pinned, I/O outside the volume lock, commit) while a request fails the cache
+//! device: the failure's recovery must commit the write-back first (issue 20; found by
+//! crash_points' stepped passes).
+
+mod common;
+
+use common::*;
+use std::sync::Arc;
+use tiercache_engine::Mode;
+use tiercache_nbd::Export;
+use tiercache_server::fault::Faults;
+use tiercache_server::{CacheVolume, FileDev, OpenOptions, Superblock};
+
+fn line(k: u64) -> Vec<u8> {
+    (0..4096u64)
+        .map(|i| (k as u8) ^ (i as u8).rotate_left(3))
+        .collect()
+}
+
+/// The cache is failed (its errors reached `max_cache_errors`) by a request to another line
+/// while a write-back's lines are pinned: `fail_cache` drops every line, so it commits the
+/// write-back first; every acknowledged byte then reads back from the backing device.
+#[test]
+fn failing_the_cache_commits_a_write_back_in_flight() {
+    let f = files(24, 4096);
+    format(&f, Mode::WriteBack, 4096);
+    let faults = Faults::new(1);
+    let (cdev, ch) = faults.wrap("cache", Box::new(FileDev::open(&f.cache).unwrap()), false);
+    let (v, _) = CacheVolume::open(
+        Box::new(cdev),
+        Box::new(FileDev::open(&f.backing).unwrap()),
+        &OpenOptions::default(),
+    )
+    .unwrap();
+    let v = Arc::new(v);
+    // Eight dirty lines, two runs (lines 0-3 and 6-9): a pass of 8 writes two groups.
+    let lines: Vec<u64> = (0..4).chain(6..10).collect();
+    for &k in &lines {
+        v.write(k * 4096, &line(k), false).unwrap();
+    }
+    v.set_max_cache_errors(1);
+    let pass = v.stepped_clean(8);
+    assert!(pass.in_flight(), "the pass did not go outside the lock");
+    // Every write to the cache's data area fails from now on: the write of line 20 fails
+    // the cache (whose failure is recorded by erasing the superblock, which still works).
+    ch.fail_writes(Superblock::data_offset_with(24, 4096, false)..u64::MAX);
+    v.write(20 * 4096, &line(20), false)
+        .expect("a write the failed cache passes through to the backing device");
+    assert!(v.cache_failed(), "one cache error fails the cache here");
+    pass.commit().expect("the write-back itself succeeded");
+    for &k in lines.iter().chain([20].iter()) {
+        let mut b = vec![0u8; 4096];
+        v.read(k * 4096, &mut b).unwrap();
+        assert!(b == line(k), "line {k} lost its acknowledged bytes");
+    }
+    let st = v.stats();
+    assert_eq!(st.unlocked_writebacks, 1);
+    assert_eq!(
+        st.writeback_waits, 1,
+        "the failing request waited for the I/O"
+    );
+}
+
+/// The failure crash_points found: a read miss reuses a clean line's slot, whose record is
+/// unmapped after a backing sync (`unmap_before_reuse`); that sync fails, the ranges written
+/// since cannot be written again from the cache (its reads fail) and the lost ranges cannot
+/// be recorded (its syncs fail): the cache is failed from inside the plan, while a
+/// write-back whose I/O is done holds its lines pinned. No panic: the write-back is
+/// committed first; its lines then read their bytes or fail (reported lost), never older
+/// bytes.
+#[test]
+fn a_cache_failed_inside_a_plan_commits_the_write_back_first() {
+    let f = files(24, 4096);
+    format(&f, Mode::WriteBack, 4096);
+    let faults = Faults::new(2);
+    let (cdev, ch) = faults.wrap("cache", Box::new(FileDev::open(&f.cache).unwrap()), false);
+    let (bdev, bh) = faults.wrap(
+        "backing",
+        Box::new(FileDev::open(&f.backing).unwrap()),
+        false,
+    );
+    let (v, _) =
+        CacheVolume::open(Box::new(cdev), Box::new(bdev), &OpenOptions::default()).unwrap();
+    let v = Arc::new(v);
+    v.set_unmap_batch(0);
+    let lines: Vec<u64> = (0..4).chain(6..10).collect();
+    for &k in &lines {
+        v.write(k * 4096, &line(k), false).unwrap();
+    }
+    // The other 16 slots hold clean lines with durable records.
+    let mut b = vec![0u8; 4096];
+    for k in 40..56 {
+        v.read(k * 4096, &mut b).unwrap();
+    }
+    v.flush().unwrap();
+    let mut pass = v.stepped_clean(8);
+    assert!(pass.in_flight(), "the pass did not go outside the lock");
+    pass.io();
+    bh.fail_syncs();
+    ch.fail_syncs();
+    ch.fail_reads(Superblock::data_offset_with(24, 4096, false)..u64::MAX);
+    // A miss: its slot's record is unmapped first, after a backing sync that fails.
+    let _ = v.read(60 * 4096, &mut b);
+    assert!(
+        v.cache_failed(),
+        "the lost ranges could not be recorded: the cache failed"
+    );
+    let _ = pass.commit();
+    for &k in &lines {
+        let mut b = vec![0u8; 4096];
+        if v.read(k * 4096, &mut b).is_ok() {
+            assert!(b == line(k), "line {k} reads older bytes");
+        }
+    }
+}
