@@ -22,6 +22,9 @@ impl Policy for Fifo {
         INFO.name
     }
     fn hit(&mut self, _slot: Slot, _a: &Access) {}
+    fn prefetch(&self, slot: Slot) {
+        self.list.prefetch(slot);
+    }
     fn insert(&mut self, slot: Slot, _a: &Access) {
         self.list.push_head(slot);
     }

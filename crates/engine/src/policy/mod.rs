@@ -98,6 +98,9 @@ pub trait Policy: Send {
     fn miss(&mut self, _access: &Access) {}
     /// `slot` now holds `access.key`.
     fn insert(&mut self, slot: Slot, access: &Access);
+    /// A hint that `slot` is inserted soon (a bulk restore, a few lines ahead): the policy may
+    /// ask the CPU to load its per-slot state. MUST NOT change the policy's state.
+    fn prefetch(&self, _slot: Slot) {}
     /// Choose the slot to evict next (does not remove it).
     fn victim(&mut self) -> Slot;
     /// The line `key` leaves `slot`: evicted (`evicted = true`) or invalidated.
