@@ -145,6 +145,14 @@ pub struct RestoreLine {
     pub class: u8,
 }
 
+/// Lines restored by [`Engine::restore_slots`] and not yet threaded into the policy: given
+/// to [`Engine::restore_age`].
+#[must_use = "the restored lines are in no policy until restore_age threads them"]
+#[derive(Debug)]
+pub struct RestorePending {
+    unthreaded: Vec<u64>,
+}
+
 /// A write-back in flight, from [`Engine::begin_clean`] or
 /// [`Engine::begin_write_back_slots`] until [`Engine::complete_writeback`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -2558,6 +2566,19 @@ impl Engine {
         lines: impl IntoIterator<Item = RestoreLine>,
         age: &[Slot],
     ) -> Vec<(Slot, EngineError)> {
+        let (errors, pending) = self.restore_slots(lines);
+        self.restore_age(pending, age);
+        errors
+    }
+
+    /// The first half of [`Engine::restore_sorted`]: the lines into their slots, the index
+    /// and the dirty state. The policy knows none of them until [`Engine::restore_age`] is
+    /// given the returned token (a caller sorts the age order meanwhile); the engine must
+    /// not be used in between.
+    pub fn restore_slots(
+        &mut self,
+        lines: impl IntoIterator<Item = RestoreLine>,
+    ) -> (Vec<(Slot, EngineError)>, RestorePending) {
         assert!(
             self.len == 0 && self.pins.is_empty() && self.dirty_count == 0,
             "restore into an engine that holds lines"
@@ -2617,12 +2638,23 @@ impl Engine {
         }
         dirty_keys.sort_unstable();
         self.dirty_set = dirty_keys.into_iter().collect();
+        (errors, RestorePending { unthreaded })
+    }
+
+    /// The second half of [`Engine::restore_sorted`]: threads the lines restored by
+    /// [`Engine::restore_slots`] into the policy, `age` oldest first.
+    pub fn restore_age(&mut self, pending: RestorePending, age: &[Slot]) {
+        const AHEAD: usize = 16;
+        let mut unthreaded = pending.unthreaded;
         let mut threaded = 0u32;
+        let reads = self.policy.insert_reads_access();
         for (i, &slot) in age.iter().enumerate() {
             if let Some(&s) = age.get(i + AHEAD) {
                 if s < self.cap {
-                    crate::index::prefetch(&self.keys[s as usize]);
-                    crate::index::prefetch(&self.classes[s as usize]);
+                    if reads {
+                        crate::index::prefetch(&self.keys[s as usize]);
+                        crate::index::prefetch(&self.classes[s as usize]);
+                    }
                     self.policy.prefetch(s);
                 }
             }
@@ -2633,20 +2665,27 @@ impl Engine {
             unthreaded[w] &= !b;
             threaded += 1;
             let a = Access {
-                key: self.keys[slot as usize],
+                key: if reads {
+                    self.keys[slot as usize]
+                } else {
+                    EMPTY
+                },
                 seq: self.seq,
                 next_use: NEVER,
                 is_write: false,
-                class: self.classes[slot as usize],
+                class: if reads {
+                    self.classes[slot as usize]
+                } else {
+                    0
+                },
             };
             self.seq += 1;
             self.policy.insert(slot, &a);
         }
         assert_eq!(
             threaded, self.len,
-            "restore_sorted: a restored line is missing from the age order"
+            "restore_age: a restored line is missing from the age order"
         );
-        errors
     }
 
     /// The checks of [`Engine::restore_line`] that need no lookup.

@@ -22,6 +22,9 @@ impl Policy for Fifo {
         INFO.name
     }
     fn hit(&mut self, _slot: Slot, _a: &Access) {}
+    fn insert_reads_access(&self) -> bool {
+        false
+    }
     fn prefetch(&self, slot: Slot) {
         self.list.prefetch(slot);
     }

@@ -23,6 +23,9 @@ impl Policy for Lifo {
         INFO.name
     }
     fn hit(&mut self, _slot: Slot, _a: &Access) {}
+    fn insert_reads_access(&self) -> bool {
+        false
+    }
     fn prefetch(&self, slot: Slot) {
         self.list.prefetch(slot);
     }

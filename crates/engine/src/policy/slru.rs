@@ -66,6 +66,9 @@ impl Policy for Slru {
             self.probation.push_head(d);
         }
     }
+    fn insert_reads_access(&self) -> bool {
+        false
+    }
     fn prefetch(&self, slot: Slot) {
         self.probation.prefetch(slot);
     }

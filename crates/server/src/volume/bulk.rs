@@ -258,6 +258,24 @@ pub(super) fn radix_sort(v: &mut [u64], scratch: &mut Vec<u64>) {
     jobs.into_par_iter().for_each(|(x, y)| lsd(x, y, shift));
 }
 
+/// The low halves of `v` (`seq << 32 | slot` values: the slots), in place in its first
+/// half: the age order costs no second buffer (0.4 GB at 10^8 lines).
+pub(super) fn low_halves(v: &mut [u64]) -> &[u32] {
+    let n = v.len();
+    let p = v.as_mut_ptr();
+    // SAFETY: `u32` number i lies in `u64` number i / 2 <= i, already read when it is
+    // written (ascending i, read before write); `u32` needs less alignment than `u64`, and
+    // n of them fit in the n `u64`s borrowed, which the slice keeps borrowed.
+    unsafe {
+        let q = p as *mut u32;
+        for i in 0..n {
+            let x = p.add(i).read();
+            q.add(i).write(x as u32);
+        }
+        std::slice::from_raw_parts(q, n)
+    }
+}
+
 /// The clean sample's keys: `keys` sorted, each `key << 1 | dirty`; returns how many are
 /// clean (low bit 0) and the clean keys at ranks `j * n / k` among them, `k = min(n, size)`
 /// (evenly spaced in key order), ascending.
@@ -404,6 +422,15 @@ mod tests {
                 "n {n} size {size}"
             );
         }
+    }
+
+    #[test]
+    fn low_halves_are_the_slots_in_order() {
+        let mut v: Vec<u64> = (0..1001u64)
+            .map(|i| (i * 7919) << 32 | (i * 31 + 5))
+            .collect();
+        let want: Vec<u32> = v.iter().map(|&x| x as u32).collect();
+        assert_eq!(super::low_halves(&mut v), &want[..]);
     }
 
     #[test]

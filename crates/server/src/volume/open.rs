@@ -514,16 +514,13 @@ impl CacheVolume {
             touched.extend(losers);
         }
         // Oldest first (as they were last used), by sequence number relative to the newest,
-        // then slot.
+        // then slot: sorted below while the engine takes the lines.
         let base = max_seq.wrapping_add(1);
         order.par_iter_mut().for_each(|o| {
             let seq = (*o >> 32) as u32;
             *o = (seq.wrapping_sub(base) as u64) << 32 | (*o & 0xffff_ffff);
         });
-        bulk::radix_sort(&mut order, &mut scratch);
-        let age: Vec<u32> = order.par_iter().map(|&o| o as u32).collect();
-        drop(order);
-        lap.lap("duplicates, age order");
+        lap.lap("duplicates");
         let mut sums = match sb.data_checksums {
             true => Some(crate::data_sums::DataSums::load(
                 &*cache,
@@ -655,7 +652,6 @@ impl CacheVolume {
             }
             bulk::radix_sort(&mut keys, &mut scratch);
         }
-        drop(scratch);
         let (n, picked) = bulk::pick_clean(&keys, crate::identity::sample_size(ls));
         let dirty_lines = (keys.len() - n) as u64;
         drop(keys);
@@ -734,9 +730,17 @@ impl CacheVolume {
                 class: 0,
             }
         });
-        let refused = engine.restore_sorted(lines, &age);
-        drop(age);
-        lap.lap("engine");
+        // The age order is sorted (on the other core) while the engine takes the lines in
+        // slot order; then the policy is threaded in age order.
+        let ((), (refused, pending)) = rayon::join(
+            || bulk::radix_sort(&mut order, &mut scratch),
+            || engine.restore_slots(lines),
+        );
+        drop(scratch);
+        lap.lap("age order | engine slots");
+        engine.restore_age(pending, bulk::low_halves(&mut order));
+        drop(order);
+        lap.lap("engine policy");
         if let (Some((slot, e)), true) = (refused.first(), sb.clean) {
             return Err(FormatError::BadField {
                 field: "metadata record",
