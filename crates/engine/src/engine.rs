@@ -145,6 +145,14 @@ pub struct RestoreLine {
     pub class: u8,
 }
 
+/// Lines restored by [`Engine::restore_slots`] and not yet threaded into the policy: given
+/// to [`Engine::restore_age`].
+#[must_use = "the restored lines are in no policy until restore_age threads them"]
+#[derive(Debug)]
+pub struct RestorePending {
+    unthreaded: Vec<u64>,
+}
+
 /// A write-back in flight, from [`Engine::begin_clean`] or
 /// [`Engine::begin_write_back_slots`] until [`Engine::complete_writeback`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -2508,10 +2516,6 @@ impl Engine {
     /// were refused, by position in `lines`, each with what [`Engine::restore_line`] would
     /// have said; the others are restored.
     pub fn restore_bulk(&mut self, lines: &[RestoreLine]) -> Vec<(usize, EngineError)> {
-        assert!(
-            self.len == 0 && self.pins.is_empty() && self.dirty_count == 0,
-            "restore_bulk into an engine that holds lines"
-        );
         let mut errors = Vec::new();
         // Position in `lines` per slot (NIL: none), so the slots are visited in order.
         const NONE: u32 = u32::MAX;
@@ -2537,18 +2541,76 @@ impl Engine {
                 at[l.slot as usize] = i as u32;
             }
         }
-        let mut ok = vec![false; lines.len()];
+        let sorted = (0..self.cap)
+            .filter(|&s| at[s as usize] != NONE)
+            .map(|s| lines[at[s as usize] as usize]);
+        let age: Vec<Slot> = lines.iter().map(|l| l.slot).collect();
+        let refused = self.restore_sorted(sorted, &age);
+        errors.extend(
+            refused
+                .into_iter()
+                .map(|(s, e)| (at[s as usize] as usize, e)),
+        );
+        errors.sort_by_key(|e| e.0);
+        errors
+    }
+
+    /// [`Engine::restore_bulk`] for a caller that has its lines in slot order already (a
+    /// restart decoding the record area): `lines` by ascending slot (each slot once, in
+    /// range; asserted), `age` the slots oldest first as the policy is to see them (slots
+    /// of refused lines, or of no line, are skipped; every restored line must be in it,
+    /// asserted). No copy of the lines is made: the iterator is consumed once, the index
+    /// buckets prefetched 16 lines ahead. Returns the refused lines by slot.
+    pub fn restore_sorted(
+        &mut self,
+        lines: impl IntoIterator<Item = RestoreLine>,
+        age: &[Slot],
+    ) -> Vec<(Slot, EngineError)> {
+        let (errors, pending) = self.restore_slots(lines);
+        self.restore_age(pending, age);
+        errors
+    }
+
+    /// The first half of [`Engine::restore_sorted`]: the lines into their slots, the index
+    /// and the dirty state. The policy knows none of them until [`Engine::restore_age`] is
+    /// given the returned token (a caller sorts the age order meanwhile); the engine must
+    /// not be used in between.
+    pub fn restore_slots(
+        &mut self,
+        lines: impl IntoIterator<Item = RestoreLine>,
+    ) -> (Vec<(Slot, EngineError)>, RestorePending) {
+        assert!(
+            self.len == 0 && self.pins.is_empty() && self.dirty_count == 0,
+            "restore into an engine that holds lines"
+        );
+        let mut errors = Vec::new();
         let mut dirty_keys = Vec::new();
+        // Restored slots not yet threaded into the policy.
+        let mut unthreaded = vec![0u64; (self.cap as usize).div_ceil(64)];
         const AHEAD: usize = 16;
-        let slots: Vec<u32> = (0..self.cap).filter(|&s| at[s as usize] != NONE).collect();
-        for (n, &slot) in slots.iter().enumerate() {
-            if let Some(&s) = slots.get(n + AHEAD) {
-                self.map.prefetch(lines[at[s as usize] as usize].key);
+        let mut ring = std::collections::VecDeque::with_capacity(AHEAD + 1);
+        let mut it = lines.into_iter();
+        let mut last: Option<Slot> = None;
+        loop {
+            while ring.len() < AHEAD {
+                let Some(l) = it.next() else { break };
+                let l: RestoreLine = l;
+                self.map.prefetch(l.key);
+                ring.push_back(l);
             }
-            let i = at[slot as usize] as usize;
-            let l = lines[i];
+            if let Some(l) = ring.get(AHEAD / 2) {
+                self.map.prefetch_chain(l.key);
+            }
+            let Some(l) = ring.pop_front() else { break };
+            let slot = l.slot;
+            assert!(
+                slot < self.cap && last.is_none_or(|p| p < slot),
+                "restore_sorted: slot {slot} out of order or range (previous {last:?}, capacity {})",
+                self.cap
+            );
+            last = Some(slot);
             if let Err(e) = self.check_restore(&l) {
-                errors.push((i, e));
+                errors.push((slot, e));
                 continue;
             }
             debug_assert!(self.lookup(l.key).is_none(), "key {:#x} twice", l.key);
@@ -2572,26 +2634,58 @@ impl Engine {
                 self.cleaner.dirtied(l.key, self.clock);
                 dirty_keys.push(l.key);
             }
-            ok[i] = true;
+            unthreaded[slot as usize / 64] |= 1 << (slot % 64);
         }
         dirty_keys.sort_unstable();
         self.dirty_set = dirty_keys.into_iter().collect();
-        for (i, l) in lines.iter().enumerate() {
-            if !ok[i] {
+        (errors, RestorePending { unthreaded })
+    }
+
+    /// The second half of [`Engine::restore_sorted`]: threads the lines restored by
+    /// [`Engine::restore_slots`] into the policy, `age` oldest first.
+    pub fn restore_age(&mut self, pending: RestorePending, age: &[Slot]) {
+        const AHEAD: usize = 16;
+        let mut unthreaded = pending.unthreaded;
+        let mut threaded = 0u32;
+        let reads = self.policy.insert_reads_access();
+        for (i, &slot) in age.iter().enumerate() {
+            if let Some(&s) = age.get(i + AHEAD) {
+                if s < self.cap {
+                    if reads {
+                        crate::index::prefetch(&self.keys[s as usize]);
+                        crate::index::prefetch(&self.classes[s as usize]);
+                    }
+                    self.policy.prefetch(s);
+                }
+            }
+            let (w, b) = (slot as usize / 64, 1u64 << (slot % 64));
+            if unthreaded.get(w).is_none_or(|&x| x & b == 0) {
                 continue;
             }
+            unthreaded[w] &= !b;
+            threaded += 1;
             let a = Access {
-                key: l.key,
+                key: if reads {
+                    self.keys[slot as usize]
+                } else {
+                    EMPTY
+                },
                 seq: self.seq,
                 next_use: NEVER,
                 is_write: false,
-                class: l.class,
+                class: if reads {
+                    self.classes[slot as usize]
+                } else {
+                    0
+                },
             };
             self.seq += 1;
-            self.policy.insert(l.slot, &a);
+            self.policy.insert(slot, &a);
         }
-        errors.sort_by_key(|e| e.0);
-        errors
+        assert_eq!(
+            threaded, self.len,
+            "restore_age: a restored line is missing from the age order"
+        );
     }
 
     /// The checks of [`Engine::restore_line`] that need no lookup.

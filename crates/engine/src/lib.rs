@@ -24,7 +24,8 @@ pub use config::{
     DEFAULT_REWRITE_CHUNK, DEFAULT_REWRITE_MIN_RUNS,
 };
 pub use engine::{
-    Engine, EngineError, InflightCounters, RestoreLine, WbBatch, WbDone, WbLine, WbTicket,
+    Engine, EngineError, InflightCounters, RestoreLine, RestorePending, WbBatch, WbDone, WbLine,
+    WbTicket,
 };
 pub use log::{Compression, ExtentContent, Layout, LogConfig, LogEngine};
 pub use plan::{Plan, Step};

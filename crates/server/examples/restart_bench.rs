@@ -110,6 +110,9 @@ fn open(dir: &Path) {
         rep.restored,
         rep.restored_dirty
     );
+    for (name, wall, cpu) in &rep.phases {
+        println!("  {name:<24} {wall:.3} s wall {cpu:.3} s CPU");
+    }
     vol.shutdown().unwrap();
 }
 

@@ -398,17 +398,23 @@ impl Record {
         if crc != crc32c::crc32c(&b[0..28]) {
             return None;
         }
+        Some(Record::decode_trusted(b))
+    }
+
+    /// Decodes a record whose checksum was verified already (a restart reads each record
+    /// of the record area several times and checks it once).
+    pub fn decode_trusted(b: &[u8]) -> Record {
         let u = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap());
         let key = match u(0) {
             EMPTY_KEY => EMPTY_KEY,
             k => k & !IN_FLUX,
         };
-        Some(Record {
+        Record {
             key,
             valid: u(8),
             dirty: u(16),
             seq: u32::from_le_bytes(b[24..28].try_into().unwrap()),
-        })
+        }
     }
 }
 

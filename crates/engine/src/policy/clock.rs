@@ -33,6 +33,12 @@ impl Policy for Clock {
     fn hit(&mut self, slot: Slot, _a: &Access) {
         self.referenced[slot as usize] = true;
     }
+    fn insert_reads_access(&self) -> bool {
+        false
+    }
+    fn prefetch(&self, slot: Slot) {
+        self.ring.prefetch(slot);
+    }
     fn insert(&mut self, slot: Slot, _a: &Access) {
         self.referenced[slot as usize] = false;
         self.ring.push_head(slot);

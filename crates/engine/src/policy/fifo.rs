@@ -22,6 +22,12 @@ impl Policy for Fifo {
         INFO.name
     }
     fn hit(&mut self, _slot: Slot, _a: &Access) {}
+    fn insert_reads_access(&self) -> bool {
+        false
+    }
+    fn prefetch(&self, slot: Slot) {
+        self.list.prefetch(slot);
+    }
     fn insert(&mut self, slot: Slot, _a: &Access) {
         self.list.push_head(slot);
     }

@@ -98,6 +98,15 @@ pub trait Policy: Send {
     fn miss(&mut self, _access: &Access) {}
     /// `slot` now holds `access.key`.
     fn insert(&mut self, slot: Slot, access: &Access);
+    /// Whether [`Policy::insert`] reads its `access` (key, class, ...). A bulk restore gives
+    /// policies that do not (the list policies) a placeholder instead of loading the key and
+    /// class of each slot, two cache misses per line in an order unrelated to the slots.
+    fn insert_reads_access(&self) -> bool {
+        true
+    }
+    /// A hint that `slot` is inserted soon (a bulk restore, a few lines ahead): the policy may
+    /// ask the CPU to load its per-slot state. MUST NOT change the policy's state.
+    fn prefetch(&self, _slot: Slot) {}
     /// Choose the slot to evict next (does not remove it).
     fn victim(&mut self) -> Slot;
     /// The line `key` leaves `slot`: evicted (`evicted = true`) or invalidated.

@@ -24,6 +24,12 @@ impl Policy for Mru {
     fn hit(&mut self, slot: Slot, _a: &Access) {
         self.list.move_to_head(slot);
     }
+    fn insert_reads_access(&self) -> bool {
+        false
+    }
+    fn prefetch(&self, slot: Slot) {
+        self.list.prefetch(slot);
+    }
     fn insert(&mut self, slot: Slot, _a: &Access) {
         self.list.push_head(slot);
     }

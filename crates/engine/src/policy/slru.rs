@@ -66,6 +66,12 @@ impl Policy for Slru {
             self.probation.push_head(d);
         }
     }
+    fn insert_reads_access(&self) -> bool {
+        false
+    }
+    fn prefetch(&self, slot: Slot) {
+        self.probation.prefetch(slot);
+    }
     fn insert(&mut self, slot: Slot, _a: &Access) {
         self.probation.push_head(slot);
     }

@@ -103,6 +103,7 @@ const LINE_MASK: u64 = (1 << 48) - 1;
 
 use tiercache_nbd::{BlockSizes, Export};
 
+mod bulk;
 mod classes;
 mod clean;
 mod exec;
@@ -206,6 +207,10 @@ pub struct OpenReport {
     /// Clean lines left out of the sample because the cache or backing device failed to
     /// read them (twice): not compared, not dropped.
     pub unreadable_clean_lines: u64,
+    /// Each phase of the open (read, decode, order, engine, ...) with its wall time and the
+    /// process's CPU time in seconds, for `restart_bench` and the log: where a slow restart
+    /// spends its time.
+    pub phases: Vec<(&'static str, f64, f64)>,
 }
 
 fn mode_index(m: Mode) -> u8 {

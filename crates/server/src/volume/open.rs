@@ -2,6 +2,7 @@
 //! clean-line sample, and the restore of the engine from the durable records.
 
 use super::*;
+use rayon::prelude::*;
 
 /// Writes a fresh superblock and empty metadata; returns the superblock.
 pub fn format(
@@ -172,36 +173,40 @@ pub(crate) fn read_twice(dev: &dyn BlockDev, buf: &mut [u8], off: u64) -> io::Re
 /// With data checksums (`sums`), a differing line whose own bytes fail their checksum is
 /// damage in the cache, dropped alone (`OpenReport::damaged_clean_lines`). A line either
 /// device fails to read (twice) is left out of the sample (`unreadable_clean_lines`).
+/// What the clean sample decided (`verify_clean_sample`).
+struct SampleVerdict {
+    /// Slots of sampled lines dropped (damaged, or differing after a crash).
+    drop: Vec<u32>,
+    /// The backing device changed: every clean line is dropped, dirty lines keep only their
+    /// dirty sectors.
+    all_clean: bool,
+}
+
+/// `sample`: the sampled clean lines (slot, record) by key; `clean_lines` and `dirty_lines`:
+/// how many lines of each kind are about to be restored.
 #[allow(clippy::too_many_arguments)]
 fn verify_clean_sample(
     cache: &dyn BlockDev,
     backing: &dyn BlockDev,
     sb: &Superblock,
     sector: u64,
-    lines: &mut Vec<(u32, Record)>,
+    sample: Vec<(u32, Record)>,
+    clean_lines: u64,
+    dirty_lines: u64,
     opts: &OpenOptions,
     report: &mut OpenReport,
     sums: Option<&DataSums>,
-) -> Result<(), FormatError> {
+) -> Result<SampleVerdict, FormatError> {
     let ls = sb.line_size;
-    let mut clean: Vec<usize> = (0..lines.len())
-        .filter(|&i| lines[i].1.dirty == 0)
-        .collect();
-    if clean.is_empty() {
-        return Ok(());
+    let mut lines = sample;
+    let mut verdict = SampleVerdict {
+        drop: Vec::new(),
+        all_clean: false,
+    };
+    if lines.is_empty() {
+        return Ok(verdict);
     }
-    let k = clean.len().min(crate::identity::sample_size(ls));
-    if k < clean.len() {
-        // k lines evenly spaced in key order: the keys at ranks j * n / k, found with one
-        // radix sort of the clean keys and one pass (not a comparison sort of the lines).
-        let n = clean.len();
-        let mut keys: Vec<u64> = clean.iter().map(|&i| lines[i].1.key).collect();
-        radix_sort(&mut keys);
-        let picked: Vec<u64> = (0..k).map(|j| keys[j * n / k]).collect();
-        drop(keys);
-        clean.retain(|&i| picked.binary_search(&lines[i].1.key).is_ok());
-    }
-    clean.sort_by_key(|&i| lines[i].1.key);
+    let clean: Vec<usize> = (0..lines.len()).collect();
     let k = clean.len();
     let (mut a, mut b) = (vec![0u8; ls as usize], vec![0u8; ls as usize]);
     let mut differ: Vec<usize> = Vec::new();
@@ -262,6 +267,7 @@ fn verify_clean_sample(
         let drop: std::collections::HashSet<u64> =
             damaged.iter().map(|&i| lines[i].1.key).collect();
         let differ_keys: Vec<u64> = differ.iter().map(|&i| lines[i].1.key).collect();
+        verdict.drop.extend(damaged.iter().map(|&i| lines[i].0));
         lines.retain(|(_, r)| !drop.contains(&r.key));
         report.damaged_clean_lines = drop.len() as u64;
         report.dropped_clean_lines += drop.len() as u64;
@@ -277,7 +283,7 @@ fn verify_clean_sample(
     report.sampled_clean_lines = k as u64;
     report.differing_clean_lines = differ.len() as u64;
     if differ.is_empty() {
-        return Ok(());
+        return Ok(verdict);
     }
     let first = differ
         .iter()
@@ -286,20 +292,15 @@ fn verify_clean_sample(
         .unwrap_or(0);
     let changed = sb.clean || (differ.len() == k && k >= 8);
     if !changed {
-        let drop: std::collections::HashSet<usize> = differ.into_iter().collect();
-        let mut i = 0;
-        lines.retain(|_| {
-            i += 1;
-            !drop.contains(&(i - 1))
-        });
-        report.dropped_clean_lines += drop.len() as u64;
+        verdict.drop.extend(differ.iter().map(|&i| lines[i].0));
+        report.dropped_clean_lines += differ.len() as u64;
         tracing::warn!(
             "{} of {k} clean cached lines sampled differ from the backing device after an unclean shutdown (writes in flight at the crash; first at volume byte {first}): dropped, they read the backing device's copy",
-            drop.len()
+            differ.len()
         );
-        return Ok(());
+        return Ok(verdict);
     }
-    let dirty = lines.iter().filter(|(_, r)| r.dirty != 0).count() as u64;
+    let dirty = dirty_lines;
     if dirty > 0 && !opts.accept_backing_changes {
         return Err(FormatError::BackingChanged {
             backing: sb.backing.describe(),
@@ -309,12 +310,9 @@ fn verify_clean_sample(
             dirty_lines: dirty,
         });
     }
-    let before = lines.len();
-    lines.retain(|(_, r)| r.dirty != 0);
-    for (_, r) in lines.iter_mut() {
-        r.valid = r.dirty;
-    }
-    report.dropped_clean_lines += (before - lines.len()) as u64;
+    // Every clean line but the damaged ones dropped above.
+    verdict.all_clean = true;
+    report.dropped_clean_lines += clean_lines - report.damaged_clean_lines;
     tracing::warn!(
         "the backing device {} changed behind the cache ({} of {k} clean lines sampled differ, first at volume byte {first}): dropped all {} clean lines{}",
         sb.backing.describe(),
@@ -326,7 +324,7 @@ fn verify_clean_sample(
             String::new()
         }
     );
-    Ok(())
+    Ok(verdict)
 }
 
 impl CacheVolume {
@@ -430,63 +428,62 @@ impl CacheVolume {
             field: "engine configuration",
             why: e.to_string(),
         })?;
+        let mut lap = Lap::new();
         let meta_bytes = sb.capacity_lines.div_ceil(format::RECORDS_PER_PAGE) * PAGE;
         let mut disk = vec![0u8; meta_bytes as usize];
-        cache.read_at(&mut disk, META_OFFSET)?;
         let mut report = OpenReport {
             was_clean: sb.clean,
             backing_note,
             ..Default::default()
         };
-        // One decode of the record area: the key each slot's durable record maps, and
-        // `(seq, slot)` of every record mapping a line. Records the engine will not take as
-        // they are (`touched`) are brought up to its state by `update_records` below; the
-        // others already equal it, so open never passes over every slot again.
+        // One decode of the record area, on every core (`bulk`): the key each slot's durable
+        // record maps, and the candidates to restore by slot with their `(seq, slot)`.
+        // Records the engine will not take as they are (`touched`) are brought up to its
+        // state by `update_records` below; the others already equal it, so open never passes
+        // over every slot again.
         let cap = sb.capacity_lines as usize;
-        let mut disk_key = vec![EMPTY_KEY; cap];
-        let mut order: Vec<u64> = Vec::new();
-        let mut touched: Vec<u32> = Vec::new();
-        let in_flux = |slot: u64| {
-            let at = (slot * RECORD_BYTES) as usize;
-            Record::in_flux(&disk[at..at + RECORD_BYTES as usize])
-        };
-        let mut max_seq = 0u32;
-        for (slot, rec) in disk.chunks(RECORD_BYTES as usize).take(cap).enumerate() {
-            let Some(r) = Record::decode(rec) else {
-                if sb.clean {
-                    return Err(FormatError::BadRecord {
-                        slot: slot as u64,
-                        offset: META_OFFSET + slot as u64 * RECORD_BYTES,
-                    });
-                }
-                report.dropped_bad_checksum += 1;
-                touched.push(slot as u32);
-                continue;
-            };
-            disk_key[slot] = r.key;
-            if format::seq_newer(r.seq, max_seq) {
-                max_seq = r.seq;
-            }
-            if r.key == EMPTY_KEY {
-                continue;
-            }
-            if r.valid == 0 {
-                touched.push(slot as u32);
-                continue;
-            }
-            order.push((r.seq as u64) << 32 | slot as u64);
+        let bulk::Decoded {
+            disk_key,
+            mut take,
+            mut order,
+            mut touched,
+            bad,
+            flux,
+        } = bulk::read_and_decode(&*cache, &mut disk, cap)?;
+        if let (Some(&slot), true) = (bad.first(), sb.clean) {
+            return Err(FormatError::BadRecord {
+                slot: slot as u64,
+                offset: META_OFFSET + slot as u64 * RECORD_BYTES,
+            });
         }
+        report.dropped_bad_checksum += bad.len() as u64;
+        let max_seq = bulk::max_seq(&disk, cap, &bad);
+        drop(bad);
+        lap.lap("read, decode");
+        let taken = |take: &[u64], slot: u32| take[slot as usize / 64] >> (slot % 64) & 1 == 1;
         // A key in two slots (a flush torn between the page unmapping it and the page
         // mapping it anew, rule 3): found by sorting the keys; the newer record wins, the
         // lower slot among equal sequence numbers (the records are visited in slot order).
-        let mut keys: Vec<u64> = order.iter().map(|&o| disk_key[o as u32 as usize]).collect();
-        radix_sort(&mut keys);
-        let mut dups: Vec<u64> = keys
-            .windows(2)
-            .filter(|w| w[0] == w[1])
-            .map(|w| w[0])
+        // Sorted as `key << 1 | dirty` (a key has no bit 63: the in-flux flag is stripped),
+        // so the same sort gives the clean sample its clean keys in order below.
+        let rec_dirty = |slot: usize| {
+            let at = slot * RECORD_BYTES as usize + 16;
+            u64::from_le_bytes(disk[at..at + 8].try_into().unwrap()) != 0
+        };
+        let mut keys: Vec<u64> = order
+            .par_iter()
+            .map(|&o| {
+                let slot = o as u32 as usize;
+                disk_key[slot] << 1 | rec_dirty(slot) as u64
+            })
             .collect();
-        drop(keys);
+        let mut scratch = Vec::new();
+        bulk::radix_sort(&mut keys, &mut scratch);
+        let mut dups: Vec<u64> = keys
+            .par_windows(2)
+            .filter(|w| w[0] >> 1 == w[1] >> 1)
+            .map(|w| w[0] >> 1)
+            .collect();
         dups.dedup();
         if !dups.is_empty() {
             let mut best: HashMap<u64, (u32, u32)> = HashMap::new();
@@ -512,16 +509,19 @@ impl CacheVolume {
                 }
             }
             order.retain(|&o| !losers.contains(&(o as u32)));
+            for &s in &losers {
+                take[s as usize / 64] &= !(1 << (s % 64));
+            }
             touched.extend(losers);
         }
         // Oldest first (as they were last used), by sequence number relative to the newest,
-        // then slot.
+        // then slot: sorted below while the engine takes the lines.
         let base = max_seq.wrapping_add(1);
-        for o in order.iter_mut() {
+        order.par_iter_mut().for_each(|o| {
             let seq = (*o >> 32) as u32;
             *o = (seq.wrapping_sub(base) as u64) << 32 | (*o & 0xffff_ffff);
-        }
-        radix_sort(&mut order);
+        });
+        lap.lap("duplicates");
         let mut sums = match sb.data_checksums {
             true => Some(crate::data_sums::DataSums::load(
                 &*cache,
@@ -552,68 +552,72 @@ impl CacheVolume {
             );
             None
         };
-        let lines: Vec<(u32, Record)> = order
-            .iter()
-            .map(|&o| {
-                let at = (o as u32 as u64 * RECORD_BYTES) as usize;
-                let r = Record::decode(&disk[at..at + RECORD_BYTES as usize]);
-                (o as u32, r.expect("decoded above"))
-            })
-            .collect();
-        drop(order);
+        // Candidates restored otherwise than their record says (in flux, resolved), by slot.
+        let mut changed: Vec<(u32, Record)> = Vec::new();
         let mut flux_pages = BTreeSet::new();
         let (ls, ss) = (sb.line_size, engine.sector_size());
         let (mut slot_bytes, mut backing_bytes) = (vec![0u8; ls as usize], vec![0u8; ls as usize]);
-        let mut kept = Vec::with_capacity(lines.len());
-        for (slot, mut r) in lines {
-            if in_flux(slot as u64) {
-                // Rule 5: the clean sectors that differ from the backing device.
-                report.in_flux += 1;
-                touched.push(slot);
-                flux_pages.insert(slot as u64 / format::RECORDS_PER_PAGE);
-                cache.read_at(&mut slot_bytes, sb.data_offset + slot as u64 * ls)?;
-                backing.read_at(&mut backing_bytes, (r.key & LINE_MASK) * ls)?;
-                let mut differ = 0u64;
-                for k in 0..(ls / ss).min(64) {
-                    let u = (k * ss) as usize..((k + 1) * ss) as usize;
-                    if (r.valid & !r.dirty) >> k & 1 == 1
-                        && slot_bytes[u.clone()] != backing_bytes[u]
-                    {
-                        differ |= 1 << k;
-                    }
-                }
-                if differ != 0 {
-                    if recorded_mode == Mode::WriteBack {
-                        r.dirty |= differ;
-                        report.in_flux_dirty += 1;
-                    } else {
-                        r.valid &= !differ;
-                        if r.valid == 0 {
-                            report.in_flux_dropped += 1;
-                            continue;
-                        }
-                    }
-                }
-                // Its slot may have been written in place after its checksums were last
-                // made durable (or the other way round): they are recomputed from the data,
-                // which is the line's content either way (never good data reported bad).
-                if let Some((s, _)) = &mut sums {
-                    s.recompute(slot as u64, &slot_bytes, r.valid);
+        for &slot in &flux {
+            if !taken(&take, slot) {
+                continue; // an older duplicate
+            }
+            let at = slot as usize * RECORD_BYTES as usize;
+            let mut r = Record::decode_trusted(&disk[at..at + RECORD_BYTES as usize]);
+            // Rule 5: the clean sectors that differ from the backing device.
+            report.in_flux += 1;
+            touched.push(slot);
+            flux_pages.insert(slot as u64 / format::RECORDS_PER_PAGE);
+            cache.read_at(&mut slot_bytes, sb.data_offset + slot as u64 * ls)?;
+            backing.read_at(&mut backing_bytes, (r.key & LINE_MASK) * ls)?;
+            let mut differ = 0u64;
+            for k in 0..(ls / ss).min(64) {
+                let u = (k * ss) as usize..((k + 1) * ss) as usize;
+                if (r.valid & !r.dirty) >> k & 1 == 1 && slot_bytes[u.clone()] != backing_bytes[u] {
+                    differ |= 1 << k;
                 }
             }
-            kept.push((slot, r));
+            if differ != 0 {
+                if recorded_mode == Mode::WriteBack {
+                    r.dirty |= differ;
+                    report.in_flux_dirty += 1;
+                } else {
+                    r.valid &= !differ;
+                    if r.valid == 0 {
+                        report.in_flux_dropped += 1;
+                        take[slot as usize / 64] &= !(1 << (slot % 64));
+                        continue;
+                    }
+                }
+            }
+            // Its slot may have been written in place after its checksums were last
+            // made durable (or the other way round): they are recomputed from the data,
+            // which is the line's content either way (never good data reported bad).
+            if let Some((s, _)) = &mut sums {
+                s.recompute(slot as u64, &slot_bytes, r.valid);
+            }
+            changed.push((slot, r));
         }
-        let mut lines = kept;
+        // The line a candidate restores (before the clean sample).
+        let line_at = |slot: u32| -> Record {
+            if !changed.is_empty() {
+                if let Ok(i) = changed.binary_search_by_key(&slot, |c| c.0) {
+                    return changed[i].1;
+                }
+            }
+            let at = slot as usize * RECORD_BYTES as usize;
+            Record::decode_trusted(&disk[at..at + RECORD_BYTES as usize])
+        };
         if let Some((s, bad)) = &mut sums {
             // Blocks whose checksum fails (torn by a crash, or damaged): their entries are
             // unknown, so those of restored lines are recomputed from the data, and the
             // blocks rewritten whole at the first flush.
             if !bad.is_empty() {
                 let slots: BTreeSet<u64> = bad.iter().flat_map(|&b| s.block_slots(b)).collect();
-                for &(slot, r) in &lines {
-                    if slots.contains(&(slot as u64)) {
-                        cache.read_at(&mut slot_bytes, sb.data_offset + slot as u64 * ls)?;
-                        s.recompute(slot as u64, &slot_bytes, r.valid);
+                for &slot in slots.iter().filter(|&&x| x < cap as u64) {
+                    if taken(&take, slot as u32) {
+                        let r = line_at(slot as u32);
+                        cache.read_at(&mut slot_bytes, sb.data_offset + slot * ls)?;
+                        s.recompute(slot, &slot_bytes, r.valid);
                     }
                 }
                 for &b in bad.iter() {
@@ -636,42 +640,124 @@ impl CacheVolume {
             // One checksum per validity unit: anything else would check bytes never valid.
             assert_eq!(s.sector, engine.sector_size(), "data checksum unit");
         }
-        verify_clean_sample(
+        lap.lap("in flux, checksums");
+        // The clean sample: up to `sample_size` clean lines evenly spaced in key order (the
+        // keys at ranks j * n / k of the sorted clean keys), compared with the backing device.
+        const WORDS: usize = 1024; // candidates' bitmap words per task
+        if !dups.is_empty() || !flux.is_empty() {
+            // Lines were dropped or their masks changed since `keys` was sorted: again.
+            keys.clear();
+            for slot in bulk::bits(&take) {
+                let r = line_at(slot);
+                keys.push(r.key << 1 | (r.dirty != 0) as u64);
+            }
+            bulk::radix_sort(&mut keys, &mut scratch);
+        }
+        let (n, picked) = bulk::pick_clean(&keys, crate::identity::sample_size(ls));
+        let dirty_lines = (keys.len() - n) as u64;
+        drop(keys);
+        let mut sample: Vec<(u32, Record)> = Vec::new();
+        if n > 0 {
+            // Their lines: one pass over the candidates, a 4096-bit filter of the picked keys
+            // before the search.
+            let hash = |key: u64| (key.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 52) as usize;
+            let mut filter = [0u64; 64];
+            for &key in &picked {
+                filter[hash(key) / 64] |= 1 << (hash(key) % 64);
+            }
+            let found: Vec<Vec<(u32, Record)>> = take
+                .par_chunks(WORDS)
+                .enumerate()
+                .map(|(c, w)| {
+                    let mut out = Vec::new();
+                    for s in bulk::bits(w) {
+                        let slot = (c * WORDS * 64) as u32 + s;
+                        let key = disk_key[slot as usize];
+                        let h = hash(key);
+                        if filter[h / 64] >> (h % 64) & 1 == 1 && picked.binary_search(&key).is_ok()
+                        {
+                            let r = line_at(slot);
+                            debug_assert!(r.dirty == 0 && r.key == key);
+                            out.push((slot, r));
+                        }
+                    }
+                    out
+                })
+                .collect();
+            sample = found.into_iter().flatten().collect();
+            sample.sort_by_key(|(_, r)| r.key);
+        }
+        let verdict = verify_clean_sample(
             &*cache,
             &*backing,
             &sb,
             engine.sector_size(),
-            &mut lines,
+            sample,
+            n as u64,
+            dirty_lines,
             opts,
             &mut report,
             sums.as_ref(),
         )?;
+        for &s in &verdict.drop {
+            take[s as usize / 64] &= !(1 << (s % 64));
+        }
+        if verdict.all_clean {
+            // Every clean line dropped; dirty lines keep their dirty sectors only.
+            for (c, w) in take.iter_mut().enumerate() {
+                let mut x = *w;
+                while x != 0 {
+                    let s = x.trailing_zeros();
+                    x &= x - 1;
+                    if line_at((c * 64) as u32 + s).dirty == 0 {
+                        *w &= !(1 << s);
+                    }
+                }
+            }
+        }
+        lap.lap("clean sample");
         // The sample dropped lines or changed their masks: every record is compared below.
         let touch_all = report.dropped_clean_lines > 0;
-        let bulk: Vec<tiercache_engine::RestoreLine> = lines
-            .iter()
-            .map(|&(slot, r)| tiercache_engine::RestoreLine {
+        let (mut restored, mut restored_dirty) = (0u64, 0u64);
+        let lines = bulk::bits(&take).map(|slot| {
+            let r = line_at(slot);
+            restored += 1;
+            restored_dirty += (r.dirty != 0) as u64;
+            tiercache_engine::RestoreLine {
                 key: r.key,
                 slot,
-                valid: r.valid,
+                valid: if verdict.all_clean { r.dirty } else { r.valid },
                 dirty: r.dirty,
                 class: 0,
-            })
-            .collect();
-        drop(lines);
-        let refused = engine.restore_bulk(&bulk);
-        if let (Some((i, e)), true) = (refused.first(), sb.clean) {
+            }
+        });
+        // The age order is sorted (on the other core) while the engine takes the lines in
+        // slot order; then the policy is threaded in age order.
+        let ((), (refused, pending)) = rayon::join(
+            || bulk::radix_sort(&mut order, &mut scratch),
+            || engine.restore_slots(lines),
+        );
+        drop(scratch);
+        lap.lap("age order | engine slots");
+        engine.restore_age(pending, bulk::low_halves(&mut order));
+        drop(order);
+        lap.lap("engine policy");
+        if let (Some((slot, e)), true) = (refused.first(), sb.clean) {
             return Err(FormatError::BadField {
                 field: "metadata record",
-                why: format!("slot {}: {e}; run `tiercache check --repair` on the cache device (the server stopped)", bulk[*i].slot),
+                why: format!("slot {slot}: {e}; run `tiercache check --repair` on the cache device (the server stopped)"),
             });
         }
         report.dropped_bad_checksum += refused.len() as u64;
-        touched.extend(refused.iter().map(|&(i, _)| bulk[i].slot));
-        report.restored = (bulk.len() - refused.len()) as u64;
-        report.restored_dirty = bulk.iter().filter(|l| l.dirty != 0).count() as u64
-            - refused.iter().filter(|&&(i, _)| bulk[i].dirty != 0).count() as u64;
-        drop(bulk);
+        touched.extend(refused.iter().map(|&(s, _)| s));
+        report.restored = restored - refused.len() as u64;
+        report.restored_dirty = restored_dirty
+            - refused
+                .iter()
+                .filter(|&&(s, _)| line_at(s).dirty != 0)
+                .count() as u64;
+        drop(take);
+        drop(changed);
         let mut inner = Inner {
             engine,
             disk_key,
@@ -738,6 +824,7 @@ impl CacheVolume {
         };
         Self::update_records(&mut inner);
         inner.dirty_pages.extend(&flux_pages);
+        lap.lap("update records");
         let line_shift = sb.line_size.trailing_zeros();
         let vol = CacheVolume {
             size: backing.size(),
@@ -801,64 +888,38 @@ impl CacheVolume {
                 vol.flush_locked(&mut g)?;
             }
         }
+        lap.lap("superblock, flush");
+        report.phases = lap.2;
+        tracing::debug!("open phases (s): {:?}", report.phases);
         Ok((vol, report))
     }
 }
 
-/// Sorts ascending: LSD radix sort, one byte a pass, skipping the bytes every value shares
-/// (restart orders up to 10^8 records: a comparison sort takes most of the open).
-fn radix_sort(v: &mut Vec<u64>) {
-    if v.len() < 4096 {
-        v.sort_unstable();
-        return;
+/// Phase timer of the open: each `lap` records the wall time and the process's CPU time
+/// (all threads) since the previous one.
+struct Lap(std::time::Instant, f64, Vec<(&'static str, f64, f64)>);
+
+impl Lap {
+    fn new() -> Self {
+        Lap(std::time::Instant::now(), cpu_seconds(), Vec::new())
     }
-    let mut hist = vec![[0usize; 256]; 8];
-    for &x in v.iter() {
-        for (d, h) in hist.iter_mut().enumerate() {
-            h[(x >> (8 * d)) as usize & 255] += 1;
-        }
-    }
-    let mut tmp = vec![0u64; v.len()];
-    for (d, h) in hist.iter().enumerate() {
-        if h.contains(&v.len()) {
-            continue;
-        }
-        let mut at = [0usize; 256];
-        let mut sum = 0;
-        for (a, &c) in at.iter_mut().zip(h.iter()) {
-            *a = sum;
-            sum += c;
-        }
-        for &x in v.iter() {
-            let b = (x >> (8 * d)) as usize & 255;
-            tmp[at[b]] = x;
-            at[b] += 1;
-        }
-        std::mem::swap(v, &mut tmp);
+
+    fn lap(&mut self, name: &'static str) {
+        let (now, cpu) = (std::time::Instant::now(), cpu_seconds());
+        self.2
+            .push((name, (now - self.0).as_secs_f64(), cpu - self.1));
+        (self.0, self.1) = (now, cpu);
     }
 }
 
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn radix_sort_sorts() {
-        let mut x = 0x1234_5678_9abc_def1u64;
-        let mut v: Vec<u64> = (0..100_000)
-            .map(|i| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                // Shared high bytes (skipped passes) and duplicates.
-                if i % 3 == 0 {
-                    x & 0xffff
-                } else {
-                    x
-                }
-            })
-            .collect();
-        let mut want = v.clone();
-        want.sort_unstable();
-        super::radix_sort(&mut v);
-        assert_eq!(v, want);
-    }
+/// User + system CPU seconds of this process so far.
+fn cpu_seconds() -> f64 {
+    // SAFETY: getrusage fills the struct it is given.
+    let u = unsafe {
+        let mut u: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_SELF, &mut u);
+        u
+    };
+    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    tv(u.ru_utime) + tv(u.ru_stime)
 }
