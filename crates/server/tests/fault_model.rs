@@ -20,8 +20,13 @@
 //! device fails or the volume is degraded (or, FLUSH, reports lost data). At the end faults
 //! are healed, the volume is shut down and reopened, and every sector is read.
 //!
+//! Settings must take effect (`ctl mode`, `ctl set`: [`Run::check_effects`]), and a mode
+//! switch that makes everything durable is a FLUSH to the model (sometimes followed at once
+//! by a power cut).
+//!
 //! `TIERCACHE_FAULT_MODEL_SEEDS=N` (default 600), `TIERCACHE_FAULT_SOAK=1` (4000 seeds of
-//! 3x the ops), `TIERCACHE_FAULT_MODEL_SEED=N` reruns one seed and prints its op log.
+//! 3x the ops), `TIERCACHE_FAULT_MODEL_SEED=N` reruns one seed and prints its op log,
+//! `TIERCACHE_FAULT_MODEL_THREADS=N` runs seeds on N threads (default: up to 2).
 
 mod common;
 
@@ -52,12 +57,14 @@ const U: u64 = 64;
 /// version, for dedup): a unit names only its place in the line, `SHARED | (unit % 64)`.
 const SHARED: u64 = 1 << 62;
 
-/// Sector `idx` at version `ver` (version 0: the backing device's initial contents): its
-/// eight units.
-fn encode(idx: u64, ver: u64) -> Vec<u8> {
-    (idx * (S / U)..(idx + 1) * (S / U))
-        .flat_map(|u| encode_unit(u, ver))
-        .collect()
+/// Units `u0..u0 + n` at version `ver` (version 0: the backing device's initial contents),
+/// in one buffer.
+fn units(u0: u64, n: u64, ver: u64) -> Vec<u8> {
+    let mut d = vec![0u8; (n * U) as usize];
+    for (k, b) in d.chunks_mut(U as usize).enumerate() {
+        encode_unit_into(u0 + k as u64, ver, b);
+    }
+    d
 }
 
 /// The name unit `u` carries at version `ver`.
@@ -67,13 +74,6 @@ fn unit_id(u: u64, ver: u64) -> u64 {
     } else {
         u
     }
-}
-
-/// Unit `u` (64 bytes) at version `ver`.
-fn encode_unit(u: u64, ver: u64) -> Vec<u8> {
-    let mut b = vec![0u8; U as usize];
-    encode_unit_into(u, ver, &mut b);
-    b
 }
 
 /// Unit `u` at version `ver` into `b` (64 bytes; no allocation: the initial backing file is
@@ -171,32 +171,88 @@ enum Val {
     Zero,
 }
 
-#[derive(Clone, Debug)]
-struct Sec {
-    now: Vec<Val>,
-    durable: Vec<Val>,
+/// The values a unit may hold: one (nearly always: no allocation) or several (after a failed
+/// write, a write not yet durable, a crash). Shown as a list.
+#[derive(Clone, PartialEq)]
+enum Vals {
+    One(Val),
+    Many(Vec<Val>),
 }
 
+impl Vals {
+    fn as_slice(&self) -> &[Val] {
+        match self {
+            Vals::One(v) => std::slice::from_ref(v),
+            Vals::Many(v) => v,
+        }
+    }
+    fn contains(&self, x: &Val) -> bool {
+        self.as_slice().contains(x)
+    }
+    fn len(&self) -> usize {
+        self.as_slice().len()
+    }
+    fn add(&mut self, x: Val) {
+        match self {
+            Vals::One(v) if *v == x => {}
+            Vals::One(v) => *self = Vals::Many(vec![*v, x]),
+            Vals::Many(v) => {
+                if !v.contains(&x) {
+                    v.push(x);
+                }
+            }
+        }
+    }
+}
+
+impl std::fmt::Debug for Vals {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.as_slice()).finish()
+    }
+}
+
+#[derive(Clone, Debug)]
+struct Sec {
+    now: Vals,
+    durable: Vals,
+}
+
+/// Per 64-byte unit, what a read may return now and after a crash. Only the units whose two
+/// sets differ (written since the last FLUSH, or pinned by a read after a crash) are
+/// `touched`: FLUSH and crash visit those alone (a unit not touched has `now == durable`).
 struct Model {
     secs: Vec<Sec>,
+    touched: Vec<u32>,
+    is_touched: Vec<bool>,
 }
 
 impl Model {
     fn new() -> Model {
+        let n = (VOL / U) as usize;
         Model {
             secs: vec![
                 Sec {
-                    now: vec![Val::V(0)],
-                    durable: vec![Val::V(0)],
+                    now: Vals::One(Val::V(0)),
+                    durable: Vals::One(Val::V(0)),
                 };
-                (VOL / U) as usize
+                n
             ],
+            touched: Vec::new(),
+            is_touched: vec![false; n],
         }
     }
-    fn add(v: &mut Vec<Val>, x: Val) {
-        if !v.contains(&x) {
-            v.push(x);
+    fn touch(&mut self, u: u64) {
+        if !self.is_touched[u as usize] {
+            self.is_touched[u as usize] = true;
+            self.touched.push(u as u32);
         }
+    }
+    /// Unit `u` now and after a crash: `x` alone (trimmed, or handed to the backing device's
+    /// contents after a cache failure).
+    fn reset(&mut self, u: u64, x: Val) {
+        let sec = &mut self.secs[u as usize];
+        sec.now = Vals::One(x);
+        sec.durable = Vals::One(x);
     }
     /// Sector `s` written at `ver` (`ok`: acknowledged).
     fn write(&mut self, s: u64, ver: u64, ok: bool, fua: bool) {
@@ -210,43 +266,51 @@ impl Model {
     fn set(&mut self, u: u64, x: Val, ok: bool, fua: bool) {
         let sec = &mut self.secs[u as usize];
         if ok {
-            sec.now = vec![x];
+            sec.now = Vals::One(x);
             if fua {
-                sec.durable = vec![x];
+                sec.durable = Vals::One(x);
             } else {
-                Self::add(&mut sec.durable, x);
+                sec.durable.add(x);
             }
         } else {
-            Self::add(&mut sec.now, x);
-            Self::add(&mut sec.durable, x);
+            sec.now.add(x);
+            sec.durable.add(x);
         }
+        self.touch(u);
     }
     /// Sector `s` trimmed: anything from now on.
     fn trim(&mut self, s: u64) {
         for u in s * (S / U)..(s + 1) * (S / U) {
-            let sec = &mut self.secs[u as usize];
-            sec.now = vec![Val::Any];
-            sec.durable = vec![Val::Any];
+            self.reset(u, Val::Any);
         }
     }
     /// A FLUSH (or `ctl flush`, or a clean shutdown) succeeded: durable now, except the
     /// sectors the volume reports lost (what survives there is whatever did).
     fn flushed(&mut self, lost: &[(u64, u64)]) {
-        for (i, s) in self.secs.iter_mut().enumerate() {
-            let at = i as u64 * U;
+        let touched = std::mem::take(&mut self.touched);
+        for u in touched {
+            let s = &mut self.secs[u as usize];
+            let at = u as u64 * U;
             if lost.iter().any(|&(a, b)| a < at + U && at < b) {
-                for v in s.now.clone() {
-                    Self::add(&mut s.durable, v);
+                for v in s.now.as_slice().to_vec() {
+                    s.durable.add(v);
                 }
             } else {
                 s.durable.clone_from(&s.now);
+            }
+            if s.durable == s.now {
+                self.is_touched[u as usize] = false;
+            } else {
+                self.touched.push(u);
             }
         }
     }
     /// After a power cut: a sector may be any value it could have kept.
     fn crashed(&mut self) {
-        for s in &mut self.secs {
+        for u in std::mem::take(&mut self.touched) {
+            let s = &mut self.secs[u as usize];
             s.now.clone_from(&s.durable);
+            self.is_touched[u as usize] = false;
         }
     }
     /// Whether the 512 bytes `b` of sector `s` may be read now (each unit: [`Model::check_unit`]).
@@ -263,6 +327,11 @@ impl Model {
         if sec.now.contains(&Val::Any) {
             return Ok(());
         }
+        // Most units read are untouched (version 0 only): a byte compare, no decoding.
+        let at = (s * U) as usize;
+        if sec.now == Vals::One(Val::V(0)) && b == &initial_backing()[at..at + U as usize] {
+            return Ok(());
+        }
         let g = got_unit(b, s);
         let as_val = match g {
             Got::Ver(v) => Some(Val::V(v)),
@@ -272,7 +341,8 @@ impl Model {
         match as_val {
             Some(x) if sec.now.contains(&x) => {
                 if sec.now.len() > 1 {
-                    sec.now = vec![x];
+                    sec.now = Vals::One(x);
+                    self.touch(s);
                 }
                 Ok(())
             }
@@ -346,12 +416,20 @@ struct Rig {
     vol: Option<Vol>,
 }
 
+/// The backing device's initial contents (every unit at version 0), made once per process.
+fn initial_backing() -> &'static [u8] {
+    static D: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
+    D.get_or_init(|| {
+        let mut d = vec![0u8; VOL as usize];
+        for (u, b) in d.chunks_mut(U as usize).enumerate() {
+            encode_unit_into(u as u64, 0, b);
+        }
+        d
+    })
+}
+
 fn write_initial_backing(p: &Path) {
-    let mut d = vec![0u8; VOL as usize];
-    for (u, b) in d.chunks_mut(U as usize).enumerate() {
-        encode_unit_into(u as u64, 0, b);
-    }
-    std::fs::write(p, d).unwrap();
+    std::fs::write(p, initial_backing()).unwrap();
 }
 
 fn format_cache(cfg: &Cfg, cache: &Path) {
@@ -383,15 +461,19 @@ fn format_cache(cfg: &Cfg, cache: &Path) {
 
 impl Rig {
     fn new(cfg: &Cfg, seed: u64) -> Rig {
-        let (dir, cache, backing) = match cfg.layout {
+        // The files are made here, not by `files_with` / `log_cache_files`: those fill the
+        // backing file with `initial` bytes this checker overwrites at once (a tenth of the
+        // default run's time went to that).
+        let dir = tmp();
+        let cache = dir.path().join("cache.img");
+        let backing = dir.path().join("backing.img");
+        let bytes = match cfg.layout {
             Layout::Direct => {
-                let f = files_with(32, LS, cfg.sums);
-                (f.dir, f.cache, f.backing)
+                tiercache_server::Superblock::data_offset_with(32, LS, cfg.sums) + 32 * LS
             }
             Layout::Log => {
                 // Exactly 12 segments of four lines (48 lines for a 384 KiB hot region):
                 // reclamations must write dirty lines back all the time.
-                let f = log_cache_files(12, SEG);
                 let mut bytes = SEG;
                 while tiercache_server::log_format::LogSuperblock::plan(bytes, LS, SEG, Some(300))
                     .map_or(0, |p| p.0)
@@ -399,13 +481,13 @@ impl Rig {
                 {
                     bytes += SEG;
                 }
-                std::fs::File::create(&f.cache)
-                    .unwrap()
-                    .set_len(bytes)
-                    .unwrap();
-                (f.dir, f.cache, f.backing)
+                bytes
             }
         };
+        std::fs::File::create(&cache)
+            .unwrap()
+            .set_len(bytes)
+            .unwrap();
         write_initial_backing(&backing);
         format_cache(cfg, &cache);
         let state = tiercache_server::state_file::beside(&cache);
@@ -482,6 +564,52 @@ struct Run {
     /// took off the live list: until a flush makes that write durable, a crash may drop it
     /// and bring back whatever the backing device held: gap `lost-forgotten`).
     lost_seen: Vec<(u64, u64)>,
+    /// What the checker knows to be in force (`None`: unknown, after a `ctl mode` / `ctl set`
+    /// that failed): checked for its effect after every op ([`Run::check_effects`]).
+    rules: Rules,
+    /// Counters after the previous op (`None` after a restart: they start again).
+    prev: Option<Snap>,
+    /// The op's client read or write, if it was one: (write, bytes).
+    last_io: Option<(bool, u64)>,
+}
+
+/// Settings whose effect the checker can observe.
+#[derive(Clone, Copy, Debug)]
+struct Rules {
+    mode: Option<Mode>,
+    /// `admission never`.
+    never: Option<bool>,
+    /// Sequential cutoff for reads and writes, bytes (0: off).
+    cutoff: [Option<u64>; 2],
+}
+
+impl Rules {
+    fn new(mode: Mode) -> Rules {
+        Rules {
+            mode: Some(mode),
+            never: Some(false),
+            cutoff: [Some(0), Some(0)],
+        }
+    }
+}
+
+/// How often each effect was checked (ops under pass-through, under write-through or
+/// write-around, under `admission never`, reads or writes at or over the cutoff) and mode
+/// switches credited as durability points (then: followed by a power cut): printed by the
+/// default run, so a check that never runs shows.
+static EFFECTS: [std::sync::atomic::AtomicU64; 6] =
+    [const { std::sync::atomic::AtomicU64::new(0) }; 6];
+
+fn count(k: usize) {
+    EFFECTS[k].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Counters `ctl stats` shows, after one op.
+#[derive(Clone, Copy, Debug)]
+struct Snap {
+    insertions: u64,
+    dirty: u64,
+    cached: u64,
 }
 
 impl Run {
@@ -675,16 +803,15 @@ impl Run {
         match k {
             0..=39 => {
                 self.note(format!("op {i}: read {off}+{len}"));
+                self.last_io = Some((false, len));
                 self.read(off, len, &format!("op {i} read {off}+{len}"))?;
             }
             40..=82 => {
+                self.last_io = Some((true, len));
                 let fua = self.rng.gen_bool(0.1);
                 self.ver += 1;
                 let ver = self.ver;
-                let mut d = Vec::with_capacity(len as usize);
-                for s in s0..s0 + secs {
-                    d.extend_from_slice(&encode(s, ver));
-                }
+                let d = units(s0 * (S / U), secs * (S / U), ver);
                 let before = self.rig.bh.injected();
                 let res = self.rig.vol().live().write(off, &d, fua);
                 let ok = res.is_ok();
@@ -749,7 +876,7 @@ impl Run {
                 let res = self.rig.vol().background();
                 self.note(format!("op {i}: background retry: {res:?}"));
             }
-            _ => self.restart(i)?,
+            _ => self.restart(i, None)?,
         }
         Ok(())
     }
@@ -778,9 +905,11 @@ impl Run {
         (res, failed, lost)
     }
 
-    /// Clean restart or power cut, then reopen with no faults injected.
-    fn restart(&mut self, i: usize) -> Result<(), String> {
-        let crash = self.rng.gen_bool(0.5);
+    /// Clean restart or power cut (`crash`: which; else drawn), then reopen with no faults
+    /// injected.
+    fn restart(&mut self, i: usize, crash: Option<bool>) -> Result<(), String> {
+        let crash = crash.unwrap_or_else(|| self.rng.gen_bool(0.5));
+        self.prev = None;
         let vol = self.rig.vol.take().unwrap();
         let mut lost = vol.lost();
         self.injected += self.rig.bh.injected() + self.rig.ch.injected();
@@ -827,8 +956,8 @@ impl Run {
                 // Else unchanged: the newest acknowledged version or a failed read (the
                 // range still reported lost) after a clean restart.
                 if any {
-                    sec.now = vec![Val::Any];
-                    sec.durable = vec![Val::Any];
+                    sec.now = Vals::One(Val::Any);
+                    sec.durable = Vals::One(Val::Any);
                 }
             }
         }
@@ -856,8 +985,7 @@ impl Run {
             .unwrap_or_default();
         for &(a, b) in lost.iter().chain(&recorded) {
             for s in a / U..b.div_ceil(U) {
-                self.m.secs[s as usize].now = vec![Val::Any];
-                self.m.secs[s as usize].durable = vec![Val::Any];
+                self.m.reset(s, Val::Any);
             }
         }
         let o = VolumeOpenOptions {
@@ -886,6 +1014,8 @@ impl Run {
         }
         let _ = std::fs::remove_file(&self.rig.state);
         format_cache(&self.cfg, &self.rig.cache);
+        self.rules = Rules::new(self.cfg.mode);
+        self.prev = None;
         self.note(format!("op {i}: cache formatted again after its failure"));
         Ok(())
     }
@@ -944,6 +1074,7 @@ impl Run {
                 let u0 = self.rng.gen_range(0..units - n);
                 let (off, len) = (u0 * U, n * U);
                 self.note(format!("op {i}: read {off}+{len}"));
+                self.last_io = Some((false, len));
                 self.read(off, len, &format!("op {i} read {off}+{len}"))
             }
             50..=64 => {
@@ -984,11 +1115,14 @@ impl Run {
         zeroes: Option<bool>,
     ) -> Result<(), String> {
         let (off, len) = (u0 * U, n * U);
+        if zeroes.is_none() {
+            self.last_io = Some((true, len));
+        }
         let failing = self.backing_faulty;
         let before = self.rig.bh.injected();
         let res = match (x, zeroes) {
             (Val::V(ver), None) => {
-                let d: Vec<u8> = (u0..u0 + n).flat_map(|u| encode_unit(u, ver)).collect();
+                let d = units(u0, n, ver);
                 self.rig.vol().live().write(off, &d, fua)
             }
             (_, Some(may_trim)) => self.rig.vol().live().write_zeroes(off, len, fua, may_trim),
@@ -1018,7 +1152,11 @@ impl Run {
         Ok(())
     }
 
-    /// `ctl mode` to a mode the layout takes.
+    /// `ctl mode` (or `ctl set mode`) to a mode the layout takes. A switch that succeeded is a
+    /// durability point where the layout makes one (session 13 item 3): the direct layout
+    /// writes back and flushes for every mode but write-back; the log layout commits (a
+    /// FLUSH) at every change, writing back first when leaving write-back. A quarter of those
+    /// are followed at once by a power cut.
     fn switch_mode(&mut self, i: usize) -> Result<(), String> {
         let modes: &[Mode] = match self.cfg.layout {
             Layout::Direct => &[
@@ -1030,11 +1168,20 @@ impl Run {
             Layout::Log => &[Mode::WriteThrough, Mode::WriteBack, Mode::PassThrough],
         };
         let mode = modes[self.rng.gen_range(0..modes.len())];
+        let by_set = self.rng.gen_bool(0.5);
         let failing = self.backing_faulty;
         let failed = self.rig.vol().live().cache_failed();
         let before = self.rig.bh.injected() + self.rig.ch.injected();
-        let res = self.rig.vol().live().set_mode(mode);
-        self.note(format!("op {i}: mode {mode}: {res:?}"));
+        let was = self.rules.mode;
+        let res = if by_set {
+            let r = self.rig.vol().live().set_setting("mode", mode.as_str());
+            self.note(format!("op {i}: set mode {mode}: {r:?}"));
+            r.map(|_| ()).map_err(std::io::Error::other)
+        } else {
+            let r = self.rig.vol().live().set_mode(mode);
+            self.note(format!("op {i}: mode {mode}: {r:?}"));
+            r
+        };
         match res {
             Ok(()) => {
                 if failed {
@@ -1042,8 +1189,25 @@ impl Run {
                         self.fail(format!("op {i}: mode {mode} accepted by a failed cache"))
                     );
                 }
+                self.rules.mode = Some(mode);
+                let durable = match self.cfg.layout {
+                    Layout::Direct => mode != Mode::WriteBack,
+                    Layout::Log => was.is_some_and(|w| w != mode),
+                };
+                if durable {
+                    count(4);
+                    let lost = self.rig.vol().lost();
+                    self.m.flushed(&lost);
+                    self.lost_seen = lost;
+                    if self.rng.gen_bool(0.25) {
+                        count(5);
+                        self.note(format!("op {i}: power cut right after the mode switch"));
+                        return self.restart(i, Some(true));
+                    }
+                }
             }
             Err(e) => {
+                self.rules.mode = None;
                 let why = failed
                     || self.rig.bh.injected() + self.rig.ch.injected() > before
                     || failing
@@ -1058,13 +1222,103 @@ impl Run {
         Ok(())
     }
 
+    /// Counters after op `i` against those after the one before, for the rules in force
+    /// (session 13 item 2: a `ctl set` / `ctl mode` must take effect, not only break nothing):
+    /// * pass-through: no line inserted, none dirty; the log layout (detached) caches none;
+    /// * write-through (both layouts), write-around: no dirty line (the switch wrote every
+    ///   one back); write-around: a write inserts no line;
+    /// * `admission never` (direct): no line inserted;
+    /// * sequential cutoff C (direct): a read (write) of C bytes or more inserts no line.
+    ///
+    /// A failed cache passes everything through: nothing to check. Also records the ranges
+    /// the volume reports lost.
+    fn check_effects(&mut self, i: usize) -> Result<(), String> {
+        let Some(v) = self.rig.vol.as_ref() else {
+            return Ok(());
+        };
+        let st = v.live().live_stats().volume;
+        for r in &st.lost_dirty_ranges {
+            if !self.lost_seen.contains(r) {
+                self.lost_seen.push(*r);
+            }
+        }
+        let now = Snap {
+            insertions: st.totals.insertions,
+            dirty: st.dirty_lines,
+            cached: st.cached_lines,
+        };
+        let Some(p) = self.prev.replace(now) else {
+            return Ok(());
+        };
+        if st.cache_failed {
+            return Ok(());
+        }
+        let inserted = now.insertions.saturating_sub(p.insertions);
+        let direct = self.cfg.layout == Layout::Direct;
+        let r = self.rules;
+        let mut bad = Vec::new();
+        match r.mode {
+            Some(Mode::PassThrough) => {
+                count(0);
+                if inserted > 0 || now.dirty > 0 || (!direct && now.cached > 0) {
+                    bad.push(format!(
+                        "pass-through: {inserted} line(s) inserted, {} dirty, {} cached",
+                        now.dirty, now.cached
+                    ));
+                }
+            }
+            Some(m @ (Mode::WriteThrough | Mode::WriteAround)) => {
+                count(1);
+                if now.dirty > 0 {
+                    bad.push(format!("{m}: {} dirty line(s)", now.dirty));
+                }
+            }
+            _ => {}
+        }
+        if direct {
+            if r.mode == Some(Mode::WriteAround)
+                && matches!(self.last_io, Some((true, _)))
+                && inserted > 0
+            {
+                bad.push(format!("write-around: a write inserted {inserted} line(s)"));
+            }
+            if r.never == Some(true) {
+                count(2);
+            }
+            if r.never == Some(true) && inserted > 0 {
+                bad.push(format!("admission never: {inserted} line(s) inserted"));
+            }
+            if let Some((w, len)) = self.last_io {
+                if let Some(c) = r.cutoff[w as usize] {
+                    if c > 0 && len >= c {
+                        count(3);
+                    }
+                    if c > 0 && len >= c && inserted > 0 {
+                        bad.push(format!(
+                            "seq-cutoff{} {c}: a {} of {len} bytes inserted {inserted} line(s)",
+                            if w { "-write" } else { "" },
+                            if w { "write" } else { "read" }
+                        ));
+                    }
+                }
+            }
+        }
+        if bad.is_empty() {
+            return Ok(());
+        }
+        Err(self.fail(format!(
+            "op {i}: a setting in force had no effect ({r:?}; before {p:?}, after {now:?}): {}",
+            bad.join("; ")
+        )))
+    }
+
     /// `ctl set` of a live setting (the direct layout takes them; the log layout must refuse
     /// every key but `mode`, and change nothing).
     fn change_setting(&mut self, i: usize) -> Result<(), String> {
         const SETTINGS: &[(&str, &[&str])] = &[
             ("admission", &["always", "never", "nhit:2", "nhit:2:1"]),
-            ("seq-cutoff", &["0", "16k", "64k"]),
-            ("seq-cutoff-write", &["0", "16k"]),
+            ("seq-cutoff", &["0", "4k", "16k"]),
+            ("seq-cutoff-write", &["0", "4k"]),
             ("group-size", &["4k", "8k", "16k"]),
             ("dirty-high", &["0.9", "0.5", "0.2"]),
             ("dirty-low", &["0.1", "0.3", "0"]),
@@ -1079,6 +1333,22 @@ impl Run {
         self.note(format!("op {i}: set {key} {value}: {res:?}"));
         if self.cfg.layout == Layout::Log && res.is_ok() {
             return Err(self.fail(format!("op {i}: the log layout took `{key}` = {value}")));
+        }
+        if self.cfg.layout == Layout::Direct {
+            // Refused (the volume failed, say): the old value holds; applied but not stored
+            // (a superblock write failed) or anything else: unknown.
+            let ok = res.is_ok();
+            let bytes = |v: &str| match v {
+                "4k" => 4096,
+                "16k" => 16384,
+                _ => 0,
+            };
+            match key {
+                "admission" => self.rules.never = ok.then_some(value == "never"),
+                "seq-cutoff" => self.rules.cutoff[0] = ok.then_some(bytes(value)),
+                "seq-cutoff-write" => self.rules.cutoff[1] = ok.then_some(bytes(value)),
+                _ => {}
+            }
         }
         Ok(())
     }
@@ -1138,17 +1408,15 @@ fn run_seed(seed: u64, ops: usize) -> Result<(u64, u64), String> {
         injected: 0,
         failed_noted: false,
         lost_seen: Vec::new(),
+        rules: Rules::new(cfg.mode),
+        prev: None,
+        last_io: None,
         cfg,
     };
     for i in 0..run.cfg.ops {
+        run.last_io = None;
         run.op(i)?;
-        if let Some(v) = run.rig.vol.as_ref() {
-            for r in v.lost() {
-                if !run.lost_seen.contains(&r) {
-                    run.lost_seen.push(r);
-                }
-            }
-        }
+        run.check_effects(i)?;
         if let (Ok(w), Some(Vol::D(v))) = (
             std::env::var("TIERCACHE_FAULT_MODEL_WATCH"),
             run.rig.vol.as_ref(),
@@ -1188,10 +1456,32 @@ fn random_faults_never_lose_misdirect_or_serve_stale_data() {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(seeds);
+    // Seeds are independent: run on up to two threads (`TIERCACHE_FAULT_MODEL_THREADS`).
+    let threads = std::env::var("TIERCACHE_FAULT_MODEL_THREADS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get().min(2)))
+        .max(1);
     let t = std::time::Instant::now();
+    let next = std::sync::atomic::AtomicU64::new(0);
+    let results = std::sync::Mutex::new(Vec::new());
+    std::thread::scope(|sc| {
+        for _ in 0..threads {
+            sc.spawn(|| loop {
+                let seed = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                if seed >= seeds {
+                    break;
+                }
+                let r = run_seed(seed, ops);
+                results.lock().unwrap().push((seed, r));
+            });
+        }
+    });
+    let mut results = results.into_inner().unwrap();
+    results.sort_by_key(|r| r.0);
     let (mut injected, mut writes, mut failures) = (0, 0, Vec::new());
-    for seed in 0..seeds {
-        match run_seed(seed, ops) {
+    for (seed, r) in results {
+        match r {
             Ok((i, w)) => {
                 injected += i;
                 writes += w;
@@ -1204,9 +1494,17 @@ fn random_faults_never_lose_misdirect_or_serve_stale_data() {
             }
         }
     }
+    let e: Vec<u64> = EFFECTS
+        .iter()
+        .map(|c| c.load(std::sync::atomic::Ordering::Relaxed))
+        .collect();
     println!(
         "{seeds} seeds x {ops} ops, {writes} writes, {injected} injected errors, {:.1} s, failing seeds {failures:?}",
         t.elapsed().as_secs_f64()
+    );
+    println!(
+        "effects checked: {} ops in pass-through, {} in write-through/-around, {} under admission never, {} requests over a seq cutoff; {} mode switches credited as durability points, {} followed by a power cut",
+        e[0], e[1], e[2], e[3], e[4], e[5]
     );
     assert!(failures.is_empty(), "failing seeds: {failures:?}");
     assert!(injected > seeds, "few faults injected: {injected}");
@@ -1287,6 +1585,9 @@ fn replay(text: &str) {
         injected: 0,
         failed_noted: false,
         lost_seen: Vec::new(),
+        rules: Rules::new(cfg.mode),
+        prev: None,
+        last_io: None,
         cfg,
     };
     let span = |w: &str| -> (u64, u64) {
@@ -1301,9 +1602,7 @@ fn replay(text: &str) {
                 let (off, len) = span(w[1]);
                 let ver: u64 = w[2][1..].parse().unwrap();
                 let fua = w.get(4) == Some(&"true");
-                let d: Vec<u8> = (off / U..(off + len) / U)
-                    .flat_map(|u| encode_unit(u, ver))
-                    .collect();
+                let d = units(off / U, len / U, ver);
                 run.rig.vol().live().write(off, &d, fua).unwrap();
                 for u in off / U..(off + len) / U {
                     run.m.set(u, Val::V(ver), true, fua);
@@ -1398,7 +1697,7 @@ fn plain_direct(mode: Mode, sums: bool) -> (Files, CacheVolume) {
 }
 
 fn sectors(s0: u64, n: u64, ver: u64) -> Vec<u8> {
-    (s0..s0 + n).flat_map(|s| encode(s, ver)).collect()
+    units(s0 * (S / U), n * (S / U), ver)
 }
 
 fn read_ver(v: &dyn LiveVolume, s: u64) -> Got {
