@@ -22,7 +22,8 @@
 //!
 //! Settings must take effect (`ctl mode`, `ctl set`: [`Run::check_effects`]), and a mode
 //! switch that makes everything durable is a FLUSH to the model (sometimes followed at once
-//! by a power cut).
+//! by a power cut). [`concurrent_clients_see_only_linearisable_values`] drives one volume
+//! from several client threads at once.
 //!
 //! `TIERCACHE_FAULT_MODEL_SEEDS=N` (default 600), `TIERCACHE_FAULT_SOAK=1` (4000 seeds of
 //! 3x the ops), `TIERCACHE_FAULT_MODEL_SEED=N` reruns one seed and prints its op log,
@@ -2087,4 +2088,481 @@ fn log_lost_range_is_cleared_only_by_a_flushed_rewrite() {
         assert!(!v.cache_failed());
         rig.ch.heal();
     });
+}
+
+/// One client request (or operator command) of a concurrent round.
+#[derive(Clone, Debug)]
+enum COp {
+    /// Units `u0..u0 + n` at version `ver` (`fua`).
+    Write(u64, u64, u64, bool),
+    /// Write-zeroes of units `u0..u0 + n` (`fua`, `may_trim`).
+    Zero(u64, u64, bool, bool),
+    Read(u64, u64),
+    Flush,
+    /// `ctl flush`.
+    CtlFlush,
+    /// `ctl mode`.
+    Mode(Mode),
+    /// The background work (direct: a cleaning pass, its I/O outside the volume lock).
+    Background,
+}
+
+/// A request done by a client thread: its place in the global order of starts and ends
+/// (`start` < `end`; a request that ended before another started precedes it), result, and
+/// for a read what it returned.
+struct Done {
+    thread: usize,
+    op: COp,
+    start: u64,
+    end: u64,
+    res: Result<(), String>,
+    data: Vec<u8>,
+}
+
+/// A write of one unit in a round: (start, end, value).
+type UnitWrite = (u64, u64, Val);
+
+/// What unit `u` may read between `rs` and `re` (`u64::MAX`, `u64::MAX`: once the round is
+/// over), given `old` (what it held when the round began) and the round's writes to it
+/// (every one acknowledged): a write that began before the read ended, unless another write
+/// began after it ended and itself ended before the read began (it overwrote it, in every
+/// order the volume may have applied them); `old` unless a write ended before the read began.
+fn allowed_in_round(old: &Vals, ws: &[UnitWrite], rs: u64, re: u64) -> Vec<Val> {
+    let mut out = Vec::new();
+    if !ws.iter().any(|w| w.1 < rs) {
+        out.extend_from_slice(old.as_slice());
+    }
+    for &(s, e, v) in ws {
+        let superseded = ws.iter().any(|w| w.1 < rs && w.0 > e);
+        if s < re && !superseded && !out.contains(&v) {
+            out.push(v);
+        }
+    }
+    out
+}
+
+/// What unit `u` may hold after a power cut once the round is over: `point` is the latest
+/// durability point covering it (a FLUSH, `ctl flush` or durable mode switch: its start; a
+/// FUA write of it: its end). The writes that ended before it are durable (the last of them,
+/// or `old_now` if none); every later write may have reached the device too. With no point,
+/// the older durable values stay possible.
+fn durable_after_round(
+    old_now: &Vals,
+    old_durable: &Vals,
+    ws: &[UnitWrite],
+    point: Option<u64>,
+) -> Vals {
+    let mut out = match point {
+        None => old_durable.clone(),
+        Some(p) => {
+            let before: Vec<UnitWrite> = ws.iter().copied().filter(|w| w.1 <= p).collect();
+            if before.is_empty() {
+                old_now.clone()
+            } else {
+                let last = allowed_in_round(old_now, &before, u64::MAX, u64::MAX);
+                let mut v = Vals::One(last[0]);
+                for &x in &last[1..] {
+                    v.add(x);
+                }
+                v
+            }
+        }
+    };
+    for w in ws {
+        if point.is_none_or(|p| w.1 > p) {
+            out.add(w.2);
+        }
+    }
+    out
+}
+
+fn to_vals(v: &[Val]) -> Vals {
+    let mut out = Vals::One(v[0]);
+    for &x in &v[1..] {
+        out.add(x);
+    }
+    out
+}
+
+/// Units read while a write of them was in flight (their intervals overlap), and of those
+/// the ones that returned the value from before that write: shows the rounds do race.
+static RACES: [std::sync::atomic::AtomicU64; 2] =
+    [const { std::sync::atomic::AtomicU64::new(0) }; 2];
+
+/// One seed of the concurrent checker: `Err` names the first violation.
+fn run_concurrent_seed(seed: u64, rounds: usize) -> Result<u64, String> {
+    use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
+    let mut cfg = cfg_for(seed, 0);
+    cfg.p_fault = 0.0;
+    let mut r = rng(seed ^ 0xc0c0);
+    let threads = 2 + (seed % 3) as usize;
+    let mut rig = Rig::new(&cfg, seed);
+    let mut m = Model::new();
+    let mut mode = cfg.mode;
+    let mut ver = 0u64;
+    let mut log: Vec<String> = Vec::new();
+    let head = format!(
+        "concurrent seed {seed} ({:?} {:?}, {threads} client threads, data checksums {}{})",
+        cfg.layout,
+        cfg.mode,
+        cfg.sums,
+        if cfg.layout == Layout::Log {
+            format!(", {:?}, dedup {}", cfg.compression, cfg.dedup)
+        } else {
+            String::new()
+        }
+    );
+    let fail = |log: &[String], what: String| -> String {
+        let mut s = format!("{head}: {what}\nlast rounds (newest last):\n");
+        for l in log.iter().rev().take(40).rev() {
+            s.push_str("  ");
+            s.push_str(l);
+            s.push('\n');
+        }
+        s.push_str(&format!(
+            "rerun (the interleaving varies: runs the seed 200 times): TIERCACHE_FAULT_MODEL_CONCURRENT_SEED={seed} cargo test --release -p tiercache-server --test fault_model concurrent"
+        ));
+        s
+    };
+    if cfg.layout == Layout::Direct && r.gen_bool(0.5) {
+        // Cleaning passes with work to do while clients write.
+        let v = rig.vol().live();
+        v.set_setting("dirty-low", "0.1")
+            .map_err(|e| fail(&log, e))?;
+        v.set_setting("dirty-high", "0.2")
+            .map_err(|e| fail(&log, e))?;
+    }
+    let units_total = HOT / U;
+    let mut requests = 0u64;
+    for round in 0..rounds {
+        // A narrow window half the time: the threads' ranges overlap often.
+        let window = if r.gen_bool(0.5) {
+            16 * LS / U
+        } else {
+            units_total
+        };
+        let base = r.gen_range(0..=(units_total - window) / (LS / U)) * (LS / U);
+        let mut mode_op = false;
+        let plans: Vec<Vec<COp>> = (0..threads)
+            .map(|_| {
+                (0..r.gen_range(1..5))
+                    .map(|_| {
+                        let n = match r.gen_range(0..4) {
+                            0 => r.gen_range(1..80),
+                            1 => S / U * r.gen_range(1..9),
+                            2 => LS / U,
+                            _ => S / U * r.gen_range(1..33),
+                        }
+                        .min(window);
+                        let mut u0 = base + r.gen_range(0..=window - n);
+                        if r.gen_bool(0.5) {
+                            u0 -= (u0 - base) % (S / U);
+                        }
+                        match r.gen_range(0..100) {
+                            0..=37 => COp::Read(u0, n),
+                            38..=75 => {
+                                ver += 1;
+                                COp::Write(u0, n, ver, r.gen_bool(0.1))
+                            }
+                            76..=81 => {
+                                let n = (LS / U) * r.gen_range(1..3);
+                                let u0 = base + r.gen_range(0..window / (LS / U)) * (LS / U);
+                                let n = n.min(base + window - u0);
+                                COp::Write(u0, n, SHARED | r.gen_range(1..5), false)
+                            }
+                            82..=87 => COp::Zero(u0, n, r.gen_bool(0.2), r.gen_bool(0.5)),
+                            88..=92 => COp::Flush,
+                            93..=94 => COp::CtlFlush,
+                            95..=96 if !mode_op => {
+                                mode_op = true;
+                                let modes: &[Mode] = match cfg.layout {
+                                    Layout::Direct => &[
+                                        Mode::WriteThrough,
+                                        Mode::WriteBack,
+                                        Mode::WriteAround,
+                                        Mode::PassThrough,
+                                    ],
+                                    Layout::Log => {
+                                        &[Mode::WriteThrough, Mode::WriteBack, Mode::PassThrough]
+                                    }
+                                };
+                                COp::Mode(modes[r.gen_range(0..modes.len())])
+                            }
+                            _ => COp::Background,
+                        }
+                    })
+                    .collect()
+            })
+            .collect();
+        let seq = AtomicU64::new(0);
+        let barrier = std::sync::Barrier::new(threads);
+        let vol = rig.vol();
+        let done: Vec<Done> = std::thread::scope(|sc| {
+            let hs: Vec<_> = plans
+                .iter()
+                .enumerate()
+                .map(|(t, ops)| {
+                    let (seq, barrier) = (&seq, &barrier);
+                    sc.spawn(move || {
+                        let v = vol.live();
+                        barrier.wait();
+                        let mut out = Vec::new();
+                        for op in ops {
+                            let data = match *op {
+                                COp::Write(u0, n, ver, _) => units(u0, n, ver),
+                                COp::Read(_, n) => vec![0u8; (n * U) as usize],
+                                _ => Vec::new(),
+                            };
+                            let mut data = data;
+                            let start = seq.fetch_add(1, SeqCst);
+                            let res = match *op {
+                                COp::Write(u0, _, _, fua) => v.write(u0 * U, &data, fua),
+                                COp::Zero(u0, n, fua, t) => v.write_zeroes(u0 * U, n * U, fua, t),
+                                COp::Read(u0, _) => v.read(u0 * U, &mut data),
+                                COp::Flush => v.flush(),
+                                COp::CtlFlush => v.flush_dirty(),
+                                COp::Mode(m) => v.set_mode(m),
+                                COp::Background => vol.background().map_err(std::io::Error::other),
+                            };
+                            let end = seq.fetch_add(1, SeqCst);
+                            out.push(Done {
+                                thread: t,
+                                op: op.clone(),
+                                start,
+                                end,
+                                res: res.map_err(|e| e.to_string()),
+                                data,
+                            });
+                        }
+                        out
+                    })
+                })
+                .collect();
+            hs.into_iter().flat_map(|h| h.join().unwrap()).collect()
+        });
+        requests += done.len() as u64;
+        let mut done = done;
+        done.sort_by_key(|d| d.start);
+        log.push(format!("round {round}:"));
+        for d in &done {
+            log.push(format!(
+                "  [{:>2}..{:>2}] thread {}: {:?} -> {:?}",
+                d.start, d.end, d.thread, d.op, d.res
+            ));
+        }
+        if let Some(d) = done.iter().find(|d| d.res.is_err()) {
+            return Err(fail(
+                &log,
+                format!("round {round}: {:?} failed with no fault injected", d.op),
+            ));
+        }
+        // The round's writes per unit, and the durability points.
+        let mut writes: std::collections::HashMap<u64, Vec<UnitWrite>> = Default::default();
+        let mut fua_points: std::collections::HashMap<u64, u64> = Default::default();
+        let mut point: Option<u64> = None;
+        for d in &done {
+            let (u0, n, x, fua) = match d.op {
+                COp::Write(u0, n, ver, fua) => (u0, n, Val::V(ver), fua),
+                COp::Zero(u0, n, fua, _) => (u0, n, Val::Zero, fua),
+                COp::Flush | COp::CtlFlush => {
+                    point = point.max(Some(d.start));
+                    continue;
+                }
+                COp::Mode(to) => {
+                    let durable = match cfg.layout {
+                        Layout::Direct => to != Mode::WriteBack,
+                        Layout::Log => to != mode,
+                    };
+                    if durable {
+                        point = point.max(Some(d.start));
+                    }
+                    mode = to;
+                    continue;
+                }
+                _ => continue,
+            };
+            for u in u0..u0 + n {
+                writes.entry(u).or_default().push((d.start, d.end, x));
+                if fua {
+                    let p = fua_points.entry(u).or_insert(0);
+                    *p = (*p).max(d.end);
+                }
+            }
+        }
+        for d in &done {
+            let COp::Read(u0, n) = d.op else { continue };
+            for k in 0..n {
+                let u = u0 + k;
+                let b = &d.data[(k * U) as usize..((k + 1) * U) as usize];
+                let Some(ws) = writes.get(&u) else {
+                    // Not written this round: stable, checked (and pinned) as ever.
+                    if let Err(e) = m.check_unit(u, b) {
+                        return Err(fail(&log, format!("round {round}: {:?}: {e}", d.op)));
+                    }
+                    continue;
+                };
+                let ok = allowed_in_round(&m.secs[u as usize].now, ws, d.start, d.end);
+                if ok.contains(&Val::Any) {
+                    continue;
+                }
+                let g = got_unit(b, u);
+                let as_val = match g {
+                    Got::Ver(v) => Some(Val::V(v)),
+                    Got::Zero => Some(Val::Zero),
+                    _ => None,
+                };
+                let racing: Vec<&UnitWrite> =
+                    ws.iter().filter(|w| w.0 < d.end && d.start < w.1).collect();
+                if !racing.is_empty() {
+                    RACES[0].fetch_add(1, SeqCst);
+                    if as_val.is_some_and(|x| racing.iter().all(|w| w.2 != x)) {
+                        RACES[1].fetch_add(1, SeqCst);
+                    }
+                }
+                if !as_val.is_some_and(|x| ok.contains(&x)) {
+                    return Err(fail(
+                        &log,
+                        format!(
+                            "round {round}: thread {} {:?} [{}..{}]: unit {u} (byte {}) read {g:?}, may read {ok:?}",
+                            d.thread,
+                            d.op,
+                            d.start,
+                            d.end,
+                            u * U
+                        ),
+                    ));
+                }
+            }
+        }
+        // The model after the round.
+        let mut next: Vec<(u64, Vals, Vals)> = Vec::with_capacity(writes.len());
+        for (&u, ws) in &writes {
+            let sec = &m.secs[u as usize];
+            let now = to_vals(&allowed_in_round(&sec.now, ws, u64::MAX, u64::MAX));
+            let p = point.max(fua_points.get(&u).copied());
+            let durable = durable_after_round(&sec.now, &sec.durable, ws, p);
+            next.push((u, now, durable));
+        }
+        if point.is_some() {
+            m.flushed(&[]);
+        }
+        for (u, now, durable) in next {
+            m.secs[u as usize] = Sec { now, durable };
+            m.touch(u);
+        }
+        if !rig.vol().lost().is_empty() || rig.vol().live().cache_failed() {
+            return Err(fail(
+                &log,
+                format!(
+                    "round {round}: lost {:?}, cache failed {} with no fault injected",
+                    rig.vol().lost(),
+                    rig.vol().live().cache_failed()
+                ),
+            ));
+        }
+        // A restart now and then; a power cut often right after a round with a durability
+        // point (what it promised is checked at once).
+        let restart = if point.is_some() && r.gen_bool(0.3) {
+            Some(true)
+        } else {
+            r.gen_bool(0.05).then(|| r.gen_bool(0.5))
+        };
+        if let Some(crash) = restart {
+            let vol = rig.vol.take().unwrap();
+            if crash {
+                rig.faults.power_cut();
+                drop(vol);
+                m.crashed();
+            } else {
+                if let Err(e) = vol.live().shutdown() {
+                    return Err(fail(&log, format!("clean shutdown failed: {e}")));
+                }
+                drop(vol);
+                rig.faults.process_exit();
+                m.flushed(&[]);
+            }
+            log.push(if crash { "power cut" } else { "clean restart" }.to_string());
+            rig.open(&cfg, seed ^ (round as u64) << 20)
+                .map_err(|e| fail(&log, format!("reopen failed: {e}")))?;
+        }
+    }
+    // A clean restart, then every unit.
+    let vol = rig.vol.take().unwrap();
+    if let Err(e) = vol.live().shutdown() {
+        return Err(fail(&log, format!("final shutdown failed: {e}")));
+    }
+    drop(vol);
+    rig.faults.process_exit();
+    m.flushed(&[]);
+    rig.open(&cfg, seed ^ 0xfeed)
+        .map_err(|e| fail(&log, format!("final reopen failed: {e}")))?;
+    let chunk = 64 << 10;
+    let mut buf = vec![0u8; chunk as usize];
+    for off in (0..VOL).step_by(chunk as usize) {
+        rig.vol()
+            .live()
+            .read(off, &mut buf)
+            .map_err(|e| fail(&log, format!("final read {off}+{chunk}: {e}")))?;
+        for k in 0..chunk / U {
+            let b = &buf[(k * U) as usize..((k + 1) * U) as usize];
+            if let Err(e) = m.check_unit(off / U + k, b) {
+                return Err(fail(&log, format!("final read {off}+{chunk}: {e}")));
+            }
+        }
+    }
+    Ok(requests)
+}
+
+/// Session 13 item 1: several clients on one volume at once (2-4 threads, each 1-4 requests
+/// per round, started together; ranges overlapping in a 64 KiB window half the time, else
+/// anywhere in the hot region): writes (any 64-byte offset and length, FUA, dedup-prone
+/// whole lines), write-zeroes, reads, FLUSH and `ctl flush` from one thread while others
+/// write, a `ctl mode` switch, the direct layout's cleaning pass, between rounds clean
+/// restarts and power cuts; both layouts, every mode, no fault injected. A read may return,
+/// per 64-byte unit, the value before the round or that of a write that overlapped it
+/// ([`allowed_in_round`]), nothing else; after a FLUSH is acknowledged, every write
+/// acknowledged before it began survives a power cut ([`durable_after_round`]). Every
+/// request must succeed.
+///
+/// `TIERCACHE_FAULT_MODEL_CONCURRENT_SEEDS=N` (default 60; soak: 600 seeds of 3x the rounds),
+/// `TIERCACHE_FAULT_MODEL_CONCURRENT_SEED=N` runs one seed 200 times (interleavings vary).
+#[test]
+fn concurrent_clients_see_only_linearisable_values() {
+    let soak = std::env::var("TIERCACHE_FAULT_SOAK").is_ok_and(|v| v != "0");
+    let rounds = if soak { 120 } else { 40 };
+    if let Ok(s) = std::env::var("TIERCACHE_FAULT_MODEL_CONCURRENT_SEED") {
+        let seed: u64 = s
+            .parse()
+            .expect("TIERCACHE_FAULT_MODEL_CONCURRENT_SEED: a number");
+        for _ in 0..200 {
+            if let Err(e) = run_concurrent_seed(seed, rounds) {
+                panic!("{e}");
+            }
+        }
+        return;
+    }
+    let seeds: u64 = std::env::var("TIERCACHE_FAULT_MODEL_CONCURRENT_SEEDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(if soak { 600 } else { 60 });
+    let t = std::time::Instant::now();
+    let (mut requests, mut failures) = (0, Vec::new());
+    for seed in 0..seeds {
+        match run_concurrent_seed(seed, rounds) {
+            Ok(n) => requests += n,
+            Err(e) => {
+                if failures.is_empty() {
+                    eprintln!("{e}");
+                }
+                failures.push(seed);
+            }
+        }
+    }
+    println!(
+        "concurrent: {seeds} seeds x {rounds} rounds, {requests} requests, {} units read during a write of them ({} of those returned an older value), {:.1} s, failing seeds {failures:?}",
+        RACES[0].load(std::sync::atomic::Ordering::Relaxed),
+        RACES[1].load(std::sync::atomic::Ordering::Relaxed),
+        t.elapsed().as_secs_f64()
+    );
+    assert!(failures.is_empty(), "failing seeds: {failures:?}");
 }
