@@ -1008,8 +1008,12 @@ impl Run {
         for s in 0..VOL / S {
             let b = &data[(s * S) as usize..((s + 1) * S) as usize];
             if let Err(e) = self.m.check(s, b) {
+                let around: Vec<Got> = (s.saturating_sub(2)..(s + 3).min(VOL / S))
+                    .map(|t| got_at(&data[(t * S) as usize..((t + 1) * S) as usize], t))
+                    .collect();
                 return Err(self.fail(format!(
-                    "op {i}: backing file after the cache failed (crash {crash}): {e}"
+                    "op {i}: backing file after the cache failed (crash {crash}; the state file records lost {recorded:?}): {e}; sectors {}.. hold {around:?}",
+                    s.saturating_sub(2)
                 )));
             }
         }
