@@ -533,7 +533,15 @@ impl CacheVolume {
                             // slot may hold older bytes; copied only if they verify.
                             let dropped =
                                 g.cache_dropped.get(&slot).is_some_and(|m| m >> k & 1 == 1);
-                            if dropped && exp.is_none() {
+                            if g.in_plan.contains(&slot) {
+                                // The cache failed in the middle of a plan (a sync it ran
+                                // failed) that maps this slot to its line already but may
+                                // not have written it yet: the slot may hold another line's
+                                // bytes, or none (soak seed 3562).
+                                Err(io::Error::other(
+                                    "the cache failed before the request being served had written them to the cache",
+                                ))
+                            } else if dropped && exp.is_none() {
                                 Err(io::Error::other(
                                     "written to the cache since its last good sync, which failed and may have dropped it (no data checksums to verify the cached copy)",
                                 ))
