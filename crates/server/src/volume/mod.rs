@@ -109,12 +109,14 @@ mod exec;
 mod export;
 mod fault;
 mod open;
+mod ram;
 mod records;
 mod settings;
 mod stats;
 
 pub(crate) use open::read_twice;
 pub use open::{format, read_superblock};
+pub use ram::RamStats;
 
 /// How to format a cache device.
 #[derive(Clone, Debug)]
@@ -172,6 +174,11 @@ pub struct OpenOptions {
     /// Per-run engine settings for this run (`serve --admission`, ...), replacing the ones
     /// stored in the superblock (and stored in their place); `None`: the stored ones.
     pub tuning: Option<Tuning>,
+    /// RAM tier above the cache (`serve --ram-cache`): bytes of clean whole lines kept in
+    /// memory; 0 = none. Not stored: a restart starts it empty.
+    pub ram_cache: u64,
+    /// Its replacement policy; `None`: [`tiercache_engine::DEFAULT_RAM_POLICY`].
+    pub ram_policy: Option<String>,
 }
 
 /// What an open found on the device.
@@ -347,6 +354,8 @@ pub struct CacheVolume {
     /// write-back issues its next backing write only when none is (for at most
     /// [`FG_GATE_MAX`]), so a read miss waits for at most the one in progress.
     fg_backing: AtomicU64,
+    /// The RAM tier above the cache (`serve --ram-cache`; `ram.rs`).
+    ram: Option<ram::RamCache>,
 }
 
 /// Longest the unlocked write-back holds a backing write back for foreground backing I/O.
@@ -527,6 +536,9 @@ pub struct VolumeStats {
     pub volume_bytes: u64,
     pub ram_index_bytes: u64,
     pub totals: Counters,
+    /// The RAM tier (`serve --ram-cache`); null without one. Reads it served never reached
+    /// the engine: `totals` are the SSD tier's.
+    pub ram: Option<RamStats>,
     pub per_class: Vec<(u8, Counters)>,
     /// Cache syncs made to unmap records (rule 2 of the module doc).
     pub unmap_syncs: u64,
