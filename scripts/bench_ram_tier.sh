@@ -8,18 +8,20 @@
 # sequential read): the comparison is RAM hits against SSD hits. Two cache devices:
 #   file   - the cache file on /dev/shm (an SSD hit is then a pread from page cache: what
 #            the RAM tier saves is the volume lock and the syscall);
-#   delay  - the same file behind nbdkit's delay filter (RDELAY s per read, default 0.0001 =
-#            100 us, about a SATA SSD's read latency), so SSD hits cost what a device costs.
+#   delay  - the same file behind nbdkit's delay filter (RDELAY per read, default 1ms: the
+#            filter's finest step; a slow or remote cache device rather than a SATA SSD), so
+#            SSD hits cost what a device costs.
 #
 #     bash scripts/bench_ram_tier.sh [RUNTIME_S]     (default 10 s per fio run, best of 3)
 #
-# Env: QD (fio iodepth, default 16), RDELAY. Needs fio (nbd engine), nbdkit; builds the
+# Env: QD (fio iodepth, default 16), RDELAY, DEVS (default "file delay"). Needs fio (nbd engine), nbdkit; builds the
 # release binary.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RUNTIME=${1:-10}
 QD=${QD:-16}
-RDELAY=${RDELAY:-0.0001}
+RDELAY=${RDELAY:-1ms}
+DEVS=${DEVS:-file delay}
 WS_MB=256
 HOT_MB=32
 CACHE_MB=384
@@ -37,7 +39,12 @@ truncate -s 1G "$W/backing.img"
 dd if=/dev/urandom of="$W/backing.img" bs=1M count=$WS_MB conv=notrunc status=none
 
 wait_sock() { for _ in $(seq 100); do [ -S "$1" ] && return 0; sleep 0.1; done; echo "no socket $1" >&2; exit 1; }
-stop_all() { for p in "${PIDS[@]:-}"; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done; PIDS=(); }
+# The server first (nbdkit waits for its client to leave), then wait for all.
+stop_all() {
+  local i
+  for ((i = ${#PIDS[@]} - 1; i >= 0; i--)); do kill "${PIDS[i]}" 2>/dev/null || true; wait "${PIDS[i]}" 2>/dev/null || true; done
+  PIDS=()
+}
 
 # serve DEV [extra...]: DEV = file | delay.
 serve() {
@@ -76,7 +83,7 @@ echo "machine: $(uname -m), $(nproc) cores (shared), $(date -u +'%F %H:%M') UTC;
 echo
 echo "| cache device | workload | RAM tier | IOPS | mean us | p99 us | reads from RAM |"
 echo "|---|---|---|--:|--:|--:|--:|"
-for dev in file delay; do
+for dev in $DEVS; do
   for wl in hot zipf; do
     for ram in none $RAM; do
       if [ $ram = none ]; then serve $dev; else serve $dev --ram-cache $ram; fi
@@ -91,7 +98,7 @@ for dev in file delay; do
       stop_all
       read -r iops mean p99 <<<"$best"
       label=$([ $wl = hot ] && echo "uniform ${HOT_MB} MiB" || echo "zipf:1.1 ${WS_MB} MiB")
-      echo "| $dev$([ $dev = delay ] && echo " (${RDELAY} s)") | $label | $ram | $iops | $mean | $p99 | $share |"
+      echo "| $dev$([ $dev = delay ] && echo " (${RDELAY})") | $label | $ram | $iops | $mean | $p99 | $share |"
     done
   done
 done
