@@ -259,6 +259,15 @@ pub struct ServeArgs {
     /// Dirty share the write-back rate holds [default: 0.5]. `ctl set writeback-target`.
     #[arg(long, value_name = "FRACTION")]
     writeback_target: Option<f64>,
+    /// RAM tier above the cache: this much memory (e.g. 256MiB) keeps clean whole lines, so
+    /// the hottest reads are served without the volume lock or the cache device. Writes,
+    /// trims and write-zeroes drop their lines from it; it starts empty at each start.
+    /// `ctl stats` shows reads per tier (RAM hits, SSD hits, misses). Direct layout only.
+    #[arg(long, value_name = "SIZE")]
+    ram_cache: Option<String>,
+    /// The RAM tier's replacement policy (see `tiercache policies`) [default: s3fifo].
+    #[arg(long, value_name = "NAME")]
+    ram_policy: Option<String>,
     /// I/O class table (TOML, e.g. experiments/classes/filesystem.toml) for `--policy dss`,
     /// partitions, rules and per-class statistics. Default: the built-in file-system table.
     #[arg(long)]
@@ -1206,6 +1215,13 @@ pub fn serve(a: ServeArgs) -> Result<()> {
                 })
                 .transpose()?,
             writeback_target: a.writeback_target,
+            ram_cache: a
+                .ram_cache
+                .as_deref()
+                .map(|s| size_arg("--ram-cache", s))
+                .transpose()?
+                .unwrap_or(0),
+            ram_policy: a.ram_policy.clone(),
         },
         direct_only,
         log: log_given,
@@ -1637,6 +1653,38 @@ fn print_stats(v: &serde_json::Value) {
         n(&s["dirty_bytes"])
     );
     println!("RAM (index)     {} bytes", n(&s["ram_index_bytes"]));
+    let r = &s["ram"];
+    if r.is_object() {
+        let reads = n(&r["read_requests"]);
+        let share = |x: u64| {
+            if reads > 0 {
+                format!("{:.1} %", 100.0 * x as f64 / reads as f64)
+            } else {
+                "-".into()
+            }
+        };
+        let (rh, sh, m) = (n(&r["ram_hits"]), n(&r["ssd_hits"]), n(&r["misses"]));
+        println!(
+            "tiers           {reads} reads: RAM hits {rh} ({}), SSD hits {sh} ({}), misses {m} ({})",
+            share(rh),
+            share(sh),
+            share(m)
+        );
+        let k = &r["counters"];
+        println!(
+            "RAM tier        {} of {} lines of {} bytes, policy {}: {} filled, {} evicted, {} invalidated, {} fills skipped; {} bytes of data, {} of metadata",
+            n(&r["cached_lines"]),
+            n(&r["capacity_lines"]),
+            n(&s["line_size"]),
+            r["policy"].as_str().unwrap_or("?"),
+            n(&k["fills"]),
+            n(&k["evictions"]),
+            n(&k["invalidations"]),
+            n(&k["fills_skipped"]),
+            n(&r["data_bytes"]),
+            n(&r["metadata_bytes"])
+        );
+    }
     // Faults first: a class table must not hide them.
     print_faults(s);
     if s["log"].is_object() {

@@ -259,6 +259,13 @@ pub struct EngineConfig {
     /// its next this-many likely victims (`Policy::eviction_candidates`), so a miss waits
     /// for no write-back. 0 = off (the policy's victim, dirty or not).
     pub clean_victim_window: u32,
+    /// RAM tier above the cache (`sim --ram-cache`, `serve --ram-cache`): bytes of clean
+    /// whole lines kept in memory; 0 = none. The engine itself ignores it: the executor runs
+    /// a [`crate::RamTier`] beside the engine.
+    #[serde(with = "size_serde")]
+    pub ram_cache: u64,
+    /// The RAM tier's replacement policy (default s3fifo).
+    pub ram_policy: String,
 }
 
 /// Default [`EngineConfig::cleaning_age`] (requests).
@@ -291,6 +298,8 @@ impl Default for EngineConfig {
             cleaning: CleaningPolicy::Lba,
             cleaning_age: DEFAULT_CLEANING_AGE,
             clean_victim_window: 0,
+            ram_cache: 0,
+            ram_policy: crate::ram_tier::DEFAULT_RAM_POLICY.into(),
         }
     }
 }

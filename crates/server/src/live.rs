@@ -362,6 +362,7 @@ pub fn log_common(v: &LogVolume, s: &LogVolumeStats) -> VolumeStats {
         volume_bytes: s.volume_bytes,
         ram_index_bytes: s.ram_index_bytes,
         totals,
+        ram: None,
         per_class: vec![(0, totals)],
         unmap_syncs: 0,
         unmap_on_miss: 0,

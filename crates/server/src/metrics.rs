@@ -191,6 +191,63 @@ impl Metrics {
                 "# HELP tiercache_{n} {h}\n# TYPE tiercache_{n} gauge\ntiercache_{n} {v}"
             );
         }
+        if let Some(r) = &stats.ram {
+            let _ = writeln!(
+                o,
+                "# HELP tiercache_tier_read_requests_total Read requests by the tier that served them whole: ram, ssd, or backing (some line missed the cache).\n# TYPE tiercache_tier_read_requests_total counter\ntiercache_tier_read_requests_total{{tier=\"ram\"}} {}\ntiercache_tier_read_requests_total{{tier=\"ssd\"}} {}\ntiercache_tier_read_requests_total{{tier=\"backing\"}} {}",
+                r.ram_hits, r.ssd_hits, r.misses
+            );
+            let k = &r.counters;
+            for (n, t, h, v) in [
+                (
+                    "ram_cached_lines",
+                    "gauge",
+                    "Lines in the RAM tier.",
+                    r.cached_lines,
+                ),
+                (
+                    "ram_capacity_lines",
+                    "gauge",
+                    "RAM tier capacity in lines.",
+                    r.capacity_lines,
+                ),
+                (
+                    "ram_bytes",
+                    "gauge",
+                    "RAM the RAM tier holds (data and metadata).",
+                    r.data_bytes + r.metadata_bytes,
+                ),
+                (
+                    "ram_fills_total",
+                    "counter",
+                    "Lines put in the RAM tier after a read below.",
+                    k.fills,
+                ),
+                (
+                    "ram_evictions_total",
+                    "counter",
+                    "Lines evicted from the RAM tier.",
+                    k.evictions,
+                ),
+                (
+                    "ram_invalidations_total",
+                    "counter",
+                    "RAM tier lines dropped by a write, trim or write-zeroes.",
+                    k.invalidations,
+                ),
+                (
+                    "ram_fills_skipped_total",
+                    "counter",
+                    "RAM tier fills refused: a write met the line while its read was in flight.",
+                    k.fills_skipped,
+                ),
+            ] {
+                let _ = writeln!(
+                    o,
+                    "# HELP tiercache_{n} {h}\n# TYPE tiercache_{n} {t}\ntiercache_{n} {v}"
+                );
+            }
+        }
         fault_metrics(
             &mut o,
             &FaultFigures {

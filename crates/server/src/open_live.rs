@@ -51,6 +51,9 @@ pub struct DirectRun<'a> {
     /// `--writeback-rate` / `--writeback-target` (either given: set).
     pub writeback_rate: Option<WritebackRate>,
     pub writeback_target: Option<f64>,
+    /// `--ram-cache` bytes (0: no RAM tier) and `--ram-policy`.
+    pub ram_cache: u64,
+    pub ram_policy: Option<String>,
 }
 
 impl Default for DirectRun<'_> {
@@ -70,6 +73,8 @@ impl Default for DirectRun<'_> {
             cleaning_age: None,
             writeback_rate: None,
             writeback_target: None,
+            ram_cache: 0,
+            ram_policy: None,
         }
     }
 }
@@ -229,6 +234,8 @@ fn open_direct(
         accept_backing_changes: o.accept_backing_changes,
         state_path: (o.state_path)(&sb.uuid),
         tuning,
+        ram_cache: d.ram_cache,
+        ram_policy: d.ram_policy.clone(),
     };
     say(&state_path_line(o.cache_name, opts.state_path.as_deref()));
     let (mut vol, rep) = CacheVolume::open(cache, backing, &opts)

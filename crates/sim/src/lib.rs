@@ -19,13 +19,13 @@ pub mod warmup;
 
 pub use experiment::{Experiment, SweepGrid};
 pub use input::Input;
-pub use result::SimResult;
+pub use result::{RamFigures, SimResult};
 pub use sweep::{run_sweep, run_sweep_with, SweepCell, SweepOptions};
 pub use timed::{run_timed, Drive, TimedOptions, TimedReport, TimedResult, TimedSetup};
 
 use anyhow::{Context, Result};
 use std::time::Instant;
-use tiercache_engine::{CacheSize, Engine, EngineConfig, Request};
+use tiercache_engine::{CacheSize, Engine, EngineConfig, RamTier, Request};
 
 /// Progress report: requests done so far (called every [`PROGRESS_EVERY`] requests).
 pub type Progress<'a> = &'a (dyn Fn(u64) + Sync);
@@ -71,17 +71,79 @@ pub fn simulate(
         return log::simulate_log(spec, l);
     }
     let (mut engine, footprint) = prepare(spec, footprint)?;
+    anyhow::ensure!(
+        !(engine.needs_oracle() && spec.engine.ram_cache > 0),
+        "--ram-cache: policy {} needs the future of every line access, which a RAM tier above \
+         it hides; use an online policy with the RAM tier",
+        spec.engine.policy
+    );
     if engine.needs_oracle() {
         let reqs: Vec<Request> = spec.input.open()?.collect::<Result<_>>()?;
         engine.set_oracle(Engine::next_use_oracle(spec.engine.line_size, &reqs));
     }
     let start = Instant::now();
     let mut n: u64 = 0;
+    if let Some(mut ram) = RamTier::for_config(&spec.engine).map_err(anyhow::Error::msg)? {
+        let skipped = spec.input.for_each_batch_counted(|batch| {
+            feed_ram(&mut engine, &mut ram, &spec.input, &mut n, batch, progress)
+        })?;
+        let wall = start.elapsed().as_secs_f64();
+        let mut res = finish(spec, &engine, footprint, wall, n, skipped)?;
+        res.ram = Some(result::RamFigures::of(&ram, &engine.counters()));
+        return Ok(res);
+    }
     let skipped = spec
         .input
         .for_each_batch_counted(|batch| feed(&mut engine, &spec.input, &mut n, batch, progress))?;
     let wall = start.elapsed().as_secs_f64();
     finish(spec, &engine, footprint, wall, n, skipped)
+}
+
+/// One request through a RAM tier above the engine, as the live volume runs it
+/// (`tiercache_engine::ram_tier`'s protocol at queue depth 1): a read served whole from RAM
+/// does not reach the engine; a write or trim invalidates its lines first; a read that went
+/// below fills RAM with the lines it covered whole. Returns whether RAM served it.
+#[inline]
+pub fn step_ram(engine: &mut Engine, ram: &mut RamTier, r: &Request) -> Result<bool, String> {
+    let mut slots = Vec::new();
+    if ram.read(r, &mut slots) {
+        return Ok(true);
+    }
+    let ticket = ram.ticket();
+    ram.invalidate(r);
+    engine.process(r).map_err(|e| e.to_string())?;
+    if r.is_read() {
+        let mut out = Vec::new();
+        ram.fill(r, ticket, &mut out);
+    }
+    Ok(false)
+}
+
+/// [`feed`] with a RAM tier above the engine ([`step_ram`]).
+fn feed_ram(
+    engine: &mut Engine,
+    ram: &mut RamTier,
+    input: &Input,
+    n: &mut u64,
+    batch: &[Request],
+    progress: Option<Progress>,
+) -> Result<()> {
+    for r in batch {
+        step_ram(engine, ram, r)
+            .map_err(anyhow::Error::msg)
+            .with_context(|| format!("{}: request {} ({:?})", input, *n + 1, r))?;
+        if engine.needs_cleaning() {
+            let t = engine.cleaning_target();
+            engine.clean(t);
+        }
+        *n += 1;
+        if n.is_multiple_of(PROGRESS_EVERY) {
+            if let Some(p) = progress {
+                p(*n);
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The engine of a direct-layout run, sized from its cache size (computing the footprint

@@ -102,6 +102,90 @@ pub struct SimResult {
     pub first_skipped: Option<String>,
     /// The log layout's own figures (null for the direct layout and no cache).
     pub log: Option<LogFigures>,
+    /// The RAM tier's figures (`--ram-cache`; absent without one). Reads it served never
+    /// reached the engine: `requests` and the other counters above are the SSD tier's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ram: Option<RamFigures>,
+}
+
+/// The RAM tier of a run, and the read requests per tier.
+#[derive(Clone, Debug, Serialize)]
+pub struct RamFigures {
+    pub capacity_bytes: u64,
+    pub capacity_lines: u64,
+    pub policy: String,
+    /// Read requests of the run (all tiers), and where they were served: whole from RAM,
+    /// whole from the SSD cache, or not (some line from the backing device).
+    pub read_requests: u64,
+    pub ram_hits: u64,
+    pub ssd_hits: u64,
+    pub misses: u64,
+    /// `ram_hits / read_requests`.
+    pub ram_hit_ratio: f64,
+    /// RAM of the tier's metadata (its data is `capacity_bytes` more).
+    pub metadata_bytes: u64,
+    pub counters: tiercache_engine::RamCounters,
+}
+
+impl RamFigures {
+    /// The figures of `tier` beside an engine whose totals are `c`.
+    pub fn of(tier: &tiercache_engine::RamTier, c: &Counters) -> Self {
+        let k = tier.counters();
+        let read_requests = k.hits + c.reads;
+        RamFigures {
+            capacity_bytes: tier.capacity_lines() * tier.line_size(),
+            capacity_lines: tier.capacity_lines(),
+            policy: tier.policy_name().to_string(),
+            read_requests,
+            ram_hits: k.hits,
+            ssd_hits: c.read_requests.hits,
+            misses: c.reads - c.read_requests.hits,
+            ram_hit_ratio: if read_requests > 0 {
+                k.hits as f64 / read_requests as f64
+            } else {
+                0.0
+            },
+            metadata_bytes: tier.mem_bytes() as u64,
+            counters: k,
+        }
+    }
+}
+
+impl fmt::Display for RamFigures {
+    /// Two report lines: reads per tier, and what the RAM tier did.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let share = |x: u64| {
+            if self.read_requests > 0 {
+                format!("{:.1} %", 100.0 * x as f64 / self.read_requests as f64)
+            } else {
+                "-".into()
+            }
+        };
+        let k = &self.counters;
+        writeln!(
+            f,
+            "tiers        {} reads: RAM hits {} ({}), SSD hits {} ({}), misses {} ({})",
+            self.read_requests,
+            self.ram_hits,
+            share(self.ram_hits),
+            self.ssd_hits,
+            share(self.ssd_hits),
+            self.misses,
+            share(self.misses)
+        )?;
+        write!(
+            f,
+            "RAM tier     {} ({} lines), policy {}: {} lines filled, {} evicted, {} invalidated, {} fills skipped; metadata {}",
+            fmt_size(self.capacity_bytes),
+            self.capacity_lines,
+            self.policy,
+            k.fills,
+            k.evictions,
+            k.invalidations,
+            k.fills_skipped,
+            fmt_size(self.metadata_bytes)
+        )
+    }
 }
 
 impl SimResult {
@@ -181,6 +265,7 @@ impl SimResult {
             skipped_records: 0,
             first_skipped: None,
             log: None,
+            ram: None,
         }
     }
 
@@ -289,6 +374,7 @@ impl SimResult {
                 reduction: run.reduction,
                 ftl: run.ftl,
             }),
+            ram: None,
         }
     }
 
@@ -558,6 +644,9 @@ impl fmt::Display for SimResult {
                     cc.bypasses.total()
                 )?;
             }
+        }
+        if let Some(r) = &self.ram {
+            writeln!(f, "{r}")?;
         }
         write!(
             f,

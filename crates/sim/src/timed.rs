@@ -33,7 +33,7 @@ use hdrhistogram::Histogram;
 use serde::Serialize;
 use std::collections::VecDeque;
 use tiercache_devices::{Completion, Device, IoKind, IoOp};
-use tiercache_engine::{Engine, Op, Request, Step};
+use tiercache_engine::{Engine, Op, RamTier, Request, Step};
 
 /// How requests are issued.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
@@ -176,6 +176,9 @@ pub struct TimedResult {
     pub drained_s: f64,
     pub hdd: DeviceUse,
     pub ssd: Option<DeviceUse>,
+    /// The `ram` device model serving the RAM tier's hits (`--ram-cache`; absent without).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ram_device: Option<DeviceUse>,
     /// Time until the windowed hit ratio first reaches 95 % of its final steady value
     /// (the mean of the last 10 % of windows); None without a cache or without hits.
     pub warmup_s: Option<f64>,
@@ -202,6 +205,8 @@ pub struct TimedResult {
 enum Dev {
     Hdd,
     Ssd,
+    /// The RAM tier's memory (`--ram-cache`): serves RAM hits.
+    Ram,
 }
 
 /// One device operation of a plan, possibly followed by a second one (composite steps).
@@ -473,6 +478,8 @@ struct SlotWriteBack {
 /// The discrete-event executor.
 struct Executor<'a> {
     engine: Engine,
+    /// The RAM tier above the engine and the `ram` device model its hits run on.
+    ram: Option<(tiercache_engine::RamTier, Box<dyn Device>)>,
     /// The log layout's engine; `engine` then has no lines.
     log: Option<LogTimed>,
     hdd: &'a mut dyn Device,
@@ -544,6 +551,7 @@ impl<'a> Executor<'a> {
         match dev {
             Dev::Hdd => &mut *self.hdd,
             Dev::Ssd => &mut **self.ssd.as_mut().expect("no SSD, but the plan uses it"),
+            Dev::Ram => &mut *self.ram.as_mut().expect("a RAM task without a RAM tier").1,
         }
     }
 
@@ -606,6 +614,33 @@ impl<'a> Executor<'a> {
             return self.start_log(req, arrival_ns);
         }
         self.first_arrival.get_or_insert(arrival_ns);
+        // The RAM tier first (`tiercache_sim::step_ram`'s protocol): a hit is one RAM read.
+        let mut ram_ticket = None;
+        if let Some((ram, _)) = self.ram.as_mut() {
+            let mut slots = Vec::new();
+            if ram.read(req, &mut slots) {
+                let lines = slots.len() as u64;
+                let task = Task {
+                    dev: Dev::Ram,
+                    op: IoOp {
+                        kind: IoKind::Read,
+                        offset: slots[0] as u64 * ram.line_size(),
+                        len: req.len,
+                        fua: false,
+                    },
+                    then: None,
+                    deps_left: 0,
+                    dependents: Vec::new(),
+                    foreground: true,
+                    urgent: false,
+                    hdd_fg: false,
+                };
+                self.fly(req, arrival_ns, vec![task], (lines, lines));
+                return Ok(());
+            }
+            ram_ticket = Some(ram.ticket());
+            ram.invalidate(req);
+        }
         // Only this request's class changes: read its counters, not the sum of all 32.
         let before = *self.engine.class_counters(req.class);
         let fua = req.fua;
@@ -614,6 +649,11 @@ impl<'a> Executor<'a> {
             self.ssd.as_ref().map(|s| s.capacity_bytes()).unwrap_or(1),
         );
         let plan = self.engine.process(req).map_err(anyhow::Error::msg)?;
+        if let (Some((ram, _)), Some(t)) = (self.ram.as_mut(), ram_ticket) {
+            // Filled at once: the memory copy's time is not modelled (a memcpy of the
+            // lines, next to the device read it follows).
+            ram.fill(req, t, &mut Vec::new());
+        }
         let steps: Vec<Step> = if self.ssd.is_none() && plan.steps.contains(&Step::FlushSsd) {
             // No cache: a FLUSH still plans the cache device's half, which has nothing to
             // make durable (and no device to run on).
@@ -1214,10 +1254,8 @@ impl<'a> Executor<'a> {
     fn next_event(&self) -> Option<u64> {
         let h = self.hdd.next_completion();
         let s = self.ssd.as_ref().and_then(|s| s.next_completion());
-        let dev = match (h, s) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
+        let r = self.ram.as_ref().and_then(|r| r.1.next_completion());
+        let dev = [h, s, r].into_iter().flatten().min();
         match (dev, self.idle_timer()) {
             (Some(a), Some(b)) => Some(a.min(b.max(self.now))),
             (a, b) => a.or(b.map(|b| b.max(self.now))),
@@ -1234,6 +1272,9 @@ impl<'a> Executor<'a> {
         self.hdd.advance(now, &mut done);
         if let Some(s) = self.ssd.as_mut() {
             s.advance(now, &mut done);
+        }
+        if let Some(r) = self.ram.as_mut() {
+            r.1.advance(now, &mut done);
         }
         let mut n = 0;
         for c in &done {
@@ -1323,8 +1364,33 @@ pub fn simulate_timed<'a>(
         let reqs: Vec<Request> = spec.input.open()?.collect::<Result<_>>()?;
         engine.set_oracle(Engine::next_use_oracle(ls, &reqs));
     }
+    let ram = match RamTier::for_config(&spec.engine).map_err(anyhow::Error::msg)? {
+        Some(t) => {
+            anyhow::ensure!(
+                log.is_none() && ssd.is_some(),
+                "--ram-cache: the RAM tier runs above a direct-layout cache (not the log \
+                 layout, not --no-cache)"
+            );
+            anyhow::ensure!(
+                !engine.needs_oracle(),
+                "--ram-cache: policy {} needs the future of every line access, which a RAM \
+                 tier above it hides",
+                spec.engine.policy
+            );
+            let dev = tiercache_devices::build(&tiercache_devices::DeviceSpec::Ram(
+                tiercache_devices::RamConfig {
+                    capacity_bytes: spec.engine.ram_cache,
+                    ..Default::default()
+                },
+            ))
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+            Some((t, dev))
+        }
+        None => None,
+    };
     let mut ex = Executor {
         engine,
+        ram,
         log,
         hdd,
         ssd,
@@ -1536,6 +1602,10 @@ pub fn simulate_timed<'a>(
             .ssd
             .as_ref()
             .map(|s| device_use(&**s, drained.saturating_sub(first))),
+        ram_device: ex
+            .ram
+            .as_ref()
+            .map(|r| device_use(&*r.1, drained.saturating_sub(first))),
         warmup_s,
         warmup_iops_s,
         warmup_note,
@@ -1559,6 +1629,9 @@ pub fn simulate_timed<'a>(
         Some(l) => l.result(spec, wall_s)?,
         None => crate::SimResult::new(spec, &ex.engine, footprint, wall_s),
     };
+    if let Some((t, _)) = &ex.ram {
+        result.ram = Some(crate::RamFigures::of(t, &ex.engine.counters()));
+    }
     result.set_skipped(std::mem::take(
         &mut *skipped.lock().expect("skipped count lock"),
     ));
@@ -1772,6 +1845,9 @@ pub fn run_timed(
     if let Some(s) = &timed.ssd {
         busy_s.insert("ssd".to_string(), s.busy_s);
     }
+    if let Some(r) = &timed.ram_device {
+        busy_s.insert("ram".to_string(), r.busy_s);
+    }
     Ok(TimedReport {
         sim,
         timed,
@@ -1835,6 +1911,8 @@ pub fn flush_time_with_host(
                         Some(s) => s,
                         None => return,
                     },
+                    // Cleaning plans have no RAM step.
+                    Dev::Ram => return,
                 };
                 *now += host_gap_ns;
                 d.submit(*now, 0, op);

@@ -9,7 +9,17 @@ impl Export for CacheVolume {
 
     fn read(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
         let req = Request::read(offset, buf.len() as u64);
-        self.timed(false, || self.run(&req, Data::Read(buf)))?;
+        self.timed(false, || match &self.ram {
+            // The RAM tier first: a hit takes neither the volume lock nor the cache device.
+            Some(ram) if ram.read(&req, buf) => Ok(()),
+            Some(ram) => {
+                let ticket = ram.ticket();
+                self.run(&req, Data::Read(buf))?;
+                ram.fill(&req, ticket, buf);
+                Ok(())
+            }
+            None => self.run(&req, Data::Read(buf)),
+        })?;
         if let Some(c) = &self.classifier {
             c.observe_read(offset, buf);
             self.relabel(c.take_relabels());
@@ -21,7 +31,7 @@ impl Export for CacheVolume {
     fn write(&self, offset: u64, data: &[u8], fua: bool) -> io::Result<()> {
         let mut req = Request::write(offset, data.len() as u64);
         req.fua = fua;
-        self.timed(true, || self.run(&req, Data::Write(data)))?;
+        self.timed(true, || self.invalidating(&req, Data::Write(data)))?;
         if let Some(c) = &self.classifier {
             self.relabel(c.take_relabels());
             self.learn_classifier();
@@ -34,7 +44,7 @@ impl Export for CacheVolume {
     }
 
     fn trim(&self, offset: u64, len: u64) -> io::Result<()> {
-        self.run(&Request::new(0, Op::Trim, offset, len), Data::None)
+        self.invalidating(&Request::new(0, Op::Trim, offset, len), Data::None)
     }
 
     fn write_zeroes(&self, offset: u64, len: u64, fua: bool, _may_trim: bool) -> io::Result<()> {
@@ -56,5 +66,20 @@ impl Export for CacheVolume {
             preferred: 4096,
             maximum: 32 << 20,
         }
+    }
+}
+
+impl CacheVolume {
+    /// A write or trim (write-zeroes is written): its lines leave the RAM tier before it
+    /// runs and again after (succeeded or not), so a read that filled RAM while it ran does
+    /// not leave the old bytes there (`tiercache_engine::ram_tier`).
+    fn invalidating(&self, req: &Request, data: Data<'_>) -> io::Result<()> {
+        let Some(ram) = &self.ram else {
+            return self.run(req, data);
+        };
+        ram.invalidate(req);
+        let r = self.run(req, data);
+        ram.invalidate(req);
+        r
     }
 }

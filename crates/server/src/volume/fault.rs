@@ -409,6 +409,10 @@ impl CacheVolume {
     /// Records `[a, b)` as lost dirty data.
     fn lose(&self, g: &mut Inner, a: u64, b: u64, why: &str) {
         degrade::lose(&mut g.lost, a, b, self.size, why);
+        // Reads of a lost range fail: the RAM tier must not answer them.
+        if let Some(r) = &self.ram {
+            r.clear();
+        }
         self.metrics
             .lost_dirty_bytes
             .store(degrade::lost_bytes(&g.lost), Ordering::Relaxed);

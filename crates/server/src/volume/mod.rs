@@ -110,6 +110,7 @@ mod exec;
 mod export;
 mod fault;
 mod open;
+mod ram;
 mod records;
 mod settings;
 mod stats;
@@ -119,6 +120,7 @@ pub(crate) use open::read_twice;
 pub use open::{format, read_superblock};
 #[doc(hidden)]
 pub use step::SteppedClean;
+pub use ram::RamStats;
 
 /// How to format a cache device.
 #[derive(Clone, Debug)]
@@ -176,6 +178,11 @@ pub struct OpenOptions {
     /// Per-run engine settings for this run (`serve --admission`, ...), replacing the ones
     /// stored in the superblock (and stored in their place); `None`: the stored ones.
     pub tuning: Option<Tuning>,
+    /// RAM tier above the cache (`serve --ram-cache`): bytes of clean whole lines kept in
+    /// memory; 0 = none. Not stored: a restart starts it empty.
+    pub ram_cache: u64,
+    /// Its replacement policy; `None`: [`tiercache_engine::DEFAULT_RAM_POLICY`].
+    pub ram_policy: Option<String>,
 }
 
 /// What an open found on the device.
@@ -360,6 +367,8 @@ pub struct CacheVolume {
     fg_backing: AtomicU64,
     /// Test hook: holds a stepped cleaning pass between its steps ([`step`]).
     pause: step::Pause,
+    /// The RAM tier above the cache (`serve --ram-cache`; `ram.rs`).
+    ram: Option<ram::RamCache>,
 }
 
 /// Longest the unlocked write-back holds a backing write back for foreground backing I/O.
@@ -553,6 +562,9 @@ pub struct VolumeStats {
     pub volume_bytes: u64,
     pub ram_index_bytes: u64,
     pub totals: Counters,
+    /// The RAM tier (`serve --ram-cache`); null without one. Reads it served never reached
+    /// the engine: `totals` are the SSD tier's.
+    pub ram: Option<RamStats>,
     pub per_class: Vec<(u8, Counters)>,
     /// Cache syncs made to unmap records (rule 2 of the module doc).
     pub unmap_syncs: u64,

@@ -826,7 +826,23 @@ impl CacheVolume {
         inner.dirty_pages.extend(&flux_pages);
         lap.lap("update records");
         let line_shift = sb.line_size.trailing_zeros();
+        let ram = match opts.ram_cache {
+            0 => None,
+            bytes => Some(
+                ram::RamCache::new(
+                    bytes,
+                    sb.line_size,
+                    opts.ram_policy
+                        .as_deref()
+                        .unwrap_or(tiercache_engine::DEFAULT_RAM_POLICY),
+                    &inner.engine.config().policy_params,
+                    inner.engine.config().mode,
+                )
+                .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?,
+            ),
+        };
         let vol = CacheVolume {
+            ram,
             size: backing.size(),
             cache,
             backing,

@@ -22,6 +22,9 @@ impl CacheVolume {
             self.flush_locked(&mut g)?;
         }
         g.engine.set_mode(mode);
+        if let Some(r) = &self.ram {
+            r.set_mode(mode);
+        }
         g.sb.mode = mode_index(mode);
         self.write_superblock(&mut g)
     }
@@ -158,6 +161,9 @@ impl CacheVolume {
     /// histograms and event counts; fault state (errors, failure, lost data) is kept.
     pub fn reset_stats(&self) {
         self.lock().engine.reset_counters();
+        if let Some(r) = &self.ram {
+            r.reset_counters();
+        }
         self.metrics.reset();
         tracing::info!(target: tuning::LOG_TARGET, "statistics reset");
     }

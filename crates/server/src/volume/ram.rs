@@ -1,0 +1,173 @@
+//! The RAM tier of a live volume (`serve --ram-cache`): the engine crate's
+//! [`RamTier`] (which line sits in which RAM slot, its policy, the stale-fill guard) and the
+//! bytes of its slots, behind one mutex of their own. A RAM hit takes only this mutex: not
+//! the volume lock, not the cache device. The protocol (`tiercache_engine::ram_tier`) is run
+//! by the NBD export (`export.rs`): reads ask here first and fill after a good read below;
+//! writes, trims and write-zeroes invalidate before and after they run; a lost range clears
+//! the tier (`fault.rs`), a mode switch resets it (`settings.rs`).
+
+use super::*;
+use tiercache_engine::policy::PolicyConfig;
+use tiercache_engine::{RamCounters, RamTier};
+
+pub(super) struct RamCache {
+    inner: Mutex<RamInner>,
+    line_size: u64,
+}
+
+struct RamInner {
+    tier: RamTier,
+    /// `capacity x line` bytes: slot `s` holds its line at `s x line`. Allocated zeroed
+    /// (untouched pages cost nothing until a fill writes them).
+    data: Vec<u8>,
+    /// Counters at the last statistics reset.
+    base: RamCounters,
+    slots: Vec<u32>,
+    fills: Vec<(u32, u64)>,
+}
+
+/// The RAM tier in `ctl stats` and Prometheus: its size and policy, what it did, and the
+/// read requests per tier (RAM hits, SSD hits, misses).
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct RamStats {
+    pub capacity_bytes: u64,
+    pub capacity_lines: u64,
+    pub policy: String,
+    pub cached_lines: u64,
+    /// RAM the tier holds: its data buffer and its metadata (also in `ram_index_bytes`).
+    pub data_bytes: u64,
+    pub metadata_bytes: u64,
+    /// Read requests, and where they were served: whole from RAM, whole from the SSD
+    /// cache, or not (some line from the backing device). They add up to `read_requests`.
+    pub read_requests: u64,
+    pub ram_hits: u64,
+    pub ssd_hits: u64,
+    pub misses: u64,
+    pub counters: RamCounters,
+}
+
+impl RamCache {
+    pub(super) fn new(
+        bytes: u64,
+        line_size: u64,
+        policy: &str,
+        params: &PolicyConfig,
+        mode: Mode,
+    ) -> Result<Self, String> {
+        let params = PolicyConfig {
+            classes: None,
+            ..params.clone()
+        };
+        let mut tier = RamTier::new(bytes, line_size, policy, &params)?;
+        tier.set_mode(mode);
+        let n = (tier.capacity_lines() * line_size) as usize;
+        Ok(RamCache {
+            inner: Mutex::new(RamInner {
+                tier,
+                data: vec![0u8; n],
+                base: RamCounters::default(),
+                slots: Vec::new(),
+                fills: Vec::new(),
+            }),
+            line_size,
+        })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, RamInner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A read: when RAM holds every line of it, copies the bytes into `out` and returns true.
+    pub(super) fn read(&self, req: &Request, out: &mut [u8]) -> bool {
+        let mut g = self.lock();
+        let RamInner {
+            tier, data, slots, ..
+        } = &mut *g;
+        if !tier.read(req, slots) {
+            return false;
+        }
+        let ls = self.line_size;
+        let first = req.offset / ls;
+        let mut done = 0usize;
+        for (i, &s) in slots.iter().enumerate() {
+            let line_start = (first + i as u64) * ls;
+            let from = req.offset.max(line_start);
+            let to = req.end().min(line_start + ls);
+            let n = (to - from) as usize;
+            let at = s as usize * ls as usize + (from - line_start) as usize;
+            out[done..done + n].copy_from_slice(&data[at..at + n]);
+            done += n;
+        }
+        debug_assert_eq!(done, out.len());
+        true
+    }
+
+    /// The ticket a read that missed RAM takes before it goes below.
+    pub(super) fn ticket(&self) -> u64 {
+        self.lock().tier.ticket()
+    }
+
+    /// A read that missed RAM succeeded with `buf` (the request's bytes): its whole lines go
+    /// to RAM unless a write, trim or clear met them since `ticket`.
+    pub(super) fn fill(&self, req: &Request, ticket: u64, buf: &[u8]) {
+        let mut g = self.lock();
+        let RamInner {
+            tier, data, fills, ..
+        } = &mut *g;
+        tier.fill(req, ticket, fills);
+        let ls = self.line_size as usize;
+        for &(slot, line_off) in fills.iter() {
+            let from = (line_off - req.offset) as usize;
+            let at = slot as usize * ls;
+            data[at..at + ls].copy_from_slice(&buf[from..from + ls]);
+        }
+    }
+
+    /// A write, trim or write-zeroes (before and after it runs).
+    pub(super) fn invalidate(&self, req: &Request) {
+        self.lock().tier.invalidate(req);
+    }
+
+    /// The volume's content changed outside requests (a lost range): empty the tier.
+    pub(super) fn clear(&self) {
+        self.lock().tier.clear();
+    }
+
+    pub(super) fn set_mode(&self, mode: Mode) {
+        self.lock().tier.set_mode(mode);
+    }
+
+    pub(super) fn reset_counters(&self) {
+        let mut g = self.lock();
+        g.base = g.tier.counters();
+    }
+
+    /// Heap bytes: (data buffer, metadata).
+    pub(super) fn mem_bytes(&self) -> (u64, u64) {
+        let g = self.lock();
+        (
+            g.data.capacity() as u64,
+            (g.tier.mem_bytes() + g.slots.capacity() * 4 + g.fills.capacity() * 16) as u64,
+        )
+    }
+
+    /// The figures for `ctl stats`, beside the engine's counters `c` (reads that reached it).
+    pub(super) fn stats(&self, c: &Counters) -> RamStats {
+        let (data_bytes, metadata_bytes) = self.mem_bytes();
+        let g = self.lock();
+        let k = g.tier.counters().saturating_sub(g.base);
+        RamStats {
+            capacity_bytes: g.tier.capacity_lines() * self.line_size,
+            capacity_lines: g.tier.capacity_lines(),
+            policy: g.tier.policy_name().to_string(),
+            cached_lines: g.tier.len(),
+            data_bytes,
+            metadata_bytes,
+            read_requests: k.hits + c.reads,
+            ram_hits: k.hits,
+            ssd_hits: c.read_requests.hits,
+            misses: c.reads - c.read_requests.hits,
+            counters: k,
+        }
+    }
+}
