@@ -261,6 +261,8 @@ pub struct ServeArgs {
     writeback_target: Option<f64>,
     /// I/O class table (TOML, e.g. experiments/classes/filesystem.toml) for `--policy dss`,
     /// partitions, rules and per-class statistics. Default: the built-in file-system table.
+    /// The log layout takes `never` classes (not cached) and counts every class; it refuses
+    /// partitions.
     #[arg(long)]
     classes: Option<PathBuf>,
     /// How requests get their class: none (class 0), rules (the table's [[rule]]s or
@@ -369,7 +371,7 @@ enum CtlCmd {
     Mode { mode: String },
     /// Write back dirty data, then pass everything through to the backing device.
     Detach,
-    /// The I/O class table of the running volume (direct layout): `classes load FILE`.
+    /// The I/O class table of the running volume (both layouts): `classes load FILE`.
     Classes {
         #[command(subcommand)]
         cmd: ClassesCmd,
@@ -427,7 +429,9 @@ What happens:
   matters.
 - Not stored: the table is per run. A restart uses `serve`'s --classes/--class-rules (or
   the config file's `classes`); put the file there to keep it.
-- The log layout has no classes: it refuses, and nothing changes.";
+- The log layout: `never` classes stop being cached from the next request on, every class
+  is counted; priorities and object sizes do not apply (segments are picked by --picker)
+  and a table with partitions (min_share/max_share) is refused, changing nothing.";
 
 /// Logs to stderr, ignoring errors: a server whose stderr went away (closed pipe) must still
 /// shut down cleanly rather than panic in `eprintln!`.
@@ -917,6 +921,9 @@ const LOG_LAYOUT_KEYS: &[&str] = &[
     "http",
     "max_cache_errors",
     "emulate_hdd",
+    "classes",
+    "classifier",
+    "class_rules",
 ];
 
 impl ServeArgs {
@@ -1063,10 +1070,8 @@ pub fn serve(a: ServeArgs) -> Result<()> {
     };
     // The class flags are checked before a cache file is created or formatted: a start they
     // refuse must leave nothing behind (a formatted file would fix the cache size for the
-    // next start). Under --layout log they are refused by the log layout instead, below.
-    let early_table = if a.layout.is_log()? {
-        None
-    } else {
+    // next start). Under --layout log, a table the log layout cannot take too.
+    let early_table = {
         let t = crate::serve_classes::table(&a.classes, &a.class_rules, a.classifier.as_deref())?;
         if let Some(t) = &t {
             tiercache_server::classify::by_name(
@@ -1074,8 +1079,12 @@ pub fn serve(a: ServeArgs) -> Result<()> {
                 t.clone(),
             )
             .map_err(|e| anyhow!(e))?;
+            if a.layout.is_log()? {
+                tiercache_engine::log::check_class_table(t)
+                    .map_err(|e| anyhow!("--classes: {e}"))?;
+            }
         }
-        Some(t)
+        t
     };
     let cache_is_nbd = NbdDev::is_uri(&cache_path.to_string_lossy());
     let created = !cache_is_nbd && !cache_path.exists() && a.format_if_needed;
@@ -1173,14 +1182,7 @@ pub fn serve(a: ServeArgs) -> Result<()> {
             policy: a.policy.clone(),
             data_checksums: a.data_checksums,
             tuning: &tuning,
-            classes: match early_table {
-                Some(t) => t,
-                None => crate::serve_classes::table(
-                    &a.classes,
-                    &a.class_rules,
-                    a.classifier.as_deref(),
-                )?,
-            },
+            classes: early_table,
             classifier: a.classifier.clone(),
             unmap_batch: a.unmap_batch,
             inline_cleaning,

@@ -34,12 +34,12 @@ fn deferred_fill_reserve_admit_and_extent_limit() {
     assert!(e.locate(0, 0).is_none());
     // reserve opens a segment; admit then appends without device steps.
     e.reserve(false);
-    assert!(e.admit(0, 0, c(10, 100)).steps.is_empty());
+    assert!(e.admit(0, 0, 0, c(10, 100)).steps.is_empty());
     let i = e.locate(0, 0).unwrap();
     assert!(i.open && !i.dirty && !i.dup && i.compressed && i.len == 100);
     // Same content on another line: a duplicate entry; probe and drop the fingerprint.
     e.reserve(false);
-    e.admit(0, 1, c(10, 100));
+    e.admit(0, 1, 0, c(10, 100));
     assert!(e.locate(0, 1).unwrap().dup);
     assert_eq!(e.probe_fp(10).unwrap().seg, i.seg);
     e.drop_fp(10);
@@ -47,7 +47,7 @@ fn deferred_fill_reserve_admit_and_extent_limit() {
     // Small extents: the 6-extent limit seals the segment before it is full.
     for l in 2..7 {
         e.reserve(false);
-        e.admit(0, l, c(100 + l, 50));
+        e.admit(0, l, 0, c(100 + l, 50));
     }
     let first = e.locate(0, 0).unwrap().seg;
     let p = e.reserve(false).steps.clone();
@@ -148,7 +148,7 @@ fn a_request_in_pieces_is_counted_once_by_its_whole_outcome() {
         .unwrap();
     let mut whole = first;
     whole += e.last_lines();
-    e.recount_request(Op::Write, first, whole);
+    e.recount_request(Op::Write, 0, first, whole);
     let w = e.counters().write_requests;
     assert_eq!(
         (w.hits, w.partial_misses, w.full_misses, w.pass_through),
@@ -172,7 +172,7 @@ fn a_request_in_pieces_is_counted_once_by_its_whole_outcome() {
             bypassed: 0
         }
     );
-    e.recount_request(Op::Read, first, whole);
+    e.recount_request(Op::Read, 0, first, whole);
     let r = e.counters().read_requests;
     assert_eq!(
         (r.hits, r.partial_misses, r.full_misses),
@@ -233,7 +233,12 @@ fn never_class_misses_are_not_cached_and_classes_are_counted() {
         .process(&of(Request::write(3 * LS, LS), 2), &[c(4, 100)])
         .unwrap();
     assert!(p.steps.is_empty(), "a dirty write hit: {p:?}");
-    assert!(e.locate(0, 3).unwrap().dirty);
+    let i = e.locate(0, 3).unwrap();
+    assert!(i.dirty);
+    assert_eq!(
+        i.class, 2,
+        "the line is the class of the write that cached it last"
+    );
     let p = e.process(&of(Request::read(3 * LS, LS), 2), &[]).unwrap();
     assert!(p.steps.is_empty(), "a RAM hit: {p:?}");
     let k = *e.counters();
@@ -257,11 +262,11 @@ fn never_class_misses_are_not_cached_and_classes_are_counted() {
     e.set_deferred_fill(true);
     e.process(&of(Request::read(5 * LS, LS), 2), &[]).unwrap();
     e.reserve(false);
-    e.admit(0, 5, c(5, 100));
+    e.admit(0, 5, 2, c(5, 100));
     assert!(e.locate(0, 5).is_none());
     e.process(&of(Request::read(6 * LS, LS), 0), &[]).unwrap();
     e.reserve(false);
-    e.admit(0, 6, c(6, 100));
+    e.admit(0, 6, 0, c(6, 100));
     assert!(e.locate(0, 6).is_some());
     assert_eq!(e.class_counters(0).extents_stored, 1);
     // A table the log layout cannot take (partitions) changes nothing.

@@ -177,7 +177,7 @@ impl LogDriver {
                     }
                     // A miss: the bytes read, the line is admitted (room made first).
                     self.steps.extend_from_slice(&e.reserve(false).steps);
-                    e.admit(r.volume, line, *content)
+                    e.admit(r.volume, line, r.class, *content)
                 }
                 _ => {
                     // Write-back: a FUA write is a dirty write made durable by a commit.
@@ -204,7 +204,7 @@ impl LogDriver {
             self.steps.extend_from_slice(&plan.steps);
         }
         if c.len() > 1 {
-            e.recount_request(r.op, first_t, whole);
+            e.recount_request(r.op, r.class, first_t, whole);
         }
         Ok(())
     }

@@ -38,6 +38,10 @@ pub struct LogFigures {
     /// Fingerprint-index RAM per entry (0 without dedup).
     pub index_bytes_per_entry: f64,
     pub counters: LogCounters,
+    /// The engine's counters per I/O class (with a class table), as the live volume's
+    /// `ctl stats` `log.classes[].engine` shows them.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub classes: BTreeMap<u8, LogCounters>,
     pub reduction: Reduction,
     pub ftl: FtlStats,
 }
@@ -276,6 +280,11 @@ impl SimResult {
                 write_amplification: run.write_amplification,
                 index_bytes_per_entry: run.index_bytes_per_entry,
                 counters: *k,
+                classes: if cfg.classes.is_some() {
+                    run.classes.clone()
+                } else {
+                    BTreeMap::new()
+                },
                 reduction: run.reduction,
                 ftl: run.ftl,
             }),

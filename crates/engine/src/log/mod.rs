@@ -166,8 +166,9 @@ pub struct LogConfig {
     /// request is counted in its class's counters ([`LogEngine::class_counters`]). A class
     /// that is `always` or `conditional` is cached as without a table: the log layout has no
     /// per-class eviction order (segments are picked by `picker`, priorities and object
-    /// sizes do not apply) and refuses partitions ([`check_class_table`]). A line keeps no
-    /// class: the class of the request decides, so nothing needs relabelling.
+    /// sizes do not apply) and refuses partitions ([`check_class_table`]). The class of the
+    /// request decides; a cached line remembers the class that cached it for statistics only
+    /// ([`ExtentInfo::class`], RAM only), so relabelling it changes nothing else.
     #[serde(skip)]
     pub classes: Option<Arc<ClassTable>>,
 }
@@ -421,6 +422,9 @@ struct Entry {
     hdr: u32,
     dirty: bool,
     dup: bool,
+    /// The I/O class of the request that cached the line (RAM only: restored lines are
+    /// class 0, as in the direct layout).
+    class: u8,
 }
 
 /// Data reduction at one moment: see [`LogEngine::reduction`].
@@ -477,8 +481,8 @@ pub struct LogEngine {
     /// reclamations of [`LogEngine::reserve`] belong to no request and are in the totals
     /// only).
     class_counters: Vec<LogCounters>,
-    /// The class of the last `process`/`process_more` call (`admit` and
-    /// `recount_request` follow it).
+    /// The class of the request being processed (`process`, `process_more`, `admit`): the
+    /// class the entries it makes get.
     last_class: u8,
     /// The line outcome of the last `process` or `process_more` call.
     last: LineTally,
@@ -522,6 +526,8 @@ pub struct ExtentInfo {
     pub dup: bool,
     /// The segment is open (its bytes are in RAM, not yet on the SSD).
     pub open: bool,
+    /// The I/O class of the request that cached the line (0 after a restart).
+    pub class: u8,
 }
 
 /// A segment as recovered by an executor, for [`LogEngine::restore`].
@@ -642,6 +648,7 @@ impl LogEngine {
             dirty: e.dirty,
             dup: e.dup,
             open: s.state == SegState::Open,
+            class: e.class,
         })
     }
 
@@ -801,15 +808,16 @@ impl LogEngine {
 
     /// Live side: caches a read-missed line (planned earlier with deferred fill) now that its
     /// content is known: a duplicate entry when the fingerprint index has it, otherwise a new
-    /// clean extent. Returns the plan (seals and reclamations this caused). Counted in the
-    /// class of the read it follows; a line of a `never` class is not cached
-    /// ([`LogEngine::caches_class`]: the executor asks first).
-    pub fn admit(&mut self, volume: u32, line: u64, c: ExtentContent) -> &Plan {
+    /// clean extent. Returns the plan (seals and reclamations this caused). Counted in
+    /// `class`, the class of the read; a line of a `never` class is not cached
+    /// ([`LogEngine::caches_class`]: the executor asks first, to make no room for it).
+    pub fn admit(&mut self, volume: u32, line: u64, class: u8, c: ExtentContent) -> &Plan {
         let key = Self::key(volume, line);
         self.plan.reset(line << self.line_shift, self.cfg.line_size);
-        if self.current(key).is_some() || !self.caches_class(self.last_class) {
+        if self.current(key).is_some() || !self.caches_class(class) || class > MAX_CLASS {
             return &self.plan;
         }
+        self.last_class = class;
         let before = self.counters;
         if let Some(loc) = self.dedup_lookup(c.fp) {
             self.dup_entry(key, loc, false);
@@ -819,6 +827,22 @@ impl LogEngine {
         let ci = self.last_class as usize;
         self.class_counters[ci].add_delta(&self.counters, &before);
         &self.plan
+    }
+
+    /// Relabels `volume`'s cached `line` as `class` (a classifier learned better; statistics
+    /// only). Whether the line is cached (and its class changed).
+    pub fn reclassify(&mut self, volume: u32, line: u64, class: u8) -> bool {
+        let key = Self::key(volume, line);
+        if self.current(key).is_none() || class > MAX_CLASS {
+            return false;
+        }
+        match self.file.get_mut(&key) {
+            Some(e) if e.class != class => {
+                e.class = class;
+                true
+            }
+            _ => false,
+        }
     }
 
     /// Whether missed lines of `class` are cached (not a `never` class of the table).
@@ -932,6 +956,7 @@ impl LogEngine {
                 hdr: hi as u32,
                 dirty: r.dirty,
                 dup: r.dup,
+                class: 0,
             };
             if let Some(old) = self.file.insert(r.key, e) {
                 if !old.dup {
@@ -1050,9 +1075,10 @@ impl LogEngine {
 
     /// A read or write processed in pieces: `process` counted its outcome from its first
     /// piece (`first`); it is counted again from all its pieces (`whole`), with the same
-    /// definitions ([`DirRequests`]). Counts stay adding up to the reads and writes.
-    pub fn recount_request(&mut self, op: Op, first: LineTally, whole: LineTally) {
-        let ci = self.last_class as usize;
+    /// definitions ([`DirRequests`]), in its I/O class `class`. Counts stay adding up to the
+    /// reads and writes.
+    pub fn recount_request(&mut self, op: Op, class: u8, first: LineTally, whole: LineTally) {
+        let ci = class.min(MAX_CLASS) as usize;
         for c in [&mut self.counters, &mut self.class_counters[ci]] {
             let d = match op {
                 Op::Read => &mut c.read_requests,
@@ -1305,6 +1331,7 @@ impl LogEngine {
             hdr,
             dirty,
             dup: true,
+            class: self.last_class,
         };
         self.file.insert(key, e);
         if dirty {
@@ -1444,6 +1471,7 @@ impl LogEngine {
                 hdr,
                 dirty,
                 dup: false,
+                class: self.last_class,
             },
         );
         self.fps.insert(
