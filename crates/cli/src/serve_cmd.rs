@@ -16,8 +16,8 @@ use tiercache_server::state_file;
 use tiercache_server::tuning::Tuning;
 use tiercache_server::LiveVolume;
 use tiercache_server::{
-    BlockDev, DirectRun, EmulatedHdd, FileDev, FormatError, FormatOptions, Found, LiveOpenOptions,
-    NbdDev, Superblock,
+    BlockDev, DirectRun, EmulatedHdd, FileDev, FormatError, FormatOptions, FormatSpec, Formatted,
+    Found, LiveOpenOptions, NbdDev, Superblock,
 };
 
 const FORMAT_HELP: &str = "\
@@ -698,54 +698,52 @@ pub fn format(a: FormatArgs) -> Result<()> {
     if !a.force {
         refuse_existing_cache(&a.cache, &*cache)?;
     }
-    if a.layout.is_log()? && !a.tune.is_empty() {
-        bail!(
-            "{} apply to the direct layout only (the log layout admits every missed line and picks segments with --picker)",
-            flag_names(&set_keys(&a.tune)).join(", ")
-        );
+    let mode = mode_arg(&a.mode)?;
+    // The direct-layout settings given (the log layout refuses them).
+    let mut direct_only = flag_names(&set_keys(&a.tune));
+    if a.data_checksums {
+        direct_only.push("--data-checksums".into());
     }
-    if a.layout.is_log()? {
-        if a.data_checksums {
-            bail!("--data-checksums applies to the direct layout only (see `tiercache format --help`)");
-        }
-        if a.policy != "lru" || a.cache_size.is_some() {
-            bail!("--policy and --cache-size apply to the direct layout; the log layout uses the whole device and picks segments with --picker");
-        }
-        let old_uuid = old_cache_uuid(&*cache);
-        crate::log_serve::format(
-            &a.cache,
-            &*cache,
-            &*backing,
-            &a.layout,
+    if a.policy != "lru" {
+        direct_only.push(format!("--policy {}", a.policy));
+    }
+    if a.cache_size.is_some() {
+        direct_only.push("--cache-size (the log layout uses the whole device)".into());
+    }
+    let spec = FormatSpec {
+        cache_name: &a.cache,
+        direct: FormatOptions {
             line_size,
-            mode_arg(&a.mode)?,
-        )?;
-        return clear_state_files(&a.cache, a.state_dir.as_deref(), old_uuid);
-    }
-    let log_flags = a.layout.log_flags_given();
-    if !log_flags.is_empty() {
-        bail!(
-            "{} apply to the log layout only: they need --layout log",
-            log_flags.join(", ")
-        );
-    }
-    let opts = FormatOptions {
-        line_size,
-        mode: mode_arg(&a.mode)?,
-        policy: a.policy.clone(),
-        capacity_lines: a
-            .cache_size
-            .as_deref()
-            .map(|s| size_arg("--cache-size", s).map(|b| b / line_size))
+            mode,
+            policy: a.policy.clone(),
+            capacity_lines: a
+                .cache_size
+                .as_deref()
+                .map(|s| size_arg("--cache-size", s).map(|b| b / line_size))
+                .transpose()?,
+            backing_id: a.backing.display().to_string(),
+            backing: backing.identity(),
+            tuning,
+            data_checksums: a.data_checksums,
+        },
+        log: a
+            .layout
+            .is_log()?
+            .then(|| crate::log_serve::options(&a.layout, line_size, mode))
             .transpose()?,
-        backing_id: a.backing.display().to_string(),
-        backing: backing.identity(),
-        tuning,
-        data_checksums: a.data_checksums,
+        direct_only,
+        log_flags: a.layout.log_flags_given(),
     };
     let old_uuid = old_cache_uuid(&*cache);
-    let sb = tiercache_server::format(&*cache, backing.size(), &opts)
-        .with_context(|| format!("formatting {}", a.cache.display()))?;
+    let sb =
+        match tiercache_server::format_device(&*cache, &*backing, &spec).map_err(|e| anyhow!(e))? {
+            Formatted::Log(sb) => {
+                clear_state_files(&a.cache, a.state_dir.as_deref(), old_uuid)?;
+                crate::log_serve::print_formatted(&a.cache, &sb);
+                return Ok(());
+            }
+            Formatted::Direct(sb) => sb,
+        };
     clear_state_files(&a.cache, a.state_dir.as_deref(), old_uuid)?;
     println!(
         "formatted {}: {} lines of {} bytes ({} cache data), metadata {} bytes{}, mode {}, policy {}, backing {} ({} bytes)",
@@ -1250,53 +1248,54 @@ fn format_new(
         .as_deref()
         .map(|s| size_arg("--line-size", s))
         .transpose()?;
-    if a.layout.is_log()? {
-        if !direct_only.is_empty() {
-            bail!(
-                "{} apply to the direct layout only; {} is (or is being formatted) in the log layout",
-                direct_only.join(", "),
-                cache_path.display()
-            );
-        }
-        let o = crate::log_serve::options(
-            &a.layout,
-            line_size.unwrap_or(4096),
-            mode.unwrap_or(Mode::WriteThrough),
-        )?;
-        let sb = tiercache_server::format_log_for(cache, backing.size(), backing.identity(), &o)?;
-        say!(
+    let spec = FormatSpec {
+        cache_name: cache_path,
+        direct: FormatOptions {
+            line_size: ls,
+            mode: mode.unwrap_or(Mode::WriteThrough),
+            policy: a.policy.clone().unwrap_or_else(|| "lru".into()),
+            capacity_lines: a
+                .cache_size
+                .as_deref()
+                .map(|s| size_arg("--cache-size", s).map(|b| b / ls))
+                .transpose()?,
+            backing_id: backing_path.display().to_string(),
+            backing: backing.identity(),
+            tuning,
+            data_checksums: a.data_checksums,
+        },
+        log: a
+            .layout
+            .is_log()?
+            .then(|| {
+                crate::log_serve::options(
+                    &a.layout,
+                    line_size.unwrap_or(4096),
+                    mode.unwrap_or(Mode::WriteThrough),
+                )
+            })
+            .transpose()?,
+        direct_only: direct_only.to_vec(),
+        log_flags: log_given.flags.clone(),
+    };
+    let f = tiercache_server::format_device(cache, backing, &spec).map_err(|e| anyhow!(e))?;
+    // Both layouts: a state file left beside the new cache recorded a failure of an older
+    // one (before, the log layout kept it).
+    clear_state_files(cache_path, a.state_dir.as_deref(), None)?;
+    match f {
+        Formatted::Log(sb) => say!(
             "formatted {} (log layout): {} segments of {}",
             cache_path.display(),
             sb.segments,
             tiercache_engine::fmt_size(sb.segment_size)
-        );
-        return Ok(());
+        ),
+        Formatted::Direct(sb) => say!(
+            "formatted {}: {} lines of {} bytes",
+            cache_path.display(),
+            sb.capacity_lines,
+            sb.line_size
+        ),
     }
-    if !log_given.flags.is_empty() {
-        bail!("{}: {} apply to the log layout only and need a cache device in the log layout (`tiercache format --layout log`, or --format-if-needed on an empty device); this one holds no cache", cache_path.display(), log_given.flags.join(", "));
-    }
-    let opts = FormatOptions {
-        line_size: ls,
-        mode: mode.unwrap_or(Mode::WriteThrough),
-        policy: a.policy.clone().unwrap_or_else(|| "lru".into()),
-        capacity_lines: a
-            .cache_size
-            .as_deref()
-            .map(|s| size_arg("--cache-size", s).map(|b| b / ls))
-            .transpose()?,
-        backing_id: backing_path.display().to_string(),
-        backing: backing.identity(),
-        tuning,
-        data_checksums: a.data_checksums,
-    };
-    let sb = tiercache_server::format(cache, backing.size(), &opts)?;
-    clear_state_files(cache_path, a.state_dir.as_deref(), None)?;
-    say!(
-        "formatted {}: {} lines of {} bytes",
-        cache_path.display(),
-        sb.capacity_lines,
-        sb.line_size
-    );
     Ok(())
 }
 
