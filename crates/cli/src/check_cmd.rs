@@ -15,10 +15,10 @@ use clap::Args;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use tiercache_server::check::{
-    check_any, repair_device, CheckError, CheckReport, DeviceCheck, DeviceCheckError, RepairReport,
+    check_any, repair_any, CheckReport, DeviceCheck, DeviceCheckError, RepairAnyError,
 };
-use tiercache_server::log_check::{repair_log_device, LogCheckReport};
-use tiercache_server::{FileDev, Found};
+use tiercache_server::log_check::LogCheckReport;
+use tiercache_server::FileDev;
 
 #[derive(Args, Debug)]
 pub struct CheckArgs {
@@ -167,13 +167,17 @@ fn run_repair(a: &CheckArgs) -> ExitCode {
         Err(e) => return fail(a, format!("cannot open for repair: {e}")),
     };
     let path = a.device.display().to_string();
-    let log = match tiercache_server::probe(&dev) {
-        Ok(Found::Log(_)) => true,
-        Ok(Found::Direct(_) | Found::NoCache(_)) => false,
-        Ok(Found::DamagedLog(e)) => {
-            return unrepairable(a, format!("{path}: cannot be repaired: {e}"))
+    // The server's one probe picks the layout and its repair (`repair_any`).
+    let read_only = || {
+        FileDev::open_read_only(&a.device)
+            .map(|d| Box::new(d) as Box<dyn tiercache_server::BlockDev>)
+    };
+    let (layout, rep) = match repair_any(Box::new(dev), &read_only) {
+        Ok(x) => x,
+        Err(RepairAnyError::Unrepairable(e)) => return unrepairable(a, format!("{path}: {e}")),
+        Err(RepairAnyError::Unreadable(e) | RepairAnyError::Failed(e)) => {
+            return fail(a, format!("{path}: {e}"))
         }
-        Err(e) => return fail(a, format!("{path}: {e}")),
     };
     let check_again = || -> Result<(bool, serde_json::Value), String> {
         let ro = FileDev::open_read_only(&a.device).map_err(|e| e.to_string())?;
@@ -188,45 +192,18 @@ fn run_repair(a: &CheckArgs) -> ExitCode {
             Err(DeviceCheckError::Direct(e)) => Err(e.to_string()),
         }
     };
-    let rep = if log {
-        let damaged = match check_again() {
-            Ok((_, v)) => v["recovery"]["damage"]
-                .as_array()
-                .is_some_and(|d| !d.is_empty()),
-            Err(e) => return fail(a, format!("{path}: recovery of the log layout fails: {e}")),
-        };
-        if damaged {
-            match repair_log_device(Box::new(dev)) {
-                Ok(r) => r,
-                Err(e) => return fail(a, format!("{path}: repair failed: {e}")),
-            }
-        } else {
-            RepairReport::default()
-        }
-    } else {
-        match repair_device(&dev) {
-            Ok((r, _)) => r,
-            Err(CheckError::Unrepairable(why)) => {
-                return unrepairable(a, format!("{path}: {}", CheckError::Unrepairable(why)))
-            }
-            Err(e) => return fail(a, format!("{path}: {e}")),
-        }
-    };
     let (ok, after) = match check_again() {
         Ok(x) => x,
         Err(e) => return fail(a, format!("{path}: after the repair: {e}")),
     };
     let code = if ok { 0 } else { 1 };
     if a.json {
-        let v = serde_json::json!({"device": path, "layout": if log { "log" } else { "direct" },
+        let v = serde_json::json!({"device": path, "layout": layout,
             "repair": rep, "check": after, "ok": ok, "exit_code": code});
         println!("{}", serde_json::to_string_pretty(&v).unwrap());
         return ExitCode::from(code);
     }
-    println!(
-        "device        {path} ({} layout)",
-        if log { "log" } else { "direct" }
-    );
+    println!("device        {path} ({layout} layout)");
     if !rep.changed {
         println!("repair        nothing to repair: no damaged metadata found; the device was not written");
     }

@@ -3,11 +3,11 @@
 //! device is opened with (`tiercache_server::open_live` opens both layouts).
 
 use crate::layout_args::LayoutArgs;
-use anyhow::{anyhow, bail, Context, Result};
+use anyhow::{anyhow, bail, Result};
 use std::path::Path;
 use tiercache_engine::log::Compression;
 use tiercache_engine::{parse_size, Mode};
-use tiercache_server::{BlockDev, LogFormatOptions, LogGiven};
+use tiercache_server::{LogFormatOptions, LogGiven};
 
 /// Options of `LayoutArgs` the live log layout does not take, and the log options given.
 fn check_live_layout(l: &LayoutArgs) -> Result<()> {
@@ -70,18 +70,9 @@ pub fn given(l: &LayoutArgs) -> Result<LogGiven> {
     })
 }
 
-/// Formats `cache` in the log layout.
-pub fn format(
-    cache_path: &Path,
-    cache: &dyn BlockDev,
-    backing: &dyn BlockDev,
-    l: &LayoutArgs,
-    line_size: u64,
-    mode: Mode,
-) -> Result<()> {
-    let o = options(l, line_size, mode)?;
-    let sb = tiercache_server::format_log_for(cache, backing.size(), backing.identity(), &o)
-        .with_context(|| format!("formatting {} in the log layout", cache_path.display()))?;
+/// What `tiercache format` says about a device it formatted in the log layout
+/// (`tiercache_server::format_device` formats both layouts).
+pub fn print_formatted(cache_path: &Path, sb: &tiercache_server::log_format::LogSuperblock) {
     println!(
         "formatted {} (log layout): {} segments of {} ({} extents each at most), lines of {} bytes, compression {}, dedup index {}, picker {}, mode {}, backing {} bytes",
         cache_path.display(),
@@ -96,5 +87,4 @@ pub fn format(
         sb.backing_size
     );
     println!("backing device {}", sb.backing.describe());
-    Ok(())
 }

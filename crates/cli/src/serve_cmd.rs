@@ -16,8 +16,8 @@ use tiercache_server::state_file;
 use tiercache_server::tuning::Tuning;
 use tiercache_server::LiveVolume;
 use tiercache_server::{
-    BlockDev, DirectRun, EmulatedHdd, FileDev, FormatError, FormatOptions, Found, LiveOpenOptions,
-    NbdDev, Superblock,
+    BlockDev, DirectRun, EmulatedHdd, FileDev, FormatError, FormatOptions, FormatSpec, Formatted,
+    Found, LiveOpenOptions, NbdDev, Superblock,
 };
 
 const FORMAT_HELP: &str = "\
@@ -270,6 +270,8 @@ pub struct ServeArgs {
     ram_policy: Option<String>,
     /// I/O class table (TOML, e.g. experiments/classes/filesystem.toml) for `--policy dss`,
     /// partitions, rules and per-class statistics. Default: the built-in file-system table.
+    /// The log layout takes `never` classes (not cached) and counts every class; it refuses
+    /// partitions.
     #[arg(long)]
     classes: Option<PathBuf>,
     /// How requests get their class: none (class 0), rules (the table's [[rule]]s or
@@ -378,7 +380,7 @@ enum CtlCmd {
     Mode { mode: String },
     /// Write back dirty data, then pass everything through to the backing device.
     Detach,
-    /// The I/O class table of the running volume (direct layout): `classes load FILE`.
+    /// The I/O class table of the running volume (both layouts): `classes load FILE`.
     Classes {
         #[command(subcommand)]
         cmd: ClassesCmd,
@@ -436,7 +438,9 @@ What happens:
   matters.
 - Not stored: the table is per run. A restart uses `serve`'s --classes/--class-rules (or
   the config file's `classes`); put the file there to keep it.
-- The log layout has no classes: it refuses, and nothing changes.";
+- The log layout: `never` classes stop being cached from the next request on, every class
+  is counted; priorities and object sizes do not apply (segments are picked by --picker)
+  and a table with partitions (min_share/max_share) is refused, changing nothing.";
 
 /// Logs to stderr, ignoring errors: a server whose stderr went away (closed pipe) must still
 /// shut down cleanly rather than panic in `eprintln!`.
@@ -703,54 +707,52 @@ pub fn format(a: FormatArgs) -> Result<()> {
     if !a.force {
         refuse_existing_cache(&a.cache, &*cache)?;
     }
-    if a.layout.is_log()? && !a.tune.is_empty() {
-        bail!(
-            "{} apply to the direct layout only (the log layout admits every missed line and picks segments with --picker)",
-            flag_names(&set_keys(&a.tune)).join(", ")
-        );
+    let mode = mode_arg(&a.mode)?;
+    // The direct-layout settings given (the log layout refuses them).
+    let mut direct_only = flag_names(&set_keys(&a.tune));
+    if a.data_checksums {
+        direct_only.push("--data-checksums".into());
     }
-    if a.layout.is_log()? {
-        if a.data_checksums {
-            bail!("--data-checksums applies to the direct layout only (see `tiercache format --help`)");
-        }
-        if a.policy != "lru" || a.cache_size.is_some() {
-            bail!("--policy and --cache-size apply to the direct layout; the log layout uses the whole device and picks segments with --picker");
-        }
-        let old_uuid = old_cache_uuid(&*cache);
-        crate::log_serve::format(
-            &a.cache,
-            &*cache,
-            &*backing,
-            &a.layout,
+    if a.policy != "lru" {
+        direct_only.push(format!("--policy {}", a.policy));
+    }
+    if a.cache_size.is_some() {
+        direct_only.push("--cache-size (the log layout uses the whole device)".into());
+    }
+    let spec = FormatSpec {
+        cache_name: &a.cache,
+        direct: FormatOptions {
             line_size,
-            mode_arg(&a.mode)?,
-        )?;
-        return clear_state_files(&a.cache, a.state_dir.as_deref(), old_uuid);
-    }
-    let log_flags = a.layout.log_flags_given();
-    if !log_flags.is_empty() {
-        bail!(
-            "{} apply to the log layout only: they need --layout log",
-            log_flags.join(", ")
-        );
-    }
-    let opts = FormatOptions {
-        line_size,
-        mode: mode_arg(&a.mode)?,
-        policy: a.policy.clone(),
-        capacity_lines: a
-            .cache_size
-            .as_deref()
-            .map(|s| size_arg("--cache-size", s).map(|b| b / line_size))
+            mode,
+            policy: a.policy.clone(),
+            capacity_lines: a
+                .cache_size
+                .as_deref()
+                .map(|s| size_arg("--cache-size", s).map(|b| b / line_size))
+                .transpose()?,
+            backing_id: a.backing.display().to_string(),
+            backing: backing.identity(),
+            tuning,
+            data_checksums: a.data_checksums,
+        },
+        log: a
+            .layout
+            .is_log()?
+            .then(|| crate::log_serve::options(&a.layout, line_size, mode))
             .transpose()?,
-        backing_id: a.backing.display().to_string(),
-        backing: backing.identity(),
-        tuning,
-        data_checksums: a.data_checksums,
+        direct_only,
+        log_flags: a.layout.log_flags_given(),
     };
     let old_uuid = old_cache_uuid(&*cache);
-    let sb = tiercache_server::format(&*cache, backing.size(), &opts)
-        .with_context(|| format!("formatting {}", a.cache.display()))?;
+    let sb =
+        match tiercache_server::format_device(&*cache, &*backing, &spec).map_err(|e| anyhow!(e))? {
+            Formatted::Log(sb) => {
+                clear_state_files(&a.cache, a.state_dir.as_deref(), old_uuid)?;
+                crate::log_serve::print_formatted(&a.cache, &sb);
+                return Ok(());
+            }
+            Formatted::Direct(sb) => sb,
+        };
     clear_state_files(&a.cache, a.state_dir.as_deref(), old_uuid)?;
     println!(
         "formatted {}: {} lines of {} bytes ({} cache data), metadata {} bytes{}, mode {}, policy {}, backing {} ({} bytes)",
@@ -926,6 +928,9 @@ const LOG_LAYOUT_KEYS: &[&str] = &[
     "http",
     "max_cache_errors",
     "emulate_hdd",
+    "classes",
+    "classifier",
+    "class_rules",
 ];
 
 impl ServeArgs {
@@ -1072,10 +1077,8 @@ pub fn serve(a: ServeArgs) -> Result<()> {
     };
     // The class flags are checked before a cache file is created or formatted: a start they
     // refuse must leave nothing behind (a formatted file would fix the cache size for the
-    // next start). Under --layout log they are refused by the log layout instead, below.
-    let early_table = if a.layout.is_log()? {
-        None
-    } else {
+    // next start). Under --layout log, a table the log layout cannot take too.
+    let early_table = {
         let t = crate::serve_classes::table(&a.classes, &a.class_rules, a.classifier.as_deref())?;
         if let Some(t) = &t {
             tiercache_server::classify::by_name(
@@ -1083,8 +1086,12 @@ pub fn serve(a: ServeArgs) -> Result<()> {
                 t.clone(),
             )
             .map_err(|e| anyhow!(e))?;
+            if a.layout.is_log()? {
+                tiercache_engine::log::check_class_table(t)
+                    .map_err(|e| anyhow!("--classes: {e}"))?;
+            }
         }
-        Some(t)
+        t
     };
     let cache_is_nbd = NbdDev::is_uri(&cache_path.to_string_lossy());
     let created = !cache_is_nbd && !cache_path.exists() && a.format_if_needed;
@@ -1182,14 +1189,7 @@ pub fn serve(a: ServeArgs) -> Result<()> {
             policy: a.policy.clone(),
             data_checksums: a.data_checksums,
             tuning: &tuning,
-            classes: match early_table {
-                Some(t) => t,
-                None => crate::serve_classes::table(
-                    &a.classes,
-                    &a.class_rules,
-                    a.classifier.as_deref(),
-                )?,
-            },
+            classes: early_table,
             classifier: a.classifier.clone(),
             unmap_batch: a.unmap_batch,
             inline_cleaning,
@@ -1264,53 +1264,54 @@ fn format_new(
         .as_deref()
         .map(|s| size_arg("--line-size", s))
         .transpose()?;
-    if a.layout.is_log()? {
-        if !direct_only.is_empty() {
-            bail!(
-                "{} apply to the direct layout only; {} is (or is being formatted) in the log layout",
-                direct_only.join(", "),
-                cache_path.display()
-            );
-        }
-        let o = crate::log_serve::options(
-            &a.layout,
-            line_size.unwrap_or(4096),
-            mode.unwrap_or(Mode::WriteThrough),
-        )?;
-        let sb = tiercache_server::format_log_for(cache, backing.size(), backing.identity(), &o)?;
-        say!(
+    let spec = FormatSpec {
+        cache_name: cache_path,
+        direct: FormatOptions {
+            line_size: ls,
+            mode: mode.unwrap_or(Mode::WriteThrough),
+            policy: a.policy.clone().unwrap_or_else(|| "lru".into()),
+            capacity_lines: a
+                .cache_size
+                .as_deref()
+                .map(|s| size_arg("--cache-size", s).map(|b| b / ls))
+                .transpose()?,
+            backing_id: backing_path.display().to_string(),
+            backing: backing.identity(),
+            tuning,
+            data_checksums: a.data_checksums,
+        },
+        log: a
+            .layout
+            .is_log()?
+            .then(|| {
+                crate::log_serve::options(
+                    &a.layout,
+                    line_size.unwrap_or(4096),
+                    mode.unwrap_or(Mode::WriteThrough),
+                )
+            })
+            .transpose()?,
+        direct_only: direct_only.to_vec(),
+        log_flags: log_given.flags.clone(),
+    };
+    let f = tiercache_server::format_device(cache, backing, &spec).map_err(|e| anyhow!(e))?;
+    // Both layouts: a state file left beside the new cache recorded a failure of an older
+    // one (before, the log layout kept it).
+    clear_state_files(cache_path, a.state_dir.as_deref(), None)?;
+    match f {
+        Formatted::Log(sb) => say!(
             "formatted {} (log layout): {} segments of {}",
             cache_path.display(),
             sb.segments,
             tiercache_engine::fmt_size(sb.segment_size)
-        );
-        return Ok(());
+        ),
+        Formatted::Direct(sb) => say!(
+            "formatted {}: {} lines of {} bytes",
+            cache_path.display(),
+            sb.capacity_lines,
+            sb.line_size
+        ),
     }
-    if !log_given.flags.is_empty() {
-        bail!("{}: {} apply to the log layout only and need a cache device in the log layout (`tiercache format --layout log`, or --format-if-needed on an empty device); this one holds no cache", cache_path.display(), log_given.flags.join(", "));
-    }
-    let opts = FormatOptions {
-        line_size: ls,
-        mode: mode.unwrap_or(Mode::WriteThrough),
-        policy: a.policy.clone().unwrap_or_else(|| "lru".into()),
-        capacity_lines: a
-            .cache_size
-            .as_deref()
-            .map(|s| size_arg("--cache-size", s).map(|b| b / ls))
-            .transpose()?,
-        backing_id: backing_path.display().to_string(),
-        backing: backing.identity(),
-        tuning,
-        data_checksums: a.data_checksums,
-    };
-    let sb = tiercache_server::format(cache, backing.size(), &opts)?;
-    clear_state_files(cache_path, a.state_dir.as_deref(), None)?;
-    say!(
-        "formatted {}: {} lines of {} bytes",
-        cache_path.display(),
-        sb.capacity_lines,
-        sb.line_size
-    );
     Ok(())
 }
 

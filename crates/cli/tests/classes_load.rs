@@ -3,7 +3,8 @@
 //! admitted, its misses count as class bypasses; lines already cached keep their class), the
 //! change shows in `ctl stats` (text and JSON), `ctl get classes` and Prometheus; bad files
 //! are refused with file and line and change nothing; a restart goes back to the serve
-//! flags' table. The log layout refuses. And `ctl stats` shows the cleaner's settings.
+//! flags' table. The log layout takes class tables too (not partitions). And `ctl stats`
+//! shows the cleaner's settings.
 //! qemu-io missing: `SKIP:` message.
 
 mod common;
@@ -247,16 +248,13 @@ fn classes_load_changes_allocation_live_and_bad_files_change_nothing() {
 }
 
 #[test]
-fn log_layout_refuses_a_class_table_and_stats_show_the_cleaner() {
+fn log_layout_refuses_partitions_and_stats_show_the_cleaner() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     std::fs::File::create(d.join("backing.img"))
         .unwrap()
         .set_len(8 << 20)
         .unwrap();
-    let table = d.join("t.toml");
-    std::fs::write(&table, BEFORE).unwrap();
-
     // Direct layout: the cleaner's settings are in `ctl stats` (JSON and text).
     let srv = Srv::sized(d, "4M", &["--mode", "write-back"]);
     let s = stats(&srv)["settings"].clone();
@@ -317,14 +315,121 @@ fn log_layout_refuses_a_class_table_and_stats_show_the_cleaner() {
     );
     srv.stop("-TERM");
 
-    // Log layout: refused with the reason; its stats have no cleaner settings.
+    // Log layout: its stats have no cleaner settings; a table with partitions is refused
+    // with the reason (the log layout has none) and changes nothing.
     let _ = std::fs::remove_file(d.join("cache.img"));
     let srv = Srv::sized(d, "8M", &["--layout", "log", "--segment-size", "256k"]);
-    let err = load_refused(&srv, &table);
-    assert!(err.contains("the log layout has no I/O classes"), "{err}");
+    let parts = d.join("parts.toml");
+    std::fs::write(
+        &parts,
+        BEFORE.replace(
+            "allocation = \"always\"\n[[class]]",
+            "allocation = \"always\"\nmax_share = 0.5\n[[class]]",
+        ),
+    )
+    .unwrap();
+    let err = load_refused(&srv, &parts);
+    assert!(err.contains("the log layout has no partitions"), "{err}");
     let v = stats(&srv);
     assert_eq!(v["layout"], "log");
     assert!(v["settings"]["cleaning"].is_null(), "{}", v["settings"]);
     assert!(v["class_table"].is_null());
+    srv.stop("-TERM");
+}
+
+/// The log layout (issue 19): `serve --classes --classifier rules` classifies live, every
+/// class is counted (`ctl stats` with the direct layout's per-class schema, Prometheus), and
+/// `ctl classes load` makes a class `never` from the next request on: its missed lines go
+/// to the backing device only (class bypasses), lines cached before stay, data reads back.
+#[test]
+fn log_layout_takes_a_class_table_at_start_and_live() {
+    if !have("qemu-io") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::File::create(d.join("backing.img"))
+        .unwrap()
+        .set_len(8 << 20)
+        .unwrap();
+    let (before, after) = (d.join("before.toml"), d.join("after.toml"));
+    std::fs::write(&before, BEFORE).unwrap();
+    std::fs::write(&after, AFTER).unwrap();
+    let maddr = format!("127.0.0.1:{}", free_port());
+    let srv = Srv::sized(
+        d,
+        "8M",
+        &[
+            "--layout",
+            "log",
+            "--segment-size",
+            "256k",
+            "--classifier",
+            "rules",
+            "--classes",
+            before.to_str().unwrap(),
+            "--metrics",
+            &maddr,
+        ],
+    );
+    write(&srv, &["write -P 1 0 512k", "write -P 2 2m 512k"]);
+    let v = stats(&srv);
+    let n = (512 << 10) / v["line_size"].as_u64().unwrap();
+    assert_eq!(v["layout"], "log");
+    assert_eq!(v["class_table"]["name"], "before", "{}", v["class_table"]);
+    assert_eq!(v["class_table"]["source"], "serve flags");
+    assert_eq!(v["classifier"]["name"], "rules", "{}", v["classifier"]);
+    for c in ["hot", "bulk"] {
+        assert_eq!(class(&v, c)["cached_lines"], n, "{c}: {}", v["classes"]);
+        assert_eq!(class(&v, c)["counters"]["write_line_accesses"], n);
+        assert_eq!(class(&v, c)["counters"]["bypasses"]["class"], 0);
+    }
+
+    let out = srv.ctl(&["classes", "load", after.to_str().unwrap()]);
+    assert!(
+        out.contains("\"before\"") && out.contains("\"after\"") && out.contains("live load 1"),
+        "{out}"
+    );
+    write(&srv, &["write -P 3 4m 512k", "write -P 4 512k 512k"]);
+    run(Command::new("qemu-io")
+        .args([
+            "-f",
+            "raw",
+            "-c",
+            "read -P 3 4m 512k",
+            "-c",
+            "read -P 2 2m 512k",
+        ])
+        .arg(srv.uri()));
+    let v = stats(&srv);
+    let bulk = class(&v, "bulk");
+    // The 4m write and the 4m read: every line missed and went around the cache.
+    assert_eq!(bulk["counters"]["bypasses"]["class"], 2 * n, "{bulk}");
+    assert_eq!(
+        bulk["cached_lines"], n,
+        "lines cached before the load stay: {bulk}"
+    );
+    assert_eq!(
+        class(&v, "hot")["cached_lines"],
+        2 * n,
+        "hot is still cached"
+    );
+    assert_eq!(v["class_table"]["name"], "after");
+    assert_eq!(v["class_table"]["loads"], 1);
+    assert_eq!(v["settings"]["changes"], 1, "counted as a live change");
+    assert_eq!(v["log"]["engine"]["bypassed_lines"], 2 * n);
+    let text = srv.ctl(&["stats"]);
+    assert!(
+        text.contains("class table     \"after\" (2 classes, 2 rules) from"),
+        "{text}"
+    );
+    let m = metrics(&maddr);
+    assert!(m.contains("tiercache_class_table_loads_total 1"), "{m}");
+    assert!(
+        m.contains(&format!(
+            "tiercache_class_cached_lines{{class=\"bulk\"}} {n}"
+        )),
+        "{m}"
+    );
     srv.stop("-TERM");
 }

@@ -235,7 +235,7 @@ fn dashboard_shows_live_iops_log_layout() {
         "settings"
     );
     // What the log layout lacks is said, not drawn as zeros.
-    assert!(dom.contains("the log layout has no I/O classes"));
+    assert!(dom.contains("no class table in force"));
     assert!(!dom.contains("id=\"chart-class-iops\""));
     srv.stop("-TERM");
 }

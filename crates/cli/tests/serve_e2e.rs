@@ -421,7 +421,8 @@ fn nbd_export_as_backing_device() {
 /// real: `replay --content` writes each line's modelled bytes (30 % from a pool of
 /// duplicates, random bytes then zeros), the backing file starts with version 0 of every
 /// line (what the simulation reads before a line is written), and `sim --content-lengths
-/// measured` compresses those bytes with the cache's compressor.
+/// measured` compresses those bytes with the cache's compressor. With a class table (a
+/// `never` class, rules by offset) every class's engine counters agree too.
 #[test]
 fn log_layout_replay_at_queue_depth_1_matches_the_simulator_exactly() {
     use tiercache_trace::content::ContentModel;
@@ -434,13 +435,23 @@ fn log_layout_replay_at_queue_depth_1_matches_the_simulator_exactly() {
     // where only lengths count.
     let unaligned =
         "zipf:theta=0.8,wss=32MiB,requests=3000,read=40,size=4k@40+1k@40+16k@20,align=512";
-    // (mode, compression, dedup index, picker, workload)
+    // A class table (issue 19): requests below 8 MiB are `hot`, the rest `cold`, never
+    // cached; classified by the table's rules live (`--classifier rules`) and in the
+    // simulator (`sim --classes` relabels the input by the same rules).
+    let table = "version = 1\nname = \"split\"\n\
+        [[class]]\nid = 1\nname = \"hot\"\npriority = 0\nallocation = \"always\"\n\
+        [[class]]\nid = 2\nname = \"cold\"\npriority = 1\nallocation = \"never\"\n\
+        [[rule]]\nclass = \"hot\"\noffset = [0, 8388608]\n\
+        [[rule]]\nclass = \"cold\"\noffset = [8388608, 33554432]\n";
+    // (mode, compression, dedup index, picker, workload, class table)
     let configs = [
-        ("write-back", "lz4", "1.0", "lru", aligned),
-        ("write-through", "zstd", "0.5", "fifo", aligned),
-        ("write-back", "none", "1.0", "greedy", aligned),
-        ("write-through", "none", "0", "lru", unaligned),
-        ("write-back", "none", "0", "cost-benefit", unaligned),
+        ("write-back", "lz4", "1.0", "lru", aligned, false),
+        ("write-through", "zstd", "0.5", "fifo", aligned, false),
+        ("write-back", "none", "1.0", "greedy", aligned, false),
+        ("write-through", "none", "0", "lru", unaligned, false),
+        ("write-back", "none", "0", "cost-benefit", unaligned, false),
+        ("write-back", "lz4", "1.0", "lru", aligned, true),
+        ("write-through", "none", "0", "greedy", unaligned, true),
     ];
     let model = ContentModel::new(LINE, SEED);
     let mut backing = vec![0u8; (BACKING_MB << 20) as usize];
@@ -448,9 +459,17 @@ fn log_layout_replay_at_queue_depth_1_matches_the_simulator_exactly() {
         model.fill(model.content(line as u64, 0).fp, chunk);
     }
     let (mut reclaimed, mut dups, mut wrote_back, mut partial) = (false, false, false, false);
-    for (mode, compression, dedup, picker, workload) in configs {
+    for (mode, compression, dedup, picker, workload, classes) in configs {
         let dir = setup(BACKING_MB);
         std::fs::write(dir.path().join("backing.img"), &backing).unwrap();
+        let table_file = dir.path().join("split.toml");
+        std::fs::write(&table_file, table).unwrap();
+        let table_file = table_file.display().to_string();
+        let class_flags: Vec<&str> = if classes {
+            vec!["--classes", &table_file]
+        } else {
+            Vec::new()
+        };
         let layout = [
             "--layout",
             "log",
@@ -467,7 +486,17 @@ fn log_layout_replay_at_queue_depth_1_matches_the_simulator_exactly() {
             "--mode",
             mode,
         ];
-        let srv = Srv::start(dir.path(), &layout);
+        let live_flags: Vec<&str> = layout
+            .iter()
+            .copied()
+            .chain(class_flags.iter().copied())
+            .chain(if classes {
+                vec!["--classifier", "rules"]
+            } else {
+                Vec::new()
+            })
+            .collect();
+        let srv = Srv::start(dir.path(), &live_flags);
         let seed = SEED.to_string();
         let rep = run(Command::new(BIN).args([
             "replay",
@@ -494,10 +523,12 @@ fn log_layout_replay_at_queue_depth_1_matches_the_simulator_exactly() {
         let sim = run(Command::new(BIN)
             .args(["sim", "--cache-size", &format!("{capacity}KiB")])
             .args(layout)
+            .args(&class_flags)
             .args(["--content-lengths", "measured", "--json"])
             .args(["--workload", workload, "--seed", &seed]));
         let sim: serde_json::Value = serde_json::from_str(&sim).unwrap();
-        let name = format!("{mode} {compression} dedup {dedup} {picker} {workload}");
+        let name =
+            format!("{mode} {compression} dedup {dedup} {picker} {workload} classes {classes}");
         let (want, got) = (&sim["log"]["counters"], &live["engine"]);
         assert_eq!(
             rep["requests"].as_u64(),
@@ -515,6 +546,32 @@ fn log_layout_replay_at_queue_depth_1_matches_the_simulator_exactly() {
             if s.zip(l).is_none_or(|(s, l)| (s - l).abs() > 1e-9) {
                 differ.push(format!("{k}: sim {s:?}, live {l:?}"));
             }
+        }
+        if classes {
+            // Every class's engine counters too, and the cold class was never cached.
+            let live_classes = live["classes"].as_array().unwrap();
+            let sim_classes = sim["log"]["classes"].as_object().unwrap();
+            assert_eq!(sim_classes.len(), live_classes.len(), "{name}: classes");
+            for lc in live_classes {
+                let id = lc["id"].to_string();
+                let (want, got) = (&sim_classes[&id], &lc["engine"]);
+                for (k, v) in want.as_object().unwrap() {
+                    if &got[k] != v {
+                        differ.push(format!("class {id} {k}: sim {v}, live {}", got[k]));
+                    }
+                }
+            }
+            // (A request starting below 8 MiB is hot and may cache lines above it; a cold
+            // write hitting those updates them: only misses bypass.)
+            let cold = &sim_classes["2"];
+            assert!(
+                cold["bypassed_lines"].as_u64().unwrap() > 0,
+                "{name}: {cold}"
+            );
+            assert!(
+                sim_classes["1"]["extents_stored"].as_u64().unwrap() > 0,
+                "{name}"
+            );
         }
         assert!(differ.is_empty(), "{name}: {}", differ.join("; "));
         let c = |k: &str| want[k].as_u64().unwrap();

@@ -300,3 +300,27 @@ fn layout_flags_are_checked() {
         "{e}"
     );
 }
+
+/// `serve --format-if-needed` formatting a new cache file removes a state file left beside
+/// it (a failure recorded for an older cache at that path), in both layouts (before: the
+/// log layout left it there, the direct layout removed it).
+#[test]
+fn format_if_needed_clears_an_old_state_file_in_both_layouts() {
+    use tiercache_server::state_file::{self, FailState};
+    for layout in [&[][..], &["--layout", "log", "--segment-size", "256k"][..]] {
+        let dir = setup(8);
+        let d = dir.path();
+        let beside = state_file::beside(&d.join("cache.img"));
+        let old = FailState {
+            uuid: [7; 16],
+            failed_at: 1,
+            reason: "an older cache at this path failed".into(),
+            lost: Vec::new(),
+        };
+        state_file::write(&beside, &old).unwrap();
+        let srv = Srv::sized(d, "8M", layout);
+        let left = state_file::read(&beside).unwrap();
+        srv.stop("-TERM");
+        assert_eq!(left, None, "{layout:?}: the old state file is still there");
+    }
+}

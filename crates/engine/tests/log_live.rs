@@ -34,12 +34,12 @@ fn deferred_fill_reserve_admit_and_extent_limit() {
     assert!(e.locate(0, 0).is_none());
     // reserve opens a segment; admit then appends without device steps.
     e.reserve(false);
-    assert!(e.admit(0, 0, c(10, 100)).steps.is_empty());
+    assert!(e.admit(0, 0, 0, c(10, 100)).steps.is_empty());
     let i = e.locate(0, 0).unwrap();
     assert!(i.open && !i.dirty && !i.dup && i.compressed && i.len == 100);
     // Same content on another line: a duplicate entry; probe and drop the fingerprint.
     e.reserve(false);
-    e.admit(0, 1, c(10, 100));
+    e.admit(0, 1, 0, c(10, 100));
     assert!(e.locate(0, 1).unwrap().dup);
     assert_eq!(e.probe_fp(10).unwrap().seg, i.seg);
     e.drop_fp(10);
@@ -47,7 +47,7 @@ fn deferred_fill_reserve_admit_and_extent_limit() {
     // Small extents: the 6-extent limit seals the segment before it is full.
     for l in 2..7 {
         e.reserve(false);
-        e.admit(0, l, c(100 + l, 50));
+        e.admit(0, l, 0, c(100 + l, 50));
     }
     let first = e.locate(0, 0).unwrap().seg;
     let p = e.reserve(false).steps.clone();
@@ -133,7 +133,14 @@ fn a_request_in_pieces_is_counted_once_by_its_whole_outcome() {
     e.process(&Request::write(0, LS), &[c(1, 100)]).unwrap();
     e.process(&Request::write(0, LS), &[c(2, 100)]).unwrap();
     let first = e.last_lines();
-    assert_eq!(first, LineTally { hits: 1, misses: 0 });
+    assert_eq!(
+        first,
+        LineTally {
+            hits: 1,
+            misses: 0,
+            bypassed: 0
+        }
+    );
     // Between the pieces (as counted so far: a hit), the counts already add up.
     e.check().unwrap();
     assert_eq!(e.counters().write_requests.hits, 1);
@@ -141,7 +148,7 @@ fn a_request_in_pieces_is_counted_once_by_its_whole_outcome() {
         .unwrap();
     let mut whole = first;
     whole += e.last_lines();
-    e.recount_request(Op::Write, first, whole);
+    e.recount_request(Op::Write, 0, first, whole);
     let w = e.counters().write_requests;
     assert_eq!(
         (w.hits, w.partial_misses, w.full_misses, w.pass_through),
@@ -157,8 +164,15 @@ fn a_request_in_pieces_is_counted_once_by_its_whole_outcome() {
         e.process_more(&Request::read(line * LS, LS), &[]).unwrap();
         whole += e.last_lines();
     }
-    assert_eq!(whole, LineTally { hits: 2, misses: 1 });
-    e.recount_request(Op::Read, first, whole);
+    assert_eq!(
+        whole,
+        LineTally {
+            hits: 2,
+            misses: 1,
+            bypassed: 0
+        }
+    );
+    e.recount_request(Op::Read, 0, first, whole);
     let r = e.counters().read_requests;
     assert_eq!(
         (r.hits, r.partial_misses, r.full_misses),
@@ -167,4 +181,171 @@ fn a_request_in_pieces_is_counted_once_by_its_whole_outcome() {
     );
     assert_eq!((e.counters().reads, e.counters().writes), (1, 2));
     e.check().unwrap();
+}
+
+/// A class table with class 2 `never` (and class 1 `always`).
+fn never_table() -> std::sync::Arc<tiercache_engine::ClassTable> {
+    let t = tiercache_engine::ClassTable::parse(
+        "version = 1\nname = \"t\"\n\
+         [[class]]\nid = 1\nname = \"hot\"\npriority = 0\nallocation = \"always\"\n\
+         [[class]]\nid = 2\nname = \"backup\"\npriority = 1\nallocation = \"never\"\n",
+        "t.toml",
+    )
+    .unwrap();
+    std::sync::Arc::new(t)
+}
+
+fn of(mut r: Request, class: u8) -> Request {
+    r.class = class;
+    r
+}
+
+/// A missed line of a `never` class is read from, or written to, the backing device only
+/// and not cached (write-back included: its bytes go straight to the backing device); a
+/// cached line is served and updated whatever the class of the request; a bypass is a
+/// miss, and a request of only bypassed lines is a pass-through, as the direct layout
+/// counts them. Counted per class.
+#[test]
+fn never_class_misses_are_not_cached_and_classes_are_counted() {
+    let mut cf = cfg();
+    cf.classes = Some(never_table());
+    let mut e = LogEngine::new(cf).unwrap();
+    assert!(e.caches_class(0) && e.caches_class(1) && !e.caches_class(2));
+    // Read miss of class 2: an HDD read, nothing appended.
+    let p = e
+        .process(&of(Request::read(0, LS), 2), &[c(1, 100)])
+        .unwrap();
+    assert!(matches!(p.steps[..], [Step::ReadHdd { .. }]), "{p:?}");
+    assert!(e.locate(0, 0).is_none());
+    // Write-back write miss of class 2: the client's bytes to the HDD, not cached.
+    let p = e
+        .process(&of(Request::write(LS + 512, 1024), 2), &[c(2, 100)])
+        .unwrap();
+    assert!(
+        matches!(p.steps[..], [Step::WriteHdd { hdd, len: 1024, .. }] if hdd == LS + 512),
+        "{p:?}"
+    );
+    assert!(e.locate(0, 1).is_none());
+    // Class 1 caches line 3 (dirty); a class-2 write to it is a hit and stays cached.
+    e.process(&of(Request::write(3 * LS, LS), 1), &[c(3, 100)])
+        .unwrap();
+    let p = e
+        .process(&of(Request::write(3 * LS, LS), 2), &[c(4, 100)])
+        .unwrap();
+    assert!(p.steps.is_empty(), "a dirty write hit: {p:?}");
+    let i = e.locate(0, 3).unwrap();
+    assert!(i.dirty);
+    assert_eq!(
+        i.class, 2,
+        "the line is the class of the write that cached it last"
+    );
+    let p = e.process(&of(Request::read(3 * LS, LS), 2), &[]).unwrap();
+    assert!(p.steps.is_empty(), "a RAM hit: {p:?}");
+    let k = *e.counters();
+    assert_eq!(k.bypassed_lines, 2);
+    assert_eq!(k.read_requests.pass_through, 1);
+    assert_eq!(k.write_requests.pass_through, 1);
+    let k2 = *e.class_counters(2);
+    assert_eq!(
+        (k2.requests, k2.reads, k2.writes, k2.bypassed_lines),
+        (4, 2, 2, 2)
+    );
+    assert_eq!((k2.read_line_hits, k2.write_line_hits), (1, 1));
+    assert_eq!(k2.hdd_bytes_written, 1024);
+    let k1 = *e.class_counters(1);
+    assert_eq!(
+        (k1.requests, k1.extents_stored, k1.bypassed_lines),
+        (1, 1, 0)
+    );
+    e.check().unwrap();
+    // The live side's deferred fill: `admit` of a `never` class caches nothing.
+    e.set_deferred_fill(true);
+    e.process(&of(Request::read(5 * LS, LS), 2), &[]).unwrap();
+    e.reserve(false);
+    e.admit(0, 5, 2, c(5, 100));
+    assert!(e.locate(0, 5).is_none());
+    e.process(&of(Request::read(6 * LS, LS), 0), &[]).unwrap();
+    e.reserve(false);
+    e.admit(0, 6, 0, c(6, 100));
+    assert!(e.locate(0, 6).is_some());
+    assert_eq!(e.class_counters(0).extents_stored, 1);
+    // A table the log layout cannot take (partitions) changes nothing.
+    let mut part = (*never_table()).clone();
+    part.classes[1].max_share = 0.5;
+    let err = e
+        .set_class_table(Some(std::sync::Arc::new(part)))
+        .unwrap_err();
+    assert!(err.to_string().contains("no partitions"), "{err}");
+    assert!(!e.caches_class(2));
+    e.set_class_table(None).unwrap();
+    assert!(e.caches_class(2));
+}
+
+/// Sums every numeric field of counters (found through serde, so a field added later is
+/// summed too).
+fn sum_json(acc: &mut serde_json::Value, v: &serde_json::Value) {
+    match (acc, v) {
+        (serde_json::Value::Object(a), serde_json::Value::Object(b)) => {
+            for (k, x) in b {
+                let zero = if x.is_object() {
+                    serde_json::json!({})
+                } else {
+                    serde_json::json!(0)
+                };
+                sum_json(a.entry(k.clone()).or_insert(zero), x);
+            }
+        }
+        (a, serde_json::Value::Number(n)) => {
+            *a = serde_json::json!(a.as_u64().unwrap_or(0) + n.as_u64().unwrap());
+        }
+        _ => panic!("unexpected counter value {v}"),
+    }
+}
+
+/// Whole requests (no `reserve`: everything a request does is counted in its class): the
+/// per-class counters add up to the totals, every field.
+#[test]
+fn per_class_counters_add_up_to_the_totals() {
+    use rand::{Rng, SeedableRng};
+    let mut cf = cfg();
+    cf.classes = Some(never_table());
+    let mut e = LogEngine::new(cf).unwrap();
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(5);
+    for i in 0..4000u64 {
+        let line = rng.gen_range(0..60u64);
+        let n = rng.gen_range(1..3u64);
+        let class = rng.gen_range(0..4u8);
+        let content: Vec<_> = (0..n)
+            .map(|_| c(rng.gen_range(0..40u64), rng.gen_range(100..5000u32)))
+            .collect();
+        let r = match i % 7 {
+            0 => Request::new(0, tiercache_engine::Op::Trim, line * LS, LS),
+            1 => Request::new(0, tiercache_engine::Op::Flush, 0, 0),
+            2..=4 => Request::read(line * LS, n * LS),
+            _ => Request::write(line * LS + 512, n * LS - 1024),
+        };
+        let r = of(r, class);
+        let content = if matches!(
+            r.op,
+            tiercache_engine::Op::Read | tiercache_engine::Op::Write
+        ) {
+            content
+        } else {
+            Vec::new()
+        };
+        e.process(&r, &content).unwrap();
+    }
+    e.check().unwrap();
+    let mut sum = serde_json::json!({});
+    for k in 0..tiercache_engine::NUM_CLASSES as u8 {
+        sum_json(
+            &mut sum,
+            &serde_json::to_value(e.class_counters(k)).unwrap(),
+        );
+    }
+    let total = serde_json::to_value(e.counters()).unwrap();
+    assert_eq!(sum, total);
+    assert!(e.counters().bypassed_lines > 0 && e.counters().segments_reclaimed > 0);
+    assert!(e.class_counters(2).bypassed_lines > 0);
+    assert_eq!(e.class_counters(0).bypassed_lines, 0);
 }

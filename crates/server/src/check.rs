@@ -658,3 +658,51 @@ pub fn check_any(dev: Box<dyn BlockDev>) -> Result<DeviceCheck, DeviceCheckError
         Err(e) => Err(DeviceCheckError::Unreadable(e)),
     }
 }
+
+/// Why [`repair_any`] could not repair a device.
+#[derive(Debug)]
+pub enum RepairAnyError {
+    /// The device cannot be read, or the log layout's recovery fails (`check` exit 2).
+    Unreadable(String),
+    /// Damage a repair cannot fix, such as the superblock (exit 1).
+    Unrepairable(String),
+    /// The repair itself failed (exit 2).
+    Failed(String),
+}
+
+/// `tiercache check --repair` of a device of either layout: [`crate::probe`] reads the
+/// superblocks once and the layout's repair runs (the one place `check --repair` tells the
+/// layouts apart, as [`check_any`] for `check`). `dev` is the device opened for writing
+/// (exclusively); `read_only` opens a read-only view of it, on which the log layout is
+/// checked first: its salvage runs only when the recovery finds damage, so a consistent
+/// device is not written. Returns the layout (`"direct"` or `"log"`) and what was repaired.
+pub fn repair_any(
+    dev: Box<dyn BlockDev>,
+    read_only: &dyn Fn() -> std::io::Result<Box<dyn BlockDev>>,
+) -> Result<(&'static str, RepairReport), RepairAnyError> {
+    match crate::live::probe(&*dev) {
+        Ok(crate::Found::Log(_)) => {
+            let ro = read_only().map_err(|e| RepairAnyError::Unreadable(e.to_string()))?;
+            let report = crate::log_check::check_log_device(ro).map_err(|e| {
+                RepairAnyError::Unreadable(format!("recovery of the log layout fails: {e}"))
+            })?;
+            if report.recovery.damage.is_empty() {
+                return Ok(("log", RepairReport::default()));
+            }
+            crate::log_check::repair_log_device(dev)
+                .map(|r| ("log", r))
+                .map_err(|e| RepairAnyError::Failed(format!("repair failed: {e}")))
+        }
+        Ok(crate::Found::DamagedLog(e)) => Err(RepairAnyError::Unrepairable(format!(
+            "cannot be repaired: {e}"
+        ))),
+        Ok(crate::Found::Direct(_) | crate::Found::NoCache(_)) => match repair_device(&*dev) {
+            Ok((r, _)) => Ok(("direct", r)),
+            Err(CheckError::Unrepairable(why)) => Err(RepairAnyError::Unrepairable(
+                CheckError::Unrepairable(why).to_string(),
+            )),
+            Err(e) => Err(RepairAnyError::Failed(e.to_string())),
+        },
+        Err(e) => Err(RepairAnyError::Unreadable(e.to_string())),
+    }
+}

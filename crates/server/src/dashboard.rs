@@ -399,7 +399,27 @@ fn log_snapshot(s: &crate::log_volume::LogVolumeStats, ssd: &IoCounts, hdd: &IoC
             occupancy: share(s.ssd_bytes_used, s.segments * s.segment_size),
             dirty_share: share(s.dirty_lines, s.cached_lines),
         },
-        classes: Vec::new(),
+        // Per class when a class table is in force (lines of the whole-line figures).
+        classes: match &s.class_table {
+            None => Vec::new(),
+            Some(_) => s
+                .classes
+                .iter()
+                .map(|c| ClassTotals {
+                    name: c.name.clone(),
+                    reads: c.engine.reads,
+                    writes: c.engine.writes,
+                    read_bytes: c.engine.read_lines * s.line_size,
+                    write_bytes: c.engine.write_lines * s.line_size,
+                    line_accesses: None,
+                    line_hits: None,
+                    read_line_accesses: c.engine.read_lines,
+                    read_line_hits: c.engine.read_line_hits,
+                    occupancy: share(c.cached_lines, s.cached_lines),
+                    dirty_share: share(c.dirty_lines, c.cached_lines),
+                })
+                .collect(),
+        },
         ssd: ssd.get(),
         hdd: hdd.get(),
         settings: serde_json::json!({
@@ -414,12 +434,20 @@ fn log_snapshot(s: &crate::log_volume::LogVolumeStats, ssd: &IoCounts, hdd: &IoC
             "picker": s.picker,
             "dedup_index_ratio": s.dedup_index_ratio,
         }),
-        missing: vec![
-            "per-class statistics: the log layout has no I/O classes".into(),
+        missing: [
+            (s.class_table.is_none()).then(|| {
+                "per-class statistics: no class table in force (`serve --classes`, `ctl classes load`)".to_string()
+            }),
+        ]
+        .into_iter()
+        .flatten()
+        .chain([
+
             "hit ratio of writes: the log layout counts read hits only (the chart shows the read hit ratio)".into(),
             "exact client MB/s: the log layout counts whole lines (MB/s = lines x line size)".into(),
             "occupancy is the share of segment bytes in use (compressed and deduplicated)".into(),
-        ],
+        ])
+        .collect(),
     }
 }
 

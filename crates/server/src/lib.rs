@@ -11,6 +11,7 @@ pub mod degrade;
 pub mod dev;
 pub mod fault;
 pub mod format;
+pub mod format_any;
 pub mod identity;
 pub mod live;
 pub mod log_check;
@@ -27,6 +28,7 @@ pub mod volume;
 
 pub use dev::{hdd_config, BlockDev, EmulatedHdd, FileDev};
 pub use format::{FormatError, Superblock};
+pub use format_any::{format_device, FormatSpec, Formatted};
 pub use identity::BackingIdentity;
 pub use live::{open_volume, probe, Found, LiveStats, LiveVolume, Opened, VolumeOpenOptions};
 pub use log_volume::{

@@ -240,12 +240,10 @@ impl LiveVolume for LogVolume {
     }
     fn load_classes(
         &self,
-        _table: tiercache_engine::ClassTable,
+        table: tiercache_engine::ClassTable,
         source: &str,
     ) -> Result<crate::classify::ClassesLoaded, String> {
-        Err(format!(
-            "{source}: the log layout has no I/O classes: it caches extents (deduplicated, compressed) and admits every missed line, so no class table applies (its `serve` refuses --classes/--classifier too); class tables work on the direct layout (`tiercache format` without --layout log)"
-        ))
+        LogVolume::load_classes(self, table, source)
     }
     fn reset_stats(&self) {
         LogVolume::reset_stats(self)
@@ -287,10 +285,11 @@ impl LiveVolume for LogVolume {
 }
 
 /// The direct layout's figures of a log volume: its counters mapped onto the engine's
-/// [`Counters`] (one class, `0`), requests by outcome per direction with the direct
-/// layout's definitions. What the log layout does not count is 0: bypasses and
-/// pass-through (it admits every missed line), sector fills, unmaps and pages in flux
-/// (direct-layout metadata).
+/// [`Counters`] (per I/O class when a class table is in force, [`log_class_counters`]; else
+/// one class, `0`, with the totals), requests by outcome per direction with the direct layout's definitions.
+/// The only bypasses are missed lines of `never` classes (`bypasses.class`). What the log
+/// layout does not count is 0: other bypasses (it admits every other missed line), sector
+/// fills, unmaps and pages in flux (direct-layout metadata).
 pub fn log_common(v: &LogVolume, s: &LogVolumeStats) -> VolumeStats {
     let (e, l, ls) = (&s.engine, &s.live, s.line_size);
     let m = v.metrics();
@@ -317,7 +316,11 @@ pub fn log_common(v: &LogVolume, s: &LogVolumeStats) -> VolumeStats {
         full_misses: r.full_misses + r.pass_through + w.full_misses + w.pass_through,
         read_requests: *r,
         write_requests: *w,
-        admitted_misses: line_accesses - line_hits,
+        admitted_misses: line_accesses - line_hits - e.bypassed_lines,
+        bypasses: tiercache_engine::Bypasses {
+            class: e.bypassed_lines,
+            ..Default::default()
+        },
         insertions: e.extents_stored + e.dup_write_lines,
         evictions: e.extents_evicted,
         write_backs: l.write_backs,
@@ -363,7 +366,14 @@ pub fn log_common(v: &LogVolume, s: &LogVolumeStats) -> VolumeStats {
         ram_index_bytes: s.ram_index_bytes,
         totals,
         ram: None,
-        per_class: vec![(0, totals)],
+        per_class: if s.class_table.is_none() {
+            vec![(0, totals)]
+        } else {
+            s.classes
+                .iter()
+                .map(|c| (c.id, log_class_counters(&c.engine)))
+                .collect()
+        },
         unmap_syncs: 0,
         unmap_on_miss: 0,
         unmap_ahead: 0,
@@ -372,15 +382,28 @@ pub fn log_common(v: &LogVolume, s: &LogVolumeStats) -> VolumeStats {
         flux_pages: 0,
         flux_pages_now: 0,
         metadata_pages_written: 0,
-        classes: vec![ClassStats {
-            id: 0,
-            name: "0".into(),
-            cached_lines: s.cached_lines,
-            dirty_lines: s.dirty_lines,
-            counters: totals,
-        }],
-        classifier: None,
-        class_table: None,
+        classes: if s.class_table.is_none() {
+            vec![ClassStats {
+                id: 0,
+                name: "0".into(),
+                cached_lines: s.cached_lines,
+                dirty_lines: s.dirty_lines,
+                counters: totals,
+            }]
+        } else {
+            s.classes
+                .iter()
+                .map(|c| ClassStats {
+                    id: c.id,
+                    name: c.name.clone(),
+                    cached_lines: c.cached_lines,
+                    dirty_lines: c.dirty_lines,
+                    counters: log_class_counters(&c.engine),
+                })
+                .collect()
+        },
+        classifier: s.classifier.clone(),
+        class_table: s.class_table.clone(),
         cache_errors: s.cache_errors,
         // Every extent carries a crc32c, checked on every read.
         checksum_errors: l.extent_crc_errors,
@@ -399,6 +422,48 @@ pub fn log_common(v: &LogVolume, s: &LogVolumeStats) -> VolumeStats {
         writeback_waits: 0,
         writeback_yields: 0,
         cleaner_panics: 0,
+    }
+}
+
+/// One I/O class of a log volume in the direct layout's counters, with the definitions of
+/// [`log_common`]'s totals, from the engine's counters of the class alone (device bytes and
+/// write-backs are the engine's: reclamations belong to no request and are in the totals
+/// only). A missed line of a `never` class is a class bypass.
+pub fn log_class_counters(e: &tiercache_engine::log::LogCounters) -> Counters {
+    let line_accesses = e.read_lines + e.write_lines;
+    let line_hits = e.read_line_hits + e.write_line_hits;
+    let (r, w) = (&e.read_requests, &e.write_requests);
+    Counters {
+        requests: e.requests,
+        reads: e.reads,
+        writes: e.writes,
+        trims: e.trims,
+        flushes: e.flushes,
+        line_accesses,
+        line_hits,
+        line_misses: line_accesses - line_hits,
+        read_line_accesses: e.read_lines,
+        read_line_hits: e.read_line_hits,
+        write_line_accesses: e.write_lines,
+        write_line_hits: e.write_line_hits,
+        full_hits: r.hits + w.hits,
+        partial_hits: r.partial_misses + w.partial_misses,
+        full_misses: r.full_misses + r.pass_through + w.full_misses + w.pass_through,
+        read_requests: *r,
+        write_requests: *w,
+        admitted_misses: line_accesses - line_hits - e.bypassed_lines,
+        bypasses: tiercache_engine::Bypasses {
+            class: e.bypassed_lines,
+            ..Default::default()
+        },
+        insertions: e.extents_stored + e.dup_write_lines,
+        evictions: e.extents_evicted,
+        write_backs: e.dirty_write_backs,
+        ssd_bytes_read: e.ssd_bytes_read,
+        ssd_bytes_written: e.ssd_bytes_written,
+        hdd_bytes_read: e.hdd_bytes_read,
+        hdd_bytes_written: e.hdd_bytes_written,
+        ..Default::default()
     }
 }
 

@@ -33,7 +33,8 @@ pub struct DirectRun<'a> {
     /// The engine settings of this run from (line size, policy, the stored settings);
     /// `Ok(None)`: the stored ones. Errors name the flag.
     pub tuning: &'a RunTuning<'a>,
-    /// `--classes`/`--class-rules` (built) and `--classifier`.
+    /// `--classes`/`--class-rules` (built) and `--classifier`. The log layout takes these
+    /// two as well (`never` classes, per-class statistics; see `LogConfig::classes`).
     pub classes: Option<Arc<ClassTable>>,
     pub classifier: Option<String>,
     pub unmap_batch: Option<u64>,
@@ -245,22 +246,7 @@ fn open_direct(
         let t = std::time::Instant::now();
         let tname = table.name.clone();
         if let Some(s) = crate::classify::attach(&mut vol, cname, table)? {
-            let extra = match cname {
-                "ext4" if s["ext4_found"] == true => format!(
-                    ": ext4 found, {} inodes and {} extents learned in {:.2} s",
-                    s["inodes"],
-                    s["extents"],
-                    t.elapsed().as_secs_f64()
-                ),
-                "ext4" => {
-                    ": no ext4 file system yet (learns it when one is written; rules meanwhile)"
-                        .to_string()
-                }
-                _ => String::new(),
-            };
-            say(&format!(
-                "classifier {cname} over class table {tname:?}{extra}"
-            ));
+            say(&classifier_line(cname, &tname, &s, t));
         }
     }
     say(&format!(
@@ -336,6 +322,28 @@ fn open_direct(
     Ok((Arc::new(vol), rep))
 }
 
+/// The line that says which classifier runs over which table and what it learned at start.
+fn classifier_line(
+    cname: &str,
+    tname: &str,
+    s: &serde_json::Value,
+    t: std::time::Instant,
+) -> String {
+    let extra = match cname {
+        "ext4" if s["ext4_found"] == true => format!(
+            ": ext4 found, {} inodes and {} extents learned in {:.2} s",
+            s["inodes"],
+            s["extents"],
+            t.elapsed().as_secs_f64()
+        ),
+        "ext4" => {
+            ": no ext4 file system yet (learns it when one is written; rules meanwhile)".to_string()
+        }
+        _ => String::new(),
+    };
+    format!("classifier {cname} over class table {tname:?}{extra}")
+}
+
 /// The log options given that differ from the formatted ones.
 fn log_differences(g: &LogGiven, sb: &LogSuperblock) -> Vec<String> {
     let mut differ = Vec::new();
@@ -389,8 +397,24 @@ fn open_log(
             .flatten(),
         ..Default::default()
     };
-    let (vol, rep) = LogVolume::open_opts(cache, backing, &accept)
+    let (mut vol, rep) = LogVolume::open_opts(cache, backing, &accept)
         .map_err(|e| format!("opening log cache {name}: {}", chain(&e)))?;
+    if let Some(table) = o.direct.classes.clone() {
+        // `never` classes are not cached, every class is counted (`LogConfig::classes`).
+        let tname = table.name.clone();
+        vol.set_class_table(Arc::clone(&table), "serve flags")?;
+        let cname = o.direct.classifier.as_deref().unwrap_or("none");
+        let t = std::time::Instant::now();
+        if let Some(c) = crate::classify::by_name(cname, table)? {
+            vol.set_classifier(Arc::clone(&c));
+            vol.learn_classifier();
+            say(&classifier_line(cname, &tname, &c.summary(), t));
+        } else {
+            say(&format!(
+                "class table {tname:?} without a classifier: every request is class 0"
+            ));
+        }
+    }
     let state = (o.state_path)(&vol.superblock().uuid);
     vol.set_state_path(state.clone());
     say(&state_path_line(o.cache_name, state.as_deref()));

@@ -111,12 +111,14 @@ impl LogSpec {
     }
 
     /// The engine configuration of a log cache of `capacity_lines` lines (rounded down to
-    /// whole segments) in `mode`.
+    /// whole segments) in `mode`, with the I/O class table `classes` (`--classes`: `never`
+    /// classes are not cached, every class is counted; see `LogConfig::classes`).
     pub fn config(
         &self,
         line_size: u64,
         capacity_lines: u64,
         mode: tiercache_engine::Mode,
+        classes: Option<&std::sync::Arc<tiercache_engine::ClassTable>>,
     ) -> Result<LogConfig> {
         let mut cfg = LogConfig::new(0, line_size);
         cfg.segment_size = self.segment_size;
@@ -127,6 +129,7 @@ impl LogSpec {
         cfg.compression = self.compression;
         cfg.trim = self.trim;
         cfg.reinsert_hits = self.reinsert_hits;
+        cfg.classes = classes.cloned();
         // The live layout's segment header holds this many extents: a segment is sealed
         // when it is full, as live.
         cfg.max_extents_per_segment =
@@ -211,7 +214,12 @@ pub fn simulate_log(spec: &SimSpec, log: &LogSpec) -> Result<SimResult> {
     let capacity_lines = spec.cache_size.lines(line, lines);
     crate::ensure_some_lines(spec, capacity_lines, Some(lines))?;
     let cfg = log
-        .config(line, capacity_lines, spec.engine.mode)
+        .config(
+            line,
+            capacity_lines,
+            spec.engine.mode,
+            spec.engine.policy_params.classes.as_ref(),
+        )
         .with_context(|| format!("cache size {}", spec.cache_size))?;
     let ftl = crate::nitro::ftl_for(&cfg, log.erase_block);
     let start = Instant::now();

@@ -47,6 +47,9 @@ pub struct LogRun {
     /// Dirty lines left in the cache at the end (write-back).
     pub dirty_lines: u64,
     pub counters: LogCounters,
+    /// Counters per I/O class, for the classes that saw requests.
+    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub classes: std::collections::BTreeMap<u8, LogCounters>,
     pub reduction: Reduction,
     pub ftl: FtlStats,
 }
@@ -169,12 +172,12 @@ impl LogDriver {
                     self.steps
                         .extend_from_slice(&p.map_err(anyhow::Error::msg)?.steps);
                     tally(e.last_lines(), i, &mut first_t, &mut whole);
-                    if e.locate(r.volume, line).is_some() {
+                    if e.locate(r.volume, line).is_some() || !e.caches_class(r.class) {
                         continue;
                     }
                     // A miss: the bytes read, the line is admitted (room made first).
                     self.steps.extend_from_slice(&e.reserve(false).steps);
-                    e.admit(r.volume, line, *content)
+                    e.admit(r.volume, line, r.class, *content)
                 }
                 _ => {
                     // Write-back: a FUA write is a dirty write made durable by a commit.
@@ -183,7 +186,10 @@ impl LogDriver {
                     // current bytes; the engine counts reading them).
                     req.offset = req.offset.max(r.offset);
                     req.len = (line * ls + ls).min(r.end()) - req.offset;
-                    self.steps.extend_from_slice(&e.reserve(wb).steps);
+                    // A missed line of a `never` class is not cached: no room is made.
+                    if e.locate(r.volume, line).is_some() || e.caches_class(r.class) {
+                        self.steps.extend_from_slice(&e.reserve(wb).steps);
+                    }
                     let p = if i == 0 {
                         e.process(&req, std::slice::from_ref(content))
                     } else {
@@ -198,7 +204,7 @@ impl LogDriver {
             self.steps.extend_from_slice(&plan.steps);
         }
         if c.len() > 1 {
-            e.recount_request(r.op, first_t, whole);
+            e.recount_request(r.op, r.class, first_t, whole);
         }
         Ok(())
     }
@@ -259,6 +265,10 @@ impl LogDriver {
             },
             dirty_lines: e.dirty_lines(),
             counters: k,
+            classes: (0..tiercache_engine::NUM_CLASSES as u8)
+                .filter(|&c| e.class_counters(c).requests > 0)
+                .map(|c| (c, *e.class_counters(c)))
+                .collect(),
             reduction: red,
             ftl: st,
         })

@@ -38,6 +38,10 @@ pub struct LogFigures {
     /// Fingerprint-index RAM per entry (0 without dedup).
     pub index_bytes_per_entry: f64,
     pub counters: LogCounters,
+    /// The engine's counters per I/O class (with a class table), as the live volume's
+    /// `ctl stats` `log.classes[].engine` shows them.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub classes: BTreeMap<u8, LogCounters>,
     pub reduction: Reduction,
     pub ftl: FtlStats,
 }
@@ -282,28 +286,7 @@ impl SimResult {
     ) -> Self {
         let k = &run.counters;
         let ls = cfg.line_size;
-        let c = Counters {
-            requests: k.requests,
-            reads: k.reads,
-            writes: k.writes,
-            trims: k.trims,
-            flushes: k.flushes,
-            read_line_accesses: k.read_lines,
-            read_line_hits: k.read_line_hits,
-            write_line_accesses: k.write_lines,
-            write_line_hits: k.dup_write_lines,
-            line_accesses: k.read_lines + k.write_lines,
-            line_hits: k.read_line_hits + k.dup_write_lines,
-            line_misses: (k.read_lines - k.read_line_hits) + (k.write_lines - k.dup_write_lines),
-            insertions: k.extents_stored,
-            evictions: k.extents_evicted,
-            write_backs: k.dirty_write_backs,
-            ssd_bytes_read: k.ssd_bytes_read,
-            ssd_bytes_written: k.ssd_bytes_written,
-            hdd_bytes_read: k.hdd_bytes_read,
-            hdd_bytes_written: k.hdd_bytes_written,
-            ..Counters::default()
-        };
+        let c = log_as_direct(k);
         let cap = cfg.capacity_bytes / ls;
         let index = (run.index_bytes_per_line * run.reduction.cached_lines as f64) as u64;
         SimResult {
@@ -333,7 +316,7 @@ impl SimResult {
             insertions: c.insertions,
             evictions: c.evictions,
             write_backs: c.write_backs,
-            bypassed_lines: 0,
+            bypassed_lines: c.bypasses.total(),
             ssd_bytes_read: c.ssd_bytes_read,
             ssd_bytes_written: c.ssd_bytes_written,
             hdd_bytes_read: c.hdd_bytes_read,
@@ -348,8 +331,19 @@ impl SimResult {
                 0.0
             },
             counters: c,
-            classes: BTreeMap::new(),
-            class_names: BTreeMap::new(),
+            classes: run
+                .classes
+                .iter()
+                .map(|(&id, k)| (id, log_as_direct(k)))
+                .collect(),
+            class_names: match &cfg.classes {
+                Some(t) => run
+                    .classes
+                    .keys()
+                    .map(|&id| (id, t.name_of(id).to_string()))
+                    .collect(),
+                None => BTreeMap::new(),
+            },
             skipped_records: 0,
             first_skipped: None,
             log: Some(LogFigures {
@@ -371,6 +365,11 @@ impl SimResult {
                 write_amplification: run.write_amplification,
                 index_bytes_per_entry: run.index_bytes_per_entry,
                 counters: *k,
+                classes: if cfg.classes.is_some() {
+                    run.classes.clone()
+                } else {
+                    BTreeMap::new()
+                },
                 reduction: run.reduction,
                 ftl: run.ftl,
             }),
@@ -655,5 +654,37 @@ impl fmt::Display for SimResult {
             self.index_bytes_per_line,
             self.requests_per_s
         )
+    }
+}
+
+/// The direct layout's counters of a log-layout run (whole or one class): a line access is a
+/// read or written line, a write hit a duplicate write, a bypass a missed line of a `never`
+/// class.
+fn log_as_direct(k: &LogCounters) -> Counters {
+    Counters {
+        requests: k.requests,
+        reads: k.reads,
+        writes: k.writes,
+        trims: k.trims,
+        flushes: k.flushes,
+        read_line_accesses: k.read_lines,
+        read_line_hits: k.read_line_hits,
+        write_line_accesses: k.write_lines,
+        write_line_hits: k.dup_write_lines,
+        line_accesses: k.read_lines + k.write_lines,
+        line_hits: k.read_line_hits + k.dup_write_lines,
+        line_misses: (k.read_lines - k.read_line_hits) + (k.write_lines - k.dup_write_lines),
+        insertions: k.extents_stored,
+        evictions: k.extents_evicted,
+        write_backs: k.dirty_write_backs,
+        ssd_bytes_read: k.ssd_bytes_read,
+        ssd_bytes_written: k.ssd_bytes_written,
+        hdd_bytes_read: k.hdd_bytes_read,
+        hdd_bytes_written: k.hdd_bytes_written,
+        bypasses: tiercache_engine::stats::Bypasses {
+            class: k.bypassed_lines,
+            ..Default::default()
+        },
+        ..Counters::default()
     }
 }

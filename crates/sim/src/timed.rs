@@ -411,7 +411,12 @@ impl LogTimed {
         let cap_lines = spec.cache_size.lines(line, lines);
         crate::ensure_some_lines(spec, cap_lines, Some(lines))?;
         let cfg = l
-            .config(line, cap_lines, spec.engine.mode)
+            .config(
+                line,
+                cap_lines,
+                spec.engine.mode,
+                spec.engine.policy_params.classes.as_ref(),
+            )
             .with_context(|| format!("cache size {}", spec.cache_size))?;
         anyhow::ensure!(
             cfg.capacity_bytes <= ssd_bytes,

@@ -272,3 +272,58 @@ fn timed_log_run_times_segment_writes_and_write_backs() {
         }
     }
 }
+
+/// `sim --layout log --classes`: a `never` class is not cached (its lines are bypasses, it
+/// gets no hits and no insertions), every class gets a row in `classes` with the direct
+/// layout's counters and its name, and the rows add up to the run's requests. Without the
+/// table the same lines are cached.
+#[test]
+fn log_layout_takes_a_class_table_and_counts_per_class() {
+    use std::sync::Arc;
+    use tiercache_engine::ClassTable;
+    use tiercache_sim::Input;
+    let toml = format!(
+        "[input]\nworkload = \"{ZIPF}\"\nseed = 7\n[cache]\nsize = \"16MiB\"\nlayout = \"log\"\n\
+         mode = \"wb\"\ncompression = \"lz4\"\ndedup = 1.0\nsegment_size = \"1MiB\"\n"
+    );
+    let mut spec = experiment_specs(&toml).remove(0);
+    // Classes by line: 0, 1 and 2 (never) in turn.
+    let mut reqs: Vec<tiercache_engine::Request> =
+        spec.input.open().unwrap().map(|r| r.unwrap()).collect();
+    for r in &mut reqs {
+        r.class = ((r.offset / 8192) % 3) as u8;
+    }
+    spec.input = Input::Memory {
+        name: "zipf by class".into(),
+        requests: Arc::new(reqs),
+    };
+    let plain = simulate(&spec, None, None).unwrap();
+    let table = ClassTable::parse(
+        "version = 1\nname = \"t\"\n\
+         [[class]]\nid = 1\nname = \"hot\"\npriority = 0\nallocation = \"always\"\n\
+         [[class]]\nid = 2\nname = \"backup\"\npriority = 1\nallocation = \"never\"\n",
+        "t.toml",
+    )
+    .unwrap();
+    spec.engine.policy_params.classes = Some(Arc::new(table));
+    let r = simulate(&spec, None, None).unwrap();
+    assert_eq!(r.layout, "log");
+    assert_eq!(r.classes.keys().copied().collect::<Vec<_>>(), vec![0, 1, 2]);
+    assert_eq!(r.class_names[&2], "backup");
+    let never = &r.classes[&2];
+    assert!(never.requests > 0 && never.line_accesses > 0);
+    assert_eq!((never.line_hits, never.insertions), (0, 0), "{never:?}");
+    assert_eq!(never.bypasses.class, never.line_misses);
+    assert_eq!(r.bypassed_lines, never.line_misses);
+    assert_eq!(
+        r.log.as_ref().unwrap().counters.bypassed_lines,
+        r.bypassed_lines
+    );
+    assert!(r.classes[&0].insertions > 0 && r.classes[&0].line_hits > 0);
+    let sum: u64 = r.classes.values().map(|c| c.requests).sum();
+    assert_eq!(sum, r.requests);
+    // Without the table, class 2's lines are cached (and hit).
+    assert_eq!(plain.bypassed_lines, 0);
+    assert!(plain.classes[&2].line_hits > 0, "{:?}", plain.classes[&2]);
+    assert!(plain.class_names.is_empty());
+}

@@ -29,10 +29,11 @@ pub mod dedup;
 pub mod picker;
 pub mod segment;
 
+use crate::classes::{Allocation, ClassTable};
 use crate::config::Mode;
 use crate::engine::{EngineError, LINE_BITS};
 use crate::plan::{Plan, Step};
-use crate::request::{Op, Request};
+use crate::request::{Op, Request, MAX_CLASS, NUM_CLASSES};
 use crate::stats::DirRequests;
 use dedup::{FpIndex, Loc};
 use hashbrown::HashMap;
@@ -41,6 +42,7 @@ use segment::{HdrEntry, SegState, Segment};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::str::FromStr;
+use std::sync::Arc;
 
 /// Default segment size: 2 MiB (an erase block of common MLC flash).
 pub const DEFAULT_SEGMENT: u64 = 2 << 20;
@@ -159,6 +161,33 @@ pub struct LogConfig {
     /// Seal a segment when it holds this many extents (0 = unlimited), so an on-disk header
     /// area of fixed size always describes a whole segment.
     pub max_extents_per_segment: u32,
+    /// I/O class table (`--classes`): a missed line of a `never` class is not cached (read
+    /// from, or written to, the backing device only; counted in `bypassed_lines`), and every
+    /// request is counted in its class's counters ([`LogEngine::class_counters`]). A class
+    /// that is `always` or `conditional` is cached as without a table: the log layout has no
+    /// per-class eviction order (segments are picked by `picker`, priorities and object
+    /// sizes do not apply) and refuses partitions ([`check_class_table`]). The class of the
+    /// request decides; a cached line remembers the class that cached it for statistics only
+    /// ([`ExtentInfo::class`], RAM only), so relabelling it changes nothing else.
+    #[serde(skip)]
+    pub classes: Option<Arc<ClassTable>>,
+}
+
+/// Whether the log layout can run with `t`: partitions (`min_share`/`max_share`) are refused,
+/// the log layout has no per-class share of the cache to bound.
+pub fn check_class_table(t: &ClassTable) -> Result<(), String> {
+    if let Some((id, c)) = t
+        .classes
+        .iter()
+        .enumerate()
+        .find(|(_, c)| c.min_share > 0.0 || c.max_share < 1.0)
+    {
+        return Err(format!(
+            "class table {:?}: class {id} ({}) has partition bounds (min_share {}, max_share {}); the log layout has no partitions (it takes `never` classes and counts every class; partitions work on the direct layout)",
+            t.name, c.name, c.min_share, c.max_share
+        ));
+    }
+    Ok(())
 }
 
 impl LogConfig {
@@ -174,6 +203,7 @@ impl LogConfig {
             trim: false,
             reinsert_hits: 0,
             max_extents_per_segment: 0,
+            classes: None,
         }
     }
 
@@ -233,6 +263,9 @@ impl LogConfig {
                 self.dedup_ratio
             ));
         }
+        if let Some(t) = &self.classes {
+            check_class_table(t)?;
+        }
         Ok(())
     }
 }
@@ -264,6 +297,9 @@ pub struct LogCounters {
     pub write_requests: DirRequests,
     /// Written lines whose content was already cached: a duplicate entry, no SSD write.
     pub dup_write_lines: u64,
+    /// Missed lines not cached because their class is `never` ([`LogConfig::classes`]):
+    /// read from, or written to, the backing device only.
+    pub bypassed_lines: u64,
     /// Extents appended to segments (misses admitted, unique writes, reinsertions).
     pub extents_stored: u64,
     pub logical_bytes_stored: u64,
@@ -287,6 +323,58 @@ pub struct LogCounters {
 }
 
 impl LogCounters {
+    /// Adds `now - before` field by field (what one engine call counted; every field, as the
+    /// test `per_class_counters_add_up_to_the_totals` checks).
+    fn add_delta(&mut self, now: &LogCounters, before: &LogCounters) {
+        macro_rules! d {
+            ($($f:ident),*) => { $( self.$f += now.$f - before.$f; )* };
+        }
+        d!(
+            requests,
+            reads,
+            writes,
+            trims,
+            flushes,
+            read_lines,
+            read_line_hits,
+            dup_read_hits,
+            ram_read_hits,
+            write_lines,
+            write_line_hits,
+            dup_write_lines,
+            bypassed_lines,
+            extents_stored,
+            logical_bytes_stored,
+            stored_bytes,
+            extents_compressed,
+            segments_sealed,
+            segments_reclaimed,
+            extents_evicted,
+            dirty_write_backs,
+            reinserted,
+            stale_entries_dropped,
+            ssd_bytes_read,
+            ssd_bytes_written,
+            ssd_bytes_trimmed,
+            hdd_bytes_read,
+            hdd_bytes_written
+        );
+        for (s, n, b) in [
+            (
+                &mut self.read_requests,
+                &now.read_requests,
+                &before.read_requests,
+            ),
+            (
+                &mut self.write_requests,
+                &now.write_requests,
+                &before.write_requests,
+            ),
+        ] {
+            *s += &n.saturating_sub(*b);
+        }
+    }
+
     /// Checks that the counters add up (`segment` = segment size).
     pub fn check(&self, segment: u64) -> Result<(), String> {
         let e = |m: String| Err(m);
@@ -334,6 +422,9 @@ struct Entry {
     hdr: u32,
     dirty: bool,
     dup: bool,
+    /// The I/O class of the request that cached the line (RAM only: restored lines are
+    /// class 0, as in the direct layout).
+    class: u8,
 }
 
 /// Data reduction at one moment: see [`LogEngine::reduction`].
@@ -358,12 +449,15 @@ pub struct Reduction {
 pub struct LineTally {
     pub hits: u64,
     pub misses: u64,
+    /// Of the misses, those not cached (a `never` class).
+    pub bypassed: u64,
 }
 
 impl std::ops::AddAssign for LineTally {
     fn add_assign(&mut self, o: LineTally) {
         self.hits += o.hits;
         self.misses += o.misses;
+        self.bypassed += o.bypassed;
     }
 }
 
@@ -383,6 +477,13 @@ pub struct LogEngine {
     /// segment is reclaimed (the header does not describe them).
     dirty_dups: HashMap<u32, Vec<u64>>,
     counters: LogCounters,
+    /// Counters per I/O class (what each request counted, in its class; seals and
+    /// reclamations of [`LogEngine::reserve`] belong to no request and are in the totals
+    /// only).
+    class_counters: Vec<LogCounters>,
+    /// The class of the request being processed (`process`, `process_more`, `admit`): the
+    /// class the entries it makes get.
+    last_class: u8,
     /// The line outcome of the last `process` or `process_more` call.
     last: LineTally,
     plan: Plan,
@@ -425,6 +526,8 @@ pub struct ExtentInfo {
     pub dup: bool,
     /// The segment is open (its bytes are in RAM, not yet on the SSD).
     pub open: bool,
+    /// The I/O class of the request that cached the line (0 after a restart).
+    pub class: u8,
 }
 
 /// A segment as recovered by an executor, for [`LogEngine::restore`].
@@ -474,6 +577,8 @@ impl LogEngine {
             picker,
             dirty_dups: HashMap::new(),
             counters: LogCounters::default(),
+            class_counters: vec![LogCounters::default(); NUM_CLASSES],
+            last_class: 0,
             last: LineTally::default(),
             plan: Plan::default(),
             record: true,
@@ -543,6 +648,7 @@ impl LogEngine {
             dirty: e.dirty,
             dup: e.dup,
             open: s.state == SegState::Open,
+            class: e.class,
         })
     }
 
@@ -702,19 +808,67 @@ impl LogEngine {
 
     /// Live side: caches a read-missed line (planned earlier with deferred fill) now that its
     /// content is known: a duplicate entry when the fingerprint index has it, otherwise a new
-    /// clean extent. Returns the plan (seals and reclamations this caused).
-    pub fn admit(&mut self, volume: u32, line: u64, c: ExtentContent) -> &Plan {
+    /// clean extent. Returns the plan (seals and reclamations this caused). Counted in
+    /// `class`, the class of the read; a line of a `never` class is not cached
+    /// ([`LogEngine::caches_class`]: the executor asks first, to make no room for it).
+    pub fn admit(&mut self, volume: u32, line: u64, class: u8, c: ExtentContent) -> &Plan {
         let key = Self::key(volume, line);
         self.plan.reset(line << self.line_shift, self.cfg.line_size);
-        if self.current(key).is_some() {
+        if self.current(key).is_some() || !self.caches_class(class) || class > MAX_CLASS {
             return &self.plan;
         }
+        self.last_class = class;
+        let before = self.counters;
         if let Some(loc) = self.dedup_lookup(c.fp) {
             self.dup_entry(key, loc, false);
         } else {
             self.append(key, Some(c), false);
         }
+        let ci = self.last_class as usize;
+        self.class_counters[ci].add_delta(&self.counters, &before);
         &self.plan
+    }
+
+    /// Relabels `volume`'s cached `line` as `class` (a classifier learned better; statistics
+    /// only). Whether the line is cached (and its class changed).
+    pub fn reclassify(&mut self, volume: u32, line: u64, class: u8) -> bool {
+        let key = Self::key(volume, line);
+        if self.current(key).is_none() || class > MAX_CLASS {
+            return false;
+        }
+        match self.file.get_mut(&key) {
+            Some(e) if e.class != class => {
+                e.class = class;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Whether missed lines of `class` are cached (not a `never` class of the table).
+    pub fn caches_class(&self, class: u8) -> bool {
+        self.cfg
+            .classes
+            .as_ref()
+            .is_none_or(|t| class > MAX_CLASS || t.class(class).allocation != Allocation::Never)
+    }
+
+    /// Counters of one I/O class: what the requests of that class counted (see
+    /// [`LogConfig::classes`]).
+    pub fn class_counters(&self, class: u8) -> &LogCounters {
+        &self.class_counters[class.min(MAX_CLASS) as usize]
+    }
+
+    /// Replaces the I/O class table on a running engine (`ctl classes load`): from the next
+    /// request on, `never` classes are not cached. Cached lines stay (they carry no class).
+    /// Refused, changing nothing, when the log layout cannot take the table
+    /// ([`check_class_table`]).
+    pub fn set_class_table(&mut self, t: Option<Arc<ClassTable>>) -> Result<(), EngineError> {
+        if let Some(t) = &t {
+            check_class_table(t).map_err(EngineError::Config)?;
+        }
+        self.cfg.classes = t;
+        Ok(())
     }
 
     /// Rebuilds the indices from recovered segments and entries (the engine must be new).
@@ -802,6 +956,7 @@ impl LogEngine {
                 hdr: hi as u32,
                 dirty: r.dirty,
                 dup: r.dup,
+                class: 0,
             };
             if let Some(old) = self.file.insert(r.key, e) {
                 if !old.dup {
@@ -920,15 +1075,19 @@ impl LogEngine {
 
     /// A read or write processed in pieces: `process` counted its outcome from its first
     /// piece (`first`); it is counted again from all its pieces (`whole`), with the same
-    /// definitions ([`DirRequests`]). Counts stay adding up to the reads and writes.
-    pub fn recount_request(&mut self, op: Op, first: LineTally, whole: LineTally) {
-        let d = match op {
-            Op::Read => &mut self.counters.read_requests,
-            Op::Write => &mut self.counters.write_requests,
-            Op::Trim | Op::Flush => return,
-        };
-        d.uncount(first.hits, first.misses, 0);
-        d.count(whole.hits, whole.misses, 0);
+    /// definitions ([`DirRequests`]), in its I/O class `class`. Counts stay adding up to the
+    /// reads and writes.
+    pub fn recount_request(&mut self, op: Op, class: u8, first: LineTally, whole: LineTally) {
+        let ci = class.min(MAX_CLASS) as usize;
+        for c in [&mut self.counters, &mut self.class_counters[ci]] {
+            let d = match op {
+                Op::Read => &mut c.read_requests,
+                Op::Write => &mut c.write_requests,
+                Op::Trim | Op::Flush => return,
+            };
+            d.uncount(first.hits, first.misses, first.bypassed);
+            d.count(whole.hits, whole.misses, whole.bypassed);
+        }
     }
 
     /// Live side: [`LogEngine::process`] of one more piece (a line) of the request whose
@@ -950,6 +1109,9 @@ impl LogEngine {
     ) -> Result<&Plan, EngineError> {
         if req.volume > crate::engine::MAX_VOLUME {
             return Err(EngineError::BadVolume(req.volume));
+        }
+        if req.class > MAX_CLASS {
+            return Err(EngineError::BadClass(req.class));
         }
         if req.end() >> self.line_shift >= 1 << LINE_BITS
             || req.offset.checked_add(req.len).is_none()
@@ -982,6 +1144,9 @@ impl LogEngine {
             )));
         }
         self.plan.reset(buf_start, nlines * ls);
+        let before = self.counters;
+        self.last_class = req.class;
+        let caches = self.caches_class(req.class);
         self.tick += 1;
         self.counters.requests += count as u64;
         self.last = LineTally::default();
@@ -1018,6 +1183,11 @@ impl LogEngine {
                         len: ls,
                     });
                     self.counters.hdd_bytes_read += ls;
+                    if !caches {
+                        self.last.bypassed += 1;
+                        self.counters.bypassed_lines += 1;
+                        continue;
+                    }
                     if c.is_none() && self.deferred_fill {
                         continue;
                     }
@@ -1025,7 +1195,9 @@ impl LogEngine {
                 }
                 if count {
                     let t = self.last;
-                    self.counters.read_requests.count(t.hits, t.misses, 0);
+                    self.counters
+                        .read_requests
+                        .count(t.hits, t.misses, t.bypassed);
                 }
             }
             Op::Write => {
@@ -1051,6 +1223,24 @@ impl LogEngine {
                         self.counters.write_line_hits += 1;
                     } else {
                         self.last.misses += 1;
+                        if !caches {
+                            // Not cached: the client's bytes go to the backing device only
+                            // (already planned above unless write-back).
+                            self.last.bypassed += 1;
+                            self.counters.bypassed_lines += 1;
+                            if dirty {
+                                let a = req.offset.max(ls_start);
+                                let b = req.end().min(ls_start + ls);
+                                self.emit(Step::WriteHdd {
+                                    vol: req.volume,
+                                    hdd: a,
+                                    buf: a - buf_start,
+                                    len: b - a,
+                                });
+                                self.counters.hdd_bytes_written += b - a;
+                            }
+                            continue;
+                        }
                     }
                     if partial {
                         // The rest of the line must come from somewhere: the cached extent
@@ -1084,7 +1274,9 @@ impl LogEngine {
                 }
                 if count {
                     let t = self.last;
-                    self.counters.write_requests.count(t.hits, t.misses, 0);
+                    self.counters
+                        .write_requests
+                        .count(t.hits, t.misses, t.bypassed);
                 }
             }
             Op::Trim => {
@@ -1109,6 +1301,8 @@ impl LogEngine {
                 self.emit(Step::FlushHdd { vol: req.volume });
             }
         }
+        let ci = req.class as usize;
+        self.class_counters[ci].add_delta(&self.counters, &before);
         Ok(&self.plan)
     }
 
@@ -1137,6 +1331,7 @@ impl LogEngine {
             hdr,
             dirty,
             dup: true,
+            class: self.last_class,
         };
         self.file.insert(key, e);
         if dirty {
@@ -1276,6 +1471,7 @@ impl LogEngine {
                 hdr,
                 dirty,
                 dup: false,
+                class: self.last_class,
             },
         );
         self.fps.insert(

@@ -25,6 +25,9 @@ impl LogVolume {
         }
         // Lines whose dirty data could not be read back fail (never stale backing bytes).
         degrade::lost_check(&g.lost, offset, offset + buf.len() as u64)?;
+        // Classified under the lock (as the direct layout does); set again whenever the lock
+        // is taken again, since other requests run while it is released.
+        let class = self.classify(&Request::read(offset, buf.len() as u64), None);
         let ls = self.line;
         let mut line_buf = vec![0u8; ls as usize];
         let mut stored = Vec::new();
@@ -35,6 +38,7 @@ impl LogVolume {
             if red.is_none() {
                 *red = self.take_reducer().ok();
             }
+            g.req_class = class;
             let got = g.read_line(line, &mut line_buf, red.is_some(), i == 0);
             if got.is_ok() {
                 let t = g.eng.last_lines();
@@ -64,6 +68,7 @@ impl LogVolume {
                         Ok(())
                     } else {
                         g.live.unlocked_read_retries += 1;
+                        g.req_class = class;
                         g.serve_line(line, &mut line_buf)
                     }
                 }
@@ -79,7 +84,7 @@ impl LogVolume {
                 .copy_from_slice(&line_buf[(a - line * ls) as usize..(b - line * ls) as usize]);
         }
         if pieces > 1 {
-            g.eng.recount_request(Op::Read, first, whole);
+            g.eng.recount_request(Op::Read, class, first, whole);
         }
         let r = g.guard(r);
         if r.is_err() && g.pass_through {
@@ -347,7 +352,7 @@ impl Inner {
         let p = self.reduce(data)?;
         let c = self.content(&p.red);
         self.vet_fingerprint(c.fp, &p.red.hash);
-        let steps = self.eng.admit(0, line, c).steps.len();
+        let steps = self.eng.admit(0, line, self.req_class, c).steps.len();
         if steps != 0 {
             return Err(io_err("admission after reserve planned device steps"));
         }
@@ -372,20 +377,30 @@ impl Inner {
         let wb = self.sb.mode == Mode::WriteBack;
         let fua = fua && !wb;
         let dirty = wb;
-        self.reserve(dirty)?;
+        // A missed line of a `never` class is not cached: no room is made, nothing reduced,
+        // the client's bytes go to the backing device only (in write-back too).
+        let bypass = self.eng.locate(0, line).is_none() && !self.eng.caches_class(self.req_class);
+        if !bypass {
+            self.reserve(dirty)?;
+        }
         let here;
-        let p = match pre {
-            Some(p) => p,
-            None => {
+        let p = match (pre, bypass) {
+            (_, true) => None,
+            (Some(p), false) => Some(p),
+            (None, false) => {
                 here = self.reduce(data)?;
-                &here
+                Some(&here)
             }
         };
-        let c = self.content(&p.red);
-        self.vet_fingerprint(c.fp, &p.red.hash);
-        if self.sb.mode == Mode::WriteThrough && !self.dropped_now.contains(&line) {
+        let c = p.map(|p| self.content(&p.red));
+        if let (Some(c), Some(p)) = (c, p) {
+            self.vet_fingerprint(c.fp, &p.red.hash);
+        }
+        if (self.sb.mode == Mode::WriteThrough || bypass) && !self.dropped_now.contains(&line) {
             // Its extent may have become durable since the request's drops (sealed by a
-            // reserve of an earlier line of the request): rule 7.
+            // reserve of an earlier line of the request): rule 7. A bypassed line's older
+            // durable extent (dropped, the drop not yet durable) must not come back after a
+            // crash over the bytes written to the backing device now.
             self.drop_durably(&[line], true)?;
         }
         self.superseding(line);
@@ -393,10 +408,15 @@ impl Inner {
         debug_assert!(part.start >= line * ls && part.end <= (line + 1) * ls && !part.is_empty());
         let mut req = Request::write(part.start, part.end - part.start);
         req.fua = fua;
+        req.class = self.req_class;
+        let content: &[ExtentContent] = match &c {
+            Some(c) => std::slice::from_ref(c),
+            None => &[],
+        };
         let plan = if first {
-            self.eng.process(&req, &[c])
+            self.eng.process(&req, content)
         } else {
-            self.eng.process_more(&req, &[c])
+            self.eng.process_more(&req, content)
         };
         let steps = plan.map_err(io_err)?.steps.clone();
         let mut failed = None;
@@ -416,7 +436,10 @@ impl Inner {
                 s => return Err(io_err(format!("unexpected step {s:?} in a line write"))),
             }
         }
-        self.record_new(line, p, data)?;
+        match p {
+            Some(p) => self.record_new(line, p, data)?,
+            None => debug_assert!(self.eng.locate(0, line).is_none(), "a bypassed line cached"),
+        }
         if let Some(e) = failed {
             // The write failed on the backing device: the line is dropped from the cache
             // (its contents are unspecified after a failed write), the volume stays
@@ -440,7 +463,8 @@ impl Inner {
         first: bool,
     ) -> io::Result<Option<Unlocked>> {
         let ls = self.ls();
-        let req = Request::read(line * ls, ls);
+        let mut req = Request::read(line * ls, ls);
+        req.class = self.req_class;
         if first {
             self.eng.process(&req, &[])
         } else {
@@ -474,6 +498,10 @@ impl Inner {
         self.read_backing(line, out)?;
         if self.unsynced_lines.contains(&line) {
             // Rule 2: the backing device may not hold these bytes durably (rule 8).
+            return Ok(());
+        }
+        if !self.eng.caches_class(self.req_class) {
+            // A `never` class: read from the backing device, not cached (no room made).
             return Ok(());
         }
         match self.admit(line, out) {

@@ -14,6 +14,9 @@ impl Export for LogVolume {
         if let Some(red) = red {
             self.put_reducer(red);
         }
+        if r.is_ok() {
+            self.after_request(Some((offset, buf)));
+        }
         r
     }
 
@@ -29,6 +32,9 @@ impl Export for LogVolume {
         if g.pass_through || g.detached {
             return g.direct(Direct::Write(offset, data, fua));
         }
+        let mut req = Request::write(offset, data.len() as u64);
+        req.fua = fua;
+        g.req_class = self.classify(&req, Some(data));
         let ls = self.line;
         let mut line_buf = vec![0u8; ls as usize];
         let mut go = |g: &mut Inner| -> io::Result<()> {
@@ -60,7 +66,8 @@ impl Export for LogVolume {
                 whole += t;
             }
             if whole != first_t {
-                g.eng.recount_request(Op::Write, first_t, whole);
+                let class = g.req_class;
+                g.eng.recount_request(Op::Write, class, first_t, whole);
             }
             if fua {
                 g.commit()?;
@@ -77,6 +84,10 @@ impl Export for LogVolume {
         }
         if r.is_ok() {
             degrade::unlose(&mut g.lost, offset, offset + data.len() as u64);
+        }
+        drop(g);
+        if r.is_ok() {
+            self.after_request(None);
         }
         r
     }

@@ -25,6 +25,7 @@ pub(super) fn engine_since(a: &LogCounters, b: &LogCounters) -> LogCounters {
         ram_read_hits,
         write_lines,
         write_line_hits,
+        bypassed_lines,
         read_requests,
         write_requests,
         dup_write_lines,
@@ -180,6 +181,9 @@ impl LogVolume {
     pub fn reset_stats(&self) {
         let mut g = self.lock();
         g.base = (*g.eng.counters(), g.live);
+        g.class_base = (0..tiercache_engine::NUM_CLASSES as u8)
+            .map(|c| *g.eng.class_counters(c))
+            .collect();
         drop(g);
         self.metrics.reset();
         tracing::info!(target: tuning::LOG_TARGET, "statistics reset");

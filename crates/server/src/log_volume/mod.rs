@@ -120,6 +120,7 @@ use tiercache_engine::log::{
 use tiercache_engine::{LogConfig, LogEngine, Mode, Op, Request, Step};
 use tiercache_nbd::Export;
 
+mod classes;
 mod data;
 mod export;
 mod fault;
@@ -130,6 +131,7 @@ mod recover;
 mod scrub;
 mod segments;
 mod stats;
+pub use stats::LogClassStats;
 
 pub use open::{format_log, format_log_for, read_log_superblock};
 
@@ -393,6 +395,13 @@ pub struct LogVolumeStats {
     /// The backing device fails write-backs: segments holding dirty data are not reclaimed.
     pub degraded: bool,
     pub degraded_reason: Option<String>,
+    /// Per I/O class: the engine's counters (since the last reset) and the lines cached by
+    /// requests of the class, for the classes with requests or cached lines.
+    pub classes: Vec<LogClassStats>,
+    /// The class table in force (`serve --classes`, `ctl classes load`), if any.
+    pub class_table: Option<crate::classify::ClassTableInfo>,
+    /// What the live classifier knows (`None`: no classifier, every request is class 0).
+    pub classifier: Option<serde_json::Value>,
     /// The last open's clean-line sample (nonzero `differing_clean_lines`: the open
     /// repaired clean lines whose bytes differed from the backing device).
     pub recovery_sample: RecoverySample,
@@ -506,6 +515,15 @@ struct Inner {
     detached: bool,
     /// The counters at the last `ctl stats --reset` (`stats` reports what came since).
     base: (LogCounters, LogLiveCounters),
+    /// Per I/O class, the engine's counters at the last `ctl stats --reset`.
+    class_base: Vec<LogCounters>,
+    /// The class table in force (also in the engine), where it came from and how many
+    /// times `ctl classes load` replaced it (`crate::log_volume::classes`).
+    class_table: Option<Arc<tiercache_engine::ClassTable>>,
+    class_source: String,
+    class_loads: u64,
+    /// The I/O class of the client request being run (the classifier's, else 0).
+    req_class: u8,
     /// What the open's clean-line sample found (`verify_clean_sample`).
     recovery_sample: RecoverySample,
 }
@@ -547,6 +565,9 @@ pub struct LogVolume {
     compression: Compression,
     geo: Geometry,
     hooks: RaceHooks,
+    /// Sets each read's and write's I/O class before the engine plans it
+    /// (`crate::classify`; set before the volume is shared).
+    classifier: Option<Arc<dyn crate::classify::Classifier>>,
 }
 
 /// Test hooks of the unlocked read path (`#[doc(hidden)]` setters on [`LogVolume`]).

@@ -308,6 +308,11 @@ impl LogVolume {
             unsynced_lines: Default::default(),
             detached: sb.mode == Mode::PassThrough,
             base: Default::default(),
+            class_base: vec![Default::default(); tiercache_engine::NUM_CLASSES],
+            class_table: None,
+            class_source: String::new(),
+            class_loads: 0,
+            req_class: 0,
             recovery_sample: Default::default(),
             sb,
         };
@@ -338,6 +343,7 @@ impl LogVolume {
                 compression,
                 geo,
                 hooks: RaceHooks::default(),
+                classifier: None,
             },
             rep,
         ))

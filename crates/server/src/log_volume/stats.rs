@@ -2,6 +2,20 @@
 
 use super::*;
 
+/// One I/O class of a log volume in `ctl stats` (see [`LogVolumeStats::classes`]).
+#[derive(Clone, Debug, Serialize)]
+pub struct LogClassStats {
+    pub id: u8,
+    /// The table's name of the class (its id's digits without a table).
+    pub name: String,
+    /// Lines cached by requests of this class (the class a line was cached or last
+    /// relabelled as; lines restored after a restart are class 0).
+    pub cached_lines: u64,
+    pub dirty_lines: u64,
+    /// The engine's counters of the class's requests since the last reset.
+    pub engine: LogCounters,
+}
+
 impl LogVolume {
     /// The volume's name in `ctl stats`: its backing device as the superblock records it.
     pub fn volume_name(&self) -> String {
@@ -63,6 +77,18 @@ impl LogVolume {
                 (None, Some(s)) => Some(s.sync_reason()),
                 (None, None) => None,
             },
+            classes: class_stats(&g),
+            class_table: g
+                .class_table
+                .as_ref()
+                .map(|t| crate::classify::ClassTableInfo {
+                    name: t.name.clone(),
+                    source: g.class_source.clone(),
+                    classes: crate::classify::named_classes(t),
+                    rules: t.rules.len(),
+                    loads: g.class_loads,
+                }),
+            classifier: self.classifier.as_ref().map(|c| c.summary()),
             recovery_sample: g.recovery_sample,
         }
     }
@@ -91,4 +117,27 @@ impl LogVolume {
         }
         offset / self.line..=(offset + len - 1) / self.line
     }
+}
+
+/// Per-class statistics: the classes with requests (since the start) or cached lines.
+fn class_stats(g: &Inner) -> Vec<LogClassStats> {
+    let n = tiercache_engine::NUM_CLASSES;
+    let (mut cached, mut dirty) = (vec![0u64; n], vec![0u64; n]);
+    for (_, i) in g.eng.entries() {
+        cached[i.class as usize] += 1;
+        dirty[i.class as usize] += i.dirty as u64;
+    }
+    (0..n as u8)
+        .filter(|&c| g.eng.class_counters(c).requests > 0 || cached[c as usize] > 0)
+        .map(|c| LogClassStats {
+            id: c,
+            name: match &g.class_table {
+                Some(t) if !t.name_of(c).is_empty() => t.name_of(c).to_string(),
+                _ => c.to_string(),
+            },
+            cached_lines: cached[c as usize],
+            dirty_lines: dirty[c as usize],
+            engine: live::engine_since(g.eng.class_counters(c), &g.class_base[c as usize]),
+        })
+        .collect()
 }
