@@ -746,6 +746,9 @@ fn print_timed(rep: &TimedReport, json: bool, csv: bool) -> Result<()> {
             "             {w:.1} s until windowed IOPS reaches 95 % of its final value"
         )?;
     }
+    if let Some(n) = &t.wrap_note {
+        writeln!(out, "folded       {} requests: {n}", t.wrapped_requests)?;
+    }
     match (rep.cost_usd, rep.cost_per_mb_per_iops) {
         (Some(c), Some(m)) => writeln!(out, "cost         ${c:.2}; {m:.3e} $ per MB per IOPS")?,
         _ => writeln!(

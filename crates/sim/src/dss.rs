@@ -73,6 +73,9 @@ pub struct PhaseResult {
     pub seconds: f64,
     pub iops: f64,
     pub cost_per_mb_per_iops: Option<f64>,
+    /// What happened in the phase: write-backs, waits, HDD busy by direction (see
+    /// [`crate::timed::PhaseCounters`]; the last phase includes the final drain).
+    pub counters: crate::timed::PhaseCounters,
 }
 
 /// One configuration on one disk.
@@ -209,7 +212,8 @@ pub fn run(opts: &DssOptions, progress: Option<&(dyn Fn(&RunResult) + Sync)>) ->
                     .phases
                     .iter()
                     .zip(&rep.timed.phase_s)
-                    .map(|(p, &s)| {
+                    .zip(&rep.timed.phase_counters)
+                    .map(|((p, &s), c)| {
                         let n = (p.end - p.start) as u64;
                         let iops = if s > 0.0 { n as f64 / s } else { 0.0 };
                         PhaseResult {
@@ -220,6 +224,7 @@ pub fn run(opts: &DssOptions, progress: Option<&(dyn Fn(&RunResult) + Sync)>) ->
                             cost_per_mb_per_iops: rep.cost_usd.filter(|_| iops > 0.0).map(|c| {
                                 tiercache_devices::usd_per_mb_per_iops(c, cap_bytes, iops)
                             }),
+                            counters: c.clone(),
                         }
                     })
                     .collect();

@@ -144,6 +144,43 @@ pub struct Window {
     pub class_lines: std::collections::BTreeMap<u8, u64>,
 }
 
+/// What happened during one phase (differences of the counters between its first request's
+/// issue and the next phase's; the last phase's run to the end of the replay, drain
+/// included). Finds where a phase's time goes: write-backs the requests waited for, dirty
+/// evictions, class bypasses, and the HDD's busy time by direction.
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+pub struct PhaseCounters {
+    /// Lines written back (planned by the engine) during the phase.
+    pub write_backs: u64,
+    /// Evictions of dirty lines (written back in the request's path).
+    pub dirty_evictions: u64,
+    pub evictions: u64,
+    /// Lines written around the cache because a class was not admitted (DSS).
+    pub class_bypasses: u64,
+    /// Requests that had to wait for a cleaning write-back of a slot they reuse.
+    pub wb_waits: u64,
+    pub hdd_read_busy_s: f64,
+    pub hdd_write_busy_s: f64,
+    pub hdd_bytes_read: u64,
+    pub hdd_bytes_written: u64,
+}
+
+impl PhaseCounters {
+    fn minus(&self, o: &PhaseCounters) -> PhaseCounters {
+        PhaseCounters {
+            write_backs: self.write_backs - o.write_backs,
+            dirty_evictions: self.dirty_evictions - o.dirty_evictions,
+            evictions: self.evictions - o.evictions,
+            class_bypasses: self.class_bypasses - o.class_bypasses,
+            wb_waits: self.wb_waits - o.wb_waits,
+            hdd_read_busy_s: self.hdd_read_busy_s - o.hdd_read_busy_s,
+            hdd_write_busy_s: self.hdd_write_busy_s - o.hdd_write_busy_s,
+            hdd_bytes_read: self.hdd_bytes_read - o.hdd_bytes_read,
+            hdd_bytes_written: self.hdd_bytes_written - o.hdd_bytes_written,
+        }
+    }
+}
+
 /// Busy time and utilisation of one device.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct DeviceUse {
@@ -193,11 +230,19 @@ pub struct TimedResult {
     pub warmup_note: Option<String>,
     /// Device operations that failed (fault injection).
     pub device_errors: u64,
+    /// Requests that ended beyond the backing device: offsets are mapped modulo the device,
+    /// so the trace was folded onto it (`wrap_note` says which request and the sizes).
+    pub wrapped_requests: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub wrap_note: Option<String>,
     /// Seconds per phase when [`TimedOptions::phase_starts`] was given (a phase runs from the
     /// issue of its first request to the issue of the next phase's first request, the last
     /// one to the last completion).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub phase_s: Vec<f64>,
+    /// What happened in each phase (same phases as `phase_s`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub phase_counters: Vec<PhaseCounters>,
     pub series: Vec<Window>,
 }
 
@@ -512,6 +557,11 @@ struct Executor<'a> {
     hdd_fg_outstanding: u32,
     done: Vec<Completion>,
     device_errors: u64,
+    /// Requests that waited for a background write-back of a slot they reuse.
+    wb_waits: u64,
+    /// Requests that ended beyond the backing device (folded onto it), and the first one.
+    wrapped: u64,
+    wrap_note: Option<String>,
     idle_clean: bool,
     hdd_bg_outstanding: u32,
     deferred: VecDeque<(usize, u16, bool)>,
@@ -615,6 +665,7 @@ impl<'a> Executor<'a> {
 
     /// Issues one request at `self.now`; returns whether it completed immediately.
     fn start(&mut self, req: &Request, arrival_ns: u64) -> Result<()> {
+        self.check_wrap(req);
         if self.log.is_some() {
             return self.start_log(req, arrival_ns);
         }
@@ -683,6 +734,7 @@ impl<'a> Executor<'a> {
         for (t, g) in gates {
             self.bg_waiters.entry(g).or_default().push((f, t));
             if self.flights[f].as_ref().expect("live").tasks[t as usize].foreground {
+                self.wb_waits += 1;
                 self.hurry(g);
             }
         }
@@ -882,6 +934,48 @@ impl<'a> Executor<'a> {
     }
 
     /// A foreground request waits for background flight `g`: its HDD work stops yielding.
+    /// Counts a request that ends beyond the backing device: the replay maps offsets modulo
+    /// the device (`tasks_of`), so such a trace folds onto it and its seek distances are
+    /// not the trace's. Warns once, on stderr, with the sizes.
+    fn check_wrap(&mut self, req: &Request) {
+        let cap = self.hdd.capacity_bytes();
+        if req.end() <= cap {
+            return;
+        }
+        self.wrapped += 1;
+        if self.wrapped == 1 {
+            let note = format!(
+                "a request ({} bytes at offset {}) ends beyond the backing device {} of {} \
+                 bytes: offsets are mapped modulo the device, so the trace folds onto it and \
+                 seeks are shorter than the trace's; give a larger device (--raid 5:N, another \
+                 --hdd) or a smaller volume (fileserver: volume=BYTES)",
+                req.len,
+                req.offset,
+                self.hdd.name(),
+                cap
+            );
+            eprintln!("warning: {note}");
+            self.wrap_note = Some(note);
+        }
+    }
+
+    /// The counters [`PhaseCounters`] takes differences of.
+    fn phase_snapshot(&self) -> PhaseCounters {
+        let c = self.engine.counters();
+        let s = self.hdd.stats();
+        PhaseCounters {
+            write_backs: c.write_backs,
+            dirty_evictions: c.dirty_evictions,
+            evictions: c.evictions,
+            class_bypasses: c.bypasses.class,
+            wb_waits: self.wb_waits,
+            hdd_read_busy_s: s.kind(IoKind::Read).busy_ns as f64 / 1e9,
+            hdd_write_busy_s: s.kind(IoKind::Write).busy_ns as f64 / 1e9,
+            hdd_bytes_read: s.bytes_read(),
+            hdd_bytes_written: s.bytes_written(),
+        }
+    }
+
     fn hurry(&mut self, g: usize) {
         let Some(fl) = self.flights[g].as_mut() else {
             return;
@@ -1412,6 +1506,9 @@ pub fn simulate_timed<'a>(
         hdd_fg_outstanding: 0,
         done: Vec::new(),
         device_errors: 0,
+        wb_waits: 0,
+        wrapped: 0,
+        wrap_note: None,
         idle_clean: opts.idle_clean,
         hdd_idle_since: Some(0),
         hdd_bg_outstanding: 0,
@@ -1452,6 +1549,7 @@ pub fn simulate_timed<'a>(
     let ctx = |n: u64, input: &Input| format!("{input}: request {n}");
     // Simulated time at which each phase's first request was issued.
     let mut phase_marks: Vec<u64> = Vec::with_capacity(opts.phase_starts.len());
+    let mut phase_snaps: Vec<PhaseCounters> = Vec::with_capacity(opts.phase_starts.len());
     match opts.drive {
         Drive::Closed { queue_depth } => {
             let qd = queue_depth.max(1) as u64;
@@ -1466,6 +1564,7 @@ pub fn simulate_timed<'a>(
                                 && opts.phase_starts[phase_marks.len()] <= issued
                             {
                                 phase_marks.push(ex.now);
+                                phase_snaps.push(ex.phase_snapshot());
                             }
                             issued += 1;
                             let now = ex.now;
@@ -1521,6 +1620,7 @@ pub fn simulate_timed<'a>(
                             && opts.phase_starts[phase_marks.len()] <= issued
                         {
                             phase_marks.push(ex.now);
+                            phase_snaps.push(ex.phase_snapshot());
                         }
                         issued += 1;
                         ex.start(&r, at).with_context(|| ctx(issued, &spec.input))?;
@@ -1615,6 +1715,8 @@ pub fn simulate_timed<'a>(
         warmup_iops_s,
         warmup_note,
         device_errors: ex.device_errors,
+        wrapped_requests: ex.wrapped,
+        wrap_note: ex.wrap_note.clone(),
         phase_s: {
             let mut ends: Vec<u64> = phase_marks.iter().skip(1).copied().collect();
             if !phase_marks.is_empty() {
@@ -1624,6 +1726,16 @@ pub fn simulate_timed<'a>(
                 .iter()
                 .zip(&ends)
                 .map(|(a, b)| b.saturating_sub(*a) as f64 / 1e9)
+                .collect()
+        },
+        phase_counters: {
+            let mut ends: Vec<PhaseCounters> = phase_snaps.iter().skip(1).cloned().collect();
+            if !phase_snaps.is_empty() {
+                ends.push(ex.phase_snapshot());
+            }
+            ends.iter()
+                .zip(&phase_snaps)
+                .map(|(b, a)| b.minus(a))
                 .collect()
         },
         series,

@@ -360,3 +360,54 @@ fn no_cache_replays_flushes() {
     assert!(none.timed.ssd.is_none());
     assert!(none.timed.hdd.busy_s > 0.0);
 }
+
+/// Timed replay maps offsets modulo the backing device (`tasks_of`): a trace larger than
+/// its device folds onto it, with shorter seeks than the trace's. The replay counts such
+/// requests and names the first with the sizes (it folded silently before: issue 18's
+/// single-disk runs of a 1 TB fileserver volume on a 500 GB disk).
+#[test]
+fn a_trace_beyond_the_device_is_counted_and_named() {
+    let far = 100u64 << 40; // 100 TiB: beyond every HDD preset
+    let reqs: Vec<_> = (0..4u64)
+        .map(|i| class_read(i, 0, if i % 2 == 0 { i } else { far / 4096 + i }))
+        .collect();
+    let rep = class_run(reqs, 64, 100_000_000);
+    assert_eq!(rep.timed.wrapped_requests, 2);
+    let note = rep
+        .timed
+        .wrap_note
+        .as_deref()
+        .expect("a note on the folded requests");
+    assert!(note.contains(&format!("offset {}", far + 4096)), "{note}");
+    assert!(note.contains("mapped modulo the device"), "{note}");
+    // Within the device there is nothing to say.
+    let rep = class_run(
+        vec![class_read(0, 0, 1), class_read(1, 0, 9)],
+        64,
+        100_000_000,
+    );
+    assert_eq!(rep.timed.wrapped_requests, 0);
+    assert!(rep.timed.wrap_note.is_none());
+}
+
+/// Per-phase counters split the run: they add up to the run's write-backs, evictions and
+/// HDD bytes (the last phase includes the final drain).
+#[test]
+fn phase_counters_add_up_to_the_run() {
+    let s = spec(
+        "zipf:theta=0.9,wss=32MiB,requests=6000,read=50,size=4k",
+        CacheSize::Bytes(4 << 20),
+        Mode::WriteBack,
+    );
+    let mut st = setup(Some("ssd:default"), Drive::Closed { queue_depth: 1 });
+    st.options.phase_starts = vec![0, 2000, 4000];
+    let rep = run_timed(&s, &st, None).unwrap();
+    let pc = &rep.timed.phase_counters;
+    assert_eq!(pc.len(), 3);
+    let sum = |f: fn(&tiercache_sim::timed::PhaseCounters) -> u64| pc.iter().map(f).sum::<u64>();
+    assert_eq!(sum(|c| c.write_backs), rep.sim.write_backs);
+    assert_eq!(sum(|c| c.evictions), rep.sim.evictions);
+    assert_eq!(sum(|c| c.hdd_bytes_written), rep.timed.hdd.bytes_written);
+    assert_eq!(sum(|c| c.hdd_bytes_read), rep.timed.hdd.bytes_read);
+    assert!(pc.iter().all(|c| c.write_backs > 0), "{pc:?}");
+}
