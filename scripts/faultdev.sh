@@ -33,23 +33,21 @@
 # tests, not benchmarks.
 
 set -u -f
-cfg="$tmpdir/cfg"
-
-get() { cat "$cfg/$1" 2>/dev/null; }
+# Parameters, as shell assignments written by `config` (sourced: no process per request).
+file="" control="" log=""
+if [ -f "$tmpdir/cfg" ]; then . "$tmpdir/cfg"; fi
 
 log() {
-    local l
-    l=$(get log)
-    if [ -n "$l" ]; then echo "$*" >>"$l"; fi
+    if [ -n "$log" ]; then echo "$*" >>"$log"; fi
 }
 
 # fails OP OFFSET COUNT: prints the errno (and 1 for `drop`) and returns 0 when a rule fails
 # this request, 1 when none does; exits 2 on a malformed control file.
 fails() {
-    local op=$1 off=$2 count=$3 ctl sum n=0 line
-    ctl=$(get control)
+    local op=$1 off=$2 count=$3 ctl=$control sum n=0 line
     [ -n "$ctl" ] && [ -s "$ctl" ] || return 1
-    sum=$(cksum <"$ctl" | tr ' ' _)
+    sum=$(cksum <"$ctl")
+    sum=${sum// /_}
     while IFS= read -r line || [ -n "$line" ]; do
         n=$((n + 1))
         line=${line%%#*}
@@ -85,7 +83,8 @@ fails() {
         fi
         if [ "$times" -ge 0 ]; then
             local cf="$tmpdir/count.$sum.$n" used
-            used=$(cat "$cf" 2>/dev/null || echo 0)
+            used=0
+            if [ -f "$cf" ]; then read -r used <"$cf"; fi
             [ "$used" -lt "$times" ] || continue
             echo $((used + 1)) >"$cf"
         fi
@@ -99,9 +98,11 @@ fails() {
 save_undo() {
     local off=$1 count=$2 seq
     mkdir -p "$tmpdir/undo"
-    seq=$(($(cat "$tmpdir/seq" 2>/dev/null || echo 0) + 1))
+    seq=0
+    if [ -f "$tmpdir/seq" ]; then read -r seq <"$tmpdir/seq"; fi
+    seq=$((seq + 1))
     echo $seq >"$tmpdir/seq"
-    dd if="$(get file)" of="$tmpdir/undo/$(printf %012d $seq).$off" bs=64K \
+    dd if="$file" of="$tmpdir/undo/$(printf %012d $seq).$off" bs=64K \
         iflag=skip_bytes,count_bytes skip="$off" count="$count" status=none
 }
 
@@ -112,7 +113,7 @@ drop_unsynced() {
     [ -d "$tmpdir/undo" ] || return 0
     for f in $(ls "$tmpdir/undo" | sort -r); do
         off=${f#*.}
-        dd if="$tmpdir/undo/$f" of="$(get file)" bs=64K oflag=seek_bytes seek="$off" \
+        dd if="$tmpdir/undo/$f" of="$file" bs=64K oflag=seek_bytes seek="$off" \
             conv=notrunc status=none
     done
     rm -rf "$tmpdir/undo"
@@ -137,10 +138,10 @@ check() {
 
 # Arguments: METHOD HANDLE COUNT OFFSET FLAGS (pread, pwrite, trim, zero), METHOD HANDLE (flush).
 case "$1" in
-load) mkdir -p "$cfg" ;;
+load) : >"$tmpdir/cfg" ;;
 config)
     case $2 in
-    file | control | log) echo "$3" >"$cfg/$2" ;;
+    file | control | log) printf '%s=%q\n' "$2" "$3" >>"$tmpdir/cfg" ;;
     *)
         echo "faultdev: unknown parameter $2 (file=, control=, log=)" >&2
         exit 1
@@ -148,26 +149,26 @@ config)
     esac
     ;;
 config_complete)
-    if [ ! -f "$(get file)" ]; then
+    if [ ! -f "$file" ]; then
         echo "faultdev: file=IMG (an existing file) is required" >&2
         exit 1
     fi
     ;;
 open) echo h ;;
-get_size) stat -L -c %s "$(get file)" ;;
+get_size) stat -L -c %s "$file" ;;
 can_write | can_flush | can_trim | can_zero | can_multi_conn) exit 0 ;;
 can_fua) echo emulate ;;
 is_rotational | can_extents | can_fast_zero) exit 3 ;;
 can_cache) echo none ;;
 pread)
     check pread "$4" "$3"
-    dd if="$(get file)" bs=64K iflag=skip_bytes,count_bytes skip="$4" count="$3" status=none
+    dd if="$file" bs=64K iflag=skip_bytes,count_bytes skip="$4" count="$3" status=none
     log pread "$4" "$3" ok
     ;;
 pwrite)
     check pwrite "$4" "$3"
     save_undo "$4" "$3"
-    dd of="$(get file)" bs=64K iflag=fullblock,count_bytes oflag=seek_bytes seek="$4" \
+    dd of="$file" bs=64K iflag=fullblock,count_bytes oflag=seek_bytes seek="$4" \
         count="$3" conv=notrunc status=none
     log pwrite "$4" "$3" ok
     ;;
@@ -175,8 +176,8 @@ trim | zero)
     check "$1" "$4" "$3"
     save_undo "$4" "$3"
     # Reads of a trimmed range return zeroes (the file plugin's behaviour on tmpfs).
-    fallocate -p -o "$4" -l "$3" "$(get file)" 2>/dev/null ||
-        head -c "$3" /dev/zero | dd of="$(get file)" bs=64K iflag=fullblock oflag=seek_bytes \
+    fallocate -p -o "$4" -l "$3" "$file" 2>/dev/null ||
+        head -c "$3" /dev/zero | dd of="$file" bs=64K iflag=fullblock oflag=seek_bytes \
             seek="$4" conv=notrunc status=none
     log "$1" "$4" "$3" ok
     ;;
