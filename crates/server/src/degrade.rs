@@ -2,7 +2,8 @@
 //! state while the backing device fails write-backs, the volume ranges whose dirty data a
 //! failed cache lost, and recording a cache failure durably.
 //!
-//! * **Degraded** ([`Degraded`]): a write-back failed. Dirty data stays in the cache and is
+//! * **Degraded** ([`Degraded`]): a write-back failed, or (`Degraded::sync_failed`) a backing
+//!   sync failed. Dirty data stays in the cache and is
 //!   served from it; only clean data is evicted (direct layout) or reclaimed (log layout:
 //!   segments holding dirty data are never reclaimed); write-backs are retried after a
 //!   backoff doubling from [`RETRY_MIN`] to [`RETRY_MAX`]; writes that find no room fail with
@@ -90,16 +91,18 @@ impl Degraded {
     }
 
     /// Enters (logs it) or stays in the state "backing syncs failing" after sync error `e`
-    /// (log layout: a sync must succeed before a segment is sealed, rule 2). After the first
-    /// failure the next sync is tried at once (a one-off error, e.g. a dropped writeback,
-    /// costs one request); after each later one the next attempt is due after the backoff,
-    /// [`RETRY_MIN`] doubling up to [`RETRY_MAX`]. Later failures are logged at the 2nd,
-    /// 4th, 8th, ... one (rate-limited), each with the count.
+    /// (both layouts: a failed sync may have dropped the writes since the last good one, so
+    /// nothing that needs one may be acknowledged: the log layout's seals (rule 2) and the
+    /// direct layout's slot reuse (rule 4), FLUSH and FUA). After the first failure the next
+    /// sync is tried at once (a one-off error, e.g. a dropped writeback, costs one request);
+    /// after each later one the next attempt is due after the backoff, [`RETRY_MIN`]
+    /// doubling up to [`RETRY_MAX`] ([`Degraded::sync_backoff_error`] until then). Later
+    /// failures are logged at the 2nd, 4th, 8th, ... one (rate-limited), each with the count.
     pub fn sync_failed(d: &mut Option<Degraded>, e: &io::Error) {
         let entering = d.is_none();
         if entering {
             tracing::error!(
-                "backing device sync failed ({e}): volume DEGRADED — writes that need a backing sync (sealing a segment, FUA) fail; syncs are retried after a backoff ({} ms doubling up to {} s) and at every FLUSH, `ctl flush` and shutdown",
+                "backing device sync failed ({e}): volume DEGRADED — requests that need a backing sync (FLUSH, FUA, and writes that must first make earlier ones durable) fail; syncs are retried after a backoff ({} ms doubling up to {} s) and at every FLUSH, `ctl flush` and shutdown",
                 RETRY_MIN.as_millis(),
                 RETRY_MAX.as_secs()
             );
@@ -138,10 +141,27 @@ impl Degraded {
         }
     }
 
+    /// The error a request that needs a backing sync gets while the backoff of failing syncs
+    /// runs (the failing device is not asked again at every such request): the last sync
+    /// error's kind, and when the next attempt is due.
+    pub fn sync_backoff_error(&self) -> io::Error {
+        io::Error::new(
+            self.last_kind,
+            format!(
+                "backing device syncs failing ({} failures, last: {}); not retried for {:.1} s (a FLUSH retries at once)",
+                self.failures,
+                self.last_error,
+                self.retry_at
+                    .saturating_duration_since(Instant::now())
+                    .as_secs_f64()
+            ),
+        )
+    }
+
     /// `ctl stats`' `degraded_reason` while backing syncs fail.
     pub fn sync_reason(&self) -> String {
         format!(
-            "backing device failing syncs for {:.1} s ({} failures, last: {}); writes that need a sync (sealing a segment, FUA) fail, next retry in {:.1} s (a FLUSH or `ctl flush` retries at once)",
+            "backing device failing syncs for {:.1} s ({} failures, last: {}); requests that need a sync (FLUSH, FUA, and writes that must first make earlier ones durable) fail, next retry in {:.1} s (a FLUSH or `ctl flush` retries at once)",
             self.since.elapsed().as_secs_f64(),
             self.failures,
             self.last_error,
@@ -149,6 +169,17 @@ impl Degraded {
                 .saturating_duration_since(Instant::now())
                 .as_secs_f64()
         )
+    }
+
+    /// `ctl stats`' `degraded_reason` (both layouts) for failing write-backs `wb` and failing
+    /// syncs `sync`; `None` when neither.
+    pub fn reason_of(wb: Option<&Degraded>, sync: Option<&Degraded>) -> Option<String> {
+        match (wb, sync) {
+            (Some(d), Some(s)) => Some(format!("{}; {}", d.reason(), s.sync_reason())),
+            (Some(d), None) => Some(d.reason()),
+            (None, Some(s)) => Some(s.sync_reason()),
+            (None, None) => None,
+        }
     }
 
     /// Whether the next retry is due.

@@ -500,7 +500,7 @@ pub fn fault_metrics(o: &mut String, f: &FaultFigures) {
         ),
         (
             "degraded",
-            "1 while the backing device fails write-backs (dirty data stays in the cache and is retried, only clean data is evicted) or, log layout, syncs (writes that need one fail; retried with backoff).",
+            "1 while the backing device fails write-backs (dirty data stays in the cache and is retried, only clean data is evicted) or syncs (requests that need one fail; retried with backoff).",
             f.degraded as u64,
         ),
     ] {

@@ -363,3 +363,106 @@ impl Drop for Mounted {
         }
     }
 }
+
+/// The fault device: `scripts/faultdev.sh` (an nbdkit `sh` plugin) serving `dir/hdd.img`, whose
+/// reads, writes, flushes and trims fail while its control file says so (see the script; e.g.
+/// `flush drop`: every FLUSH fails and discards the writes since the last good one, as Linux
+/// does after a writeback error). Killed when dropped.
+pub struct FaultDev {
+    kit: NbdkitProc,
+    pub img: PathBuf,
+    pub control: PathBuf,
+    pub log: PathBuf,
+}
+
+impl FaultDev {
+    pub const SCRIPT: &'static str =
+        concat!(env!("CARGO_MANIFEST_DIR"), "/../../scripts/faultdev.sh");
+
+    /// A `size`-byte device filled with `fill`, no faults. `None` (with a SKIP line) when
+    /// nbdkit or its sh plugin is missing.
+    pub fn start(dir: &Path, size: u64, fill: u8) -> Option<FaultDev> {
+        if !have("nbdkit") {
+            return None;
+        }
+        let sh = Command::new("nbdkit")
+            .args(["sh", "--dump-plugin"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        if !sh {
+            tiercache_testskip::skip!(
+                "nbdkit's sh plugin is not installed (apt-get install -y nbdkit): no fault device"
+            );
+            return None;
+        }
+        let img = dir.join("hdd.img");
+        let control = dir.join("faults");
+        let log = dir.join("faultdev.log");
+        std::fs::write(&img, vec![fill; size as usize]).unwrap();
+        let args = [
+            "sh".to_string(),
+            Self::SCRIPT.to_string(),
+            format!("file={}", img.display()),
+            format!("control={}", control.display()),
+            format!("log={}", log.display()),
+        ];
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let kit = NbdkitProc::start(&dir.join("hdd.sock"), &args);
+        Some(FaultDev {
+            kit,
+            img,
+            control,
+            log,
+        })
+    }
+
+    pub fn uri(&self) -> String {
+        self.kit.uri()
+    }
+
+    /// Replaces the fault rules (atomically: the device never reads half a file). Rule
+    /// counts (`times=`) start again when the contents change.
+    pub fn fail(&self, rules: &str) {
+        let tmp = self.control.with_extension("new");
+        std::fs::write(&tmp, rules).unwrap();
+        std::fs::rename(&tmp, &self.control).unwrap();
+    }
+
+    /// No faults from now on.
+    pub fn heal(&self) {
+        self.fail("");
+    }
+
+    /// `len` bytes of the device's file at `off` (what it holds now, flushed or not).
+    pub fn bytes(&self, off: u64, len: usize) -> Vec<u8> {
+        use std::io::{Read, Seek, SeekFrom};
+        let mut f = std::fs::File::open(&self.img).unwrap();
+        f.seek(SeekFrom::Start(off)).unwrap();
+        let mut b = vec![0u8; len];
+        f.read_exact(&mut b).unwrap();
+        b
+    }
+
+    /// Requests of `op` the device answered with an injected error so far.
+    pub fn failed(&self, op: &str) -> usize {
+        self.count(op, false)
+    }
+
+    /// Requests of `op` the device completed so far.
+    pub fn done(&self, op: &str) -> usize {
+        self.count(op, true)
+    }
+
+    fn count(&self, op: &str, ok: bool) -> usize {
+        std::fs::read_to_string(&self.log)
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| {
+                let w: Vec<&str> = l.split_whitespace().collect();
+                w.first() == Some(&op) && (w.get(3) == Some(&"ok")) == ok
+            })
+            .count()
+    }
+}

@@ -166,17 +166,7 @@ impl Inner {
     /// admission refused this way serves the read all the same), nor are FLUSH and commits.
     pub(super) fn sync_backoff(&self) -> io::Result<()> {
         match self.sync_failing.as_ref().filter(|d| !d.due()) {
-            Some(d) if self.hdd_dirty => Err(backing_fault(io::Error::new(
-                d.last_kind,
-                format!(
-                    "backing device syncs failing ({} failures, last: {}); not retried for {:.1} s (a FLUSH retries at once)",
-                    d.failures,
-                    d.last_error,
-                    d.retry_at
-                        .saturating_duration_since(std::time::Instant::now())
-                        .as_secs_f64()
-                ),
-            ))),
+            Some(d) if self.hdd_dirty => Err(backing_fault(d.sync_backoff_error())),
             _ => Ok(()),
         }
     }

@@ -71,12 +71,7 @@ impl LogVolume {
             lost_dirty_bytes: degrade::lost_bytes(&g.lost),
             lost_dirty_ranges: g.lost.clone(),
             degraded: g.degraded.is_some() || g.sync_failing.is_some(),
-            degraded_reason: match (&g.degraded, &g.sync_failing) {
-                (Some(d), Some(s)) => Some(format!("{}; {}", d.reason(), s.sync_reason())),
-                (Some(d), None) => Some(d.reason()),
-                (None, Some(s)) => Some(s.sync_reason()),
-                (None, None) => None,
-            },
+            degraded_reason: Degraded::reason_of(g.degraded.as_ref(), g.sync_failing.as_ref()),
             classes: class_stats(&g),
             class_table: g
                 .class_table

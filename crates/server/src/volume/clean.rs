@@ -436,6 +436,11 @@ impl CacheVolume {
         if g.closed || g.failed {
             return Ok(false);
         }
+        // Backing syncs failing: retried when due; no cleaning meanwhile (its write-backs
+        // could not be made durable, and freeing their slots needs a sync).
+        if g.sync_failing.is_some() && self.retry_sync_locked(&mut g) {
+            return Ok(false);
+        }
         if let Some(d) = &g.degraded {
             // Retry write-backs with backoff (also with inline cleaning, and below the
             // watermark): the first success ends the degraded state.

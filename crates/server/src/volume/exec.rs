@@ -398,6 +398,7 @@ impl CacheVolume {
                 }
             }
         }
+        self.sync_before_reuse(g, steps)?;
         for index in 0..steps.len() {
             if done.binary_search(&index).is_ok() {
                 continue;
@@ -415,6 +416,59 @@ impl CacheVolume {
             }
         }
         Ok(())
+    }
+
+    /// Before the first step that changes the cache: when the plan reuses a slot whose record
+    /// on the device maps another line while backing writes are unsynced, the backing sync
+    /// that reuse needs (rule 4, `unmap_records`) runs now. Its failure then changes nothing
+    /// in the cache, so the plan is rolled back (`before_cache`) and the lines it evicts stay
+    /// cached: after a failed sync they may hold the only copy of bytes written back (or
+    /// through) since the last good one. Run later, between two of the plan's cache writes,
+    /// the failure's recovery dropped them, and the next failed sync reported them lost.
+    fn sync_before_reuse(&self, g: &mut Inner, steps: &[Step]) -> Result<(), StepError> {
+        if !g.backing_unsynced() {
+            return Ok(());
+        }
+        let ls = self.line_shift;
+        let reused: Vec<u32> = g
+            .in_plan
+            .iter()
+            .copied()
+            .filter(|&s| {
+                let (on_disk, now) = (g.disk_key[s as usize], g.engine.slot_key(s));
+                if on_disk != EMPTY_KEY && now != Some(on_disk) {
+                    return true;
+                }
+                // A line the plan evicts whose record never reached the device (reusing its
+                // slot needs no unmap) but whose bytes went to the backing device since the
+                // last good sync: if that sync failed, only its cached copy would hold them.
+                let at = s as usize * RECORD_BYTES as usize;
+                Record::decode(&g.mem[at..at + RECORD_BYTES as usize]).is_some_and(|r| {
+                    let a = (r.key & LINE_MASK) << ls;
+                    r.key != EMPTY_KEY
+                        && now != Some(r.key)
+                        && g.unsynced_overlaps(a, a + (1 << ls))
+                })
+            })
+            .collect();
+        if reused.is_empty() {
+            return Ok(());
+        }
+        let evicting = Self::evicting(g, &reused);
+        let r = self
+            .sync_backoff(g)
+            .and_then(|()| self.sync_backing_with(g, &evicting));
+        r.map_err(|err| StepError {
+            // The first step that changes the cache (never a write-back: not degraded).
+            index: steps
+                .iter()
+                .position(|s| matches!(s, Step::WriteSsd { .. } | Step::Populate { .. }))
+                .unwrap_or(0),
+            cache: false,
+            err,
+            before_cache: true,
+            done: Vec::new(),
+        })
     }
 
     /// Runs step `index` of `steps`; returns the later write-backs merged into it (see

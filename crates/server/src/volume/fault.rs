@@ -45,6 +45,14 @@ impl Inner {
         !self.hdd_unsynced.is_empty()
     }
 
+    /// Whether `[a, b)` overlaps a backing range written since the last good sync.
+    pub(super) fn unsynced_overlaps(&self, a: u64, b: u64) -> bool {
+        self.hdd_unsynced
+            .range(..b)
+            .next_back()
+            .is_some_and(|(_, &e)| e > a)
+    }
+
     /// Too much written to the backing device since its last good sync: a failed sync would
     /// leave too much to write again (or to lose), and the set of ranges must stay small.
     fn unsynced_full(&self) -> bool {
@@ -68,9 +76,46 @@ impl CacheVolume {
     /// engine plans (a failure here changes nothing).
     pub(super) fn sync_if_full(&self, g: &mut Inner) -> io::Result<()> {
         if g.unsynced_full() {
+            self.sync_backoff(g).map_err(|e| self.backing_error(e))?;
             self.sync_backing(g).map_err(|e| self.backing_error(e))?;
         }
         Ok(())
+    }
+
+    /// While the backoff of failing backing syncs runs (`Inner::sync_failing`), a request that
+    /// needs a sync before it can go on fails at once with the last error instead of asking
+    /// the failing device again (each failure also writes every unsynced range again). A
+    /// FLUSH, FUA, `ctl flush` or shutdown does not ask this: durability asked for is tried
+    /// at once.
+    pub(super) fn sync_backoff(&self, g: &Inner) -> io::Result<()> {
+        match g.sync_failing.as_ref().filter(|d| !d.due()) {
+            Some(d) if g.backing_unsynced() => Err(d.sync_backoff_error()),
+            _ => Ok(()),
+        }
+    }
+
+    /// The background retry of failing backing syncs (the cleaner calls it): when the
+    /// backoff has passed, one sync (a failure writes the unsynced ranges again, as any);
+    /// success ends the state. No request fails. Whether syncs are (still) failing.
+    pub fn retry_sync(&self) -> bool {
+        let mut g = self.lock();
+        self.retry_sync_locked(&mut g)
+    }
+
+    pub(super) fn retry_sync_locked(&self, g: &mut Inner) -> bool {
+        let due = g.sync_failing.as_ref().is_some_and(Degraded::due);
+        // An unlocked write-back in flight is committed first (its spans are unsynced).
+        if due && !g.closed {
+            self.reap(g, false);
+            if let Some(e) = g.wb_error.take() {
+                tracing::warn!("write-back failed: {e}");
+            }
+            let _excl = self.io.write().unwrap_or_else(|e| e.into_inner());
+            if let Err(e) = self.sync_backing(g) {
+                tracing::debug!("backing sync retry: {e}");
+            }
+        }
+        g.sync_failing.is_some()
     }
 
     /// [`CacheVolume::sync_backing`]; `evicting`: `(slot, key, valid)` of lines the engine
@@ -84,6 +129,11 @@ impl CacheVolume {
             Ok(()) => {
                 g.hdd_unsynced.clear();
                 g.hdd_unsynced_bytes = 0;
+                if Degraded::sync_healed(&mut g.sync_failing) {
+                    self.metrics
+                        .degraded
+                        .store(g.degraded.is_some() as u64, Ordering::Relaxed);
+                }
                 Ok(())
             }
             Err(e) => {
@@ -91,6 +141,8 @@ impl CacheVolume {
                     .backing_sync_errors
                     .fetch_add(1, Ordering::Relaxed);
                 self.rewrite_unsynced(g, &e, evicting);
+                Degraded::sync_failed(&mut g.sync_failing, &e);
+                self.metrics.degraded.store(1, Ordering::Relaxed);
                 Err(e)
             }
         }
@@ -137,6 +189,13 @@ impl CacheVolume {
                         q += ss;
                     }
                     let q = q.min(y);
+                    let held_here = slot.is_some() && v;
+                    if !held_here && g.lost.iter().any(|&(l0, l1)| l0 <= p && q <= l1) {
+                        // Reported lost at an earlier failed sync already (reads fail until
+                        // rewritten): not again at every retry.
+                        p = q;
+                        continue;
+                    }
                     let r = match slot.filter(|_| v) {
                         Some(slot) => {
                             let ssd = ((slot as u64) << sh) + (p - base);
@@ -357,13 +416,20 @@ impl CacheVolume {
     pub(super) fn leave_degraded(&self, g: &mut Inner) {
         if Degraded::healed(&mut g.degraded) {
             g.engine.set_dirty_evictions_blocked(false);
-            self.metrics.degraded.store(0, Ordering::Relaxed);
+            self.metrics
+                .degraded
+                .store(g.sync_failing.is_some() as u64, Ordering::Relaxed);
         }
     }
 
     /// Whether write-backs are failing on the backing device (see [`VolumeStats::degraded`]).
     pub fn degraded(&self) -> bool {
         self.lock().degraded.is_some()
+    }
+
+    /// Whether backing syncs are failing (see `Inner::sync_failing`).
+    pub fn sync_failing(&self) -> bool {
+        self.lock().sync_failing.is_some()
     }
 
     /// [`CacheVolume::settle_dropped`] after the hits reading data outside the volume lock

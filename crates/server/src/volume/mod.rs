@@ -276,6 +276,12 @@ struct Inner {
     unmapped_on_miss: bool,
     /// Write-backs are failing on the backing device (see [`Degraded`]).
     degraded: Option<Degraded>,
+    /// Backing syncs are failing (`Degraded::sync_failed`): while its backoff runs, a
+    /// request that needs one before it can go on (a slot reused while backing writes are
+    /// unsynced, too much unsynced) fails at once with the last error; FLUSH, FUA, `ctl
+    /// flush` and shutdown still try at once; the cleaner retries when it is due
+    /// ([`CacheVolume::retry_sync`]) and pauses cleaning meanwhile. The first good sync ends it.
+    sync_failing: Option<Degraded>,
     /// The cache failed but neither the state file nor the superblock erase is durable yet
     /// (see [`CacheVolume::record_failure`]): writes fail until one of them is.
     failure_unrecorded: Option<FailState>,

@@ -779,6 +779,7 @@ impl CacheVolume {
             ahead: HashMap::new(),
             unmapped_on_miss: false,
             degraded: None,
+            sync_failing: None,
             failure_unrecorded: None,
             flux_pages: Default::default(),
             flush_epoch: FLUX_EPOCHS,

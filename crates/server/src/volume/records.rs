@@ -192,6 +192,21 @@ impl CacheVolume {
         now: &[u32],
         ahead: &[u32],
     ) -> Result<(), (bool, io::Error)> {
+        let on_disk: Vec<u32> = now
+            .iter()
+            .chain(ahead)
+            .copied()
+            .filter(|&s| g.disk_key[s as usize] != EMPTY_KEY)
+            .collect();
+        // The backing sync first, before `mem` changes: a failure leaves everything as it was
+        // (an `ahead` record emptied in `mem` would let a roll-back drop its clean line,
+        // whose backing copy the failed sync may have dropped).
+        if !on_disk.is_empty() && g.backing_unsynced() {
+            let evicting = Self::evicting(g, now);
+            self.sync_backoff(g).map_err(|e| (false, e))?;
+            self.sync_backing_with(g, &evicting)
+                .map_err(|e| (false, e))?;
+        }
         // `ahead` first in `mem` (and `Inner::ahead`): if the device writes fail half way,
         // their records may be empty on the device already, and stay so in `mem`.
         for &s in ahead {
@@ -210,29 +225,7 @@ impl CacheVolume {
             }
             g.ahead.insert(s, key);
         }
-        let on_disk: Vec<u32> = now
-            .iter()
-            .chain(ahead)
-            .copied()
-            .filter(|&s| g.disk_key[s as usize] != EMPTY_KEY)
-            .collect();
         if !on_disk.is_empty() {
-            if g.backing_unsynced() {
-                // The `now` slots still hold the lines the plan evicts from them (`mem` has
-                // their records as before the plan): a failed sync writes those lines again
-                // from there.
-                let evicting: Vec<(u32, u64, u64)> = now
-                    .iter()
-                    .filter_map(|&s| {
-                        let at = s as usize * RECORD_BYTES as usize;
-                        let r = Record::decode(&g.mem[at..at + RECORD_BYTES as usize])?;
-                        (r.key != EMPTY_KEY && g.engine.slot_key(s) != Some(r.key))
-                            .then_some((s, r.key, r.valid))
-                    })
-                    .collect();
-                self.sync_backing_with(g, &evicting)
-                    .map_err(|e| (false, e))?;
-            }
             let c = |e| (true, e);
             let empty = Record {
                 seq: g.seq,
@@ -272,6 +265,21 @@ impl CacheVolume {
             .unmap_ahead
             .fetch_add(ahead.len() as u64, Ordering::Relaxed);
         Ok(())
+    }
+
+    /// `(slot, key, valid)` of the lines the plan being run evicts from `slots`: they still
+    /// hold them (`mem` has their records as before the plan), so a failed backing sync
+    /// writes those lines again from there ([`CacheVolume::sync_backing_with`]).
+    pub(super) fn evicting(g: &Inner, slots: &[u32]) -> Vec<(u32, u64, u64)> {
+        slots
+            .iter()
+            .filter_map(|&s| {
+                let at = s as usize * RECORD_BYTES as usize;
+                let r = Record::decode(&g.mem[at..at + RECORD_BYTES as usize])?;
+                (r.key != EMPTY_KEY && g.engine.slot_key(s) != Some(r.key))
+                    .then_some((s, r.key, r.valid))
+            })
+            .collect()
     }
 
     /// Brings the `mem` records of `g.slots` up to the engine's state.
