@@ -62,6 +62,10 @@ pub fn sha(path: &Path) -> String {
 /// `tiercache serve` on `dir/cache.img`, with a unix socket and a control socket in `dir`.
 pub struct Srv {
     child: Option<Child>,
+    /// The server's stderr, drained as it comes: a server that logs more than a pipe holds
+    /// (64 KiB) would otherwise block in its logger, holding whatever lock it held, and the
+    /// test would look like a server hang.
+    log: Option<std::thread::JoinHandle<Vec<u8>>>,
     pub sock: PathBuf,
     pub ctl: PathBuf,
 }
@@ -120,7 +124,7 @@ impl Srv {
         let _ = std::fs::remove_file(&ctl);
         let mut cmd = Command::new(BIN);
         prep(&mut cmd);
-        let child = cmd
+        let mut child = cmd
             .arg("serve")
             .arg("--socket")
             .arg(&sock)
@@ -130,6 +134,12 @@ impl Srv {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
+        let mut err = child.stderr.take().unwrap();
+        let log = std::thread::spawn(move || {
+            let mut b = Vec::new();
+            let _ = std::io::Read::read_to_end(&mut err, &mut b);
+            b
+        });
         let t = Instant::now();
         while !(sock.exists() && ctl.exists()) {
             assert!(
@@ -140,6 +150,7 @@ impl Srv {
         }
         Srv {
             child: Some(child),
+            log: Some(log),
             sock,
             ctl,
         }
@@ -164,10 +175,11 @@ impl Srv {
             .args([sig, &self.child.as_ref().unwrap().id().to_string()])
             .status()
             .unwrap();
-        let out = self.child.take().unwrap().wait_with_output().unwrap();
-        let log = String::from_utf8_lossy(&out.stderr).into_owned();
+        let status = self.child.take().unwrap().wait().unwrap();
+        let log = self.log.take().unwrap().join().unwrap_or_default();
+        let log = String::from_utf8_lossy(&log).into_owned();
         if sig == "-TERM" {
-            assert!(out.status.success(), "unclean exit: {log}");
+            assert!(status.success(), "unclean exit: {log}");
             assert!(log.contains("shut down cleanly"), "{log}");
         }
         log
