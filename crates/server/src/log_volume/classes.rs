@@ -33,8 +33,9 @@ impl LogVolume {
     pub fn load_classes(&self, table: ClassTable, source: &str) -> Result<ClassesLoaded, String> {
         let t = Arc::new(table);
         let mut g = self.lock();
-        if g.closed {
-            return Err("the cache volume is shut down".into());
+        // Shut down, or halted by a panic (`crate::live::HALTED`): say which.
+        if let (true, Err(e)) = (g.closed, g.check_open()) {
+            return Err(e.to_string());
         }
         if g.pass_through {
             return Err("the cache device failed (see `ctl stats`): every request passes through, no class table applies".into());

@@ -118,9 +118,9 @@ mod step;
 
 pub(crate) use open::read_twice;
 pub use open::{format, read_superblock};
+pub use ram::RamStats;
 #[doc(hidden)]
 pub use step::SteppedClean;
-pub use ram::RamStats;
 
 /// How to format a cache device.
 #[derive(Clone, Debug)]
