@@ -397,3 +397,62 @@ fn a_control_command_that_panics_gets_a_reply() {
     request(&sock, &Command::Flush).expect("the next flush, with the device healed");
     assert_eq!(s.vol.stats().dirty_lines, 0);
 }
+
+/// With a RAM tier, a halted volume serves nothing from RAM either (a RAM hit takes no volume
+/// lock, so it would bypass the halt), and a shut-down one neither. Before: the hot line kept
+/// reading back from RAM after the halt.
+#[test]
+fn a_halted_or_shut_down_volume_serves_nothing_from_its_ram_tier() {
+    let f = files(8, LINE);
+    format(&f, Mode::WriteThrough, LINE);
+    let armed = Arc::new(AtomicBool::new(false));
+    let open_it = |armed: &Arc<AtomicBool>| {
+        Arc::new(
+            CacheVolume::open(
+                Box::new(FileDev::open(&f.cache).unwrap()),
+                Box::new(Panicky {
+                    inner: FileDev::open(&f.backing).unwrap(),
+                    armed: armed.clone(),
+                    panics: Arc::new(AtomicU64::new(0)),
+                }),
+                &OpenOptions {
+                    ram_cache: 4 * LINE,
+                    ..Default::default()
+                },
+            )
+            .unwrap()
+            .0,
+        )
+    };
+    let vol = open_it(&armed);
+    vol.write(0, &line_data(0, 1), false).unwrap();
+    let mut buf = vec![0u8; LINE as usize];
+    for _ in 0..3 {
+        vol.read(0, &mut buf).unwrap();
+    }
+    let ram = vol.stats().ram.expect("a RAM tier");
+    assert!(ram.ram_hits >= 1, "line 0 is served from RAM: {ram:?}");
+    armed.store(true, Ordering::SeqCst);
+    let v = vol.clone();
+    assert!(
+        std::thread::spawn(move || v.write(20 * LINE, &line_data(20, 2), false))
+            .join()
+            .is_err()
+    );
+    armed.store(false, Ordering::SeqCst);
+    let e = vol
+        .read(0, &mut buf)
+        .expect_err("a halted volume serves nothing, from RAM neither");
+    assert!(e.to_string().contains("panic"), "{e}");
+    drop(vol);
+    // A clean shutdown: reads after it fail too, RAM hits included.
+    let vol = open_it(&armed);
+    for _ in 0..3 {
+        vol.read(0, &mut buf).unwrap();
+    }
+    vol.shutdown().unwrap();
+    assert!(
+        vol.read(0, &mut buf).is_err(),
+        "a shut-down volume served a RAM hit"
+    );
+}

@@ -11,7 +11,8 @@ impl Export for CacheVolume {
         let req = Request::read(offset, buf.len() as u64);
         self.timed(false, || match &self.ram {
             // The RAM tier first: a hit takes neither the volume lock nor the cache device.
-            Some(ram) if ram.read(&req, buf) => Ok(()),
+            // Not once a panic poisoned the lock: the read goes below and halts the volume.
+            Some(ram) if !self.inner.is_poisoned() && ram.read(&req, buf) => Ok(()),
             Some(ram) => {
                 let ticket = ram.ticket();
                 self.run(&req, Data::Read(buf))?;

@@ -466,13 +466,17 @@ impl CacheVolume {
     fn lock(&self) -> MutexGuard<'_, Inner> {
         self.inner.lock().unwrap_or_else(|e| {
             let mut g = e.into_inner();
-            self.inner.clear_poison();
             if !g.halted {
                 g.halted = true;
                 g.closed = true;
                 self.stop.store(true, Ordering::Relaxed);
+                if let Some(r) = &self.ram {
+                    r.close();
+                }
                 tracing::error!("{}", crate::live::HALTED);
             }
+            // Cleared only once the RAM tier is closed: its reads check the poison flag.
+            self.inner.clear_poison();
             g
         })
     }

@@ -24,6 +24,9 @@ struct RamInner {
     base: RamCounters,
     slots: Vec<u32>,
     fills: Vec<(u32, u64)>,
+    /// The volume is shut down or halted: nothing is served from RAM any more (a read goes
+    /// below and fails there with the reason), nothing is filled.
+    closed: bool,
 }
 
 /// The RAM tier in `ctl stats` and Prometheus: its size and policy, what it did, and the
@@ -68,6 +71,7 @@ impl RamCache {
                 base: RamCounters::default(),
                 slots: Vec::new(),
                 fills: Vec::new(),
+                closed: false,
             }),
             line_size,
         })
@@ -81,9 +85,13 @@ impl RamCache {
     pub(super) fn read(&self, req: &Request, out: &mut [u8]) -> bool {
         let mut g = self.lock();
         let RamInner {
-            tier, data, slots, ..
+            tier,
+            data,
+            slots,
+            closed,
+            ..
         } = &mut *g;
-        if !tier.read(req, slots) {
+        if *closed || !tier.read(req, slots) {
             return false;
         }
         let ls = self.line_size;
@@ -112,8 +120,15 @@ impl RamCache {
     pub(super) fn fill(&self, req: &Request, ticket: u64, buf: &[u8]) {
         let mut g = self.lock();
         let RamInner {
-            tier, data, fills, ..
+            tier,
+            data,
+            fills,
+            closed,
+            ..
         } = &mut *g;
+        if *closed {
+            return;
+        }
         tier.fill(req, ticket, fills);
         let ls = self.line_size as usize;
         for &(slot, line_off) in fills.iter() {
@@ -131,6 +146,13 @@ impl RamCache {
     /// The volume's content changed outside requests (a lost range): empty the tier.
     pub(super) fn clear(&self) {
         self.lock().tier.clear();
+    }
+
+    /// The volume shut down or halted: empty, and serves and takes nothing from now on.
+    pub(super) fn close(&self) {
+        let mut g = self.lock();
+        g.closed = true;
+        g.tier.clear();
     }
 
     pub(super) fn set_mode(&self, mode: Mode) {

@@ -193,11 +193,17 @@ impl CacheVolume {
         self.flush_locked(&mut g)?;
         if g.failed {
             g.closed = true;
+            if let Some(r) = &self.ram {
+                r.close();
+            }
             return Ok(());
         }
         g.sb.clean = true;
         self.write_superblock(&mut g)?;
         g.closed = true;
+        if let Some(r) = &self.ram {
+            r.close();
+        }
         Ok(())
     }
 }
