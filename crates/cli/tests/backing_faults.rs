@@ -36,10 +36,6 @@ fn block(seed: u64, len: usize) -> Vec<u8> {
         .collect()
 }
 
-fn stats(srv: &Srv) -> serde_json::Value {
-    serde_json::from_str(&srv.ctl(&["stats", "--json"])).unwrap()
-}
-
 fn read_at(srv: &Srv, off: u64, len: usize) -> Vec<u8> {
     let mut c = Client::connect(&srv.uri()).unwrap();
     let mut b = vec![0u8; len];
@@ -62,7 +58,7 @@ fn scenario(layout: &[&str], errno: Option<&str>) {
     let x = block(1, 4096);
     c.write(0, &x).unwrap();
     c.flush().unwrap();
-    assert!(stats(&srv)["dirty_lines"].as_u64().unwrap() >= 1);
+    assert!(srv.stats()["dirty_lines"].as_u64().unwrap() >= 1);
     std::fs::write(&trigger, b"").unwrap();
     // 8 MiB elsewhere in 64 KiB writes: the cache fills, write-backs fail.
     let mut acked = vec![(0u64, x.clone())];
@@ -83,7 +79,7 @@ fn scenario(layout: &[&str], errno: Option<&str>) {
     let mut b = vec![0u8; 4096];
     c.read(0, &mut b).expect("X while the backing device fails");
     assert_eq!(b, x);
-    let st = stats(&srv);
+    let st = srv.stats();
     assert!(refused > 0, "a 4 MiB cache took 8 MiB of writes: {st}");
     if errno.is_some() {
         assert_eq!(enospc, refused, "refused writes say ENOSPC");

@@ -9,7 +9,7 @@
 
 mod common;
 
-use common::{free_port, have, run, Srv, BIN};
+use common::{free_port, have, metrics, run, Srv, BIN};
 use std::path::Path;
 use std::process::Command;
 
@@ -64,10 +64,6 @@ fn write(srv: &Srv, what: &[&str]) {
     run(c.arg(srv.uri()));
 }
 
-fn stats(srv: &Srv) -> serde_json::Value {
-    serde_json::from_str(&srv.ctl(&["stats", "--json"])).unwrap()
-}
-
 /// The class named `name` in `ctl stats --json`.
 fn class<'a>(v: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
     v["classes"]
@@ -76,16 +72,6 @@ fn class<'a>(v: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
         .iter()
         .find(|c| c["name"] == name)
         .unwrap_or_else(|| panic!("no class {name}: {}", v["classes"]))
-}
-
-fn metrics(addr: &str) -> String {
-    use std::io::{Read, Write};
-    let mut c = std::net::TcpStream::connect(addr).unwrap();
-    c.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
-        .unwrap();
-    let mut body = String::new();
-    c.read_to_string(&mut body).unwrap();
-    body
 }
 
 /// `ctl classes load FILE` that must fail: its stderr.
@@ -130,7 +116,7 @@ fn classes_load_changes_allocation_live_and_bad_files_change_nothing() {
     let srv = Srv::sized(d, "16M", &flags);
     // 128 lines of each class, cached.
     write(&srv, &["write -P 1 0 512k", "write -P 2 2m 512k"]);
-    let v = stats(&srv);
+    let v = srv.stats();
     let ls = v["line_size"].as_u64().unwrap();
     let n = (512 << 10) / ls;
     assert_eq!(v["class_table"]["name"], "before", "{}", v["class_table"]);
@@ -146,7 +132,7 @@ fn classes_load_changes_allocation_live_and_bad_files_change_nothing() {
         "{out}"
     );
     write(&srv, &["write -P 3 4m 512k", "write -P 4 512k 512k"]);
-    let v = stats(&srv);
+    let v = srv.stats();
     let bulk = class(&v, "bulk");
     assert_eq!(
         bulk["counters"]["bypasses"]["class"], n,
@@ -223,12 +209,12 @@ fn classes_load_changes_allocation_live_and_bad_files_change_nothing() {
         let err = load_refused(&srv, &p);
         assert!(err.contains(want), "{name}: {err}");
     }
-    let v = stats(&srv);
+    let v = srv.stats();
     assert_eq!(v["class_table"]["name"], "after", "{}", v["class_table"]);
     assert_eq!(v["class_table"]["loads"], 1);
     assert_eq!(v["settings"]["changes"], 1);
     write(&srv, &["write -P 5 6m 64k"]);
-    let v = stats(&srv);
+    let v = srv.stats();
     assert_eq!(
         class(&v, "bulk")["counters"]["bypasses"]["class"],
         n + (64 << 10) / ls,
@@ -238,11 +224,11 @@ fn classes_load_changes_allocation_live_and_bad_files_change_nothing() {
     // A restart goes back to the serve flags' table: bulk is admitted again.
     srv.stop("-TERM");
     let srv = Srv::sized(d, "16M", &flags[..6]);
-    let v = stats(&srv);
+    let v = srv.stats();
     assert_eq!(v["class_table"]["name"], "before");
     assert_eq!(v["class_table"]["loads"], 0);
     write(&srv, &["write -P 6 7m 64k"]);
-    let v = stats(&srv);
+    let v = srv.stats();
     assert_eq!(class(&v, "bulk")["counters"]["bypasses"]["class"], 0);
     srv.stop("-TERM");
 }
@@ -257,14 +243,14 @@ fn log_layout_refuses_partitions_and_stats_show_the_cleaner() {
         .unwrap();
     // Direct layout: the cleaner's settings are in `ctl stats` (JSON and text).
     let srv = Srv::sized(d, "4M", &["--mode", "write-back"]);
-    let s = stats(&srv)["settings"].clone();
+    let s = srv.stats()["settings"].clone();
     assert_eq!(s["cleaning"], "lba", "{s}");
     assert_eq!(s["writeback_rate"], "off", "{s}");
     srv.ctl(&["set", "cleaning", "alru"]);
     srv.ctl(&["set", "cleaning-age", "5000"]);
     srv.ctl(&["set", "writeback-rate", "300"]);
     srv.ctl(&["set", "writeback-target", "0.25"]);
-    let s = stats(&srv)["settings"].clone();
+    let s = srv.stats()["settings"].clone();
     assert_eq!(
         (
             &s["cleaning"],
@@ -294,12 +280,12 @@ fn log_layout_refuses_partitions_and_stats_show_the_cleaner() {
         ),
         "{text}"
     );
-    let j = stats(&srv);
+    let j = srv.stats();
     for k in ["unlocked_writebacks", "writeback_waits", "writeback_yields"] {
         assert_eq!(j[k].as_u64(), Some(0), "{k} in {j}");
     }
     // No class option at start: no table, and `get classes` says so.
-    assert!(stats(&srv)["class_table"].is_null());
+    assert!(srv.stats()["class_table"].is_null());
     assert!(srv.ctl(&["get", "classes"]).starts_with("none"));
     let out = Command::new(BIN)
         .arg("ctl")
@@ -330,7 +316,7 @@ fn log_layout_refuses_partitions_and_stats_show_the_cleaner() {
     .unwrap();
     let err = load_refused(&srv, &parts);
     assert!(err.contains("the log layout has no partitions"), "{err}");
-    let v = stats(&srv);
+    let v = srv.stats();
     assert_eq!(v["layout"], "log");
     assert!(v["settings"]["cleaning"].is_null(), "{}", v["settings"]);
     assert!(v["class_table"].is_null());
@@ -373,7 +359,7 @@ fn log_layout_takes_a_class_table_at_start_and_live() {
         ],
     );
     write(&srv, &["write -P 1 0 512k", "write -P 2 2m 512k"]);
-    let v = stats(&srv);
+    let v = srv.stats();
     let n = (512 << 10) / v["line_size"].as_u64().unwrap();
     assert_eq!(v["layout"], "log");
     assert_eq!(v["class_table"]["name"], "before", "{}", v["class_table"]);
@@ -401,7 +387,7 @@ fn log_layout_takes_a_class_table_at_start_and_live() {
             "read -P 2 2m 512k",
         ])
         .arg(srv.uri()));
-    let v = stats(&srv);
+    let v = srv.stats();
     let bulk = class(&v, "bulk");
     // The 4m write and the 4m read: every line missed and went around the cache.
     assert_eq!(bulk["counters"]["bypasses"]["class"], 2 * n, "{bulk}");

@@ -29,10 +29,6 @@ fn layout_args(layout: &str) -> Vec<&'static str> {
     }
 }
 
-fn stats(srv: &Srv) -> serde_json::Value {
-    serde_json::from_str(&srv.ctl(&["stats", "--json"])).unwrap()
-}
-
 fn scrape(port: u16) -> String {
     let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
     write!(s, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
@@ -117,7 +113,7 @@ fn contract_body(layout: &str) -> (BTreeSet<String>, BTreeSet<String>) {
     let mut got = vec![0u8; a.len()];
     cl.read(0, &mut got).unwrap();
     assert_eq!(got, a, "{layout}: read back");
-    let s = stats(&srv);
+    let s = srv.stats();
     assert_eq!(s["layout"], layout, "{s}");
     assert_eq!(s["mode"], "write-back", "{layout}: {s}");
     assert!(s["dirty_lines"].as_u64().unwrap() > 0, "{layout}: {s}");
@@ -155,7 +151,7 @@ fn contract_body(layout: &str) -> (BTreeSet<String>, BTreeSet<String>) {
         a,
         "{layout}: write-back before write-through"
     );
-    assert_eq!(stats(&srv)["dirty_lines"], 0, "{layout}");
+    assert_eq!(srv.stats()["dirty_lines"], 0, "{layout}");
     assert_eq!(srv.ctl(&["get", "mode"]).trim(), "write-through");
 
     // Back to write-back; ctl flush writes the new dirty data back.
@@ -167,14 +163,14 @@ fn contract_body(layout: &str) -> (BTreeSet<String>, BTreeSet<String>) {
         b,
         "{layout}: write-back, not through"
     );
-    assert!(stats(&srv)["dirty_lines"].as_u64().unwrap() > 0, "{layout}");
+    assert!(srv.stats()["dirty_lines"].as_u64().unwrap() > 0, "{layout}");
     srv.ctl(&["flush"]);
     assert_eq!(
         backing_at(d, 1 << 20, b.len()),
         b,
         "{layout}: ctl flush wrote back"
     );
-    assert_eq!(stats(&srv)["dirty_lines"], 0, "{layout}");
+    assert_eq!(srv.stats()["dirty_lines"], 0, "{layout}");
     cl.read(1 << 20, &mut got[..b.len()]).unwrap();
     assert_eq!(&got[..b.len()], &b[..], "{layout}: read after flush");
 
@@ -199,7 +195,7 @@ fn contract_body(layout: &str) -> (BTreeSet<String>, BTreeSet<String>) {
 
     // ctl stats --reset: counters and latency histograms restart from zero.
     srv.ctl(&["stats", "--reset"]);
-    let s = stats(&srv);
+    let s = srv.stats();
     assert_eq!(s["totals"]["write_bytes"], 0, "{layout}: {s}");
     assert_eq!(s["totals"]["read_line_accesses"], 0, "{layout}: {s}");
     assert_eq!(latency_count(&scrape(port), "write"), 0, "{layout}");
@@ -207,7 +203,7 @@ fn contract_body(layout: &str) -> (BTreeSet<String>, BTreeSet<String>) {
     // ctl detach: pass-through, writes go straight to the backing file, old data reads.
     let out = srv.ctl(&["detach"]);
     assert!(out.contains("detached"), "{out}");
-    assert_eq!(stats(&srv)["mode"], "pass-through", "{layout}");
+    assert_eq!(srv.stats()["mode"], "pass-through", "{layout}");
     let c = pattern(3, 16 << 10);
     cl.write(2 << 20, &c).unwrap();
     assert_eq!(
@@ -222,7 +218,7 @@ fn contract_body(layout: &str) -> (BTreeSet<String>, BTreeSet<String>) {
 
     // The mode set live is kept by a restart (no --mode given).
     let srv = Srv::sized(d, "4M", &layout_args(layout));
-    assert_eq!(stats(&srv)["mode"], "pass-through", "{layout}: detach kept");
+    assert_eq!(srv.stats()["mode"], "pass-through", "{layout}: detach kept");
     srv.ctl(&["mode", "write-back"]);
     let mut cl = Client::connect(&srv.uri()).unwrap();
     for (off, want) in [(0, &a), (1 << 20, &b), (2 << 20, &c)] {
@@ -233,7 +229,7 @@ fn contract_body(layout: &str) -> (BTreeSet<String>, BTreeSet<String>) {
     drop(cl);
     srv.stop("-TERM");
     let srv = Srv::sized(d, "4M", &layout_args(layout));
-    assert_eq!(stats(&srv)["mode"], "write-back", "{layout}: mode kept");
+    assert_eq!(srv.stats()["mode"], "write-back", "{layout}: mode kept");
     srv.stop("-TERM");
     (keys, names)
 }
@@ -278,7 +274,7 @@ fn both_layouts_pass_through_after_max_cache_errors_without_losing_data() {
             cl.write((i * (64 << 10)) as u64, chunk).unwrap();
         }
         cl.flush().unwrap();
-        let s = stats(&srv);
+        let s = srv.stats();
         assert!(s["cached_lines"].as_u64().unwrap() > 0, "{layout}: {s}");
         // Every cache read fails from now on.
         std::fs::write(&trigger, b"").unwrap();
@@ -287,7 +283,7 @@ fn both_layouts_pass_through_after_max_cache_errors_without_losing_data() {
             cl.read((i * (64 << 10)) as u64, chunk).unwrap();
         }
         assert!(got == data, "{layout}: acknowledged data reads back");
-        let s = stats(&srv);
+        let s = srv.stats();
         assert!(s["cache_errors"].as_u64().unwrap() >= 2, "{layout}: {s}");
         assert_eq!(s["cache_failed"], true, "{layout}: {s}");
         assert_eq!(s["mode"], "pass-through", "{layout}: {s}");

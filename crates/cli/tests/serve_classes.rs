@@ -5,21 +5,11 @@
 
 mod common;
 
-use common::{free_port, have, run, Srv, BIN};
+use common::{free_port, have, metrics, run, Srv, BIN};
 use std::process::Command;
 
 fn repo_file(p: &str) -> String {
     format!("{}/../../{p}", env!("CARGO_MANIFEST_DIR"))
-}
-
-fn metrics(addr: &str) -> String {
-    use std::io::{Read, Write};
-    let mut c = std::net::TcpStream::connect(addr).unwrap();
-    c.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
-        .unwrap();
-    let mut body = String::new();
-    c.read_to_string(&mut body).unwrap();
-    body
 }
 
 #[test]

@@ -10,10 +10,6 @@ use common::{have, run, Srv, BIN};
 use std::path::Path;
 use std::process::Command;
 
-fn stats(srv: &Srv) -> serde_json::Value {
-    serde_json::from_str(&srv.ctl(&["stats", "--json"])).unwrap()
-}
-
 fn n(v: &serde_json::Value) -> u64 {
     v.as_u64().unwrap_or_else(|| panic!("not a number: {v}"))
 }
@@ -65,7 +61,7 @@ fn sequential_copy_counts_seq_cutoff_bypasses() {
     backing(d, 64, true);
     let srv = Srv::sized(d, "128M", &["--seq-cutoff", "1m"]);
     copy_out(&srv, d);
-    let st = stats(&srv);
+    let st = srv.stats();
     let t = &st["totals"];
     let (bypassed, misses) = (n(&t["bypasses"]["seq_cutoff"]), n(&t["line_misses"]));
     assert_eq!(misses, 16384, "every line of the copy missed once: {t}");
@@ -98,7 +94,7 @@ fn ctl_set_get_and_reset_through_the_binary() {
     );
     assert_eq!(srv.ctl(&["get", "admission"]).trim(), "never");
     copy_out(&srv, d);
-    let t = stats(&srv)["totals"].clone();
+    let t = srv.stats()["totals"].clone();
     assert_eq!(n(&t["line_misses"]), 4096, "{t}");
     assert_eq!(
         n(&t["insertions"]),
@@ -108,19 +104,19 @@ fn ctl_set_get_and_reset_through_the_binary() {
     assert_eq!(n(&t["bypasses"]["admission"]), 4096, "{t}");
     // Reset: counters zero, contents untouched.
     srv.ctl(&["stats", "--reset"]);
-    let st = stats(&srv);
+    let st = srv.stats();
     for k in ["requests", "line_misses", "line_hits", "read_bytes"] {
         assert_eq!(n(&st["totals"][k]), 0, "{k} after --reset: {st}");
     }
     srv.ctl(&["set", "admission", "always"]);
     copy_out(&srv, d);
-    let t = stats(&srv)["totals"].clone();
+    let t = srv.stats()["totals"].clone();
     assert_eq!(n(&t["insertions"]), 4096, "admission always again: {t}");
     // Settings show in text stats, JSON stats and get.
     srv.ctl(&["set", "seq-cutoff", "256k"]);
     srv.ctl(&["set", "admission", "nhit:2:1"]);
     srv.ctl(&["set", "dirty-high", "0.9"]);
-    let st = stats(&srv);
+    let st = srv.stats();
     assert_eq!(st["settings"]["admission"], "nhit:2:1", "{st}");
     assert_eq!(n(&st["settings"]["changes"]), 5, "{st}");
     assert!(srv
@@ -260,7 +256,7 @@ fn write_back_fua_is_durable_in_the_cache_not_on_backing() {
         run(Command::new("qemu-io").args(["-f", "raw", "-c", "write -P 0xab 8M 64k", &srv.uri()]));
         via_qemu = true;
     }
-    let st = stats(&srv);
+    let st = srv.stats();
     assert_eq!(n(&st["totals"]["write_backs"]), 0, "{st}");
     assert!(
         n(&st["dirty_lines"]) >= 4 + 8 + 16,

@@ -400,6 +400,56 @@ pub struct ClassesLoaded {
     pub loads: u64,
 }
 
+/// Where a volume keeps its class table, borrowed for [`load_table`].
+pub(crate) struct TableSlot<'a> {
+    pub table: &'a mut Option<Arc<ClassTable>>,
+    pub source: &'a mut String,
+    pub loads: &'a mut u64,
+}
+
+/// The part of `ctl classes load` both layouts share, run under the volume lock after the
+/// layout's own refusals (closed, failed cache): the classifier checks the table, the engine
+/// takes it (`engine_takes`; its refusal is named after `what_engine`), then the classifier,
+/// the slot and the counters change. Nothing changes when a check fails. Logs the change.
+pub(crate) fn load_table(
+    classifier: Option<&Arc<dyn Classifier>>,
+    table: ClassTable,
+    source: &str,
+    what_engine: &str,
+    engine_takes: impl FnOnce(Arc<ClassTable>) -> Result<(), String>,
+    slot: TableSlot<'_>,
+    cached_lines: u64,
+) -> Result<ClassesLoaded, String> {
+    let t = Arc::new(table);
+    if let Some(c) = classifier {
+        c.check_table(&t)
+            .map_err(|e| format!("{source}: {e} (the running classifier is {:?})", c.name()))?;
+    }
+    engine_takes(Arc::clone(&t))
+        .map_err(|e| format!("{source}: {what_engine} cannot take this table: {e}"))?;
+    if let Some(c) = classifier {
+        c.set_table(Arc::clone(&t));
+    }
+    let old = slot.table.replace(Arc::clone(&t));
+    *slot.source = source.to_string();
+    *slot.loads += 1;
+    let r = ClassesLoaded {
+        old: old.as_deref().map(table_summary),
+        new: table_summary(&t),
+        classifier: classifier.map(|c| c.name()),
+        cached_lines,
+        loads: *slot.loads,
+    };
+    tracing::info!(
+        target: crate::tuning::LOG_TARGET,
+        "class table: {} -> {} (from {source}; {} cached lines keep their class ids)",
+        r.old.as_deref().unwrap_or("none"),
+        r.new,
+        r.cached_lines
+    );
+    Ok(r)
+}
+
 /// Classes `t` names (those not left at the default name `classN`).
 pub fn named_classes(t: &ClassTable) -> usize {
     (0..tiercache_engine::NUM_CLASSES)

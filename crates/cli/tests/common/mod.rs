@@ -8,6 +8,17 @@ use std::time::{Duration, Instant};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_tiercache");
 
+/// The Prometheus page of a server's `--metrics` address (`host:port`), headers included.
+pub fn metrics(addr: &str) -> String {
+    use std::io::{Read, Write};
+    let mut c = std::net::TcpStream::connect(addr).unwrap();
+    c.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    let mut body = String::new();
+    c.read_to_string(&mut body).unwrap();
+    body
+}
+
 /// A temporary directory on tmpfs when there is one (the tests sync often and need not wear a
 /// disk for it), else in the default temporary directory.
 pub fn tmp() -> tempfile::TempDir {
@@ -167,6 +178,11 @@ impl Srv {
             .arg("--control")
             .arg(&self.ctl)
             .args(args))
+    }
+
+    /// `ctl stats --json`, parsed.
+    pub fn stats(&self) -> serde_json::Value {
+        serde_json::from_str(&self.ctl(&["stats", "--json"])).unwrap()
     }
 
     /// SIGTERM (asserted clean) or SIGKILL (crash); waits for the exit, returns stderr.

@@ -270,6 +270,44 @@ impl LogConfig {
     }
 }
 
+/// Calls `$m!(every field of LogCounters)`: the one list the field-by-field operations use.
+macro_rules! log_counter_fields {
+    ($m:ident) => {
+        $m!(
+            requests,
+            reads,
+            writes,
+            trims,
+            flushes,
+            read_lines,
+            read_line_hits,
+            dup_read_hits,
+            ram_read_hits,
+            write_lines,
+            write_line_hits,
+            bypassed_lines,
+            read_requests,
+            write_requests,
+            dup_write_lines,
+            extents_stored,
+            logical_bytes_stored,
+            stored_bytes,
+            extents_compressed,
+            segments_sealed,
+            segments_reclaimed,
+            extents_evicted,
+            dirty_write_backs,
+            reinserted,
+            stale_entries_dropped,
+            ssd_bytes_read,
+            ssd_bytes_written,
+            ssd_bytes_trimmed,
+            hdd_bytes_read,
+            hdd_bytes_written
+        )
+    };
+}
+
 /// Counters of the log layout. See [`LogCounters::check`] for how they add up.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct LogCounters {
@@ -323,56 +361,24 @@ pub struct LogCounters {
 }
 
 impl LogCounters {
+    /// `self - before` field by field, saturating (the counters since `before`, e.g. a
+    /// statistics reset). Every field is listed: a new counter does not compile until it is
+    /// added to [`log_counter_fields`].
+    pub fn since(&self, before: &LogCounters) -> LogCounters {
+        macro_rules! since {
+            ($($f:ident),*) => { LogCounters { $($f: self.$f.saturating_sub(before.$f)),* } };
+        }
+        log_counter_fields!(since)
+    }
+
     /// Adds `now - before` field by field (what one engine call counted; every field, as the
     /// test `per_class_counters_add_up_to_the_totals` checks).
     fn add_delta(&mut self, now: &LogCounters, before: &LogCounters) {
-        macro_rules! d {
-            ($($f:ident),*) => { $( self.$f += now.$f - before.$f; )* };
+        let d = now.since(before);
+        macro_rules! add {
+            ($($f:ident),*) => {{ $( self.$f += &d.$f; )* }};
         }
-        d!(
-            requests,
-            reads,
-            writes,
-            trims,
-            flushes,
-            read_lines,
-            read_line_hits,
-            dup_read_hits,
-            ram_read_hits,
-            write_lines,
-            write_line_hits,
-            dup_write_lines,
-            bypassed_lines,
-            extents_stored,
-            logical_bytes_stored,
-            stored_bytes,
-            extents_compressed,
-            segments_sealed,
-            segments_reclaimed,
-            extents_evicted,
-            dirty_write_backs,
-            reinserted,
-            stale_entries_dropped,
-            ssd_bytes_read,
-            ssd_bytes_written,
-            ssd_bytes_trimmed,
-            hdd_bytes_read,
-            hdd_bytes_written
-        );
-        for (s, n, b) in [
-            (
-                &mut self.read_requests,
-                &now.read_requests,
-                &before.read_requests,
-            ),
-            (
-                &mut self.write_requests,
-                &now.write_requests,
-                &before.write_requests,
-            ),
-        ] {
-            *s += &n.saturating_sub(*b);
-        }
+        log_counter_fields!(add);
     }
 
     /// Checks that the counters add up (`segment` = segment size).

@@ -5,7 +5,6 @@
 
 use super::*;
 use crate::classify::{ClassesLoaded, Classifier};
-use crate::tuning;
 use tiercache_engine::ClassTable;
 
 impl LogVolume {
@@ -31,7 +30,6 @@ impl LogVolume {
     /// or the other. Checked first: a table the classifier or the log layout cannot take
     /// changes nothing. Per run (a restart uses `serve`'s `--classes`).
     pub fn load_classes(&self, table: ClassTable, source: &str) -> Result<ClassesLoaded, String> {
-        let t = Arc::new(table);
         let mut g = self.lock();
         // Shut down, or halted by a panic (`crate::live::HALTED`): say which.
         if let (true, Err(e)) = (g.closed, g.check_open()) {
@@ -40,37 +38,25 @@ impl LogVolume {
         if g.pass_through {
             return Err("the cache device failed (see `ctl stats`): every request passes through, no class table applies".into());
         }
-        if let Some(c) = &self.classifier {
-            c.check_table(&t)
-                .map_err(|e| format!("{source}: {e} (the running classifier is {:?})", c.name()))?;
-        }
-        g.eng
-            .set_class_table(Some(Arc::clone(&t)))
-            .map_err(|e| format!("{source}: the log layout cannot take this table: {e}"))?;
-        if let Some(c) = &self.classifier {
-            c.set_table(Arc::clone(&t));
-        }
-        let old = g.class_table.replace(Arc::clone(&t));
-        g.class_source = source.to_string();
-        g.class_loads += 1;
-        let r = ClassesLoaded {
-            old: old.as_deref().map(crate::classify::table_summary),
-            new: crate::classify::table_summary(&t),
-            classifier: self.classifier.as_ref().map(|c| c.name()),
-            cached_lines: g.eng.entries().count() as u64,
-            loads: g.class_loads,
-        };
-        drop(g);
+        let g = &mut *g;
+        let cached_lines = g.eng.entries().count() as u64;
+        let eng = &mut g.eng;
+        let r = crate::classify::load_table(
+            self.classifier.as_ref(),
+            table,
+            source,
+            "the log layout",
+            |t| eng.set_class_table(Some(t)).map_err(|e| e.to_string()),
+            crate::classify::TableSlot {
+                table: &mut g.class_table,
+                source: &mut g.class_source,
+                loads: &mut g.class_loads,
+            },
+            cached_lines,
+        )?;
         self.metrics
             .settings_changes
             .fetch_add(1, Ordering::Relaxed);
-        tracing::info!(
-            target: tuning::LOG_TARGET,
-            "class table: {} -> {} (from {source}; {} cached lines keep their class ids)",
-            r.old.as_deref().unwrap_or("none"),
-            r.new,
-            r.cached_lines
-        );
         Ok(r)
     }
 

@@ -7,47 +7,7 @@ use super::*;
 use crate::tuning;
 use std::sync::atomic::Ordering;
 
-/// `a - b` field by field (the counters since a reset). Every field is listed: a new
-/// counter does not compile until it is added here.
-pub(super) fn engine_since(a: &LogCounters, b: &LogCounters) -> LogCounters {
-    macro_rules! since {
-        ($($f:ident),*) => { LogCounters { $($f: a.$f.saturating_sub(b.$f)),* } };
-    }
-    since!(
-        requests,
-        reads,
-        writes,
-        trims,
-        flushes,
-        read_lines,
-        read_line_hits,
-        dup_read_hits,
-        ram_read_hits,
-        write_lines,
-        write_line_hits,
-        bypassed_lines,
-        read_requests,
-        write_requests,
-        dup_write_lines,
-        extents_stored,
-        logical_bytes_stored,
-        stored_bytes,
-        extents_compressed,
-        segments_sealed,
-        segments_reclaimed,
-        extents_evicted,
-        dirty_write_backs,
-        reinserted,
-        stale_entries_dropped,
-        ssd_bytes_read,
-        ssd_bytes_written,
-        ssd_bytes_trimmed,
-        hdd_bytes_read,
-        hdd_bytes_written
-    )
-}
-
-/// As [`engine_since`] for the live counters.
+/// The live counters since `b`, field by field (as `LogCounters::since`).
 pub(super) fn live_since(a: &LogLiveCounters, b: &LogLiveCounters) -> LogLiveCounters {
     macro_rules! since {
         ($($f:ident),*) => { LogLiveCounters { $($f: a.$f.saturating_sub(b.$f)),* } };

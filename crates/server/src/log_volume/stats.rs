@@ -61,7 +61,7 @@ impl LogVolume {
             },
             dup_entries_budget: g.dup_budget,
             reduction: red,
-            engine: live::engine_since(g.eng.counters(), &g.base.0),
+            engine: g.eng.counters().since(&g.base.0),
             live: live::live_since(&g.live, &g.base.1),
             cache_errors: g.cache_errors,
             backing_errors: g.backing_errors,
@@ -132,7 +132,7 @@ fn class_stats(g: &Inner) -> Vec<LogClassStats> {
             },
             cached_lines: cached[c as usize],
             dirty_lines: dirty[c as usize],
-            engine: live::engine_since(g.eng.class_counters(c), &g.class_base[c as usize]),
+            engine: g.eng.class_counters(c).since(&g.class_base[c as usize]),
         })
         .collect()
 }

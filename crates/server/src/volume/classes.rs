@@ -17,7 +17,6 @@ impl CacheVolume {
         table: ClassTable,
         source: &str,
     ) -> Result<crate::classify::ClassesLoaded, String> {
-        let t = Arc::new(table);
         let mut g = self.lock();
         if g.closed {
             return Err(g.closed_reason().into());
@@ -25,37 +24,25 @@ impl CacheVolume {
         if g.failed {
             return Err("the cache device failed (see `ctl stats`): every request passes through, no class table applies".into());
         }
-        if let Some(c) = &self.classifier {
-            c.check_table(&t)
-                .map_err(|e| format!("{source}: {e} (the running classifier is {:?})", c.name()))?;
-        }
-        g.engine
-            .set_class_table(Some(Arc::clone(&t)))
-            .map_err(|e| format!("{source}: the running policy cannot take this table: {e}"))?;
-        if let Some(c) = &self.classifier {
-            c.set_table(Arc::clone(&t));
-        }
-        let old = g.class_table.replace(Arc::clone(&t));
-        g.class_source = source.to_string();
-        g.class_loads += 1;
-        let r = crate::classify::ClassesLoaded {
-            old: old.as_deref().map(crate::classify::table_summary),
-            new: crate::classify::table_summary(&t),
-            classifier: self.classifier.as_ref().map(|c| c.name()),
-            cached_lines: g.engine.len(),
-            loads: g.class_loads,
-        };
-        drop(g);
+        let g = &mut *g;
+        let cached_lines = g.engine.len();
+        let engine = &mut g.engine;
+        let r = crate::classify::load_table(
+            self.classifier.as_ref(),
+            table,
+            source,
+            "the running policy",
+            |t| engine.set_class_table(Some(t)).map_err(|e| e.to_string()),
+            crate::classify::TableSlot {
+                table: &mut g.class_table,
+                source: &mut g.class_source,
+                loads: &mut g.class_loads,
+            },
+            cached_lines,
+        )?;
         self.metrics
             .settings_changes
             .fetch_add(1, Ordering::Relaxed);
-        tracing::info!(
-            target: tuning::LOG_TARGET,
-            "class table: {} -> {} (from {source}; {} cached lines keep their class ids)",
-            r.old.as_deref().unwrap_or("none"),
-            r.new,
-            r.cached_lines
-        );
         Ok(r)
     }
 
