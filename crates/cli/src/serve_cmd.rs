@@ -155,6 +155,14 @@ pub struct ServeArgs {
     /// clients on very slow links (a 32 MiB reply must go out at 1.1 MB/s at the default).
     #[arg(long)]
     write_timeout: Option<f64>,
+    /// Seconds an NBD backing or cache device (`--backing`/`--cache` given as an `nbd://` or
+    /// `nbd+unix://` URI) may take to answer one request (default 60; 0: wait for ever). A
+    /// request without an answer in time fails - the client gets EIO, a write-back is retried
+    /// later - and its connection is dropped (a late reply answers nothing); the next request
+    /// reconnects. A dead NBD server or host then fails requests instead of hanging every
+    /// client of the volume. Files and block devices are timed out by the kernel, not by this.
+    #[arg(long)]
+    device_timeout: Option<f64>,
     /// Write mode for this run: write-through (wt), write-back (wb), write-around (wa),
     /// read-only (ro), pass-through (pt) [default: the one stored on the cache device].
     #[arg(long)]
@@ -453,10 +461,14 @@ macro_rules! say {
 
 /// The backing device: a file, a block device, or an NBD export (`nbd://HOST[:PORT]/NAME`,
 /// `nbd+unix:///NAME?socket=PATH`) — cache a remote volume on a local SSD.
-fn open_backing(path: &std::path::Path) -> Result<Box<dyn BlockDev>> {
+fn open_backing(
+    path: &std::path::Path,
+    timeout: Option<std::time::Duration>,
+) -> Result<Box<dyn BlockDev>> {
     let text = path.to_string_lossy();
     if NbdDev::is_uri(&text) {
-        let dev = NbdDev::connect(&text).with_context(|| format!("--backing {text}"))?;
+        let dev = NbdDev::connect_with_timeout(&text, timeout)
+            .with_context(|| format!("--backing {text}"))?;
         if dev.read_only() {
             bail!("--backing {text}: the export is read-only; a cache needs to write back to it");
         }
@@ -473,10 +485,14 @@ fn open_backing(path: &std::path::Path) -> Result<Box<dyn BlockDev>> {
 
 /// The cache device: a file, a block device, or an NBD export (so cache faults can be
 /// injected with nbdkit's filters).
-fn open_cache(path: &std::path::Path) -> Result<Box<dyn BlockDev>> {
+fn open_cache(
+    path: &std::path::Path,
+    timeout: Option<std::time::Duration>,
+) -> Result<Box<dyn BlockDev>> {
     let text = path.to_string_lossy();
     if NbdDev::is_uri(&text) {
-        let dev = NbdDev::connect(&text).with_context(|| format!("--cache {text}"))?;
+        let dev = NbdDev::connect_with_timeout(&text, timeout)
+            .with_context(|| format!("--cache {text}"))?;
         if dev.read_only() {
             bail!("--cache {text}: the export is read-only; a cache device must be writable");
         }
@@ -702,8 +718,8 @@ pub fn format(a: FormatArgs) -> Result<()> {
             a.data_checksums,
         )?;
     }
-    let cache = open_cache(&a.cache)?;
-    let backing = open_backing(&a.backing)?;
+    let cache = open_cache(&a.cache, Some(NbdDev::DEFAULT_TIMEOUT))?;
+    let backing = open_backing(&a.backing, Some(NbdDev::DEFAULT_TIMEOUT))?;
     if !a.force {
         refuse_existing_cache(&a.cache, &*cache)?;
     }
@@ -915,6 +931,7 @@ const LOG_LAYOUT_KEYS: &[&str] = &[
     "handshake_deadline",
     "max_options",
     "write_timeout",
+    "device_timeout",
     "workers",
     "mode",
     "line_size",
@@ -1063,7 +1080,15 @@ pub fn serve(a: ServeArgs) -> Result<()> {
         .map(|s| size_arg("--cache-size", s))
         .transpose()?;
 
-    let backing_file = open_backing(&backing_path)?;
+    let device_timeout = match a.device_timeout {
+        None => Some(NbdDev::DEFAULT_TIMEOUT),
+        Some(0.0) => None,
+        Some(s) => Some(
+            std::time::Duration::try_from_secs_f64(s)
+                .map_err(|e| anyhow!("--device-timeout {s}: {e} (give seconds, 0 for none)"))?,
+        ),
+    };
+    let backing_file = open_backing(&backing_path, device_timeout)?;
     let backing: Box<dyn BlockDev> = match &a.emulate_hdd {
         Some(spec) => {
             let cfg = tiercache_server::hdd_config(spec).map_err(|e| anyhow!(e))?;
@@ -1104,7 +1129,7 @@ pub fn serve(a: ServeArgs) -> Result<()> {
         })?;
         create_cache_file(&cache_path, bytes, new_line, a.data_checksums)?;
     }
-    let cache = open_cache(&cache_path)?;
+    let cache = open_cache(&cache_path, device_timeout)?;
     // What the device holds, read here only to decide whether to format it: the layout of
     // what is served is the superblock's, picked by `open_live`.
     let found = match tiercache_server::probe(&*cache).context("reading the log superblock")? {

@@ -4,9 +4,10 @@
 
 use std::collections::HashMap;
 use std::io::{self, BufReader, Read, Write};
-use std::net::TcpStream;
+use std::net::{TcpStream, ToSocketAddrs};
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use thiserror::Error;
 
@@ -142,18 +143,47 @@ enum Conn {
 }
 
 impl Conn {
-    fn open(uri: &NbdUri) -> Result<Conn> {
+    /// Connects; with `timeout`, the connect, and later every read and write on the socket,
+    /// fail with `WouldBlock`/`TimedOut` after that long (TLS included: it runs on this
+    /// socket).
+    fn open(uri: &NbdUri, timeout: Option<Duration>) -> Result<Conn> {
         Ok(match uri {
             NbdUri::Unix { socket, .. } => {
-                Conn::Unix(UnixStream::connect(socket).map_err(|e| {
+                let s = UnixStream::connect(socket).map_err(|e| {
                     io::Error::new(e.kind(), format!("connecting to {}: {e}", socket.display()))
-                })?)
+                })?;
+                s.set_read_timeout(timeout)?;
+                s.set_write_timeout(timeout)?;
+                Conn::Unix(s)
             }
             NbdUri::Tcp { host, port, .. } => {
-                let s = TcpStream::connect((host.as_str(), *port)).map_err(|e| {
+                let at = |e: io::Error| {
                     io::Error::new(e.kind(), format!("connecting to {host}:{port}: {e}"))
-                })?;
+                };
+                let s = match timeout {
+                    None => TcpStream::connect((host.as_str(), *port)).map_err(at)?,
+                    Some(t) => {
+                        // Every address the name resolves to, each with the timeout.
+                        let mut last = io::Error::new(
+                            io::ErrorKind::NotFound,
+                            "the name resolves to no address",
+                        );
+                        let mut found = None;
+                        for a in (host.as_str(), *port).to_socket_addrs().map_err(at)? {
+                            match TcpStream::connect_timeout(&a, t) {
+                                Ok(s) => {
+                                    found = Some(s);
+                                    break;
+                                }
+                                Err(e) => last = e,
+                            }
+                        }
+                        found.ok_or_else(|| at(last))?
+                    }
+                };
                 s.set_nodelay(true)?;
+                s.set_read_timeout(timeout)?;
+                s.set_write_timeout(timeout)?;
                 Conn::Tcp(s)
             }
         })
@@ -189,6 +219,15 @@ impl Write for Conn {
     }
 }
 
+/// Whether `e` is a socket timeout of [`ClientOptions::timeout`] (the platform says
+/// `WouldBlock` for a receive timeout, `TimedOut` for a connect timeout).
+pub fn is_timeout(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+    )
+}
+
 /// A request in flight.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Handle(pub u64);
@@ -198,12 +237,19 @@ pub struct Handle(pub u64);
 pub struct ClientOptions {
     /// Ask for structured replies (NBD_OPT_STRUCTURED_REPLY).
     pub structured_replies: bool,
+    /// How long connecting, and then any one read or write on the connection, may wait
+    /// (`None`: for ever). A request whose reply does not come in time fails with an
+    /// [`ClientError::Io`] of kind `WouldBlock` or `TimedOut` ([`is_timeout`]); the
+    /// connection is then out of step and must be dropped, never reused: its late reply
+    /// would answer nothing.
+    pub timeout: Option<Duration>,
 }
 
 impl Default for ClientOptions {
     fn default() -> Self {
         ClientOptions {
             structured_replies: true,
+            timeout: None,
         }
     }
 }
@@ -372,7 +418,7 @@ impl Client {
         opts: &ClientOptions,
         tls: Option<&crate::ClientTls>,
     ) -> Result<Client> {
-        let (mut reader, mut writer, no_zeroes) = open_session(uri, tls)?;
+        let (mut reader, mut writer, no_zeroes) = open_session(uri, tls, opts.timeout)?;
         let mut structured = false;
         if opts.structured_replies {
             send_option(&mut writer, OPT_STRUCTURED_REPLY, &[])?;
@@ -469,7 +515,8 @@ impl Client {
                 })
             }
         };
-        let (mut reader, mut writer, _) = open_session(&NbdUri::parse(&plain)?, tls.as_ref())?;
+        let (mut reader, mut writer, _) =
+            open_session(&NbdUri::parse(&plain)?, tls.as_ref(), None)?;
         send_option(&mut writer, OPT_LIST, &[])?;
         let mut names = Vec::new();
         loop {
@@ -790,8 +837,9 @@ impl Client {
 fn open_session(
     uri: &NbdUri,
     tls: Option<&crate::ClientTls>,
+    timeout: Option<Duration>,
 ) -> Result<(BufReader<Conn>, Conn, bool)> {
-    let conn = Conn::open(uri)?;
+    let conn = Conn::open(uri, timeout)?;
     let mut writer = conn.try_clone()?;
     let mut reader = BufReader::with_capacity(256 << 10, conn);
     let no_zeroes = greet(&mut reader, &mut writer)?;

@@ -14,7 +14,7 @@ mod server;
 mod tls;
 pub mod unix_access;
 
-pub use client::{Client, ClientError, ClientOptions, Completion, Handle, NbdUri};
+pub use client::{is_timeout, Client, ClientError, ClientOptions, Completion, Handle, NbdUri};
 pub use file::FileExport;
 pub use replay::{
     pattern_byte, replay, replay_with, OpStats, ReplayOp, ReplayOpKind, ReplayReport,

@@ -457,6 +457,7 @@ fn backing_errors_go_to_the_request_only() {
             &uri,
             &ClientOptions {
                 structured_replies: structured,
+                ..Default::default()
             },
         )
         .unwrap();

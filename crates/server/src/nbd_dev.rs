@@ -11,11 +11,15 @@
 use crate::dev::BlockDev;
 use std::io;
 use std::sync::{Condvar, Mutex};
-use tiercache_nbd::{Client, ClientError, NbdUri};
+use std::time::Duration;
+use tiercache_nbd::{Client, ClientError, ClientOptions, NbdUri};
 
 pub struct NbdDev {
     uri: NbdUri,
     uri_text: String,
+    /// Connections are opened with this (`ClientOptions::timeout`): a request without a
+    /// reply in time fails and its connection is dropped.
+    opts: ClientOptions,
     size: u64,
     multi_conn: bool,
     read_only: bool,
@@ -29,8 +33,15 @@ struct Pool {
     open: usize,
 }
 
-fn err(uri: &str, e: ClientError) -> io::Error {
+fn err(uri: &str, timeout: Option<Duration>, e: ClientError) -> io::Error {
     match e {
+        ClientError::Io(e) if tiercache_nbd::is_timeout(&e) => io::Error::new(
+            io::ErrorKind::TimedOut,
+            format!(
+                "{uri}: no answer within {:.1} s (--device-timeout); the request failed and its connection was dropped",
+                timeout.unwrap_or_default().as_secs_f64()
+            ),
+        ),
         ClientError::Io(e) => io::Error::new(e.kind(), format!("{uri}: {e}")),
         // A full backing export stays ENOSPC for our own clients (not a plain EIO).
         ClientError::Nbd {
@@ -50,10 +61,28 @@ impl NbdDev {
         path.starts_with("nbd://") || path.starts_with("nbd+unix://")
     }
 
-    /// Connects once (to learn the size and flags); more connections open on demand.
+    /// How long one request may wait for its answer by default (`serve --device-timeout`):
+    /// longer than any healthy disk's queue, short enough that a dead server or host fails
+    /// requests instead of hanging the volume.
+    pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
+
+    /// Connects once (to learn the size and flags) with [`Self::DEFAULT_TIMEOUT`]; more
+    /// connections open on demand.
     pub fn connect(uri_text: &str) -> io::Result<NbdDev> {
-        let uri = NbdUri::parse(uri_text).map_err(|e| err(uri_text, e))?;
-        let c = Client::connect(uri_text).map_err(|e| err(uri_text, e))?;
+        Self::connect_with_timeout(uri_text, Some(Self::DEFAULT_TIMEOUT))
+    }
+
+    /// [`Self::connect`] where connecting and every request may wait `timeout` at most
+    /// (`None`: for ever). A request that gets no answer in time fails with `TimedOut`; its
+    /// connection is dropped (its late reply answers nothing), the next request opens a new
+    /// one.
+    pub fn connect_with_timeout(uri_text: &str, timeout: Option<Duration>) -> io::Result<NbdDev> {
+        let opts = ClientOptions {
+            timeout,
+            ..Default::default()
+        };
+        let uri = NbdUri::parse(uri_text).map_err(|e| err(uri_text, timeout, e))?;
+        let c = Client::connect_with(&uri, &opts).map_err(|e| err(uri_text, timeout, e))?;
         let max_block = c
             .block_sizes()
             .map(|b| b.maximum as u64)
@@ -66,6 +95,7 @@ impl NbdDev {
             max_block,
             uri,
             uri_text: uri_text.to_string(),
+            opts,
             pool: Mutex::new(Pool {
                 idle: vec![c],
                 open: 1,
@@ -99,13 +129,13 @@ impl NbdDev {
                 if p.open < limit {
                     p.open += 1;
                     drop(p);
-                    match Client::connect_with(&self.uri, &Default::default()) {
+                    match Client::connect_with(&self.uri, &self.opts) {
                         Ok(c) => break c,
                         Err(e) => {
                             let mut p = self.pool.lock().unwrap_or_else(|e| e.into_inner());
                             p.open -= 1;
                             self.freed.notify_one();
-                            return Err(err(&self.uri_text, e));
+                            return Err(err(&self.uri_text, self.opts.timeout, e));
                         }
                     }
                 }
@@ -120,7 +150,7 @@ impl NbdDev {
             Err(_) => p.open -= 1,
         }
         self.freed.notify_one();
-        r.map_err(|e| err(&self.uri_text, e))
+        r.map_err(|e| err(&self.uri_text, self.opts.timeout, e))
     }
 
     /// How many of `len` bytes at `offset` lie within the export (the rest reads as zeros
