@@ -221,6 +221,25 @@ pub struct SimArgs {
     /// The RAM tier's replacement policy (see `tiercache policies`). Default s3fifo.
     #[arg(long, value_name = "NAME", requires = "ram_cache")]
     pub ram_policy: Option<String>,
+    /// A volume of a cache pool, NAME=TRACE (repeat it): the traces are merged by arrival
+    /// time (each trace's clock starting at its first record) and replayed as volumes
+    /// 0, 1, ... sharing one cache under one policy; the report adds a row per volume.
+    /// Each trace must be of one volume (replay a trace with a volume column alone, with
+    /// --per-volume). Instead of --trace / --workload; direct layout only.
+    #[arg(long = "volume", value_name = "NAME=TRACE", conflicts_with_all = ["trace", "trace_arg", "workload"])]
+    pub volumes: Vec<String>,
+    /// A volume's own write mode, NAME=MODE (repeat it; NAME is a --volume name or, for a
+    /// trace's own volume column, a volume id): e.g. `--volume-mode logs=pt` keeps one
+    /// volume out of the cache while the others use --mode.
+    #[arg(long, value_name = "NAME=MODE")]
+    pub volume_mode: Vec<String>,
+    /// A volume's own admission rule, NAME=RULE (always, never, nhit:N, nhit:R:W).
+    #[arg(long, value_name = "NAME=RULE")]
+    pub volume_admission: Vec<String>,
+    /// Report per volume (id, mode, hit ratio, lines held, HDD traffic): implied by
+    /// --volume, --volume-mode and --volume-admission; for a trace with a volume column.
+    #[arg(long)]
+    pub per_volume: bool,
     /// Experiment file (TOML); flags override its values.
     #[arg(long, short = 'c', value_name = "FILE")]
     pub config: Option<PathBuf>,
@@ -385,16 +404,19 @@ pub fn sim(mut a: SimArgs) -> Result<()> {
     if content.is_some() && exp.cache.line_size.is_none() {
         exp.cache.line_size = Some(tiercache_sim::log::DEFAULT_LOG_LINE.to_string());
     }
-    let (input, phases) = match (fs, &content) {
-        (Some((i, p)), _) => (i, p),
-        (None, Some(w)) => (
+    let merged = merge_volume_traces(&a, &exp)?;
+    let table = merged.as_ref().map(|m| m.1.clone());
+    let (input, phases) = match (fs, &content, merged) {
+        (_, _, Some((i, _))) => (i, Vec::new()),
+        (Some((i, p)), _, None) => (i, p),
+        (None, Some(w), None) => (
             Input::Memory {
                 name: w.clone(),
                 requests: Arc::new(Vec::new()),
             },
             Vec::new(),
         ),
-        (None, None) => (exp.input.to_input()?, Vec::new()),
+        (None, None, None) => (exp.input.to_input()?, Vec::new()),
     };
     let mut spec = specs(&input, &exp.cache, None, exp.input.seed)?.remove(0);
     if let Some(w) = &content {
@@ -402,6 +424,7 @@ pub fn sim(mut a: SimArgs) -> Result<()> {
     }
     apply_classes(&a.cache.classes, &mut spec)?;
     apply_ram(&a, &mut spec)?;
+    apply_volume_settings(&a, table, &mut spec)?;
     let progress = Progress::new(a.quiet, input_total(&spec.input), "requests");
     if let Some(mut setup) = a.timed.setup()? {
         setup.options.phase_starts = phases.iter().map(|p| p.start as u64).collect();
@@ -426,6 +449,117 @@ pub fn sim(mut a: SimArgs) -> Result<()> {
     let res = simulate(&spec, None, Some(&|n| progress.set(n)))?;
     progress.finish();
     print_one(&res, a.json, a.csv)
+}
+
+/// `--volume NAME=TRACE`...: the traces merged into one input, and the volume table.
+fn merge_volume_traces(
+    a: &SimArgs,
+    exp: &Experiment,
+) -> Result<Option<(Input, Vec<tiercache_engine::VolumeConfig>)>> {
+    if a.volumes.is_empty() {
+        return Ok(None);
+    }
+    let mut vols = Vec::new();
+    for v in &a.volumes {
+        let (name, path) = v
+            .split_once('=')
+            .filter(|(n, p)| !n.trim().is_empty() && !p.is_empty())
+            .with_context(|| format!("--volume {v}: give NAME=TRACE, e.g. --volume db=db.csv"))?;
+        let mut sec = exp.input.clone();
+        sec.trace = Some(PathBuf::from(path));
+        sec.workload = None;
+        vols.push(tiercache_sim::VolumeInput {
+            name: name.trim().to_string(),
+            input: sec.to_input()?,
+        });
+    }
+    tiercache_sim::merge_volumes(&vols).map(Some)
+}
+
+/// `--volume-mode`, `--volume-admission`, `--per-volume`: the engine's volume table (the
+/// merged volumes' names, `table`, when --volume gave them).
+fn apply_volume_settings(
+    a: &SimArgs,
+    table: Option<Vec<tiercache_engine::VolumeConfig>>,
+    spec: &mut tiercache_sim::SimSpec,
+) -> Result<()> {
+    use tiercache_engine::VolumeConfig;
+    let any = table.is_some()
+        || a.per_volume
+        || !a.volume_mode.is_empty()
+        || !a.volume_admission.is_empty();
+    if !any {
+        return Ok(());
+    }
+    anyhow::ensure!(
+        spec.log.is_none(),
+        "--volume, --volume-mode, --volume-admission and --per-volume run on the direct layout \
+         only for now; drop --layout log"
+    );
+    let mut vols = table.unwrap_or_default();
+    // A volume given by name must be a --volume; one given by id may be any (a trace's
+    // volume column); volumes never named run with the engine-wide settings.
+    fn find<'v>(
+        vols: &'v mut Vec<VolumeConfig>,
+        flag: &str,
+        name: &str,
+    ) -> Result<&'v mut VolumeConfig> {
+        if let Some(i) = vols.iter().position(|v| v.name == name) {
+            return Ok(&mut vols[i]);
+        }
+        let id: u32 =
+            name.parse().map_err(|_| {
+                anyhow::anyhow!(
+                "{flag} {name}=...: no volume is named '{name}' (volumes: {}); give a --volume \
+                 name or a volume id",
+                if vols.is_empty() {
+                    "none given with --volume".to_string()
+                } else {
+                    vols.iter().map(|v| v.name.as_str()).collect::<Vec<_>>().join(", ")
+                }
+            )
+            })?;
+        if let Some(i) = vols.iter().position(|v| v.id == id) {
+            return Ok(&mut vols[i]);
+        }
+        vols.push(VolumeConfig::new(id, id.to_string()));
+        Ok(vols.last_mut().expect("just pushed"))
+    }
+    let split = |flag: &str, s: &str| -> Result<(String, String)> {
+        s.split_once('=')
+            .map(|(n, v)| (n.trim().to_string(), v.trim().to_string()))
+            .with_context(|| format!("{flag} {s}: give NAME=VALUE"))
+    };
+    for s in &a.volume_mode {
+        let (n, m) = split("--volume-mode", s)?;
+        let mode = m
+            .parse()
+            .map_err(|e: String| anyhow::anyhow!("--volume-mode {s}: {e}"))?;
+        find(&mut vols, "--volume-mode", &n)?.mode = Some(mode);
+    }
+    for s in &a.volume_admission {
+        let (n, r) = split("--volume-admission", s)?;
+        let adm = r
+            .parse()
+            .map_err(|e: String| anyhow::anyhow!("--volume-admission {s}: {e}"))?;
+        find(&mut vols, "--volume-admission", &n)?.admission = Some(adm);
+    }
+    anyhow::ensure!(
+        spec.engine.ram_cache == 0 || vols.iter().all(|v| v.mode.is_none()),
+        "--ram-cache with --volume-mode: the RAM tier has one mode for the pool; per-volume \
+         modes under a RAM tier are not supported yet (drop one of them)"
+    );
+    if vols.is_empty() {
+        // --per-volume alone: a table that only switches per-volume counting on (volume 0
+        // named by its id, like every volume met in the trace).
+        vols.push(VolumeConfig::new(0, "0"));
+    }
+    vols.sort_by_key(|v| v.id);
+    spec.engine.volumes = vols;
+    spec.engine
+        .validate()
+        .map_err(|e| anyhow::anyhow!("volumes: {e}"))?;
+    Ok(())
 }
 
 /// `--ram-cache` / `--ram-policy`: the RAM tier above the cache (checked here, so a bad

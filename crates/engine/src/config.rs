@@ -266,6 +266,39 @@ pub struct EngineConfig {
     pub ram_cache: u64,
     /// The RAM tier's replacement policy (default s3fifo).
     pub ram_policy: String,
+    /// Volumes with settings of their own (several volumes, one pool; see
+    /// `docs/design-pool.md`). Empty (the default) = one engine-wide setting for every
+    /// volume and no per-volume counters: exactly the engine before volumes had settings.
+    /// Non-empty: per-volume counters for every volume that sends a request
+    /// ([`crate::Engine::volume_stats`]); a volume not listed uses the engine-wide settings.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub volumes: Vec<VolumeConfig>,
+}
+
+/// One volume of a pool: its id (the requests' `volume`), a name for reports, and the
+/// settings it overrides (None = the engine-wide one).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct VolumeConfig {
+    pub id: u32,
+    pub name: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mode: Option<Mode>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub admission: Option<Admission>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub seq_cutoff: Option<SeqCutoff>,
+}
+
+impl VolumeConfig {
+    /// A volume with the engine-wide settings.
+    pub fn new(id: u32, name: impl Into<String>) -> Self {
+        VolumeConfig {
+            id,
+            name: name.into(),
+            ..Default::default()
+        }
+    }
 }
 
 /// Default [`EngineConfig::cleaning_age`] (requests).
@@ -300,6 +333,7 @@ impl Default for EngineConfig {
             clean_victim_window: 0,
             ram_cache: 0,
             ram_policy: crate::ram_tier::DEFAULT_RAM_POLICY.into(),
+            volumes: Vec::new(),
         }
     }
 }
@@ -368,6 +402,32 @@ impl EngineConfig {
         }
         if self.cleaning_age == 0 {
             return Err("cleaning_age must be at least 1 request".into());
+        }
+        self.validate_volumes()
+    }
+
+    /// The volume table: ids in range, ids and names unique, names non-empty.
+    fn validate_volumes(&self) -> Result<(), String> {
+        let max = crate::engine::MAX_VOLUME;
+        for (i, v) in self.volumes.iter().enumerate() {
+            if v.id > max {
+                return Err(format!(
+                    "volume '{}': id {} is out of range (0..={max})",
+                    v.name, v.id
+                ));
+            }
+            if v.name.trim().is_empty() {
+                return Err(format!("volume {}: the name is empty", v.id));
+            }
+            if let Some(o) = self.volumes[..i]
+                .iter()
+                .find(|o| o.id == v.id || o.name == v.name)
+            {
+                return Err(format!(
+                    "volumes '{}' (id {}) and '{}' (id {}) share an id or a name",
+                    o.name, o.id, v.name, v.id
+                ));
+            }
         }
         Ok(())
     }

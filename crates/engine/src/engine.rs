@@ -2,7 +2,7 @@
 //! replacement policy, admission, write modes and write-back cleaning.
 
 use crate::cleaning::{self, Cleaner};
-use crate::config::{EngineConfig, Mode, Validity};
+use crate::config::{Admission, EngineConfig, Mode, SeqCutoff, Validity};
 use crate::index::LineIndex;
 use crate::plan::{Plan, Step};
 use crate::policy::{self, Access, Policy, Slot, NEVER};
@@ -127,6 +127,41 @@ pub struct Engine {
     /// their write-back completes.
     zombies: u32,
     inflight: InflightCounters,
+    /// Per-volume state, when the configuration has a volume table (`cfg.volumes`); see
+    /// [`Engine::process_volume`]. Empty and never touched otherwise.
+    vols: Vec<VolState>,
+    /// Volume id -> index in `vols`.
+    vol_ix: HashMap<u32, u32>,
+    /// `!cfg.volumes.is_empty()`: requests go through [`Engine::process_volume`].
+    per_volume: bool,
+    /// A request is being processed (per volume: its counts reach its volume by difference;
+    /// only counts made outside requests, by cleaning, are added to a volume directly).
+    in_request: bool,
+}
+
+/// One volume of a pool (see `docs/design-pool.md`).
+#[derive(Clone, Debug)]
+struct VolState {
+    cfg: crate::config::VolumeConfig,
+    counters: Counters,
+}
+
+/// What one volume of a pool did and holds ([`Engine::volume_stats`]).
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct VolumeStats {
+    pub id: u32,
+    /// The name from the volume table (the id, for a volume not in it).
+    pub name: String,
+    /// The settings its requests run with (its own, or the engine-wide ones).
+    pub mode: Mode,
+    pub admission: Admission,
+    pub seq_cutoff: SeqCutoff,
+    /// Counters of its requests (including evictions and write-backs they caused) and of
+    /// the cleaning of its lines.
+    pub counters: Counters,
+    /// Cached lines of the volume, and of those the dirty ones, now.
+    pub lines: u64,
+    pub dirty_lines: u64,
 }
 
 // Executors move the engine into their threads (behind a lock): it must stay `Send`.
@@ -349,10 +384,137 @@ impl Engine {
             capturing: false,
             zombies: 0,
             inflight: InflightCounters::default(),
+            vols: Vec::new(),
+            vol_ix: HashMap::new(),
+            per_volume: false,
+            in_request: false,
             cfg,
         };
+        e.sync_volumes();
         e.update_fast_path();
         Ok(e)
+    }
+
+    /// Takes the volume table of `cfg` (at build and after [`Engine::retune`]): listed
+    /// volumes get their settings and name, counters are kept by id.
+    fn sync_volumes(&mut self) {
+        self.per_volume = !self.cfg.volumes.is_empty();
+        for v in self.cfg.volumes.clone() {
+            let i = self.volume_index(v.id);
+            self.vols[i].cfg = v;
+        }
+        // A volume dropped from the table keeps its counters under the engine-wide settings.
+        for st in &mut self.vols {
+            if !self.cfg.volumes.iter().any(|v| v.id == st.cfg.id) {
+                st.cfg = crate::config::VolumeConfig::new(st.cfg.id, st.cfg.id.to_string());
+            }
+        }
+    }
+
+    /// Index of `volume` in `vols`, adding it (engine-wide settings, named by its id).
+    fn volume_index(&mut self, volume: u32) -> usize {
+        if let Some(&i) = self.vol_ix.get(&volume) {
+            return i as usize;
+        }
+        let i = self.vols.len();
+        self.vols.push(VolState {
+            cfg: crate::config::VolumeConfig::new(volume, volume.to_string()),
+            counters: Counters::default(),
+        });
+        self.vol_ix.insert(volume, i as u32);
+        i
+    }
+
+    /// One request with a volume table: run with its volume's settings, counted to it too.
+    /// The engine-wide `mode`, `admission` and `seq_cutoff` are swapped for the volume's for
+    /// the request (and back), so every path that reads them obeys the volume.
+    #[inline(never)]
+    fn process_volume(&mut self, req: &Request) -> Result<&Plan, EngineError> {
+        if req.volume > MAX_VOLUME || req.class > MAX_CLASS {
+            return self.process_plain(req);
+        }
+        let vi = self.volume_index(req.volume);
+        let ci = req.class as usize;
+        let before = self.counters[ci];
+        let v = &self.vols[vi].cfg;
+        let own = (
+            v.mode.unwrap_or(self.cfg.mode),
+            v.admission.unwrap_or(self.cfg.admission),
+            v.seq_cutoff.unwrap_or(self.cfg.seq_cutoff),
+        );
+        let base = (self.cfg.mode, self.cfg.admission, self.cfg.seq_cutoff);
+        let swap = own != base;
+        if swap {
+            (self.cfg.mode, self.cfg.admission, self.cfg.seq_cutoff) = own;
+            self.update_fast_path();
+        }
+        self.in_request = true;
+        let r = self.process_plain(req).map(|_| ());
+        self.in_request = false;
+        if swap {
+            (self.cfg.mode, self.cfg.admission, self.cfg.seq_cutoff) = base;
+            self.update_fast_path();
+        }
+        let now = self.counters[ci];
+        self.vols[vi].counters.add_delta(&now, &before);
+        r.map(|_| &self.plan)
+    }
+
+    /// Counts cleaning I/O of a line of `vol` (outside requests) to its volume: `ssd_read`
+    /// bytes read from the cache, `hdd_read` and `hdd_write` on the backing device, and
+    /// `write_backs` lines (negative: a failed write-back uncounted).
+    #[cold]
+    fn count_volume_cleaning(&mut self, vol: u32, ssd_read: u64, hdd: (u64, u64), wb: i64) {
+        let i = self.volume_index(vol);
+        let c = &mut self.vols[i].counters;
+        c.ssd_bytes_read += ssd_read;
+        c.hdd_bytes_read += hdd.0;
+        c.hdd_bytes_written += hdd.1;
+        c.write_backs = c.write_backs.saturating_add_signed(wb);
+    }
+
+    /// Per volume (with a volume table; empty without one): the counters of its requests
+    /// and cleaning, and its cached and dirty lines now (counted over the slots: O(capacity)),
+    /// in id order. Volumes holding lines but not yet seen (restored lines) are listed too.
+    /// The counters of all volumes add up to [`Engine::counters`] (`tests/volumes.rs`).
+    pub fn volume_stats(&self) -> Vec<VolumeStats> {
+        if !self.per_volume {
+            return Vec::new();
+        }
+        let mut occ: HashMap<u32, (u64, u64)> = HashMap::new();
+        for (k, _, dirty) in self.entries() {
+            let e = occ.entry((k >> LINE_BITS) as u32).or_default();
+            e.0 += 1;
+            e.1 += dirty as u64;
+        }
+        let mut ids: Vec<u32> = self.vols.iter().map(|v| v.cfg.id).collect();
+        ids.extend(occ.keys().filter(|&id| !self.vol_ix.contains_key(id)));
+        ids.sort_unstable();
+        ids.into_iter()
+            .map(|id| {
+                let st = self.vol_ix.get(&id).map(|&i| &self.vols[i as usize]);
+                let v = st.map(|s| s.cfg.clone());
+                let (lines, dirty_lines) = occ.get(&id).copied().unwrap_or_default();
+                VolumeStats {
+                    id,
+                    name: v
+                        .as_ref()
+                        .map_or_else(|| id.to_string(), |v| v.name.clone()),
+                    mode: v.as_ref().and_then(|v| v.mode).unwrap_or(self.cfg.mode),
+                    admission: v
+                        .as_ref()
+                        .and_then(|v| v.admission)
+                        .unwrap_or(self.cfg.admission),
+                    seq_cutoff: v
+                        .as_ref()
+                        .and_then(|v| v.seq_cutoff)
+                        .unwrap_or(self.cfg.seq_cutoff),
+                    counters: st.map(|s| s.counters).unwrap_or_default(),
+                    lines,
+                    dirty_lines,
+                }
+            })
+            .collect()
     }
 
     /// Decides whether [`Engine::fast_line`] applies to this configuration: one line per
@@ -498,9 +660,13 @@ impl Engine {
         let rebuild = c.cleaning != self.cfg.cleaning
             || c.cleaning_age != self.cfg.cleaning_age
             || c.acp_chunk_lines_shift() != self.cfg.acp_chunk_lines_shift();
+        let volumes = c.volumes != self.cfg.volumes;
         self.cfg = c;
         if rebuild {
             self.rebuild_cleaner();
+        }
+        if volumes {
+            self.sync_volumes();
         }
         self.update_fast_path();
         Ok(())
@@ -574,6 +740,9 @@ impl Engine {
     pub fn reset_counters(&mut self) {
         for c in &mut self.counters {
             *c = Counters::default();
+        }
+        for v in &mut self.vols {
+            v.counters = Counters::default();
         }
         self.inflight = InflightCounters::default();
     }
@@ -789,9 +958,20 @@ impl Engine {
         }
     }
 
-    /// Processes one request: updates state and counters and returns the plan.
+    /// Processes one request: updates state and counters and returns the plan. With a volume
+    /// table (`EngineConfig::volumes`) the request runs with its volume's settings and is
+    /// counted to its volume as well ([`Engine::volume_stats`]).
     #[inline]
     pub fn process(&mut self, req: &Request) -> Result<&Plan, EngineError> {
+        if self.per_volume {
+            return self.process_volume(req);
+        }
+        self.process_plain(req)
+    }
+
+    /// [`Engine::process`] with the engine-wide settings, counted per class only.
+    #[inline(always)]
+    fn process_plain(&mut self, req: &Request) -> Result<&Plan, EngineError> {
         self.clock += 1;
         // The fast path's test is inlined into the caller's loop; everything else is not.
         if self.fast
@@ -1820,6 +2000,10 @@ impl Engine {
             self.emit(ci, Step::WriteBack { vol, ssd, hdd, len });
         }
         self.counters[ci].write_backs += 1;
+        if self.per_volume && !self.in_request {
+            let bytes = u64::from(dirty.count_ones()) << ss;
+            self.count_volume_cleaning(vol, bytes, (0, bytes), 1);
+        }
         if self.capturing {
             self.capture(slot, key, dirty);
         }
@@ -2122,6 +2306,9 @@ impl Engine {
                 // (Saturating: `reset_counters` may have run while it was in flight.)
                 let c = &mut self.counters[l.class as usize];
                 c.write_backs = c.write_backs.saturating_sub(1);
+                if self.per_volume {
+                    self.count_volume_cleaning((l.key >> LINE_BITS) as u32, 0, (0, 0), -1);
+                }
                 done.failed += 1;
             } else if l.pending != 0 {
                 done.cleaned += 1;
@@ -2302,6 +2489,9 @@ impl Engine {
             }
             let Some(slot) = self.lookup(k) else {
                 self.emit(0, Step::CopyHdd { vol, hdd, len });
+                if self.per_volume && !self.in_request {
+                    self.count_volume_cleaning(vol, 0, (len, len), 0);
+                }
                 continue;
             };
             let ci = self.classes[slot as usize] as usize;
@@ -2327,6 +2517,10 @@ impl Engine {
                     continue;
                 }
                 let (s, h) = (ssd + off, hdd + off);
+                if self.per_volume && !self.in_request {
+                    let (sr, hr) = if cached { (l, 0) } else { (0, l) };
+                    self.count_volume_cleaning(vol, sr, (hr, l), 0);
+                }
                 self.emit(
                     ci,
                     if cached {
@@ -2347,11 +2541,18 @@ impl Engine {
             }
             if dirty != 0 {
                 self.counters[ci].write_backs += 1;
+                if self.per_volume && !self.in_request {
+                    self.count_volume_cleaning(vol, 0, (0, 0), 1);
+                }
                 self.set_dirty_mask(slot, k, 0);
                 cleaned += 1;
             }
         }
         self.counters[0].chunk_rewrites += 1;
+        if self.per_volume && !self.in_request {
+            let i = self.volume_index(vol);
+            self.vols[i].counters.chunk_rewrites += 1;
+        }
         self.cleaner.advance(end);
         Some(cleaned)
     }

@@ -21,12 +21,12 @@ pub mod units;
 pub use classes::{Allocation, ClassPolicy, ClassTable, TableError};
 pub use cleaning::CleaningPolicy;
 pub use config::{
-    Admission, EngineConfig, Mode, Preset, SeqCutoff, Validity, DEFAULT_CLEANING_AGE,
+    Admission, EngineConfig, Mode, Preset, SeqCutoff, Validity, VolumeConfig, DEFAULT_CLEANING_AGE,
     DEFAULT_REWRITE_CHUNK, DEFAULT_REWRITE_MIN_RUNS,
 };
 pub use engine::{
-    Engine, EngineError, InflightCounters, RestoreLine, RestorePending, WbBatch, WbDone, WbLine,
-    WbTicket,
+    Engine, EngineError, InflightCounters, RestoreLine, RestorePending, VolumeStats, WbBatch,
+    WbDone, WbLine, WbTicket,
 };
 pub use log::{Compression, ExtentContent, Layout, LogConfig, LogEngine};
 pub use plan::{Plan, Step};

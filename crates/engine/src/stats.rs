@@ -233,6 +233,81 @@ impl AddAssign<&Counters> for Counters {
     }
 }
 
+impl Counters {
+    /// Adds `now - before` field by field (what happened between two snapshots of one set
+    /// of counters; wrapping, so a counter taken back in between is exact too).
+    pub fn add_delta(&mut self, now: &Counters, before: &Counters) {
+        macro_rules! d {
+            ($($f:ident).+) => {
+                self.$($f).+ = self.$($f).+.wrapping_add(now.$($f).+.wrapping_sub(before.$($f).+));
+            };
+        }
+        macro_rules! all {
+            ($($f:ident),*) => { $( d!($f); )* };
+        }
+        all!(
+            requests,
+            reads,
+            writes,
+            trims,
+            flushes,
+            read_bytes,
+            write_bytes,
+            line_accesses,
+            line_hits,
+            line_misses,
+            read_line_accesses,
+            read_line_hits,
+            write_line_accesses,
+            write_line_hits,
+            full_hits,
+            partial_hits,
+            full_misses,
+            admitted_misses,
+            insertions,
+            sector_fills,
+            evictions,
+            dirty_evictions,
+            invalidations,
+            write_backs,
+            chunk_rewrites,
+            ssd_bytes_read,
+            ssd_bytes_written,
+            hdd_bytes_read,
+            hdd_bytes_written
+        );
+        d!(bypasses.admission);
+        d!(bypasses.seq_cutoff);
+        d!(bypasses.mode);
+        d!(bypasses.partial_write);
+        d!(bypasses.no_capacity);
+        d!(bypasses.class);
+        for (s, n, b) in [
+            (
+                &mut self.read_requests,
+                &now.read_requests,
+                &before.read_requests,
+            ),
+            (
+                &mut self.write_requests,
+                &now.write_requests,
+                &before.write_requests,
+            ),
+        ] {
+            s.hits = s.hits.wrapping_add(n.hits.wrapping_sub(b.hits));
+            s.partial_misses = s
+                .partial_misses
+                .wrapping_add(n.partial_misses.wrapping_sub(b.partial_misses));
+            s.full_misses = s
+                .full_misses
+                .wrapping_add(n.full_misses.wrapping_sub(b.full_misses));
+            s.pass_through = s
+                .pass_through
+                .wrapping_add(n.pass_through.wrapping_sub(b.pass_through));
+        }
+    }
+}
+
 fn ratio(a: u64, b: u64) -> f64 {
     if b == 0 {
         0.0

@@ -15,6 +15,7 @@ pub mod reproduce;
 pub mod result;
 pub mod sweep;
 pub mod timed;
+pub mod volumes;
 pub mod warmup;
 
 pub use experiment::{Experiment, SweepGrid};
@@ -22,6 +23,7 @@ pub use input::Input;
 pub use result::{RamFigures, SimResult};
 pub use sweep::{run_sweep, run_sweep_with, SweepCell, SweepOptions};
 pub use timed::{run_timed, Drive, TimedOptions, TimedReport, TimedResult, TimedSetup};
+pub use volumes::{merge_volumes, VolumeFigures, VolumeInput};
 
 use anyhow::{Context, Result};
 use std::time::Instant;

@@ -110,6 +110,10 @@ pub struct SimResult {
     /// reached the engine: `requests` and the other counters above are the SSD tier's.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ram: Option<RamFigures>,
+    /// Per volume, when the run had a volume table (`sim --volume`, `--volume-mode`,
+    /// `--per-volume`; absent otherwise): their counters add up to `counters`.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub volumes: Vec<crate::volumes::VolumeFigures>,
 }
 
 /// The RAM tier of a run, and the read requests per tier.
@@ -270,6 +274,7 @@ impl SimResult {
             first_skipped: None,
             log: None,
             ram: None,
+            volumes: crate::volumes::VolumeFigures::of(e),
         }
     }
 
@@ -374,6 +379,7 @@ impl SimResult {
                 ftl: run.ftl,
             }),
             ram: None,
+            volumes: Vec::new(),
         }
     }
 
@@ -641,6 +647,31 @@ impl fmt::Display for SimResult {
                     cc.insertions,
                     cc.evictions,
                     cc.bypasses.total()
+                )?;
+            }
+        }
+        if !self.volumes.is_empty() {
+            writeln!(
+                f,
+                "per volume   {:>5} {:<14} {:<13} {:<9} {:>8}  {:>9}  {:>9}  {:>9}  {:>8}  {:>8}  {:>10}  {:>10}",
+                "id", "name", "mode", "admission", "requests", "hit ratio", "read hits", "lines", "pool", "dirty", "HDD read", "HDD written"
+            )?;
+            for v in &self.volumes {
+                writeln!(
+                    f,
+                    "             {:>5} {:<14} {:<13} {:<9} {:>8}  {:>9}  {:>9}  {:>9}  {:>8}  {:>8}  {:>10}  {:>10}",
+                    v.id,
+                    v.name,
+                    v.mode,
+                    v.admission,
+                    v.requests,
+                    pct(v.hit_ratio),
+                    pct(v.read_hit_ratio),
+                    v.lines,
+                    format!("{:.1} %", v.pool_share * 100.0),
+                    v.dirty_lines,
+                    fmt_size(v.counters.hdd_bytes_read),
+                    fmt_size(v.counters.hdd_bytes_written)
                 )?;
             }
         }
