@@ -4,6 +4,7 @@ use anyhow::{Context, Result};
 use std::fmt;
 use std::path::PathBuf;
 use std::sync::{mpsc, Arc};
+use tiercache_engine::engine::MAX_VOLUME;
 use tiercache_engine::Request;
 
 /// A request source that can be opened (streamed) as often as needed.
@@ -68,6 +69,7 @@ impl Input {
                     pos: 0,
                     failed: false,
                     skipped,
+                    fold: VolumeFold::default(),
                 }))
             }
             Input::Workload { spec, seed } => Ok(Box::new(spec.generate(*seed).map(Ok))),
@@ -142,12 +144,14 @@ impl Input {
                     // On every way out, the receiving end and the recycling sender are dropped
                     // before the scope joins the reader, so a reader blocked on either wakes up.
                     let (full_rx, empty_tx) = (full_rx, empty_tx);
+                    let mut fold = VolumeFold::default();
                     let mut consume = || -> Result<()> {
                         for item in full_rx.iter() {
-                            let batch = item?;
+                            let mut batch = item?;
                             if batch.is_empty() {
                                 return Ok(());
                             }
+                            fold.fold(&mut batch)?;
                             f(&batch)?;
                             let _ = empty_tx.send(batch);
                         }
@@ -234,6 +238,40 @@ impl fmt::Display for Input {
 
 /// A trace read in batches ([`tiercache_trace::TraceReader::read_batch`]) but handed out one
 /// request at a time.
+/// Trace volume ids above the engine's range folded into it. blkparse and FIU name a device
+/// `major << 20 | minor` (8,0 is 8388608), while an engine key holds ids up to
+/// [`MAX_VOLUME`]: each such id, in order of first appearance, gets `MAX_VOLUME`,
+/// `MAX_VOLUME - 1`, ... Ids already in range (MSR disk numbers, SYSTOR LUNs, merged traces)
+/// are kept, so no result changes; a trace whose own ids reach the folded ones is refused.
+#[derive(Debug, Default)]
+struct VolumeFold {
+    map: std::collections::HashMap<u32, u32>,
+    /// The largest id kept as it is.
+    max_kept: u32,
+}
+
+impl VolumeFold {
+    fn fold(&mut self, batch: &mut [Request]) -> Result<()> {
+        for r in batch.iter_mut() {
+            if r.volume <= MAX_VOLUME {
+                self.max_kept = self.max_kept.max(r.volume);
+            } else {
+                let n = self.map.len() as u32;
+                let v = *self.map.entry(r.volume).or_insert(MAX_VOLUME - n);
+                r.volume = v;
+            }
+            if !self.map.is_empty() && self.max_kept > MAX_VOLUME - self.map.len() as u32 {
+                anyhow::bail!(
+                    "the trace names {} devices above volume id {MAX_VOLUME} (blkparse/FIU major,minor ids) and also volume id {}: they cannot share the engine's key space",
+                    self.map.len(),
+                    self.max_kept
+                );
+            }
+        }
+        Ok(())
+    }
+}
+
 struct Batched {
     reader: tiercache_trace::TraceReader,
     batch: Vec<Request>,
@@ -241,6 +279,7 @@ struct Batched {
     failed: bool,
     /// Where the count of skipped records goes at the end of the pass.
     skipped: Option<Arc<std::sync::Mutex<Skipped>>>,
+    fold: VolumeFold,
 }
 
 impl Iterator for Batched {
@@ -252,10 +291,15 @@ impl Iterator for Batched {
                 return None;
             }
             self.pos = 0;
-            if let Err(e) = self.reader.read_batch(&mut self.batch, BATCH) {
+            if let Err(e) = self
+                .reader
+                .read_batch(&mut self.batch, BATCH)
+                .map_err(anyhow::Error::from)
+                .and_then(|_| self.fold.fold(&mut self.batch))
+            {
                 self.failed = true;
                 self.batch.clear();
-                return Some(Err(e.into()));
+                return Some(Err(e));
             }
             if self.batch.is_empty() {
                 if let Some(s) = &self.skipped {
