@@ -1405,8 +1405,10 @@ fn known(gap: &str) -> bool {
 
 /// Gaps not fixed yet (skipped by the default run). `lost-forgotten` was fixed by the
 /// durable lost-range list (docs/notes-lostlist.md); `TIERCACHE_FAULT_MODEL_KNOWN=lost-forgotten`
-/// still steers around it.
-const KNOWN: &[&str] = &[];
+/// still steers around it. `backoff-flip` (concurrent checker, direct layout): a write
+/// failed by the sync backoff may read old now and new after a restart
+/// (`direct_write_failed_by_the_sync_backoff_reads_the_same_after_a_restart`, ignored).
+const KNOWN: &[&str] = &["backoff-flip"];
 
 fn libc_enospc() -> i32 {
     28
@@ -2192,8 +2194,11 @@ enum CFault {
     CacheWrites(u64, u64),
     /// The next cache sync fails and drops the unsynced writes.
     CacheNextSync,
-    /// The cache device is gone: every call fails, unsynced writes lost.
-    CacheLost,
+    /// The cache device fails as a whole: every read, write and sync (its unsynced writes
+    /// kept: `FaultHandle::lose` drops them with no error the volume could see once healed
+    /// at the round's end, which no volume can detect: soak seed 150 read an older version
+    /// after a FLUSH that followed the heal).
+    CacheFailing,
 }
 
 impl CFault {
@@ -2228,7 +2233,7 @@ impl CFault {
                 CFault::CacheWrites(a, b)
             }
             91..=97 => CFault::CacheNextSync,
-            _ => CFault::CacheLost,
+            _ => CFault::CacheFailing,
         }
     }
 
@@ -2247,7 +2252,11 @@ impl CFault {
             CFault::CacheReads(a, b) => ch.fail_reads(a..b),
             CFault::CacheWrites(a, b) => ch.fail_writes(a..b),
             CFault::CacheNextSync => ch.fail_next_sync(true),
-            CFault::CacheLost => ch.lose(),
+            CFault::CacheFailing => {
+                ch.fail_reads(0..u64::MAX);
+                ch.fail_writes(0..u64::MAX);
+                ch.fail_syncs();
+            }
         }
     }
 }
@@ -2462,7 +2471,12 @@ fn run_concurrent_seed(seed: u64, rounds: usize) -> Result<u64, String> {
     );
     let fail = |log: &[String], what: String| -> String {
         let mut s = format!("{head}: {what}\nlast rounds (newest last):\n");
-        for l in log.iter().rev().take(40).rev() {
+        // `TIERCACHE_FAULT_MODEL_CONCURRENT_LOG=N`: the last N lines (default 40).
+        let n = std::env::var("TIERCACHE_FAULT_MODEL_CONCURRENT_LOG")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(40);
+        for l in log.iter().rev().take(n).rev() {
             s.push_str("  ");
             s.push_str(l);
             s.push('\n');
@@ -2761,6 +2775,21 @@ fn run_concurrent_seed(seed: u64, rounds: usize) -> Result<u64, String> {
             m.secs[u as usize] = Sec { now, durable };
             m.touch(u);
         }
+        // Known gap `backoff-flip` (direct_write_failed_by_the_sync_backoff_reads_the_same_
+        // after_a_restart): a direct write failed by the sync backoff may leave the backing
+        // device newer than the cache's clean copy: its bytes may read either, and flip.
+        if cfg.layout == Layout::Direct && known("backoff-flip") {
+            for d in &done {
+                let (Err(e), COp::Write(u0, n, ..) | COp::Zero(u0, n, ..)) = (&d.res, &d.op) else {
+                    continue;
+                };
+                if sync_backoff(e) {
+                    for u in *u0..*u0 + *n {
+                        m.reset(u, Val::Any);
+                    }
+                }
+            }
+        }
         // Reported lost: anything (reads there fail until rewritten).
         if !faults_at.is_empty() {
             cfault_count(5, lost1.len() as u64);
@@ -2871,7 +2900,7 @@ fn restart_concurrent(
 ///
 /// Session 14: faults too ([`CFault`]: backing read / write errors, ENOSPC, a failing sync
 /// that drops the unsynced writes, syncs failing, cache read / write errors, a cache sync
-/// dropping writes, the cache device gone), injected by a client thread in a third of the
+/// dropping writes, the whole cache device failing), injected by a client thread in a third of the
 /// rounds of two seeds in three, healed at the round's end. A request may fail only if a
 /// fault began before it ended in its round, or an earlier one left the volume degraded,
 /// failed or with lost ranges (or the sync backoff error, or a lost range it meets); a
@@ -2974,4 +3003,58 @@ fn direct_cache_failing_mid_plan_never_copies_unwritten_slot_bytes() {
         "bytes 183296..183680 (never written) after write-zeroes 183680+640 ({w:?}, cache failed {failed}, lost {:?}): read {got:?}, want version 0 or an error for a range reported lost",
         rig.vol().lost()
     );
+}
+
+/// Found by the concurrent checker with faults (soak seeds 130, 212, 310, 478, all direct):
+/// a write that fails with the sync backoff error ("backing device syncs failing ... not
+/// retried") reads back as the old bytes, yet after a restart (or an eviction, or the
+/// cache failing) the same bytes read as the failed write's: a value that flips with no
+/// write in between. Reproduced here in write-through (a write over a cached line and an
+/// uncached one while backing syncs fail: the plan's backing write runs, the slot reuse's
+/// sync gate fails fast, the cached line keeps its old clean copy; before the fix:
+/// "WriteThrough: line 5 read Ok(Ver(1)) after the failed write (.. syncs failing ..),
+/// Ok(Ver(3)) after a clean restart"); write-back passes here (soak seeds 212 and 310 were
+/// write-back: another path). The concurrent checker steers around it (`backoff-flip`).
+#[test]
+#[ignore = "known: a direct write failed by the sync backoff leaves the backing device newer than the cache's clean copy; h-directsync3"]
+fn direct_write_failed_by_the_sync_backoff_reads_the_same_after_a_restart() {
+    let mut flips = Vec::new();
+    for mode in [Mode::WriteThrough, Mode::WriteBack] {
+        let mut rig = rig_for(Layout::Direct, mode, false);
+        let cfg = Cfg {
+            layout: Layout::Direct,
+            mode,
+            ..cfg_for(1, 0)
+        };
+        let v = rig.vol().live();
+        v.set_max_cache_errors(1_000_000);
+        // Every slot holds a clean line whose record is durable: a new line reuses one,
+        // which needs a backing sync first.
+        for l in 0..32 {
+            v.write(l * LS, &sectors(l * LS / S, 8, 1), false).unwrap();
+        }
+        v.flush_dirty().unwrap();
+        rig.bh.fail_syncs();
+        // New lines: their slot reuses fail on the sync; from the second on, fast.
+        let mut fails = Vec::new();
+        for l in 40..44 {
+            fails.push(v.write(l * LS, &sectors(l * LS / S, 8, 2), false).is_err());
+        }
+        // Line 5 (cached) and line 45 (not): one write.
+        let w = v.write(5 * LS, &sectors(5 * LS / S, 8 * 41, 3), false);
+        let before = read_or_lost(rig.vol(), 5 * LS / S);
+        rig.bh.heal();
+        let vol = rig.vol.take().unwrap();
+        let down = vol.live().shutdown();
+        drop(vol);
+        rig.faults.process_exit();
+        rig.open(&cfg, 9).unwrap();
+        let after = read_or_lost(rig.vol(), 5 * LS / S);
+        if before != after {
+            flips.push(format!(
+                "{mode:?}: line 5 read {before:?} after the failed write ({w:?}; earlier writes failed {fails:?}), {after:?} after a clean restart ({down:?}), with no write between"
+            ));
+        }
+    }
+    assert!(flips.is_empty(), "{}", flips.join("\n"));
 }
