@@ -3009,8 +3009,8 @@ fn direct_cache_failing_mid_plan_never_copies_unwritten_slot_bytes() {
 /// a write that fails with the sync backoff error ("backing device syncs failing ... not
 /// retried") reads back as the old bytes, yet after a restart (or an eviction, or the
 /// cache failing) the same bytes read as the failed write's: a value that flips with no
-/// write in between. Reproduced here in write-through (a write over a cached line and an
-/// uncached one while backing syncs fail: the plan's backing write runs, the slot reuse's
+/// write in between. Reproduced here in write-through (one write over cached and uncached
+/// lines while backing syncs fail: the plan's backing write runs, the slot reuse's
 /// sync gate fails fast, the cached line keeps its old clean copy; before the fix:
 /// "WriteThrough: line 5 read Ok(Ver(1)) after the failed write (.. syncs failing ..),
 /// Ok(Ver(3)) after a clean restart"); write-back passes here (soak seeds 212 and 310 were
@@ -3040,7 +3040,7 @@ fn direct_write_failed_by_the_sync_backoff_reads_the_same_after_a_restart() {
         for l in 40..44 {
             fails.push(v.write(l * LS, &sectors(l * LS / S, 8, 2), false).is_err());
         }
-        // Line 5 (cached) and line 45 (not): one write.
+        // Lines 5..=45 in one write: 5-31 cached, the rest not.
         let w = v.write(5 * LS, &sectors(5 * LS / S, 8 * 41, 3), false);
         let before = read_or_lost(rig.vol(), 5 * LS / S);
         rig.bh.heal();
