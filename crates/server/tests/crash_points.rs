@@ -77,6 +77,12 @@ enum Act {
     UnmapBegin,
     CleanIo,
     CleanCommit,
+    /// Backing syncs fail from now on (until `Heal`).
+    SyncsFail,
+    /// The next backing sync fails and drops the backing device's unsynced writes.
+    SyncFailDrop,
+    /// No more injected backing errors.
+    Heal,
 }
 
 /// Where to cut the power.
@@ -151,6 +157,14 @@ struct Tally {
     unlocked_writebacks: u64,
     writeback_waits: u64,
     writeback_yields: u64,
+    /// Failing-sync runs: the event spans of each window of failing backing syncs (from the
+    /// failure to a few events after the heal), injected sync failures, requests refused
+    /// meanwhile, runs degraded at some point.
+    sync_windows: Vec<(u64, u64)>,
+    sync_failures: u64,
+    /// Ranges reported lost and tolerated ([`Layout::lost_ok`]), runs with any.
+    lost_ranges: u64,
+    lost_runs: u64,
     // Log layout.
     recovered_open_segments: u64,
     stale_records: u64,
@@ -210,6 +224,11 @@ trait Layout {
         what: &str,
         t: &mut Tally,
     );
+    /// Whether ranges the volume reports lost after failing backing syncs are tolerated
+    /// (a known defect, counted) rather than a failure.
+    fn lost_ok(&self) -> bool {
+        false
+    }
     /// Whether every flushed byte must read back exactly (not only "never a value never
     /// written") after this crash in this mode.
     fn strict(&self, _crash: Crash, _mode: Mode) -> bool {
@@ -288,9 +307,16 @@ fn run<L: Layout>(
     if let (Some(n), Some(_)) = (backing_error, &vol) {
         bh.fail_nth_write(n, n.is_multiple_of(2));
     }
+    let acts = l.workload(seed);
+    // Windows of failing backing syncs: requests may be refused from the first on (the
+    // volume may stay degraded after the heal), nothing acknowledged may be lost.
+    let sync_run = acts
+        .iter()
+        .any(|a| matches!(a, Act::SyncsFail | Act::SyncFailDrop));
+    let mut sync_trouble = false;
     if let Some(vol) = &vol {
         l.started(vol);
-        for (i, act) in l.workload(seed).into_iter().enumerate() {
+        for (i, act) in acts.into_iter().enumerate() {
             let mut durable = false;
             let r = match &act {
                 Act::Read(o, n) => {
@@ -306,7 +332,7 @@ fn run<L: Layout>(
                     let r = vol.write(*o, d, *fua);
                     // A write that failed may have landed in part: old or new, not durable;
                     // refused for the backing device, old or new even after a FLUSH.
-                    if r.is_err() && backing_error.is_some() {
+                    if r.is_err() && (backing_error.is_some() || sync_trouble) {
                         m.trim(*o as usize, d.len());
                     } else {
                         m.write(*o as usize, d, *fua && r.is_ok());
@@ -347,6 +373,22 @@ fn run<L: Layout>(
                     s.2 |= *r.as_ref().unwrap_or(&false);
                     r.map(|_| ())
                 }
+                Act::SyncsFail | Act::SyncFailDrop => {
+                    sync_trouble = true;
+                    t.sync_windows.push((faults.events() + 1, 0));
+                    match act {
+                        Act::SyncsFail => bh.fail_syncs(),
+                        _ => bh.fail_next_sync(true),
+                    }
+                    Ok(())
+                }
+                Act::Heal => {
+                    if let Some(w) = t.sync_windows.last_mut() {
+                        w.1 = faults.events();
+                    }
+                    bh.heal();
+                    Ok(())
+                }
             };
             if std::env::var("TIERCACHE_CRASH_VERBOSE").is_ok() {
                 let d = match &act {
@@ -369,6 +411,16 @@ fn run<L: Layout>(
                     assert!(
                         !vol.cache_failed(),
                         "{what}: op {i}: backing errors failed the cache: {e}"
+                    );
+                    t.refused += 1;
+                    continue;
+                }
+                if sync_trouble && !faults.power_lost() {
+                    // Refused while backing syncs fail (or the volume is still degraded):
+                    // the volume goes on, the cache is not failed.
+                    assert!(
+                        !vol.cache_failed(),
+                        "{what}: op {i}: failing backing syncs failed the cache: {e}"
                     );
                     t.refused += 1;
                     continue;
@@ -401,6 +453,18 @@ fn run<L: Layout>(
             (faults.events(), faults.matched_writes())
         };
         if let Some(v) = vol {
+            if sync_run {
+                // Healed: nothing acknowledged lost, every byte as written.
+                t.sync_failures += bh.injected();
+                let lost = v.live_stats().volume.lost_dirty_ranges;
+                assert!(
+                    lost.is_empty() || l.lost_ok(),
+                    "{what}: acknowledged data reported lost after backing syncs failed: {lost:?}"
+                );
+                tolerate_lost(&lost, &mut m, t);
+                let buf = read_tolerant(&*v, hot, &lost, &what);
+                m.check_now(0, &buf, &format!("{what}: after backing syncs failed"));
+            }
             l.uncrashed(&v, seed, &what, t);
             LiveVolume::shutdown(&*v).unwrap();
         }
@@ -423,8 +487,18 @@ fn run<L: Layout>(
         &what,
         t,
     );
-    let mut buf = vec![0u8; VOL as usize];
-    vol.read(0, &mut buf).unwrap();
+    // (Only the failing-sync runs may tolerate lost ranges: elsewhere a read still fails.)
+    let mut lost = vol.live_stats().volume.lost_dirty_ranges;
+    if !sync_run {
+        lost.clear();
+    } else {
+        assert!(
+            lost.is_empty() || l.lost_ok(),
+            "{what}: acknowledged data reported lost after the restart: {lost:?} ({rep:?})"
+        );
+        tolerate_lost(&lost, &mut m, t);
+    }
+    let buf = read_tolerant(&vol, VOL, &lost, &what);
     if l.strict(crash, mode) {
         m.check_after_crash(0, &buf, &format!("{what} after recovery ({rep:?})"));
     }
@@ -442,8 +516,7 @@ fn run<L: Layout>(
     // Stable: what a block reads after the restart it keeps reading once its line has left
     // the cache (dirty ones written back on the way), until it is written again.
     l.evict(&vol, mode, &what, t);
-    let mut again = vec![0u8; hot as usize];
-    vol.read(0, &mut again).unwrap();
+    let again = read_tolerant(&vol, hot, &lost, &what);
     assert_stable_after_eviction(&what, &buf[..hot as usize], &again, &rep);
     t.stable_bytes += hot;
     l.finish(&vol, &f, &buf, mode, &what);
@@ -455,6 +528,45 @@ fn run<L: Layout>(
     assert_eq!(back, d, "{what}: write after recovery");
     LiveVolume::shutdown(&vol).unwrap();
     (0, 0)
+}
+
+/// Ranges reported lost, tolerated ([`Layout::lost_ok`]): anything there (they read EIO).
+fn tolerate_lost(lost: &[(u64, u64)], m: &mut Model, t: &mut Tally) {
+    t.lost_ranges += lost.len() as u64;
+    t.lost_runs += !lost.is_empty() as u64;
+    for &(a, b) in lost {
+        let b = b.min(VOL);
+        if a < b {
+            m.trim(a as usize, (b - a) as usize);
+        }
+    }
+}
+
+/// The first `len` bytes of the volume; a sector in a range reported lost that fails to
+/// read stands as its initial bytes (never a value never written; not checked otherwise:
+/// the model holds nothing there, see [`tolerate_lost`]). Any other failure panics.
+fn read_tolerant(vol: &dyn LiveVolume, len: u64, lost: &[(u64, u64)], what: &str) -> Vec<u8> {
+    let mut buf = vec![0u8; len as usize];
+    if lost.is_empty() {
+        vol.read(0, &mut buf).unwrap();
+        return buf;
+    }
+    const SEC: u64 = 512;
+    for a in (0..len).step_by(SEC as usize) {
+        let b = (a + SEC).min(len);
+        let s = &mut buf[a as usize..b as usize];
+        if let Err(e) = vol.read(a, s) {
+            assert!(
+                lost.iter().any(|&(x, y)| x < b && a < y),
+                "{what}: read of {a}+{} failed outside the ranges reported lost {lost:?}: {e}",
+                b - a
+            );
+            for (k, x) in s.iter_mut().enumerate() {
+                *x = initial(a + k as u64);
+            }
+        }
+    }
+    buf
 }
 
 /// Crash points for one mode: `points` of them, spread over every event (or metadata write)
@@ -534,6 +646,12 @@ struct Direct {
     rewrite: bool,
     /// Stepped cleaning passes in the workload (`Act::CleanBegin` .. `CleanCommit`).
     stepped: bool,
+    /// Windows of failing backing syncs around the stepped passes ([`with_sync_failures`]).
+    syncs: bool,
+    /// Ranges reported lost after failing syncs are tolerated (read EIO, not checked),
+    /// counted: the known direct-layout loss while syncs fail and the cache evicts
+    /// (h-directsync3). Unset, nothing may be reported lost.
+    lost_ok: bool,
 }
 
 /// The direct layout's per-run state: the clean lines at the last completed flush untouched
@@ -567,7 +685,7 @@ impl Layout for Direct {
 
     fn name(&self) -> String {
         format!(
-            "direct{}{}",
+            "direct{}{}{}",
             if self.sums {
                 " with data checksums"
             } else {
@@ -575,6 +693,11 @@ impl Layout for Direct {
             },
             if self.rewrite {
                 " with chunk rewrites"
+            } else {
+                ""
+            },
+            if self.syncs {
+                " with failing backing syncs"
             } else {
                 ""
             }
@@ -610,7 +733,12 @@ impl Layout for Direct {
     }
     fn workload(&self, seed: u64) -> Vec<Act> {
         if self.stepped {
-            return stepped_workload(seed, if self.rewrite { 24 } else { 6 });
+            let w = stepped_workload(seed, if self.rewrite { 24 } else { 6 });
+            return if self.syncs {
+                with_sync_failures(w, seed)
+            } else {
+                w
+            };
         }
         let mut r = rng(seed ^ 0x5eed_c4a5);
         (0..DIRECT_OPS)
@@ -740,6 +868,9 @@ impl Layout for Direct {
             eprintln!("{what}: not restored {missing:?}; restored {now:?}; {rep:?}");
         }
     }
+    fn lost_ok(&self) -> bool {
+        self.lost_ok
+    }
     fn strict(&self, crash: Crash, mode: Mode) -> bool {
         // Without atomic sector writes a torn record of a dirty line loses that line's
         // unflushed-and-flushed data to the backing's older copy: only "never written" holds.
@@ -818,6 +949,8 @@ const DIRECT: Direct = Direct {
     sums: false,
     rewrite: false,
     stepped: false,
+    syncs: false,
+    lost_ok: false,
 };
 
 #[test]
@@ -838,6 +971,8 @@ fn crash_points_chunk_rewrites() {
         sums: false,
         rewrite: true,
         stepped: false,
+        syncs: false,
+        lost_ok: false,
     };
     check_mode(&l, Mode::WriteBack, 0.2);
     let t = sweep(&l, Mode::WriteBack, 5, false);
@@ -993,6 +1128,8 @@ fn crash_points_stepped_cleaning() {
         sums: false,
         rewrite: false,
         stepped: true,
+        syncs: false,
+        lost_ok: false,
     };
     check_stepped(&l, Mode::WriteBack);
 }
@@ -1003,6 +1140,8 @@ fn crash_points_stepped_cleaning_checksums() {
         sums: true,
         rewrite: false,
         stepped: true,
+        syncs: false,
+        lost_ok: false,
     };
     check_stepped(&l, Mode::WriteBack);
 }
@@ -1013,8 +1152,200 @@ fn crash_points_stepped_chunk_rewrites() {
         sums: false,
         rewrite: true,
         stepped: true,
+        syncs: false,
+        lost_ok: false,
     };
     check_stepped(&l, Mode::WriteBack);
+}
+
+// ---------------------------------------------------------------------------------------
+// Failing backing syncs (session 14): windows where backing syncs fail (all of them, or the
+// next one, dropping the backing device's unsynced writes as Linux does after a writeback
+// error), placed between the steps of cleaning passes (direct) or anywhere (log), healed a
+// few requests later; the power is cut at every event of some windows.
+
+/// `acts` with windows of failing backing syncs: around a stepped pass (direct; the failure
+/// before its begin, its I/O or its commit, the heal 0-3 requests after the commit), or
+/// (no stepped pass: the log layout) at random, healed 2-9 requests later. Ends healed.
+fn with_sync_failures(acts: Vec<Act>, seed: u64) -> Vec<Act> {
+    let mut r = rng(seed ^ 0x5c_fa11);
+    let stepped = acts
+        .iter()
+        .any(|a| matches!(a, Act::CleanBegin(_) | Act::UnmapBegin));
+    let mut out = Vec::with_capacity(acts.len() + 16);
+    // A failure act waiting for its step of the current pass (0 begin, 1 I/O, 2 commit).
+    let mut pending: Option<(Act, u8)> = None;
+    let mut window = false;
+    let mut heal_in: Option<usize> = None;
+    for a in acts {
+        if let Some(n) = heal_in {
+            if n == 0 {
+                out.push(Act::Heal);
+                window = false;
+                heal_in = None;
+            } else {
+                heal_in = Some(n - 1);
+            }
+        }
+        let fail = if r.gen_bool(0.6) {
+            Act::SyncsFail
+        } else {
+            Act::SyncFailDrop
+        };
+        let step = match a {
+            Act::CleanBegin(_) | Act::UnmapBegin => Some(0),
+            Act::CleanIo => Some(1),
+            Act::CleanCommit => Some(2),
+            _ => None,
+        };
+        if stepped {
+            if step == Some(0) && !window && r.gen_bool(0.7) {
+                pending = Some((fail, r.gen_range(0..3)));
+            }
+            if let Some((f, at)) = pending.take() {
+                if step == Some(at) {
+                    out.push(f);
+                    window = true;
+                } else {
+                    pending = Some((f, at));
+                }
+            }
+        } else if !window && r.gen_bool(0.08) {
+            out.push(fail);
+            // A FLUSH in half the windows: the log layout syncs its backing device rarely
+            // otherwise (reclaim write-backs, sealing).
+            if r.gen_bool(0.5) {
+                out.push(Act::Flush);
+            }
+            window = true;
+            heal_in = Some(r.gen_range(3..16));
+        }
+        let commit = step == Some(2);
+        out.push(a);
+        if commit && window && heal_in.is_none() {
+            heal_in = Some(r.gen_range(0..4));
+        }
+    }
+    if window {
+        out.push(Act::Heal);
+    }
+    out
+}
+
+/// Power cuts at every event of windows of failing backing syncs (from the failure to
+/// `STEPPED_TAIL` events after the heal), two windows per seed, over successive seeds from
+/// `seed0` until the budget is spent; the uncrashed runs check that nothing was lost once
+/// healed. Rerun one point with `TIERCACHE_CRASH_ONLY=mode:seed:N`.
+fn check_sync_windows<L: Layout>(l: &L, mode: Mode, seed0: u64) -> (Tally, Tally) {
+    let start = std::time::Instant::now();
+    if let Ok(only) = std::env::var("TIERCACHE_CRASH_ONLY") {
+        let p: Vec<&str> = only.split(':').collect();
+        let mut t = Tally::default();
+        if p[0] == mode.as_str() {
+            let (seed, n) = (p[1].parse().unwrap(), p[2].parse().unwrap());
+            run(l, mode, seed, Some(Crash::Event(n)), false, &mut t);
+        }
+        return (t, Tally::default());
+    }
+    let budget = crash_budget(60, 3000);
+    let (mut t, mut u) = (Tally::default(), Tally::default());
+    let (mut seed, mut left, mut windows) = (seed0, budget, 0);
+    while left > 0 {
+        assert!(seed < seed0 + 100, "no window of failing syncs had events");
+        let before = u.sync_windows.len();
+        run(l, mode, seed, None, false, &mut u);
+        let spans: Vec<(u64, u64)> = u.sync_windows[before..]
+            .iter()
+            .filter(|s| s.0 <= s.1)
+            .map(|s| (s.0, s.1 + STEPPED_TAIL))
+            .collect();
+        let mut r = rng(seed ^ 0x5c);
+        for _ in 0..2.min(spans.len()) {
+            let (a, b) = spans[r.gen_range(0..spans.len())];
+            windows += 1;
+            for e in a..=b {
+                if left == 0 {
+                    break;
+                }
+                run(l, mode, seed, Some(Crash::Event(e)), false, &mut t);
+                left -= 1;
+            }
+        }
+        seed += 1;
+    }
+    println!(
+        "{} {mode:?}: {} crash points in {windows} windows of failing backing syncs (seeds {seed0}..{seed}) passed in {:.1} s; uncrashed runs: {} windows, {} sync failures injected, {} requests refused, {} ranges reported lost in {} runs; crashed runs: {} requests refused, {} ranges reported lost after the restart in {} runs; {}",
+        l.name(),
+        t.points,
+        start.elapsed().as_secs_f64(),
+        u.sync_windows.len(),
+        u.sync_failures,
+        u.refused,
+        u.lost_ranges,
+        u.lost_runs,
+        t.refused,
+        t.lost_ranges,
+        t.lost_runs,
+        l.summary(&t, &Tally::default()),
+    );
+    assert_eq!(t.points, budget, "every point ran");
+    assert!(
+        u.sync_failures > 0,
+        "no backing sync failed in the uncrashed runs: the windows miss the syncs"
+    );
+    (t, u)
+}
+
+/// Direct layout, write-back: backing syncs fail between the steps of cleaning passes (a
+/// pass's commit then finds its write-back not durable) and the requests after them, some
+/// dropping the unsynced writes; the cache keeps evicting (24 lines, 40 hot).
+#[test]
+fn crash_points_failing_syncs_between_cleaning_steps() {
+    let l = Direct {
+        sums: false,
+        rewrite: false,
+        stepped: true,
+        syncs: true,
+        lost_ok: true,
+    };
+    let (t, _) = check_sync_windows(&l, Mode::WriteBack, 7000);
+    if std::env::var("TIERCACHE_CRASH_ONLY").is_err() {
+        assert_eq!(
+            t.checked, t.points,
+            "every crashed device went through check"
+        );
+    }
+}
+
+/// The same, strict: nothing acknowledged may be reported lost. Seed 7001's uncrashed run
+/// (no power cut at all) reports `[(45056, 47104)]` lost once the syncs are healed: the
+/// known direct-layout loss h-directsync3 is fixing (`backing_sync.rs`' ignored tests).
+#[test]
+#[ignore = "known: direct layout loses a range while syncs fail and the cache evicts; h-directsync3"]
+fn direct_failing_syncs_between_cleaning_steps_lose_nothing() {
+    let l = Direct {
+        sums: false,
+        rewrite: false,
+        stepped: true,
+        syncs: true,
+        lost_ok: false,
+    };
+    run(
+        &l,
+        Mode::WriteBack,
+        7001,
+        None,
+        false,
+        &mut Tally::default(),
+    );
+}
+
+/// Log layout, write-through (every segment sealed after a backing sync; in write-back its
+/// backing syncs are too rare for short windows): backing syncs fail for a few requests at
+/// a time, some dropping the unsynced writes.
+#[test]
+fn log_crash_points_failing_syncs() {
+    check_sync_windows(&Log { syncs: true }, Mode::WriteThrough, 7500);
 }
 
 // Shares of the budget: write-back gets the most (dirty data, write-backs, cleaning).
@@ -1032,6 +1363,8 @@ fn crash_points_write_back_checksums() {
         sums: true,
         rewrite: false,
         stepped: false,
+        syncs: false,
+        lost_ok: false,
     };
     check_mode(&l, Mode::WriteBack, 0.36);
 }
@@ -1042,6 +1375,8 @@ fn crash_points_write_through_checksums() {
         sums: true,
         rewrite: false,
         stepped: false,
+        syncs: false,
+        lost_ok: false,
     };
     check_mode(&l, Mode::WriteThrough, 0.2);
 }
@@ -1070,7 +1405,12 @@ fn crash_points_pass_through() {
 // The log layout.
 
 /// Ten 4-line segments of 4 KiB lines; requests in the first 96 lines.
-struct Log;
+struct Log {
+    /// Windows of failing backing syncs in the workload ([`with_sync_failures`]).
+    syncs: bool,
+}
+
+const LOG: Log = Log { syncs: false };
 
 const LS: u64 = 4096;
 const SEG: u64 = 4 * LS;
@@ -1101,7 +1441,11 @@ impl Layout for Log {
     type Watch = ();
 
     fn name(&self) -> String {
-        "log".into()
+        if self.syncs {
+            "log with failing backing syncs".into()
+        } else {
+            "log".into()
+        }
     }
     fn hot(&self) -> u64 {
         LOG_HOT
@@ -1139,7 +1483,7 @@ impl Layout for Log {
     }
     fn workload(&self, seed: u64) -> Vec<Act> {
         let mut r = rng(seed ^ 0x10c_c4a5);
-        (0..LOG_OPS)
+        let w: Vec<Act> = (0..LOG_OPS)
             .map(|i| match r.gen_range(0..100) {
                 0..=29 => {
                     let n = r.gen_range(1..4 * LS);
@@ -1165,7 +1509,12 @@ impl Layout for Log {
                 }
                 _ => Act::Flush,
             })
-            .collect()
+            .collect();
+        if self.syncs {
+            with_sync_failures(w, seed)
+        } else {
+            w
+        }
     }
     fn refusal(&self, act: &Act, e: &io::Error) -> Result<(), String> {
         // A write that finds no clean segment while the backing device fails is refused;
@@ -1264,22 +1613,22 @@ impl Layout for Log {
 
 #[test]
 fn log_backing_errors_during_cleaning_write_back() {
-    check_backing_errors(&Log, Mode::WriteBack);
+    check_backing_errors(&LOG, Mode::WriteBack);
 }
 
 #[test]
 fn log_backing_errors_write_through() {
-    check_backing_errors(&Log, Mode::WriteThrough);
+    check_backing_errors(&LOG, Mode::WriteThrough);
 }
 
 #[test]
 fn log_crash_points_write_back() {
-    check_mode(&Log, Mode::WriteBack, 0.5);
+    check_mode(&LOG, Mode::WriteBack, 0.5);
 }
 
 #[test]
 fn log_crash_points_write_through() {
-    check_mode(&Log, Mode::WriteThrough, 0.5);
+    check_mode(&LOG, Mode::WriteThrough, 0.5);
 }
 
 /// The wrapper itself: events are numbered, the crash point fails, later calls fail, and

@@ -40,7 +40,7 @@ use tiercache_engine::log::Compression;
 use tiercache_engine::Mode;
 use tiercache_nbd::Export;
 use tiercache_server::fault::{FaultHandle, Faults};
-use tiercache_server::live::{open_volume, LiveVolume, Opened, VolumeOpenOptions};
+use tiercache_server::live::{open_volume, Background, LiveVolume, Opened, VolumeOpenOptions};
 use tiercache_server::{
     format_log, CacheVolume, FileDev, FormatOptions, LogFormatOptions, LogOpenOptions, LogVolume,
     OpenOptions,
@@ -379,9 +379,10 @@ struct Cfg {
     dedup: f64,
 }
 
+/// The volume (in an `Arc`: the background thread, [`Rig::start_bg`], shares it).
 enum Vol {
-    D(Box<CacheVolume>),
-    L(Box<LogVolume>),
+    D(Arc<CacheVolume>),
+    L(Arc<LogVolume>),
 }
 
 impl Vol {
@@ -415,6 +416,8 @@ struct Rig {
     ch: FaultHandle,
     bh: FaultHandle,
     vol: Option<Vol>,
+    /// The volume's own background thread, when running ([`Rig::start_bg`]).
+    bg: Option<Background>,
 }
 
 /// The backing device's initial contents (every unit at version 0), made once per process.
@@ -506,6 +509,7 @@ impl Rig {
             ch,
             bh,
             vol: None,
+            bg: None,
         };
         r.open(cfg, seed).unwrap();
         r
@@ -535,8 +539,8 @@ impl Rig {
             },
         };
         let v = match open_volume(Box::new(c), Box::new(b), &o).map_err(|e| e.to_string())? {
-            Opened::Direct(v, _) => Vol::D(v),
-            Opened::Log(v, _) => Vol::L(v),
+            Opened::Direct(v, _) => Vol::D(Arc::from(v)),
+            Opened::Log(v, _) => Vol::L(Arc::from(v)),
         };
         v.live().set_max_cache_errors(cfg.max_cache_errors);
         self.vol = Some(v);
@@ -545,6 +549,27 @@ impl Rig {
 
     fn vol(&self) -> &Vol {
         self.vol.as_ref().unwrap()
+    }
+
+    /// Starts the volume's own background thread (`serve` does: the direct layout's cleaner,
+    /// the log layout's write-back retries).
+    fn start_bg(&mut self) {
+        let bg = match self.vol() {
+            Vol::D(v) => LiveVolume::start_background(Arc::clone(v)),
+            Vol::L(v) => LiveVolume::start_background(Arc::clone(v)),
+        };
+        self.bg = Some(bg);
+    }
+
+    /// Stops and joins the background thread (before a power cut or a shutdown: its pass
+    /// in flight ends on live devices).
+    fn stop_bg(&mut self) {
+        if let Some(bg) = self.bg.take() {
+            if let Some(Vol::D(v)) = &self.vol {
+                v.stop_cleaner();
+            }
+            bg.finish();
+        }
     }
 }
 
@@ -770,8 +795,7 @@ impl Run {
                 // that must reuse a slot needs a sync and fails fast during the backoff
                 // without asking the device again (known limitation: it is not served from
                 // the backing device uncached; docs/notes-directsync2.md "Not done").
-                let sync_backoff = e.to_string().contains("backing device syncs failing");
-                if backing_failed || sync_backoff || self.lost_overlaps(off, off + len) {
+                if backing_failed || sync_backoff(&e) || self.lost_overlaps(off, off + len) {
                     self.note(format!("  read failed (allowed): {e}"));
                     Ok(())
                 } else {
@@ -1364,6 +1388,14 @@ impl Run {
     }
 }
 
+/// Whether `e` is the direct layout's fast failure while backing syncs keep failing (a read
+/// miss that must reuse a slot needs a sync, and fails during the backoff without asking
+/// the device again). Matched by its text until h-directsync3's typed error kind lands: the
+/// one place to switch (both checkers call it).
+fn sync_backoff(e: impl std::fmt::Display) -> bool {
+    e.to_string().contains("backing device syncs failing")
+}
+
 /// Known gaps the default run steers around (each names its regression test and notes
 /// entry): `TIERCACHE_FAULT_MODEL_KNOWN=a,b` lists the ones to skip; `all` / `none`.
 fn known(gap: &str) -> bool {
@@ -1373,8 +1405,10 @@ fn known(gap: &str) -> bool {
 
 /// Gaps not fixed yet (skipped by the default run). `lost-forgotten` was fixed by the
 /// durable lost-range list (docs/notes-lostlist.md); `TIERCACHE_FAULT_MODEL_KNOWN=lost-forgotten`
-/// still steers around it.
-const KNOWN: &[&str] = &[];
+/// still steers around it. `backoff-flip` (concurrent checker, direct layout): a write
+/// failed by the sync backoff may read old now and new after a restart
+/// (`direct_write_failed_by_the_sync_backoff_reads_the_same_after_a_restart`, ignored).
+const KNOWN: &[&str] = &["backoff-flip"];
 
 fn libc_enospc() -> i32 {
     28
@@ -2114,6 +2148,117 @@ enum COp {
     Mode(Mode),
     /// The background work (direct: a cleaning pass, its I/O outside the volume lock).
     Background,
+    /// A fault injected by a client thread: it takes its place in the global order like a
+    /// request, so a request may fail for it only if it ended after the fault began.
+    Fault(CFault),
+}
+
+impl COp {
+    /// The bytes the request reads or writes (none for FLUSH and the like).
+    fn bytes(&self) -> Option<(u64, u64)> {
+        match *self {
+            COp::Write(u0, n, ..) | COp::Zero(u0, n, ..) | COp::Read(u0, n) => {
+                Some((u0 * U, (u0 + n) * U))
+            }
+            _ => None,
+        }
+    }
+    /// A FLUSH in effect (it fails when data was lost anywhere).
+    fn flushes(&self) -> bool {
+        matches!(
+            self,
+            COp::Flush
+                | COp::CtlFlush
+                | COp::Mode(_)
+                | COp::Write(_, _, _, true)
+                | COp::Zero(_, _, true, _)
+        )
+    }
+}
+
+/// A fault of a concurrent round (session 14): the sequential checker's kinds, injected by a
+/// client thread while the others run; every one is healed at the end of its round.
+#[derive(Clone, Debug)]
+enum CFault {
+    /// Backing reads of `a..b` fail.
+    BackingReads(u64, u64),
+    /// Backing writes of `a..b` fail (with ENOSPC).
+    BackingWrites(u64, u64, bool),
+    /// The nth backing write from now fails once.
+    BackingNthWrite(u64),
+    /// The next backing sync fails and drops the unsynced writes.
+    BackingNextSync,
+    /// Every backing sync fails.
+    BackingSyncs,
+    CacheReads(u64, u64),
+    CacheWrites(u64, u64),
+    /// The next cache sync fails and drops the unsynced writes.
+    CacheNextSync,
+    /// The cache device fails as a whole: every read, write and sync (its unsynced writes
+    /// kept: `FaultHandle::lose` drops them with no error the volume could see once healed
+    /// at the round's end, which no volume can detect: soak seed 150 read an older version
+    /// after a FLUSH that followed the heal).
+    CacheFailing,
+}
+
+impl CFault {
+    /// A fault; backing ranges in the round's window `lo..hi` (bytes), so they meet requests.
+    fn draw(r: &mut ChaCha8Rng, lo: u64, hi: u64, cache_len: u64) -> CFault {
+        let hot = |r: &mut ChaCha8Rng| {
+            let a = r.gen_range(lo / S..hi / S) * S;
+            (a, a + S * r.gen_range(1..24))
+        };
+        let cache = |r: &mut ChaCha8Rng| {
+            let a = r.gen_range(4096..cache_len.max(4097));
+            (a, a + r.gen_range(512..16384))
+        };
+        match r.gen_range(0..100) {
+            0..=14 => {
+                let (a, b) = hot(r);
+                CFault::BackingReads(a, b)
+            }
+            15..=29 => {
+                let (a, b) = hot(r);
+                CFault::BackingWrites(a, b, r.gen_bool(0.3))
+            }
+            30..=39 => CFault::BackingNthWrite(r.gen_range(1..6)),
+            40..=59 => CFault::BackingNextSync,
+            60..=74 => CFault::BackingSyncs,
+            75..=82 => {
+                let (a, b) = cache(r);
+                CFault::CacheReads(a, b)
+            }
+            83..=90 => {
+                let (a, b) = cache(r);
+                CFault::CacheWrites(a, b)
+            }
+            91..=97 => CFault::CacheNextSync,
+            _ => CFault::CacheFailing,
+        }
+    }
+
+    fn inject(&self, bh: &FaultHandle, ch: &FaultHandle) {
+        match *self {
+            CFault::BackingReads(a, b) => bh.fail_reads(a..b),
+            CFault::BackingWrites(a, b, enospc) => {
+                bh.fail_writes(a..b);
+                if enospc {
+                    bh.fail_with_errno(libc_enospc());
+                }
+            }
+            CFault::BackingNthWrite(n) => bh.fail_nth_write(n, false),
+            CFault::BackingNextSync => bh.fail_next_sync(true),
+            CFault::BackingSyncs => bh.fail_syncs(),
+            CFault::CacheReads(a, b) => ch.fail_reads(a..b),
+            CFault::CacheWrites(a, b) => ch.fail_writes(a..b),
+            CFault::CacheNextSync => ch.fail_next_sync(true),
+            CFault::CacheFailing => {
+                ch.fail_reads(0..u64::MAX);
+                ch.fail_writes(0..u64::MAX);
+                ch.fail_syncs();
+            }
+        }
+    }
 }
 
 /// A request done by a client thread: its place in the global order of starts and ends
@@ -2128,21 +2273,22 @@ struct Done {
     data: Vec<u8>,
 }
 
-/// A write of one unit in a round: (start, end, value).
-type UnitWrite = (u64, u64, Val);
+/// A write of one unit in a round: (start, end, value, acknowledged). A failed write may or
+/// may not have landed: it never hides an older value and overwrites nothing.
+type UnitWrite = (u64, u64, Val, bool);
 
 /// What unit `u` may read between `rs` and `re` (`u64::MAX`, `u64::MAX`: once the round is
-/// over), given `old` (what it held when the round began) and the round's writes to it
-/// (every one acknowledged): a write that began before the read ended, unless another write
-/// began after it ended and itself ended before the read began (it overwrote it, in every
-/// order the volume may have applied them); `old` unless a write ended before the read began.
+/// over), given `old` (what it held when the round began) and the round's writes to it: a
+/// write that began before the read ended, unless an acknowledged write began after it ended
+/// and itself ended before the read began (it overwrote it, in every order the volume may
+/// have applied them); `old` unless an acknowledged write ended before the read began.
 fn allowed_in_round(old: &Vals, ws: &[UnitWrite], rs: u64, re: u64) -> Vec<Val> {
     let mut out = Vec::new();
-    if !ws.iter().any(|w| w.1 < rs) {
+    if !ws.iter().any(|w| w.3 && w.1 < rs) {
         out.extend_from_slice(old.as_slice());
     }
-    for &(s, e, v) in ws {
-        let superseded = ws.iter().any(|w| w.1 < rs && w.0 > e);
+    for &(s, e, v, _) in ws {
+        let superseded = ws.iter().any(|w| w.3 && w.1 < rs && w.0 > e);
         if s < re && !superseded && !out.contains(&v) {
             out.push(v);
         }
@@ -2153,8 +2299,8 @@ fn allowed_in_round(old: &Vals, ws: &[UnitWrite], rs: u64, re: u64) -> Vec<Val> 
 /// What unit `u` may hold after a power cut once the round is over: `point` is the latest
 /// durability point covering it (a FLUSH, `ctl flush` or durable mode switch: its start; a
 /// FUA write of it: its end). The writes that ended before it are durable (the last of them,
-/// or `old_now` if none); every later write may have reached the device too. With no point,
-/// the older durable values stay possible.
+/// or `old_now` if none; failed ones maybe); every later write may have reached the device
+/// too. With no point, the older durable values stay possible.
 fn durable_after_round(
     old_now: &Vals,
     old_durable: &Vals,
@@ -2168,12 +2314,7 @@ fn durable_after_round(
             if before.is_empty() {
                 old_now.clone()
             } else {
-                let last = allowed_in_round(old_now, &before, u64::MAX, u64::MAX);
-                let mut v = Vals::One(last[0]);
-                for &x in &last[1..] {
-                    v.add(x);
-                }
-                v
+                to_vals(&allowed_in_round(old_now, &before, u64::MAX, u64::MAX))
             }
         }
     };
@@ -2198,6 +2339,97 @@ fn to_vals(v: &[Val]) -> Vals {
 static RACES: [std::sync::atomic::AtomicU64; 2] =
     [const { std::sync::atomic::AtomicU64::new(0) }; 2];
 
+/// The concurrent run with faults, printed so a check that stops running shows: faults
+/// injected, failed requests explained by a fault injected earlier in their round, by a
+/// state left by an earlier one (degraded, lost ranges, failed cache), by the sync backoff
+/// error, by a lost range reported at the round's end; units reported lost; cache
+/// failures; rounds run with the volume's own background thread.
+static CFAULTS: [std::sync::atomic::AtomicU64; 8] =
+    [const { std::sync::atomic::AtomicU64::new(0) }; 8];
+
+fn cfault_count(k: usize, n: u64) {
+    CFAULTS[k].fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// The cache failed in a concurrent run: the next start is refused, the backing file holds
+/// what the model allows (lost ranges: anything), the cache is formatted again.
+fn concurrent_after_cache_failure(
+    rig: &Rig,
+    cfg: &Cfg,
+    m: &mut Model,
+    lost: &[(u64, u64)],
+) -> Result<(), String> {
+    let recorded = tiercache_server::state_file::read(&rig.state)
+        .ok()
+        .flatten()
+        .map(|st| st.lost)
+        .unwrap_or_default();
+    for &(a, b) in lost.iter().chain(&recorded) {
+        for u in a / U..b.div_ceil(U) {
+            m.reset(u, Val::Any);
+        }
+    }
+    let o = VolumeOpenOptions {
+        direct: OpenOptions {
+            state_path: Some(rig.state.clone()),
+            ..Default::default()
+        },
+        log: LogOpenOptions {
+            state_path: Some(rig.state.clone()),
+            ..Default::default()
+        },
+    };
+    let c = Box::new(FileDev::open(&rig.cache).unwrap());
+    let b = Box::new(FileDev::open(&rig.backing).unwrap());
+    if open_volume(c, b, &o).is_ok() {
+        return Err("a failed cache was reopened".into());
+    }
+    let data = std::fs::read(&rig.backing).unwrap();
+    for s in 0..VOL / S {
+        m.check(s, &data[(s * S) as usize..((s + 1) * S) as usize])
+            .map_err(|e| {
+                format!("backing file after the cache failed (the state file records lost {recorded:?}): {e}")
+            })?;
+    }
+    let _ = std::fs::remove_file(&rig.state);
+    format_cache(cfg, &rig.cache);
+    Ok(())
+}
+
+/// Every unit of the volume read and checked; a read may fail only where a range is
+/// reported lost (then sector by sector).
+fn concurrent_read_all(rig: &Rig, m: &mut Model) -> Result<(), String> {
+    let chunk = 64 << 10;
+    let mut buf = vec![0u8; chunk as usize];
+    let lost = rig.vol().lost();
+    let overlaps = |a: u64, b: u64| lost.iter().any(|&(x, y)| x < b && a < y);
+    for off in (0..VOL).step_by(chunk as usize) {
+        let pieces: Vec<(u64, u64)> = match rig.vol().live().read(off, &mut buf) {
+            Ok(()) => vec![(off, chunk)],
+            Err(_) if overlaps(off, off + chunk) => (off..off + chunk)
+                .step_by(S as usize)
+                .map(|a| (a, S))
+                .collect(),
+            Err(e) => return Err(format!("final read {off}+{chunk}: {e}")),
+        };
+        for (a, n) in pieces {
+            if n != chunk {
+                match rig.vol().live().read(a, &mut buf[..n as usize]) {
+                    Ok(()) => {}
+                    Err(_) if overlaps(a, a + n) => continue,
+                    Err(e) => return Err(format!("final read {a}+{n}: {e}")),
+                }
+            }
+            for k in 0..n / U {
+                let b = &buf[(k * U) as usize..((k + 1) * U) as usize];
+                m.check_unit(a / U + k, b)
+                    .map_err(|e| format!("final read {a}+{n}: {e}"))?;
+            }
+        }
+    }
+    Ok(())
+}
+
 /// One seed of the concurrent checker: `Err` names the first violation.
 fn run_concurrent_seed(seed: u64, rounds: usize) -> Result<u64, String> {
     use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
@@ -2205,16 +2437,32 @@ fn run_concurrent_seed(seed: u64, rounds: usize) -> Result<u64, String> {
     cfg.p_fault = 0.0;
     let mut r = rng(seed ^ 0xc0c0);
     let threads = 2 + (seed % 3) as usize;
+    // Faults in a third of the rounds of two seeds in three (the others: none, every request
+    // must succeed); the volume's own background thread in a quarter of the seeds of each
+    // layout.
+    let faulty = !(seed / 4).is_multiple_of(3);
+    // (`TIERCACHE_FAULT_MODEL_CONCURRENT_BG=all` / `none` overrides: each stop of the thread
+    // waits out its sleep, most of this test's wall time.)
+    let background = match std::env::var("TIERCACHE_FAULT_MODEL_CONCURRENT_BG").as_deref() {
+        Ok("all") => true,
+        Ok("none") => false,
+        _ => (seed / 2) % 4 == 1,
+    };
     let mut rig = Rig::new(&cfg, seed);
+    if background {
+        rig.start_bg();
+    }
     let mut m = Model::new();
-    let mut mode = cfg.mode;
+    // The mode in force (`None`: unknown, after a switch that failed).
+    let mut mode = Some(cfg.mode);
     let mut ver = 0u64;
     let mut log: Vec<String> = Vec::new();
     let head = format!(
-        "concurrent seed {seed} ({:?} {:?}, {threads} client threads, data checksums {}{})",
+        "concurrent seed {seed} ({:?} {:?}, {threads} client threads, data checksums {}, max cache errors {}, faults {faulty}, background thread {background}{})",
         cfg.layout,
         cfg.mode,
         cfg.sums,
+        cfg.max_cache_errors,
         if cfg.layout == Layout::Log {
             format!(", {:?}, dedup {}", cfg.compression, cfg.dedup)
         } else {
@@ -2223,7 +2471,12 @@ fn run_concurrent_seed(seed: u64, rounds: usize) -> Result<u64, String> {
     );
     let fail = |log: &[String], what: String| -> String {
         let mut s = format!("{head}: {what}\nlast rounds (newest last):\n");
-        for l in log.iter().rev().take(40).rev() {
+        // `TIERCACHE_FAULT_MODEL_CONCURRENT_LOG=N`: the last N lines (default 40).
+        let n = std::env::var("TIERCACHE_FAULT_MODEL_CONCURRENT_LOG")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(40);
+        for l in log.iter().rev().take(n).rev() {
             s.push_str("  ");
             s.push_str(l);
             s.push('\n');
@@ -2243,7 +2496,12 @@ fn run_concurrent_seed(seed: u64, rounds: usize) -> Result<u64, String> {
     }
     let units_total = HOT / U;
     let mut requests = 0u64;
+    // Whether a fault was injected in this seed so far (else nothing may fail or be lost).
+    let mut any_fault = false;
     for round in 0..rounds {
+        if background {
+            cfault_count(7, 1);
+        }
         // A narrow window half the time: the threads' ranges overlap often.
         let window = if r.gen_bool(0.5) {
             16 * LS / U
@@ -2252,7 +2510,7 @@ fn run_concurrent_seed(seed: u64, rounds: usize) -> Result<u64, String> {
         };
         let base = r.gen_range(0..=(units_total - window) / (LS / U)) * (LS / U);
         let mut mode_op = false;
-        let plans: Vec<Vec<COp>> = (0..threads)
+        let mut plans: Vec<Vec<COp>> = (0..threads)
             .map(|_| {
                 (0..r.gen_range(1..5))
                     .map(|_| {
@@ -2303,9 +2561,19 @@ fn run_concurrent_seed(seed: u64, rounds: usize) -> Result<u64, String> {
                     .collect()
             })
             .collect();
+        if faulty && r.gen_bool(0.3) {
+            let t = r.gen_range(0..threads);
+            let at = r.gen_range(0..=plans[t].len());
+            let f = CFault::draw(&mut r, base * U, (base + window) * U, rig.cache_len);
+            plans[t].insert(at, COp::Fault(f));
+        }
+        // A state an earlier fault left: requests may fail for it.
+        let st0 = rig.vol().live().live_stats().volume;
+        let lingering = st0.degraded || st0.cache_failed || !st0.lost_dirty_ranges.is_empty();
         let seq = AtomicU64::new(0);
         let barrier = std::sync::Barrier::new(threads);
         let vol = rig.vol();
+        let (bh, ch) = (&rig.bh, &rig.ch);
         let done: Vec<Done> = std::thread::scope(|sc| {
             let hs: Vec<_> = plans
                 .iter()
@@ -2324,14 +2592,18 @@ fn run_concurrent_seed(seed: u64, rounds: usize) -> Result<u64, String> {
                             };
                             let mut data = data;
                             let start = seq.fetch_add(1, SeqCst);
-                            let res = match *op {
-                                COp::Write(u0, _, _, fua) => v.write(u0 * U, &data, fua),
-                                COp::Zero(u0, n, fua, t) => v.write_zeroes(u0 * U, n * U, fua, t),
+                            let res = match op {
+                                COp::Write(u0, _, _, fua) => v.write(u0 * U, &data, *fua),
+                                COp::Zero(u0, n, fua, t) => v.write_zeroes(u0 * U, n * U, *fua, *t),
                                 COp::Read(u0, _) => v.read(u0 * U, &mut data),
                                 COp::Flush => v.flush(),
                                 COp::CtlFlush => v.flush_dirty(),
-                                COp::Mode(m) => v.set_mode(m),
+                                COp::Mode(m) => v.set_mode(*m),
                                 COp::Background => vol.background().map_err(std::io::Error::other),
+                                COp::Fault(f) => {
+                                    f.inject(bh, ch);
+                                    Ok(())
+                                }
                             };
                             let end = seq.fetch_add(1, SeqCst);
                             out.push(Done {
@@ -2359,40 +2631,81 @@ fn run_concurrent_seed(seed: u64, rounds: usize) -> Result<u64, String> {
                 d.start, d.end, d.thread, d.op, d.res
             ));
         }
-        if let Some(d) = done.iter().find(|d| d.res.is_err()) {
-            return Err(fail(
-                &log,
-                format!("round {round}: {:?} failed with no fault injected", d.op),
-            ));
+        let faults_at: Vec<u64> = done
+            .iter()
+            .filter(|d| matches!(d.op, COp::Fault(_)))
+            .map(|d| d.start)
+            .collect();
+        if !faults_at.is_empty() {
+            any_fault = true;
+            cfault_count(0, faults_at.len() as u64);
+            rig.bh.heal();
+            rig.ch.heal();
+        }
+        let st1 = rig.vol().live().live_stats().volume;
+        let lost1 = st1.lost_dirty_ranges.clone();
+        // Every failure has a cause: a fault injected in this round before the request
+        // ended, a state an earlier one left, the sync backoff, or data reported lost.
+        for d in &done {
+            let Err(e) = &d.res else { continue };
+            let lost_meets = match d.op.bytes() {
+                Some((a, b)) => lost1.iter().any(|&(x, y)| x < b && a < y),
+                None => false,
+            } || (d.op.flushes() && !lost1.is_empty());
+            let why = if faults_at.iter().any(|&f| f < d.end) {
+                1
+            } else if lingering {
+                2
+            } else if sync_backoff(e) {
+                3
+            } else if lost_meets {
+                4
+            } else {
+                return Err(fail(
+                    &log,
+                    format!(
+                        "round {round}: thread {} {:?} [{}..{}] failed ({e}) with no fault injected before it ended in its round and none left by an earlier one",
+                        d.thread, d.op, d.start, d.end
+                    ),
+                ));
+            };
+            cfault_count(why, 1);
         }
         // The round's writes per unit, and the durability points.
         let mut writes: std::collections::HashMap<u64, Vec<UnitWrite>> = Default::default();
         let mut fua_points: std::collections::HashMap<u64, u64> = Default::default();
         let mut point: Option<u64> = None;
         for d in &done {
+            let ok = d.res.is_ok();
             let (u0, n, x, fua) = match d.op {
                 COp::Write(u0, n, ver, fua) => (u0, n, Val::V(ver), fua),
                 COp::Zero(u0, n, fua, _) => (u0, n, Val::Zero, fua),
                 COp::Flush | COp::CtlFlush => {
-                    point = point.max(Some(d.start));
+                    if ok {
+                        point = point.max(Some(d.start));
+                    }
                     continue;
                 }
                 COp::Mode(to) => {
+                    if !ok {
+                        mode = None;
+                        continue;
+                    }
                     let durable = match cfg.layout {
                         Layout::Direct => to != Mode::WriteBack,
-                        Layout::Log => to != mode,
+                        Layout::Log => mode.is_some_and(|m| m != to),
                     };
                     if durable {
                         point = point.max(Some(d.start));
                     }
-                    mode = to;
+                    mode = Some(to);
                     continue;
                 }
                 _ => continue,
             };
             for u in u0..u0 + n {
-                writes.entry(u).or_default().push((d.start, d.end, x));
-                if fua {
+                writes.entry(u).or_default().push((d.start, d.end, x, ok));
+                if fua && ok {
                     let p = fua_points.entry(u).or_insert(0);
                     *p = (*p).max(d.end);
                 }
@@ -2400,6 +2713,9 @@ fn run_concurrent_seed(seed: u64, rounds: usize) -> Result<u64, String> {
         }
         for d in &done {
             let COp::Read(u0, n) = d.op else { continue };
+            if d.res.is_err() {
+                continue;
+            }
             for k in 0..n {
                 let u = u0 + k;
                 let b = &d.data[(k * U) as usize..((k + 1) * U) as usize];
@@ -2459,67 +2775,117 @@ fn run_concurrent_seed(seed: u64, rounds: usize) -> Result<u64, String> {
             m.secs[u as usize] = Sec { now, durable };
             m.touch(u);
         }
-        if !rig.vol().lost().is_empty() || rig.vol().live().cache_failed() {
+        // Known gap `backoff-flip` (direct_write_failed_by_the_sync_backoff_reads_the_same_
+        // after_a_restart): a direct write failed by the sync backoff may leave the backing
+        // device newer than the cache's clean copy: its bytes may read either, and flip.
+        if cfg.layout == Layout::Direct && known("backoff-flip") {
+            for d in &done {
+                let (Err(e), COp::Write(u0, n, ..) | COp::Zero(u0, n, ..)) = (&d.res, &d.op) else {
+                    continue;
+                };
+                if sync_backoff(e) {
+                    for u in *u0..*u0 + *n {
+                        m.reset(u, Val::Any);
+                    }
+                }
+            }
+        }
+        // Reported lost: anything (reads there fail until rewritten).
+        if !faults_at.is_empty() {
+            cfault_count(5, lost1.len() as u64);
+        }
+        for &(a, b) in &lost1 {
+            for u in a / U..b.div_ceil(U) {
+                m.reset(u, Val::Any);
+            }
+        }
+        let failed = rig.vol().live().cache_failed();
+        if !any_fault && (!lost1.is_empty() || failed) {
             return Err(fail(
                 &log,
                 format!(
-                    "round {round}: lost {:?}, cache failed {} with no fault injected",
-                    rig.vol().lost(),
-                    rig.vol().live().cache_failed()
+                    "round {round}: lost {lost1:?}, cache failed {failed} with no fault injected"
                 ),
             ));
         }
         // A restart now and then; a power cut often right after a round with a durability
-        // point (what it promised is checked at once).
-        let restart = if point.is_some() && r.gen_bool(0.3) {
+        // point (what it promised is checked at once); always after the cache failed (the
+        // backing file is checked, the cache formatted again).
+        let restart = if failed {
+            Some(r.gen_bool(0.5))
+        } else if point.is_some() && r.gen_bool(0.3) {
             Some(true)
         } else {
             r.gen_bool(0.05).then(|| r.gen_bool(0.5))
         };
         if let Some(crash) = restart {
-            let vol = rig.vol.take().unwrap();
-            if crash {
-                rig.faults.power_cut();
-                drop(vol);
-                m.crashed();
-            } else {
-                if let Err(e) = vol.live().shutdown() {
-                    return Err(fail(&log, format!("clean shutdown failed: {e}")));
-                }
-                drop(vol);
-                rig.faults.process_exit();
-                m.flushed(&[]);
-            }
-            log.push(if crash { "power cut" } else { "clean restart" }.to_string());
+            restart_concurrent(&mut rig, &cfg, &mut m, crash, any_fault, &mut log)
+                .map_err(|e| fail(&log, e))?;
             rig.open(&cfg, seed ^ (round as u64) << 20)
                 .map_err(|e| fail(&log, format!("reopen failed: {e}")))?;
+            // As stored (a switch cut by the power, a cache formatted again).
+            mode = rig.vol().live().live_stats().volume.mode.parse().ok();
+            if background {
+                rig.start_bg();
+            }
         }
     }
     // A clean restart, then every unit.
-    let vol = rig.vol.take().unwrap();
-    if let Err(e) = vol.live().shutdown() {
-        return Err(fail(&log, format!("final shutdown failed: {e}")));
-    }
-    drop(vol);
-    rig.faults.process_exit();
-    m.flushed(&[]);
+    restart_concurrent(&mut rig, &cfg, &mut m, false, any_fault, &mut log)
+        .map_err(|e| fail(&log, e))?;
     rig.open(&cfg, seed ^ 0xfeed)
         .map_err(|e| fail(&log, format!("final reopen failed: {e}")))?;
-    let chunk = 64 << 10;
-    let mut buf = vec![0u8; chunk as usize];
-    for off in (0..VOL).step_by(chunk as usize) {
-        rig.vol()
-            .live()
-            .read(off, &mut buf)
-            .map_err(|e| fail(&log, format!("final read {off}+{chunk}: {e}")))?;
-        for k in 0..chunk / U {
-            let b = &buf[(k * U) as usize..((k + 1) * U) as usize];
-            if let Err(e) = m.check_unit(off / U + k, b) {
-                return Err(fail(&log, format!("final read {off}+{chunk}: {e}")));
-            }
+    concurrent_read_all(&rig, &mut m).map_err(|e| fail(&log, e))?;
+    Ok(requests)
+}
+
+/// Stops the volume of a concurrent run (its background thread first): a power cut, or a
+/// clean shutdown (which may fail once a fault was injected: then as a power cut). A cache
+/// that failed is checked on the backing file and formatted again. The caller reopens.
+fn restart_concurrent(
+    rig: &mut Rig,
+    cfg: &Cfg,
+    m: &mut Model,
+    crash: bool,
+    any_fault: bool,
+    log: &mut Vec<String>,
+) -> Result<(), String> {
+    rig.stop_bg();
+    let vol = rig.vol.take().unwrap();
+    let mut lost = vol.lost();
+    let failed;
+    if crash {
+        failed = vol.live().cache_failed();
+        rig.faults.power_cut();
+        drop(vol);
+        m.crashed();
+        log.push(format!("power cut (cache failed {failed}, lost {lost:?})"));
+    } else {
+        let res = vol.live().shutdown();
+        failed = vol.live().cache_failed();
+        lost = vol.lost();
+        drop(vol);
+        rig.faults.process_exit();
+        log.push(format!(
+            "clean shutdown: {res:?} (cache failed {failed}, lost {lost:?})"
+        ));
+        match res {
+            Ok(()) => m.flushed(&lost),
+            Err(_) if any_fault => m.crashed(),
+            Err(e) => return Err(format!("clean shutdown failed with no fault injected: {e}")),
         }
     }
-    Ok(requests)
+    for &(a, b) in &lost {
+        for u in a / U..b.div_ceil(U) {
+            m.reset(u, Val::Any);
+        }
+    }
+    if failed {
+        cfault_count(6, 1);
+        concurrent_after_cache_failure(rig, cfg, m, &lost)?;
+        log.push("cache formatted again after its failure".into());
+    }
+    Ok(())
 }
 
 /// Session 13 item 1: several clients on one volume at once (2-4 threads, each 1-4 requests
@@ -2527,14 +2893,26 @@ fn run_concurrent_seed(seed: u64, rounds: usize) -> Result<u64, String> {
 /// anywhere in the hot region): writes (any 64-byte offset and length, FUA, dedup-prone
 /// whole lines), write-zeroes, reads, FLUSH and `ctl flush` from one thread while others
 /// write, a `ctl mode` switch, the direct layout's cleaning pass, between rounds clean
-/// restarts and power cuts; both layouts, every mode, no fault injected. A read may return,
-/// per 64-byte unit, the value before the round or that of a write that overlapped it
-/// ([`allowed_in_round`]), nothing else; after a FLUSH is acknowledged, every write
-/// acknowledged before it began survives a power cut ([`durable_after_round`]). Every
-/// request must succeed.
+/// restarts and power cuts; both layouts, every mode. A read may return, per 64-byte unit,
+/// the value before the round or that of a write that overlapped it ([`allowed_in_round`]),
+/// nothing else; after a FLUSH is acknowledged, every write acknowledged before it began
+/// survives a power cut ([`durable_after_round`]).
+///
+/// Session 14: faults too ([`CFault`]: backing read / write errors, ENOSPC, a failing sync
+/// that drops the unsynced writes, syncs failing, cache read / write errors, a cache sync
+/// dropping writes, the whole cache device failing), injected by a client thread in a third of the
+/// rounds of two seeds in three, healed at the round's end. A request may fail only if a
+/// fault began before it ended in its round, or an earlier one left the volume degraded,
+/// failed or with lost ranges (or the sync backoff error, or a lost range it meets); a
+/// failed write may or may not have landed; a range reported lost may read anything (reads
+/// there fail) until rewritten; a failed cache is checked on the backing file and formatted
+/// again. A quarter of the seeds of each layout run the volume's own background thread
+/// (`start_background`: the direct layout's cleaner, the log layout's retries) beside the
+/// clients. The seeds with no fault still require every request to succeed.
 ///
 /// `TIERCACHE_FAULT_MODEL_CONCURRENT_SEEDS=N` (default 60; soak: 600 seeds of 3x the rounds),
 /// `TIERCACHE_FAULT_MODEL_CONCURRENT_SEED=N` runs one seed 200 times (interleavings vary).
+/// `TIERCACHE_FAULT_MODEL_CONCURRENT_BG=all|none`: the background thread in every seed / none.
 #[test]
 fn concurrent_clients_see_only_linearisable_values() {
     let soak = std::env::var("TIERCACHE_FAULT_SOAK").is_ok_and(|v| v != "0");
@@ -2567,13 +2945,23 @@ fn concurrent_clients_see_only_linearisable_values() {
             }
         }
     }
+    let c = |k: usize| CFAULTS[k].load(std::sync::atomic::Ordering::Relaxed);
     println!(
         "concurrent: {seeds} seeds x {rounds} rounds, {requests} requests, {} units read during a write of them ({} of those returned an older value), {:.1} s, failing seeds {failures:?}",
         RACES[0].load(std::sync::atomic::Ordering::Relaxed),
         RACES[1].load(std::sync::atomic::Ordering::Relaxed),
         t.elapsed().as_secs_f64()
     );
+    println!(
+        "concurrent faults: {} injected; failed requests explained by a fault earlier in their round {}, by a state an earlier fault left {}, by the sync backoff {}, by a lost range {}; {} ranges reported lost at the end of a round with a fault; {} cache failures; {} rounds with the background thread",
+        c(0), c(1), c(2), c(3), c(4), c(5), c(6), c(7)
+    );
     assert!(failures.is_empty(), "failing seeds: {failures:?}");
+    let bg_none = std::env::var("TIERCACHE_FAULT_MODEL_CONCURRENT_BG").as_deref() == Ok("none");
+    assert!(
+        c(0) > seeds && c(1) > 0 && (c(7) > 0 || bg_none),
+        "the concurrent faults or the background thread did not run"
+    );
 }
 
 /// Found by the soak (seed 3562, direct layout, write-back): a write's plan reuses a slot
@@ -2615,4 +3003,58 @@ fn direct_cache_failing_mid_plan_never_copies_unwritten_slot_bytes() {
         "bytes 183296..183680 (never written) after write-zeroes 183680+640 ({w:?}, cache failed {failed}, lost {:?}): read {got:?}, want version 0 or an error for a range reported lost",
         rig.vol().lost()
     );
+}
+
+/// Found by the concurrent checker with faults (soak seeds 130, 212, 310, 478, all direct):
+/// a write that fails with the sync backoff error ("backing device syncs failing ... not
+/// retried") reads back as the old bytes, yet after a restart (or an eviction, or the
+/// cache failing) the same bytes read as the failed write's: a value that flips with no
+/// write in between. Reproduced here in write-through (one write over cached and uncached
+/// lines while backing syncs fail: the plan's backing write runs, the slot reuse's
+/// sync gate fails fast, the cached line keeps its old clean copy; before the fix:
+/// "WriteThrough: line 5 read Ok(Ver(1)) after the failed write (.. syncs failing ..),
+/// Ok(Ver(3)) after a clean restart"); write-back passes here (soak seeds 212 and 310 were
+/// write-back: another path). The concurrent checker steers around it (`backoff-flip`).
+#[test]
+#[ignore = "known: a direct write failed by the sync backoff leaves the backing device newer than the cache's clean copy; h-directsync3"]
+fn direct_write_failed_by_the_sync_backoff_reads_the_same_after_a_restart() {
+    let mut flips = Vec::new();
+    for mode in [Mode::WriteThrough, Mode::WriteBack] {
+        let mut rig = rig_for(Layout::Direct, mode, false);
+        let cfg = Cfg {
+            layout: Layout::Direct,
+            mode,
+            ..cfg_for(1, 0)
+        };
+        let v = rig.vol().live();
+        v.set_max_cache_errors(1_000_000);
+        // Every slot holds a clean line whose record is durable: a new line reuses one,
+        // which needs a backing sync first.
+        for l in 0..32 {
+            v.write(l * LS, &sectors(l * LS / S, 8, 1), false).unwrap();
+        }
+        v.flush_dirty().unwrap();
+        rig.bh.fail_syncs();
+        // New lines: their slot reuses fail on the sync; from the second on, fast.
+        let mut fails = Vec::new();
+        for l in 40..44 {
+            fails.push(v.write(l * LS, &sectors(l * LS / S, 8, 2), false).is_err());
+        }
+        // Lines 5..=45 in one write: 5-31 cached, the rest not.
+        let w = v.write(5 * LS, &sectors(5 * LS / S, 8 * 41, 3), false);
+        let before = read_or_lost(rig.vol(), 5 * LS / S);
+        rig.bh.heal();
+        let vol = rig.vol.take().unwrap();
+        let down = vol.live().shutdown();
+        drop(vol);
+        rig.faults.process_exit();
+        rig.open(&cfg, 9).unwrap();
+        let after = read_or_lost(rig.vol(), 5 * LS / S);
+        if before != after {
+            flips.push(format!(
+                "{mode:?}: line 5 read {before:?} after the failed write ({w:?}; earlier writes failed {fails:?}), {after:?} after a clean restart ({down:?}), with no write between"
+            ));
+        }
+    }
+    assert!(flips.is_empty(), "{}", flips.join("\n"));
 }

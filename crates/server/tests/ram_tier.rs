@@ -228,3 +228,77 @@ fn memory_is_bounded_and_counted() {
     .unwrap();
     assert!(e.to_string().contains("--ram-cache"), "{e}");
 }
+
+/// A read that missed RAM read the old bytes below, then (before it filled RAM) a write of
+/// the same line ran from start to end, both of its invalidations included: the fill must
+/// be skipped (the tier's ticket check), or RAM serves the old bytes from then on. The
+/// window is held open with the fill hook, so the race happens every time; the threaded
+/// test above almost never hits it (the read fills within microseconds of its read below).
+/// Both modes, a whole-line write and a sub-line write-zeroes.
+#[test]
+fn a_write_between_a_read_below_and_its_fill_leaves_no_stale_bytes_in_ram() {
+    use std::sync::mpsc;
+    for mode in [Mode::WriteThrough, Mode::WriteBack] {
+        for zeroes in [false, true] {
+            let f = files(64, LS);
+            format(&f, mode, LS);
+            let vol = Arc::new(open_ram(&f, 8 * LS));
+            let line = 5 * LS;
+            let old: Vec<u8> = vec![0x11; LS as usize];
+            vol.write(line, &old, false).unwrap();
+            // The line is in the SSD cache, not in RAM (a write invalidates it there).
+            let (at_fill, wait_fill) = mpsc::channel::<()>();
+            let (go, wait_go) = mpsc::channel::<()>();
+            let wait_go = std::sync::Mutex::new(wait_go);
+            let at_fill = std::sync::Mutex::new(at_fill);
+            vol.set_ram_fill_hook(Some(Arc::new(move |o, _| {
+                if o == line {
+                    at_fill.lock().unwrap().send(()).unwrap();
+                    wait_go.lock().unwrap().recv().unwrap();
+                }
+            })));
+            let reader = {
+                let vol = Arc::clone(&vol);
+                std::thread::spawn(move || {
+                    let mut b = vec![0u8; LS as usize];
+                    vol.read(line, &mut b).unwrap();
+                    b
+                })
+            };
+            wait_fill.recv().unwrap();
+            // The read has its bytes and holds no lock: a write runs to its end.
+            let new: Vec<u8> = if zeroes {
+                let mut n = old.clone();
+                n[512..1536].fill(0);
+                vol.write_zeroes(line + 512, 1024, false, false).unwrap();
+                n
+            } else {
+                let n = vec![0x22; LS as usize];
+                vol.write(line, &n, false).unwrap();
+                n
+            };
+            go.send(()).unwrap();
+            let got = reader.join().unwrap();
+            assert_eq!(got, old, "{mode:?}: the racing read returns the old bytes");
+            vol.set_ram_fill_hook(None);
+            // Twice: the second read would hit RAM if the first filled it.
+            for k in 0..2 {
+                let mut b = vec![0u8; LS as usize];
+                vol.read(line, &mut b).unwrap();
+                assert!(
+                    b == new,
+                    "{mode:?} zeroes {zeroes}, read {k} after the write: line 5 reads stale \
+                     bytes (first difference at byte {:?}; RAM hits {})",
+                    b.iter().zip(&new).position(|(x, y)| x != y),
+                    vol.stats().ram.unwrap().ram_hits
+                );
+            }
+            let fills = |v: &CacheVolume| v.stats().ram.unwrap().counters.fills_skipped;
+            assert_eq!(
+                fills(&vol),
+                1,
+                "{mode:?} zeroes {zeroes}: the stale fill was not skipped"
+            );
+        }
+    }
+}

@@ -13,7 +13,21 @@ use tiercache_engine::{RamCounters, RamTier};
 pub(super) struct RamCache {
     inner: Mutex<RamInner>,
     line_size: u64,
+    /// Test hook ([`CacheVolume::set_ram_fill_hook`]): idle unless armed.
+    fill_hook: FillHook,
 }
+
+/// Called by a read between its read below and its fill, outside every lock, so a test
+/// can run a write in that window (the race the fill's ticket check exists for).
+#[derive(Default)]
+struct FillHook {
+    armed: AtomicBool,
+    hook: Mutex<Option<RamFillHook>>,
+}
+
+/// A test's hook: called with the read's (offset, length) before it fills the RAM tier.
+#[doc(hidden)]
+pub type RamFillHook = Arc<dyn Fn(u64, u64) + Send + Sync>;
 
 struct RamInner {
     tier: RamTier,
@@ -74,6 +88,7 @@ impl RamCache {
                 closed: false,
             }),
             line_size,
+            fill_hook: FillHook::default(),
         })
     }
 
@@ -118,6 +133,17 @@ impl RamCache {
     /// A read that missed RAM succeeded with `buf` (the request's bytes): its whole lines go
     /// to RAM unless a write, trim or clear met them since `ticket`.
     pub(super) fn fill(&self, req: &Request, ticket: u64, buf: &[u8]) {
+        if self.fill_hook.armed.load(Ordering::Acquire) {
+            let h = self
+                .fill_hook
+                .hook
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone();
+            if let Some(h) = h {
+                h(req.offset, req.len);
+            }
+        }
         let mut g = self.lock();
         let RamInner {
             tier,
@@ -190,6 +216,20 @@ impl RamCache {
             ssd_hits: c.read_requests.hits,
             misses: c.reads - c.read_requests.hits,
             counters: k,
+        }
+    }
+}
+
+impl CacheVolume {
+    /// Test hook: `hook` runs in every read that missed the RAM tier, after its read below
+    /// returned and before it fills the tier, holding no lock (`None`: removes it). Does
+    /// nothing without a RAM tier. Free when unset: one atomic load per fill.
+    #[doc(hidden)]
+    pub fn set_ram_fill_hook(&self, hook: Option<RamFillHook>) {
+        if let Some(r) = &self.ram {
+            let armed = hook.is_some();
+            *r.fill_hook.hook.lock().unwrap_or_else(|e| e.into_inner()) = hook;
+            r.fill_hook.armed.store(armed, Ordering::Release);
         }
     }
 }

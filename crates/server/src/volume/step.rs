@@ -204,3 +204,13 @@ impl Drop for SteppedClean {
         }
     }
 }
+
+impl CacheVolume {
+    /// Test hook: the cleaner thread ([`CacheVolume::start_cleaner`]) ends after its current
+    /// pass, the volume otherwise untouched (nothing written, not shut down), so a test can
+    /// join it and then cut the power with no cleaning pass running on dead devices.
+    #[doc(hidden)]
+    pub fn stop_cleaner(&self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
