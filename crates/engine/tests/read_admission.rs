@@ -2,7 +2,7 @@
 //! a slot would need a sync that fails): for every policy and mode, with the switch on no
 //! read plan changes a slot that did not hold the read's line (no population, no eviction,
 //! no write-back), cached lines are still read from the cache, reads that miss are served
-//! from the backing device (`bypasses.no_capacity`), and writes are planned as before.
+//! from the backing device (`bypasses.no_capacity`, or the class gate's bypass first).
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -50,20 +50,18 @@ fn blocked_read_admission_never_changes_another_line_s_slot() {
             }
             e.set_read_admission_blocked(true);
             assert!(e.read_admission_blocked());
-            let (mut hits, mut bypassed, mut writes_admitted) = (0, 0, 0);
+            let (mut hits, mut bypassed) = (0, 0);
             for r in &reqs[1000..] {
                 let before: BTreeMap<u64, u32> = e.entries().map(|(k, s, _)| (k, s)).collect();
-                let nc = e.counters().bypasses.no_capacity;
-                let ins = e.counters().insertions;
                 let plan = e.process(r).unwrap();
                 if r.op != Op::Read {
-                    writes_admitted += (e.counters().insertions > ins) as u32;
                     continue;
                 }
+                let mut missed = false;
                 for s in &plan.steps {
                     match *s {
                         Step::ReadSsd { .. } => hits += 1,
-                        Step::ReadHdd { .. } => {}
+                        Step::ReadHdd { .. } => missed = true,
                         // Missing sectors of a cached line of the read, filled in place.
                         Step::Populate { hdd, .. } => {
                             let key = Engine::line_key(0, hdd / 4096);
@@ -88,29 +86,28 @@ fn blocked_read_admission_never_changes_another_line_s_slot() {
                     "{} {mode:?}: a read changed the cache",
                     p.name
                 );
-                bypassed += (e.counters().bypasses.no_capacity > nc) as u32;
+                bypassed += missed as u32;
             }
             assert!(
                 hits > 0 && bypassed > 0,
                 "{} {mode:?}: {hits} hits, {bypassed} bypassed",
                 p.name
             );
-            assert!(
-                writes_admitted > 0,
-                "{} {mode:?}: writes still admitted",
-                p.name
-            );
             e.counters()
                 .check()
                 .unwrap_or_else(|m| panic!("{} {mode:?}: {m}", p.name));
-            // Off again: read misses are admitted.
+            // Off again: read misses take the policy's usual path (LRU, a plain policy,
+            // admits them).
             e.set_read_admission_blocked(false);
-            let ins = e.counters().insertions;
-            for k in 0..64u64 {
-                e.process(&Request::read((64 << 20) + k * 4096, 4096))
-                    .unwrap();
+            assert!(!e.read_admission_blocked());
+            if p.name == "lru" {
+                let ins = e.counters().insertions;
+                for k in 0..64u64 {
+                    e.process(&Request::read((64 << 20) + k * 4096, 4096))
+                        .unwrap();
+                }
+                assert!(e.counters().insertions > ins, "{mode:?}: lru admits again");
             }
-            assert!(e.counters().insertions > ins, "{}: admitted again", p.name);
         }
     }
 }
