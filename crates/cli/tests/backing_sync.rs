@@ -356,10 +356,10 @@ fn write_back_scenario(layout: &[&str]) {
     srv.stop("-TERM");
 }
 
-/// KNOWN DEFECT (notes-directsync2): with evictions while syncs fail, an acknowledged
-/// write-through range is still reported lost (`volume bytes 8912896..9109504 were lost`).
+/// Before notes-directsync3's fix: `after more writes while flushes fail: block 8912896 read
+/// failed: ... volume bytes 8912896..9109504 were lost` (lines unmapped ahead, then evicted,
+/// without a sync).
 #[test]
-#[ignore = "known defect: direct write-through reports an acknowledged range lost under evictions while backing syncs fail (notes-directsync2)"]
 fn write_through_flush_fails_while_the_backing_flush_fails() {
     client_flush_scenario("write-through", &[]);
 }
@@ -369,10 +369,7 @@ fn log_write_through_flush_fails_while_the_backing_flush_fails() {
     client_flush_scenario("write-through", LOG);
 }
 
-/// KNOWN PROBLEM (notes-directsync2): passed on main; after this branch's changes its last
-/// run stopped making progress after the failed FLUSHes (not investigated in time).
 #[test]
-#[ignore = "stalled after the failed FLUSHes in its last run on this branch (notes-directsync2)"]
 fn pass_through_flush_fails_while_the_backing_flush_fails() {
     client_flush_scenario("pass-through", &[]);
 }
@@ -382,11 +379,10 @@ fn log_pass_through_flush_fails_while_the_backing_flush_fails() {
     client_flush_scenario("pass-through", LOG);
 }
 
-/// KNOWN DEFECT (docs/notes-directsync2.md, "Not done"): acknowledged write-back lines at
-/// 8 MiB are still reported lost under pressure while syncs fail (`volume bytes
-/// 8388608..8585216 were lost`), after the two fixes of this branch. Run with `--ignored`.
+/// Before notes-directsync3's fix: `after the writes under pressure: block 8388608 read
+/// failed: ... volume bytes 8388608..8519680 were lost` (the cleaner wrote back and unmapped
+/// ahead lines never synced; their evictions then needed no sync).
 #[test]
-#[ignore = "known defect: direct write-back still reports acknowledged lines lost under pressure while backing syncs fail (notes-directsync2)"]
 fn write_back_never_drops_dirty_data_while_backing_flushes_fail() {
     write_back_scenario(&[]);
 }
@@ -465,6 +461,14 @@ fn degraded_scenario(layout: &[&str]) {
         asked <= 12,
         "the failing device was asked to flush {asked} times for {press} writes: no backoff"
     );
+    // A read miss while syncs fail: served from the backing device (not admitted, so it
+    // needs no slot, whose reuse would need a sync), never refused.
+    let mut b = vec![0u8; 65536];
+    for i in 0..4u64 {
+        c.read((12 << 20) + i * 65536, &mut b)
+            .unwrap_or_else(|e| panic!("{layout:?}: read miss while syncs fail: {e}"));
+        assert!(b.iter().all(|&x| x == FILL));
+    }
     dev.heal();
     let t = Instant::now();
     loop {
@@ -489,7 +493,14 @@ fn degraded_scenario(layout: &[&str]) {
     assert_eq!(b, block(2, 65536));
     assert_eq!(dev.bytes(0, 65536), block(2, 65536));
     drop(c);
-    srv.stop("-TERM");
+    let log = srv.stop("-TERM");
+    // The cleaner skips its unmap-ahead batch while syncs fail (it needs one): no
+    // `cleaning failed` every half second.
+    let failed = log.matches("cleaning failed").count();
+    assert!(
+        failed <= 1,
+        "{layout:?}: {failed} `cleaning failed` lines:\n{log}"
+    );
 }
 
 #[test]

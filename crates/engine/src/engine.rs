@@ -106,6 +106,9 @@ pub struct Engine {
     /// Dirty lines may not be evicted ([`Engine::set_dirty_evictions_blocked`]): the
     /// executor's backing device is failing writes, so a write-back could not happen.
     dirty_evictions_blocked: bool,
+    /// Read misses are not admitted ([`Engine::set_read_admission_blocked`]): the executor
+    /// cannot reuse a slot now (its backing syncs fail).
+    read_admission_blocked: bool,
     /// Scratch for [`Engine::clean_candidate`].
     cand_buf: Vec<Slot>,
     /// Scratch for [`Engine::dirty_ahead`] (called through `&self` by
@@ -375,6 +378,7 @@ impl Engine {
             unmapped: Vec::new(),
             track_unmapped: false,
             dirty_evictions_blocked: false,
+            read_admission_blocked: false,
             cand_buf: Vec::new(),
             ahead_buf: Cell::new(Vec::new()),
             pins: HashMap::new(),
@@ -533,6 +537,7 @@ impl Engine {
             && self.cap > 0
             && !self.class_gate
             && !self.dirty_evictions_blocked
+            && !self.read_admission_blocked
             && self.pins.is_empty()
             && matches!(c.mode, Mode::WriteThrough | Mode::WriteBack);
     }
@@ -552,6 +557,24 @@ impl Engine {
     /// Whether dirty evictions are blocked ([`Engine::set_dirty_evictions_blocked`]).
     pub fn dirty_evictions_blocked(&self) -> bool {
         self.dirty_evictions_blocked
+    }
+
+    /// Forbids (or allows again) admitting read misses: an executor that cannot reuse a slot
+    /// now (its backing device fails syncs, and reusing a slot, or a free slot whose old
+    /// record is still on its device, needs one) sets it so that a read never fails on a
+    /// slot it did not need. While set, a read miss is not admitted (`bypasses.no_capacity`,
+    /// the path of a class that never allocates): the plan reads the backing device and
+    /// changes no slot. Hits are served as always (missing sectors of a cached line are
+    /// filled in place); writes and population by writes are not affected. Costs nothing
+    /// while off (it only turns the fast path off while on).
+    pub fn set_read_admission_blocked(&mut self, on: bool) {
+        self.read_admission_blocked = on;
+        self.update_fast_path();
+    }
+
+    /// Whether read misses are not admitted ([`Engine::set_read_admission_blocked`]).
+    pub fn read_admission_blocked(&self) -> bool {
+        self.read_admission_blocked
     }
 
     /// While dirty evictions are blocked: whether a slot can be had without one.
@@ -1393,7 +1416,9 @@ impl Engine {
                 && (!self.class_admits(req.class) || self.displaces_dirty_peer(ci))
             {
                 Some(Bypass::Class)
-            } else if self.dirty_evictions_blocked && !self.room_without_dirty_eviction() {
+            } else if (self.dirty_evictions_blocked && !self.room_without_dirty_eviction())
+                || (!is_write && self.read_admission_blocked)
+            {
                 Some(Bypass::NoCapacity)
             } else {
                 None

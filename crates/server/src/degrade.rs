@@ -147,14 +147,11 @@ impl Degraded {
     pub fn sync_backoff_error(&self) -> io::Error {
         io::Error::new(
             self.last_kind,
-            format!(
-                "backing device syncs failing ({} failures, last: {}); not retried for {:.1} s (a FLUSH retries at once)",
-                self.failures,
-                self.last_error,
-                self.retry_at
-                    .saturating_duration_since(Instant::now())
-                    .as_secs_f64()
-            ),
+            SyncBackoff {
+                failures: self.failures,
+                last_error: self.last_error.clone(),
+                retry_in: self.retry_at.saturating_duration_since(Instant::now()),
+            },
         )
     }
 
@@ -214,6 +211,39 @@ impl Degraded {
             format!("{what}: no clean cache space left and the backing device fails write-backs ({last}); dirty data is kept, retry when the backing device is back"),
         )
     }
+}
+
+/// The error of a request refused because it needs a backing sync while the backoff of
+/// failing syncs runs ([`Degraded::sync_backoff_error`]): the failing device was not asked
+/// again. Its `io::ErrorKind` is the last sync error's (EIO, ENOSPC, ...); find it with
+/// [`sync_backoff_of`] rather than by its text.
+#[derive(Clone, Debug)]
+pub struct SyncBackoff {
+    /// Failed syncs so far, and the last one's error.
+    pub failures: u64,
+    pub last_error: String,
+    /// When the next attempt is due.
+    pub retry_in: Duration,
+}
+
+impl std::fmt::Display for SyncBackoff {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "backing device syncs failing ({} failures, last: {}); not retried for {:.1} s (a FLUSH retries at once)",
+            self.failures,
+            self.last_error,
+            self.retry_in.as_secs_f64()
+        )
+    }
+}
+
+impl std::error::Error for SyncBackoff {}
+
+/// The [`SyncBackoff`] an I/O error is, if it is one (the direct layout passes it to the
+/// client unwrapped; the log layout wraps it in its own fault type, text only).
+pub fn sync_backoff_of(e: &io::Error) -> Option<&SyncBackoff> {
+    e.get_ref().and_then(|x| x.downcast_ref::<SyncBackoff>())
 }
 
 /// Records `[a, b)` (clipped to `size`) as lost dirty data in `lost` (sorted, disjoint).

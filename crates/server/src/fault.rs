@@ -51,6 +51,9 @@ struct Rules {
     fail_reads: Vec<Range<u64>>,
     fail_writes: Vec<Range<u64>>,
     fail_syncs: bool,
+    /// With `fail_syncs`: every failing sync also drops the unsynced writes
+    /// ([`FaultHandle::fail_syncs_dropping`]).
+    drop_failed_syncs: bool,
     /// The next sync fails once; `true`: the writes it should have made durable are dropped
     /// from the write cache (a later sync then succeeds without them, as Linux may do after a
     /// writeback error: the pages are marked clean, the error reported once).
@@ -229,6 +232,14 @@ impl FaultHandle {
     pub fn fail_syncs(&self) {
         lock(&self.st.rules).fail_syncs = true;
     }
+    /// Syncs fail from now on, and each failure drops the writes since the last good sync
+    /// from the write cache (a volatile device), as Linux does after a writeback error: a
+    /// backing device whose flushes keep failing (`scripts/faultdev.sh`'s `flush drop`).
+    pub fn fail_syncs_dropping(&self) {
+        let mut r = lock(&self.st.rules);
+        r.fail_syncs = true;
+        r.drop_failed_syncs = true;
+    }
     /// The next sync fails, once (a transient error); with `drop_unsynced`, the unsynced
     /// writes of a volatile device are lost with it, so a later successful sync does not
     /// make them durable (Linux after a writeback error) and reads return the older bytes.
@@ -394,7 +405,7 @@ impl BlockDev for FaultDev {
         {
             let mut r = lock(&self.st.rules);
             let once = r.fail_next_sync.take();
-            if once == Some(true) {
+            if once == Some(true) || (r.fail_syncs && r.drop_failed_syncs) {
                 lock(&self.st.pending).clear();
             }
             if r.lost || r.fail_syncs || once.is_some() {

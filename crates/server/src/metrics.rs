@@ -23,6 +23,8 @@ pub struct Metrics {
     pub unmap_on_miss: AtomicU64,
     /// Records of likely victims unmapped ahead of their eviction, in batches.
     pub unmap_ahead: AtomicU64,
+    /// Unmap-ahead passes skipped because backing syncs were failing (the batch needs one).
+    pub unmap_ahead_skipped: AtomicU64,
     /// Cache-device syncs made to flag metadata pages in flux before in-place writes (rule 5
     /// of `crate::volume`), and the pages so flagged.
     pub flux_syncs: AtomicU64,
@@ -93,6 +95,7 @@ impl Metrics {
             &self.unmap_syncs,
             &self.unmap_on_miss,
             &self.unmap_ahead,
+            &self.unmap_ahead_skipped,
             &self.flux_syncs,
             &self.flux_pages,
             &self.metadata_pages,
@@ -300,6 +303,11 @@ impl Metrics {
                 "unmapped_ahead_total",
                 "Records of likely victims unmapped ahead of their eviction, in batches.",
                 stats.unmap_ahead,
+            ),
+            (
+                "unmap_ahead_skipped_total",
+                "Unmap-ahead passes skipped while backing syncs fail (the batch needs a sync first).",
+                stats.unmap_ahead_skipped,
             ),
             (
                 "flux_syncs_total",

@@ -1,7 +1,7 @@
 //! Cleaning: write-back passes (watermarks, rate, inline cleaning), unmapping ahead, the background
 //! cleaner, and `ctl flush` (`flush_dirty`).
 
-use super::exec::{merge_write_backs, WbIoError};
+use super::exec::{merge_write_backs, written_back, WbIoError};
 use super::*;
 
 impl CacheVolume {
@@ -226,8 +226,10 @@ impl CacheVolume {
         // writes these ranges again from the cache (the same bytes: no plan writes a pinned
         // slot while it is pinned). The commit records them again (a sync that succeeded
         // meanwhile may have missed them).
-        for &(a, b) in &spans {
-            g.wrote_backing(a, b);
+        for (group, ..) in &groups {
+            for (a, b) in written_back(&steps, group) {
+                g.wrote_backing(a, b);
+            }
         }
         {
             let mut w = self.wb_io.lock().unwrap_or_else(|e| e.into_inner());
@@ -282,7 +284,7 @@ impl CacheVolume {
             let io = self.write_back_io(&steps, group, expected, &mut tmp);
             post.current = None;
             if matches!(io, Ok(()) | Err(WbIoError::BackingWrite(_))) {
-                post.wrote.push(*span);
+                post.wrote.extend(written_back(&steps, group));
             }
             if let Err(e) = io {
                 let (cache, err) = match e {
@@ -609,6 +611,9 @@ impl CacheVolume {
     pub fn unmap_ahead_if_needed(&self) -> io::Result<bool> {
         let owner = self.clean_owner();
         let mut g = self.lock();
+        if self.skip_unmap_ahead(&g) {
+            return Ok(false);
+        }
         // A few passes at most (a likely victim rewritten again and again is left to the
         // locked pass below).
         for _ in 0..4 {
@@ -657,7 +662,24 @@ impl CacheVolume {
         Some((cand, dirty))
     }
 
+    /// While backing syncs fail, unmap-ahead is skipped (counted in `unmap_ahead_skipped`):
+    /// its batch needs a good backing sync first (and the write-backs of its dirty
+    /// candidates could not be made durable), so it would only fail, or wait for the
+    /// backoff, and log `cleaning failed` at every pass of the cleaner.
+    fn skip_unmap_ahead(&self, g: &Inner) -> bool {
+        let skip = g.sync_failing.is_some();
+        if skip {
+            self.metrics
+                .unmap_ahead_skipped
+                .fetch_add(1, Ordering::Relaxed);
+        }
+        skip
+    }
+
     pub(super) fn unmap_ahead_locked(&self, g: &mut Inner) -> io::Result<bool> {
+        if self.skip_unmap_ahead(g) {
+            return Ok(false);
+        }
         let Some((cand, mut dirty)) = self.unmap_ahead_candidates(g) else {
             return Ok(false);
         };

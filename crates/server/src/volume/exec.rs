@@ -60,6 +60,7 @@ impl CacheVolume {
             .collect();
         // FUA in write-back: the engine plans a write-back write ending in FlushSsd, which
         // the flush after the plan makes durable (data and record).
+        self.block_reads_while_syncs_fail(&mut g);
         let plan = g.engine.process(req).map_err(ioerr)?;
         let (buf_start, buf_len) = (plan.buf_start, plan.buf_len);
         let steps: Vec<Step> = plan.steps.clone();
@@ -155,9 +156,10 @@ impl CacheVolume {
                     self.cache_error(&mut g, e.err);
                     return self.direct(&mut g, req, data);
                 }
-                if retry {
+                if retry || self.read_again_uncached(&g, req, &e) {
                     // Dirty evictions are blocked now: planned again, the request needs no
-                    // write-back (a clean victim, or the backing device directly).
+                    // write-back (a clean victim, or the backing device directly). Or a read
+                    // whose slot reuse needed a sync that failed: planned again, uncached.
                     drop(excl);
                     drop(g);
                     return self.run(req, data);
@@ -367,6 +369,7 @@ impl CacheVolume {
     /// [`CacheVolume::exec`] without its bookkeeping of `Inner::in_plan`.
     fn exec_plan(&self, g: &mut Inner, steps: &[Step], buf: &mut [u8]) -> Result<(), StepError> {
         let first = backing_first(steps);
+        let fresh = self.fresh_backing_writes(g, steps, &first);
         // Steps done, sorted (a merged write-back completes several).
         let mut done: Vec<usize> = Vec::new();
         let mut tmp = Vec::new();
@@ -398,7 +401,7 @@ impl CacheVolume {
                 }
             }
         }
-        self.sync_before_reuse(g, steps)?;
+        self.sync_before_reuse(g, steps, &fresh)?;
         for index in 0..steps.len() {
             if done.binary_search(&index).is_ok() {
                 continue;
@@ -425,7 +428,19 @@ impl CacheVolume {
     /// cached: after a failed sync they may hold the only copy of bytes written back (or
     /// through) since the last good one. Run later, between two of the plan's cache writes,
     /// the failure's recovery dropped them, and the next failed sync reported them lost.
-    fn sync_before_reuse(&self, g: &mut Inner, steps: &[Step]) -> Result<(), StepError> {
+    ///
+    /// `fresh`: ranges the plan's backing-first phase wrote (a write-through or write-around
+    /// write) that held durable bytes before it. If the sync fails, the request fails and is
+    /// rolled back, so they may read old or new (a failed write): they are no longer
+    /// counted unsynced (no rewrite or loss report for them; a dropped write leaves the old
+    /// durable bytes) — else the next failed sync would report a write never acknowledged
+    /// lost, and reads of it would fail.
+    fn sync_before_reuse(
+        &self,
+        g: &mut Inner,
+        steps: &[Step],
+        fresh: &[(u64, u64)],
+    ) -> Result<(), StepError> {
         if !g.backing_unsynced() {
             return Ok(());
         }
@@ -454,7 +469,14 @@ impl CacheVolume {
         if reused.is_empty() {
             return Ok(());
         }
-        let evicting = Self::evicting(g, &reused);
+        // Before any cache write of the plan every slot it writes still holds its line as
+        // `mem` records it (evicted, or written in place): a failed sync writes those again
+        // from there. (The rolled-back plan leaves them cached as they are.)
+        let in_plan: Vec<u32> = g.in_plan.iter().copied().collect();
+        let evicting = Self::held_before_plan(g, &in_plan);
+        for &(a, b) in fresh {
+            g.forget_unsynced(a, b);
+        }
         let r = self
             .sync_backoff(g)
             .and_then(|()| self.sync_backing_with(g, &evicting));
@@ -469,6 +491,39 @@ impl CacheVolume {
             before_cache: true,
             done: Vec::new(),
         })
+    }
+
+    /// The parts of the backing-first phase's `WriteHdd` steps (`first`) that write lines this
+    /// plan newly admits (placed in a slot whose `mem` record maps another line or none) and
+    /// that held durable bytes before the plan (none written since the last good sync):
+    /// what [`CacheVolume::sync_before_reuse`] stops counting unsynced when its sync fails.
+    /// Lines the cache held before the plan are not among them: a failed sync writes them
+    /// again from their slots (the old bytes, which the rolled-back cache keeps serving).
+    fn fresh_backing_writes(&self, g: &Inner, steps: &[Step], first: &[usize]) -> Vec<(u64, u64)> {
+        let ls = self.line_shift;
+        let mut fresh = Vec::new();
+        for &i in first {
+            let Step::WriteHdd { hdd, len, .. } = steps[i] else {
+                continue;
+            };
+            if len == 0 || g.unsynced_overlaps(hdd, hdd + len) {
+                continue;
+            }
+            for line in hdd >> ls..=(hdd + len - 1) >> ls {
+                let key = Engine::line_key(0, line);
+                let new = g.engine.lookup(key).is_some_and(|s| {
+                    let at = s as usize * RECORD_BYTES as usize;
+                    g.in_plan.contains(&s)
+                        && Record::decode(&g.mem[at..at + RECORD_BYTES as usize])
+                            .is_none_or(|r| r.key != key)
+                });
+                if new {
+                    let base = line << ls;
+                    fresh.push((hdd.max(base), (hdd + len).min(base + (1 << ls))));
+                }
+            }
+        }
+        fresh
     }
 
     /// Runs step `index` of `steps`; returns the later write-backs merged into it (see
@@ -536,7 +591,7 @@ impl CacheVolume {
                     self.cache.write_at(tmp, d + ssd).map_err(c)?;
                     self.note_written(g, ssd, tmp).map_err(c)?
                 }
-                Step::WriteBack { hdd, .. } | Step::CopyHdd { hdd, .. } => {
+                Step::WriteBack { .. } | Step::CopyHdd { .. } => {
                     // Later write-backs that continue this one on the backing device (cleaning
                     // goes in LBA order; evictions of a sequential run evict neighbours)
                     // join it in one backing write, when no step between touches their
@@ -552,12 +607,13 @@ impl CacheVolume {
                             _ => None,
                         })
                         .collect();
-                    let total: u64 = group.iter().map(|&j| steps[j].bytes().3).sum();
                     let io = self.write_back_io(steps, &group, &expected, tmp);
                     // The backing range is unsynced once the write was issued (a failed or
                     // torn write too), recorded when the I/O returned (plan-unlocked-io (b) 6).
                     if matches!(io, Ok(()) | Err(WbIoError::BackingWrite(_))) {
-                        g.wrote_backing(hdd, hdd + total);
+                        for r in written_back(steps, &group) {
+                            g.wrote_backing(r.0, r.1);
+                        }
                     }
                     match io {
                         Ok(()) => return Ok(group[1..].to_vec()),
@@ -689,6 +745,20 @@ pub(super) fn merge_write_backs(steps: &[Step], first: usize, done: &[usize]) ->
         break;
     }
     group
+}
+
+/// The backing ranges of a merged write-back `group` that carry cached bytes: its
+/// `WriteBack`s, not a chunk rewrite's gaps (`CopyHdd`: the backing device's own bytes written
+/// again unchanged, so a failed sync that drops that write leaves them as they were; counted
+/// unsynced, a gap whose line is not cached would be reported lost by the next failed sync).
+pub(super) fn written_back(steps: &[Step], group: &[usize]) -> Vec<(u64, u64)> {
+    group
+        .iter()
+        .filter_map(|&j| match steps[j] {
+            Step::WriteBack { hdd, len, .. } => Some((hdd, hdd + len)),
+            _ => None,
+        })
+        .collect()
 }
 
 /// What a step reads and writes: (resource 0 = cache, 1 = backing, 2 = buffer, start, len,

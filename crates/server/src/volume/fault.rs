@@ -39,6 +39,30 @@ impl Inner {
         self.hdd_unsynced.insert(a, b);
     }
 
+    /// `[a, b)` is no longer counted as written since the last good sync (a failed request's
+    /// own write of durable bytes: old or new may be read, see `sync_before_reuse`).
+    pub(super) fn forget_unsynced(&mut self, a: u64, b: u64) {
+        let hit: Vec<(u64, u64)> = self
+            .hdd_unsynced
+            .range(..b)
+            .rev()
+            .take_while(|(_, &e)| e > a)
+            .map(|(&s, &e)| (s, e))
+            .collect();
+        for (s, e) in hit {
+            if e <= a {
+                continue;
+            }
+            self.hdd_unsynced.remove(&s);
+            if s < a {
+                self.hdd_unsynced.insert(s, a);
+            }
+            if e > b {
+                self.hdd_unsynced.insert(b, e);
+            }
+        }
+    }
+
     /// Written to the backing device since its last good sync (a record that says a line is
     /// clean must not reach the cache device before that sync: rule 4).
     pub(super) fn backing_unsynced(&self) -> bool {
@@ -102,6 +126,29 @@ impl CacheVolume {
         self.retry_sync_locked(&mut g)
     }
 
+    /// While backing syncs fail with writes unsynced since the last good one, reusing a slot
+    /// needs a sync that fails (or waits for its backoff): a read miss is then not admitted
+    /// (the engine's no-allocation path) but served from the backing device, the cache
+    /// unchanged, instead of failing on a slot it did not need. Called before each plan.
+    pub(super) fn block_reads_while_syncs_fail(&self, g: &mut Inner) {
+        let on = g.sync_failing.is_some() && g.backing_unsynced();
+        if g.engine.read_admission_blocked() != on {
+            g.engine.set_read_admission_blocked(on);
+        }
+    }
+
+    /// Whether a read whose plan failed before changing the cache (`e`) is planned again, not
+    /// admitted ([`CacheVolume::block_reads_while_syncs_fail`]): the backing sync its slot
+    /// reuse needed failed just now, so the read is served from the backing device instead
+    /// of failing. Once only: a plan made with admission blocked is not retried.
+    pub(super) fn read_again_uncached(&self, g: &Inner, req: &Request, e: &StepError) -> bool {
+        req.op == Op::Read
+            && !e.cache
+            && g.sync_failing.is_some()
+            && g.backing_unsynced()
+            && !g.engine.read_admission_blocked()
+    }
+
     pub(super) fn retry_sync_locked(&self, g: &mut Inner) -> bool {
         let due = g.sync_failing.as_ref().is_some_and(Degraded::due);
         // An unlocked write-back in flight is committed first (its spans are unsynced).
@@ -118,8 +165,10 @@ impl CacheVolume {
         g.sync_failing.is_some()
     }
 
-    /// [`CacheVolume::sync_backing`]; `evicting`: `(slot, key, valid)` of lines the engine
-    /// dropped in the plan being run whose slots still hold them (not yet overwritten).
+    /// [`CacheVolume::sync_backing`]; `evicting`: `(slot, key, valid)` of lines slots still
+    /// hold that the plan being run has not overwritten yet: lines it evicts, or (before its
+    /// first cache write) every line of a slot it writes. A failed sync writes them again
+    /// from there, before looking at the engine.
     pub(super) fn sync_backing_with(
         &self,
         g: &mut Inner,
@@ -170,14 +219,16 @@ impl CacheVolume {
                 let key = Engine::line_key(0, line);
                 let (slot, valid) = match g.failed {
                     true => (None, 0),
-                    false => match g.engine.lookup(key) {
-                        // Written by the plan being run: may still hold another line.
-                        Some(s) if g.in_plan.contains(&s) => (None, 0),
-                        Some(s) => (Some(s), g.engine.valid_mask(s)),
-                        None => evicting
-                            .iter()
-                            .find(|e| e.1 == key)
-                            .map_or((None, 0), |e| (Some(e.0), e.2)),
+                    // A slot the plan being run has not written yet holds it (first: the
+                    // engine may map the line to a slot the plan writes).
+                    false => match evicting.iter().find(|e| e.1 == key) {
+                        Some(e) => (Some(e.0), e.2),
+                        None => match g.engine.lookup(key) {
+                            // Written by the plan being run: may still hold another line.
+                            Some(s) if g.in_plan.contains(&s) => (None, 0),
+                            Some(s) => (Some(s), g.engine.valid_mask(s)),
+                            None => (None, 0),
+                        },
                     },
                 };
                 let held = |at: u64| valid >> ((at - base) / ss) & 1 == 1;
@@ -278,6 +329,12 @@ impl CacheVolume {
 
     pub(super) fn backing_error(&self, e: io::Error) -> io::Error {
         self.metrics.backing_errors.fetch_add(1, Ordering::Relaxed);
+        if degrade::sync_backoff_of(&e).is_some() {
+            // Refused during the backoff of failing syncs (the device was not asked; the
+            // state is logged where it changes): passed on typed, not logged per request.
+            tracing::debug!("request refused during the sync backoff: {e}");
+            return e;
+        }
         tracing::warn!("backing device error (request failed): {e}");
         io::Error::new(e.kind(), format!("backing device: {e}"))
     }

@@ -583,6 +583,8 @@ pub struct VolumeStats {
     pub unmap_ahead: u64,
     /// Cached clean lines whose record is unmapped ahead now.
     pub unmapped_ahead_now: u64,
+    /// Unmap-ahead passes skipped while backing syncs fail (the batch needs a sync first).
+    pub unmap_ahead_skipped: u64,
     /// Cache syncs made to flag metadata pages in flux (rule 5 of the module doc), pages so
     /// flagged, and pages flagged now (until the next flush).
     pub flux_syncs: u64,

@@ -200,8 +200,11 @@ impl CacheVolume {
             .collect();
         // The backing sync first, before `mem` changes: a failure leaves everything as it was
         // (an `ahead` record emptied in `mem` would let a roll-back drop its clean line,
-        // whose backing copy the failed sync may have dropped).
-        if !on_disk.is_empty() && g.backing_unsynced() {
+        // whose backing copy the failed sync may have dropped). Also when no record is on
+        // the device but an `ahead` line was written to the backing device since the last
+        // good sync (rule 2: unmapped ahead only once the backing device holds it durably;
+        // else its eviction, which needs no sync then, would drop the only good copy).
+        if (!on_disk.is_empty() || self.ahead_unsynced(g, ahead)) && g.backing_unsynced() {
             let evicting = Self::evicting(g, now);
             self.sync_backoff(g).map_err(|e| (false, e))?;
             self.sync_backing_with(g, &evicting)
@@ -267,6 +270,17 @@ impl CacheVolume {
         Ok(())
     }
 
+    /// Whether the line of an `ahead` slot overlaps a backing range written since the last
+    /// good sync.
+    fn ahead_unsynced(&self, g: &Inner, ahead: &[u32]) -> bool {
+        ahead.iter().any(|&s| {
+            g.engine.slot_key(s).is_some_and(|k| {
+                let a = (k & LINE_MASK) << self.line_shift;
+                g.unsynced_overlaps(a, a + self.line_size())
+            })
+        })
+    }
+
     /// `(slot, key, valid)` of the lines the plan being run evicts from `slots`: they still
     /// hold them (`mem` has their records as before the plan), so a failed backing sync
     /// writes those lines again from there ([`CacheVolume::sync_backing_with`]).
@@ -282,14 +296,32 @@ impl CacheVolume {
             .collect()
     }
 
+    /// `(slot, key, valid)` of every line `mem` records in `slots` (before a plan's first
+    /// cache write: what each slot holds), for [`CacheVolume::sync_backing_with`].
+    pub(super) fn held_before_plan(g: &Inner, slots: &[u32]) -> Vec<(u32, u64, u64)> {
+        slots
+            .iter()
+            .filter_map(|&s| {
+                let at = s as usize * RECORD_BYTES as usize;
+                let r = Record::decode(&g.mem[at..at + RECORD_BYTES as usize])?;
+                (r.key != EMPTY_KEY && r.valid != 0).then_some((s, r.key, r.valid))
+            })
+            .collect()
+    }
+
     /// Brings the `mem` records of `g.slots` up to the engine's state.
     pub(super) fn update_records(g: &mut Inner) {
         let slots = std::mem::take(&mut g.slots);
         for &slot in &slots {
             if let Some(&k) = g.ahead.get(&slot) {
-                // Unmapped ahead: stays empty on the device while its line stays clean.
+                // Unmapped ahead: stays empty on the device while its line stays clean and
+                // the backing device holds it durably. Written through (or back) since,
+                // its backing copy waits for a sync: it maps its line again, so that its
+                // eviction syncs first (`sync_before_reuse`) and a failed sync rewrites it.
+                let a = (k & LINE_MASK) << g.sb.line_size.trailing_zeros();
                 if g.engine.slot_key(slot) == Some(k)
                     && g.engine.dirty_mask(slot) | g.engine.pending_mask(slot) == 0
+                    && !g.unsynced_overlaps(a, a + g.sb.line_size)
                 {
                     continue;
                 }

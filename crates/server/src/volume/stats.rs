@@ -78,6 +78,7 @@ impl CacheVolume {
             unmap_on_miss: self.metrics.unmap_on_miss.load(Ordering::Relaxed),
             unmap_ahead: self.metrics.unmap_ahead.load(Ordering::Relaxed),
             unmapped_ahead_now: g.ahead.len() as u64,
+            unmap_ahead_skipped: self.metrics.unmap_ahead_skipped.load(Ordering::Relaxed),
             flux_syncs: self.metrics.flux_syncs.load(Ordering::Relaxed),
             flux_pages: self.metrics.flux_pages.load(Ordering::Relaxed),
             flux_pages_now: g.flux_pages.len() as u64,
