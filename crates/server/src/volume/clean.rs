@@ -156,15 +156,15 @@ impl CacheVolume {
     /// slots (unmap-ahead's dirty likely victims).
     fn write_back_unlocked<'a>(
         &'a self,
-        _owner: &MutexGuard<'_, ()>,
+        owner: &MutexGuard<'_, ()>,
         mut g: MutexGuard<'a, Inner>,
         of: WbOf,
     ) -> (MutexGuard<'a, Inner>, io::Result<()>) {
-        assert!(
-            g.wb.is_none(),
-            "a write-back in flight while another owner holds clean_io"
-        );
         if self.inline_cleaning() {
+            assert!(
+                g.wb.is_none(),
+                "a write-back in flight while another owner holds clean_io"
+            );
             let r = match of {
                 WbOf::Lines(n) => self.clean_pass(&mut g, n),
                 WbOf::Slots(s) => self.sync_if_full(&mut g).and_then(|()| {
@@ -174,6 +174,23 @@ impl CacheVolume {
             };
             return (g, r);
         }
+        self.write_back_outside(owner, g, of)
+    }
+
+    /// [`CacheVolume::write_back_unlocked`] whatever the cleaner setting: inline cleaning
+    /// runs it from the request that crossed the watermark, after that request released the
+    /// volume lock ([`CacheVolume::after_request`]); at queue depth 1 nothing runs between
+    /// its begin and commit, so the engine sees what the locked pass gives it.
+    fn write_back_outside<'a>(
+        &'a self,
+        _owner: &MutexGuard<'_, ()>,
+        mut g: MutexGuard<'a, Inner>,
+        of: WbOf,
+    ) -> (MutexGuard<'a, Inner>, io::Result<()>) {
+        assert!(
+            g.wb.is_none(),
+            "a write-back in flight while another owner holds clean_io"
+        );
         self.settle_dropped_exclusive(&mut g);
         if let Err(e) = self.sync_if_full(&mut g) {
             return (g, Err(e));
@@ -222,6 +239,20 @@ impl CacheVolume {
             groups.push((group, expected, (hdd, hdd + total)));
         }
         let spans: Vec<(u64, u64)> = groups.iter().map(|x| x.2).collect();
+        // The slots each group reads (a chunk rewrite's gap copies read none).
+        let group_slots: Vec<Vec<u32>> = groups
+            .iter()
+            .map(|(group, ..)| {
+                let mut v = Vec::new();
+                for &j in group {
+                    if let Some((ssd, len)) = ssd_range(&steps[j]) {
+                        let (a, b) = (ssd >> self.line_shift, (ssd + len - 1) >> self.line_shift);
+                        v.extend(a as u32..=b as u32);
+                    }
+                }
+                v
+            })
+            .collect();
         // Unsynced from before the writes are issued: a backing sync that fails meanwhile
         // writes these ranges again from the cache (the same bytes: no plan writes a pinned
         // slot while it is pinned). The commit records them again (a sync that succeeded
@@ -238,8 +269,15 @@ impl CacheVolume {
                 "two write-backs in flight outside the lock"
             );
             w.running = true;
+            w.next = 0;
+            w.current = None;
+            w.skip.clear();
         }
-        g.wb = Some(Unlocked { pass, spans });
+        g.wb = Some(Unlocked {
+            pass,
+            spans,
+            slots: group_slots.clone(),
+        });
         drop(g);
         self.pause.at(step::Stage::Begun, &self.wb_waiters);
         self.metrics
@@ -263,26 +301,35 @@ impl CacheVolume {
                 self.metrics
                     .writeback_yields
                     .fetch_add(1, Ordering::Relaxed);
-                for (group, ..) in &groups[k..] {
-                    for &j in group {
-                        if let Some((ssd, len)) = ssd_range(&steps[j]) {
-                            let (a, b) =
-                                (ssd >> self.line_shift, (ssd + len - 1) >> self.line_shift);
-                            post.undone.extend(a as u32..=b as u32);
-                        }
-                    }
+                for s in &group_slots[k..] {
+                    post.undone.extend(s);
                 }
                 break;
             }
             // Foreground backing I/O first (bounded): a read miss then waits for at most the
-            // one write-back in progress on the device, not for a run of them.
-            let t = Instant::now();
-            while self.fg_backing.load(Ordering::Acquire) > 0 && t.elapsed() < FG_GATE_MAX {
-                std::thread::sleep(Duration::from_micros(100));
+            // one backing op of the pass in progress on the device, not for a run of them.
+            self.fg_gate();
+            {
+                // A request took this group out of the pass (it writes one of its lines or
+                // its backing range, [`CacheVolume::settle_group`]): its lines stay dirty,
+                // the pass goes on with the next group.
+                let mut w = self.wb_io.lock().unwrap_or_else(|e| e.into_inner());
+                w.next = k + 1;
+                if w.skip.contains(&k) {
+                    drop(w);
+                    post.undone.extend(&group_slots[k]);
+                    continue;
+                }
+                w.current = Some(k);
             }
             post.current = Some((group[0], *span));
-            let io = self.write_back_io(&steps, group, expected, &mut tmp);
+            // A chunk rewrite is two backing ops (gap read, write): foreground first again
+            // between them.
+            let io =
+                self.write_back_io_gated(&steps, group, expected, &mut tmp, &|| self.fg_gate());
             post.current = None;
+            self.wb_io.lock().unwrap_or_else(|e| e.into_inner()).current = None;
+            self.wb_done.notify_all();
             if matches!(io, Ok(()) | Err(WbIoError::BackingWrite(_))) {
                 post.wrote.extend(written_back(&steps, group));
             }
@@ -366,18 +413,21 @@ impl CacheVolume {
 
     /// Whether a request must have the unlocked write-back in flight committed before the
     /// engine plans it: a FLUSH or FUA (it makes everything durable, that write-back too),
-    /// or a write or trim of a line being written back (a write must not change the slot
-    /// under the cache read, a trim must not drop it while pinned).
+    /// or a trim of a line being written back (it must not drop the line while pinned).
+    /// A write of a line being written back does not wait for the pass: the group that reads
+    /// the line's slot is taken out of the pass if its I/O has not begun, or waited for if it
+    /// runs ([`CacheVolume::settle_group`]); the engine plans the write over the pending
+    /// line (the sectors it writes stay dirty when the pass commits).
     pub(super) fn reap_before(&self, g: &Inner, req: &Request) -> bool {
-        if g.wb.is_none() {
+        let Some(u) = &g.wb else {
             return false;
-        }
+        };
         if req.op == Op::Flush || req.fua {
             return true;
         }
         // A read of a pending line is a hit (both only read the slot); a read that
-        // populates its missing sectors waits for the I/O after planning
-        // ([`CacheVolume::conflicts_in_flight`]).
+        // populates its missing sectors settles the group after planning
+        // ([`CacheVolume::settle_in_flight`]).
         if req.len == 0 || req.op == Op::Read {
             return false;
         }
@@ -385,26 +435,47 @@ impl CacheVolume {
             req.offset >> self.line_shift,
             (req.end() - 1) >> self.line_shift,
         );
-        last - first >= self.capacity_lines
-            || (first..=last).any(|l| {
-                g.engine
-                    .lookup(Engine::line_key(0, l))
-                    .is_some_and(|s| g.engine.is_pinned(s))
-            })
+        if last - first >= self.capacity_lines {
+            return true;
+        }
+        let pinned: Vec<u32> = (first..=last)
+            .filter_map(|l| g.engine.lookup(Engine::line_key(0, l)))
+            .filter(|&s| g.engine.is_pinned(s))
+            .collect();
+        if pinned.is_empty() {
+            return false;
+        }
+        if req.op != Op::Write {
+            return true;
+        }
+        let mut groups = Vec::new();
+        for s in pinned {
+            let before = groups.len();
+            groups.extend((0..u.slots.len()).filter(|&k| u.slots[k].contains(&s)));
+            if groups.len() == before {
+                // Pinned but read by no group (not expected): the whole pass first.
+                return true;
+            }
+        }
+        for k in groups {
+            self.settle_group(k);
+        }
+        false
     }
 
-    /// Whether `steps` (planned while the unlocked write-back is in flight) must wait for its
-    /// I/O before they run: they
-    /// write or read a backing range it writes (the device must see its write first, and a
-    /// chunk rewrite's gap copy must not overwrite a newer client write), or write a slot it
-    /// reads (a neighbour populated in a pinned slot: the request's own lines were reaped
-    /// before planning).
-    pub(super) fn conflicts_in_flight(&self, g: &Inner, steps: &[Step]) -> bool {
+    /// Before `steps` (planned while the unlocked write-back is in flight) run: every group
+    /// of it that they conflict with is settled ([`CacheVolume::settle_group`]): a group
+    /// whose backing span they read or write (the device must not see the group's older
+    /// bytes after theirs, and a chunk rewrite's gap copy must not overwrite a newer client
+    /// write), or whose slots they write (a neighbour populated in a pinned slot: it must not
+    /// change under the group's cache read). Other groups go on meanwhile.
+    pub(super) fn settle_in_flight(&self, g: &Inner, steps: &[Step]) {
         let Some(u) = &g.wb else {
-            return false;
+            return;
         };
         let ls = self.line_shift;
-        steps.iter().any(|s| {
+        let mut groups = BTreeSet::new();
+        for s in steps {
             let backing = match *s {
                 Step::ReadHdd { hdd, len, .. }
                 | Step::WriteHdd { hdd, len, .. }
@@ -413,20 +484,82 @@ impl CacheVolume {
                 | Step::CopyHdd { hdd, len, .. } => Some((hdd, hdd + len)),
                 _ => None,
             };
-            let hits_span =
-                backing.is_some_and(|(a, b)| u.spans.iter().any(|&(x, y)| a < y && x < b));
-            let writes_pinned = match *s {
-                Step::WriteSsd { ssd, len, .. }
-                | Step::Populate { ssd, len, .. }
-                | Step::TrimSsd { ssd, len }
-                    if len > 0 =>
-                {
-                    ((ssd >> ls)..=((ssd + len - 1) >> ls)).any(|x| g.engine.is_pinned(x as u32))
+            if let Some((a, b)) = backing {
+                groups.extend((0..u.spans.len()).filter(|&k| {
+                    let (x, y) = u.spans[k];
+                    a < y && x < b
+                }));
+            }
+            if let Step::WriteSsd { ssd, len, .. }
+            | Step::Populate { ssd, len, .. }
+            | Step::TrimSsd { ssd, len } = *s
+            {
+                if len == 0 {
+                    continue;
                 }
-                _ => false,
-            };
-            hits_span || writes_pinned
-        })
+                for x in (ssd >> ls)..=((ssd + len - 1) >> ls) {
+                    let x = x as u32;
+                    if !g.engine.is_pinned(x) {
+                        continue;
+                    }
+                    let before = groups.len();
+                    groups.extend((0..u.slots.len()).filter(|&k| u.slots[k].contains(&x)));
+                    if groups.len() == before {
+                        // Pinned but read by no group (not expected): wait for the whole I/O.
+                        self.wait_wb_io();
+                        return;
+                    }
+                }
+            }
+        }
+        for k in groups {
+            self.settle_group(k);
+        }
+    }
+
+    /// Waits (at most [`FG_GATE_MAX`]) while a foreground plan with backing steps is
+    /// outstanding (`fg_backing`): the unlocked write-back's next backing op goes after it.
+    fn fg_gate(&self) {
+        let t = Instant::now();
+        while self.fg_backing.load(Ordering::Acquire) > 0 && t.elapsed() < FG_GATE_MAX {
+            // A request waits for the group in progress (holding the volume lock): no gate.
+            if self
+                .wb_io
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .group_waiters
+                > 0
+            {
+                return;
+            }
+            std::thread::sleep(Duration::from_micros(100));
+        }
+    }
+
+    /// Makes sure group `k` of the unlocked write-back in flight neither reads its slots nor
+    /// writes its backing span any more, waiting for that group only: already written,
+    /// nothing; not begun, it is taken out of the pass (its lines stay dirty, the pass
+    /// writes its other groups); being written, waits for its I/O (counted in
+    /// `writeback_waits`). Called holding the volume lock: the I/O never needs it.
+    pub(super) fn settle_group(&self, k: usize) {
+        let mut w = self.wb_io.lock().unwrap_or_else(|e| e.into_inner());
+        if !w.running {
+            return;
+        }
+        if k >= w.next {
+            if !w.skip.contains(&k) {
+                w.skip.push(k);
+            }
+            return;
+        }
+        if w.current == Some(k) {
+            self.metrics.writeback_waits.fetch_add(1, Ordering::Relaxed);
+            w.group_waiters += 1;
+            while w.running && w.current == Some(k) {
+                w = self.wb_done.wait(w).unwrap_or_else(|e| e.into_inner());
+            }
+            w.group_waiters -= 1;
+        }
     }
 
     /// One background cleaning step: writes back down to the low watermark when the engine
@@ -610,6 +743,11 @@ impl CacheVolume {
     /// (rare: a likely victim is cold), and the batch is unmapped.
     pub fn unmap_ahead_if_needed(&self) -> io::Result<bool> {
         let owner = self.clean_owner();
+        self.unmap_ahead_owned(&owner)
+    }
+
+    /// [`CacheVolume::unmap_ahead_if_needed`] for the holder of `clean_io` (`owner`).
+    fn unmap_ahead_owned(&self, owner: &MutexGuard<'_, ()>) -> io::Result<bool> {
         let mut g = self.lock();
         if self.skip_unmap_ahead(&g) {
             return Ok(false);
@@ -620,7 +758,7 @@ impl CacheVolume {
             match self.unmap_ahead_candidates(&mut g) {
                 Some((_, mut dirty)) if !dirty.is_empty() => {
                     dirty.truncate(CLEAN_PASS_LINES as usize);
-                    let (g2, r) = self.write_back_unlocked(&owner, g, WbOf::Slots(dirty));
+                    let (g2, r) = self.write_back_unlocked(owner, g, WbOf::Slots(dirty));
                     g = g2;
                     r?;
                 }
@@ -628,6 +766,62 @@ impl CacheVolume {
             }
         }
         self.unmap_ahead_locked(&mut g)
+    }
+
+    /// The work a request leaves for after its reply is due, run once it released the
+    /// volume lock (and `io`), so other requests plan and run meanwhile:
+    /// * `unmap`: it had to unmap a record on the miss path (its likely victims were not
+    ///   unmapped ahead, e.g. dirty): the background pass of likely victims now, its
+    ///   write-backs outside the lock when `clean_io` is free; when another write-back owner
+    ///   holds it (the cleaner, `ctl flush`), under the lock as before (`try_lock`: a request
+    ///   does not queue behind a pass). A failure is logged, not returned (the request is
+    ///   complete).
+    /// * `clean`: inline cleaning (`--cleaner inline`), the request crossed the high
+    ///   watermark: a pass of the engine's cleaning target with its I/O outside the lock
+    ///   (waiting for `clean_io`: the simulator's order needs the pass). At queue depth 1
+    ///   nothing runs between its begin and commit: the engine and the counters are as after
+    ///   the locked pass, so the replay still equals `tiercache sim`. Its error is the
+    ///   request's, as before.
+    pub(super) fn after_request(&self, unmap: bool, clean: bool) -> io::Result<()> {
+        if unmap {
+            let r = match self.clean_io.try_lock() {
+                Ok(owner) => self.unmap_ahead_owned(&owner),
+                Err(std::sync::TryLockError::Poisoned(p)) => {
+                    self.unmap_ahead_owned(&p.into_inner())
+                }
+                Err(std::sync::TryLockError::WouldBlock) => {
+                    let mut g = self.lock();
+                    // (It commits a write-back in flight first.)
+                    self.unmap_ahead_locked(&mut g)
+                }
+            };
+            if let Err(e) = r {
+                tracing::warn!("unmapping likely victims ahead failed: {e}");
+            }
+        }
+        if clean {
+            let owner = self.clean_owner();
+            let mut g = self.lock();
+            if g.closed
+                || g.failed
+                || !self.inline_cleaning()
+                || g.degraded.is_some()
+                || !g.engine.needs_cleaning()
+            {
+                return Ok(());
+            }
+            let n = g.engine.cleaning_target();
+            // None in flight: this thread holds `clean_io`, and every owner commits its own
+            // before it lets go.
+            self.reap(&mut g, false);
+            if let Some(e) = g.wb_error.take() {
+                tracing::warn!("write-back failed: {e}");
+            }
+            let (g, r) = self.write_back_outside(&owner, g, WbOf::Lines(n));
+            drop(g);
+            r?;
+        }
+        Ok(())
     }
 
     /// The likely victims to unmap ahead now (none: not due) and the dirty ones among them
@@ -833,14 +1027,26 @@ impl InFlight {
 /// engine and the backing ranges its groups write.
 pub(super) struct Unlocked {
     pass: InFlight,
+    /// Per merged group, in I/O order: its backing span and the slots it reads.
     spans: Vec<(u64, u64)>,
+    slots: Vec<Vec<u32>>,
 }
 
-/// The unlocked write-back's I/O: whether it runs, and its outcome once it is done.
+/// The unlocked write-back's I/O: whether it runs, and its outcome once it is done; which
+/// group it is at, so a request waits for one group, not the pass
+/// ([`CacheVolume::settle_group`]).
 #[derive(Default)]
 pub(super) struct WbIo {
     running: bool,
     outcome: Option<WbOutcome>,
+    /// Groups `< next` were reached by the I/O: written, being written (`current`) or
+    /// skipped; groups `>= next` may still be taken out of the pass (`skip`).
+    next: usize,
+    current: Option<usize>,
+    /// Groups requests took out of the pass before their I/O began (their lines stay dirty).
+    skip: Vec<usize>,
+    /// Requests waiting for the group in progress ([`CacheVolume::settle_group`]).
+    group_waiters: u32,
 }
 
 /// Posts an unlocked write-back's outcome in `wb_io` when dropped: at the end of its I/O, or
@@ -886,6 +1092,7 @@ impl Drop for PostOnDrop<'_> {
         {
             let mut w = self.vol.wb_io.lock().unwrap_or_else(|e| e.into_inner());
             assert!(w.running, "an unlocked write-back's outcome posted twice");
+            w.current = None;
             w.outcome = Some(WbOutcome {
                 r,
                 wrote: std::mem::take(&mut self.wrote),

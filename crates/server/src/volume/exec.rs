@@ -110,10 +110,8 @@ impl CacheVolume {
             )
         });
         let _fg = fg.then(|| FgBacking::new(&self.fg_backing));
-        if self.conflicts_in_flight(&g, &steps) {
-            // Its backing write lands first, its cache reads are done; committed later.
-            self.wait_wb_io();
-        }
+        // The write-back groups it meets land first (or are taken out); committed later.
+        self.settle_in_flight(&g, &steps);
         let excl = self.io.write().unwrap_or_else(|e| e.into_inner());
         let mut buf = vec![0u8; buf_len as usize];
         if let Data::Write(d) = &data {
@@ -183,25 +181,16 @@ impl CacheVolume {
             self.flush_locked(&mut g)?;
         }
         drop(excl);
-        // This request had to unmap a record on the miss path (its likely victims were not
-        // unmapped ahead, e.g. dirty): run the background pass now, after the plan.
-        // Its own request is complete: a failure here is counted and logged, not returned.
-        if std::mem::take(&mut g.unmapped_on_miss) {
-            // (It commits a write-back in flight first.)
-            if let Err(e) = self.unmap_ahead_locked(&mut g) {
-                tracing::warn!("unmapping likely victims ahead failed: {e}");
-            }
-        }
-        if self.inline_cleaning.load(Ordering::Relaxed)
+        drop(_fg);
+        // Unmapping ahead after an unmap on the miss path, inline cleaning: after the
+        // volume lock is released (`clean.rs::after_request`).
+        let unmap = std::mem::take(&mut g.unmapped_on_miss);
+        let clean = self.inline_cleaning.load(Ordering::Relaxed)
             && g.degraded.is_none()
-            && g.engine.needs_cleaning()
-        {
-            let n = g.engine.cleaning_target();
-            self.reap(&mut g, false);
-            if let Some(e) = g.wb_error.take() {
-                tracing::warn!("write-back failed: {e}");
-            }
-            self.clean_pass(&mut g, n)?;
+            && g.engine.needs_cleaning();
+        if unmap || clean {
+            drop(g);
+            return self.after_request(unmap, clean);
         }
         Ok(())
     }
@@ -660,6 +649,19 @@ impl CacheVolume {
         expected: &[Option<(u64, Vec<u32>)>],
         tmp: &mut Vec<u8>,
     ) -> Result<(), WbIoError> {
+        self.write_back_io_gated(steps, group, expected, tmp, &|| {})
+    }
+
+    /// [`CacheVolume::write_back_io`], calling `gate` between a chunk rewrite's gap read
+    /// and its write (the unlocked pass lets foreground backing I/O go first there).
+    pub(super) fn write_back_io_gated(
+        &self,
+        steps: &[Step],
+        group: &[usize],
+        expected: &[Option<(u64, Vec<u32>)>],
+        tmp: &mut Vec<u8>,
+        gate: &dyn Fn(),
+    ) -> Result<(), WbIoError> {
         debug_assert_eq!(group.len(), expected.len());
         let r = |a: u64, l: u64| a as usize..(a + l) as usize;
         let (Step::WriteBack { hdd, .. } | Step::CopyHdd { hdd, .. }) = steps[group[0]] else {
@@ -679,6 +681,7 @@ impl CacheVolume {
             self.backing
                 .read_at(&mut tmp[r(x - hdd, y - x)], x)
                 .map_err(WbIoError::BackingRead)?;
+            gate();
         }
         for (&j, exp) in group.iter().zip(expected) {
             if let Step::WriteBack {
