@@ -270,7 +270,8 @@ pub struct ServeArgs {
     /// RAM tier above the cache: this much memory (e.g. 256MiB) keeps clean whole lines, so
     /// the hottest reads are served without the volume lock or the cache device. Writes,
     /// trims and write-zeroes drop their lines from it; it starts empty at each start.
-    /// `ctl stats` shows reads per tier (RAM hits, SSD hits, misses). Direct layout only.
+    /// `ctl stats` shows reads per tier (RAM hits, SSD hits, misses). Both layouts;
+    /// `ctl set ram-cache SIZE` resizes it live (emptying it).
     #[arg(long, value_name = "SIZE")]
     ram_cache: Option<String>,
     /// The RAM tier's replacement policy (see `tiercache policies`) [default: s3fifo].
@@ -948,6 +949,8 @@ const LOG_LAYOUT_KEYS: &[&str] = &[
     "classes",
     "classifier",
     "class_rules",
+    "ram_cache",
+    "ram_policy",
 ];
 
 impl ServeArgs {
@@ -1014,6 +1017,23 @@ fn over_file(a: ServeArgs, file: ServeArgs) -> ServeArgs {
     merged
 }
 
+/// `--ram-policy` (or `ram_policy`) without a RAM tier would do nothing: refused, as `sim`
+/// refuses it, rather than ignored.
+fn check_ram_flags(a: &ServeArgs) -> Result<()> {
+    let bytes = a
+        .ram_cache
+        .as_deref()
+        .map(|s| size_arg("--ram-cache", s))
+        .transpose()?
+        .unwrap_or(0);
+    if let (Some(p), 0) = (&a.ram_policy, bytes) {
+        bail!(
+            "--ram-policy {p} needs a RAM tier: give --ram-cache SIZE too (e.g. --ram-cache 256MiB), or drop --ram-policy"
+        );
+    }
+    Ok(())
+}
+
 pub fn serve(a: ServeArgs) -> Result<()> {
     let flags = set_keys(&a);
     let a = merge(a)?;
@@ -1034,6 +1054,7 @@ pub fn serve(a: ServeArgs) -> Result<()> {
     if let Some(c) = &a.control {
         socket_dir_exists("--control", c)?;
     }
+    check_ram_flags(&a)?;
     let nbd_opts = nbd_options(&a)?;
     let listen = a.listen.as_deref().map(listen_addr).transpose()?;
     let http = a.http.as_deref().map(http_addr).transpose()?;

@@ -98,6 +98,15 @@ pub struct CacheArgs {
     /// --cleaning alru: requests after which a dirty line is cleaned. Default 100000.
     #[arg(long, value_name = "REQUESTS")]
     pub cleaning_age: Option<u64>,
+    /// RAM tier above the cache: this much DRAM keeps clean whole lines, so the hottest
+    /// reads touch neither the SSD nor the engine (e.g. 256MiB; 0 = none, the default). In a
+    /// sweep every run has its own. The report gives reads per tier (RAM hits, SSD hits, misses); timed runs serve RAM hits
+    /// with the `ram` device model (direct layout; hit-ratio runs take either layout).
+    #[arg(long, value_name = "SIZE")]
+    pub ram_cache: Option<String>,
+    /// The RAM tier's replacement policy (see `tiercache policies`). Default s3fifo.
+    #[arg(long, value_name = "NAME")]
+    pub ram_policy: Option<String>,
     /// Eviction prefers clean victims: when the policy's victim is dirty, the first clean
     /// line among its next N likely victims is evicted instead (no write-back on the miss).
     /// 0 = off (default).
@@ -182,6 +191,8 @@ impl CacheArgs {
             validity: self.validity.clone(),
             partial_write_fill: self.no_partial_fill.then_some(false),
             s3fifo_small: None,
+            ram_cache: self.ram_cache.clone(),
+            ram_policy: self.ram_policy.clone(),
             ..self.tune.section()
         }
     }
@@ -212,15 +223,6 @@ pub struct SimArgs {
     pub timed: TimedArgs,
     #[command(flatten)]
     pub layout: crate::layout_args::LayoutArgs,
-    /// RAM tier above the cache: this much DRAM keeps clean whole lines, so the hottest
-    /// reads touch neither the SSD nor the engine (e.g. 256MiB; 0 = none, the default). The
-    /// report gives reads per tier (RAM hits, SSD hits, misses); timed runs serve RAM hits
-    /// with the `ram` device model. Direct layout only.
-    #[arg(long, value_name = "SIZE")]
-    pub ram_cache: Option<String>,
-    /// The RAM tier's replacement policy (see `tiercache policies`). Default s3fifo.
-    #[arg(long, value_name = "NAME", requires = "ram_cache")]
-    pub ram_policy: Option<String>,
     /// A volume of a cache pool, NAME=TRACE (repeat it): the traces are merged by arrival
     /// time (each trace's clock starting at its first record) and replayed as volumes
     /// 0, 1, ... sharing one cache under one policy; the report adds a row per volume.
@@ -423,7 +425,6 @@ pub fn sim(mut a: SimArgs) -> Result<()> {
         tiercache_sim::log::attach_content_workload(&mut spec, w)?;
     }
     apply_classes(&a.cache.classes, &mut spec)?;
-    apply_ram(&a, &mut spec)?;
     apply_volume_settings(&a, table, &mut spec)?;
     let progress = Progress::new(a.quiet, input_total(&spec.input), "requests");
     if let Some(mut setup) = a.timed.setup()? {
@@ -559,30 +560,6 @@ fn apply_volume_settings(
     spec.engine
         .validate()
         .map_err(|e| anyhow::anyhow!("volumes: {e}"))?;
-    Ok(())
-}
-
-/// `--ram-cache` / `--ram-policy`: the RAM tier above the cache (checked here, so a bad
-/// size or policy is named before the run).
-fn apply_ram(a: &SimArgs, spec: &mut tiercache_sim::SimSpec) -> Result<()> {
-    let Some(size) = &a.ram_cache else {
-        return Ok(());
-    };
-    let bytes = tiercache_engine::parse_size(size)
-        .map_err(|e| anyhow::anyhow!("--ram-cache {size}: {e}"))?;
-    if bytes == 0 {
-        return Ok(());
-    }
-    anyhow::ensure!(
-        spec.log.is_none(),
-        "--ram-cache: the RAM tier runs above the direct layout only (the log layout keeps \
-         its own RAM extents); drop --layout log or --ram-cache"
-    );
-    spec.engine.ram_cache = bytes;
-    if let Some(p) = &a.ram_policy {
-        spec.engine.ram_policy = p.clone();
-    }
-    tiercache_engine::RamTier::for_config(&spec.engine).map_err(anyhow::Error::msg)?;
     Ok(())
 }
 

@@ -60,7 +60,6 @@ const DIRECT_ONLY: &[&[&str]] = &[
     &["--cleaner", "inline"],
     &["--admission", "never"],
     &["--seq-cutoff", "1m"],
-    &["--ram-cache", "1MiB"],
 ];
 
 #[test]

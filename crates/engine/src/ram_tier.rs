@@ -173,6 +173,20 @@ impl RamTier {
         Ok(Some(t))
     }
 
+    /// The same tier at another size (`ctl set ram-cache`): empty, under the same policy,
+    /// mode and counters (one more clear). Its clock continues this one's, past a clear:
+    /// a read that took its ticket before the resize fills nothing, so no write it raced
+    /// with can leave its old bytes in the new tier.
+    pub fn resized(&self, bytes: u64, params: &PolicyConfig) -> Result<RamTier, String> {
+        let mut t = RamTier::new(bytes, self.line_size(), self.policy_name, params)?;
+        t.clock = self.clock + 1;
+        t.cleared_at = t.clock;
+        t.filling = self.filling;
+        t.counters = self.counters;
+        t.counters.clears += 1;
+        Ok(t)
+    }
+
     pub fn capacity_lines(&self) -> u64 {
         self.capacity as u64
     }
@@ -467,6 +481,30 @@ mod tests {
         t.set_mode(Mode::WriteBack);
         t.fill(&Request::read(0, 4096), t.ticket(), &mut out);
         assert_eq!(t.len(), 1);
+    }
+
+    #[test]
+    fn a_resized_tier_is_empty_and_refuses_fills_of_older_reads() {
+        let mut t = tier(4);
+        let mut out = Vec::new();
+        for l in 0..4u64 {
+            t.fill(&Request::read(l * 4096, 4096), t.ticket(), &mut out);
+        }
+        let old = t.ticket();
+        let mut s = t.resized(2 * 4096, &PolicyConfig::default()).unwrap();
+        assert_eq!((s.capacity_lines(), s.len()), (2, 0));
+        assert_eq!(s.counters().fills, 4);
+        assert_eq!(s.counters().clears, 1);
+        s.fill(&Request::read(0, 4096), old, &mut out);
+        assert!(
+            out.is_empty(),
+            "a read older than the resize filled the new tier"
+        );
+        for l in 0..5u64 {
+            s.fill(&Request::read(l * 4096, 4096), s.ticket(), &mut out);
+        }
+        assert_eq!(s.len(), 2, "the new size bounds the tier");
+        assert!(t.resized(100, &PolicyConfig::default()).is_err());
     }
 
     #[test]

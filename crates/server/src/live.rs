@@ -365,7 +365,7 @@ pub fn log_common(v: &LogVolume, s: &LogVolumeStats) -> VolumeStats {
         volume_bytes: s.volume_bytes,
         ram_index_bytes: s.ram_index_bytes,
         totals,
-        ram: None,
+        ram: v.ram_stats(&totals),
         per_class: if s.class_table.is_none() {
             vec![(0, totals)]
         } else {

@@ -443,6 +443,9 @@ fn open_log(
         vol.set_mode(m)
             .map_err(|e| format!("--mode {m} on {name}: {}", chain(&e)))?;
     }
+    if o.direct.ram_cache > 0 {
+        vol.set_ram_cache(o.direct.ram_cache, o.direct.ram_policy.as_deref())?;
+    }
     let rep = LiveOpenReport {
         layout: "log",
         state_path: state,

@@ -80,6 +80,11 @@ pub const KEYS: &[(&str, &str, bool)] = &[
         true,
     ),
     (
+        "ram-cache",
+        "RAM tier size: resized live, emptied (per run, not stored: a restart takes serve's --ram-cache; a tier is added or removed only at start)",
+        true,
+    ),
+    (
         "classes",
         "the I/O class table: replace it with `tiercache ctl classes load FILE` (per run: a restart uses serve's --classes)",
         false,

@@ -99,6 +99,11 @@ pub struct CacheSection {
     /// distribution, the default) or `measured` (the content's bytes, as `tiercache replay
     /// --content` writes them, compressed for real: what a live log cache stores).
     pub content_lengths: Option<String>,
+    /// RAM tier above the cache ("256MiB"; absent or 0 = none): clean whole lines under
+    /// their own policy, read first (`tiercache_engine::RamTier`). Either layout.
+    pub ram_cache: Option<String>,
+    /// The RAM tier's policy (default s3fifo); needs `ram_cache`.
+    pub ram_policy: Option<String>,
 }
 
 /// `over`'s set fields over `base`: every field of `over` that differs from
@@ -326,7 +331,30 @@ impl CacheSection {
         if let Some(x) = self.s3fifo_small {
             cfg.policy_params.s3fifo_small = x;
         }
+        self.apply_ram(cfg)?;
         cfg.validate().map_err(anyhow::Error::msg)?;
+        Ok(())
+    }
+}
+
+impl CacheSection {
+    /// `ram_cache` / `ram_policy` over `cfg`, checked here (size, policy) so that a bad
+    /// value is named before a run. A policy without a size is refused, never ignored.
+    fn apply_ram(&self, cfg: &mut EngineConfig) -> Result<()> {
+        if let Some(s) = &self.ram_cache {
+            cfg.ram_cache =
+                parse_size(s).with_context(|| format!("ram_cache (--ram-cache) {s}"))?;
+        }
+        if let Some(p) = &self.ram_policy {
+            if cfg.ram_cache == 0 {
+                bail!(
+                    "ram_policy (--ram-policy) {p} needs a RAM tier: set ram_cache \
+                     (--ram-cache) too, e.g. 64MiB"
+                );
+            }
+            cfg.ram_policy = p.clone();
+        }
+        tiercache_engine::RamTier::for_config(cfg).map_err(anyhow::Error::msg)?;
         Ok(())
     }
 }

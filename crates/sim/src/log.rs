@@ -223,14 +223,22 @@ pub fn simulate_log(spec: &SimSpec, log: &LogSpec) -> Result<SimResult> {
         .with_context(|| format!("cache size {}", spec.cache_size))?;
     let ftl = crate::nitro::ftl_for(&cfg, log.erase_block);
     let start = Instant::now();
-    let run = crate::nitro::run_log_live(&trace, cfg.clone(), ftl)?;
+    let mut ram =
+        tiercache_engine::RamTier::for_config(&spec.engine).map_err(anyhow::Error::msg)?;
+    let run = match &mut ram {
+        Some(t) => crate::nitro::run_log_live_ram(&trace, cfg.clone(), ftl, t)?,
+        None => crate::nitro::run_log_live(&trace, cfg.clone(), ftl)?,
+    };
     let wall = start.elapsed().as_secs_f64();
-    Ok(SimResult::from_log(
-        spec,
-        log,
-        &cfg,
-        &run,
-        Some(lines),
-        wall,
-    ))
+    let mut res = SimResult::from_log(spec, log, &cfg, &run, Some(lines), wall);
+    if let Some(t) = &ram {
+        // Reads the log engine saw, and those of them whose every line hit (SSD tier).
+        let k = &run.counters;
+        res.ram = Some(crate::result::RamFigures::of_reads(
+            t,
+            k.reads,
+            k.read_requests.hits,
+        ));
+    }
+    Ok(res)
 }

@@ -286,6 +286,34 @@ pub fn run_log_live(trace: &ContentTrace, cfg: LogConfig, ftl: FtlConfig) -> Res
     drive(LogDriver::new(cfg, ftl)?.live(true), trace)
 }
 
+/// [`run_log_live`] under a RAM tier, as `serve --layout log --ram-cache` runs it at queue
+/// depth 1 (`tiercache_engine::ram_tier`'s protocol, as [`crate::step_ram`] for the direct
+/// layout): a read served whole from RAM never reaches the log engine; a write or trim
+/// invalidates its lines first; a read that went below fills RAM with the lines it covered
+/// whole.
+pub fn run_log_live_ram(
+    trace: &ContentTrace,
+    cfg: LogConfig,
+    ftl: FtlConfig,
+    ram: &mut tiercache_engine::RamTier,
+) -> Result<LogRun> {
+    let mut d = LogDriver::new(cfg, ftl)?.live(true);
+    let (mut slots, mut out) = (Vec::new(), Vec::new());
+    for (i, (r, c)) in trace.iter().enumerate() {
+        if ram.read(r, &mut slots) {
+            continue;
+        }
+        let ticket = ram.ticket();
+        ram.invalidate(r);
+        d.process(r, c)
+            .with_context(|| format!("{}: request {} ({r:?})", trace.name, i + 1))?;
+        if r.is_read() {
+            ram.fill(r, ticket, &mut out);
+        }
+    }
+    d.finish(&trace.name)
+}
+
 fn drive(mut d: LogDriver, trace: &ContentTrace) -> Result<LogRun> {
     for (i, (r, c)) in trace.iter().enumerate() {
         d.process(r, c)

@@ -138,16 +138,22 @@ pub struct RamFigures {
 impl RamFigures {
     /// The figures of `tier` beside an engine whose totals are `c`.
     pub fn of(tier: &tiercache_engine::RamTier, c: &Counters) -> Self {
+        Self::of_reads(tier, c.reads, c.read_requests.hits)
+    }
+
+    /// The figures of `tier` beside an engine that saw `reads` read requests, `ssd_hits` of
+    /// them served whole from the cache (the log layout's counters have these too).
+    pub fn of_reads(tier: &tiercache_engine::RamTier, reads: u64, ssd_hits: u64) -> Self {
         let k = tier.counters();
-        let read_requests = k.hits + c.reads;
+        let read_requests = k.hits + reads;
         RamFigures {
             capacity_bytes: tier.capacity_lines() * tier.line_size(),
             capacity_lines: tier.capacity_lines(),
             policy: tier.policy_name().to_string(),
             read_requests,
             ram_hits: k.hits,
-            ssd_hits: c.read_requests.hits,
-            misses: c.reads - c.read_requests.hits,
+            ssd_hits,
+            misses: reads - ssd_hits,
             ram_hit_ratio: if read_requests > 0 {
                 k.hits as f64 / read_requests as f64
             } else {

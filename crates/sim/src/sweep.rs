@@ -194,7 +194,8 @@ fn plan(specs: &[SimSpec], per_cell: bool) -> Vec<Job> {
     let mut jobs = Vec::new();
     let mut groups: Vec<Vec<usize>> = Vec::new();
     for (i, s) in specs.iter().enumerate() {
-        if per_cell || s.log.is_some() || oracle_policy(s) {
+        // A RAM tier runs above its own engine (`crate::simulate`), not in a shared pass.
+        if per_cell || s.log.is_some() || oracle_policy(s) || s.engine.ram_cache > 0 {
             jobs.push(Job::Single(i));
             continue;
         }

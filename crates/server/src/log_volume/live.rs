@@ -48,7 +48,7 @@ fn not_log(k: &str) -> String {
             "{k} is fixed when the log layout is formatted (`tiercache format --force --layout log`, discards the cache); the log layout changes live: mode"
         ),
         _ => format!(
-            "{k} does not apply to the log layout (it admits every missed line and writes dirty lines back when their segment is reclaimed); the log layout changes live: mode"
+            "{k} does not apply to the log layout (it admits every missed line and writes dirty lines back when their segment is reclaimed); the log layout changes live: mode, ram-cache"
         ),
     }
 }
@@ -87,7 +87,10 @@ impl LogVolume {
         }
         g.sync_retry_now();
         let r = g.switch_mode(mode);
-        g.guard(r)
+        let r = g.guard(r);
+        // Emptied whether or not the switch went through (it may have dropped lines).
+        self.ram_mode(&g);
+        r
     }
 
     /// `ctl detach`: writes back dirty data, drops the cache's contents, passes through.
@@ -107,6 +110,7 @@ impl LogVolume {
             ("mode", mode.as_str().to_string()),
             ("policy", g.sb.picker.clone()),
             ("line-size", tuning::size_str(g.sb.line_size)),
+            ("ram-cache", self.ram_size_setting()),
         ]
     }
 
@@ -114,6 +118,9 @@ impl LogVolume {
     /// is refused with the reason. Returns (old, new).
     pub fn set_setting(&self, key: &str, value: &str) -> Result<(String, String), String> {
         let k = tuning::key(key)?;
+        if k == "ram-cache" {
+            return self.set_ram_size(value);
+        }
         if k != "mode" {
             return Err(not_log(k));
         }
@@ -145,6 +152,7 @@ impl LogVolume {
             .map(|c| *g.eng.class_counters(c))
             .collect();
         drop(g);
+        self.ram_reset_counters();
         self.metrics.reset();
         tracing::info!(target: tuning::LOG_TARGET, "statistics reset");
     }

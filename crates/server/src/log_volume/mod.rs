@@ -126,6 +126,7 @@ mod export;
 mod fault;
 mod journal;
 mod open;
+mod ram;
 mod reclaim;
 mod recover;
 mod scrub;
@@ -526,6 +527,10 @@ struct Inner {
     req_class: u8,
     /// What the open's clean-line sample found (`verify_clean_sample`).
     recovery_sample: RecoverySample,
+    /// The RAM tier (also [`LogVolume::ram`]), and the lost ranges (count, bytes) it last
+    /// saw (`ram.rs`, [`Inner::ram_watch`]).
+    ram: Option<Arc<crate::volume::ram::RamCache>>,
+    ram_lost_seen: (usize, u64),
 }
 
 /// `ctl stats`' view of the clean-line sample of the last open (`verify_clean_sample`):
@@ -568,6 +573,9 @@ pub struct LogVolume {
     /// Sets each read's and write's I/O class before the engine plans it
     /// (`crate::classify`; set before the volume is shared).
     classifier: Option<Arc<dyn crate::classify::Classifier>>,
+    /// The RAM tier above the cache (`serve --ram-cache`, `ram.rs`; set before the volume is
+    /// shared): read without the volume lock.
+    ram: Option<Arc<crate::volume::ram::RamCache>>,
 }
 
 /// Test hooks of the unlocked read path (`#[doc(hidden)]` setters on [`LogVolume`]).
@@ -615,6 +623,10 @@ impl LogVolume {
     fn lock(&self) -> Locked<'_> {
         Locked(self.inner.lock().unwrap_or_else(|e| {
             let mut g = e.into_inner();
+            // Closed before the poison is cleared: RAM reads check the poison flag.
+            if let Some(r) = &self.ram {
+                r.close();
+            }
             self.inner.clear_poison();
             if !g.halted {
                 g.halted = true;
@@ -649,6 +661,7 @@ impl std::ops::DerefMut for Locked<'_> {
 impl Drop for Locked<'_> {
     fn drop(&mut self) {
         self.0.persist_lost();
+        self.0.ram_watch();
     }
 }
 

@@ -314,6 +314,8 @@ impl LogVolume {
             class_loads: 0,
             req_class: 0,
             recovery_sample: Default::default(),
+            ram: None,
+            ram_lost_seen: (0, 0),
             sb,
         };
         crate::lost_list::LostList::log_ranges(&inner.lost);
@@ -344,6 +346,7 @@ impl LogVolume {
                 geo,
                 hooks: RaceHooks::default(),
                 classifier: None,
+                ram: None,
             },
             rep,
         ))

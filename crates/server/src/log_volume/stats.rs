@@ -53,7 +53,7 @@ impl LogVolume {
             effective_capacity: red.effective_capacity,
             ssd_bytes_used: red.ssd_bytes_used,
             ssd_bytes_written: g.live.ssd_bytes_written - g.base.1.ssd_bytes_written,
-            ram_index_bytes: ib,
+            ram_index_bytes: ib + self.ram_metadata_bytes(),
             index_bytes_per_entry: if red.cached_lines > 0 {
                 ib as f64 / red.cached_lines as f64
             } else {

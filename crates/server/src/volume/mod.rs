@@ -110,7 +110,7 @@ mod exec;
 mod export;
 mod fault;
 mod open;
-mod ram;
+pub(crate) mod ram;
 mod records;
 mod settings;
 mod stats;

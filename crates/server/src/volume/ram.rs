@@ -10,11 +10,13 @@ use super::*;
 use tiercache_engine::policy::PolicyConfig;
 use tiercache_engine::{RamCounters, RamTier};
 
-pub(super) struct RamCache {
+pub(crate) struct RamCache {
     inner: Mutex<RamInner>,
     line_size: u64,
     /// Test hook ([`CacheVolume::set_ram_fill_hook`]): idle unless armed.
     fill_hook: FillHook,
+    /// The policy's parameters (kept for [`RamCache::resize`]).
+    params: PolicyConfig,
 }
 
 /// Called by a read between its read below and its fill, outside every lock, so a test
@@ -64,7 +66,7 @@ pub struct RamStats {
 }
 
 impl RamCache {
-    pub(super) fn new(
+    pub(crate) fn new(
         bytes: u64,
         line_size: u64,
         policy: &str,
@@ -76,6 +78,7 @@ impl RamCache {
             ..params.clone()
         };
         let mut tier = RamTier::new(bytes, line_size, policy, &params)?;
+        let kept = params.clone();
         tier.set_mode(mode);
         let n = (tier.capacity_lines() * line_size) as usize;
         Ok(RamCache {
@@ -89,6 +92,7 @@ impl RamCache {
             }),
             line_size,
             fill_hook: FillHook::default(),
+            params: kept,
         })
     }
 
@@ -97,7 +101,7 @@ impl RamCache {
     }
 
     /// A read: when RAM holds every line of it, copies the bytes into `out` and returns true.
-    pub(super) fn read(&self, req: &Request, out: &mut [u8]) -> bool {
+    pub(crate) fn read(&self, req: &Request, out: &mut [u8]) -> bool {
         let mut g = self.lock();
         let RamInner {
             tier,
@@ -126,13 +130,13 @@ impl RamCache {
     }
 
     /// The ticket a read that missed RAM takes before it goes below.
-    pub(super) fn ticket(&self) -> u64 {
+    pub(crate) fn ticket(&self) -> u64 {
         self.lock().tier.ticket()
     }
 
     /// A read that missed RAM succeeded with `buf` (the request's bytes): its whole lines go
     /// to RAM unless a write, trim or clear met them since `ticket`.
-    pub(super) fn fill(&self, req: &Request, ticket: u64, buf: &[u8]) {
+    pub(crate) fn fill(&self, req: &Request, ticket: u64, buf: &[u8]) {
         if self.fill_hook.armed.load(Ordering::Acquire) {
             let h = self
                 .fill_hook
@@ -165,33 +169,55 @@ impl RamCache {
     }
 
     /// A write, trim or write-zeroes (before and after it runs).
-    pub(super) fn invalidate(&self, req: &Request) {
+    pub(crate) fn invalidate(&self, req: &Request) {
         self.lock().tier.invalidate(req);
     }
 
     /// The volume's content changed outside requests (a lost range): empty the tier.
-    pub(super) fn clear(&self) {
+    pub(crate) fn clear(&self) {
         self.lock().tier.clear();
     }
 
     /// The volume shut down or halted: empty, and serves and takes nothing from now on.
-    pub(super) fn close(&self) {
+    pub(crate) fn close(&self) {
         let mut g = self.lock();
+        if g.closed {
+            return;
+        }
         g.closed = true;
         g.tier.clear();
     }
 
-    pub(super) fn set_mode(&self, mode: Mode) {
+    /// `ctl set ram-cache SIZE`: the tier at its new size, empty (it refills from reads);
+    /// reads in flight fill nothing ([`RamTier::resized`]). The old buffer is freed.
+    pub(crate) fn resize(&self, bytes: u64) -> Result<(), String> {
+        let mut g = self.lock();
+        if g.closed {
+            return Err("the volume is shut down or halted".into());
+        }
+        let tier = g.tier.resized(bytes, &self.params)?;
+        g.data = Vec::new();
+        g.data = vec![0u8; (tier.capacity_lines() * self.line_size) as usize];
+        g.tier = tier;
+        Ok(())
+    }
+
+    /// The tier's size (`ctl get ram-cache`).
+    pub(crate) fn capacity_bytes(&self) -> u64 {
+        self.lock().tier.capacity_lines() * self.line_size
+    }
+
+    pub(crate) fn set_mode(&self, mode: Mode) {
         self.lock().tier.set_mode(mode);
     }
 
-    pub(super) fn reset_counters(&self) {
+    pub(crate) fn reset_counters(&self) {
         let mut g = self.lock();
         g.base = g.tier.counters();
     }
 
     /// Heap bytes: (data buffer, metadata).
-    pub(super) fn mem_bytes(&self) -> (u64, u64) {
+    pub(crate) fn mem_bytes(&self) -> (u64, u64) {
         let g = self.lock();
         (
             g.data.capacity() as u64,
@@ -200,7 +226,7 @@ impl RamCache {
     }
 
     /// The figures for `ctl stats`, beside the engine's counters `c` (reads that reached it).
-    pub(super) fn stats(&self, c: &Counters) -> RamStats {
+    pub(crate) fn stats(&self, c: &Counters) -> RamStats {
         let (data_bytes, metadata_bytes) = self.mem_bytes();
         let g = self.lock();
         let k = g.tier.counters().saturating_sub(g.base);
@@ -220,6 +246,35 @@ impl RamCache {
     }
 }
 
+/// `ctl get ram-cache` of a volume with `ram` (either layout).
+pub(crate) fn size_setting(ram: Option<&RamCache>) -> String {
+    match ram {
+        Some(r) => crate::tuning::size_str(r.capacity_bytes()),
+        None => "0 (no RAM tier: `serve --ram-cache SIZE` adds one)".into(),
+    }
+}
+
+/// `ctl set ram-cache VALUE` on a volume with `ram` (either layout): resizes it (emptied).
+/// A tier is neither added nor removed live: reads ask it without the volume lock, so it
+/// is fixed at start (`serve --ram-cache`).
+pub(crate) fn resize_setting(ram: Option<&RamCache>, value: &str) -> Result<(), String> {
+    let bytes = tiercache_engine::parse_size(value.trim())
+        .map_err(|e| format!("ram-cache {value:?}: {e}"))?;
+    let Some(r) = ram else {
+        return Err(
+            "ram-cache: this volume has no RAM tier, and one is added only at start (reads ask it without the volume lock): restart `tiercache serve` with --ram-cache SIZE"
+                .into(),
+        );
+    };
+    if bytes == 0 {
+        return Err(
+            "ram-cache 0: the RAM tier is not removed live; shrink it (one line at least) or restart `tiercache serve` without --ram-cache"
+                .into(),
+        );
+    }
+    r.resize(bytes)
+}
+
 impl CacheVolume {
     /// Test hook: `hook` runs in every read that missed the RAM tier, after its read below
     /// returned and before it fills the tier, holding no lock (`None`: removes it). Does
@@ -231,5 +286,15 @@ impl CacheVolume {
             *r.fill_hook.hook.lock().unwrap_or_else(|e| e.into_inner()) = hook;
             r.fill_hook.armed.store(armed, Ordering::Release);
         }
+    }
+
+    /// `ctl set ram-cache` ([`resize_setting`]).
+    pub(super) fn set_ram_size(&self, value: &str) -> Result<(), String> {
+        resize_setting(self.ram.as_ref(), value)
+    }
+
+    /// `ctl get ram-cache`.
+    pub(super) fn ram_size_setting(&self) -> String {
+        size_setting(self.ram.as_ref())
     }
 }

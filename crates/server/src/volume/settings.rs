@@ -51,6 +51,7 @@ impl CacheVolume {
                 m => m.to_string(),
             },
             "writeback-target" => target.to_string(),
+            "ram-cache" => self.ram_size_setting(),
             _ => Self::setting(&self.lock(), k),
         }
     }
@@ -128,6 +129,8 @@ impl CacheVolume {
         let old = self.setting_now(k);
         if tuning::CLEANER_KEYS.contains(&k) {
             self.set_unstored(k, value)?;
+        } else if k == "ram-cache" {
+            self.set_ram_size(value)?;
         } else if k == "mode" {
             let m: Mode = value.parse()?;
             self.set_mode(m)
