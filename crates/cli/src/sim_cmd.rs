@@ -221,6 +221,16 @@ pub struct SimArgs {
     /// The RAM tier's replacement policy (see `tiercache policies`). Default s3fifo.
     #[arg(long, value_name = "NAME", requires = "ram_cache")]
     pub ram_policy: Option<String>,
+    /// Split the engine into N shards: N independent engines, each with 1/N of the
+    /// capacity; a line belongs to the shard of its 1 MiB granule (or larger: a group or a
+    /// cleaning chunk), and a request crossing granules of different shards is split. This
+    /// is how the live volume will spread its engine over cores; here it shows what that
+    /// costs in hit ratio (`scripts/shard_hit_ratio.sh`). Default 1 in the simulator, so
+    /// results stay comparable with earlier runs and other simulators. Untimed
+    /// direct-layout runs only (no --hdd/--ssd, --layout log or --ram-cache).
+    #[arg(long, value_name = "N", default_value_t = 1,
+          value_parser = clap::value_parser!(u32).range(1..=tiercache_engine::MAX_SHARDS as i64))]
+    pub shards: u32,
     /// Experiment file (TOML); flags override its values.
     #[arg(long, short = 'c', value_name = "FILE")]
     pub config: Option<PathBuf>,
@@ -402,6 +412,7 @@ pub fn sim(mut a: SimArgs) -> Result<()> {
     }
     apply_classes(&a.cache.classes, &mut spec)?;
     apply_ram(&a, &mut spec)?;
+    spec.engine.shards = a.shards;
     let progress = Progress::new(a.quiet, input_total(&spec.input), "requests");
     if let Some(mut setup) = a.timed.setup()? {
         setup.options.phase_starts = phases.iter().map(|p| p.start as u64).collect();

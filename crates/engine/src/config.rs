@@ -266,6 +266,10 @@ pub struct EngineConfig {
     pub ram_cache: u64,
     /// The RAM tier's replacement policy (default s3fifo).
     pub ram_policy: String,
+    /// Shards of the line key space (1..=[`crate::sharded::MAX_SHARDS`], default 1): N
+    /// independent engines, each with its share of the capacity ([`crate::Sharded`]). An
+    /// [`crate::Engine`] itself ignores it; `sim --shards` sets it.
+    pub shards: u32,
 }
 
 /// Default [`EngineConfig::cleaning_age`] (requests).
@@ -300,6 +304,7 @@ impl Default for EngineConfig {
             clean_victim_window: 0,
             ram_cache: 0,
             ram_policy: crate::ram_tier::DEFAULT_RAM_POLICY.into(),
+            shards: 1,
         }
     }
 }
@@ -368,6 +373,13 @@ impl EngineConfig {
         }
         if self.cleaning_age == 0 {
             return Err("cleaning_age must be at least 1 request".into());
+        }
+        let n = self.shards as usize;
+        if !(1..=crate::sharded::MAX_SHARDS).contains(&n) {
+            return Err(format!(
+                "shards {n} must be between 1 and {}",
+                crate::sharded::MAX_SHARDS
+            ));
         }
         Ok(())
     }
