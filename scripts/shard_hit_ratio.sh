@@ -12,7 +12,8 @@
 # capacities see unequal loads.
 # Env: TIERCACHE (the binary; default: built here), TRACES (default ../shared/traces),
 # SIZES ("1% 5% 10%"), SHARDS ("1 2 4 8", the first is the reference), POLICIES
-# ("lru fifo clock slru"), BOUND (0.005), ALL=1 to add arc/P3 (3.9 M requests).
+# ("lru fifo clock slru"), BOUND (0.005), ALL=1 to add arc/P3 (3.9 M requests), EXTRA (more
+# `sim` flags, e.g. "--shard-granule 64KiB --rewrite-chunk 0").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ -z "${TIERCACHE:-}" ]; then cargo build --release -q -p tiercache; fi
@@ -34,7 +35,7 @@ for t in $TRACE_LIST; do
   for size in $SIZES; do
     for p in $POLICIES; do
       for n in $SHARDS; do
-        "$TC" sim "$TR/$t" --cache-size "$size" --policy "$p" --shards "$n" --json -q |
+        "$TC" sim "$TR/$t" --cache-size "$size" --policy "$p" --shards "$n" ${EXTRA:-} --json -q |
           python3 -c "import json,sys; d=json.load(sys.stdin); s=d.get('sharding') or {}; print(json.dumps({'trace':'$(basename "$t")','size':'$size','policy':'$p','n':$n,'hr':d['hit_ratio'],'fp':d['footprint_lines'],'ls':d['line_size'],'split':s.get('split_requests',0),'req':d['requests']}))" >>"$OUT"
       done
     done

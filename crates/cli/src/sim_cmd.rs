@@ -231,6 +231,12 @@ pub struct SimArgs {
     #[arg(long, value_name = "N", default_value_t = 1,
           value_parser = clap::value_parser!(u32).range(1..=tiercache_engine::MAX_SHARDS as i64))]
     pub shards: u32,
+    /// The smallest granule of --shards (default 1MiB): lines of one granule share a
+    /// shard. Smaller granules spread small working sets more evenly; the granule still
+    /// grows to the group, the --rewrite-chunk (give --rewrite-chunk 0 to go below 1 MiB)
+    /// and, with --cleaning acp, the ACP chunk.
+    #[arg(long, value_name = "SIZE", requires = "shards")]
+    pub shard_granule: Option<String>,
     /// Experiment file (TOML); flags override its values.
     #[arg(long, short = 'c', value_name = "FILE")]
     pub config: Option<PathBuf>,
@@ -413,6 +419,10 @@ pub fn sim(mut a: SimArgs) -> Result<()> {
     apply_classes(&a.cache.classes, &mut spec)?;
     apply_ram(&a, &mut spec)?;
     spec.engine.shards = a.shards;
+    if let Some(g) = &a.shard_granule {
+        spec.engine.shard_granule = tiercache_engine::parse_size(g)
+            .map_err(|e| anyhow::anyhow!("--shard-granule {g}: {e}"))?;
+    }
     let progress = Progress::new(a.quiet, input_total(&spec.input), "requests");
     if let Some(mut setup) = a.timed.setup()? {
         setup.options.phase_starts = phases.iter().map(|p| p.start as u64).collect();

@@ -4,7 +4,7 @@
 //! sequentially (deterministic counters).
 //!
 //! - **Which shard**: a line goes to shard `mix(key >> g) % N`, where `2^g` lines make a
-//!   *granule* of at least 1 MiB (and at least a group, a chunk-rewrite chunk and an ACP
+//!   *granule* of 1 MiB by default (`shard_granule`; at least a group, a chunk-rewrite chunk and an ACP
 //!   chunk; see [`Sharded::granule_bytes`]). Sequential runs and chunk rewrites stay in one
 //!   shard (a rewrite's `CopyHdd` gaps never cover another shard's dirty lines), group
 //!   population never inserts a line into a shard that does not own it, and a working set
@@ -37,7 +37,7 @@ use hashbrown::HashMap;
 /// Most shards an engine may have.
 pub const MAX_SHARDS: usize = 256;
 
-/// The smallest granule: 1 MiB, the default chunk-rewrite and ACP chunk.
+/// The default granule: 1 MiB, the default chunk-rewrite and ACP chunk.
 pub const MIN_GRANULE: u64 = 1 << 20;
 
 /// N engines over one key space. See the module documentation.
@@ -209,14 +209,23 @@ impl Sharded {
         })
     }
 
-    /// The granule of a configuration, in bytes: 1 MiB, or more when a line, a group or a
-    /// cleaning chunk is larger (each must lie in one shard).
+    /// The granule of a configuration, in bytes: `shard_granule` (1 MiB when 0), or more
+    /// when a line, a group, the chunk-rewrite chunk or (ACP cleaning) the ACP chunk is
+    /// larger: each must lie in one shard.
     pub fn granule_of(cfg: &EngineConfig) -> u64 {
-        MIN_GRANULE
+        let floor = match cfg.shard_granule {
+            0 => MIN_GRANULE,
+            g => g,
+        };
+        let g = floor
             .max(cfg.line_size)
             .max(cfg.group_size)
-            .max(cfg.rewrite_chunk)
-            .max(cfg.line_size << cfg.acp_chunk_lines_shift())
+            .max(cfg.rewrite_chunk);
+        if cfg.cleaning == crate::CleaningPolicy::Acp {
+            g.max(cfg.line_size << cfg.acp_chunk_lines_shift())
+        } else {
+            g
+        }
     }
 
     /// This engine's granule in bytes.

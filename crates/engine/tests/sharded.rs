@@ -373,4 +373,25 @@ fn refusals_and_seeds() {
         ..Default::default()
     };
     assert_eq!(Sharded::granule_of(&cfg), 4 * MIB);
+    // A smaller granule takes effect only without a larger rewrite chunk (or ACP chunk).
+    let small = EngineConfig {
+        shard_granule: 64 << 10,
+        ..Default::default()
+    };
+    assert_eq!(Sharded::granule_of(&small), MIB);
+    let small = EngineConfig {
+        rewrite_chunk: 0,
+        ..small
+    };
+    assert_eq!(Sharded::granule_of(&small), 64 << 10);
+    let acp = EngineConfig {
+        cleaning: CleaningPolicy::Acp,
+        ..small.clone()
+    };
+    assert_eq!(Sharded::granule_of(&acp), MIB);
+    let bad = EngineConfig {
+        shard_granule: 3000,
+        ..small
+    };
+    assert!(bad.validate().unwrap_err().contains("shard_granule"));
 }
