@@ -266,6 +266,15 @@ pub struct EngineConfig {
     pub ram_cache: u64,
     /// The RAM tier's replacement policy (default s3fifo).
     pub ram_policy: String,
+    /// Shards of the line key space (1..=[`crate::sharded::MAX_SHARDS`], default 1): N
+    /// independent engines, each with its share of the capacity ([`crate::Sharded`]). An
+    /// [`crate::Engine`] itself ignores it; `sim --shards` sets it.
+    pub shards: u32,
+    /// Smallest granule of a sharded engine (bytes, power of two; 0 = 1 MiB): lines of one
+    /// granule share a shard. It grows to the line, the group, the chunk-rewrite chunk and
+    /// (ACP cleaning) the ACP chunk ([`crate::Sharded::granule_of`]).
+    #[serde(with = "size_serde")]
+    pub shard_granule: u64,
     /// Volumes with settings of their own (several volumes, one pool; see
     /// `docs/design-pool.md`). Empty (the default) = one engine-wide setting for every
     /// volume and no per-volume counters: exactly the engine before volumes had settings.
@@ -334,6 +343,8 @@ impl Default for EngineConfig {
             ram_cache: 0,
             ram_policy: crate::ram_tier::DEFAULT_RAM_POLICY.into(),
             volumes: Vec::new(),
+            shards: 1,
+            shard_granule: 0,
         }
     }
 }
@@ -402,6 +413,19 @@ impl EngineConfig {
         }
         if self.cleaning_age == 0 {
             return Err("cleaning_age must be at least 1 request".into());
+        }
+        let g = self.shard_granule;
+        if g != 0 && (!g.is_power_of_two() || g < MIN_LINE) {
+            return Err(format!(
+                "shard_granule {g} must be 0 (1 MiB) or a power of two of at least 4 KiB"
+            ));
+        }
+        let n = self.shards as usize;
+        if !(1..=crate::sharded::MAX_SHARDS).contains(&n) {
+            return Err(format!(
+                "shards {n} must be between 1 and {}",
+                crate::sharded::MAX_SHARDS
+            ));
         }
         self.validate_volumes()
     }

@@ -82,6 +82,9 @@ pub struct Engine {
     record: bool,
     group_counts: HashMap<u64, (u32, u32)>,
     streams: [Stream; SEQ_STREAMS],
+    /// The sequential-cutoff decision of the request being processed, made by a front stage
+    /// before the request was split ([`Engine::process_with_seq`]; `None` = decide here).
+    seq_forced: Option<bool>,
     tick: u64,
     seq: u64,
     oracle: Option<Vec<u64>>,
@@ -371,6 +374,7 @@ impl Engine {
             record: true,
             group_counts: HashMap::new(),
             streams: [Stream::default(); SEQ_STREAMS],
+            seq_forced: None,
             tick: 0,
             seq: 0,
             oracle: None,
@@ -1011,6 +1015,30 @@ impl Engine {
         self.process_general(req)
     }
 
+    /// [`Engine::process`] with the sequential-cutoff decision made by the caller: a sharded
+    /// engine ([`crate::Sharded`]) decides it once per request, before it splits the request
+    /// between shards, with [`Engine::seq_front`]; this engine's own stream table is left
+    /// alone. The other request-level stage, group admission, needs no such hand-over: a group
+    /// never spans shards.
+    pub fn process_with_seq(
+        &mut self,
+        req: &Request,
+        seq_bypass: bool,
+    ) -> Result<&Plan, EngineError> {
+        self.seq_forced = Some(seq_bypass);
+        let r = self.process(req).map(|_| ());
+        self.seq_forced = None;
+        r.map(|()| &self.plan)
+    }
+
+    /// The sequential-cutoff decision for a read or write `req` (of nonzero length, in
+    /// range), updating the stream table exactly as [`Engine::process`] would: the front
+    /// stage of a sharded engine, run once per request on one engine's table.
+    pub fn seq_front(&mut self, req: &Request) -> bool {
+        debug_assert!(matches!(req.op, Op::Read | Op::Write) && req.len > 0);
+        self.seq_bypass(req)
+    }
+
     #[inline(never)]
     fn process_general(&mut self, req: &Request) -> Result<&Plan, EngineError> {
         self.check_request(req)?;
@@ -1252,6 +1280,9 @@ impl Engine {
     /// Sequential cutoff: updates the stream table and says whether this request's misses
     /// bypass.
     fn seq_bypass(&mut self, req: &Request) -> bool {
+        if let Some(b) = self.seq_forced {
+            return b;
+        }
         let threshold = if req.is_write() {
             self.cfg.seq_cutoff.write_bytes
         } else {

@@ -15,6 +15,7 @@ pub mod policy;
 pub mod ram_tier;
 pub mod rate;
 pub mod request;
+pub mod sharded;
 pub mod stats;
 pub mod units;
 
@@ -33,5 +34,6 @@ pub use plan::{Plan, Step};
 pub use ram_tier::{RamCounters, RamTier, DEFAULT_RAM_POLICY};
 pub use rate::{RateController, WritebackRate};
 pub use request::{Op, Request, MAX_CLASS, NUM_CLASSES};
+pub use sharded::{Sharded, MAX_SHARDS};
 pub use stats::{Bypass, Bypasses, Counters, DirRequests};
 pub use units::{fmt_size, parse_size, CacheSize};

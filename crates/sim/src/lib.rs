@@ -13,6 +13,7 @@ pub mod mrc;
 pub mod nitro;
 pub mod reproduce;
 pub mod result;
+pub mod sharded;
 pub mod sweep;
 pub mod timed;
 pub mod volumes;
@@ -20,7 +21,8 @@ pub mod warmup;
 
 pub use experiment::{Experiment, SweepGrid};
 pub use input::Input;
-pub use result::{RamFigures, SimResult};
+pub use result::{RamFigures, ShardFigures, SimResult};
+pub use sharded::{ensure_one_shard, simulate_sharded};
 pub use sweep::{run_sweep, run_sweep_with, SweepCell, SweepOptions};
 pub use timed::{run_timed, Drive, TimedOptions, TimedReport, TimedResult, TimedSetup};
 pub use volumes::{merge_volumes, VolumeFigures, VolumeInput};
@@ -36,7 +38,7 @@ pub type Progress<'a> = &'a (dyn Fn(u64) + Sync);
 pub const PROGRESS_EVERY: u64 = 1 << 16;
 
 /// How many requests ahead the simulator prefetches index buckets.
-const PREFETCH_AHEAD: usize = 4;
+pub(crate) const PREFETCH_AHEAD: usize = 4;
 
 /// One simulation: an input, a cache size and an engine configuration (whose
 /// `capacity_lines` is filled in from `cache_size`).
@@ -70,7 +72,11 @@ pub fn simulate(
     progress: Option<Progress>,
 ) -> Result<SimResult> {
     if let Some(l) = &spec.log {
+        ensure_one_shard(spec, "the log layout")?;
         return log::simulate_log(spec, l);
+    }
+    if spec.engine.shards > 1 {
+        return sharded::simulate_sharded(spec, footprint, progress);
     }
     let (mut engine, footprint) = prepare(spec, footprint)?;
     anyhow::ensure!(
@@ -151,6 +157,7 @@ fn feed_ram(
 /// The engine of a direct-layout run, sized from its cache size (computing the footprint
 /// with a pre-pass when the size needs it and `footprint` is None), without an oracle.
 pub(crate) fn prepare(spec: &SimSpec, footprint: Option<u64>) -> Result<(Engine, Option<u64>)> {
+    ensure_one_shard(spec, "this run")?;
     let ls = spec.engine.line_size;
     let footprint = match footprint {
         Some(f) => Some(f),

@@ -114,6 +114,108 @@ pub struct SimResult {
     /// `--per-volume`; absent otherwise): their counters add up to `counters`.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub volumes: Vec<crate::volumes::VolumeFigures>,
+    /// Engine shards (`sim --shards`; 1 = one engine, the default).
+    pub shards: u32,
+    /// How the lines were split between shards (absent with one shard).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sharding: Option<ShardFigures>,
+}
+
+/// A sharded run's split: the granule that decides a line's shard, the read, write and
+/// trim requests cut between shards, and the smallest and largest shard at the end.
+#[derive(Clone, Debug, Serialize)]
+pub struct ShardFigures {
+    pub granule_bytes: u64,
+    pub split_requests: u64,
+    pub min_shard_lines: u64,
+    pub max_shard_lines: u64,
+}
+
+impl ShardFigures {
+    pub fn of(e: &tiercache_engine::Sharded) -> Self {
+        let lens = (0..e.shard_count()).map(|i| e.shard(i).len());
+        ShardFigures {
+            granule_bytes: e.granule_bytes(),
+            split_requests: e.split_requests(),
+            min_shard_lines: lens.clone().min().unwrap_or(0),
+            max_shard_lines: lens.max().unwrap_or(0),
+        }
+    }
+}
+
+/// What a result reads from a direct-layout engine: one [`Engine`] or a sharded one.
+pub(crate) trait EngineFigures {
+    fn counters(&self) -> Counters;
+    fn class_counters(&self, class: u8) -> Counters;
+    fn config(&self) -> &tiercache_engine::EngineConfig;
+    fn capacity_lines(&self) -> u64;
+    fn index_bytes(&self) -> usize;
+    fn policy_name(&self) -> &'static str;
+    fn dirty_lines(&self) -> u64;
+    fn shards(&self) -> u32;
+    /// Per-volume figures (empty without a volume table).
+    fn volume_figures(&self) -> Vec<crate::volumes::VolumeFigures>;
+}
+
+impl EngineFigures for Engine {
+    fn counters(&self) -> Counters {
+        Engine::counters(self)
+    }
+    fn class_counters(&self, class: u8) -> Counters {
+        *Engine::class_counters(self, class)
+    }
+    fn config(&self) -> &tiercache_engine::EngineConfig {
+        Engine::config(self)
+    }
+    fn capacity_lines(&self) -> u64 {
+        Engine::capacity_lines(self)
+    }
+    fn index_bytes(&self) -> usize {
+        Engine::index_bytes(self)
+    }
+    fn policy_name(&self) -> &'static str {
+        Engine::policy_name(self)
+    }
+    fn dirty_lines(&self) -> u64 {
+        Engine::dirty_lines(self)
+    }
+    fn shards(&self) -> u32 {
+        1
+    }
+    fn volume_figures(&self) -> Vec<crate::volumes::VolumeFigures> {
+        crate::volumes::VolumeFigures::of(self)
+    }
+}
+
+impl EngineFigures for tiercache_engine::Sharded {
+    fn counters(&self) -> Counters {
+        tiercache_engine::Sharded::counters(self)
+    }
+    fn class_counters(&self, class: u8) -> Counters {
+        tiercache_engine::Sharded::class_counters(self, class)
+    }
+    fn config(&self) -> &tiercache_engine::EngineConfig {
+        tiercache_engine::Sharded::config(self)
+    }
+    fn capacity_lines(&self) -> u64 {
+        tiercache_engine::Sharded::capacity_lines(self)
+    }
+    fn index_bytes(&self) -> usize {
+        tiercache_engine::Sharded::index_bytes(self)
+    }
+    fn policy_name(&self) -> &'static str {
+        tiercache_engine::Sharded::policy_name(self)
+    }
+    fn dirty_lines(&self) -> u64 {
+        tiercache_engine::Sharded::dirty_lines(self)
+    }
+    fn shards(&self) -> u32 {
+        self.shard_count() as u32
+    }
+    /// None: `sim` refuses a volume table with --shards (the shards keep their own).
+    fn volume_figures(&self) -> Vec<crate::volumes::VolumeFigures> {
+        Vec::new()
+    }
 }
 
 /// The RAM tier of a run, and the read requests per tier.
@@ -203,12 +305,17 @@ impl fmt::Display for RamFigures {
 }
 
 impl SimResult {
-    pub(crate) fn new(spec: &SimSpec, e: &Engine, footprint: Option<u64>, wall_s: f64) -> Self {
+    pub(crate) fn new(
+        spec: &SimSpec,
+        e: &impl EngineFigures,
+        footprint: Option<u64>,
+        wall_s: f64,
+    ) -> Self {
         let c = e.counters();
         let cfg = e.config();
         let classes = (0..NUM_CLASSES as u8)
             .filter(|&k| e.class_counters(k).requests > 0)
-            .map(|k| (k, *e.class_counters(k)))
+            .map(|k| (k, e.class_counters(k)))
             .collect();
         let cap = e.capacity_lines();
         let index = e.index_bytes() as u64;
@@ -280,7 +387,9 @@ impl SimResult {
             first_skipped: None,
             log: None,
             ram: None,
-            volumes: crate::volumes::VolumeFigures::of(e),
+            volumes: e.volume_figures(),
+            shards: e.shards(),
+            sharding: None,
         }
     }
 
@@ -386,6 +495,8 @@ impl SimResult {
             }),
             ram: None,
             volumes: Vec::new(),
+            shards: 1,
+            sharding: None,
         }
     }
 
@@ -544,6 +655,17 @@ impl fmt::Display for SimResult {
             self.mode,
             self.admission
         )?;
+        if let Some(sh) = &self.sharding {
+            writeln!(
+                f,
+                "shards       {} (granule {}; {} requests split; {}..{} lines per shard at the end)",
+                self.shards,
+                fmt_size(sh.granule_bytes),
+                sh.split_requests,
+                sh.min_shard_lines,
+                sh.max_shard_lines
+            )?;
+        }
         if let Some(fp) = self.footprint_lines {
             writeln!(
                 f,

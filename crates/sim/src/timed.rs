@@ -1901,6 +1901,7 @@ pub fn run_timed(
 ) -> Result<TimedReport> {
     use tiercache_devices::{build, DeviceSpec, RaidLevel, RaidSpec};
 
+    crate::ensure_one_shard(spec, "a timed run (--hdd, --ssd)")?;
     let parse = |s: &str| -> Result<DeviceSpec> {
         s.parse::<DeviceSpec>()
             .map_err(|e| anyhow::anyhow!("device '{s}': {e}"))
