@@ -7,12 +7,16 @@
 # and ~10 GB of free RAM.
 #
 #     bash scripts/bench_restart_big.sh [DIR] [SIZES]     (default /tmp, "1000000 10000000 100000000")
+# Env: RESTART_BENCH (the example's binary; default: built here).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BASE=${1:-/tmp}
 SIZES=${2:-"1000000 10000000 100000000"}
-cargo build --release -q -p tiercache-server --example restart_bench
-B=$PWD/target/release/examples/restart_bench
+# RESTART_BENCH=<binary>: time another build of the example (before/after comparisons).
+if [ -z "${RESTART_BENCH:-}" ]; then
+  cargo build --release -q -p tiercache-server --example restart_bench
+fi
+B=${RESTART_BENCH:-$PWD/target/release/examples/restart_bench}
 W=$(mktemp -d "$BASE/tc-restart-big.XXXXXX")
 trap 'rm -rf "$W"' EXIT
 echo "# $(date -u +%FT%TZ) $(nproc) cores, $(git rev-parse --short HEAD)"

@@ -186,6 +186,9 @@ pub struct RestoreLine {
     pub class: u8,
 }
 
+/// Restored lines from which [`Engine::restore_slots`] builds the index on every core.
+const RESTORE_PARALLEL_LINES: u32 = 1 << 16;
+
 /// Lines restored by [`Engine::restore_slots`] and not yet threaded into the policy: given
 /// to [`Engine::restore_age`].
 #[must_use = "the restored lines are in no policy until restore_age threads them"]
@@ -2844,21 +2847,9 @@ impl Engine {
         let mut dirty_keys = Vec::new();
         // Restored slots not yet threaded into the policy.
         let mut unthreaded = vec![0u64; (self.cap as usize).div_ceil(64)];
-        const AHEAD: usize = 16;
-        let mut ring = std::collections::VecDeque::with_capacity(AHEAD + 1);
-        let mut it = lines.into_iter();
         let mut last: Option<Slot> = None;
-        loop {
-            while ring.len() < AHEAD {
-                let Some(l) = it.next() else { break };
-                let l: RestoreLine = l;
-                self.map.prefetch(l.key);
-                ring.push_back(l);
-            }
-            if let Some(l) = ring.get(AHEAD / 2) {
-                self.map.prefetch_chain(l.key);
-            }
-            let Some(l) = ring.pop_front() else { break };
+        for l in lines {
+            let l: RestoreLine = l;
             let slot = l.slot;
             assert!(
                 slot < self.cap && last.is_none_or(|p| p < slot),
@@ -2870,7 +2861,6 @@ impl Engine {
                 errors.push((slot, e));
                 continue;
             }
-            debug_assert!(self.lookup(l.key).is_none(), "key {:#x} twice", l.key);
             if slot >= self.next_fresh {
                 self.free.extend(self.next_fresh..slot);
                 self.next_fresh = slot + 1;
@@ -2878,7 +2868,6 @@ impl Engine {
             self.keys[slot as usize] = l.key;
             self.classes[slot as usize] = l.class;
             self.set_valid(slot, l.valid);
-            self.map.insert(l.key, slot);
             self.len += 1;
             if self.sectors {
                 let bit = (slot as usize) << self.spl_shift;
@@ -2893,6 +2882,19 @@ impl Engine {
             }
             unthreaded[slot as usize / 64] |= 1 << (slot % 64);
         }
+        // The index of every restored line at once, its buckets split over the cores (the
+        // same chains as inserting them in slot order here).
+        let threads = if self.len >= RESTORE_PARALLEL_LINES {
+            std::thread::available_parallelism().map_or(1, |n| n.get().min(8))
+        } else {
+            1
+        };
+        self.map.build(&self.keys, &unthreaded, threads);
+        debug_assert_eq!(self.map.len(), self.len as usize);
+        debug_assert!(
+            self.entries().all(|(k, s, _)| self.lookup(k) == Some(s)),
+            "restore_slots: a key restored twice"
+        );
         dirty_keys.sort_unstable();
         self.dirty_set = dirty_keys.into_iter().collect();
         (errors, RestorePending { unthreaded })

@@ -151,6 +151,113 @@ impl LineIndex {
     }
 }
 
+/// Bucket of `key` among `n` (as [`LineIndex::bucket`]).
+#[inline]
+fn bucket_of(key: u64, n: usize) -> usize {
+    (((mix(key) >> 32) * n as u64) >> 32) as usize
+}
+
+/// A pointer to the links, shared by the threads of [`LineIndex::build`] (each writes the
+/// links of its own buckets' slots only).
+#[derive(Clone, Copy)]
+struct LinksPtr(*mut [u32; 2]);
+// SAFETY: only used by `fill`, whose callers write disjoint elements (see `build`).
+unsafe impl Send for LinksPtr {}
+unsafe impl Sync for LinksPtr {}
+
+/// Inserts, in ascending slot order, every slot `s` set in `present` whose key
+/// `keys[s]` falls in buckets `first..first + heads.len()` (of `n`), as `insert` does.
+///
+/// # Safety
+/// `links` points at the index's links (one per slot of `keys`); no other thread writes
+/// the links of these buckets' slots meanwhile.
+unsafe fn fill(
+    heads: &mut [u32],
+    first: usize,
+    n: usize,
+    links: LinksPtr,
+    keys: &[u64],
+    present: &[u64],
+) {
+    const AHEAD: usize = 16;
+    let end = first + heads.len();
+    let mut ring = std::collections::VecDeque::with_capacity(AHEAD + 1);
+    let mut slots = present.iter().enumerate().flat_map(|(w, &x)| {
+        let mut x = x;
+        std::iter::from_fn(move || {
+            (x != 0).then(|| {
+                let b = x.trailing_zeros();
+                x &= x - 1;
+                (w * 64) as u32 + b
+            })
+        })
+    });
+    loop {
+        while ring.len() < AHEAD {
+            let Some(s) = slots.next() else { break };
+            let b = bucket_of(keys[s as usize], n);
+            if (first..end).contains(&b) {
+                prefetch(&heads[b - first]);
+                ring.push_back((s, b - first));
+            }
+        }
+        if let Some(&(_, b)) = ring.get(AHEAD / 2) {
+            let h = heads[b];
+            if h != NIL {
+                prefetch(links.0.wrapping_add(h as usize));
+            }
+        }
+        let Some((s, b)) = ring.pop_front() else {
+            break;
+        };
+        let h = heads[b];
+        // SAFETY: `s` and `h` are slots whose keys fall in this thread's buckets.
+        unsafe {
+            *links.0.add(s as usize) = [NIL, h];
+            if h != NIL {
+                (*links.0.add(h as usize))[0] = s;
+            }
+        }
+        heads[b] = s;
+    }
+}
+
+impl LineIndex {
+    /// Fills an empty index with `keys[s]` -> `s` for every slot `s` set in `present` (a
+    /// bitmap; the keys distinct), on `threads` threads, each owning a range of buckets and
+    /// taking its slots in ascending order: the same chains as [`LineIndex::insert`] called
+    /// in slot order. A warm restart's index, built without a string of dependent misses on
+    /// one core.
+    pub fn build(&mut self, keys: &[u64], present: &[u64], threads: usize) {
+        assert!(self.len == 0, "build into an index that holds entries");
+        let n = self.heads.len();
+        let threads = threads.clamp(1, 64).min(n);
+        let links = LinksPtr(self.links.as_mut_ptr());
+        let keys = &keys[..self.links.len().min(keys.len())];
+        let present = &present[..keys.len().div_ceil(64).min(present.len())];
+        if threads == 1 {
+            // SAFETY: one thread, every bucket.
+            unsafe { fill(&mut self.heads, 0, n, links, keys, present) };
+        } else {
+            std::thread::scope(|sc| {
+                let mut rest: &mut [u32] = &mut self.heads;
+                let mut first = 0;
+                for t in 0..threads {
+                    let end = n * (t + 1) / threads;
+                    let (mine, tail) = std::mem::take(&mut rest).split_at_mut(end - first);
+                    rest = tail;
+                    let at = first;
+                    // SAFETY: bucket ranges are disjoint, and a slot's links (and those of
+                    // its chain's head) are written by the thread owning its key's bucket.
+                    sc.spawn(move || unsafe { fill(mine, at, n, links, keys, present) });
+                    first = end;
+                }
+            });
+        }
+        self.len = present.iter().map(|w| w.count_ones() as usize).sum();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -180,6 +287,37 @@ mod tests {
                 prop_assert_eq!(idx.len(), model.len());
                 for key in 0..64u64 {
                     prop_assert_eq!(idx.find(key, &keys), model.get(&key).copied());
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn build_makes_the_chains_of_inserts_in_slot_order() {
+        for (cap, threads) in [(1usize, 2usize), (100, 1), (100, 3), (5000, 2), (70_000, 4)] {
+            let keys: Vec<u64> = (0..cap as u64)
+                .map(|s| if s % 7 == 3 { u64::MAX } else { mix(s) >> 8 })
+                .collect();
+            let mut present = vec![0u64; cap.div_ceil(64)];
+            for (s, &k) in keys.iter().enumerate() {
+                if k != u64::MAX {
+                    present[s / 64] |= 1 << (s % 64);
+                }
+            }
+            let mut a = LineIndex::new(cap);
+            for (s, &k) in keys.iter().enumerate() {
+                if k != u64::MAX {
+                    a.insert(k, s as u32);
+                }
+            }
+            let mut b = LineIndex::new(cap);
+            b.build(&keys, &present, threads);
+            assert_eq!(a.len, b.len, "cap {cap} threads {threads}");
+            assert_eq!(a.heads, b.heads, "cap {cap} threads {threads}: chain heads");
+            assert_eq!(a.links, b.links, "cap {cap} threads {threads}: links");
+            for (s, &k) in keys.iter().enumerate() {
+                if k != u64::MAX {
+                    assert_eq!(b.find(k, &keys), Some(s as u32));
                 }
             }
         }

@@ -15,8 +15,6 @@ const ONE_READ_BYTES: usize = 32 << 20;
 
 /// What one pass over the record area found.
 pub(super) struct Decoded {
-    /// Key each slot's durable record maps (`EMPTY_KEY`: none, or a bad record).
-    pub disk_key: Vec<u64>,
     /// Bit per slot: the record maps a line with a valid sector (a candidate to restore).
     pub take: Vec<u64>,
     /// `(seq << 32 | slot)` of each candidate, by slot.
@@ -36,14 +34,20 @@ struct Part {
     flux: Vec<u32>,
 }
 
-/// Decodes records `first..first + keys.len()` from `rec` (their bytes).
-fn decode_part(
-    rec: &[u8],
-    first: usize,
-    keys: &mut [u64],
-    take: &mut [u64],
-    order: &mut [u64],
-) -> Part {
+/// Key of the record of `slot` in the record area `disk`, its in-flux flag stripped; only
+/// for records whose checksum was verified (bits of `Decoded::take`, slots of its `order`):
+/// the keys are read from the record area where they are, not copied.
+#[inline]
+pub(super) fn key_at(disk: &[u8], slot: usize) -> u64 {
+    let at = slot * RECORD_BYTES as usize;
+    match u64::from_le_bytes(disk[at..at + 8].try_into().unwrap()) {
+        EMPTY_KEY => EMPTY_KEY,
+        k => k & !format::IN_FLUX,
+    }
+}
+
+/// Decodes records `first..first + n` from `rec` (their bytes).
+fn decode_part(rec: &[u8], first: usize, n: usize, take: &mut [u64], order: &mut [u64]) -> Part {
     let mut p = Part {
         order: 0,
         touched: Vec::new(),
@@ -51,16 +55,14 @@ fn decode_part(
         flux: Vec::new(),
     };
     let rb = RECORD_BYTES as usize;
-    for (i, key) in keys.iter_mut().enumerate() {
+    for i in 0..n {
         let slot = (first + i) as u32;
         let b = &rec[i * rb..(i + 1) * rb];
         let Some(r) = Record::decode(b) else {
-            *key = EMPTY_KEY;
             p.touched.push(slot);
             p.bad.push(slot);
             continue;
         };
-        *key = r.key;
         if r.key == EMPTY_KEY {
             continue;
         }
@@ -85,7 +87,6 @@ pub(super) fn read_and_decode(
     cap: usize,
 ) -> io::Result<Decoded> {
     let rb = RECORD_BYTES as usize;
-    let mut disk_key = vec![EMPTY_KEY; cap];
     let mut take = vec![0u64; cap.div_ceil(64)];
     let mut order = vec![0u64; cap];
     let one = disk.len() <= ONE_READ_BYTES;
@@ -95,19 +96,18 @@ pub(super) fn read_and_decode(
     let chunk_bytes = CHUNK_RECORDS * rb;
     let parts: Vec<io::Result<Part>> = disk
         .par_chunks_mut(chunk_bytes)
-        .zip(disk_key.par_chunks_mut(CHUNK_RECORDS))
         .zip(take.par_chunks_mut(CHUNK_RECORDS / 64))
         .zip(order.par_chunks_mut(CHUNK_RECORDS))
         .enumerate()
-        .map(|(c, (((buf, keys), take), order))| {
+        .map(|(c, ((buf, take), order))| {
             if !one {
                 cache.read_at(buf, META_OFFSET + (c * chunk_bytes) as u64)?;
             }
-            Ok(decode_part(buf, c * CHUNK_RECORDS, keys, take, order))
+            let n = CHUNK_RECORDS.min(cap - c * CHUNK_RECORDS);
+            Ok(decode_part(buf, c * CHUNK_RECORDS, n, take, order))
         })
         .collect();
     let mut d = Decoded {
-        disk_key,
         take,
         order: Vec::new(),
         touched: Vec::new(),

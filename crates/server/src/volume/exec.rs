@@ -28,6 +28,7 @@ impl CacheVolume {
         }
         let req = &req;
         self.sync_if_full(&mut g)?;
+        self.flush_if_diverged(&mut g);
         if g.failed {
             return self.run_direct(&mut g, req, data);
         }
@@ -439,7 +440,7 @@ impl CacheVolume {
             .iter()
             .copied()
             .filter(|&s| {
-                let (on_disk, now) = (g.disk_key[s as usize], g.engine.slot_key(s));
+                let (on_disk, now) = (g.disk_key(s), g.engine.slot_key(s));
                 if on_disk != EMPTY_KEY && now != Some(on_disk) {
                     return true;
                 }

@@ -21,15 +21,16 @@
 //! # Crash consistency: the ordering argument
 //!
 //! An image of the metadata area, `mem`, holds the engine's current state (updated after each
-//! plan's data steps ran); `disk_key` holds, per slot, the key the record last written to the
-//! cache device maps (`u64::MAX`: none or unreadable). The
+//! plan's data steps ran); `Inner::disk_key(s)` gives, per slot, the key the record last
+//! written to the cache device maps (`u64::MAX`: none or unreadable), kept as a difference
+//! from `mem` (`durable.rs`). The
 //! rules, and why a crash can never map a key to data that is not its own:
 //! 1. **Data before mapping.** A record reaches the device only from `mem`, and only in
 //!    [`CacheVolume::flush`] after `sync` of the cache device; every record in `mem` was set
 //!    after its data steps completed. So a record on the device never points at data that was
 //!    not yet durable when the record was written.
 //! 2. **Unmapping before reuse.** Before a plan step overwrites slot `s` (`WriteSsd`,
-//!    `Populate`), if the record on the device (`disk_key[s]`) maps another key, that record is
+//!    `Populate`), if the record on the device (`disk_key(s)`) maps another key, that record is
 //!    first rewritten as empty on the device and synced (preceded by a sync of the backing
 //!    device if write-backs ran since its last sync, so a dirty victim's data is durable on the
 //!    backing device before the cache forgets it). Hence a slot's bytes only change while the
@@ -106,6 +107,7 @@ use tiercache_nbd::{BlockSizes, Export};
 mod bulk;
 mod classes;
 mod clean;
+mod durable;
 mod exec;
 mod export;
 mod fault;
@@ -228,8 +230,9 @@ struct Inner {
     engine: Engine,
     sb: Superblock,
     mem: Vec<u8>,
-    /// Key each slot's record on the device maps (`EMPTY_KEY`: none).
-    disk_key: Vec<u64>,
+    /// Key each slot's record on the device maps, as a difference from `mem`
+    /// (`Inner::disk_key`, `durable.rs`).
+    durable: durable::DurableKeys,
     dirty_pages: BTreeSet<u64>,
     seq: u32,
     /// Backing byte ranges `[start, end)` written since the last backing sync that

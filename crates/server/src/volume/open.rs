@@ -436,14 +436,13 @@ impl CacheVolume {
             backing_note,
             ..Default::default()
         };
-        // One decode of the record area, on every core (`bulk`): the key each slot's durable
-        // record maps, and the candidates to restore by slot with their `(seq, slot)`.
+        // One decode of the record area, on every core (`bulk`): the candidates to restore
+        // by slot with their `(seq, slot)` (their keys are read from the area, `key_at`).
         // Records the engine will not take as they are (`touched`) are brought up to its
         // state by `update_records` below; the others already equal it, so open never passes
         // over every slot again.
         let cap = sb.capacity_lines as usize;
         let bulk::Decoded {
-            disk_key,
             mut take,
             mut order,
             mut touched,
@@ -474,7 +473,7 @@ impl CacheVolume {
             .par_iter()
             .map(|&o| {
                 let slot = o as u32 as usize;
-                disk_key[slot] << 1 | rec_dirty(slot) as u64
+                bulk::key_at(&disk, slot) << 1 | rec_dirty(slot) as u64
             })
             .collect();
         let mut scratch = Vec::new();
@@ -490,7 +489,7 @@ impl CacheVolume {
             let mut losers: BTreeSet<u32> = BTreeSet::new();
             for &o in &order {
                 let (slot, seq) = (o as u32, (o >> 32) as u32);
-                let key = disk_key[slot as usize];
+                let key = bulk::key_at(&disk, slot as usize);
                 if dups.binary_search(&key).is_err() {
                     continue;
                 }
@@ -672,7 +671,7 @@ impl CacheVolume {
                     let mut out = Vec::new();
                     for s in bulk::bits(w) {
                         let slot = (c * WORDS * 64) as u32 + s;
-                        let key = disk_key[slot as usize];
+                        let key = bulk::key_at(&disk, slot as usize);
                         let h = hash(key);
                         if filter[h / 64] >> (h % 64) & 1 == 1 && picked.binary_search(&key).is_ok()
                         {
@@ -758,9 +757,10 @@ impl CacheVolume {
                 .count() as u64;
         drop(take);
         drop(changed);
+        // The durable records are `mem` as read: no slot diverges yet.
         let mut inner = Inner {
             engine,
-            disk_key,
+            durable: durable::DurableKeys::new(cap),
             mem: disk,
             sb: sb.clone(),
             dirty_pages: BTreeSet::new(),

@@ -60,14 +60,12 @@ impl CacheVolume {
         if all_lines {
             // A write or trim of more lines than the cache holds (`before` is not listed):
             // every mapped record may be concerned.
-            for (s, &k) in g.disk_key.iter().enumerate() {
-                if k != EMPTY_KEY {
-                    need(s as u32);
-                }
+            for s in g.mapped_on_disk() {
+                need(s);
             }
         }
         for &(s, k) in before {
-            if g.disk_key[s as usize] == k && (writes_backing || g.engine.slot_key(s) != Some(k)) {
+            if g.disk_key(s) == k && (writes_backing || g.engine.slot_key(s) != Some(k)) {
                 need(s);
             }
         }
@@ -75,7 +73,7 @@ impl CacheVolume {
             match *st {
                 Step::WriteSsd { ssd, len, .. } | Step::Populate { ssd, len, .. } if len > 0 => {
                     for s in ssd >> line_shift..=(ssd + len - 1) >> line_shift {
-                        let on_disk = g.disk_key[s as usize];
+                        let on_disk = g.disk_key(s as u32);
                         if on_disk != EMPTY_KEY && g.engine.slot_key(s as u32) == Some(on_disk) {
                             need(s as u32);
                         }
@@ -85,7 +83,7 @@ impl CacheVolume {
                     for l in hdd >> line_shift..=(hdd + len - 1) >> line_shift {
                         let key = Engine::line_key(0, l);
                         if let Some(&s) = g.forgotten.get(&key) {
-                            if g.disk_key[s as usize] == key {
+                            if g.disk_key(s) == key {
                                 need(s);
                             }
                         }
@@ -151,7 +149,7 @@ impl CacheVolume {
         let need: Vec<u32> = (a..=b)
             .map(|s| s as u32)
             .filter(|&s| {
-                let on_disk = g.disk_key[s as usize];
+                let on_disk = g.disk_key(s);
                 on_disk != EMPTY_KEY && g.engine.slot_key(s) != Some(on_disk)
             })
             .collect();
@@ -166,7 +164,7 @@ impl CacheVolume {
             for s in cand {
                 let key = g.engine.slot_key(s);
                 if key.is_some()
-                    && key == Some(g.disk_key[s as usize])
+                    && key == Some(g.disk_key(s))
                     && g.engine.dirty_mask(s) == 0
                     && !need.contains(&s)
                 {
@@ -196,7 +194,7 @@ impl CacheVolume {
             .iter()
             .chain(ahead)
             .copied()
-            .filter(|&s| g.disk_key[s as usize] != EMPTY_KEY)
+            .filter(|&s| g.disk_key(s) != EMPTY_KEY)
             .collect();
         // The backing sync first, before `mem` changes: a failure leaves everything as it was
         // (an `ahead` record emptied in `mem` would let a roll-back drop its clean line,
@@ -217,13 +215,14 @@ impl CacheVolume {
                 continue;
             };
             let at = s as usize * RECORD_BYTES as usize;
-            let rec = &mut g.mem[at..at + RECORD_BYTES as usize];
-            if Record::decode(rec).is_none_or(|r| r.key != EMPTY_KEY) {
-                Record {
+            if Record::decode(&g.mem[at..at + RECORD_BYTES as usize])
+                .is_none_or(|r| r.key != EMPTY_KEY)
+            {
+                let empty = Record {
                     seq: g.seq,
                     ..Record::EMPTY
-                }
-                .encode(rec);
+                };
+                g.put_mem(s, &empty);
                 g.seq = g.seq.wrapping_add(1);
             }
             g.ahead.insert(s, key);
@@ -260,7 +259,7 @@ impl CacheVolume {
             }
             self.sync_cache(g).map_err(c)?;
             for &s in &on_disk {
-                g.disk_key[s as usize] = EMPTY_KEY;
+                g.set_disk_key(s, EMPTY_KEY);
             }
             self.metrics.unmap_syncs.fetch_add(1, Ordering::Relaxed);
         }
@@ -339,11 +338,10 @@ impl CacheVolume {
                 None => Record::EMPTY,
             };
             let at = slot as usize * RECORD_BYTES as usize;
-            let rec = &mut g.mem[at..at + RECORD_BYTES as usize];
-            let have = Record::decode(rec);
+            let have = Record::decode(&g.mem[at..at + RECORD_BYTES as usize]);
             if let Some(h) = have.filter(|h| h.key != want.key && h.key != EMPTY_KEY) {
                 // Dropped while the device may still map it here (rule 5).
-                if g.disk_key[slot as usize] == h.key {
+                if g.disk_key(slot) == h.key {
                     g.forgotten.insert(h.key, slot);
                 }
             }
@@ -352,7 +350,7 @@ impl CacheVolume {
                     && (want.key == EMPTY_KEY || (h.valid == want.valid && h.dirty == want.dirty))
             });
             if !same {
-                Record { seq: g.seq, ..want }.encode(rec);
+                g.put_mem(slot, &Record { seq: g.seq, ..want });
                 g.seq = g.seq.wrapping_add(1);
                 g.dirty_pages.insert(slot as u64 / format::RECORDS_PER_PAGE);
             }
@@ -473,12 +471,8 @@ impl CacheVolume {
                 }
             }
             self.cache.write_at(&buf, META_OFFSET + page * PAGE)?;
-            let first = (page * format::RECORDS_PER_PAGE) as usize;
-            for (i, r) in g.mem[p].chunks(RECORD_BYTES as usize).enumerate() {
-                if let Some(k) = g.disk_key.get_mut(first + i) {
-                    *k = Record::decode(r).map_or(EMPTY_KEY, |r| r.key);
-                }
-            }
+            let rpp = format::RECORDS_PER_PAGE;
+            g.durable_is_mem((page * rpp) as u32, ((page + n) * rpp) as u32);
         }
         self.sync_cache(g)?;
         g.dirty_pages.clear();

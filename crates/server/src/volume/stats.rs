@@ -12,7 +12,7 @@ fn ram_bytes(g: &Inner) -> u64 {
     use tiercache_engine::mem::{btree_bytes, hash_bytes};
     let n = g.engine.index_bytes()
         + g.mem.capacity()
-        + g.disk_key.capacity() * 8
+        + g.durable.mem_bytes()
         + g.slots.capacity() * 4
         + btree_bytes(g.dirty_pages.len(), 8)
         + btree_bytes(g.hdd_unsynced.len(), 16)
