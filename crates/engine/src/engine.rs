@@ -45,7 +45,10 @@ struct Stream {
 /// Clean ahead in eviction order (class-aware policies): cleaning is due whenever one of the
 /// next `CLEAN_AHEAD / 2` victims is dirty, and writes back first the dirty lines among this
 /// many next victims, so a line's write-back is planned at least `CLEAN_AHEAD / 2` evictions
-/// before its own (unless it is inserted nearer the tail than that: DSS's staging floor keeps
+/// before its own. Where the policy tracks eviction-order positions (DSS), the window is
+/// the watermarks' clean share of the cache, `(1 - dirty_high)`, if that is more (see
+/// `Engine::ahead_window`; issue 18, round 3: with write-backs in flight for longer than
+/// 512 evictions, DSS evicted the dirty lines just past its window) (unless it is inserted nearer the tail than that: DSS's staging floor keeps
 /// a large file's list that deep). Triggering on the next victim only (before issue 18's
 /// second round) planned each write-back one request before the line's eviction, so the
 /// write-back still ran in the request's path.
@@ -54,6 +57,11 @@ struct Stream {
 /// only above `dirty_high`) never reaches them and nearly every eviction waits for an HDD
 /// write in the request's path (issue 18: 5.0 M of 6.6 M evictions on `fileserver`).
 pub const CLEAN_AHEAD: usize = 1024;
+
+/// Class-aware policies: when the victim named is being written back, the engine takes the
+/// first clean unpinned line among the pinned ones' count plus this many next victims
+/// before a dirty one (as `clean_victim_window` does for every policy when set).
+const CLASS_CLEAN_WINDOW: u32 = 64;
 
 pub struct Engine {
     cfg: EngineConfig,
@@ -118,6 +126,9 @@ pub struct Engine {
     /// [`Engine::needs_cleaning`] after every request: no allocation there). The engine
     /// was never `Sync` (its policy and cleaner are not); it stays `Send`.
     ahead_buf: Cell<Vec<Slot>>,
+    /// How many of the next victims were clean (or being written back) at the last look
+    /// ahead ([`Engine::note_ahead`]); the policy counts what moved since.
+    ahead_depth: Cell<u64>,
     /// Write-backs in flight ([`Engine::begin_clean`]): per slot a write-back reads, its
     /// pins, pending sectors, write generation and whether its line was dropped meanwhile.
     /// Empty whenever no write-back is in flight, so the hot paths test only `is_empty`.
@@ -388,6 +399,7 @@ impl Engine {
             read_admission_blocked: false,
             cand_buf: Vec::new(),
             ahead_buf: Cell::new(Vec::new()),
+            ahead_depth: Cell::new(0),
             pins: HashMap::new(),
             tickets: Vec::new(),
             ticket_pool: Vec::new(),
@@ -1907,11 +1919,20 @@ impl Engine {
     fn unpinned_victim(&mut self) -> Option<Slot> {
         let mut hint = std::mem::take(&mut self.cand_buf);
         hint.clear();
-        // Among this many distinct cached slots at least one is unpinned.
-        let n = self.pins.len() + 1 + self.cfg.clean_victim_window as usize;
+        // Among this many distinct cached slots at least one is unpinned. Class-aware
+        // policies (DSS) look a little further for a clean one: their lines next to the
+        // pinned ones are the lowest class's, written a moment ago (issue 18: a large file
+        // written while its first lines' write-backs were in flight evicted 70 % of its
+        // lines dirty, LRU none).
+        let window = if self.class_gate {
+            self.cfg.clean_victim_window.max(CLASS_CLEAN_WINDOW)
+        } else {
+            self.cfg.clean_victim_window
+        };
+        let n = self.pins.len() + 1 + window as usize;
         self.policy.eviction_candidates(n, &mut hint);
         let usable = |s: Slot| self.keys[s as usize] != EMPTY && !self.is_pinned(s);
-        let clean = (self.cfg.clean_victim_window > 0)
+        let clean = (window > 0)
             .then(|| {
                 hint.iter()
                     .copied()
@@ -2157,11 +2178,43 @@ impl Engine {
         self.dirty_count > 0
             && (self.dirty_count as f64 > self.cfg.dirty_high * self.cap as f64
                 || self.cleaner.due(self.clock, 1) > 0
-                || self.dirty_ahead(CLEAN_AHEAD / 2) > 0)
+                || self.ahead_due())
+    }
+
+    /// Lines a class-aware policy cleans ahead of its evictions: [`CLEAN_AHEAD`], or where
+    /// the policy tracks positions ([`crate::policy::Policy::ahead_since_mark`]) the clean
+    /// share the watermarks keep, `(1 - dirty_high)` of the cache, whichever is more (issue
+    /// 18: 4 MiB ahead was less than the HDD's lag behind the SSD, so DSS's victims were
+    /// still being written back, or dirty past them, when their turn came).
+    fn ahead_window(&self) -> usize {
+        if self.policy.ahead_since_mark().is_none() {
+            return CLEAN_AHEAD;
+        }
+        let share = ((1.0 - self.cfg.dirty_high) * self.cap as f64) as usize;
+        share.max(CLEAN_AHEAD).min(self.cap as usize)
+    }
+
+    /// Whether clean-ahead is due: one of the next half window of victims may be dirty.
+    /// Where the policy tracks positions, only once the lines found clean at the last look
+    /// reach less than half the window ahead (no walk on most requests).
+    fn ahead_due(&self) -> bool {
+        if !self.class_gate || self.has_free_slot() || self.dirty_count == 0 {
+            return false;
+        }
+        let w = self.ahead_window();
+        if let Some((touched, unlinked)) = self.policy.ahead_since_mark() {
+            let known = self.ahead_depth.get().saturating_sub(unlinked).min(touched);
+            if known >= (w / 2) as u64 {
+                return false;
+            }
+            return self.dirty_ahead(w) > 0;
+        }
+        self.dirty_ahead(CLEAN_AHEAD / 2) > 0
     }
 
     /// Dirty lines among the next `n` lines a class-aware policy would evict once the cache
-    /// is full (0 for other policies, or while slots are free).
+    /// is full (0 for other policies, or while slots are free). Notes how far ahead the
+    /// lines are clean ([`Engine::note_ahead`]).
     fn dirty_ahead(&self, n: usize) -> u64 {
         if !self.class_gate || self.has_free_slot() || self.dirty_count == 0 {
             return 0;
@@ -2169,12 +2222,17 @@ impl Engine {
         let mut hint = self.ahead_buf.take();
         hint.clear();
         self.policy.eviction_candidates(n, &mut hint);
-        let d = hint
-            .iter()
-            .filter(|&&s| self.keys[s as usize] != EMPTY && self.is_dirty(s))
-            .count() as u64;
+        let dirty = |s: Slot| self.keys[s as usize] != EMPTY && self.is_dirty(s);
+        let d = hint.iter().filter(|&&s| dirty(s)).count() as u64;
+        self.note_ahead(hint.iter().position(|&s| dirty(s)).unwrap_or(hint.len()));
         self.ahead_buf.set(hint);
         d
+    }
+
+    /// The next `clean` victims were just seen clean (or being written back).
+    fn note_ahead(&self, clean: usize) {
+        self.ahead_depth.set(clean as u64);
+        self.policy.ahead_mark();
     }
 
     /// Lines cleaning would write back now to get down to the low watermark (with `alru`
@@ -2183,7 +2241,7 @@ impl Engine {
         let low = (self.cfg.dirty_low * self.cap as f64).floor() as u64;
         let over = self.dirty_count.saturating_sub(low);
         over.max(self.cleaner.due(self.clock, self.dirty_count))
-            .max(self.dirty_ahead(CLEAN_AHEAD))
+            .max(self.dirty_ahead(self.ahead_window()))
     }
 
     /// The engine's logical clock: requests processed plus [`Engine::advance_clock`].
@@ -2369,6 +2427,8 @@ impl Engine {
                     self.count_volume_cleaning((l.key >> LINE_BITS) as u32, 0, (0, 0), -1);
                 }
                 done.failed += 1;
+                // Dirty again without the policy seeing it move: look ahead anew.
+                self.ahead_depth.set(0);
             } else if l.pending != 0 {
                 done.cleaned += 1;
             }
@@ -2467,19 +2527,23 @@ impl Engine {
         }
         let mut hint = std::mem::take(&mut self.cand_buf);
         hint.clear();
-        self.policy.eviction_candidates(CLEAN_AHEAD, &mut hint);
+        self.policy
+            .eviction_candidates(self.ahead_window(), &mut hint);
         let mut done = 0;
-        for &slot in &hint {
-            if done >= max_lines {
-                break;
-            }
+        let mut clean = hint.len();
+        for (i, &slot) in hint.iter().enumerate() {
             let key = self.keys[slot as usize];
             if key != EMPTY && self.is_dirty(slot) {
+                if done >= max_lines {
+                    clean = i;
+                    break;
+                }
                 let ci = self.classes[slot as usize] as usize;
                 self.write_back(ci, slot, key);
                 done += 1;
             }
         }
+        self.note_ahead(clean);
         self.cand_buf = hint;
         done
     }

@@ -29,6 +29,7 @@
 use super::{Access, Policy, PolicyConfig, PolicyInfo, Slot};
 use crate::classes::{Allocation, ClassTable};
 use crate::request::NUM_CLASSES;
+use std::cell::Cell;
 use std::sync::Arc;
 
 pub const INFO: PolicyInfo = PolicyInfo {
@@ -66,6 +67,10 @@ pub struct Dss {
     rank_len: [u32; NUM_CLASSES],
     /// [`staging_floor`] of this cache.
     floor: u32,
+    /// Since the last [`Policy::ahead_mark`]: the lowest eviction-order position a line was
+    /// linked at, and the lines unlinked (see [`Policy::ahead_since_mark`]).
+    touched_min: Cell<u64>,
+    unlinked: Cell<u64>,
 }
 
 impl Dss {
@@ -89,6 +94,8 @@ impl Dss {
             rank_prio,
             rank_len: [0; NUM_CLASSES],
             floor: staging_floor(capacity),
+            touched_min: Cell::new(0),
+            unlinked: Cell::new(0),
         }
     }
 
@@ -106,6 +113,11 @@ impl Dss {
             self.tail[ci] = slot;
         }
         self.head[ci] = slot;
+        if self.touched_min.get() > 0 {
+            // The head of rank `r` comes after every line of the ranks evicted before it.
+            let pos: u64 = self.rank_len[..=ci].iter().map(|&n| n as u64).sum::<u64>() - 1;
+            self.touched_min.set(self.touched_min.get().min(pos));
+        }
     }
 
     fn unlink(&mut self, slot: Slot) {
@@ -115,6 +127,7 @@ impl Dss {
             "unlink of slot {slot} from an empty rank"
         );
         self.rank_len[ci] -= 1;
+        self.unlinked.set(self.unlinked.get() + 1);
         let (p, n) = (self.prev[slot as usize], self.next[slot as usize]);
         if p != NIL {
             self.next[p as usize] = n;
@@ -226,6 +239,13 @@ impl Policy for Dss {
         // Lower numbers are higher priorities.
         is_dirty
             && self.rank_prio[self.rank[v as usize] as usize] <= self.table.class(class).priority
+    }
+    fn ahead_since_mark(&self) -> Option<(u64, u64)> {
+        Some((self.touched_min.get(), self.unlinked.get()))
+    }
+    fn ahead_mark(&self) {
+        self.touched_min.set(u64::MAX);
+        self.unlinked.set(0);
     }
     fn admit(&mut self, class: u8, clean_share: f64) -> bool {
         match self.table.class(class).allocation {

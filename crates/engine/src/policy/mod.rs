@@ -152,6 +152,18 @@ pub trait Policy: Send {
     fn dirty_peer_victim(&mut self, _class: u8, _dirty: &[u64]) -> bool {
         false
     }
+    /// Class-aware policies may track, since the last [`Policy::ahead_mark`], the lowest
+    /// position in eviction order (0 = the next victim) at which a line was inserted or moved
+    /// by a hit, and how many lines left the lists: `(lowest position, lines removed)`. The
+    /// engine then knows how far the lines it found clean ahead of the evictions still reach
+    /// without walking them on every request. `None`: not tracked (the engine looks at the
+    /// next [`crate::engine::CLEAN_AHEAD`] / 2 victims on every request instead).
+    fn ahead_since_mark(&self) -> Option<(u64, u64)> {
+        None
+    }
+    /// Starts a new [`Policy::ahead_since_mark`] period (the engine has just looked at the
+    /// lines ahead of the evictions). MUST NOT change which lines the policy evicts.
+    fn ahead_mark(&self) {}
 }
 
 /// A read access to `key` with no oracle, for policy unit tests.
