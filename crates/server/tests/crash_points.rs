@@ -1306,7 +1306,7 @@ fn crash_points_failing_syncs_between_cleaning_steps() {
         rewrite: false,
         stepped: true,
         syncs: true,
-        lost_ok: true,
+        lost_ok: false,
     };
     let (t, _) = check_sync_windows(&l, Mode::WriteBack, 7000);
     if std::env::var("TIERCACHE_CRASH_ONLY").is_err() {
@@ -1317,11 +1317,10 @@ fn crash_points_failing_syncs_between_cleaning_steps() {
     }
 }
 
-/// The same, strict: nothing acknowledged may be reported lost. Seed 7001's uncrashed run
-/// (no power cut at all) reports `[(45056, 47104)]` lost once the syncs are healed: the
-/// known direct-layout loss h-directsync3 is fixing (`backing_sync.rs`' ignored tests).
+/// The same, strict, one seed: nothing acknowledged may be reported lost. Before
+/// h-directsync3's fix (lines unmapped ahead, then evicted, without a sync) seed 7001's
+/// uncrashed run (no power cut at all) reported `[(45056, 47104)]` lost once the syncs healed.
 #[test]
-#[ignore = "known: direct layout loses a range while syncs fail and the cache evicts; h-directsync3"]
 fn direct_failing_syncs_between_cleaning_steps_lose_nothing() {
     let l = Direct {
         sums: false,

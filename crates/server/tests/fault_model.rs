@@ -3016,7 +3016,6 @@ fn direct_cache_failing_mid_plan_never_copies_unwritten_slot_bytes() {
 /// Ok(Ver(3)) after a clean restart"); write-back passes here (soak seeds 212 and 310 were
 /// write-back: another path). The concurrent checker steers around it (`backoff-flip`).
 #[test]
-#[ignore = "known: a direct write failed by the sync backoff leaves the backing device newer than the cache's clean copy; h-directsync3"]
 fn direct_write_failed_by_the_sync_backoff_reads_the_same_after_a_restart() {
     let mut flips = Vec::new();
     for mode in [Mode::WriteThrough, Mode::WriteBack] {

@@ -359,6 +359,26 @@ impl CacheVolume {
     /// [`CacheVolume::exec`] without its bookkeeping of `Inner::in_plan`.
     fn exec_plan(&self, g: &mut Inner, steps: &[Step], buf: &mut [u8]) -> Result<(), StepError> {
         let first = backing_first(steps);
+        // While the backoff of failing syncs runs, a plan whose slot reuse needs a sync is
+        // refused before any I/O: run, its backing-first phase would write the backing
+        // device and then fail at the sync gate, leaving the device newer than the clean
+        // copy the rolled-back cache keeps serving - a value that flips at the next restart
+        // or eviction (fault_model's `direct_write_failed_by_the_sync_backoff_reads_the_
+        // same_after_a_restart`; before: "line 5 read Ver(1) after the failed write, Ver(3)
+        // after a clean restart").
+        if !first.is_empty() {
+            if let Some(d) = g.sync_failing.as_ref().filter(|d| !d.due()) {
+                if !self.reused_slots(g).is_empty() {
+                    return Err(StepError {
+                        index: first[0],
+                        cache: false,
+                        err: d.sync_backoff_error(),
+                        before_cache: true,
+                        done: Vec::new(),
+                    });
+                }
+            }
+        }
         let fresh = self.fresh_backing_writes(g, steps, &first);
         // Steps done, sorted (a merged write-back completes several).
         let mut done: Vec<usize> = Vec::new();
@@ -434,28 +454,7 @@ impl CacheVolume {
         if !g.backing_unsynced() {
             return Ok(());
         }
-        let ls = self.line_shift;
-        let reused: Vec<u32> = g
-            .in_plan
-            .iter()
-            .copied()
-            .filter(|&s| {
-                let (on_disk, now) = (g.disk_key(s), g.engine.slot_key(s));
-                if on_disk != EMPTY_KEY && now != Some(on_disk) {
-                    return true;
-                }
-                // A line the plan evicts whose record never reached the device (reusing its
-                // slot needs no unmap) but whose bytes went to the backing device since the
-                // last good sync: if that sync failed, only its cached copy would hold them.
-                let at = s as usize * RECORD_BYTES as usize;
-                Record::decode(&g.mem[at..at + RECORD_BYTES as usize]).is_some_and(|r| {
-                    let a = (r.key & LINE_MASK) << ls;
-                    r.key != EMPTY_KEY
-                        && now != Some(r.key)
-                        && g.unsynced_overlaps(a, a + (1 << ls))
-                })
-            })
-            .collect();
+        let reused = self.reused_slots(g);
         if reused.is_empty() {
             return Ok(());
         }
@@ -481,6 +480,33 @@ impl CacheVolume {
             before_cache: true,
             done: Vec::new(),
         })
+    }
+
+    /// The plan's slots (`Inner::in_plan`) whose reuse needs a backing sync first: they
+    /// held a line whose record is on the device, or whose bytes went to the backing device
+    /// since the last good sync ([`CacheVolume::sync_before_reuse`]).
+    fn reused_slots(&self, g: &Inner) -> Vec<u32> {
+        let ls = self.line_shift;
+        g.in_plan
+            .iter()
+            .copied()
+            .filter(|&s| {
+                let (on_disk, now) = (g.disk_key(s), g.engine.slot_key(s));
+                if on_disk != EMPTY_KEY && now != Some(on_disk) {
+                    return true;
+                }
+                // A line the plan evicts whose record never reached the device (reusing its
+                // slot needs no unmap) but whose bytes went to the backing device since the
+                // last good sync: if that sync failed, only its cached copy would hold them.
+                let at = s as usize * RECORD_BYTES as usize;
+                Record::decode(&g.mem[at..at + RECORD_BYTES as usize]).is_some_and(|r| {
+                    let a = (r.key & LINE_MASK) << ls;
+                    r.key != EMPTY_KEY
+                        && now != Some(r.key)
+                        && g.unsynced_overlaps(a, a + (1 << ls))
+                })
+            })
+            .collect()
     }
 
     /// The parts of the backing-first phase's `WriteHdd` steps (`first`) that write lines this
