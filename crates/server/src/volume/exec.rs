@@ -370,7 +370,9 @@ impl CacheVolume {
             if let Some(d) = g.sync_failing.as_ref().filter(|d| !d.due()) {
                 if !self.reused_slots(g).is_empty() {
                     return Err(StepError {
-                        index: first[0],
+                        // As `sync_before_reuse` says it: not a write-back's failure (that
+                        // would enter the degraded state).
+                        index: first_cache_step(steps),
                         cache: false,
                         err: d.sync_backoff_error(),
                         before_cache: true,
@@ -470,11 +472,7 @@ impl CacheVolume {
             .sync_backoff(g)
             .and_then(|()| self.sync_backing_with(g, &evicting));
         r.map_err(|err| StepError {
-            // The first step that changes the cache (never a write-back: not degraded).
-            index: steps
-                .iter()
-                .position(|s| matches!(s, Step::WriteSsd { .. } | Step::Populate { .. }))
-                .unwrap_or(0),
+            index: first_cache_step(steps),
             cache: false,
             err,
             before_cache: true,
@@ -857,4 +855,14 @@ impl Drop for FgBacking<'_> {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::AcqRel);
     }
+}
+
+/// The first step of `steps` that changes the cache (never a write-back), where a failure
+/// before any cache change is reported: `failed_before_cache` then rolls the plan back
+/// without taking it for a failed write-back (no degraded state).
+fn first_cache_step(steps: &[Step]) -> usize {
+    steps
+        .iter()
+        .position(|s| matches!(s, Step::WriteSsd { .. } | Step::Populate { .. }))
+        .unwrap_or(0)
 }
