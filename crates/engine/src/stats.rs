@@ -185,12 +185,11 @@ pub struct Counters {
     pub hdd_bytes_written: u64,
 }
 
-impl AddAssign<&Counters> for Counters {
-    fn add_assign(&mut self, o: &Counters) {
-        macro_rules! add {
-            ($($f:ident),*) => { $( self.$f += o.$f; )* };
-        }
-        add!(
+/// Calls `$m!(every plain u64 field of Counters)`: the one list the field-by-field
+/// operations use (the nested `bypasses` and per-direction requests are handled beside it).
+macro_rules! counter_fields {
+    ($m:ident) => {
+        $m!(
             requests,
             reads,
             writes,
@@ -220,7 +219,16 @@ impl AddAssign<&Counters> for Counters {
             ssd_bytes_written,
             hdd_bytes_read,
             hdd_bytes_written
-        );
+        )
+    };
+}
+
+impl AddAssign<&Counters> for Counters {
+    fn add_assign(&mut self, o: &Counters) {
+        macro_rules! add {
+            ($($f:ident),*) => { $( self.$f += o.$f; )* };
+        }
+        counter_fields!(add);
         let (b, ob) = (&mut self.bypasses, &o.bypasses);
         b.admission += ob.admission;
         b.seq_cutoff += ob.seq_cutoff;
@@ -245,37 +253,7 @@ impl Counters {
         macro_rules! all {
             ($($f:ident),*) => { $( d!($f); )* };
         }
-        all!(
-            requests,
-            reads,
-            writes,
-            trims,
-            flushes,
-            read_bytes,
-            write_bytes,
-            line_accesses,
-            line_hits,
-            line_misses,
-            read_line_accesses,
-            read_line_hits,
-            write_line_accesses,
-            write_line_hits,
-            full_hits,
-            partial_hits,
-            full_misses,
-            admitted_misses,
-            insertions,
-            sector_fills,
-            evictions,
-            dirty_evictions,
-            invalidations,
-            write_backs,
-            chunk_rewrites,
-            ssd_bytes_read,
-            ssd_bytes_written,
-            hdd_bytes_read,
-            hdd_bytes_written
-        );
+        counter_fields!(all);
         d!(bypasses.admission);
         d!(bypasses.seq_cutoff);
         d!(bypasses.mode);
