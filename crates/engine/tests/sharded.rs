@@ -395,3 +395,37 @@ fn refusals_and_seeds() {
     };
     assert!(bad.validate().unwrap_err().contains("shard_granule"));
 }
+
+/// A volume with its own sequential cutoff (a volume table): the front stage decides with
+/// the volume's cutoff, as the engine's `process` does, so one shard is still the engine.
+#[test]
+fn the_front_stage_uses_the_volume_s_sequential_cutoff() {
+    let mut vol = tiercache_engine::VolumeConfig::new(1, "seq");
+    vol.seq_cutoff = Some(SeqCutoff {
+        read_bytes: 256 * 1024,
+        write_bytes: 0,
+    });
+    let cfg = EngineConfig {
+        capacity_lines: 4096,
+        volumes: vec![vol],
+        ..Default::default()
+    };
+    let mut reqs: Vec<Request> = (0..64u64)
+        .map(|i| Request::new(i, Op::Read, i * 64 * 1024, 64 * 1024))
+        .collect();
+    for r in &mut reqs {
+        r.volume = 1;
+    }
+    let mut one = Engine::new(cfg.clone()).unwrap();
+    let mut sh = Sharded::new(cfg).unwrap();
+    for r in &reqs {
+        one.process(r).unwrap();
+        sh.process(r).unwrap();
+    }
+    let (a, b) = (one.counters(), sh.counters());
+    assert!(a.bypasses.seq_cutoff > 0);
+    assert_eq!(
+        (a.bypasses.seq_cutoff, a.insertions),
+        (b.bypasses.seq_cutoff, b.insertions)
+    );
+}
