@@ -7,9 +7,10 @@
 #
 #     bash scripts/shard_hit_ratio.sh
 #
-# The last column is the footprint in granules (1 MiB) per shard at the largest N: below
-# ~64 the hash of granules cannot spread the working set evenly, and the shards' fixed equal
-# capacities see unequal loads.
+# The last columns are, at the largest N, the shards actually run and the granule (by default
+# both follow the cache size: every shard holds 64 granules of at most 1 MiB, else smaller
+# granules, else fewer shards; `Sharded::layout_of`), and the footprint in those granules
+# per shard.
 # Env: TIERCACHE (the binary; default: built here), TRACES (default ../shared/traces),
 # SIZES ("1% 5% 10%"), SHARDS ("1 2 4 8", the first is the reference), POLICIES
 # ("lru fifo clock slru"), BOUND (0.005), ALL=1 to add arc/P3 (3.9 M requests), EXTRA (more
@@ -36,7 +37,7 @@ for t in $TRACE_LIST; do
     for p in $POLICIES; do
       for n in $SHARDS; do
         "$TC" sim "$TR/$t" --cache-size "$size" --policy "$p" --shards "$n" ${EXTRA:-} --json -q |
-          python3 -c "import json,sys; d=json.load(sys.stdin); s=d.get('sharding') or {}; print(json.dumps({'trace':'$(basename "$t")','size':'$size','policy':'$p','n':$n,'hr':d['hit_ratio'],'fp':d['footprint_lines'],'ls':d['line_size'],'split':s.get('split_requests',0),'req':d['requests']}))" >>"$OUT"
+          python3 -c "import json,sys; d=json.load(sys.stdin); s=d.get('sharding') or {}; print(json.dumps({'trace':'$(basename "$t")','size':'$size','policy':'$p','n':$n,'hr':d['hit_ratio'],'fp':d['footprint_lines'],'ls':d['line_size'],'split':s.get('split_requests',0),'req':d['requests'],'ns':d['shards'],'g':s.get('granule_bytes',1<<20)}))" >>"$OUT"
       done
     done
   done
@@ -51,8 +52,8 @@ cells = {}
 for r in rows:
     cells.setdefault((r["trace"], r["size"], r["policy"]), {})[r["n"]] = r
 print("| trace | size | policy | hr(%d) | " % ref + " | ".join("Δ hr(%d)" % n for n in others)
-      + " | split req. at %d | footprint granules per shard at %d |" % (ns[-1], ns[-1]))
-print("|---|--:|---|--:|" + "--:|" * len(others) + "--:|--:|")
+      + " | split req. at %d | shards run, granule at %d | footprint granules per shard |" % (ns[-1], ns[-1]))
+print("|---|--:|---|--:|" + "--:|" * len(others) + "--:|--:|--:|")
 worst, bad = 0.0, []
 for (t, s, p), c in cells.items():
     h1 = c[ref]["hr"]
@@ -64,10 +65,12 @@ for (t, s, p), c in cells.items():
         if abs(d) > bound:
             bad.append(f"{t} {s} {p} x{n}: {h1:.4f} -> {c[n]['hr']:.4f}")
     last = c[ns[-1]]
-    gran = last["fp"] * last["ls"] / (1 << 20) / ns[-1]
+    gran = last["fp"] * last["ls"] / last["g"] / last["ns"]
+    g = last["g"]
+    gs = f"{g >> 20} MiB" if g >= 1 << 20 else f"{g >> 10} KiB"
     print(f"| {t} | {s} | {p} | {h1:.4f} | " + " | ".join(
         ("**%+.4f**" if abs(d) > bound else "%+.4f") % d for d in ds)
-        + f" | {last['split']} ({100 * last['split'] / last['req']:.2f} %) | {gran:.1f} |")
+        + f" | {last['split']} ({100 * last['split'] / last['req']:.2f} %) | {last['ns']}, {gs} | {gran:.1f} |")
 print()
 print(f"{len(cells)} cells, worst |Δ| {worst:.4f}, bound {bound}: {len(bad)} cell-runs over it")
 for b in bad:

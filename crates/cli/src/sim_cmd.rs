@@ -243,8 +243,10 @@ pub struct SimArgs {
     #[arg(long)]
     pub per_volume: bool,
     /// Split the engine into N shards: N independent engines, each with 1/N of the
-    /// capacity; a line belongs to the shard of its 1 MiB granule (or larger: a group or a
-    /// cleaning chunk), and a request crossing granules of different shards is split. This
+    /// capacity; a line belongs to the shard of its granule (1 MiB, smaller for a cache too
+    /// small to give every shard 64 of them, never below a line or a group; a cache too
+    /// small even then runs fewer shards, said in the output), and a request crossing
+    /// granules of different shards is split. This
     /// is how the live volume will spread its engine over cores; here it shows what that
     /// costs in hit ratio (`scripts/shard_hit_ratio.sh`). Default 1 in the simulator, so
     /// results stay comparable with earlier runs and other simulators. Untimed
@@ -252,10 +254,10 @@ pub struct SimArgs {
     #[arg(long, value_name = "N", default_value_t = 1,
           value_parser = clap::value_parser!(u32).range(1..=tiercache_engine::MAX_SHARDS as i64))]
     pub shards: u32,
-    /// The smallest granule of --shards (default 1MiB): lines of one granule share a
-    /// shard. Smaller granules spread small working sets more evenly; the granule still
-    /// grows to the group, the --rewrite-chunk (give --rewrite-chunk 0 to go below 1 MiB)
-    /// and, with --cleaning acp, the ACP chunk.
+    /// A fixed granule for --shards (default: from the cache size, see --shards): lines of
+    /// one granule share a shard. Fixes the shard count too (no fallback to fewer shards);
+    /// at least a line and a group (and, with --cleaning acp and --rewrite-chunk 0, 1 MiB);
+    /// each shard's --rewrite-chunk is capped at it. For experiments.
     #[arg(long, value_name = "SIZE", requires = "shards")]
     pub shard_granule: Option<String>,
     /// Experiment file (TOML); flags override its values.

@@ -32,11 +32,35 @@ fn shard_count_shows_in_json_and_text() {
     let four: serde_json::Value =
         serde_json::from_str(&ok(&[&base[..], &["--json", "--shards", "4"]].concat())).unwrap();
     assert_eq!(four["shards"], 4);
-    assert_eq!(four["sharding"]["granule_bytes"], 1 << 20);
+    // 4096 lines over 4 shards: 64 granules of 16 lines each.
+    assert_eq!(four["sharding"]["granule_bytes"], 64 << 10);
+    assert_eq!(four["sharding"]["requested_shards"], 4);
     assert_eq!(four["requests"], one["requests"]);
     assert_eq!(four["capacity_lines"], one["capacity_lines"]);
     let text = ok(&[&base[..], &["--shards", "4"]].concat());
-    assert!(text.contains("shards       4 (granule 1 MiB;"), "{text}");
+    assert!(text.contains("shards       4 (granule 64 KiB;"), "{text}");
+    // A cache of 16 lines cannot give 8 shards 64 lines each: it runs one, and says so.
+    let tiny = [
+        "sim",
+        "--workload",
+        W,
+        "--cache-size",
+        "64KiB",
+        "-q",
+        "--shards",
+        "8",
+    ];
+    let j: serde_json::Value =
+        serde_json::from_str(&ok(&[&tiny[..], &["--json"]].concat())).unwrap();
+    assert_eq!(
+        (&j["shards"], &j["sharding"]["requested_shards"]),
+        (&1.into(), &8.into())
+    );
+    let text = ok(&tiny);
+    assert!(text.contains("shards       1 of 8 asked"), "{text}");
+    // A fixed granule fixes the shard count.
+    let fixed = ok(&[&base[..], &["--shards", "4", "--shard-granule", "1MiB"]].concat());
+    assert!(fixed.contains("shards       4 (granule 1 MiB;"), "{fixed}");
     let help = ok(&["sim", "--help"]);
     let help = help.split_whitespace().collect::<Vec<_>>().join(" ");
     assert!(help.contains("--shards <N>") && help.contains("Default 1 in the simulator"));

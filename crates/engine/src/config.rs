@@ -270,9 +270,10 @@ pub struct EngineConfig {
     /// independent engines, each with its share of the capacity ([`crate::Sharded`]). An
     /// [`crate::Engine`] itself ignores it; `sim --shards` sets it.
     pub shards: u32,
-    /// Smallest granule of a sharded engine (bytes, power of two; 0 = 1 MiB): lines of one
-    /// granule share a shard. It grows to the line, the group, the chunk-rewrite chunk and
-    /// (ACP cleaning) the ACP chunk ([`crate::Sharded::granule_of`]).
+    /// Granule of a sharded engine (bytes, power of two): lines of one granule share a
+    /// shard. 0 (default) = automatic: up to 1 MiB, smaller (and fewer shards) for a small
+    /// cache, so that every shard holds 64 granules. A set value fixes the granule (at
+    /// least a line and a group) and the shard count ([`crate::Sharded::layout_of`]).
     #[serde(with = "size_serde")]
     pub shard_granule: u64,
     /// Volumes with settings of their own (several volumes, one pool; see
@@ -417,7 +418,7 @@ impl EngineConfig {
         let g = self.shard_granule;
         if g != 0 && (!g.is_power_of_two() || g < MIN_LINE) {
             return Err(format!(
-                "shard_granule {g} must be 0 (1 MiB) or a power of two of at least 4 KiB"
+                "shard_granule {g} must be 0 (automatic) or a power of two of at least 4 KiB"
             ));
         }
         let n = self.shards as usize;

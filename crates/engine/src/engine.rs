@@ -1049,8 +1049,19 @@ impl Engine {
     /// The sequential-cutoff decision for a read or write `req` (of nonzero length, in
     /// range), updating the stream table exactly as [`Engine::process`] would: the front
     /// stage of a sharded engine, run once per request on one engine's table.
+    /// With a volume table the request's volume's cutoff applies, as in
+    /// [`Engine::process`].
     pub fn seq_front(&mut self, req: &Request) -> bool {
         debug_assert!(matches!(req.op, Op::Read | Op::Write) && req.len > 0);
+        if self.per_volume && req.volume <= MAX_VOLUME {
+            let vi = self.volume_index(req.volume);
+            if let Some(own) = self.vols[vi].cfg.seq_cutoff {
+                let base = std::mem::replace(&mut self.cfg.seq_cutoff, own);
+                let b = self.seq_bypass(req);
+                self.cfg.seq_cutoff = base;
+                return b;
+            }
+        }
         self.seq_bypass(req)
     }
 

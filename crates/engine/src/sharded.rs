@@ -1,18 +1,30 @@
 //! A sharded engine: the line key space split between N independent [`Engine`]s, so that a
-//! live executor can give each its own lock (issue 16, plan-lean section 5). This is the
-//! first step: the type and its hit-ratio behaviour, which `tiercache sim --shards N` runs
-//! sequentially (deterministic counters).
+//! live executor can give each its own lock (issue 16, plan-lean section 5;
+//! `docs/design-shards-live.md`). `tiercache sim --shards N` runs it sequentially
+//! (deterministic counters); every run-time call an [`Engine`] takes (retune, mode, class
+//! table, blocked evictions or read admission, chunk rewrite, write-back tickets, restore,
+//! slot queries) is forwarded to every shard or to the owning one (`tests/sharded_runtime.rs`).
 //!
 //! - **Which shard**: a line goes to shard `mix(key >> g) % N`, where `2^g` lines make a
-//!   *granule* of 1 MiB by default (`shard_granule`; at least a group, a chunk-rewrite chunk and an ACP
-//!   chunk; see [`Sharded::granule_bytes`]). Sequential runs and chunk rewrites stay in one
-//!   shard (a rewrite's `CopyHdd` gaps never cover another shard's dirty lines), group
-//!   population never inserts a line into a shard that does not own it, and a working set
-//!   of thousands of granules spreads evenly.
+//!   *granule* ([`Sharded::layout_of`]). By default (`shard_granule` 0) the granule and the
+//!   shard count follow the **capacity**: the largest granule up to 1 MiB of which every
+//!   shard holds at least [`MIN_GRANULES_PER_SHARD`] (64), and, when even the smallest
+//!   granule (a line, a group, an ACP chunk without chunk rewrite) leaves a shard fewer than
+//!   64, fewer shards (down to 1). The share of the cached working set each shard sees then
+//!   varies by about `1/sqrt(64)` between shards at worst (a working set packed in whole
+//!   granules), and a concave hit-ratio curve loses only to the second order of that, so
+//!   the hit ratio stays that of one engine (`scripts/shard_hit_ratio.sh`). Live caches of
+//!   GiBs keep 1 MiB granules (sequential runs stay in one shard, few requests split); only
+//!   small caches get smaller granules or fewer shards. A nonzero `shard_granule` fixes the
+//!   granule and the shard count (experiments).
+//! - **Whole groups, whole chunks**: a granule is at least a group (group population never
+//!   inserts a line into a shard that does not own it); each shard's chunk rewrite is
+//!   capped at the granule (a rewrite's `CopyHdd` gaps never cover another shard's lines;
+//!   the lines cleaned are the same, only the backing writes are shorter).
 //! - **Capacity**: shard i holds `cap / N` lines (the first `cap % N` shards one more) as a
-//!   contiguous range of global slots starting at [`Sharded::slot_base`]; plans carry global
-//!   SSD addresses. Each shard's policy seed is derived from the configured seed and the
-//!   shard index (shard 0 keeps the seed itself).
+//!   contiguous range of global slots starting at [`Sharded::slot_base`]; plans, slots and
+//!   write-back lines carry global slots and SSD addresses. Each shard's policy seed is
+//!   derived from the configured seed and the shard index (shard 0 keeps the seed itself).
 //! - **Request-level stages** run once per request before the split: the sequential-cutoff
 //!   stream table (shard 0's table serves as the front's; every shard is handed the
 //!   decision, [`Engine::process_with_seq`]). Group admission counts per group, and a group
@@ -24,10 +36,11 @@
 //!   split request counts once, by the outcome of all its lines together.
 //! - **Cleaning** is per shard, each against its own watermarks; every shard's logical
 //!   clock is kept at the global request count so that `alru` ages alike.
-//! - **N = 1** is bit-identical to [`Engine`] (counters, plans, state: `tests/sharded.rs`).
+//! - **N = 1** is bit-identical to [`Engine`] (counters, plans, state, every run-time call:
+//!   `tests/sharded.rs`, `tests/sharded_runtime.rs`).
 
 use crate::config::EngineConfig;
-use crate::engine::{Engine, EngineError, LINE_BITS, MAX_VOLUME};
+use crate::engine::{Engine, EngineError, RestorePending, WbLine, WbTicket, LINE_BITS, MAX_VOLUME};
 use crate::plan::{Plan, Step};
 use crate::policy::Slot;
 use crate::request::{Op, Request, MAX_CLASS, NUM_CLASSES};
@@ -37,8 +50,42 @@ use hashbrown::HashMap;
 /// Most shards an engine may have.
 pub const MAX_SHARDS: usize = 256;
 
-/// The default granule: 1 MiB, the default chunk-rewrite and ACP chunk.
-pub const MIN_GRANULE: u64 = 1 << 20;
+/// The largest automatic granule: 1 MiB, the default chunk-rewrite and ACP chunk.
+pub const MAX_AUTO_GRANULE: u64 = 1 << 20;
+
+/// Granules of capacity every shard holds at least with the automatic layout
+/// ([`Sharded::layout_of`]).
+pub const MIN_GRANULES_PER_SHARD: u64 = 64;
+
+/// How a sharded engine splits its key space: shards actually run and the granule.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ShardLayout {
+    /// Shards run (at most the configured `shards`; fewer for a small cache).
+    pub shards: usize,
+    /// Bytes of a granule: lines of one granule share a shard.
+    pub granule: u64,
+}
+
+/// A write-back in flight on a sharded engine: one ticket per shard it touched
+/// ([`Sharded::begin_clean`], [`Sharded::complete_writeback`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShardedTicket(Vec<(usize, WbTicket)>);
+
+/// What a write-back begin planned ([`crate::engine::WbBatch`] over the shards): the plan,
+/// lines and backing spans of every shard touched, in shard order, with global slots and
+/// SSD addresses.
+#[derive(Debug, Clone)]
+pub struct ShardedBatch {
+    pub ticket: ShardedTicket,
+    pub plan: Plan,
+    pub lines: Vec<WbLine>,
+    pub spans: Vec<(u32, u64, u64)>,
+}
+
+/// Lines restored by [`Sharded::restore_slots`], per shard, not yet in any policy.
+#[must_use = "the restored lines are in no policy until restore_age threads them"]
+#[derive(Debug)]
+pub struct ShardedRestorePending(Vec<RestorePending>);
 
 /// N engines over one key space. See the module documentation.
 pub struct Sharded {
@@ -60,6 +107,8 @@ pub struct Sharded {
     split_requests: u64,
     /// Scratch: the pieces of the request being processed (shard, offset, end).
     pieces: Vec<(usize, u64, u64)>,
+    /// The shard a write-back begin that has budget left over visits first (round robin).
+    clean_cursor: usize,
 }
 
 /// A 64-bit mixer (the splitmix64 finaliser): granule numbers that differ in a few low bits
@@ -71,6 +120,15 @@ fn mix(mut x: u64) -> u64 {
     x ^= x >> 27;
     x = x.wrapping_mul(0x94d0_49bb_1331_11eb);
     x ^ (x >> 31)
+}
+
+/// The shard of line `key` among `n`, granules of `2^gshift` lines.
+#[inline]
+fn owner(key: u64, gshift: u32, n: usize) -> usize {
+    if n == 1 {
+        return 0;
+    }
+    (mix(key >> gshift) % n as u64) as usize
 }
 
 /// The policy seed of shard `i`: the configured seed for shard 0, distinct mixes after.
@@ -156,12 +214,13 @@ fn count_outcome(c: &mut Counters, write: bool, hits: u64, misses: u64, bypassed
 }
 
 impl Sharded {
-    /// Builds `cfg.shards` engines over `cfg.capacity_lines` lines. A cache with fewer lines
-    /// than shards is refused (a shard of no line caches nothing); a cache of 0 lines (the
-    /// no-cache baseline) is allowed.
+    /// Builds the engines of [`Sharded::layout_of`] over `cfg.capacity_lines` lines. With a
+    /// fixed granule (`shard_granule`), a cache with fewer lines than shards is refused (a
+    /// shard of no line caches nothing); a cache of 0 lines (the no-cache baseline) is
+    /// allowed.
     pub fn new(cfg: EngineConfig) -> Result<Self, EngineError> {
         cfg.validate().map_err(EngineError::Config)?;
-        let n = cfg.shards as usize;
+        let ShardLayout { shards: n, granule } = Self::layout_of(&cfg);
         let cap = cfg.capacity_lines;
         if cap > 0 && cap < n as u64 {
             return Err(EngineError::Config(format!(
@@ -170,16 +229,12 @@ impl Sharded {
             )));
         }
         let line_shift = cfg.line_size.trailing_zeros();
-        let granule = Self::granule_of(&cfg);
         let granule_lines_shift = (granule >> line_shift).trailing_zeros();
         let mut shards = Vec::with_capacity(n);
         let mut base = Vec::with_capacity(n + 1);
         let mut next = 0u64;
         for i in 0..n {
-            let mut c = cfg.clone();
-            c.shards = 1;
-            c.capacity_lines = cap / n as u64 + u64::from((i as u64) < cap % n as u64);
-            c.policy_params.seed = shard_seed(cfg.policy_params.seed, i);
+            let c = Self::shard_config(&cfg, n, granule, i, None);
             let mut e = Engine::new(c).map_err(|e| match e {
                 EngineError::Config(m) if n > 1 => {
                     EngineError::Config(format!("shard {i} of {n}: {m}"))
@@ -206,26 +261,84 @@ impl Sharded {
             fix_add: vec![Counters::default(); NUM_CLASSES],
             split_requests: 0,
             pieces: Vec::new(),
+            clean_cursor: 0,
         })
     }
 
-    /// The granule of a configuration, in bytes: `shard_granule` (1 MiB when 0), or more
-    /// when a line, a group, the chunk-rewrite chunk or (ACP cleaning) the ACP chunk is
-    /// larger: each must lie in one shard.
-    pub fn granule_of(cfg: &EngineConfig) -> u64 {
-        let floor = match cfg.shard_granule {
-            0 => MIN_GRANULE,
-            g => g,
-        };
-        let g = floor
-            .max(cfg.line_size)
-            .max(cfg.group_size)
-            .max(cfg.rewrite_chunk);
-        if cfg.cleaning == crate::CleaningPolicy::Acp {
+    /// Shard `i`'s configuration of `n` over `global`: its share of the capacity (the
+    /// whole of it, or, during a retune, `cap` as given), its seed, and its chunk rewrite
+    /// capped at the granule. With one shard, `global` itself.
+    fn shard_config(
+        global: &EngineConfig,
+        n: usize,
+        granule: u64,
+        i: usize,
+        cap: Option<u64>,
+    ) -> EngineConfig {
+        let mut c = global.clone();
+        c.shards = 1;
+        if n == 1 {
+            return c;
+        }
+        let total = global.capacity_lines;
+        c.capacity_lines =
+            cap.unwrap_or(total / n as u64 + u64::from((i as u64) < total % n as u64));
+        c.policy_params.seed = shard_seed(global.policy_params.seed, i);
+        if c.rewrite_chunk > granule {
+            c.rewrite_chunk = granule;
+        }
+        c
+    }
+
+    /// The smallest granule `cfg` allows, in bytes: a line, a group, and with ACP cleaning
+    /// and no chunk rewrite the ACP chunk (1 MiB): each must lie in one shard.
+    fn min_granule(cfg: &EngineConfig) -> u64 {
+        let g = cfg.line_size.max(cfg.group_size);
+        if cfg.cleaning == crate::CleaningPolicy::Acp && cfg.rewrite_chunk == 0 {
             g.max(cfg.line_size << cfg.acp_chunk_lines_shift())
         } else {
             g
         }
+    }
+
+    /// The shards and granule a configuration runs with.
+    ///
+    /// - `shard_granule` set: exactly `shards` shards, granules of `shard_granule` (or the
+    ///   smallest granule [`Sharded::min_granule`] allows, if larger).
+    /// - `shard_granule` 0 (automatic): as many shards, up to `shards`, as each hold
+    ///   [`MIN_GRANULES_PER_SHARD`] of the smallest granules (at least 1), and the largest
+    ///   power-of-two granule up to [`MAX_AUTO_GRANULE`] of which each holds as many.
+    pub fn layout_of(cfg: &EngineConfig) -> ShardLayout {
+        let n = (cfg.shards as usize).max(1);
+        let min = Self::min_granule(cfg);
+        if cfg.shard_granule != 0 {
+            return ShardLayout {
+                shards: n,
+                granule: cfg.shard_granule.max(min),
+            };
+        }
+        let ls = cfg.line_size;
+        let top = MAX_AUTO_GRANULE.max(min);
+        let min_lines = min / ls;
+        let fit = cfg.capacity_lines / (MIN_GRANULES_PER_SHARD * min_lines);
+        let shards = (fit.min(n as u64) as usize).max(1);
+        if shards == 1 {
+            return ShardLayout {
+                shards,
+                granule: top,
+            };
+        }
+        let lines = cfg.capacity_lines / shards as u64 / MIN_GRANULES_PER_SHARD;
+        let pow = 1u64 << (63 - lines.leading_zeros());
+        ShardLayout {
+            shards,
+            granule: (pow * ls).clamp(min, top),
+        }
+    }
+
+    /// The granule of a configuration, in bytes ([`Sharded::layout_of`]).
+    pub fn granule_of(cfg: &EngineConfig) -> u64 {
+        Self::layout_of(cfg).granule
     }
 
     /// This engine's granule in bytes.
@@ -233,6 +346,8 @@ impl Sharded {
         1 << (self.granule_lines_shift + self.line_shift)
     }
 
+    /// Shards run (the configured `shards`, or fewer for a small cache:
+    /// [`Sharded::layout_of`]).
     pub fn shard_count(&self) -> usize {
         self.shards.len()
     }
@@ -240,11 +355,20 @@ impl Sharded {
     /// The shard owning line key `key`.
     #[inline]
     pub fn shard_of(&self, key: u64) -> usize {
+        owner(key, self.granule_lines_shift, self.shards.len())
+    }
+
+    /// The shard holding global slot `slot` and the slot in it. A slot past the capacity
+    /// is given to the last shard as a slot past its own capacity (so that it answers as
+    /// an engine does for a slot out of range).
+    #[inline]
+    fn locate(&self, slot: Slot) -> (usize, Slot) {
         let n = self.shards.len();
         if n == 1 {
-            return 0;
+            return (0, slot);
         }
-        (mix(key >> self.granule_lines_shift) % n as u64) as usize
+        let i = self.base[1..n].partition_point(|&b| b <= slot as u64);
+        (i, (slot as u64 - self.base[i]) as Slot)
     }
 
     /// Shard `i`'s engine (its slots are local: add [`Sharded::slot_base`]).
@@ -315,16 +439,16 @@ impl Sharded {
     }
 
     /// Global slot holding `key`, if cached.
-    pub fn lookup(&self, key: u64) -> Option<u64> {
+    pub fn lookup(&self, key: u64) -> Option<Slot> {
         let i = self.shard_of(key);
-        self.shards[i].lookup(key).map(|s| self.base[i] + s as u64)
+        self.shards[i].lookup(key).map(|s| self.global_slot(i, s))
     }
 
     /// Every cached (key, global slot, dirty), in global slot order.
-    pub fn entries(&self) -> impl Iterator<Item = (u64, u64, bool)> + '_ {
+    pub fn entries(&self) -> impl Iterator<Item = (u64, Slot, bool)> + '_ {
         self.shards.iter().enumerate().flat_map(move |(i, e)| {
-            let b = self.base[i];
-            e.entries().map(move |(k, s, d)| (k, b + s as u64, d))
+            let b = self.base[i] as Slot;
+            e.entries().map(move |(k, s, d)| (k, b + s, d))
         })
     }
 
@@ -574,10 +698,14 @@ impl Sharded {
     }
 
     /// The global slot of shard `i`'s slot `s`.
-    pub fn global_slot(&self, i: usize, s: Slot) -> u64 {
-        self.base[i] + s as u64
+    #[inline]
+    pub fn global_slot(&self, i: usize, s: Slot) -> Slot {
+        (self.base[i] + s as u64) as Slot
     }
 }
+
+/// The run-time calls of an [`Engine`] on a sharded one.
+mod runtime;
 
 // Executors move the engine into their threads (behind a lock): it must stay `Send`.
 const _: fn() = || {

@@ -153,8 +153,7 @@ fn one_shard_is_the_engine_bit_for_bit() {
             .entries()
             .map(|(k, s, _)| {
                 let e = sh.shard(0);
-                let ls = s as u32;
-                (k, s, e.valid_mask(ls), e.dirty_mask(ls))
+                (k, s as u64, e.valid_mask(s), e.dirty_mask(s))
             })
             .collect();
         assert_eq!(lines_of_engine(&one), b, "{name}");
@@ -187,6 +186,7 @@ fn shards_keep_lines_in_their_range_and_count_requests_once() {
         for n in 2..=4u32 {
             let cfg = EngineConfig {
                 shards: n,
+                shard_granule: MIB,
                 ..base.clone()
             };
             let mut sh = Sharded::new(cfg).unwrap();
@@ -238,7 +238,7 @@ fn shards_keep_lines_in_their_range_and_count_requests_once() {
             for (k, slot, _) in sh.entries() {
                 let owner = sh.shard_of(k);
                 assert!(
-                    range(&sh, owner).contains(&(slot * line_bytes)),
+                    range(&sh, owner).contains(&(slot as u64 * line_bytes)),
                     "{name} x{n}: key {k:#x} in slot {slot}, not in shard {owner}'s range"
                 );
                 assert_eq!(sh.lookup(k), Some(slot));
@@ -254,6 +254,7 @@ fn a_split_request_counts_once_by_all_its_lines() {
     let cfg = EngineConfig {
         capacity_lines: 1000,
         shards: 4,
+        shard_granule: MIB,
         ..Default::default()
     };
     let mut sh = Sharded::new(cfg).unwrap();
@@ -324,13 +325,23 @@ fn sequential_cutoff_sees_the_whole_stream() {
 
 #[test]
 fn refusals_and_seeds() {
+    // With a fixed granule a cache smaller than the shards is refused; the automatic
+    // layout runs fewer shards (here one).
     let e = Sharded::new(EngineConfig {
         capacity_lines: 3,
         shards: 4,
+        shard_granule: MIB,
         ..Default::default()
     })
     .err()
     .unwrap();
+    let auto = Sharded::new(EngineConfig {
+        capacity_lines: 3,
+        shards: 4,
+        ..Default::default()
+    })
+    .unwrap();
+    assert_eq!(auto.shard_count(), 1);
     assert!(
         e.to_string()
             .contains("3 lines cannot be split into 4 shards"),
@@ -373,20 +384,22 @@ fn refusals_and_seeds() {
         ..Default::default()
     };
     assert_eq!(Sharded::granule_of(&cfg), 4 * MIB);
-    // A smaller granule takes effect only without a larger rewrite chunk (or ACP chunk).
+    // A smaller fixed granule takes effect with a larger rewrite chunk (each shard's chunk
+    // rewrite is capped at it), but not below a group, nor below the ACP chunk without
+    // chunk rewrite.
     let small = EngineConfig {
         shard_granule: 64 << 10,
         ..Default::default()
-    };
-    assert_eq!(Sharded::granule_of(&small), MIB);
-    let small = EngineConfig {
-        rewrite_chunk: 0,
-        ..small
     };
     assert_eq!(Sharded::granule_of(&small), 64 << 10);
     let acp = EngineConfig {
         cleaning: CleaningPolicy::Acp,
         ..small.clone()
+    };
+    assert_eq!(Sharded::granule_of(&acp), 64 << 10);
+    let acp = EngineConfig {
+        rewrite_chunk: 0,
+        ..acp
     };
     assert_eq!(Sharded::granule_of(&acp), MIB);
     let bad = EngineConfig {
@@ -394,4 +407,38 @@ fn refusals_and_seeds() {
         ..small
     };
     assert!(bad.validate().unwrap_err().contains("shard_granule"));
+}
+
+/// A volume with its own sequential cutoff (a volume table): the front stage decides with
+/// the volume's cutoff, as the engine's `process` does, so one shard is still the engine.
+#[test]
+fn the_front_stage_uses_the_volume_s_sequential_cutoff() {
+    let mut vol = tiercache_engine::VolumeConfig::new(1, "seq");
+    vol.seq_cutoff = Some(SeqCutoff {
+        read_bytes: 256 * 1024,
+        write_bytes: 0,
+    });
+    let cfg = EngineConfig {
+        capacity_lines: 4096,
+        volumes: vec![vol],
+        ..Default::default()
+    };
+    let mut reqs: Vec<Request> = (0..64u64)
+        .map(|i| Request::new(i, Op::Read, i * 64 * 1024, 64 * 1024))
+        .collect();
+    for r in &mut reqs {
+        r.volume = 1;
+    }
+    let mut one = Engine::new(cfg.clone()).unwrap();
+    let mut sh = Sharded::new(cfg).unwrap();
+    for r in &reqs {
+        one.process(r).unwrap();
+        sh.process(r).unwrap();
+    }
+    let (a, b) = (one.counters(), sh.counters());
+    assert!(a.bypasses.seq_cutoff > 0);
+    assert_eq!(
+        (a.bypasses.seq_cutoff, a.insertions),
+        (b.bypasses.seq_cutoff, b.insertions)
+    );
 }

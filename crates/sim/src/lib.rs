@@ -29,7 +29,7 @@ pub use volumes::{merge_volumes, VolumeFigures, VolumeInput};
 
 use anyhow::{Context, Result};
 use std::time::Instant;
-use tiercache_engine::{CacheSize, Engine, EngineConfig, RamTier, Request};
+use tiercache_engine::{CacheSize, Engine, EngineConfig, EngineError, RamTier, Request, Sharded};
 
 /// Progress report: requests done so far (called every [`PROGRESS_EVERY`] requests).
 pub type Progress<'a> = &'a (dyn Fn(u64) + Sync);
@@ -158,6 +158,19 @@ fn feed_ram(
 /// with a pre-pass when the size needs it and `footprint` is None), without an oracle.
 pub(crate) fn prepare(spec: &SimSpec, footprint: Option<u64>) -> Result<(Engine, Option<u64>)> {
     ensure_one_shard(spec, "this run")?;
+    let (cfg, footprint) = sized_config(spec, footprint)?;
+    let mut engine = Engine::new(cfg).map_err(|e| anyhow::anyhow!("{e}"))?;
+    engine.set_record_plan(false);
+    Ok((engine, footprint))
+}
+
+/// The engine configuration of a direct-layout run with its capacity from the cache size
+/// (computing the footprint with a pre-pass when the size needs it and `footprint` is
+/// None), and the footprint.
+pub(crate) fn sized_config(
+    spec: &SimSpec,
+    footprint: Option<u64>,
+) -> Result<(EngineConfig, Option<u64>)> {
     let ls = spec.engine.line_size;
     let footprint = match footprint {
         Some(f) => Some(f),
@@ -170,17 +183,60 @@ pub(crate) fn prepare(spec: &SimSpec, footprint: Option<u64>) -> Result<(Engine,
     let mut cfg = spec.engine.clone();
     cfg.capacity_lines = spec.cache_size.lines(ls, footprint.unwrap_or(0));
     ensure_some_lines(spec, cfg.capacity_lines, footprint)?;
-    let mut engine = Engine::new(cfg).map_err(|e| anyhow::anyhow!("{e}"))?;
-    engine.set_record_plan(false);
-    Ok((engine, footprint))
+    Ok((cfg, footprint))
+}
+
+/// What the untimed request loop ([`feed`]) drives: one engine, or a sharded one
+/// (`sim --shards`), with the same loop so that both count alike.
+pub(crate) trait Driven {
+    /// Prefetch hint for a request a few ahead.
+    fn prefetch(&self, r: &Request);
+    /// One request.
+    fn step(&mut self, r: &Request) -> Result<(), EngineError>;
+    /// Cleaning after a request, where due.
+    fn clean_if_due(&mut self);
+}
+
+impl Driven for Engine {
+    #[inline(always)]
+    fn prefetch(&self, r: &Request) {
+        Engine::prefetch(self, r)
+    }
+    #[inline(always)]
+    fn step(&mut self, r: &Request) -> Result<(), EngineError> {
+        self.process(r).map(|_| ())
+    }
+    #[inline(always)]
+    fn clean_if_due(&mut self) {
+        if self.needs_cleaning() {
+            let t = self.cleaning_target();
+            self.clean(t);
+        }
+    }
+}
+
+impl Driven for Sharded {
+    #[inline(always)]
+    fn prefetch(&self, r: &Request) {
+        Sharded::prefetch(self, r)
+    }
+    #[inline(always)]
+    fn step(&mut self, r: &Request) -> Result<(), EngineError> {
+        self.process(r).map(|_| ())
+    }
+    /// Every shard due, each to its own target (all shards' clocks kept in step).
+    #[inline(always)]
+    fn clean_if_due(&mut self) {
+        self.clean_due();
+    }
 }
 
 /// Runs one batch of requests through an engine: the one loop every untimed direct-layout
 /// run uses (single runs and the one-pass sweep), so that both count alike. `n` counts the
 /// requests done so far (for the error message and `progress`).
 #[inline]
-pub(crate) fn feed(
-    engine: &mut Engine,
+pub(crate) fn feed<E: Driven>(
+    engine: &mut E,
     input: &Input,
     n: &mut u64,
     batch: &[Request],
@@ -192,12 +248,9 @@ pub(crate) fn feed(
             engine.prefetch(ahead);
         }
         engine
-            .process(r)
+            .step(r)
             .with_context(|| format!("{}: request {} ({:?})", input, *n + 1, r))?;
-        if engine.needs_cleaning() {
-            let t = engine.cleaning_target();
-            engine.clean(t);
-        }
+        engine.clean_if_due();
         *n += 1;
         if n.is_multiple_of(PROGRESS_EVERY) {
             if let Some(p) = progress {
@@ -211,7 +264,7 @@ pub(crate) fn feed(
 /// The result of a run that processed `n` requests in `wall` seconds.
 pub(crate) fn finish(
     spec: &SimSpec,
-    engine: &Engine,
+    engine: &impl result::EngineFigures,
     footprint: Option<u64>,
     wall: f64,
     n: u64,

@@ -125,6 +125,8 @@ pub struct SimResult {
 /// trim requests cut between shards, and the smallest and largest shard at the end.
 #[derive(Clone, Debug, Serialize)]
 pub struct ShardFigures {
+    /// Shards asked for (`--shards`); the run's `shards` may be fewer for a small cache.
+    pub requested_shards: u32,
     pub granule_bytes: u64,
     pub split_requests: u64,
     pub min_shard_lines: u64,
@@ -135,6 +137,7 @@ impl ShardFigures {
     pub fn of(e: &tiercache_engine::Sharded) -> Self {
         let lens = (0..e.shard_count()).map(|i| e.shard(i).len());
         ShardFigures {
+            requested_shards: e.config().shards,
             granule_bytes: e.granule_bytes(),
             split_requests: e.split_requests(),
             min_shard_lines: lens.clone().min().unwrap_or(0),
@@ -656,9 +659,17 @@ impl fmt::Display for SimResult {
             self.admission
         )?;
         if let Some(sh) = &self.sharding {
+            let asked = if sh.requested_shards != self.shards {
+                format!(
+                    " of {} asked: a shard holds at least 64 granules of a line or group",
+                    sh.requested_shards
+                )
+            } else {
+                String::new()
+            };
             writeln!(
                 f,
-                "shards       {} (granule {}; {} requests split; {}..{} lines per shard at the end)",
+                "shards       {}{asked} (granule {}; {} requests split; {}..{} lines per shard at the end)",
                 self.shards,
                 fmt_size(sh.granule_bytes),
                 sh.split_requests,

@@ -3,9 +3,8 @@
 //! comparable with one engine's (issue 16: hit ratios at N shards within 0.5 % of one).
 
 use crate::result::ShardFigures;
-use crate::{ensure_some_lines, footprint_lines, no_requests, Progress, SimResult, SimSpec};
-use crate::{PREFETCH_AHEAD, PROGRESS_EVERY};
-use anyhow::{Context, Result};
+use crate::{feed, finish, sized_config, Progress, SimResult, SimSpec};
+use anyhow::Result;
 use std::time::Instant;
 use tiercache_engine::{Request, Sharded};
 
@@ -24,7 +23,9 @@ pub fn ensure_one_shard(spec: &SimSpec, what: &str) -> Result<()> {
 
 /// One untimed direct-layout run through `spec.engine.shards` shards ([`crate::simulate`]
 /// calls it for more than one; with one it runs the sharded type over a single engine, which
-/// must count exactly as [`crate::simulate`] does: `tests/shards.rs`).
+/// must count exactly as [`crate::simulate`] does: `tests/shards.rs`). The request loop is
+/// [`crate::feed`], the one every untimed direct-layout run uses. A small cache runs fewer
+/// shards than asked (`Sharded::layout_of`; `sharding.requested_shards` in the result).
 pub fn simulate_sharded(
     spec: &SimSpec,
     footprint: Option<u64>,
@@ -36,18 +37,7 @@ pub fn simulate_sharded(
         "--shards {n} with --ram-cache: the RAM tier runs above one engine in the simulator; \
          drop one of them"
     );
-    let ls = spec.engine.line_size;
-    let footprint = match footprint {
-        Some(f) => Some(f),
-        None if spec.cache_size.needs_footprint() => Some(footprint_lines(&spec.input, ls)?),
-        None => None,
-    };
-    if footprint == Some(0) {
-        return Err(no_requests(&spec.input));
-    }
-    let mut cfg = spec.engine.clone();
-    cfg.capacity_lines = spec.cache_size.lines(ls, footprint.unwrap_or(0));
-    ensure_some_lines(spec, cfg.capacity_lines, footprint)?;
+    let (cfg, footprint) = sized_config(spec, footprint)?;
     let mut engine = Sharded::new(cfg).map_err(|e| anyhow::anyhow!("--shards {n}: {e}"))?;
     engine.set_record_plan(false);
     if engine.needs_oracle() {
@@ -57,29 +47,10 @@ pub fn simulate_sharded(
     let start = Instant::now();
     let mut done: u64 = 0;
     let skipped = spec.input.for_each_batch_counted(|batch| {
-        for (i, r) in batch.iter().enumerate() {
-            if let Some(ahead) = batch.get(i + PREFETCH_AHEAD) {
-                engine.prefetch(ahead);
-            }
-            engine
-                .process(r)
-                .with_context(|| format!("{}: request {} ({:?})", spec.input, done + 1, r))?;
-            engine.clean_due();
-            done += 1;
-            if done.is_multiple_of(PROGRESS_EVERY) {
-                if let Some(p) = progress {
-                    p(done);
-                }
-            }
-        }
-        Ok(())
+        feed(&mut engine, &spec.input, &mut done, batch, progress)
     })?;
     let wall = start.elapsed().as_secs_f64();
-    if done == 0 {
-        return Err(no_requests(&spec.input));
-    }
-    let mut res = SimResult::new(spec, &engine, footprint, wall);
-    res.set_skipped(skipped);
+    let mut res = finish(spec, &engine, footprint, wall, done, skipped)?;
     res.sharding = Some(ShardFigures::of(&engine));
     Ok(res)
 }

@@ -109,9 +109,15 @@ fn sharding_refuses_what_it_does_not_run() {
     s.engine.ram_cache = 1 << 20;
     let e = simulate(&s, None, None).unwrap_err().to_string();
     assert!(e.contains("--ram-cache"), "{e}");
-    // A cache smaller than the shard count.
+    // A cache smaller than the shard count: refused with a fixed granule, run on fewer
+    // shards (here one) with the automatic layout.
     let mut s = spec(&input, "lru", 4);
     s.cache_size = CacheSize::Bytes(3 * 4096);
+    s.engine.shard_granule = 1 << 20;
     let e = format!("{:#}", simulate(&s, None, None).unwrap_err());
     assert!(e.contains("cannot be split into 4 shards"), "{e}");
+    s.engine.shard_granule = 0;
+    let r = simulate(&s, None, None).unwrap();
+    assert_eq!(r.shards, 1);
+    assert_eq!(r.sharding.unwrap().requested_shards, 4);
 }
