@@ -157,104 +157,210 @@ fn bucket_of(key: u64, n: usize) -> usize {
     (((mix(key) >> 32) * n as u64) >> 32) as usize
 }
 
-/// A pointer to the links, shared by the threads of [`LineIndex::build`] (each writes the
-/// links of its own buckets' slots only).
-#[derive(Clone, Copy)]
-struct LinksPtr(*mut [u32; 2]);
-// SAFETY: only used by `fill`, whose callers write disjoint elements (see `build`).
-unsafe impl Send for LinksPtr {}
-unsafe impl Sync for LinksPtr {}
+/// A pointer shared by the threads of [`LineIndex::build`], each writing its own elements.
+struct Shared<T>(*mut T);
+impl<T> Clone for Shared<T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<T> Copy for Shared<T> {}
+// SAFETY: only used by `build` and `link_range`, whose threads write disjoint elements.
+unsafe impl<T> Send for Shared<T> {}
+unsafe impl<T> Sync for Shared<T> {}
+type LinksPtr = Shared<[u32; 2]>;
 
-/// Inserts, in ascending slot order, every slot `s` set in `present` whose key
-/// `keys[s]` falls in buckets `first..first + heads.len()` (of `n`), as `insert` does.
-///
-/// # Safety
-/// `links` points at the index's links (one per slot of `keys`); no other thread writes
-/// the links of these buckets' slots meanwhile.
-unsafe fn fill(
-    heads: &mut [u32],
-    first: usize,
-    n: usize,
-    links: LinksPtr,
-    keys: &[u64],
-    present: &[u64],
-) {
-    const AHEAD: usize = 16;
-    let end = first + heads.len();
-    let mut ring = std::collections::VecDeque::with_capacity(AHEAD + 1);
-    let mut slots = present.iter().enumerate().flat_map(|(w, &x)| {
+impl<T> Shared<T> {
+    /// The pointer (a method, so that closures capture the `Sync` wrapper, not the field).
+    fn at(self) -> *mut T {
+        self.0
+    }
+}
+
+/// Buckets per range of [`LineIndex::build`]: their heads (1 MiB) and the range's scratch
+/// table stay in the CPU's L2 cache while the range's slots are linked.
+const RANGE_BUCKETS: usize = 1 << 18;
+
+/// The present slots of bitmap words `words` (`present[words]`), ascending.
+fn present_slots(present: &[u64], words: std::ops::Range<usize>) -> impl Iterator<Item = u32> + '_ {
+    let first = words.start;
+    present[words].iter().enumerate().flat_map(move |(w, &x)| {
         let mut x = x;
         std::iter::from_fn(move || {
             (x != 0).then(|| {
                 let b = x.trailing_zeros();
                 x &= x - 1;
-                (w * 64) as u32 + b
+                ((first + w) * 64) as u32 + b
             })
         })
-    });
-    loop {
-        while ring.len() < AHEAD {
-            let Some(s) = slots.next() else { break };
-            let b = bucket_of(keys[s as usize], n);
-            if (first..end).contains(&b) {
-                prefetch(&heads[b - first]);
-                ring.push_back((s, b - first));
-            }
-        }
-        if let Some(&(_, b)) = ring.get(AHEAD / 2) {
-            let h = heads[b];
-            if h != NIL {
-                prefetch(links.0.wrapping_add(h as usize));
-            }
-        }
-        let Some((s, b)) = ring.pop_front() else {
-            break;
-        };
-        let h = heads[b];
-        // SAFETY: `s` and `h` are slots whose keys fall in this thread's buckets.
-        unsafe {
-            *links.0.add(s as usize) = [NIL, h];
-            if h != NIL {
-                (*links.0.add(h as usize))[0] = s;
-            }
-        }
+    })
+}
+
+/// Links the slots of one bucket range: `heads` the range's chain heads (all NIL), `last`
+/// scratch of the same length, `entries` the range's slots ascending, each as
+/// `bucket_in_range << 32 | slot`; `out[i]` receives the links of `entries[i]`. The chains
+/// are those of inserting in slot order: a slot's next is the previous slot of its bucket
+/// (ascending pass), its previous the following one (descending pass); the head is the
+/// bucket's last slot. Every access is sequential or inside the range's tables.
+fn link_range(heads: &mut [u32], last: &mut [u32], entries: &[u64], out: &mut [[u32; 2]]) {
+    for (&e, o) in entries.iter().zip(out.iter_mut()) {
+        let (b, s) = ((e >> 32) as usize, e as u32);
+        *o = [NIL, heads[b]];
         heads[b] = s;
+    }
+    last.fill(NIL);
+    for (&e, o) in entries.iter().zip(out.iter_mut()).rev() {
+        let (b, s) = ((e >> 32) as usize, e as u32);
+        o[0] = last[b];
+        last[b] = s;
     }
 }
 
+/// Slots per block of the last step of [`LineIndex::build`]: the block's links (512 KiB)
+/// stay in the CPU cache while every range's entries in it are copied there.
+const BLOCK_SLOTS: usize = 1 << 16;
+
 impl LineIndex {
     /// Fills an empty index with `keys[s]` -> `s` for every slot `s` set in `present` (a
-    /// bitmap; the keys distinct), on `threads` threads, each owning a range of buckets and
-    /// taking its slots in ascending order: the same chains as [`LineIndex::insert`] called
-    /// in slot order. A warm restart's index, built without a string of dependent misses on
-    /// one core.
+    /// bitmap; the keys distinct), on `threads` threads: the same chains as
+    /// [`LineIndex::insert`] called in slot order. A warm restart's index (10^8 lines),
+    /// built with no random access to memory (inserting in slot order makes two cache and
+    /// TLB misses per line: the bucket's head, the old head's links): 1. and 2. the slots
+    /// grouped by range of [`RANGE_BUCKETS`] buckets (a stable counting sort: ascending
+    /// slots within a range); 3. each range linked with its heads in the CPU cache
+    /// (`link_range`, into a buffer parallel to the groups); 4. the links copied to their
+    /// slots block by block ([`BLOCK_SLOTS`]), each block taking every range's next entries.
+    /// Transient memory: 16 B per line.
     pub fn build(&mut self, keys: &[u64], present: &[u64], threads: usize) {
         assert!(self.len == 0, "build into an index that holds entries");
         let n = self.heads.len();
-        let threads = threads.clamp(1, 64).min(n);
-        let links = LinksPtr(self.links.as_mut_ptr());
         let keys = &keys[..self.links.len().min(keys.len())];
         let present = &present[..keys.len().div_ceil(64).min(present.len())];
-        if threads == 1 {
-            // SAFETY: one thread, every bucket.
-            unsafe { fill(&mut self.heads, 0, n, links, keys, present) };
-        } else {
-            std::thread::scope(|sc| {
-                let mut rest: &mut [u32] = &mut self.heads;
-                let mut first = 0;
-                for t in 0..threads {
-                    let end = n * (t + 1) / threads;
-                    let (mine, tail) = std::mem::take(&mut rest).split_at_mut(end - first);
+        let words = present.len();
+        let threads = threads.clamp(1, 64).min(words.max(1));
+        let ranges = n.div_ceil(RANGE_BUCKETS);
+        // Each thread's words of the bitmap (its slots), in slot order.
+        let part = |t: usize| words * t / threads..words * (t + 1) / threads;
+        let run = |f: &(dyn Fn(usize) + Sync)| {
+            if threads == 1 {
+                f(0)
+            } else {
+                std::thread::scope(|sc| {
+                    for t in 0..threads {
+                        sc.spawn(move || f(t));
+                    }
+                });
+            }
+        };
+        // 1. Slots per (thread, range).
+        let counts: Vec<std::sync::Mutex<Vec<usize>>> = (0..threads)
+            .map(|_| std::sync::Mutex::new(Vec::new()))
+            .collect();
+        run(&|t| {
+            let mut c = vec![0usize; ranges];
+            for s in present_slots(present, part(t)) {
+                c[bucket_of(keys[s as usize], n) / RANGE_BUCKETS] += 1;
+            }
+            *counts[t].lock().unwrap() = c;
+        });
+        let counts: Vec<Vec<usize>> = counts
+            .into_iter()
+            .map(|m| m.into_inner().unwrap())
+            .collect();
+        // Range r's entries: starts[r]..starts[r + 1], thread t's from offs[t][r].
+        let mut starts = vec![0usize; ranges + 1];
+        let mut offs = vec![vec![0usize; ranges]; threads];
+        let mut sum = 0;
+        for r in 0..ranges {
+            starts[r] = sum;
+            for t in 0..threads {
+                offs[t][r] = sum;
+                sum += counts[t][r];
+            }
+        }
+        starts[ranges] = sum;
+        // 2. The entries grouped by range, ascending slots within each (threads in slot
+        // order).
+        let mut entries = vec![0u64; sum];
+        let out = Shared(entries.as_mut_ptr());
+        let offs: Vec<std::sync::Mutex<Vec<usize>>> =
+            offs.into_iter().map(std::sync::Mutex::new).collect();
+        run(&|t| {
+            let mut off = offs[t].lock().unwrap();
+            for s in present_slots(present, part(t)) {
+                let b = bucket_of(keys[s as usize], n);
+                let r = b / RANGE_BUCKETS;
+                // SAFETY: `off[r]` runs over this thread's own part of range r's entries
+                // (from the counts of the same slots), inside `entries`.
+                unsafe { *out.at().add(off[r]) = ((b % RANGE_BUCKETS) as u64) << 32 | s as u64 };
+                off[r] += 1;
+            }
+        });
+        // 3. Each range linked by one thread (ranges dealt round-robin), into `linked`
+        // (parallel to `entries`).
+        let mut linked = vec![[NIL; 2]; sum];
+        {
+            let heads: Vec<std::sync::Mutex<&mut [u32]>> = self
+                .heads
+                .chunks_mut(RANGE_BUCKETS)
+                .map(std::sync::Mutex::new)
+                .collect();
+            let mut rest: &mut [[u32; 2]] = &mut linked;
+            let outs: Vec<std::sync::Mutex<&mut [[u32; 2]]>> = (0..ranges)
+                .map(|r| {
+                    let (mine, tail) =
+                        std::mem::take(&mut rest).split_at_mut(starts[r + 1] - starts[r]);
                     rest = tail;
-                    let at = first;
-                    // SAFETY: bucket ranges are disjoint, and a slot's links (and those of
-                    // its chain's head) are written by the thread owning its key's bucket.
-                    sc.spawn(move || unsafe { fill(mine, at, n, links, keys, present) });
-                    first = end;
+                    std::sync::Mutex::new(mine)
+                })
+                .collect();
+            let (entries, starts) = (&entries, &starts);
+            run(&|t| {
+                let mut last = vec![NIL; RANGE_BUCKETS.min(n)];
+                for r in (t..ranges).step_by(threads) {
+                    let mut h = heads[r].lock().unwrap();
+                    let mut o = outs[r].lock().unwrap();
+                    let len = h.len();
+                    link_range(
+                        &mut h,
+                        &mut last[..len],
+                        &entries[starts[r]..starts[r + 1]],
+                        &mut o,
+                    );
                 }
             });
         }
-        self.len = present.iter().map(|w| w.count_ones() as usize).sum();
+        // 4. The links to their slots, block by block of slots (each thread its own blocks):
+        // within a block, every range's next entries (ascending slots) are copied in.
+        let links: LinksPtr = Shared(self.links.as_mut_ptr());
+        let cap = self.links.len();
+        let (entries, linked, starts) = (&entries, &linked, &starts);
+        run(&|t| {
+            let (lo, hi) = (cap * t / threads, cap * (t + 1) / threads);
+            // Each range's first entry at or after `lo`.
+            let mut at: Vec<usize> = (0..ranges)
+                .map(|r| {
+                    let e = &entries[starts[r]..starts[r + 1]];
+                    starts[r] + e.partition_point(|&x| (x as u32 as usize) < lo)
+                })
+                .collect();
+            let mut block = lo;
+            while block < hi {
+                let end = (block + BLOCK_SLOTS).min(hi);
+                for r in 0..ranges {
+                    let (mut i, stop) = (at[r], starts[r + 1]);
+                    while i < stop && ((entries[i] as u32) as usize) < end {
+                        // SAFETY: the slot is in `lo..hi`, this thread's own slots, and
+                        // inside the links (a slot of `keys`).
+                        unsafe { *links.at().add(entries[i] as u32 as usize) = linked[i] };
+                        i += 1;
+                    }
+                    at[r] = i;
+                }
+                block = end;
+            }
+        });
+        self.len = sum;
     }
 }
 
@@ -294,7 +400,16 @@ mod tests {
 
     #[test]
     fn build_makes_the_chains_of_inserts_in_slot_order() {
-        for (cap, threads) in [(1usize, 2usize), (100, 1), (100, 3), (5000, 2), (70_000, 4)] {
+        for (cap, threads) in [
+            (1usize, 2usize),
+            (100, 1),
+            (100, 3),
+            (5000, 2),
+            (70_000, 4),
+            // Several bucket ranges, split unevenly over the threads.
+            (3 * RANGE_BUCKETS + 12_345, 2),
+            (3 * RANGE_BUCKETS + 12_345, 5),
+        ] {
             let keys: Vec<u64> = (0..cap as u64)
                 .map(|s| if s % 7 == 3 { u64::MAX } else { mix(s) >> 8 })
                 .collect();

@@ -424,11 +424,12 @@ impl CacheVolume {
             writeback,
             ..Tuning::of(&cfg)
         });
+        let mut lap = Lap::new();
         let mut engine = Engine::new(cfg).map_err(|e| FormatError::BadField {
             field: "engine configuration",
             why: e.to_string(),
         })?;
-        let mut lap = Lap::new();
+        lap.lap("engine new");
         let meta_bytes = sb.capacity_lines.div_ceil(format::RECORDS_PER_PAGE) * PAGE;
         let mut disk = vec![0u8; meta_bytes as usize];
         let mut report = OpenReport {
