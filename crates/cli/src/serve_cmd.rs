@@ -1664,10 +1664,11 @@ fn print_stats(v: &serde_json::Value) {
             t["writeback_target"]
         );
         println!(
-            "write-backs     {} passes outside the volume lock, {} requests waited for one, {} cut short",
+            "write-backs     {} passes outside the volume lock, {} requests waited for one, {} cut short, {} merged groups taken out by a request (their lines stay dirty)",
             n(&s["unlocked_writebacks"]),
             n(&s["writeback_waits"]),
-            n(&s["writeback_yields"])
+            n(&s["writeback_yields"]),
+            n(&s["writeback_groups_dropped"])
         );
         if n(&s["cleaner_panics"]) > 0 {
             println!(
@@ -1699,6 +1700,18 @@ fn print_stats(v: &serde_json::Value) {
         n(&s["dirty_lines"]),
         n(&s["dirty_bytes"])
     );
+    if !s["log"].is_object() {
+        // The direct layout's record unmaps (rule 2): before a slot's reuse, ahead of
+        // evictions, and the unmap-ahead passes skipped while backing syncs fail.
+        println!(
+            "unmaps          {} on the miss path, {} ahead of evictions ({} unmapped ahead now), {} cache syncs; unmap-ahead skipped {} times while backing syncs failed",
+            n(&s["unmap_on_miss"]),
+            n(&s["unmap_ahead"]),
+            n(&s["unmapped_ahead_now"]),
+            n(&s["unmap_syncs"]),
+            n(&s["unmap_ahead_skipped"])
+        );
+    }
     println!("RAM (index)     {} bytes", n(&s["ram_index_bytes"]));
     let r = &s["ram"];
     if r.is_object() {

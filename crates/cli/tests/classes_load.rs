@@ -280,8 +280,24 @@ fn log_layout_refuses_partitions_and_stats_show_the_cleaner() {
         ),
         "{text}"
     );
+    // The record unmaps (direct layout), the unmap-ahead passes skipped while backing syncs
+    // fail among them, as in the JSON.
+    assert!(
+        text.contains("unmaps          0 on the miss path, 0 ahead of evictions (0 unmapped ahead now), 0 cache syncs; unmap-ahead skipped 0 times while backing syncs failed"),
+        "{text}"
+    );
+    assert!(
+        text.contains("0 merged groups taken out by a request"),
+        "{text}"
+    );
     let j = srv.stats();
-    for k in ["unlocked_writebacks", "writeback_waits", "writeback_yields"] {
+    for k in [
+        "unlocked_writebacks",
+        "writeback_waits",
+        "writeback_yields",
+        "writeback_groups_dropped",
+        "unmap_ahead_skipped",
+    ] {
         assert_eq!(j[k].as_u64(), Some(0), "{k} in {j}");
     }
     // No class option at start: no table, and `get classes` says so.
@@ -320,6 +336,9 @@ fn log_layout_refuses_partitions_and_stats_show_the_cleaner() {
     assert_eq!(v["layout"], "log");
     assert!(v["settings"]["cleaning"].is_null(), "{}", v["settings"]);
     assert!(v["class_table"].is_null());
+    // No record unmaps in the log layout: no such line.
+    let text = srv.ctl(&["stats"]);
+    assert!(!text.contains("unmaps "), "{text}");
     srv.stop("-TERM");
 }
 

@@ -58,6 +58,9 @@ struct Rules {
     /// from the write cache (a later sync then succeeds without them, as Linux may do after a
     /// writeback error: the pages are marked clean, the error reported once).
     fail_next_sync: Option<bool>,
+    /// Syncs left before one fails once (1: the next), and whether it drops the unsynced
+    /// writes ([`FaultHandle::fail_nth_sync`]).
+    fail_nth_sync: Option<(u64, bool)>,
     lost: bool,
     /// OS error number injected errors carry (`None`: a plain error, like EIO).
     errno: Option<i32>,
@@ -246,6 +249,11 @@ impl FaultHandle {
     pub fn fail_next_sync(&self, drop_unsynced: bool) {
         lock(&self.st.rules).fail_next_sync = Some(drop_unsynced);
     }
+    /// The `n`th sync from now on (1: the next) fails, once, as [`FaultHandle::fail_next_sync`]
+    /// (`drop_unsynced` likewise); the syncs before it succeed.
+    pub fn fail_nth_sync(&self, n: u64, drop_unsynced: bool) {
+        lock(&self.st.rules).fail_nth_sync = Some((n.max(1), drop_unsynced));
+    }
     /// The device is gone: every call fails, and unsynced writes are lost.
     pub fn lose(&self) {
         lock(&self.st.rules).lost = true;
@@ -404,7 +412,13 @@ impl BlockDev for FaultDev {
         self.check_power()?;
         {
             let mut r = lock(&self.st.rules);
-            let once = r.fail_next_sync.take();
+            let mut once = r.fail_next_sync.take();
+            if let Some((n, drop)) = r.fail_nth_sync {
+                r.fail_nth_sync = (n > 1).then_some((n - 1, drop));
+                if n == 1 {
+                    once = Some(drop);
+                }
+            }
             if once == Some(true) || (r.fail_syncs && r.drop_failed_syncs) {
                 lock(&self.st.pending).clear();
             }

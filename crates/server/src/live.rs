@@ -422,6 +422,7 @@ pub fn log_common(v: &LogVolume, s: &LogVolumeStats) -> VolumeStats {
         unlocked_writebacks: 0,
         writeback_waits: 0,
         writeback_yields: 0,
+        writeback_groups_dropped: 0,
         cleaner_panics: 0,
     }
 }

@@ -58,6 +58,9 @@ pub struct Metrics {
     pub unlocked_writebacks: AtomicU64,
     pub writeback_waits: AtomicU64,
     pub writeback_yields: AtomicU64,
+    /// Merged write-back groups a request took out of the unlocked pass before their I/O
+    /// began (it wrote one of their lines or backing ranges): their lines stayed dirty.
+    pub writeback_groups_dropped: AtomicU64,
     /// Cleaning passes (the background cleaner's) that panicked: each failed as a failed
     /// write-back does, and the cleaner went on.
     pub cleaner_panics: AtomicU64,
@@ -103,6 +106,7 @@ impl Metrics {
             &self.unlocked_writebacks,
             &self.writeback_waits,
             &self.writeback_yields,
+            &self.writeback_groups_dropped,
             &self.cleaner_panics,
         ] {
             c.store(0, Ordering::Relaxed);
@@ -338,6 +342,11 @@ impl Metrics {
                 "writeback_yields_total",
                 "Cleaning passes cut short for a waiting request (their unwritten lines stay dirty).",
                 stats.writeback_yields,
+            ),
+            (
+                "writeback_groups_dropped_total",
+                "Merged write-back groups a request took out of a cleaning pass before their I/O began (it wrote their lines or backing range; the lines stay dirty for a later pass).",
+                stats.writeback_groups_dropped,
             ),
             (
                 "cleaner_panics_total",

@@ -317,6 +317,9 @@ impl CacheVolume {
                 w.next = k + 1;
                 if w.skip.contains(&k) {
                     drop(w);
+                    self.metrics
+                        .writeback_groups_dropped
+                        .fetch_add(1, Ordering::Relaxed);
                     post.undone.extend(&group_slots[k]);
                     continue;
                 }

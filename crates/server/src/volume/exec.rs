@@ -359,6 +359,14 @@ impl CacheVolume {
     /// [`CacheVolume::exec`] without its bookkeeping of `Inner::in_plan`.
     fn exec_plan(&self, g: &mut Inner, steps: &[Step], buf: &mut [u8]) -> Result<(), StepError> {
         let first = backing_first(steps);
+        // Write-backs of lines the plan itself writes first (it evicts them later in the same
+        // plan: a request over more lines than the cache holds): run before any cache write
+        // too, from the bytes the slot will hold by then ([`overlaid_write_backs`]), so that
+        // the backing sync the slot reuse needs covers them and comes before the first cache
+        // write. Run in the second phase, the hit's cache write unmapped their records
+        // before they were written back (a crash then read the backing device's older
+        // bytes), and a failed sync reported them lost: they were no longer cached.
+        let overlaid = overlaid_write_backs(steps, &first);
         // While the backoff of failing syncs runs, a plan whose slot reuse needs a sync is
         // refused before any I/O: run, its backing-first phase would write the backing
         // device and then fail at the sync gate, leaving the device newer than the clean
@@ -366,7 +374,7 @@ impl CacheVolume {
         // or eviction (fault_model's `direct_write_failed_by_the_sync_backoff_reads_the_
         // same_after_a_restart`; before: "line 5 read Ver(1) after the failed write, Ver(3)
         // after a clean restart").
-        if !first.is_empty() {
+        if !first.is_empty() || !overlaid.is_empty() {
             if let Some(d) = g.sync_failing.as_ref().filter(|d| !d.due()) {
                 if !self.reused_slots(g).is_empty() {
                     return Err(StepError {
@@ -413,6 +421,12 @@ impl CacheVolume {
                 }
             }
         }
+        for &j in &overlaid {
+            self.write_back_overlaid(g, steps, j, buf, &mut tmp)?;
+            if let Err(at) = done.binary_search(&j) {
+                done.insert(at, j);
+            }
+        }
         self.sync_before_reuse(g, steps, &fresh)?;
         for index in 0..steps.len() {
             if done.binary_search(&index).is_ok() {
@@ -431,6 +445,53 @@ impl CacheVolume {
             }
         }
         Ok(())
+    }
+
+    /// Runs write-back `steps[j]` (one of [`overlaid_write_backs`]) before any cache write of
+    /// the plan: the slot's bytes now, with the plan's earlier cache writes of that range
+    /// (all from the client's buffer) laid over them, as the slot will hold them when the
+    /// step's turn comes. A failure changes nothing in the cache (`before_cache`).
+    fn write_back_overlaid(
+        &self,
+        g: &mut Inner,
+        steps: &[Step],
+        j: usize,
+        buf: &[u8],
+        tmp: &mut Vec<u8>,
+    ) -> Result<(), StepError> {
+        let Step::WriteBack { ssd, hdd, len, .. } = steps[j] else {
+            unreachable!("only write-backs are overlaid");
+        };
+        let fail = |cache, err| StepError {
+            index: j,
+            cache,
+            err,
+            before_cache: true,
+            done: Vec::new(),
+        };
+        tmp.clear();
+        tmp.resize(len as usize, 0);
+        let exp = Self::expected(g, ssd, len);
+        if let Err(e) = self.read_data(ssd, tmp, exp.as_ref()) {
+            return Err(fail(true, self.on_mismatch(g, e)));
+        }
+        for s in &steps[..j] {
+            if let Step::WriteSsd {
+                ssd: x,
+                buf: b,
+                len: m,
+            } = *s
+            {
+                let (lo, hi) = (x.max(ssd), (x + m).min(ssd + len));
+                if lo < hi {
+                    let from = (b + (lo - x)) as usize;
+                    tmp[(lo - ssd) as usize..(hi - ssd) as usize]
+                        .copy_from_slice(&buf[from..from + (hi - lo) as usize]);
+                }
+            }
+        }
+        g.wrote_backing(hdd, hdd + len);
+        self.backing.write_at(tmp, hdd).map_err(|e| fail(false, e))
     }
 
     /// Before the first step that changes the cache: when the plan reuses a slot whose record
@@ -839,6 +900,47 @@ fn backing_first(steps: &[Step]) -> Vec<usize> {
         }
     }
     first
+}
+
+/// The write-backs of `steps` not in `first` (see [`backing_first`]) that depend only on
+/// earlier cache writes from the client's buffer (`WriteSsd`, whose buffer range no step
+/// fills): the plan evicts a line it has just written. Their bytes are known before any
+/// cache write ([`CacheVolume::write_back_overlaid`]), so they run in the first phase too.
+/// A write-back depending on anything else (a population, a backing step of the second
+/// phase, another write-back) stays in the second phase.
+fn overlaid_write_backs(steps: &[Step], first: &[usize]) -> Vec<usize> {
+    let filled = |b: u64, l: u64| {
+        steps.iter().any(|s| match *s {
+            Step::ReadSsd { buf: x, len: m, .. } | Step::ReadHdd { buf: x, len: m, .. } => {
+                x < b + l && b < x + m
+            }
+            _ => false,
+        })
+    };
+    let mut out = Vec::new();
+    for (j, s) in steps.iter().enumerate() {
+        if !matches!(s, Step::WriteBack { .. }) || first.binary_search(&j).is_ok() {
+            continue;
+        }
+        let mut on_own_write = false;
+        let ok = steps[..j].iter().enumerate().all(|(i, t)| {
+            if first.binary_search(&i).is_ok() || !depends(t, s) {
+                // Phase-1 steps run before it (in order); the rest do not touch its ranges.
+                return true;
+            }
+            match *t {
+                Step::WriteSsd { buf: b, len: m, .. } if !filled(b, m) => {
+                    on_own_write = true;
+                    true
+                }
+                _ => false,
+            }
+        });
+        if ok && on_own_write {
+            out.push(j);
+        }
+    }
+    out
 }
 
 /// Counts a foreground plan with backing steps in `CacheVolume::fg_backing` while it lives.

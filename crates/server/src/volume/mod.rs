@@ -632,6 +632,9 @@ pub struct VolumeStats {
     pub unlocked_writebacks: u64,
     pub writeback_waits: u64,
     pub writeback_yields: u64,
+    /// Merged write-back groups taken out of an unlocked pass by a request before their I/O
+    /// began (their lines stay dirty for a later pass).
+    pub writeback_groups_dropped: u64,
     /// Background cleaning passes that panicked (each failed as a failed write-back does).
     pub cleaner_panics: u64,
 }

@@ -111,6 +111,10 @@ impl CacheVolume {
             unlocked_writebacks: self.metrics.unlocked_writebacks.load(Ordering::Relaxed),
             writeback_waits: self.metrics.writeback_waits.load(Ordering::Relaxed),
             writeback_yields: self.metrics.writeback_yields.load(Ordering::Relaxed),
+            writeback_groups_dropped: self
+                .metrics
+                .writeback_groups_dropped
+                .load(Ordering::Relaxed),
             cleaner_panics: self.metrics.cleaner_panics.load(Ordering::Relaxed),
         }
     }
