@@ -165,6 +165,14 @@ fn two_volumes_share_one_cache_and_never_cross() {
             "after a flush, volume {name}'s backing file holds what its export reads"
         );
     }
+    // `ctl detach` detaches every volume, b's own mode included: nothing stays dirty.
+    srv.ctl(&["detach"]);
+    let st = srv.stats();
+    for name in ["a", "b"] {
+        let v = volume(&st, name);
+        assert_eq!(v["mode"], "pass-through", "{v}");
+        assert_eq!(v["dirty_lines"], 0, "{v}");
+    }
     srv.stop("-TERM");
 }
 
