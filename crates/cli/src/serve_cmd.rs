@@ -14,6 +14,7 @@ use tiercache_server::control::{self, Command};
 use tiercache_server::dashboard;
 use tiercache_server::state_file;
 use tiercache_server::tuning::Tuning;
+use tiercache_server::volume_set::{VolumeSet, VolumeSpec};
 use tiercache_server::LiveVolume;
 use tiercache_server::{
     BlockDev, DirectRun, EmulatedHdd, FileDev, FormatError, FormatOptions, FormatSpec, Formatted,
@@ -95,6 +96,15 @@ pub struct ServeArgs {
     /// nbd+unix:///NAME?socket=PATH) to cache a remote volume locally.
     #[arg(long)]
     backing: Option<PathBuf>,
+    /// Several volumes sharing the cache: NAME=BACKING (repeat it), each exported under its
+    /// NAME (`nbdinfo --list`), instead of --backing. Direct layout. In the config file:
+    /// `[[volume]]` tables with `name` and `backing`.
+    #[arg(long, value_name = "NAME=BACKING")]
+    #[serde(deserialize_with = "volume_entries")]
+    volume: Vec<String>,
+    /// A volume's own mode: NAME=MODE (repeat it; NAME of a --volume), as `sim --volume-mode`.
+    #[arg(long, value_name = "NAME=MODE")]
+    volume_mode: Vec<String>,
     /// Serve NBD on this unix socket (mode 0600: only the server's user may connect).
     #[arg(long)]
     socket: Option<PathBuf>,
@@ -329,6 +339,13 @@ server's user only) whatever the umask; `--socket-group GROUP` lets a group use 
 (0660). The control socket answers only the server's uid and root (checked by SO_PEERCRED).
 `--format-if-needed` formats only a file it creates or a device whose first MiB is zeros.
 
+Several volumes sharing one cache (one pool of lines, one cleaner; direct layout):
+  tiercache serve --cache cache.img --volume db=/dev/sdb --volume logs=/dev/sdc \
+      --volume-mode logs=write-through --mode write-back --socket /run/tiercache.sock ...
+  nbdinfo --list 'nbd+unix:///?socket=/run/tiercache.sock'    # exports db and logs
+Each volume's backing device is recorded in the cache (checked at every start, by name); a
+volume left out of a later start is refused if the cache holds dirty data of it.
+
 Config file (same keys as the flags):
   cache = \"/var/lib/tiercache/cache.img\"
   backing = \"/dev/sdb\"
@@ -338,6 +355,10 @@ Config file (same keys as the flags):
   metrics = \"127.0.0.1:9477\"
   http = \"127.0.0.1:9478\"          # live dashboard: http://127.0.0.1:9478/
   seq_cutoff = \"1m\"           # engine settings as `tiercache sim` takes them
+  # instead of `backing`, several volumes:
+  # [[volume]]
+  # name = \"db\"
+  # backing = \"/dev/sdb\"
 
 Live tuning (stored with the cache, so a restart keeps them):
   tiercache ctl --control /run/tiercache/control.sock set admission nhit:2:0
@@ -458,6 +479,62 @@ macro_rules! say {
         use std::io::Write as _;
         let _ = writeln!(std::io::stderr(), $($t)*);
     }};
+}
+
+/// `volume` in a config file: `"NAME=BACKING"` strings or `[[volume]]` tables (`name`,
+/// `backing`).
+fn volume_entries<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Table {
+        name: String,
+        backing: String,
+    }
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Entry {
+        Flag(String),
+        Table(Table),
+    }
+    Ok(Vec::<Entry>::deserialize(d)?
+        .into_iter()
+        .map(|e| match e {
+            Entry::Flag(s) => s,
+            Entry::Table(t) => format!("{}={}", t.name, t.backing),
+        })
+        .collect())
+}
+
+/// `--volume NAME=BACKING` and `--volume-mode NAME=MODE`: (name, path, mode), names checked
+/// and unique, every mode's name a volume's.
+fn volume_args(a: &ServeArgs) -> Result<Vec<(String, PathBuf, Option<Mode>)>> {
+    let mut out: Vec<(String, PathBuf, Option<Mode>)> = Vec::new();
+    for v in &a.volume {
+        let Some((name, path)) = v.split_once('=') else {
+            bail!("--volume {v:?}: give NAME=BACKING (e.g. --volume db=/dev/sdb)");
+        };
+        tiercache_server::volume_set::check_name(name).map_err(|e| anyhow!("--volume {v}: {e}"))?;
+        if out.iter().any(|o| o.0 == name) {
+            bail!("--volume {name}: given twice");
+        }
+        out.push((name.to_string(), PathBuf::from(path), None));
+    }
+    for m in &a.volume_mode {
+        let Some((name, mode)) = m.split_once('=') else {
+            bail!("--volume-mode {m:?}: give NAME=MODE (e.g. --volume-mode logs=write-through)");
+        };
+        let Some(o) = out.iter_mut().find(|o| o.0 == name) else {
+            bail!(
+                "--volume-mode {m}: no --volume named {name:?} (volumes: {})",
+                out.iter()
+                    .map(|o| o.0.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+        };
+        o.2 = Some(mode_arg(mode).with_context(|| format!("--volume-mode {m}"))?);
+    }
+    Ok(out)
 }
 
 /// The backing device: a file, a block device, or an NBD export (`nbd://HOST[:PORT]/NAME`,
@@ -1041,10 +1118,21 @@ pub fn serve(a: ServeArgs) -> Result<()> {
         .cache
         .clone()
         .ok_or_else(|| anyhow!("--cache PATH is required (or `cache` in --config)"))?;
-    let backing_path = a
-        .backing
-        .clone()
-        .ok_or_else(|| anyhow!("--backing PATH is required (or `backing` in --config)"))?;
+    let vol_args = volume_args(&a)?;
+    if !vol_args.is_empty() && a.backing.is_some() {
+        bail!("give either --backing (one volume) or --volume NAME=BACKING (several), not both");
+    }
+    if vol_args.is_empty() && !a.volume_mode.is_empty() {
+        bail!("--volume-mode sets the mode of a --volume; with --backing use --mode");
+    }
+    let backing_path = match vol_args.first() {
+        Some(v) => v.1.clone(),
+        None => a.backing.clone().ok_or_else(|| {
+            anyhow!(
+                "--backing PATH is required (or `backing` in --config, or --volume NAME=BACKING)"
+            )
+        })?,
+    };
     if a.socket.is_none() == a.listen.is_none() {
         bail!("give exactly one of --socket PATH and --listen ADDR:PORT");
     }
@@ -1109,17 +1197,31 @@ pub fn serve(a: ServeArgs) -> Result<()> {
                 .map_err(|e| anyhow!("--device-timeout {s}: {e} (give seconds, 0 for none)"))?,
         ),
     };
-    let backing_file = open_backing(&backing_path, device_timeout)?;
-    let backing: Box<dyn BlockDev> = match &a.emulate_hdd {
-        Some(spec) => {
-            let cfg = tiercache_server::hdd_config(spec).map_err(|e| anyhow!(e))?;
-            say!("backing device emulates HDD {spec} ({} rpm)", cfg.rpm);
-            Box::new(
-                EmulatedHdd::new(backing_file, cfg)
-                    .map_err(|e| anyhow!("--emulate-hdd {spec}: {e}"))?,
-            )
-        }
-        None => Box::new(backing_file),
+    let open_one = |path: &Path| -> Result<Box<dyn BlockDev>> {
+        let backing_file = open_backing(path, device_timeout)?;
+        Ok(match &a.emulate_hdd {
+            Some(spec) => {
+                let cfg = tiercache_server::hdd_config(spec).map_err(|e| anyhow!(e))?;
+                say!("backing device emulates HDD {spec} ({} rpm)", cfg.rpm);
+                Box::new(
+                    EmulatedHdd::new(backing_file, cfg)
+                        .map_err(|e| anyhow!("--emulate-hdd {spec}: {e}"))?,
+                )
+            }
+            None => Box::new(backing_file),
+        })
+    };
+    // Several volumes: each device opened now, put together (ids from the cache's volume
+    // table) once the cache device is read.
+    let mut vol_devs: Vec<(String, Box<dyn BlockDev>, Option<Mode>)> = Vec::new();
+    for (name, path, mode) in &vol_args {
+        let d = open_one(path).with_context(|| format!("--volume {name}"))?;
+        vol_devs.push((name.clone(), d, *mode));
+    }
+    let single = if vol_devs.is_empty() {
+        Some(open_one(&backing_path)?)
+    } else {
+        None
     };
     // The class flags are checked before a cache file is created or formatted: a start they
     // refuse must leave nothing behind (a formatted file would fix the cache size for the
@@ -1190,6 +1292,37 @@ pub fn serve(a: ServeArgs) -> Result<()> {
         };
         formatted_size_matches(&cache_path, given, bytes, direct, log)?;
     }
+    let (backing, vol_specs) = match single {
+        Some(b) => (b, Vec::new()),
+        None => {
+            let table = match &found {
+                Found::Direct(sb) => sb.volumes.clone(),
+                _ => Vec::new(),
+            };
+            let names: Vec<String> = vol_devs.iter().map(|v| v.0.clone()).collect();
+            let ids = tiercache_server::volume_set::assign_ids(&table, &names);
+            let specs: Vec<VolumeSpec> = vol_devs
+                .iter()
+                .zip(&ids)
+                .map(|((name, d, mode), &id)| VolumeSpec {
+                    id,
+                    name: name.clone(),
+                    size: d.size(),
+                    identity: d.identity(),
+                    mode: *mode,
+                })
+                .collect();
+            let set = VolumeSet::new(
+                vol_devs
+                    .into_iter()
+                    .zip(&ids)
+                    .map(|((name, d, _), &id)| (id, name, d))
+                    .collect(),
+            )
+            .map_err(|e| anyhow!("--volume {e}"))?;
+            (Box::new(set) as Box<dyn BlockDev>, specs)
+        }
+    };
     if blank {
         // The layout asked for (--layout), on a device that holds nothing.
         let paths = (cache_path.as_path(), backing_path.as_path());
@@ -1268,6 +1401,7 @@ pub fn serve(a: ServeArgs) -> Result<()> {
                 .transpose()?
                 .unwrap_or(0),
             ram_policy: a.ram_policy.clone(),
+            volumes: vol_specs,
         },
         direct_only,
         log: log_given,
@@ -1397,7 +1531,7 @@ pub(crate) fn run_live(vol: Arc<dyn LiveVolume>, p: LiveServe) -> Result<()> {
         say!("dashboard on http://{local}/");
     }
     let served = serve_until_signal(
-        Arc::clone(&vol) as Arc<dyn tiercache_nbd::Export>,
+        tiercache_server::live::exports(&vol),
         p.nbd,
         p.socket,
         p.socket_group,
@@ -1459,16 +1593,21 @@ pub(crate) fn say_shutdown(
     }
 }
 
-/// Serves `export` as NBD export "tiercache" on the unix socket or TCP address until SIGTERM
-/// or SIGINT; returns how serving ended (the caller then shuts its volume down).
+/// Serves `exports` (NBD export "tiercache", or one per volume under its name) on the unix
+/// socket or TCP address until SIGTERM or SIGINT; returns how serving ended (the caller then
+/// shuts its volume down).
 pub(crate) fn serve_until_signal(
-    export: Arc<dyn tiercache_nbd::Export>,
+    exports: Vec<(String, Arc<dyn tiercache_nbd::Export>)>,
     opts: tiercache_nbd::ServerOptions,
     socket: Option<&std::path::Path>,
     socket_group: Option<u32>,
     listen: Option<SocketAddr>,
 ) -> Result<()> {
-    let server = Server::new(vec![("tiercache".into(), export)]).with_options(opts);
+    if exports.len() > 1 || exports.first().is_some_and(|e| e.0 != "tiercache") {
+        let names: Vec<&str> = exports.iter().map(|e| e.0.as_str()).collect();
+        say!("NBD exports: {}", names.join(", "));
+    }
+    let server = Server::new(exports).with_options(opts);
     let stop = server.shutdown_handle();
     let mut signals = signal_hook::iterator::Signals::new([
         signal_hook::consts::SIGTERM,
@@ -1970,19 +2109,53 @@ mod tests {
     /// (a fraction before an integer, which an `f64` field would echo as `7.0`).
     fn sample(key: &str) -> serde_json::Value {
         use serde_json::json;
-        [json!("7k"), json!(0.7), json!(7), json!(true)]
-            .into_iter()
-            .find(|v| {
-                let one = serde_json::Map::from_iter([(key.to_string(), v.clone())]);
-                serde_json::from_value::<ServeArgs>(serde_json::Value::Object(one)).is_ok()
-            })
-            .unwrap_or_else(|| panic!("config key {key}: no value deserialises into it"))
+        [
+            json!("7k"),
+            json!(0.7),
+            json!(7),
+            json!(true),
+            json!(["7k"]),
+        ]
+        .into_iter()
+        .find(|v| {
+            let one = serde_json::Map::from_iter([(key.to_string(), v.clone())]);
+            serde_json::from_value::<ServeArgs>(serde_json::Value::Object(one)).is_ok()
+        })
+        .unwrap_or_else(|| panic!("config key {key}: no value deserialises into it"))
     }
 
     /// Fails when a flag is added to `ServeArgs` and the config file cannot set it or the
     /// merge of flags over the file drops it: every key, named from the flags themselves, is
     /// set once in the file and once as a flag, and must land both times; and the file's keys
     /// are exactly the flags' (one list, from clap).
+    /// `[[volume]]` tables and `"NAME=BACKING"` strings both give volumes; flags over them.
+    #[test]
+    fn config_volumes_as_tables_or_strings() {
+        let t: ServeArgs = toml::from_str(
+            "cache = \"c.img\"\nvolume_mode = [\"b=write-through\"]\n[[volume]]\nname = \"a\"\nbacking = \"/dev/sdb\"\n[[volume]]\nname = \"b\"\nbacking = \"b.img\"\n",
+        )
+        .unwrap();
+        assert_eq!(t.volume, vec!["a=/dev/sdb", "b=b.img"]);
+        let v = volume_args(&t).unwrap();
+        assert_eq!(v[1].2, Some(Mode::WriteThrough));
+        let s: ServeArgs = toml::from_str("volume = [\"x=y\"]").unwrap();
+        assert_eq!(s.volume, vec!["x=y"]);
+        assert!(toml::from_str::<ServeArgs>("[[volume]]\nname = \"a\"\nbackin = \"x\"\n").is_err());
+        let bad = |vol: &[&str], modes: &[&str]| {
+            let a = ServeArgs {
+                volume: vol.iter().map(|s| s.to_string()).collect(),
+                volume_mode: modes.iter().map(|s| s.to_string()).collect(),
+                ..Default::default()
+            };
+            format!("{:#}", volume_args(&a).unwrap_err())
+        };
+        assert!(bad(&["a"], &[]).contains("NAME=BACKING"));
+        assert!(bad(&["a=x", "a=y"], &[]).contains("given twice"));
+        assert!(bad(&["a b=x"], &[]).contains("volume name"));
+        assert!(bad(&["a=x"], &["c=wb"]).contains("no --volume named \"c\""));
+        assert!(bad(&["a=x"], &["a=fast"]).contains("--volume-mode a=fast"));
+    }
+
     #[test]
     fn merge_carries_every_config_key() {
         let keys = config_keys();

@@ -298,6 +298,10 @@ pub struct VolumeConfig {
     pub admission: Option<Admission>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub seq_cutoff: Option<SeqCutoff>,
+    /// The volume's size in bytes (a live volume's backing device): group population and
+    /// chunk rewrites of its lines stop at its end. None: [`EngineConfig::volume_bytes`].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bytes: Option<u64>,
 }
 
 impl VolumeConfig {

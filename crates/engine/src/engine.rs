@@ -434,6 +434,22 @@ impl Engine {
         }
     }
 
+    /// Size in bytes of `volume`: its own (`VolumeConfig::bytes`), else the engine-wide
+    /// `volume_bytes`. Population and chunk rewrites never pass it.
+    #[inline]
+    fn volume_end(&self, volume: u32) -> Option<u64> {
+        if self.per_volume {
+            if let Some(b) = self
+                .vol_ix
+                .get(&volume)
+                .and_then(|&i| self.vols[i as usize].cfg.bytes)
+            {
+                return Some(b);
+            }
+        }
+        self.cfg.volume_bytes
+    }
+
     /// Index of `volume` in `vols`, adding it (engine-wide settings, named by its id).
     fn volume_index(&mut self, volume: u32) -> usize {
         if let Some(&i) = self.vol_ix.get(&volume) {
@@ -1840,7 +1856,7 @@ impl Engine {
         let ci = req.class as usize;
         let g_first = group << self.group_lines_shift;
         let mut g_last = g_first + (1 << self.group_lines_shift) - 1;
-        if let Some(vb) = self.cfg.volume_bytes {
+        if let Some(vb) = self.volume_end(req.volume) {
             let max_line = vb.div_ceil(self.cfg.line_size).saturating_sub(1);
             g_last = g_last.min(max_line);
         }
@@ -2586,7 +2602,7 @@ impl Engine {
         // volume always knows it; the simulator's plans then equal the live volume's).
         let mut end = (key & !(chunk_lines - 1)) + chunk_lines;
         let vol_base = key & !((1 << LINE_BITS) - 1);
-        if let Some(vb) = self.cfg.volume_bytes {
+        if let Some(vb) = self.volume_end((key >> LINE_BITS) as u32) {
             end = end.min(vol_base + vb.div_ceil(1 << self.line_shift));
         }
         let (mut runs, mut lines, mut last) = (0, 0, None::<u64>);
@@ -2612,7 +2628,7 @@ impl Engine {
         let vol = (key >> LINE_BITS) as u32;
         let lmask = (1u64 << LINE_BITS) - 1;
         let ls = 1u64 << self.line_shift;
-        let vol_end = self.cfg.volume_bytes.unwrap_or(u64::MAX);
+        let vol_end = self.volume_end(vol).unwrap_or(u64::MAX);
         let (ss, full) = (self.sector_shift, self.full_mask);
         let mut cleaned = 0;
         for k in first..end {

@@ -260,3 +260,62 @@ proptest! {
         }
     }
 }
+
+/// A volume's own size (`VolumeConfig::bytes`, a live volume's backing device) bounds its
+/// group population and chunk rewrites; another volume keeps the engine-wide size.
+#[test]
+fn each_volume_is_bounded_by_its_own_size() {
+    let small = 3 * 4096; // 3 lines: the 16-line group of line 0 ends past it
+    let mut v1 = vol(1, None, None);
+    v1.bytes = Some(small);
+    let cfg = EngineConfig {
+        group_size: 64 << 10,
+        ..config(64, Mode::WriteBack, vec![vol(0, None, None), v1])
+    };
+    let mut e = Engine::new(cfg).unwrap();
+    let hdd_ends = |steps: &[tiercache_engine::Step], want: u32| -> Vec<u64> {
+        steps
+            .iter()
+            .filter_map(|s| match *s {
+                tiercache_engine::Step::Populate { vol, hdd, len, .. }
+                | tiercache_engine::Step::CopyHdd { vol, hdd, len }
+                | tiercache_engine::Step::WriteBack { vol, hdd, len, .. }
+                    if vol == want =>
+                {
+                    Some(hdd + len)
+                }
+                _ => None,
+            })
+            .collect()
+    };
+    let mut r = Request::read(0, 4096);
+    r.volume = 1;
+    let p1 = e.process(&r).unwrap().steps.clone();
+    let ends = hdd_ends(&p1, 1);
+    assert!(!ends.is_empty(), "the group is populated: {p1:?}");
+    assert!(
+        ends.iter().all(|&x| x <= small),
+        "volume 1 populated past its end: {p1:?}"
+    );
+    r.volume = 0;
+    let p0 = e.process(&r).unwrap().steps.clone();
+    assert_eq!(
+        hdd_ends(&p0, 0).into_iter().max(),
+        Some(64 << 10),
+        "volume 0 keeps the engine-wide size: {p0:?}"
+    );
+    // Chunk rewrites (4-line chunks): dirty lines 0 and 2 of volume 1 are rewritten with
+    // line 1, never a line at or past its end (line 3).
+    for l in [0u64, 2] {
+        let mut w = Request::write(l * 4096, 4096);
+        w.volume = 1;
+        e.process(&w).unwrap();
+    }
+    let steps = e.clean(64).steps.clone();
+    let ends = hdd_ends(&steps, 1);
+    assert!(!ends.is_empty(), "{steps:?}");
+    assert!(
+        ends.iter().all(|&x| x <= small),
+        "rewrite past the end: {steps:?}"
+    );
+}

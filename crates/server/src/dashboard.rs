@@ -88,6 +88,9 @@ impl<D: BlockDev> BlockDev for Counted<D> {
     fn identity(&self) -> Option<BackingIdentity> {
         self.inner.identity()
     }
+    fn region_end(&self, offset: u64) -> u64 {
+        self.inner.region_end(offset)
+    }
 }
 
 /// Cumulative counters of one class (or of the whole volume) at one instant.

@@ -25,6 +25,11 @@ pub trait BlockDev: Send + Sync {
     fn identity(&self) -> Option<BackingIdentity> {
         None
     }
+    /// End of the device region holding byte `offset`: the device's size, or for several
+    /// volumes as one device (`crate::volume_set`) the end of that volume.
+    fn region_end(&self, _offset: u64) -> u64 {
+        self.size()
+    }
 }
 
 /// A regular file or a block device.
@@ -173,6 +178,9 @@ impl<D: BlockDev> BlockDev for EmulatedHdd<D> {
     fn identity(&self) -> Option<BackingIdentity> {
         self.inner.identity()
     }
+    fn region_end(&self, offset: u64) -> u64 {
+        self.inner.region_end(offset)
+    }
 }
 
 impl BlockDev for Box<dyn BlockDev> {
@@ -190,6 +198,9 @@ impl BlockDev for Box<dyn BlockDev> {
     }
     fn identity(&self) -> Option<BackingIdentity> {
         (**self).identity()
+    }
+    fn region_end(&self, offset: u64) -> u64 {
+        (**self).region_end(offset)
     }
 }
 

@@ -37,6 +37,13 @@
 //! builds without the feature refuse a checksummed cache instead of writing data behind its
 //! checksums): byte 46 = 1, and the data checksum region (`crate::data_sums`) lies between
 //! the metadata area and `data_offset`.
+//!
+//! Version 5: a cache serving several volumes (`serve --volume NAME=BACKING`): the volume
+//! table ([`VolumeEntry`]: id, name, size, backing identity) at bytes 1024..4092, with its
+//! own magic, version and crc32c (see [`VOLUME_TABLE_AT`]); byte 46 still says data
+//! checksums and byte 112 says lost ranges are listed (what version 4 says for the others).
+//! Builds before it refuse the cache: they would serve only volume 0 and ignore the other
+//! volumes' dirty lines. A one-volume cache (`--backing`) has no table and stays version 2/3/4.
 
 use crate::identity::{BackingIdentity, ID_BYTES};
 use std::io;
@@ -50,6 +57,20 @@ pub const VERSION_SUMS: u32 = 3;
 /// list and would serve the backing device's older bytes in those ranges: they refuse the
 /// version. Back to [`VERSION`] or [`VERSION_SUMS`] once the list is empty again.
 pub const VERSION_LOST: u32 = 4;
+/// Version of a superblock with a volume table (several volumes; see the module doc).
+pub const VERSION_VOLUMES: u32 = 5;
+/// Where the volume table starts (sector 2; sector 0 holds the fields, 1 the settings).
+pub const VOLUME_TABLE_AT: usize = 1024;
+const VOLUME_TABLE_MAGIC: &[u8; 8] = b"TCVOLTAB";
+const VOLUME_TABLE_VERSION: u32 = 1;
+/// Bytes of a volume's name in the table (an NBD export name).
+pub const VOLUME_NAME_BYTES: usize = 32;
+/// `id u32 | pad u32 | size u64 | name [32] | identity [ID_BYTES]`.
+const VOLUME_ENTRY_BYTES: usize = 16 + VOLUME_NAME_BYTES + ID_BYTES;
+/// Volumes the table holds (what fits the superblock's 4 KiB).
+pub const MAX_TABLE_VOLUMES: usize = (4092 - VOLUME_TABLE_AT - 16 - 4) / VOLUME_ENTRY_BYTES;
+/// Byte of a version-5 superblock saying lost ranges are listed.
+const VOLUMES_LOST_AT: usize = 112;
 /// Oldest on-disk version this build opens (1: no backing identity, no in-flux flags), and
 /// upgrades to [`VERSION`] when it opens it.
 pub const MIN_VERSION: u32 = 1;
@@ -80,8 +101,10 @@ pub enum FormatError {
     BadMagic,
     #[error("superblock checksum mismatch (stored {stored:#010x}, computed {computed:#010x}): the superblock is corrupted")]
     BadSuperblockChecksum { stored: u32, computed: u32 },
-    #[error("on-disk format version {0} is not supported (this build reads versions {MIN_VERSION} to {VERSION_LOST})")]
+    #[error("on-disk format version {0} is not supported (this build reads versions {MIN_VERSION} to {VERSION_VOLUMES})")]
     BadVersion(u32),
+    #[error("volume {volume}: {why}")]
+    Volume { volume: String, why: String },
     #[error("superblock field {field} is invalid: {why}")]
     BadField { field: &'static str, why: String },
     #[error("metadata record of slot {slot} (byte {offset}) has a bad checksum, but the cache was shut down cleanly: the metadata is corrupted. The server does not start on it: run `tiercache check --repair` on the cache device (the server stopped) to drop the bad record(s) and list what is lost")]
@@ -138,6 +161,89 @@ pub struct Superblock {
     /// The lost-range list holds ranges: written as [`VERSION_LOST`] so that builds that
     /// do not honour the list refuse the cache.
     pub lost_pending: bool,
+    /// The volume table (version 5): empty for a one-volume cache (`--backing`), whose one
+    /// volume is id 0 with `backing` and `backing_size`.
+    pub volumes: Vec<VolumeEntry>,
+}
+
+/// One volume of a cache serving several (`serve --volume NAME=BACKING`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct VolumeEntry {
+    /// The volume's id: its lines' keys are `id << 48 | line`.
+    pub id: u32,
+    /// Its NBD export name.
+    pub name: String,
+    /// Its backing device's size in bytes.
+    pub size: u64,
+    /// Its backing device's identity, checked at every open.
+    pub identity: BackingIdentity,
+}
+
+fn encode_volumes(v: &[VolumeEntry], b: &mut [u8]) {
+    assert!(v.len() <= MAX_TABLE_VOLUMES, "volume table too long");
+    let t = &mut b[VOLUME_TABLE_AT..4092];
+    t[0..8].copy_from_slice(VOLUME_TABLE_MAGIC);
+    t[8..12].copy_from_slice(&VOLUME_TABLE_VERSION.to_le_bytes());
+    t[12..16].copy_from_slice(&(v.len() as u32).to_le_bytes());
+    for (i, e) in v.iter().enumerate() {
+        let o = 16 + i * VOLUME_ENTRY_BYTES;
+        let x = &mut t[o..o + VOLUME_ENTRY_BYTES];
+        x[0..4].copy_from_slice(&e.id.to_le_bytes());
+        x[8..16].copy_from_slice(&e.size.to_le_bytes());
+        put_str(&mut x[16..16 + VOLUME_NAME_BYTES], &e.name);
+        e.identity.encode_into(&mut x[16 + VOLUME_NAME_BYTES..]);
+    }
+    let end = 16 + v.len() * VOLUME_ENTRY_BYTES;
+    let crc = crc32c::crc32c(&t[..end]);
+    t[end..end + 4].copy_from_slice(&crc.to_le_bytes());
+}
+
+fn decode_volumes(b: &[u8]) -> Result<Vec<VolumeEntry>, String> {
+    let t = &b[VOLUME_TABLE_AT..4092];
+    if &t[0..8] != VOLUME_TABLE_MAGIC {
+        return Err("no volume table (bad magic) in a version 5 superblock".into());
+    }
+    let ver = u32::from_le_bytes(t[8..12].try_into().unwrap());
+    if ver != VOLUME_TABLE_VERSION {
+        return Err(format!(
+            "volume table version {ver} is not supported (this build reads {VOLUME_TABLE_VERSION})"
+        ));
+    }
+    let n = u32::from_le_bytes(t[12..16].try_into().unwrap()) as usize;
+    if n == 0 || n > MAX_TABLE_VOLUMES {
+        return Err(format!(
+            "{n} volumes (1 to {MAX_TABLE_VOLUMES} fit the table)"
+        ));
+    }
+    let end = 16 + n * VOLUME_ENTRY_BYTES;
+    let stored = u32::from_le_bytes(t[end..end + 4].try_into().unwrap());
+    let computed = crc32c::crc32c(&t[..end]);
+    if stored != computed {
+        return Err(format!(
+            "volume table checksum mismatch (stored {stored:#010x}, computed {computed:#010x})"
+        ));
+    }
+    let mut out: Vec<VolumeEntry> = Vec::with_capacity(n);
+    for i in 0..n {
+        let x = &t[16 + i * VOLUME_ENTRY_BYTES..16 + (i + 1) * VOLUME_ENTRY_BYTES];
+        let e = VolumeEntry {
+            id: u32::from_le_bytes(x[0..4].try_into().unwrap()),
+            size: u64::from_le_bytes(x[8..16].try_into().unwrap()),
+            name: get_str(&x[16..16 + VOLUME_NAME_BYTES]),
+            identity: BackingIdentity::decode_from(&x[16 + VOLUME_NAME_BYTES..])
+                .map_err(|why| format!("entry {i}: {why}"))?,
+        };
+        if e.id > tiercache_engine::engine::MAX_VOLUME
+            || out.iter().any(|o| o.id == e.id || o.name == e.name)
+        {
+            return Err(format!(
+                "entry {i} (volume {:?}, id {}) repeats an id or a name, or its id is out of range",
+                e.name, e.id
+            ));
+        }
+        out.push(e);
+    }
+    Ok(out)
 }
 
 impl Superblock {
@@ -204,7 +310,9 @@ impl Superblock {
 
     /// The version this superblock is written as.
     pub fn current_version(&self) -> u32 {
-        if self.lost_pending {
+        if !self.volumes.is_empty() {
+            VERSION_VOLUMES
+        } else if self.lost_pending {
             VERSION_LOST
         } else if self.data_checksums {
             VERSION_SUMS
@@ -238,6 +346,10 @@ impl Superblock {
         if let Some(t) = &self.tuning {
             t.encode_into(&mut b[crate::tuning::AT..]);
         }
+        if self.version == VERSION_VOLUMES {
+            b[VOLUMES_LOST_AT] = self.lost_pending as u8;
+            encode_volumes(&self.volumes, &mut b);
+        }
         // Every field sits in the first 512-byte sector, with its own checksum at 508: a
         // rewrite torn between sectors still leaves a whole old or new superblock there.
         let crc0 = crc32c::crc32c(&b[..SECTOR0_CRC]);
@@ -261,7 +373,7 @@ impl Superblock {
         }
         let u64at = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap());
         let version = u32::from_le_bytes(b[8..12].try_into().unwrap());
-        if !(MIN_VERSION..=VERSION_LOST).contains(&version) {
+        if !(MIN_VERSION..=VERSION_VOLUMES).contains(&version) {
             return Err(FormatError::BadVersion(version));
         }
         let backing = BackingIdentity::decode_from(&b[BACKING_ID_AT..BACKING_ID_AT + ID_BYTES])
@@ -281,7 +393,16 @@ impl Superblock {
             data_offset: u64at(64),
             data_checksums: version >= VERSION_SUMS && b[46] == 1,
             lost_list: b[crate::lost_list::SB_FLAG_AT] == 1,
-            lost_pending: version == VERSION_LOST,
+            lost_pending: version == VERSION_LOST
+                || (version == VERSION_VOLUMES && b[VOLUMES_LOST_AT] == 1),
+            volumes: if version == VERSION_VOLUMES {
+                decode_volumes(b).map_err(|why| FormatError::BadField {
+                    field: "volume table",
+                    why,
+                })?
+            } else {
+                Vec::new()
+            },
             policy: get_str(&b[80..80 + POLICY_BYTES]),
             backing,
             tuning: crate::tuning::Tuning::decode(&b[crate::tuning::AT..]).unwrap_or_else(|e| {
@@ -452,7 +573,51 @@ mod tests {
             data_checksums: false,
             lost_list: true,
             lost_pending: false,
+            volumes: Vec::new(),
         }
+    }
+
+    #[test]
+    fn volume_table_is_version_5_and_checked() {
+        let vols: Vec<VolumeEntry> = (0..MAX_TABLE_VOLUMES as u32)
+            .map(|i| VolumeEntry {
+                id: i * 3,
+                name: format!("vol-{i}"),
+                size: (i as u64 + 1) << 30,
+                identity: BackingIdentity::nbd(&format!("nbd://host/disk{i}")),
+            })
+            .collect();
+        const { assert!(MAX_TABLE_VOLUMES >= 6) };
+        for (sums, lost) in [(false, false), (true, false), (false, true), (true, true)] {
+            let mut s = Superblock {
+                data_checksums: sums,
+                data_offset: Superblock::data_offset_with(1000, 4096, sums),
+                lost_pending: lost,
+                volumes: vols.clone(),
+                ..sb()
+            };
+            s.version = s.current_version();
+            assert_eq!(s.version, VERSION_VOLUMES);
+            let b = s.encode();
+            assert_eq!(
+                Superblock::decode(&b).unwrap(),
+                s,
+                "sums {sums} lost {lost}"
+            );
+            // One flipped byte in the table (whole-block checksum fixed up): refused by name.
+            let mut c = b.clone();
+            c[VOLUME_TABLE_AT + 16 + 20] ^= 1;
+            let crc = crc32c::crc32c(&c[..4092]);
+            c[4092..].copy_from_slice(&crc.to_le_bytes());
+            let e = Superblock::decode(&c).unwrap_err().to_string();
+            assert!(e.contains("volume table checksum"), "{e}");
+        }
+        // Without a table: versions as before, no table bytes.
+        let s = sb();
+        assert_eq!(s.current_version(), VERSION);
+        assert!(s.encode()[VOLUME_TABLE_AT..VOLUME_TABLE_AT + 8]
+            .iter()
+            .all(|&x| x == 0));
     }
 
     #[test]

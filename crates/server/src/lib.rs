@@ -25,6 +25,7 @@ pub mod reduce;
 pub mod state_file;
 pub mod tuning;
 pub mod volume;
+pub mod volume_set;
 
 pub use dev::{hdd_config, BlockDev, EmulatedHdd, FileDev};
 pub use format::{FormatError, Superblock};

@@ -98,6 +98,88 @@ pub trait LiveVolume: Export + Send + Sync {
     /// Starts the volume's background work; the returned handle joins it (call after
     /// `shutdown`).
     fn start_background(self: Arc<Self>) -> Background;
+    /// The volumes served (`serve --volume NAME=BACKING`): name, id, size; empty: one volume,
+    /// exported as itself ([`exports`]).
+    fn volumes(&self) -> Vec<(String, u32, u64)> {
+        Vec::new()
+    }
+    /// A request of volume `vol` (of [`LiveVolume::volumes`]), from its [`VolumeExport`].
+    fn volume_io(&self, vol: u32, io: VolumeIo<'_>) -> io::Result<()> {
+        let _ = (vol, io);
+        Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            "this layout serves one volume",
+        ))
+    }
+}
+
+/// One request of a volume of several ([`LiveVolume::volume_io`]).
+pub enum VolumeIo<'a> {
+    Read(u64, &'a mut [u8]),
+    Write(u64, &'a [u8], bool),
+    Flush,
+    Trim(u64, u64),
+}
+
+/// The NBD export of one volume of several: its requests go to the shared cache stamped
+/// with the volume's id (`Request::volume`).
+pub struct VolumeExport {
+    live: Arc<dyn LiveVolume>,
+    id: u32,
+    size: u64,
+}
+
+impl Export for VolumeExport {
+    fn size(&self) -> u64 {
+        self.size
+    }
+    fn read(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
+        self.live.volume_io(self.id, VolumeIo::Read(offset, buf))
+    }
+    fn write(&self, offset: u64, data: &[u8], fua: bool) -> io::Result<()> {
+        self.live
+            .volume_io(self.id, VolumeIo::Write(offset, data, fua))
+    }
+    fn flush(&self) -> io::Result<()> {
+        self.live.volume_io(self.id, VolumeIo::Flush)
+    }
+    fn trim(&self, offset: u64, len: u64) -> io::Result<()> {
+        self.live.volume_io(self.id, VolumeIo::Trim(offset, len))
+    }
+    fn write_zeroes(&self, offset: u64, len: u64, fua: bool, _may_trim: bool) -> io::Result<()> {
+        const CHUNK: u64 = 1 << 20;
+        let zeroes = vec![0u8; CHUNK.min(len) as usize];
+        let mut done = 0;
+        while done < len {
+            let n = CHUNK.min(len - done);
+            let last = done + n == len;
+            self.write(offset + done, &zeroes[..n as usize], fua && last)?;
+            done += n;
+        }
+        Ok(())
+    }
+    fn block_sizes(&self) -> tiercache_nbd::BlockSizes {
+        self.live.block_sizes()
+    }
+}
+
+/// The NBD exports of a live volume: one per volume served, under its name; a one-volume
+/// cache is exported as `tiercache`.
+pub fn exports(live: &Arc<dyn LiveVolume>) -> Vec<(String, Arc<dyn Export>)> {
+    let vols = live.volumes();
+    if vols.is_empty() {
+        return vec![("tiercache".into(), Arc::clone(live) as Arc<dyn Export>)];
+    }
+    vols.into_iter()
+        .map(|(name, id, size)| {
+            let e = VolumeExport {
+                live: Arc::clone(live),
+                id,
+                size,
+            };
+            (name, Arc::new(e) as Arc<dyn Export>)
+        })
+        .collect()
 }
 
 /// The background threads of a volume ([`LiveVolume::start_background`]).
@@ -126,6 +208,9 @@ pub struct LiveStats {
     /// Segments, data reduction, journal and engine counters of the log layout; null for
     /// the direct layout.
     pub log: Option<LogVolumeStats>,
+    /// Per volume when the server serves several (`serve --volume`); absent otherwise.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub volumes: Vec<crate::volume::VolumeFigures>,
 }
 
 /// Times one client request into [`Metrics`] when dropped, and counts its bytes.
@@ -156,6 +241,15 @@ impl LiveVolume for CacheVolume {
     fn layout(&self) -> &'static str {
         "direct"
     }
+    fn volumes(&self) -> Vec<(String, u32, u64)> {
+        self.volume_specs()
+            .iter()
+            .map(|v| (v.name.clone(), v.id, v.size))
+            .collect()
+    }
+    fn volume_io(&self, vol: u32, io: VolumeIo<'_>) -> io::Result<()> {
+        CacheVolume::volume_io(self, vol, io)
+    }
     fn flush_dirty(&self) -> io::Result<()> {
         CacheVolume::flush_dirty(self)
     }
@@ -171,6 +265,7 @@ impl LiveVolume for CacheVolume {
             volume_name: self.volume_name(),
             volume: self.stats(),
             log: None,
+            volumes: self.volume_figures(),
         }
     }
     fn settings(&self) -> Vec<(&'static str, String)> {
@@ -230,6 +325,7 @@ impl LiveVolume for LogVolume {
             volume_name: self.volume_name(),
             volume: log_common(self, &s),
             log: Some(s),
+            volumes: Vec::new(),
         }
     }
     fn settings(&self) -> Vec<(&'static str, String)> {
@@ -477,7 +573,78 @@ pub fn prometheus(v: &dyn LiveVolume) -> String {
     if let Some(l) = &s.log {
         log_gauges(&mut o, l);
     }
+    volume_metrics(&mut o, &s.volumes);
     o
+}
+
+/// Per-volume figures (several volumes) as `tiercache_volume_*{volume="NAME"}`.
+fn volume_metrics(o: &mut String, vols: &[crate::volume::VolumeFigures]) {
+    if vols.is_empty() {
+        return;
+    }
+    type Get = fn(&crate::volume::VolumeFigures) -> u64;
+    let rows: [(&str, &str, &str, Get); 8] = [
+        (
+            "requests_total",
+            "counter",
+            "Client requests of the volume.",
+            |v| v.counters.requests,
+        ),
+        (
+            "line_hits_total",
+            "counter",
+            "Line accesses of the volume served from the cache.",
+            |v| v.counters.line_hits,
+        ),
+        (
+            "line_misses_total",
+            "counter",
+            "Line accesses of the volume not in the cache.",
+            |v| v.counters.line_misses,
+        ),
+        (
+            "hdd_read_bytes_total",
+            "counter",
+            "Bytes read from the volume's backing device.",
+            |v| v.counters.hdd_bytes_read,
+        ),
+        (
+            "hdd_write_bytes_total",
+            "counter",
+            "Bytes written to the volume's backing device.",
+            |v| v.counters.hdd_bytes_written,
+        ),
+        (
+            "write_backs_total",
+            "counter",
+            "Dirty lines of the volume written back.",
+            |v| v.counters.write_backs,
+        ),
+        (
+            "cached_lines",
+            "gauge",
+            "Lines of the volume in the cache.",
+            |v| v.cached_lines,
+        ),
+        (
+            "dirty_lines",
+            "gauge",
+            "Lines of the volume not yet on its backing device.",
+            |v| v.dirty_lines,
+        ),
+    ];
+    for (name, kind, help, get) in rows {
+        o.push_str(&format!(
+            "# HELP tiercache_volume_{name} {help}\n# TYPE tiercache_volume_{name} {kind}\n"
+        ));
+        for v in vols {
+            o.push_str(&format!(
+                "tiercache_volume_{name}{{volume=\"{}\"}} {}\n",
+                v.name,
+                get(v)
+            ));
+        }
+    }
 }
 
 /// The log layout's own figures as Prometheus gauges.

@@ -55,6 +55,9 @@ pub struct DirectRun<'a> {
     /// `--ram-cache` bytes (0: no RAM tier) and `--ram-policy`.
     pub ram_cache: u64,
     pub ram_policy: Option<String>,
+    /// `--volume NAME=BACKING` (several volumes; the backing device is their
+    /// `crate::volume_set::VolumeSet`); empty: one volume (`--backing`).
+    pub volumes: Vec<crate::volume_set::VolumeSpec>,
 }
 
 impl Default for DirectRun<'_> {
@@ -76,6 +79,7 @@ impl Default for DirectRun<'_> {
             writeback_target: None,
             ram_cache: 0,
             ram_policy: None,
+            volumes: Vec::new(),
         }
     }
 }
@@ -237,6 +241,7 @@ fn open_direct(
         tuning,
         ram_cache: d.ram_cache,
         ram_policy: d.ram_policy.clone(),
+        volumes: d.volumes.clone(),
     };
     say(&state_path_line(o.cache_name, opts.state_path.as_deref()));
     let (mut vol, rep) = CacheVolume::open(cache, backing, &opts)

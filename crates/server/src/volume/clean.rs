@@ -442,7 +442,7 @@ impl CacheVolume {
             return true;
         }
         let pinned: Vec<u32> = (first..=last)
-            .filter_map(|l| g.engine.lookup(Engine::line_key(0, l)))
+            .filter_map(|l| g.engine.lookup(Engine::line_key(req.volume, l)))
             .filter(|&s| g.engine.is_pinned(s))
             .collect();
         if pinned.is_empty() {
@@ -1019,7 +1019,11 @@ struct InFlight {
 impl InFlight {
     fn new(b: tiercache_engine::WbBatch<'_>) -> Self {
         InFlight {
-            steps: b.plan.steps.clone(),
+            steps: {
+                let mut s = b.plan.steps.clone();
+                to_backing(&mut s);
+                s
+            },
             ticket: b.ticket,
             slots: b.lines.iter().map(|l| l.slot).collect(),
         }

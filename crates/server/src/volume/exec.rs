@@ -33,7 +33,11 @@ impl CacheVolume {
             return self.run_direct(&mut g, req, data);
         }
         if req.op == Op::Read {
-            lost_check(&g.lost, req.offset, req.end())?;
+            lost_check(
+                &g.lost,
+                vaddr(req.volume, req.offset),
+                vaddr(req.volume, req.end()),
+            )?;
         }
         // Slots the request's lines hold now: an invalidation changes them without a step.
         let mut slots = std::mem::take(&mut g.slots);
@@ -48,7 +52,7 @@ impl CacheVolume {
                 all_slots = true;
             } else {
                 for l in first..=last {
-                    if let Some(s) = g.engine.lookup(Engine::line_key(0, l)) {
+                    if let Some(s) = g.engine.lookup(Engine::line_key(req.volume, l)) {
                         slots.push(s);
                     }
                 }
@@ -64,7 +68,8 @@ impl CacheVolume {
         self.block_reads_while_syncs_fail(&mut g);
         let plan = g.engine.process(req).map_err(ioerr)?;
         let (buf_start, buf_len) = (plan.buf_start, plan.buf_len);
-        let steps: Vec<Step> = plan.steps.clone();
+        let mut steps: Vec<Step> = plan.steps.clone();
+        to_backing(&mut steps);
         let at = req.offset.saturating_sub(buf_start) as usize;
         let hit = req.op == Op::Read
             && !steps.is_empty()
@@ -176,7 +181,11 @@ impl CacheVolume {
             out.copy_from_slice(&buf[at..at + out.len()]);
         } else if matches!(req.op, Op::Write | Op::Trim) && !g.lost.is_empty() {
             // Damaged dirty data (`crate::data_sums`) rewritten: readable again.
-            self.unlose(&mut g, req.offset, req.end());
+            self.unlose(
+                &mut g,
+                vaddr(req.volume, req.offset),
+                vaddr(req.volume, req.end()),
+            );
         }
         if req.op == Op::Flush || req.fua {
             self.flush_locked(&mut g)?;
@@ -273,7 +282,7 @@ impl CacheVolume {
         let ss = g.engine.sector_size();
         for &x in &m.sectors {
             let k = (x % ls) / ss;
-            let vol = ((key & LINE_MASK) << self.line_shift) + k * ss;
+            let vol = key_addr(key, self.line_shift) + k * ss;
             if dirty >> k & 1 == 1 {
                 tracing::error!(
                     "data checksum mismatch in DIRTY data: cache slot {slot} (cache byte {}), volume bytes {vol}..{}: the sector is damaged and lost (never written to the backing device); reads of it fail with EIO until it is written again",
@@ -559,7 +568,7 @@ impl CacheVolume {
                 // last good sync: if that sync failed, only its cached copy would hold them.
                 let at = s as usize * RECORD_BYTES as usize;
                 Record::decode(&g.mem[at..at + RECORD_BYTES as usize]).is_some_and(|r| {
-                    let a = (r.key & LINE_MASK) << ls;
+                    let a = key_addr(r.key, ls);
                     r.key != EMPTY_KEY
                         && now != Some(r.key)
                         && g.unsynced_overlaps(a, a + (1 << ls))
@@ -584,8 +593,9 @@ impl CacheVolume {
             if len == 0 || g.unsynced_overlaps(hdd, hdd + len) {
                 continue;
             }
-            for line in hdd >> ls..=(hdd + len - 1) >> ls {
-                let key = Engine::line_key(0, line);
+            let base0 = hdd & !VOL_MASK;
+            for line in (hdd & VOL_MASK) >> ls..=((hdd + len - 1) & VOL_MASK) >> ls {
+                let key = Engine::line_key(vol_of(hdd), line);
                 let new = g.engine.lookup(key).is_some_and(|s| {
                     let at = s as usize * RECORD_BYTES as usize;
                     g.in_plan.contains(&s)
@@ -593,7 +603,7 @@ impl CacheVolume {
                             .is_none_or(|r| r.key != key)
                 });
                 if new {
-                    let base = line << ls;
+                    let base = base0 | line << ls;
                     fresh.push((hdd.max(base), (hdd + len).min(base + (1 << ls))));
                 }
             }

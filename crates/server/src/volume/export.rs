@@ -71,6 +71,39 @@ impl Export for CacheVolume {
 }
 
 impl CacheVolume {
+    /// A request of volume `vol` of several (`serve --volume`; `crate::live::VolumeExport`):
+    /// as the one-volume export's, stamped with the volume. The RAM tier and the content
+    /// classifier are refused with several volumes at open, so neither is consulted here.
+    pub fn volume_io(&self, vol: u32, io: crate::live::VolumeIo<'_>) -> io::Result<()> {
+        use crate::live::VolumeIo;
+        debug_assert!(self.ram.is_none() && self.classifier.is_none());
+        if !self.volumes.iter().any(|v| v.id == vol) {
+            return Err(io::Error::new(
+                io::ErrorKind::NotFound,
+                format!("volume id {vol} is not served"),
+            ));
+        }
+        let stamp = |mut r: Request| {
+            r.volume = vol;
+            r
+        };
+        match io {
+            VolumeIo::Read(offset, buf) => {
+                let req = stamp(Request::read(offset, buf.len() as u64));
+                self.timed(false, || self.run(&req, Data::Read(buf)))
+            }
+            VolumeIo::Write(offset, data, fua) => {
+                let mut req = stamp(Request::write(offset, data.len() as u64));
+                req.fua = fua;
+                self.timed(true, || self.run(&req, Data::Write(data)))
+            }
+            VolumeIo::Flush => self.run(&stamp(Request::new(0, Op::Flush, 0, 0)), Data::None),
+            VolumeIo::Trim(offset, len) => {
+                self.run(&stamp(Request::new(0, Op::Trim, offset, len)), Data::None)
+            }
+        }
+    }
+
     /// A write or trim (write-zeroes is written): its lines leave the RAM tier before it
     /// runs and again after (succeeded or not), so a read that filled RAM while it ran does
     /// not leave the old bytes there (`tiercache_engine::ram_tier`).

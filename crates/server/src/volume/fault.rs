@@ -209,14 +209,15 @@ impl CacheVolume {
         let mut rewritten = 0u64;
         let mut buf = Vec::new();
         for (a, b) in ranges {
-            let b = b.min(self.size);
+            let b = b.min(self.backing.region_end(a));
             if a >= b {
                 continue;
             }
-            for line in a >> sh..=(b - 1) >> sh {
-                let base = line << sh;
+            let base0 = a & !VOL_MASK;
+            for line in (a & VOL_MASK) >> sh..=((b - 1) & VOL_MASK) >> sh {
+                let base = base0 | line << sh;
                 let (x, y) = (a.max(base), b.min(base + ls));
-                let key = Engine::line_key(0, line);
+                let key = Engine::line_key(vol_of(a), line);
                 let (slot, valid) = match g.failed {
                     true => (None, 0),
                     // A slot the plan being run has not written yet holds it (first: the
@@ -531,7 +532,7 @@ impl CacheVolume {
 
     /// Records `[a, b)` as lost dirty data.
     fn lose(&self, g: &mut Inner, a: u64, b: u64, why: &str) {
-        degrade::lose(&mut g.lost, a, b, self.size, why);
+        degrade::lose(&mut g.lost, a, b, self.backing.region_end(a), why);
         // Reads of a lost range fail: the RAM tier must not answer them.
         if let Some(r) = &self.ram {
             r.clear();
@@ -615,7 +616,7 @@ impl CacheVolume {
             let Some(key) = g.engine.slot_key(slot) else {
                 continue;
             };
-            let line_vol = (key & LINE_MASK) << self.line_shift;
+            let line_vol = key_addr(key, self.line_shift);
             let base = slot as u64 * ls;
             let dirty = g.engine.dirty_mask(slot);
             for k in 0..64u64 {
@@ -815,14 +816,15 @@ impl CacheVolume {
                 (req.end() - 1) >> self.line_shift,
             );
             let slots: Vec<u32> = (first..=last)
-                .filter_map(|l| g.engine.lookup(Engine::line_key(0, l)))
+                .filter_map(|l| g.engine.lookup(Engine::line_key(req.volume, l)))
                 .collect();
             self.recover(&mut g, &[], 0, 0, &[], &slots);
             self.cache_error(&mut g, e);
         }
-        lost_check(&g.lost, req.offset, req.end())?;
+        let (a, b) = (vaddr(req.volume, req.offset), vaddr(req.volume, req.end()));
+        lost_check(&g.lost, a, b)?;
         self.backing
-            .read_at(out, req.offset)
+            .read_at(out, a)
             .map_err(|e| self.backing_error(e))
     }
 
@@ -838,19 +840,20 @@ impl CacheVolume {
                 return Err(degrade::unrecorded_error(self.state_path.as_deref()));
             }
         }
+        let (a, b) = (vaddr(req.volume, req.offset), vaddr(req.volume, req.end()));
         match data {
             Data::Read(out) => {
-                lost_check(&g.lost, req.offset, req.end())?;
+                lost_check(&g.lost, a, b)?;
                 self.backing
-                    .read_at(out, req.offset)
+                    .read_at(out, a)
                     .map_err(|e| self.backing_error(e))
             }
             Data::Write(d) => {
-                g.wrote_backing(req.offset, req.end());
+                g.wrote_backing(a, b);
                 self.backing
-                    .write_at(d, req.offset)
+                    .write_at(d, a)
                     .map_err(|e| self.backing_error(e))?;
-                self.unlose(g, req.offset, req.end());
+                self.unlose(g, a, b);
                 if req.fua {
                     // Also makes the dropped lines' records durable, so no restart maps
                     // them to older bytes.
@@ -861,7 +864,7 @@ impl CacheVolume {
             Data::None if req.op == Op::Flush => self.flush_locked(g),
             Data::None => {
                 if req.op == Op::Trim {
-                    self.unlose(g, req.offset, req.end());
+                    self.unlose(g, a, b);
                 }
                 Ok(())
             }

@@ -102,6 +102,31 @@ use tiercache_engine::{ClassTable, Counters, Engine, EngineConfig, Mode, Op, Req
 
 const LINE_MASK: u64 = (1 << 48) - 1;
 
+use crate::volume_set::{vaddr, vol_of, VOL_MASK};
+
+/// A plan's backing offsets as backing addresses (`crate::volume_set`): each step's
+/// `(vol, hdd)` becomes `hdd = vaddr(vol, hdd)`, once, where the plan is copied out of the
+/// engine. Nothing changes for volume 0 (a one-volume cache).
+fn to_backing(steps: &mut [Step]) {
+    for s in steps {
+        match s {
+            Step::ReadHdd { vol, hdd, .. }
+            | Step::WriteHdd { vol, hdd, .. }
+            | Step::Populate { vol, hdd, .. }
+            | Step::WriteBack { vol, hdd, .. }
+            | Step::CopyHdd { vol, hdd, .. }
+            | Step::TrimHdd { vol, hdd, .. } => *hdd = vaddr(*vol, *hdd),
+            _ => {}
+        }
+    }
+}
+
+/// The backing address of line `key`'s first byte (line size `1 << ls`).
+#[inline]
+fn key_addr(key: u64, ls: u32) -> u64 {
+    (key & !LINE_MASK) | (key & LINE_MASK) << ls
+}
+
 use tiercache_nbd::{BlockSizes, Export};
 
 mod bulk;
@@ -117,6 +142,8 @@ mod records;
 mod settings;
 mod stats;
 mod step;
+mod volumes;
+pub use volumes::VolumeFigures;
 
 pub(crate) use open::read_twice;
 pub use open::{format, read_superblock};
@@ -185,6 +212,10 @@ pub struct OpenOptions {
     pub ram_cache: u64,
     /// Its replacement policy; `None`: [`tiercache_engine::DEFAULT_RAM_POLICY`].
     pub ram_policy: Option<String>,
+    /// Several volumes (`serve --volume NAME=BACKING`; the backing device given to open is
+    /// their `crate::volume_set::VolumeSet`): checked against the superblock's volume table.
+    /// Empty: one volume (`--backing`).
+    pub volumes: Vec<crate::volume_set::VolumeSpec>,
 }
 
 /// What an open found on the device.
@@ -378,6 +409,8 @@ pub struct CacheVolume {
     pause: step::Pause,
     /// The RAM tier above the cache (`serve --ram-cache`; `ram.rs`).
     ram: Option<ram::RamCache>,
+    /// The volumes served (`OpenOptions::volumes`); empty: one volume.
+    volumes: Vec<crate::volume_set::VolumeSpec>,
 }
 
 /// Longest the unlocked write-back holds a backing write back for foreground backing I/O.

@@ -84,6 +84,7 @@ pub fn format(
         tuning: opts.tuning,
         data_checksums: sums,
         lost_list: true,
+        volumes: Vec::new(),
     };
     // Empty records first, the superblock last: a format interrupted half way has no magic.
     cache.write_at(&[0u8; 4096], 0)?;
@@ -214,9 +215,9 @@ fn verify_clean_sample(
     let mut unreadable = 0usize;
     for &i in &clean {
         let (slot, r) = lines[i];
-        let at = (r.key & LINE_MASK) * ls;
+        let at = key_addr(r.key, ls.trailing_zeros());
         // Only the part of the line inside the backing device (a partial last line).
-        let n = backing.size().saturating_sub(at).min(ls) as usize;
+        let n = backing.region_end(at).saturating_sub(at).min(ls) as usize;
         // A read error (after one retry) leaves the line out of the sample: one bad sector
         // must not refuse a cache holding dirty data. The request path handles it later (a
         // clean line whose cache read fails is served from the backing device).
@@ -368,7 +369,25 @@ impl CacheVolume {
                 state_file::uuid_hex(&sb.uuid)
             );
         }
-        if sb.backing_size != backing.size() {
+        let vol_table = if opts.volumes.is_empty() {
+            if !sb.volumes.is_empty() {
+                let names: Vec<&str> = sb.volumes.iter().map(|v| v.name.as_str()).collect();
+                return Err(FormatError::Volume {
+                    volume: names.join(", "),
+                    why: "the cache serves several volumes: start it with --volume NAME=BACKING for each (--backing is for a one-volume cache)".into(),
+                });
+            }
+            Vec::new()
+        } else {
+            if opts.ram_cache > 0 || opts.classes.is_some() {
+                return Err(FormatError::BadField {
+                    field: "volumes",
+                    why: "several volumes do not take a RAM tier or an I/O class table yet (--ram-cache, --classes)".into(),
+                });
+            }
+            volumes::reconcile(&mut sb, &*cache, opts)?
+        };
+        if opts.volumes.is_empty() && sb.backing_size != backing.size() {
             return Err(FormatError::BackingMismatch {
                 sb: sb.backing_size,
                 actual: backing.size(),
@@ -404,6 +423,7 @@ impl CacheVolume {
             policy: sb.policy.clone(),
             mode: Mode::ALL[sb.mode as usize],
             volume_bytes: Some(backing.size()),
+            volumes: vol_table,
             policy_params: tiercache_engine::policy::PolicyConfig {
                 classes: opts.classes.clone(),
                 ..Default::default()
@@ -568,7 +588,7 @@ impl CacheVolume {
             touched.push(slot);
             flux_pages.insert(slot as u64 / format::RECORDS_PER_PAGE);
             cache.read_at(&mut slot_bytes, sb.data_offset + slot as u64 * ls)?;
-            backing.read_at(&mut backing_bytes, (r.key & LINE_MASK) * ls)?;
+            backing.read_at(&mut backing_bytes, key_addr(r.key, ls.trailing_zeros()))?;
             let mut differ = 0u64;
             for k in 0..(ls / ss).min(64) {
                 let u = (k * ss) as usize..((k + 1) * ss) as usize;
@@ -844,6 +864,7 @@ impl CacheVolume {
             ),
         };
         let vol = CacheVolume {
+            volumes: opts.volumes.clone(),
             ram,
             size: backing.size(),
             cache,

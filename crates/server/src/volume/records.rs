@@ -80,8 +80,9 @@ impl CacheVolume {
                     }
                 }
                 Step::WriteHdd { hdd, len, .. } if len > 0 && !g.forgotten.is_empty() => {
-                    for l in hdd >> line_shift..=(hdd + len - 1) >> line_shift {
-                        let key = Engine::line_key(0, l);
+                    let (v, o) = (vol_of(hdd), hdd & VOL_MASK);
+                    for l in o >> line_shift..=(o + len - 1) >> line_shift {
+                        let key = Engine::line_key(v, l);
                         if let Some(&s) = g.forgotten.get(&key) {
                             if g.disk_key(s) == key {
                                 need(s);
@@ -274,7 +275,7 @@ impl CacheVolume {
     fn ahead_unsynced(&self, g: &Inner, ahead: &[u32]) -> bool {
         ahead.iter().any(|&s| {
             g.engine.slot_key(s).is_some_and(|k| {
-                let a = (k & LINE_MASK) << self.line_shift;
+                let a = key_addr(k, self.line_shift);
                 g.unsynced_overlaps(a, a + self.line_size())
             })
         })
@@ -317,7 +318,7 @@ impl CacheVolume {
                 // the backing device holds it durably. Written through (or back) since,
                 // its backing copy waits for a sync: it maps its line again, so that its
                 // eviction syncs first (`sync_before_reuse`) and a failed sync rewrites it.
-                let a = (k & LINE_MASK) << g.sb.line_size.trailing_zeros();
+                let a = key_addr(k, g.sb.line_size.trailing_zeros());
                 if g.engine.slot_key(slot) == Some(k)
                     && g.engine.dirty_mask(slot) | g.engine.pending_mask(slot) == 0
                     && !g.unsynced_overlaps(a, a + g.sb.line_size)

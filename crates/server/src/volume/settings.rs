@@ -17,6 +17,12 @@ impl CacheVolume {
                 "the cache device failed: the volume passes through to the backing device (mode pass-through) until restarted with a newly formatted cache (`tiercache format --force`)",
             ));
         }
+        // Several volumes: `ctl mode` (and `ctl detach`) sets every volume's mode.
+        if !g.engine.config().volumes.is_empty() {
+            g.engine
+                .retune(|c| c.volumes.iter_mut().for_each(|v| v.mode = None))
+                .map_err(ioerr)?;
+        }
         if mode != Mode::WriteBack {
             self.clean_all(&mut g)?;
             self.flush_locked(&mut g)?;

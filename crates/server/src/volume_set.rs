@@ -1,0 +1,203 @@
+//! Several backing devices behind one cache (`serve --volume NAME=BACKING`, issue 15 item 1):
+//! one [`BlockDev`] whose address space holds every volume, volume `v`'s byte `o` at
+//! `v << VOL_SHIFT | o` ([`vaddr`]). The engine keys lines by `volume << 48 | line`; the direct
+//! layout turns each plan step's `(vol, hdd)` into this address once, when it copies the
+//! plan out of the engine, so every backing range it keeps (unsynced writes, write-backs in
+//! flight, lost ranges) names its volume without a field of its own. Volume 0's addresses
+//! are its own byte offsets: a one-volume cache (`--backing`) is unchanged.
+//!
+//! A volume must be smaller than `2^48` bytes (256 TiB); a request never spans two volumes.
+
+use crate::dev::BlockDev;
+use crate::identity::BackingIdentity;
+use std::io;
+use tiercache_engine::Mode;
+
+/// Bits of a backing address below the volume id.
+pub const VOL_SHIFT: u32 = 48;
+/// The byte offset within its volume of a backing address.
+pub const VOL_MASK: u64 = (1 << VOL_SHIFT) - 1;
+
+/// The backing address of byte `off` of volume `vol`.
+#[inline]
+pub fn vaddr(vol: u32, off: u64) -> u64 {
+    debug_assert!(
+        off <= VOL_MASK,
+        "offset {off} beyond a volume's address range"
+    );
+    (vol as u64) << VOL_SHIFT | off
+}
+
+/// The volume of a backing address.
+#[inline]
+pub fn vol_of(addr: u64) -> u32 {
+    (addr >> VOL_SHIFT) as u32
+}
+
+/// One volume as the command line gives it (`--volume NAME=BACKING`, `--volume-mode`): its id
+/// (from the superblock's volume table by name, a free one for a new volume), size, identity.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct VolumeSpec {
+    pub id: u32,
+    pub name: String,
+    pub size: u64,
+    pub identity: Option<BackingIdentity>,
+    /// Its own mode (`--volume-mode NAME=MODE`); `None`: the cache's.
+    pub mode: Option<Mode>,
+}
+
+/// Volume names: what an NBD export name and a Prometheus label take.
+pub fn check_name(name: &str) -> Result<(), String> {
+    let ok = !name.is_empty()
+        && name.len() <= crate::format::VOLUME_NAME_BYTES
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b));
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "volume name {name:?}: use 1 to {} letters, digits, '-', '_' or '.' (it is the NBD export name)",
+            crate::format::VOLUME_NAME_BYTES
+        ))
+    }
+}
+
+/// Ids for the volumes named on the command line, in their order: a volume the superblock's
+/// table lists keeps its id; a new one takes the lowest id neither listed nor taken. With no
+/// table (a new cache, or one formatted for one `--backing`), the first volume is id 0 (the
+/// backing device the superblock records) and the others follow.
+pub fn assign_ids(table: &[crate::format::VolumeEntry], names: &[String]) -> Vec<u32> {
+    let mut taken: Vec<u32> = table.iter().map(|e| e.id).collect();
+    names
+        .iter()
+        .map(|n| match table.iter().find(|e| &e.name == n) {
+            Some(e) => e.id,
+            None => {
+                let id = (0..).find(|i| !taken.contains(i)).unwrap();
+                taken.push(id);
+                id
+            }
+        })
+        .collect()
+}
+
+/// The backing devices of several volumes as one device (see the module doc).
+pub struct VolumeSet {
+    /// By volume id; `None`: a volume of the cache not served this run (its addresses fail).
+    devs: Vec<Option<Box<dyn BlockDev>>>,
+    names: Vec<String>,
+}
+
+impl VolumeSet {
+    /// `vols`: (id, name, device). Refuses a repeated id and a device too large to address.
+    pub fn new(vols: Vec<(u32, String, Box<dyn BlockDev>)>) -> Result<VolumeSet, String> {
+        let n = vols.iter().map(|v| v.0 as usize + 1).max().unwrap_or(0);
+        let mut devs: Vec<Option<Box<dyn BlockDev>>> = (0..n).map(|_| None).collect();
+        let mut names = vec![String::new(); n];
+        for (id, name, dev) in vols {
+            if dev.size() > VOL_MASK {
+                return Err(format!(
+                    "volume {name}: {} bytes; a volume holds at most {VOL_MASK} bytes",
+                    dev.size()
+                ));
+            }
+            if devs[id as usize].is_some() {
+                return Err(format!("volume {name}: id {id} given twice"));
+            }
+            devs[id as usize] = Some(dev);
+            names[id as usize] = name;
+        }
+        Ok(VolumeSet { devs, names })
+    }
+
+    fn dev(&self, addr: u64) -> io::Result<&dyn BlockDev> {
+        let v = vol_of(addr);
+        match self.devs.get(v as usize) {
+            Some(Some(d)) => Ok(&**d),
+            _ => Err(io::Error::new(
+                io::ErrorKind::NotFound,
+                format!(
+                    "volume id {v} is not served this run (not given with --volume): byte {} of it",
+                    addr & VOL_MASK
+                ),
+            )),
+        }
+    }
+}
+
+impl BlockDev for VolumeSet {
+    /// Volume 0's size (0 when it is not served): what one-volume code paths take.
+    fn size(&self) -> u64 {
+        self.devs
+            .first()
+            .and_then(|d| d.as_ref())
+            .map_or(0, |d| d.size())
+    }
+
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        debug_assert_eq!(
+            vol_of(offset),
+            vol_of(offset + (buf.len() as u64).max(1) - 1)
+        );
+        self.dev(offset)?.read_at(buf, offset & VOL_MASK)
+    }
+
+    fn write_at(&self, data: &[u8], offset: u64) -> io::Result<()> {
+        debug_assert_eq!(
+            vol_of(offset),
+            vol_of(offset + (data.len() as u64).max(1) - 1)
+        );
+        self.dev(offset)?.write_at(data, offset & VOL_MASK)
+    }
+
+    /// Syncs every volume's device (all of them, even after one fails: the first error is
+    /// returned, naming its volume).
+    fn sync(&self) -> io::Result<()> {
+        let mut first = None;
+        for (d, name) in self.devs.iter().zip(&self.names) {
+            if let Some(d) = d {
+                if let Err(e) = d.sync() {
+                    first.get_or_insert(io::Error::new(e.kind(), format!("volume {name}: {e}")));
+                }
+            }
+        }
+        first.map_or(Ok(()), Err)
+    }
+
+    /// Volume 0's identity (the superblock records it as the one-volume cache does; the
+    /// volume table records each volume's).
+    fn identity(&self) -> Option<BackingIdentity> {
+        self.devs.first()?.as_ref()?.identity()
+    }
+
+    fn region_end(&self, offset: u64) -> u64 {
+        let base = offset & !VOL_MASK;
+        self.dev(offset).map_or(base, |d| base + d.size())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::format::VolumeEntry;
+
+    #[test]
+    fn ids_follow_the_table_by_name_and_new_volumes_take_free_ids() {
+        let e = |id, name: &str| VolumeEntry {
+            id,
+            name: name.into(),
+            size: 1,
+            identity: BackingIdentity::unknown(name),
+        };
+        let names = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(assign_ids(&[], &names(&["a", "b"])), vec![0, 1]);
+        let t = [e(0, "a"), e(2, "c")];
+        assert_eq!(assign_ids(&t, &names(&["c", "new", "a"])), vec![2, 1, 0]);
+        assert_eq!(assign_ids(&t, &names(&["x", "y"])), vec![1, 3]);
+        assert!(check_name("db-1.x_y").is_ok());
+        assert!(check_name("").is_err());
+        assert!(check_name("a b").is_err());
+        assert!(check_name(&"n".repeat(64)).is_err());
+    }
+}
