@@ -12,14 +12,17 @@ use tiercache_trace::workload::bootstorm::BootStorm;
     after_help = "Rows: (ND,NC) (ND,C) (D,NC) (D,C) for extent caching (every extent its own \
 replacement unit in its own SSD slot) and WEU caching (extents packed into segments, whole \
 segments evicted, WEU-LRU), on a VM boot storm and, with --cloudphysics, on that trace with the \
-seeded content model. SSD writes and trims go through a page-mapped FTL (4 KiB pages, erase \
-blocks of --erase-block, 7 % over-provisioning, greedy GC) that counts erasures and write \
-amplification. idx B/e = fingerprint-index RAM per entry.
+seeded content model. SSD writes and trims go through an FTL (4 KiB pages, erase blocks of \
+--erase-block, 7 % over-provisioning) that counts erasures and write amplification: \
+page-mapped with greedy GC, or with --ftl hybrid block-mapped with 10 % log blocks (the seed's \
+SSD; naive extent caching then pays full merges). idx B/e = fingerprint-index RAM per entry.
+(`tiercache reproduce nitro` runs the same table on real content.)
 
 Examples:
   tiercache nitro-table
   tiercache nitro-table --cloudphysics ../shared/traces/cloudPhysicsIO/cloudPhysicsIO.csv
-  tiercache nitro-table --boot-storm vms=20,image=8MiB --boot-cache 32MiB --trim --json"
+  tiercache nitro-table --boot-storm vms=20,image=8MiB --boot-cache 32MiB --trim --json
+  tiercache nitro-table --ftl hybrid"
 )]
 pub struct NitroArgs {
     /// Boot-storm parameters: vms, image, overlap, shift, random, read, passes.
@@ -59,6 +62,10 @@ pub struct NitroArgs {
     /// TRIM segments before reuse.
     #[arg(long)]
     pub trim: bool,
+    /// FTL model under the cache: page (page-mapped, greedy GC) or hybrid (block-mapped data
+    /// blocks, 10 % log blocks, switch/partial/full merges: the seed's SSD).
+    #[arg(long, default_value = "page")]
+    pub ftl: String,
     /// write-through or write-back.
     #[arg(long, default_value = "write-through")]
     pub mode: String,
@@ -83,6 +90,7 @@ pub fn run(a: NitroArgs) -> Result<()> {
         dedup_ratio: a.dedup,
         mode: a.mode.parse::<Mode>().map_err(anyhow::Error::msg)?,
         trim: a.trim,
+        ftl: a.ftl.parse().map_err(anyhow::Error::msg)?,
         seed: a.seed,
         boot_storm: BootStorm::parse(&format!("boot-storm:{}", a.boot_storm))
             .map_err(anyhow::Error::msg)?,

@@ -162,8 +162,8 @@ fn nitro_variants_beside_the_seed_with_verdicts() {
         "dedup on WEU: (D,NC) vs (ND,NC)",
         "dedup on extents: (D,NC) vs (ND,NC)",
         "Extent (D,NC) vs WEU (D,NC), read hit",
-        "SSD erasures, WEU (4 variants)",
-        "erasures with TRIM, Extent vs WEU (ND,NC)",
+        "SSD erasures (hybrid FTL), WEU (4 variants)",
+        "erasures with TRIM (hybrid FTL), Extent vs WEU (ND,NC)",
     ] {
         let r = get(what);
         assert!(

@@ -30,6 +30,44 @@ pub struct FtlConfig {
     pub pages_per_block: u32,
     /// Spare flash beyond the logical size, as a share of it (0.07 = 7 %).
     pub over_provisioning: f64,
+    /// Page-mapped ([`PageFtl`]) or hybrid log-block ([`crate::HybridFtl`]).
+    pub kind: FtlKind,
+    /// Hybrid FTL only: log blocks as a share of the data blocks (the Nitro seed: 10 %).
+    pub log_blocks: f64,
+}
+
+/// Which FTL model maps the flash.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FtlKind {
+    /// Every page mapped anywhere; greedy garbage collection ([`PageFtl`]).
+    #[default]
+    Page,
+    /// Block-mapped data blocks and a few page-mapped log blocks consolidated by switch,
+    /// partial and full merges ([`crate::HybridFtl`]), the FTL of the Nitro seed's SSD.
+    Hybrid,
+}
+
+impl std::fmt::Display for FtlKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            FtlKind::Page => "page",
+            FtlKind::Hybrid => "hybrid",
+        })
+    }
+}
+
+impl std::str::FromStr for FtlKind {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.trim() {
+            "page" => Ok(FtlKind::Page),
+            "hybrid" | "log-block" => Ok(FtlKind::Hybrid),
+            o => Err(format!(
+                "unknown FTL '{o}': 'page' (page-mapped, greedy GC) or 'hybrid' (log blocks and merges)"
+            )),
+        }
+    }
 }
 
 impl FtlConfig {
@@ -41,6 +79,8 @@ impl FtlConfig {
             page_bytes: 4096,
             pages_per_block: 512,
             over_provisioning: 0.07,
+            kind: FtlKind::Page,
+            log_blocks: 0.10,
         }
     }
 
@@ -64,6 +104,12 @@ impl FtlConfig {
                 self.over_provisioning
             ));
         }
+        if !(0.0..=1.0).contains(&self.log_blocks) {
+            return Err(format!(
+                "log blocks {} must be a share of the data blocks between 0 and 1",
+                self.log_blocks
+            ));
+        }
         if self.logical_bytes / self.page_bytes >= NONE as u64 / 2 {
             return Err("FTL logical size too large".into());
         }
@@ -81,6 +127,12 @@ pub struct FtlStats {
     pub gc_runs: u64,
     pub max_block_erasures: u32,
     pub write_amplification: f64,
+    /// Hybrid FTL: a complete sequential log block became the data block (no copy).
+    pub switch_merges: u64,
+    /// Hybrid FTL: a sequential log block completed with the data block's rest, then switched.
+    pub partial_merges: u64,
+    /// Hybrid FTL: every live page of a logical block copied into a new data block.
+    pub full_merges: u64,
 }
 
 /// The page-mapped FTL.
@@ -180,6 +232,8 @@ impl PageFtl {
 
     /// Host write of a byte range (whole pages are programmed).
     pub fn write(&mut self, offset: u64, len: u64) {
+        // Only `translate` reads the flash commands; driven directly, keep none.
+        self.pending.clear();
         for lpn in self.pages(offset, len) {
             self.invalidate(lpn);
             if self.host_wp == self.ppb {
@@ -197,6 +251,7 @@ impl PageFtl {
 
     /// TRIM: the range's pages hold nothing worth keeping.
     pub fn trim(&mut self, offset: u64, len: u64) {
+        self.pending.clear();
         for lpn in self.pages(offset, len) {
             if self.l2p[lpn as usize] != NONE {
                 self.stats.pages_trimmed += 1;
@@ -337,6 +392,7 @@ mod tests {
             page_bytes: 4096,
             pages_per_block: 16,
             over_provisioning: op,
+            ..FtlConfig::new(0)
         })
         .unwrap()
     }

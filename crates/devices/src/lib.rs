@@ -36,6 +36,7 @@ mod checked;
 mod faulty;
 mod ftl;
 mod hdd;
+mod hybrid_ftl;
 mod price;
 mod raid;
 mod ram;
@@ -46,8 +47,9 @@ mod timeline;
 
 pub use checked::{Checked, Model};
 pub use faulty::{FaultConfig, Faulty};
-pub use ftl::{FtlConfig, FtlStats, PageFtl};
+pub use ftl::{FtlConfig, FtlKind, FtlStats, PageFtl};
 pub use hdd::{rewrite_min_runs, Hdd, HddConfig, HDD_PRESETS};
+pub use hybrid_ftl::{AnyFtl, HybridFtl};
 pub use price::{usd_per_mb_per_iops, Price, PriceEntry, PriceTable};
 pub use raid::{Raid, RaidConfig, RaidLevel};
 pub use ram::{Ram, RamConfig, RAM_PRESETS};

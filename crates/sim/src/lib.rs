@@ -11,6 +11,7 @@ pub mod input;
 pub mod log;
 pub mod mrc;
 pub mod nitro;
+pub mod realfs;
 pub mod reproduce;
 pub mod result;
 pub mod sharded;

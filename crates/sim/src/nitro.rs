@@ -10,7 +10,7 @@ use anyhow::{Context, Result};
 use serde::Serialize;
 use std::fmt::Write as _;
 use std::path::PathBuf;
-use tiercache_devices::{FtlConfig, FtlStats, PageFtl};
+use tiercache_devices::{AnyFtl, FtlConfig, FtlKind, FtlStats};
 use tiercache_engine::log::dedup::FpIndex;
 use tiercache_engine::log::{LineTally, LogCounters, Reduction};
 use tiercache_engine::{
@@ -51,11 +51,13 @@ pub struct LogRun {
     #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub classes: std::collections::BTreeMap<u8, LogCounters>,
     pub reduction: Reduction,
+    /// FTL model under the cache: `page` or `hybrid`.
+    pub ftl_kind: FtlKind,
     pub ftl: FtlStats,
 }
 
 /// The FTL under a log-layout cache: the cache's capacity of 4 KiB pages in erase blocks of
-/// `erase_block` bytes, 7 % over-provisioning.
+/// `erase_block` bytes, 7 % over-provisioning, page-mapped ([`ftl_of`] for another kind).
 pub fn ftl_for(cfg: &LogConfig, erase_block: u64) -> FtlConfig {
     let mut f = FtlConfig::new(cfg.capacity_bytes);
     f.page_bytes = 4096.min(cfg.line_size);
@@ -63,12 +65,20 @@ pub fn ftl_for(cfg: &LogConfig, erase_block: u64) -> FtlConfig {
     f
 }
 
-/// A log-layout engine with the page FTL under it: each request's plan is fed to the FTL
+/// [`ftl_for`] with the FTL model `kind` (hybrid: 10 % log blocks, the Nitro seed's).
+pub fn ftl_of(cfg: &LogConfig, erase_block: u64, kind: FtlKind) -> FtlConfig {
+    FtlConfig {
+        kind,
+        ..ftl_for(cfg, erase_block)
+    }
+}
+
+/// A log-layout engine with an FTL (page-mapped or hybrid) under it: each request's plan is fed to the FTL
 /// (SSD writes and trims), so every driver of the log layout (hit-ratio runs, timed replay)
 /// counts the same figures.
 pub struct LogDriver {
     engine: LogEngine,
-    ftl: PageFtl,
+    ftl: AnyFtl,
     cfg: LogConfig,
     /// Requests processed.
     n: u64,
@@ -82,7 +92,7 @@ impl LogDriver {
     pub fn new(cfg: LogConfig, ftl: FtlConfig) -> Result<Self> {
         Ok(LogDriver {
             engine: LogEngine::new(cfg.clone()).map_err(|x| anyhow::anyhow!("{x}"))?,
-            ftl: PageFtl::new(ftl).map_err(anyhow::Error::msg)?,
+            ftl: AnyFtl::new(ftl).map_err(anyhow::Error::msg)?,
             cfg,
             n: 0,
             live: false,
@@ -270,6 +280,7 @@ impl LogDriver {
                 .map(|c| (c, *e.class_counters(c)))
                 .collect(),
             reduction: red,
+            ftl_kind: self.ftl.config().kind,
             ftl: st,
         })
     }
@@ -334,6 +345,8 @@ pub struct NitroSpec {
     pub dedup_ratio: f64,
     pub mode: Mode,
     pub trim: bool,
+    /// FTL model under the cache (erasures and write amplification).
+    pub ftl: FtlKind,
     pub seed: u64,
     pub boot_storm: BootStorm,
     /// Cache size for the boot storm.
@@ -356,6 +369,7 @@ impl Default for NitroSpec {
             dedup_ratio: 1.0,
             mode: Mode::WriteThrough,
             trim: false,
+            ftl: FtlKind::Page,
             seed: 1,
             boot_storm: BootStorm::default(),
             boot_cache: 128 << 20,
@@ -422,7 +436,7 @@ pub fn run_variants(trace: &ContentTrace, spec: &NitroSpec, capacity: u64) -> Re
     use rayon::prelude::*;
     jobs.into_par_iter()
         .map(|cfg| {
-            let f = ftl_for(&cfg, spec.erase_block);
+            let f = ftl_of(&cfg, spec.erase_block, spec.ftl);
             run_log(trace, cfg, f)
         })
         .collect()

@@ -12,7 +12,7 @@
 use crate::content::{mix, unit, ContentModel, ContentTrace};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use tiercache_engine::{Op, Request};
+use tiercache_engine::{ExtentContent, Op, Request};
 
 /// Boot-storm parameters.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -114,6 +114,38 @@ impl BootStorm {
     /// The storm, content included, with compressed lengths from `model` (its duplicate
     /// settings are not used: duplicates come from the template).
     pub fn generate(&self, seed: u64, model: &ContentModel) -> ContentTrace {
+        let lines = self.image_bytes / self.line_size;
+        let tseed = mix(seed ^ 0x7e57);
+        // Content id of template line b.
+        let template_fp = |b: u64| {
+            let h = mix(tseed ^ b);
+            if unit(h) < self.internal_dup {
+                mix(tseed ^ 0xdddd ^ (h % (lines / 8).max(1)))
+            } else {
+                mix(tseed ^ 0x1111 ^ b)
+            }
+        };
+        self.generate_with(seed, &mut |v, b, ver, key| {
+            let fp = if ver > 0 {
+                mix(tseed ^ 0x3333 ^ key ^ ((ver as u64) << 40))
+            } else if v == 0 || unit(mix(tseed ^ ((v as u64) << 40) ^ b)) < self.overlap {
+                template_fp(b)
+            } else {
+                mix(tseed ^ 0x2222 ^ key)
+            };
+            model.with_fp(fp)
+        })
+    }
+
+    /// The storm's requests with content from `content(vm, template line, version, key)`:
+    /// VM `vm`'s line `key & (1 << 48) - 1` clones template line b; version 0 until the
+    /// first write to it (then 1, 2, ...). [`BootStorm::generate`] is this with the seeded
+    /// model; real content (`tiercache_sim::realfs`) gives other contents, same requests.
+    pub fn generate_with(
+        &self,
+        seed: u64,
+        content: &mut dyn FnMut(u32, u64, u32, u64) -> ExtentContent,
+    ) -> ContentTrace {
         let ls = self.line_size;
         let lines = self.image_bytes / ls;
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
@@ -149,16 +181,6 @@ impl BootStorm {
                 }
             })
             .collect();
-        let tseed = mix(seed ^ 0x7e57);
-        // Content id of template line b.
-        let template_fp = |b: u64| {
-            let h = mix(tseed ^ b);
-            if unit(h) < self.internal_dup {
-                mix(tseed ^ 0xdddd ^ (h % (lines / 8).max(1)))
-            } else {
-                mix(tseed ^ 0x1111 ^ b)
-            }
-        };
         let mut versions: hashbrown::HashMap<u64, u32> = hashbrown::HashMap::new();
         let mut t = ContentTrace::new(
             format!(
@@ -184,14 +206,7 @@ impl BootStorm {
                     if op == Op::Write {
                         *ver += 1;
                     }
-                    let fp = if *ver > 0 {
-                        mix(tseed ^ 0x3333 ^ key ^ ((*ver as u64) << 40))
-                    } else if v == 0 || unit(mix(tseed ^ ((v as u64) << 40) ^ b)) < self.overlap {
-                        template_fp(b)
-                    } else {
-                        mix(tseed ^ 0x2222 ^ key)
-                    };
-                    buf.push(model.with_fp(fp));
+                    buf.push(content(v, b, *ver, key));
                 }
                 t.push(r, &buf);
             }
