@@ -706,7 +706,7 @@ pub struct TimedArgs {
     /// `--ssd`, or a TOML model file. Default 7200 in timed runs.
     #[arg(long, value_name = "MODEL", help_heading = "Timing")]
     pub hdd: Option<String>,
-    /// Cache device model: default, intel-710, intel-311, ram, nvram, or a TOML model file.
+    /// Cache device model: default, intel-710, intel-311, c300, ram, nvram, or a TOML model file.
     /// Default `default` in timed runs.
     #[arg(long, value_name = "MODEL", help_heading = "Timing")]
     pub ssd: Option<String>,

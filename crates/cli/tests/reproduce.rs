@@ -331,3 +331,54 @@ fn markdown_prints_the_claims_table() {
         assert_eq!(l.matches(" | ").count(), 4, "{l}");
     }
 }
+
+/// Issue 18: the article's other cache drive, the Crucial C300 64 GB, runs as the cache and
+/// its claim has a number (before: "Not computed: there is no Crucial C300 SSD preset").
+#[test]
+fn storage_bench_runs_the_c300_as_the_cache_drive() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_, v) = reproduce("storage-bench", "5000", dir.path());
+    let c = v["claims"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["id"] == "storage_bench.c300_over_311")
+        .expect("c300 claim")
+        .clone();
+    let ours = c["ours"]
+        .as_f64()
+        .unwrap_or_else(|| panic!("no number: {c}"));
+    // Same HDD, same trace, a cache drive of the same class: neither 0 nor a multiple.
+    assert!((0.5..2.0).contains(&ours), "{c}");
+    let r = rows(&v);
+    let row = r
+        .iter()
+        .find(|r| r.0 == "HDD + ssd:c300 cache")
+        .unwrap_or_else(|| panic!("no C300 row: {r:?}"));
+    assert!(row.1.contains("MB/s") && row.2.contains("C300"), "{row:?}");
+}
+
+/// Issue 18: Qsan's test case 1 runs at the seed's own scale (10 GiB of hot data on a RAID 0
+/// of twelve 500 GB disks), so the formula's estimate is the seed's 508 s = 8.47 min, not a
+/// scaled one (before: C = 1 GiB, 50.8 s); case 2 says what it is scaled to.
+#[test]
+fn qsan_case_1_at_the_seeds_scale() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_, v) = reproduce("qsan", "3000", dir.path());
+    let r = rows(&v);
+    let est = r
+        .iter()
+        .find(|r| r.0.starts_with("test case 1: estimate T at C = 10GiB"))
+        .unwrap_or_else(|| panic!("no case 1 estimate at 10 GiB: {r:?}"));
+    assert!(est.1.starts_with("508.0 s = 8.47 min"), "{est:?}");
+    assert!(est.2.contains("8.47 min at C = 10 GiB"), "{est:?}");
+    let est2 = r
+        .iter()
+        .find(|r| r.0.starts_with("test case 2: estimate T at C = 128GiB"))
+        .unwrap_or_else(|| panic!("no case 2 estimate: {r:?}"));
+    // 76.4 h / 16 = 4.77 h.
+    assert!((number_before(&est2.1, "s =") / 3600.0 - 76.40 / 16.0).abs() < 0.01);
+    assert!(est2.2.contains("at C = 2 TiB"), "{est2:?}");
+    // Beside the seed's I, the formula with our disks' own no-cache IOPS.
+    assert!(r.iter().any(|r| r.0.contains("with our disks' I")), "{r:?}");
+}

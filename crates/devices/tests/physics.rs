@@ -127,7 +127,7 @@ fn ssd_default_scales_with_depth_up_to_its_units() {
         deep.iops,
         half_deep.iops
     );
-    for name in ["ssd:intel-710", "ssd:intel-311"] {
+    for name in ["ssd:intel-710", "ssd:intel-311", "ssd:c300"] {
         random_reads(&mut *dev(name), 1, 5000, 6);
         random_reads(&mut *dev(name), 32, 20_000, 6);
     }
@@ -139,6 +139,7 @@ fn ssd_sequential_is_link_bound() {
         ("ssd:default", 600.0),
         ("ssd:intel-710", 270.0),
         ("ssd:intel-311", 200.0),
+        ("ssd:c300", 355.0),
     ] {
         let mut d = dev(name);
         let r = closed_loop(&mut *d, 0, 4, sequential_ops(IoKind::Read, MIB, 0, 200));
