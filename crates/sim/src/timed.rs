@@ -14,7 +14,11 @@
 //! background and contends for the devices as it would in reality. A write request completes
 //! when all its steps but group population are done. Watermark cleaning runs in the
 //! background in LBA order, one write-back at a time, and only while the HDD has no foreground
-//! work queued: it yields to foreground I/O.
+//! work queued: it yields to foreground I/O. As live, a cleaning pass is *begun* in the engine
+//! when it is queued ([`Engine::begin_clean`]: its lines pinned, never a victim or reused,
+//! their sectors pending) and completed when the last of its write-backs has reached the HDD
+//! ([`Engine::complete_writeback`]), so evictions meanwhile take other victims, as the live
+//! volume's do, instead of waiting for a write-back that has not been issued yet.
 //!
 //! The engine decides at issue time, so a line counts as cached from the moment its miss is
 //! processed, even while its population write is still in flight (a read that hits it then
@@ -33,7 +37,7 @@ use hdrhistogram::Histogram;
 use serde::Serialize;
 use std::collections::VecDeque;
 use tiercache_devices::{Completion, Device, IoKind, IoOp};
-use tiercache_engine::{Engine, Op, RamTier, Request, Step};
+use tiercache_engine::{Engine, Op, RamTier, Request, Step, WbTicket};
 
 /// How requests are issued.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
@@ -56,7 +60,15 @@ pub struct TimedOptions {
     /// Request indices (0-based, ascending) where phases start (e.g. the fileserver
     /// workload's phases); each phase's duration is reported in [`TimedResult::phase_s`].
     pub phase_starts: Vec<u64>,
+    /// Request index (0-based) before which a full flush starts, as `ctl flush` does live:
+    /// every dirty line is begun as cleaning passes of [`FLUSH_PASS_LINES`] lines and
+    /// written back in the background (LBA order, chunk rewrites, one backing write at a
+    /// time, yielding to foreground HDD work) while the requests go on. `None`: no flush.
+    pub flush_at: Option<u64>,
 }
+
+/// Lines per cleaning pass of a flush ([`TimedOptions::flush_at`], [`flush_time`]).
+pub const FLUSH_PASS_LINES: u64 = 1024;
 
 /// Lines written back per idle-time cleaning pass.
 const IDLE_CLEAN_BATCH: u64 = 4;
@@ -71,6 +83,7 @@ impl Default for TimedOptions {
             window_ns: 1_000_000_000,
             idle_clean: true,
             phase_starts: Vec::new(),
+            flush_at: None,
         }
     }
 }
@@ -548,6 +561,15 @@ struct Executor<'a> {
     pending_wb: hashbrown::HashMap<u64, SlotWriteBack>,
     /// Slots whose write-backs each background flight carries.
     bg_slots: hashbrown::HashMap<usize, Vec<u64>>,
+    /// Cleaning passes begun in the engine and not complete, by the sequence number of their
+    /// first queued step: (end sequence number, ticket, steps not finished yet).
+    wb_open: std::collections::BTreeMap<u64, (u64, WbTicket, usize)>,
+    /// Sequence numbers of the queued steps each background flight carries.
+    bg_seqs: hashbrown::HashMap<usize, Vec<u64>>,
+    /// Requests started so far, and the index before which a flush starts
+    /// ([`TimedOptions::flush_at`]).
+    started: u64,
+    flush_at: Option<u64>,
     /// Tasks of request flights waiting for a background flight to finish: the write of a
     /// new line into a slot whose previous line that flight is writing back.
     bg_waiters: hashbrown::HashMap<usize, Vec<(usize, u16)>>,
@@ -666,6 +688,20 @@ impl<'a> Executor<'a> {
     /// Issues one request at `self.now`; returns whether it completed immediately.
     fn start(&mut self, req: &Request, arrival_ns: u64) -> Result<()> {
         self.check_wrap(req);
+        if self.flush_at == Some(self.started) {
+            // `ctl flush`: every dirty line begun now, written back in the background.
+            let mut left = self.engine.dirty_lines();
+            while self.log.is_none() && left > 0 {
+                self.begin_clean(FLUSH_PASS_LINES);
+                let now = self.engine.dirty_lines();
+                assert!(
+                    now < left,
+                    "a flush pass cleaned nothing ({now} dirty lines)"
+                );
+                left = now;
+            }
+        }
+        self.started += 1;
         if self.log.is_some() {
             return self.start_log(req, arrival_ns);
         }
@@ -740,15 +776,51 @@ impl<'a> Executor<'a> {
         }
         if self.engine.needs_cleaning() {
             let n = self.engine.cleaning_target();
-            let steps = self.engine.clean(n).steps.clone();
-            self.enqueue_clean(&steps);
+            self.begin_clean(n);
         }
         self.kick_background();
         Ok(())
     }
 
-    /// Queues cleaning write-backs (the engine already counts their lines clean) and notes
-    /// which slots they read.
+    /// Begins a cleaning pass of at most `n` lines in the engine (its lines pinned until its
+    /// write-backs have finished, [`Executor::release_bg`]) and queues its steps.
+    fn begin_clean(&mut self, n: u64) {
+        let Some((ticket, steps)) = self
+            .engine
+            .begin_clean(n)
+            .map(|b| (b.ticket, b.plan.steps.clone()))
+        else {
+            return;
+        };
+        if steps.is_empty() {
+            self.engine.complete_writeback(ticket, &[]);
+            return;
+        }
+        let first = self.bg_seq_front + self.bg_queue.len() as u64;
+        self.wb_open
+            .insert(first, (first + steps.len() as u64, ticket, steps.len()));
+        self.enqueue_clean(&steps);
+    }
+
+    /// Queued step `seq` has finished: completes its cleaning pass in the engine when it was
+    /// the pass's last.
+    fn finish_queued(&mut self, seq: u64) {
+        let Some((&first, e)) = self.wb_open.range_mut(..=seq).next_back() else {
+            return;
+        };
+        if seq >= e.0 {
+            return;
+        }
+        e.2 -= 1;
+        if e.2 == 0 {
+            let ticket = e.1;
+            self.wb_open.remove(&first);
+            self.engine.complete_writeback(ticket, &[]);
+        }
+    }
+
+    /// Queues cleaning write-backs (begun in the engine: their lines count clean, pinned)
+    /// and notes which slots they read.
     fn enqueue_clean(&mut self, steps: &[Step]) {
         for st in steps {
             if let Step::WriteBack { vol, ssd, hdd, .. } = *st {
@@ -903,6 +975,7 @@ impl<'a> Executor<'a> {
         if !slots.is_empty() {
             self.bg_slots.insert(f, slots);
         }
+        self.bg_seqs.insert(f, seqs.to_vec());
         self.launch_ready(f);
         self.track_idle();
         f
@@ -1005,6 +1078,9 @@ impl<'a> Executor<'a> {
                     self.pending_wb.remove(&slot);
                 }
             }
+        }
+        for seq in self.bg_seqs.remove(&f).unwrap_or_default() {
+            self.finish_queued(seq);
         }
         for (wf, wt) in self.bg_waiters.remove(&f).unwrap_or_default() {
             let task = &mut self.flights[wf]
@@ -1289,8 +1365,7 @@ impl<'a> Executor<'a> {
             self.skip_cancelled();
             if self.bg_queue.is_empty() && self.idle_due() {
                 // Idle-time cleaning: the HDD has nothing else to do.
-                let steps = self.engine.clean(IDLE_CLEAN_BATCH).steps.clone();
-                self.enqueue_clean(&steps);
+                self.begin_clean(IDLE_CLEAN_BATCH);
             }
             let Some((seq, step)) = self.pop_bg() else {
                 return;
@@ -1500,6 +1575,10 @@ pub fn simulate_timed<'a>(
         bg_cancelled: hashbrown::HashSet::new(),
         pending_wb: hashbrown::HashMap::new(),
         bg_slots: hashbrown::HashMap::new(),
+        wb_open: std::collections::BTreeMap::new(),
+        bg_seqs: hashbrown::HashMap::new(),
+        started: 0,
+        flush_at: opts.flush_at,
         bg_waiters: hashbrown::HashMap::new(),
         line_shift: ls.trailing_zeros(),
         bg_in_flight: 0,
@@ -1649,6 +1728,11 @@ pub fn simulate_timed<'a>(
     }
     // Drain background work.
     while ex.step().is_some() {}
+    assert!(
+        ex.wb_open.is_empty(),
+        "timed replay drained with {} cleaning passes begun and not complete",
+        ex.wb_open.len()
+    );
     let drained = ex.now;
     let first = ex.first_arrival.unwrap_or(0);
     let elapsed_ns = ex.last_fg_done.saturating_sub(first);
@@ -2013,7 +2097,7 @@ pub fn flush_time_with_host(
     let hcap = hdd.capacity_bytes();
     let scap = ssd.as_ref().map(|s| s.capacity_bytes()).unwrap_or(1);
     while engine.dirty_lines() > 0 {
-        let steps = engine.clean(1024).steps.clone();
+        let steps = engine.clean(FLUSH_PASS_LINES).steps.clone();
         let mut tasks = tasks_of(&steps, false, hcap, scap, false);
         let mut left: Vec<usize> = (0..tasks.len()).collect();
         while !left.is_empty() {
