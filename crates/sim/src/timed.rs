@@ -67,8 +67,15 @@ pub struct TimedOptions {
     pub flush_at: Option<u64>,
 }
 
-/// Lines per cleaning pass of a flush ([`TimedOptions::flush_at`], [`flush_time`]).
+/// Lines per cleaning pass of [`flush_time`].
 pub const FLUSH_PASS_LINES: u64 = 1024;
+/// Lines per watermark cleaning pass and per pass of a flush during a replay: the live
+/// cleaner's passes (`CLEAN_PASS_LINES` 64, `FLUSH_PASS_MAX` 256 in
+/// crates/server/src/volume/mod.rs). One pass is begun at a time, when the previous one has
+/// been issued, so the lines pinned stay as few as live (an eviction whose victim is pinned
+/// looks past every pinned line: thousands pinned made DSS replays quadratic).
+const CLEAN_PASS_LINES: u64 = 64;
+const FLUSH_PASS_LIVE: u64 = 256;
 
 /// Lines written back per idle-time cleaning pass.
 const IDLE_CLEAN_BATCH: u64 = 4;
@@ -570,6 +577,11 @@ struct Executor<'a> {
     /// ([`TimedOptions::flush_at`]).
     started: u64,
     flush_at: Option<u64>,
+    /// A flush is under way: passes are begun until nothing is dirty.
+    flushing: bool,
+    /// Lines the watermark cleaner still owes (down to the low watermark), begun a pass at a
+    /// time as the HDD takes them.
+    clean_left: u64,
     /// Tasks of request flights waiting for a background flight to finish: the write of a
     /// new line into a slot whose previous line that flight is writing back.
     bg_waiters: hashbrown::HashMap<usize, Vec<(usize, u16)>>,
@@ -688,18 +700,10 @@ impl<'a> Executor<'a> {
     /// Issues one request at `self.now`; returns whether it completed immediately.
     fn start(&mut self, req: &Request, arrival_ns: u64) -> Result<()> {
         self.check_wrap(req);
-        if self.flush_at == Some(self.started) {
-            // `ctl flush`: every dirty line begun now, written back in the background.
-            let mut left = self.engine.dirty_lines();
-            while self.log.is_none() && left > 0 {
-                self.begin_clean(FLUSH_PASS_LINES);
-                let now = self.engine.dirty_lines();
-                assert!(
-                    now < left,
-                    "a flush pass cleaned nothing ({now} dirty lines)"
-                );
-                left = now;
-            }
+        if self.flush_at == Some(self.started) && self.log.is_none() {
+            // `ctl flush`: passes begun until nothing is dirty, written back in the
+            // background ([`Executor::next_pass`]).
+            self.flushing = true;
         }
         self.started += 1;
         if self.log.is_some() {
@@ -775,11 +779,33 @@ impl<'a> Executor<'a> {
             }
         }
         if self.engine.needs_cleaning() {
-            let n = self.engine.cleaning_target();
-            self.begin_clean(n);
+            self.clean_left = self.clean_left.max(self.engine.cleaning_target());
         }
         self.kick_background();
         Ok(())
+    }
+
+    /// Begins the next cleaning pass when none is queued: a flush's, or the watermark
+    /// cleaner's while it owes lines.
+    fn next_pass(&mut self) {
+        if self.flushing {
+            if self.engine.dirty_lines() > 0 {
+                self.begin_clean(FLUSH_PASS_LIVE);
+                return;
+            }
+            self.flushing = false;
+        }
+        if self.clean_left == 0 {
+            return;
+        }
+        let before = self.engine.dirty_lines();
+        self.begin_clean(self.clean_left.min(CLEAN_PASS_LINES));
+        let cleaned = before.saturating_sub(self.engine.dirty_lines());
+        self.clean_left = if cleaned == 0 {
+            0
+        } else {
+            self.clean_left.saturating_sub(cleaned)
+        };
     }
 
     /// Begins a cleaning pass of at most `n` lines in the engine (its lines pinned until its
@@ -1363,6 +1389,9 @@ impl<'a> Executor<'a> {
         self.run_deferred();
         while self.bg_in_flight == 0 && self.hdd_fg_outstanding == 0 && self.deferred.is_empty() {
             self.skip_cancelled();
+            if self.bg_queue.is_empty() {
+                self.next_pass();
+            }
             if self.bg_queue.is_empty() && self.idle_due() {
                 // Idle-time cleaning: the HDD has nothing else to do.
                 self.begin_clean(IDLE_CLEAN_BATCH);
@@ -1406,7 +1435,12 @@ impl<'a> Executor<'a> {
 
     /// When idle-time cleaning would start, if it has work and the HDD stays idle.
     fn idle_timer(&self) -> Option<u64> {
-        if !self.idle_clean || self.engine.dirty_lines() == 0 || !self.bg_queue.is_empty() {
+        if !self.idle_clean
+            || self.engine.dirty_lines() == 0
+            || !self.bg_queue.is_empty()
+            || self.flushing
+            || self.clean_left > 0
+        {
             return None;
         }
         self.hdd_idle_since.map(|t| t + IDLE_CLEAN_AFTER_NS)
@@ -1579,6 +1613,8 @@ pub fn simulate_timed<'a>(
         bg_seqs: hashbrown::HashMap::new(),
         started: 0,
         flush_at: opts.flush_at,
+        flushing: false,
+        clean_left: 0,
         bg_waiters: hashbrown::HashMap::new(),
         line_shift: ls.trailing_zeros(),
         bg_in_flight: 0,
