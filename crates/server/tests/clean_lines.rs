@@ -4,7 +4,10 @@
 //!   group out of the pass (no wait) and the pass goes on with its other groups; a write to
 //!   the line whose group is being written waits for that one backing write only;
 //! * inline cleaning (`--cleaner inline`) runs its write-backs after the request released
-//!   the volume lock: a cache hit from another client does not wait for them.
+//!   the volume lock: a cache hit from another client does not wait for them;
+//! * a trim of a line being cleaned waits as a write does: not at all when its group has
+//!   not begun (the group is taken out, the trimmed data is not written back), for that one
+//!   backing write when it runs.
 
 mod common;
 
@@ -232,4 +235,117 @@ fn inline_cleaning_writes_back_after_the_request_released_the_lock() {
         "a cache hit waited {hit:?} for inline cleaning (a backing write takes {DELAY:?})"
     );
     assert!(st.unlocked_writebacks >= 1);
+}
+
+#[test]
+fn a_trim_of_a_line_being_cleaned_waits_only_for_that_lines_write_back() {
+    const DELAY: Duration = Duration::from_millis(300);
+    let rig = open_slow(64, DELAY);
+    let v = &rig.vol;
+    // Four dirty lines, none adjacent: four groups of one backing write each, in LBA order.
+    for l in [0u64, 2, 4, 6] {
+        v.write(l * LINE, &vec![0x10 + l as u8; LINE as usize], false)
+            .unwrap();
+    }
+    let flusher = {
+        let v = v.clone();
+        std::thread::spawn(move || {
+            let t = Instant::now();
+            v.flush_dirty().unwrap();
+            t.elapsed()
+        })
+    };
+    wait_for_writes(&rig.begun, 1);
+    // Line 6's group has not begun: the whole line trimmed, no wait, its data never written.
+    let t = Instant::now();
+    v.trim(6 * LINE, LINE).unwrap();
+    let whole = t.elapsed();
+    // Line 4's group has not begun: its first 512 bytes trimmed, no wait; the rest stays
+    // dirty and a later pass writes it back.
+    let t = Instant::now();
+    v.trim(4 * LINE, 512).unwrap();
+    let part = t.elapsed();
+    // Line 0's group is being written: waits for that backing write, not for line 2's.
+    let t = Instant::now();
+    v.trim(0, LINE).unwrap();
+    let current = t.elapsed();
+    // A trim of a line the pass does not touch.
+    let t = Instant::now();
+    v.trim(12 * LINE, LINE).unwrap();
+    let unrelated = t.elapsed();
+    let at_current = rig.done.lock().unwrap().clone();
+    let flush = flusher.join().unwrap();
+    let st = v.stats();
+    let order = rig.done.lock().unwrap().clone();
+    eprintln!(
+        "backing writes {DELAY:?} each; trim of a line of a later group {whole:?}, of part \
+         of one {part:?}, of the line being written back {current:?}, of another line \
+         {unrelated:?}; flush {flush:?}; backing writes done when the third trim returned \
+         {at_current:?}, in all {order:?}; waits {}, passes cut short {}",
+        st.writeback_waits, st.writeback_yields
+    );
+    for (what, t) in [
+        ("whole", whole),
+        ("part of a", part),
+        ("unrelated", unrelated),
+    ] {
+        assert!(
+            t < DELAY / 2,
+            "a trim of {what} line whose group had not begun waited {t:?} (a backing write \
+             takes {DELAY:?})"
+        );
+    }
+    assert!(
+        current < DELAY * 2,
+        "a trim of the line being written back waited {current:?}: more than its own write-back"
+    );
+    assert_eq!(
+        at_current.len(),
+        1,
+        "the trim of the line being written back returned after {at_current:?} were written: \
+         it waited for more than its own group"
+    );
+    assert_eq!(
+        st.writeback_yields, 0,
+        "the pass was cut short for a trim: the other lines waited for a later pass"
+    );
+    assert_eq!(
+        st.writeback_waits, 1,
+        "only the trim of the line being written waits"
+    );
+    // Line 0 (written before its trim), line 2, then line 4's rest in a later pass; line 6
+    // was trimmed before its write-back and is never written.
+    assert_eq!(
+        order.len(),
+        3,
+        "backing writes {order:?}: line 6 written after its trim?"
+    );
+    assert_eq!(&order[..2], &[0, 2 * LINE], "backing writes in order");
+    assert!(
+        (4 * LINE..5 * LINE).contains(&order[2]),
+        "the third backing write {order:?} is not line 4's rest"
+    );
+    assert_eq!(st.dirty_lines, 0);
+    let backing = std::fs::read(&rig.f.backing).unwrap();
+    let at = |l: u64| (l * LINE) as usize;
+    assert!(
+        backing[at(2)..at(3)].iter().all(|&x| x == 0x12),
+        "line 2 not written back"
+    );
+    assert!(
+        backing[at(4) + 512..at(5)].iter().all(|&x| x == 0x14),
+        "line 4's untrimmed bytes not written back"
+    );
+    let mut buf = vec![0u8; LINE as usize];
+    v.read(2 * LINE, &mut buf).unwrap();
+    assert!(buf.iter().all(|&x| x == 0x12), "line 2 reads other bytes");
+    v.read(4 * LINE, &mut buf).unwrap();
+    assert!(
+        buf[512..].iter().all(|&x| x == 0x14),
+        "line 4's untrimmed bytes read other bytes"
+    );
+    // Trimmed ranges read (their contents are undefined, not an error).
+    for l in [0u64, 6, 12] {
+        v.read(l * LINE, &mut buf).unwrap();
+    }
 }

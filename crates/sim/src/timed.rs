@@ -14,7 +14,11 @@
 //! background and contends for the devices as it would in reality. A write request completes
 //! when all its steps but group population are done. Watermark cleaning runs in the
 //! background in LBA order, one write-back at a time, and only while the HDD has no foreground
-//! work queued: it yields to foreground I/O.
+//! work queued: it yields to foreground I/O. As live, a cleaning pass is *begun* in the engine
+//! when it is queued ([`Engine::begin_clean`]: its lines pinned, never a victim or reused,
+//! their sectors pending) and completed when the last of its write-backs has reached the HDD
+//! ([`Engine::complete_writeback`]), so evictions meanwhile take other victims, as the live
+//! volume's do, instead of waiting for a write-back that has not been issued yet.
 //!
 //! The engine decides at issue time, so a line counts as cached from the moment its miss is
 //! processed, even while its population write is still in flight (a read that hits it then
@@ -33,7 +37,7 @@ use hdrhistogram::Histogram;
 use serde::Serialize;
 use std::collections::VecDeque;
 use tiercache_devices::{Completion, Device, IoKind, IoOp};
-use tiercache_engine::{Engine, Op, RamTier, Request, Step};
+use tiercache_engine::{Engine, Op, RamTier, Request, Step, WbTicket};
 
 /// How requests are issued.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
@@ -56,7 +60,22 @@ pub struct TimedOptions {
     /// Request indices (0-based, ascending) where phases start (e.g. the fileserver
     /// workload's phases); each phase's duration is reported in [`TimedResult::phase_s`].
     pub phase_starts: Vec<u64>,
+    /// Request index (0-based) before which a full flush starts, as `ctl flush` does live:
+    /// every dirty line is begun as cleaning passes of [`FLUSH_PASS_LINES`] lines and
+    /// written back in the background (LBA order, chunk rewrites, one backing write at a
+    /// time, yielding to foreground HDD work) while the requests go on. `None`: no flush.
+    pub flush_at: Option<u64>,
 }
+
+/// Lines per cleaning pass of [`flush_time`].
+pub const FLUSH_PASS_LINES: u64 = 1024;
+/// Lines per watermark cleaning pass and per pass of a flush during a replay: the live
+/// cleaner's passes (`CLEAN_PASS_LINES` 64, `FLUSH_PASS_MAX` 256 in
+/// crates/server/src/volume/mod.rs). One pass is begun at a time, when the previous one has
+/// been issued, so the lines pinned stay as few as live (an eviction whose victim is pinned
+/// looks past every pinned line: thousands pinned made DSS replays quadratic).
+const CLEAN_PASS_LINES: u64 = 64;
+const FLUSH_PASS_LIVE: u64 = 256;
 
 /// Lines written back per idle-time cleaning pass.
 const IDLE_CLEAN_BATCH: u64 = 4;
@@ -71,6 +90,7 @@ impl Default for TimedOptions {
             window_ns: 1_000_000_000,
             idle_clean: true,
             phase_starts: Vec::new(),
+            flush_at: None,
         }
     }
 }
@@ -548,6 +568,20 @@ struct Executor<'a> {
     pending_wb: hashbrown::HashMap<u64, SlotWriteBack>,
     /// Slots whose write-backs each background flight carries.
     bg_slots: hashbrown::HashMap<usize, Vec<u64>>,
+    /// Cleaning passes begun in the engine and not complete, by the sequence number of their
+    /// first queued step: (end sequence number, ticket, steps not finished yet).
+    wb_open: std::collections::BTreeMap<u64, (u64, WbTicket, usize)>,
+    /// Sequence numbers of the queued steps each background flight carries.
+    bg_seqs: hashbrown::HashMap<usize, Vec<u64>>,
+    /// Requests started so far, and the index before which a flush starts
+    /// ([`TimedOptions::flush_at`]).
+    started: u64,
+    flush_at: Option<u64>,
+    /// A flush is under way: passes are begun until nothing is dirty.
+    flushing: bool,
+    /// Lines the watermark cleaner still owes (down to the low watermark), begun a pass at a
+    /// time as the HDD takes them.
+    clean_left: u64,
     /// Tasks of request flights waiting for a background flight to finish: the write of a
     /// new line into a slot whose previous line that flight is writing back.
     bg_waiters: hashbrown::HashMap<usize, Vec<(usize, u16)>>,
@@ -666,6 +700,12 @@ impl<'a> Executor<'a> {
     /// Issues one request at `self.now`; returns whether it completed immediately.
     fn start(&mut self, req: &Request, arrival_ns: u64) -> Result<()> {
         self.check_wrap(req);
+        if self.flush_at == Some(self.started) && self.log.is_none() {
+            // `ctl flush`: passes begun until nothing is dirty, written back in the
+            // background ([`Executor::next_pass`]).
+            self.flushing = true;
+        }
+        self.started += 1;
         if self.log.is_some() {
             return self.start_log(req, arrival_ns);
         }
@@ -739,16 +779,74 @@ impl<'a> Executor<'a> {
             }
         }
         if self.engine.needs_cleaning() {
-            let n = self.engine.cleaning_target();
-            let steps = self.engine.clean(n).steps.clone();
-            self.enqueue_clean(&steps);
+            self.clean_left = self.clean_left.max(self.engine.cleaning_target());
         }
         self.kick_background();
         Ok(())
     }
 
-    /// Queues cleaning write-backs (the engine already counts their lines clean) and notes
-    /// which slots they read.
+    /// Begins the next cleaning pass when none is queued: a flush's, or the watermark
+    /// cleaner's while it owes lines.
+    fn next_pass(&mut self) {
+        if self.flushing {
+            if self.engine.dirty_lines() > 0 {
+                self.begin_clean(FLUSH_PASS_LIVE);
+                return;
+            }
+            self.flushing = false;
+        }
+        if self.clean_left == 0 {
+            return;
+        }
+        let before = self.engine.dirty_lines();
+        self.begin_clean(self.clean_left.min(CLEAN_PASS_LINES));
+        let cleaned = before.saturating_sub(self.engine.dirty_lines());
+        self.clean_left = if cleaned == 0 {
+            0
+        } else {
+            self.clean_left.saturating_sub(cleaned)
+        };
+    }
+
+    /// Begins a cleaning pass of at most `n` lines in the engine (its lines pinned until its
+    /// write-backs have finished, [`Executor::release_bg`]) and queues its steps.
+    fn begin_clean(&mut self, n: u64) {
+        let Some((ticket, steps)) = self
+            .engine
+            .begin_clean(n)
+            .map(|b| (b.ticket, b.plan.steps.clone()))
+        else {
+            return;
+        };
+        if steps.is_empty() {
+            self.engine.complete_writeback(ticket, &[]);
+            return;
+        }
+        let first = self.bg_seq_front + self.bg_queue.len() as u64;
+        self.wb_open
+            .insert(first, (first + steps.len() as u64, ticket, steps.len()));
+        self.enqueue_clean(&steps);
+    }
+
+    /// Queued step `seq` has finished: completes its cleaning pass in the engine when it was
+    /// the pass's last.
+    fn finish_queued(&mut self, seq: u64) {
+        let Some((&first, e)) = self.wb_open.range_mut(..=seq).next_back() else {
+            return;
+        };
+        if seq >= e.0 {
+            return;
+        }
+        e.2 -= 1;
+        if e.2 == 0 {
+            let ticket = e.1;
+            self.wb_open.remove(&first);
+            self.engine.complete_writeback(ticket, &[]);
+        }
+    }
+
+    /// Queues cleaning write-backs (begun in the engine: their lines count clean, pinned)
+    /// and notes which slots they read.
     fn enqueue_clean(&mut self, steps: &[Step]) {
         for st in steps {
             if let Step::WriteBack { vol, ssd, hdd, .. } = *st {
@@ -903,6 +1001,7 @@ impl<'a> Executor<'a> {
         if !slots.is_empty() {
             self.bg_slots.insert(f, slots);
         }
+        self.bg_seqs.insert(f, seqs.to_vec());
         self.launch_ready(f);
         self.track_idle();
         f
@@ -1005,6 +1104,9 @@ impl<'a> Executor<'a> {
                     self.pending_wb.remove(&slot);
                 }
             }
+        }
+        for seq in self.bg_seqs.remove(&f).unwrap_or_default() {
+            self.finish_queued(seq);
         }
         for (wf, wt) in self.bg_waiters.remove(&f).unwrap_or_default() {
             let task = &mut self.flights[wf]
@@ -1287,10 +1389,12 @@ impl<'a> Executor<'a> {
         self.run_deferred();
         while self.bg_in_flight == 0 && self.hdd_fg_outstanding == 0 && self.deferred.is_empty() {
             self.skip_cancelled();
+            if self.bg_queue.is_empty() {
+                self.next_pass();
+            }
             if self.bg_queue.is_empty() && self.idle_due() {
                 // Idle-time cleaning: the HDD has nothing else to do.
-                let steps = self.engine.clean(IDLE_CLEAN_BATCH).steps.clone();
-                self.enqueue_clean(&steps);
+                self.begin_clean(IDLE_CLEAN_BATCH);
             }
             let Some((seq, step)) = self.pop_bg() else {
                 return;
@@ -1331,7 +1435,12 @@ impl<'a> Executor<'a> {
 
     /// When idle-time cleaning would start, if it has work and the HDD stays idle.
     fn idle_timer(&self) -> Option<u64> {
-        if !self.idle_clean || self.engine.dirty_lines() == 0 || !self.bg_queue.is_empty() {
+        if !self.idle_clean
+            || self.engine.dirty_lines() == 0
+            || !self.bg_queue.is_empty()
+            || self.flushing
+            || self.clean_left > 0
+        {
             return None;
         }
         self.hdd_idle_since.map(|t| t + IDLE_CLEAN_AFTER_NS)
@@ -1500,6 +1609,12 @@ pub fn simulate_timed<'a>(
         bg_cancelled: hashbrown::HashSet::new(),
         pending_wb: hashbrown::HashMap::new(),
         bg_slots: hashbrown::HashMap::new(),
+        wb_open: std::collections::BTreeMap::new(),
+        bg_seqs: hashbrown::HashMap::new(),
+        started: 0,
+        flush_at: opts.flush_at,
+        flushing: false,
+        clean_left: 0,
         bg_waiters: hashbrown::HashMap::new(),
         line_shift: ls.trailing_zeros(),
         bg_in_flight: 0,
@@ -1649,6 +1764,11 @@ pub fn simulate_timed<'a>(
     }
     // Drain background work.
     while ex.step().is_some() {}
+    assert!(
+        ex.wb_open.is_empty(),
+        "timed replay drained with {} cleaning passes begun and not complete",
+        ex.wb_open.len()
+    );
     let drained = ex.now;
     let first = ex.first_arrival.unwrap_or(0);
     let elapsed_ns = ex.last_fg_done.saturating_sub(first);
@@ -2013,7 +2133,7 @@ pub fn flush_time_with_host(
     let hcap = hdd.capacity_bytes();
     let scap = ssd.as_ref().map(|s| s.capacity_bytes()).unwrap_or(1);
     while engine.dirty_lines() > 0 {
-        let steps = engine.clean(1024).steps.clone();
+        let steps = engine.clean(FLUSH_PASS_LINES).steps.clone();
         let mut tasks = tasks_of(&steps, false, hcap, scap, false);
         let mut left: Vec<usize> = (0..tasks.len()).collect();
         while !left.is_empty() {

@@ -1,8 +1,9 @@
 //! Timed write-back replay: a cache slot is not reused before the write-back of the line that
-//! held it has read the data off the SSD and written it to the HDD. The engine marks a line
-//! clean when it *plans* the write-back (watermark cleaning); the timed executor runs those
-//! write-backs later, so an eviction of such a line must wait for (and hurry) its write-back,
-//! as a real cache would.
+//! held it has read the data off the SSD and written it to the HDD. A dirty eviction's
+//! write-back runs inside the request's plan, before the new line's SSD write; a cleaning
+//! pass is begun in the engine when it is queued (its lines pinned: never victims) and
+//! completed when its HDD writes are done, so no request waits for a cleaning write-back to
+//! reuse a slot, as live.
 
 use std::collections::HashMap;
 use tiercache_devices::{build, Completion, Device, DeviceStats, IoKind, IoOp};
@@ -84,9 +85,10 @@ fn scattered_writes(n: u64) -> Vec<Request> {
         .collect()
 }
 
-/// Per request, the cache slot its line lands in, from the untimed engine. With LRU the slot
-/// a line takes does not depend on cleaning (the victim is the LRU tail, dirty or not), so
-/// the timed run places the lines in the same slots.
+/// Per request, the cache slot its line lands in, from the untimed engine. With LRU and no
+/// cleaning the slot a line takes does not depend on timing (the victim is the LRU tail,
+/// dirty or not), so the timed run places the lines in the same slots. (With cleaning, the
+/// lines being written back are pinned for a time the untimed engine does not have.)
 fn slots_of(cfg: &EngineConfig, reqs: &[Request]) -> Vec<u64> {
     let mut e = Engine::new(cfg.clone()).unwrap();
     reqs.iter()
@@ -105,15 +107,17 @@ fn slots_of(cfg: &EngineConfig, reqs: &[Request]) -> Vec<u64> {
         .collect()
 }
 
-/// A write-back LRU cache of 256 lines takes 4,096 scattered writes at queue depth 4. The
-/// cache fills, the watermark cleaner plans write-backs of lines that LRU then evicts; every
-/// time a slot gets its next line, the previous line's data must already be on the HDD (an
-/// HDD write covering it completed) and have been read off that slot.
+/// A write-back LRU cache of 256 lines takes 4,096 scattered writes at queue depth 4, no
+/// cleaning: every eviction is dirty. Every time a slot gets its next line, the previous
+/// line's data must already be on the HDD (an HDD write covering it completed) and have been
+/// read off that slot.
 #[test]
 fn a_slot_is_reused_only_after_the_write_back_of_its_previous_line() {
     let reqs = scattered_writes(4096);
     let engine = EngineConfig {
         mode: Mode::WriteBack,
+        dirty_high: 1.0,
+        dirty_low: 1.0,
         ..Default::default()
     };
     let spec = SimSpec {
@@ -136,6 +140,7 @@ fn a_slot_is_reused_only_after_the_write_back_of_its_previous_line() {
     let mut ssd = Recorder::new("ssd:default");
     let opts = TimedOptions {
         drive: Drive::Closed { queue_depth: 4 },
+        idle_clean: false,
         ..Default::default()
     };
     let (sim, timed) = simulate_timed(&spec, None, &mut hdd, Some(&mut ssd), &opts, None).unwrap();
@@ -220,5 +225,53 @@ fn a_slot_is_reused_only_after_the_write_back_of_its_previous_line() {
         "{early_hdd} of {reuses} slot reuses came before the previous line reached the HDD, \
          {early_ssd} before it was read off the SSD; first: {}",
         first_bad.unwrap_or_default()
+    );
+}
+
+/// The same writes with the watermark cleaner and idle-time cleaning on: the lines of a
+/// cleaning pass are pinned from when it is queued until its HDD writes are done, so LRU
+/// takes other victims meanwhile and no request waits for (and hurries) a cleaning
+/// write-back to reuse its slot, as the live volume does. (Before, the timed executor counted
+/// them clean and unpinned when queued: evictions then waited for them.)
+#[test]
+fn no_request_waits_for_a_cleaning_write_back_to_reuse_a_slot() {
+    let reqs = scattered_writes(4096);
+    let spec = SimSpec {
+        input: Input::Memory {
+            name: "scattered".into(),
+            requests: std::sync::Arc::new(reqs),
+        },
+        cache_size: CacheSize::Bytes(CACHE_LINES * LINE),
+        engine: EngineConfig {
+            mode: Mode::WriteBack,
+            ..Default::default()
+        },
+        log: None,
+    };
+    let mut hdd = Recorder::new("hdd:7200");
+    let mut ssd = Recorder::new("ssd:default");
+    let opts = TimedOptions {
+        drive: Drive::Closed { queue_depth: 4 },
+        phase_starts: vec![0],
+        ..Default::default()
+    };
+    let (sim, timed) = simulate_timed(&spec, None, &mut hdd, Some(&mut ssd), &opts, None).unwrap();
+    let c = &sim.counters;
+    let waits = timed.phase_counters[0].wb_waits;
+    println!(
+        "{} evictions ({} dirty), {} write-backs; requests that waited for a cleaning \
+         write-back {waits}",
+        c.evictions, c.dirty_evictions, c.write_backs
+    );
+    assert!(c.evictions >= 4096 - CACHE_LINES);
+    assert!(
+        c.write_backs > c.dirty_evictions,
+        "the cleaner wrote back nothing: {} write-backs, {} dirty evictions",
+        c.write_backs,
+        c.dirty_evictions
+    );
+    assert_eq!(
+        waits, 0,
+        "requests waited for cleaning write-backs to reuse slots"
     );
 }

@@ -415,12 +415,14 @@ impl CacheVolume {
     }
 
     /// Whether a request must have the unlocked write-back in flight committed before the
-    /// engine plans it: a FLUSH or FUA (it makes everything durable, that write-back too),
-    /// or a trim of a line being written back (it must not drop the line while pinned).
-    /// A write of a line being written back does not wait for the pass: the group that reads
-    /// the line's slot is taken out of the pass if its I/O has not begun, or waited for if it
-    /// runs ([`CacheVolume::settle_group`]); the engine plans the write over the pending
-    /// line (the sectors it writes stay dirty when the pass commits).
+    /// engine plans it: a FLUSH or FUA (it makes everything durable, that write-back too).
+    /// A write or trim of a line being written back does not wait for the pass: the group
+    /// that reads the line's slot is taken out of the pass if its I/O has not begun, or
+    /// waited for if it runs ([`CacheVolume::settle_group`]). The engine plans a write over
+    /// the pending line (the sectors it writes stay dirty when the pass commits); a trim
+    /// drops the line (its slot a zombie, freed when the pass commits) or its trimmed
+    /// sectors, so a group taken out leaves nothing of them dirty, and a trimmed line is
+    /// not written back after the trim.
     pub(super) fn reap_before(&self, g: &Inner, req: &Request) -> bool {
         let Some(u) = &g.wb else {
             return false;
@@ -448,7 +450,7 @@ impl CacheVolume {
         if pinned.is_empty() {
             return false;
         }
-        if req.op != Op::Write {
+        if !matches!(req.op, Op::Write | Op::Trim) {
             return true;
         }
         let mut groups = Vec::new();
