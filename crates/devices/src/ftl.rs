@@ -343,40 +343,87 @@ impl PageFtl {
     }
 }
 
-impl Ftl for PageFtl {
-    fn translate(&mut self, _now_ns: u64, op: &IoOp, cfg: &SsdConfig, out: &mut Vec<FlashCmd>) {
-        self.pending.clear();
-        let units = cfg.units();
-        let pb = self.cfg.page_bytes;
-        match op.kind {
-            IoKind::Write => self.write(op.offset, op.len),
-            IoKind::Trim => self.trim(op.offset, op.len),
-            IoKind::Flush => {}
-            IoKind::Read => {
-                for lpn in self.pages(op.offset, op.len) {
-                    let unit = self.lookup(lpn).unwrap_or(lpn) as usize % units;
-                    out.push(FlashCmd {
-                        op: FlashOp::Read,
-                        unit,
-                        bytes: pb,
-                        host: true,
-                    });
-                }
+/// What `translate` needs of a flash translation layer that queues the flash commands of
+/// each host op (page-mapped and hybrid): one translation loop serves both.
+pub(crate) trait Queued {
+    fn apply_write(&mut self, offset: u64, len: u64);
+    fn apply_trim(&mut self, offset: u64, len: u64);
+    fn page_range(&self, offset: u64, len: u64) -> std::ops::Range<u32>;
+    fn mapped(&self, lpn: u32) -> Option<u32>;
+    fn queue(&mut self) -> &mut Vec<(FlashOp, u32, bool)>;
+    /// (pages per erase block, page bytes)
+    fn geometry(&self) -> (u32, u64);
+}
+
+/// The flash commands of one host op: a read reads each page where the FTL maps it (an
+/// unmapped page: its own number), a write or TRIM runs in the FTL and the program, copy
+/// and erase commands it queued are emitted, each on the unit its page or block lives on.
+pub(crate) fn translate_queued<F: Queued>(
+    f: &mut F,
+    op: &IoOp,
+    cfg: &SsdConfig,
+    out: &mut Vec<FlashCmd>,
+) {
+    f.queue().clear();
+    let units = cfg.units();
+    let (ppb, pb) = f.geometry();
+    match op.kind {
+        IoKind::Write => f.apply_write(op.offset, op.len),
+        IoKind::Trim => f.apply_trim(op.offset, op.len),
+        IoKind::Flush => {}
+        IoKind::Read => {
+            for lpn in f.page_range(op.offset, op.len) {
+                let unit = f.mapped(lpn).unwrap_or(lpn) as usize % units;
+                out.push(FlashCmd {
+                    op: FlashOp::Read,
+                    unit,
+                    bytes: pb,
+                    host: true,
+                });
             }
         }
-        for &(fop, ppn, host) in &self.pending {
-            let unit = match fop {
-                FlashOp::Erase => (ppn / self.ppb) as usize % units,
-                _ => ppn as usize % units,
-            };
-            out.push(FlashCmd {
-                op: fop,
-                unit,
-                bytes: if fop == FlashOp::Erase { 0 } else { pb },
-                host,
-            });
-        }
-        self.pending.clear();
+    }
+    let mut pending = std::mem::take(f.queue());
+    for &(fop, ppn, host) in &pending {
+        let unit = match fop {
+            FlashOp::Erase => (ppn / ppb) as usize % units,
+            _ => ppn as usize % units,
+        };
+        out.push(FlashCmd {
+            op: fop,
+            unit,
+            bytes: if fop == FlashOp::Erase { 0 } else { pb },
+            host,
+        });
+    }
+    pending.clear();
+    *f.queue() = pending;
+}
+
+impl Queued for PageFtl {
+    fn apply_write(&mut self, offset: u64, len: u64) {
+        self.write(offset, len)
+    }
+    fn apply_trim(&mut self, offset: u64, len: u64) {
+        self.trim(offset, len)
+    }
+    fn page_range(&self, offset: u64, len: u64) -> std::ops::Range<u32> {
+        self.pages(offset, len)
+    }
+    fn mapped(&self, lpn: u32) -> Option<u32> {
+        self.lookup(lpn)
+    }
+    fn queue(&mut self) -> &mut Vec<(FlashOp, u32, bool)> {
+        &mut self.pending
+    }
+    fn geometry(&self) -> (u32, u64) {
+        (self.ppb, self.cfg.page_bytes)
+    }
+}
+
+impl Ftl for PageFtl {
+    fn translate(&mut self, _now_ns: u64, op: &IoOp, cfg: &SsdConfig, out: &mut Vec<FlashCmd>) {
+        translate_queued(self, op, cfg, out);
     }
 }
 

@@ -22,9 +22,9 @@
 //! its data block back (erased). Log blocks are `log_blocks` (10 %) of the data blocks, at
 //! least two; over-provisioning (7 %) adds spare blocks to the free pool.
 
-use crate::ftl::{FtlConfig, FtlKind, FtlStats, PageFtl};
+use crate::ftl::{translate_queued, FtlConfig, FtlKind, FtlStats, PageFtl, Queued};
 use crate::ssd::{FlashCmd, FlashOp, Ftl, SsdConfig};
-use crate::{IoKind, IoOp};
+use crate::IoOp;
 use std::collections::VecDeque;
 
 const NONE: u32 = u32::MAX;
@@ -383,40 +383,30 @@ impl HybridFtl {
     }
 }
 
+impl Queued for HybridFtl {
+    fn apply_write(&mut self, offset: u64, len: u64) {
+        self.write(offset, len)
+    }
+    fn apply_trim(&mut self, offset: u64, len: u64) {
+        self.trim(offset, len)
+    }
+    fn page_range(&self, offset: u64, len: u64) -> std::ops::Range<u32> {
+        self.pages(offset, len)
+    }
+    fn mapped(&self, lpn: u32) -> Option<u32> {
+        self.lookup(lpn)
+    }
+    fn queue(&mut self) -> &mut Vec<(FlashOp, u32, bool)> {
+        &mut self.pending
+    }
+    fn geometry(&self) -> (u32, u64) {
+        (self.ppb, self.cfg.page_bytes)
+    }
+}
+
 impl Ftl for HybridFtl {
     fn translate(&mut self, _now_ns: u64, op: &IoOp, cfg: &SsdConfig, out: &mut Vec<FlashCmd>) {
-        self.pending.clear();
-        let units = cfg.units();
-        let pb = self.cfg.page_bytes;
-        match op.kind {
-            IoKind::Write => self.write(op.offset, op.len),
-            IoKind::Trim => self.trim(op.offset, op.len),
-            IoKind::Flush => {}
-            IoKind::Read => {
-                for lpn in self.pages(op.offset, op.len) {
-                    let unit = self.lookup(lpn).unwrap_or(lpn) as usize % units;
-                    out.push(FlashCmd {
-                        op: FlashOp::Read,
-                        unit,
-                        bytes: pb,
-                        host: true,
-                    });
-                }
-            }
-        }
-        for &(fop, ppn, host) in &self.pending {
-            let unit = match fop {
-                FlashOp::Erase => (ppn / self.ppb) as usize % units,
-                _ => ppn as usize % units,
-            };
-            out.push(FlashCmd {
-                op: fop,
-                unit,
-                bytes: if fop == FlashOp::Erase { 0 } else { pb },
-                host,
-            });
-        }
-        self.pending.clear();
+        translate_queued(self, op, cfg, out);
     }
 }
 
