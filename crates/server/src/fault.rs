@@ -181,11 +181,12 @@ impl Faults {
             return;
         }
         for d in st.devs.iter() {
-            let pending = std::mem::take(&mut *lock(&d.pending));
-            for (off, data) in pending {
+            let mut pending = lock(&d.pending);
+            for (off, data) in pending.drain(..) {
                 // A failure here leaves the bytes unwritten, as a failing device may.
                 let _ = d.inner.write_at(&data, off);
             }
+            drop(pending);
             let _ = d.inner.sync();
         }
     }
@@ -196,8 +197,8 @@ impl Faults {
         }
         let devs = st.devs.clone();
         for d in devs {
-            let pending = std::mem::take(&mut *lock(&d.pending));
-            for (off, data) in pending {
+            let mut pending = lock(&d.pending);
+            for (off, data) in pending.drain(..) {
                 for (i, c) in data.chunks(TEAR_SECTOR).enumerate() {
                     if st.rng.gen_bool(0.5) {
                         // A failure here leaves the sector unwritten, which a cut may do.
@@ -334,9 +335,13 @@ impl BlockDev for FaultDev {
                 return Err(injected("read", &self.st.name, offset, n, r.errno));
             }
         }
+        // The write cache stays locked from the device read to the overlay: a sync moves
+        // writes from it to the device under the same lock, so a read never finds a
+        // completed write in neither place (`tests/fault_dev_race.rs`).
+        let pending = lock(&self.st.pending);
         self.st.inner.read_at(buf, offset)?;
         let end = offset + buf.len() as u64;
-        for (o, d) in lock(&self.st.pending).iter() {
+        for (o, d) in pending.iter() {
             let (a, b) = ((*o).max(offset), (o + d.len() as u64).min(end));
             if a < b {
                 buf[(a - offset) as usize..(b - offset) as usize]
@@ -435,10 +440,13 @@ impl BlockDev for FaultDev {
                 self.st.name, st.events
             )));
         }
-        let pending = std::mem::take(&mut *lock(&self.st.pending));
-        for (off, data) in pending {
+        // Applied with the write cache locked (see `read_at`); a failing device write drops
+        // the rest, as before.
+        let mut pending = lock(&self.st.pending);
+        for (off, data) in pending.drain(..) {
             self.st.inner.write_at(&data, off)?;
         }
+        drop(pending);
         self.st.inner.sync()
     }
 }

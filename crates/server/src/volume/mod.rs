@@ -130,6 +130,7 @@ fn key_addr(key: u64, ls: u32) -> u64 {
 use tiercache_nbd::{BlockSizes, Export};
 
 mod bulk;
+mod check;
 mod classes;
 mod clean;
 mod durable;
