@@ -566,9 +566,13 @@ impl CacheVolume {
                 // A line the plan evicts whose record never reached the device (reusing its
                 // slot needs no unmap) but whose bytes went to the backing device since the
                 // last good sync: if that sync failed, only its cached copy would hold them.
-                let r = g.mem_record(s);
-                let a = key_addr(r.key, ls);
-                r.key != EMPTY_KEY && now != Some(r.key) && g.unsynced_overlaps(a, a + (1 << ls))
+                let at = s as usize * RECORD_BYTES as usize;
+                Record::decode(&g.mem[at..at + RECORD_BYTES as usize]).is_some_and(|r| {
+                    let a = key_addr(r.key, ls);
+                    r.key != EMPTY_KEY
+                        && now != Some(r.key)
+                        && g.unsynced_overlaps(a, a + (1 << ls))
+                })
             })
             .collect()
     }
@@ -592,10 +596,12 @@ impl CacheVolume {
             let base0 = hdd & !VOL_MASK;
             for line in (hdd & VOL_MASK) >> ls..=((hdd + len - 1) & VOL_MASK) >> ls {
                 let key = Engine::line_key(vol_of(hdd), line);
-                let new = g
-                    .engine
-                    .lookup(key)
-                    .is_some_and(|s| g.in_plan.contains(&s) && g.mem_key(s) != key);
+                let new = g.engine.lookup(key).is_some_and(|s| {
+                    let at = s as usize * RECORD_BYTES as usize;
+                    g.in_plan.contains(&s)
+                        && Record::decode(&g.mem[at..at + RECORD_BYTES as usize])
+                            .is_none_or(|r| r.key != key)
+                });
                 if new {
                     let base = base0 | line << ls;
                     fresh.push((hdd.max(base), (hdd + len).min(base + (1 << ls))));
