@@ -463,6 +463,7 @@ impl AnyFtl {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::IoKind;
     use rand::{Rng, SeedableRng};
     use rand_chacha::ChaCha8Rng;
 
