@@ -194,14 +194,7 @@ impl PageFtl {
     }
 
     pub fn stats(&self) -> FtlStats {
-        let mut s = self.stats;
-        s.max_block_erasures = self.erases.iter().copied().max().unwrap_or(0);
-        s.write_amplification = if s.host_pages_written > 0 {
-            (s.host_pages_written + s.gc_pages_copied) as f64 / s.host_pages_written as f64
-        } else {
-            0.0
-        };
-        s
+        self.stats.finished(&self.erases)
     }
 
     /// Erase count of every block.
@@ -211,14 +204,7 @@ impl PageFtl {
 
     /// Pages a byte range touches (clamped to the logical size).
     fn pages(&self, offset: u64, len: u64) -> std::ops::Range<u32> {
-        let pb = self.cfg.page_bytes;
-        let n = self.l2p.len() as u64;
-        if len == 0 {
-            return 0..0;
-        }
-        let a = (offset / pb).min(n);
-        let b = (offset + len).div_ceil(pb).min(n);
-        a as u32..b as u32
+        page_range(self.cfg.page_bytes, self.l2p.len() as u64, offset, len)
     }
 
     fn invalidate(&mut self, lpn: u32) {
@@ -341,6 +327,35 @@ impl PageFtl {
         }
         Ok(())
     }
+}
+
+impl FtlStats {
+    /// The counters with the figures derived from them filled in: the most erased block's
+    /// count and the write amplification (0 before any host write).
+    pub(crate) fn finished(mut self, erases: &[u32]) -> FtlStats {
+        self.max_block_erasures = erases.iter().copied().max().unwrap_or(0);
+        self.write_amplification = if self.host_pages_written > 0 {
+            (self.host_pages_written + self.gc_pages_copied) as f64 / self.host_pages_written as f64
+        } else {
+            0.0
+        };
+        self
+    }
+}
+
+/// Logical pages of `page_bytes` a byte range touches, clamped to `pages` logical pages.
+pub(crate) fn page_range(
+    page_bytes: u64,
+    pages: u64,
+    offset: u64,
+    len: u64,
+) -> std::ops::Range<u32> {
+    if len == 0 {
+        return 0..0;
+    }
+    let a = (offset / page_bytes).min(pages);
+    let b = (offset + len).div_ceil(page_bytes).min(pages);
+    a as u32..b as u32
 }
 
 /// What `translate` needs of a flash translation layer that queues the flash commands of

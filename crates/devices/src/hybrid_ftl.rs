@@ -22,7 +22,7 @@
 //! its data block back (erased). Log blocks are `log_blocks` (10 %) of the data blocks, at
 //! least two; over-provisioning (7 %) adds spare blocks to the free pool.
 
-use crate::ftl::{translate_queued, FtlConfig, FtlKind, FtlStats, PageFtl, Queued};
+use crate::ftl::{page_range, translate_queued, FtlConfig, FtlKind, FtlStats, PageFtl, Queued};
 use crate::ssd::{FlashCmd, FlashOp, Ftl, SsdConfig};
 use crate::IoOp;
 use std::collections::VecDeque;
@@ -110,14 +110,7 @@ impl HybridFtl {
     }
 
     pub fn stats(&self) -> FtlStats {
-        let mut s = self.stats;
-        s.max_block_erasures = self.erases.iter().copied().max().unwrap_or(0);
-        s.write_amplification = if s.host_pages_written > 0 {
-            (s.host_pages_written + s.gc_pages_copied) as f64 / s.host_pages_written as f64
-        } else {
-            0.0
-        };
-        s
+        self.stats.finished(&self.erases)
     }
 
     pub fn erase_counts(&self) -> &[u32] {
@@ -125,14 +118,7 @@ impl HybridFtl {
     }
 
     fn pages(&self, offset: u64, len: u64) -> std::ops::Range<u32> {
-        let pb = self.cfg.page_bytes;
-        let n = self.lpages as u64;
-        if len == 0 {
-            return 0..0;
-        }
-        let a = (offset / pb).min(n);
-        let b = (offset + len).div_ceil(pb).min(n);
-        a as u32..b as u32
+        page_range(self.cfg.page_bytes, self.lpages as u64, offset, len)
     }
 
     /// Physical page of a logical page, if it holds data.
