@@ -297,11 +297,37 @@ pub fn lost_bytes(lost: &[(u64, u64)]) -> u64 {
 /// Fails a read of `[a, b)` that overlaps a lost range.
 pub fn lost_check(lost: &[(u64, u64)], a: u64, b: u64) -> io::Result<()> {
     match lost.iter().find(|(x, y)| *x < b && a < *y) {
-        Some((x, y)) => Err(io::Error::other(format!(
-            "volume bytes {x}..{y} were lost (dirty data lost with the cache device, or written to the backing device before a sync that failed and may have dropped them): reads fail until they are written again"
-        ))),
+        Some(&(start, end)) => Err(io::Error::other(LostRange { start, end })),
         None => Ok(()),
     }
+}
+
+/// The error of a read that meets a range reported lost ([`lost_check`]): volume bytes
+/// `[start, end)` as listed when the read was refused (a later write may take part of it
+/// off the list). Find it with [`lost_range_of`] rather than by its text.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LostRange {
+    pub start: u64,
+    pub end: u64,
+}
+
+impl std::fmt::Display for LostRange {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "volume bytes {}..{} were lost (dirty data lost with the cache device, or written to the backing device before a sync that failed and may have dropped them): reads fail until they are written again",
+            self.start, self.end
+        )
+    }
+}
+
+impl std::error::Error for LostRange {}
+
+/// The [`LostRange`] an I/O error is, if it is one.
+pub fn lost_range_of(e: &io::Error) -> Option<LostRange> {
+    e.get_ref()
+        .and_then(|x| x.downcast_ref::<LostRange>())
+        .copied()
 }
 
 /// A failure record of the cache `uuid` now.
