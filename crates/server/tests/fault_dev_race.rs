@@ -8,12 +8,17 @@
 //! filled for another line returned that line's bytes: a "misdirected" read; an unlocked
 //! write-back reading it wrote those bytes to the backing device and marked the line clean).
 
+mod common;
+
+use common::*;
 use std::io;
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use tiercache_engine::Mode;
+use tiercache_nbd::Export;
 use tiercache_server::fault::Faults;
-use tiercache_server::BlockDev;
+use tiercache_server::{BlockDev, CacheVolume, FileDev, OpenOptions, Superblock};
 
 /// An in-memory device whose `write_at` can be held: armed, it reports that a write began
 /// (`entered`) and holds it for `hold` before applying it.
@@ -99,4 +104,121 @@ fn read_beside_a_sync_sees_the_completed_write() {
     let mut after = [0u8; 4];
     dev.read_at(&mut after, 512).unwrap();
     assert_eq!(after, [2u8; 4], "after the sync");
+}
+
+fn line(k: u64) -> Vec<u8> {
+    (0..4096u64)
+        .map(|i| (k as u8) ^ (i as u8).rotate_left(3))
+        .collect()
+}
+
+/// A device whose reads at or past an offset can be held once: armed, the first such read
+/// reports that it began and waits for the go before it reads.
+struct ReadGate {
+    inner: Box<dyn BlockDev>,
+    from: u64,
+    armed: Mutex<Option<(mpsc::Sender<()>, mpsc::Receiver<()>)>>,
+}
+
+struct SharedGate(Arc<ReadGate>);
+
+impl BlockDev for SharedGate {
+    fn size(&self) -> u64 {
+        self.0.inner.size()
+    }
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        if offset >= self.0.from {
+            let held = self.0.armed.lock().unwrap().take();
+            if let Some((entered, go)) = held {
+                entered.send(()).unwrap();
+                go.recv_timeout(Duration::from_secs(10)).unwrap();
+            }
+        }
+        self.0.inner.read_at(buf, offset)
+    }
+    fn write_at(&self, data: &[u8], offset: u64) -> io::Result<()> {
+        self.0.inner.write_at(data, offset)
+    }
+    fn sync(&self) -> io::Result<()> {
+        self.0.inner.sync()
+    }
+}
+
+/// A cache hit reads its slot outside the volume lock; beside it, a cache sync that holds
+/// only the volume lock (`ctl mode`'s superblock write) fails and drops the data-area writes
+/// since the last good one (a failed fsync): the slot, newly filled for line 1, holds its
+/// previous line's bytes again. The hit must not return them (found while chasing
+/// fault_model's concurrent seed 10, session 16). Before the fix: "line 1 read its slot's
+/// previous line (40)"; now the hit is planned again, finds the line dropped and its dirty
+/// bytes reported lost (their only copy was dropped).
+#[test]
+fn a_hit_beside_a_failed_cache_sync_never_returns_its_slots_previous_line() {
+    let f = files(24, 4096);
+    format(&f, Mode::WriteBack, 4096);
+    {
+        let b = FileDev::open(&f.backing).unwrap();
+        for k in 40..80 {
+            b.write_at(&line(k), k * 4096).unwrap();
+        }
+    }
+    let faults = Faults::new(4);
+    let (fdev, ch) = faults.wrap("cache", Box::new(FileDev::open(&f.cache).unwrap()), true);
+    let gate = Arc::new(ReadGate {
+        inner: Box::new(fdev),
+        from: Superblock::data_offset_with(24, 4096, false),
+        armed: Mutex::new(None),
+    });
+    let (v, _) = CacheVolume::open(
+        Box::new(SharedGate(Arc::clone(&gate))),
+        Box::new(FileDev::open(&f.backing).unwrap()),
+        &OpenOptions::default(),
+    )
+    .unwrap();
+    let v = Arc::new(v);
+    v.set_unmap_batch(0);
+    v.set_max_cache_errors(1000);
+    // Every slot holds a clean line with a durable record; line 1 then takes one of them
+    // (written back dirty, not synced yet).
+    let mut b = vec![0u8; 4096];
+    for k in 40..64 {
+        v.read(k * 4096, &mut b).unwrap();
+    }
+    v.flush().unwrap();
+    v.write(4096, &line(1), false).unwrap();
+    let (entered_tx, entered) = mpsc::channel();
+    let (go, go_rx) = mpsc::channel();
+    *gate.armed.lock().unwrap() = Some((entered_tx, go_rx));
+    let reader = {
+        let v = Arc::clone(&v);
+        std::thread::spawn(move || {
+            let mut b = vec![0u8; 4096];
+            let r = v.read(4096, &mut b);
+            (r, b)
+        })
+    };
+    entered
+        .recv_timeout(Duration::from_secs(10))
+        .expect("the hit reached the cache device");
+    ch.fail_next_sync(true);
+    let m = v.set_mode(Mode::WriteBack);
+    assert!(m.is_err(), "the superblock sync failed: {m:?}");
+    ch.heal();
+    go.send(()).unwrap();
+    let (r, b) = reader.join().unwrap();
+    match r {
+        Ok(()) => {
+            let prev = (40..80).find(|&k| b == line(k));
+            assert!(
+                b == line(1),
+                "line 1 read bytes it never held (its slot's previous line: {prev:?})"
+            );
+        }
+        Err(e) => {
+            let lost = tiercache_server::degrade::lost_range_of(&e);
+            assert!(
+                lost.is_some_and(|l| l.start < 8192 && 4096 < l.end),
+                "line 1 failed with nothing reported lost: {e}"
+            );
+        }
+    }
 }

@@ -387,8 +387,21 @@ impl CacheVolume {
             }
             e
         });
+        // A cache sync that failed while the I/O ran (a foreground plan's, holding neither
+        // this pass's slots nor its spans) may have dropped dirty bytes of a pinned slot
+        // written since the last good sync, before the I/O read them: the slot then held an
+        // older line's bytes, which went to this line's backing range (concurrent seed 10:
+        // line 14 read line 76's bytes after a restart). Those lines stay dirty, for
+        // `settle_dropped` to copy the verified sectors and report the others lost.
+        let mut undone = out.undone;
+        for &s in &u.pass.slots {
+            let dropped = g.cache_dropped.get(&s).copied().unwrap_or(0);
+            if dropped & g.engine.pending_mask(s) != 0 && !undone.contains(&s) {
+                undone.push(s);
+            }
+        }
         let ticket = Some((u.pass.ticket, u.pass.slots));
-        if let Err(e) = self.commit_clean(g, u.pass.steps, ticket, &out.undone, true, r) {
+        if let Err(e) = self.commit_clean(g, u.pass.steps, ticket, &undone, true, r) {
             g.wb_error = Some(e);
         }
     }

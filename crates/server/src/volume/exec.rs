@@ -87,6 +87,7 @@ impl CacheVolume {
                 false => Vec::new(),
             };
             g.slots = slots;
+            let failures = self.cache_sync_failures.load(Ordering::Acquire);
             drop(g);
             let Data::Read(out) = data else {
                 unreachable!()
@@ -101,6 +102,14 @@ impl CacheVolume {
                 }
                 r
             };
+            if self.cache_sync_failures.load(Ordering::Acquire) != failures {
+                // A cache sync failed while this hit read its slots (one that holds neither
+                // `io` nor waits for hits: a superblock write, a lost-range update): it may
+                // have dropped their latest bytes, so the slot may hold an older line's.
+                // Planned again: the dropped lines are settled first (a miss then).
+                drop(_shared);
+                return self.run(req, Data::Read(out));
+            }
             return match r {
                 Ok(()) => Ok(()),
                 Err(e) => {

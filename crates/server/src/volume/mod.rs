@@ -412,6 +412,11 @@ pub struct CacheVolume {
     ram: Option<ram::RamCache>,
     /// The volumes served (`OpenOptions::volumes`); empty: one volume.
     volumes: Vec<crate::volume_set::VolumeSpec>,
+    /// Cache syncs that failed so far ([`CacheVolume::sync_cache`]). A failed sync may drop
+    /// data-area writes since the last good one (`Inner::cache_dropped`): I/O that reads
+    /// slots outside the volume lock (a hit, the unlocked write-back) compares this count
+    /// before and after, and does not trust what it read if it changed.
+    cache_sync_failures: AtomicU64,
 }
 
 /// Longest the unlocked write-back holds a backing write back for foreground backing I/O.

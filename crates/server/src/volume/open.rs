@@ -895,6 +895,7 @@ impl CacheVolume {
             wb_io: Mutex::new(Default::default()),
             wb_done: std::sync::Condvar::new(),
             wb_waiters: AtomicU64::new(0),
+            cache_sync_failures: AtomicU64::new(0),
             fg_backing: AtomicU64::new(0),
             pause: Default::default(),
             inner: Mutex::new(inner),

@@ -18,6 +18,7 @@ impl CacheVolume {
                 Ok(())
             }
             Err(e) => {
+                self.cache_sync_failures.fetch_add(1, Ordering::AcqRel);
                 for (s, m) in std::mem::take(&mut g.cache_unsynced) {
                     *g.cache_dropped.entry(s).or_insert(0) |= m;
                 }
