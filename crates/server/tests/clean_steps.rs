@@ -183,3 +183,75 @@ fn a_cache_sync_dropping_writes_under_a_write_back_never_misdirects_its_bytes() 
     v.flush().unwrap();
     check(&v, "after a FLUSH");
 }
+
+/// A read that populates the missing sectors of a line a write-back holds, and whose plan
+/// fails before changing the cache (the backing sync its slot reuse needs fails): the
+/// failure commits the write-back first, and that commit must not record the failed plan's
+/// sectors as valid, or the roll-back keeps them and the read, planned again uncached, reads
+/// them from the slot, which still holds its previous line's bytes. Found by fault_model's
+/// concurrent soak seed 162 (line 15 read line 59's bytes). Before the fix: "line 15
+/// sector 0 read bytes it never held (the slot's previous line 40)".
+#[test]
+fn a_failed_read_beside_a_write_back_never_reads_sectors_it_did_not_fill() {
+    let f = files(24, 4096);
+    format(&f, Mode::WriteBack, 4096);
+    {
+        let b = FileDev::open(&f.backing).unwrap();
+        for k in 0..80 {
+            tiercache_server::BlockDev::write_at(&b, &line(k), k * 4096).unwrap();
+        }
+    }
+    let faults = Faults::new(5);
+    let (cdev, _ch) = faults.wrap("cache", Box::new(FileDev::open(&f.cache).unwrap()), true);
+    let (bdev, bh) = faults.wrap(
+        "backing",
+        Box::new(FileDev::open(&f.backing).unwrap()),
+        true,
+    );
+    let (v, _) =
+        CacheVolume::open(Box::new(cdev), Box::new(bdev), &OpenOptions::default()).unwrap();
+    let v = Arc::new(v);
+    v.set_unmap_batch(0);
+    v.set_max_cache_errors(1000);
+    // Every slot holds a clean line with a durable record.
+    let mut b = vec![0u8; 4096];
+    for k in 40..64 {
+        v.read(k * 4096, &mut b).unwrap();
+    }
+    v.flush().unwrap();
+    // Line 15's sectors 1-2 only, dirty, in a slot that held a clean line.
+    let l15 = line(15);
+    v.write(15 * 4096 + 512, &l15[512..1536], false).unwrap();
+    let pass = v.stepped_clean(8);
+    assert!(pass.in_flight(), "the pass did not go outside the lock");
+    bh.fail_syncs();
+    // Line 14's last sector (a miss: a slot reused, whose unmap needs the backing sync that
+    // fails) and line 15's sectors 0-5 (0 and 3-5 populated into the pinned slot).
+    let (a, n) = (14 * 4096 + 3584u64, 512 + 2944usize);
+    let mut got = vec![0u8; n];
+    let r = v.read(a, &mut got);
+    bh.heal();
+    let _ = pass.commit();
+    let want: Vec<u8> = line(14)[3584..]
+        .iter()
+        .chain(&l15[..2944])
+        .copied()
+        .collect();
+    if r.is_ok() {
+        for s in 0..n / 512 {
+            let (x, y) = (s * 512, (s + 1) * 512);
+            if got[x..y] != want[x..y] {
+                let at = (a as usize + x) % 4096;
+                let prev = (0..80).find(|&k| got[x..y] == line(k)[at..at + 512]);
+                panic!(
+                    "sector {s} of the read (volume byte {}) read bytes it never held (a line of that offset: {prev:?})",
+                    a as usize + x
+                );
+            }
+        }
+    }
+    // And once the syncs work again, the whole of line 15 reads its bytes.
+    let mut l = vec![0u8; 4096];
+    v.read(15 * 4096, &mut l).unwrap();
+    assert!(l == l15, "line 15 reads bytes it never held after the heal");
+}

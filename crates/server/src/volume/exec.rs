@@ -156,8 +156,35 @@ impl CacheVolume {
             slots.extend(0..self.capacity_lines as u32);
         }
         if let Err(e) = r {
+            // The records `roll_back` puts the engine back to, as before the plan: committing
+            // the write-back in flight (next) records its slots from the engine, which still
+            // has this plan's changes (sectors it was to populate marked valid, never
+            // written: a read planned again then read them from the slot, which held another
+            // line's bytes; soak seed 162).
+            let before_plan: Vec<(u32, Record)> = if e.before_cache && g.wb.is_some() {
+                slots
+                    .iter()
+                    .filter_map(|&s| {
+                        let at = s as usize * RECORD_BYTES as usize;
+                        Some((s, Record::decode(&g.mem[at..at + RECORD_BYTES as usize])?))
+                    })
+                    .collect()
+            } else {
+                Vec::new()
+            };
             // Recovery restores and drops lines: commit a write-back in flight first.
             self.reap(&mut g, true);
+            for (s, rec) in before_plan {
+                let at = s as usize * RECORD_BYTES as usize;
+                if Record::decode(&g.mem[at..at + RECORD_BYTES as usize]) != Some(rec) {
+                    // Its write-back's cleaning is forgotten (the line is dirty again, and
+                    // written back again later): nothing is lost.
+                    let seq = g.seq;
+                    g.put_mem(s, &Record { seq, ..rec });
+                    g.seq = seq.wrapping_add(1);
+                    g.dirty_pages.insert(s as u64 / format::RECORDS_PER_PAGE);
+                }
+            }
             if e.before_cache {
                 // Nothing in the cache changed: put the engine back as `mem` has it.
                 let retry = self.failed_before_cache(&mut g, &steps, &e, &slots);
