@@ -3193,3 +3193,91 @@ fn direct_plan_evicting_lines_it_wrote_loses_nothing_when_syncs_fail_or_the_powe
     }
     assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
+
+/// Soak seeds 572 and 538 (both write-through at the time) with the clean-sector check
+/// (`TIERCACHE_FAULT_MODEL_CHECK_CLEAN=1`): one write over a new line and a line the cache
+/// held, whose plan evicts the held line for the new one and admits it again into another
+/// slot. Its backing-first phase writes both lines, then the backing sync the slot reuse
+/// needs fails: the plan is rolled back (the held line back in its old slot, old bytes,
+/// clean), but the held line's range was counted as a new line's write of durable bytes and
+/// taken off the unsynced list, so the failed sync did not write the old bytes again over
+/// the failed write's. A sync failing without dropping left the backing device newer than
+/// the clean cached copy: line 33 read version 1, then version 3 after its eviction or a
+/// restart. Both ways of failing (dropping the unsynced writes or not), write-through and
+/// write-around (there a FUA write: write-around admits no write miss): the failed write
+/// may read old or new, but the same before and after eviction and restart, and no clean
+/// cached sector differs from the backing device. Before the fix (write-through, not
+/// dropping): "clean cached sectors differ ...: [(33, 0, 15)]", "line 33 read Ok(Ver(1))
+/// after the failed write, Ok(Ver(3)) after its eviction, Ok(Ok(Ver(3))) after a clean
+/// restart".
+#[test]
+fn direct_write_failed_by_a_backing_sync_leaves_no_clean_sector_differing() {
+    let mut problems = Vec::new();
+    for mode in [Mode::WriteThrough, Mode::WriteAround] {
+        for dropping in [false, true] {
+            let mut rig = rig_for(Layout::Direct, mode, false);
+            let cfg = Cfg {
+                layout: Layout::Direct,
+                mode,
+                ..cfg_for(1, 0)
+            };
+            let Vol::D(d) = rig.vol() else { unreachable!() };
+            let d = d.clone();
+            let v = rig.vol().live();
+            v.set_max_cache_errors(1_000_000);
+            // Line 33 first (the least recently used), then lines 0..=30: every slot holds
+            // a clean line at version 1 whose record is durable.
+            v.set_mode(Mode::WriteThrough).unwrap();
+            for l in [33].into_iter().chain(0..31) {
+                v.write(l * LS, &sectors(l * LS / S, 8, 1), false).unwrap();
+            }
+            v.flush().unwrap();
+            v.set_mode(mode).unwrap();
+            assert!(
+                d.lines().iter().any(|l| l.key == 33 && l.valid == 255),
+                "{mode:?}: line 33 is cached"
+            );
+            rig.bh.fail_next_sync(dropping);
+            // Line 32 (new) takes line 33's slot, then line 33 (sectors 0-3 written) is
+            // admitted again elsewhere.
+            // Write-around admits no write miss (no slot reuse, no sync in the plan): there
+            // the write is FUA, failed by the sync after its plan.
+            let fua = mode == Mode::WriteAround;
+            let w = v.write(32 * LS, &sectors(32 * LS / S, 12, 3), fua);
+            rig.bh.heal();
+            let head =
+                format!("{mode:?}, failed sync dropping {dropping}: write (FUA {fua}) {w:?}");
+            if w.is_ok() {
+                problems.push(format!("{head}: the injected sync failure did not fail it"));
+                continue;
+            }
+            let differing = d.clean_lines_differing().unwrap();
+            if !differing.is_empty() {
+                problems.push(format!(
+                    "{head}: clean cached sectors differ from the backing device (line key, slot, sector mask): {differing:?}"
+                ));
+            }
+            let s = 33 * LS / S;
+            let first = read_or_lost(rig.vol(), s);
+            // Lines 40..80 read: line 33 is evicted (write-around admits read misses too).
+            let mut b = vec![0u8; LS as usize];
+            for l in 40..80 {
+                v.read(l * LS, &mut b).unwrap();
+            }
+            let evicted = read_or_lost(rig.vol(), s);
+            let vol = rig.vol.take().unwrap();
+            let down = vol.live().shutdown();
+            drop(vol);
+            rig.faults.process_exit();
+            let reopen = rig.open(&cfg, 9);
+            let restarted = reopen.map(|()| read_or_lost(rig.vol(), s));
+            let ok = matches!(first, Ok(Got::Ver(1 | 3)));
+            if !ok || evicted != first || restarted.as_ref().ok() != Some(&first) {
+                problems.push(format!(
+                    "{head}: sector 132 (line 33) read {first:?} after the failed write, {evicted:?} after its eviction, {restarted:?} after a clean restart ({down:?}); may read version 1 or 3, the same each time"
+                ));
+            }
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
