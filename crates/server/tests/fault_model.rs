@@ -3261,19 +3261,7 @@ fn direct_write_failed_by_a_backing_sync_leaves_no_clean_sector_differing() {
                 ));
             }
             let s = 33 * LS / S;
-            let first = read_or_lost(rig.vol(), s);
-            // Lines 40..80 read: line 33 is evicted (write-around admits read misses too).
-            let mut b = vec![0u8; LS as usize];
-            for l in 40..80 {
-                v.read(l * LS, &mut b).unwrap();
-            }
-            let evicted = read_or_lost(rig.vol(), s);
-            let vol = rig.vol.take().unwrap();
-            let down = vol.live().shutdown();
-            drop(vol);
-            rig.faults.process_exit();
-            let reopen = rig.open(&cfg, 9);
-            let restarted = reopen.map(|()| read_or_lost(rig.vol(), s));
+            let (first, evicted, restarted, down) = read_evicted_restarted(&mut rig, &cfg, s);
             let ok = matches!(first, Ok(Got::Ver(1 | 3)));
             if !ok || evicted != first || restarted.as_ref().ok() != Some(&first) {
                 problems.push(format!(
@@ -3322,17 +3310,7 @@ fn direct_write_failed_by_a_backing_write_leaves_no_clean_sector_differing() {
         "the injected write error did not fail the write"
     );
     let differing = d.clean_lines_differing().unwrap();
-    let first = read_or_lost(rig.vol(), s);
-    let mut b = vec![0u8; LS as usize];
-    for l in 40..80 {
-        v.read(l * LS, &mut b).unwrap();
-    }
-    let evicted = read_or_lost(rig.vol(), s);
-    let vol = rig.vol.take().unwrap();
-    let down = vol.live().shutdown();
-    drop(vol);
-    rig.faults.process_exit();
-    let restarted = rig.open(&cfg, 9).map(|()| read_or_lost(rig.vol(), s));
+    let (first, evicted, restarted, down) = read_evicted_restarted(&mut rig, &cfg, s);
     assert!(
         differing.is_empty()
             && matches!(first, Ok(Got::Ver(1 | 3)))
@@ -3340,4 +3318,32 @@ fn direct_write_failed_by_a_backing_write_leaves_no_clean_sector_differing() {
             && restarted.as_ref().ok() == Some(&first),
         "write {w:?}: clean cached sectors differing from the backing device {differing:?}; sector {s} (line 31) read {first:?} after the failed write, {evicted:?} after its eviction, {restarted:?} after a clean restart ({down:?}); may read version 1 or 3, the same each time"
     );
+}
+
+/// What sector `s` reads now, after lines 40..80 were read (every line cached before is
+/// evicted; write-around admits read misses too), and after a clean restart (or the reopen
+/// error); and the shutdown's result.
+#[allow(clippy::type_complexity)]
+fn read_evicted_restarted(
+    rig: &mut Rig,
+    cfg: &Cfg,
+    s: u64,
+) -> (
+    Result<Got, bool>,
+    Result<Got, bool>,
+    Result<Result<Got, bool>, String>,
+    std::io::Result<()>,
+) {
+    let first = read_or_lost(rig.vol(), s);
+    let mut b = vec![0u8; LS as usize];
+    for l in 40..80 {
+        rig.vol().live().read(l * LS, &mut b).unwrap();
+    }
+    let evicted = read_or_lost(rig.vol(), s);
+    let vol = rig.vol.take().unwrap();
+    let down = vol.live().shutdown();
+    drop(vol);
+    rig.faults.process_exit();
+    let restarted = rig.open(cfg, 9).map(|()| read_or_lost(rig.vol(), s));
+    (first, evicted, restarted, down)
 }
