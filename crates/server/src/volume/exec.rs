@@ -613,14 +613,23 @@ impl CacheVolume {
             .collect()
     }
 
-    /// The parts of the backing-first phase's `WriteHdd` steps (`first`) that write lines this
-    /// plan newly admits (placed in a slot whose `mem` record maps another line or none) and
-    /// that held durable bytes before the plan (none written since the last good sync):
-    /// what [`CacheVolume::sync_before_reuse`] stops counting unsynced when its sync fails.
-    /// Lines the cache held before the plan are not among them: a failed sync writes them
-    /// again from their slots (the old bytes, which the rolled-back cache keeps serving).
+    /// The parts of the backing-first phase's `WriteHdd` steps (`first`) that held durable
+    /// bytes before the plan (none written since the last good sync) and that no slot will
+    /// hold once a failed plan is rolled back: what [`CacheVolume::sync_before_reuse`] stops
+    /// counting unsynced when its sync fails. A line the plan newly admits (placed in a slot
+    /// whose `mem` record maps another line or none) counts whole; a line a slot the plan
+    /// writes held before it (`mem`, [`CacheVolume::held_before_plan`]) counts only for the
+    /// sectors that slot did not hold. Its held sectors are not among them, even when the plan
+    /// evicts the line and admits it again into another slot (soak seeds 538, 572): the
+    /// roll-back puts it back in its old slot, clean, with the old bytes, and a failed sync
+    /// must write those again over the failed write's (else a sync failing without dropping
+    /// left the backing device newer than the clean cached copy, which then flipped at the
+    /// line's eviction or a restart).
     fn fresh_backing_writes(&self, g: &Inner, steps: &[Step], first: &[usize]) -> Vec<(u64, u64)> {
         let ls = self.line_shift;
+        let ss = g.engine.sector_size();
+        let in_plan: Vec<u32> = g.in_plan.iter().copied().collect();
+        let held = Self::held_before_plan(g, &in_plan);
         let mut fresh = Vec::new();
         for &i in first {
             let Step::WriteHdd { hdd, len, .. } = steps[i] else {
@@ -632,6 +641,24 @@ impl CacheVolume {
             let base0 = hdd & !VOL_MASK;
             for line in (hdd & VOL_MASK) >> ls..=((hdd + len - 1) & VOL_MASK) >> ls {
                 let key = Engine::line_key(vol_of(hdd), line);
+                let base = base0 | line << ls;
+                let (x, y) = (hdd.max(base), (hdd + len).min(base + (1 << ls)));
+                if let Some(&(_, _, valid)) = held.iter().find(|h| h.1 == key) {
+                    // The sectors the old slot did not hold, in runs.
+                    let mut p = x;
+                    while p < y {
+                        let k = (p - base) / ss;
+                        let q = (base + (k + 1) * ss).min(y);
+                        if valid >> k & 1 == 0 {
+                            match fresh.last_mut() {
+                                Some((_, b)) if *b == p => *b = q,
+                                _ => fresh.push((p, q)),
+                            }
+                        }
+                        p = q;
+                    }
+                    continue;
+                }
                 let new = g.engine.lookup(key).is_some_and(|s| {
                     let at = s as usize * RECORD_BYTES as usize;
                     g.in_plan.contains(&s)
@@ -639,8 +666,7 @@ impl CacheVolume {
                             .is_none_or(|r| r.key != key)
                 });
                 if new {
-                    let base = base0 | line << ls;
-                    fresh.push((hdd.max(base), (hdd + len).min(base + (1 << ls))));
+                    fresh.push((x, y));
                 }
             }
         }

@@ -450,6 +450,7 @@ impl CacheVolume {
     ) -> bool {
         debug_assert!(e.before_cache);
         self.roll_back(g, slots);
+        self.undo_backing_writes(g, steps);
         let write_back = matches!(steps.get(e.index), Some(Step::WriteBack { .. }));
         if e.cache || !write_back {
             return false;
@@ -457,6 +458,77 @@ impl CacheVolume {
         let was_blocked = g.engine.dirty_evictions_blocked();
         self.enter_degraded(g, &e.err);
         !was_blocked
+    }
+
+    /// After a plan failed before changing the cache and was rolled back: its backing-first
+    /// phase may have written (part of) its `WriteHdd` ranges (one step landed, a later one
+    /// failed: soak seed 70), while the lines the cache held there keep their old bytes as
+    /// clean. Those clean sectors are written again over the failed write's bytes, so the
+    /// backing device matches them (the failed write reads old, also once evicted or after
+    /// a restart); a sector that cannot be is no longer cached (read from the backing
+    /// device from then on). Dirty sectors and those of a write-back in flight are left
+    /// alone (the backing copy is not theirs).
+    fn undo_backing_writes(&self, g: &mut Inner, steps: &[Step]) {
+        let (sh, ss) = (self.line_shift, g.engine.sector_size());
+        let ls = 1u64 << sh;
+        let mut buf = Vec::new();
+        for s in steps {
+            let Step::WriteHdd { hdd, len, .. } = *s else {
+                continue;
+            };
+            if len == 0 {
+                continue;
+            }
+            let base0 = hdd & !VOL_MASK;
+            for line in (hdd & VOL_MASK) >> sh..=((hdd + len - 1) & VOL_MASK) >> sh {
+                let key = Engine::line_key(vol_of(hdd), line);
+                let Some(slot) = g.engine.lookup(key) else {
+                    continue;
+                };
+                let e = &g.engine;
+                let clean = e.valid_mask(slot) & !(e.dirty_mask(slot) | e.pending_mask(slot));
+                let base = base0 | line << sh;
+                let (x, y) = (hdd.max(base), (hdd + len).min(base + ls));
+                let mut failed = 0u64;
+                let mut p = x;
+                while p < y {
+                    let k = (p - base) / ss;
+                    let q = (base + (k + 1) * ss).min(y);
+                    if clean >> k & 1 == 1 {
+                        let ssd = ((slot as u64) << sh) + (p - base);
+                        buf.resize((q - p) as usize, 0);
+                        let exp = Self::expected(g, ssd, q - p);
+                        g.wrote_backing(p, q);
+                        let r = self
+                            .read_data(ssd, &mut buf, exp.as_ref())
+                            .and_then(|_| self.backing.write_at(&buf, p));
+                        if let Err(err) = r {
+                            tracing::warn!(
+                                "a failed write's backing range {p}..{q} could not be given back the cached bytes ({err}): no longer cached"
+                            );
+                            failed |= 1 << k;
+                        }
+                    }
+                    p = q;
+                }
+                if failed != 0 {
+                    let (valid, dirty) = (g.engine.valid_mask(slot), g.engine.dirty_mask(slot));
+                    let class = g.engine.line_class(slot);
+                    g.engine.drop_line(slot);
+                    if valid & !failed != 0 {
+                        if let Err(err) =
+                            g.engine
+                                .restore_line(key, slot, valid & !failed, dirty, class)
+                        {
+                            assert!(
+                                dirty == 0,
+                                "dirty line {key:#x} in slot {slot} could not be restored: {err}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
     }
 
     /// A write-back failed on the backing device: dirty lines stay dirty, dirty evictions
