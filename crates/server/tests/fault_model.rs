@@ -2975,14 +2975,7 @@ fn concurrent_clients_see_only_linearisable_values() {
         .unwrap_or(if soak { 600 } else { 60 });
     let t = std::time::Instant::now();
     let (mut requests, mut failures) = (0, Vec::new());
-    // Soak seeds that found defects, at the soak's rounds, a few times each (interleavings
-    // vary): 162 (a failed read's roll-back beside a write-back commit, session 16).
-    let again: Vec<(u64, usize)> = if soak {
-        Vec::new()
-    } else {
-        [162u64].iter().flat_map(|&s| [(s, 120); 3]).collect()
-    };
-    for (seed, rounds) in (0..seeds).map(|s| (s, rounds)).chain(again) {
+    for seed in 0..seeds {
         match run_concurrent_seed(seed, rounds) {
             Ok(n) => requests += n,
             Err(e) => {
