@@ -27,7 +27,13 @@ impl CacheVolume {
             req.class = c.classify(&req, d);
         }
         let req = &req;
-        self.sync_if_full(&mut g)?;
+        // A read needs no backing sync: if this bounding one fails (or the backoff refuses
+        // it), the read goes on with admission blocked (`block_reads_while_syncs_fail`).
+        if let Err(e) = self.sync_if_full(&mut g) {
+            if req.op != Op::Read {
+                return Err(e);
+            }
+        }
         self.flush_if_diverged(&mut g);
         if g.failed {
             return self.run_direct(&mut g, req, data);

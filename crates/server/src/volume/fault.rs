@@ -126,12 +126,15 @@ impl CacheVolume {
         self.retry_sync_locked(&mut g)
     }
 
-    /// While backing syncs fail with writes unsynced since the last good one, reusing a slot
-    /// needs a sync that fails (or waits for its backoff): a read miss is then not admitted
-    /// (the engine's no-allocation path) but served from the backing device, the cache
-    /// unchanged, instead of failing on a slot it did not need. Called before each plan.
+    /// While backing syncs fail, reusing a slot may need a sync that fails, and during the
+    /// backoff a plan reusing one after backing steps is refused (`exec_plan`): also with
+    /// nothing unsynced since the last good sync (the plan's own eviction write-backs come
+    /// first). A read miss is then not admitted (the engine's no-allocation path) but served
+    /// from the backing device, the cache unchanged, instead of failing on a slot it did not
+    /// need. (Blocked only while unsynced writes were listed, a read over lines that missed
+    /// was refused by the backoff: checker seeds 188 and 548.) Called before each plan.
     pub(super) fn block_reads_while_syncs_fail(&self, g: &mut Inner) {
-        let on = g.sync_failing.is_some() && g.backing_unsynced();
+        let on = g.sync_failing.is_some();
         if g.engine.read_admission_blocked() != on {
             g.engine.set_read_admission_blocked(on);
         }
@@ -145,7 +148,6 @@ impl CacheVolume {
         req.op == Op::Read
             && !e.cache
             && g.sync_failing.is_some()
-            && g.backing_unsynced()
             && !g.engine.read_admission_blocked()
     }
 
