@@ -220,7 +220,7 @@ fn run_repair(a: &CheckArgs) -> ExitCode {
         println!("LOST (line unknown): {l}");
     }
     for l in &rep.lost_ranges {
-        println!("LOST volume bytes {}..{}: {}", l.start, l.end, l.what);
+        println!("LOST {}: {}", l.text(), l.what);
     }
     if rep.changed && rep.unknown_lost.is_empty() && rep.lost_ranges.is_empty() {
         println!("lost          nothing");
@@ -278,15 +278,27 @@ fn print_text(a: &CheckArgs, r: &CheckReport) {
             "layout        {} lines of {} bytes, mode {}, policy {}",
             r.capacity_lines, r.line_size, r.mode, r.policy
         );
-        println!(
-            "backing       {} bytes{}",
-            r.backing_size,
-            if r.backing_id.is_empty() {
-                String::new()
-            } else {
-                format!(" ({})", r.backing_id)
+        if r.volumes.is_empty() {
+            println!(
+                "backing       {} bytes{}",
+                r.backing_size,
+                if r.backing_id.is_empty() {
+                    String::new()
+                } else {
+                    format!(" ({})", r.backing_id)
+                }
+            );
+        } else {
+            // A cache of several volumes: each volume's backing device as recorded (the
+            // check reads the cache device only; `serve` checks each identity at start).
+            println!("volumes       {} in the volume table", r.volumes.len());
+            for v in &r.volumes {
+                println!(
+                    "volume {:<12} id {}, backing {} bytes ({}), {} lines cached, {} dirty",
+                    v.name, v.id, v.size, v.backing, v.lines, v.dirty_lines
+                );
             }
-        );
+        }
         println!(
             "mapping       {} lines cached, {} dirty ({} bytes), {} empty slots",
             r.lines, r.dirty_lines, r.dirty_bytes, r.empty_slots

@@ -190,10 +190,20 @@ pub fn print_breakdown(s: &Value) {
             println!("{name:<48} {:>16} {unit}", *v as u64);
         }
     }
-    // Per volume (casadm -P per core device): a server has one volume until issue 15, which
-    // adds a line per volume here; the section is labelled with the volume's name.
+    // Per volume (casadm -P per core device), labelled with the volume's name: the served
+    // volume, or each of several (`serve --volume`).
     println!("\n[per volume]");
-    summary_line(&format!("volume {}", volume_name(s)), &s["totals"]);
+    match s["volumes"].as_array().filter(|v| !v.is_empty()) {
+        Some(vols) => {
+            for v in vols {
+                summary_line(
+                    &format!("volume {}", v["name"].as_str().unwrap_or("?")),
+                    &v["counters"],
+                );
+            }
+        }
+        None => summary_line(&format!("volume {}", volume_name(s)), &s["totals"]),
+    }
     // Per class: the same request figures (casadm's per-IO-class statistics, `-d`).
     for pc in s["per_class"].as_array().into_iter().flatten() {
         summary_line(&format!("class {:<3}", n(&pc[0])), &pc[1]);
@@ -224,14 +234,23 @@ fn summary_line(label: &str, c: &Value) {
 pub fn print_csv(s: &Value) {
     println!("section,name,value,unit");
     let mut all = rows(s);
-    // Per volume: one until issue 15; its rows are named after it, as a class's are.
-    let mut out = Vec::new();
-    counter_rows("volume", &s["totals"], &mut out);
-    let vol = volume_name(s);
-    all.extend(
-        out.into_iter()
-            .map(|(_, name, v, u)| ("volume", format!("volume {vol}: {name}"), v, u)),
-    );
+    // Per volume (the served one, or each of several): its rows are named after it, as a
+    // class's are.
+    let vols: Vec<(&str, &Value)> = match s["volumes"].as_array().filter(|v| !v.is_empty()) {
+        Some(vs) => vs
+            .iter()
+            .map(|v| (v["name"].as_str().unwrap_or("?"), &v["counters"]))
+            .collect(),
+        None => vec![(volume_name(s), &s["totals"])],
+    };
+    for (vol, c) in vols {
+        let mut out = Vec::new();
+        counter_rows("volume", c, &mut out);
+        all.extend(
+            out.into_iter()
+                .map(|(_, name, v, u)| ("volume", format!("volume {vol}: {name}"), v, u)),
+        );
+    }
     for pc in s["per_class"].as_array().into_iter().flatten() {
         let mut out = Vec::new();
         counter_rows("class", &pc[1], &mut out);
@@ -248,5 +267,114 @@ pub fn print_csv(s: &Value) {
             format!("{}", v as u64)
         };
         println!("{sec},\"{}\",{v},{unit}", name.replace('"', "\"\""));
+    }
+}
+
+/// One volume's lost ranges (offsets within it) as text: `bytes X..Y, ...`, or `nothing`.
+fn lost_text(v: &Value) -> String {
+    let r: Vec<String> = v["lost_ranges"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|r| format!("bytes {}..{}", n(&r[0]), n(&r[1])))
+        .collect();
+    if r.is_empty() {
+        "nothing".into()
+    } else {
+        r.join(", ")
+    }
+}
+
+/// `ctl stats` of a server of several volumes: one line per volume (name, backing, mode,
+/// requests, hits, dirty, lost). Prints nothing for a server of one volume.
+pub fn print_volume_table(s: &Value) {
+    let Some(vols) = s["volumes"].as_array().filter(|v| !v.is_empty()) else {
+        return;
+    };
+    println!(
+        "\n{:<16} {:<32} {:<14} {:>10} {:>10} {:>10} {:>10} {:>10}  lost",
+        "volume", "backing", "mode", "reads", "writes", "hits", "cached", "dirty"
+    );
+    for v in vols {
+        let c = &v["counters"];
+        println!(
+            "{:<16} {:<32} {:<14} {:>10} {:>10} {:>10} {:>10} {:>10}  {}",
+            v["name"].as_str().unwrap_or("?"),
+            v["backing"].as_str().unwrap_or("?"),
+            v["mode"].as_str().unwrap_or("?"),
+            n(&c["reads"]),
+            n(&c["writes"]),
+            n(&c["full_hits"]),
+            n(&v["cached_lines"]),
+            n(&v["dirty_lines"]),
+            lost_text(v)
+        );
+    }
+}
+
+/// `ctl --volume NAME stats`: one volume's figures (`v`), its settings in force (`settings`:
+/// `[key, value]` pairs) and its share of the pool (`pool`: the pool's stats).
+pub fn print_volume(v: &Value, settings: &Value, pool: &Value) {
+    let c = &v["counters"];
+    let set = |k: &str| {
+        settings
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|kv| kv[0] == k)
+            .and_then(|kv| kv[1].as_str())
+            .unwrap_or("?")
+            .to_string()
+    };
+    let cap = n(&pool["capacity_lines"]).max(1);
+    println!(
+        "volume          {} (id {}), {} bytes",
+        v["name"].as_str().unwrap_or("?"),
+        n(&v["id"]),
+        n(&v["size"])
+    );
+    println!("backing         {}", v["backing"].as_str().unwrap_or("?"));
+    println!("mode            {}", v["mode"].as_str().unwrap_or("?"));
+    println!(
+        "settings        admission {}, seq-cutoff {} read / {} write (the rest are the pool's: `ctl get`)",
+        set("admission"),
+        set("seq-cutoff"),
+        set("seq-cutoff-write")
+    );
+    println!(
+        "occupancy       {} of the pool's {} lines ({:.1} %), {} dirty",
+        n(&v["cached_lines"]),
+        cap,
+        100.0 * n(&v["cached_lines"]) as f64 / cap as f64,
+        n(&v["dirty_lines"])
+    );
+    let (rh, ra) = (n(&c["read_line_hits"]), n(&c["read_line_accesses"]));
+    println!(
+        "requests        {} reads, {} writes; {} served whole by the cache, read line hit ratio {:.1} %",
+        n(&c["reads"]),
+        n(&c["writes"]),
+        n(&c["full_hits"]),
+        if ra > 0 { 100.0 * rh as f64 / ra as f64 } else { 0.0 }
+    );
+    println!("lost            {}", lost_text(v));
+    println!("\n[per volume]");
+    summary_line(&format!("volume {}", v["name"].as_str().unwrap_or("?")), c);
+}
+
+/// `ctl --volume NAME stats --csv`: the volume's figures as `section,name,value,unit` rows.
+pub fn print_volume_csv(v: &Value) {
+    println!("section,name,value,unit");
+    let mut out = Vec::new();
+    for (name, k) in [("cached", "cached_lines"), ("dirty", "dirty_lines")] {
+        out.push(("usage", name.to_string(), n(&v[k]) as f64, "lines"));
+    }
+    counter_rows("requests", &v["counters"], &mut out);
+    for (sec, name, x, unit) in out {
+        let x = if unit == "%" {
+            format!("{x:.3}")
+        } else {
+            format!("{}", x as u64)
+        };
+        println!("{sec},\"{}\",{x},{unit}", name.replace('"', "\"\""));
     }
 }

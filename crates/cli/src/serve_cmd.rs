@@ -371,6 +371,12 @@ pub struct CtlArgs {
     /// The server's control socket (`serve --control`).
     #[arg(long)]
     control: PathBuf,
+    /// One volume of a server of several (`serve --volume NAME=BACKING`): its statistics
+    /// (`stats`), its own settings for this run (`get`, `set mode|admission|seq-cutoff|
+    /// seq-cutoff-write`, `mode`, `detach`; the other settings are the pool's), and `flush`
+    /// (the pool's cleaner: every volume's dirty data).
+    #[arg(long, value_name = "NAME")]
+    volume: Option<String>,
     #[command(subcommand)]
     cmd: CtlCmd,
 }
@@ -1125,6 +1131,9 @@ pub fn serve(a: ServeArgs) -> Result<()> {
     if vol_args.is_empty() && !a.volume_mode.is_empty() {
         bail!("--volume-mode sets the mode of a --volume; with --backing use --mode");
     }
+    if !vol_args.is_empty() && a.layout.is_log()? {
+        bail!("--volume (several volumes sharing one cache) needs the direct layout; the log layout serves one volume: drop --layout log, or serve one volume with --backing");
+    }
     let backing_path = match vol_args.first() {
         Some(v) => v.1.clone(),
         None => a.backing.clone().ok_or_else(|| {
@@ -1545,13 +1554,15 @@ pub(crate) fn run_live(vol: Arc<dyn LiveVolume>, p: LiveServe) -> Result<()> {
     served.context("NBD server")?;
     closed.context("clean shutdown of the cache")?;
     // The last word tells the truth about what a restart will find.
-    let st = vol.live_stats().volume;
+    let live = vol.live_stats();
+    let lost = lost_ranges_text(&serde_json::to_value(&live)?);
+    let st = live.volume;
     say_shutdown(
         p.cache_path,
         st.cache_failed,
         vol.failure_recorded(),
         p.state_path,
-        &st.lost_dirty_ranges,
+        (!st.lost_dirty_ranges.is_empty()).then_some(lost.as_str()),
         st.degraded,
         st.dirty_lines,
     );
@@ -1564,7 +1575,7 @@ pub(crate) fn say_shutdown(
     failed: bool,
     recorded: bool,
     state_path: Option<&Path>,
-    lost: &[(u64, u64)],
+    lost: Option<&str>,
     degraded: bool,
     dirty_lines: u64,
 ) {
@@ -1577,10 +1588,9 @@ pub(crate) fn say_shutdown(
                 (Some(p), true) => format!("the failure is recorded durably (state file {}, or the erased superblock), so a restart refuses it", p.display()),
                 (None, true) => "its superblock was erased, so a restart refuses it".to_string(),
             },
-            if lost.is_empty() {
-                String::new()
-            } else {
-                format!("; dirty data LOST in volume byte ranges {lost:?}")
+            match lost {
+                None => String::new(),
+                Some(l) => format!("; dirty data LOST in {l}"),
             }
         );
     } else if degraded {
@@ -1839,6 +1849,7 @@ fn print_stats(v: &serde_json::Value) {
         n(&s["dirty_lines"]),
         n(&s["dirty_bytes"])
     );
+    crate::ctl_stats::print_volume_table(s);
     if !s["log"].is_object() {
         // The direct layout's record unmaps (rule 2): before a slot's reuse, ahead of
         // evictions, and the unmap-ahead passes skipped while backing syncs fail.
@@ -1955,6 +1966,28 @@ fn print_log_detail(s: &serde_json::Value) {
     );
 }
 
+/// The lost ranges of a `stats` reply, named within their volumes: `volume NAME: bytes
+/// X..Y, ...` with several volumes, else `volume byte ranges [[X, Y], ...]`.
+fn lost_ranges_text(s: &serde_json::Value) -> String {
+    let n = |x: &serde_json::Value| x.as_u64().unwrap_or(0);
+    match s["volumes"].as_array().filter(|v| !v.is_empty()) {
+        Some(vols) => vols
+            .iter()
+            .flat_map(|v| {
+                let name = v["name"].as_str().unwrap_or("?").to_string();
+                v["lost_ranges"]
+                    .as_array()
+                    .cloned()
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(move |r| format!("volume {name}: bytes {}..{}", n(&r[0]), n(&r[1])))
+            })
+            .collect::<Vec<_>>()
+            .join(", "),
+        None => format!("volume byte ranges {}", s["lost_dirty_ranges"]),
+    }
+}
+
 /// The fault lines of `ctl stats` (both layouts): device errors, a failed cache, the
 /// degraded state and lost dirty data.
 pub(crate) fn print_faults(s: &serde_json::Value) {
@@ -1990,9 +2023,9 @@ pub(crate) fn print_faults(s: &serde_json::Value) {
     }
     if n(&s["lost_dirty_bytes"]) > 0 {
         println!(
-            "LOST dirty data {} bytes, volume byte ranges {}",
+            "LOST dirty data {} bytes, {}",
             n(&s["lost_dirty_bytes"]),
-            s["lost_dirty_ranges"]
+            lost_ranges_text(s)
         );
     }
 }
@@ -2031,6 +2064,9 @@ pub fn ctl(a: CtlArgs) -> Result<()> {
             }
         }
     };
+    if let Some(name) = &a.volume {
+        return ctl_volume(&a, name, cmd);
+    }
     let v = control::request(&a.control, &cmd).map_err(|e| anyhow!(e))?;
     match a.cmd {
         CtlCmd::Stats { json, csv, reset } => {
@@ -2056,16 +2092,7 @@ pub fn ctl(a: CtlArgs) -> Result<()> {
                     key.unwrap_or_default()
                 );
             }
-            for kv in all {
-                match key {
-                    Some(_) => println!("{}", kv[1].as_str().unwrap_or("")),
-                    None => println!(
-                        "{:<17} {}",
-                        kv[0].as_str().unwrap_or(""),
-                        kv[1].as_str().unwrap_or("")
-                    ),
-                }
-            }
+            print_settings(&all, key.is_some());
         }
         CtlCmd::Set { key, .. } => println!(
             "{key}: {} -> {}",
@@ -2097,6 +2124,68 @@ pub fn ctl(a: CtlArgs) -> Result<()> {
                 );
             }
         }
+    }
+    Ok(())
+}
+
+/// The `[key, value]` pairs of a `get` reply: the value alone when one key was asked for.
+fn print_settings(all: &[serde_json::Value], one: bool) {
+    for kv in all {
+        if one {
+            println!("{}", kv[1].as_str().unwrap_or(""));
+        } else {
+            println!(
+                "{:<17} {}",
+                kv[0].as_str().unwrap_or(""),
+                kv[1].as_str().unwrap_or("")
+            );
+        }
+    }
+}
+
+/// `ctl --volume NAME ...`: the request for that volume (see [`CtlArgs::volume`]).
+fn ctl_volume(a: &CtlArgs, name: &str, cmd: Command) -> Result<()> {
+    if let CtlCmd::Stats { reset: true, .. } = a.cmd {
+        bail!("--reset zeroes the statistics of the whole pool: run `ctl stats --reset` without --volume");
+    }
+    let req = Command::Volume {
+        name: name.to_string(),
+        request: Box::new(cmd),
+    };
+    let v = control::request(&a.control, &req).map_err(|e| anyhow!(e))?;
+    match &a.cmd {
+        CtlCmd::Stats { json, csv, .. } => {
+            if *json {
+                let mut out = v["volume"].clone();
+                out["settings"] = v["settings"].clone();
+                println!("{}", serde_json::to_string_pretty(&out)?);
+            } else if *csv {
+                crate::ctl_stats::print_volume_csv(&v["volume"]);
+            } else {
+                crate::ctl_stats::print_volume(&v["volume"], &v["settings"], &v["stats"]);
+            }
+        }
+        CtlCmd::Get { key } => {
+            let all = v["settings"].as_array().cloned().unwrap_or_default();
+            print_settings(&all, key.is_some());
+        }
+        CtlCmd::Set { key, .. } => println!(
+            "volume {name}: {key}: {} -> {} (this run; a restart takes serve's flags)",
+            v["old"].as_str().unwrap_or("?"),
+            v["new"].as_str().unwrap_or("?")
+        ),
+        CtlCmd::Mode { .. } => println!(
+            "volume {name}: mode is now {} (was {}; this run, a restart takes --volume-mode)",
+            v["new"].as_str().unwrap_or("?"),
+            v["old"].as_str().unwrap_or("?")
+        ),
+        CtlCmd::Detach => println!(
+            "volume {name}: dirty data written back, now pass-through (this run); the other volumes keep their modes"
+        ),
+        CtlCmd::Flush => println!(
+            "flushed: no dirty data left in any volume (the cleaner works on the whole pool), everything durable"
+        ),
+        CtlCmd::Classes { .. } => {}
     }
     Ok(())
 }

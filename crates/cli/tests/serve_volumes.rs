@@ -304,3 +304,322 @@ fn a_swapped_or_missing_volume_is_refused_by_name() {
     assert!(got[..1 << 20] == std::fs::read(d.join("src")).unwrap()[..]);
     srv.stop("-TERM");
 }
+
+/// `tiercache check` of a cache of several volumes (superblock v5, volume table): every
+/// volume's lines are inside its own backing device (not volume 0's), each volume is listed
+/// with its recorded backing device, lines and dirty lines, and the check is consistent.
+#[test]
+fn check_reads_the_volume_table() {
+    if !have("nbdcopy") {
+        return;
+    }
+    let dir = common::tmp();
+    let d = dir.path();
+    sized(&d.join("a.img"), 4 << 20);
+    sized(&d.join("b.img"), 8 << 20);
+    random_file(&d.join("src"), 6 << 20, 5);
+    let cache = d.join("cache.img").display().to_string();
+    let vols = vec![
+        format!("a={}", d.join("a.img").display()),
+        format!("b={}", d.join("b.img").display()),
+    ];
+    let srv = Srv::custom(d, &vol_args(&cache, &vols, &["--mode", "write-back"]));
+    // b's data lies beyond a's end: on a check that took every key for volume 0's, they
+    // would lie outside the backing device.
+    run(Command::new("nbdcopy")
+        .arg("--flush")
+        .arg(d.join("src"))
+        .arg(export(&srv, "b")));
+    srv.stop("-TERM");
+    let out = Command::new(common::BIN)
+        .args(["check", &cache])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "check failed: {text}");
+    assert!(
+        text.contains("volumes       2 in the volume table"),
+        "{text}"
+    );
+    let line = |name: &str| {
+        text.lines()
+            .find(|l| l.starts_with(&format!("volume {name} ")))
+            .unwrap_or_else(|| panic!("no line for volume {name}: {text}"))
+            .to_string()
+    };
+    assert!(
+        line("a").contains("a.img") && line("a").contains("0 dirty"),
+        "{text}"
+    );
+    assert!(
+        line("b").contains("b.img") && line("b").contains(&format!("{} bytes", 8 << 20)),
+        "{text}"
+    );
+    let out = Command::new(common::BIN)
+        .args(["check", "--json", &cache])
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["ok"], true, "{v}");
+    let b = &v["volumes"].as_array().unwrap()[1];
+    assert_eq!(b["name"], "b", "{v}");
+    assert!(b["dirty_lines"].as_u64().unwrap() > 500, "{v}");
+    assert_eq!(v["volumes"][0]["lines"], 0, "{v}");
+}
+
+/// `tiercache ctl ARGS` against the server in `d` that must fail: its stderr.
+fn ctl_fails(d: &Path, args: &[&str]) -> String {
+    let out = Command::new(common::BIN)
+        .arg("ctl")
+        .arg("--control")
+        .arg(d.join("ctl.sock"))
+        .args(args)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(!out.status.success(), "ctl {args:?} succeeded: {err}");
+    err
+}
+
+/// `ctl --volume NAME`: one volume's statistics and its own mode and admission for the run,
+/// the other volume and the pool untouched; an unknown name is refused listing the volumes,
+/// a setting of the pool is refused naming the per-volume ones; `ctl stats` without
+/// --volume shows the per-volume table.
+#[test]
+fn ctl_volume_reads_and_sets_one_volume() {
+    if !have("nbdcopy") {
+        return;
+    }
+    let dir = common::tmp();
+    let d = dir.path();
+    sized(&d.join("a.img"), 8 << 20);
+    sized(&d.join("b.img"), 8 << 20);
+    random_file(&d.join("src"), 1 << 20, 7);
+    let cache = d.join("cache.img").display().to_string();
+    let vols = vec![
+        format!("a={}", d.join("a.img").display()),
+        format!("b={}", d.join("b.img").display()),
+    ];
+    let srv = Srv::custom(d, &vol_args(&cache, &vols, &["--mode", "write-back"]));
+    let put = |name: &str| {
+        run(Command::new("nbdcopy")
+            .arg("--flush")
+            .arg(d.join("src"))
+            .arg(export(&srv, name)))
+    };
+    let e = ctl_fails(d, &["--volume", "c", "stats"]);
+    assert!(e.contains("no volume \"c\": the volumes are a, b"), "{e}");
+    put("a");
+    put("b");
+    let t = srv.ctl(&["--volume", "a", "stats"]);
+    assert!(t.contains("volume          a (id 0)"), "{t}");
+    assert!(t.contains("mode            write-back"), "{t}");
+    assert!(t.contains("a.img") && !t.contains("b.img"), "{t}");
+    // b leaves write-back: its dirty data written back first; a stays in write-back.
+    let t = srv.ctl(&["--volume", "b", "mode", "write-through"]);
+    assert!(
+        t.contains("volume b: mode is now write-through (was write-back"),
+        "{t}"
+    );
+    let vs = |name: &str| -> serde_json::Value {
+        serde_json::from_str(&srv.ctl(&["--volume", name, "stats", "--json"])).unwrap()
+    };
+    assert_eq!(vs("b")["mode"], "write-through");
+    assert_eq!(vs("b")["dirty_lines"], 0, "{}", vs("b"));
+    assert_eq!(vs("a")["mode"], "write-back");
+    put("a");
+    put("b");
+    assert!(
+        vs("a")["dirty_lines"].as_u64().unwrap() > 100,
+        "{}",
+        vs("a")
+    );
+    assert_eq!(vs("b")["dirty_lines"], 0, "{}", vs("b"));
+    assert_eq!(
+        srv.ctl(&["get", "mode"]).trim(),
+        "write-back",
+        "the pool's mode"
+    );
+    // Admission per volume: a's read misses bypass, b's are admitted.
+    let t = srv.ctl(&["--volume", "a", "set", "admission", "never"]);
+    assert!(t.contains("volume a: admission: always -> never"), "{t}");
+    assert_eq!(
+        srv.ctl(&["--volume", "a", "get", "admission"]).trim(),
+        "never"
+    );
+    assert_eq!(
+        srv.ctl(&["--volume", "b", "get", "admission"]).trim(),
+        "always"
+    );
+    assert_eq!(srv.ctl(&["get", "admission"]).trim(), "always");
+    for name in ["a", "b"] {
+        read_export(&srv, name, &d.join(format!("{name}.read")));
+    }
+    let bypassed = |name: &str| {
+        vs(name)["counters"]["bypasses"]["admission"]
+            .as_u64()
+            .unwrap()
+    };
+    assert!(bypassed("a") > 1000, "{}", vs("a"));
+    assert_eq!(bypassed("b"), 0, "{}", vs("b"));
+    // Settings of the pool, and pool-wide commands, are refused by name.
+    let e = ctl_fails(d, &["--volume", "a", "set", "dirty-high", "0.5"]);
+    assert!(
+        e.contains("dirty-high is a setting of the pool")
+            && e.contains("mode, admission, seq-cutoff, seq-cutoff-write"),
+        "{e}"
+    );
+    let e = ctl_fails(d, &["--volume", "a", "get", "policy"]);
+    assert!(e.contains("policy is a setting of the pool"), "{e}");
+    let e = ctl_fails(d, &["--volume", "a", "stats", "--reset"]);
+    assert!(e.contains("whole pool"), "{e}");
+    // Without --volume: one line per volume.
+    let t = srv.ctl(&["stats"]);
+    let row = |name: &str| {
+        t.lines()
+            .find(|l| l.starts_with(&format!("{name} ")) && l.contains(".img"))
+            .unwrap_or_else(|| panic!("no row for volume {name}: {t}"))
+            .to_string()
+    };
+    assert!(t.contains("backing") && t.contains("lost"), "{t}");
+    assert!(
+        row("a").contains("a.img") && row("a").contains("write-back"),
+        "{t}"
+    );
+    assert!(
+        row("b").contains("b.img") && row("b").contains("write-through"),
+        "{t}"
+    );
+    assert!(t.contains("volume a ") && t.contains("volume b "), "{t}");
+    // Detach one volume: the other keeps serving in its mode.
+    srv.ctl(&["--volume", "a", "detach"]);
+    assert_eq!(vs("a")["mode"], "pass-through");
+    assert_eq!(vs("a")["dirty_lines"], 0);
+    assert_eq!(vs("b")["mode"], "write-through");
+    srv.stop("-TERM");
+}
+
+/// `--volume` with the log layout is refused at start: asked for (`--layout log`), or on a
+/// cache formatted in the log layout.
+#[test]
+fn the_log_layout_refuses_several_volumes() {
+    let dir = common::tmp();
+    let d = dir.path();
+    sized(&d.join("a.img"), 8 << 20);
+    sized(&d.join("b.img"), 8 << 20);
+    let cache = d.join("cache.img").display().to_string();
+    let (va, vb) = (
+        format!("a={}", d.join("a.img").display()),
+        format!("b={}", d.join("b.img").display()),
+    );
+    let e = serve_refused(
+        d,
+        &[
+            "--cache",
+            &cache,
+            "--format-if-needed",
+            "--cache-size",
+            "16M",
+            "--layout",
+            "log",
+            "--volume",
+            &va,
+            "--volume",
+            &vb,
+        ],
+    );
+    assert!(
+        e.contains("--volume") && e.contains("needs the direct layout"),
+        "{e}"
+    );
+    assert!(
+        !Path::new(&cache).exists(),
+        "a refused start left a cache file"
+    );
+    let srv = Srv::custom(
+        d,
+        &[
+            "--cache",
+            &cache,
+            "--format-if-needed",
+            "--cache-size",
+            "16M",
+            "--layout",
+            "log",
+            "--backing",
+            &d.join("a.img").display().to_string(),
+        ],
+    );
+    srv.stop("-TERM");
+    let e = serve_refused(d, &["--cache", &cache, "--volume", &va, "--volume", &vb]);
+    assert!(
+        e.contains("log layout, which serves one volume") && e.contains("--volume"),
+        "{e}"
+    );
+}
+
+/// A damaged dirty sector of volume b (data checksums): `check` names it within volume b,
+/// and after the server finds it (`ctl flush` writes it back), the log, `ctl stats` and the
+/// volume's figures name the lost range as `volume b: bytes X..Y`, never the raw pool address.
+#[test]
+fn lost_ranges_are_named_within_their_volume() {
+    if !have("nbdcopy") {
+        return;
+    }
+    let dir = common::tmp();
+    let d = dir.path();
+    sized(&d.join("a.img"), 8 << 20);
+    sized(&d.join("b.img"), 8 << 20);
+    // 64 KiB of a pattern no other block holds, at byte 1 MiB of b.
+    let mut img = vec![0u8; 2 << 20];
+    for (i, x) in img[1 << 20..(1 << 20) + (64 << 10)].iter_mut().enumerate() {
+        *x = (i % 251) as u8 ^ 0x5a;
+    }
+    std::fs::write(d.join("src"), &img).unwrap();
+    let cache = d.join("cache.img").display().to_string();
+    let vols = vec![
+        format!("a={}", d.join("a.img").display()),
+        format!("b={}", d.join("b.img").display()),
+    ];
+    let args = vol_args(&cache, &vols, &["--mode", "write-back", "--data-checksums"]);
+    let srv = Srv::custom(d, &args);
+    run(Command::new("nbdcopy")
+        .arg("--flush")
+        .arg(d.join("src"))
+        .arg(export(&srv, "b")));
+    srv.stop("-TERM");
+    // Flip one byte of the pattern's first block in the cache file.
+    let mut c = std::fs::read(&cache).unwrap();
+    let pat = &img[1 << 20..(1 << 20) + 4096];
+    let at = c
+        .windows(4096)
+        .position(|w| w == pat)
+        .expect("the pattern is cached");
+    c[at + 100] ^= 0xff;
+    std::fs::write(&cache, &c).unwrap();
+    let out = Command::new(common::BIN)
+        .args(["check", &cache])
+        .output()
+        .unwrap();
+    let t = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{t}");
+    assert!(
+        t.contains("volume b: bytes 1048576..") && t.contains("data checksum mismatch"),
+        "{t}"
+    );
+    let srv = Srv::custom(d, &args);
+    srv.ctl(&["flush"]);
+    let t = srv.ctl(&["stats"]);
+    assert!(t.contains("LOST dirty data"), "{t}");
+    assert!(t.contains("volume b: bytes 1048576.."), "{t}");
+    let b: serde_json::Value =
+        serde_json::from_str(&srv.ctl(&["--volume", "b", "stats", "--json"])).unwrap();
+    assert_eq!(b["lost_ranges"][0][0], 1048576, "{b}");
+    let a: serde_json::Value =
+        serde_json::from_str(&srv.ctl(&["--volume", "a", "stats", "--json"])).unwrap();
+    assert_eq!(a["lost_ranges"], serde_json::json!([]), "{a}");
+    let log = srv.stop("-TERM");
+    assert!(log.contains("volume b: bytes 1048576.."), "{log}");
+    // Volume b's pool addresses are 2^48 (281474976710656) and up.
+    assert!(!log.contains("2814749") && !t.contains("2814749"), "{log}");
+}

@@ -41,6 +41,10 @@ pub struct CheckReport {
     /// data was lost, which read EIO until rewritten (listed, not a problem: the server
     /// knows them). A damaged list is a problem.
     pub lost_list: Vec<(u64, u64)>,
+    /// A cache of several volumes (`serve --volume`): its volume table, each volume with
+    /// what the cache holds of it. Empty for a cache of one volume.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub volumes: Vec<VolumeCheck>,
     /// Records that map a line (the newest one per key).
     pub lines: u64,
     pub dirty_lines: u64,
@@ -76,12 +80,81 @@ impl CheckReport {
     }
 }
 
+/// One volume of the superblock's volume table (a cache of several volumes).
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct VolumeCheck {
+    pub id: u32,
+    pub name: String,
+    /// Its backing device's size in bytes and identity, as recorded (checked at every start).
+    pub size: u64,
+    pub backing: String,
+    /// Lines of it the cache maps, and of those the dirty ones.
+    pub lines: u64,
+    pub dirty_lines: u64,
+}
+
+/// The name of volume `vol` in `sb`'s volume table; `None` on a cache of one volume.
+fn vol_name(sb: &Superblock, vol: u32) -> Option<&str> {
+    sb.volumes
+        .iter()
+        .find(|e| e.id == vol)
+        .map(|e| e.name.as_str())
+}
+
+/// `[a, b)` (pool addresses of one volume) as the report names it: within its volume.
+fn range_of(sb: &Superblock, a: u64, b: u64) -> String {
+    crate::volume_set::range_text(vol_name(sb, crate::volume_set::vol_of(a)), a, b)
+}
+
+/// The pool address of line `key`'s first byte, and the end of its volume (`None`: a volume
+/// the superblock does not know: not volume 0 of a one-volume cache, nor in the table).
+fn line_range(sb: &Superblock, key: u64) -> (u64, Option<u64>) {
+    let (vol, line) = ((key >> 48) as u32, key & ((1 << 48) - 1));
+    let size = if sb.volumes.is_empty() {
+        (vol == 0).then_some(sb.backing_size)
+    } else {
+        sb.volumes.iter().find(|e| e.id == vol).map(|e| e.size)
+    };
+    let base = crate::volume_set::vaddr(vol, 0);
+    (
+        base + line
+            .saturating_mul(sb.line_size)
+            .min(crate::volume_set::VOL_MASK),
+        size.map(|s| base + s),
+    )
+}
+
 /// A volume byte range whose dirty data a repair had to drop (its line is known).
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct LostRange {
+    /// Byte offsets within the volume.
     pub start: u64,
     pub end: u64,
+    /// The volume's name on a cache of several volumes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub volume: Option<String>,
     pub what: String,
+}
+
+impl LostRange {
+    /// `[a, b)` in pool addresses (one volume), named within its volume.
+    fn new(sb: &Superblock, a: u64, b: u64, what: String) -> LostRange {
+        let base = a & !crate::volume_set::VOL_MASK;
+        LostRange {
+            start: a - base,
+            end: b.saturating_sub(base),
+            volume: vol_name(sb, crate::volume_set::vol_of(a)).map(str::to_string),
+            what,
+        }
+    }
+
+    /// "volume bytes X..Y", or "volume NAME: bytes X..Y" on a cache of several volumes.
+    pub fn text(&self) -> String {
+        match &self.volume {
+            Some(n) => format!("volume {n}: bytes {}..{}", self.start, self.end),
+            None => format!("volume bytes {}..{}", self.start, self.end),
+        }
+    }
 }
 
 /// What `tiercache check --repair` did (both layouts).
@@ -186,17 +259,19 @@ pub fn repair_device(dev: &dyn BlockDev) -> Result<(RepairReport, CheckReport), 
                 "slot {} (byte {offset}): {}: sectors {m:#x} dropped",
                 b.slot, b.why
             ));
-            let vol = (r.key & ((1 << 48) - 1)) * sb.line_size;
+            let (vol, end) = line_range(&sb, r.key);
+            let end = end.unwrap_or(vol + sb.line_size);
             for k in 0..64u64 {
                 if (m & r.dirty) >> k & 1 == 1 {
-                    out.lost_ranges.push(LostRange {
-                        start: vol + k * ss,
-                        end: (vol + (k + 1) * ss).min(sb.backing_size),
-                        what: format!(
+                    out.lost_ranges.push(LostRange::new(
+                        &sb,
+                        vol + k * ss,
+                        (vol + (k + 1) * ss).min(end),
+                        format!(
                             "slot {}: damaged dirty data (data checksum mismatch) is dropped",
                             b.slot
                         ),
-                    });
+                    ));
                 }
             }
             continue;
@@ -212,11 +287,19 @@ pub fn repair_device(dev: &dyn BlockDev) -> Result<(RepairReport, CheckReport), 
                 "slot {} (byte {offset}): the line it mapped is unknown (its record cannot be trusted); its data may have been dirty and is lost",
                 b.slot
             )),
-            Some((start, true)) => out.lost_ranges.push(LostRange {
-                start,
-                end: (start + sb.line_size).min(sb.backing_size),
-                what: format!("slot {}: {}: its dirty data is dropped", b.slot, b.why),
-            }),
+            Some((start, true)) => {
+                // Line 0 of its volume: the key of `start`'s volume (keys and pool
+                // addresses hold the volume id in the same bits).
+                let end = line_range(&sb, start & !crate::volume_set::VOL_MASK)
+                    .1
+                    .unwrap_or(start + sb.line_size);
+                out.lost_ranges.push(LostRange::new(
+                    &sb,
+                    start,
+                    (start + sb.line_size).min(end),
+                    format!("slot {}: {}: its dirty data is dropped", b.slot, b.why),
+                ))
+            }
             Some((_, false)) => {}
         }
     }
@@ -296,11 +379,12 @@ fn repair_sums(
             }
         };
     for &(a, b) in lost {
-        out.lost_ranges.push(LostRange {
-            start: a,
-            end: b,
-            what: "dirty data the server found damaged (data checksum mismatch); the range now reads the backing device's older data".into(),
-        });
+        out.lost_ranges.push(LostRange::new(
+            sb,
+            a,
+            b,
+            "dirty data the server found damaged (data checksum mismatch); the range now reads the backing device's older data".into(),
+        ));
     }
     sums.write_dirty(dev).map_err(io)?;
     if !sums.lost.is_empty() {
@@ -380,7 +464,8 @@ fn scan(dev: &dyn BlockDev) -> Result<(CheckReport, Option<Scan>), CheckError> {
             Ok(l) => {
                 for &(a, b) in &l.ranges {
                     rep.note(format!(
-                        "volume bytes {a}..{b} (offset {a}, length {}): in the lost-range list, their acknowledged data was lost; reads fail with EIO until written again",
+                        "{} (length {}): in the lost-range list, their acknowledged data was lost; reads fail with EIO until written again",
+                        range_of(&sb, a, b),
                         b - a
                     ));
                 }
@@ -396,9 +481,19 @@ fn scan(dev: &dyn BlockDev) -> Result<(CheckReport, Option<Scan>), CheckError> {
     let sector = (sb.line_size / 64).max(512);
     let spl = sb.line_size / sector;
     let full = if spl >= 64 { u64::MAX } else { (1 << spl) - 1 };
-    let lines_in_backing = sb.backing_size.div_ceil(sb.line_size);
+    rep.volumes = sb
+        .volumes
+        .iter()
+        .map(|e| VolumeCheck {
+            id: e.id,
+            name: e.name.clone(),
+            size: e.size,
+            backing: e.identity.describe(),
+            ..Default::default()
+        })
+        .collect();
     let mut bad: Vec<BadSlot> = Vec::new();
-    let line_of = |r: &Record| Some(((r.key & ((1 << 48) - 1)) * sb.line_size, r.dirty != 0));
+    let line_of = |r: &Record| Some((line_range(&sb, r.key).0, r.dirty != 0));
     // Newest (slot, record) per key.
     let mut seen: HashMap<u64, (u64, Record)> = HashMap::new();
     for slot in 0..sb.capacity_lines {
@@ -440,11 +535,29 @@ fn scan(dev: &dyn BlockDev) -> Result<(CheckReport, Option<Scan>), CheckError> {
             continue;
         }
         let (vol, line) = (r.key >> 48, r.key & ((1 << 48) - 1));
-        if vol != 0 || line >= lines_in_backing {
-            rep.problem(format!(
-                "slot {slot} (byte {offset}): key {:#x} (line {line}) lies outside the backing device of {} lines",
-                r.key, lines_in_backing
-            ));
+        let (start, end) = line_range(&sb, r.key);
+        if end.is_none_or(|e| start >= e) {
+            rep.problem(match (end, vol_name(&sb, vol as u32)) {
+                (None, _) if sb.volumes.is_empty() => format!(
+                    "slot {slot} (byte {offset}): key {:#x} names volume id {vol}, but the cache serves one volume",
+                    r.key
+                ),
+                (None, _) => format!(
+                    "slot {slot} (byte {offset}): key {:#x} names volume id {vol}, which the cache's volume table does not list (volumes: {})",
+                    r.key,
+                    sb.volumes
+                        .iter()
+                        .map(|e| format!("{} (id {})", e.name, e.id))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+                (Some(e), name) => format!(
+                    "slot {slot} (byte {offset}): key {:#x} (line {line}) lies outside the backing device {}of {} lines",
+                    r.key,
+                    name.map_or(String::new(), |n| format!("of volume {n} ")),
+                    (e - (start & !crate::volume_set::VOL_MASK)).div_ceil(sb.line_size)
+                ),
+            });
             bad.push(BadSlot {
                 slot,
                 why: format!("key {:#x} outside the backing device", r.key),
@@ -524,6 +637,11 @@ fn scan(dev: &dyn BlockDev) -> Result<(CheckReport, Option<Scan>), CheckError> {
     }
     rep.lines = seen.len() as u64;
     for (_, r) in seen.values() {
+        let v = rep.volumes.iter_mut().find(|v| v.id as u64 == r.key >> 48);
+        if let Some(v) = v {
+            v.lines += 1;
+            v.dirty_lines += (r.dirty != 0) as u64;
+        }
         if r.dirty != 0 {
             rep.dirty_lines += 1;
             rep.dirty_bytes += r.dirty.count_ones() as u64 * sector;
@@ -593,7 +711,7 @@ fn check_data(
             continue;
         }
         let at = (slot * format::RECORD_BYTES) as usize;
-        let vol = (r.key & ((1 << 48) - 1)) * ls;
+        let vol = line_range(sb, r.key).0;
         let first = vol + damaged.trailing_zeros() as u64 * ss;
         let what = if damaged & r.dirty != 0 {
             "DIRTY"
@@ -601,13 +719,16 @@ fn check_data(
             "clean"
         };
         if !sb.clean && Record::in_flux(&meta[at..at + format::RECORD_BYTES as usize]) {
-            rep.note(format!("slot {slot} (volume bytes from {first}): data differs from its checksum in a line written in place at the unclean stop; the server recomputes it"));
+            rep.note(format!(
+                "slot {slot} ({}): data differs from its checksum in a line written in place at the unclean stop; the server recomputes it",
+                range_of(sb, first, vol + ls)
+            ));
             continue;
         }
         rep.problem(format!(
-            "slot {slot} (cache byte {}), volume bytes {first}..{}: data checksum mismatch in {} {what} sector(s) of {ss} bytes (mask {damaged:#x})",
+            "slot {slot} (cache byte {}), {}: data checksum mismatch in {} {what} sector(s) of {ss} bytes (mask {damaged:#x})",
             sb.data_offset + slot * ls + damaged.trailing_zeros() as u64 * ss,
-            vol + (64 - damaged.leading_zeros()) as u64 * ss,
+            range_of(sb, first, vol + (64 - damaged.leading_zeros()) as u64 * ss),
             damaged.count_ones()
         ));
         bad.push(BadSlot {
@@ -619,7 +740,8 @@ fn check_data(
     }
     for &(a, b) in &sums.lost {
         rep.problem(format!(
-            "volume bytes {a}..{b}: dirty data the server found damaged (data checksum mismatch) and recorded as lost; reads of it fail until it is written again"
+            "{}: dirty data the server found damaged (data checksum mismatch) and recorded as lost; reads of it fail until it is written again",
+            range_of(sb, a, b)
         ));
     }
     Ok(sums.lost.clone())

@@ -14,6 +14,11 @@
 //!                                      -> {"ok":true,"loaded":{old,new,classifier,..}}
 //!                                         (replace the class table; the texts are parsed
 //!                                         here, errors name F or R and the line)
+//! {"cmd":"volume","name":N,"request":R} -> R's reply for volume N of several (`ctl --volume`):
+//!                                         stats (with "volume": its figures and
+//!                                         "settings"), get, set, mode, detach (its own,
+//!                                         for the run), flush (the pool's cleaner: every
+//!                                         volume); the rest are the pool's (refused)
 //! anything else                        -> {"ok":false,"error":"..."}
 //! ```
 
@@ -61,6 +66,65 @@ pub enum Command {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         rules: Option<String>,
     },
+    /// `request` for volume `name` of a server of several volumes (`ctl --volume NAME`).
+    Volume {
+        name: String,
+        request: Box<Command>,
+    },
+}
+
+/// The answer to `request` for volume `name` (see the module doc).
+fn volume_reply(vol: &dyn LiveVolume, name: &str, request: Command) -> serde_json::Value {
+    let no = |e: String| serde_json::json!({"ok": false, "error": e});
+    let vols = vol.volumes();
+    let Some(id) = vols.iter().find(|v| v.0 == name).map(|v| v.1) else {
+        return no(if vols.is_empty() {
+            format!("no volume {name:?}: this server serves one volume (started with --backing): drop --volume")
+        } else {
+            format!(
+                "no volume {name:?}: the volumes are {}",
+                vols.iter()
+                    .map(|v| v.0.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        });
+    };
+    let set = |key: &str, value: &str| match vol.set_volume_setting(id, key, value) {
+        Ok((old, new)) => serde_json::json!({"ok": true, "key": key, "old": old, "new": new}),
+        Err(e) => no(e),
+    };
+    match request {
+        Command::Stats => {
+            let stats = vol.live_stats();
+            let figures = stats.volumes.iter().find(|f| f.id == id).cloned();
+            match vol.volume_settings(id) {
+                Ok(s) => serde_json::json!({"ok": true, "stats": stats, "volume": figures, "settings": s}),
+                Err(e) => no(e),
+            }
+        }
+        Command::Get { key } => match vol.volume_settings(id) {
+            Err(e) => no(e),
+            Ok(all) => match key.as_deref().map(crate::tuning::key).transpose() {
+                Err(e) => no(e),
+                Ok(Some(k)) if !crate::tuning::VOLUME_KEYS.contains(&k) => no(format!(
+                    "{k} is a setting of the pool, shared by every volume (per volume: {}): `ctl get {k}` without --volume",
+                    crate::tuning::VOLUME_KEYS.join(", ")
+                )),
+                Ok(k) => get_reply(all, k),
+            },
+        },
+        Command::Set { key, value } => set(&key, &value),
+        Command::Mode { mode } => set("mode", &mode),
+        Command::Detach => set("mode", "pass-through"),
+        Command::Flush => match vol.flush_dirty() {
+            Ok(()) => serde_json::json!({"ok": true, "pool": true}),
+            Err(e) => no(e.to_string()),
+        },
+        Command::ResetStats => no("statistics are reset for the whole pool: `ctl stats --reset` without --volume".into()),
+        Command::Classes { .. } => no("the class table is the pool's, shared by every volume: `ctl classes load` without --volume".into()),
+        Command::Volume { .. } => no("a volume request inside a volume request".into()),
+    }
 }
 
 /// The answer to `get` from all settings: one key's (checked) or all.
@@ -93,6 +157,7 @@ pub fn handle(vol: &dyn LiveVolume, line: &str) -> serde_json::Value {
             .parse::<Mode>()
             .and_then(|m| vol.set_mode(m).map_err(|e| e.to_string())),
         Command::Detach => vol.detach().map_err(|e| e.to_string()),
+        Command::Volume { name, request } => return volume_reply(vol, &name, *request),
         Command::Get { key } => return get_reply(vol.settings(), key.as_deref()),
         Command::Set { key, value } => {
             return match vol.set_setting(&key, &value) {

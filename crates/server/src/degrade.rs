@@ -248,11 +248,27 @@ pub fn sync_backoff_of(e: &io::Error) -> Option<&SyncBackoff> {
 
 /// Records `[a, b)` (clipped to `size`) as lost dirty data in `lost` (sorted, disjoint).
 pub fn lose(lost: &mut Vec<(u64, u64)>, a: u64, b: u64, size: u64, why: &str) {
+    lose_named(lost, a, b, size, why, None)
+}
+
+/// [`lose`] of a range of volume `name` (several volumes: `[a, b)` are pool addresses,
+/// `crate::volume_set::vaddr`; the log names it within the volume).
+pub fn lose_named(
+    lost: &mut Vec<(u64, u64)>,
+    a: u64,
+    b: u64,
+    size: u64,
+    why: &str,
+    name: Option<&str>,
+) {
     let b = b.min(size);
     if a >= b {
         return;
     }
-    tracing::error!("dirty data lost: volume bytes {a}..{b} ({why})");
+    tracing::error!(
+        "dirty data lost: {} ({why})",
+        crate::volume_set::range_text(name, a, b)
+    );
     lost.push((a, b));
     lost.sort_unstable();
     let mut out: Vec<(u64, u64)> = Vec::with_capacity(lost.len());
@@ -315,8 +331,8 @@ impl std::fmt::Display for LostRange {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "volume bytes {}..{} were lost (dirty data lost with the cache device, or written to the backing device before a sync that failed and may have dropped them): reads fail until they are written again",
-            self.start, self.end
+            "{} were lost (dirty data lost with the cache device, or written to the backing device before a sync that failed and may have dropped them): reads fail until they are written again",
+            crate::volume_set::range_text(None, self.start, self.end)
         )
     }
 }

@@ -103,6 +103,22 @@ pub trait LiveVolume: Export + Send + Sync {
     fn volumes(&self) -> Vec<(String, u32, u64)> {
         Vec::new()
     }
+    /// Volume `vol`'s own settings (`ctl --volume NAME get`; `crate::tuning::VOLUME_KEYS`).
+    fn volume_settings(&self, vol: u32) -> Result<Vec<(&'static str, String)>, String> {
+        let _ = vol;
+        Err("this layout serves one volume".into())
+    }
+    /// Changes one of volume `vol`'s own settings for this run (`ctl --volume NAME set`,
+    /// `mode`, `detach`); returns (old, new).
+    fn set_volume_setting(
+        &self,
+        vol: u32,
+        key: &str,
+        value: &str,
+    ) -> Result<(String, String), String> {
+        let _ = (vol, key, value);
+        Err("this layout serves one volume".into())
+    }
     /// A request of volume `vol` (of [`LiveVolume::volumes`]), from its [`VolumeExport`].
     fn volume_io(&self, vol: u32, io: VolumeIo<'_>) -> io::Result<()> {
         let _ = (vol, io);
@@ -249,6 +265,17 @@ impl LiveVolume for CacheVolume {
     }
     fn volume_io(&self, vol: u32, io: VolumeIo<'_>) -> io::Result<()> {
         CacheVolume::volume_io(self, vol, io)
+    }
+    fn volume_settings(&self, vol: u32) -> Result<Vec<(&'static str, String)>, String> {
+        CacheVolume::volume_settings(self, vol)
+    }
+    fn set_volume_setting(
+        &self,
+        vol: u32,
+        key: &str,
+        value: &str,
+    ) -> Result<(String, String), String> {
+        CacheVolume::set_volume_setting(self, vol, key, value)
     }
     fn flush_dirty(&self) -> io::Result<()> {
         CacheVolume::flush_dirty(self)

@@ -221,11 +221,13 @@ impl LostList {
         self.offset
     }
 
-    /// Logs every listed range (at open): reads of them fail until rewritten.
-    pub fn log_ranges(ranges: &[(u64, u64)]) {
+    /// Logs every listed range (at open), named within its volume (`vols`: the volumes
+    /// served, empty for one): reads of them fail until rewritten.
+    pub fn log_ranges(ranges: &[(u64, u64)], vols: &[crate::volume_set::VolumeSpec]) {
         for &(a, b) in ranges {
             tracing::error!(
-                "lost range from before the restart: volume bytes {a}..{b} (offset {a}, length {}): reads of it fail with EIO until it is written again",
+                "lost range from before the restart: {} (length {}): reads of it fail with EIO until it is written again",
+                crate::volume_set::ranges_text(vols, &[(a, b)]),
                 b - a
             );
         }

@@ -379,6 +379,11 @@ fn open_log(
 ) -> Result<(Arc<dyn LiveVolume>, LiveOpenReport), String> {
     let name = o.cache_name.display();
     let say = o.say;
+    if !o.direct.volumes.is_empty() {
+        return Err(format!(
+            "{name} is in the log layout, which serves one volume: --volume (several volumes sharing one cache) needs a cache in the direct layout. Serve this one with --backing, or give the volumes a direct-layout cache"
+        ));
+    }
     if !o.direct_only.is_empty() {
         return Err(format!(
             "{} apply to the direct layout only; {name} is (or is being formatted) in the log layout",

@@ -34,6 +34,10 @@ const V1_BYTES: usize = 72;
 const MAGIC: &[u8; 8] = b"TCTUNING";
 const VERSION: u32 = 2;
 
+/// Keys a volume of several has its own value of (`ctl --volume NAME set KEY VALUE`, for
+/// the run); the others are the pool's.
+pub const VOLUME_KEYS: &[&str] = &["mode", "admission", "seq-cutoff", "seq-cutoff-write"];
+
 /// Keys `ctl get`/`ctl set` know, in display order: (key, what it is, changeable live).
 pub const KEYS: &[(&str, &str, bool)] = &[
     ("mode", "write mode (also `ctl mode`)", true),

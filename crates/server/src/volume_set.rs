@@ -34,6 +34,35 @@ pub fn vol_of(addr: u64) -> u32 {
     (addr >> VOL_SHIFT) as u32
 }
 
+/// How a backing range `[a, b)` (pool addresses of one volume, see [`vaddr`]) is named in
+/// logs, errors and reports: `volume NAME: bytes X..Y` with offsets within the volume, or
+/// `volume bytes X..Y` on a cache of one volume (`name` `None`, volume 0). A volume whose
+/// name is not known is named by its id. Never the raw `v << 48 | off` address.
+pub fn range_text(name: Option<&str>, a: u64, b: u64) -> String {
+    let v = vol_of(a);
+    let base = (v as u64) << VOL_SHIFT;
+    let (x, y) = (a - base, b.saturating_sub(base));
+    match name {
+        Some(n) => format!("volume {n}: bytes {x}..{y}"),
+        None if v == 0 => format!("volume bytes {x}..{y}"),
+        None => format!("volume id {v}: bytes {x}..{y}"),
+    }
+}
+
+/// The name of volume `v` among `vols` (`None`: a cache of one volume, `vols` empty).
+pub fn name_of(vols: &[VolumeSpec], v: u32) -> Option<&str> {
+    vols.iter().find(|s| s.id == v).map(|s| s.name.as_str())
+}
+
+/// Ranges (pool addresses) named within their volumes ([`range_text`]), comma-separated.
+pub fn ranges_text(vols: &[VolumeSpec], ranges: &[(u64, u64)]) -> String {
+    ranges
+        .iter()
+        .map(|&(a, b)| range_text(name_of(vols, vol_of(a)), a, b))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// One volume as the command line gives it (`--volume NAME=BACKING`, `--volume-mode`): its id
 /// (from the superblock's volume table by name, a free one for a new volume), size, identity.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -199,5 +228,22 @@ mod tests {
         assert!(check_name("").is_err());
         assert!(check_name("a b").is_err());
         assert!(check_name(&"n".repeat(64)).is_err());
+    }
+
+    #[test]
+    fn ranges_are_named_within_their_volume() {
+        assert_eq!(range_text(None, 4096, 8192), "volume bytes 4096..8192");
+        assert_eq!(
+            range_text(Some("db"), vaddr(2, 512), vaddr(2, 1024)),
+            "volume db: bytes 512..1024"
+        );
+        assert_eq!(
+            range_text(Some("a"), vaddr(0, 0), vaddr(0, 4096)),
+            "volume a: bytes 0..4096"
+        );
+        assert_eq!(
+            range_text(None, vaddr(3, 0), vaddr(3, 7)),
+            "volume id 3: bytes 0..7"
+        );
     }
 }

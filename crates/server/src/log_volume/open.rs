@@ -318,7 +318,7 @@ impl LogVolume {
             ram_lost_seen: (0, 0),
             sb,
         };
-        crate::lost_list::LostList::log_ranges(&inner.lost);
+        crate::lost_list::LostList::log_ranges(&inner.lost, &[]);
         let mut rep = inner.recover()?;
         rep.backing_note = backing_note;
         if !opts.offline {

@@ -445,6 +445,7 @@ impl Inner {
                         rep.lost_ranges.push(crate::check::LostRange {
                             start,
                             end: start + self.sb.line_size,
+                            volume: None,
                             what: format!(
                                 "journal base record (seq {}) overlaps segment {seg}'s other extents: dropped, the line's dirty data is lost",
                                 ext.seq

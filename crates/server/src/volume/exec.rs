@@ -327,15 +327,15 @@ impl CacheVolume {
             let vol = key_addr(key, self.line_shift) + k * ss;
             if dirty >> k & 1 == 1 {
                 tracing::error!(
-                    "data checksum mismatch in DIRTY data: cache slot {slot} (cache byte {}), volume bytes {vol}..{}: the sector is damaged and lost (never written to the backing device); reads of it fail with EIO until it is written again",
+                    "data checksum mismatch in DIRTY data: cache slot {slot} (cache byte {}), {}: the sector is damaged and lost (never written to the backing device); reads of it fail with EIO until it is written again",
                     self.data_offset + x,
-                    vol + ss
+                    crate::volume_set::ranges_text(&self.volumes, &[(vol, vol + ss)])
                 );
             } else {
                 tracing::warn!(
-                    "data checksum mismatch in clean data: cache slot {slot} (cache byte {}), volume bytes {vol}..{}: line dropped, read again from the backing device",
+                    "data checksum mismatch in clean data: cache slot {slot} (cache byte {}), {}: line dropped, read again from the backing device",
                     self.data_offset + x,
-                    vol + ss
+                    crate::volume_set::ranges_text(&self.volumes, &[(vol, vol + ss)])
                 );
             }
         }

@@ -420,9 +420,9 @@ impl CacheVolume {
             tracing::error!("cache failed; no dirty data was lost; now in pass-through");
         } else {
             tracing::error!(
-                "cache failed; dirty data LOST in {} ranges, {bytes} bytes (reads of them fail until rewritten): {:?}",
+                "cache failed; dirty data LOST in {} ranges, {bytes} bytes (reads of them fail until rewritten): {}",
                 g.lost.len(),
-                g.lost
+                crate::volume_set::ranges_text(&self.volumes, &g.lost)
             );
         }
         recorded
@@ -606,7 +606,8 @@ impl CacheVolume {
 
     /// Records `[a, b)` as lost dirty data.
     fn lose(&self, g: &mut Inner, a: u64, b: u64, why: &str) {
-        degrade::lose(&mut g.lost, a, b, self.backing.region_end(a), why);
+        let name = crate::volume_set::name_of(&self.volumes, crate::volume_set::vol_of(a));
+        degrade::lose_named(&mut g.lost, a, b, self.backing.region_end(a), why, name);
         // Reads of a lost range fail: the RAM tier must not answer them.
         if let Some(r) = &self.ram {
             r.clear();

@@ -822,14 +822,14 @@ impl CacheVolume {
             inner.lost = s.lost.clone();
             if !s.lost.is_empty() {
                 tracing::error!(
-                    "{} volume range(s) hold damaged dirty data (reads fail until rewritten): {:?}",
+                    "{} volume range(s) hold damaged dirty data (reads fail until rewritten): {}",
                     s.lost.len(),
-                    s.lost
+                    crate::volume_set::ranges_text(&opts.volumes, &s.lost)
                 );
             }
         }
         if let Some(l) = &inner.list {
-            crate::lost_list::LostList::log_ranges(&l.ranges);
+            crate::lost_list::LostList::log_ranges(&l.ranges, &opts.volumes);
             inner.lost = crate::lost_list::union(&inner.lost, &l.ranges);
         }
         let vol_lost_bytes = degrade::lost_bytes(&inner.lost);

@@ -215,25 +215,175 @@ impl CacheVolume {
         let g = self.lock();
         let mode = g.engine.config().mode;
         let stats = g.engine.volume_stats();
+        let (failed, lost) = (g.failed, g.lost.clone());
         drop(g);
         self.volumes
             .iter()
             .map(|v| {
                 let s = stats.iter().find(|s| s.id == v.id);
+                let base = vaddr(v.id, 0);
                 VolumeFigures {
                     name: v.name.clone(),
                     id: v.id,
                     size: v.size,
-                    mode: s
-                        .map_or(v.mode.unwrap_or(mode), |s| s.mode)
-                        .as_str()
-                        .to_string(),
+                    backing: v
+                        .identity
+                        .as_ref()
+                        .map_or_else(String::new, |i| i.describe()),
+                    // A failed cache passes every volume through, whatever its own mode.
+                    mode: if failed {
+                        Mode::PassThrough
+                    } else {
+                        s.map_or(v.mode.unwrap_or(mode), |s| s.mode)
+                    }
+                    .as_str()
+                    .to_string(),
                     cached_lines: s.map_or(0, |s| s.lines),
                     dirty_lines: s.map_or(0, |s| s.dirty_lines),
                     counters: s.map(|s| s.counters).unwrap_or_default(),
+                    lost_ranges: lost
+                        .iter()
+                        .filter(|r| vol_of(r.0) == v.id)
+                        .map(|&(a, b)| (a - base, b - base))
+                        .collect(),
                 }
             })
             .collect()
+    }
+
+    /// The volume of id `id` served, or the error naming the volumes.
+    fn served(&self, id: u32) -> Result<&VolumeSpec, String> {
+        self.volumes.iter().find(|v| v.id == id).ok_or_else(|| {
+            format!(
+                "no volume of id {id} is served (volumes: {})",
+                self.volumes
+                    .iter()
+                    .map(|v| v.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        })
+    }
+
+    /// Volume `id`'s value of a per-volume setting ([`tuning::VOLUME_KEYS`]): its own, else
+    /// the pool's.
+    fn volume_setting(g: &Inner, id: u32, k: &str) -> String {
+        let c = g.engine.config();
+        let v = c.volumes.iter().find(|v| v.id == id);
+        let cut = v.and_then(|v| v.seq_cutoff).unwrap_or(c.seq_cutoff);
+        match k {
+            // A failed cache passes every volume through, whatever its own mode.
+            "mode" if g.failed => Mode::PassThrough.as_str().to_string(),
+            "mode" => v
+                .and_then(|v| v.mode)
+                .unwrap_or(c.mode)
+                .as_str()
+                .to_string(),
+            "admission" => v
+                .and_then(|v| v.admission)
+                .unwrap_or(c.admission)
+                .to_string(),
+            "seq-cutoff" => tuning::size_str(cut.read_bytes),
+            "seq-cutoff-write" => tuning::size_str(cut.write_bytes),
+            _ => unreachable!("{k} is not a per-volume setting"),
+        }
+    }
+
+    /// `ctl --volume NAME get`: volume `id`'s per-volume settings ([`tuning::VOLUME_KEYS`]).
+    pub fn volume_settings(&self, id: u32) -> Result<Vec<(&'static str, String)>, String> {
+        self.served(id)?;
+        let g = self.lock();
+        Ok(tuning::VOLUME_KEYS
+            .iter()
+            .map(|&k| (k, Self::volume_setting(&g, id, k)))
+            .collect())
+    }
+
+    /// `ctl --volume NAME set KEY VALUE` (and `mode`, `detach`): changes one of volume
+    /// `id`'s own settings for this run (not stored: a restart takes `--volume-mode` and the
+    /// pool's settings); returns (old, new). Leaving write-back writes back the dirty lines
+    /// first (the cleaner works on the pool: every volume's). A pool-wide key is refused,
+    /// naming the per-volume ones.
+    pub fn set_volume_setting(
+        &self,
+        id: u32,
+        key: &str,
+        value: &str,
+    ) -> Result<(String, String), String> {
+        let name = self.served(id)?.name.clone();
+        let k = tuning::key(key)?;
+        if !tuning::VOLUME_KEYS.contains(&k) {
+            return Err(format!(
+                "{k} is a setting of the pool, shared by every volume (per volume: {}): `ctl set {k} VALUE` without --volume",
+                tuning::VOLUME_KEYS.join(", ")
+            ));
+        }
+        // No write-back in flight from here on (its lines would look clean to `clean_all`).
+        let _owner = (k == "mode").then(|| self.clean_owner());
+        let mut g = self.lock();
+        if g.closed {
+            return Err(g.closed_reason().into());
+        }
+        if g.failed {
+            return Err("the cache device failed: every volume passes through to its backing device until restarted with a newly formatted cache (`tiercache format --force`)".into());
+        }
+        let old = Self::volume_setting(&g, id, k);
+        let c = g.engine.config().clone();
+        let v = c
+            .volumes
+            .iter()
+            .find(|v| v.id == id)
+            .cloned()
+            .ok_or_else(|| format!("volume {name} is not in the engine's volume table"))?;
+        let what = |e: &dyn std::fmt::Display| format!("volume {name}: {k} {value:?}: {e}");
+        let mut own = v.clone();
+        if k == "mode" {
+            let m: Mode = value.parse().map_err(|e: String| what(&e))?;
+            if v.mode.unwrap_or(c.mode) == Mode::WriteBack && m != Mode::WriteBack {
+                self.clean_all(&mut g).map_err(|e| what(&e))?;
+                self.flush_locked(&mut g).map_err(|e| what(&e))?;
+            }
+            own.mode = Some(m);
+        } else {
+            // Parsed as the pool's setting is, from the volume's values.
+            let mut mine = c.clone();
+            mine.admission = v.admission.unwrap_or(c.admission);
+            mine.seq_cutoff = v.seq_cutoff.unwrap_or(c.seq_cutoff);
+            let t = Tuning::of(&mine).with(k, value)?;
+            own.admission = Some(t.admission);
+            own.seq_cutoff = Some(tiercache_engine::SeqCutoff {
+                read_bytes: t.seq_cutoff_read,
+                write_bytes: t.seq_cutoff_write,
+            });
+            if k == "admission" {
+                own.seq_cutoff = v.seq_cutoff;
+            } else {
+                own.admission = v.admission;
+            }
+        }
+        g.engine
+            .retune(|c| {
+                if let Some(x) = c.volumes.iter_mut().find(|x| x.id == id) {
+                    *x = own;
+                }
+            })
+            .map_err(|e| what(&e))?;
+        if k == "mode" {
+            // The RAM tier is the pool's: emptied on a mode switch, as the pool's switch does.
+            if let Some(r) = &self.ram {
+                r.set_mode(c.mode);
+            }
+        }
+        let new = Self::volume_setting(&g, id, k);
+        drop(g);
+        self.metrics
+            .settings_changes
+            .fetch_add(1, Ordering::Relaxed);
+        tracing::info!(
+            target: tuning::LOG_TARGET,
+            "setting of volume {name} (this run): {k}: {old} -> {new}"
+        );
+        Ok((old, new))
     }
 }
 
@@ -244,7 +394,12 @@ pub struct VolumeFigures {
     pub id: u32,
     pub size: u64,
     pub mode: String,
+    /// Its backing device's identity (as given this run).
+    pub backing: String,
     pub cached_lines: u64,
     pub dirty_lines: u64,
     pub counters: Counters,
+    /// Byte ranges of the volume whose dirty data was lost (offsets within the volume):
+    /// reads of them fail until written again.
+    pub lost_ranges: Vec<(u64, u64)>,
 }
