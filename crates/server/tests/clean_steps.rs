@@ -13,9 +13,7 @@ use tiercache_server::fault::Faults;
 use tiercache_server::{CacheVolume, FileDev, OpenOptions, Superblock};
 
 fn line(k: u64) -> Vec<u8> {
-    (0..4096u64)
-        .map(|i| (k as u8) ^ (i as u8).rotate_left(3))
-        .collect()
+    line_pattern(k)
 }
 
 /// The cache is failed (its errors reached `max_cache_errors`) by a request to another line
@@ -123,34 +121,12 @@ fn a_cache_failed_inside_a_plan_commits_the_write_back_first() {
 /// offsets). Before the fix: "line 1 read another line's bytes (slot's previous line 40)".
 #[test]
 fn a_cache_sync_dropping_writes_under_a_write_back_never_misdirects_its_bytes() {
-    let f = files(24, 4096);
-    format(&f, Mode::WriteBack, 4096);
-    // The backing device's lines 40.. hold their own pattern, so a slot's previous line is
-    // recognisable.
-    {
-        let b = FileDev::open(&f.backing).unwrap();
-        for k in 40..80 {
-            tiercache_server::BlockDev::write_at(&b, &line(k), k * 4096).unwrap();
-        }
-    }
+    // Lines 40.. recognisable, so a slot's previous line is named.
+    let f = patterned_files(40..80);
     let faults = Faults::new(3);
     // A volatile write cache: a failed sync can drop the writes since the last good one.
     let (cdev, ch) = faults.wrap("cache", Box::new(FileDev::open(&f.cache).unwrap()), true);
-    let (v, _) = CacheVolume::open(
-        Box::new(cdev),
-        Box::new(FileDev::open(&f.backing).unwrap()),
-        &OpenOptions::default(),
-    )
-    .unwrap();
-    let v = Arc::new(v);
-    v.set_unmap_batch(0);
-    v.set_max_cache_errors(1000);
-    // Every slot holds a clean line with a durable record.
-    let mut b = vec![0u8; 4096];
-    for k in 40..64 {
-        v.read(k * 4096, &mut b).unwrap();
-    }
-    v.flush().unwrap();
+    let v = open_full_of_clean_lines(Box::new(cdev), Box::new(FileDev::open(&f.backing).unwrap()));
     // Line 1 takes a clean line's slot (unmapped, synced): its bytes are written there, not
     // synced yet.
     v.write(4096, &line(1), false).unwrap();
@@ -193,14 +169,7 @@ fn a_cache_sync_dropping_writes_under_a_write_back_never_misdirects_its_bytes() 
 /// sector 0 read bytes it never held (the slot's previous line 40)".
 #[test]
 fn a_failed_read_beside_a_write_back_never_reads_sectors_it_did_not_fill() {
-    let f = files(24, 4096);
-    format(&f, Mode::WriteBack, 4096);
-    {
-        let b = FileDev::open(&f.backing).unwrap();
-        for k in 0..80 {
-            tiercache_server::BlockDev::write_at(&b, &line(k), k * 4096).unwrap();
-        }
-    }
+    let f = patterned_files(0..80);
     let faults = Faults::new(5);
     let (cdev, _ch) = faults.wrap("cache", Box::new(FileDev::open(&f.cache).unwrap()), true);
     let (bdev, bh) = faults.wrap(
@@ -208,17 +177,7 @@ fn a_failed_read_beside_a_write_back_never_reads_sectors_it_did_not_fill() {
         Box::new(FileDev::open(&f.backing).unwrap()),
         true,
     );
-    let (v, _) =
-        CacheVolume::open(Box::new(cdev), Box::new(bdev), &OpenOptions::default()).unwrap();
-    let v = Arc::new(v);
-    v.set_unmap_batch(0);
-    v.set_max_cache_errors(1000);
-    // Every slot holds a clean line with a durable record.
-    let mut b = vec![0u8; 4096];
-    for k in 40..64 {
-        v.read(k * 4096, &mut b).unwrap();
-    }
-    v.flush().unwrap();
+    let v = open_full_of_clean_lines(Box::new(cdev), Box::new(bdev));
     // Line 15's sectors 1-2 only, dirty, in a slot that held a clean line.
     let l15 = line(15);
     v.write(15 * 4096 + 512, &l15[512..1536], false).unwrap();

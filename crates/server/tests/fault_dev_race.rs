@@ -18,7 +18,7 @@ use std::time::Duration;
 use tiercache_engine::Mode;
 use tiercache_nbd::Export;
 use tiercache_server::fault::Faults;
-use tiercache_server::{BlockDev, CacheVolume, FileDev, OpenOptions, Superblock};
+use tiercache_server::{BlockDev, FileDev, Superblock};
 
 /// An in-memory device whose `write_at` can be held: armed, it reports that a write began
 /// (`entered`) and holds it for `hold` before applying it.
@@ -106,12 +106,6 @@ fn read_beside_a_sync_sees_the_completed_write() {
     assert_eq!(after, [2u8; 4], "after the sync");
 }
 
-fn line(k: u64) -> Vec<u8> {
-    (0..4096u64)
-        .map(|i| (k as u8) ^ (i as u8).rotate_left(3))
-        .collect()
-}
-
 /// A device whose reads at or past an offset can be held once: armed, the first such read
 /// reports that it began and waits for the go before it reads.
 struct ReadGate {
@@ -153,14 +147,7 @@ impl BlockDev for SharedGate {
 /// bytes reported lost (their only copy was dropped).
 #[test]
 fn a_hit_beside_a_failed_cache_sync_never_returns_its_slots_previous_line() {
-    let f = files(24, 4096);
-    format(&f, Mode::WriteBack, 4096);
-    {
-        let b = FileDev::open(&f.backing).unwrap();
-        for k in 40..80 {
-            b.write_at(&line(k), k * 4096).unwrap();
-        }
-    }
+    let f = patterned_files(40..80);
     let faults = Faults::new(4);
     let (fdev, ch) = faults.wrap("cache", Box::new(FileDev::open(&f.cache).unwrap()), true);
     let gate = Arc::new(ReadGate {
@@ -168,23 +155,13 @@ fn a_hit_beside_a_failed_cache_sync_never_returns_its_slots_previous_line() {
         from: Superblock::data_offset_with(24, 4096, false),
         armed: Mutex::new(None),
     });
-    let (v, _) = CacheVolume::open(
-        Box::new(SharedGate(Arc::clone(&gate))),
-        Box::new(FileDev::open(&f.backing).unwrap()),
-        &OpenOptions::default(),
-    )
-    .unwrap();
-    let v = Arc::new(v);
-    v.set_unmap_batch(0);
-    v.set_max_cache_errors(1000);
     // Every slot holds a clean line with a durable record; line 1 then takes one of them
     // (written back dirty, not synced yet).
-    let mut b = vec![0u8; 4096];
-    for k in 40..64 {
-        v.read(k * 4096, &mut b).unwrap();
-    }
-    v.flush().unwrap();
-    v.write(4096, &line(1), false).unwrap();
+    let v = open_full_of_clean_lines(
+        Box::new(SharedGate(Arc::clone(&gate))),
+        Box::new(FileDev::open(&f.backing).unwrap()),
+    );
+    v.write(4096, &line_pattern(1), false).unwrap();
     let (entered_tx, entered) = mpsc::channel();
     let (go, go_rx) = mpsc::channel();
     *gate.armed.lock().unwrap() = Some((entered_tx, go_rx));
@@ -207,9 +184,9 @@ fn a_hit_beside_a_failed_cache_sync_never_returns_its_slots_previous_line() {
     let (r, b) = reader.join().unwrap();
     match r {
         Ok(()) => {
-            let prev = (40..80).find(|&k| b == line(k));
+            let prev = (40..80).find(|&k| b == line_pattern(k));
             assert!(
-                b == line(1),
+                b == line_pattern(1),
                 "line 1 read bytes it never held (its slot's previous line: {prev:?})"
             );
         }

@@ -447,3 +447,43 @@ pub fn assert_backing_sweep_bit(mode: Mode, ran: u64, planned: u64, injected: u6
         );
     }
 }
+
+/// Line `k`'s bytes (4 KiB) in the tests that recognise a line by its content (a slot's
+/// previous line, read at another line's place, is named).
+pub fn line_pattern(k: u64) -> Vec<u8> {
+    (0..4096u64)
+        .map(|i| (k as u8) ^ (i as u8).rotate_left(3))
+        .collect()
+}
+
+/// A write-back cache of 24 lines of 4 KiB whose backing lines `patterned` hold
+/// [`line_pattern`] (the others their `initial` bytes).
+pub fn patterned_files(patterned: std::ops::Range<u64>) -> Files {
+    let f = files(24, 4096);
+    format(&f, Mode::WriteBack, 4096);
+    let b = FileDev::open(&f.backing).unwrap();
+    for k in patterned {
+        b.write_at(&line_pattern(k), k * 4096).unwrap();
+    }
+    f
+}
+
+/// Opens a [`patterned_files`] cache on the given devices (fault wrappers) with every slot
+/// holding one of lines 40..64, clean and durably mapped (a FLUSH after the reads); no
+/// unmapping ahead, cache errors tolerated (up to 1000).
+pub fn open_full_of_clean_lines(
+    cache: Box<dyn BlockDev>,
+    backing: Box<dyn BlockDev>,
+) -> Arc<CacheVolume> {
+    use tiercache_nbd::Export;
+    let (v, _) = CacheVolume::open(cache, backing, &OpenOptions::default()).unwrap();
+    let v = Arc::new(v);
+    v.set_unmap_batch(0);
+    v.set_max_cache_errors(1000);
+    let mut b = vec![0u8; 4096];
+    for k in 40..64 {
+        v.read(k * 4096, &mut b).unwrap();
+    }
+    v.flush().unwrap();
+    v
+}
