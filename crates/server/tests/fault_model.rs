@@ -3411,3 +3411,44 @@ fn direct_read_misses_are_served_while_the_sync_backoff_runs() {
     }
     assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
+
+/// Checker seeds 2112 and 162 (concurrent): a write-through write that fails at the
+/// backing sync its slot reuse needs leaves its bytes in the backing device's write cache,
+/// where a client reads them; the next failed sync drops them and the range read the older
+/// bytes - the value flipped back. The failed write may read old or new, but once a read
+/// returned the new bytes only they or a lost-range error may follow. A new line (32)
+/// takes the slot of a clean line (33) whose record is durable; a sync that fails without
+/// dropping fails the write, then one that drops. Before the fix: "sector 260 read
+/// Ok(Ver(3)) after the failed write, Ok(Ver(0)) after a second failed sync".
+#[test]
+fn direct_write_failed_at_a_backing_sync_never_flips_back_after_the_next_failed_sync() {
+    let rig = rig_for(Layout::Direct, Mode::WriteThrough, false);
+    let v = rig.vol().live();
+    v.set_max_cache_errors(1_000_000);
+    for l in [33].into_iter().chain(0..31) {
+        v.write(l * LS, &sectors(l * LS / S, 8, 1), false).unwrap();
+    }
+    v.flush().unwrap();
+    rig.bh.fail_next_sync(false);
+    let w = v.write(32 * LS, &sectors(32 * LS / S, 8, 3), false);
+    rig.bh.heal();
+    assert!(
+        w.is_err(),
+        "the injected sync failure did not fail the write"
+    );
+    let s = 32 * LS / S + 4;
+    let first = read_or_lost(rig.vol(), s);
+    rig.bh.fail_next_sync(true);
+    let f = v.flush();
+    rig.bh.heal();
+    let second = read_or_lost(rig.vol(), s);
+    let ok = match first {
+        Ok(Got::Ver(3)) => matches!(second, Ok(Got::Ver(3)) | Err(true)),
+        Ok(Got::Ver(0)) => matches!(second, Ok(Got::Ver(0 | 3)) | Err(true)),
+        _ => false,
+    };
+    assert!(
+        ok,
+        "sector {s} read {first:?} after the failed write, {second:?} after a second failed sync (flush {f:?}); may read version 0 or 3, then the same or a lost-range error"
+    );
+}

@@ -35,6 +35,12 @@ impl CacheVolume {
             }
         }
         self.flush_if_diverged(&mut g);
+        if req.len > 0 && req.op != Op::Flush {
+            let ls = self.line_size();
+            let a = vaddr(req.volume, req.offset / ls * ls);
+            let b = vaddr(req.volume, req.end().div_ceil(ls) * ls);
+            g.touch_undecided(a, b);
+        }
         if g.failed {
             return self.run_direct(&mut g, req, data);
         }
@@ -555,10 +561,13 @@ impl CacheVolume {
     ///
     /// `fresh`: ranges the plan's backing-first phase wrote (a write-through or write-around
     /// write) that held durable bytes before it. If the sync fails, the request fails and is
-    /// rolled back, so they may read old or new (a failed write): they are no longer
-    /// counted unsynced (no rewrite or loss report for them; a dropped write leaves the old
-    /// durable bytes) — else the next failed sync would report a write never acknowledged
-    /// lost, and reads of it would fail.
+    /// rolled back, so they may read old or new (a failed write): this failure neither
+    /// rewrites them nor reports them lost. They are kept undecided (`Inner::hdd_undecided`)
+    /// until a good sync: a client that reads them next may see the new bytes from the
+    /// device's write cache, and a later failed sync may drop those - the range read old
+    /// bytes again, a value that flipped back (checker seeds 2112 and 162). So the first
+    /// request over them lists them unsynced: a later failed sync writes them again from
+    /// the cache or reports them lost (reads fail until rewritten).
     fn sync_before_reuse(
         &self,
         g: &mut Inner,
@@ -583,6 +592,11 @@ impl CacheVolume {
         let r = self
             .sync_backoff(g)
             .and_then(|()| self.sync_backing_with(g, &evicting));
+        if r.is_err() {
+            for &(a, b) in fresh {
+                g.wrote_undecided(a, b);
+            }
+        }
         r.map_err(|err| StepError {
             index: first_cache_step(steps),
             cache: false,

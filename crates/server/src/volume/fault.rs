@@ -21,29 +21,27 @@ impl Inner {
             return;
         }
         self.hdd_unsynced_bytes += b - a;
-        let (mut a, mut b) = (a, b);
-        if let Some((&s, &e)) = self.hdd_unsynced.range(..=a).next_back() {
-            if e >= a {
-                a = s;
-                b = b.max(e);
-                self.hdd_unsynced.remove(&s);
-            }
-        }
-        while let Some((&s, &e)) = self.hdd_unsynced.range(a..).next() {
-            if s > b {
-                break;
-            }
-            b = b.max(e);
-            self.hdd_unsynced.remove(&s);
-        }
-        self.hdd_unsynced.insert(a, b);
+        add_range(&mut self.hdd_unsynced, a, b);
     }
 
-    /// `[a, b)` is no longer counted as written since the last good sync (a failed request's
-    /// own write of durable bytes: old or new may be read, see `sync_before_reuse`).
-    pub(super) fn forget_unsynced(&mut self, a: u64, b: u64) {
+    /// `[a, b)`: a failed request's own backing write whose bytes may be old or new after
+    /// the sync that failed it (`Inner::hdd_undecided`).
+    pub(super) fn wrote_undecided(&mut self, a: u64, b: u64) {
+        if a < b {
+            add_range(&mut self.hdd_undecided, a, b);
+        }
+    }
+
+    /// A request is about to read, populate or write `[a, b)` (whole lines): the parts of
+    /// it a failed write left undecided count as written since the last good sync from now
+    /// on, so a later failed sync writes them again from the cache or reports them lost -
+    /// never lets a range a client may have read flip back to older bytes.
+    pub(super) fn touch_undecided(&mut self, a: u64, b: u64) {
+        if self.hdd_undecided.is_empty() {
+            return;
+        }
         let hit: Vec<(u64, u64)> = self
-            .hdd_unsynced
+            .hdd_undecided
             .range(..b)
             .rev()
             .take_while(|(_, &e)| e > a)
@@ -53,14 +51,15 @@ impl Inner {
             if e <= a {
                 continue;
             }
-            self.hdd_unsynced.remove(&s);
-            if s < a {
-                self.hdd_unsynced.insert(s, a);
-            }
-            if e > b {
-                self.hdd_unsynced.insert(b, e);
-            }
+            self.wrote_backing(s.max(a), e.min(b));
         }
+        remove_range(&mut self.hdd_undecided, a, b);
+    }
+
+    /// `[a, b)` is no longer counted as written since the last good sync (a failed request's
+    /// own write of durable bytes: old or new may be read, see `sync_before_reuse`).
+    pub(super) fn forget_unsynced(&mut self, a: u64, b: u64) {
+        remove_range(&mut self.hdd_unsynced, a, b);
     }
 
     /// Written to the backing device since its last good sync (a record that says a line is
@@ -179,6 +178,7 @@ impl CacheVolume {
         match self.backing.sync() {
             Ok(()) => {
                 g.hdd_unsynced.clear();
+                g.hdd_undecided.clear();
                 g.hdd_unsynced_bytes = 0;
                 if Degraded::sync_healed(&mut g.sync_failing) {
                     self.metrics
@@ -955,5 +955,47 @@ impl CacheVolume {
     ) -> io::Result<()> {
         let _excl = self.io.write().unwrap_or_else(|e| e.into_inner());
         self.direct(g, req, data)
+    }
+}
+
+/// Adds `[a, b)` to a set of disjoint, merged ranges (start -> end).
+fn add_range(m: &mut BTreeMap<u64, u64>, a: u64, b: u64) {
+    let (mut a, mut b) = (a, b);
+    if let Some((&s, &e)) = m.range(..=a).next_back() {
+        if e >= a {
+            a = s;
+            b = b.max(e);
+            m.remove(&s);
+        }
+    }
+    while let Some((&s, &e)) = m.range(a..).next() {
+        if s > b {
+            break;
+        }
+        b = b.max(e);
+        m.remove(&s);
+    }
+    m.insert(a, b);
+}
+
+/// Takes `[a, b)` out of a set of disjoint ranges (start -> end).
+fn remove_range(m: &mut BTreeMap<u64, u64>, a: u64, b: u64) {
+    let hit: Vec<(u64, u64)> = m
+        .range(..b)
+        .rev()
+        .take_while(|(_, &e)| e > a)
+        .map(|(&s, &e)| (s, e))
+        .collect();
+    for (s, e) in hit {
+        if e <= a {
+            continue;
+        }
+        m.remove(&s);
+        if s < a {
+            m.insert(s, a);
+        }
+        if e > b {
+            m.insert(b, e);
+        }
     }
 }

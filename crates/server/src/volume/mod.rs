@@ -273,6 +273,14 @@ struct Inner {
     /// without them): [`CacheVolume::sync_backing`] writes them again from the cache, or
     /// reports them lost, before a later sync counts for them.
     hdd_unsynced: BTreeMap<u64, u64>,
+    /// Backing byte ranges `[start, end)` a failed request wrote (with durable bytes before
+    /// it) just before a backing sync failed (`sync_before_reuse`'s `fresh`), that no
+    /// request has touched since: they may hold old or new bytes, and a later failed sync
+    /// that drops the new ones leaves old bytes nobody saw change - neither rewritten nor
+    /// reported lost. Once a request reads, populates or writes one of their lines it moves
+    /// to `hdd_unsynced` ([`Inner::touch_undecided`]): a client may have seen the new
+    /// bytes, which must then not flip back. Cleared by a good sync, as `hdd_unsynced`.
+    hdd_undecided: BTreeMap<u64, u64>,
     /// Bytes written to the backing device since the last good sync (an upper bound: over-
     /// lapping writes count twice); bounded by [`MAX_UNSYNCED_BYTES`].
     hdd_unsynced_bytes: u64,

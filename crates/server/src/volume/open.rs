@@ -787,6 +787,7 @@ impl CacheVolume {
             dirty_pages: BTreeSet::new(),
             seq: max_seq.wrapping_add(1),
             hdd_unsynced: BTreeMap::new(),
+            hdd_undecided: BTreeMap::new(),
             hdd_unsynced_bytes: 0,
             in_plan: BTreeSet::new(),
             cache_unsynced: BTreeMap::new(),

@@ -16,6 +16,7 @@ fn ram_bytes(g: &Inner) -> u64 {
         + g.slots.capacity() * 4
         + btree_bytes(g.dirty_pages.len(), 8)
         + btree_bytes(g.hdd_unsynced.len(), 16)
+        + btree_bytes(g.hdd_undecided.len(), 16)
         + btree_bytes(g.in_plan.len(), 4)
         + btree_bytes(g.cache_unsynced.len(), 12)
         + btree_bytes(g.cache_dropped.len(), 12)
