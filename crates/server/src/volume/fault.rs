@@ -40,17 +40,7 @@ impl Inner {
         if self.hdd_undecided.is_empty() {
             return;
         }
-        let hit: Vec<(u64, u64)> = self
-            .hdd_undecided
-            .range(..b)
-            .rev()
-            .take_while(|(_, &e)| e > a)
-            .map(|(&s, &e)| (s, e))
-            .collect();
-        for (s, e) in hit {
-            if e <= a {
-                continue;
-            }
+        for (s, e) in overlapping(&self.hdd_undecided, a, b) {
             self.wrote_backing(s.max(a), e.min(b));
         }
         remove_range(&mut self.hdd_undecided, a, b);
@@ -980,16 +970,7 @@ fn add_range(m: &mut BTreeMap<u64, u64>, a: u64, b: u64) {
 
 /// Takes `[a, b)` out of a set of disjoint ranges (start -> end).
 fn remove_range(m: &mut BTreeMap<u64, u64>, a: u64, b: u64) {
-    let hit: Vec<(u64, u64)> = m
-        .range(..b)
-        .rev()
-        .take_while(|(_, &e)| e > a)
-        .map(|(&s, &e)| (s, e))
-        .collect();
-    for (s, e) in hit {
-        if e <= a {
-            continue;
-        }
+    for (s, e) in overlapping(m, a, b) {
         m.remove(&s);
         if s < a {
             m.insert(s, a);
@@ -998,4 +979,13 @@ fn remove_range(m: &mut BTreeMap<u64, u64>, a: u64, b: u64) {
             m.insert(b, e);
         }
     }
+}
+
+/// The ranges of a set of disjoint ranges (start -> end) that overlap `[a, b)`.
+fn overlapping(m: &BTreeMap<u64, u64>, a: u64, b: u64) -> Vec<(u64, u64)> {
+    m.range(..b)
+        .rev()
+        .take_while(|(_, &e)| e > a)
+        .map(|(&s, &e)| (s, e))
+        .collect()
 }
