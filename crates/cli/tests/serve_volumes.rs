@@ -610,8 +610,36 @@ fn lost_ranges_are_named_within_their_volume() {
     let a: serde_json::Value =
         serde_json::from_str(&srv.ctl(&["--volume", "a", "stats", "--json"])).unwrap();
     assert_eq!(a["lost_ranges"], serde_json::json!([]), "{a}");
+    // The JSON of the pool's stats too: volume b's name and offsets, not its pool address.
+    let st = srv.stats();
+    let r = &st["lost_dirty_ranges"][0];
+    assert_eq!(r["volume"], "b", "{st}");
+    assert_eq!(r["start"], 1048576, "{st}");
+    let end = r["end"].as_u64().unwrap_or(0);
+    assert!(end > 1048576 && end <= (1 << 20) + (64 << 10), "{st}");
+    // A read of it fails, and the error (in the server's structured NBD reply) names it
+    // within volume b.
+    let out = Command::new("nbdcopy")
+        .arg(export(&srv, "b"))
+        .arg(d.join("b.read"))
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "the lost range read");
     let log = srv.stop("-TERM");
     assert!(log.contains("volume b: bytes 1048576.."), "{log}");
     // Volume b's pool addresses are 2^48 (281474976710656) and up.
     assert!(!log.contains("2814749") && !t.contains("2814749"), "{log}");
+    assert!(!log.contains("volume id"), "{log}");
+    let out = Command::new(common::BIN)
+        .args(["check", "--json", cache])
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let l = &v["lost_list"][0];
+    assert_eq!(
+        (&l["volume"], &l["start"]),
+        (&"b".into(), &1048576.into()),
+        "{v}"
+    );
+    assert_eq!(l["end"].as_u64(), Some(end), "{v}");
 }
