@@ -344,7 +344,7 @@ fn check_reads_the_volume_table() {
         .arg(export(&srv, "b")));
     srv.stop("-TERM");
     let out = Command::new(common::BIN)
-        .args(["check", &cache])
+        .args(["check", cache])
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
@@ -368,7 +368,7 @@ fn check_reads_the_volume_table() {
         "{text}"
     );
     let out = Command::new(common::BIN)
-        .args(["check", "--json", &cache])
+        .args(["check", "--json", cache])
         .output()
         .unwrap();
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
@@ -515,7 +515,7 @@ fn the_log_layout_refuses_several_volumes() {
         d,
         &[
             "--cache",
-            &cache,
+            cache,
             "--format-if-needed",
             "--cache-size",
             "16M",
@@ -532,14 +532,14 @@ fn the_log_layout_refuses_several_volumes() {
         "{e}"
     );
     assert!(
-        !Path::new(&cache).exists(),
+        !Path::new(cache).exists(),
         "a refused start left a cache file"
     );
     let srv = Srv::custom(
         d,
         &[
             "--cache",
-            &cache,
+            cache,
             "--format-if-needed",
             "--cache-size",
             "16M",
@@ -590,7 +590,7 @@ fn lost_ranges_are_named_within_their_volume() {
     c[at + 100] ^= 0xff;
     std::fs::write(cache, &c).unwrap();
     let out = Command::new(common::BIN)
-        .args(["check", &cache])
+        .args(["check", cache])
         .output()
         .unwrap();
     let t = String::from_utf8_lossy(&out.stdout);
