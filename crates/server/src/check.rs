@@ -39,8 +39,10 @@ pub struct CheckReport {
     pub generation: u64,
     /// The server's lost-range list (`crate::lost_list`): volume ranges whose acknowledged
     /// data was lost, which read EIO until rewritten (listed, not a problem: the server
-    /// knows them). A damaged list is a problem.
-    pub lost_list: Vec<(u64, u64)>,
+    /// knows them). A damaged list is a problem. Pairs of byte offsets on a cache of one
+    /// volume, named within their volume on one of several
+    /// ([`crate::volume_set::NamedRange`]).
+    pub lost_list: Vec<crate::volume_set::NamedRange>,
     /// A cache of several volumes (`serve --volume`): its volume table, each volume with
     /// what the cache holds of it. Empty for a cache of one volume.
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -469,7 +471,11 @@ fn scan(dev: &dyn BlockDev) -> Result<(CheckReport, Option<Scan>), CheckError> {
                         b - a
                     ));
                 }
-                rep.lost_list = l.ranges;
+                rep.lost_list = crate::volume_set::named_ranges(
+                    !sb.volumes.is_empty(),
+                    |v| vol_name(&sb, v),
+                    &l.ranges,
+                );
             }
             Err(e) => rep.problem(e.to_string()),
         }

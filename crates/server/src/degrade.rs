@@ -313,7 +313,11 @@ pub fn lost_bytes(lost: &[(u64, u64)]) -> u64 {
 /// Fails a read of `[a, b)` that overlaps a lost range.
 pub fn lost_check(lost: &[(u64, u64)], a: u64, b: u64) -> io::Result<()> {
     match lost.iter().find(|(x, y)| *x < b && a < *y) {
-        Some(&(start, end)) => Err(io::Error::other(LostRange { start, end })),
+        Some(&(start, end)) => Err(io::Error::other(LostRange {
+            start,
+            end,
+            volume: None,
+        })),
         None => Ok(()),
     }
 }
@@ -321,10 +325,14 @@ pub fn lost_check(lost: &[(u64, u64)], a: u64, b: u64) -> io::Result<()> {
 /// The error of a read that meets a range reported lost ([`lost_check`]): volume bytes
 /// `[start, end)` as listed when the read was refused (a later write may take part of it
 /// off the list). Find it with [`lost_range_of`] rather than by its text.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LostRange {
+    /// Pool addresses (`crate::volume_set::vaddr`): on a cache of one volume its offsets.
     pub start: u64,
     pub end: u64,
+    /// The volume's name on a cache of several (the volume's export names the error,
+    /// [`name_lost_range`]); the text gives offsets within it.
+    pub volume: Option<String>,
 }
 
 impl std::fmt::Display for LostRange {
@@ -332,7 +340,7 @@ impl std::fmt::Display for LostRange {
         write!(
             f,
             "{} were lost (dirty data lost with the cache device, or written to the backing device before a sync that failed and may have dropped them): reads fail until they are written again",
-            crate::volume_set::range_text(None, self.start, self.end)
+            crate::volume_set::range_text(self.volume.as_deref(), self.start, self.end)
         )
     }
 }
@@ -343,7 +351,22 @@ impl std::error::Error for LostRange {}
 pub fn lost_range_of(e: &io::Error) -> Option<LostRange> {
     e.get_ref()
         .and_then(|x| x.downcast_ref::<LostRange>())
-        .copied()
+        .cloned()
+}
+
+/// `e` with the volume named, if it is a [`LostRange`] (a request of volume `name` of
+/// several); any other error unchanged.
+pub fn name_lost_range(e: io::Error, name: &str) -> io::Error {
+    match lost_range_of(&e) {
+        Some(l) => io::Error::new(
+            e.kind(),
+            LostRange {
+                volume: Some(name.to_string()),
+                ..l
+            },
+        ),
+        None => e,
+    }
 }
 
 /// A failure record of the cache `uuid` now.
@@ -429,6 +452,26 @@ pub fn refuse_failed(path: &Path, uuid: &[u8; 16]) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_lost_range_of_a_volume_of_several_is_named_with_offsets_within_it() {
+        let a = crate::volume_set::vaddr(1, 4096);
+        let e = lost_check(&[(a, a + 512)], a, a + 1).unwrap_err();
+        let e = name_lost_range(e, "db");
+        let t = e.to_string();
+        assert!(
+            t.starts_with("volume db: bytes 4096..4608 were lost"),
+            "{t}"
+        );
+        assert!(!t.contains("volume id"), "{t}");
+        let l = lost_range_of(&e).expect("still a typed LostRange");
+        assert_eq!(
+            (l.start, l.end, l.volume.as_deref()),
+            (a, a + 512, Some("db"))
+        );
+        let other = name_lost_range(io::Error::other("x"), "db");
+        assert_eq!(other.to_string(), "x");
+    }
 
     #[test]
     fn lost_ranges_merge_split_and_check() {

@@ -221,6 +221,9 @@ pub struct LiveStats {
     pub volume_name: String,
     #[serde(flatten)]
     pub volume: VolumeStats,
+    /// `volume.lost_dirty_ranges` named within their volumes: `[start, end]` pairs on a
+    /// cache of one volume, `{volume, volume_id, start, end}` on one of several.
+    pub lost_dirty_ranges: Vec<crate::volume_set::NamedRange>,
     /// Segments, data reduction, journal and engine counters of the log layout; null for
     /// the direct layout.
     pub log: Option<LogVolumeStats>,
@@ -287,10 +290,12 @@ impl LiveVolume for CacheVolume {
         CacheVolume::detach(self)
     }
     fn live_stats(&self) -> LiveStats {
+        let volume = self.stats();
         LiveStats {
             layout: "direct",
             volume_name: self.volume_name(),
-            volume: self.stats(),
+            lost_dirty_ranges: self.named_ranges(&volume.lost_dirty_ranges),
+            volume,
             log: None,
             volumes: self.volume_figures(),
         }
@@ -347,10 +352,16 @@ impl LiveVolume for LogVolume {
     }
     fn live_stats(&self) -> LiveStats {
         let s = self.stats();
+        let volume = log_common(self, &s);
         LiveStats {
             layout: "log",
             volume_name: self.volume_name(),
-            volume: log_common(self, &s),
+            lost_dirty_ranges: crate::volume_set::named_ranges(
+                false,
+                |_| None,
+                &volume.lost_dirty_ranges,
+            ),
+            volume,
             log: Some(s),
             volumes: Vec::new(),
         }

@@ -63,6 +63,51 @@ pub fn ranges_text(vols: &[VolumeSpec], ranges: &[(u64, u64)]) -> String {
         .join(", ")
 }
 
+/// A lost range as JSON reports give it (`ctl stats --json` `lost_dirty_ranges`, `check
+/// --json` `lost_list`): on a cache of one volume the `[start, end]` pair of byte offsets it
+/// always was; on a cache of several volumes an object naming the volume, with offsets
+/// within it (never the raw `v << 48 | off` pool address).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(untagged)]
+pub enum NamedRange {
+    Bytes(u64, u64),
+    InVolume {
+        /// `None`: a volume of the cache's table not served this run (see `volume_id`).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        volume: Option<String>,
+        volume_id: u32,
+        start: u64,
+        end: u64,
+    },
+}
+
+/// `ranges` (pool addresses, one volume each) as JSON names them ([`NamedRange`]).
+/// `several`: the cache holds several volumes; `name` gives a volume id's name.
+pub fn named_ranges<'a>(
+    several: bool,
+    name: impl Fn(u32) -> Option<&'a str>,
+    ranges: &[(u64, u64)],
+) -> Vec<NamedRange> {
+    ranges
+        .iter()
+        .map(|&(a, b)| {
+            let v = vol_of(a);
+            let base = vaddr(v, 0);
+            if several {
+                NamedRange::InVolume {
+                    volume: name(v).map(str::to_string),
+                    volume_id: v,
+                    start: a - base,
+                    end: b.saturating_sub(base),
+                }
+            } else {
+                debug_assert_eq!(v, 0, "a cache of one volume holds volume 0 only");
+                NamedRange::Bytes(a, b)
+            }
+        })
+        .collect()
+}
+
 /// One volume as the command line gives it (`--volume NAME=BACKING`, `--volume-mode`): its id
 /// (from the superblock's volume table by name, a free one for a new volume), size, identity.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -228,6 +273,30 @@ mod tests {
         assert!(check_name("").is_err());
         assert!(check_name("a b").is_err());
         assert!(check_name(&"n".repeat(64)).is_err());
+    }
+
+    #[test]
+    fn json_ranges_are_pairs_on_one_volume_and_named_objects_on_several() {
+        let one = named_ranges(false, |_| None, &[(4096, 8192)]);
+        assert_eq!(serde_json::to_string(&one).unwrap(), "[[4096,8192]]");
+        let names = |v: u32| ["a", "b"].get(v as usize).copied();
+        let several = named_ranges(
+            true,
+            names,
+            &[
+                (0, 512),
+                (vaddr(1, 1 << 20), vaddr(1, (1 << 20) + 512)),
+                (vaddr(5, 0), vaddr(5, 9)),
+            ],
+        );
+        assert_eq!(
+            serde_json::to_value(&several).unwrap(),
+            serde_json::json!([
+                {"volume": "a", "volume_id": 0, "start": 0, "end": 512},
+                {"volume": "b", "volume_id": 1, "start": 1048576, "end": 1049088},
+                {"volume_id": 5, "start": 0, "end": 9},
+            ])
+        );
     }
 
     #[test]

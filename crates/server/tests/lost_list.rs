@@ -150,7 +150,10 @@ fn direct_old_cache_gets_an_empty_list_at_first_open_and_keeps_losses_from_then_
     assert!(e.contains("0..4096"), "{e}");
     assert_eq!(v.stats().lost_ranges, 1);
     let rep = tiercache_server::check::check_device(&dev(&f.cache)).unwrap();
-    assert_eq!(rep.lost_list, vec![(0, 4096)]);
+    assert_eq!(
+        rep.lost_list,
+        vec![tiercache_server::volume_set::NamedRange::Bytes(0, 4096)]
+    );
     v.shutdown().unwrap();
     drop(v);
     // An older build ran the cache and wrote its superblock without the flag (in its own

@@ -77,17 +77,17 @@ impl CacheVolume {
     pub fn volume_io(&self, vol: u32, io: crate::live::VolumeIo<'_>) -> io::Result<()> {
         use crate::live::VolumeIo;
         debug_assert!(self.ram.is_none() && self.classifier.is_none());
-        if !self.volumes.iter().any(|v| v.id == vol) {
+        let Some(spec) = self.volumes.iter().find(|v| v.id == vol) else {
             return Err(io::Error::new(
                 io::ErrorKind::NotFound,
                 format!("volume id {vol} is not served"),
             ));
-        }
+        };
         let stamp = |mut r: Request| {
             r.volume = vol;
             r
         };
-        match io {
+        let r = match io {
             VolumeIo::Read(offset, buf) => {
                 let req = stamp(Request::read(offset, buf.len() as u64));
                 self.timed(false, || self.run(&req, Data::Read(buf)))
@@ -101,7 +101,9 @@ impl CacheVolume {
             VolumeIo::Trim(offset, len) => {
                 self.run(&stamp(Request::new(0, Op::Trim, offset, len)), Data::None)
             }
-        }
+        };
+        // A lost range names the volume, with offsets within it.
+        r.map_err(|e| crate::degrade::name_lost_range(e, &spec.name))
     }
 
     /// A write or trim (write-zeroes is written): its lines leave the RAM tier before it

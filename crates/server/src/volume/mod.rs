@@ -659,8 +659,11 @@ pub struct VolumeStats {
     pub cache_failed: bool,
     /// A panic while the volume lock was held stopped the volume ([`crate::live::HALTED`]).
     pub halted: bool,
-    /// Dirty data lost with the cache device: byte ranges `[start, end)` of the volume.
+    /// Dirty data lost with the cache device: byte ranges `[start, end)` of the volume
+    /// (pool addresses, `crate::volume_set::vaddr`). JSON gives them named within their
+    /// volumes, in `LiveStats::lost_dirty_ranges`.
     pub lost_dirty_bytes: u64,
+    #[serde(skip)]
     pub lost_dirty_ranges: Vec<(u64, u64)>,
     /// Ranges in `lost_dirty_ranges` (reads of them fail; kept across restarts by the
     /// lost-range list, `crate::lost_list`).

@@ -206,6 +206,16 @@ impl CacheVolume {
         &self.volumes
     }
 
+    /// `ranges` (pool addresses) as JSON reports name them
+    /// ([`crate::volume_set::NamedRange`]).
+    pub fn named_ranges(&self, ranges: &[(u64, u64)]) -> Vec<crate::volume_set::NamedRange> {
+        crate::volume_set::named_ranges(
+            !self.volumes.is_empty(),
+            |v| crate::volume_set::name_of(&self.volumes, v),
+            ranges,
+        )
+    }
+
     /// Per volume (several volumes): its name, id, size, mode and the engine's counters and
     /// occupancy for it (`ctl stats --json` `volumes`, Prometheus `volume="NAME"`).
     pub fn volume_figures(&self) -> Vec<VolumeFigures> {
