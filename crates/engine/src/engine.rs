@@ -75,6 +75,8 @@ pub struct Engine {
     /// would make a restore of n lines O(n^2)); the next allocation drops them first.
     free_stale: bool,
     keys: Vec<u64>,
+    /// Class per slot, allocated at the first line of a class other than 0 (empty: every
+    /// line is of class 0, 1 B per line saved; read through [`Engine::line_class`]).
     classes: Vec<u8>,
     dirty: Vec<u64>,
     dirty_count: u64,
@@ -375,7 +377,7 @@ impl Engine {
             free: Vec::new(),
             free_stale: false,
             keys: vec![EMPTY; cap as usize],
-            classes: vec![0; cap as usize],
+            classes: Vec::new(),
             dirty: vec![0; (cap as usize).div_ceil(64)],
             dirty_count: 0,
             dirty_set: BTreeSet::new(),
@@ -782,7 +784,7 @@ impl Engine {
                 seq: self.seq,
                 next_use: NEVER,
                 is_write: false,
-                class: self.classes[slot as usize],
+                class: self.line_class(slot),
             };
             self.seq += 1;
             new.insert(slot, &a);
@@ -2123,7 +2125,7 @@ impl Engine {
             "slot {slot} is reused while a write-back reads it"
         );
         self.keys[slot as usize] = key;
-        self.classes[slot as usize] = class;
+        self.set_line_class(slot, class);
         self.set_valid(slot, self.full_mask);
         self.map.insert(key, slot);
         self.len += 1;
@@ -2338,7 +2340,7 @@ impl Engine {
                 continue;
             }
             let slot = self.lookup(key).expect("dirty line is cached");
-            let ci = self.classes[slot as usize] as usize;
+            let ci = self.line_class(slot) as usize;
             self.write_back(ci, slot, key);
             self.cleaner.advance(key.wrapping_add(1));
             done += 1;
@@ -2360,7 +2362,7 @@ impl Engine {
 
     /// Pins `slot` for the ticket being planned; `pending` are the sectors it cleans.
     fn capture(&mut self, slot: Slot, key: u64, pending: u64) {
-        let class = self.classes[slot as usize];
+        let class = self.line_class(slot);
         let pin = self.pins.entry(slot).or_default();
         debug_assert!(!pin.zombie, "slot {slot} was dropped but is written back");
         pin.count = pin.count.checked_add(1).expect("pins of one slot overflow");
@@ -2565,7 +2567,7 @@ impl Engine {
                     clean = i;
                     break;
                 }
-                let ci = self.classes[slot as usize] as usize;
+                let ci = self.line_class(slot) as usize;
                 self.write_back(ci, slot, key);
                 done += 1;
             }
@@ -2644,7 +2646,7 @@ impl Engine {
                 }
                 continue;
             };
-            let ci = self.classes[slot as usize] as usize;
+            let ci = self.line_class(slot) as usize;
             let ssd = self.ssd_addr(slot);
             let valid = self.valid_mask(slot);
             let dirty = self.dirty_mask(slot);
@@ -2751,7 +2753,7 @@ impl Engine {
                 continue;
             };
             if self.is_dirty(slot) {
-                let ci = self.classes[slot as usize] as usize;
+                let ci = self.line_class(slot) as usize;
                 self.write_back(ci, slot, key);
             }
         }
@@ -2777,8 +2779,21 @@ impl Engine {
     }
 
     /// Class the line in `slot` was cached for.
+    #[inline]
     pub fn line_class(&self, slot: Slot) -> u8 {
-        self.classes[slot as usize]
+        self.classes.get(slot as usize).copied().unwrap_or(0)
+    }
+
+    /// Stores the class of the line in `slot` (the class array is allocated at the first
+    /// class other than 0).
+    #[inline]
+    fn set_line_class(&mut self, slot: Slot, class: u8) {
+        if class != 0 && self.classes.is_empty() {
+            self.classes = vec![0; self.cap as usize];
+        }
+        if let Some(c) = self.classes.get_mut(slot as usize) {
+            *c = class;
+        }
     }
 
     /// Relabels the cached line `key` as `class` (a live classifier learned its class after it
@@ -2789,10 +2804,10 @@ impl Engine {
         let Some(slot) = self.lookup(key) else {
             return false;
         };
-        if class > MAX_CLASS || self.classes[slot as usize] == class {
+        if class > MAX_CLASS || self.line_class(slot) == class {
             return false;
         }
-        self.classes[slot as usize] = class;
+        self.set_line_class(slot, class);
         if self.class_gate {
             let a = Access {
                 key,
@@ -2957,7 +2972,7 @@ impl Engine {
                 self.next_fresh = slot + 1;
             }
             self.keys[slot as usize] = l.key;
-            self.classes[slot as usize] = l.class;
+            self.set_line_class(slot, l.class);
             self.set_valid(slot, l.valid);
             self.len += 1;
             if self.sectors {
@@ -3003,7 +3018,9 @@ impl Engine {
                 if s < self.cap {
                     if reads {
                         crate::index::prefetch(&self.keys[s as usize]);
-                        crate::index::prefetch(&self.classes[s as usize]);
+                        if let Some(c) = self.classes.get(s as usize) {
+                            crate::index::prefetch(c);
+                        }
                     }
                     self.policy.prefetch(s);
                 }
@@ -3023,11 +3040,7 @@ impl Engine {
                 seq: self.seq,
                 next_use: NEVER,
                 is_write: false,
-                class: if reads {
-                    self.classes[slot as usize]
-                } else {
-                    0
-                },
+                class: if reads { self.line_class(slot) } else { 0 },
             };
             self.seq += 1;
             self.policy.insert(slot, &a);
