@@ -1,7 +1,7 @@
 //! The cache engine (direct layout): lines in fixed slots, a map from line key to slot, a
 //! replacement policy, admission, write modes and write-back cleaning.
 
-use crate::cleaning::{self, Cleaner};
+use crate::cleaning::{self, Cleaner, DirtyKeys, DirtyWindow};
 use crate::config::{Admission, EngineConfig, Mode, SeqCutoff, Validity};
 use crate::index::LineIndex;
 use crate::plan::{Plan, Step};
@@ -10,7 +10,6 @@ use crate::request::{Op, Request, MAX_CLASS, NUM_CLASSES};
 use crate::stats::{Bypass, Counters};
 use hashbrown::HashMap;
 use std::cell::Cell;
-use std::collections::BTreeSet;
 
 /// Line numbers must fit in this many bits of a key; the volume takes the rest.
 pub const LINE_BITS: u32 = 48;
@@ -63,6 +62,11 @@ pub const CLEAN_AHEAD: usize = 1024;
 /// before a dirty one (as `clean_victim_window` does for every policy when set).
 const CLASS_CLEAN_WINDOW: u32 = 64;
 
+/// Fewest dirty keys the cleaners' LBA window holds after a rebuild (more with more dirty
+/// lines: a 64th of them, so a rebuild's pass over the dirty bitmap is paid by as many
+/// write-backs).
+const MIN_DIRTY_BATCH: usize = 1024;
+
 pub struct Engine {
     cfg: EngineConfig,
     line_shift: u32,
@@ -80,7 +84,9 @@ pub struct Engine {
     classes: Vec<u8>,
     dirty: Vec<u64>,
     dirty_count: u64,
-    dirty_set: BTreeSet<u64>,
+    /// The dirty keys of one window of LBAs, for the cleaners' LBA order (the dirty bitmap
+    /// and `keys` are the truth; see `cleaning/order.rs`).
+    dirty_win: DirtyWindow,
     /// The cleaning policy: which dirty line [`Engine::clean`] writes back next.
     cleaner: Box<dyn Cleaner>,
     /// Logical clock: requests processed (plus [`Engine::advance_clock`]).
@@ -380,7 +386,7 @@ impl Engine {
             classes: Vec::new(),
             dirty: vec![0; (cap as usize).div_ceil(64)],
             dirty_count: 0,
-            dirty_set: BTreeSet::new(),
+            dirty_win: DirtyWindow::default(),
             cleaner: cleaning::make(cfg.cleaning, cfg.acp_chunk_lines_shift(), cfg.cleaning_age),
             clock: 0,
             map: LineIndex::new(cap as usize),
@@ -855,7 +861,7 @@ impl Engine {
     /// ([`crate::mem`]). Not counted: scratch bounded by one batch (write-back tickets and
     /// pins, candidate buffers) and fixed tables (counters, stream detector).
     pub fn index_bytes(&self) -> usize {
-        use crate::mem::{btree_bytes, hash_bytes};
+        use crate::mem::hash_bytes;
         self.keys.capacity() * 8
             + self.classes.capacity()
             + self.dirty.capacity() * 8
@@ -863,7 +869,7 @@ impl Engine {
             + self.free.capacity() * 4
             + self.map.mem_bytes()
             + self.policy.mem_bytes()
-            + btree_bytes(self.dirty_set.len(), 8)
+            + self.dirty_win.mem_bytes()
             + self.cleaner.mem_bytes()
             + hash_bytes(self.group_counts.capacity(), 16)
             + self.unmapped.capacity() * 8
@@ -2188,13 +2194,34 @@ impl Engine {
         if on {
             self.dirty[w] |= 1 << b;
             self.dirty_count += 1;
-            self.dirty_set.insert(key);
+            self.dirty_win.dirtied(key);
             self.cleaner.dirtied(key, self.clock);
         } else {
             self.dirty[w] &= !(1 << b);
             self.dirty_count -= 1;
-            self.dirty_set.remove(&key);
+            self.dirty_win.cleaned(key);
             self.cleaner.cleaned(key);
+        }
+    }
+
+    /// Fewest keys the cleaners' LBA window keeps: [`MIN_DIRTY_BATCH`], and a chunk (a
+    /// rewrite's or ACP's) fits in one window.
+    fn dirty_min_batch(&self) -> usize {
+        MIN_DIRTY_BATCH
+            .max((self.cfg.rewrite_chunk >> self.line_shift) as usize)
+            .max(1 << self.cfg.acp_chunk_lines_shift())
+    }
+
+    /// The dirty lines in LBA order, for the cleaner.
+    fn dirty_keys(&mut self) -> DirtyKeys<'_> {
+        let min_batch = self.dirty_min_batch();
+        DirtyKeys {
+            win: &mut self.dirty_win,
+            keys: &self.keys,
+            dirty: &self.dirty,
+            map: &self.map,
+            count: self.dirty_count,
+            min_batch,
         }
     }
 
@@ -2294,8 +2321,13 @@ impl Engine {
     fn rebuild_cleaner(&mut self) {
         let c = &self.cfg;
         self.cleaner = cleaning::make(c.cleaning, c.acp_chunk_lines_shift(), c.cleaning_age);
-        for &k in &self.dirty_set {
-            self.cleaner.dirtied(k, self.clock);
+        for (w, &word) in self.dirty.iter().enumerate() {
+            let mut m = word;
+            while m != 0 {
+                let s = w * 64 + m.trailing_zeros() as usize;
+                m &= m - 1;
+                self.cleaner.dirtied(self.keys[s], self.clock);
+            }
         }
     }
 
@@ -2333,8 +2365,19 @@ impl Engine {
         self.open_ticket();
         let mut done = self.clean_ahead(max_lines);
         while done < max_lines && self.dirty_count > 0 {
-            let key = self.cleaner.next(&self.dirty_set);
-            debug_assert!(self.dirty_set.contains(&key), "cleaner chose a clean line");
+            let min_batch = self.dirty_min_batch();
+            let key = self.cleaner.next(&mut DirtyKeys {
+                win: &mut self.dirty_win,
+                keys: &self.keys,
+                dirty: &self.dirty,
+                map: &self.map,
+                count: self.dirty_count,
+                min_batch,
+            });
+            debug_assert!(
+                self.lookup(key).is_some_and(|s| self.is_dirty(s)),
+                "cleaner chose a clean line"
+            );
             if let Some(n) = self.rewrite_chunk(key, max_lines - done) {
                 done += n;
                 continue;
@@ -2594,7 +2637,7 @@ impl Engine {
 
     /// The rest of the chunk of dirty line `key` from `key` on, as `[key, end)` line keys,
     /// with its dirty lines and runs of dirty lines; `None` when chunk rewrites are off.
-    pub fn dirty_chunk(&self, key: u64) -> Option<(u64, u64, u64, u64)> {
+    pub fn dirty_chunk(&mut self, key: u64) -> Option<(u64, u64, u64, u64)> {
         let chunk_lines = self.cfg.rewrite_chunk >> self.line_shift;
         if chunk_lines < 2 {
             return None;
@@ -2608,7 +2651,7 @@ impl Engine {
             end = end.min(vol_base + vb.div_ceil(1 << self.line_shift));
         }
         let (mut runs, mut lines, mut last) = (0, 0, None::<u64>);
-        for &k in self.dirty_set.range(first..end) {
+        for k in self.dirty_keys().range(first, end) {
             if last.is_none_or(|l: u64| l + 1 != k) {
                 runs += 1;
             }
@@ -2950,7 +2993,6 @@ impl Engine {
             "restore into an engine that holds lines"
         );
         let mut errors = Vec::new();
-        let mut dirty_keys = Vec::new();
         // Restored slots not yet threaded into the policy.
         let mut unthreaded = vec![0u64; (self.cap as usize).div_ceil(64)];
         let mut last: Option<Slot> = None;
@@ -2984,7 +3026,6 @@ impl Engine {
                 self.dirty[slot as usize / 64] |= 1 << (slot % 64);
                 self.dirty_count += 1;
                 self.cleaner.dirtied(l.key, self.clock);
-                dirty_keys.push(l.key);
             }
             unthreaded[slot as usize / 64] |= 1 << (slot % 64);
         }
@@ -3001,8 +3042,7 @@ impl Engine {
             self.entries().all(|(k, s, _)| self.lookup(k) == Some(s)),
             "restore_slots: a key restored twice"
         );
-        dirty_keys.sort_unstable();
-        self.dirty_set = dirty_keys.into_iter().collect();
+        self.dirty_win.clear();
         (errors, RestorePending { unthreaded })
     }
 
