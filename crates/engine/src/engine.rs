@@ -62,6 +62,22 @@ pub const CLEAN_AHEAD: usize = 1024;
 /// before a dirty one (as `clean_victim_window` does for every policy when set).
 const CLASS_CLEAN_WINDOW: u32 = 64;
 
+/// The engine's dirty lines in LBA order, for the cleaner ([`DirtyKeys`]; a macro, not a
+/// method, so that the cleaner, another field, can be borrowed alongside).
+macro_rules! dirty_keys {
+    ($e:ident) => {{
+        let min_batch = $e.dirty_min_batch();
+        DirtyKeys {
+            win: &mut $e.dirty_win,
+            keys: &$e.keys,
+            dirty: &$e.dirty,
+            map: &$e.map,
+            count: $e.dirty_count,
+            min_batch,
+        }
+    }};
+}
+
 /// Fewest dirty keys the cleaners' LBA window holds after a rebuild (more with more dirty
 /// lines: a 64th of them, so a rebuild's pass over the dirty bitmap is paid by as many
 /// write-backs).
@@ -2212,19 +2228,6 @@ impl Engine {
             .max(1 << self.cfg.acp_chunk_lines_shift())
     }
 
-    /// The dirty lines in LBA order, for the cleaner.
-    fn dirty_keys(&mut self) -> DirtyKeys<'_> {
-        let min_batch = self.dirty_min_batch();
-        DirtyKeys {
-            win: &mut self.dirty_win,
-            keys: &self.keys,
-            dirty: &self.dirty,
-            map: &self.map,
-            count: self.dirty_count,
-            min_batch,
-        }
-    }
-
     /// Whether dirty lines exceed the high watermark (write-back cleaning is due).
     /// With `alru` cleaning also when a line has been dirty for more than `cleaning_age`
     /// requests.
@@ -2321,13 +2324,8 @@ impl Engine {
     fn rebuild_cleaner(&mut self) {
         let c = &self.cfg;
         self.cleaner = cleaning::make(c.cleaning, c.acp_chunk_lines_shift(), c.cleaning_age);
-        for (w, &word) in self.dirty.iter().enumerate() {
-            let mut m = word;
-            while m != 0 {
-                let s = w * 64 + m.trailing_zeros() as usize;
-                m &= m - 1;
-                self.cleaner.dirtied(self.keys[s], self.clock);
-            }
+        for s in cleaning::set_bits(&self.dirty) {
+            self.cleaner.dirtied(self.keys[s], self.clock);
         }
     }
 
@@ -2365,15 +2363,7 @@ impl Engine {
         self.open_ticket();
         let mut done = self.clean_ahead(max_lines);
         while done < max_lines && self.dirty_count > 0 {
-            let min_batch = self.dirty_min_batch();
-            let key = self.cleaner.next(&mut DirtyKeys {
-                win: &mut self.dirty_win,
-                keys: &self.keys,
-                dirty: &self.dirty,
-                map: &self.map,
-                count: self.dirty_count,
-                min_batch,
-            });
+            let key = self.cleaner.next(&mut dirty_keys!(self));
             debug_assert!(
                 self.lookup(key).is_some_and(|s| self.is_dirty(s)),
                 "cleaner chose a clean line"
@@ -2651,7 +2641,7 @@ impl Engine {
             end = end.min(vol_base + vb.div_ceil(1 << self.line_shift));
         }
         let (mut runs, mut lines, mut last) = (0, 0, None::<u64>);
-        for k in self.dirty_keys().range(first, end) {
+        for k in dirty_keys!(self).range(first, end) {
             if last.is_none_or(|l: u64| l + 1 != k) {
                 runs += 1;
             }

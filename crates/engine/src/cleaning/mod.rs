@@ -18,7 +18,7 @@ mod lba;
 mod order;
 
 pub use order::DirtyKeys;
-pub(crate) use order::DirtyWindow;
+pub(crate) use order::{set_bits, DirtyWindow};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::str::FromStr;

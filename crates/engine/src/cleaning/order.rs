@@ -17,6 +17,20 @@ use std::collections::BTreeSet;
 /// the dirty bitmap.
 const LOOKUP_LINES: u64 = 1024;
 
+/// The positions of the set bits of a bitmap, ascending (the dirty slots of the dirty bitmap).
+pub(crate) fn set_bits(words: &[u64]) -> impl Iterator<Item = usize> + '_ {
+    words.iter().enumerate().flat_map(|(w, &word)| {
+        let mut m = word;
+        std::iter::from_fn(move || {
+            (m != 0).then(|| {
+                let b = m.trailing_zeros() as usize;
+                m &= m - 1;
+                w * 64 + b
+            })
+        })
+    })
+}
+
 /// A window of the dirty keys in LBA order (see the module).
 #[derive(Default)]
 pub(crate) struct DirtyWindow {
@@ -166,13 +180,8 @@ impl DirtyKeys<'_> {
 
     /// Calls `f` with every dirty key (slot order).
     fn scan(&self, mut f: impl FnMut(u64)) {
-        for (w, &word) in self.dirty.iter().enumerate() {
-            let mut m = word;
-            while m != 0 {
-                let s = w * 64 + m.trailing_zeros() as usize;
-                m &= m - 1;
-                f(self.keys[s]);
-            }
+        for s in set_bits(self.dirty) {
+            f(self.keys[s]);
         }
     }
 
@@ -182,23 +191,17 @@ impl DirtyKeys<'_> {
         let mut keep = self.win.target;
         let mut bound = u64::MAX;
         let mut v: Vec<u64> = Vec::with_capacity(2 * keep);
-        let keys = self.keys;
-        for (w, &word) in self.dirty.iter().enumerate() {
-            let mut m = word;
-            while m != 0 {
-                let s = w * 64 + m.trailing_zeros() as usize;
-                m &= m - 1;
-                let k = keys[s];
-                if k < from || k > bound {
-                    continue;
-                }
-                v.push(k);
-                if v.len() >= 2 * keep {
-                    let (_, &mut kth, _) = v.select_nth_unstable(keep - 1);
-                    bound = kth.max(min_hi);
-                    v.retain(|&x| x <= bound);
-                    keep = keep.max(v.len());
-                }
+        for s in set_bits(self.dirty) {
+            let k = self.keys[s];
+            if k < from || k > bound {
+                continue;
+            }
+            v.push(k);
+            if v.len() >= 2 * keep {
+                let (_, &mut kth, _) = v.select_nth_unstable(keep - 1);
+                bound = kth.max(min_hi);
+                v.retain(|&x| x <= bound);
+                keep = keep.max(v.len());
             }
         }
         v.sort_unstable();
