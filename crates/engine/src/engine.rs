@@ -1,7 +1,7 @@
 //! The cache engine (direct layout): lines in fixed slots, a map from line key to slot, a
 //! replacement policy, admission, write modes and write-back cleaning.
 
-use crate::cleaning::{self, Cleaner};
+use crate::cleaning::{self, Cleaner, DirtyKeys, DirtyWindow};
 use crate::config::{Admission, EngineConfig, Mode, SeqCutoff, Validity};
 use crate::index::LineIndex;
 use crate::plan::{Plan, Step};
@@ -10,7 +10,6 @@ use crate::request::{Op, Request, MAX_CLASS, NUM_CLASSES};
 use crate::stats::{Bypass, Counters};
 use hashbrown::HashMap;
 use std::cell::Cell;
-use std::collections::BTreeSet;
 
 /// Line numbers must fit in this many bits of a key; the volume takes the rest.
 pub const LINE_BITS: u32 = 48;
@@ -63,6 +62,27 @@ pub const CLEAN_AHEAD: usize = 1024;
 /// before a dirty one (as `clean_victim_window` does for every policy when set).
 const CLASS_CLEAN_WINDOW: u32 = 64;
 
+/// The engine's dirty lines in LBA order, for the cleaner ([`DirtyKeys`]; a macro, not a
+/// method, so that the cleaner, another field, can be borrowed alongside).
+macro_rules! dirty_keys {
+    ($e:ident) => {{
+        let min_batch = $e.dirty_min_batch();
+        DirtyKeys {
+            win: &mut $e.dirty_win,
+            keys: &$e.keys,
+            dirty: &$e.dirty,
+            map: &$e.map,
+            count: $e.dirty_count,
+            min_batch,
+        }
+    }};
+}
+
+/// Fewest dirty keys the cleaners' LBA window holds after a rebuild (more with more dirty
+/// lines: a 64th of them, so a rebuild's pass over the dirty bitmap is paid by as many
+/// write-backs).
+const MIN_DIRTY_BATCH: usize = 1024;
+
 pub struct Engine {
     cfg: EngineConfig,
     line_shift: u32,
@@ -75,10 +95,14 @@ pub struct Engine {
     /// would make a restore of n lines O(n^2)); the next allocation drops them first.
     free_stale: bool,
     keys: Vec<u64>,
+    /// Class per slot, allocated at the first line of a class other than 0 (empty: every
+    /// line is of class 0, 1 B per line saved; read through [`Engine::line_class`]).
     classes: Vec<u8>,
     dirty: Vec<u64>,
     dirty_count: u64,
-    dirty_set: BTreeSet<u64>,
+    /// The dirty keys of one window of LBAs, for the cleaners' LBA order (the dirty bitmap
+    /// and `keys` are the truth; see `cleaning/order.rs`).
+    dirty_win: DirtyWindow,
     /// The cleaning policy: which dirty line [`Engine::clean`] writes back next.
     cleaner: Box<dyn Cleaner>,
     /// Logical clock: requests processed (plus [`Engine::advance_clock`]).
@@ -375,10 +399,10 @@ impl Engine {
             free: Vec::new(),
             free_stale: false,
             keys: vec![EMPTY; cap as usize],
-            classes: vec![0; cap as usize],
+            classes: Vec::new(),
             dirty: vec![0; (cap as usize).div_ceil(64)],
             dirty_count: 0,
-            dirty_set: BTreeSet::new(),
+            dirty_win: DirtyWindow::default(),
             cleaner: cleaning::make(cfg.cleaning, cfg.acp_chunk_lines_shift(), cfg.cleaning_age),
             clock: 0,
             map: LineIndex::new(cap as usize),
@@ -782,7 +806,7 @@ impl Engine {
                 seq: self.seq,
                 next_use: NEVER,
                 is_write: false,
-                class: self.classes[slot as usize],
+                class: self.line_class(slot),
             };
             self.seq += 1;
             new.insert(slot, &a);
@@ -853,7 +877,7 @@ impl Engine {
     /// ([`crate::mem`]). Not counted: scratch bounded by one batch (write-back tickets and
     /// pins, candidate buffers) and fixed tables (counters, stream detector).
     pub fn index_bytes(&self) -> usize {
-        use crate::mem::{btree_bytes, hash_bytes};
+        use crate::mem::hash_bytes;
         self.keys.capacity() * 8
             + self.classes.capacity()
             + self.dirty.capacity() * 8
@@ -861,7 +885,7 @@ impl Engine {
             + self.free.capacity() * 4
             + self.map.mem_bytes()
             + self.policy.mem_bytes()
-            + btree_bytes(self.dirty_set.len(), 8)
+            + self.dirty_win.mem_bytes()
             + self.cleaner.mem_bytes()
             + hash_bytes(self.group_counts.capacity(), 16)
             + self.unmapped.capacity() * 8
@@ -2123,7 +2147,7 @@ impl Engine {
             "slot {slot} is reused while a write-back reads it"
         );
         self.keys[slot as usize] = key;
-        self.classes[slot as usize] = class;
+        self.set_line_class(slot, class);
         self.set_valid(slot, self.full_mask);
         self.map.insert(key, slot);
         self.len += 1;
@@ -2186,14 +2210,22 @@ impl Engine {
         if on {
             self.dirty[w] |= 1 << b;
             self.dirty_count += 1;
-            self.dirty_set.insert(key);
+            self.dirty_win.dirtied(key);
             self.cleaner.dirtied(key, self.clock);
         } else {
             self.dirty[w] &= !(1 << b);
             self.dirty_count -= 1;
-            self.dirty_set.remove(&key);
+            self.dirty_win.cleaned(key);
             self.cleaner.cleaned(key);
         }
+    }
+
+    /// Fewest keys the cleaners' LBA window keeps: [`MIN_DIRTY_BATCH`], and a chunk (a
+    /// rewrite's or ACP's) fits in one window.
+    fn dirty_min_batch(&self) -> usize {
+        MIN_DIRTY_BATCH
+            .max((self.cfg.rewrite_chunk >> self.line_shift) as usize)
+            .max(1 << self.cfg.acp_chunk_lines_shift())
     }
 
     /// Whether dirty lines exceed the high watermark (write-back cleaning is due).
@@ -2292,8 +2324,8 @@ impl Engine {
     fn rebuild_cleaner(&mut self) {
         let c = &self.cfg;
         self.cleaner = cleaning::make(c.cleaning, c.acp_chunk_lines_shift(), c.cleaning_age);
-        for &k in &self.dirty_set {
-            self.cleaner.dirtied(k, self.clock);
+        for s in cleaning::set_bits(&self.dirty) {
+            self.cleaner.dirtied(self.keys[s], self.clock);
         }
     }
 
@@ -2331,14 +2363,17 @@ impl Engine {
         self.open_ticket();
         let mut done = self.clean_ahead(max_lines);
         while done < max_lines && self.dirty_count > 0 {
-            let key = self.cleaner.next(&self.dirty_set);
-            debug_assert!(self.dirty_set.contains(&key), "cleaner chose a clean line");
+            let key = self.cleaner.next(&mut dirty_keys!(self));
+            debug_assert!(
+                self.lookup(key).is_some_and(|s| self.is_dirty(s)),
+                "cleaner chose a clean line"
+            );
             if let Some(n) = self.rewrite_chunk(key, max_lines - done) {
                 done += n;
                 continue;
             }
             let slot = self.lookup(key).expect("dirty line is cached");
-            let ci = self.classes[slot as usize] as usize;
+            let ci = self.line_class(slot) as usize;
             self.write_back(ci, slot, key);
             self.cleaner.advance(key.wrapping_add(1));
             done += 1;
@@ -2360,7 +2395,7 @@ impl Engine {
 
     /// Pins `slot` for the ticket being planned; `pending` are the sectors it cleans.
     fn capture(&mut self, slot: Slot, key: u64, pending: u64) {
-        let class = self.classes[slot as usize];
+        let class = self.line_class(slot);
         let pin = self.pins.entry(slot).or_default();
         debug_assert!(!pin.zombie, "slot {slot} was dropped but is written back");
         pin.count = pin.count.checked_add(1).expect("pins of one slot overflow");
@@ -2565,7 +2600,7 @@ impl Engine {
                     clean = i;
                     break;
                 }
-                let ci = self.classes[slot as usize] as usize;
+                let ci = self.line_class(slot) as usize;
                 self.write_back(ci, slot, key);
                 done += 1;
             }
@@ -2592,7 +2627,7 @@ impl Engine {
 
     /// The rest of the chunk of dirty line `key` from `key` on, as `[key, end)` line keys,
     /// with its dirty lines and runs of dirty lines; `None` when chunk rewrites are off.
-    pub fn dirty_chunk(&self, key: u64) -> Option<(u64, u64, u64, u64)> {
+    pub fn dirty_chunk(&mut self, key: u64) -> Option<(u64, u64, u64, u64)> {
         let chunk_lines = self.cfg.rewrite_chunk >> self.line_shift;
         if chunk_lines < 2 {
             return None;
@@ -2606,7 +2641,7 @@ impl Engine {
             end = end.min(vol_base + vb.div_ceil(1 << self.line_shift));
         }
         let (mut runs, mut lines, mut last) = (0, 0, None::<u64>);
-        for &k in self.dirty_set.range(first..end) {
+        for k in dirty_keys!(self).range(first, end) {
             if last.is_none_or(|l: u64| l + 1 != k) {
                 runs += 1;
             }
@@ -2644,7 +2679,7 @@ impl Engine {
                 }
                 continue;
             };
-            let ci = self.classes[slot as usize] as usize;
+            let ci = self.line_class(slot) as usize;
             let ssd = self.ssd_addr(slot);
             let valid = self.valid_mask(slot);
             let dirty = self.dirty_mask(slot);
@@ -2751,7 +2786,7 @@ impl Engine {
                 continue;
             };
             if self.is_dirty(slot) {
-                let ci = self.classes[slot as usize] as usize;
+                let ci = self.line_class(slot) as usize;
                 self.write_back(ci, slot, key);
             }
         }
@@ -2777,8 +2812,21 @@ impl Engine {
     }
 
     /// Class the line in `slot` was cached for.
+    #[inline]
     pub fn line_class(&self, slot: Slot) -> u8 {
-        self.classes[slot as usize]
+        self.classes.get(slot as usize).copied().unwrap_or(0)
+    }
+
+    /// Stores the class of the line in `slot` (the class array is allocated at the first
+    /// class other than 0).
+    #[inline]
+    fn set_line_class(&mut self, slot: Slot, class: u8) {
+        if class != 0 && self.classes.is_empty() {
+            self.classes = vec![0; self.cap as usize];
+        }
+        if let Some(c) = self.classes.get_mut(slot as usize) {
+            *c = class;
+        }
     }
 
     /// Relabels the cached line `key` as `class` (a live classifier learned its class after it
@@ -2789,10 +2837,10 @@ impl Engine {
         let Some(slot) = self.lookup(key) else {
             return false;
         };
-        if class > MAX_CLASS || self.classes[slot as usize] == class {
+        if class > MAX_CLASS || self.line_class(slot) == class {
             return false;
         }
-        self.classes[slot as usize] = class;
+        self.set_line_class(slot, class);
         if self.class_gate {
             let a = Access {
                 key,
@@ -2935,7 +2983,6 @@ impl Engine {
             "restore into an engine that holds lines"
         );
         let mut errors = Vec::new();
-        let mut dirty_keys = Vec::new();
         // Restored slots not yet threaded into the policy.
         let mut unthreaded = vec![0u64; (self.cap as usize).div_ceil(64)];
         let mut last: Option<Slot> = None;
@@ -2957,7 +3004,7 @@ impl Engine {
                 self.next_fresh = slot + 1;
             }
             self.keys[slot as usize] = l.key;
-            self.classes[slot as usize] = l.class;
+            self.set_line_class(slot, l.class);
             self.set_valid(slot, l.valid);
             self.len += 1;
             if self.sectors {
@@ -2969,7 +3016,6 @@ impl Engine {
                 self.dirty[slot as usize / 64] |= 1 << (slot % 64);
                 self.dirty_count += 1;
                 self.cleaner.dirtied(l.key, self.clock);
-                dirty_keys.push(l.key);
             }
             unthreaded[slot as usize / 64] |= 1 << (slot % 64);
         }
@@ -2986,8 +3032,7 @@ impl Engine {
             self.entries().all(|(k, s, _)| self.lookup(k) == Some(s)),
             "restore_slots: a key restored twice"
         );
-        dirty_keys.sort_unstable();
-        self.dirty_set = dirty_keys.into_iter().collect();
+        self.dirty_win.clear();
         (errors, RestorePending { unthreaded })
     }
 
@@ -3003,7 +3048,9 @@ impl Engine {
                 if s < self.cap {
                     if reads {
                         crate::index::prefetch(&self.keys[s as usize]);
-                        crate::index::prefetch(&self.classes[s as usize]);
+                        if let Some(c) = self.classes.get(s as usize) {
+                            crate::index::prefetch(c);
+                        }
                     }
                     self.policy.prefetch(s);
                 }
@@ -3023,11 +3070,7 @@ impl Engine {
                 seq: self.seq,
                 next_use: NEVER,
                 is_write: false,
-                class: if reads {
-                    self.classes[slot as usize]
-                } else {
-                    0
-                },
+                class: if reads { self.line_class(slot) } else { 0 },
             };
             self.seq += 1;
             self.policy.insert(slot, &a);

@@ -4,7 +4,7 @@
 //! chunks are where a write-back costs least per line (one positioning, and a chunk rewrite
 //! when `rewrite_min_runs` is met), so the dirty share falls fastest per disk second.
 
-use super::Cleaner;
+use super::{Cleaner, DirtyKeys};
 use hashbrown::HashMap;
 use std::cmp::Reverse;
 use std::collections::BTreeSet;
@@ -61,7 +61,7 @@ impl Cleaner for Acp {
         self.bump(key, false);
     }
 
-    fn next(&mut self, dirty: &BTreeSet<u64>) -> u64 {
+    fn next(&mut self, dirty: &mut DirtyKeys<'_>) -> u64 {
         let chunk = match self.current.filter(|c| self.counts.contains_key(c)) {
             Some(c) => c,
             None => {
@@ -71,11 +71,9 @@ impl Cleaner for Acp {
             }
         };
         let first = chunk << self.shift;
-        let k = *dirty
-            .range(first..first + (1 << self.shift))
-            .next()
-            .expect("ACP: a counted chunk holds a dirty line");
-        k
+        dirty
+            .first_from(first, Some(first + (1 << self.shift)))
+            .expect("ACP: a counted chunk holds a dirty line")
     }
 
     fn mem_bytes(&self) -> usize {

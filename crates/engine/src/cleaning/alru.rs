@@ -4,7 +4,7 @@
 //! since" is when the line last went from clean to dirty (rewriting a dirty line does not
 //! make it younger: the age bounds how long any write waits for the disk).
 
-use super::Cleaner;
+use super::{Cleaner, DirtyKeys};
 use hashbrown::HashMap;
 use std::collections::BTreeSet;
 
@@ -42,7 +42,7 @@ impl Cleaner for Alru {
         }
     }
 
-    fn next(&mut self, _dirty: &BTreeSet<u64>) -> u64 {
+    fn next(&mut self, _dirty: &mut DirtyKeys<'_>) -> u64 {
         self.order.first().expect("called with dirty lines").1
     }
 

@@ -1,8 +1,7 @@
 //! LBA-ordered cleaning: the next dirty line at or after where the last pass stopped,
 //! wrapping at the end (one elevator sweep of the disk per round).
 
-use super::Cleaner;
-use std::collections::BTreeSet;
+use super::{Cleaner, DirtyKeys};
 
 #[derive(Default)]
 pub struct Lba {
@@ -14,10 +13,10 @@ impl Cleaner for Lba {
         "lba"
     }
 
-    fn next(&mut self, dirty: &BTreeSet<u64>) -> u64 {
-        match dirty.range(self.cursor..).next() {
-            Some(&k) => k,
-            None => *dirty.iter().next().expect("called with dirty lines"),
+    fn next(&mut self, dirty: &mut DirtyKeys<'_>) -> u64 {
+        match dirty.first_from(self.cursor, None) {
+            Some(k) => k,
+            None => dirty.first_from(0, None).expect("called with dirty lines"),
         }
     }
 

@@ -2,9 +2,10 @@
 //! next. One file each, one small trait ([`Cleaner`]), one setting
 //! ([`crate::EngineConfig::cleaning`], `--cleaning lba|acp|alru`).
 //!
-//! The engine keeps the set of dirty line keys in LBA order and tells the cleaner when a line
-//! becomes dirty or clean, so a cleaner keeps whatever counts it needs incrementally (never by
-//! scanning). Chunk rewrite (`rewrite_chunk`) applies under every policy: the engine asks the
+//! The engine answers "the first dirty line at or after a key" in LBA order
+//! ([`DirtyKeys`], from a window of the dirty keys rebuilt from the dirty bitmap: see
+//! `order.rs`) and tells the cleaner when a line becomes dirty or clean, so a cleaner keeps
+//! whatever counts it needs incrementally (never by scanning). Chunk rewrite (`rewrite_chunk`) applies under every policy: the engine asks the
 //! cleaner for a line and rewrites that line's chunk from it on when it is dense enough.
 //!
 //! The engine reads no clock: "time" here is the engine's logical clock, the number of
@@ -14,9 +15,11 @@
 mod acp;
 mod alru;
 mod lba;
+mod order;
 
+pub use order::DirtyKeys;
+pub(crate) use order::{set_bits, DirtyWindow};
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeSet;
 use std::fmt;
 use std::str::FromStr;
 
@@ -85,8 +88,9 @@ pub trait Cleaner: Send {
     fn dirtied(&mut self, _key: u64, _now: u64) {}
     /// Line `key` is no longer dirty (written back, evicted or trimmed).
     fn cleaned(&mut self, _key: u64) {}
-    /// The next dirty line to write back; `dirty` holds every dirty line key (not empty).
-    fn next(&mut self, dirty: &BTreeSet<u64>) -> u64;
+    /// The next dirty line to write back; `dirty` answers for every dirty line key (there
+    /// is at least one).
+    fn next(&mut self, dirty: &mut DirtyKeys<'_>) -> u64;
     /// The lines before `end` in this pass were written back: continue after them.
     fn advance(&mut self, _end: u64) {}
     /// Dirty lines that are due at logical time `now` regardless of the watermarks (ALRU:
