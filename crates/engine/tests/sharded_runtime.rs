@@ -419,7 +419,11 @@ fn one_shard_takes_every_runtime_call_as_the_engine() {
                 "{name}"
             );
         }
-        assert_eq!(Eng::state(&mut one3), Eng::state(&mut sh3), "{name}: restored");
+        assert_eq!(
+            Eng::state(&mut one3),
+            Eng::state(&mut sh3),
+            "{name}: restored"
+        );
         let mut one4 = Engine::new(cfg.clone()).unwrap();
         let mut sh4 = Sharded::new(cfg.clone()).unwrap();
         lines.swap(4, 9);

@@ -1098,16 +1098,22 @@ impl<'a> Executor<'a> {
             }
         }
         for (wf, wt) in self.fill_waiters.remove(&(f, t)).unwrap_or_default() {
-            let task = &mut self.flights[wf]
-                .as_mut()
-                .expect("a flight waiting for a copy is live")
-                .tasks[wt as usize];
-            debug_assert!(task.deps_left > 0 && task.deps_left != u32::MAX);
-            task.deps_left -= 1;
-            if task.deps_left == 0 {
-                task.deps_left = u32::MAX;
-                self.submit(wf, wt, false);
-            }
+            self.wait_over(wf, wt);
+        }
+    }
+
+    /// One thing task `wt` of flight `wf` waited for outside its flight has finished; the
+    /// task starts when it was the last.
+    fn wait_over(&mut self, wf: usize, wt: u16) {
+        let task = &mut self.flights[wf]
+            .as_mut()
+            .expect("a waiting flight is live")
+            .tasks[wt as usize];
+        debug_assert!(task.deps_left > 0 && task.deps_left != u32::MAX);
+        task.deps_left -= 1;
+        if task.deps_left == 0 {
+            task.deps_left = u32::MAX;
+            self.submit(wf, wt, false);
         }
     }
 
@@ -1234,16 +1240,7 @@ impl<'a> Executor<'a> {
             self.finish_queued(seq);
         }
         for (wf, wt) in self.bg_waiters.remove(&f).unwrap_or_default() {
-            let task = &mut self.flights[wf]
-                .as_mut()
-                .expect("a waiting flight is live")
-                .tasks[wt as usize];
-            debug_assert!(task.deps_left > 0 && task.deps_left != u32::MAX);
-            task.deps_left -= 1;
-            if task.deps_left == 0 {
-                task.deps_left = u32::MAX;
-                self.submit(wf, wt, false);
-            }
+            self.wait_over(wf, wt);
         }
     }
 

@@ -138,7 +138,7 @@ fn shards_keep_per_volume_figures() {
                 .wrapping_add(1442695040888963407);
             let line = (x >> 33) % 3000;
             let len = 4096 * (1 + (x >> 20) % 8);
-            let op = if (x >> 12) % 4 == 0 {
+            let op = if (x >> 12).is_multiple_of(4) {
                 Op::Write
             } else {
                 Op::Read
