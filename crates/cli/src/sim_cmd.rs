@@ -449,11 +449,6 @@ pub fn sim(mut a: SimArgs) -> Result<()> {
             .map_err(|e| anyhow::anyhow!("--shard-granule {g}: {e}"))?;
     }
     apply_volume_settings(&a, table, &mut spec)?;
-    anyhow::ensure!(
-        spec.engine.shards <= 1 || spec.engine.volumes.is_empty(),
-        "--shards with --volume, --volume-mode, --volume-admission or --per-volume: a sharded \
-         run does not keep per-volume settings or figures yet; drop one of them"
-    );
     let progress = Progress::new(a.quiet, input_total(&spec.input), "requests");
     if let Some(mut setup) = a.timed.setup()? {
         setup.options.phase_starts = phases.iter().map(|p| p.start as u64).collect();

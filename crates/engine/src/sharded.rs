@@ -33,9 +33,11 @@
 //!   is cut there; the pieces run in address order and their plans are concatenated (one
 //!   `FlushSsd` at the end for FUA). The request-level counters (requests, reads, writes,
 //!   trims, full/partial hits and misses, per-direction outcomes) are corrected so that a
-//!   split request counts once, by the outcome of all its lines together.
+//!   split request counts once, by the outcome of all its lines together, in its class's
+//!   counters and, with a volume table, in its volume's ([`Sharded::volume_stats`]).
 //! - **Cleaning** is per shard, each against its own watermarks; every shard's logical
-//!   clock is kept at the global request count so that `alru` ages alike.
+//!   clock is brought up to the global request count before it is asked about cleaning
+//!   (a shard that took no request still ages its dirty lines, so `alru` ages alike).
 //! - **N = 1** is bit-identical to [`Engine`] (counters, plans, state, every run-time call:
 //!   `tests/sharded.rs`, `tests/sharded_runtime.rs`).
 
@@ -104,6 +106,9 @@ pub struct Sharded {
     /// (added); only the request-level fields are used.
     fix_sub: Vec<Counters>,
     fix_add: Vec<Counters>,
+    /// The same per volume (with a volume table only, as the shards count per volume only
+    /// then): (subtracted, added).
+    vol_fix: HashMap<u32, (Counters, Counters)>,
     split_requests: u64,
     /// Scratch: the pieces of the request being processed (shard, offset, end).
     pieces: Vec<(usize, u64, u64)>,
@@ -196,6 +201,23 @@ fn copy_plan(dst: &mut Plan, src: &Plan, ssd_off: u64) {
         .extend(src.steps.iter().map(|&s| relocate(s, ssd_off, 0)));
 }
 
+/// `c` with split requests counted once: the request-level fields less what their pieces
+/// over-counted (`sub`) plus their true outcome (`add`).
+fn corrected(mut c: Counters, add: &Counters, sub: &Counters) -> Counters {
+    c.requests = c.requests + add.requests - sub.requests;
+    c.reads -= sub.reads;
+    c.writes -= sub.writes;
+    c.trims -= sub.trims;
+    c.full_hits = c.full_hits + add.full_hits - sub.full_hits;
+    c.partial_hits = c.partial_hits + add.partial_hits - sub.partial_hits;
+    c.full_misses = c.full_misses + add.full_misses - sub.full_misses;
+    c.read_requests += &add.read_requests;
+    c.read_requests = c.read_requests.saturating_sub(sub.read_requests);
+    c.write_requests += &add.write_requests;
+    c.write_requests = c.write_requests.saturating_sub(sub.write_requests);
+    c
+}
+
 /// Adds `c`'s outcome of one read or write request of these line figures.
 fn count_outcome(c: &mut Counters, write: bool, hits: u64, misses: u64, bypassed: u64) {
     if misses == 0 {
@@ -259,6 +281,7 @@ impl Sharded {
             record: true,
             fix_sub: vec![Counters::default(); NUM_CLASSES],
             fix_add: vec![Counters::default(); NUM_CLASSES],
+            vol_fix: HashMap::new(),
             split_requests: 0,
             pieces: Vec::new(),
             clean_cursor: 0,
@@ -459,19 +482,15 @@ impl Sharded {
         for e in &self.shards {
             c += e.class_counters(class);
         }
-        let (add, sub) = (&self.fix_add[k], &self.fix_sub[k]);
-        c.requests = c.requests + add.requests - sub.requests;
-        c.reads -= sub.reads;
-        c.writes -= sub.writes;
-        c.trims -= sub.trims;
-        c.full_hits = c.full_hits + add.full_hits - sub.full_hits;
-        c.partial_hits = c.partial_hits + add.partial_hits - sub.partial_hits;
-        c.full_misses = c.full_misses + add.full_misses - sub.full_misses;
-        c.read_requests += &add.read_requests;
-        c.read_requests = c.read_requests.saturating_sub(sub.read_requests);
-        c.write_requests += &add.write_requests;
-        c.write_requests = c.write_requests.saturating_sub(sub.write_requests);
-        c
+        corrected(c, &self.fix_add[k], &self.fix_sub[k])
+    }
+
+    /// A volume's counters summed over the shards, split requests counted once.
+    fn volume_counters(&self, id: u32, c: Counters) -> Counters {
+        match self.vol_fix.get(&id) {
+            Some((sub, add)) => corrected(c, add, sub),
+            None => c,
+        }
     }
 
     /// Totals over all classes.
@@ -605,6 +624,8 @@ impl Sharded {
             }
         }
         let (mut hits, mut misses, mut bypassed) = (0, 0, 0);
+        // What the pieces over-count (subtracted) and the request's outcome (added).
+        let (mut sub, mut add) = (Counters::default(), Counters::default());
         let mut flush_ssd = false;
         let pieces = std::mem::take(&mut self.pieces);
         for &(i, lo, hi) in &pieces {
@@ -641,16 +662,13 @@ impl Sharded {
                 after.line_misses - before.line_misses,
             );
             let b = after.bypasses.total() - before.bypasses.total();
-            let sub = &mut self.fix_sub[k];
-            match req.op {
-                Op::Read | Op::Write => count_outcome(sub, req.is_write(), h, m, b),
-                _ => {}
+            if matches!(req.op, Op::Read | Op::Write) {
+                count_outcome(&mut sub, req.is_write(), h, m, b);
             }
             (hits, misses, bypassed) = (hits + h, misses + m, bypassed + b);
         }
         let extra = pieces.len() as u64 - 1;
         self.pieces = pieces;
-        let sub = &mut self.fix_sub[k];
         sub.requests += extra;
         match req.op {
             Op::Read => sub.reads += extra,
@@ -658,7 +676,14 @@ impl Sharded {
             _ => sub.trims += extra,
         }
         if req.op != Op::Trim {
-            count_outcome(&mut self.fix_add[k], req.is_write(), hits, misses, bypassed);
+            count_outcome(&mut add, req.is_write(), hits, misses, bypassed);
+        }
+        self.fix_sub[k] += &sub;
+        self.fix_add[k] += &add;
+        if !self.cfg.volumes.is_empty() {
+            let v = self.vol_fix.entry(req.volume).or_default();
+            v.0 += &sub;
+            v.1 += &add;
         }
         if flush_ssd && self.record {
             self.plan.push(Step::FlushSsd);
@@ -666,8 +691,18 @@ impl Sharded {
         Ok(())
     }
 
-    /// Whether some shard is due for cleaning ([`Engine::needs_cleaning`]).
-    pub fn needs_cleaning(&self) -> bool {
+    /// Brings every shard's clock up to the requests processed: a shard that took none of
+    /// the last requests still ages its dirty lines (`alru` staleness).
+    fn sync_clocks(&mut self) {
+        for i in 0..self.shards.len() {
+            self.sync_clock(i, self.clock);
+        }
+    }
+
+    /// Whether some shard is due for cleaning ([`Engine::needs_cleaning`]), every shard's
+    /// clock brought up to the requests processed first (hence `&mut`).
+    pub fn needs_cleaning(&mut self) -> bool {
+        self.sync_clocks();
         self.shards.iter().any(Engine::needs_cleaning)
     }
 
@@ -679,8 +714,8 @@ impl Sharded {
         if self.record {
             self.plan.reset(0, 0);
         }
+        self.sync_clocks();
         for i in 0..self.shards.len() {
-            self.sync_clock(i, self.clock);
             let e = &mut self.shards[i];
             if !e.needs_cleaning() {
                 continue;

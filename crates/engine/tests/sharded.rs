@@ -9,8 +9,8 @@ use rand_chacha::ChaCha8Rng;
 use tiercache_engine::policy::REGISTRY;
 use tiercache_engine::sharded::shard_seed;
 use tiercache_engine::{
-    Admission, CleaningPolicy, Engine, EngineConfig, Mode, Op, Request, SeqCutoff, Sharded, Step,
-    Validity,
+    Admission, CleaningPolicy, Counters, Engine, EngineConfig, Mode, Op, Request, SeqCutoff,
+    Sharded, Step, Validity,
 };
 
 const LINE: u64 = 4096;
@@ -441,4 +441,103 @@ fn the_front_stage_uses_the_volume_s_sequential_cutoff() {
         (a.bypasses.seq_cutoff, a.insertions),
         (b.bypasses.seq_cutoff, b.insertions)
     );
+}
+
+/// A shard that takes no request still ages its dirty lines (alru staleness): the lines
+/// written to one shard are due for cleaning after `cleaning_age` requests to the other,
+/// as in one engine (the shard's own clock lagged, so it was not reported due until it took
+/// a request).
+#[test]
+fn a_shard_without_requests_reports_its_stale_lines_due() {
+    let cfg = EngineConfig {
+        capacity_lines: 256,
+        shards: 2,
+        shard_granule: LINE,
+        mode: Mode::WriteBack,
+        cleaning: CleaningPolicy::Alru,
+        cleaning_age: 100,
+        ..Default::default()
+    };
+    let mut one = Engine::new(EngineConfig {
+        shards: 1,
+        shard_granule: 0,
+        ..cfg.clone()
+    })
+    .unwrap();
+    let mut sh = Sharded::new(cfg).unwrap();
+    assert_eq!(sh.shard_count(), 2);
+    let owner = |sh: &Sharded, line: u64| sh.shard_of(Engine::line_key(0, line));
+    let a = 0u64;
+    let b = (1..64u64)
+        .find(|&l| owner(&sh, l) != owner(&sh, a))
+        .expect("a line of the other shard");
+    let mut reqs = vec![Request::new(0, Op::Write, a * LINE, LINE)];
+    reqs.extend((1..=150u64).map(|i| Request::new(i, Op::Read, b * LINE, LINE)));
+    for (i, r) in reqs.iter().enumerate() {
+        one.process(r).unwrap();
+        sh.process(r).unwrap();
+        assert_eq!(
+            (sh.needs_cleaning(), sh.cleaning_target()),
+            (one.needs_cleaning(), one.cleaning_target()),
+            "after request {i}"
+        );
+    }
+    assert!(sh.needs_cleaning(), "the written line is 150 requests old");
+    assert_eq!(sh.cleaning_target(), 1);
+    // And cleaning writes it back.
+    let p = sh.clean_due().steps.clone();
+    assert_eq!(p.len(), 1, "{p:?}");
+    assert_eq!(sh.dirty_lines(), 0);
+}
+
+/// Per-volume counters count a request split between shards once, by the outcome of all
+/// its lines, as the class counters do: the volumes add up to the totals, and a 2-line read
+/// over two shards is one read of its volume.
+#[test]
+fn a_split_request_counts_once_in_its_volume() {
+    use tiercache_engine::VolumeConfig;
+    let cfg = EngineConfig {
+        capacity_lines: 700,
+        shards: 4,
+        shard_granule: MIB,
+        mode: Mode::WriteBack,
+        volumes: vec![VolumeConfig::new(0, "a"), VolumeConfig::new(1, "b")],
+        ..Default::default()
+    };
+    let mut sh = Sharded::new(cfg).unwrap();
+    let owner = |sh: &Sharded, off: u64| sh.shard_of(Engine::line_key(1, off / LINE));
+    let g = MIB;
+    let b = (1..100u64)
+        .map(|i| i * g)
+        .find(|&b| owner(&sh, b - g) != owner(&sh, b))
+        .expect("adjacent granules on different shards");
+    let mut r = Request::new(0, Op::Read, b - LINE, 2 * LINE);
+    r.volume = 1;
+    sh.process(&r).unwrap();
+    assert_eq!(sh.split_requests(), 1);
+    let v = sh.volume_stats();
+    let one = v.iter().find(|v| v.id == 1).expect("volume 1 listed");
+    let c = one.counters;
+    assert_eq!(
+        (c.requests, c.reads, c.full_misses, c.line_misses),
+        (1, 1, 1, 2),
+        "{c:?}"
+    );
+    assert_eq!(c.read_requests.full_misses, 1);
+    sh.process(&r).unwrap();
+    let c = sh.volume_stats()[1].counters;
+    assert_eq!((c.requests, c.reads, c.full_hits), (2, 2, 1), "{c:?}");
+    assert_eq!(c.read_requests.hits, 1);
+    // A long mixed stream: the volumes add up to the totals, field by field.
+    for r in stream(29, 4000) {
+        sh.process(&r).unwrap();
+        sh.clean_due();
+    }
+    assert!(sh.split_requests() > 50, "{}", sh.split_requests());
+    let mut sum = Counters::default();
+    for v in sh.volume_stats() {
+        v.counters.check().unwrap();
+        sum += &v.counters;
+    }
+    assert_eq!(sum, sh.counters());
 }

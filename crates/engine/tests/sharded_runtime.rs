@@ -61,8 +61,8 @@ type Batch<T> = (T, Vec<Step>, Vec<WbLine>, Vec<(u32, u64, u64)>);
 trait Eng {
     type Tk;
     fn process(&mut self, r: &Request) -> Result<Plan, String>;
-    fn needs_cleaning(&self) -> bool;
-    fn cleaning_target(&self) -> u64;
+    fn needs_cleaning(&mut self) -> bool;
+    fn cleaning_target(&mut self) -> u64;
     fn clean(&mut self, max: u64) -> Vec<Step>;
     fn retune(&mut self, f: &dyn Fn(&mut EngineConfig)) -> Result<(), String>;
     fn set_mode(&mut self, m: Mode);
@@ -81,7 +81,7 @@ trait Eng {
     fn restore_sorted(&mut self, l: Vec<RestoreLine>, age: &[u32]) -> Vec<(u32, String)>;
     /// Everything observable: counters, lines with masks, classes and pending sectors,
     /// settings, volume figures, in-flight counts.
-    fn state(&self) -> String;
+    fn state(&mut self) -> String;
     fn lines(&self) -> Vec<RestoreLine>;
 }
 
@@ -92,10 +92,10 @@ macro_rules! common_impl {
             fn process(&mut self, r: &Request) -> Result<Plan, String> {
                 <$t>::process(self, r).cloned().map_err(|e| e.to_string())
             }
-            fn needs_cleaning(&self) -> bool {
+            fn needs_cleaning(&mut self) -> bool {
                 <$t>::needs_cleaning(self)
             }
-            fn cleaning_target(&self) -> u64 {
+            fn cleaning_target(&mut self) -> u64 {
                 <$t>::cleaning_target(self)
             }
             fn clean(&mut self, max: u64) -> Vec<Step> {
@@ -158,7 +158,8 @@ macro_rules! common_impl {
                     .map(|(i, e)| (i, e.to_string()))
                     .collect()
             }
-            fn state(&self) -> String {
+            fn state(&mut self) -> String {
+                let (needs, target) = (<$t>::needs_cleaning(self), <$t>::cleaning_target(self));
                 let classes: Vec<_> = (0..3).map(|k| self.class_counters(k).clone()).collect();
                 format!(
                     "counters {:?}\nclasses {:?}\nlines {:?}\npending {:?}\nlen {} dirty {} \
@@ -172,8 +173,8 @@ macro_rules! common_impl {
                         .collect::<Vec<_>>(),
                     self.len(),
                     self.dirty_lines(),
-                    <$t>::needs_cleaning(self),
-                    <$t>::cleaning_target(self),
+                    needs,
+                    target,
                     self.dirty_evictions_blocked(),
                     self.read_admission_blocked(),
                     self.config(),
@@ -418,7 +419,11 @@ fn one_shard_takes_every_runtime_call_as_the_engine() {
                 "{name}"
             );
         }
-        assert_eq!(Eng::state(&one3), Eng::state(&sh3), "{name}: restored");
+        assert_eq!(
+            Eng::state(&mut one3),
+            Eng::state(&mut sh3),
+            "{name}: restored"
+        );
         let mut one4 = Engine::new(cfg.clone()).unwrap();
         let mut sh4 = Sharded::new(cfg.clone()).unwrap();
         lines.swap(4, 9);
@@ -427,8 +432,8 @@ fn one_shard_takes_every_runtime_call_as_the_engine() {
         assert_eq!(errs.len(), 2, "{errs:?}");
         assert_eq!(errs, Eng::restore_bulk(&mut sh4, &lines), "{name}");
         assert_eq!(
-            Eng::state(&one4),
-            Eng::state(&sh4),
+            Eng::state(&mut one4),
+            Eng::state(&mut sh4),
             "{name}: restored in bulk"
         );
     }

@@ -215,9 +215,9 @@ impl EngineFigures for tiercache_engine::Sharded {
     fn shards(&self) -> u32 {
         self.shard_count() as u32
     }
-    /// None: `sim` refuses a volume table with --shards (the shards keep their own).
+    /// Summed over the shards, a split request counted once (`Sharded::volume_stats`).
     fn volume_figures(&self) -> Vec<crate::volumes::VolumeFigures> {
-        Vec::new()
+        crate::volumes::VolumeFigures::of_stats(self.volume_stats(), self.capacity_lines())
     }
 }
 

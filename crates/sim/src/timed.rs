@@ -21,9 +21,11 @@
 //! volume's do, instead of waiting for a write-back that has not been issued yet.
 //!
 //! The engine decides at issue time, so a line counts as cached from the moment its miss is
-//! processed, even while its population write is still in flight (a read that hits it then
-//! reads the SSD). This is the usual simulator simplification; it favours the cache by at most
-//! one SSD write time per line.
+//! processed, while its copy to the SSD (a miss's fill, group population) is still in flight.
+//! A later SSD read of that slot (a hit, a victim's write-back) waits for the copy, and the
+//! copy stops yielding to foreground HDD work while a request waits for it (issue 18: reads
+//! were served by the SSD before their data was there, and a backlog of copies made a cache
+//! warm at once). Such requests still count as hits; `PhaseCounters::fill_waits` counts them.
 //!
 //! The log layout (a spec with `log`) runs the same executor on the log engine's plans
 //! ([`LogTimed`]): a sealed segment is one large sequential SSD write (waiting for the dirty
@@ -179,6 +181,9 @@ pub struct PhaseCounters {
     pub class_bypasses: u64,
     /// Requests that had to wait for a cleaning write-back of a slot they reuse.
     pub wb_waits: u64,
+    /// Requests that read a cache slot whose copy (a miss's fill, group population) was
+    /// still in flight, and waited for it.
+    pub fill_waits: u64,
     pub hdd_read_busy_s: f64,
     pub hdd_write_busy_s: f64,
     pub hdd_bytes_read: u64,
@@ -193,6 +198,7 @@ impl PhaseCounters {
             evictions: self.evictions - o.evictions,
             class_bypasses: self.class_bypasses - o.class_bypasses,
             wb_waits: self.wb_waits - o.wb_waits,
+            fill_waits: self.fill_waits - o.fill_waits,
             hdd_read_busy_s: self.hdd_read_busy_s - o.hdd_read_busy_s,
             hdd_write_busy_s: self.hdd_write_busy_s - o.hdd_write_busy_s,
             hdd_bytes_read: self.hdd_bytes_read - o.hdd_bytes_read,
@@ -585,6 +591,12 @@ struct Executor<'a> {
     /// Tasks of request flights waiting for a background flight to finish: the write of a
     /// new line into a slot whose previous line that flight is writing back.
     bg_waiters: hashbrown::HashMap<usize, Vec<(usize, u16)>>,
+    /// Cache slots whose copy (a task writing the SSD: a fill or a population) is still in
+    /// flight: the last such task (flight, task) of each slot.
+    filling: hashbrown::HashMap<u64, (usize, u16)>,
+    /// The slots each copy in flight fills, and the tasks waiting to read them.
+    fill_slots: hashbrown::HashMap<(usize, u16), Vec<u64>>,
+    fill_waiters: hashbrown::HashMap<(usize, u16), Vec<(usize, u16)>>,
     /// log2 of the line size (slot = SSD offset >> line_shift).
     line_shift: u32,
     bg_in_flight: u32,
@@ -593,6 +605,8 @@ struct Executor<'a> {
     device_errors: u64,
     /// Requests that waited for a background write-back of a slot they reuse.
     wb_waits: u64,
+    /// Requests that waited for the copy of a slot they read ([`Executor::gate_fills`]).
+    fill_waits: u64,
     /// Requests that ended beyond the backing device (folded onto it), and the first one.
     wrapped: u64,
     wrap_note: Option<String>,
@@ -764,6 +778,7 @@ impl<'a> Executor<'a> {
         let waits = self.promote_reused(&steps);
         let mut tasks = tasks_of(&steps, req.op == Op::Write, hcap, scap, fua);
         let gates = self.gate(&mut tasks, &waits);
+        let fills = self.gate_fills(&mut tasks);
         self.track_classes(req);
         let after = *self.engine.class_counters(req.class);
         let hits = (
@@ -778,6 +793,7 @@ impl<'a> Executor<'a> {
                 self.hurry(g);
             }
         }
+        self.wait_fills(f, &fills);
         if self.engine.needs_cleaning() {
             self.clean_left = self.clean_left.max(self.engine.cleaning_target());
         }
@@ -972,6 +988,7 @@ impl<'a> Executor<'a> {
         for t in &mut tasks {
             t.foreground = false;
         }
+        let fills = self.gate_fills(&mut tasks);
         let n = tasks.len() as u32;
         let f = self.alloc_flight(Flight {
             arrival_ns: self.now,
@@ -1002,9 +1019,122 @@ impl<'a> Executor<'a> {
             self.bg_slots.insert(f, slots);
         }
         self.bg_seqs.insert(f, seqs.to_vec());
+        self.wait_fills(f, &fills);
         self.launch_ready(f);
         self.track_idle();
         f
+    }
+
+    /// The cache slots an SSD operation covers.
+    fn slots_of(&self, op: &IoOp) -> std::ops::RangeInclusive<u64> {
+        let first = op.offset >> self.line_shift;
+        first..=(op.offset + op.len.max(1) - 1) >> self.line_shift
+    }
+
+    /// Makes the tasks of a new flight that read the SSD (hits, write-backs) wait for the
+    /// copies still in flight into the slots they read: the data is on the SSD only once
+    /// its copy completed. Returns (task, copy) pairs for [`Executor::wait_fills`].
+    fn gate_fills(&self, tasks: &mut [Task]) -> Vec<(u16, (usize, u16))> {
+        let mut out = Vec::new();
+        if self.filling.is_empty() {
+            return out;
+        }
+        for (i, t) in tasks.iter_mut().enumerate() {
+            if (t.dev, t.op.kind) != (Dev::Ssd, IoKind::Read) {
+                continue;
+            }
+            let mut copies: Vec<(usize, u16)> = self
+                .slots_of(&t.op)
+                .filter_map(|s| self.filling.get(&s).copied())
+                .collect();
+            copies.sort_unstable();
+            copies.dedup();
+            for c in copies {
+                t.deps_left += 1;
+                out.push((i as u16, c));
+            }
+        }
+        out
+    }
+
+    /// Registers flight `f`'s waits on copies in flight ([`Executor::gate_fills`]; a copy a
+    /// foreground task waits for stops yielding to foreground HDD work), then its own
+    /// copies: tasks writing the SSD, each the copy of the slots it writes from now on.
+    fn wait_fills(&mut self, f: usize, fills: &[(u16, (usize, u16))]) {
+        let mut waited = false;
+        for &(t, c) in fills {
+            self.fill_waiters.entry(c).or_default().push((f, t));
+            if self.flights[f].as_ref().expect("live").tasks[t as usize].foreground {
+                waited = true;
+                self.hurry_task(c);
+            }
+        }
+        self.fill_waits += u64::from(waited);
+        let n = self.flights[f].as_ref().map_or(0, |x| x.tasks.len());
+        for t in 0..n as u16 {
+            let task = &self.flights[f].as_ref().expect("live").tasks[t as usize];
+            let ssd_write = match (task.dev, task.op.kind, task.then) {
+                (Dev::Ssd, IoKind::Write, _) => task.op,
+                (_, _, Some((Dev::Ssd, op))) if op.kind == IoKind::Write => op,
+                _ => continue,
+            };
+            let slots: Vec<u64> = self.slots_of(&ssd_write).collect();
+            for &s in &slots {
+                self.filling.insert(s, (f, t));
+            }
+            self.fill_slots.insert((f, t), slots);
+        }
+    }
+
+    /// Task `t` of flight `f` has finished: if it was a copy, its slots hold their data and
+    /// the reads waiting for it may go.
+    fn copy_done(&mut self, f: usize, t: u16) {
+        let Some(slots) = self.fill_slots.remove(&(f, t)) else {
+            return;
+        };
+        for s in slots {
+            if self.filling.get(&s) == Some(&(f, t)) {
+                self.filling.remove(&s);
+            }
+        }
+        for (wf, wt) in self.fill_waiters.remove(&(f, t)).unwrap_or_default() {
+            self.wait_over(wf, wt);
+        }
+    }
+
+    /// One thing task `wt` of flight `wf` waited for outside its flight has finished; the
+    /// task starts when it was the last.
+    fn wait_over(&mut self, wf: usize, wt: u16) {
+        let task = &mut self.flights[wf]
+            .as_mut()
+            .expect("a waiting flight is live")
+            .tasks[wt as usize];
+        debug_assert!(task.deps_left > 0 && task.deps_left != u32::MAX);
+        task.deps_left -= 1;
+        if task.deps_left == 0 {
+            task.deps_left = u32::MAX;
+            self.submit(wf, wt, false);
+        }
+    }
+
+    /// A foreground request waits for task `t` of flight `f` (a copy): its HDD stage stops
+    /// yielding to foreground work, and starts now if it was deferred.
+    fn hurry_task(&mut self, (f, t): (usize, u16)) {
+        let Some(fl) = self.flights[f].as_mut() else {
+            return;
+        };
+        fl.tasks[t as usize].urgent = true;
+        let mut now = Vec::new();
+        self.deferred.retain(|&d| {
+            let hit = d.0 == f && d.1 == t;
+            if hit {
+                now.push(d);
+            }
+            !hit
+        });
+        for (f, t, second) in now {
+            self.submit(f, t, second);
+        }
     }
 
     /// Makes the tasks that write a slot in `waits` also wait for the background flights
@@ -1068,6 +1198,7 @@ impl<'a> Executor<'a> {
             evictions: c.evictions,
             class_bypasses: c.bypasses.class,
             wb_waits: self.wb_waits,
+            fill_waits: self.fill_waits,
             hdd_read_busy_s: s.kind(IoKind::Read).busy_ns as f64 / 1e9,
             hdd_write_busy_s: s.kind(IoKind::Write).busy_ns as f64 / 1e9,
             hdd_bytes_read: s.bytes_read(),
@@ -1109,16 +1240,7 @@ impl<'a> Executor<'a> {
             self.finish_queued(seq);
         }
         for (wf, wt) in self.bg_waiters.remove(&f).unwrap_or_default() {
-            let task = &mut self.flights[wf]
-                .as_mut()
-                .expect("a waiting flight is live")
-                .tasks[wt as usize];
-            debug_assert!(task.deps_left > 0 && task.deps_left != u32::MAX);
-            task.deps_left -= 1;
-            if task.deps_left == 0 {
-                task.deps_left = u32::MAX;
-                self.submit(wf, wt, false);
-            }
+            self.wait_over(wf, wt);
         }
     }
 
@@ -1356,6 +1478,9 @@ impl<'a> Executor<'a> {
         };
         if background {
             self.bg_in_flight -= 1;
+        }
+        if !self.fill_slots.is_empty() {
+            self.copy_done(f, t);
         }
         for d in dependents {
             let ready = {
@@ -1616,12 +1741,16 @@ pub fn simulate_timed<'a>(
         flushing: false,
         clean_left: 0,
         bg_waiters: hashbrown::HashMap::new(),
+        filling: hashbrown::HashMap::new(),
+        fill_slots: hashbrown::HashMap::new(),
+        fill_waiters: hashbrown::HashMap::new(),
         line_shift: ls.trailing_zeros(),
         bg_in_flight: 0,
         hdd_fg_outstanding: 0,
         done: Vec::new(),
         device_errors: 0,
         wb_waits: 0,
+        fill_waits: 0,
         wrapped: 0,
         wrap_note: None,
         idle_clean: opts.idle_clean,

@@ -5,7 +5,7 @@ use crate::Input;
 use anyhow::{Context, Result};
 use serde::Serialize;
 use std::sync::Arc;
-use tiercache_engine::{Counters, Engine, Request, VolumeConfig};
+use tiercache_engine::{Counters, Engine, Request, VolumeConfig, VolumeStats};
 
 /// One volume of a merged run: its name and where its requests come from.
 #[derive(Clone, Debug)]
@@ -116,8 +116,14 @@ pub struct VolumeFigures {
 impl VolumeFigures {
     /// Per volume of `e` (empty when the engine has no volume table).
     pub fn of(e: &Engine) -> Vec<VolumeFigures> {
-        let cap = e.capacity_lines().max(1) as f64;
-        e.volume_stats()
+        Self::of_stats(e.volume_stats(), e.capacity_lines())
+    }
+
+    /// Per volume of `stats` ([`Engine::volume_stats`] or a sharded engine's) in a pool of
+    /// `capacity_lines`.
+    pub fn of_stats(stats: Vec<VolumeStats>, capacity_lines: u64) -> Vec<VolumeFigures> {
+        let cap = capacity_lines.max(1) as f64;
+        stats
             .into_iter()
             // `--per-volume` alone lists volume 0 to switch counting on: left out unless it
             // is named, was used or holds lines.

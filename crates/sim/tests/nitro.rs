@@ -113,3 +113,83 @@ fn trim_and_write_back_keep_counters_consistent() {
         }
     }
 }
+
+/// `reproduce nitro` settings with real content from `tree` (no trace, no timed run), a
+/// 4-VM boot storm of 1 MiB images (the run needs 4 MiB of the tree), and `extra` lines.
+fn real_settings(tree: &str, extra: &str) -> String {
+    format!(
+        r#"name = "nitro"
+boot_storm = "vms=4,image=1MiB,overlap=90%,shift=15%"
+boot_cache = "1MiB"
+requests = 1000
+trace_cache = 0.1
+dup_share = 0.3
+line_size = "8KiB"
+segment_size = "256KiB"
+erase_block = "256KiB"
+compression = "lz4"
+dedup = 1.0
+mode = "write-through"
+seed = 1
+trim_compare = false
+content = "real"
+content_tree = "{tree}"
+{extra}
+"#
+    )
+}
+
+/// `content = "real"` without `content_max` reads as much of the tree as the run needs (it
+/// failed with a bare "empty size" error); a `content_max` below that need, one that is not a
+/// size, or no `content_tree` are refused by name (a too small budget silently fell back to
+/// the content model).
+#[test]
+fn real_content_without_content_max_reads_what_the_run_needs() {
+    use tiercache_sim::reproduce::nitro::run;
+    let dir = tempfile::tempdir().unwrap();
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    for i in 0..6 {
+        let bytes: Vec<u8> = (0..1 << 20)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x as u8
+            })
+            .collect();
+        std::fs::write(dir.path().join(format!("f{i}")), bytes).unwrap();
+    }
+    let tree = dir.path().display().to_string();
+    let out = run(&real_settings(&tree, ""), None).unwrap();
+    let row = out
+        .rows
+        .iter()
+        .find(|r| r.what == "real content")
+        .expect("a real content row");
+    assert!(
+        row.ours.starts_with("4 files of ") && row.ours.contains(", 4 MiB,"),
+        "{}",
+        row.ours
+    );
+    // A budget that covers the need changes nothing.
+    let out2 = run(&real_settings(&tree, "content_max = \"1GiB\""), None).unwrap();
+    let row2 = out2.rows.iter().find(|r| r.what == "real content").unwrap();
+    assert_eq!(
+        row.ours.split(" (read").next(),
+        row2.ours.split(" (read").next()
+    );
+    for (extra, tree, want) in [
+        ("content_max = \"1MiB\"", tree.as_str(), "content_max"),
+        ("content_max = \"lots\"", tree.as_str(), "content_max"),
+        ("", "", "content_tree"),
+    ] {
+        let e = match run(&real_settings(tree, extra), None) {
+            Ok(o) => panic!(
+                "{extra:?} tree {tree:?}: ran: {:?}",
+                o.rows.iter().find(|r| r.what == "real content")
+            ),
+            Err(e) => format!("{e:#}"),
+        };
+        assert!(e.contains(want), "{extra:?} tree {tree:?}: {e}");
+    }
+}

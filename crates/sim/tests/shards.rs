@@ -121,3 +121,78 @@ fn sharding_refuses_what_it_does_not_run() {
     assert_eq!(r.shards, 1);
     assert_eq!(r.sharding.unwrap().requested_shards, 4);
 }
+
+/// A volume table with `--shards`: every volume's figures are there, a request split
+/// between shards counts once in its volume (each volume counts exactly its own requests,
+/// as with one engine), the volumes add up to the totals, and a volume's own mode is obeyed
+/// by every shard.
+#[test]
+fn shards_keep_per_volume_figures() {
+    use tiercache_engine::{Op, VolumeConfig};
+    // Two volumes, reads and writes of 1..8 lines (many cross granules), repeated so they hit.
+    let mut x = 7u64;
+    let reqs: Vec<Request> = (0..20_000u64)
+        .map(|i| {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let line = (x >> 33) % 3000;
+            let len = 4096 * (1 + (x >> 20) % 8);
+            let op = if (x >> 12).is_multiple_of(4) {
+                Op::Write
+            } else {
+                Op::Read
+            };
+            let mut r = Request::new(i, op, line * 4096, len);
+            r.volume = ((x >> 40) % 2) as u32;
+            r
+        })
+        .collect();
+    let mut own = [0u64; 2];
+    for r in &reqs {
+        own[r.volume as usize] += 1;
+    }
+    let input = Input::Memory {
+        name: "two volumes".into(),
+        requests: Arc::new(reqs),
+    };
+    let mut s = spec(&input, "lru", 1);
+    s.cache_size = CacheSize::Percent(20.0);
+    s.engine.mode = Mode::WriteBack;
+    let mut b = VolumeConfig::new(1, "b");
+    b.mode = Some(Mode::WriteThrough);
+    s.engine.volumes = vec![VolumeConfig::new(0, "a"), b];
+    let one = simulate(&s, None, None).unwrap();
+    s.engine.shards = 2;
+    s.engine.shard_granule = 16 * 1024;
+    let two = simulate(&s, None, None).unwrap();
+    let split = two.sharding.as_ref().unwrap().split_requests;
+    assert!(split > 1000, "{split} split requests");
+    for r in [&one, &two] {
+        assert_eq!(r.volumes.len(), 2, "shards {}", r.shards);
+        let mut sum = tiercache_engine::Counters::default();
+        for (v, n) in r.volumes.iter().zip(own) {
+            assert_eq!(v.requests, n, "shards {} volume {}", r.shards, v.name);
+            assert_eq!(v.counters.reads + v.counters.writes, n);
+            v.counters.check().unwrap();
+            sum += &v.counters;
+        }
+        assert_eq!(sum, r.counters, "shards {}", r.shards);
+        // Volume b is write-through in every shard: none of its lines is dirty.
+        assert_eq!(
+            (r.volumes[1].name.as_str(), r.volumes[1].dirty_lines),
+            ("b", 0)
+        );
+        assert!(r.volumes[0].dirty_lines > 0);
+    }
+    // Two shards stay close to one engine per volume too.
+    for (a, b) in one.volumes.iter().zip(&two.volumes) {
+        assert!(
+            (a.hit_ratio - b.hit_ratio).abs() < 0.02,
+            "{}: {} vs {}",
+            a.name,
+            a.hit_ratio,
+            b.hit_ratio
+        );
+    }
+}

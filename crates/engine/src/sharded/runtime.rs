@@ -209,6 +209,7 @@ impl Sharded {
         for c in self.fix_sub.iter_mut().chain(self.fix_add.iter_mut()) {
             *c = Default::default();
         }
+        self.vol_fix.clear();
     }
 
     /// [`Engine::track_unmapped`] on every shard.
@@ -230,17 +231,16 @@ impl Sharded {
     /// Advances the logical clock of the engine and every shard ([`Engine::advance_clock`]).
     pub fn advance_clock(&mut self, n: u64) {
         self.clock += n;
-        for i in 0..self.shards.len() {
-            self.sync_clock(i, self.clock);
-        }
+        self.sync_clocks();
     }
 
     pub fn sector_size(&self) -> u64 {
         self.shards[0].sector_size()
     }
 
-    /// [`Engine::volume_stats`] over the shards (a volume's counters and lines summed).
-    /// A request split between shards counts once per piece in its volume's counters.
+    /// [`Engine::volume_stats`] over the shards (a volume's counters and lines summed). A
+    /// request split between shards counts once in its volume's counters, by the outcome of
+    /// all its lines (as in [`Sharded::class_counters`]).
     pub fn volume_stats(&self) -> Vec<VolumeStats> {
         if self.shards.len() == 1 {
             return self.shards[0].volume_stats();
@@ -259,6 +259,9 @@ impl Sharded {
             }
         }
         out.sort_by_key(|v| v.id);
+        for v in &mut out {
+            v.counters = self.volume_counters(v.id, v.counters);
+        }
         out
     }
 
@@ -356,8 +359,10 @@ impl Sharded {
 
     // Cleaning with write-backs in flight.
 
-    /// Lines cleaning would write back now: every shard's [`Engine::cleaning_target`].
-    pub fn cleaning_target(&self) -> u64 {
+    /// Lines cleaning would write back now: every shard's [`Engine::cleaning_target`], its
+    /// clock brought up to the requests processed first (hence `&mut`).
+    pub fn cleaning_target(&mut self) -> u64 {
+        self.sync_clocks();
         self.shards.iter().map(Engine::cleaning_target).sum()
     }
 
@@ -367,9 +372,7 @@ impl Sharded {
     /// was planned.
     pub fn begin_clean(&mut self, max_lines: u64) -> Option<ShardedBatch> {
         let n = self.shards.len();
-        for i in 0..n {
-            self.sync_clock(i, self.clock);
-        }
+        self.sync_clocks();
         let mut out = ShardedBatch::empty();
         if n == 1 {
             let b = self.shards[0].begin_clean(max_lines)?;

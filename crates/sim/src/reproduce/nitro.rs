@@ -186,7 +186,8 @@ struct Settings {
     /// Real content: the directory whose files make the images.
     #[serde(default)]
     content_tree: String,
-    /// Real content: at most this many bytes of the tree are read.
+    /// Real content: at most this many bytes of the tree are read (at least what the boot
+    /// storm's images need); "" (left out) = what the run needs.
     #[serde(default)]
     content_max: String,
     /// Also run WEU-LRU-mod: the SSD modified for WEU caching needs neither the 7 % spare
@@ -214,6 +215,29 @@ fn page() -> String {
 
 fn model() -> String {
     "model".into()
+}
+
+/// Bytes of `content_tree` a real-content run reads: what it needs (`need`; at least
+/// `boot_need`, the boot storm's images), capped by `content_max` when given. A missing
+/// `content_tree`, a `content_max` that is not a size or one below `boot_need` are refused by
+/// name (the last fell back to the content model without saying why).
+fn real_content_budget(s: &Settings, boot_need: u64, need: u64) -> Result<u64> {
+    ensure!(
+        !s.content_tree.trim().is_empty(),
+        "nitro: content = \"real\" needs content_tree, the directory whose files make the \
+         images (e.g. content_tree = \"/usr/lib\"); or content = \"model\""
+    );
+    if s.content_max.trim().is_empty() {
+        return Ok(need);
+    }
+    let max = parse_size(&s.content_max).map_err(|e| anyhow::anyhow!("nitro: content_max: {e}"))?;
+    ensure!(
+        max >= boot_need,
+        "nitro: content_max {} ({max} bytes) is less than the {boot_need} bytes the boot \
+         storm's images need (4 x image): raise it, or leave it out to read what the run needs",
+        s.content_max
+    );
+    Ok(max.min(need))
 }
 
 /// Where a trace named in the settings is found.
@@ -445,7 +469,7 @@ pub fn run(config: &str, requests: Option<u64>) -> Result<Outcome> {
                     (f + w) * line
                 })
                 .unwrap_or(0);
-            let max = parse_size(&s.content_max)?.min(boot_need.max(trace_need));
+            let max = real_content_budget(&s, boot_need, boot_need.max(trace_need))?;
             let started = std::time::Instant::now();
             match RealTree::scan(
                 Path::new(&s.content_tree),
