@@ -17,6 +17,11 @@ Examples:
   tiercache replay --nbd 'nbd+unix:///?socket=/run/tiercache.sock' cloudPhysicsIO.csv
   tiercache replay --nbd nbd://localhost:10809/disk trace.csv.zst --queue-depth 32 --json
   tiercache replay --nbd 'nbd+unix:///?socket=s.sock' --workload '4k; 100% read; 100% random' --iodepth 16
+  tiercache replay --nbd 'nbd+unix:///?socket=pool.sock' --volume db=db.csv --volume vdi=vdi.csv.gz
+
+Several volumes of one `tiercache serve --volume NAME=BACKING ...` pool are replayed with
+--volume NAME=TRACE per export: at --queue-depth 1 the pool's counters (`ctl stats --json`)
+equal `tiercache sim --volume NAME=TRACE ...`'s with the same settings.
 
 The same trace can be run against tiercache, plain nbdkit and nbdkit's cache filter:
   nbdkit -U /tmp/k.sock file disk.img
@@ -39,6 +44,13 @@ pub struct ReplayArgs {
     /// Block trace to replay (compressed .gz/.zst/.xz/.bz2 is read transparently).
     #[arg(value_name = "TRACE")]
     pub trace: Option<PathBuf>,
+    /// A volume of a cache pool, NAME=TRACE (repeat it): the traces are merged by arrival
+    /// time exactly as `sim --volume` merges them, and each request goes to export NAME of
+    /// the server --nbd names (one connection per volume; --queue-depth counts requests in
+    /// flight over all of them, so at depth 1 the server sees the simulator's order).
+    /// Instead of TRACE / --workload.
+    #[arg(long = "volume", value_name = "NAME=TRACE", conflicts_with_all = ["trace", "workload"])]
+    pub volumes: Vec<String>,
     /// Trace format, or `auto` to detect it. See `tiercache trace formats`.
     #[arg(long, value_name = "NAME|auto", default_value = "auto")]
     pub format: String,
@@ -103,19 +115,57 @@ pub fn replay(a: ReplayArgs) -> Result<()> {
     if a.queue_depth == 0 {
         bail!("--queue-depth must be at least 1");
     }
-    let input = InputSection {
+    let section = InputSection {
         trace: a.trace.clone(),
         format: Some(a.format.clone()),
         skip_bad: a.skip_bad,
         block_size: a.block_size.clone(),
         workload: a.workload.clone(),
         seed: a.seed,
+    };
+    // One export (the URI's), or one per --volume, named as the volumes.
+    let (input, names) = if a.volumes.is_empty() {
+        (section.to_input()?, Vec::new())
+    } else {
+        if a.content {
+            bail!("--content writes one export's content model: give it without --volume");
+        }
+        let mut vols = Vec::new();
+        for v in &a.volumes {
+            let (name, path) = v
+                .split_once('=')
+                .filter(|(n, p)| !n.trim().is_empty() && !p.is_empty())
+                .with_context(|| {
+                    format!("--volume {v}: give NAME=TRACE, e.g. --volume db=db.csv")
+                })?;
+            let mut sec = section.clone();
+            sec.trace = Some(PathBuf::from(path));
+            vols.push(tiercache_sim::VolumeInput {
+                name: name.trim().to_string(),
+                input: sec.to_input()?,
+            });
+        }
+        let (input, table) = tiercache_sim::merge_volumes(&vols)?;
+        (input, table.into_iter().map(|v| v.name).collect())
+    };
+    let mut clients = Vec::new();
+    if names.is_empty() {
+        clients.push(Client::connect(&a.nbd).with_context(|| format!("connecting to {}", a.nbd))?);
+    } else {
+        for n in &names {
+            clients.push(Client::connect_export(&a.nbd, n).with_context(|| {
+                format!("--volume {n}: connecting to export '{n}' of {}", a.nbd)
+            })?);
+        }
     }
-    .to_input()?;
-    let mut client = Client::connect(&a.nbd).with_context(|| format!("connecting to {}", a.nbd))?;
-    let size = client.size();
-    if size == 0 {
-        bail!("export {} is empty", a.nbd);
+    let sizes: Vec<u64> = clients.iter().map(Client::size).collect();
+    for (i, &size) in sizes.iter().enumerate() {
+        if size == 0 {
+            match names.get(i) {
+                Some(n) => bail!("export '{n}' of {} is empty", a.nbd),
+                None => bail!("export {} is empty", a.nbd),
+            }
+        }
     }
     let requests = input.open()?;
     let error: RefCell<Option<anyhow::Error>> = RefCell::new(None);
@@ -132,6 +182,13 @@ pub fn replay(a: ReplayArgs) -> Result<()> {
                     return None;
                 }
             };
+            // A trace's own volume column is ignored for one export (as before).
+            let v = if names.is_empty() {
+                0
+            } else {
+                r.volume as usize
+            };
+            let size = sizes[v];
             let kind = match r.op {
                 Op::Read => ReplayOpKind::Read,
                 Op::Write => ReplayOpKind::Write,
@@ -142,9 +199,12 @@ pub fn replay(a: ReplayArgs) -> Result<()> {
             let len = r.len.min(size);
             if r.op != Op::Flush && r.offset.saturating_add(r.len) > size {
                 if a.strict {
+                    let of = names
+                        .get(v)
+                        .map_or(String::new(), |n| format!(" of volume {n}"));
                     *error.borrow_mut() = Some(anyhow::anyhow!(
-                        "request {} ({} at offset {} length {}) is beyond the export size {size} \
-                         (drop --strict to wrap such offsets modulo the size)",
+                        "request {} ({} at offset {} length {}{of}) is beyond the export size \
+                         {size} (drop --strict to wrap such offsets modulo the size)",
                         i + 1,
                         r.op.as_str(),
                         r.offset,
@@ -155,12 +215,15 @@ pub fn replay(a: ReplayArgs) -> Result<()> {
                 wrapped.set(wrapped.get() + 1);
                 offset = (r.offset % size).min(size - len);
             }
-            Some(ReplayOp {
-                kind,
-                offset,
-                len,
-                fua: r.fua,
-            })
+            Some((
+                v,
+                ReplayOp {
+                    kind,
+                    offset,
+                    len,
+                    fua: r.fua,
+                },
+            ))
         });
     let report = if a.content {
         let line = tiercache_engine::parse_size(&a.line_size).context("--line-size")?;
@@ -177,32 +240,48 @@ pub fn replay(a: ReplayArgs) -> Result<()> {
         model.dup_share = a.dup_share;
         let mut tracker = ContentTracker::new(model);
         let (mut contents, mut bytes) = (Vec::new(), vec![0u8; line as usize]);
-        tiercache_nbd::replay_with(&mut client, ops, a.queue_depth, |op, out| {
-            contents.clear();
-            tracker.annotate(&Request::write(op.offset, op.len), &mut contents);
-            let first = op.offset / line * line;
-            for (i, c) in contents.iter().enumerate() {
-                model.fill(c.fp, &mut bytes);
-                // The part of line i the write covers.
-                let l0 = first + i as u64 * line;
-                let (s, e) = (op.offset.max(l0), (op.offset + op.len).min(l0 + line));
-                out[(s - op.offset) as usize..(e - op.offset) as usize]
-                    .copy_from_slice(&bytes[(s - l0) as usize..(e - l0) as usize]);
-            }
-        })
+        tiercache_nbd::replay_with(
+            &mut clients[0],
+            ops.map(|(_, op)| op),
+            a.queue_depth,
+            |op, out| {
+                contents.clear();
+                tracker.annotate(&Request::write(op.offset, op.len), &mut contents);
+                let first = op.offset / line * line;
+                for (i, c) in contents.iter().enumerate() {
+                    model.fill(c.fp, &mut bytes);
+                    // The part of line i the write covers.
+                    let l0 = first + i as u64 * line;
+                    let (s, e) = (op.offset.max(l0), (op.offset + op.len).min(l0 + line));
+                    out[(s - op.offset) as usize..(e - op.offset) as usize]
+                        .copy_from_slice(&bytes[(s - l0) as usize..(e - l0) as usize]);
+                }
+            },
+        )
+    } else if names.is_empty() {
+        tiercache_nbd::replay(&mut clients[0], ops.map(|(_, op)| op), a.queue_depth)
     } else {
-        tiercache_nbd::replay(&mut client, ops, a.queue_depth)
+        let mut pattern: Vec<u8> = Vec::new();
+        tiercache_nbd::replay_volumes(&mut clients, ops, a.queue_depth, |op, out| {
+            if pattern.len() < out.len() {
+                pattern = (0..op.len).map(tiercache_nbd::pattern_byte).collect();
+            }
+            out.copy_from_slice(&pattern[..out.len()]);
+        })
     };
     if let Some(e) = error.into_inner() {
         return Err(e);
     }
     let report = report.with_context(|| format!("replaying against {}", a.nbd))?;
-    client.disconnect().ok();
+    for c in clients {
+        c.disconnect().ok();
+    }
     if wrapped.get() > 0 && !a.quiet {
         eprintln!(
-            "note: {} requests reached beyond the export size ({size} bytes) and were wrapped \
+            "note: {} requests reached beyond the export size ({}) and were wrapped \
              modulo the size (--strict refuses them)",
-            wrapped.get()
+            wrapped.get(),
+            sizes_text(&names, &sizes)
         );
     }
     if a.json {
@@ -215,12 +294,47 @@ pub fn replay(a: ReplayArgs) -> Result<()> {
             .collect::<Result<_>>()?;
         v["ops"] = ops.into();
         v["wrapped"] = wrapped.get().into();
-        v["export_size"] = size.into();
+        if names.is_empty() {
+            v["export_size"] = sizes[0].into();
+        } else {
+            // Per volume: its name, export size and all its operations' figures.
+            let vols = names
+                .iter()
+                .zip(&sizes)
+                .zip(&report.volumes)
+                .map(|((n, size), s)| {
+                    let mut o = serde_json::to_value(s)?;
+                    o["name"] = n.as_str().into();
+                    o["export_size"] = (*size).into();
+                    Ok(o)
+                })
+                .collect::<Result<Vec<_>>>()?;
+            v["volumes"] = vols.into();
+        }
         println!("{}", serde_json::to_string_pretty(&v)?);
     } else {
-        print_report(&report, &a.nbd, size);
+        print_report(&report, &a.nbd, &sizes_text(&names, &sizes));
+        if !names.is_empty() {
+            println!("per volume:");
+            for (n, s) in names.iter().zip(&report.volumes) {
+                print_row(n, s);
+            }
+        }
     }
     Ok(())
+}
+
+/// "N bytes" for one export, "a N bytes, b M bytes" for volumes.
+fn sizes_text(names: &[String], sizes: &[u64]) -> String {
+    if names.is_empty() {
+        return format!("{} bytes", sizes[0]);
+    }
+    names
+        .iter()
+        .zip(sizes)
+        .map(|(n, s)| format!("{n} {s} bytes"))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 fn op_name(k: ReplayOpKind) -> &'static str {
@@ -232,9 +346,9 @@ fn op_name(k: ReplayOpKind) -> &'static str {
     }
 }
 
-fn print_report(r: &ReplayReport, uri: &str, size: u64) {
+fn print_report(r: &ReplayReport, uri: &str, sizes: &str) {
     println!(
-        "replay against {uri} (export {size} bytes), queue depth {}",
+        "replay against {uri} (export {sizes}), queue depth {}",
         r.queue_depth
     );
     println!(
@@ -269,20 +383,24 @@ fn print_report(r: &ReplayReport, uri: &str, size: u64) {
         .map(|(k, s)| (k.as_str(), s))
         .chain(std::iter::once(("all", &r.all)));
     for (name, s) in rows {
-        println!(
-            "{:<6} {:>10} {:>10.0} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1}",
-            name,
-            s.requests,
-            s.iops,
-            s.mb_per_s,
-            s.latency_mean_us,
-            s.latency_p50_us,
-            s.latency_p90_us,
-            s.latency_p99_us,
-            s.latency_p999_us,
-            s.latency_max_us
-        );
+        print_row(name, s);
     }
+}
+
+fn print_row(name: &str, s: &tiercache_nbd::OpStats) {
+    println!(
+        "{:<6} {:>10} {:>10.0} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1}",
+        name,
+        s.requests,
+        s.iops,
+        s.mb_per_s,
+        s.latency_mean_us,
+        s.latency_p50_us,
+        s.latency_p90_us,
+        s.latency_p99_us,
+        s.latency_p999_us,
+        s.latency_max_us
+    );
 }
 
 /// Serve a plain file or block device over NBD (no cache): the transport baseline.

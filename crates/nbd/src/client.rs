@@ -400,6 +400,34 @@ impl Client {
         }
     }
 
+    /// [`Client::connect`] to export `name` of the server `uri` names (whatever export `uri`
+    /// itself names): the volumes of one pool, e.g. `replay --volume`.
+    pub fn connect_export(uri: &str, name: &str) -> Result<Client> {
+        let named = |u: &str| -> Result<NbdUri> {
+            Ok(match NbdUri::parse(u)? {
+                NbdUri::Unix { socket, .. } => NbdUri::Unix {
+                    socket,
+                    name: name.to_string(),
+                },
+                NbdUri::Tcp { host, port, .. } => NbdUri::Tcp {
+                    host,
+                    port,
+                    name: name.to_string(),
+                },
+            })
+        };
+        match crate::tls::split_tls_uri(uri) {
+            Ok(None) => Self::connect_with(&named(uri)?, &ClientOptions::default()),
+            Ok(Some((plain, tls))) => {
+                Self::connect_tls(&named(&plain)?, &ClientOptions::default(), &tls)
+            }
+            Err(reason) => Err(ClientError::Uri {
+                uri: uri.to_string(),
+                reason,
+            }),
+        }
+    }
+
     pub fn connect_with(uri: &NbdUri, opts: &ClientOptions) -> Result<Client> {
         Self::connect_inner(uri, opts, None)
     }

@@ -17,7 +17,8 @@ pub mod unix_access;
 pub use client::{is_timeout, Client, ClientError, ClientOptions, Completion, Handle, NbdUri};
 pub use file::FileExport;
 pub use replay::{
-    pattern_byte, replay, replay_with, OpStats, ReplayOp, ReplayOpKind, ReplayReport,
+    pattern_byte, replay, replay_volumes, replay_with, OpStats, ReplayOp, ReplayOpKind,
+    ReplayReport,
 };
 pub use server::{Server, ServerOptions, ShutdownHandle};
 pub use tls::{read_psk_file, ClientTls, TlsConfig, TlsMode};

@@ -85,6 +85,10 @@ pub struct ReplayReport {
     pub ops: Vec<(ReplayOpKind, OpStats)>,
     /// All operations together.
     pub all: OpStats,
+    /// Per export of a replay over several ([`replay_volumes`]), in the order given: all
+    /// operations of each. Empty for one export.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub volumes: Vec<OpStats>,
 }
 
 /// Byte `i` of the deterministic write pattern (the same for every run).
@@ -159,39 +163,72 @@ pub fn replay_with(
     client: &mut Client,
     ops: impl IntoIterator<Item = ReplayOp>,
     queue_depth: usize,
+    fill: impl FnMut(&ReplayOp, &mut [u8]),
+) -> Result<ReplayReport, ClientError> {
+    let mut r = replay_volumes(
+        std::slice::from_mut(client),
+        ops.into_iter().map(|op| (0, op)),
+        queue_depth,
+        fill,
+    )?;
+    r.volumes.clear();
+    Ok(r)
+}
+
+/// [`replay_with`] over several exports (volumes of one pool, or any servers): each op
+/// `(i, op)` goes to `clients[i]`, in the order given, with at most `queue_depth` requests in
+/// flight over all of them together, so at queue depth 1 the server sees exactly the given
+/// order across its exports. When the limit is reached the replay waits for a reply on the
+/// export of the oldest request in flight (a reply already received on another connection is
+/// timed when it is read: at depths above 1 over several exports, latencies can be
+/// overstated by up to one wait).
+pub fn replay_volumes(
+    clients: &mut [Client],
+    ops: impl IntoIterator<Item = (usize, ReplayOp)>,
+    queue_depth: usize,
     mut fill: impl FnMut(&ReplayOp, &mut [u8]),
 ) -> Result<ReplayReport, ClientError> {
+    assert!(!clients.is_empty(), "a replay needs at least one export");
     let qd = queue_depth.max(1);
-    let max_block = client
-        .block_sizes()
-        .map(|b| b.maximum)
+    let max_block = clients
+        .iter()
+        .map(|c| c.block_sizes().map(|b| b.maximum).unwrap_or(32 << 20))
+        .min()
         .unwrap_or(32 << 20)
         .clamp(512, 32 << 20) as u64;
-    let can_trim = client.can_trim();
+    let can_trim: Vec<bool> = clients.iter().map(|c| c.can_trim()).collect();
     let mut data: Vec<u8> = Vec::new();
     let mut tallies: Vec<Tally> = ReplayOpKind::ALL.iter().map(|_| Tally::new()).collect();
+    let mut per_volume: Vec<Tally> = clients.iter().map(|_| Tally::new()).collect();
     let mut all = Tally::new();
-    let mut in_flight: HashMap<u64, (ReplayOpKind, u64, Instant)> = HashMap::with_capacity(qd);
+    // Keyed by (export, handle): handles are unique per connection only.
+    type InFlight = HashMap<(usize, u64), (ReplayOpKind, u64, Instant)>;
+    let mut in_flight: InFlight = HashMap::with_capacity(qd);
+    // Send order, to find the export of the oldest request in flight (entries already
+    // answered are skipped lazily).
+    let mut sent: std::collections::VecDeque<(usize, u64)> = Default::default();
     let (mut split, mut skipped) = (0u64, 0u64);
     let mut first_error = None;
     // Pieces of a request split at max_block wait here.
-    let mut queue: std::collections::VecDeque<ReplayOp> = Default::default();
+    let mut queue: std::collections::VecDeque<(usize, ReplayOp)> = Default::default();
     let mut ops = ops.into_iter();
     let start = Instant::now();
 
-    let complete = |client: &mut Client,
-                    in_flight: &mut HashMap<u64, (ReplayOpKind, u64, Instant)>,
-                    tallies: &mut Vec<Tally>,
-                    all: &mut Tally,
-                    first_error: &mut Option<String>|
+    let mut complete = |clients: &mut [Client],
+                        in_flight: &mut InFlight,
+                        sent: &mut std::collections::VecDeque<(usize, u64)>|
      -> Result<(), ClientError> {
-        let c = client.wait_any()?;
+        while sent.front().is_some_and(|k| !in_flight.contains_key(k)) {
+            sent.pop_front();
+        }
+        let v = sent.front().expect("a request in flight").0;
+        let c = clients[v].wait_any()?;
         let now = Instant::now();
         let (kind, bytes, t0) = in_flight
-            .remove(&c.handle.0)
+            .remove(&(v, c.handle.0))
             .expect("client returned a handle we did not send");
         let ns = now.duration_since(t0).as_nanos().max(1) as u64;
-        for t in [&mut tallies[kind.index()], all] {
+        for t in [&mut tallies[kind.index()], &mut all, &mut per_volume[v]] {
             t.hist.saturating_record(ns);
             t.requests += 1;
             t.bytes += bytes;
@@ -199,24 +236,26 @@ pub fn replay_with(
         if let Err(e) = &c.result {
             tallies[kind.index()].errors += 1;
             all.errors += 1;
+            per_volume[v].errors += 1;
             if first_error.is_none() {
-                *first_error = Some(e.to_string());
+                first_error = Some(e.to_string());
             }
         }
-        client.recycle(c.data);
+        clients[v].recycle(c.data);
         Ok(())
     };
 
     loop {
-        let op = match queue.pop_front() {
+        let next = match queue.pop_front() {
             Some(op) => Some(op),
             None => loop {
                 match ops.next() {
                     None => break None,
-                    Some(op) => {
+                    Some((v, op)) => {
+                        assert!(v < clients.len(), "op for export {v} of {}", clients.len());
                         let sendable = match op.kind {
                             ReplayOpKind::Flush => true,
-                            ReplayOpKind::Trim => can_trim && op.len > 0,
+                            ReplayOpKind::Trim => can_trim[v] && op.len > 0,
                             _ => op.len > 0,
                         };
                         if !sendable {
@@ -229,32 +268,30 @@ pub fn replay_with(
                             let end = op.offset + op.len;
                             while off < end {
                                 let n = (end - off).min(max_block);
-                                queue.push_back(ReplayOp {
-                                    offset: off,
-                                    len: n,
-                                    ..op
-                                });
+                                queue.push_back((
+                                    v,
+                                    ReplayOp {
+                                        offset: off,
+                                        len: n,
+                                        ..op
+                                    },
+                                ));
                                 off += n;
                             }
                             break queue.pop_front();
                         }
-                        break Some(op);
+                        break Some((v, op));
                     }
                 }
             },
         };
-        let Some(op) = op else { break };
+        let Some((v, op)) = next else { break };
         while in_flight.len() >= qd {
-            complete(
-                client,
-                &mut in_flight,
-                &mut tallies,
-                &mut all,
-                &mut first_error,
-            )?;
+            complete(clients, &mut in_flight, &mut sent)?;
         }
         let len = op.len as u32;
         let t0 = Instant::now();
+        let client = &mut clients[v];
         let h = match op.kind {
             ReplayOpKind::Read => client.submit_read(op.offset, len)?,
             ReplayOpKind::Write => {
@@ -270,16 +307,11 @@ pub fn replay_with(
         } else {
             0
         };
-        in_flight.insert(h.0, (op.kind, bytes, t0));
+        in_flight.insert((v, h.0), (op.kind, bytes, t0));
+        sent.push_back((v, h.0));
     }
     while !in_flight.is_empty() {
-        complete(
-            client,
-            &mut in_flight,
-            &mut tallies,
-            &mut all,
-            &mut first_error,
-        )?;
+        complete(clients, &mut in_flight, &mut sent)?;
     }
     let secs = start.elapsed().max(Duration::from_nanos(1)).as_secs_f64();
     let all_stats = all.stats(secs);
@@ -301,5 +333,6 @@ pub fn replay_with(
             .map(|(k, t)| (*k, t.stats(secs)))
             .collect(),
         all: all_stats,
+        volumes: per_volume.iter().map(|t| t.stats(secs)).collect(),
     })
 }

@@ -1,0 +1,148 @@
+//! Sim = live for a pool of two volumes (issue 15 item 4): `tiercache replay --volume
+//! NAME=TRACE ...` at queue depth 1 against `tiercache serve --volume NAME=BACKING ...` gives
+//! the pool exactly the counters `tiercache sim --volume NAME=TRACE ...` computes, in total
+//! and per volume, with a per-volume mode.
+
+mod common;
+
+use common::{run, Srv, BIN};
+use std::path::PathBuf;
+use std::process::Command;
+
+fn traces() -> Option<PathBuf> {
+    let t = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/traces");
+    if t.join("msr_cambridge/msr-cambridge1-sample.csv").exists()
+        && t.join("systor17/systor17-traces-sample.csv.gz").exists()
+    {
+        Some(t)
+    } else {
+        tiercache_testskip::skip!("shared traces not found under {}", t.display());
+        None
+    }
+}
+
+fn sparse(path: &std::path::Path, len: u64) {
+    std::fs::File::create(path).unwrap().set_len(len).unwrap();
+}
+
+#[test]
+fn two_volume_replay_at_queue_depth_1_matches_the_simulator_exactly() {
+    let Some(t) = traces() else { return };
+    let hm = t.join("msr_cambridge/msr-cambridge1-sample.csv");
+    let vdi = t.join("systor17/systor17-traces-sample.csv.gz");
+    let traces = [
+        format!("hm={}", hm.display()),
+        format!("vdi={}", vdi.display()),
+    ];
+    for (mode, hm_mode) in [
+        ("write-back", "write-through"),
+        ("write-through", "write-back"),
+    ] {
+        let dir = common::tmp();
+        let d = dir.path();
+        // Sparse backing files that hold every offset of their trace (msr: 12.6 GiB, systor:
+        // 4.6 TiB), so --strict never wraps one and the live offsets are the simulated ones.
+        sparse(&d.join("hm.img"), 13 << 30);
+        sparse(&d.join("vdi.img"), 5 << 40);
+        let cache = d.join("cache.img").display().to_string();
+        let vols: Vec<String> = ["hm", "vdi"]
+            .iter()
+            .map(|n| format!("{n}={}", d.join(format!("{n}.img")).display()))
+            .collect();
+        let hm_setting = format!("hm={hm_mode}");
+        let mut args = vec![
+            "--cache",
+            &cache,
+            "--format-if-needed",
+            "--cache-size",
+            "8M",
+        ];
+        for v in &vols {
+            args.extend(["--volume", v.as_str()]);
+        }
+        args.extend(["--policy", "lru", "--mode", mode, "--cleaner", "inline"]);
+        args.extend(["--volume-mode", &hm_setting]);
+        let srv = Srv::custom(d, &args);
+        let mut replay = Command::new(BIN);
+        replay.args([
+            "replay",
+            "--nbd",
+            &srv.uri(),
+            "--queue-depth",
+            "1",
+            "--strict",
+            "--json",
+        ]);
+        for v in &traces {
+            replay.args(["--volume", v]);
+        }
+        let rep: serde_json::Value = serde_json::from_str(&run(&mut replay)).unwrap();
+        let live = srv.stats();
+        srv.stop("-TERM");
+        let mut sim = Command::new(BIN);
+        sim.args([
+            "sim",
+            "--cache-size",
+            "8MiB",
+            "--policy",
+            "lru",
+            "--mode",
+            mode,
+        ]);
+        sim.args(["--volume-mode", &hm_setting, "--json", "-q"]);
+        for v in &traces {
+            sim.args(["--volume", v]);
+        }
+        let sim: serde_json::Value = serde_json::from_str(&run(&mut sim)).unwrap();
+
+        // The replay sent every request of both traces, each to its own export.
+        assert_eq!(rep["requests"], 1999, "{rep}");
+        let rv = rep["volumes"]
+            .as_array()
+            .expect("per-volume replay figures");
+        assert_eq!(
+            (&rv[0]["name"], &rv[0]["requests"]),
+            (&"hm".into(), &1000.into())
+        );
+        assert_eq!(
+            (&rv[1]["name"], &rv[1]["requests"]),
+            (&"vdi".into(), &999.into())
+        );
+        assert_eq!(rep["errors"], 0, "{rep}");
+        assert_eq!(rep["wrapped"], 0, "{rep}");
+
+        let (want, got) = (&sim["counters"], &live["totals"]);
+        for (k, v) in want.as_object().unwrap() {
+            assert_eq!(
+                &got[k], v,
+                "{mode}: pool counter {k}: sim {v}, live {}",
+                got[k]
+            );
+        }
+        // Per volume, by name: the same counters and the same lines held.
+        let sim_vols = sim["volumes"].as_array().expect("sim volumes");
+        let live_vols = live["volumes"].as_array().expect("live volumes");
+        for name in ["hm", "vdi"] {
+            let s = sim_vols.iter().find(|v| v["name"] == name).unwrap();
+            let l = live_vols.iter().find(|v| v["name"] == name).unwrap();
+            for (k, v) in s["counters"].as_object().unwrap() {
+                assert_eq!(
+                    &l["counters"][k], v,
+                    "{mode}: volume {name} counter {k}: sim {v}, live {}",
+                    l["counters"][k]
+                );
+            }
+            assert_eq!(l["cached_lines"], s["lines"], "{mode}: volume {name} lines");
+            assert_eq!(l["dirty_lines"], s["dirty_lines"], "{mode}: volume {name}");
+            assert_eq!(l["mode"], s["mode"], "{mode}: volume {name}");
+        }
+        // The comparison is worth something: both volumes were cached, lines were evicted
+        // and dirty data written back.
+        let c = |k: &str| want[k].as_u64().unwrap();
+        assert!(c("line_hits") > 0 && c("evictions") > 0, "{want}");
+        assert!(c("write_backs") > 0, "{want}");
+        for v in sim_vols {
+            assert!(v["counters"]["line_hits"].as_u64().unwrap() > 0, "{v}");
+        }
+    }
+}
