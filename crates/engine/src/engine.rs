@@ -138,6 +138,10 @@ pub struct Engine {
     /// tracking is on ([`Engine::track_unmapped`]).
     unmapped: Vec<u64>,
     track_unmapped: bool,
+    /// Each slot's persisted-record state (key, valid, dirty | pending) as it was before its
+    /// first change since the executor last took it ([`Engine::journal_lines`]); `None`: not
+    /// journaling (the simulator).
+    journal: Option<Box<HashMap<Slot, LineState>>>,
     /// Dirty lines may not be evicted ([`Engine::set_dirty_evictions_blocked`]): the
     /// executor's backing device is failing writes, so a write-back could not happen.
     dirty_evictions_blocked: bool,
@@ -210,6 +214,24 @@ const _: fn() = || {
     fn send<T: Send>() {}
     send::<Engine>();
 };
+
+/// A slot's persisted-record state ([`Engine::line_state`], [`Engine::journal_lines`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LineState {
+    /// `u64::MAX`: no line.
+    pub key: u64,
+    pub valid: u64,
+    /// Dirty sectors, including those a write-back in flight cleans.
+    pub dirty: u64,
+}
+
+impl LineState {
+    pub const EMPTY: LineState = LineState {
+        key: EMPTY,
+        valid: 0,
+        dirty: 0,
+    };
+}
 
 /// One line for [`Engine::restore_bulk`]: as the arguments of [`Engine::restore_line`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -419,6 +441,7 @@ impl Engine {
             class_gate,
             unmapped: Vec::new(),
             track_unmapped: false,
+            journal: None,
             dirty_evictions_blocked: false,
             read_admission_blocked: false,
             cand_buf: Vec::new(),
@@ -851,6 +874,90 @@ impl Engine {
         }
     }
 
+    /// Starts (or stops, dropping it) the journal of persisted-record states: from now on
+    /// the first change of a slot's key, valid or dirty sectors, or pending sectors records
+    /// the slot's [`LineState`] before it, until the executor takes it
+    /// ([`Engine::take_journaled`]). An executor that writes records from the engine's
+    /// state at its own pace reads the state its last written image had from here (the
+    /// live volume keeps no record image per slot: issue 16, plan-lean step 4).
+    pub fn journal_lines(&mut self, on: bool) {
+        self.journal = on.then(Default::default);
+    }
+
+    /// The state `slot` had before its first change since it was last taken; `None`: not
+    /// changed since (or not journaling).
+    #[inline]
+    pub fn journaled(&self, slot: Slot) -> Option<LineState> {
+        match &self.journal {
+            Some(j) if !j.is_empty() => j.get(&slot).copied(),
+            _ => None,
+        }
+    }
+
+    /// Takes (forgets) the journaled state of `slot`, if any.
+    #[inline]
+    pub fn take_journaled(&mut self, slot: Slot) -> Option<LineState> {
+        match &mut self.journal {
+            Some(j) if !j.is_empty() => j.remove(&slot),
+            _ => None,
+        }
+    }
+
+    /// Records `state` as `slot`'s journaled state unless it has one (an executor whose
+    /// image of the slot differs from the engine's, e.g. a record read at open that the
+    /// engine did not take).
+    pub fn journal_state(&mut self, slot: Slot, state: LineState) {
+        if let Some(j) = &mut self.journal {
+            j.entry(slot).or_insert(state);
+        }
+    }
+
+    /// Frees the journal's table when it is empty and holds room for more than `max` slots
+    /// (a plan that changed every slot, e.g. a trim of the whole device, would otherwise
+    /// keep ~30 B per line for ever).
+    pub fn shrink_journal(&mut self, max: usize) {
+        if let Some(j) = &mut self.journal {
+            if j.is_empty() && j.capacity() > max {
+                **j = HashMap::new();
+            }
+        }
+    }
+
+    /// Slots journaled now.
+    pub fn journal_len(&self) -> usize {
+        self.journal.as_ref().map_or(0, |j| j.len())
+    }
+
+    /// The persisted-record state of `slot` now: its key (`u64::MAX`: none), valid sectors,
+    /// and dirty sectors including those a write-back in flight cleans.
+    #[inline]
+    pub fn line_state(&self, slot: Slot) -> LineState {
+        let key = self.keys[slot as usize];
+        if key == EMPTY {
+            return LineState::EMPTY;
+        }
+        LineState {
+            key,
+            valid: self.valid_mask(slot),
+            dirty: self.dirty_mask(slot) | self.pending_mask(slot),
+        }
+    }
+
+    #[inline]
+    fn journal_touch(&mut self, slot: Slot) {
+        if self.journal.is_some() {
+            self.journal_touch_cold(slot);
+        }
+    }
+
+    #[cold]
+    fn journal_touch_cold(&mut self, slot: Slot) {
+        let state = self.line_state(slot);
+        if let Some(j) = &mut self.journal {
+            j.entry(slot).or_insert(state);
+        }
+    }
+
     /// Keys of lines that left the cache since the last call (empty when not tracking).
     pub fn drain_unmapped(&mut self) -> std::vec::Drain<'_, u64> {
         self.unmapped.drain(..)
@@ -889,6 +996,10 @@ impl Engine {
             + self.cleaner.mem_bytes()
             + hash_bytes(self.group_counts.capacity(), 16)
             + self.unmapped.capacity() * 8
+            + self
+                .journal
+                .as_ref()
+                .map_or(0, |j| hash_bytes(j.capacity(), 4 + 24))
             + self.oracle.as_ref().map_or(0, |o| o.capacity() * 8)
     }
 
@@ -952,6 +1063,7 @@ impl Engine {
 
     #[inline]
     fn set_valid(&mut self, slot: Slot, m: u64) {
+        self.journal_touch(slot);
         if self.sectors {
             let bit = (slot as usize) << self.spl_shift;
             let w = &mut self.valid_bits[bit >> 6];
@@ -962,6 +1074,7 @@ impl Engine {
     /// Sets the dirty sectors of a line (and its line-level dirty state).
     #[inline]
     fn set_dirty_mask(&mut self, slot: Slot, key: u64, m: u64) {
+        self.journal_touch(slot);
         if self.sectors {
             let bit = (slot as usize) << self.spl_shift;
             let w = &mut self.dirty_bits[bit >> 6];
@@ -2146,6 +2259,7 @@ impl Engine {
             !self.is_pinned(slot),
             "slot {slot} is reused while a write-back reads it"
         );
+        self.journal_touch(slot);
         self.keys[slot as usize] = key;
         self.set_line_class(slot, class);
         self.set_valid(slot, self.full_mask);
@@ -2182,6 +2296,7 @@ impl Engine {
     /// Drops the line in `slot`, leaving the slot to the caller.
     #[inline]
     fn unmap(&mut self, slot: Slot, evicted: bool) {
+        self.journal_touch(slot);
         assert!(
             !evicted || !self.is_pinned(slot),
             "slot {slot} is evicted while a write-back reads it"
@@ -2207,6 +2322,7 @@ impl Engine {
         if was == on {
             return;
         }
+        self.journal_touch(slot);
         if on {
             self.dirty[w] |= 1 << b;
             self.dirty_count += 1;
@@ -2395,6 +2511,7 @@ impl Engine {
 
     /// Pins `slot` for the ticket being planned; `pending` are the sectors it cleans.
     fn capture(&mut self, slot: Slot, key: u64, pending: u64) {
+        self.journal_touch(slot);
         let class = self.line_class(slot);
         let pin = self.pins.entry(slot).or_default();
         debug_assert!(!pin.zombie, "slot {slot} was dropped but is written back");
@@ -2456,6 +2573,11 @@ impl Engine {
             .unwrap_or_else(|| panic!("write-back ticket {} is not in flight", t.0));
         let entry = self.tickets.swap_remove(i);
         let mut done = WbDone::default();
+        if self.journal.is_some() {
+            for l in &entry.lines {
+                self.journal_touch(l.slot);
+            }
+        }
         for l in &entry.lines {
             let pin = self
                 .pins

@@ -26,8 +26,8 @@ pub use config::{
     DEFAULT_REWRITE_CHUNK, DEFAULT_REWRITE_MIN_RUNS,
 };
 pub use engine::{
-    Engine, EngineError, InflightCounters, RestoreLine, RestorePending, VolumeStats, WbBatch,
-    WbDone, WbLine, WbTicket,
+    Engine, EngineError, InflightCounters, LineState, RestoreLine, RestorePending, VolumeStats,
+    WbBatch, WbDone, WbLine, WbTicket,
 };
 pub use log::{Compression, ExtentContent, Layout, LogConfig, LogEngine};
 pub use plan::{Plan, Step};

@@ -15,6 +15,7 @@
 //! the records first ([`CacheVolume::flush_if_diverged`]), which empties the map.
 
 use super::*;
+use tiercache_engine::LineState;
 
 /// Side entries (slots whose durable record maps a key `mem` no longer has there) above
 /// which the next request flushes the records first: bounds the map at ~1.5 MiB whatever
@@ -78,18 +79,43 @@ impl DurableKeys {
     }
 }
 
-/// Key of the record `rec` (`EMPTY_KEY`: none, or not decodable).
+/// The record a [`LineState`] describes (no line: `Record::EMPTY`); sequence number 0 (a
+/// flush gives every record it writes its own, `Inner::seq`).
 #[inline]
-fn key_of(rec: &[u8]) -> u64 {
-    Record::decode(rec).map_or(EMPTY_KEY, |r| r.key)
+pub(super) fn record_of(l: LineState) -> Record {
+    if l.key == EMPTY_KEY {
+        return Record::EMPTY;
+    }
+    Record {
+        key: l.key,
+        valid: l.valid,
+        dirty: l.dirty,
+        seq: 0,
+    }
 }
 
 impl Inner {
-    /// Key of slot `s`'s record in `mem`.
+    /// Slot `s`'s record in the image of the metadata area (`mem` of the module doc): what
+    /// the next flush writes. Not held per slot: it is the engine's line
+    /// ([`Engine::line_state`]) except for slots the engine changed since `update_records`
+    /// last took them (their state before, from the engine's journal) and slots unmapped
+    /// ahead (`Inner::ahead`: empty).
+    #[inline]
+    pub(super) fn mem_record(&self, s: u32) -> Record {
+        if !self.ahead.is_empty() && self.ahead.contains_key(&s) {
+            return Record::EMPTY;
+        }
+        record_of(
+            self.engine
+                .journaled(s)
+                .unwrap_or_else(|| self.engine.line_state(s)),
+        )
+    }
+
+    /// Key of slot `s`'s record in the image (`mem_record`).
     #[inline]
     pub(super) fn mem_key(&self, s: u32) -> u64 {
-        let at = s as usize * RECORD_BYTES as usize;
-        key_of(&self.mem[at..at + RECORD_BYTES as usize])
+        self.mem_record(s).key
     }
 
     /// Key slot `s`'s record on the device maps (`EMPTY_KEY`: none or unreadable).
@@ -104,21 +130,25 @@ impl Inner {
 
     /// Slot `s`'s durable record now maps `key` (written to the device and synced).
     pub(super) fn set_disk_key(&mut self, s: u32, key: u64) {
-        if key == self.mem_key(s) {
-            self.durable.set(s, false);
-            self.durable.side.remove(&s);
+        self.keep_disk_key(s, key);
+    }
+
+    /// After a change of slot `s`'s image record: its durable record still maps `on_disk`
+    /// (its `disk_key` before the change). Every change of the image goes through here
+    /// (`update_records`, unmapping ahead, open) except those the engine journals (the
+    /// image keeps the state before them until `update_records`).
+    pub(super) fn keep_disk_key(&mut self, s: u32, on_disk: u64) {
+        let diverged = on_disk != self.mem_key(s);
+        self.durable.set(s, diverged);
+        if diverged && on_disk != EMPTY_KEY {
+            self.durable.side.insert(s, on_disk);
         } else {
-            self.durable.set(s, true);
-            if key == EMPTY_KEY {
-                self.durable.side.remove(&s);
-            } else {
-                self.durable.side.insert(s, key);
-            }
+            self.durable.side.remove(&s);
         }
     }
 
-    /// The durable records of slots `first..end` now equal `mem` (their pages were written
-    /// from it and synced).
+    /// The durable records of slots `first..end` now equal the image (their pages were
+    /// written from it and synced).
     pub(super) fn durable_is_mem(&mut self, first: u32, end: u32) {
         let end = end.min(self.sb.capacity_lines as u32);
         for s in first..end {
@@ -131,19 +161,43 @@ impl Inner {
         }
     }
 
-    /// Encodes `rec` as slot `s`'s record in `mem`, keeping its durable key as it was.
-    pub(super) fn put_mem(&mut self, s: u32, rec: &Record) {
+    /// Slot `s`'s clean line `key` is unmapped ahead: its image record becomes empty (and
+    /// stays so while the line stays clean, `update_records`), its durable key as it was.
+    pub(super) fn put_ahead(&mut self, s: u32, key: u64) {
         let on_disk = self.disk_key(s);
-        let at = s as usize * RECORD_BYTES as usize;
-        rec.encode(&mut self.mem[at..at + RECORD_BYTES as usize]);
-        let now = self.mem_key(s);
-        let diverged = on_disk != now;
-        self.durable.set(s, diverged);
-        if diverged && on_disk != EMPTY_KEY {
-            self.durable.side.insert(s, on_disk);
-        } else {
-            self.durable.side.remove(&s);
+        self.ahead.insert(s, key);
+        self.keep_disk_key(s, on_disk);
+    }
+
+    /// Slot `s`'s image record becomes `rec` again (its state before a failed plan, which a
+    /// write-back commit replaced with the plan's half-done state): journaled until
+    /// `update_records` takes it, its durable key as it was, its page to be written.
+    pub(super) fn restore_image(&mut self, s: u32, rec: Record) {
+        let on_disk = self.disk_key(s);
+        self.engine.take_journaled(s);
+        self.engine.journal_state(
+            s,
+            LineState {
+                key: rec.key,
+                valid: rec.valid,
+                dirty: rec.dirty,
+            },
+        );
+        self.keep_disk_key(s, on_disk);
+        self.dirty_pages.insert(s as u64 / format::RECORDS_PER_PAGE);
+    }
+
+    /// Ends unmapping ahead for every slot (clean shutdown: their lines are mapped again):
+    /// their image records stay empty until `update_records` brings them to the engine's
+    /// lines. Returns the slots.
+    pub(super) fn end_ahead(&mut self) -> Vec<u32> {
+        let slots: Vec<u32> = self.ahead.drain().map(|(s, _)| s).collect();
+        for &s in &slots {
+            // The image showed them empty: the journal says so now.
+            self.engine.take_journaled(s);
+            self.engine.journal_state(s, LineState::EMPTY);
         }
+        slots
     }
 
     /// Whether any slot's durable record maps a line, and which: every slot with one.

@@ -174,27 +174,17 @@ impl CacheVolume {
             // written: a read planned again then read them from the slot, which held another
             // line's bytes; soak seed 162).
             let before_plan: Vec<(u32, Record)> = if e.before_cache && g.wb.is_some() {
-                slots
-                    .iter()
-                    .filter_map(|&s| {
-                        let at = s as usize * RECORD_BYTES as usize;
-                        Some((s, Record::decode(&g.mem[at..at + RECORD_BYTES as usize])?))
-                    })
-                    .collect()
+                slots.iter().map(|&s| (s, g.mem_record(s))).collect()
             } else {
                 Vec::new()
             };
             // Recovery restores and drops lines: commit a write-back in flight first.
             self.reap(&mut g, true);
             for (s, rec) in before_plan {
-                let at = s as usize * RECORD_BYTES as usize;
-                if Record::decode(&g.mem[at..at + RECORD_BYTES as usize]) != Some(rec) {
+                if g.mem_record(s) != rec {
                     // Its write-back's cleaning is forgotten (the line is dirty again, and
                     // written back again later): nothing is lost.
-                    let seq = g.seq;
-                    g.put_mem(s, &Record { seq, ..rec });
-                    g.seq = seq.wrapping_add(1);
-                    g.dirty_pages.insert(s as u64 / format::RECORDS_PER_PAGE);
+                    g.restore_image(s, rec);
                 }
             }
             if e.before_cache {
@@ -622,13 +612,9 @@ impl CacheVolume {
                 // A line the plan evicts whose record never reached the device (reusing its
                 // slot needs no unmap) but whose bytes went to the backing device since the
                 // last good sync: if that sync failed, only its cached copy would hold them.
-                let at = s as usize * RECORD_BYTES as usize;
-                Record::decode(&g.mem[at..at + RECORD_BYTES as usize]).is_some_and(|r| {
-                    let a = key_addr(r.key, ls);
-                    r.key != EMPTY_KEY
-                        && now != Some(r.key)
-                        && g.unsynced_overlaps(a, a + (1 << ls))
-                })
+                let r = g.mem_record(s);
+                let a = key_addr(r.key, ls);
+                r.key != EMPTY_KEY && now != Some(r.key) && g.unsynced_overlaps(a, a + (1 << ls))
             })
             .collect()
     }
@@ -679,12 +665,10 @@ impl CacheVolume {
                     }
                     continue;
                 }
-                let new = g.engine.lookup(key).is_some_and(|s| {
-                    let at = s as usize * RECORD_BYTES as usize;
-                    g.in_plan.contains(&s)
-                        && Record::decode(&g.mem[at..at + RECORD_BYTES as usize])
-                            .is_none_or(|r| r.key != key)
-                });
+                let new = g
+                    .engine
+                    .lookup(key)
+                    .is_some_and(|s| g.in_plan.contains(&s) && g.mem_key(s) != key);
                 if new {
                     fresh.push((x, y));
                 }

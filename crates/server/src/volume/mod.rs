@@ -261,8 +261,8 @@ fn mode_index(m: Mode) -> u8 {
 struct Inner {
     engine: Engine,
     sb: Superblock,
-    mem: Vec<u8>,
-    /// Key each slot's record on the device maps, as a difference from `mem`
+    /// Key each slot's record on the device maps, as a difference from the record image
+    /// (`Inner::mem_record`: derived from the engine, not held)
     /// (`Inner::disk_key`, `durable.rs`).
     durable: durable::DurableKeys,
     dirty_pages: BTreeSet<u64>,

@@ -778,11 +778,11 @@ impl CacheVolume {
                 .count() as u64;
         drop(take);
         drop(changed);
-        // The durable records are `mem` as read: no slot diverges yet.
+        // The durable records are the engine's lines, except the slots `touched` below,
+        // whose records as read are given to `update_record`: no slot diverges yet.
         let mut inner = Inner {
             engine,
             durable: durable::DurableKeys::new(cap),
-            mem: disk,
             sb: sb.clone(),
             dirty_pages: BTreeSet::new(),
             seq: max_seq.wrapping_add(1),
@@ -837,15 +837,24 @@ impl CacheVolume {
         // Records the engine did not take (dropped ones) become empty in `mem`, and records
         // found in flux are rewritten as resolved, without the flag. Every other record
         // equals the engine's line already (`update_records` would leave it alone).
-        inner.slots = if touch_all {
+        let touched = if touch_all {
             (0..sb.capacity_lines as u32).collect()
         } else {
-            // In slot order, as a pass over every slot would assign them sequence numbers.
             touched.sort_unstable();
             touched.dedup();
             touched
         };
-        Self::update_records(&mut inner);
+        // From here the volume keeps no record image: the engine journals each slot's state
+        // before its first change until `update_records` takes it (`Inner::mem_record`).
+        inner.engine.journal_lines(true);
+        let rb = RECORD_BYTES as usize;
+        for s in touched {
+            let at = s as usize * rb;
+            let have = Record::decode(&disk[at..at + rb]);
+            let on_disk = have.map_or(EMPTY_KEY, |r| r.key);
+            Self::update_record(&mut inner, s, have, on_disk);
+        }
+        drop(disk);
         inner.dirty_pages.extend(&flux_pages);
         lap.lap("update records");
         let line_shift = sb.line_size.trailing_zeros();

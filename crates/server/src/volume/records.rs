@@ -216,18 +216,7 @@ impl CacheVolume {
             let Some(key) = g.engine.slot_key(s) else {
                 continue;
             };
-            let at = s as usize * RECORD_BYTES as usize;
-            if Record::decode(&g.mem[at..at + RECORD_BYTES as usize])
-                .is_none_or(|r| r.key != EMPTY_KEY)
-            {
-                let empty = Record {
-                    seq: g.seq,
-                    ..Record::EMPTY
-                };
-                g.put_mem(s, &empty);
-                g.seq = g.seq.wrapping_add(1);
-            }
-            g.ahead.insert(s, key);
+            g.put_ahead(s, key);
         }
         if !on_disk.is_empty() {
             let c = |e| (true, e);
@@ -289,8 +278,7 @@ impl CacheVolume {
         slots
             .iter()
             .filter_map(|&s| {
-                let at = s as usize * RECORD_BYTES as usize;
-                let r = Record::decode(&g.mem[at..at + RECORD_BYTES as usize])?;
+                let r = g.mem_record(s);
                 (r.key != EMPTY_KEY && g.engine.slot_key(s) != Some(r.key))
                     .then_some((s, r.key, r.valid))
             })
@@ -303,8 +291,7 @@ impl CacheVolume {
         slots
             .iter()
             .filter_map(|&s| {
-                let at = s as usize * RECORD_BYTES as usize;
-                let r = Record::decode(&g.mem[at..at + RECORD_BYTES as usize])?;
+                let r = g.mem_record(s);
                 (r.key != EMPTY_KEY && r.valid != 0).then_some((s, r.key, r.valid))
             })
             .collect()
@@ -314,49 +301,11 @@ impl CacheVolume {
     pub(super) fn update_records(g: &mut Inner) {
         let slots = std::mem::take(&mut g.slots);
         for &slot in &slots {
-            if let Some(&k) = g.ahead.get(&slot) {
-                // Unmapped ahead: stays empty on the device while its line stays clean and
-                // the backing device holds it durably. Written through (or back) since,
-                // its backing copy waits for a sync: it maps its line again, so that its
-                // eviction syncs first (`sync_before_reuse`) and a failed sync rewrites it.
-                let a = key_addr(k, g.sb.line_size.trailing_zeros());
-                if g.engine.slot_key(slot) == Some(k)
-                    && g.engine.dirty_mask(slot) | g.engine.pending_mask(slot) == 0
-                    && !g.unsynced_overlaps(a, a + g.sb.line_size)
-                {
-                    continue;
-                }
-                g.ahead.remove(&slot);
-            }
-            let want = match g.engine.slot_key(slot) {
-                Some(key) => Record {
-                    key,
-                    valid: g.engine.valid_mask(slot),
-                    // Sectors a write-back in flight cleans stay dirty on the device until
-                    // it commits (its backing write may not have landed).
-                    dirty: g.engine.dirty_mask(slot) | g.engine.pending_mask(slot),
-                    seq: 0,
-                },
-                None => Record::EMPTY,
-            };
-            let at = slot as usize * RECORD_BYTES as usize;
-            let have = Record::decode(&g.mem[at..at + RECORD_BYTES as usize]);
-            if let Some(h) = have.filter(|h| h.key != want.key && h.key != EMPTY_KEY) {
-                // Dropped while the device may still map it here (rule 5).
-                if g.disk_key(slot) == h.key {
-                    g.forgotten.insert(h.key, slot);
-                }
-            }
-            let same = have.is_some_and(|h| {
-                h.key == want.key
-                    && (want.key == EMPTY_KEY || (h.valid == want.valid && h.dirty == want.dirty))
-            });
-            if !same {
-                g.put_mem(slot, &Record { seq: g.seq, ..want });
-                g.seq = g.seq.wrapping_add(1);
-                g.dirty_pages.insert(slot as u64 / format::RECORDS_PER_PAGE);
-            }
+            let (have, on_disk) = (g.mem_record(slot), g.disk_key(slot));
+            g.engine.take_journaled(slot);
+            Self::update_record(g, slot, Some(have), on_disk);
         }
+        g.engine.shrink_journal(MAX_SLOTS_SCRATCH);
         // A scratch bounded by a plan, not by the cache: open and `fail_cache` pass every
         // slot once, and keeping that capacity would cost 4 B per line for ever.
         g.slots = if slots.capacity() > MAX_SLOTS_SCRATCH {
@@ -364,6 +313,44 @@ impl CacheVolume {
         } else {
             slots
         };
+    }
+
+    /// Brings slot `slot`'s image record from `have` (`None`: a record that does not decode)
+    /// to the engine's state; its durable record maps `on_disk`. Its journaled state was
+    /// taken already.
+    pub(super) fn update_record(g: &mut Inner, slot: u32, have: Option<Record>, on_disk: u64) {
+        if let Some(&k) = g.ahead.get(&slot) {
+            // Unmapped ahead: stays empty on the device while its line stays clean and
+            // the backing device holds it durably. Written through (or back) since,
+            // its backing copy waits for a sync: it maps its line again, so that its
+            // eviction syncs first (`sync_before_reuse`) and a failed sync rewrites it.
+            let a = key_addr(k, g.sb.line_size.trailing_zeros());
+            if g.engine.slot_key(slot) == Some(k)
+                && g.engine.dirty_mask(slot) | g.engine.pending_mask(slot) == 0
+                && !g.unsynced_overlaps(a, a + g.sb.line_size)
+            {
+                return;
+            }
+            g.ahead.remove(&slot);
+        }
+        // Sectors a write-back in flight cleans stay dirty on the device until it commits
+        // (its backing write may not have landed): `line_state`'s dirty includes them.
+        let want = durable::record_of(g.engine.line_state(slot));
+        if let Some(h) = have.filter(|h| h.key != want.key && h.key != EMPTY_KEY) {
+            // Dropped while the device may still map it here (rule 5).
+            if on_disk == h.key {
+                g.forgotten.insert(h.key, slot);
+            }
+        }
+        let same = have.is_some_and(|h| {
+            h.key == want.key
+                && (want.key == EMPTY_KEY || (h.valid == want.valid && h.dirty == want.dirty))
+        });
+        // The image now is the engine's line: the durable record still maps `on_disk`.
+        g.keep_disk_key(slot, on_disk);
+        if !same {
+            g.dirty_pages.insert(slot as u64 / format::RECORDS_PER_PAGE);
+        }
     }
 
     /// Rule 4: backing sync, cache sync, changed metadata pages, cache sync.
@@ -457,23 +444,33 @@ impl CacheVolume {
         let mut pages = g.dirty_pages.clone();
         pages.extend(&retiring);
         let mut buf = Vec::new();
-        // One write per run of consecutive pages.
+        // Every record this flush writes carries its sequence number (rule 3: a key the
+        // engine maps once is in one record of a flush).
+        let seq = g.seq;
+        g.seq = g.seq.wrapping_add(1);
+        let (rpp, cap) = (format::RECORDS_PER_PAGE, g.sb.capacity_lines);
+        // One write per run of consecutive pages, encoded from the image (`mem_record`).
         for (page, n) in runs(&pages) {
-            let p = (page * PAGE) as usize..((page + n) * PAGE) as usize;
             buf.clear();
-            buf.extend_from_slice(&g.mem[p.clone()]);
+            buf.resize((n * PAGE) as usize, 0);
             for (i, b) in buf.chunks_mut(PAGE as usize).enumerate() {
                 let q = page + i as u64;
-                if g.flux_pages.contains_key(&q) && !retiring.contains(&q) {
-                    for rec in b.chunks_mut(RECORD_BYTES as usize) {
-                        if let Some(r) = Record::decode(rec).filter(|r| r.key != EMPTY_KEY) {
-                            r.encode_flagged(rec, true);
-                        }
+                let flagged = g.flux_pages.contains_key(&q) && !retiring.contains(&q);
+                for (j, rec) in b.chunks_mut(RECORD_BYTES as usize).enumerate() {
+                    let slot = q * rpp + j as u64;
+                    if slot >= cap {
+                        // Past the last slot: as formatted.
+                        Record::EMPTY.encode(rec);
+                        continue;
                     }
+                    let r = Record {
+                        seq,
+                        ..g.mem_record(slot as u32)
+                    };
+                    r.encode_flagged(rec, flagged);
                 }
             }
             self.cache.write_at(&buf, META_OFFSET + page * PAGE)?;
-            let rpp = format::RECORDS_PER_PAGE;
             g.durable_is_mem((page * rpp) as u32, ((page + n) * rpp) as u32);
         }
         self.sync_cache(g)?;
@@ -495,12 +492,9 @@ impl CacheVolume {
         let mut slots = slots.to_vec();
         slots.sort_unstable();
         slots.dedup();
-        let rb = RECORD_BYTES as usize;
         let mut restore = Vec::new();
         for &s in &slots {
-            let at = s as usize * rb;
-            let want =
-                Record::decode(&g.mem[at..at + rb]).filter(|r| r.key != EMPTY_KEY && r.valid != 0);
+            let want = Some(g.mem_record(s)).filter(|r| r.key != EMPTY_KEY && r.valid != 0);
             let now = g.engine.slot_key(s);
             if let Some(r) = want {
                 if now == Some(r.key)

@@ -196,7 +196,7 @@ impl CacheVolume {
         for e in g.flux_pages.values_mut() {
             *e = 0;
         }
-        let ahead: Vec<u32> = g.ahead.drain().map(|(s, _)| s).collect();
+        let ahead = g.end_ahead();
         g.slots = ahead;
         Self::update_records(&mut g);
         self.flush_locked(&mut g)?;

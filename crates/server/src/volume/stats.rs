@@ -3,7 +3,7 @@
 use super::*;
 
 /// Heap bytes of everything the volume keeps that grows with its lines: the engine's index
-/// ([`Engine::index_bytes`]), the record image and durable keys, the data checksum image,
+/// ([`Engine::index_bytes`], including its journal of changed slots), the durable keys, the data checksum image,
 /// and the per-page, per-slot and per-range bookkeeping of the crash rules (B-trees and
 /// hash maps estimated, `tiercache_engine::mem`). Checked against a counting allocator in
 /// `tests/ram_accounting.rs`: a structure left out here fails it.
@@ -11,7 +11,6 @@ fn ram_bytes(g: &Inner) -> u64 {
     use std::mem::size_of;
     use tiercache_engine::mem::{btree_bytes, hash_bytes};
     let n = g.engine.index_bytes()
-        + g.mem.capacity()
         + g.durable.mem_bytes()
         + g.slots.capacity() * 4
         + btree_bytes(g.dirty_pages.len(), 8)
