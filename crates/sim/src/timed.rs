@@ -22,10 +22,13 @@
 //!
 //! The engine decides at issue time, so a line counts as cached from the moment its miss is
 //! processed, while its copy to the SSD (a miss's fill, group population) is still in flight.
-//! A later SSD read of that slot (a hit, a victim's write-back) waits for the copy, and the
-//! copy stops yielding to foreground HDD work while a request waits for it (issue 18: reads
-//! were served by the SSD before their data was there, and a backlog of copies made a cache
-//! warm at once). Such requests still count as hits; `PhaseCounters::fill_waits` counts them.
+//! A later SSD read of that slot (a hit, a victim's write-back) waits for the copy, and so
+//! does a later SSD write of it (a write hit, the copy of a reused slot), which the copy
+//! would otherwise overwrite with older bytes; the copy stops yielding to foreground HDD work
+//! while a request waits for it (issue 18: reads were served by the SSD before their data
+//! was there, a backlog of copies made a cache warm at once, and writes finished before the
+//! copy they must follow). Such requests still count as hits; `PhaseCounters::fill_waits`
+//! counts them.
 //!
 //! The log layout (a spec with `log`) runs the same executor on the log engine's plans
 //! ([`LogTimed`]): a sealed segment is one large sequential SSD write (waiting for the dirty
@@ -181,8 +184,8 @@ pub struct PhaseCounters {
     pub class_bypasses: u64,
     /// Requests that had to wait for a cleaning write-back of a slot they reuse.
     pub wb_waits: u64,
-    /// Requests that read a cache slot whose copy (a miss's fill, group population) was
-    /// still in flight, and waited for it.
+    /// Requests that read or wrote a cache slot whose copy (a miss's fill, group
+    /// population) was still in flight, and waited for it.
     pub fill_waits: u64,
     pub hdd_read_busy_s: f64,
     pub hdd_write_busy_s: f64,
@@ -605,7 +608,8 @@ struct Executor<'a> {
     device_errors: u64,
     /// Requests that waited for a background write-back of a slot they reuse.
     wb_waits: u64,
-    /// Requests that waited for the copy of a slot they read ([`Executor::gate_fills`]).
+    /// Requests that waited for the copy of a slot they read or write
+    /// ([`Executor::gate_fills`]).
     fill_waits: u64,
     /// Requests that ended beyond the backing device (folded onto it), and the first one.
     wrapped: u64,
@@ -1031,20 +1035,26 @@ impl<'a> Executor<'a> {
         first..=(op.offset + op.len.max(1) - 1) >> self.line_shift
     }
 
-    /// Makes the tasks of a new flight that read the SSD (hits, write-backs) wait for the
-    /// copies still in flight into the slots they read: the data is on the SSD only once
-    /// its copy completed. Returns (task, copy) pairs for [`Executor::wait_fills`].
+    /// Makes the tasks of a new flight that read or write the SSD wait for the copies still
+    /// in flight into the slots they touch. A read (a hit, a write-back) finds the data on
+    /// the SSD only once its copy completed; a write (a write hit, a fill or population of
+    /// a reused slot) issued before the copy completed would be overwritten by it with
+    /// older bytes, so it goes after. Returns (task, copy) pairs for
+    /// [`Executor::wait_fills`].
     fn gate_fills(&self, tasks: &mut [Task]) -> Vec<(u16, (usize, u16))> {
         let mut out = Vec::new();
         if self.filling.is_empty() {
             return out;
         }
         for (i, t) in tasks.iter_mut().enumerate() {
-            if (t.dev, t.op.kind) != (Dev::Ssd, IoKind::Read) {
-                continue;
-            }
+            // The task's SSD operation: its own, or the SSD write a population feeds.
+            let ssd_op = match (t.dev, t.op.kind, t.then) {
+                (Dev::Ssd, IoKind::Read | IoKind::Write, _) => t.op,
+                (_, _, Some((Dev::Ssd, op))) if op.kind == IoKind::Write => op,
+                _ => continue,
+            };
             let mut copies: Vec<(usize, u16)> = self
-                .slots_of(&t.op)
+                .slots_of(&ssd_op)
                 .filter_map(|s| self.filling.get(&s).copied())
                 .collect();
             copies.sort_unstable();

@@ -469,3 +469,64 @@ fn a_read_of_a_line_whose_copy_is_in_flight_waits_for_the_copy() {
         assert!(l.cdf[0][0] < 1000.0, "{what}: {} us", l.cdf[0][0]);
     }
 }
+
+/// Issue 18: a write of a line whose copy to the SSD (a miss's fill, group population) is
+/// still in flight writes the same slot. Issued at once, its SSD write lands first and the
+/// older copy then overwrites it with the bytes from before the write: a real cache orders
+/// the two (the write goes after the copy). Write-back, so the write is an SSD write alone.
+#[test]
+fn a_write_of_a_line_whose_copy_is_in_flight_lands_after_the_copy() {
+    let at = |mut r: tiercache_engine::Request, t_ns: u64| {
+        r.time_ns = t_ns;
+        r
+    };
+    for (what, group_size, second_line) in [
+        ("the miss's own fill", 4096u64, 1000u64),
+        ("group population", 64 * 1024, 1001),
+    ] {
+        let read = tiercache_engine::Request::read(1000 * 4096, 4096);
+        let write = tiercache_engine::Request::write(second_line * 4096, 4096);
+        let run = |t_write_ns: u64| {
+            let spec = SimSpec {
+                input: Input::Memory {
+                    name: "write-over-copy".into(),
+                    requests: std::sync::Arc::new(vec![at(read, 0), at(write, t_write_ns)]),
+                },
+                cache_size: CacheSize::Bytes(1 << 20),
+                engine: EngineConfig {
+                    group_size,
+                    mode: Mode::WriteBack,
+                    ..Default::default()
+                },
+                log: None,
+            };
+            run_timed(
+                &spec,
+                &setup(Some("ssd:default"), Drive::Open { speedup: 1.0 }),
+                None,
+            )
+            .unwrap()
+        };
+        let r = run(10_000);
+        // The write finds its line cached (the engine decided at the read's issue).
+        assert_eq!(r.sim.counters.line_hits, 1, "{what}");
+        let (rl, wl) = (&r.timed.latency_us.read, &r.timed.latency_us.write);
+        assert_eq!((rl.count, wl.count), (1, 1), "{what}");
+        // The copy reaches the SSD after the read's HDD read (milliseconds); the write
+        // arrived 10 us after the read, so it ends no earlier than the copy minus 10 us.
+        assert!(
+            wl.max + 10.0 >= rl.max,
+            "{what}: the write took {} us, the read whose copy it overwrites {} us: the \
+             write landed on the SSD before the copy, which then put the older bytes back",
+            wl.max,
+            rl.max
+        );
+        // Control: the same write 100 ms later is an SSD write of well under a millisecond.
+        let late = run(100_000_000);
+        assert!(
+            late.timed.latency_us.write.max < 1000.0,
+            "{what}: {} us",
+            late.timed.latency_us.write.max
+        );
+    }
+}
