@@ -1251,8 +1251,7 @@ pub fn serve(a: ServeArgs) -> Result<()> {
     // Several volumes: each device opened now, put together (ids from the cache's volume
     // table) once the cache device is read.
     let mut vol_devs: Vec<(String, Box<dyn BlockDev>, Option<Mode>)> = Vec::new();
-    let open_one: Arc<dyn Fn(&Path) -> Result<Box<dyn BlockDev>> + Send + Sync> =
-        Arc::new(open_one);
+    let open_one: Arc<crate::volume_admin::OpenFn> = Arc::new(open_one);
     for (name, path, mode) in &vol_args {
         let d = open_one(path).with_context(|| format!("--volume {name}"))?;
         vol_devs.push((name.clone(), d, *mode));

@@ -24,7 +24,9 @@ use tiercache_server::volume_set::VolumeSlots;
 use tiercache_server::LiveVolume;
 
 /// Opens a volume's backing device as `serve --volume` does.
-pub(crate) type OpenDev = Box<dyn Fn(&Path) -> Result<Box<dyn BlockDev>> + Send + Sync>;
+pub(crate) type OpenFn = dyn Fn(&Path) -> Result<Box<dyn BlockDev>> + Send + Sync;
+/// [`OpenFn`], owned.
+pub(crate) type OpenDev = Box<OpenFn>;
 
 /// What `serve` keeps to add and remove volumes while it runs (see the module doc).
 pub(crate) struct VolumeAdmin {
