@@ -17,6 +17,7 @@ mod serve_classes;
 mod serve_cmd;
 mod sim_cmd;
 mod trace_cmd;
+mod volume_admin;
 mod warmup_cmd;
 
 use clap::{Parser, Subcommand};

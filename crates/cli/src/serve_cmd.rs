@@ -421,6 +421,33 @@ enum CtlCmd {
         #[command(subcommand)]
         cmd: ClassesCmd,
     },
+    /// Add or remove a volume of a server of several (`serve --volume`) while the others
+    /// keep serving: `volume add NAME=BACKING [--mode M]`, `volume remove NAME`.
+    Volume {
+        #[command(subcommand)]
+        cmd: VolumeCmd,
+    },
+}
+
+#[derive(Subcommand)]
+enum VolumeCmd {
+    /// Serve a new volume from now on: its NBD export NAME is listed and serves reads and
+    /// writes when this returns, and the cache records it (a restart serves it again, from
+    /// the device recorded, when the command line does not name it).
+    #[command(after_help = "Example:
+  tiercache ctl --control /run/tiercache.ctl volume add logs=/dev/sdd --mode write-through")]
+    Add {
+        /// NAME=BACKING: the export name and the backing device (a path or an NBD URI).
+        spec: String,
+        /// The volume's own mode (else the pool's).
+        #[arg(long)]
+        mode: Option<String>,
+    },
+    /// Take volume NAME out of the pool: refused while it holds dirty data (run
+    /// `ctl --volume NAME detach` first); its cached lines leave the pool, new connections
+    /// to its export are refused, connections still open get EIO, and a restart does not
+    /// serve it again. Its name may be reused by `volume add` (a new volume).
+    Remove { name: String },
 }
 
 #[derive(Subcommand)]
@@ -1206,9 +1233,10 @@ pub fn serve(a: ServeArgs) -> Result<()> {
                 .map_err(|e| anyhow!("--device-timeout {s}: {e} (give seconds, 0 for none)"))?,
         ),
     };
-    let open_one = |path: &Path| -> Result<Box<dyn BlockDev>> {
+    let emulate_hdd = a.emulate_hdd.clone();
+    let open_one = move |path: &Path| -> Result<Box<dyn BlockDev>> {
         let backing_file = open_backing(path, device_timeout)?;
-        Ok(match &a.emulate_hdd {
+        Ok(match &emulate_hdd {
             Some(spec) => {
                 let cfg = tiercache_server::hdd_config(spec).map_err(|e| anyhow!(e))?;
                 say!("backing device emulates HDD {spec} ({} rpm)", cfg.rpm);
@@ -1223,6 +1251,7 @@ pub fn serve(a: ServeArgs) -> Result<()> {
     // Several volumes: each device opened now, put together (ids from the cache's volume
     // table) once the cache device is read.
     let mut vol_devs: Vec<(String, Box<dyn BlockDev>, Option<Mode>)> = Vec::new();
+    let open_one: Arc<crate::volume_admin::OpenFn> = Arc::new(open_one);
     for (name, path, mode) in &vol_args {
         let d = open_one(path).with_context(|| format!("--volume {name}"))?;
         vol_devs.push((name.clone(), d, *mode));
@@ -1301,13 +1330,14 @@ pub fn serve(a: ServeArgs) -> Result<()> {
         };
         formatted_size_matches(&cache_path, given, bytes, direct, log)?;
     }
-    let (backing, vol_specs) = match single {
-        Some(b) => (b, Vec::new()),
+    let (backing, vol_specs, admin) = match single {
+        Some(b) => (b, Vec::new(), None),
         None => {
             let table = match &found {
                 Found::Direct(sb) => sb.volumes.clone(),
                 _ => Vec::new(),
             };
+            restore_live_changes(&table, &mut vol_devs, &*open_one)?;
             let names: Vec<String> = vol_devs.iter().map(|v| v.0.clone()).collect();
             let ids = tiercache_server::volume_set::assign_ids(&table, &names);
             let specs: Vec<VolumeSpec> = vol_devs
@@ -1329,7 +1359,12 @@ pub fn serve(a: ServeArgs) -> Result<()> {
                     .collect(),
             )
             .map_err(|e| anyhow!("--volume {e}"))?;
-            (Box::new(set) as Box<dyn BlockDev>, specs)
+            let open = Arc::clone(&open_one);
+            let admin = crate::volume_admin::VolumeAdmin::new(
+                set.slots(),
+                Box::new(move |p: &Path| open(p)),
+            );
+            (Box::new(set) as Box<dyn BlockDev>, specs, Some(admin))
         }
     };
     if blank {
@@ -1431,8 +1466,56 @@ pub fn serve(a: ServeArgs) -> Result<()> {
             socket_group,
             listen,
             state_path: rep.state_path.as_deref(),
+            admin,
         },
     )
+}
+
+/// What `ctl volume add|remove` changed in the cache's volume table, applied to the volumes
+/// of the command line (`vol_devs`): a volume removed live is not served even when the
+/// command line names it (a warning says how to add it again), and a volume added live that
+/// the command line does not name is opened from the path its entry records (with the mode
+/// given when it was added).
+fn restore_live_changes(
+    table: &[tiercache_server::format::VolumeEntry],
+    vol_devs: &mut Vec<(String, Box<dyn BlockDev>, Option<Mode>)>,
+    open: &dyn Fn(&Path) -> Result<Box<dyn BlockDev>>,
+) -> Result<()> {
+    let live = |n: &str| table.iter().any(|e| e.name == n && !e.removed());
+    vol_devs.retain(|(name, _, _)| {
+        let gone = !live(name) && table.iter().any(|e| &e.name == name && e.removed());
+        if gone {
+            say!(
+                "warning: volume {name} was removed with `ctl volume remove`: not served (drop --volume {name}; to serve it again: `tiercache ctl volume add {name}=BACKING`)"
+            );
+        }
+        !gone
+    });
+    for e in table.iter().filter(|e| !e.removed()) {
+        if e.flags & tiercache_server::format::VOLUME_ADDED == 0
+            || vol_devs.iter().any(|v| v.0 == e.name)
+        {
+            continue;
+        }
+        let path = &e.identity.name;
+        let d = open(Path::new(path)).with_context(|| {
+            format!(
+                "volume {} (added with `ctl volume add`; the cache records its backing device {}): give its device with --volume {}=DEVICE",
+                e.name,
+                e.identity.describe(),
+                e.name
+            )
+        })?;
+        say!(
+            "volume {} (added with `ctl volume add`): backing {path}",
+            e.name
+        );
+        vol_devs.push((e.name.clone(), d, e.mode()));
+    }
+    if vol_devs.is_empty() {
+        bail!("every volume given was removed with `ctl volume remove`: give at least one volume the cache serves");
+    }
+    Ok(())
 }
 
 /// `serve --format-if-needed` on a device that holds nothing: formats it in the layout asked
@@ -1518,6 +1601,8 @@ pub(crate) struct LiveServe<'a> {
     pub listen: Option<SocketAddr>,
     /// Where a failure of the cache is recorded.
     pub state_path: Option<&'a Path>,
+    /// `ctl volume add|remove` (a server of several volumes).
+    pub admin: Option<crate::volume_admin::VolumeAdmin>,
 }
 
 /// Serves an open volume of either layout until SIGTERM or SIGINT: its background work,
@@ -1525,8 +1610,16 @@ pub(crate) struct LiveServe<'a> {
 /// about what a restart will find. Written once against [`LiveVolume`].
 pub(crate) fn run_live(vol: Arc<dyn LiveVolume>, p: LiveServe) -> Result<()> {
     let background = Arc::clone(&vol).start_background();
-    if let Some(c) = p.control {
-        control::serve_control(c, Arc::clone(&vol))?;
+    let exports_slot = p.admin.as_ref().map(|a| Arc::clone(&a.exports));
+    match (p.control, p.admin) {
+        (Some(c), Some(admin)) => {
+            let v = Arc::clone(&vol);
+            control::serve_json_lines(c, move |line| admin.answer(&v, line))?;
+        }
+        (Some(c), None) => {
+            control::serve_control(c, Arc::clone(&vol))?;
+        }
+        (None, _) => {}
     }
     if let Some(m) = p.metrics {
         let addr: SocketAddr = m.parse().map_err(|e| anyhow!("--metrics {m:?}: {e}"))?;
@@ -1541,6 +1634,7 @@ pub(crate) fn run_live(vol: Arc<dyn LiveVolume>, p: LiveServe) -> Result<()> {
     }
     let served = serve_until_signal(
         tiercache_server::live::exports(&vol),
+        exports_slot,
         p.nbd,
         p.socket,
         p.socket_group,
@@ -1608,6 +1702,7 @@ pub(crate) fn say_shutdown(
 /// shuts its volume down).
 pub(crate) fn serve_until_signal(
     exports: Vec<(String, Arc<dyn tiercache_nbd::Export>)>,
+    exports_slot: Option<Arc<std::sync::OnceLock<tiercache_nbd::ExportsHandle>>>,
     opts: tiercache_nbd::ServerOptions,
     socket: Option<&std::path::Path>,
     socket_group: Option<u32>,
@@ -1619,6 +1714,9 @@ pub(crate) fn serve_until_signal(
     }
     let server = Server::new(exports).with_options(opts);
     let stop = server.shutdown_handle();
+    if let Some(slot) = exports_slot {
+        let _ = slot.set(server.exports_handle());
+    }
     let mut signals = signal_hook::iterator::Signals::new([
         signal_hook::consts::SIGTERM,
         signal_hook::consts::SIGINT,
@@ -2044,6 +2142,12 @@ pub fn ctl(a: CtlArgs) -> Result<()> {
             Command::Mode { mode: mode.clone() }
         }
         CtlCmd::Detach => Command::Detach,
+        CtlCmd::Volume { cmd } => {
+            if a.volume.is_some() {
+                bail!("`ctl volume add|remove` concerns the pool: run it without --volume");
+            }
+            volume_request(cmd)?
+        }
         CtlCmd::Classes {
             cmd: ClassesCmd::Load { file, rules },
         } => {
@@ -2109,6 +2213,20 @@ pub fn ctl(a: CtlArgs) -> Result<()> {
             );
         }
         CtlCmd::Detach => println!("detached: dirty data written back, now pass-through"),
+        CtlCmd::Volume {
+            cmd: VolumeCmd::Add { spec, .. },
+        } => println!(
+            "volume {} added: {} bytes, NBD export {} (recorded in the cache)",
+            spec.split_once('=').map_or("?", |x| x.0),
+            v["size"],
+            spec.split_once('=').map_or("?", |x| x.0),
+        ),
+        CtlCmd::Volume {
+            cmd: VolumeCmd::Remove { name },
+        } => println!(
+            "volume {name} removed: {} clean cached lines left the pool; its export is withdrawn (recorded in the cache)",
+            v["lines_dropped"]
+        ),
         CtlCmd::Classes { .. } => {
             let l = &v["loaded"];
             println!(
@@ -2185,9 +2303,42 @@ fn ctl_volume(a: &CtlArgs, name: &str, cmd: Command) -> Result<()> {
         CtlCmd::Flush => println!(
             "flushed: no dirty data left in any volume (the cleaner works on the whole pool), everything durable"
         ),
-        CtlCmd::Classes { .. } => {}
+        CtlCmd::Classes { .. } | CtlCmd::Volume { .. } => {}
     }
     Ok(())
+}
+
+/// The request of `ctl volume add|remove`: names checked, a backing path made absolute
+/// (the server resolves it, from its own directory).
+fn volume_request(cmd: &VolumeCmd) -> Result<Command> {
+    Ok(match cmd {
+        VolumeCmd::Add { spec, mode } => {
+            let Some((name, backing)) = spec.split_once('=') else {
+                bail!("volume add {spec:?}: give NAME=BACKING (e.g. volume add logs=/dev/sdd)");
+            };
+            tiercache_server::volume_set::check_name(name)
+                .map_err(|e| anyhow!("volume add {spec}: {e}"))?;
+            let backing = if NbdDev::is_uri(backing) {
+                backing.to_string()
+            } else {
+                std::fs::canonicalize(backing)
+                    .with_context(|| format!("volume add {spec}: backing device {backing}"))?
+                    .display()
+                    .to_string()
+            };
+            let mode = mode
+                .as_deref()
+                .map(|m| mode_arg(m).map(|m| m.as_str().to_string()))
+                .transpose()
+                .with_context(|| format!("volume add {spec}: --mode"))?;
+            Command::AddVolume {
+                name: name.to_string(),
+                backing,
+                mode,
+            }
+        }
+        VolumeCmd::Remove { name } => Command::RemoveVolume { name: name.clone() },
+    })
 }
 
 #[cfg(test)]

@@ -7,6 +7,7 @@ mod common;
 use common::{have, run, serve_refused, sha, Srv};
 use std::path::Path;
 use std::process::Command;
+use tiercache_nbd::Client;
 
 /// `len` bytes of `seed`-dependent data in `path`.
 fn random_file(path: &Path, len: usize, seed: u64) {
@@ -642,4 +643,194 @@ fn lost_ranges_are_named_within_their_volume() {
         "{v}"
     );
     assert_eq!(l["end"].as_u64(), Some(end), "{v}");
+}
+
+/// Whether `nbdinfo --list` of `srv` lists export `name`.
+fn listed(srv: &Srv, name: &str) -> bool {
+    let list = run(Command::new("nbdinfo").args(["--list", &srv.uri()]));
+    list.contains(&format!("export=\"{name}\"")) || list.contains(&format!("export={name}\n"))
+}
+
+/// Writes `src` to export `name` (flushed) and reads the export back into `out`; whether
+/// the first `src.len()` bytes read are `src`'s.
+fn put_and_check(srv: &Srv, name: &str, src: &Path, out: &Path) -> bool {
+    run(Command::new("nbdcopy")
+        .arg("--flush")
+        .arg(src)
+        .arg(export(srv, name)));
+    read_export(srv, name, out);
+    let want = std::fs::read(src).unwrap();
+    std::fs::read(out).unwrap()[..want.len()] == want[..]
+}
+
+/// `ctl volume add`: the new export is listed and serves reads and writes when ctl returns,
+/// with the mode given (write-back in a write-through pool); a bad device or a name served
+/// already is refused. The cache records it: after kill -9 a restart with the same command
+/// line (which does not name it) serves it again from the device recorded, with its mode,
+/// and its acknowledged, flushed data (held dirty in the cache) is there.
+#[test]
+fn ctl_volume_add_serves_at_once_and_survives_kill_9() {
+    if !(have("nbdinfo") && have("nbdcopy")) {
+        return;
+    }
+    let two = TwoVolumes::new(8 << 20, 8 << 20);
+    let d = two.d();
+    sized(&d.join("c.img"), 12 << 20);
+    random_file(&d.join("c.src"), 3 << 20, 11);
+    random_file(&d.join("a.src"), 2 << 20, 12);
+    let srv = two.serve(&[]);
+    assert!(!listed(&srv, "c"));
+    assert!(put_and_check(&srv, "a", &d.join("a.src"), &d.join("a.out")));
+    let e = ctl_fails(d, &["volume", "add", "a=/nonexistent/x.img"]);
+    assert!(e.contains("backing device /nonexistent/x.img"), "{e}");
+    let c = format!("c={}", two.img("c"));
+    let e = ctl_fails(d, &["volume", "add", &two.vols[0]]);
+    assert!(e.contains("volume a is served already"), "{e}");
+    let t = srv.ctl(&["volume", "add", &c, "--mode", "wb"]);
+    assert!(t.contains("volume c added: 12582912 bytes"), "{t}");
+    assert!(listed(&srv, "c") && listed(&srv, "a"));
+    run(Command::new("nbdcopy")
+        .arg("--flush")
+        .arg(d.join("c.src"))
+        .arg(export(&srv, "c")));
+    let st = srv.stats();
+    assert_eq!(volume(&st, "c")["mode"], "write-back", "{st}");
+    assert_eq!(volume(&st, "c")["id"], 2, "{st}");
+    assert_eq!(volume(&st, "a")["mode"], "write-through", "{st}");
+    assert!(
+        volume(&st, "c")["dirty_lines"].as_u64().unwrap() > 100,
+        "c's data is held dirty in the cache: {st}"
+    );
+    srv.kill9();
+    assert!(
+        std::fs::read(d.join("c.img")).unwrap()[..3 << 20]
+            != std::fs::read(d.join("c.src")).unwrap()[..],
+        "c's data was written back before the kill"
+    );
+    let srv = two.serve(&[]);
+    assert!(listed(&srv, "c"), "c not restored");
+    read_export(&srv, "c", &d.join("c.out"));
+    let got = std::fs::read(d.join("c.out")).unwrap();
+    assert!(got[..3 << 20] == std::fs::read(d.join("c.src")).unwrap()[..]);
+    assert_eq!(got.len(), 12 << 20);
+    read_export(&srv, "a", &d.join("a.out"));
+    assert!(
+        std::fs::read(d.join("a.out")).unwrap()[..2 << 20]
+            == std::fs::read(d.join("a.src")).unwrap()[..]
+    );
+    let st = srv.stats();
+    assert_eq!(volume(&st, "c")["mode"], "write-back", "{st}");
+    srv.stop("-TERM");
+}
+
+/// `ctl volume remove`: refused while the volume holds dirty data (naming `detach`); after
+/// `ctl --volume b detach` it goes: not listed, a new connection is refused saying it was
+/// removed, a connection still open gets EIO, its lines leave the pool, and a client of
+/// volume a writing and reading meanwhile sees no error. kill -9 then a restart with the same
+/// command line does not serve b (a warning says so) and a's data is intact. The name is
+/// free again: `volume add b=...` on another device is a new volume (id 2) that reads that
+/// device, and a restart without b on the command line serves it from the device recorded.
+#[test]
+fn ctl_volume_remove_refuses_dirty_data_then_leaves_the_others_serving() {
+    if !(have("nbdinfo") && have("nbdcopy")) {
+        return;
+    }
+    let two = TwoVolumes::new(8 << 20, 8 << 20);
+    let d = two.d();
+    random_file(&d.join("a.src"), 2 << 20, 21);
+    random_file(&d.join("b.src"), 2 << 20, 22);
+    random_file(&d.join("b2.img"), 4 << 20, 23);
+    let srv = two.serve(&["--mode", "write-back"]);
+    assert!(put_and_check(&srv, "b", &d.join("b.src"), &d.join("b.out")));
+    let e = ctl_fails(d, &["volume", "remove", "b"]);
+    assert!(
+        e.contains("volume b holds") && e.contains("run `ctl --volume b detach` first"),
+        "{e}"
+    );
+    assert!(listed(&srv, "b"));
+    // A client of a, busy through the removal.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let a_client = {
+        let (stop, uri, d) = (stop.clone(), export(&srv, "a"), d.to_path_buf());
+        std::thread::spawn(move || {
+            let mut rounds = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) || rounds < 2 {
+                run(Command::new("nbdcopy")
+                    .arg("--flush")
+                    .arg(d.join("a.src"))
+                    .arg(&uri));
+                run(Command::new("nbdcopy").arg(&uri).arg(d.join("a.out")));
+                let got = std::fs::read(d.join("a.out")).unwrap();
+                assert!(got[..2 << 20] == std::fs::read(d.join("a.src")).unwrap()[..]);
+                rounds += 1;
+            }
+            rounds
+        })
+    };
+    // A client of b connected before the removal, reading after it.
+    let mut b_client = Client::connect(&export(&srv, "b")).unwrap();
+    let mut buf = vec![0u8; 4096];
+    b_client.read(0, &mut buf).unwrap();
+    let t = srv.ctl(&["--volume", "b", "detach"]);
+    assert!(t.contains("now pass-through"), "{t}");
+    let t = srv.ctl(&["volume", "remove", "b"]);
+    assert!(t.contains("volume b removed"), "{t}");
+    let e = b_client.read(0, &mut buf).unwrap_err();
+    assert_eq!(e.errno(), Some(5), "an open connection gets EIO: {e}");
+    let e = b_client.write(0, &buf).unwrap_err();
+    assert_eq!(e.errno(), Some(5), "{e}");
+    match Client::connect(&export(&srv, "b")) {
+        Err(e) => assert!(e.to_string().contains("export \"b\" was removed"), "{e}"),
+        Ok(_) => panic!("a new connection to removed export b was accepted"),
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    assert!(a_client.join().unwrap() >= 2);
+    assert!(!listed(&srv, "b") && listed(&srv, "a"));
+    // nbdinfo shows the NBD error (ENOENT), not the server's message (checked above).
+    let refused = Command::new("nbdinfo")
+        .arg(export(&srv, "b"))
+        .output()
+        .unwrap();
+    assert!(!refused.status.success());
+    let st = srv.stats();
+    assert!(
+        st["volumes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|v| v["name"] != "b"),
+        "{st}"
+    );
+    // detach wrote b's data back before the removal.
+    assert!(
+        std::fs::read(d.join("b.img")).unwrap()[..2 << 20]
+            == std::fs::read(d.join("b.src")).unwrap()[..]
+    );
+    srv.kill9();
+    let srv = two.serve(&["--mode", "write-back"]);
+    assert!(!listed(&srv, "b") && listed(&srv, "a"));
+    read_export(&srv, "a", &d.join("a.out"));
+    assert!(
+        std::fs::read(d.join("a.out")).unwrap()[..2 << 20]
+            == std::fs::read(d.join("a.src")).unwrap()[..]
+    );
+    // Name reuse: a new volume b on another device.
+    let b2 = format!("b={}", d.join("b2.img").display());
+    srv.ctl(&["volume", "add", &b2]);
+    read_export(&srv, "b", &d.join("b.out"));
+    assert!(std::fs::read(d.join("b.out")).unwrap() == std::fs::read(d.join("b2.img")).unwrap());
+    assert_eq!(volume(&srv.stats(), "b")["id"], 2);
+    srv.kill9();
+    let only_a = vec![two.vols[0].clone()];
+    let srv = Srv::custom(d, &vol_args(&two.cache, &only_a, &["--mode", "write-back"]));
+    assert!(
+        listed(&srv, "b"),
+        "the re-added b is restored from its recorded device"
+    );
+    assert_eq!(volume(&srv.stats(), "b")["id"], 2);
+    let log = srv.stop("-TERM");
+    assert!(
+        log.contains("volume b (added with `ctl volume add`)"),
+        "{log}"
+    );
 }

@@ -20,7 +20,7 @@ pub use replay::{
     pattern_byte, replay, replay_volumes, replay_with, OpStats, ReplayOp, ReplayOpKind,
     ReplayReport,
 };
-pub use server::{Server, ServerOptions, ShutdownHandle};
+pub use server::{ExportsHandle, Server, ServerOptions, ShutdownHandle};
 pub use tls::{read_psk_file, ClientTls, TlsConfig, TlsMode};
 
 /// Block-size constraints advertised with `NBD_INFO_BLOCK_SIZE`.

@@ -26,7 +26,7 @@ use std::net::{SocketAddr, TcpListener};
 use std::os::fd::{AsRawFd, RawFd};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::sync::{Arc, Condvar, Mutex, OnceLock, RwLock};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
@@ -105,7 +105,11 @@ const REAP_EVERY: Duration = Duration::from_millis(100);
 const CONN_STACK: usize = 512 << 10;
 
 struct Shared {
-    exports: Vec<(String, Arc<dyn Export>)>,
+    /// The exports, in order (the first is the default one); [`ExportsHandle`] adds and
+    /// removes exports while the server runs.
+    exports: RwLock<Vec<(String, Arc<dyn Export>)>>,
+    /// Exports removed while the server ran, with why: a client asking for one is told.
+    removed: RwLock<HashMap<String, String>>,
     opts: ServerOptions,
     stopping: AtomicBool,
     /// Self-pipe: the shutdown handle writes one byte, every accept loop polls the read end.
@@ -269,7 +273,8 @@ impl Server {
         let opts = ServerOptions::default();
         Server {
             shared: Arc::new(Shared {
-                exports,
+                exports: RwLock::new(exports),
+                removed: RwLock::new(HashMap::new()),
                 budget: Arc::new(Budget::new(&opts)),
                 opts,
                 stopping: AtomicBool::new(false),
@@ -306,6 +311,14 @@ impl Server {
 
     pub fn shutdown_handle(&self) -> ShutdownHandle {
         ShutdownHandle {
+            shared: self.shared.clone(),
+        }
+    }
+
+    /// A handle that adds and removes exports while the server runs (a volume added or
+    /// removed live): `nbdinfo --list` and new connections see the change at once.
+    pub fn exports_handle(&self) -> ExportsHandle {
+        ExportsHandle {
             shared: self.shared.clone(),
         }
     }
@@ -880,11 +893,64 @@ fn transmission_flags(export: &dyn Export, structured: bool) -> u16 {
     f
 }
 
-fn find_export<'a>(shared: &'a Shared, name: &[u8]) -> Option<&'a (String, Arc<dyn Export>)> {
+fn find_export(shared: &Shared, name: &[u8]) -> Option<(String, Arc<dyn Export>)> {
+    let exports = shared.exports.read().unwrap();
     if name.is_empty() {
-        return shared.exports.first();
+        return exports.first().cloned();
     }
-    shared.exports.iter().find(|(n, _)| n.as_bytes() == name)
+    exports.iter().find(|(n, _)| n.as_bytes() == name).cloned()
+}
+
+/// Why there is no export `name`: removed while the server ran (and why), or never served.
+fn unknown_export(shared: &Shared, name: &[u8]) -> String {
+    let name = String::from_utf8_lossy(name);
+    match shared.removed.read().unwrap().get(name.as_ref()) {
+        Some(why) => format!("export {name:?} was removed: {why}"),
+        None => format!("no export named {name:?}"),
+    }
+}
+
+/// Adds and removes exports of a running [`Server`] ([`Server::exports_handle`]).
+#[derive(Clone)]
+pub struct ExportsHandle {
+    shared: Arc<Shared>,
+}
+
+impl ExportsHandle {
+    /// Adds export `name` (refused when one of that name is served).
+    pub fn add(&self, name: &str, export: Arc<dyn Export>) -> Result<(), String> {
+        let mut exports = self.shared.exports.write().unwrap();
+        if exports.iter().any(|(n, _)| n == name) {
+            return Err(format!("an export named {name:?} is already served"));
+        }
+        exports.push((name.to_string(), export));
+        self.shared.removed.write().unwrap().remove(name);
+        Ok(())
+    }
+
+    /// Removes export `name`: new connections asking for it are refused with `why`.
+    /// Connections already in transmission keep their export object (its requests fail
+    /// as the export decides). Returns whether it was served.
+    pub fn remove(&self, name: &str, why: &str) -> bool {
+        let mut exports = self.shared.exports.write().unwrap();
+        let before = exports.len();
+        exports.retain(|(n, _)| n != name);
+        let removed = exports.len() != before;
+        if removed {
+            self.shared
+                .removed
+                .write()
+                .unwrap()
+                .insert(name.to_string(), why.to_string());
+        }
+        removed
+    }
+
+    /// The names of the exports served, in order.
+    pub fn names(&self) -> Vec<String> {
+        let exports = self.shared.exports.read().unwrap();
+        exports.iter().map(|(n, _)| n.clone()).collect()
+    }
 }
 
 /// How option haggling ended.
@@ -985,15 +1051,12 @@ where
             OPT_EXPORT_NAME => {
                 let Some((name, export)) = find_export(shared, &data) else {
                     // No way to report an error to EXPORT_NAME: the spec says to close.
-                    warn!(
-                        "client asked for unknown export {:?}; closing",
-                        String::from_utf8_lossy(&data)
-                    );
+                    warn!("{}; closing", unknown_export(shared, &data));
                     return Ok(Haggled::Done);
                 };
                 let mut b = Vec::with_capacity(10 + 124);
                 b.extend_from_slice(&export.size().to_be_bytes());
-                b.extend_from_slice(&transmission_flags(&**export, structured).to_be_bytes());
+                b.extend_from_slice(&transmission_flags(&*export, structured).to_be_bytes());
                 if !no_zeroes {
                     b.resize(b.len() + 124, 0);
                 }
@@ -1010,7 +1073,11 @@ where
                     send_opt_error(&mut w, opt, REP_ERR_INVALID, "LIST takes no data")?;
                     continue;
                 }
-                for (name, _) in &shared.exports {
+                let names: Vec<String> = {
+                    let exports = shared.exports.read().unwrap();
+                    exports.iter().map(|(n, _)| n.clone()).collect()
+                };
+                for name in &names {
                     let mut d = Vec::with_capacity(4 + name.len());
                     d.extend_from_slice(&(name.len() as u32).to_be_bytes());
                     d.extend_from_slice(name.as_bytes());
@@ -1074,11 +1141,11 @@ where
                     continue;
                 }
                 let Some((ename, export)) = find_export(shared, name) else {
-                    let msg = format!("no export named {:?}", String::from_utf8_lossy(name));
+                    let msg = unknown_export(shared, name);
                     send_opt_error(&mut w, opt, REP_ERR_UNKNOWN, &msg)?;
                     continue;
                 };
-                let flags = transmission_flags(&**export, structured);
+                let flags = transmission_flags(&*export, structured);
                 let mut d = Vec::with_capacity(12);
                 d.extend_from_slice(&INFO_EXPORT.to_be_bytes());
                 d.extend_from_slice(&export.size().to_be_bytes());

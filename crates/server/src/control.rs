@@ -19,6 +19,13 @@
 //!                                         "settings"), get, set, mode, detach (its own,
 //!                                         for the run), flush (the pool's cleaner: every
 //!                                         volume); the rest are the pool's (refused)
+//! {"cmd":"addvolume","name":N,"backing":PATH[,"mode":M]}
+//!                                      -> {"ok":true,"id":..,"size":..} (`ctl volume add`;
+//!                                         answered by `serve`, which opens the device and
+//!                                         offers the export: `tiercache serve` with
+//!                                         --volume; refused elsewhere)
+//! {"cmd":"removevolume","name":N}      -> {"ok":true,"id":..,"lines_dropped":..}
+//!                                         (`ctl volume remove`; as addvolume)
 //! anything else                        -> {"ok":false,"error":"..."}
 //! ```
 
@@ -71,7 +78,22 @@ pub enum Command {
         name: String,
         request: Box<Command>,
     },
+    /// A new volume served from now on (`ctl volume add NAME=BACKING [--mode M]`).
+    AddVolume {
+        name: String,
+        /// Its backing device: an absolute path or an NBD URI.
+        backing: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        mode: Option<String>,
+    },
+    /// Volume `name` leaves the pool (`ctl volume remove NAME`).
+    RemoveVolume {
+        name: String,
+    },
 }
+
+/// What a server that cannot add or remove volumes answers `addvolume` and `removevolume`.
+pub const NO_VOLUME_ADMIN: &str = "volumes are added and removed only on a `tiercache serve` of several volumes (started with --volume NAME=BACKING, direct layout)";
 
 /// The answer to `request` for volume `name` (see the module doc).
 fn volume_reply(vol: &dyn LiveVolume, name: &str, request: Command) -> serde_json::Value {
@@ -124,6 +146,9 @@ fn volume_reply(vol: &dyn LiveVolume, name: &str, request: Command) -> serde_jso
         Command::ResetStats => no("statistics are reset for the whole pool: `ctl stats --reset` without --volume".into()),
         Command::Classes { .. } => no("the class table is the pool's, shared by every volume: `ctl classes load` without --volume".into()),
         Command::Volume { .. } => no("a volume request inside a volume request".into()),
+        Command::AddVolume { .. } | Command::RemoveVolume { .. } => no(
+            "`ctl volume add|remove` concerns the pool, not one volume: run it without --volume".into(),
+        ),
     }
 }
 
@@ -158,6 +183,7 @@ pub fn handle(vol: &dyn LiveVolume, line: &str) -> serde_json::Value {
             .and_then(|m| vol.set_mode(m).map_err(|e| e.to_string())),
         Command::Detach => vol.detach().map_err(|e| e.to_string()),
         Command::Volume { name, request } => return volume_reply(vol, &name, *request),
+        Command::AddVolume { .. } | Command::RemoveVolume { .. } => Err(NO_VOLUME_ADMIN.into()),
         Command::Get { key } => return get_reply(vol.settings(), key.as_deref()),
         Command::Set { key, value } => {
             return match vol.set_setting(&key, &value) {

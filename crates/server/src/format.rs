@@ -63,9 +63,30 @@ pub const VERSION_VOLUMES: u32 = 5;
 pub const VOLUME_TABLE_AT: usize = 1024;
 const VOLUME_TABLE_MAGIC: &[u8; 8] = b"TCVOLTAB";
 const VOLUME_TABLE_VERSION: u32 = 1;
+/// Table version with entry flags ([`VolumeEntry::flags`]) in the spare 4 bytes, written
+/// when an entry has one: builds that read version 1 only would serve a removed volume
+/// again, or skip an added one, so they refuse it. Version 1 tables are still read (flags 0).
+const VOLUME_TABLE_FLAGS_VERSION: u32 = 2;
+/// [`VolumeEntry::flags`]: removed with `ctl volume remove` (its lines left the pool; not
+/// served again, its id not reused; a volume of the same name added later is a new entry).
+pub const VOLUME_REMOVED: u32 = 1;
+/// [`VolumeEntry::flags`]: added with `ctl volume add` (a restart opens it from the path its
+/// identity records when the command line does not name it).
+pub const VOLUME_ADDED: u32 = 2;
+/// [`VolumeEntry::flags`] bits 8..16: the volume's own mode given at `ctl volume add`
+/// (index in `Mode::ALL` plus one; 0: the pool's).
+const VOLUME_MODE_SHIFT: u32 = 8;
+
+/// The flag bits recording a volume's own mode (see [`VolumeEntry::mode`]).
+pub fn mode_flags(mode: Option<tiercache_engine::Mode>) -> u32 {
+    use tiercache_engine::Mode;
+    mode.map_or(0, |m| {
+        (Mode::ALL.iter().position(|x| *x == m).unwrap() as u32 + 1) << VOLUME_MODE_SHIFT
+    })
+}
 /// Bytes of a volume's name in the table (an NBD export name).
 pub const VOLUME_NAME_BYTES: usize = 32;
-/// `id u32 | pad u32 | size u64 | name [32] | identity [ID_BYTES]`.
+/// `id u32 | flags u32 (table version 2; pad before) | size u64 | name [32] | identity [ID_BYTES]`.
 const VOLUME_ENTRY_BYTES: usize = 16 + VOLUME_NAME_BYTES + ID_BYTES;
 /// Volumes the table holds (what fits the superblock's 4 KiB).
 pub const MAX_TABLE_VOLUMES: usize = (4092 - VOLUME_TABLE_AT - 16 - 4) / VOLUME_ENTRY_BYTES;
@@ -177,18 +198,46 @@ pub struct VolumeEntry {
     pub size: u64,
     /// Its backing device's identity, checked at every open.
     pub identity: BackingIdentity,
+    /// [`VOLUME_REMOVED`], [`VOLUME_ADDED`] (0 in a version 1 table).
+    pub flags: u32,
+}
+
+impl VolumeEntry {
+    /// Removed with `ctl volume remove`: not served, kept only so that its id is not reused
+    /// while the cache device may hold records of it.
+    pub fn removed(&self) -> bool {
+        self.flags & VOLUME_REMOVED != 0
+    }
+
+    /// The volume's own mode recorded at `ctl volume add` (`None`: the pool's).
+    pub fn mode(&self) -> Option<tiercache_engine::Mode> {
+        let i = (self.flags >> VOLUME_MODE_SHIFT) & 0xff;
+        (i != 0).then(|| tiercache_engine::Mode::ALL.get(i as usize - 1).copied())?
+    }
+
+    fn flags_valid(&self) -> bool {
+        let i = (self.flags >> VOLUME_MODE_SHIFT) & 0xff;
+        self.flags & !(VOLUME_REMOVED | VOLUME_ADDED | 0xff << VOLUME_MODE_SHIFT) == 0
+            && i as usize <= tiercache_engine::Mode::ALL.len()
+    }
 }
 
 fn encode_volumes(v: &[VolumeEntry], b: &mut [u8]) {
     assert!(v.len() <= MAX_TABLE_VOLUMES, "volume table too long");
     let t = &mut b[VOLUME_TABLE_AT..4092];
     t[0..8].copy_from_slice(VOLUME_TABLE_MAGIC);
-    t[8..12].copy_from_slice(&VOLUME_TABLE_VERSION.to_le_bytes());
+    let ver = if v.iter().any(|e| e.flags != 0) {
+        VOLUME_TABLE_FLAGS_VERSION
+    } else {
+        VOLUME_TABLE_VERSION
+    };
+    t[8..12].copy_from_slice(&ver.to_le_bytes());
     t[12..16].copy_from_slice(&(v.len() as u32).to_le_bytes());
     for (i, e) in v.iter().enumerate() {
         let o = 16 + i * VOLUME_ENTRY_BYTES;
         let x = &mut t[o..o + VOLUME_ENTRY_BYTES];
         x[0..4].copy_from_slice(&e.id.to_le_bytes());
+        x[4..8].copy_from_slice(&e.flags.to_le_bytes());
         x[8..16].copy_from_slice(&e.size.to_le_bytes());
         put_str(&mut x[16..16 + VOLUME_NAME_BYTES], &e.name);
         e.identity.encode_into(&mut x[16 + VOLUME_NAME_BYTES..]);
@@ -204,9 +253,9 @@ fn decode_volumes(b: &[u8]) -> Result<Vec<VolumeEntry>, String> {
         return Err("no volume table (bad magic) in a version 5 superblock".into());
     }
     let ver = u32::from_le_bytes(t[8..12].try_into().unwrap());
-    if ver != VOLUME_TABLE_VERSION {
+    if ver != VOLUME_TABLE_VERSION && ver != VOLUME_TABLE_FLAGS_VERSION {
         return Err(format!(
-            "volume table version {ver} is not supported (this build reads {VOLUME_TABLE_VERSION})"
+            "volume table version {ver} is not supported (this build reads {VOLUME_TABLE_VERSION} and {VOLUME_TABLE_FLAGS_VERSION})"
         ));
     }
     let n = u32::from_le_bytes(t[12..16].try_into().unwrap()) as usize;
@@ -232,12 +281,20 @@ fn decode_volumes(b: &[u8]) -> Result<Vec<VolumeEntry>, String> {
             name: get_str(&x[16..16 + VOLUME_NAME_BYTES]),
             identity: BackingIdentity::decode_from(&x[16 + VOLUME_NAME_BYTES..])
                 .map_err(|why| format!("entry {i}: {why}"))?,
+            flags: if ver == VOLUME_TABLE_VERSION {
+                0
+            } else {
+                u32::from_le_bytes(x[4..8].try_into().unwrap())
+            },
         };
+        // A name is unique among the volumes not removed (a removed one's may be reused).
+        let same_name = |o: &VolumeEntry| o.name == e.name && !o.removed() && !e.removed();
         if e.id > tiercache_engine::engine::MAX_VOLUME
-            || out.iter().any(|o| o.id == e.id || o.name == e.name)
+            || !e.flags_valid()
+            || out.iter().any(|o| o.id == e.id || same_name(o))
         {
             return Err(format!(
-                "entry {i} (volume {:?}, id {}) repeats an id or a name, or its id is out of range",
+                "entry {i} (volume {:?}, id {}) repeats an id or a name, or its id or flags are out of range",
                 e.name, e.id
             ));
         }
@@ -585,6 +642,7 @@ mod tests {
                 name: format!("vol-{i}"),
                 size: (i as u64 + 1) << 30,
                 identity: BackingIdentity::nbd(&format!("nbd://host/disk{i}")),
+                flags: 0,
             })
             .collect();
         const { assert!(MAX_TABLE_VOLUMES >= 6) };
@@ -612,6 +670,43 @@ mod tests {
             let e = Superblock::decode(&c).unwrap_err().to_string();
             assert!(e.contains("volume table checksum"), "{e}");
         }
+        // Entry flags (table version 2): a removed entry's name may be reused by a new one;
+        // two entries of one name not removed are refused. Version 1 tables still read.
+        let mut flagged = vols.clone();
+        flagged[1].flags = VOLUME_REMOVED;
+        flagged[2].flags = VOLUME_ADDED | mode_flags(Some(tiercache_engine::Mode::WriteBack));
+        flagged[2].name = flagged[1].name.clone();
+        let s = Superblock {
+            volumes: flagged.clone(),
+            version: VERSION_VOLUMES,
+            ..sb()
+        };
+        let b = s.encode();
+        assert_eq!(
+            &b[VOLUME_TABLE_AT + 8..VOLUME_TABLE_AT + 12],
+            &2u32.to_le_bytes()
+        );
+        assert_eq!(Superblock::decode(&b).unwrap().volumes, flagged);
+        assert_eq!(flagged[2].mode(), Some(tiercache_engine::Mode::WriteBack));
+        assert_eq!(flagged[1].mode(), None);
+        let mut twice = flagged.clone();
+        twice[1].flags = 0;
+        let b = Superblock {
+            volumes: twice,
+            ..s.clone()
+        }
+        .encode();
+        let e = Superblock::decode(&b).unwrap_err().to_string();
+        assert!(e.contains("repeats an id or a name"), "{e}");
+        let v1 = Superblock {
+            volumes: vols.clone(),
+            ..s
+        }
+        .encode();
+        assert_eq!(
+            &v1[VOLUME_TABLE_AT + 8..VOLUME_TABLE_AT + 12],
+            &1u32.to_le_bytes()
+        );
         // Without a table: versions as before, no table bytes.
         let s = sb();
         assert_eq!(s.current_version(), VERSION);

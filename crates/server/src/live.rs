@@ -119,6 +119,25 @@ pub trait LiveVolume: Export + Send + Sync {
         let _ = (vol, key, value);
         Err("this layout serves one volume".into())
     }
+    /// `ctl volume add`: serves a new volume of `size` bytes whose backing device the
+    /// caller made reachable (`crate::volume_set::VolumeSlots`); recorded in the superblock
+    /// before it returns the volume's id. Its export is the caller's to offer ([`export_of`]).
+    fn add_volume(
+        &self,
+        name: &str,
+        size: u64,
+        identity: Option<crate::identity::BackingIdentity>,
+        mode: Option<Mode>,
+    ) -> Result<u32, String> {
+        let _ = (name, size, identity, mode);
+        Err("this layout serves one volume".into())
+    }
+    /// `ctl volume remove`: volume `name` leaves the pool (refused while it has dirty
+    /// lines); returns its id and the clean lines dropped.
+    fn remove_volume(&self, name: &str) -> Result<(u32, u64), String> {
+        let _ = name;
+        Err("this layout serves one volume".into())
+    }
     /// A request of volume `vol` (of [`LiveVolume::volumes`]), from its [`VolumeExport`].
     fn volume_io(&self, vol: u32, io: VolumeIo<'_>) -> io::Result<()> {
         let _ = (vol, io);
@@ -187,15 +206,17 @@ pub fn exports(live: &Arc<dyn LiveVolume>) -> Vec<(String, Arc<dyn Export>)> {
         return vec![("tiercache".into(), Arc::clone(live) as Arc<dyn Export>)];
     }
     vols.into_iter()
-        .map(|(name, id, size)| {
-            let e = VolumeExport {
-                live: Arc::clone(live),
-                id,
-                size,
-            };
-            (name, Arc::new(e) as Arc<dyn Export>)
-        })
+        .map(|(name, id, size)| (name, export_of(live, id, size)))
         .collect()
+}
+
+/// The NBD export of volume `id` (of `size` bytes) of a live volume of several.
+pub fn export_of(live: &Arc<dyn LiveVolume>, id: u32, size: u64) -> Arc<dyn Export> {
+    Arc::new(VolumeExport {
+        live: Arc::clone(live),
+        id,
+        size,
+    })
 }
 
 /// The background threads of a volume ([`LiveVolume::start_background`]).
@@ -268,6 +289,18 @@ impl LiveVolume for CacheVolume {
     }
     fn volume_io(&self, vol: u32, io: VolumeIo<'_>) -> io::Result<()> {
         CacheVolume::volume_io(self, vol, io)
+    }
+    fn add_volume(
+        &self,
+        name: &str,
+        size: u64,
+        identity: Option<crate::identity::BackingIdentity>,
+        mode: Option<Mode>,
+    ) -> Result<u32, String> {
+        CacheVolume::add_volume(self, name, size, identity, mode)
+    }
+    fn remove_volume(&self, name: &str) -> Result<(u32, u64), String> {
+        CacheVolume::remove_volume(self, name)
     }
     fn volume_settings(&self, vol: u32) -> Result<Vec<(&'static str, String)>, String> {
         CacheVolume::volume_settings(self, vol)

@@ -11,6 +11,7 @@
 use crate::dev::BlockDev;
 use crate::identity::BackingIdentity;
 use std::io;
+use std::sync::{Arc, RwLock};
 use tiercache_engine::Mode;
 
 /// Bits of a backing address below the volume id.
@@ -140,73 +141,108 @@ pub fn check_name(name: &str) -> Result<(), String> {
 /// Ids for the volumes named on the command line, in their order: a volume the superblock's
 /// table lists keeps its id; a new one takes the lowest id neither listed nor taken. With no
 /// table (a new cache, or one formatted for one `--backing`), the first volume is id 0 (the
-/// backing device the superblock records) and the others follow.
+/// backing device the superblock records) and the others follow. A removed entry
+/// ([`crate::format::VolumeEntry::removed`]) keeps its id but not its name.
 pub fn assign_ids(table: &[crate::format::VolumeEntry], names: &[String]) -> Vec<u32> {
     let mut taken: Vec<u32> = table.iter().map(|e| e.id).collect();
     names
         .iter()
-        .map(|n| match table.iter().find(|e| &e.name == n) {
-            Some(e) => e.id,
-            None => {
-                let id = (0..).find(|i| !taken.contains(i)).unwrap();
-                taken.push(id);
-                id
-            }
-        })
+        .map(
+            |n| match table.iter().find(|e| &e.name == n && !e.removed()) {
+                Some(e) => e.id,
+                None => {
+                    let id = (0..).find(|i| !taken.contains(i)).unwrap();
+                    taken.push(id);
+                    id
+                }
+            },
+        )
         .collect()
 }
 
-/// The backing devices of several volumes as one device (see the module doc).
+/// The backing devices of several volumes as one device (see the module doc). Volumes are
+/// added and removed while it serves ([`VolumeSlots`], `ctl volume add|remove`).
 pub struct VolumeSet {
-    /// By volume id; `None`: a volume of the cache not served this run (its addresses fail).
-    devs: Vec<Option<Box<dyn BlockDev>>>,
-    names: Vec<String>,
+    slots: VolumeSlots,
+}
+
+/// By volume id: the device and name of each volume served (`None`: not served, its
+/// addresses fail).
+type Devs = Vec<Option<(Arc<dyn BlockDev>, String)>>;
+
+/// The volumes of a [`VolumeSet`], shared with whoever adds and removes volumes while it
+/// serves (the device is boxed into the cache volume; this handle stays with the server).
+#[derive(Clone)]
+pub struct VolumeSlots(Arc<RwLock<Devs>>);
+
+impl VolumeSlots {
+    /// Serves `dev` as volume `id` from now on. Refuses an id served, and a device too
+    /// large to address.
+    pub fn add(&self, id: u32, name: &str, dev: Box<dyn BlockDev>) -> Result<(), String> {
+        if dev.size() > VOL_MASK {
+            return Err(format!(
+                "volume {name}: {} bytes; a volume holds at most {VOL_MASK} bytes",
+                dev.size()
+            ));
+        }
+        let mut devs = self.0.write().unwrap();
+        if devs.len() <= id as usize {
+            devs.resize_with(id as usize + 1, || None);
+        }
+        if devs[id as usize].is_some() {
+            return Err(format!("volume {name}: id {id} given twice"));
+        }
+        devs[id as usize] = Some((Arc::from(dev), name.to_string()));
+        Ok(())
+    }
+
+    /// Stops serving volume `id`: its addresses fail from now on (I/O in progress on its
+    /// device ends as it would). Returns whether it was served.
+    pub fn remove(&self, id: u32) -> bool {
+        let mut devs = self.0.write().unwrap();
+        devs.get_mut(id as usize).and_then(Option::take).is_some()
+    }
 }
 
 impl VolumeSet {
     /// `vols`: (id, name, device). Refuses a repeated id and a device too large to address.
     pub fn new(vols: Vec<(u32, String, Box<dyn BlockDev>)>) -> Result<VolumeSet, String> {
-        let n = vols.iter().map(|v| v.0 as usize + 1).max().unwrap_or(0);
-        let mut devs: Vec<Option<Box<dyn BlockDev>>> = (0..n).map(|_| None).collect();
-        let mut names = vec![String::new(); n];
+        let slots = VolumeSlots(Arc::new(RwLock::new(Vec::new())));
         for (id, name, dev) in vols {
-            if dev.size() > VOL_MASK {
-                return Err(format!(
-                    "volume {name}: {} bytes; a volume holds at most {VOL_MASK} bytes",
-                    dev.size()
-                ));
-            }
-            if devs[id as usize].is_some() {
-                return Err(format!("volume {name}: id {id} given twice"));
-            }
-            devs[id as usize] = Some(dev);
-            names[id as usize] = name;
+            slots.add(id, &name, dev)?;
         }
-        Ok(VolumeSet { devs, names })
+        Ok(VolumeSet { slots })
     }
 
-    fn dev(&self, addr: u64) -> io::Result<&dyn BlockDev> {
+    /// The handle that adds and removes volumes while the set serves.
+    pub fn slots(&self) -> VolumeSlots {
+        self.slots.clone()
+    }
+
+    /// The device of volume `id` (a clone of its handle: no lock is held during I/O).
+    fn get(&self, v: u32) -> Option<Arc<dyn BlockDev>> {
+        let devs = self.slots.0.read().unwrap();
+        devs.get(v as usize)?.as_ref().map(|d| Arc::clone(&d.0))
+    }
+
+    fn dev(&self, addr: u64) -> io::Result<Arc<dyn BlockDev>> {
         let v = vol_of(addr);
-        match self.devs.get(v as usize) {
-            Some(Some(d)) => Ok(&**d),
-            _ => Err(io::Error::new(
+        self.get(v).ok_or_else(|| {
+            io::Error::new(
                 io::ErrorKind::NotFound,
                 format!(
-                    "volume id {v} is not served this run (not given with --volume): byte {} of it",
+                    "volume id {v} is not served this run (not given with --volume, or removed): byte {} of it",
                     addr & VOL_MASK
                 ),
-            )),
-        }
+            )
+        })
     }
 }
 
 impl BlockDev for VolumeSet {
     /// Volume 0's size (0 when it is not served): what one-volume code paths take.
     fn size(&self) -> u64 {
-        self.devs
-            .first()
-            .and_then(|d| d.as_ref())
-            .map_or(0, |d| d.size())
+        self.get(0).map_or(0, |d| d.size())
     }
 
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
@@ -229,11 +265,18 @@ impl BlockDev for VolumeSet {
     /// returned, naming its volume).
     fn sync(&self) -> io::Result<()> {
         let mut first = None;
-        for (d, name) in self.devs.iter().zip(&self.names) {
-            if let Some(d) = d {
-                if let Err(e) = d.sync() {
-                    first.get_or_insert(io::Error::new(e.kind(), format!("volume {name}: {e}")));
-                }
+        let devs: Vec<(Arc<dyn BlockDev>, String)> = self
+            .slots
+            .0
+            .read()
+            .unwrap()
+            .iter()
+            .flatten()
+            .cloned()
+            .collect();
+        for (d, name) in devs {
+            if let Err(e) = d.sync() {
+                first.get_or_insert(io::Error::new(e.kind(), format!("volume {name}: {e}")));
             }
         }
         first.map_or(Ok(()), Err)
@@ -242,7 +285,7 @@ impl BlockDev for VolumeSet {
     /// Volume 0's identity (the superblock records it as the one-volume cache does; the
     /// volume table records each volume's).
     fn identity(&self) -> Option<BackingIdentity> {
-        self.devs.first()?.as_ref()?.identity()
+        self.get(0)?.identity()
     }
 
     fn region_end(&self, offset: u64) -> u64 {
@@ -263,12 +306,20 @@ mod tests {
             name: name.into(),
             size: 1,
             identity: BackingIdentity::unknown(name),
+            flags: 0,
         };
         let names = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
         assert_eq!(assign_ids(&[], &names(&["a", "b"])), vec![0, 1]);
         let t = [e(0, "a"), e(2, "c")];
         assert_eq!(assign_ids(&t, &names(&["c", "new", "a"])), vec![2, 1, 0]);
         assert_eq!(assign_ids(&t, &names(&["x", "y"])), vec![1, 3]);
+        // A removed volume's name is free again (a new id); its id stays taken.
+        let gone = VolumeEntry {
+            flags: crate::format::VOLUME_REMOVED,
+            ..e(1, "b")
+        };
+        let t = [e(0, "a"), gone];
+        assert_eq!(assign_ids(&t, &names(&["b", "a"])), vec![2, 0]);
         assert!(check_name("db-1.x_y").is_ok());
         assert!(check_name("").is_err());
         assert!(check_name("a b").is_err());

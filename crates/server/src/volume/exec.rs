@@ -325,13 +325,13 @@ impl CacheVolume {
                 tracing::error!(
                     "data checksum mismatch in DIRTY data: cache slot {slot} (cache byte {}), {}: the sector is damaged and lost (never written to the backing device); reads of it fail with EIO until it is written again",
                     self.data_offset + x,
-                    crate::volume_set::ranges_text(&self.volumes, &[(vol, vol + ss)])
+                    crate::volume_set::ranges_text(&self.vols(), &[(vol, vol + ss)])
                 );
             } else {
                 tracing::warn!(
                     "data checksum mismatch in clean data: cache slot {slot} (cache byte {}), {}: line dropped, read again from the backing device",
                     self.data_offset + x,
-                    crate::volume_set::ranges_text(&self.volumes, &[(vol, vol + ss)])
+                    crate::volume_set::ranges_text(&self.vols(), &[(vol, vol + ss)])
                 );
             }
         }

@@ -77,10 +77,12 @@ impl CacheVolume {
     pub fn volume_io(&self, vol: u32, io: crate::live::VolumeIo<'_>) -> io::Result<()> {
         use crate::live::VolumeIo;
         debug_assert!(self.ram.is_none() && self.classifier.is_none());
-        let Some(spec) = self.volumes.iter().find(|v| v.id == vol) else {
+        let Some((spec, _busy)) = self.volumes.enter(vol) else {
+            // Removed (`ctl volume remove`) while this client was connected: every request
+            // of it fails (EIO), the other volumes' are not concerned.
             return Err(io::Error::new(
                 io::ErrorKind::NotFound,
-                format!("volume id {vol} is not served"),
+                format!("volume id {vol} is not served (removed with `ctl volume remove`)"),
             ));
         };
         let stamp = |mut r: Request| {

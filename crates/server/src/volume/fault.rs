@@ -412,7 +412,7 @@ impl CacheVolume {
             tracing::error!(
                 "cache failed; dirty data LOST in {} ranges, {bytes} bytes (reads of them fail until rewritten): {}",
                 g.lost.len(),
-                crate::volume_set::ranges_text(&self.volumes, &g.lost)
+                crate::volume_set::ranges_text(&self.vols(), &g.lost)
             );
         }
         recorded
@@ -596,7 +596,8 @@ impl CacheVolume {
 
     /// Records `[a, b)` as lost dirty data.
     fn lose(&self, g: &mut Inner, a: u64, b: u64, why: &str) {
-        let name = crate::volume_set::name_of(&self.volumes, crate::volume_set::vol_of(a));
+        let vols = self.vols();
+        let name = crate::volume_set::name_of(&vols, crate::volume_set::vol_of(a));
         degrade::lose_named(&mut g.lost, a, b, self.backing.region_end(a), why, name);
         // Reads of a lost range fail: the RAM tier must not answer them.
         if let Some(r) = &self.ram {

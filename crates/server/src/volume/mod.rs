@@ -418,8 +418,9 @@ pub struct CacheVolume {
     pause: step::Pause,
     /// The RAM tier above the cache (`serve --ram-cache`; `ram.rs`).
     ram: Option<ram::RamCache>,
-    /// The volumes served (`OpenOptions::volumes`); empty: one volume.
-    volumes: Vec<crate::volume_set::VolumeSpec>,
+    /// The volumes served (`OpenOptions::volumes`, then `ctl volume add|remove`); empty:
+    /// one volume. Read through [`CacheVolume::vols`].
+    volumes: volumes::Served,
     /// Cache syncs that failed so far ([`CacheVolume::sync_cache`]). A failed sync may drop
     /// data-area writes since the last good one (`Inner::cache_dropped`): I/O that reads
     /// slots outside the volume lock (a hit, the unlocked write-back) compares this count

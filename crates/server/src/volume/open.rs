@@ -874,7 +874,7 @@ impl CacheVolume {
             ),
         };
         let vol = CacheVolume {
-            volumes: opts.volumes.clone(),
+            volumes: super::volumes::Served::new(opts.volumes.clone()),
             ram,
             size: backing.size(),
             cache,

@@ -41,6 +41,7 @@ pub(super) fn reconcile(
             name: v0.name.clone(),
             size: sb.backing_size,
             identity: sb.backing.clone(),
+            flags: 0,
         });
     }
     let mut out = Vec::new();
@@ -102,6 +103,7 @@ pub(super) fn reconcile(
                         .identity
                         .clone()
                         .unwrap_or_else(|| BackingIdentity::unknown(&v.name)),
+                    flags: 0,
                 });
             }
         }
@@ -155,7 +157,9 @@ fn drop_missing(
             let Some(m) = missing.iter().position(|e| e.id == vol_of(r.key)) else {
                 continue;
             };
-            if r.dirty != 0 || (write_back && Record::in_flux(b)) {
+            // A removed volume (`ctl volume remove`) had no dirty line when it was removed:
+            // a record of it still saying dirty or in flux is stale, and dropped.
+            if !missing[m].removed() && (r.dirty != 0 || (write_back && Record::in_flux(b))) {
                 dirty[m] += 1;
             } else {
                 Record::EMPTY.encode(&mut page[i * rb..(i + 1) * rb]);
@@ -190,7 +194,7 @@ fn drop_missing(
     if !rewrite.is_empty() {
         cache.sync()?;
     }
-    for e in missing {
+    for e in missing.iter().filter(|e| !e.removed()) {
         tracing::warn!(
             "volume {} (backing {}) is not served this run: its clean cached lines were dropped",
             e.name,
@@ -202,16 +206,210 @@ fn drop_missing(
 
 impl CacheVolume {
     /// The volumes served (`serve --volume`), in the order given; empty for a one-volume cache.
-    pub fn volume_specs(&self) -> &[VolumeSpec] {
-        &self.volumes
+    pub fn volume_specs(&self) -> Arc<Vec<VolumeSpec>> {
+        self.vols()
+    }
+
+    /// The volumes served now (see [`CacheVolume::volume_specs`]).
+    pub(super) fn vols(&self) -> Arc<Vec<VolumeSpec>> {
+        self.volumes.specs()
+    }
+
+    /// `ctl volume add`: serves a new volume of `size` bytes (its backing device already
+    /// reachable at [`crate::volume_set::vaddr`]`(id, _)` before its export is offered) in the
+    /// pool from now on, with its own `mode` if given. The volume table gets a new entry
+    /// (flagged added, with the mode) and the superblock is written and synced before this
+    /// returns: a restart serves it (from the path its identity records when the command
+    /// line does not name it). Returns its id: the lowest one no entry holds (a removed
+    /// volume's id is not reused while the cache may hold records of it).
+    pub fn add_volume(
+        &self,
+        name: &str,
+        size: u64,
+        identity: Option<BackingIdentity>,
+        mode: Option<Mode>,
+    ) -> Result<u32, String> {
+        crate::volume_set::check_name(name)?;
+        let vols = self.vols();
+        if vols.is_empty() {
+            return Err("this server serves one volume (started with --backing): volumes are added to a cache of several (serve --volume NAME=BACKING)".into());
+        }
+        if vols.iter().any(|v| v.name == name) {
+            return Err(format!("volume {name} is served already"));
+        }
+        if size > VOL_MASK {
+            return Err(format!(
+                "volume {name}: {size} bytes; a volume holds at most {VOL_MASK} bytes"
+            ));
+        }
+        let mut g = self.lock();
+        if g.closed {
+            return Err(g.closed_reason().into());
+        }
+        if g.failed {
+            return Err("the cache device failed: no volume can be added until it is restarted with a newly formatted cache".into());
+        }
+        if g.sb
+            .volumes
+            .iter()
+            .filter(|e| !e.removed())
+            .any(|e| e.name == name)
+        {
+            return Err(format!(
+                "volume {name} is in the cache's volume table already"
+            ));
+        }
+        if g.sb.volumes.len() >= MAX_TABLE_VOLUMES {
+            return Err(format!(
+                "the cache's volume table is full ({MAX_TABLE_VOLUMES} entries, removed volumes included): {}",
+                g.sb.volumes
+                    .iter()
+                    .map(|e| e.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+        }
+        let id = (0..=tiercache_engine::engine::MAX_VOLUME)
+            .find(|i| !g.sb.volumes.iter().any(|e| e.id == *i))
+            .ok_or("no volume id left")?;
+        let entry = VolumeEntry {
+            id,
+            name: name.to_string(),
+            size,
+            identity: identity
+                .clone()
+                .unwrap_or_else(|| BackingIdentity::unknown(name)),
+            flags: format::VOLUME_ADDED | format::mode_flags(mode),
+        };
+        let cfg = VolumeConfig {
+            mode,
+            bytes: Some(size),
+            ..VolumeConfig::new(id, name.to_string())
+        };
+        g.engine
+            .retune(|c| c.volumes.push(cfg))
+            .map_err(|e| format!("volume {name}: {e}"))?;
+        g.sb.volumes.push(entry);
+        if let Err(e) = self.write_superblock(&mut g) {
+            g.sb.volumes.retain(|e| e.id != id);
+            let _ = g.engine.retune(|c| c.volumes.retain(|v| v.id != id));
+            return Err(format!(
+                "volume {name}: the cache's volume table could not be written ({e}): not added"
+            ));
+        }
+        self.volumes.set(|v| {
+            v.push(VolumeSpec {
+                id,
+                name: name.to_string(),
+                size,
+                identity,
+                mode,
+            })
+        });
+        drop(g);
+        tracing::info!("volume {name} added (id {id}, {size} bytes)");
+        Ok(id)
+    }
+
+    /// `ctl volume remove`: volume `name` leaves the pool. Refused while it has dirty lines
+    /// (`ctl --volume NAME detach` writes them back and keeps it clean). Otherwise its
+    /// requests fail from now on (EIO: a client still connected to its export), the
+    /// requests in progress end first, its table entry is flagged removed (superblock
+    /// written and synced) and its clean lines are dropped from the pool (their records on
+    /// the cache device are dropped at the next open, as a volume not served). Returns its
+    /// id and the number of lines dropped.
+    pub fn remove_volume(&self, name: &str) -> Result<(u32, u64), String> {
+        let Some(spec) = self.vols().iter().find(|v| v.name == name).cloned() else {
+            return Err(format!(
+                "no volume {name:?} is served (volumes: {})",
+                self.vols()
+                    .iter()
+                    .map(|v| v.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+        };
+        if self.vols().len() == 1 {
+            return Err(format!(
+                "volume {name} is the last volume this server serves: stop the server instead"
+            ));
+        }
+        let id = spec.id;
+        // New requests of it fail from here; wait for those in progress.
+        self.volumes.set(|v| v.retain(|x| x.id != id));
+        let put_back = |why: String| {
+            self.volumes.set(|v| v.push(spec.clone()));
+            Err(why)
+        };
+        if !self.volumes.drain(id, Duration::from_secs(30)) {
+            return put_back(format!(
+                "volume {name}: its requests in progress did not end within 30 s (a backing device not answering?): not removed"
+            ));
+        }
+        // No write-back in flight from here on (it may hold lines of this volume).
+        let _owner = self.clean_owner();
+        let mut g = self.lock();
+        if g.closed {
+            let why = g.closed_reason().to_string();
+            drop(g);
+            return put_back(why);
+        }
+        let mut slots = Vec::new();
+        let mut dirty = 0u64;
+        for (key, slot, d) in g.engine.entries() {
+            if vol_of(key) == id {
+                slots.push(slot);
+                dirty += d as u64;
+            }
+        }
+        if dirty > 0 {
+            drop(g);
+            return put_back(format!(
+                "volume {name} holds {dirty} dirty lines its backing device does not have yet: run `ctl --volume {name} detach` first (writes them back and passes the volume through), then remove it"
+            ));
+        }
+        // What its clients wrote (write-through, or written back) is durable on its
+        // backing device before the device is let go.
+        if let Err(e) = self.flush_locked(&mut g) {
+            drop(g);
+            return put_back(format!(
+                "volume {name}: flushing before removal failed ({e}): not removed"
+            ));
+        }
+        let Some(ix) = g.sb.volumes.iter().position(|e| e.id == id) else {
+            drop(g);
+            return put_back(format!("volume {name} is not in the cache's volume table"));
+        };
+        g.sb.volumes[ix].flags |= format::VOLUME_REMOVED;
+        if let Err(e) = self.write_superblock(&mut g) {
+            g.sb.volumes[ix].flags &= !format::VOLUME_REMOVED;
+            drop(g);
+            return put_back(format!(
+                "volume {name}: the cache's volume table could not be written ({e}): not removed"
+            ));
+        }
+        for &s in &slots {
+            debug_assert!(!g.engine.is_dirty(s) && !g.engine.is_pinned(s));
+            g.engine.drop_line(s);
+        }
+        if let Err(e) = g.engine.retune(|c| c.volumes.retain(|v| v.id != id)) {
+            tracing::warn!("volume {name}: removed, but its settings stay in the engine: {e}");
+        }
+        drop(g);
+        tracing::info!(
+            "volume {name} removed (id {id}): {} clean lines left the pool",
+            slots.len()
+        );
+        Ok((id, slots.len() as u64))
     }
 
     /// `ranges` (pool addresses) as JSON reports name them
     /// ([`crate::volume_set::NamedRange`]).
     pub fn named_ranges(&self, ranges: &[(u64, u64)]) -> Vec<crate::volume_set::NamedRange> {
+        let vols = self.vols();
         crate::volume_set::named_ranges(
-            !self.volumes.is_empty(),
-            |v| crate::volume_set::name_of(&self.volumes, v),
+            !vols.is_empty(),
+            |v| crate::volume_set::name_of(&vols, v),
             ranges,
         )
     }
@@ -219,7 +417,8 @@ impl CacheVolume {
     /// Per volume (several volumes): its name, id, size, mode and the engine's counters and
     /// occupancy for it (`ctl stats --json` `volumes`, Prometheus `volume="NAME"`).
     pub fn volume_figures(&self) -> Vec<VolumeFigures> {
-        if self.volumes.is_empty() {
+        let vols = self.vols();
+        if vols.is_empty() {
             return Vec::new();
         }
         let g = self.lock();
@@ -227,8 +426,7 @@ impl CacheVolume {
         let stats = g.engine.volume_stats();
         let (failed, lost) = (g.failed, g.lost.clone());
         drop(g);
-        self.volumes
-            .iter()
+        vols.iter()
             .map(|v| {
                 let s = stats.iter().find(|s| s.id == v.id);
                 let base = vaddr(v.id, 0);
@@ -262,12 +460,12 @@ impl CacheVolume {
     }
 
     /// The volume of id `id` served, or the error naming the volumes.
-    fn served(&self, id: u32) -> Result<&VolumeSpec, String> {
-        self.volumes.iter().find(|v| v.id == id).ok_or_else(|| {
+    fn served(&self, id: u32) -> Result<VolumeSpec, String> {
+        let vols = self.vols();
+        vols.iter().find(|v| v.id == id).cloned().ok_or_else(|| {
             format!(
                 "no volume of id {id} is served (volumes: {})",
-                self.volumes
-                    .iter()
+                vols.iter()
                     .map(|v| v.name.as_str())
                     .collect::<Vec<_>>()
                     .join(", ")
@@ -320,7 +518,7 @@ impl CacheVolume {
         key: &str,
         value: &str,
     ) -> Result<(String, String), String> {
-        let name = self.served(id)?.name.clone();
+        let name = self.served(id)?.name;
         let k = tuning::key(key)?;
         if !tuning::VOLUME_KEYS.contains(&k) {
             return Err(format!(
@@ -394,6 +592,70 @@ impl CacheVolume {
             "setting of volume {name} (this run): {k}: {old} -> {new}"
         );
         Ok((old, new))
+    }
+}
+
+/// The volumes a [`CacheVolume`] serves, changed live by `ctl volume add|remove`, and the
+/// requests of each in progress (so that a removal waits for them to end).
+pub(super) struct Served {
+    specs: RwLock<Arc<Vec<VolumeSpec>>>,
+    /// Requests in progress, by volume id modulo [`STRIPES`].
+    inflight: [AtomicU64; STRIPES],
+}
+
+const STRIPES: usize = 64;
+
+impl Served {
+    pub(super) fn new(specs: Vec<VolumeSpec>) -> Served {
+        Served {
+            specs: RwLock::new(Arc::new(specs)),
+            inflight: std::array::from_fn(|_| AtomicU64::new(0)),
+        }
+    }
+
+    pub(super) fn specs(&self) -> Arc<Vec<VolumeSpec>> {
+        Arc::clone(&self.specs.read().unwrap())
+    }
+
+    fn set(&self, f: impl FnOnce(&mut Vec<VolumeSpec>)) {
+        let mut w = self.specs.write().unwrap();
+        let mut v = (**w).clone();
+        f(&mut v);
+        *w = Arc::new(v);
+    }
+
+    /// Counts a request of volume `id` as in progress while the guard lives; `None` (not
+    /// counted) when the volume is not served. Counted before the volume is looked up, so a
+    /// removal that took the volume out and then sees no request in progress has none left
+    /// to come.
+    pub(super) fn enter(&self, id: u32) -> Option<(VolumeSpec, Busy<'_>)> {
+        let c = &self.inflight[id as usize % STRIPES];
+        c.fetch_add(1, Ordering::SeqCst);
+        let guard = Busy(c);
+        let spec = self.specs().iter().find(|v| v.id == id).cloned()?;
+        Some((spec, guard))
+    }
+
+    /// Waits (up to `max`) for the requests of volume `id` in progress to end.
+    fn drain(&self, id: u32, max: Duration) -> bool {
+        let c = &self.inflight[id as usize % STRIPES];
+        let t = Instant::now();
+        while c.load(Ordering::SeqCst) != 0 {
+            if t.elapsed() > max {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        true
+    }
+}
+
+/// A request in progress ([`Served::enter`]).
+pub(super) struct Busy<'a>(&'a AtomicU64);
+
+impl Drop for Busy<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
