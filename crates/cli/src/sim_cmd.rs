@@ -568,11 +568,6 @@ fn apply_volume_settings(
             .map_err(|e: String| anyhow::anyhow!("--volume-admission {s}: {e}"))?;
         find(&mut vols, "--volume-admission", &n)?.admission = Some(adm);
     }
-    anyhow::ensure!(
-        spec.engine.ram_cache == 0 || vols.iter().all(|v| v.mode.is_none()),
-        "--ram-cache with --volume-mode: the RAM tier has one mode for the pool; per-volume \
-         modes under a RAM tier are not supported yet (drop one of them)"
-    );
     if vols.is_empty() {
         // --per-volume alone: a table that only switches per-volume counting on (volume 0
         // named by its id, like every volume met in the trace).

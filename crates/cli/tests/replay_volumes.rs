@@ -1,7 +1,7 @@
 //! Sim = live for a pool of two volumes (issue 15 item 4): `tiercache replay --volume
 //! NAME=TRACE ...` at queue depth 1 against `tiercache serve --volume NAME=BACKING ...` gives
 //! the pool exactly the counters `tiercache sim --volume NAME=TRACE ...` computes, in total
-//! and per volume, with a per-volume mode.
+//! and per volume, with a per-volume mode, and with a RAM tier above the pool.
 
 mod common;
 
@@ -34,9 +34,10 @@ fn two_volume_replay_at_queue_depth_1_matches_the_simulator_exactly() {
         format!("hm={}", hm.display()),
         format!("vdi={}", vdi.display()),
     ];
-    for (mode, hm_mode) in [
-        ("write-back", "write-through"),
-        ("write-through", "write-back"),
+    for (mode, hm_mode, ram) in [
+        ("write-back", "write-through", None),
+        ("write-through", "write-back", None),
+        ("write-back", "write-through", Some("256KiB")),
     ] {
         let dir = common::tmp();
         let d = dir.path();
@@ -62,6 +63,9 @@ fn two_volume_replay_at_queue_depth_1_matches_the_simulator_exactly() {
         }
         args.extend(["--policy", "lru", "--mode", mode, "--cleaner", "inline"]);
         args.extend(["--volume-mode", &hm_setting]);
+        if let Some(r) = ram {
+            args.extend(["--ram-cache", r]);
+        }
         let srv = Srv::custom(d, &args);
         let mut replay = Command::new(BIN);
         replay.args([
@@ -90,6 +94,9 @@ fn two_volume_replay_at_queue_depth_1_matches_the_simulator_exactly() {
             mode,
         ]);
         sim.args(["--volume-mode", &hm_setting, "--json", "-q"]);
+        if let Some(r) = ram {
+            sim.args(["--ram-cache", r]);
+        }
         for v in &traces {
             sim.args(["--volume", v]);
         }
@@ -135,6 +142,32 @@ fn two_volume_replay_at_queue_depth_1_matches_the_simulator_exactly() {
             assert_eq!(l["cached_lines"], s["lines"], "{mode}: volume {name} lines");
             assert_eq!(l["dirty_lines"], s["dirty_lines"], "{mode}: volume {name}");
             assert_eq!(l["mode"], s["mode"], "{mode}: volume {name}");
+        }
+        if ram.is_some() {
+            // The RAM tier above the pool keys lines by volume: sim and live agree on every
+            // read it served, filled and dropped.
+            let (sr, lr) = (&sim["ram"], &live["ram"]);
+            for k in ["read_requests", "ram_hits", "ssd_hits", "misses"] {
+                assert_eq!(sr[k], lr[k], "RAM tier {k}: sim {}, live {}", sr[k], lr[k]);
+            }
+            for k in ["hits", "fills", "evictions", "invalidations"] {
+                assert_eq!(
+                    sr["counters"][k], lr["counters"][k],
+                    "RAM counter {k}: sim {}, live {}",
+                    sr["counters"][k], lr["counters"][k]
+                );
+            }
+            let n = |v: &serde_json::Value| v.as_u64().unwrap();
+            assert!(
+                n(&sr["ram_hits"]) > 0 && n(&sr["counters"]["evictions"]) > 0,
+                "the RAM tier must serve and evict for the comparison to mean something: {sr}"
+            );
+        } else {
+            assert!(
+                live["ram"].is_null(),
+                "no RAM tier asked for: {}",
+                live["ram"]
+            );
         }
         // The comparison is worth something: both volumes were cached, lines were evicted
         // and dirty data written back.

@@ -834,3 +834,79 @@ fn ctl_volume_remove_refuses_dirty_data_then_leaves_the_others_serving() {
         "{log}"
     );
 }
+
+/// A RAM tier above a pool of two volumes (issue 15 item 3 with item 1): both volumes hold
+/// the same offsets with different bytes, so a RAM tier keyed by offset alone would serve one
+/// volume's bytes to the other; a volume switched to pass-through leaves RAM and fills it no
+/// more while the other keeps its lines; a removed volume's lines leave RAM.
+#[test]
+fn a_ram_tier_above_two_volumes_keeps_each_volumes_lines_apart() {
+    let two = TwoVolumes::new(0, 0);
+    let d = two.d();
+    random_file(&d.join("a.img"), 4 << 20, 31);
+    random_file(&d.join("b.img"), 4 << 20, 32);
+    let srv = two.serve(&["--mode", "write-through", "--ram-cache", "1MiB"]);
+    let mut c: Vec<Client> = ["a", "b"]
+        .iter()
+        .map(|n| Client::connect(&export(&srv, n)).unwrap())
+        .collect();
+    let file = |n: &str| std::fs::read(d.join(format!("{n}.img"))).unwrap();
+    // Reads the first 64 KiB of volume `i` twice (the second from RAM) and checks them.
+    let read_twice = |c: &mut Vec<Client>, i: usize, want: &[u8]| {
+        for round in 0..2 {
+            let mut buf = vec![0u8; 64 << 10];
+            c[i].read(0, &mut buf).unwrap();
+            assert!(
+                buf == want[..64 << 10],
+                "volume {i}, read {round}: not its own bytes"
+            );
+        }
+    };
+    let ram = |srv: &Srv| {
+        let r = srv.stats()["ram"].clone();
+        (
+            r["cached_lines"].as_u64().unwrap(),
+            r["ram_hits"].as_u64().unwrap(),
+        )
+    };
+    read_twice(&mut c, 0, &file("a"));
+    let (a_lines, h0) = ram(&srv);
+    assert!(
+        a_lines >= 16 && h0 >= 1,
+        "a's lines in RAM: {a_lines}, hits {h0}"
+    );
+    read_twice(&mut c, 1, &file("b"));
+    let (lines, h1) = ram(&srv);
+    assert_eq!(lines, 2 * a_lines, "b's lines beside a's");
+    assert!(h1 > h0, "b's second read was not served from RAM");
+    // A write to a at offset 0 leaves a's RAM copy, not b's.
+    let new = vec![0xA5u8; 64 << 10];
+    c[0].write(0, &new).unwrap();
+    read_twice(&mut c, 0, &new);
+    read_twice(&mut c, 1, &file("b"));
+
+    // b passes through: its lines leave RAM, a's stay, b's reads fill nothing.
+    srv.ctl(&["--volume", "b", "mode", "pass-through"]);
+    assert_eq!(ram(&srv).0, a_lines);
+    let (_, h2) = ram(&srv);
+    read_twice(&mut c, 1, &file("b"));
+    assert_eq!(
+        ram(&srv),
+        (a_lines, h2),
+        "a pass-through volume used the RAM tier"
+    );
+    srv.ctl(&["--volume", "b", "mode", "write-through"]);
+    read_twice(&mut c, 1, &file("b"));
+    assert_eq!(ram(&srv).0, 2 * a_lines);
+
+    // b leaves the pool: its lines leave RAM.
+    let t = srv.ctl(&["volume", "remove", "b"]);
+    assert!(t.contains("volume b removed"), "{t}");
+    assert_eq!(
+        ram(&srv).0,
+        a_lines,
+        "a removed volume's lines stayed in RAM"
+    );
+    read_twice(&mut c, 0, &new);
+    srv.stop("-TERM");
+}

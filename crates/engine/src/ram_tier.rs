@@ -92,8 +92,10 @@ pub struct RamTier {
     clock: u64,
     stamps: Vec<u64>,
     cleared_at: u64,
-    /// Reads fill RAM (not in pass-through: nothing new is cached there).
+    /// Reads fill RAM (not in pass-through: nothing new is cached there): the pool's mode,
+    /// and the volumes whose own mode says otherwise (`(volume, fills)`, a few entries).
     filling: bool,
+    volume_filling: Vec<(u32, bool)>,
     policy_name: &'static str,
     counters: RamCounters,
 }
@@ -153,6 +155,7 @@ impl RamTier {
             stamps: vec![0; STAMPS],
             cleared_at: 0,
             filling: true,
+            volume_filling: Vec::new(),
             policy_name: info.name,
             counters: RamCounters::default(),
         })
@@ -170,6 +173,9 @@ impl RamTier {
             &cfg.policy_params,
         )?;
         t.set_mode(cfg.mode);
+        for v in &cfg.volumes {
+            t.set_volume_mode(v.id, v.mode);
+        }
         Ok(Some(t))
     }
 
@@ -182,6 +188,7 @@ impl RamTier {
         t.clock = self.clock + 1;
         t.cleared_at = t.clock;
         t.filling = self.filling;
+        t.volume_filling = self.volume_filling.clone();
         t.counters = self.counters;
         t.counters.clears += 1;
         Ok(t)
@@ -227,10 +234,52 @@ impl RamTier {
     }
 
     /// The write mode changed: the tier is emptied (cheap and rare), and fills stop in
-    /// pass-through (nothing new is cached there) and resume in the other modes.
+    /// pass-through (nothing new is cached there) and resume in the other modes. A volume
+    /// with a mode of its own ([`RamTier::set_volume_mode`]) keeps it.
     pub fn set_mode(&mut self, mode: Mode) {
         self.clear();
         self.filling = mode != Mode::PassThrough;
+    }
+
+    /// Volume `volume`'s own mode changed (None: it follows the pool's again): its lines
+    /// leave RAM, fills in flight are refused, and its reads fill RAM unless its mode is
+    /// pass-through. The other volumes' lines stay.
+    pub fn set_volume_mode(&mut self, volume: u32, mode: Option<Mode>) {
+        self.drop_volume(volume);
+        self.volume_filling.retain(|&(v, _)| v != volume);
+        if let Some(m) = mode {
+            self.volume_filling.push((volume, m != Mode::PassThrough));
+        }
+    }
+
+    /// Every line of `volume` leaves RAM (counted as invalidations) and the fills of reads in
+    /// flight are refused (all volumes': a false alarm for the others, rare): the volume was
+    /// removed from the pool, so its id may serve another backing device next, or its mode
+    /// changed.
+    pub fn drop_volume(&mut self, volume: u32) {
+        self.clock += 1;
+        self.cleared_at = self.clock;
+        let gone: Vec<u64> = self
+            .map
+            .keys()
+            .copied()
+            .filter(|&k| Self::volume_of(k) == volume)
+            .collect();
+        for k in gone {
+            self.drop_key(k);
+        }
+    }
+
+    fn volume_of(key: u64) -> u32 {
+        (key >> crate::engine::LINE_BITS) as u32
+    }
+
+    /// Whether reads of `volume` fill RAM (its mode, else the pool's).
+    fn fills(&self, volume: u32) -> bool {
+        self.volume_filling
+            .iter()
+            .find(|&&(v, _)| v == volume)
+            .map_or(self.filling, |&(_, f)| f)
     }
 
     fn lines(&self, req: &Request) -> (u64, u64) {
@@ -300,7 +349,7 @@ impl RamTier {
     /// (slot, volume byte offset of the line) for each line put in: copy its bytes there.
     pub fn fill(&mut self, req: &Request, ticket: u64, out: &mut Vec<(Slot, u64)>) {
         out.clear();
-        if req.op != Op::Read || req.len == 0 || !self.filling {
+        if req.op != Op::Read || req.len == 0 || !self.fills(req.volume) {
             return;
         }
         let ls = self.line_size();
@@ -357,11 +406,8 @@ impl RamTier {
                 .keys()
                 .copied()
                 .filter(|&k| {
-                    let (v, l) = (
-                        (k >> crate::engine::LINE_BITS) as u32,
-                        k & ((1 << crate::engine::LINE_BITS) - 1),
-                    );
-                    v == vol && (first..=last).contains(&l)
+                    let l = k & ((1 << crate::engine::LINE_BITS) - 1);
+                    Self::volume_of(k) == vol && (first..=last).contains(&l)
                 })
                 .collect();
             for k in gone {
@@ -481,6 +527,65 @@ mod tests {
         t.set_mode(Mode::WriteBack);
         t.fill(&Request::read(0, 4096), t.ticket(), &mut out);
         assert_eq!(t.len(), 1);
+    }
+
+    fn read_of(volume: u32, line: u64) -> Request {
+        let mut r = Request::read(line * 4096, 4096);
+        r.volume = volume;
+        r
+    }
+
+    #[test]
+    fn a_pass_through_volume_does_not_fill_and_others_keep_their_lines() {
+        let mut t = tier(8);
+        let mut out = Vec::new();
+        for v in 0..2 {
+            t.fill(&read_of(v, 1), t.ticket(), &mut out);
+        }
+        assert!(t.contains(0, 1) && t.contains(1, 1));
+        t.set_volume_mode(1, Some(Mode::PassThrough));
+        assert!(
+            t.contains(0, 1),
+            "volume 0 lost its line to volume 1's switch"
+        );
+        assert!(!t.contains(1, 1), "a pass-through volume kept lines in RAM");
+        t.fill(&read_of(1, 2), t.ticket(), &mut out);
+        assert!(out.is_empty() && !t.contains(1, 2));
+        // The pool's switch keeps the volume's own mode; the volume's None follows the pool.
+        t.set_mode(Mode::WriteThrough);
+        t.fill(&read_of(1, 2), t.ticket(), &mut out);
+        assert!(!t.contains(1, 2));
+        t.fill(&read_of(0, 2), t.ticket(), &mut out);
+        assert!(t.contains(0, 2));
+        t.set_volume_mode(1, None);
+        t.fill(&read_of(1, 2), t.ticket(), &mut out);
+        assert!(t.contains(1, 2));
+        t.set_mode(Mode::PassThrough);
+        t.set_volume_mode(0, Some(Mode::WriteBack));
+        t.fill(&read_of(0, 3), t.ticket(), &mut out);
+        t.fill(&read_of(1, 3), t.ticket(), &mut out);
+        assert!(t.contains(0, 3) && !t.contains(1, 3));
+    }
+
+    #[test]
+    fn a_dropped_volume_leaves_ram_and_its_reads_in_flight_fill_nothing() {
+        let mut t = tier(8);
+        let mut out = Vec::new();
+        for l in 0..3 {
+            t.fill(&read_of(0, l), t.ticket(), &mut out);
+            t.fill(&read_of(2, l), t.ticket(), &mut out);
+        }
+        let old = t.ticket();
+        t.drop_volume(2);
+        assert_eq!(t.len(), 3);
+        assert!((0..3).all(|l| t.contains(0, l) && !t.contains(2, l)));
+        // A read of the removed volume that was below while it left: its bytes are the old
+        // device's and the id may name another device now.
+        t.fill(&read_of(2, 5), old, &mut out);
+        assert!(out.is_empty() && !t.contains(2, 5));
+        let mut s = Vec::new();
+        assert!(!t.read(&read_of(2, 1), &mut s));
+        assert!(t.read(&read_of(0, 1), &mut s));
     }
 
     #[test]

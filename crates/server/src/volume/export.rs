@@ -9,18 +9,7 @@ impl Export for CacheVolume {
 
     fn read(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
         let req = Request::read(offset, buf.len() as u64);
-        self.timed(false, || match &self.ram {
-            // The RAM tier first: a hit takes neither the volume lock nor the cache device.
-            // Not once a panic poisoned the lock: the read goes below and halts the volume.
-            Some(ram) if !self.inner.is_poisoned() && ram.read(&req, buf) => Ok(()),
-            Some(ram) => {
-                let ticket = ram.ticket();
-                self.run(&req, Data::Read(buf))?;
-                ram.fill(&req, ticket, buf);
-                Ok(())
-            }
-            None => self.run(&req, Data::Read(buf)),
-        })?;
+        self.timed(false, || self.reading(&req, buf))?;
         if let Some(c) = &self.classifier {
             c.observe_read(offset, buf);
             self.relabel(c.take_relabels());
@@ -72,11 +61,11 @@ impl Export for CacheVolume {
 
 impl CacheVolume {
     /// A request of volume `vol` of several (`serve --volume`; `crate::live::VolumeExport`):
-    /// as the one-volume export's, stamped with the volume. The RAM tier and the content
-    /// classifier are refused with several volumes at open, so neither is consulted here.
+    /// as the one-volume export's, stamped with the volume (the RAM tier keys its lines by
+    /// volume too). The content classifier is refused with several volumes at open.
     pub fn volume_io(&self, vol: u32, io: crate::live::VolumeIo<'_>) -> io::Result<()> {
         use crate::live::VolumeIo;
-        debug_assert!(self.ram.is_none() && self.classifier.is_none());
+        debug_assert!(self.classifier.is_none());
         let Some((spec, _busy)) = self.volumes.enter(vol) else {
             // Removed (`ctl volume remove`) while this client was connected: every request
             // of it fails (EIO), the other volumes' are not concerned.
@@ -92,20 +81,36 @@ impl CacheVolume {
         let r = match io {
             VolumeIo::Read(offset, buf) => {
                 let req = stamp(Request::read(offset, buf.len() as u64));
-                self.timed(false, || self.run(&req, Data::Read(buf)))
+                self.timed(false, || self.reading(&req, buf))
             }
             VolumeIo::Write(offset, data, fua) => {
                 let mut req = stamp(Request::write(offset, data.len() as u64));
                 req.fua = fua;
-                self.timed(true, || self.run(&req, Data::Write(data)))
+                self.timed(true, || self.invalidating(&req, Data::Write(data)))
             }
             VolumeIo::Flush => self.run(&stamp(Request::new(0, Op::Flush, 0, 0)), Data::None),
             VolumeIo::Trim(offset, len) => {
-                self.run(&stamp(Request::new(0, Op::Trim, offset, len)), Data::None)
+                self.invalidating(&stamp(Request::new(0, Op::Trim, offset, len)), Data::None)
             }
         };
         // A lost range names the volume, with offsets within it.
         r.map_err(|e| crate::degrade::name_lost_range(e, &spec.name))
+    }
+
+    /// A read: the RAM tier first (a hit takes neither the volume lock nor the cache
+    /// device), else below, then the RAM tier is filled with what was read. Not once a panic
+    /// poisoned the lock: the read goes below and halts the volume.
+    fn reading(&self, req: &Request, buf: &mut [u8]) -> io::Result<()> {
+        match &self.ram {
+            Some(ram) if !self.inner.is_poisoned() && ram.read(req, buf) => Ok(()),
+            Some(ram) => {
+                let ticket = ram.ticket();
+                self.run(req, Data::Read(buf))?;
+                ram.fill(req, ticket, buf);
+                Ok(())
+            }
+            None => self.run(req, Data::Read(buf)),
+        }
     }
 
     /// A write or trim (write-zeroes is written): its lines leave the RAM tier before it

@@ -379,10 +379,10 @@ impl CacheVolume {
             }
             Vec::new()
         } else {
-            if opts.ram_cache > 0 || opts.classes.is_some() {
+            if opts.classes.is_some() {
                 return Err(FormatError::BadField {
                     field: "volumes",
-                    why: "several volumes do not take a RAM tier or an I/O class table yet (--ram-cache, --classes)".into(),
+                    why: "several volumes do not take an I/O class table yet (--classes)".into(),
                 });
             }
             volumes::reconcile(&mut sb, &*cache, opts)?
@@ -873,6 +873,11 @@ impl CacheVolume {
                 .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?,
             ),
         };
+        if let Some(r) = &ram {
+            for v in &inner.engine.config().volumes {
+                r.set_volume_mode(v.id, v.mode);
+            }
+        }
         let vol = CacheVolume {
             volumes: super::volumes::Served::new(opts.volumes.clone()),
             ram,

@@ -211,6 +211,11 @@ impl RamCache {
         self.lock().tier.set_mode(mode);
     }
 
+    /// Volume `id`'s own mode is now `mode` (None: the pool's): its lines leave RAM.
+    pub(crate) fn set_volume_mode(&self, id: u32, mode: Option<Mode>) {
+        self.lock().tier.set_volume_mode(id, mode);
+    }
+
     pub(crate) fn reset_counters(&self) {
         let mut g = self.lock();
         g.base = g.tier.counters();

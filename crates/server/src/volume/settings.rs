@@ -30,6 +30,10 @@ impl CacheVolume {
         g.engine.set_mode(mode);
         if let Some(r) = &self.ram {
             r.set_mode(mode);
+            // Every volume follows the pool's mode now (above).
+            for v in &g.engine.config().volumes {
+                r.set_volume_mode(v.id, None);
+            }
         }
         g.sb.mode = mode_index(mode);
         self.write_superblock(&mut g)

@@ -297,6 +297,10 @@ impl CacheVolume {
                 "volume {name}: the cache's volume table could not be written ({e}): not added"
             ));
         }
+        if let Some(r) = &self.ram {
+            // Nothing of an earlier holder of the id may be served from RAM.
+            r.set_volume_mode(id, mode);
+        }
         self.volumes.set(|v| {
             v.push(VolumeSpec {
                 id,
@@ -391,6 +395,10 @@ impl CacheVolume {
         for &s in &slots {
             debug_assert!(!g.engine.is_dirty(s) && !g.engine.is_pinned(s));
             g.engine.drop_line(s);
+        }
+        if let Some(r) = &self.ram {
+            // Its lines leave RAM; its reads in flight fill nothing.
+            r.set_volume_mode(id, None);
         }
         if let Err(e) = g.engine.retune(|c| c.volumes.retain(|v| v.id != id)) {
             tracing::warn!("volume {name}: removed, but its settings stay in the engine: {e}");
@@ -569,6 +577,7 @@ impl CacheVolume {
                 own.admission = v.admission;
             }
         }
+        let own_mode = own.mode;
         g.engine
             .retune(|c| {
                 if let Some(x) = c.volumes.iter_mut().find(|x| x.id == id) {
@@ -577,9 +586,10 @@ impl CacheVolume {
             })
             .map_err(|e| what(&e))?;
         if k == "mode" {
-            // The RAM tier is the pool's: emptied on a mode switch, as the pool's switch does.
+            // The volume's lines leave the RAM tier (the others' stay); a pass-through
+            // volume fills it no more.
             if let Some(r) = &self.ram {
-                r.set_mode(c.mode);
+                r.set_volume_mode(id, own_mode);
             }
         }
         let new = Self::volume_setting(&g, id, k);
