@@ -666,6 +666,24 @@ impl Client {
         self.submit_raw(CMD_WRITE_ZEROES, flags, offset, len, &[])
     }
 
+    /// Whether [`Client::wait_any`] would return without reading the socket: a reply was
+    /// already read (while waiting for another) or its first bytes are buffered.
+    pub fn reply_buffered(&self) -> bool {
+        !self.done.is_empty() || !self.reader.buffer().is_empty()
+    }
+
+    /// The socket to poll for a reply to come, so that one thread can wait on several
+    /// connections at once (`crate::replay_volumes`). None for TLS: decrypted bytes may wait
+    /// inside the TLS layer with nothing left to read on the socket.
+    pub fn reply_fd(&self) -> Option<std::os::fd::RawFd> {
+        use std::os::fd::AsRawFd;
+        match self.reader.get_ref() {
+            Conn::Unix(s) => Some(s.as_raw_fd()),
+            Conn::Tcp(s) => Some(s.as_raw_fd()),
+            Conn::Tls(_) => None,
+        }
+    }
+
     /// Waits for the next reply from the server, whichever request it answers.
     pub fn wait_any(&mut self) -> Result<Completion> {
         if let Some(&h) = self.done.keys().next() {

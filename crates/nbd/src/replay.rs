@@ -175,13 +175,59 @@ pub fn replay_with(
     Ok(r)
 }
 
+/// The export whose reply comes first among those with requests in flight: one with a reply
+/// already buffered, else the first whose socket turns readable (`poll`). `oldest` (the
+/// export of the oldest request in flight) when only it waits, when a connection cannot be
+/// polled (TLS) or when poll fails: then replies are taken in send order, as a single
+/// connection takes them.
+fn first_to_answer(clients: &[Client], oldest: usize) -> usize {
+    let waiting: Vec<usize> = (0..clients.len())
+        .filter(|&v| clients[v].in_flight() > 0)
+        .collect();
+    debug_assert!(waiting.contains(&oldest));
+    if waiting.len() <= 1 {
+        return oldest;
+    }
+    if let Some(&v) = waiting.iter().find(|&&v| clients[v].reply_buffered()) {
+        return v;
+    }
+    let Some(fds) = waiting
+        .iter()
+        .map(|&v| clients[v].reply_fd())
+        .collect::<Option<Vec<_>>>()
+    else {
+        return oldest;
+    };
+    let mut pfds: Vec<libc::pollfd> = fds
+        .iter()
+        .map(|&fd| libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        })
+        .collect();
+    loop {
+        // SAFETY: `pfds` is a valid array of `pfds.len()` pollfd structs for the call.
+        let n = unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, -1) };
+        if n > 0 {
+            // Readable, hung up or in error: wait_any on it returns the reply or the error.
+            return pfds
+                .iter()
+                .position(|p| p.revents != 0)
+                .map_or(oldest, |i| waiting[i]);
+        }
+        if n < 0 && std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
+            return oldest;
+        }
+    }
+}
+
 /// [`replay_with`] over several exports (volumes of one pool, or any servers): each op
 /// `(i, op)` goes to `clients[i]`, in the order given, with at most `queue_depth` requests in
 /// flight over all of them together, so at queue depth 1 the server sees exactly the given
-/// order across its exports. When the limit is reached the replay waits for a reply on the
-/// export of the oldest request in flight (a reply already received on another connection is
-/// timed when it is read: at depths above 1 over several exports, latencies can be
-/// overstated by up to one wait).
+/// order across its exports. When the limit is reached the replay takes the first reply of
+/// any export (`poll` over the connections), so a slow export does not hold back the timing
+/// of a fast one's replies (TLS connections are waited on in send order).
 pub fn replay_volumes(
     clients: &mut [Client],
     ops: impl IntoIterator<Item = (usize, ReplayOp)>,
@@ -221,7 +267,10 @@ pub fn replay_volumes(
         while sent.front().is_some_and(|k| !in_flight.contains_key(k)) {
             sent.pop_front();
         }
-        let v = sent.front().expect("a request in flight").0;
+        let oldest = sent.front().expect("a request in flight").0;
+        // The first export to answer, not the oldest request's: waiting on one connection
+        // while the other's reply sits unread would time that reply late.
+        let v = first_to_answer(clients, oldest);
         let c = clients[v].wait_any()?;
         let now = Instant::now();
         let (kind, bytes, t0) = in_flight
