@@ -360,8 +360,9 @@ fn input_total(input: &Input) -> Option<u64> {
     }
 }
 
-/// `--workload fileserver...`: the generated trace and its phases.
-fn fileserver_input(input: &InputArgs) -> Result<Option<(Input, Vec<PhaseRange>)>> {
+/// `--workload fileserver...`: the generated trace, its phases and the bytes its volume
+/// spans (a timed run refuses a smaller backing device).
+fn fileserver_input(input: &InputArgs) -> Result<Option<(Input, Vec<PhaseRange>, u64)>> {
     let Some(w) = input
         .workload
         .as_deref()
@@ -381,6 +382,7 @@ fn fileserver_input(input: &InputArgs) -> Result<Option<(Input, Vec<PhaseRange>)
             requests: Arc::new(t.requests),
         },
         t.phases,
+        t.volume_bytes,
     )))
 }
 
@@ -426,17 +428,18 @@ pub fn sim(mut a: SimArgs) -> Result<()> {
     }
     let merged = merge_volume_traces(&a, &exp)?;
     let table = merged.as_ref().map(|m| m.1.clone());
-    let (input, phases) = match (fs, &content, merged) {
-        (_, _, Some((i, _))) => (i, Vec::new()),
-        (Some((i, p)), _, None) => (i, p),
+    let (input, phases, volume) = match (fs, &content, merged) {
+        (_, _, Some((i, _))) => (i, Vec::new(), None),
+        (Some((i, p, v)), _, None) => (i, p, Some(v)),
         (None, Some(w), None) => (
             Input::Memory {
                 name: w.clone(),
                 requests: Arc::new(Vec::new()),
             },
             Vec::new(),
+            None,
         ),
-        (None, None, None) => (exp.input.to_input()?, Vec::new()),
+        (None, None, None) => (exp.input.to_input()?, Vec::new(), None),
     };
     let mut spec = specs(&input, &exp.cache, None, exp.input.seed)?.remove(0);
     if let Some(w) = &content {
@@ -452,6 +455,7 @@ pub fn sim(mut a: SimArgs) -> Result<()> {
     let progress = Progress::new(a.quiet, input_total(&spec.input), "requests");
     if let Some(mut setup) = a.timed.setup()? {
         setup.options.phase_starts = phases.iter().map(|p| p.start as u64).collect();
+        setup.options.volume_bytes = volume;
         let rep = run_timed(&spec, &setup, Some(&|n| progress.set(n)))?;
         progress.finish();
         print_timed(&rep, a.json, a.csv)?;
@@ -608,7 +612,7 @@ pub fn sweep(mut a: SweepArgs) -> Result<()> {
     let mut exp = experiment(&a.config, &input_args, &a.cache)?;
     exp.cache.overlay(&a.layout.section()?);
     let input = match fs {
-        Some((i, _)) => i,
+        Some((i, _, _)) => i,
         None => exp.input.to_input()?,
     };
     let mut grid: SweepGrid = exp.sweep.clone().unwrap_or_default();

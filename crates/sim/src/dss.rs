@@ -201,6 +201,7 @@ pub fn run(opts: &DssOptions, progress: Option<&(dyn Fn(&RunResult) + Sync)>) ->
                     options: TimedOptions {
                         phase_starts: phase_starts.clone(),
                         idle_clean: IDLE_CLEAN || opts.cleaner.is_some(),
+                        volume_bytes: Some(trace.volume_bytes),
                         ..Default::default()
                     },
                     prices: opts.prices.clone(),

@@ -70,6 +70,12 @@ pub struct TimedOptions {
     /// written back in the background (LBA order, chunk rewrites, one backing write at a
     /// time, yielding to foreground HDD work) while the requests go on. `None`: no flush.
     pub flush_at: Option<u64>,
+    /// Bytes the input spans when it declares it (a generated workload's volume, e.g. the
+    /// fileserver's 1 TB): [`run_timed`] refuses a backing device smaller than it, whose
+    /// replay would map offsets modulo the device and fold the volume onto it. `None`: not
+    /// declared (a trace; requests beyond the device are counted in
+    /// [`TimedResult::wrapped_requests`]).
+    pub volume_bytes: Option<u64>,
 }
 
 /// Lines per cleaning pass of [`flush_time`].
@@ -96,6 +102,7 @@ impl Default for TimedOptions {
             idle_clean: true,
             phase_starts: Vec::new(),
             flush_at: None,
+            volume_bytes: None,
         }
     }
 }
@@ -2186,6 +2193,20 @@ pub fn run_timed(
         }
     };
     let mut hdd = build(&hdd_spec).map_err(|e| anyhow::anyhow!("{e}"))?;
+    if let Some(v) = setup.options.volume_bytes {
+        let cap = hdd.capacity_bytes();
+        anyhow::ensure!(
+            v <= cap,
+            "the input spans a volume of {v} bytes but the backing device ({}) holds {cap} \
+             bytes: the replay would fold the volume onto it (offsets modulo the device), \
+             with shorter seeks than the volume's; give a larger device (--raid 5:N, another \
+             --hdd) or a smaller volume (fileserver: volume=BYTES)",
+            match setup.raid {
+                None => setup.hdd.clone(),
+                Some((l, n)) => format!("RAID {l} of {n} x {}", setup.hdd),
+            }
+        );
+    }
     let mut ssd = match &setup.ssd {
         Some(s) => Some(build(&parse(s)?).map_err(|e| anyhow::anyhow!("{e}"))?),
         None => None,

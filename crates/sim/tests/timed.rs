@@ -390,6 +390,44 @@ fn a_trace_beyond_the_device_is_counted_and_named() {
     assert!(rep.timed.wrap_note.is_none());
 }
 
+/// A generated workload declares the volume it spans (the fileserver's: the seed's 1 TB at
+/// every scale): a timed run on a smaller backing device is refused with the sizes, not
+/// folded onto it (issue 18's single-disk command: a 1 TB volume on one 500 GB `hdd:7200`),
+/// and runs on a device that holds it without folding a request.
+#[test]
+fn a_declared_volume_larger_than_the_device_is_refused() {
+    use tiercache_sim::fileserver::{self, FileserverSpec};
+    let t = fileserver::generate(&FileserverSpec::scaled(0.001), 1);
+    assert!(t.volume_bytes > 500_000_000_000, "{} bytes", t.volume_bytes);
+    let spec = SimSpec {
+        input: Input::Memory {
+            name: "fileserver:scale=0.001".into(),
+            requests: std::sync::Arc::new(t.requests),
+        },
+        cache_size: CacheSize::Percent(10.0),
+        engine: EngineConfig::default(),
+        log: None,
+    };
+    let on = |raid: Option<(u8, usize)>, declared: bool| {
+        let mut s = setup(None, Drive::Closed { queue_depth: 4 });
+        s.raid = raid;
+        s.options.volume_bytes = declared.then_some(t.volume_bytes);
+        run_timed(&spec, &s, None)
+    };
+    // Undeclared, the trace does reach beyond the single disk (and is folded onto it).
+    let folded = on(None, false).unwrap();
+    assert!(folded.timed.wrapped_requests > 0);
+    // Declared, the same run is refused, naming both sizes.
+    let err = format!("{:#}", on(None, true).unwrap_err());
+    assert!(err.contains(&t.volume_bytes.to_string()), "{err}");
+    assert!(err.contains("500000000000"), "{err}");
+    assert!(err.contains("fold"), "{err}");
+    // A RAID 5 of 4 x 500 GB (1.5 TB) holds it: nothing folds.
+    let fits = on(Some((5, 4)), true).unwrap();
+    assert_eq!(fits.timed.wrapped_requests, 0);
+    assert!(fits.timed.wrap_note.is_none());
+}
+
 /// Per-phase counters split the run: they add up to the run's write-backs, evictions and
 /// HDD bytes (the last phase includes the final drain).
 #[test]
