@@ -910,3 +910,116 @@ fn a_ram_tier_above_two_volumes_keeps_each_volumes_lines_apart() {
     read_twice(&mut c, 0, &new);
     srv.stop("-TERM");
 }
+
+/// kill -9 of a pool whose volumes run different modes (write-back pool with a write-through
+/// volume, and the reverse): the write-through volume's acknowledged writes (FLUSHed or not)
+/// are on its backing device at the kill; the write-back volume's FLUSHed writes are held
+/// dirty in the cache only. The restart (same command line) serves both volumes' data, each
+/// volume in its own mode; in a write-back pool the write-back volume's lines are still dirty
+/// until `ctl flush` writes them to its device (a write-through pool writes them back at open).
+#[test]
+fn kill_9_with_a_mode_per_volume_restores_each_volume() {
+    if !have("nbdcopy") {
+        return;
+    }
+    for (pool, b_mode) in [
+        ("write-back", "write-through"),
+        ("write-through", "write-back"),
+    ] {
+        let two = TwoVolumes::new(8 << 20, 8 << 20);
+        let d = two.d();
+        random_file(&d.join("a.src"), 4 << 20, 41);
+        random_file(&d.join("b.src"), 4 << 20, 42);
+        let b_setting = format!("b={b_mode}");
+        let args = ["--mode", pool, "--volume-mode", b_setting.as_str()];
+        let (wb, wt) = if pool == "write-back" {
+            ("a", "b")
+        } else {
+            ("b", "a")
+        };
+        let srv = two.serve(&args);
+        for name in ["a", "b"] {
+            run(Command::new("nbdcopy")
+                .arg("--flush")
+                .arg(d.join(format!("{name}.src")))
+                .arg(export(&srv, name)));
+        }
+        // Acknowledged, never FLUSHed, on the write-through volume.
+        let tail = vec![0x5Au8; 64 << 10];
+        let mut c = Client::connect(&export(&srv, wt)).unwrap();
+        c.write(5 << 20, &tail).unwrap();
+        let st = srv.stats();
+        assert_eq!(volume(&st, wb)["mode"], "write-back", "{pool}");
+        assert_eq!(volume(&st, wt)["mode"], "write-through", "{pool}");
+        assert!(
+            volume(&st, wb)["dirty_lines"].as_u64().unwrap() > 500,
+            "{pool}: {wb} held dirty in the cache: {st}"
+        );
+        assert_eq!(volume(&st, wt)["dirty_lines"], 0, "{pool}: {st}");
+        srv.kill9();
+        let img = |n: &str| std::fs::read(d.join(format!("{n}.img"))).unwrap();
+        let src = |n: &str| std::fs::read(d.join(format!("{n}.src"))).unwrap();
+        let on_wt = img(wt);
+        assert!(
+            on_wt[..4 << 20] == src(wt)[..] && on_wt[5 << 20..(5 << 20) + (64 << 10)] == tail[..],
+            "{pool}: write-through volume {wt}: acknowledged writes missing from its device at the kill"
+        );
+        assert!(
+            img(wb)[..4 << 20] != src(wb)[..],
+            "{pool}: {wb}'s data was written back before the kill: the restart is not tested"
+        );
+
+        let srv = two.serve(&args);
+        let st = srv.stats();
+        assert_eq!(
+            volume(&st, wb)["mode"],
+            "write-back",
+            "{pool} after restart"
+        );
+        assert_eq!(
+            volume(&st, wt)["mode"],
+            "write-through",
+            "{pool} after restart"
+        );
+        // A write-back pool restores the dirty lines dirty; a write-through pool's open
+        // writes a write-back volume's dirty lines back to its device before serving (safe,
+        // though the volume restarts clean).
+        let dirty = volume(&st, wb)["dirty_lines"].as_u64().unwrap();
+        if pool == "write-back" {
+            assert!(
+                dirty > 500,
+                "{pool}: {wb}'s dirty lines were not restored dirty: {st}"
+            );
+        } else {
+            assert!(
+                dirty > 500 || img(wb)[..4 << 20] == src(wb)[..],
+                "{pool}: {wb}'s dirty lines neither restored nor written back: {st}"
+            );
+        }
+        for name in ["a", "b"] {
+            let out = d.join(format!("{name}.read"));
+            read_export(&srv, name, &out);
+            let got = std::fs::read(&out).unwrap();
+            assert!(
+                got[..4 << 20] == src(name)[..],
+                "{pool}: volume {name} lost data"
+            );
+        }
+        let got = std::fs::read(d.join(format!("{wt}.read"))).unwrap();
+        assert!(
+            got[5 << 20..(5 << 20) + (64 << 10)] == tail[..],
+            "{pool}: {wt}'s tail"
+        );
+        srv.ctl(&["flush"]);
+        assert_eq!(
+            volume(&srv.stats(), wb)["dirty_lines"],
+            0,
+            "{pool}: after ctl flush"
+        );
+        assert!(
+            img(wb)[..4 << 20] == src(wb)[..],
+            "{pool}: ctl flush did not write {wb}'s restored dirty lines to its device"
+        );
+        srv.stop("-TERM");
+    }
+}
