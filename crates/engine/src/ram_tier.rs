@@ -259,13 +259,14 @@ impl RamTier {
     pub fn drop_volume(&mut self, volume: u32) {
         self.clock += 1;
         self.cleared_at = self.clock;
-        let gone: Vec<u64> = self
-            .map
-            .keys()
-            .copied()
-            .filter(|&k| Self::volume_of(k) == volume)
-            .collect();
-        for k in gone {
+        self.drop_keys_where(|k| Self::volume_of(k) == volume);
+    }
+
+    /// Drops every line in RAM whose key `gone` names (a scan of the map: for large ranges
+    /// and whole volumes, where stamping each line would cost more).
+    fn drop_keys_where(&mut self, gone: impl Fn(u64) -> bool) {
+        let keys: Vec<u64> = self.map.keys().copied().filter(|&k| gone(k)).collect();
+        for k in keys {
             self.drop_key(k);
         }
     }
@@ -401,18 +402,10 @@ impl RamTier {
             // for fills, and the lines in RAM are found through the map.
             self.cleared_at = self.clock;
             let vol = req.volume;
-            let gone: Vec<u64> = self
-                .map
-                .keys()
-                .copied()
-                .filter(|&k| {
-                    let l = k & ((1 << crate::engine::LINE_BITS) - 1);
-                    Self::volume_of(k) == vol && (first..=last).contains(&l)
-                })
-                .collect();
-            for k in gone {
-                self.drop_key(k);
-            }
+            self.drop_keys_where(|k| {
+                let l = k & ((1 << crate::engine::LINE_BITS) - 1);
+                Self::volume_of(k) == vol && (first..=last).contains(&l)
+            });
             return;
         }
         for l in first..=last {

@@ -181,6 +181,10 @@ pub fn replay_with(
 /// polled (TLS) or when poll fails: then replies are taken in send order, as a single
 /// connection takes them.
 fn first_to_answer(clients: &[Client], oldest: usize) -> usize {
+    if clients.len() == 1 {
+        // One export (every `replay_with`): nothing to choose, nothing to allocate.
+        return oldest;
+    }
     let waiting: Vec<usize> = (0..clients.len())
         .filter(|&v| clients[v].in_flight() > 0)
         .collect();
