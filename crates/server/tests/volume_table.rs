@@ -95,13 +95,26 @@ fn pool(mode: Mode) -> Pool {
 /// Opens the pool with volumes `names` as `serve --volume` does (ids from the cache's
 /// table, a removed volume's name taking a new id) on `cache`.
 fn open(p: &Pool, cache: Box<dyn BlockDev>, names: &[&str], mode: Mode) -> CacheVolume {
+    open_with(p, cache, names, mode, |n| {
+        Box::new(FileDev::open(&p.backing(n)).unwrap())
+    })
+}
+
+/// [`open`], volume `n`'s backing device `backing(n)`.
+fn open_with(
+    p: &Pool,
+    cache: Box<dyn BlockDev>,
+    names: &[&str],
+    mode: Mode,
+    backing: impl Fn(&str) -> Box<dyn BlockDev>,
+) -> CacheVolume {
     let table = read_superblock(&*cache).unwrap().volumes;
     let names: Vec<String> = names.iter().map(|s| s.to_string()).collect();
     let ids = assign_ids(&table, &names);
     let mut specs = Vec::new();
     let mut devs = Vec::new();
     for (n, &id) in names.iter().zip(&ids) {
-        let d = FileDev::open(&p.backing(n)).unwrap();
+        let d = backing(n);
         specs.push(VolumeSpec {
             id,
             name: n.clone(),
@@ -109,7 +122,7 @@ fn open(p: &Pool, cache: Box<dyn BlockDev>, names: &[&str], mode: Mode) -> Cache
             identity: d.identity(),
             mode: None,
         });
-        devs.push((id, n.clone(), Box::new(d) as Box<dyn BlockDev>));
+        devs.push((id, n.clone(), d));
     }
     let set = VolumeSet::new(devs).unwrap();
     let opts = OpenOptions {
@@ -266,5 +279,60 @@ fn a_remove_whose_superblock_cannot_be_written_back_fails_the_cache_and_keeps_ev
     assert!(
         p.state().exists(),
         "the failure is recorded in the state file"
+    );
+}
+
+#[test]
+fn a_volume_with_lost_ranges_is_not_removed_until_they_are_written_again() {
+    let p = pool(Mode::WriteAround);
+    let faults = Faults::new(5);
+    let (b, bh) = faults.wrap("b", Box::new(FileDev::open(&p.backing("b")).unwrap()), true);
+    let b = std::sync::Mutex::new(Some(b));
+    let v = open_with(
+        &p,
+        Box::new(FileDev::open(&p.cache).unwrap()),
+        &["a", "b"],
+        Mode::WriteAround,
+        |n| match n {
+            "b" => Box::new(b.lock().unwrap().take().unwrap()),
+            _ => Box::new(FileDev::open(&p.backing(n)).unwrap()),
+        },
+    );
+    // A write of b (around the cache) that its backing device dropped at a failed sync: lost.
+    write(&v, "b", 8192, &[9u8; 4096]);
+    bh.fail_next_sync(true);
+    assert!(v.volume_io(id_of(&v, "b"), VolumeIo::Flush).is_err());
+    let lost = |v: &CacheVolume| {
+        v.volume_figures()
+            .iter()
+            .find(|f| f.name == "b")
+            .unwrap()
+            .lost_ranges
+            .clone()
+    };
+    assert_eq!(lost(&v), vec![(8192, 12288)]);
+    let e = v.remove_volume("b").unwrap_err();
+    assert!(
+        e.contains("lost") && e.contains("8192..12288") && e.contains("ctl --volume b stats"),
+        "{e}"
+    );
+    assert!(
+        v.volume_specs().iter().any(|s| s.name == "b"),
+        "still served"
+    );
+    // Its reads there still fail (the loss stays visible), until the range is written again.
+    let mut buf = vec![0u8; 4096];
+    assert!(v
+        .volume_io(id_of(&v, "b"), VolumeIo::Read(8192, &mut buf))
+        .is_err());
+    write(&v, "b", 8192, &[10u8; 4096]);
+    v.volume_io(id_of(&v, "b"), VolumeIo::Flush).unwrap();
+    assert!(lost(&v).is_empty());
+    v.remove_volume("b").unwrap();
+    assert!(v.volume_specs().iter().all(|s| s.name != "b"));
+    v.shutdown().unwrap();
+    assert_eq!(
+        std::fs::read(p.backing("b")).unwrap()[8192..12288],
+        [10u8; 4096]
     );
 }

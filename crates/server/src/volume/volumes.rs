@@ -317,7 +317,8 @@ impl CacheVolume {
     }
 
     /// `ctl volume remove`: volume `name` leaves the pool. Refused while it has dirty lines
-    /// (`ctl --volume NAME detach` writes them back and keeps it clean). Otherwise its
+    /// (`ctl --volume NAME detach` writes them back and keeps it clean) or lost ranges
+    /// (written again and flushed, they are no longer lost). Otherwise its
     /// requests fail from now on (EIO: a client still connected to its export), the
     /// requests in progress end first, its table entry is flagged removed (superblock
     /// written and synced) and its clean lines are dropped from the pool (their records on
@@ -371,6 +372,26 @@ impl CacheVolume {
             drop(g);
             return put_back(format!(
                 "volume {name} holds {dirty} dirty lines its backing device does not have yet: run `ctl --volume {name} detach` first (writes them back and passes the volume through), then remove it"
+            ));
+        }
+        // Unresolved loss, like dirty data: once removed, its ranges would be named by id
+        // only and nobody could read (EIO) or rewrite them.
+        let base = vaddr(id, 0);
+        let lost: Vec<(u64, u64)> = g
+            .lost
+            .iter()
+            .filter(|r| vol_of(r.0) == id)
+            .map(|&(a, b)| (a - base, b - base))
+            .collect();
+        if !lost.is_empty() {
+            drop(g);
+            return put_back(format!(
+                "volume {name} has {} lost ranges (bytes {}): data written to them was lost and their reads fail, so the loss stays visible; see them with `ctl --volume {name} stats` (lost ranges), write them again (e.g. from a backup) and flush, then remove it",
+                lost.len(),
+                lost.iter()
+                    .map(|(a, b)| format!("{a}..{b}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
             ));
         }
         // What its clients wrote (write-through, or written back) is durable on its
