@@ -94,10 +94,16 @@ fn pool(mode: Mode) -> Pool {
 
 /// Opens the pool with volumes `names` as `serve --volume` does (ids from the cache's
 /// table, a removed volume's name taking a new id) on `cache`.
+/// A name may carry the volume's own mode (`--volume-mode`): `b=write-back`.
 fn open(p: &Pool, cache: Box<dyn BlockDev>, names: &[&str], mode: Mode) -> CacheVolume {
     open_with(p, cache, names, mode, |n| {
         Box::new(FileDev::open(&p.backing(n)).unwrap())
     })
+}
+
+/// [`open`] on the cache file itself (no faults).
+fn reopen(p: &Pool, names: &[&str], mode: Mode) -> CacheVolume {
+    open(p, Box::new(FileDev::open(&p.cache).unwrap()), names, mode)
 }
 
 /// [`open`], volume `n`'s backing device `backing(n)`.
@@ -109,18 +115,25 @@ fn open_with(
     backing: impl Fn(&str) -> Box<dyn BlockDev>,
 ) -> CacheVolume {
     let table = read_superblock(&*cache).unwrap().volumes;
-    let names: Vec<String> = names.iter().map(|s| s.to_string()).collect();
+    let own: Vec<Option<Mode>> = names
+        .iter()
+        .map(|s| s.split_once('=').map(|(_, m)| m.parse().unwrap()))
+        .collect();
+    let names: Vec<String> = names
+        .iter()
+        .map(|s| s.split('=').next().unwrap().to_string())
+        .collect();
     let ids = assign_ids(&table, &names);
     let mut specs = Vec::new();
     let mut devs = Vec::new();
-    for (n, &id) in names.iter().zip(&ids) {
+    for ((n, &id), &mode) in names.iter().zip(&ids).zip(&own) {
         let d = backing(n);
         specs.push(VolumeSpec {
             id,
             name: n.clone(),
             size: d.size(),
             identity: d.identity(),
-            mode: None,
+            mode,
         });
         devs.push((id, n.clone(), d));
     }
@@ -169,6 +182,11 @@ fn read(v: &CacheVolume, name: &str, at: u64, len: usize) -> Vec<u8> {
     b
 }
 
+fn flush(v: &CacheVolume, name: &str) {
+    v.volume_io(id_of(v, name), VolumeIo::Flush)
+        .unwrap_or_else(|e| panic!("flush of {name}: {e}"));
+}
+
 fn dirty_lines(v: &CacheVolume, name: &str) -> u64 {
     v.volume_figures()
         .iter()
@@ -199,7 +217,7 @@ fn a_remove_whose_superblock_sync_fails_keeps_the_volume_and_what_it_is_written_
     // Still served: what its client writes now is acknowledged (dirty in the cache) and
     // made durable by a flush.
     write(&v, "b", 8192, &[0xb5; 4096]);
-    v.volume_io(id_of(&v, "b"), VolumeIo::Flush).unwrap();
+    flush(&v, "b");
     assert!(dirty_lines(&v, "b") >= 1, "write-back keeps b's line dirty");
     // kill -9: the page cache keeps what was written.
     faults.process_exit();
@@ -209,12 +227,7 @@ fn a_remove_whose_superblock_sync_fails_keeps_the_volume_and_what_it_is_written_
         t.contains(&("b".to_string(), false)),
         "the table a restart reads must keep b (its remove failed): {t:?}"
     );
-    let v = open(
-        &p,
-        Box::new(FileDev::open(&p.cache).unwrap()),
-        &["a", "b"],
-        Mode::WriteBack,
-    );
+    let v = reopen(&p, &["a", "b"], Mode::WriteBack);
     assert_eq!(read(&v, "b", 8192, 4096), vec![0xb5; 4096]);
     assert_eq!(read(&v, "a", 0, 4096), vec![1u8; 4096]);
     v.shutdown().unwrap();
@@ -232,7 +245,7 @@ fn an_add_whose_superblock_sync_fails_is_not_served_after_a_restart() {
     assert!(v.volume_specs().iter().all(|s| s.name != "c"));
     // A later good sync (any flush) must not make the half-added entry durable.
     write(&v, "a", 0, &[2u8; 4096]);
-    v.volume_io(id_of(&v, "a"), VolumeIo::Flush).unwrap();
+    flush(&v, "a");
     faults.process_exit();
     drop(v);
     let t = table_names(&p.cache);
@@ -241,12 +254,7 @@ fn an_add_whose_superblock_sync_fails_is_not_served_after_a_restart() {
         "the table a restart reads lists c, whose add failed (`serve` would serve it): {t:?}"
     );
     // Added again, it is served.
-    let v = open(
-        &p,
-        Box::new(FileDev::open(&p.cache).unwrap()),
-        &["a", "b"],
-        Mode::WriteBack,
-    );
+    let v = reopen(&p, &["a", "b"], Mode::WriteBack);
     let c = FileDev::open(&p.backing("c")).unwrap();
     v.add_volume("c", c.size(), c.identity(), None).unwrap();
     assert_eq!(read(&v, "a", 0, 4096), vec![2u8; 4096]);
@@ -326,7 +334,7 @@ fn a_volume_with_lost_ranges_is_not_removed_until_they_are_written_again() {
         .volume_io(id_of(&v, "b"), VolumeIo::Read(8192, &mut buf))
         .is_err());
     write(&v, "b", 8192, &[10u8; 4096]);
-    v.volume_io(id_of(&v, "b"), VolumeIo::Flush).unwrap();
+    flush(&v, "b");
     assert!(lost(&v).is_empty());
     v.remove_volume("b").unwrap();
     assert!(v.volume_specs().iter().all(|s| s.name != "b"));
@@ -335,4 +343,63 @@ fn a_volume_with_lost_ranges_is_not_removed_until_they_are_written_again() {
         std::fs::read(p.backing("b")).unwrap()[8192..12288],
         [10u8; 4096]
     );
+}
+
+fn backing_bytes(p: &Pool, name: &str, at: usize) -> Vec<u8> {
+    std::fs::read(p.backing(name)).unwrap()[at..at + 4096].to_vec()
+}
+
+#[test]
+fn a_write_through_pool_restarts_a_write_back_volume_with_its_dirty_lines_dirty() {
+    let p = pool(Mode::WriteThrough);
+    let v = reopen(&p, &["a", "b=write-back"], Mode::WriteThrough);
+    write(&v, "a", 0, &[3u8; 4096]);
+    write(&v, "b", 4096, &[4u8; 4096]);
+    flush(&v, "b");
+    assert_eq!((dirty_lines(&v, "a"), dirty_lines(&v, "b")), (0, 1));
+    drop(v); // kill -9: no shutdown
+    let old: Vec<u8> = (4096..8192).map(initial).collect();
+    let v = reopen(&p, &["a", "b=write-back"], Mode::WriteThrough);
+    assert_eq!(
+        dirty_lines(&v, "b"),
+        1,
+        "the write-back volume's line stays dirty (its own mode, not the pool's)"
+    );
+    assert_eq!(
+        backing_bytes(&p, "b", 4096),
+        old,
+        "not written back at the open"
+    );
+    assert_eq!(read(&v, "b", 4096, 4096), vec![4u8; 4096]);
+    // `ctl flush` writes it back.
+    v.flush_dirty().unwrap();
+    assert_eq!(dirty_lines(&v, "b"), 0);
+    assert_eq!(backing_bytes(&p, "b", 4096), vec![4u8; 4096]);
+    drop(v);
+    // Dirty again, then restarted following the pool (write-through): written back at the
+    // open, before anything is served.
+    let v = reopen(&p, &["a", "b=write-back"], Mode::WriteThrough);
+    write(&v, "b", 4096, &[5u8; 4096]);
+    flush(&v, "b");
+    drop(v);
+    let v = reopen(&p, &["a", "b"], Mode::WriteThrough);
+    assert_eq!(dirty_lines(&v, "b"), 0);
+    assert_eq!(backing_bytes(&p, "b", 4096), vec![5u8; 4096]);
+    v.shutdown().unwrap();
+}
+
+#[test]
+fn a_write_back_pool_writes_back_a_write_through_volume_s_dirty_lines_at_the_open() {
+    let p = pool(Mode::WriteBack);
+    let v = reopen(&p, &["a", "b"], Mode::WriteBack);
+    write(&v, "b", 0, &[6u8; 4096]);
+    flush(&v, "b");
+    assert_eq!(dirty_lines(&v, "b"), 1);
+    drop(v); // kill -9
+             // Restarted with b in write-through (`--volume-mode b=write-through`): its backing
+             // device must hold what was acknowledged before b serves as write-through.
+    let v = reopen(&p, &["a", "b=write-through"], Mode::WriteBack);
+    assert_eq!(dirty_lines(&v, "b"), 0);
+    assert_eq!(backing_bytes(&p, "b", 0), vec![6u8; 4096]);
+    v.shutdown().unwrap();
 }
