@@ -463,7 +463,7 @@ impl CacheVolume {
         let recorded = self.fail_cache(g, &why);
         format!(
             "writing the table back as it was failed too ({again}): the cache FAILED (dirty data written back{}, every volume passes through to its backing device{}; format the cache device before it is used again)",
-            if g.lost.is_empty() { "" } else { ", some LOST: see `ctl lost`" },
+            if g.lost.is_empty() { "" } else { ", some LOST: see the lost ranges in `ctl stats`" },
             if recorded { "" } else { "; the failure is recorded nowhere durable, so writes fail until it is" },
         )
     }
