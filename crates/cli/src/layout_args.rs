@@ -36,6 +36,12 @@ pub struct LayoutArgs {
     /// Log layout (simulation only): TRIM a segment before reusing it.
     #[arg(long, help_heading = "Data reduction")]
     pub trim: bool,
+    /// Log layout (simulation only), with --trim: share of the segments kept free and
+    /// trimmed ahead of their reuse (evict ahead), 0 to 0.5; reclaimed segments wait in a
+    /// FIFO so the FTL sees each TRIM well before the rewrite. Costs that share of the
+    /// capacity. 0 = trim each segment as it is reused. Default 0.05.
+    #[arg(long, value_name = "SHARE", help_heading = "Data reduction")]
+    pub free_reserve: Option<f64>,
     /// Log layout (simulation only): reinsert clean extents with at least N hits when their
     /// segment is reclaimed (0 = off, the default).
     #[arg(long, value_name = "N", help_heading = "Data reduction")]
@@ -89,6 +95,7 @@ impl LayoutArgs {
             dedup: self.dedup,
             picker: self.picker.clone(),
             trim: self.trim.then_some(true),
+            free_reserve: self.free_reserve,
             reinsert_hits: self.reinsert_hits,
             dup_share: self.dup_share,
             erase_block: self.erase_block.clone(),

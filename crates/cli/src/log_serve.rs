@@ -12,12 +12,13 @@ use tiercache_server::{LogFormatOptions, LogGiven};
 /// Options of `LayoutArgs` the live log layout does not take, and the log options given.
 fn check_live_layout(l: &LayoutArgs) -> Result<()> {
     if l.trim
+        || l.free_reserve.is_some()
         || l.reinsert_hits.is_some()
         || l.dup_share.is_some()
         || l.erase_block.is_some()
         || l.content_lengths.is_some()
     {
-        bail!("--trim, --reinsert-hits, --dup-share, --erase-block and --content-lengths are simulator options (`tiercache sim --layout log`); the live log layout does not take them");
+        bail!("--trim, --free-reserve, --reinsert-hits, --dup-share, --erase-block and --content-lengths are simulator options (`tiercache sim --layout log`); the live log layout does not take them");
     }
     Ok(())
 }

@@ -33,6 +33,7 @@ Example:
 #[derive(Args)]
 // The simulator-only layout flags are refused live: not offered in the help either.
 #[command(after_long_help = FORMAT_HELP, mut_arg("trim", |a| a.hide(true)),
+    mut_arg("free_reserve", |a| a.hide(true)),
     mut_arg("reinsert_hits", |a| a.hide(true)),
     mut_arg("dup_share", |a| a.hide(true)),
     mut_arg("erase_block", |a| a.hide(true)),
@@ -83,6 +84,7 @@ pub struct FormatArgs {
 #[derive(Args, Default, Serialize, Deserialize)]
 #[serde(default)]
 #[command(after_long_help = SERVE_HELP, mut_arg("trim", |a| a.hide(true)),
+    mut_arg("free_reserve", |a| a.hide(true)),
     mut_arg("reinsert_hits", |a| a.hide(true)),
     mut_arg("dup_share", |a| a.hide(true)),
     mut_arg("erase_block", |a| a.hide(true)),

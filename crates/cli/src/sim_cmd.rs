@@ -907,6 +907,7 @@ mod tests {
         // The log layout's keys: set by the layout flags (`LayoutArgs`), not `CacheArgs`.
         "picker",
         "trim",
+        "free_reserve",
         "reinsert_hits",
         "dup_share",
         "erase_block",

@@ -14,7 +14,7 @@
 //! line_size = "4KiB"
 //! admission = "always"    # or "nhit:2:0"
 //! # layout = "log"        # Nitro's log layout: then segment_size, compression, dedup,
-//! #                       # picker, trim, reinsert_hits, dup_share, erase_block,
+//! #                       # picker, trim, free_reserve, reinsert_hits, dup_share, erase_block,
 //! #                       # content_lengths
 //! [sweep]                 # optional: a grid; every combination is run
 //! size = ["1%", "5%", "10%"]
@@ -88,6 +88,9 @@ pub struct CacheSection {
     pub picker: Option<String>,
     /// Log layout: TRIM a segment before reusing it.
     pub trim: Option<bool>,
+    /// Log layout, with `trim`: share of the segments kept free and trimmed ahead of their
+    /// reuse, 0 to 0.5 (default 0.05; 0 = trim each segment as it is reused).
+    pub free_reserve: Option<f64>,
     /// Log layout: reinsert clean extents with at least N hits when their segment is
     /// reclaimed (0 = off).
     pub reinsert_hits: Option<u16>,
@@ -153,6 +156,7 @@ impl CacheSection {
                 ("dedup", self.dedup.is_some()),
                 ("picker", self.picker.is_some()),
                 ("trim", self.trim.is_some()),
+                ("free_reserve", self.free_reserve.is_some()),
                 ("reinsert_hits", self.reinsert_hits.is_some()),
                 ("dup_share", self.dup_share.is_some()),
                 ("erase_block", self.erase_block.is_some()),
@@ -205,6 +209,9 @@ impl CacheSection {
         }
         if let Some(t) = self.trim {
             l.trim = t;
+        }
+        if let Some(r) = self.free_reserve {
+            l.free_reserve = r;
         }
         if let Some(r) = self.reinsert_hits {
             l.reinsert_hits = r;

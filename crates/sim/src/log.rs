@@ -34,6 +34,9 @@ pub struct LogSpec {
     /// Segment picker (a name in the engine's picker registry).
     pub picker: String,
     pub trim: bool,
+    /// With `trim`: share of the segments kept free and trimmed ahead of reuse (the engine's
+    /// `LogConfig::free_reserve`).
+    pub free_reserve: f64,
     pub reinsert_hits: u16,
     /// Content model: share of duplicate extents (traces and synthetic workloads).
     pub dup_share: f64,
@@ -57,6 +60,7 @@ impl Default for LogSpec {
             dedup: 0.0,
             picker: "lru".into(),
             trim: false,
+            free_reserve: tiercache_engine::log::DEFAULT_FREE_RESERVE,
             reinsert_hits: 0,
             dup_share: 0.3,
             erase_block: DEFAULT_ERASE_BLOCK,
@@ -128,6 +132,7 @@ impl LogSpec {
         cfg.dedup_ratio = self.dedup;
         cfg.compression = self.compression;
         cfg.trim = self.trim;
+        cfg.free_reserve = self.free_reserve;
         cfg.reinsert_hits = self.reinsert_hits;
         cfg.classes = classes.cloned();
         // The live layout's segment header holds this many extents: a segment is sealed

@@ -2201,10 +2201,9 @@ pub fn run_timed(
              bytes: the replay would fold the volume onto it (offsets modulo the device), \
              with shorter seeks than the volume's; give a larger device (--raid 5:N, another \
              --hdd) or a smaller volume (fileserver: volume=BYTES)",
-            match setup.raid {
-                None => setup.hdd.clone(),
-                Some((l, n)) => format!("RAID {l} of {n} x {}", setup.hdd),
-            }
+            // The device's own name (`hdd:7200`, `raid5:4xhdd:7200`), the form `--hdd`
+            // takes, not a bare preset (`7200`) as typed.
+            hdd.name()
         );
     }
     let mut ssd = match &setup.ssd {

@@ -114,53 +114,88 @@ fn trim_and_write_back_keep_counters_consistent() {
     }
 }
 
-/// Issue 18's "Nitro TRIM row is a copy of the naive row", explained: the extent layout's
-/// TRIMs do reach the hybrid FTL, but the log engine trims a segment when it reclaims it and
-/// rewrites that same range next (segment = one extent, no free reserve). A page trimmed and
-/// then rewritten leaves the FTL almost as a plain overwrite does, so erasures and merge
-/// copies are within 1 % of the naive run's (cloudPhysicsIO: 23,337 both). Sparing the FTL needs
-/// evicted extents trimmed ahead of their reuse (a trimmed free reserve in the engine).
+/// Issue 18's "Nitro TRIM row is a copy of the naive row": the extent layout's TRIMs reached
+/// the FTL, but the log engine trimmed a segment as it reclaimed it and rewrote that same
+/// range next (segment = one extent), which leaves the FTL as a plain overwrite does
+/// (erasures within 2 % of the naive run's; cloudPhysicsIO 23,337 both). With a trimmed free
+/// reserve (the default 5 % of the segments reclaimed and trimmed ahead, reused oldest first)
+/// the FTL's garbage collection skips the trimmed pages. On the page-mapped FTL that saves
+/// copies and erasures (here -32 % and -24 %). On the hybrid (FAST) FTL it saves copies
+/// only (-3.5 %): its erasures are full merges, one per logical block with a live page in
+/// the random log block being reclaimed, and evictions trim old extents in data blocks, not
+/// the recent writes in the log blocks; the reserve's capacity (5 % fewer hits) adds a
+/// little. Reserve 0 is the old behaviour: no gain on either FTL.
 #[test]
-fn extent_trims_reach_the_hybrid_ftl_but_are_rewritten_at_once() {
+fn extent_trims_ahead_of_reuse_spare_the_ftl() {
+    use tiercache_devices::FtlKind;
     let spec = small_spec();
     let t = zipf_trace(&spec);
     let (lines, _) = t.footprint();
-    let run = |trim: bool| {
+    let run = |trim: bool, reserve: f64, ftl: FtlKind| {
         let mut cfg = LogConfig::new(lines * spec.line_size * 3 / 10, spec.line_size);
         cfg.segment_size = spec.line_size;
         cfg.capacity_bytes = cfg.capacity_bytes / cfg.segment_size * cfg.segment_size;
         cfg.trim = trim;
-        let f = nitro::ftl_of(&cfg, spec.erase_block, tiercache_devices::FtlKind::Hybrid);
-        nitro::run_log(&t, cfg, f).unwrap()
+        cfg.free_reserve = reserve;
+        let f = nitro::ftl_of(&cfg, spec.erase_block, ftl);
+        nitro::run_log(&t, cfg.clone(), f)
+            .map(|r| (r, cfg))
+            .unwrap()
     };
-    let (naive, trimmed) = (run(false), run(true));
-    assert_eq!(naive.ftl.pages_trimmed, 0);
-    assert!(trimmed.counters.ssd_bytes_trimmed > 0);
-    assert_eq!(
-        trimmed.ftl.pages_trimmed * 4096,
-        trimmed.counters.ssd_bytes_trimmed,
-        "every trimmed page held data"
-    );
-    assert!(naive.erasures > 0 && naive.ftl.gc_pages_copied > 0);
-    // The cache does the same; the FTL gains at most 1 % (a trimmed page can still let a
-    // merge skip it before its rewrite reaches the log blocks' turn).
-    assert_eq!(
-        trimmed.counters.ssd_bytes_written,
-        naive.counters.ssd_bytes_written
-    );
-    let within = |t: u64, n: u64| t <= n && (n - t) * 100 <= n;
-    assert!(
-        within(trimmed.erasures, naive.erasures),
-        "erasures: TRIM {} naive {}",
-        trimmed.erasures,
-        naive.erasures
-    );
-    assert!(
-        within(trimmed.ftl.gc_pages_copied, naive.ftl.gc_pages_copied),
-        "copies: TRIM {} naive {}",
-        trimmed.ftl.gc_pages_copied,
-        naive.ftl.gc_pages_copied
-    );
+    let default = tiercache_engine::log::DEFAULT_FREE_RESERVE;
+    for ftl in [FtlKind::Page, FtlKind::Hybrid] {
+        let (naive, _) = run(false, default, ftl);
+        let (at_reuse, _) = run(true, 0.0, ftl);
+        let (ahead, cfg) = run(true, default, ftl);
+        let (e, c) = (
+            |r: &LogRun| r.erasures as f64 / naive.erasures as f64,
+            |r: &LogRun| r.ftl.gc_pages_copied as f64 / naive.ftl.gc_pages_copied as f64,
+        );
+        let ctx = format!(
+            "{ftl:?}: erasures naive {} at reuse {} ahead {}; copies {} {} {}",
+            naive.erasures,
+            at_reuse.erasures,
+            ahead.erasures,
+            naive.ftl.gc_pages_copied,
+            at_reuse.ftl.gc_pages_copied,
+            ahead.ftl.gc_pages_copied
+        );
+        assert_eq!(naive.ftl.pages_trimmed, 0);
+        assert!(naive.erasures > 0 && naive.ftl.gc_pages_copied > 0, "{ctx}");
+        for r in [&at_reuse, &ahead] {
+            assert!(r.counters.ssd_bytes_trimmed > 0);
+            assert_eq!(
+                r.ftl.pages_trimmed * 4096,
+                r.counters.ssd_bytes_trimmed,
+                "every trimmed page held data"
+            );
+        }
+        // Trimmed as reused: the cache does the same and the FTL gains at most 2 %.
+        assert_eq!(
+            at_reuse.counters.ssd_bytes_written,
+            naive.counters.ssd_bytes_written
+        );
+        assert!((0.98..=1.0).contains(&e(&at_reuse)), "{ctx}");
+        assert!((0.98..=1.0).contains(&c(&at_reuse)), "{ctx}");
+        // Trimmed ahead: the reserve is kept (the free slots at the end)...
+        let free = ahead.counters.segments_reclaimed + ahead.capacity_bytes / spec.line_size
+            - ahead.counters.segments_sealed;
+        assert!(free >= cfg.reserve_segments() && cfg.reserve_segments() > 0);
+        // ...the cache, 5 % smaller, writes at most 5 % more, and the FTL copies fewer pages.
+        let w = ahead.counters.ssd_bytes_written as f64 / naive.counters.ssd_bytes_written as f64;
+        assert!((1.0..=1.05).contains(&w), "SSD bytes x{w}; {ctx}");
+        match ftl {
+            FtlKind::Page => {
+                assert!(e(&ahead) <= 0.85, "{ctx}");
+                assert!(c(&ahead) <= 0.8, "{ctx}");
+            }
+            FtlKind::Hybrid => {
+                assert!(c(&ahead) <= 0.98, "{ctx}");
+                // Full merges are not avoided: erasures stay within the extra writes.
+                assert!((0.99..=1.05).contains(&e(&ahead)), "{ctx}");
+            }
+        }
+    }
 }
 
 /// `reproduce nitro` settings with real content from `tree` (no trace, no timed run), a

@@ -422,6 +422,12 @@ fn a_declared_volume_larger_than_the_device_is_refused() {
     assert!(err.contains(&t.volume_bytes.to_string()), "{err}");
     assert!(err.contains("500000000000"), "{err}");
     assert!(err.contains("fold"), "{err}");
+    // The device is named as `--hdd` takes it (`hdd:7200`), also when given as `7200`.
+    let mut bare = setup(None, Drive::Closed { queue_depth: 4 });
+    bare.hdd = "7200".into();
+    bare.options.volume_bytes = Some(t.volume_bytes);
+    let err = format!("{:#}", run_timed(&spec, &bare, None).unwrap_err());
+    assert!(err.contains("backing device (hdd:7200)"), "{err}");
     // A RAID 5 of 4 x 500 GB (1.5 TB) holds it: nothing folds.
     let fits = on(Some((5, 4)), true).unwrap();
     assert_eq!(fits.timed.wrapped_requests, 0);

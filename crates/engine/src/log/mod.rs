@@ -40,6 +40,7 @@ use hashbrown::HashMap;
 use picker::SegmentPicker;
 use segment::{HdrEntry, SegState, Segment};
 use serde::{Deserialize, Serialize};
+use std::collections::VecDeque;
 use std::fmt;
 use std::str::FromStr;
 use std::sync::Arc;
@@ -52,6 +53,12 @@ pub const DEFAULT_SEGMENT: u64 = 2 << 20;
 pub fn header_extents(segment_size: u64, line_size: u64) -> u32 {
     ((2 * segment_size / line_size) as u32).max(4)
 }
+/// Default [`LogConfig::free_reserve`]: with TRIM, 5 % of the segments are kept free and
+/// trimmed ahead of their reuse.
+pub const DEFAULT_FREE_RESERVE: f64 = 0.05;
+/// Largest [`LogConfig::free_reserve`].
+pub const MAX_FREE_RESERVE: f64 = 0.5;
+
 /// Largest segment size.
 pub const MAX_SEGMENT: u64 = 64 << 20;
 const NONE: u32 = u32::MAX;
@@ -155,6 +162,15 @@ pub struct LogConfig {
     pub compression: Compression,
     /// TRIM a segment's SSD range before reusing it.
     pub trim: bool,
+    /// With `trim`: share of the segments kept free and trimmed ahead of their reuse (evict
+    /// ahead; at least one segment when above 0, at most all but 3). A reclaimed segment
+    /// joins a FIFO of free segments and is reused after the others, so the SSD's FTL sees
+    /// its TRIM well before the rewrite and its merges in between skip the trimmed pages
+    /// (a trim followed at once by a rewrite spares the FTL next to nothing). The reserve
+    /// costs its share of the cache's capacity. Without `trim` it is not kept (0 segments):
+    /// free segments are then reused last-freed first, so an extent overwrite lands in
+    /// place. Default [`DEFAULT_FREE_RESERVE`].
+    pub free_reserve: f64,
     /// Reinsert clean extents with at least this many hits when their segment is reclaimed
     /// (0 = off).
     pub reinsert_hits: u16,
@@ -201,6 +217,7 @@ impl LogConfig {
             dedup_ratio: 0.0,
             compression: Compression::None,
             trim: false,
+            free_reserve: DEFAULT_FREE_RESERVE,
             reinsert_hits: 0,
             max_extents_per_segment: 0,
             classes: None,
@@ -210,6 +227,16 @@ impl LogConfig {
     /// Segments in the cache.
     pub fn segments(&self) -> u64 {
         self.capacity_bytes / self.segment_size.max(1)
+    }
+
+    /// Segments kept free and trimmed ahead of reuse: `free_reserve` of the segments rounded
+    /// up, at most all but 3 (two open, one to reclaim); 0 without `trim`.
+    pub fn reserve_segments(&self) -> u64 {
+        if !self.trim || self.free_reserve <= 0.0 {
+            return 0;
+        }
+        let n = self.segments();
+        ((self.free_reserve * n as f64).ceil() as u64).min(n.saturating_sub(3))
     }
 
     /// Extent slots the cache has without data reduction (the base of the dedup ratio).
@@ -261,6 +288,18 @@ impl LogConfig {
             return Err(format!(
                 "dedup ratio {} must be in 0..=1 (share of extent slots indexed)",
                 self.dedup_ratio
+            ));
+        }
+        if !(0.0..=MAX_FREE_RESERVE).contains(&self.free_reserve) {
+            return Err(format!(
+                "free reserve {} must be in 0..={MAX_FREE_RESERVE} (share of the segments kept free and trimmed ahead)",
+                self.free_reserve
+            ));
+        }
+        if self.reinsert_hits > 0 && self.reserve_segments() > 0 {
+            return Err(format!(
+                "reinsertion (reinsert hits {}) refills a reclaimed segment at once, which a trimmed free reserve cannot do: with trim, set free reserve 0 or reinsert hits 0",
+                self.reinsert_hits
             ));
         }
         if let Some(t) = &self.classes {
@@ -473,7 +512,11 @@ pub struct LogEngine {
     line_shift: u32,
     seg_size: u64,
     segs: Vec<Segment>,
-    free: Vec<u32>,
+    /// Free segments: taken from the back; a freed one goes to the back (reused first)
+    /// without a reserve, to the front (reused last, a FIFO) with one.
+    free: VecDeque<u32>,
+    /// [`LogConfig::reserve_segments`].
+    reserve: usize,
     /// Open segment for clean (0) and dirty (1) extents.
     open: [u32; 2],
     file: HashMap<u64, Entry>,
@@ -577,6 +620,7 @@ impl LogEngine {
             seg_size: cfg.segment_size,
             segs: (0..n).map(|_| Segment::new()).collect(),
             free: (0..n).rev().collect(),
+            reserve: cfg.reserve_segments() as usize,
             open: [NONE; 2],
             file: HashMap::new(),
             fps: FpIndex::new(fp_cap),
@@ -717,7 +761,9 @@ impl LogEngine {
     /// Live side: makes room for one more extent of up to a line in the open segment of the
     /// clean (`dirty` false) or dirty stream, sealing it and reclaiming a victim if needed.
     /// The plan holds the seal's `WriteSsd`, the victim's `WriteBack`s and `TrimSsd`. A later
-    /// `process`/`admit` of one line then neither seals a full segment nor reclaims.
+    /// `process`/`admit` of one line then neither seals a full segment nor reclaims. This
+    /// path reclaims one victim at a time and keeps no trimmed free reserve (the live layout
+    /// does not trim: [`LogConfig::trim`] off).
     pub fn reserve(&mut self, dirty: bool) -> &Plan {
         let v = self.reserve_begin(dirty);
         self.reserve_end(dirty, v)
@@ -755,7 +801,7 @@ impl LogEngine {
     pub fn reserve_end(&mut self, dirty: bool, victim: Option<u32>) -> &Plan {
         let stream = dirty as usize;
         if self.open[stream] == NONE {
-            if let Some(s) = self.free.pop() {
+            if let Some(s) = self.free.pop_back() {
                 self.segs[s as usize].state = SegState::Open;
                 self.open[stream] = s;
             } else if let Some(v) = victim {
@@ -918,7 +964,7 @@ impl LogEngine {
         }
         for i in (0..self.segs.len() as u32).rev() {
             if self.segs[i as usize].state == SegState::Free {
-                self.free.push(i);
+                self.free.push_back(i);
             }
         }
         for s in 0..self.segs.len() {
@@ -1380,7 +1426,8 @@ impl LogEngine {
     }
 
     /// Removes `key`'s entry (overwrite or trim). A base extent stops being live; in extent
-    /// caching its slot is freed at once (and reused first: an overwrite lands in place).
+    /// caching its slot is freed at once (and, without a free reserve, reused first: an
+    /// overwrite lands in place).
     fn drop_entry(&mut self, key: u64, e: Entry) {
         self.file.remove(&key);
         if !e.dup {
@@ -1389,8 +1436,7 @@ impl LogEngine {
             s.live -= e.len;
             if self.seg_size == self.cfg.line_size && s.state == SegState::Sealed {
                 self.reclaim(e.seg, false);
-                self.segs[e.seg as usize].state = SegState::Free;
-                self.free.push(e.seg);
+                self.release(e.seg);
             }
         }
     }
@@ -1510,9 +1556,47 @@ impl LogEngine {
         self.picker.sealed(seg, self.tick);
     }
 
-    /// A segment to fill: a free one, or a reclaimed victim.
+    /// Puts a reclaimed (emptied) segment on the free list: reused first without a reserve,
+    /// after every other free segment with one.
+    fn release(&mut self, s: u32) {
+        let seg = &mut self.segs[s as usize];
+        debug_assert!(
+            seg.used == 0 && seg.hdr.is_empty(),
+            "freeing segment {s} with data"
+        );
+        seg.state = SegState::Free;
+        if self.reserve > 0 {
+            self.free.push_front(s);
+        } else {
+            self.free.push_back(s);
+        }
+    }
+
+    /// Evict ahead: reclaims (and trims) the picker's victims until `want` segments are free
+    /// or none is sealed. Reclaimed ahead, hot extents are not reinserted (refused by
+    /// `validate`).
+    fn evict_ahead(&mut self, want: usize) {
+        while self.free.len() < want {
+            let Some(v) = self.picker.victim(&self.segs, self.tick) else {
+                break;
+            };
+            self.reclaim(v, false);
+            self.release(v);
+        }
+    }
+
+    /// A segment to fill: the oldest free one once the reserve is kept (evicting ahead),
+    /// else a free one, or a reclaimed victim.
     fn allocate(&mut self, stream: usize) -> u32 {
-        if let Some(s) = self.free.pop() {
+        if self.reserve > 0 {
+            self.evict_ahead(self.reserve + 1);
+            debug_assert!(
+                self.free.len() > self.reserve
+                    || self.segs.iter().all(|s| s.state != SegState::Sealed),
+                "the reserve is kept while a sealed segment exists"
+            );
+        }
+        if let Some(s) = self.free.pop_back() {
             self.segs[s as usize].state = SegState::Open;
             return s;
         }
@@ -1711,6 +1795,22 @@ impl LogEngine {
                     _ => return Err(format!("base entry for key {k:#x} not in its header")),
                 }
             }
+        }
+        let free = self
+            .segs
+            .iter()
+            .filter(|s| s.state == SegState::Free)
+            .count();
+        if free != self.free.len()
+            || self
+                .free
+                .iter()
+                .any(|&f| self.segs[f as usize].state != SegState::Free)
+        {
+            return Err(format!(
+                "free list of {} segments, {free} segments free",
+                self.free.len()
+            ));
         }
         for (i, s) in self.segs.iter().enumerate() {
             if s.used as u64 > self.seg_size {

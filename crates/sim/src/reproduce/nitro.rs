@@ -282,11 +282,18 @@ fn trace_name(path: &Path) -> String {
         .unwrap_or_default()
 }
 
-/// One (ND,NC) run with TRIM before reuse, extent or WEU.
-fn trim_run(trace: &ContentTrace, spec: &NitroSpec, capacity: u64, weu: bool) -> Result<LogRun> {
+/// One (ND,NC) run with TRIM before reuse, extent or WEU, with the engine's default trimmed
+/// free reserve (segments reclaimed and trimmed ahead, reused oldest first).
+fn trim_run(
+    trace: &ContentTrace,
+    spec: &NitroSpec,
+    capacity: u64,
+    weu: bool,
+    ftl: FtlKind,
+) -> Result<LogRun> {
     let mut cfg = engine::variant_config(spec, capacity, weu, false, false);
     cfg.trim = true;
-    let f = engine::ftl_of(&cfg, spec.erase_block, spec.ftl);
+    let f = engine::ftl_of(&cfg, spec.erase_block, ftl);
     engine::run_log(trace, cfg, f)
 }
 
@@ -311,6 +318,8 @@ fn weu_mod_run(trace: &ContentTrace, spec: &NitroSpec, capacity: u64) -> Result<
     let cap = (capacity as f64 * reserved) as u64;
     let mut cfg = engine::variant_config(spec, cap, true, true, true);
     cfg.trim = true;
+    // The modified FTL erases a dropped WEU itself: no free reserve held back from the cache.
+    cfg.free_reserve = 0.0;
     let f = engine::ftl_of(&cfg, spec.erase_block, FtlKind::Page);
     engine::run_log(trace, cfg, f)
 }
@@ -660,9 +669,11 @@ pub fn run(config: &str, requests: Option<u64>) -> Result<Outcome> {
                 }
             ),
         });
+        let mut page_naive = None;
         if ftl != FtlKind::Page {
             // The same naive pair on the page-mapped FTL: what the FTL model accounts for.
             let ep = ftl_run(trace, &spec, *cap, false, FtlKind::Page)?;
+            page_naive = Some(ep.erasures);
             let wp = ftl_run(trace, &spec, *cap, true, FtlKind::Page)?;
             rows.push(Row {
                 what: format!("{name}: SSD erasures (page FTL), Extent vs WEU (ND,NC)"),
@@ -781,42 +792,53 @@ pub fn run(config: &str, requests: Option<u64>) -> Result<Outcome> {
             ));
         }
         if s.trim_compare {
-            let et = trim_run(trace, &spec, *cap, false)?;
-            let wt = trim_run(trace, &spec, *cap, true)?;
+            let et = trim_run(trace, &spec, *cap, false, ftl)?;
+            let wt = trim_run(trace, &spec, *cap, true, ftl)?;
+            // Where the reserve's TRIMs pay: the extent TRIM run on the page-mapped FTL.
+            let page_note = match page_naive {
+                Some(pn) => {
+                    let pt = trim_run(trace, &spec, *cap, false, FtlKind::Page)?;
+                    format!(
+                        "; page FTL: extent TRIM {} vs naive {pn} ({:+.0} %)",
+                        pt.erasures,
+                        (pt.erasures as f64 / pn.max(1) as f64 - 1.0) * 100.0
+                    )
+                }
+                None => String::new(),
+            };
             let tr = et.erasures as f64 / wt.erasures.max(1) as f64;
-            // The log engine trims a reclaimed segment and rewrites that range next, with no
-            // other SSD write between: the FTL ends as after a plain overwrite.
+            // The engine keeps a trimmed free reserve: evicted extents are trimmed ahead of
+            // their reuse, so the FTL's garbage collection skips them. The row and the why
+            // say what that saved against the naive run, and why the hybrid FTL gains nothing.
             let naive = find(true, false, false);
-            let same = et.erasures.abs_diff(naive.erasures) * 100 <= naive.erasures;
-            let same_note = format!(
-                "our extent TRIM run erases within 1 % of the naive one ({} vs {}): the \
-                 engine trims an evicted extent's slot only as it rewrites it (no trimmed free \
-                 reserve), which spares the FTL next to nothing",
-                et.erasures, naive.erasures
+            let change = (et.erasures as f64 / naive.erasures.max(1) as f64 - 1.0) * 100.0;
+            let trim_note = format!(
+                "our extent TRIM run ({:.0} % of the slots kept free and trimmed ahead of reuse) \
+                 erases {} vs the naive run's {} ({change:+.0} %){}{page_note}",
+                tiercache_engine::log::DEFAULT_FREE_RESERVE * 100.0,
+                et.erasures,
+                naive.erasures,
+                if ftl == FtlKind::Hybrid {
+                    ": the hybrid FTL's erasures are full merges of every logical block with a \
+                     live page in the random log block it reclaims, which TRIMs of evicted (old) \
+                     extents do not avoid"
+                } else {
+                    ""
+                }
             );
             measured.push((
                 "nitro.erasures_extent_over_weu_trim",
                 Measured {
                     ours: Some(tr),
                     basis: basis.clone(),
-                    why: Some(if same {
-                        format!("{same_note}; {ftl_why}")
-                    } else {
-                        ftl_why.clone()
-                    }),
+                    why: Some(format!("{trim_note}; {ftl_why}")),
                 },
             ));
             rows.push(Row {
                 what: format!("{name}: erasures with TRIM ({ftl} FTL), Extent vs WEU (ND,NC)"),
                 ours: format!(
-                    "{} vs {} = {tr:.1}x{}",
-                    et.erasures,
-                    wt.erasures,
-                    if same {
-                        " (extent TRIM within 1 % of naive: trimmed slots are rewritten at once)"
-                    } else {
-                        ""
-                    }
+                    "{} vs {} = {tr:.1}x (extent TRIM {} vs naive {}: {change:+.0} %{page_note})",
+                    et.erasures, wt.erasures, et.erasures, naive.erasures,
                 ),
                 published: "extent-LRU-TRIM 2-4x WEU".into(),
                 verdict: if tr > 6.0 {
