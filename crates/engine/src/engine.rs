@@ -2899,6 +2899,32 @@ impl Engine {
         &self.plan
     }
 
+    /// Pins `slots`, which the plan just made (a read miss) fills, while an executor writes
+    /// them outside its lock: a ticket with nothing pending. Until
+    /// `complete_writeback(ticket, &[])` no pinned slot is a victim or reused, and a line
+    /// dropped meanwhile leaves its slot a zombie, freed at completion. Call it right after
+    /// the plan, before anything else plans: the plan must hold no write-back (its spans
+    /// would join the ticket).
+    pub fn pin_fill(&mut self, slots: &[Slot]) -> Option<WbTicket> {
+        debug_assert!(
+            !self
+                .plan
+                .steps
+                .iter()
+                .any(|s| matches!(s, Step::WriteBack { .. } | Step::CopyHdd { .. })),
+            "a fill's plan writes nothing back"
+        );
+        self.open_ticket();
+        for &slot in slots {
+            let key = self
+                .slot_key(slot)
+                .expect("a slot a plan fills holds its line");
+            debug_assert!(!self.is_dirty(slot), "a read miss fills a clean line");
+            self.capture(slot, key, 0);
+        }
+        self.close_ticket().map(|b| b.ticket)
+    }
+
     /// [`Engine::write_back_slots`] as a write-back in flight (see [`Engine::begin_clean`]).
     pub fn begin_write_back_slots(&mut self, slots: &[Slot]) -> Option<WbBatch<'_>> {
         self.plan.reset(0, 0);
