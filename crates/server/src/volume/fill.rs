@@ -265,6 +265,13 @@ impl CacheVolume {
         if let Some(t) = f.ticket {
             g.engine.complete_writeback(t, &[]);
         }
+        // Marked unsynced again: a cache sync that succeeded between the plan and the write
+        // did not cover it (a failed one before the commit found it marked at the plan).
+        for s in &f.steps {
+            if let Step::WriteSsd { ssd, len, .. } = *s {
+                self.wrote_cache(g, ssd, len);
+            }
+        }
         let mut ok = st.err.is_none();
         if ok {
             for s in &f.steps {

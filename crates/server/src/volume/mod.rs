@@ -7,9 +7,13 @@
 //! by a reader-writer lock (`io`), always taken after `inner`:
 //! * a read whose plan is only `ReadSsd` steps (a hit) takes `io` shared while it still holds
 //!   `inner`, drops `inner`, and reads the cache device in parallel with other hits;
-//! * every other plan (misses, writes, trims, cleaning, flushes) keeps `inner` and takes `io`
-//!   exclusively for the whole plan, so it waits for hits in flight on slots it may reuse, and
-//!   no later request is planned before its device steps are done.
+//! * a read miss into slots no durable record maps (`ReadHdd` + `WriteSsd` only) takes `io`
+//!   exclusively once (hits on its victims end), pins its slots in the engine and runs its
+//!   device steps holding neither lock; requests on its lines wait for its commit before
+//!   they are planned, and whatever drops lines commits it first (`fill.rs`);
+//! * every other plan (other misses, writes, trims, cleaning, flushes) keeps `inner` and
+//!   takes `io` exclusively for the whole plan, so it waits for hits in flight on slots it
+//!   may reuse, and no later request is planned before its device steps are done.
 //! * a cleaning pass of the background cleaner or `ctl flush` runs its device I/O holding
 //!   neither lock (`clean::clean_pass_unlocked`): begun under `inner` (its slots pinned in
 //!   the engine, its backing spans in `Inner::wb`), committed under it again by whoever needs
