@@ -944,7 +944,9 @@ impl CacheVolume {
                 // start, and later in-place writes flag their pages afresh.
                 vol.flush_cache(&mut g)?;
             }
-            if g.engine.config().mode != Mode::WriteBack && g.engine.dirty_lines() > 0 {
+            if dirty_outside_write_back(&g.engine) {
+                // Every volume's dirty lines are written back (the cleaner works on the
+                // pool), a write-back volume's too: more than needed, never less.
                 vol.clean_all(&mut g)?;
                 vol.flush_locked(&mut g)?;
             }
@@ -954,6 +956,26 @@ impl CacheVolume {
         tracing::debug!("open phases (s): {:?}", report.phases);
         Ok((vol, report))
     }
+}
+
+/// Whether a line is dirty whose volume is not in write-back (its own mode, else the
+/// pool's): such a volume's backing device must hold what was acknowledged before it
+/// serves, so the open writes it back. A write-back volume's dirty lines stay dirty in a
+/// pool of another mode (cleaned later by the cleaner or `ctl flush`), as in a write-back
+/// pool. Counted as every dirty line less those of write-back volumes, so a dirty line of
+/// a volume the engine does not list is written back.
+fn dirty_outside_write_back(e: &Engine) -> bool {
+    let c = e.config();
+    if c.volumes.is_empty() {
+        return c.mode != Mode::WriteBack && e.dirty_lines() > 0;
+    }
+    let kept: u64 = e
+        .volume_stats()
+        .iter()
+        .filter(|s| s.mode == Mode::WriteBack && c.volumes.iter().any(|v| v.id == s.id))
+        .map(|s| s.dirty_lines)
+        .sum();
+    e.dirty_lines() > kept
 }
 
 /// Phase timer of the open: each `lap` records the wall time and the process's CPU time

@@ -293,8 +293,9 @@ impl CacheVolume {
         if let Err(e) = self.write_superblock(&mut g) {
             g.sb.volumes.retain(|e| e.id != id);
             let _ = g.engine.retune(|c| c.volumes.retain(|v| v.id != id));
+            let after = self.restore_table(&mut g, &e);
             return Err(format!(
-                "volume {name}: the cache's volume table could not be written ({e}): not added"
+                "volume {name}: the cache's volume table could not be written ({e}): not added; {after}"
             ));
         }
         if let Some(r) = &self.ram {
@@ -316,7 +317,8 @@ impl CacheVolume {
     }
 
     /// `ctl volume remove`: volume `name` leaves the pool. Refused while it has dirty lines
-    /// (`ctl --volume NAME detach` writes them back and keeps it clean). Otherwise its
+    /// (`ctl --volume NAME detach` writes them back and keeps it clean) or lost ranges
+    /// (written again and flushed, they are no longer lost). Otherwise its
     /// requests fail from now on (EIO: a client still connected to its export), the
     /// requests in progress end first, its table entry is flagged removed (superblock
     /// written and synced) and its clean lines are dropped from the pool (their records on
@@ -372,6 +374,26 @@ impl CacheVolume {
                 "volume {name} holds {dirty} dirty lines its backing device does not have yet: run `ctl --volume {name} detach` first (writes them back and passes the volume through), then remove it"
             ));
         }
+        // Unresolved loss, like dirty data: once removed, its ranges would be named by id
+        // only and nobody could read (EIO) or rewrite them.
+        let base = vaddr(id, 0);
+        let lost: Vec<(u64, u64)> = g
+            .lost
+            .iter()
+            .filter(|r| vol_of(r.0) == id)
+            .map(|&(a, b)| (a - base, b - base))
+            .collect();
+        if !lost.is_empty() {
+            drop(g);
+            return put_back(format!(
+                "volume {name} has {} lost ranges (bytes {}): data written to them was lost and their reads fail, so the loss stays visible; see them with `ctl --volume {name} stats` (lost ranges), write them again (e.g. from a backup) and flush, then remove it",
+                lost.len(),
+                lost.iter()
+                    .map(|(a, b)| format!("{a}..{b}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+        }
         // What its clients wrote (write-through, or written back) is durable on its
         // backing device before the device is let go.
         if let Err(e) = self.flush_locked(&mut g) {
@@ -387,9 +409,10 @@ impl CacheVolume {
         g.sb.volumes[ix].flags |= format::VOLUME_REMOVED;
         if let Err(e) = self.write_superblock(&mut g) {
             g.sb.volumes[ix].flags &= !format::VOLUME_REMOVED;
+            let after = self.restore_table(&mut g, &e);
             drop(g);
             return put_back(format!(
-                "volume {name}: the cache's volume table could not be written ({e}): not removed"
+                "volume {name}: the cache's volume table could not be written ({e}): not removed, still served; {after}"
             ));
         }
         for &s in &slots {
@@ -409,6 +432,40 @@ impl CacheVolume {
             slots.len()
         );
         Ok((id, slots.len() as u64))
+    }
+
+    /// A superblock write of a volume table change failed (`e`) and `g.sb` holds the table
+    /// as it was again. The device may hold either table: the write may have reached it,
+    /// and a failed sync says nothing of what it kept (a later good sync may make it
+    /// durable). A restart reading the new table would serve a volume whose add failed, or
+    /// not serve one whose remove failed and drop the dirty lines written to it since (a
+    /// removed volume's records are dropped as stale). So the table as it was is written
+    /// again and synced; if that fails too, nobody knows which table a restart reads, and
+    /// the cache is failed (its dirty data written back, every volume passed through, the
+    /// failure recorded: a restart refuses the cache). Returns what the operator is told.
+    fn restore_table(&self, g: &mut Inner, e: &io::Error) -> String {
+        if g.failed {
+            // Refused before anything was written (a failed cache writes no superblock).
+            return "the cache had failed already".into();
+        }
+        let Err(again) = self.write_superblock(g) else {
+            tracing::warn!("volume table write failed ({e}); the table as it was is written back");
+            return "the table as it was is written back".into();
+        };
+        // Its recovery drops every line: no hit may read a slot meanwhile.
+        let _excl = self.io.write().unwrap_or_else(|e| e.into_inner());
+        g.cache_errors += 1;
+        self.metrics.cache_errors.fetch_add(1, Ordering::Relaxed);
+        let why = format!(
+            "the cache's volume table could not be written ({e}), nor written back as it was ({again})"
+        );
+        tracing::error!("{why}: failing the cache");
+        let recorded = self.fail_cache(g, &why);
+        format!(
+            "writing the table back as it was failed too ({again}): the cache FAILED (dirty data written back{}, every volume passes through to its backing device{}; format the cache device before it is used again)",
+            if g.lost.is_empty() { "" } else { ", some LOST: see the lost ranges in `ctl stats`" },
+            if recorded { "" } else { "; the failure is recorded nowhere durable, so writes fail until it is" },
+        )
     }
 
     /// `ranges` (pool addresses) as JSON reports name them
