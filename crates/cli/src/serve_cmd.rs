@@ -1961,6 +1961,12 @@ fn print_stats(v: &serde_json::Value) {
             n(&s["unmap_syncs"]),
             n(&s["unmap_ahead_skipped"])
         );
+        // Read misses whose device steps ran outside the volume lock (the rest needed an
+        // unmap first, or were partial, or the volume was not healthy).
+        println!(
+            "misses unlocked {} (backing read and cache write outside the volume lock)",
+            n(&s["unlocked_misses"])
+        );
     }
     println!("RAM (index)     {} bytes", n(&s["ram_index_bytes"]));
     let r = &s["ram"];

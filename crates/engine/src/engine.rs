@@ -329,6 +329,10 @@ struct Pin {
     wgen: u32,
     /// The line was dropped (trim, invalidation) while pinned.
     zombie: bool,
+    /// Pinned by a read miss writing its bytes ([`Engine::pin_fill`]): the slot does not
+    /// hold them yet, so nothing may read it (a chunk rewrite would copy other bytes to
+    /// the line's backing range).
+    fill: bool,
 }
 
 #[derive(Default)]
@@ -2782,6 +2786,17 @@ impl Engine {
         if runs < self.cfg.rewrite_min_runs.max(2) || lines > budget {
             return None;
         }
+        // A rewrite reads its clean lines' slots too: not one whose bytes a read miss is
+        // still writing (plain write-backs read only dirty lines, never those).
+        if !self.pins.is_empty()
+            && (first..end).any(|k| {
+                self.lookup(k)
+                    .and_then(|s| self.pins.get(&s))
+                    .is_some_and(|p| p.fill)
+            })
+        {
+            return None;
+        }
         let vol = (key >> LINE_BITS) as u32;
         let lmask = (1u64 << LINE_BITS) - 1;
         let ls = 1u64 << self.line_shift;
@@ -2897,6 +2912,35 @@ impl Engine {
             self.complete_writeback(t, &[]);
         }
         &self.plan
+    }
+
+    /// Pins `slots`, which the plan just made (a read miss) fills, while an executor writes
+    /// them outside its lock: a ticket with nothing pending. Until
+    /// `complete_writeback(ticket, &[])` no pinned slot is a victim or reused, and a line
+    /// dropped meanwhile leaves its slot a zombie, freed at completion. Call it right after
+    /// the plan, before anything else plans: the plan must hold no write-back (its spans
+    /// would join the ticket).
+    pub fn pin_fill(&mut self, slots: &[Slot]) -> Option<WbTicket> {
+        debug_assert!(
+            !self
+                .plan
+                .steps
+                .iter()
+                .any(|s| matches!(s, Step::WriteBack { .. } | Step::CopyHdd { .. })),
+            "a fill's plan writes nothing back"
+        );
+        self.open_ticket();
+        for &slot in slots {
+            let key = self
+                .slot_key(slot)
+                .expect("a slot a plan fills holds its line");
+            debug_assert!(!self.is_dirty(slot), "a read miss fills a clean line");
+            self.capture(slot, key, 0);
+            let p = self.pins.get_mut(&slot).expect("just pinned");
+            debug_assert_eq!(p.count, 1, "a slot being filled is pinned by nothing else");
+            p.fill = true;
+        }
+        self.close_ticket().map(|b| b.ticket)
     }
 
     /// [`Engine::write_back_slots`] as a write-back in flight (see [`Engine::begin_clean`]).

@@ -322,6 +322,36 @@ fn a_chunk_rewrite_in_flight_pins_its_clean_copies_and_spans_the_chunk() {
 }
 
 #[test]
+fn a_chunk_rewrite_never_reads_a_slot_a_read_miss_is_filling() {
+    // As above, but line 18 was just planned by a read miss whose executor is still
+    // writing its slot (pinned by `pin_fill`): its slot holds other bytes, which a rewrite
+    // would copy to line 18's backing range. Plain write-backs of 17 and 19 instead.
+    let mut e = engine(CleaningPolicy::Lba, 2);
+    write(&mut e, &[17, 19]);
+    e.process(&Request::new(0, Op::Read, 18 * 4096, 4096))
+        .unwrap();
+    let s18 = slot_of(&e, 18);
+    let fill = e.pin_fill(&[s18]).expect("pinned");
+    assert!(e.is_pinned(s18));
+    let (t, lines, _) = begin(&mut e, 8);
+    assert!(
+        lines.iter().all(|l| l.slot != s18),
+        "the filling slot is read by a write-back: {lines:?}"
+    );
+    let steps = e.complete_writeback(t, &[]);
+    assert_eq!(steps.cleaned, 2);
+    assert_eq!(e.counters().chunk_rewrites, 0);
+    // Filled: the next rewrite may read it again.
+    e.complete_writeback(fill, &[]);
+    assert!(!e.is_pinned(s18));
+    write(&mut e, &[17, 19]);
+    let (t, lines, _) = begin(&mut e, 8);
+    assert!(lines.iter().any(|l| l.slot == s18 && l.pending == 0));
+    e.complete_writeback(t, &[]);
+    assert_eq!(e.counters().chunk_rewrites, 1);
+}
+
+#[test]
 fn two_write_backs_of_one_rewritten_line_keep_their_own_pending_sectors() {
     let mut e = small(4, false);
     write(&mut e, &[1]);

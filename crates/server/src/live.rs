@@ -544,6 +544,7 @@ pub fn log_common(v: &LogVolume, s: &LogVolumeStats) -> VolumeStats {
         unmap_syncs: 0,
         unmap_on_miss: 0,
         unmap_ahead: 0,
+        unlocked_misses: 0,
         unmapped_ahead_now: 0,
         unmap_ahead_skipped: 0,
         flux_syncs: 0,

@@ -23,6 +23,10 @@ pub struct Metrics {
     pub unmap_on_miss: AtomicU64,
     /// Records of likely victims unmapped ahead of their eviction, in batches.
     pub unmap_ahead: AtomicU64,
+    /// Read misses whose device steps ran outside the volume lock (`volume::fill`).
+    pub unlocked_misses: AtomicU64,
+    /// Requests that waited for an unlocked miss on one of their lines to commit.
+    pub fill_waits: AtomicU64,
     /// Unmap-ahead passes skipped because backing syncs were failing (the batch needs one).
     pub unmap_ahead_skipped: AtomicU64,
     /// Cache-device syncs made to flag metadata pages in flux before in-place writes (rule 5
@@ -98,6 +102,8 @@ impl Metrics {
             &self.unmap_syncs,
             &self.unmap_on_miss,
             &self.unmap_ahead,
+            &self.unlocked_misses,
+            &self.fill_waits,
             &self.unmap_ahead_skipped,
             &self.flux_syncs,
             &self.flux_pages,
@@ -302,6 +308,11 @@ impl Metrics {
                 "unmapped_on_miss_total",
                 "Records unmapped on the miss path (their slot was being reused).",
                 stats.unmap_on_miss,
+            ),
+            (
+                "unlocked_misses_total",
+                "Read misses whose backing read and cache write ran outside the volume lock.",
+                stats.unlocked_misses,
             ),
             (
                 "unmapped_ahead_total",

@@ -6,17 +6,16 @@
 //!   them, every read returns a version written to that very sector (or the backing device's
 //!   initial bytes), never another line's bytes — the victim's old key is never served the
 //!   filling line's bytes, nor the filling line its victim's.
-//!
-//! Today a miss runs its device steps under the volume lock, so the other requests wait and
-//! this test holds trivially; it is the guard for running them outside it (step 6), where a
-//! request touching a filling line must wait before it is planned.
+//! * `a_hit_completes_while_a_miss_waits_for_the_backing_device`: proves the miss holds no
+//!   lock a hit on another line needs (failed while a miss ran its device steps under the
+//!   volume lock, before `volume/fill.rs`).
 
 mod common;
 
 use common::*;
 use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{mpsc, Arc, Condvar, Mutex};
 use std::time::Duration;
 use tiercache_engine::Mode;
 use tiercache_nbd::Export;
@@ -33,6 +32,9 @@ struct Hold {
     state: Mutex<Option<std::ops::Range<u64>>>,
     cv: Condvar,
     entered: AtomicU64,
+    /// Reads meeting `failing` that fail (counted down), as a backing device's EIO.
+    fail: AtomicU64,
+    failing: Mutex<Option<std::ops::Range<u64>>>,
 }
 
 impl Hold {
@@ -76,6 +78,22 @@ impl BlockDev for Held {
             }
         }
         drop(st);
+        let failing = self
+            .hold
+            .failing
+            .lock()
+            .unwrap()
+            .as_ref()
+            .is_some_and(|r| offset < r.end && offset + buf.len() as u64 > r.start);
+        if failing
+            && self
+                .hold
+                .fail
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1))
+                .is_ok()
+        {
+            return Err(io::Error::other("injected backing read error"));
+        }
         self.inner.read_at(buf, offset)
     }
     fn write_at(&self, data: &[u8], offset: u64) -> io::Result<()> {
@@ -87,8 +105,12 @@ impl BlockDev for Held {
 }
 
 fn open_held(f: &Files, hold: &Arc<Hold>) -> CacheVolume {
+    open_held_on(Box::new(FileDev::open(&f.cache).unwrap()), f, hold)
+}
+
+fn open_held_on(cache: Box<dyn BlockDev>, f: &Files, hold: &Arc<Hold>) -> CacheVolume {
     CacheVolume::open(
-        Box::new(FileDev::open(&f.cache).unwrap()),
+        cache,
         Box::new(Held {
             inner: FileDev::open(&f.backing).unwrap(),
             hold: hold.clone(),
@@ -281,4 +303,155 @@ fn a_miss_in_flight_shows_only_versions_written_there() {
             assert_line(l, &buf, &|_, w| w == 0, &format!("{mode:?} after reopen"));
         }
     }
+}
+
+#[test]
+fn a_hit_completes_while_a_miss_waits_for_the_backing_device() {
+    let f = files(40, LINE);
+    format(&f, Mode::WriteBack, LINE);
+    let hold = Arc::new(Hold::default());
+    let vol = Arc::new(open_held(&f, &hold));
+    let mut buf = vec![0u8; LINE as usize];
+    // Line 0 cached (the second read is a hit).
+    vol.read(0, &mut buf).unwrap();
+    vol.read(0, &mut buf).unwrap();
+    let line = 9;
+    hold.arm(line * LINE..(line + 1) * LINE);
+    let miss = {
+        let vol = vol.clone();
+        std::thread::spawn(move || {
+            let mut buf = vec![0u8; LINE as usize];
+            vol.read(line * LINE, &mut buf).map(|()| buf)
+        })
+    };
+    hold.wait_entered(1);
+    let (tx, rx) = mpsc::channel();
+    let hit = {
+        let vol = vol.clone();
+        std::thread::spawn(move || {
+            let mut buf = vec![0u8; LINE as usize];
+            let r = vol.read(0, &mut buf).map(|()| buf);
+            let _ = tx.send(());
+            r
+        })
+    };
+    let done = rx.recv_timeout(Duration::from_secs(2)).is_ok();
+    // Released either way, so a failing run ends instead of hanging.
+    hold.release();
+    let got = miss.join().unwrap().unwrap();
+    assert_line(line, &got, &|_, w| w == 0, "the miss");
+    let got = hit.join().unwrap().unwrap();
+    assert_line(0, &got, &|_, w| w == 0, "the hit");
+    assert!(
+        done,
+        "a hit on line 0 waited for a miss on line {line} held in its backing read"
+    );
+}
+
+/// A FLUSH while a miss fills a clean victim's slot outside the lock: the flush does not wait
+/// for the miss, and must map neither the victim (whose bytes the miss overwrites) nor the
+/// missing line (whose bytes are not there yet) to the slot. Killed right after the miss's
+/// cache write lands, the restarted volume reads every line's own bytes.
+#[test]
+fn a_flush_during_a_miss_maps_neither_its_victim_nor_its_line() {
+    const CACHED: u64 = 4;
+    let f = files(CACHED, LINE);
+    format(&f, Mode::WriteBack, LINE);
+    let hold = Arc::new(Hold::default());
+    let gate = Gate::new();
+    let vol = Arc::new(open_held_on(gate.wrap("cache", &f.cache), &f, &hold));
+    // Every slot holds a clean line whose record is in the image only (never flushed).
+    let mut buf = vec![0u8; LINE as usize];
+    for l in 0..CACHED {
+        vol.read(l * LINE, &mut buf).unwrap();
+    }
+    let line = 9;
+    hold.arm(line * LINE..(line + 1) * LINE);
+    let miss = {
+        let vol = vol.clone();
+        std::thread::spawn(move || {
+            let mut buf = vec![0u8; LINE as usize];
+            vol.read(line * LINE, &mut buf).map(|()| buf)
+        })
+    };
+    hold.wait_entered(1);
+    let (tx, rx) = mpsc::channel();
+    {
+        let vol = vol.clone();
+        std::thread::spawn(move || tx.send(vol.flush()).unwrap());
+    }
+    let flushed = rx.recv_timeout(Duration::from_secs(5));
+    // The next cache write is the miss's data: it lands, then the process dies.
+    gate.kill_at_write("cache", 0..u64::MAX, true);
+    hold.release();
+    let _ = miss.join().unwrap();
+    assert!(
+        matches!(flushed, Ok(Ok(()))),
+        "the flush waited for a miss held in its backing read, or failed: {flushed:?}"
+    );
+    assert!(
+        vol.stats().unlocked_misses >= 1,
+        "the miss ran under the lock"
+    );
+    drop(vol);
+    // Every clean line is sampled at this size: a record mapping the miss's bytes to the
+    // victim would show as a clean line differing from the backing device (and be dropped).
+    let (vol, report) = CacheVolume::open(
+        Box::new(FileDev::open(&f.cache).unwrap()),
+        Box::new(FileDev::open(&f.backing).unwrap()),
+        &OpenOptions::default(),
+    )
+    .unwrap();
+    assert_eq!(
+        (report.differing_clean_lines, report.dropped_clean_lines),
+        (0, 0),
+        "a record mapped a slot the miss overwrote"
+    );
+    for l in (0..CACHED).chain([line]) {
+        vol.read(l * LINE, &mut buf).unwrap();
+        assert_line(l, &buf, &|_, w| w == 0, "after the kill");
+    }
+}
+
+/// A miss outside the lock whose backing read fails is planned again under the lock: a
+/// transient error is retried there (the client sees the bytes), a lasting one reaches the
+/// client; either way no slot serves bytes the failed read never wrote.
+#[test]
+fn a_failed_backing_read_of_a_miss_outside_the_lock_is_planned_again() {
+    let f = files(8, LINE);
+    format(&f, Mode::WriteThrough, LINE);
+    let hold = Arc::new(Hold::default());
+    let vol = open_held(&f, &hold);
+    let mut buf = vec![0u8; LINE as usize];
+    *hold.failing.lock().unwrap() = Some(3 * LINE..4 * LINE);
+    // Transient: the unlocked read fails once, the locked one succeeds.
+    hold.fail.store(1, Ordering::Release);
+    vol.read(3 * LINE, &mut buf).unwrap();
+    assert_line(3, &buf, &|_, w| w == 0, "a transient error");
+    assert_eq!(
+        hold.fail.load(Ordering::Acquire),
+        0,
+        "the error was not injected"
+    );
+    assert!(
+        vol.stats().unlocked_misses >= 1,
+        "the miss ran under the lock"
+    );
+    vol.read(3 * LINE, &mut buf).unwrap();
+    assert_line(3, &buf, &|_, w| w == 0, "the line cached after the retry");
+    // Lasting: both attempts fail, the client gets the error, the line is not cached.
+    *hold.failing.lock().unwrap() = Some(5 * LINE..6 * LINE);
+    hold.fail.store(2, Ordering::Release);
+    assert!(
+        vol.read(5 * LINE, &mut buf).is_err(),
+        "a lasting error was hidden"
+    );
+    assert_eq!(hold.fail.load(Ordering::Acquire), 0, "not planned again");
+    vol.read(5 * LINE, &mut buf).unwrap();
+    assert_line(5, &buf, &|_, w| w == 0, "after the lasting error");
+    let bad: Vec<_> = vol.clean_lines_differing().unwrap();
+    assert!(
+        bad.is_empty(),
+        "cached lines differ from the backing device: {bad:?}"
+    );
 }

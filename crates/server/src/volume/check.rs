@@ -10,10 +10,12 @@ impl CacheVolume {
     /// (dropped at the next request) are left out. Empty on a healthy volume at rest.
     #[doc(hidden)]
     pub fn clean_lines_differing(&self) -> io::Result<Vec<(u64, u32, u64)>> {
-        let g = self.lock();
+        let mut g = self.lock();
         if g.failed || g.closed {
             return Ok(Vec::new());
         }
+        // A line being filled outside the lock is not there yet.
+        self.reap_fills(&mut g);
         let e = &g.engine;
         let ls = 1u64 << self.line_shift;
         let ss = e.sector_size();

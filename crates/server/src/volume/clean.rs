@@ -366,6 +366,11 @@ impl CacheVolume {
     /// failure, another write-back. Its error goes to `Inner::wb_error` for its owner.
     /// `excl`: the caller holds `io` exclusively (else a failure's recovery takes it).
     pub(super) fn reap(&self, g: &mut Inner, excl: bool) {
+        if excl {
+            // Recovery (the callers holding `io` exclusively) drops and restores lines:
+            // none may be pinned by a read miss filling outside the lock either.
+            self.reap_fills(g);
+        }
         let Some(u) = g.wb.take() else {
             return;
         };

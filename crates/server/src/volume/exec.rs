@@ -8,7 +8,14 @@ impl CacheVolume {
     /// Runs one request through the engine and executes its plan. `data`: the client's bytes
     /// (filled for reads, taken for writes).
     pub(super) fn run(&self, req: &Request, data: Data<'_>) -> io::Result<()> {
-        let mut g = self.lock_foreground();
+        self.run_with(req, data, true)
+    }
+
+    /// [`CacheVolume::run`]; `unlocked`: a read miss may run its device steps outside the
+    /// lock (`fill.rs`; false when planned again after such a run failed).
+    pub(super) fn run_with(&self, req: &Request, data: Data<'_>, unlocked: bool) -> io::Result<()> {
+        let g = self.lock_foreground();
+        let mut g = self.wait_for_fills(g, req);
         if g.closed {
             return Err(ioerr(g.closed_reason()));
         }
@@ -129,6 +136,13 @@ impl CacheVolume {
                     self.read_fallback(req, out, e)
                 }
             };
+        }
+        if unlocked && self.fill_qualifies(&g, req, &steps, &before, all_slots) {
+            g.slots = slots;
+            let Data::Read(out) = data else {
+                unreachable!("only reads qualify")
+            };
+            return self.fill_unlocked(g, req, steps, buf_len, at, out);
         }
         let fg = steps.iter().any(|s| {
             matches!(
@@ -340,7 +354,7 @@ impl CacheVolume {
 
     /// `[ssd, ssd + len)` of the data area is about to be written (a failed or torn write
     /// too): not durable until the next cache sync that succeeds (`Inner::cache_unsynced`).
-    fn wrote_cache(&self, g: &mut Inner, ssd: u64, len: u64) {
+    pub(super) fn wrote_cache(&self, g: &mut Inner, ssd: u64, len: u64) {
         if len == 0 {
             return;
         }
@@ -364,7 +378,7 @@ impl CacheVolume {
 
     /// `data` was written to the data area at `ssd`: records its checksums (sectors written
     /// in part are read back whole from the device).
-    fn note_written(&self, g: &mut Inner, ssd: u64, data: &[u8]) -> io::Result<()> {
+    pub(super) fn note_written(&self, g: &mut Inner, ssd: u64, data: &[u8]) -> io::Result<()> {
         let Some(s) = g.sums.as_mut() else {
             return Ok(());
         };
@@ -1020,10 +1034,10 @@ fn overlaid_write_backs(steps: &[Step], first: &[usize]) -> Vec<usize> {
 }
 
 /// Counts a foreground plan with backing steps in `CacheVolume::fg_backing` while it lives.
-struct FgBacking<'a>(&'a AtomicU64);
+pub(super) struct FgBacking<'a>(&'a AtomicU64);
 
 impl<'a> FgBacking<'a> {
-    fn new(c: &'a AtomicU64) -> Self {
+    pub(super) fn new(c: &'a AtomicU64) -> Self {
         c.fetch_add(1, Ordering::AcqRel);
         FgBacking(c)
     }

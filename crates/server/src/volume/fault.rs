@@ -574,6 +574,8 @@ impl CacheVolume {
         if g.cache_dropped.is_empty() {
             return;
         }
+        // Their lines are dropped: none may be pinned by a fill in flight.
+        self.reap_fills(g);
         if !g.failed {
             let slots: Vec<u32> = g
                 .cache_dropped

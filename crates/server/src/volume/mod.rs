@@ -7,9 +7,13 @@
 //! by a reader-writer lock (`io`), always taken after `inner`:
 //! * a read whose plan is only `ReadSsd` steps (a hit) takes `io` shared while it still holds
 //!   `inner`, drops `inner`, and reads the cache device in parallel with other hits;
-//! * every other plan (misses, writes, trims, cleaning, flushes) keeps `inner` and takes `io`
-//!   exclusively for the whole plan, so it waits for hits in flight on slots it may reuse, and
-//!   no later request is planned before its device steps are done.
+//! * a read miss into slots no durable record maps (`ReadHdd` + `WriteSsd` only) takes `io`
+//!   exclusively once (hits on its victims end), pins its slots in the engine and runs its
+//!   device steps holding neither lock; requests on its lines wait for its commit before
+//!   they are planned, and whatever drops lines commits it first (`fill.rs`);
+//! * every other plan (other misses, writes, trims, cleaning, flushes) keeps `inner` and
+//!   takes `io` exclusively for the whole plan, so it waits for hits in flight on slots it
+//!   may reuse, and no later request is planned before its device steps are done.
 //! * a cleaning pass of the background cleaner or `ctl flush` runs its device I/O holding
 //!   neither lock (`clean::clean_pass_unlocked`): begun under `inner` (its slots pinned in
 //!   the engine, its backing spans in `Inner::wb`), committed under it again by whoever needs
@@ -137,6 +141,7 @@ mod durable;
 mod exec;
 mod export;
 mod fault;
+mod fill;
 mod open;
 pub(crate) mod ram;
 mod records;
@@ -356,6 +361,10 @@ struct Inner {
     /// The error of an unlocked write-back committed by someone other than its owner (a
     /// foreground request that needed it done), for the owner to report.
     wb_error: Option<io::Error>,
+    /// Read misses whose device steps run outside the volume lock, begun and not yet
+    /// committed (`fill.rs`).
+    fills: Vec<fill::Fill>,
+    next_fill: u64,
 }
 
 /// Capacity of the `Inner::slots` scratch kept between plans (slots; larger ones, from
@@ -407,6 +416,12 @@ pub struct CacheVolume {
     /// The unlocked write-back's I/O: running, and its outcome once done.
     wb_io: Mutex<clean::WbIo>,
     wb_done: std::sync::Condvar,
+    /// Signalled (with `inner`) when an unlocked miss commits: requests on its lines wait
+    /// for it before they are planned (`fill.rs`).
+    fill_done: std::sync::Condvar,
+    /// Read misses may run outside the lock (`fill.rs`); off: every miss under it
+    /// (`TIERCACHE_LOCKED_MISSES=1`, to measure the difference).
+    unlocked_misses: AtomicBool,
     /// Requests waiting for the unlocked write-back to end ([`CacheVolume::reap`]): its I/O
     /// stops after the group it is writing, the rest of its lines stay dirty.
     wb_waiters: AtomicU64,
@@ -632,6 +647,8 @@ pub struct VolumeStats {
     /// Records unmapped on the miss path (slot being reused) and ahead of evictions.
     pub unmap_on_miss: u64,
     pub unmap_ahead: u64,
+    /// Read misses whose device steps ran outside the volume lock (`fill.rs`).
+    pub unlocked_misses: u64,
     /// Cached clean lines whose record is unmapped ahead now.
     pub unmapped_ahead_now: u64,
     /// Unmap-ahead passes skipped while backing syncs fail (the batch needs a sync first).

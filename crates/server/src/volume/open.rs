@@ -818,6 +818,8 @@ impl CacheVolume {
             class_loads: 0,
             wb: None,
             wb_error: None,
+            fills: Vec::new(),
+            next_fill: 0,
         };
         if let Some(s) = &inner.sums {
             inner.lost = s.lost.clone();
@@ -909,6 +911,10 @@ impl CacheVolume {
             clean_io: Mutex::new(()),
             wb_io: Mutex::new(Default::default()),
             wb_done: std::sync::Condvar::new(),
+            fill_done: std::sync::Condvar::new(),
+            unlocked_misses: AtomicBool::new(
+                std::env::var_os("TIERCACHE_LOCKED_MISSES").is_none_or(|v| v != "1"),
+            ),
             wb_waiters: AtomicU64::new(0),
             cache_sync_failures: AtomicU64::new(0),
             fg_backing: AtomicU64::new(0),

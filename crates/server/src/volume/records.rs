@@ -301,6 +301,10 @@ impl CacheVolume {
     pub(super) fn update_records(g: &mut Inner) {
         let slots = std::mem::take(&mut g.slots);
         for &slot in &slots {
+            if Self::filling(g, slot) {
+                // Its image stays empty until the fill commits (`fill.rs`).
+                continue;
+            }
             let (have, on_disk) = (g.mem_record(slot), g.disk_key(slot));
             g.engine.take_journaled(slot);
             Self::update_record(g, slot, Some(have), on_disk);

@@ -11,6 +11,8 @@ impl CacheVolume {
         if g.closed {
             return Err(ioerr(g.closed_reason()));
         }
+        // The switch drops or writes back lines: no fill may be in flight.
+        self.reap_fills(&mut g);
         if g.failed {
             // The engine must keep saying pass-through: that is what is in force.
             return Err(ioerr(
@@ -150,6 +152,7 @@ impl CacheVolume {
             if g.closed {
                 return Err(g.closed_reason().into());
             }
+            self.reap_fills(&mut g);
             let t = Tuning::of(g.engine.config()).with(k, value)?;
             g.engine
                 .retune(|c| t.apply(c))
@@ -187,6 +190,8 @@ impl CacheVolume {
         // Waits for a cleaning pass in flight to commit: the flush below covers it.
         let _owner = self.clean_owner();
         let mut g = self.lock();
+        // Fills in flight commit (or are dropped) before the last flush.
+        self.reap_fills(&mut g);
         if g.halted {
             // Nothing written from a half-updated state: the superblock stays "not clean",
             // so the next open recovers as after a crash.

@@ -77,6 +77,7 @@ impl CacheVolume {
             unmap_syncs: self.metrics.unmap_syncs.load(Ordering::Relaxed),
             unmap_on_miss: self.metrics.unmap_on_miss.load(Ordering::Relaxed),
             unmap_ahead: self.metrics.unmap_ahead.load(Ordering::Relaxed),
+            unlocked_misses: self.metrics.unlocked_misses.load(Ordering::Relaxed),
             unmapped_ahead_now: g.ahead.len() as u64,
             unmap_ahead_skipped: self.metrics.unmap_ahead_skipped.load(Ordering::Relaxed),
             flux_syncs: self.metrics.flux_syncs.load(Ordering::Relaxed),

@@ -594,6 +594,7 @@ impl CacheVolume {
         // No write-back in flight from here on (its lines would look clean to `clean_all`).
         let _owner = (k == "mode").then(|| self.clean_owner());
         let mut g = self.lock();
+        self.reap_fills(&mut g);
         if g.closed {
             return Err(g.closed_reason().into());
         }
