@@ -121,6 +121,15 @@ fn open_held_on(cache: Box<dyn BlockDev>, f: &Files, hold: &Arc<Hold>) -> CacheV
     .0
 }
 
+/// A read of `line` on its own thread (the bytes it returns).
+fn spawn_read(vol: &Arc<CacheVolume>, line: u64) -> std::thread::JoinHandle<io::Result<Vec<u8>>> {
+    let vol = vol.clone();
+    std::thread::spawn(move || {
+        let mut buf = vec![0u8; LINE as usize];
+        vol.read(line * LINE, &mut buf).map(|()| buf)
+    })
+}
+
 /// The bytes of `sector` of `line` at `version` (0: the backing device's initial bytes).
 /// Every version names its line and sector, so misdirected bytes are caught.
 fn versioned(line: u64, sector: u64, version: u32) -> Vec<u8> {
@@ -317,13 +326,7 @@ fn a_hit_completes_while_a_miss_waits_for_the_backing_device() {
     vol.read(0, &mut buf).unwrap();
     let line = 9;
     hold.arm(line * LINE..(line + 1) * LINE);
-    let miss = {
-        let vol = vol.clone();
-        std::thread::spawn(move || {
-            let mut buf = vec![0u8; LINE as usize];
-            vol.read(line * LINE, &mut buf).map(|()| buf)
-        })
-    };
+    let miss = spawn_read(&vol, line);
     hold.wait_entered(1);
     let (tx, rx) = mpsc::channel();
     let hit = {
@@ -367,13 +370,7 @@ fn a_flush_during_a_miss_maps_neither_its_victim_nor_its_line() {
     }
     let line = 9;
     hold.arm(line * LINE..(line + 1) * LINE);
-    let miss = {
-        let vol = vol.clone();
-        std::thread::spawn(move || {
-            let mut buf = vec![0u8; LINE as usize];
-            vol.read(line * LINE, &mut buf).map(|()| buf)
-        })
-    };
+    let miss = spawn_read(&vol, line);
     hold.wait_entered(1);
     let (tx, rx) = mpsc::channel();
     {

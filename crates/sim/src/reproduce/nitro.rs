@@ -291,10 +291,7 @@ fn trim_run(
     weu: bool,
     ftl: FtlKind,
 ) -> Result<LogRun> {
-    let mut cfg = engine::variant_config(spec, capacity, weu, false, false);
-    cfg.trim = true;
-    let f = engine::ftl_of(&cfg, spec.erase_block, ftl);
-    engine::run_log(trace, cfg, f)
+    run_on(trace, spec, capacity, weu, ftl, true)
 }
 
 /// One (ND,NC) run on an FTL of kind `ftl`, extent or WEU.
@@ -305,7 +302,21 @@ fn ftl_run(
     weu: bool,
     ftl: FtlKind,
 ) -> Result<LogRun> {
-    let cfg = engine::variant_config(spec, capacity, weu, false, false);
+    run_on(trace, spec, capacity, weu, ftl, false)
+}
+
+/// One (ND,NC) run, extent or WEU, on `ftl`, with TRIM before reuse if `trim`.
+fn run_on(
+    trace: &ContentTrace,
+    spec: &NitroSpec,
+    capacity: u64,
+    weu: bool,
+    ftl: FtlKind,
+    trim: bool,
+) -> Result<LogRun> {
+    let mut cfg = engine::variant_config(spec, capacity, weu, false, false);
+    // With `trim` false, as the spec says.
+    cfg.trim |= trim;
     let f = engine::ftl_of(&cfg, spec.erase_block, ftl);
     engine::run_log(trace, cfg, f)
 }
