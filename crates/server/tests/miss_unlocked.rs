@@ -35,6 +35,8 @@ struct Hold {
     /// Reads meeting `failing` that fail (counted down), as a backing device's EIO.
     fail: AtomicU64,
     failing: Mutex<Option<std::ops::Range<u64>>>,
+    /// Reads meeting `failing` panic instead (a device bug), while set.
+    panic: std::sync::atomic::AtomicBool,
 }
 
 impl Hold {
@@ -85,6 +87,9 @@ impl BlockDev for Held {
             .unwrap()
             .as_ref()
             .is_some_and(|r| offset < r.end && offset + buf.len() as u64 > r.start);
+        if failing && self.hold.panic.swap(false, Ordering::AcqRel) {
+            panic!("injected panic in a backing read");
+        }
         if failing
             && self
                 .hold
@@ -450,5 +455,41 @@ fn a_failed_backing_read_of_a_miss_outside_the_lock_is_planned_again() {
     assert!(
         bad.is_empty(),
         "cached lines differ from the backing device: {bad:?}"
+    );
+}
+
+/// A panic inside a miss's unlocked device I/O (a device bug) must not wedge the volume:
+/// the miss's lines are dropped, and the next request on them (which waits for the miss to
+/// commit) and a mode switch (which commits every miss in flight) go on.
+#[test]
+fn a_panic_in_a_miss_outside_the_lock_does_not_wedge_its_lines() {
+    let f = files(8, LINE);
+    format(&f, Mode::WriteBack, LINE);
+    let hold = Arc::new(Hold::default());
+    let vol = Arc::new(open_held(&f, &hold));
+    *hold.failing.lock().unwrap() = Some(2 * LINE..3 * LINE);
+    hold.panic.store(true, Ordering::Release);
+    assert!(
+        spawn_read(&vol, 2).join().is_err(),
+        "the injected panic did not reach the miss"
+    );
+    let (tx, rx) = mpsc::channel();
+    {
+        let vol = vol.clone();
+        std::thread::spawn(move || {
+            let mut buf = vec![0u8; LINE as usize];
+            let r = vol.read(2 * LINE, &mut buf).map(|()| buf);
+            let m = vol.set_mode(Mode::WriteThrough);
+            tx.send((r, m)).unwrap();
+        });
+    }
+    let (r, m) = rx
+        .recv_timeout(Duration::from_secs(5))
+        .expect("a read of the line, or a mode switch, hangs after the panic");
+    assert_line(2, &r.unwrap(), &|_, w| w == 0, "after the panic");
+    m.unwrap();
+    assert!(
+        vol.stats().unlocked_misses >= 1,
+        "the miss ran under the lock"
     );
 }

@@ -222,12 +222,28 @@ impl CacheVolume {
         drop(g);
         let fg = exec::FgBacking::new(&self.fg_backing);
         let mut buf = vec![0u8; buf_len as usize];
-        let err = self.fill_io(&steps, &mut buf).err();
+        // A panic in the I/O (a device bug) still posts an outcome and commits (the lines
+        // dropped), or every request on its lines, and every recovery, would wait for ever.
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            self.fill_io(&steps, &mut buf)
+        }));
         drop(fg);
-        io.post(err, buf);
+        let panicked = match r {
+            Ok(r) => {
+                io.post(r.err(), buf);
+                None
+            }
+            Err(p) => {
+                io.post(Some(io::Error::other("a panic in a read miss's I/O")), buf);
+                Some(p)
+            }
+        };
         let mut g = self.lock();
         self.commit_fill(&mut g, id);
         drop(g);
+        if let Some(p) = panicked {
+            std::panic::resume_unwind(p);
+        }
         let st = io.st.lock().unwrap_or_else(|e| e.into_inner());
         if st.committed == Some(true) {
             out.copy_from_slice(&st.buf[at..at + out.len()]);
