@@ -85,8 +85,14 @@ impl Fill {
     }
 
     fn covers(&self, key: u64) -> bool {
-        (self.first..=self.last).any(|l| Engine::line_key(self.volume, l) == key)
+        key_in(key, self.volume, self.first, self.last)
     }
+}
+
+/// Whether line `key` is one of lines `first..=last` of `volume`.
+#[inline]
+fn key_in(key: u64, volume: u32, first: u64, last: u64) -> bool {
+    key & !LINE_MASK == Engine::line_key(volume, 0) && (first..=last).contains(&(key & LINE_MASK))
 }
 
 impl CacheVolume {
@@ -151,9 +157,9 @@ impl CacheVolume {
                         g.disk_key(s) == EMPTY_KEY
                             && !g.engine.is_pinned(s)
                             && g.engine.dirty_mask(s) == 0
-                            && g.engine.slot_key(s).is_some_and(|k| {
-                                (first..=last).any(|l| Engine::line_key(req.volume, l) == k)
-                            })
+                            && g.engine
+                                .slot_key(s)
+                                .is_some_and(|k| key_in(k, req.volume, first, last))
                     })
             }
             _ => false,

@@ -282,31 +282,10 @@ fn trace_name(path: &Path) -> String {
         .unwrap_or_default()
 }
 
-/// One (ND,NC) run with TRIM before reuse, extent or WEU, with the engine's default trimmed
-/// free reserve (segments reclaimed and trimmed ahead, reused oldest first).
-fn trim_run(
-    trace: &ContentTrace,
-    spec: &NitroSpec,
-    capacity: u64,
-    weu: bool,
-    ftl: FtlKind,
-) -> Result<LogRun> {
-    run_on(trace, spec, capacity, weu, ftl, true)
-}
-
-/// One (ND,NC) run on an FTL of kind `ftl`, extent or WEU.
+/// One (ND,NC) run, extent or WEU, on an FTL of kind `ftl`; with `trim`, TRIM before reuse
+/// and the engine's default trimmed free reserve (segments reclaimed and trimmed ahead, reused
+/// oldest first), else as the spec says.
 fn ftl_run(
-    trace: &ContentTrace,
-    spec: &NitroSpec,
-    capacity: u64,
-    weu: bool,
-    ftl: FtlKind,
-) -> Result<LogRun> {
-    run_on(trace, spec, capacity, weu, ftl, false)
-}
-
-/// One (ND,NC) run, extent or WEU, on `ftl`, with TRIM before reuse if `trim`.
-fn run_on(
     trace: &ContentTrace,
     spec: &NitroSpec,
     capacity: u64,
@@ -683,9 +662,9 @@ pub fn run(config: &str, requests: Option<u64>) -> Result<Outcome> {
         let mut page_naive = None;
         if ftl != FtlKind::Page {
             // The same naive pair on the page-mapped FTL: what the FTL model accounts for.
-            let ep = ftl_run(trace, &spec, *cap, false, FtlKind::Page)?;
+            let ep = ftl_run(trace, &spec, *cap, false, FtlKind::Page, false)?;
             page_naive = Some(ep.erasures);
-            let wp = ftl_run(trace, &spec, *cap, true, FtlKind::Page)?;
+            let wp = ftl_run(trace, &spec, *cap, true, FtlKind::Page, false)?;
             rows.push(Row {
                 what: format!("{name}: SSD erasures (page FTL), Extent vs WEU (ND,NC)"),
                 ours: format!(
@@ -803,12 +782,12 @@ pub fn run(config: &str, requests: Option<u64>) -> Result<Outcome> {
             ));
         }
         if s.trim_compare {
-            let et = trim_run(trace, &spec, *cap, false, ftl)?;
-            let wt = trim_run(trace, &spec, *cap, true, ftl)?;
+            let et = ftl_run(trace, &spec, *cap, false, ftl, true)?;
+            let wt = ftl_run(trace, &spec, *cap, true, ftl, true)?;
             // Where the reserve's TRIMs pay: the extent TRIM run on the page-mapped FTL.
             let page_note = match page_naive {
                 Some(pn) => {
-                    let pt = trim_run(trace, &spec, *cap, false, FtlKind::Page)?;
+                    let pt = ftl_run(trace, &spec, *cap, false, FtlKind::Page, true)?;
                     format!(
                         "; page FTL: extent TRIM {} vs naive {pn} ({:+.0} %)",
                         pt.erasures,
