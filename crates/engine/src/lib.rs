@@ -12,6 +12,7 @@ pub mod log;
 pub mod mem;
 pub mod plan;
 pub mod policy;
+pub mod pool;
 pub mod ram_tier;
 pub mod rate;
 pub mod request;
@@ -31,6 +32,7 @@ pub use engine::{
 };
 pub use log::{Compression, ExtentContent, Layout, LogConfig, LogEngine};
 pub use plan::{Plan, Step};
+pub use pool::{Pool, PoolError, MAX_MEMBERS, POOL_ALIGN};
 pub use ram_tier::{RamCounters, RamTier, DEFAULT_RAM_POLICY};
 pub use rate::{RateController, WritebackRate};
 pub use request::{Op, Request, MAX_CLASS, NUM_CLASSES};
