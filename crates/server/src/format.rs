@@ -645,7 +645,8 @@ pub struct PoolBlock {
     pub generation: u64,
     /// This member's index in `members`.
     pub index: u16,
-    /// Cache copies of each dirty line (1 until mirroring is built).
+    /// Cache copies of each dirty line chosen at format (`--dirty-copies`; 0: not chosen,
+    /// so write-back is refused until it is given; 1 until mirroring is built).
     pub dirty_copies: u8,
     pub members: Vec<PoolEntry>,
 }
@@ -707,7 +708,9 @@ impl PoolBlock {
         let index = u16::from_le_bytes(b[36..38].try_into().unwrap());
         let count = u16::from_le_bytes(b[38..40].try_into().unwrap()) as usize;
         if count == 0 || count > tiercache_engine::pool::MAX_MEMBERS || index as usize >= count {
-            return Err(format!("pool block: member {index} of {count}: out of range"));
+            return Err(format!(
+                "pool block: member {index} of {count}: out of range"
+            ));
         }
         let mut members = Vec::with_capacity(count);
         for i in 0..count {
@@ -1109,10 +1112,16 @@ mod tests {
             let e = PoolBlock::decode(x).unwrap_err();
             assert!(e.contains("checksum"), "{what}: {e}");
         }
-        assert!(PoolBlock::decode(&[0u8; 4096]).unwrap_err().contains("magic"));
+        assert!(PoolBlock::decode(&[0u8; 4096])
+            .unwrap_err()
+            .contains("magic"));
         // Newest generation wins, the first of equals.
         let a = PoolBlock::decode(&older).unwrap();
-        let c = PoolBlock { generation: 4, index: 0, ..p.clone() };
+        let c = PoolBlock {
+            generation: 4,
+            index: 0,
+            ..p.clone()
+        };
         assert_eq!(PoolBlock::newest(&[&a, &p, &c]), Some(1));
         assert_eq!(PoolBlock::newest(&[&c, &a]), Some(0));
         assert_eq!(PoolBlock::newest(&[]), None);
@@ -1143,7 +1152,10 @@ mod tests {
             let b = s.encode();
             assert_eq!(&b[72..80], &POOL_META_OFFSET.to_le_bytes());
             assert_eq!(Superblock::decode_member(&b).unwrap(), s);
-            assert!(matches!(Superblock::decode(&b), Err(FormatError::PoolMember)));
+            assert!(matches!(
+                Superblock::decode(&b),
+                Err(FormatError::PoolMember)
+            ));
             assert_eq!(
                 s.lost_list_offset(),
                 Some(s.data_offset - crate::lost_list::BYTES)
@@ -1151,7 +1163,9 @@ mod tests {
             assert!(s.lost_list_offset().unwrap() >= Superblock::member_meta_end(lines));
         }
         // A cache formatted alone is not a member.
-        let e = Superblock::decode_member(&sb().encode()).unwrap_err().to_string();
+        let e = Superblock::decode_member(&sb().encode())
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("formatted alone"), "{e}");
         // Member layout: fits the device, one more line does not.
         for bytes in [8u64 << 20, (100 << 20) + 777] {
