@@ -334,18 +334,9 @@ impl Superblock {
 
     /// Most lines of `line_size` that fit a device of `bytes`.
     pub fn lines_for_device(bytes: u64, line_size: u64) -> u64 {
-        let fits = |n: u64| Self::data_offset_for(n, line_size) + n * line_size <= bytes;
-        // Binary search for the largest n that fits.
-        let (mut lo, mut hi) = (0u64, bytes / line_size + 1);
-        while lo + 1 < hi {
-            let mid = lo + (hi - lo) / 2;
-            if fits(mid) {
-                lo = mid;
-            } else {
-                hi = mid;
-            }
-        }
-        lo
+        most_lines(bytes, line_size, |n| {
+            Self::data_offset_for(n, line_size) + n * line_size <= bytes
+        })
     }
 
     /// [`Superblock::data_offset_for`] with room for the data checksum region when `sums`.
@@ -405,17 +396,9 @@ impl Superblock {
     /// Most lines of `line_size` a pool member of `bytes` holds (before the pool's rounding
     /// to record pages).
     pub fn member_lines_for_device(bytes: u64, line_size: u64) -> u64 {
-        let fits = |n: u64| Self::member_data_offset(n, line_size) + n * line_size <= bytes;
-        let (mut lo, mut hi) = (0u64, bytes / line_size + 1);
-        while lo + 1 < hi {
-            let mid = lo + (hi - lo) / 2;
-            if fits(mid) {
-                lo = mid;
-            } else {
-                hi = mid;
-            }
-        }
-        lo
+        most_lines(bytes, line_size, |n| {
+            Self::member_data_offset(n, line_size) + n * line_size <= bytes
+        })
     }
 
     /// The version this superblock is written as.
@@ -744,6 +727,21 @@ impl PoolBlock {
             }
         })
     }
+}
+
+/// The largest line count `n` of a device of `bytes` for which `fits(n)` (monotone): a
+/// binary search.
+fn most_lines(bytes: u64, line_size: u64, fits: impl Fn(u64) -> bool) -> u64 {
+    let (mut lo, mut hi) = (0u64, bytes / line_size + 1);
+    while lo + 1 < hi {
+        let mid = lo + (hi - lo) / 2;
+        if fits(mid) {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    lo
 }
 
 fn put_str(dst: &mut [u8], s: &str) {
