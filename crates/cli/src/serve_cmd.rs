@@ -39,9 +39,15 @@ Example:
     mut_arg("erase_block", |a| a.hide(true)),
     mut_arg("content_lengths", |a| a.hide(true)))]
 pub struct FormatArgs {
-    /// Cache device: file or block device (an SSD), or an NBD export URI.
+    /// Cache device: file or block device (an SSD), or an NBD export URI. Repeat it for a
+    /// pool of several cache devices (direct layout; each used whole; members' sizes are
+    /// rounded down to 128 lines).
+    #[arg(long, required = true)]
+    cache: Vec<PathBuf>,
+    /// Cache copies of each dirty line on a pool of several cache devices: 1 (a lost member
+    /// loses its dirty data; needed for write-back on a pool), 2 (mirrored: not built yet).
     #[arg(long)]
-    cache: PathBuf,
+    dirty_copies: Option<u8>,
     /// Backing device the cache fronts: file or block device (an HDD), or an NBD export URI.
     #[arg(long)]
     backing: PathBuf,
@@ -92,8 +98,20 @@ pub struct FormatArgs {
 pub struct ServeArgs {
     /// Cache device: file, block device, or NBD export (nbd://HOST[:PORT]/NAME,
     /// nbd+unix:///NAME?socket=PATH), e.g. nbdkit with its error filter to inject faults.
+    /// Repeat it for a pool of several cache devices formatted together (`tiercache format
+    /// --cache A --cache B`), in any order. In the config file: a path, a list of paths, or
+    /// `[[cache]]` tables with `path`.
     #[arg(long)]
-    cache: Option<PathBuf>,
+    #[serde(
+        deserialize_with = "cache_entries",
+        serialize_with = "cache_entries_out"
+    )]
+    cache: Vec<PathBuf>,
+    /// Cache copies of each dirty line on a pool of several cache devices: 1 (a lost member
+    /// loses its dirty data; write-back on a pool needs it, here or at format), 2 (mirrored:
+    /// not built yet).
+    #[arg(long)]
+    dirty_copies: Option<u8>,
     /// Backing device: file, block device, or NBD export (nbd://HOST[:PORT]/NAME,
     /// nbd+unix:///NAME?socket=PATH) to cache a remote volume locally.
     #[arg(long)]
@@ -516,6 +534,47 @@ macro_rules! say {
     }};
 }
 
+/// `cache` in a config file: a path, a list of paths, or `[[cache]]` tables (`path`).
+fn cache_entries<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<PathBuf>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Table {
+        path: PathBuf,
+    }
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Entry {
+        Path(PathBuf),
+        Table(Table),
+    }
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Given {
+        One(PathBuf),
+        Many(Vec<Entry>),
+    }
+    Ok(match Option::<Given>::deserialize(d)? {
+        None => Vec::new(),
+        Some(Given::One(p)) => vec![p],
+        Some(Given::Many(v)) => v
+            .into_iter()
+            .map(|e| match e {
+                Entry::Path(p) => p,
+                Entry::Table(t) => t.path,
+            })
+            .collect(),
+    })
+}
+
+/// `cache` written back: nothing, one path, or a list (as [`cache_entries`] reads them).
+fn cache_entries_out<S: serde::Serializer>(v: &[PathBuf], s: S) -> Result<S::Ok, S::Error> {
+    match v {
+        [] => s.serialize_none(),
+        [one] => one.serialize(s),
+        many => many.serialize(s),
+    }
+}
+
 /// `volume` in a config file: `"NAME=BACKING"` strings or `[[volume]]` tables (`name`,
 /// `backing`).
 fn volume_entries<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
@@ -594,6 +653,50 @@ fn open_backing(
             path.display()
         )
     })?))
+}
+
+/// The pool of `serve --cache A --cache B ...` (`first` is A, open): the members in any
+/// order, refused with the member named when one is missing, foreign or given twice, and
+/// write-back refused without `--dirty-copies 1` (here or at format). Returns the pool and
+/// the path of its member 0, whatever the order given: the pool's name in messages and where
+/// its state file goes (so a failure recorded is found again with the paths swapped).
+fn open_pool(
+    a: &ServeArgs,
+    first: Box<dyn BlockDev>,
+    timeout: Option<std::time::Duration>,
+    mode: Option<Mode>,
+) -> Result<(Box<dyn BlockDev>, PathBuf)> {
+    let mut devs = vec![(a.cache[0].display().to_string(), first)];
+    for p in &a.cache[1..] {
+        devs.push((p.display().to_string(), open_cache(p, timeout)?));
+    }
+    let pd = tiercache_server::PoolDev::open(devs).map_err(|e| anyhow!(e))?;
+    let stored = tiercache_server::read_superblock(&pd)
+        .ok()
+        .and_then(|sb| Mode::ALL.get(sb.mode as usize).copied());
+    if let Some(m) = mode.or(stored) {
+        tiercache_server::pool_dev::check_mode(
+            a.cache.len(),
+            m,
+            a.dirty_copies.or(pd.dirty_copies()),
+        )
+        .map_err(|e| anyhow!(e))?;
+    }
+    say!(
+        "cache pool {}: {} devices ({}), {} lines",
+        state_file::uuid_hex(&pd.pool_uuid()),
+        a.cache.len(),
+        pd.member_names().join(", "),
+        pd.pool().capacity()
+    );
+    let m0 = pd.member_names().swap_remove(0);
+    let path = a
+        .cache
+        .iter()
+        .find(|p| p.display().to_string() == m0)
+        .cloned()
+        .expect("member 0 is one of the paths given");
+    Ok((Box::new(pd), path))
 }
 
 /// The cache device: a file, a block device, or an NBD export (so cache faults can be
@@ -812,29 +915,36 @@ fn mode_arg(s: &str) -> Result<Mode> {
 pub fn format(a: FormatArgs) -> Result<()> {
     live_policy(&a.policy)?;
     let (line_size, tuning) = format_settings(a.line_size.as_deref(), &a.policy, &a.tune)?;
-    if !NbdDev::is_uri(&a.cache.to_string_lossy()) && !a.cache.exists() {
+    if a.cache.len() >= 2 {
+        return format_pool(&a, line_size, tuning);
+    }
+    if a.dirty_copies.is_some() {
+        bail!("--dirty-copies applies to a pool of several cache devices (--cache repeated)");
+    }
+    let cache_path = a.cache[0].clone();
+    if !NbdDev::is_uri(&cache_path.to_string_lossy()) && !cache_path.exists() {
         // As `serve --format-if-needed` does: a missing cache file is created at its size.
         let bytes = a.cache_size.as_deref().ok_or_else(|| {
             anyhow!(
                 "the cache device {} does not exist: give --cache-size to create it as a file \
                  (or name an existing file or block device)",
-                a.cache.display()
+                cache_path.display()
             )
         })?;
         if a.layout.is_log()? {
-            bail!("the cache device {} does not exist: the log layout uses a whole existing device; create it first (truncate -s SIZE {})", a.cache.display(), a.cache.display());
+            bail!("the cache device {} does not exist: the log layout uses a whole existing device; create it first (truncate -s SIZE {})", cache_path.display(), cache_path.display());
         }
         create_cache_file(
-            &a.cache,
+            &cache_path,
             size_arg("--cache-size", bytes)?,
             line_size,
             a.data_checksums,
         )?;
     }
-    let cache = open_cache(&a.cache, Some(NbdDev::DEFAULT_TIMEOUT))?;
+    let cache = open_cache(&cache_path, Some(NbdDev::DEFAULT_TIMEOUT))?;
     let backing = open_backing(&a.backing, Some(NbdDev::DEFAULT_TIMEOUT))?;
     if !a.force {
-        refuse_existing_cache(&a.cache, &*cache)?;
+        refuse_existing_cache(&cache_path, &*cache)?;
     }
     let mode = mode_arg(&a.mode)?;
     // The direct-layout settings given (the log layout refuses them).
@@ -849,7 +959,7 @@ pub fn format(a: FormatArgs) -> Result<()> {
         direct_only.push("--cache-size (the log layout uses the whole device)".into());
     }
     let spec = FormatSpec {
-        cache_name: &a.cache,
+        cache_name: &cache_path,
         direct: FormatOptions {
             line_size,
             mode,
@@ -876,16 +986,16 @@ pub fn format(a: FormatArgs) -> Result<()> {
     let sb =
         match tiercache_server::format_device(&*cache, &*backing, &spec).map_err(|e| anyhow!(e))? {
             Formatted::Log(sb) => {
-                clear_state_files(&a.cache, a.state_dir.as_deref(), old_uuid)?;
-                crate::log_serve::print_formatted(&a.cache, &sb);
+                clear_state_files(&cache_path, a.state_dir.as_deref(), old_uuid)?;
+                crate::log_serve::print_formatted(&cache_path, &sb);
                 return Ok(());
             }
             Formatted::Direct(sb) => sb,
         };
-    clear_state_files(&a.cache, a.state_dir.as_deref(), old_uuid)?;
+    clear_state_files(&cache_path, a.state_dir.as_deref(), old_uuid)?;
     println!(
         "formatted {}: {} lines of {} bytes ({} cache data), metadata {} bytes{}, mode {}, policy {}, backing {} ({} bytes)",
-        a.cache.display(),
+        cache_path.display(),
         sb.capacity_lines,
         sb.line_size,
         tiercache_engine::fmt_size(sb.capacity_lines * sb.line_size),
@@ -895,6 +1005,64 @@ pub fn format(a: FormatArgs) -> Result<()> {
         } else {
             ""
         },
+        Mode::ALL[sb.mode as usize],
+        sb.policy,
+        sb.backing.describe(),
+        sb.backing_size
+    );
+    Ok(())
+}
+
+/// `format --cache A --cache B ...`: one pool of several cache devices (direct layout, each
+/// device used whole; `tiercache_server::PoolDev`).
+fn format_pool(a: &FormatArgs, line_size: u64, tuning: Option<Tuning>) -> Result<()> {
+    if a.layout.is_log()? {
+        bail!("--layout log with several --cache devices: a pool of cache devices needs the direct layout (the log layout uses one cache device)");
+    }
+    if a.cache_size.is_some() {
+        bail!("--cache-size with several --cache devices: each device of a pool is used whole");
+    }
+    let mode = mode_arg(&a.mode)?;
+    tiercache_server::pool_dev::check_mode(a.cache.len(), mode, a.dirty_copies)
+        .map_err(|e| anyhow!(e))?;
+    let backing = open_backing(&a.backing, Some(NbdDev::DEFAULT_TIMEOUT))?;
+    let mut devs = Vec::with_capacity(a.cache.len());
+    for p in &a.cache {
+        let dev = open_cache(p, Some(NbdDev::DEFAULT_TIMEOUT))?;
+        if !a.force {
+            refuse_existing_cache(p, &*dev)?;
+        }
+        devs.push((p.display().to_string(), dev));
+    }
+    let opts = FormatOptions {
+        line_size,
+        mode,
+        policy: a.policy.clone(),
+        capacity_lines: None,
+        backing_id: a.backing.display().to_string(),
+        backing: backing.identity(),
+        tuning,
+        data_checksums: a.data_checksums,
+    };
+    let (pd, sb) = tiercache_server::PoolDev::format(devs, backing.size(), &opts, a.dirty_copies)
+        .map_err(|e| anyhow!(e))?;
+    for p in &a.cache {
+        clear_state_files(p, a.state_dir.as_deref(), None)?;
+    }
+    let members: Vec<String> = pd
+        .member_names()
+        .iter()
+        .enumerate()
+        .map(|(d, n)| format!("{n} ({} lines)", pd.pool().lines(d)))
+        .collect();
+    println!(
+        "formatted a pool of {} cache devices, pool {}: {}; {} lines of {} bytes ({} cache data), mode {}, policy {}, backing {} ({} bytes)",
+        members.len(),
+        state_file::uuid_hex(&pd.pool_uuid()),
+        members.join(", "),
+        sb.capacity_lines,
+        sb.line_size,
+        tiercache_engine::fmt_size(sb.capacity_lines * sb.line_size),
         Mode::ALL[sb.mode as usize],
         sb.policy,
         sb.backing.describe(),
@@ -1151,8 +1319,23 @@ pub fn serve(a: ServeArgs) -> Result<()> {
     let a = merge(a)?;
     let cache_path = a
         .cache
-        .clone()
+        .first()
+        .cloned()
         .ok_or_else(|| anyhow!("--cache PATH is required (or `cache` in --config)"))?;
+    let pool = a.cache.len() >= 2;
+    if pool {
+        if a.layout.is_log()? {
+            bail!("--layout log with several --cache devices: a pool of cache devices needs the direct layout (the log layout uses one cache device), as several --volume do");
+        }
+        if a.format_if_needed {
+            bail!("--format-if-needed with several --cache devices: format the pool first with `tiercache format --cache A --cache B ...`");
+        }
+        if a.cache_size.is_some() {
+            bail!("--cache-size with several --cache devices: each device of a pool is used whole");
+        }
+    } else if a.dirty_copies.is_some() {
+        bail!("--dirty-copies applies to a pool of several cache devices (--cache repeated)");
+    }
     let vol_args = volume_args(&a)?;
     if !vol_args.is_empty() && a.backing.is_some() {
         bail!("give either --backing (one volume) or --volume NAME=BACKING (several), not both");
@@ -1293,6 +1476,11 @@ pub fn serve(a: ServeArgs) -> Result<()> {
         create_cache_file(&cache_path, bytes, new_line, a.data_checksums)?;
     }
     let cache = open_cache(&cache_path, device_timeout)?;
+    let (cache, cache_path) = if pool {
+        open_pool(&a, cache, device_timeout, mode)?
+    } else {
+        (cache, cache_path)
+    };
     // What the device holds, read here only to decide whether to format it: the layout of
     // what is served is the superblock's, picked by `open_live`.
     let found = match tiercache_server::probe(&*cache).context("reading the log superblock")? {

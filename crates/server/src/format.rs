@@ -44,6 +44,15 @@
 //! checksums and byte 112 says lost ranges are listed (what version 4 says for the others).
 //! Builds before it refuse the cache: they would serve only volume 0 and ignore the other
 //! volumes' dirty lines. A one-volume cache (`--backing`) has no table and stays version 2/3/4.
+//!
+//! Version 6 ([`VERSION_POOL`]): one member of a pool of several cache devices (`--cache`
+//! repeated; `crate::pool_dev`). The superblock holds the pool-wide fields as version 5 does
+//! (byte 112: lost ranges listed, byte 113: a volume table follows at 1024) with this member's
+//! own uuid, `capacity_lines` and `data_offset`; the [`PoolBlock`] sits at 4096 and the records
+//! start at [`POOL_META_OFFSET`] (8192; stored at bytes 72..80 and checked). A cache of one
+//! device is never version 6. Builds before it refuse the member (bad version), and
+//! [`Superblock::decode`] refuses it with [`FormatError::PoolMember`]: only
+//! [`Superblock::decode_member`] reads it.
 
 use crate::identity::{BackingIdentity, ID_BYTES};
 use std::io;
@@ -59,6 +68,16 @@ pub const VERSION_SUMS: u32 = 3;
 pub const VERSION_LOST: u32 = 4;
 /// Version of a superblock with a volume table (several volumes; see the module doc).
 pub const VERSION_VOLUMES: u32 = 5;
+/// Version of a pool member's superblock (see the module doc).
+pub const VERSION_POOL: u32 = 6;
+/// Where a pool member's [`PoolBlock`] sits.
+pub const POOL_BLOCK_AT: u64 = 4096;
+/// Where a pool member's records start (after the superblock and the pool block).
+pub const POOL_META_OFFSET: u64 = 8192;
+const POOL_MAGIC: &[u8; 8] = b"TCPOOL01";
+const POOL_BLOCK_VERSION: u32 = 1;
+/// Byte of a version-6 superblock saying a volume table follows.
+const POOL_TABLE_AT: usize = 113;
 /// Where the volume table starts (sector 2; sector 0 holds the fields, 1 the settings).
 pub const VOLUME_TABLE_AT: usize = 1024;
 const VOLUME_TABLE_MAGIC: &[u8; 8] = b"TCVOLTAB";
@@ -122,6 +141,8 @@ pub enum FormatError {
     BadMagic,
     #[error("superblock checksum mismatch (stored {stored:#010x}, computed {computed:#010x}): the superblock is corrupted")]
     BadSuperblockChecksum { stored: u32, computed: u32 },
+    #[error("this cache device is a member of a pool of several cache devices (format version {VERSION_POOL}): give every member of the pool, each with its own --cache")]
+    PoolMember,
     #[error("on-disk format version {0} is not supported (this build reads versions {MIN_VERSION} to {VERSION_VOLUMES})")]
     BadVersion(u32),
     #[error("volume {volume}: {why}")]
@@ -313,18 +334,9 @@ impl Superblock {
 
     /// Most lines of `line_size` that fit a device of `bytes`.
     pub fn lines_for_device(bytes: u64, line_size: u64) -> u64 {
-        let fits = |n: u64| Self::data_offset_for(n, line_size) + n * line_size <= bytes;
-        // Binary search for the largest n that fits.
-        let (mut lo, mut hi) = (0u64, bytes / line_size + 1);
-        while lo + 1 < hi {
-            let mid = lo + (hi - lo) / 2;
-            if fits(mid) {
-                lo = mid;
-            } else {
-                hi = mid;
-            }
-        }
-        lo
+        most_lines(bytes, line_size, |n| {
+            Self::data_offset_for(n, line_size) + n * line_size <= bytes
+        })
     }
 
     /// [`Superblock::data_offset_for`] with room for the data checksum region when `sums`.
@@ -361,8 +373,32 @@ impl Superblock {
     /// when the alignment left room).
     pub fn lost_list_offset(&self) -> Option<u64> {
         let at = self.data_offset.checked_sub(crate::lost_list::BYTES)?;
-        (at >= Self::meta_end(self.capacity_lines, self.line_size, self.data_checksums))
-            .then_some(at)
+        let meta_end = if self.version == VERSION_POOL {
+            Self::member_meta_end(self.capacity_lines)
+        } else {
+            Self::meta_end(self.capacity_lines, self.line_size, self.data_checksums)
+        };
+        (at >= meta_end).then_some(at)
+    }
+
+    /// End of a pool member's record area (version 6: records from [`POOL_META_OFFSET`]).
+    pub fn member_meta_end(capacity_lines: u64) -> u64 {
+        POOL_META_OFFSET + capacity_lines.div_ceil(RECORDS_PER_PAGE) * PAGE
+    }
+
+    /// The data offset of a pool member of `capacity_lines` lines: its records, then the
+    /// lost-range list, aligned as [`Superblock::data_offset_new`] (no data checksums).
+    pub fn member_data_offset(capacity_lines: u64, line_size: u64) -> u64 {
+        let align = line_size.max(1 << 20);
+        (Self::member_meta_end(capacity_lines) + crate::lost_list::BYTES).div_ceil(align) * align
+    }
+
+    /// Most lines of `line_size` a pool member of `bytes` holds (before the pool's rounding
+    /// to record pages).
+    pub fn member_lines_for_device(bytes: u64, line_size: u64) -> u64 {
+        most_lines(bytes, line_size, |n| {
+            Self::member_data_offset(n, line_size) + n * line_size <= bytes
+        })
     }
 
     /// The version this superblock is written as.
@@ -396,7 +432,12 @@ impl Superblock {
         b[48..56].copy_from_slice(&self.backing_size.to_le_bytes());
         b[56..64].copy_from_slice(&self.generation.to_le_bytes());
         b[64..72].copy_from_slice(&self.data_offset.to_le_bytes());
-        b[72..80].copy_from_slice(&META_OFFSET.to_le_bytes());
+        let meta_offset = if self.version == VERSION_POOL {
+            POOL_META_OFFSET
+        } else {
+            META_OFFSET
+        };
+        b[72..80].copy_from_slice(&meta_offset.to_le_bytes());
         put_str(&mut b[80..80 + POLICY_BYTES], &self.policy);
         self.backing
             .encode_into(&mut b[BACKING_ID_AT..BACKING_ID_AT + ID_BYTES]);
@@ -407,6 +448,13 @@ impl Superblock {
             b[VOLUMES_LOST_AT] = self.lost_pending as u8;
             encode_volumes(&self.volumes, &mut b);
         }
+        if self.version == VERSION_POOL {
+            b[VOLUMES_LOST_AT] = self.lost_pending as u8;
+            if !self.volumes.is_empty() {
+                b[POOL_TABLE_AT] = 1;
+                encode_volumes(&self.volumes, &mut b);
+            }
+        }
         // Every field sits in the first 512-byte sector, with its own checksum at 508: a
         // rewrite torn between sectors still leaves a whole old or new superblock there.
         let crc0 = crc32c::crc32c(&b[..SECTOR0_CRC]);
@@ -416,7 +464,18 @@ impl Superblock {
         b
     }
 
+    /// Decodes the superblock of a cache of one device (versions 1 to 5): a pool member's
+    /// (version 6) is refused with [`FormatError::PoolMember`].
     pub fn decode(b: &[u8]) -> Result<Superblock, FormatError> {
+        Self::decode_as(b, false)
+    }
+
+    /// Decodes a pool member's superblock (version 6 only; see the module doc).
+    pub fn decode_member(b: &[u8]) -> Result<Superblock, FormatError> {
+        Self::decode_as(b, true)
+    }
+
+    fn decode_as(b: &[u8], member: bool) -> Result<Superblock, FormatError> {
         if b.len() < SUPERBLOCK_BYTES as usize || &b[0..8] != MAGIC {
             return Err(FormatError::BadMagic);
         }
@@ -430,9 +489,21 @@ impl Superblock {
         }
         let u64at = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap());
         let version = u32::from_le_bytes(b[8..12].try_into().unwrap());
-        if !(MIN_VERSION..=VERSION_VOLUMES).contains(&version) {
+        if version == VERSION_POOL && !member {
+            return Err(FormatError::PoolMember);
+        }
+        if member && version != VERSION_POOL {
+            return Err(FormatError::BadField {
+                field: "version",
+                why: format!(
+                    "version {version}: a cache device formatted alone, not as a member of a pool"
+                ),
+            });
+        }
+        if !(MIN_VERSION..=VERSION_VOLUMES).contains(&version) && version != VERSION_POOL {
             return Err(FormatError::BadVersion(version));
         }
+        let pool = version == VERSION_POOL;
         let backing = BackingIdentity::decode_from(&b[BACKING_ID_AT..BACKING_ID_AT + ID_BYTES])
             .map_err(|why| FormatError::BadField {
                 field: "backing identity",
@@ -451,8 +522,8 @@ impl Superblock {
             data_checksums: version >= VERSION_SUMS && b[46] == 1,
             lost_list: b[crate::lost_list::SB_FLAG_AT] == 1,
             lost_pending: version == VERSION_LOST
-                || (version == VERSION_VOLUMES && b[VOLUMES_LOST_AT] == 1),
-            volumes: if version == VERSION_VOLUMES {
+                || ((version == VERSION_VOLUMES || pool) && b[VOLUMES_LOST_AT] == 1),
+            volumes: if version == VERSION_VOLUMES || (pool && b[POOL_TABLE_AT] == 1) {
                 decode_volumes(b).map_err(|why| FormatError::BadField {
                     field: "volume table",
                     why,
@@ -485,9 +556,18 @@ impl Superblock {
                 format!("flag {} in a version {version} superblock", b[46]),
             );
         }
-        if sb.data_offset
-            < Self::data_offset_with(sb.capacity_lines, sb.line_size, sb.data_checksums)
-        {
+        let data_min = if pool {
+            Self::member_meta_end(sb.capacity_lines)
+        } else {
+            Self::data_offset_with(sb.capacity_lines, sb.line_size, sb.data_checksums)
+        };
+        if pool && sb.data_checksums {
+            return bad(
+                "data_checksums",
+                "set in a pool member (pools have no data checksums yet)".into(),
+            );
+        }
+        if sb.data_offset < data_min {
             return bad(
                 "data_offset",
                 format!("{} overlaps the metadata area", sb.data_offset),
@@ -508,14 +588,160 @@ impl Superblock {
                 ),
             );
         }
-        if u64at(72) != META_OFFSET {
+        let meta_offset = if pool { POOL_META_OFFSET } else { META_OFFSET };
+        if u64at(72) != meta_offset {
             return bad(
                 "meta_offset",
-                format!("{} (expected {META_OFFSET})", u64at(72)),
+                format!("{} (expected {meta_offset})", u64at(72)),
             );
         }
         Ok(sb)
     }
+}
+
+/// State of a member in the pool block (only `Active` is written so far: a failed member
+/// and its replacement are later steps of the pool plan, docs/plan-multi-cache.md).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MemberState {
+    Active,
+    Failed,
+}
+
+/// One member as the pool block lists it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PoolEntry {
+    /// The member's uuid (its superblock's `uuid`).
+    pub uuid: [u8; 16],
+    /// Lines the pool uses on it (a multiple of `tiercache_engine::pool::POOL_ALIGN`).
+    pub lines: u64,
+    pub state: MemberState,
+}
+
+/// The pool block of a version-6 member, at [`POOL_BLOCK_AT`]: the same on every member but
+/// for `index`. `magic | block version u32 | pool uuid [16] | generation u64 | index u16 |
+/// count u16 | dirty_copies u8 | pad to 48 | count x (uuid [16] | lines u64 | state u8 | pad
+/// 7) | ... | crc32c at 4092` (over bytes 0..4092). A torn or garbled block fails its crc;
+/// among readable blocks the newest generation is the pool's membership.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PoolBlock {
+    pub pool: [u8; 16],
+    pub generation: u64,
+    /// This member's index in `members`.
+    pub index: u16,
+    /// Cache copies of each dirty line chosen at format (`--dirty-copies`; 0: not chosen,
+    /// so write-back is refused until it is given; 1 until mirroring is built).
+    pub dirty_copies: u8,
+    pub members: Vec<PoolEntry>,
+}
+
+const POOL_ENTRY_AT: usize = 48;
+const POOL_ENTRY_BYTES: usize = 32;
+
+impl PoolBlock {
+    pub fn encode(&self) -> Vec<u8> {
+        assert!(
+            !self.members.is_empty()
+                && self.members.len() <= tiercache_engine::pool::MAX_MEMBERS
+                && (self.index as usize) < self.members.len(),
+            "pool block with {} members, index {}",
+            self.members.len(),
+            self.index
+        );
+        let mut b = vec![0u8; PAGE as usize];
+        b[0..8].copy_from_slice(POOL_MAGIC);
+        b[8..12].copy_from_slice(&POOL_BLOCK_VERSION.to_le_bytes());
+        b[12..28].copy_from_slice(&self.pool);
+        b[28..36].copy_from_slice(&self.generation.to_le_bytes());
+        b[36..38].copy_from_slice(&self.index.to_le_bytes());
+        b[38..40].copy_from_slice(&(self.members.len() as u16).to_le_bytes());
+        b[40] = self.dirty_copies;
+        for (i, m) in self.members.iter().enumerate() {
+            let x = &mut b[POOL_ENTRY_AT + i * POOL_ENTRY_BYTES..][..POOL_ENTRY_BYTES];
+            x[0..16].copy_from_slice(&m.uuid);
+            x[16..24].copy_from_slice(&m.lines.to_le_bytes());
+            x[24] = match m.state {
+                MemberState::Active => 0,
+                MemberState::Failed => 1,
+            };
+        }
+        let crc = crc32c::crc32c(&b[..4092]);
+        b[4092..].copy_from_slice(&crc.to_le_bytes());
+        b
+    }
+
+    /// `Err` says why the block is not a pool block (no magic, torn or garbled, unknown
+    /// version, fields out of range).
+    pub fn decode(b: &[u8]) -> Result<PoolBlock, String> {
+        if b.len() < PAGE as usize || &b[0..8] != POOL_MAGIC {
+            return Err("no pool block (bad magic)".into());
+        }
+        let stored = u32::from_le_bytes(b[4092..4096].try_into().unwrap());
+        let computed = crc32c::crc32c(&b[..4092]);
+        if stored != computed {
+            return Err(format!(
+                "pool block checksum mismatch (stored {stored:#010x}, computed {computed:#010x}): torn or corrupted"
+            ));
+        }
+        let ver = u32::from_le_bytes(b[8..12].try_into().unwrap());
+        if ver != POOL_BLOCK_VERSION {
+            return Err(format!(
+                "pool block version {ver} is not supported (this build reads {POOL_BLOCK_VERSION})"
+            ));
+        }
+        let index = u16::from_le_bytes(b[36..38].try_into().unwrap());
+        let count = u16::from_le_bytes(b[38..40].try_into().unwrap()) as usize;
+        if count == 0 || count > tiercache_engine::pool::MAX_MEMBERS || index as usize >= count {
+            return Err(format!(
+                "pool block: member {index} of {count}: out of range"
+            ));
+        }
+        let mut members = Vec::with_capacity(count);
+        for i in 0..count {
+            let x = &b[POOL_ENTRY_AT + i * POOL_ENTRY_BYTES..][..POOL_ENTRY_BYTES];
+            members.push(PoolEntry {
+                uuid: x[0..16].try_into().unwrap(),
+                lines: u64::from_le_bytes(x[16..24].try_into().unwrap()),
+                state: match x[24] {
+                    0 => MemberState::Active,
+                    1 => MemberState::Failed,
+                    s => return Err(format!("pool block: member {i} has state {s}")),
+                },
+            });
+        }
+        Ok(PoolBlock {
+            pool: b[12..28].try_into().unwrap(),
+            generation: u64::from_le_bytes(b[28..36].try_into().unwrap()),
+            index,
+            dirty_copies: b[40],
+            members,
+        })
+    }
+
+    /// Index of the newest block (highest generation; the first of equals) among `blocks`.
+    pub fn newest(blocks: &[&PoolBlock]) -> Option<usize> {
+        (0..blocks.len()).reduce(|a, i| {
+            if blocks[i].generation > blocks[a].generation {
+                i
+            } else {
+                a
+            }
+        })
+    }
+}
+
+/// The largest line count `n` of a device of `bytes` for which `fits(n)` (monotone): a
+/// binary search.
+fn most_lines(bytes: u64, line_size: u64, fits: impl Fn(u64) -> bool) -> u64 {
+    let (mut lo, mut hi) = (0u64, bytes / line_size + 1);
+    while lo + 1 < hi {
+        let mid = lo + (hi - lo) / 2;
+        if fits(mid) {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    lo
 }
 
 fn put_str(dst: &mut [u8], s: &str) {
@@ -846,6 +1072,105 @@ mod tests {
         b[9] ^= 0x10;
         assert_eq!(Record::decode(&b), None);
         assert_eq!(Record::decode(&[0u8; 32]), None, "zeroes are not a record");
+    }
+
+    fn pool_block() -> PoolBlock {
+        PoolBlock {
+            pool: [3; 16],
+            generation: 4,
+            index: 1,
+            dirty_copies: 1,
+            members: (0..3u8)
+                .map(|i| PoolEntry {
+                    uuid: [10 + i; 16],
+                    lines: 128 * (i as u64 + 1),
+                    state: MemberState::Active,
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn pool_block_round_trip_crc_and_newest_generation() {
+        let p = pool_block();
+        let b = p.encode();
+        assert_eq!(PoolBlock::decode(&b).unwrap(), p);
+        // Torn (a later sector from an older block) or garbled: refused by the crc.
+        let older = PoolBlock {
+            generation: 3,
+            members: p.members[..2].to_vec(),
+            ..p.clone()
+        }
+        .encode();
+        let mut garbled = b.clone();
+        garbled[POOL_ENTRY_AT + 17] ^= 4;
+        let mut torn = b.clone();
+        torn[..512].copy_from_slice(&older[..512]);
+        for (what, x) in [("garbled", &garbled), ("torn", &torn)] {
+            let e = PoolBlock::decode(x).unwrap_err();
+            assert!(e.contains("checksum"), "{what}: {e}");
+        }
+        assert!(PoolBlock::decode(&[0u8; 4096])
+            .unwrap_err()
+            .contains("magic"));
+        // Newest generation wins, the first of equals.
+        let a = PoolBlock::decode(&older).unwrap();
+        let c = PoolBlock {
+            generation: 4,
+            index: 0,
+            ..p.clone()
+        };
+        assert_eq!(PoolBlock::newest(&[&a, &p, &c]), Some(1));
+        assert_eq!(PoolBlock::newest(&[&c, &a]), Some(0));
+        assert_eq!(PoolBlock::newest(&[]), None);
+    }
+
+    #[test]
+    fn pool_member_superblock_is_version_6_and_refused_alone() {
+        for vols in [false, true] {
+            let lines = 1024;
+            let s = Superblock {
+                version: VERSION_POOL,
+                capacity_lines: lines,
+                data_offset: Superblock::member_data_offset(lines, 4096),
+                lost_pending: vols,
+                volumes: if vols {
+                    vec![VolumeEntry {
+                        id: 0,
+                        name: "db".into(),
+                        size: 1 << 30,
+                        identity: BackingIdentity::nbd("nbd://host/db"),
+                        flags: 0,
+                    }]
+                } else {
+                    Vec::new()
+                },
+                ..sb()
+            };
+            let b = s.encode();
+            assert_eq!(&b[72..80], &POOL_META_OFFSET.to_le_bytes());
+            assert_eq!(Superblock::decode_member(&b).unwrap(), s);
+            assert!(matches!(
+                Superblock::decode(&b),
+                Err(FormatError::PoolMember)
+            ));
+            assert_eq!(
+                s.lost_list_offset(),
+                Some(s.data_offset - crate::lost_list::BYTES)
+            );
+            assert!(s.lost_list_offset().unwrap() >= Superblock::member_meta_end(lines));
+        }
+        // A cache formatted alone is not a member.
+        let e = Superblock::decode_member(&sb().encode())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("formatted alone"), "{e}");
+        // Member layout: fits the device, one more line does not.
+        for bytes in [8u64 << 20, (100 << 20) + 777] {
+            let n = Superblock::member_lines_for_device(bytes, 4096);
+            assert!(Superblock::member_data_offset(n, 4096) + n * 4096 <= bytes);
+            assert!(Superblock::member_data_offset(n + 1, 4096) + (n + 1) * 4096 > bytes);
+        }
     }
 
     #[test]

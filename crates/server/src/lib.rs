@@ -21,6 +21,7 @@ pub mod lost_list;
 pub mod metrics;
 pub mod nbd_dev;
 pub mod open_live;
+pub mod pool_dev;
 pub mod reduce;
 pub mod state_file;
 pub mod tuning;
@@ -37,6 +38,7 @@ pub use log_volume::{
 };
 pub use nbd_dev::NbdDev;
 pub use open_live::{open_live, DirectRun, LiveOpenOptions, LiveOpenReport, LogGiven};
+pub use pool_dev::PoolDev;
 #[doc(hidden)]
 pub use volume::SteppedClean;
 pub use volume::{

@@ -1,0 +1,136 @@
+//! A cache pool of several cache devices from the command line (`tiercache format --cache A
+//! --cache B`, `serve --cache B --cache A`; issue 15 item 2 step 2): data written over NBD reads
+//! back after a clean stop and after a kill -9, with the members given in either order; the
+//! refusals (write-back without --dirty-copies 1, --layout log, a member missing or foreign)
+//! name the device.
+
+mod common;
+
+use common::{have, run, serve_refused, tmp, Srv, BIN};
+use std::path::Path;
+use std::process::Command;
+
+fn sized(path: &Path, len: u64) {
+    std::fs::File::create(path).unwrap().set_len(len).unwrap();
+}
+
+fn format_cmd(dir: &Path, caches: &[&str], extra: &[&str]) -> std::process::Output {
+    let mut c = Command::new(BIN);
+    c.arg("format");
+    for x in caches {
+        c.arg("--cache").arg(dir.join(x));
+    }
+    c.arg("--backing").arg(dir.join("backing.img")).args(extra);
+    c.output().unwrap()
+}
+
+fn pool_args(dir: &Path, caches: &[&str], extra: &[&str]) -> Vec<String> {
+    let mut a = Vec::new();
+    for x in caches {
+        a.push("--cache".to_string());
+        a.push(dir.join(x).display().to_string());
+    }
+    a.push("--backing".into());
+    a.push(dir.join("backing.img").display().to_string());
+    a.extend(extra.iter().map(|s| s.to_string()));
+    a
+}
+
+fn serve(dir: &Path, caches: &[&str], extra: &[&str]) -> Srv {
+    let a = pool_args(dir, caches, extra);
+    let a: Vec<&str> = a.iter().map(|s| s.as_str()).collect();
+    Srv::custom(dir, &a)
+}
+
+#[test]
+fn pool_of_two_cache_files_round_trip_and_refusals() {
+    if !have("nbdcopy") {
+        eprintln!("skipped: nbdcopy missing");
+        return;
+    }
+    let d = tmp();
+    let dir = d.path();
+    sized(&dir.join("a.img"), 6 << 20);
+    sized(&dir.join("b.img"), 9 << 20);
+    sized(&dir.join("c.img"), 6 << 20);
+    sized(&dir.join("backing.img"), 24 << 20);
+    // Write-back on a pool needs --dirty-copies 1; 2 is not built yet.
+    let o = format_cmd(dir, &["a.img", "b.img"], &["--mode", "write-back"]);
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && e.contains("--dirty-copies 1"), "{e}");
+    let o = format_cmd(dir, &["a.img", "b.img"], &["--dirty-copies", "2"]);
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && e.contains("not built yet"), "{e}");
+    let o = format_cmd(dir, &["a.img", "b.img"], &["--layout", "log"]);
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && e.contains("direct layout"), "{e}");
+    let o = format_cmd(
+        dir,
+        &["a.img", "b.img"],
+        &["--mode", "write-back", "--dirty-copies", "1"],
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("pool of 2 cache devices"));
+    // Data larger than the pool's first member, written and read over NBD.
+    let data = dir.join("data");
+    let bytes: Vec<u8> = (0..(12u32 << 20)).map(|i| (i ^ (i >> 9)) as u8).collect();
+    std::fs::write(&data, &bytes).unwrap();
+    let srv = serve(dir, &["b.img", "a.img"], &[]);
+    run(Command::new("nbdcopy").arg(&data).arg(srv.uri()));
+    let out = dir.join("out");
+    run(Command::new("nbdcopy").arg(srv.uri()).arg(&out));
+    assert!(
+        std::fs::read(&out).unwrap()[..bytes.len()] == bytes[..],
+        "live"
+    );
+    srv.stop("-TERM");
+    // Swapped order after a clean stop, then a kill -9 with dirty data, then swapped back.
+    let srv = serve(dir, &["a.img", "b.img"], &[]);
+    let _ = std::fs::remove_file(&out);
+    run(Command::new("nbdcopy").arg(srv.uri()).arg(&out));
+    assert!(
+        std::fs::read(&out).unwrap()[..bytes.len()] == bytes[..],
+        "after a stop"
+    );
+    let rev: Vec<u8> = bytes.iter().rev().copied().collect();
+    std::fs::write(&data, &rev).unwrap();
+    run(Command::new("nbdcopy").arg(&data).arg(srv.uri()));
+    srv.kill9();
+    let srv = serve(dir, &["b.img", "a.img"], &[]);
+    let _ = std::fs::remove_file(&out);
+    run(Command::new("nbdcopy").arg(srv.uri()).arg(&out));
+    assert!(
+        std::fs::read(&out).unwrap()[..rev.len()] == rev[..],
+        "after a kill -9"
+    );
+    srv.stop("-TERM");
+    // Refusals at serve, naming the device.
+    let refused = |caches: &[&str], extra: &[&str]| {
+        let a = pool_args(dir, caches, extra);
+        let a: Vec<&str> = a.iter().map(|s| s.as_str()).collect();
+        serve_refused(dir, &a)
+    };
+    let e = refused(
+        &["a.img", "b.img"],
+        &["--mode", "write-back", "--dirty-copies", "2"],
+    );
+    assert!(e.contains("not built yet"), "{e}");
+    let e = refused(&["a.img", "b.img"], &["--layout", "log"]);
+    assert!(e.contains("direct layout"), "{e}");
+    let e = refused(&["a.img", "c.img"], &[]);
+    assert!(e.contains("c.img") && e.contains("not a member"), "{e}");
+    let e = refused(&["a.img", "a.img"], &[]);
+    assert!(e.contains("given twice"), "{e}");
+    // A member alone, as a one-device cache.
+    let e = refused(&["a.img"], &[]);
+    assert!(e.contains("member of a pool"), "{e}");
+    // Write-through pools need no --dirty-copies.
+    let o = format_cmd(dir, &["a.img", "c.img"], &["--force"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let e = refused(&["c.img", "a.img"], &["--mode", "write-back"]);
+    assert!(e.contains("--dirty-copies 1"), "{e}");
+    let e = refused(&["b.img", "a.img"], &[]);
+    assert!(e.contains("belongs to pool") || e.contains("member"), "{e}");
+    let srv = serve(dir, &["c.img", "a.img"], &[]);
+    srv.stop("-TERM");
+}

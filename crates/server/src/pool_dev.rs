@@ -1,0 +1,555 @@
+//! A pool of several cache devices (`--cache` repeated) seen by the volume as ONE cache
+//! device laid out as today's (issue 15 item 2, step 2 of docs/plan-multi-cache.md).
+//!
+//! [`PoolDev`] implements [`BlockDev`] for a *virtual* device of `pool.capacity()` lines in
+//! the one-device layout (superblock at 0, records at `META_OFFSET`, the lost-range list
+//! before `data_offset`, data after) and translates every access to the members (version 6,
+//! `crate::format`):
+//!
+//! * the superblock: read, it is the newest member superblock with the pool's uuid, capacity
+//!   and data offset; written, it is re-encoded per member (its own uuid, `capacity_lines`,
+//!   `data_offset`, version 6), members in index order; all zeroes (a format beginning, or
+//!   `fail_cache` erasing it) erase every member's;
+//! * record page `p` holds pool slots `p * 128 ..`: it lives on the member owning them
+//!   (`Pool::locate`), in that member's record area at [`POOL_META_OFFSET`] (members are whole
+//!   record pages, so a page never spans two);
+//! * data bytes of slot `s` live on its member at `data_offset_d + local * line_size`; a
+//!   request crossing a member boundary is split;
+//! * the lost-range list is replicated: written to every member in index order, read from
+//!   member 0 (which every write reaches first, so it is never older than another's);
+//! * `sync` syncs every member.
+//!
+//! So the volume code is unchanged, and the engine fills the pool's slots in order (member 0
+//! first) until it places lines by member itself. Not built yet: data checksums in a pool,
+//! dirty copies (`--dirty-copies 2`), a member failing or missing (refused at open).
+
+use crate::dev::BlockDev;
+use crate::format::{
+    FormatError, MemberState, PoolBlock, PoolEntry, Superblock, META_OFFSET, PAGE, POOL_BLOCK_AT,
+    POOL_META_OFFSET, RECORDS_PER_PAGE, VERSION_POOL,
+};
+use crate::state_file::uuid_hex;
+use crate::volume::FormatOptions;
+use std::io;
+use std::sync::Mutex;
+use tiercache_engine::pool::Pool;
+use tiercache_engine::Mode;
+
+/// One member: its device, the name it was given by (path or URI), its data offset.
+struct Member {
+    dev: Box<dyn BlockDev>,
+    name: String,
+    data_offset: u64,
+}
+
+/// Several cache devices as one (see the module doc).
+pub struct PoolDev {
+    /// In member index order.
+    members: Vec<Member>,
+    pool: Pool,
+    block: PoolBlock,
+    line_size: u64,
+    /// The virtual layout: data offset, size, end of the record area.
+    data_offset: u64,
+    size: u64,
+    meta_end: u64,
+    /// The virtual superblock as last read or written (zeroes: none).
+    sb: Mutex<Vec<u8>>,
+}
+
+fn err(msg: String) -> io::Error {
+    io::Error::other(msg)
+}
+
+fn random_uuid() -> [u8; 16] {
+    let mut u = [0u8; 16];
+    rand::Rng::fill(&mut rand::thread_rng(), &mut u[..]);
+    u
+}
+
+/// Whether `mode` may run on a pool of `members` devices keeping `dirty_copies` cache copies
+/// of each dirty line (`None`: not given). One device: anything (today's cache).
+pub fn check_mode(members: usize, mode: Mode, dirty_copies: Option<u8>) -> Result<(), String> {
+    match dirty_copies {
+        Some(2) => {
+            return Err(
+                "--dirty-copies 2 (dirty data mirrored on two cache devices) is not built yet"
+                    .into(),
+            )
+        }
+        Some(c) if c != 1 => return Err(format!("--dirty-copies {c}: give 1 (or 2, later)")),
+        _ => {}
+    }
+    if members >= 2 && mode == Mode::WriteBack && dirty_copies != Some(1) {
+        return Err(format!(
+            "write-back on a pool of {members} cache devices needs --dirty-copies 1: a lost member loses its dirty data (mirroring dirty data on two members is not built yet); or serve in write-through"
+        ));
+    }
+    Ok(())
+}
+
+impl PoolDev {
+    /// Formats `devs` (name, device) as one pool, in that order, and the pool as a cache of
+    /// the one-device layout (`crate::volume::format` through the pool). Refuses what pools
+    /// do not have yet (data checksums, a capacity below the devices', write-back without
+    /// `dirty_copies` 1).
+    pub fn format(
+        devs: Vec<(String, Box<dyn BlockDev>)>,
+        backing_size: u64,
+        opts: &FormatOptions,
+        dirty_copies: Option<u8>,
+    ) -> Result<(PoolDev, Superblock), String> {
+        if devs.len() < 2 {
+            return Err("a pool needs two or more cache devices".into());
+        }
+        check_mode(devs.len(), opts.mode, dirty_copies)?;
+        if opts.data_checksums {
+            return Err(
+                "--data-checksums with several cache devices is not built yet (format the pool without it)"
+                    .into(),
+            );
+        }
+        if opts.capacity_lines.is_some() {
+            return Err(
+                "a cache size with several cache devices is not supported: each device is used whole"
+                    .into(),
+            );
+        }
+        Self::check_names(&devs)?;
+        let ls = opts.line_size;
+        if !ls.is_power_of_two() || !(4096..=1 << 20).contains(&ls) {
+            return Err(format!(
+                "line size {ls} is not a power of two in 4 KiB..1 MiB"
+            ));
+        }
+        let lines: Vec<u64> = devs
+            .iter()
+            .map(|(_, d)| Superblock::member_lines_for_device(d.size(), ls))
+            .collect();
+        let pool = Pool::new(&lines).map_err(|e| {
+            let names: Vec<String> = devs
+                .iter()
+                .zip(&lines)
+                .map(|((n, _), l)| format!("{n}: {l} lines"))
+                .collect();
+            format!("{e} ({})", names.join(", "))
+        })?;
+        let mut block = PoolBlock {
+            pool: random_uuid(),
+            generation: 1,
+            index: 0,
+            dirty_copies: dirty_copies.unwrap_or(0),
+            members: (0..devs.len())
+                .map(|d| PoolEntry {
+                    uuid: random_uuid(),
+                    lines: pool.lines(d),
+                    state: MemberState::Active,
+                })
+                .collect(),
+        };
+        // Every member's superblock erased and its pool block written (and synced) before
+        // `volume::format` writes the records and, last, the superblocks: a format
+        // interrupted half way leaves members without magic.
+        for (d, (name, dev)) in devs.iter().enumerate() {
+            block.index = d as u16;
+            let io = |e: io::Error| format!("formatting {name}: {e}");
+            dev.write_at(&[0u8; 4096], 0).map_err(io)?;
+            dev.write_at(&block.encode(), POOL_BLOCK_AT).map_err(io)?;
+            dev.sync().map_err(io)?;
+        }
+        block.index = 0;
+        let pd = PoolDev::assemble(devs, pool, block, ls, vec![0u8; 4096]);
+        let sb = crate::volume::format(&pd, backing_size, opts)
+            .map_err(|e| format!("formatting the pool: {e}"))?;
+        debug_assert_eq!(sb.capacity_lines, pd.pool.capacity());
+        Ok((pd, sb))
+    }
+
+    fn check_names(devs: &[(String, Box<dyn BlockDev>)]) -> Result<(), String> {
+        for (i, (a, _)) in devs.iter().enumerate() {
+            if devs[..i].iter().any(|(b, _)| b == a) {
+                return Err(format!("cache device {a} is given twice"));
+            }
+        }
+        Ok(())
+    }
+
+    fn assemble(
+        devs: Vec<(String, Box<dyn BlockDev>)>,
+        pool: Pool,
+        block: PoolBlock,
+        line_size: u64,
+        sb: Vec<u8>,
+    ) -> PoolDev {
+        let cap = pool.capacity();
+        let members = devs
+            .into_iter()
+            .enumerate()
+            .map(|(d, (name, dev))| Member {
+                dev,
+                name,
+                data_offset: Superblock::member_data_offset(pool.lines(d), line_size),
+            })
+            .collect();
+        let data_offset = Superblock::data_offset_new(cap, line_size, false);
+        PoolDev {
+            members,
+            block,
+            line_size,
+            data_offset,
+            size: data_offset + cap * line_size,
+            meta_end: META_OFFSET + cap.div_ceil(RECORDS_PER_PAGE) * PAGE,
+            pool,
+            sb: Mutex::new(sb),
+        }
+    }
+
+    /// Opens the pool whose members are `devs` (name, device), given in any order. Refused,
+    /// naming the device: a member of another pool, one member twice, a missing member, an
+    /// unreadable device, a device formatted alone.
+    pub fn open(devs: Vec<(String, Box<dyn BlockDev>)>) -> Result<PoolDev, String> {
+        if devs.len() < 2 {
+            return Err("a pool needs two or more cache devices".into());
+        }
+        Self::check_names(&devs)?;
+        let mut blocks = Vec::with_capacity(devs.len());
+        let mut sbs = Vec::with_capacity(devs.len());
+        for (name, dev) in &devs {
+            let mut b = vec![0u8; (POOL_META_OFFSET) as usize];
+            dev.read_at(&mut b, 0)
+                .map_err(|e| format!("cache device {name}: unreadable: {e}"))?;
+            let block = PoolBlock::decode(&b[POOL_BLOCK_AT as usize..]).map_err(|why| {
+                match Superblock::decode(&b[..4096]) {
+                    Ok(sb) => format!(
+                        "cache device {name} was formatted alone (version {}), not as a member of a pool: format the pool with every --cache device, or serve it alone",
+                        sb.version
+                    ),
+                    Err(_) => format!(
+                        "cache device {name} is not a member of a cache pool ({why}): empty or damaged? `tiercache format` with every --cache device makes a pool"
+                    ),
+                }
+            })?;
+            blocks.push(block);
+            sbs.push(b[..4096].to_vec());
+        }
+        let refs: Vec<&PoolBlock> = blocks.iter().collect();
+        let newest = PoolBlock::newest(&refs).expect("two or more devices");
+        let auth = blocks[newest].clone();
+        let pool_hex = uuid_hex(&auth.pool);
+        for (i, b) in blocks.iter().enumerate() {
+            let name = &devs[i].0;
+            if b.pool != auth.pool {
+                return Err(format!(
+                    "cache device {name} belongs to pool {}, not {pool_hex} (that of {}): wrong device?",
+                    uuid_hex(&b.pool),
+                    devs[newest].0
+                ));
+            }
+            if let Some(j) = (0..i).find(|&j| blocks[j].index == b.index) {
+                return Err(format!(
+                    "cache devices {} and {name} are both member {} of pool {pool_hex}: the same device given twice?",
+                    devs[j].0, b.index
+                ));
+            }
+            let want = auth.members.get(b.index as usize);
+            if b.members.len() != auth.members.len()
+                || want.map(|m| m.uuid) != Some(b.members[b.index as usize].uuid)
+            {
+                return Err(format!(
+                    "cache device {name} says it is member {} of pool {pool_hex}, but the pool's newest membership (generation {}, on {}) lists another device there: replaced or stale member",
+                    b.index, auth.generation, devs[newest].0
+                ));
+            }
+        }
+        if devs.len() != auth.members.len() {
+            let missing: Vec<String> = (0..auth.members.len())
+                .filter(|d| !blocks.iter().any(|b| b.index as usize == *d))
+                .map(|d| {
+                    format!(
+                        "member {d} (uuid {}, {} lines)",
+                        uuid_hex(&auth.members[d].uuid),
+                        auth.members[d].lines
+                    )
+                })
+                .collect();
+            return Err(format!(
+                "pool {pool_hex} has {} cache devices, {} given ({}): {} missing; give every member with --cache (starting without a member is not built yet)",
+                auth.members.len(),
+                devs.len(),
+                devs.iter().map(|d| d.0.as_str()).collect::<Vec<_>>().join(", "),
+                missing.join(", ")
+            ));
+        }
+        // Members in index order.
+        let mut order: Vec<usize> = (0..devs.len()).collect();
+        order.sort_by_key(|&i| blocks[i].index);
+        let mut slots: Vec<Option<(String, Box<dyn BlockDev>)>> =
+            devs.into_iter().map(Some).collect();
+        let devs: Vec<(String, Box<dyn BlockDev>)> =
+            order.iter().map(|&i| slots[i].take().unwrap()).collect();
+        let sbs: Vec<Vec<u8>> = order.iter().map(|&i| sbs[i].clone()).collect();
+        let lines: Vec<u64> = auth.members.iter().map(|m| m.lines).collect();
+        let pool = Pool::new(&lines).map_err(|e| format!("pool {pool_hex}: {e}"))?;
+        if (0..pool.members()).any(|d| pool.lines(d) != lines[d]) {
+            return Err(format!(
+                "pool {pool_hex}: member sizes {lines:?} are not whole record pages: damaged pool block"
+            ));
+        }
+        // The superblocks: all members' must decode (one erased: the pool's is erased, as
+        // `fail_cache` or an interrupted format leaves it), the newest generation wins.
+        let mut decoded = Vec::with_capacity(sbs.len());
+        let mut erased = false;
+        for (d, b) in sbs.iter().enumerate() {
+            match Superblock::decode_member(b) {
+                Ok(sb) => decoded.push(sb),
+                Err(FormatError::BadMagic) => erased = true,
+                Err(e) => return Err(format!("cache device {} (member {d}): {e}", devs[d].0)),
+            }
+        }
+        let vsb = if erased {
+            vec![0u8; 4096]
+        } else {
+            let ls = decoded[0].line_size;
+            for (d, sb) in decoded.iter().enumerate() {
+                let want_off = Superblock::member_data_offset(lines[d], sb.line_size);
+                if sb.line_size != ls
+                    || sb.capacity_lines != lines[d]
+                    || sb.data_offset != want_off
+                    || sb.uuid != auth.members[d].uuid
+                {
+                    return Err(format!(
+                        "cache device {} (member {d}): superblock ({} lines of {} bytes at {}, uuid {}) does not match pool {pool_hex} ({} lines of {ls} bytes at {want_off}, uuid {})",
+                        devs[d].0,
+                        sb.capacity_lines,
+                        sb.line_size,
+                        sb.data_offset,
+                        uuid_hex(&sb.uuid),
+                        lines[d],
+                        uuid_hex(&auth.members[d].uuid)
+                    ));
+                }
+                let size = devs[d].1.size();
+                if size < want_off + lines[d] * ls {
+                    return Err(format!(
+                        "cache device {} (member {d}) has {size} bytes, too few for its {} lines of {ls} bytes: truncated?",
+                        devs[d].0, lines[d]
+                    ));
+                }
+            }
+            let best = (0..decoded.len())
+                .reduce(|a, i| {
+                    if decoded[i].generation > decoded[a].generation {
+                        i
+                    } else {
+                        a
+                    }
+                })
+                .unwrap();
+            let mut v = decoded[best].clone();
+            v.uuid = auth.pool;
+            v.capacity_lines = pool.capacity();
+            v.data_offset = Superblock::data_offset_new(pool.capacity(), ls, false);
+            v.version = v.current_version();
+            v.encode()
+        };
+        let ls = decoded.first().map_or(4096, |s| s.line_size);
+        let mut auth = auth;
+        auth.index = 0;
+        Ok(PoolDev::assemble(devs, pool, auth, ls, vsb))
+    }
+
+    /// The pool's slot ranges.
+    pub fn pool(&self) -> &Pool {
+        &self.pool
+    }
+
+    /// The pool's uuid (the virtual superblock's uuid: the state file's key).
+    pub fn pool_uuid(&self) -> [u8; 16] {
+        self.block.pool
+    }
+
+    /// Cache copies of each dirty line chosen at format (`--dirty-copies`; `None`: not
+    /// chosen, so write-back needs it given at serve).
+    pub fn dirty_copies(&self) -> Option<u8> {
+        (self.block.dirty_copies != 0).then_some(self.block.dirty_copies)
+    }
+
+    /// The members' names in index order.
+    pub fn member_names(&self) -> Vec<String> {
+        self.members.iter().map(|m| m.name.clone()).collect()
+    }
+
+    /// A member's error goes up as it is (the volume counts and classifies cache errors by
+    /// kind and payload); debug builds log which member it came from.
+    fn member_err(&self, d: usize, e: io::Error) -> io::Error {
+        tracing::debug!(
+            "cache device {} (pool member {d}): {e}",
+            self.members[d].name
+        );
+        e
+    }
+
+    /// The pieces of virtual bytes `[off, off + len)` inside one region: (member, member
+    /// offset, offset in the request, length); `None`: the lost-range list (replicated).
+    fn pieces(&self, off: u64, len: u64) -> io::Result<Vec<(usize, u64, u64, u64)>> {
+        let end = off + len;
+        let mut out: Vec<(usize, u64, u64, u64)> = Vec::new();
+        let mut push = |d: usize, moff: u64, at: u64, n: u64| {
+            if let Some(last) = out.last_mut() {
+                if last.0 == d && last.1 + last.3 == moff && last.2 + last.3 == at {
+                    last.3 += n;
+                    return;
+                }
+            }
+            out.push((d, moff, at, n));
+        };
+        if off >= META_OFFSET && end <= self.meta_end {
+            let mut v = off;
+            while v < end {
+                let page = (v - META_OFFSET) / PAGE;
+                let n = (META_OFFSET + (page + 1) * PAGE).min(end) - v;
+                let (d, local) = self.pool.locate(page * RECORDS_PER_PAGE);
+                let moff =
+                    POOL_META_OFFSET + local / RECORDS_PER_PAGE * PAGE + (v - META_OFFSET) % PAGE;
+                push(d, moff, v - off, n);
+                v += n;
+            }
+            return Ok(out);
+        }
+        if off >= self.data_offset && end <= self.size {
+            let ls = self.line_size;
+            let mut v = off;
+            while v < end {
+                let slot = (v - self.data_offset) / ls;
+                let (d, local) = self.pool.locate(slot);
+                let member_end = self.data_offset + self.pool.range(d).end * ls;
+                let n = member_end.min(end) - v;
+                let moff = self.members[d].data_offset + local * ls + (v - self.data_offset) % ls;
+                push(d, moff, v - off, n);
+                v += n;
+            }
+            return Ok(out);
+        }
+        Err(err(format!(
+            "pool of cache devices: bytes {off}..{end} cross a region of the layout (records end at {}, data at {})",
+            self.meta_end, self.data_offset
+        )))
+    }
+
+    fn lost_list_at(&self) -> u64 {
+        self.data_offset - crate::lost_list::BYTES
+    }
+
+    fn write_superblock(&self, data: &[u8]) -> io::Result<()> {
+        if data.iter().all(|&b| b == 0) {
+            for (d, m) in self.members.iter().enumerate() {
+                m.dev.write_at(data, 0).map_err(|e| self.member_err(d, e))?;
+            }
+        } else {
+            let v = Superblock::decode(data)
+                .map_err(|e| err(format!("pool of cache devices: superblock written: {e}")))?;
+            assert_eq!(
+                v.capacity_lines,
+                self.pool.capacity(),
+                "a superblock of another capacity written to the pool"
+            );
+            for (d, m) in self.members.iter().enumerate() {
+                let mut s = v.clone();
+                s.version = VERSION_POOL;
+                s.uuid = self.block.members[d].uuid;
+                s.capacity_lines = self.pool.lines(d);
+                s.data_offset = m.data_offset;
+                m.dev
+                    .write_at(&s.encode(), 0)
+                    .map_err(|e| self.member_err(d, e))?;
+            }
+        }
+        *self.sb.lock().unwrap() = data.to_vec();
+        Ok(())
+    }
+}
+
+impl BlockDev for PoolDev {
+    fn size(&self) -> u64 {
+        self.size
+    }
+
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        let len = buf.len() as u64;
+        if offset >= self.size || len == 0 {
+            buf.fill(0);
+            return Ok(());
+        }
+        let end = offset + len;
+        if end > self.size {
+            let keep = (self.size - offset) as usize;
+            buf[keep..].fill(0);
+            return self.read_at(&mut buf[..keep], offset);
+        }
+        if end <= 4096 {
+            let sb = self.sb.lock().unwrap();
+            buf.copy_from_slice(&sb[offset as usize..end as usize]);
+            return Ok(());
+        }
+        let lost = self.lost_list_at();
+        if offset >= lost && end <= self.data_offset {
+            let m = &self.members[0];
+            let at = m.data_offset - crate::lost_list::BYTES + (offset - lost);
+            return m.dev.read_at(buf, at).map_err(|e| self.member_err(0, e));
+        }
+        if offset >= self.meta_end && end <= lost {
+            buf.fill(0); // alignment padding: nothing is kept there
+            return Ok(());
+        }
+        for (d, moff, at, n) in self.pieces(offset, len)? {
+            self.members[d]
+                .dev
+                .read_at(&mut buf[at as usize..(at + n) as usize], moff)
+                .map_err(|e| self.member_err(d, e))?;
+        }
+        Ok(())
+    }
+
+    fn write_at(&self, data: &[u8], offset: u64) -> io::Result<()> {
+        let len = data.len() as u64;
+        if offset >= self.size || len == 0 {
+            return Ok(());
+        }
+        let end = offset + len;
+        if end > self.size {
+            return self.write_at(&data[..(self.size - offset) as usize], offset);
+        }
+        if offset < 4096 {
+            if offset != 0 || len != 4096 {
+                return Err(err(format!(
+                    "pool of cache devices: superblock writes are whole (bytes {offset}..{end} given)"
+                )));
+            }
+            return self.write_superblock(data);
+        }
+        let lost = self.lost_list_at();
+        if offset >= lost && end <= self.data_offset {
+            for (d, m) in self.members.iter().enumerate() {
+                let at = m.data_offset - crate::lost_list::BYTES + (offset - lost);
+                m.dev
+                    .write_at(data, at)
+                    .map_err(|e| self.member_err(d, e))?;
+            }
+            return Ok(());
+        }
+        for (d, moff, at, n) in self.pieces(offset, len)? {
+            self.members[d]
+                .dev
+                .write_at(&data[at as usize..(at + n) as usize], moff)
+                .map_err(|e| self.member_err(d, e))?;
+        }
+        Ok(())
+    }
+
+    fn sync(&self) -> io::Result<()> {
+        for (d, m) in self.members.iter().enumerate() {
+            m.dev.sync().map_err(|e| self.member_err(d, e))?;
+        }
+        Ok(())
+    }
+}

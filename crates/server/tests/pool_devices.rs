@@ -1,0 +1,345 @@
+//! A cache pool of several cache devices (`--cache` repeated; `tiercache_server::PoolDev`,
+//! step 2 of docs/plan-multi-cache.md): data written through a pool of two members reads back
+//! after a clean shutdown and after a kill; membership is checked at open (another pool's
+//! member, a member twice, one missing, a device formatted alone, a member alone); the members
+//! may be given in any order; and crash points over both members and the backing device (one
+//! `Faults` numbering their writes and syncs) keep every FLUSHed value, in write-through and in
+//! write-back with one dirty copy.
+
+mod common;
+
+use common::*;
+use std::path::{Path, PathBuf};
+use tiercache_engine::Mode;
+use tiercache_nbd::Export;
+use tiercache_server::fault::Faults;
+use tiercache_server::format::{Record, Superblock, POOL_META_OFFSET, RECORD_BYTES};
+use tiercache_server::pool_dev::check_mode;
+use tiercache_server::{BlockDev, CacheVolume, FileDev, FormatOptions, OpenOptions, PoolDev};
+
+const LS: u64 = 4096;
+
+struct PoolFiles {
+    f: Files,
+    members: Vec<PathBuf>,
+}
+
+/// A backing file of `VOL` bytes and one member file per entry of `lines`.
+fn pool_files(lines: &[u64]) -> PoolFiles {
+    let f = files(1, LS);
+    let members = lines
+        .iter()
+        .enumerate()
+        .map(|(i, &n)| {
+            let p = f.dir.path().join(format!("m{i}.img"));
+            let bytes = Superblock::member_data_offset(n, LS) + n * LS;
+            std::fs::File::create(&p).unwrap().set_len(bytes).unwrap();
+            p
+        })
+        .collect();
+    PoolFiles { f, members }
+}
+
+fn devs(paths: &[&Path]) -> Vec<(String, Box<dyn BlockDev>)> {
+    paths
+        .iter()
+        .map(|p| {
+            (
+                p.display().to_string(),
+                Box::new(FileDev::open(p).unwrap()) as Box<dyn BlockDev>,
+            )
+        })
+        .collect()
+}
+
+fn format_pool(p: &PoolFiles, mode: Mode) -> Superblock {
+    let m: Vec<&Path> = p.members.iter().map(|x| x.as_path()).collect();
+    let opts = FormatOptions {
+        line_size: LS,
+        mode,
+        ..Default::default()
+    };
+    PoolDev::format(devs(&m), VOL, &opts, Some(1)).unwrap().1
+}
+
+fn open_pool(p: &PoolFiles, order: &[usize]) -> CacheVolume {
+    let m: Vec<&Path> = order.iter().map(|&i| p.members[i].as_path()).collect();
+    let pd = PoolDev::open(devs(&m)).unwrap();
+    CacheVolume::open(
+        Box::new(pd),
+        Box::new(FileDev::open(&p.f.backing).unwrap()),
+        &OpenOptions::default(),
+    )
+    .unwrap()
+    .0
+}
+
+/// Non-empty records in member `path`'s record area of `lines` lines.
+fn mapped_records(path: &Path, lines: u64) -> u64 {
+    let b = std::fs::read(path).unwrap();
+    (0..lines)
+        .filter(|s| {
+            let at = (POOL_META_OFFSET + s * RECORD_BYTES) as usize;
+            Record::decode(&b[at..at + RECORD_BYTES as usize])
+                .is_some_and(|r| r.key != tiercache_server::format::EMPTY_KEY)
+        })
+        .count() as u64
+}
+
+fn run_ops(vol: &CacheVolume, m: &mut Model, seed: u64, ops: usize) {
+    let mut r = rng(seed);
+    for i in 0..ops {
+        let (kind, off, len, fua) = random_op(&mut r, VOL);
+        match kind {
+            0 => {
+                let mut buf = vec![0u8; len as usize];
+                vol.read(off, &mut buf).unwrap();
+                m.check_now(off as usize, &buf, &format!("op {i} read {off}+{len}"));
+            }
+            1 | 2 => {
+                let data: Vec<u8> = (0..len).map(|k| (i as u8) ^ (k as u8) ^ 0x5a).collect();
+                vol.write(off, &data, fua).unwrap();
+                m.write(off as usize, &data, fua);
+            }
+            _ => {
+                vol.flush().unwrap();
+                m.flush();
+            }
+        }
+    }
+}
+
+fn check_all(vol: &CacheVolume, m: &Model, what: &str) {
+    let mut buf = vec![0u8; VOL as usize];
+    vol.read(0, &mut buf).unwrap();
+    m.check_now(0, &buf, what);
+}
+
+#[test]
+fn data_reads_back_after_clean_shutdown_and_kill_with_members_swapped() {
+    for mode in [Mode::WriteThrough, Mode::WriteBack] {
+        // 128 + 128 lines for a volume of 256: both members fill, lines get evicted.
+        let p = pool_files(&[128, 200]);
+        let sb = format_pool(&p, mode);
+        assert_eq!(sb.capacity_lines, 256, "members rounded to record pages");
+        let vol = open_pool(&p, &[0, 1]);
+        let mut m = Model::new(0, VOL);
+        run_ops(&vol, &mut m, 1, 3000);
+        check_all(&vol, &m, &format!("{mode:?}: live"));
+        vol.shutdown().unwrap();
+        drop(vol);
+        for (d, path) in p.members.iter().enumerate() {
+            let n = mapped_records(path, 128);
+            assert!(
+                n > 0,
+                "{mode:?}: member {d} holds no record: the pool used one device"
+            );
+        }
+        // Given in the other order: the same pool, warm.
+        let vol = open_pool(&p, &[1, 0]);
+        check_all(
+            &vol,
+            &m,
+            &format!("{mode:?}: after a clean shutdown, swapped"),
+        );
+        run_ops(&vol, &mut m, 2, 1500);
+        vol.flush().unwrap();
+        m.flush();
+        // Killed: no shutdown, the volume just goes away (its files keep what was written).
+        drop(vol);
+        let vol = open_pool(&p, &[0, 1]);
+        check_all(&vol, &m, &format!("{mode:?}: after a kill"));
+        vol.shutdown().unwrap();
+    }
+}
+
+#[test]
+fn membership_is_checked_at_open() {
+    let p = pool_files(&[128, 128]);
+    format_pool(&p, Mode::WriteThrough);
+    let q = pool_files(&[128, 128]);
+    format_pool(&q, Mode::WriteThrough);
+    let (a, b) = (p.members[0].as_path(), p.members[1].as_path());
+    let open_err = |paths: &[&Path]| match PoolDev::open(devs(paths)) {
+        Ok(_) => panic!("{paths:?} opened"),
+        Err(e) => e,
+    };
+    // Another pool's member.
+    let e = open_err(&[a, q.members[1].as_path()]);
+    assert!(
+        e.contains("belongs to pool") && e.contains("wrong device"),
+        "{e}"
+    );
+    // One member twice: the same path, and a copy of the same device under another path.
+    let e = open_err(&[a, a]);
+    assert!(e.contains("given twice"), "{e}");
+    let copy = p.f.dir.path().join("copy.img");
+    std::fs::copy(a, &copy).unwrap();
+    let e = open_err(&[a, copy.as_path()]);
+    assert!(e.contains("both member 0"), "{e}");
+    // A member missing: named by index and uuid (a degraded start is not built yet).
+    let e = open_err(&[b, p.f.backing.as_path()]);
+    assert!(e.contains("not a member of a cache pool"), "{e}");
+    let c = pool_files(&[128, 128, 128]);
+    format_pool(&c, Mode::WriteThrough);
+    let e = open_err(&[c.members[2].as_path(), c.members[0].as_path()]);
+    assert!(
+        e.contains("3 cache devices, 2 given") && e.contains("member 1 (uuid"),
+        "{e}"
+    );
+    // A device formatted alone, given in a pool.
+    let alone = files(300, LS);
+    format(&alone, Mode::WriteThrough, LS);
+    let e = open_err(&[a, alone.cache.as_path()]);
+    assert!(e.contains("formatted alone"), "{e}");
+    // A member given alone, as a one-device cache.
+    let e = match CacheVolume::open(
+        Box::new(FileDev::open(a).unwrap()),
+        Box::new(FileDev::open(&p.f.backing).unwrap()),
+        &OpenOptions::default(),
+    ) {
+        Ok(_) => panic!("a pool member opened alone"),
+        Err(e) => e.to_string(),
+    };
+    assert!(e.contains("member of a pool"), "{e}");
+    // The right members in either order open.
+    PoolDev::open(devs(&[b, a])).unwrap();
+}
+
+#[test]
+fn write_back_on_a_pool_needs_one_dirty_copy() {
+    let e = check_mode(2, Mode::WriteBack, None).unwrap_err();
+    assert!(
+        e.contains("--dirty-copies 1") && e.contains("loses its dirty data"),
+        "{e}"
+    );
+    let e = check_mode(2, Mode::WriteBack, Some(2)).unwrap_err();
+    assert!(e.contains("not built yet"), "{e}");
+    check_mode(2, Mode::WriteBack, Some(1)).unwrap();
+    check_mode(2, Mode::WriteThrough, None).unwrap();
+    check_mode(2, Mode::PassThrough, None).unwrap();
+    check_mode(1, Mode::WriteBack, None).unwrap();
+    let p = pool_files(&[128, 128]);
+    let m: Vec<&Path> = p.members.iter().map(|x| x.as_path()).collect();
+    let opts = FormatOptions {
+        line_size: LS,
+        mode: Mode::WriteBack,
+        ..Default::default()
+    };
+    let e = PoolDev::format(devs(&m), VOL, &opts, None).err().unwrap();
+    assert!(e.contains("--dirty-copies 1"), "{e}");
+    let sums = FormatOptions {
+        data_checksums: true,
+        ..opts
+    };
+    let e = PoolDev::format(devs(&m), VOL, &sums, Some(1))
+        .err()
+        .unwrap();
+    assert!(e.contains("not built yet"), "{e}");
+}
+
+/// One crash point: the workload over a pool of two members, the power cut at event `n`
+/// (of the members' and the backing device's writes and syncs), reopened with the members
+/// swapped and checked. Returns the events of the run.
+fn crash_run(p: &PoolFiles, mode: Mode, seed: u64, crash: Option<u64>) -> u64 {
+    // A fresh backing device (the last run wrote to it) and a fresh pool.
+    std::fs::write(&p.f.backing, (0..VOL).map(initial).collect::<Vec<u8>>()).unwrap();
+    format_pool(p, mode);
+    let faults = Faults::new(seed ^ 0x9e37);
+    faults.crash_at(crash.unwrap_or(u64::MAX), true);
+    let wrap = |name: &str, path: &Path| -> Box<dyn BlockDev> {
+        Box::new(
+            faults
+                .wrap(name, Box::new(FileDev::open(path).unwrap()), true)
+                .0,
+        )
+    };
+    let members = vec![
+        ("m0".to_string(), wrap("cache", &p.members[0])),
+        ("m1".to_string(), wrap("cache1", &p.members[1])),
+    ];
+    let what = format!("{mode:?} seed {seed} crash {crash:?}");
+    let mut m = Model::new(0, VOL);
+    let opened = PoolDev::open(members).and_then(|pd| {
+        CacheVolume::open(
+            Box::new(pd),
+            wrap("backing", &p.f.backing),
+            &OpenOptions::default(),
+        )
+        .map(|v| v.0)
+        .map_err(|e| e.to_string())
+    });
+    match opened {
+        Err(e) => assert!(
+            faults.power_lost(),
+            "{what}: open failed without a crash: {e}"
+        ),
+        Ok(vol) => {
+            let mut r = rng(seed);
+            for i in 0..400 {
+                let (kind, off, len, fua) = random_op(&mut r, VOL);
+                let ok = match kind {
+                    0 => {
+                        let mut buf = vec![0u8; len as usize];
+                        let ok = vol.read(off, &mut buf).is_ok();
+                        if ok && !faults.power_lost() {
+                            m.check_now(off as usize, &buf, &format!("{what}: op {i} read"));
+                        }
+                        ok
+                    }
+                    1 | 2 => {
+                        let data: Vec<u8> =
+                            (0..len).map(|k| (i as u8) ^ (k as u8) ^ 0xa5).collect();
+                        let ok = vol.write(off, &data, fua).is_ok();
+                        // A failed write may have landed in part: old or new after the crash.
+                        m.write(off as usize, &data, fua && ok);
+                        ok
+                    }
+                    _ => {
+                        let ok = vol.flush().is_ok();
+                        if ok {
+                            m.flush();
+                        }
+                        ok
+                    }
+                };
+                if !ok {
+                    assert!(faults.power_lost(), "{what}: op {i} failed without a crash");
+                    break;
+                }
+            }
+            if crash.is_none() {
+                vol.shutdown().unwrap();
+            }
+        }
+    }
+    faults.power_cut();
+    let events = faults.events();
+    // Reopened on the files, members swapped: every FLUSHed (or FUA) byte reads back.
+    let vol = open_pool(p, &[1, 0]);
+    let mut buf = vec![0u8; VOL as usize];
+    vol.read(0, &mut buf).unwrap();
+    m.check_after_crash(0, &buf, &what);
+    // And it keeps working.
+    vol.write(4096, &[7u8; 4096], false).unwrap();
+    vol.flush().unwrap();
+    let mut one = vec![0u8; 4096];
+    vol.read(4096, &mut one).unwrap();
+    assert!(
+        one.iter().all(|&x| x == 7),
+        "{what}: written after the restart"
+    );
+    vol.shutdown().unwrap();
+    events
+}
+
+#[test]
+fn crash_points_over_two_members_keep_every_flushed_value() {
+    for mode in [Mode::WriteThrough, Mode::WriteBack] {
+        let p = pool_files(&[128, 128]);
+        let points = crash_budget(40, 2000);
+        crash_sweep(mode, points, false, 1, 20, 0x51, |seed, c| {
+            (crash_run(&p, mode, seed, c.map(|c| c.1)), 0)
+        });
+    }
+}
