@@ -244,6 +244,11 @@ pub struct ServeArgs {
     /// HDD model TOML file (see crates/devices).
     #[arg(long)]
     emulate_hdd: Option<String>,
+    /// Make the cache device as slow as a simple SSD: LAT_US of service time per 4 KiB on
+    /// each of CHANNELS concurrent channels (default 1), e.g. 200:1. `sim --ssd emu:LAT_US:CHANNELS`
+    /// is the same rule.
+    #[arg(long, value_name = "LAT_US[:CHANNELS]")]
+    emulate_ssd: Option<String>,
     /// Threads executing NBD requests, shared by all connections: requests beyond that wait
     /// in one queue; threads do not grow with connections [default: 32].
     #[arg(long)]
@@ -1058,6 +1063,7 @@ const LOG_LAYOUT_KEYS: &[&str] = &[
     "http",
     "max_cache_errors",
     "emulate_hdd",
+    "emulate_ssd",
     "classes",
     "classifier",
     "class_rules",
@@ -1292,7 +1298,14 @@ pub fn serve(a: ServeArgs) -> Result<()> {
         })?;
         create_cache_file(&cache_path, bytes, new_line, a.data_checksums)?;
     }
-    let cache = open_cache(&cache_path, device_timeout)?;
+    let mut cache = open_cache(&cache_path, device_timeout)?;
+    if let Some(spec) = &a.emulate_ssd {
+        let (lat, channels) = tiercache_server::parse_emulate_ssd(spec).map_err(|e| anyhow!(e))?;
+        cache = Box::new(
+            tiercache_server::EmulatedSsd::new(cache, lat, channels).map_err(|e| anyhow!(e))?,
+        );
+        say!("cache device emulates an SSD: {lat} us per 4 KiB, {channels} channel(s)");
+    }
     // What the device holds, read here only to decide whether to format it: the layout of
     // what is served is the superblock's, picked by `open_live`.
     let found = match tiercache_server::probe(&*cache).context("reading the log superblock")? {
