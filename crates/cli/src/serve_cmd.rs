@@ -262,6 +262,11 @@ pub struct ServeArgs {
     /// HDD model TOML file (see crates/devices).
     #[arg(long)]
     emulate_hdd: Option<String>,
+    /// Make the cache device as slow as a simple SSD: LAT_US of service time per 4 KiB on
+    /// each of CHANNELS concurrent channels (default 1), e.g. 200:1. `sim --ssd emu:LAT_US:CHANNELS`
+    /// is the same rule.
+    #[arg(long, value_name = "LAT_US[:CHANNELS]")]
+    emulate_ssd: Option<String>,
     /// Threads executing NBD requests, shared by all connections: requests beyond that wait
     /// in one queue; threads do not grow with connections [default: 32].
     #[arg(long)]
@@ -668,7 +673,7 @@ fn open_pool(
 ) -> Result<(Box<dyn BlockDev>, PathBuf)> {
     let mut devs = vec![(a.cache[0].display().to_string(), first)];
     for p in &a.cache[1..] {
-        devs.push((p.display().to_string(), open_cache(p, timeout)?));
+        devs.push((p.display().to_string(), open_served_cache(a, p, timeout)?));
     }
     let pd = tiercache_server::PoolDev::open(devs).map_err(|e| anyhow!(e))?;
     let stored = tiercache_server::read_superblock(&pd)
@@ -697,6 +702,26 @@ fn open_pool(
         .cloned()
         .expect("member 0 is one of the paths given");
     Ok((Box::new(pd), path))
+}
+
+/// A cache device (or pool member) as `serve` uses it: opened, and slowed to an emulated SSD
+/// with `--emulate-ssd` (each member of a pool on its own channels).
+fn open_served_cache(
+    a: &ServeArgs,
+    p: &Path,
+    timeout: Option<std::time::Duration>,
+) -> Result<Box<dyn BlockDev>> {
+    let cache = open_cache(p, timeout)?;
+    Ok(match &a.emulate_ssd {
+        Some(spec) => {
+            let (lat, channels) =
+                tiercache_server::parse_emulate_ssd(spec).map_err(|e| anyhow!(e))?;
+            Box::new(
+                tiercache_server::EmulatedSsd::new(cache, lat, channels).map_err(|e| anyhow!(e))?,
+            )
+        }
+        None => cache,
+    })
 }
 
 /// The cache device: a file, a block device, or an NBD export (so cache faults can be
@@ -1226,6 +1251,7 @@ const LOG_LAYOUT_KEYS: &[&str] = &[
     "http",
     "max_cache_errors",
     "emulate_hdd",
+    "emulate_ssd",
     "classes",
     "classifier",
     "class_rules",
@@ -1475,7 +1501,11 @@ pub fn serve(a: ServeArgs) -> Result<()> {
         })?;
         create_cache_file(&cache_path, bytes, new_line, a.data_checksums)?;
     }
-    let cache = open_cache(&cache_path, device_timeout)?;
+    let cache = open_served_cache(&a, &cache_path, device_timeout)?;
+    if let Some(spec) = &a.emulate_ssd {
+        let (lat, channels) = tiercache_server::parse_emulate_ssd(spec).map_err(|e| anyhow!(e))?;
+        say!("cache device(s) emulate an SSD each: {lat} us per 4 KiB, {channels} channel(s)");
+    }
     let (cache, cache_path) = if pool {
         open_pool(&a, cache, device_timeout, mode)?
     } else {

@@ -700,10 +700,13 @@ pub struct TimedArgs {
     /// `--ssd`, or a TOML model file. Default 7200 in timed runs.
     #[arg(long, value_name = "MODEL", help_heading = "Timing")]
     pub hdd: Option<String>,
-    /// Cache device model: default, intel-710, intel-311, c300, ram, nvram, or a TOML model file.
-    /// Default `default` in timed runs.
+    /// Cache device model: default, intel-710, intel-311, c300, ram, nvram, emu:LAT_US[:CHANNELS]
+    /// (the server's --emulate-ssd), or a TOML model file. Default `default` in timed runs.
+    /// Repeat it for a pool of cache devices (like `serve --cache` repeated): the cache size
+    /// is split equally over them (each rounded down to a multiple of 128 lines), slots are
+    /// laid out member after member, and each member's busy time and ops are reported.
     #[arg(long, value_name = "MODEL", help_heading = "Timing")]
-    pub ssd: Option<String>,
+    pub ssd: Vec<String>,
     /// No cache: the backing device alone (the baseline).
     #[arg(long, help_heading = "Timing")]
     pub no_cache: bool,
@@ -737,7 +740,7 @@ pub struct TimedArgs {
 impl TimedArgs {
     fn is_timed(&self) -> bool {
         self.hdd.is_some()
-            || self.ssd.is_some()
+            || !self.ssd.is_empty()
             || self.no_cache
             || self.raid.is_some()
             || self.queue_depth.is_some()
@@ -756,8 +759,16 @@ impl TimedArgs {
         s.ssd = if self.no_cache {
             None
         } else {
-            Some(self.ssd.clone().unwrap_or_else(|| "ssd:default".into()))
+            Some(
+                self.ssd
+                    .first()
+                    .cloned()
+                    .unwrap_or_else(|| "ssd:default".into()),
+            )
         };
+        if !self.no_cache {
+            s.pool = self.ssd.iter().skip(1).cloned().collect();
+        }
         if let Some(r) = &self.raid {
             let bad = || anyhow::anyhow!("--raid '{r}': use LEVEL:N, e.g. 0:12 or 5:8");
             let (l, n) = r.split_once(':').ok_or_else(bad)?;
@@ -862,6 +873,18 @@ fn print_timed(rep: &TimedReport, json: bool, csv: bool) -> Result<()> {
             .map(|s| format!(", SSD {:.3} s ({:.1} %)", s.busy_s, s.utilisation * 100.0))
             .unwrap_or_default()
     )?;
+    for (d, m) in t.ssd_members.iter().enumerate() {
+        writeln!(
+            out,
+            "  member {d}   {} busy {:.3} s ({:.1} %), {} ops, {} bytes read, {} written",
+            m.name,
+            m.busy_s,
+            m.utilisation * 100.0,
+            m.ops,
+            m.bytes_read,
+            m.bytes_written
+        )?;
+    }
     match t.warmup_s {
         Some(w) => writeln!(
             out,

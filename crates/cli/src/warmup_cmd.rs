@@ -142,6 +142,7 @@ pub fn run(a: WarmupArgs) -> Result<()> {
             hdd: a.hdd.clone(),
             raid: (a.disks > 1).then_some((0, a.disks as usize)),
             ssd: Some(a.ssd.clone()),
+            pool: Vec::new(),
             options: tiercache_sim::TimedOptions {
                 drive: Drive::Closed {
                     queue_depth: a.queue_depth,

@@ -45,7 +45,7 @@ mod ssd;
 mod stats;
 mod timeline;
 
-pub use checked::{Checked, Model};
+pub use checked::{Checked, Done, Model};
 pub use faulty::{FaultConfig, Faulty};
 pub use ftl::{FtlConfig, FtlKind, FtlStats, PageFtl};
 pub use hdd::{rewrite_min_runs, Hdd, HddConfig, HDD_PRESETS};

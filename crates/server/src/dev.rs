@@ -183,6 +183,105 @@ impl<D: BlockDev> BlockDev for EmulatedHdd<D> {
     }
 }
 
+/// A cache device that takes as long as a simple SSD would (`--emulate-ssd LAT_US[:CHANNELS]`):
+/// each read or write is served by one of `channels` independent channels for `lat_us` per
+/// 4 KiB started (a 64 KiB op holds its channel 16 x `lat_us`); an op finding every channel
+/// busy waits for the first to free. A flush costs nothing of its own. The sim model with the
+/// same rule is the `emu:LAT_US[:CHANNELS]` cache device of `tiercache sim --ssd`.
+pub struct EmulatedSsd<D> {
+    inner: D,
+    /// Wall-clock ns (since `start`) at which each channel is free again.
+    channels: Mutex<Vec<u64>>,
+    lat_ns: u64,
+    start: Instant,
+}
+
+/// `LAT_US[:CHANNELS]` of `--emulate-ssd` (CHANNELS 1 when absent).
+pub fn parse_emulate_ssd(spec: &str) -> Result<(f64, u32), String> {
+    let bad =
+        |why: &str| format!("--emulate-ssd '{spec}': {why}; use LAT_US[:CHANNELS], e.g. 200:1");
+    let (lat, ch) = match spec.split_once(':') {
+        Some((l, c)) => (l, Some(c)),
+        None => (spec, None),
+    };
+    let lat: f64 = lat
+        .trim()
+        .parse()
+        .map_err(|_| bad("the latency is not a number of microseconds"))?;
+    if !(lat.is_finite() && lat > 0.0 && lat <= 1e6) {
+        return Err(bad("the latency must be above 0 and at most 1000000 us"));
+    }
+    let ch: u32 = match ch {
+        Some(c) => c
+            .trim()
+            .parse()
+            .map_err(|_| bad("CHANNELS is not a whole number"))?,
+        None => 1,
+    };
+    if !(1..=1024).contains(&ch) {
+        return Err(bad("CHANNELS must be 1 to 1024"));
+    }
+    Ok((lat, ch))
+}
+
+impl<D: BlockDev> EmulatedSsd<D> {
+    pub fn new(inner: D, lat_us: f64, channels: u32) -> Result<Self, String> {
+        if !(lat_us.is_finite() && lat_us > 0.0) || channels == 0 {
+            return Err(format!(
+                "an emulated SSD needs a latency above 0 and at least one channel (got {lat_us} \
+                 us, {channels} channels)"
+            ));
+        }
+        Ok(EmulatedSsd {
+            inner,
+            channels: Mutex::new(vec![0; channels as usize]),
+            lat_ns: (lat_us * 1e3).round() as u64,
+            start: Instant::now(),
+        })
+    }
+
+    /// Takes the first free channel for `len` bytes' service time, runs `io`, and returns
+    /// when the service time has passed.
+    fn timed<T>(&self, len: usize, io: impl FnOnce() -> io::Result<T>) -> io::Result<T> {
+        let units = (len as u64).div_ceil(4096).max(1);
+        let finish = {
+            let mut ch = self.channels.lock().unwrap_or_else(|e| e.into_inner());
+            let now = self.start.elapsed().as_nanos() as u64;
+            let free = ch.iter_mut().min().expect("at least one channel");
+            let finish = (*free).max(now) + units * self.lat_ns;
+            *free = finish;
+            finish
+        };
+        let r = io();
+        let wait = finish.saturating_sub(self.start.elapsed().as_nanos() as u64);
+        if wait > 0 {
+            std::thread::sleep(Duration::from_nanos(wait));
+        }
+        r
+    }
+}
+
+impl<D: BlockDev> BlockDev for EmulatedSsd<D> {
+    fn size(&self) -> u64 {
+        self.inner.size()
+    }
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        self.timed(buf.len(), || self.inner.read_at(buf, offset))
+    }
+    fn write_at(&self, data: &[u8], offset: u64) -> io::Result<()> {
+        self.timed(data.len(), || self.inner.write_at(data, offset))
+    }
+    fn sync(&self) -> io::Result<()> {
+        self.inner.sync()
+    }
+    fn identity(&self) -> Option<BackingIdentity> {
+        self.inner.identity()
+    }
+    fn region_end(&self, offset: u64) -> u64 {
+        self.inner.region_end(offset)
+    }
+}
+
 impl BlockDev for Box<dyn BlockDev> {
     fn size(&self) -> u64 {
         (**self).size()
@@ -213,4 +312,69 @@ pub fn hdd_config(spec: &str) -> Result<HddConfig, String> {
         format!("--emulate-hdd {spec}: not a preset (5400, 7200, 10k, 15k) and not readable: {e}")
     })?;
     toml::from_str(&text).map_err(|e| format!("{spec}: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dev(lat_us: f64, channels: u32) -> (tempfile::TempDir, EmulatedSsd<FileDev>) {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("ssd.img");
+        std::fs::File::create(&p).unwrap().set_len(1 << 20).unwrap();
+        let d = EmulatedSsd::new(FileDev::open(&p).unwrap(), lat_us, channels).unwrap();
+        (dir, d)
+    }
+
+    #[test]
+    fn emulated_ssd_takes_its_service_time_per_4k() {
+        let (_dir, d) = dev(20_000.0, 1);
+        let t = Instant::now();
+        d.write_at(&[7u8; 8192], 4096).unwrap(); // 2 units: 40 ms
+        let mut b = [0u8; 4096];
+        d.read_at(&mut b, 8192).unwrap(); // 1 unit: 20 ms
+        let e = t.elapsed();
+        assert!(e >= Duration::from_millis(60), "{e:?}");
+        assert_eq!(b, [7u8; 4096]);
+    }
+
+    #[test]
+    fn emulated_ssd_channels_overlap_and_one_channel_serialises() {
+        let run = |channels: u32| {
+            let (_dir, d) = dev(50_000.0, channels);
+            let t = Instant::now();
+            std::thread::scope(|s| {
+                for i in 0..4u64 {
+                    let d = &d;
+                    s.spawn(move || d.write_at(&[1u8; 4096], i * 4096).unwrap());
+                }
+            });
+            t.elapsed()
+        };
+        // Four 50 ms ops: one channel takes >= 200 ms, four channels ~50 ms.
+        let one = run(1);
+        let four = run(4);
+        assert!(one >= Duration::from_millis(200), "{one:?}");
+        assert!(four >= Duration::from_millis(50), "{four:?}");
+        assert!(four < Duration::from_millis(150), "{four:?}");
+    }
+
+    #[test]
+    fn emulate_ssd_spec_is_validated_with_the_reason() {
+        assert_eq!(parse_emulate_ssd("200"), Ok((200.0, 1)));
+        assert_eq!(parse_emulate_ssd("20:4"), Ok((20.0, 4)));
+        for (bad, why) in [
+            ("x", "not a number"),
+            ("0", "above 0"),
+            ("-5:2", "above 0"),
+            ("200:0", "1 to 1024"),
+            ("200:y", "whole number"),
+        ] {
+            let e = parse_emulate_ssd(bad).unwrap_err();
+            assert!(
+                e.contains(why) && e.contains("LAT_US[:CHANNELS]"),
+                "{bad}: {e}"
+            );
+        }
+    }
 }

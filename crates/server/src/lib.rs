@@ -28,7 +28,7 @@ pub mod tuning;
 pub mod volume;
 pub mod volume_set;
 
-pub use dev::{hdd_config, BlockDev, EmulatedHdd, FileDev};
+pub use dev::{hdd_config, parse_emulate_ssd, BlockDev, EmulatedHdd, EmulatedSsd, FileDev};
 pub use format::{FormatError, Superblock};
 pub use format_any::{format_device, FormatSpec, Formatted};
 pub use identity::BackingIdentity;

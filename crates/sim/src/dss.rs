@@ -198,6 +198,7 @@ pub fn run(opts: &DssOptions, progress: Option<&(dyn Fn(&RunResult) + Sync)>) ->
                     hdd: disk.clone(),
                     raid: Some((5, opts.raid_members)),
                     ssd: (*config != "none").then(|| opts.ssd.clone()),
+                    pool: Vec::new(),
                     options: TimedOptions {
                         phase_starts: phase_starts.clone(),
                         idle_clean: IDLE_CLEAN || opts.cleaner.is_some(),

@@ -5,6 +5,7 @@
 //! device bytes) stays exact, and nothing else is paid for.
 
 pub mod dss;
+pub mod emu_ssd;
 pub mod experiment;
 pub mod fileserver;
 pub mod input;
@@ -15,6 +16,7 @@ pub mod realfs;
 pub mod reproduce;
 pub mod result;
 pub mod sharded;
+pub mod ssd_pool;
 pub mod sweep;
 pub mod timed;
 pub mod volumes;

@@ -36,12 +36,13 @@
 //! HDD read, a write-through write an HDD write. The log engine cleans no dirty lines by
 //! watermark: write-backs happen when a segment is reclaimed, inside the plan that reclaims it.
 
+use crate::ssd_pool::SsdPool;
 use crate::{Input, SimSpec};
 use anyhow::{Context, Result};
 use hdrhistogram::Histogram;
 use serde::Serialize;
 use std::collections::VecDeque;
-use tiercache_devices::{Completion, Device, IoKind, IoOp};
+use tiercache_devices::{Checked, Completion, Device, IoKind, IoOp};
 use tiercache_engine::{Engine, Op, RamTier, Request, Step, WbTicket};
 
 /// How requests are issued.
@@ -249,6 +250,10 @@ pub struct TimedResult {
     pub drained_s: f64,
     pub hdd: DeviceUse,
     pub ssd: Option<DeviceUse>,
+    /// Per member of a pool of several cache devices (`--ssd` repeated), in pool order;
+    /// `ssd` is the pool as one device. Empty (and absent from JSON) with one cache device.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub ssd_members: Vec<DeviceUse>,
     /// The `ram` device model serving the RAM tier's hits (`--ram-cache`; absent without).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ram_device: Option<DeviceUse>,
@@ -1973,6 +1978,7 @@ pub fn simulate_timed<'a>(
             .ssd
             .as_ref()
             .map(|s| device_use(&**s, drained.saturating_sub(first))),
+        ssd_members: Vec::new(),
         ram_device: ex
             .ram
             .as_ref()
@@ -2111,6 +2117,10 @@ pub struct TimedSetup {
     pub raid: Option<(u8, usize)>,
     /// Cache device; None = no cache (the backing device alone).
     pub ssd: Option<String>,
+    /// Further cache devices: with any, the cache is a pool of `ssd` followed by these, laid
+    /// out as [`tiercache_engine::Pool`] with the cache size split equally (each member
+    /// rounded down to a multiple of 128 lines). Empty: one cache device, as before.
+    pub pool: Vec<String>,
     pub options: TimedOptions,
     pub prices: tiercache_devices::PriceTable,
 }
@@ -2121,6 +2131,7 @@ impl Default for TimedSetup {
             hdd: "hdd:7200".into(),
             raid: None,
             ssd: Some("ssd:default".into()),
+            pool: Vec::new(),
             options: TimedOptions::default(),
             prices: tiercache_devices::PriceTable::default(),
         }
@@ -2206,30 +2217,105 @@ pub fn run_timed(
             hdd.name()
         );
     }
+    // `emu:LAT_US[:CHANNELS]`: the live `--emulate-ssd` rule, as large as the default SSD.
+    let build_ssd = |s: &str| -> Result<Box<dyn Device>> {
+        match s.trim().strip_prefix("emu:") {
+            Some(e) => Ok(Box::new(Checked::new(
+                crate::emu_ssd::EmuSsd::new(e, 256_000_000_000).map_err(anyhow::Error::msg)?,
+            ))),
+            None => build(&parse(s)?).map_err(|e| anyhow::anyhow!("{e}")),
+        }
+    };
     let mut ssd = match &setup.ssd {
-        Some(s) => Some(build(&parse(s)?).map_err(|e| anyhow::anyhow!("{e}"))?),
+        Some(s) => Some(build_ssd(s)?),
         None => None,
     };
-    let (sim, timed) = simulate_timed(
-        spec,
-        None,
+    let mut pool: Option<Checked<SsdPool>> = None;
+    let mut pooled_spec = None;
+    let mut footprint = None;
+    if !setup.pool.is_empty() {
+        let first = ssd
+            .take()
+            .context("a pool of cache devices needs a cache (not --no-cache)")?;
+        anyhow::ensure!(
+            spec.log.is_none(),
+            "the log layout takes one cache device (one --ssd)"
+        );
+        let mut members = vec![first];
+        for s in &setup.pool {
+            members.push(build_ssd(s)?);
+        }
+        let ls = spec.engine.line_size;
+        let fp = if spec.cache_size.needs_footprint() {
+            Some(crate::footprint_lines(&spec.input, ls)?)
+        } else {
+            None
+        };
+        let lines = spec.cache_size.lines(ls, fp.unwrap_or(0));
+        let n = members.len() as u64;
+        let p = tiercache_engine::Pool::new(&vec![lines / n; members.len()]).map_err(|e| {
+            anyhow::anyhow!(
+                "a cache of {lines} lines split over {n} cache devices ({} lines each): {e}",
+                lines / n
+            )
+        })?;
+        let mut s = spec.clone();
+        s.cache_size = tiercache_engine::CacheSize::Bytes(p.capacity() * ls);
+        pooled_spec = Some(s);
+        footprint = fp;
+        pool = Some(Checked::new(
+            SsdPool::new(p, ls, members).map_err(anyhow::Error::msg)?,
+        ));
+    }
+    let (sim, mut timed) = simulate_timed(
+        pooled_spec.as_ref().unwrap_or(spec),
+        footprint,
         hdd.as_mut(),
-        ssd.as_mut().map(|b| b.as_mut() as &mut dyn Device),
+        match pool.as_mut() {
+            Some(p) => Some(p as &mut dyn Device),
+            None => ssd.as_mut().map(|b| b.as_mut() as &mut dyn Device),
+        },
         &setup.options,
         progress,
     )?;
+    if let Some(p) = &pool {
+        let elapsed_ns = (timed.drained_s * 1e9) as u64;
+        timed.ssd_members = p
+            .model()
+            .members()
+            .iter()
+            .map(|m| device_use(&**m, elapsed_ns))
+            .collect();
+    }
     let hdd_name = price_name(&setup.hdd, &member);
     let hdd_cost = setup
         .prices
         .devices_usd(&hdd_name, disks as u32, hdd.capacity_bytes());
-    let ssd_model = setup.ssd.clone();
-    let ssd_cost = match &setup.ssd {
-        None => Some(0.0),
-        Some(s) => {
-            let name = price_name(s, &parse(s)?);
-            setup.prices.cost_usd(&name, sim.capacity_bytes)
+    let ssd_model = setup.ssd.as_ref().map(|s| {
+        std::iter::once(s)
+            .chain(&setup.pool)
+            .cloned()
+            .collect::<Vec<_>>()
+            .join(" + ")
+    });
+    // Each member holds an equal share of the cache.
+    let share = sim.capacity_bytes / (1 + setup.pool.len() as u64);
+    let mut ssd_cost = Some(0.0);
+    for s in setup.ssd.iter().chain(&setup.pool) {
+        if s.trim().starts_with("emu:") {
+            ssd_cost = None; // an emulated device has no price
+            continue;
         }
-    };
+        let name = price_name(s, &parse(s)?);
+        let bytes = if setup.pool.is_empty() {
+            sim.capacity_bytes
+        } else {
+            share
+        };
+        ssd_cost = ssd_cost
+            .zip(setup.prices.cost_usd(&name, bytes))
+            .map(|(a, b)| a + b);
+    }
     let cost_usd = match (hdd_cost, ssd_cost) {
         (Some(h), Some(s)) => Some(h + s),
         _ => None,

@@ -22,6 +22,7 @@ fn setup(ssd: Option<&str>, drive: Drive) -> TimedSetup {
     TimedSetup {
         hdd: "hdd:7200".into(),
         ssd: ssd.map(str::to_string),
+        pool: Vec::new(),
         options: TimedOptions {
             drive,
             window_ns: 100_000_000,
@@ -573,4 +574,47 @@ fn a_write_of_a_line_whose_copy_is_in_flight_lands_after_the_copy() {
             late.timed.latency_us.write.max
         );
     }
+}
+
+#[test]
+fn two_ssds_form_a_pool_and_each_member_serves_its_own_slots() {
+    let ls = EngineConfig::default().line_size;
+    let s = spec(
+        "zipf:theta=0.6,wss=64MiB,requests=3000,read=100,size=4k",
+        CacheSize::Bytes(256 * ls),
+        Mode::WriteThrough,
+    );
+    let mut two = setup(Some("ssd:default"), Drive::Closed { queue_depth: 8 });
+    two.pool = vec!["ssd:default".into()];
+    let r = run_timed(&s, &two, None).unwrap();
+    assert_eq!(r.sim.capacity_bytes, 256 * ls);
+    let m = &r.timed.ssd_members;
+    assert_eq!(m.len(), 2);
+    // The cache filled past member 0's 128 lines: the fills of slots >= 128 reached member 1.
+    for (d, u) in m.iter().enumerate() {
+        assert!(u.ops > 0 && u.bytes_written > 0, "member {d}: {u:?}");
+    }
+    let pool = r.timed.ssd.as_ref().unwrap();
+    assert_eq!(
+        m[0].bytes_written + m[1].bytes_written,
+        pool.bytes_written,
+        "every pool byte lands on exactly one member"
+    );
+    assert_eq!(m[0].bytes_read + m[1].bytes_read, pool.bytes_read);
+    // One --ssd: no member breakdown (the JSON is today's).
+    let one = run_timed(
+        &s,
+        &setup(Some("ssd:default"), Drive::Closed { queue_depth: 8 }),
+        None,
+    )
+    .unwrap();
+    assert!(one.timed.ssd_members.is_empty());
+    assert!(!serde_json::to_string(&one).unwrap().contains("ssd_members"));
+    // A share under one record page is refused with the reason.
+    let small = spec(HOT, CacheSize::Bytes(200 * ls), Mode::WriteThrough);
+    let e = run_timed(&small, &two, None).unwrap_err().to_string();
+    assert!(
+        e.contains("split over 2 cache devices") && e.contains("128"),
+        "{e}"
+    );
 }

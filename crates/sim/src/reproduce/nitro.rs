@@ -359,6 +359,7 @@ fn timed_run(
         hdd: s.timed_hdd.clone(),
         raid: Some((5, s.timed_raid.max(2))),
         ssd: Some(s.timed_ssd.clone()),
+        pool: Vec::new(),
         options: crate::TimedOptions {
             drive: crate::Drive::Closed {
                 queue_depth: s.timed_queue_depth.max(1),

@@ -180,6 +180,7 @@ pub fn run(config: &str, requests: Option<u64>) -> Result<Outcome> {
             hdd: c.hdd.clone(),
             raid: Some(c.raid),
             ssd: ssd.map(str::to_string),
+            pool: Vec::new(),
             options: TimedOptions {
                 drive: Drive::Closed {
                     queue_depth: s.queue_depth,

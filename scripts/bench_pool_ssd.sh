@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# One cache SSD vs a pool of two SSDs of half the size each (same total), plan-multi-cache.md
+# (h). The sim half replays a Zipf random-read workload timed at queue depth 8 on
+# `--ssd M` vs `--ssd M --ssd M` (cache split equally, slots laid out member after member) and
+# prints IOPS, p50/p99 and each member's share of the SSD ops.
+#   bash scripts/bench_pool_ssd.sh --sim-only [SSD_MODEL]     (default model: default)
+# Until the engine balances slots over members (plan step 1), a pool fills member 0 first,
+# so the pool shows no gain over one SSD: the member lines show where the work went.
+# The live half (serve --cache a --cache b with --emulate-ssd 200:1, fio randread
+# numjobs=4 iodepth=8) needs `serve --cache` repeated (plan step 2), not on main yet: without
+# --sim-only the script refuses.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+if [ "${1:-}" != "--sim-only" ]; then
+  echo "bench_pool_ssd.sh: the live half needs 'tiercache serve --cache' repeated (a pool of" >&2
+  echo "cache devices, plan-multi-cache.md step 2), which this build lacks; run with --sim-only" >&2
+  exit 2
+fi
+model=${2:-default}
+cargo build --release -q -p tiercache
+wl='zipf:theta=0.9,wss=4GiB,requests=200000,read=100,size=4k'
+for pool in "--ssd $model" "--ssd $model --ssd $model"; do
+  # shellcheck disable=SC2086
+  ./target/release/tiercache sim --workload "$wl" --cache-size 1536MiB --mode wt --hdd 7200 \
+      $pool --queue-depth 8 --json -q \
+    | python3 -c '
+import json, sys
+d = json.load(sys.stdin)
+l = d["latency_us"]["all"]
+m = d.get("ssd_members", [])
+share = " ".join("m%d %d ops %.0f%% busy" % (i, u["ops"], 100 * u["utilisation"]) for i, u in enumerate(m))
+print("%-22s %7.0f IOPS  p50 %6.0f us  p99 %6.0f us  hit %.3f  %s" % (
+    d["ssd_model"], d["iops"], l["p50"], l["p99"], d["hit_ratio"], share or "(one SSD)"))'
+done
+echo "($(uname -m), $(nproc) cores, load $(cut -d' ' -f1 /proc/loadavg), $(date +%F))"
