@@ -283,6 +283,15 @@ pub struct EngineConfig {
     /// ([`crate::Engine::volume_stats`]); a volume not listed uses the engine-wide settings.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub volumes: Vec<VolumeConfig>,
+    /// Lines offered by each cache device of a pool (see [`crate::Pool`]). Empty (the
+    /// default) = one cache device of `capacity_lines` lines, exactly the engine before pools.
+    /// Non-empty: the engine places lines over the members ([`crate::Engine::member_of`])
+    /// and `capacity_lines` must equal the pool's capacity, `Pool::new(&pool_lines)?
+    /// .capacity()` (members of a pool of two or more are rounded down to 128 lines); it is
+    /// checked, not derived, so that a persisted capacity and the member table cannot
+    /// disagree silently. A sharded engine refuses a pool of several members.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub pool_lines: Vec<u64>,
 }
 
 /// One volume of a pool: its id (the requests' `volume`), a name for reports, and the
@@ -348,6 +357,7 @@ impl Default for EngineConfig {
             ram_cache: 0,
             ram_policy: crate::ram_tier::DEFAULT_RAM_POLICY.into(),
             volumes: Vec::new(),
+            pool_lines: Vec::new(),
             shards: 1,
             shard_granule: 0,
         }
@@ -432,7 +442,44 @@ impl EngineConfig {
                 crate::sharded::MAX_SHARDS
             ));
         }
+        self.validate_pool()?;
         self.validate_volumes()
+    }
+
+    /// The cache devices' slot ranges: [`EngineConfig::pool_lines`], or one device of
+    /// `capacity_lines` lines when it is empty. Call on a validated configuration.
+    pub fn pool(&self) -> crate::Pool {
+        if self.pool_lines.is_empty() {
+            crate::Pool::single(self.capacity_lines)
+        } else {
+            crate::Pool::new(&self.pool_lines).expect("validated pool_lines")
+        }
+    }
+
+    /// `pool_lines` builds a pool whose capacity is `capacity_lines`.
+    fn validate_pool(&self) -> Result<(), String> {
+        if self.pool_lines.is_empty() {
+            return Ok(());
+        }
+        let pool = crate::Pool::new(&self.pool_lines).map_err(|e| format!("pool_lines: {e}"))?;
+        if pool.capacity() != self.capacity_lines {
+            return Err(format!(
+                "capacity of {} lines differs from the pool's {} lines (pool_lines {:?}, \
+                 members of several rounded down to multiples of {})",
+                self.capacity_lines,
+                pool.capacity(),
+                self.pool_lines,
+                crate::POOL_ALIGN
+            ));
+        }
+        if self.shards > 1 && pool.members() > 1 {
+            return Err(
+                "a sharded engine cannot place lines over several cache devices \
+                        (pool_lines with shards > 1)"
+                    .into(),
+            );
+        }
+        Ok(())
     }
 
     /// The volume table: ids in range, ids and names unique, names non-empty.

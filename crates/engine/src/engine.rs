@@ -3,9 +3,11 @@
 
 use crate::cleaning::{self, Cleaner, DirtyKeys, DirtyWindow};
 use crate::config::{Admission, EngineConfig, Mode, SeqCutoff, Validity};
+use crate::free_slots::FreeSlots;
 use crate::index::LineIndex;
 use crate::plan::{Plan, Step};
 use crate::policy::{self, Access, Policy, Slot, NEVER};
+use crate::pool::Pool;
 use crate::request::{Op, Request, MAX_CLASS, NUM_CLASSES};
 use crate::stats::{Bypass, Counters};
 use hashbrown::HashMap;
@@ -15,7 +17,7 @@ use std::cell::Cell;
 pub const LINE_BITS: u32 = 48;
 /// Largest volume id.
 pub const MAX_VOLUME: u32 = (1 << (64 - LINE_BITS)) - 1;
-const EMPTY: u64 = u64::MAX;
+pub(crate) const EMPTY: u64 = u64::MAX;
 const SEQ_STREAMS: usize = 16;
 
 /// A request the engine cannot take.
@@ -89,11 +91,10 @@ pub struct Engine {
     group_lines_shift: u32,
     cap: u32,
     len: u32,
-    next_fresh: u32,
-    free: Vec<Slot>,
-    /// `free` may still list slots [`Engine::restore_line`] filled (removing each one there
-    /// would make a restore of n lines O(n^2)); the next allocation drops them first.
-    free_stale: bool,
+    /// The cache devices' slot ranges ([`EngineConfig::pool_lines`]; one member = today).
+    pool: Pool,
+    /// Slots holding no line, per member of the pool.
+    slots: FreeSlots,
     keys: Vec<u64>,
     /// Class per slot, allocated at the first line of a class other than 0 (empty: every
     /// line is of class 0, 1 B per line saved; read through [`Engine::line_class`]).
@@ -182,6 +183,16 @@ pub struct Engine {
     /// A request is being processed (per volume: its counts reach its volume by difference;
     /// only counts made outside requests, by cleaning, are added to a volume directly).
     in_request: bool,
+}
+
+/// What [`Engine::fail_device`] dropped.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DeviceLoss {
+    /// Clean lines dropped (their data is on the backing device).
+    pub dropped_clean: u64,
+    /// Dirty lines that were on the device, as (slot, key), dropped from the cache: no copy
+    /// of their dirty sectors is left in it.
+    pub uncovered: Vec<(Slot, u64)>,
 }
 
 /// One volume of a pool (see `docs/design-pool.md`).
@@ -394,7 +405,9 @@ impl Engine {
     /// Builds an engine; the configuration is validated first.
     pub fn new(cfg: EngineConfig) -> Result<Self, EngineError> {
         cfg.validate().map_err(EngineError::Config)?;
+        let pool = cfg.pool();
         let cap = cfg.capacity_lines as u32;
+        debug_assert_eq!(pool.capacity(), u64::from(cap), "validated");
         let info = policy::lookup(&cfg.policy).expect("validated");
         let policy = policy::partition::wrap((info.make)(cap, &cfg.policy_params), cap, &cfg);
         let class_gate = policy.class_aware();
@@ -421,9 +434,8 @@ impl Engine {
             group_lines_shift,
             cap,
             len: 0,
-            next_fresh: 0,
-            free: Vec::new(),
-            free_stale: false,
+            slots: FreeSlots::new(&pool),
+            pool,
             keys: vec![EMPTY; cap as usize],
             classes: Vec::new(),
             dirty: vec![0; (cap as usize).div_ceil(64)],
@@ -671,7 +683,7 @@ impl Engine {
     /// Whether a slot is neither cached nor a zombie (so [`Engine::free_slot`] finds one).
     #[inline]
     fn has_free_slot(&self) -> bool {
-        self.len + self.zombies < self.cap
+        self.len + self.zombies + self.slots.dead_slots() < self.cap
     }
 
     /// The clean line the policy would evict first (blocked dirty evictions): its likeliest
@@ -745,6 +757,7 @@ impl Engine {
         let fixed = [
             ("line_size", c.line_size != self.cfg.line_size),
             ("capacity", c.capacity_lines != self.cfg.capacity_lines),
+            ("pool_lines", c.pool_lines != self.cfg.pool_lines),
             ("policy", c.policy != self.cfg.policy),
             (
                 "slru_protected",
@@ -993,7 +1006,7 @@ impl Engine {
             + self.classes.capacity()
             + self.dirty.capacity() * 8
             + (self.valid_bits.capacity() + self.dirty_bits.capacity()) * 8
-            + self.free.capacity() * 4
+            + self.slots.heap_bytes()
             + self.map.mem_bytes()
             + self.policy.mem_bytes()
             + self.dirty_win.mem_bytes()
@@ -2150,19 +2163,7 @@ impl Engine {
     /// A slot that holds no line (the free list, then never-used slots), if any.
     #[inline]
     fn free_slot(&mut self) -> Option<Slot> {
-        if self.free_stale {
-            let keys = &self.keys;
-            self.free.retain(|&s| keys[s as usize] == EMPTY);
-            self.free_stale = false;
-        }
-        if let Some(s) = self.free.pop() {
-            return Some(s);
-        }
-        if self.next_fresh < self.cap {
-            self.next_fresh += 1;
-            return Some(self.next_fresh - 1);
-        }
-        None
+        self.slots.pop(&self.keys)
     }
 
     /// [`Engine::alloc_slot`] while dirty evictions are blocked: a free slot, else the
@@ -2176,7 +2177,7 @@ impl Engine {
             if self.keys[v as usize] != EMPTY && !self.is_dirty(v) && !self.is_pinned(v) {
                 self.counters[ci].evictions += 1;
                 self.remove(v, true);
-                return Some(self.free.pop().expect("remove() frees the slot"));
+                return Some(self.slots.take_pushed(v));
             }
         }
         if let Some(s) = self.free_slot() {
@@ -2213,7 +2214,7 @@ impl Engine {
         }
         self.counters[ci].evictions += 1;
         self.remove(victim, true);
-        Some(self.free.pop().expect("remove() frees the slot"))
+        Some(self.slots.take_pushed(victim))
     }
 
     /// The steps of a whole-line write on the fast path: the disk too unless write-back,
@@ -2280,11 +2281,7 @@ impl Engine {
         // handed out to two lines (the second placed over the first without unlinking it
         // from the index, which then loses the lines chained behind it: a trim after a warm
         // restart did this, and a write missed its cached dirty line).
-        if self.free_stale {
-            let keys = &self.keys;
-            self.free.retain(|&s| keys[s as usize] == EMPTY);
-            self.free_stale = false;
-        }
+        self.slots.drop_stale(&self.keys);
         self.unmap(slot, evicted);
         if !self.pins.is_empty() {
             if let Some(p) = self.pins.get_mut(&slot) {
@@ -2294,7 +2291,7 @@ impl Engine {
                 return;
             }
         }
-        self.free.push(slot);
+        self.slots.push(slot);
     }
 
     /// Drops the line in `slot`, leaving the slot to the caller.
@@ -2622,7 +2619,7 @@ impl Engine {
             }
             done.redirtied += rewritten as u64;
             if last && zombie {
-                self.free.push(l.slot);
+                self.slots.push(l.slot);
                 self.zombies -= 1;
                 done.freed += 1;
             }
@@ -2690,6 +2687,131 @@ impl Engine {
     /// Slots of lines dropped while being written back, not yet free.
     pub fn zombie_slots(&self) -> u64 {
         self.zombies as u64
+    }
+
+    /// The cache devices' slot ranges ([`EngineConfig::pool_lines`]).
+    pub fn pool(&self) -> &Pool {
+        &self.pool
+    }
+
+    /// The cache device (member of the pool) holding `slot`.
+    #[inline]
+    pub fn member_of(&self, slot: Slot) -> usize {
+        self.pool.member_of(u64::from(slot))
+    }
+
+    /// Whether member `d` of the pool has failed ([`Engine::fail_device`]).
+    pub fn device_failed(&self, d: usize) -> bool {
+        self.slots.member_dead(d)
+    }
+
+    /// Slots of failed members: neither cached nor free.
+    pub fn dead_slots(&self) -> u64 {
+        u64::from(self.slots.dead_slots())
+    }
+
+    /// Member `d` of a pool of several cache devices failed (no I/O here: the executor saves
+    /// what it can with the returned list). Its lines leave the cache without any device
+    /// step, as [`Engine::drop_line`] does: clean ones are simply dropped (the backing
+    /// device has their data), dirty ones are returned as `uncovered` (slot, key) and dropped
+    /// too (no copy exists with one dirty copy: the executor writes them back from elsewhere
+    /// or declares them lost). Its slots are then never handed out until
+    /// [`Engine::revive_device`]. Refused (nothing changes) for a pool of one device or the
+    /// last live member (that is the whole cache failing: the executor's pass-through), for a
+    /// member already failed, and while a write-back in flight reads one of its slots (the
+    /// executor completes or reaps its write-backs first: a pinned line could not be
+    /// dropped without turning its slot into a zombie of a dead device).
+    pub fn fail_device(&mut self, d: usize) -> Result<DeviceLoss, EngineError> {
+        let members = self.pool.members();
+        let refuse =
+            |why: String| Err(EngineError::Config(format!("fail cache device {d}: {why}")));
+        if d >= members {
+            return refuse(format!("the pool has {members} cache devices"));
+        }
+        if members == 1 {
+            return refuse("a pool of one cache device: fail the whole cache instead".into());
+        }
+        if self.slots.member_dead(d) {
+            return refuse("it has failed already".into());
+        }
+        if self.slots.live_members() == 1 {
+            return refuse("it is the last live member: fail the whole cache instead".into());
+        }
+        let range = self.pool.range(d);
+        if let Some(&s) = self.pins.keys().find(|&&s| range.contains(&u64::from(s))) {
+            return refuse(format!(
+                "a write-back in flight reads slot {s} (complete or reap write-backs first)"
+            ));
+        }
+        let mut loss = DeviceLoss::default();
+        for slot in range.clone() {
+            let slot = slot as Slot;
+            let key = self.keys[slot as usize];
+            if key == EMPTY {
+                continue;
+            }
+            if self.is_dirty(slot) {
+                loss.uncovered.push((slot, key));
+            } else {
+                loss.dropped_clean += 1;
+            }
+            self.remove(slot, false);
+        }
+        self.slots.drop_stale(&self.keys);
+        self.slots.fail(d);
+        debug_assert!(
+            range.clone().all(|s| self.keys[s as usize] == EMPTY),
+            "a line is left on failed member {d}"
+        );
+        self.update_fast_path();
+        Ok(loss)
+    }
+
+    /// Member `d` is back (a replacement device of the same size): its slots are free again.
+    pub fn revive_device(&mut self, d: usize) -> Result<(), EngineError> {
+        if d >= self.pool.members() || !self.slots.member_dead(d) {
+            return Err(EngineError::Config(format!(
+                "revive cache device {d}: it is not a failed member of the pool"
+            )));
+        }
+        self.slots.revive(d);
+        self.update_fast_path();
+        Ok(())
+    }
+
+    /// Checks the slot accounting (tests; O(capacity)): every slot is cached, free, a zombie
+    /// or on a failed member, exactly one of them; free slots hold no line and lie on live
+    /// members; no line lies on a failed member. Panics naming the first violation.
+    pub fn check_slots(&self) {
+        let mut seen = vec![false; self.cap as usize];
+        let mut free = 0u64;
+        for s in self.slots.all() {
+            assert!(!seen[s as usize], "slot {s} is free twice");
+            seen[s as usize] = true;
+            if self.keys[s as usize] != EMPTY {
+                continue; // a restored slot still listed (stale), dropped at the next use
+            }
+            assert!(
+                !self.slots.is_dead(s),
+                "free slot {s} lies on a failed member"
+            );
+            assert!(!self.is_pinned(s), "free slot {s} is pinned");
+            free += 1;
+        }
+        for s in 0..self.cap {
+            if self.keys[s as usize] != EMPTY {
+                assert!(
+                    !self.slots.is_dead(s),
+                    "slot {s} of a failed member holds a line"
+                );
+            }
+        }
+        let dead = u64::from(self.slots.dead_slots());
+        assert_eq!(
+            u64::from(self.cap),
+            u64::from(self.len) + free + u64::from(self.zombies) + dead,
+            "capacity = cached + free + zombies + dead"
+        );
     }
 
     /// Counts of what write-backs in flight did ([`InflightCounters`]).
@@ -2885,7 +3007,7 @@ impl Engine {
     /// plain eviction order (DSS's clean-first search or a partition limit may pick others).
     /// Slots being written back (pinned) are left out.
     pub fn eviction_candidates(&self, n: u64, out: &mut Vec<Slot>) {
-        let free = (self.cap - self.len - self.zombies) as u64;
+        let free = (self.cap - self.len - self.zombies - self.slots.dead_slots()) as u64;
         if n <= free {
             return;
         }
@@ -3052,12 +3174,7 @@ impl Engine {
         if self.lookup(key).is_some() {
             return bad(format!("key {key:#x} is already cached"));
         }
-        if slot >= self.next_fresh {
-            self.free.extend(self.next_fresh..slot);
-            self.next_fresh = slot + 1;
-        } else {
-            self.free_stale = true;
-        }
+        self.slots.note_restored(slot);
         let a = Access {
             key,
             seq: self.seq,
@@ -3165,10 +3282,7 @@ impl Engine {
                 errors.push((slot, e));
                 continue;
             }
-            if slot >= self.next_fresh {
-                self.free.extend(self.next_fresh..slot);
-                self.next_fresh = slot + 1;
-            }
+            self.slots.note_restored(slot);
             self.keys[slot as usize] = l.key;
             self.set_line_class(slot, l.class);
             self.set_valid(slot, l.valid);
@@ -3259,6 +3373,12 @@ impl Engine {
         let bad = |why: String| Err(EngineError::Config(format!("restore slot {slot}: {why}")));
         if class > MAX_CLASS {
             return Err(EngineError::BadClass(class));
+        }
+        if self.slots.is_dead(slot) {
+            return bad(format!(
+                "cache device {} of the pool has failed",
+                self.pool.member_of(u64::from(slot))
+            ));
         }
         if key == EMPTY || (key & ((1 << LINE_BITS) - 1)) >= (1 << LINE_BITS) - 1 {
             return bad(format!("invalid key {key:#x}"));

@@ -7,6 +7,7 @@ pub mod classes;
 pub mod cleaning;
 pub mod config;
 pub mod engine;
+mod free_slots;
 pub mod index;
 pub mod log;
 pub mod mem;
@@ -27,9 +28,10 @@ pub use config::{
     DEFAULT_REWRITE_CHUNK, DEFAULT_REWRITE_MIN_RUNS,
 };
 pub use engine::{
-    Engine, EngineError, InflightCounters, LineState, RestoreLine, RestorePending, VolumeStats,
-    WbBatch, WbDone, WbLine, WbTicket,
+    DeviceLoss, Engine, EngineError, InflightCounters, LineState, RestoreLine, RestorePending,
+    VolumeStats, WbBatch, WbDone, WbLine, WbTicket,
 };
+pub use free_slots::STRIPE_LINES;
 pub use log::{Compression, ExtentContent, Layout, LogConfig, LogEngine};
 pub use plan::{Plan, Step};
 pub use pool::{Pool, PoolError, MAX_MEMBERS, POOL_ALIGN};

@@ -303,6 +303,8 @@ impl Sharded {
         if n == 1 {
             return c;
         }
+        // One cache device (validated: no pool of several with shards), split by capacity.
+        c.pool_lines = Vec::new();
         let total = global.capacity_lines;
         c.capacity_lines =
             cap.unwrap_or(total / n as u64 + u64::from((i as u64) < total % n as u64));
