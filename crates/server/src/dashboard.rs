@@ -91,6 +91,9 @@ impl<D: BlockDev> BlockDev for Counted<D> {
     fn region_end(&self, offset: u64) -> u64 {
         self.inner.region_end(offset)
     }
+    fn pool_lines(&self) -> Vec<u64> {
+        self.inner.pool_lines()
+    }
 }
 
 /// Cumulative counters of one class (or of the whole volume) at one instant.

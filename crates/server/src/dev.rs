@@ -30,6 +30,11 @@ pub trait BlockDev: Send + Sync {
     fn region_end(&self, _offset: u64) -> u64 {
         self.size()
     }
+    /// Lines per member when this cache device is a pool of several (`crate::PoolDev`), for
+    /// the engine's placement (`EngineConfig::pool_lines`); empty: one device.
+    fn pool_lines(&self) -> Vec<u64> {
+        Vec::new()
+    }
 }
 
 /// A regular file or a block device.
@@ -181,6 +186,9 @@ impl<D: BlockDev> BlockDev for EmulatedHdd<D> {
     fn region_end(&self, offset: u64) -> u64 {
         self.inner.region_end(offset)
     }
+    fn pool_lines(&self) -> Vec<u64> {
+        self.inner.pool_lines()
+    }
 }
 
 /// A cache device that takes as long as a simple SSD would (`--emulate-ssd LAT_US[:CHANNELS]`):
@@ -280,6 +288,9 @@ impl<D: BlockDev> BlockDev for EmulatedSsd<D> {
     fn region_end(&self, offset: u64) -> u64 {
         self.inner.region_end(offset)
     }
+    fn pool_lines(&self) -> Vec<u64> {
+        self.inner.pool_lines()
+    }
 }
 
 impl BlockDev for Box<dyn BlockDev> {
@@ -300,6 +311,9 @@ impl BlockDev for Box<dyn BlockDev> {
     }
     fn region_end(&self, offset: u64) -> u64 {
         (**self).region_end(offset)
+    }
+    fn pool_lines(&self) -> Vec<u64> {
+        (**self).pool_lines()
     }
 }
 

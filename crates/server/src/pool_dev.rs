@@ -474,6 +474,12 @@ impl BlockDev for PoolDev {
         self.size
     }
 
+    fn pool_lines(&self) -> Vec<u64> {
+        (0..self.pool.members())
+            .map(|d| self.pool.lines(d))
+            .collect()
+    }
+
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
         let len = buf.len() as u64;
         if offset >= self.size || len == 0 {

@@ -343,3 +343,27 @@ fn crash_points_over_two_members_keep_every_flushed_value() {
         });
     }
 }
+
+/// The engine places lines over the members (`EngineConfig::pool_lines` from the pool device):
+/// 64 lines written to an empty pool of two land half on each member, not all on member 0.
+#[test]
+fn lines_are_spread_over_the_members() {
+    let p = pool_files(&[256, 256]);
+    format_pool(&p, Mode::WriteThrough);
+    let vol = open_pool(&p, &[0, 1]);
+    let data = vec![0x77u8; (64 * LS) as usize];
+    vol.write(0, &data, false).unwrap();
+    vol.flush().unwrap();
+    vol.shutdown().unwrap();
+    drop(vol);
+    let (a, b) = (
+        mapped_records(&p.members[0], 256),
+        mapped_records(&p.members[1], 256),
+    );
+    assert_eq!(a + b, 64, "every line written is mapped once");
+    assert_eq!(
+        (a, b),
+        (32, 32),
+        "stripes of 8 lines alternate over equal members"
+    );
+}

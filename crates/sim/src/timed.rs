@@ -2261,6 +2261,8 @@ pub fn run_timed(
         })?;
         let mut s = spec.clone();
         s.cache_size = tiercache_engine::CacheSize::Bytes(p.capacity() * ls);
+        // The engine places lines over the members (stripes, even fill), as live.
+        s.engine.pool_lines = (0..p.members()).map(|d| p.lines(d)).collect();
         pooled_spec = Some(s);
         footprint = fp;
         pool = Some(Checked::new(

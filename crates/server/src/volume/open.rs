@@ -428,6 +428,8 @@ impl CacheVolume {
                 classes: opts.classes.clone(),
                 ..Default::default()
             },
+            // A pool of cache devices: the engine spreads lines over its members.
+            pool_lines: cache.pool_lines(),
             ..Default::default()
         };
         // This run's settings, else the stored ones; stored (again) with the superblock.
