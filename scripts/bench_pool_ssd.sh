@@ -18,10 +18,12 @@ if [ "${1:-}" != "--sim-only" ]; then
 fi
 model=${2:-default}
 cargo build --release -q -p tiercache
-wl='zipf:theta=0.9,wss=4GiB,requests=200000,read=100,size=4k'
+# A working set that fits the cache: after its compulsory misses the SSDs, not the HDD, are
+# the limit (with a working set larger than the cache the HDD is, and one SSD equals two).
+wl='zipf:theta=0.9,wss=256MiB,requests=400000,read=100,size=4k'
 for pool in "--ssd $model" "--ssd $model --ssd $model"; do
   # shellcheck disable=SC2086
-  ./target/release/tiercache sim --workload "$wl" --cache-size 1536MiB --mode wt --hdd 7200 \
+  ./target/release/tiercache sim --workload "$wl" --cache-size 512MiB --mode wt --hdd 7200 \
       $pool --queue-depth 8 --json -q \
     | python3 -c '
 import json, sys
