@@ -157,11 +157,16 @@ impl<D: BlockDev> EmulatedHdd<D> {
         let finish = done.last().map(|c| c.time_ns).unwrap_or(now);
         done.clear();
         let r = io();
-        let wait = finish.saturating_sub(self.start.elapsed().as_nanos() as u64);
-        if wait > 0 {
-            std::thread::sleep(Duration::from_nanos(wait));
-        }
+        sleep_until(self.start, finish);
         r
+    }
+}
+
+/// Sleeps until `finish_ns` after `start` (an emulated device's modelled completion time).
+fn sleep_until(start: Instant, finish_ns: u64) {
+    let wait = finish_ns.saturating_sub(start.elapsed().as_nanos() as u64);
+    if wait > 0 {
+        std::thread::sleep(Duration::from_nanos(wait));
     }
 }
 
@@ -261,10 +266,7 @@ impl<D: BlockDev> EmulatedSsd<D> {
             finish
         };
         let r = io();
-        let wait = finish.saturating_sub(self.start.elapsed().as_nanos() as u64);
-        if wait > 0 {
-            std::thread::sleep(Duration::from_nanos(wait));
-        }
+        sleep_until(self.start, finish);
         r
     }
 }
