@@ -4,16 +4,14 @@
 # `--ssd M` vs `--ssd M --ssd M` (cache split equally, slots laid out member after member) and
 # prints IOPS, p50/p99 and each member's share of the SSD ops.
 #   bash scripts/bench_pool_ssd.sh --sim-only [SSD_MODEL]     (default model: default)
-# Until the engine balances slots over members (plan step 1), a pool fills member 0 first,
-# so the pool shows no gain over one SSD: the member lines show where the work went.
+# The engine spreads lines over the members (stripes of 8); the member lines show the split.
 # The live half (serve --cache a --cache b with --emulate-ssd 200:1, fio randread
-# numjobs=4 iodepth=8) needs `serve --cache` repeated (plan step 2), not on main yet: without
-# --sim-only the script refuses.
+# numjobs=4 iodepth=8) is not written yet: without --sim-only the script refuses.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ "${1:-}" != "--sim-only" ]; then
-  echo "bench_pool_ssd.sh: the live half needs 'tiercache serve --cache' repeated (a pool of" >&2
-  echo "cache devices, plan-multi-cache.md step 2), which this build lacks; run with --sim-only" >&2
+  echo "bench_pool_ssd.sh: the live half (serve --cache a --cache b --emulate-ssd, fio) is not" >&2
+  echo "written yet; run with --sim-only" >&2
   exit 2
 fi
 model=${2:-default}

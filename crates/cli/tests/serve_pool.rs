@@ -45,7 +45,7 @@ fn serve(dir: &Path, caches: &[&str], extra: &[&str]) -> Srv {
 #[test]
 fn pool_of_two_cache_files_round_trip_and_refusals() {
     if !have("nbdcopy") {
-        eprintln!("skipped: nbdcopy missing");
+        tiercache_testskip::skip!("nbdcopy missing (apt install libnbd-bin)");
         return;
     }
     let d = tmp();
