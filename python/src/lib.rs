@@ -25,6 +25,10 @@ struct TimedArgs {
     hdd: Option<String>,
     /// Cache device; absent = the default SSD.
     ssd: Option<String>,
+    /// Further cache devices: with any, the cache is a pool of `ssd` and these.
+    pool: Vec<String>,
+    /// [member, seconds]: that pool member fails this long after the first request.
+    fail_ssd: Option<(usize, f64)>,
     /// No cache device: the HDD alone.
     no_ssd: bool,
     /// [level, disks]
@@ -51,8 +55,17 @@ impl TimedArgs {
         } else if let Some(ssd) = &self.ssd {
             s.ssd = Some(ssd.clone());
         }
+        anyhow::ensure!(
+            !(self.no_ssd && !self.pool.is_empty()),
+            "a pool of cache devices needs a cache (ssd=None leaves none)"
+        );
+        s.pool = self.pool.clone();
         s.raid = self.raid;
         let mut o = TimedOptions::default();
+        if let Some((d, t)) = self.fail_ssd {
+            anyhow::ensure!(t.is_finite() && t >= 0.0, "fail_ssd: {t} s must be >= 0");
+            o.fail_ssd = Some((d, (t * 1e9) as u64));
+        }
         match (self.queue_depth, self.speedup) {
             (Some(_), Some(_)) => {
                 anyhow::bail!("give queue_depth (closed loop) or speedup (open loop), not both")

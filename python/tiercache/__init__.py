@@ -222,28 +222,43 @@ def timed(
     trace: Optional[Trace] = None,
     *,
     hdd: str = "hdd:7200",
-    ssd: Optional[str] = "ssd:default",
+    ssd: Union[None, str, Sequence[str]] = "ssd:default",
     raid: Optional[Sequence[int]] = None,
     queue_depth: Optional[int] = None,
     speedup: Optional[float] = None,
     window_s: Optional[float] = None,
     idle_clean: Optional[bool] = None,
+    fail_ssd: Optional[Sequence[float]] = None,
     seed: Optional[int] = None,
     **settings: Any,
 ) -> TimedResult:
     """Runs a timed replay through device models and returns a :class:`TimedResult`.
 
     ``hdd``: backing device (preset such as ``hdd:7200``/``hdd:15k`` or a TOML model file);
-    ``ssd``: cache device, ``None`` for the HDD alone; ``raid=(level, disks)`` builds RAID 0/5 of
-    ``hdd``. Drive: ``queue_depth=N`` (closed loop, default 1) or ``speedup=X`` (open loop,
-    trace timestamps divided by X). ``window_s``: width of the time-series windows (default 1 s).
+    ``ssd``: cache device, ``None`` for the HDD alone, or a list of devices for a pool (the
+    cache split equally over them, as ``sim --ssd A --ssd B``; per-member use in
+    ``ssd_members``); ``fail_ssd=(member, seconds)`` fails that pool member this long after the
+    first request (``ssd_failure`` reports the clean lines dropped and the dirty lines lost);
+    ``raid=(level, disks)`` builds RAID 0/5 of ``hdd``. Drive: ``queue_depth=N`` (closed loop,
+    default 1) or ``speedup=X`` (open loop, trace timestamps divided by X). ``window_s``: width
+    of the time-series windows (default 1 s).
     """
     exp = _experiment(config, trace, seed, **settings)
     args: Dict[str, Any] = {"hdd": hdd}
     if ssd is None:
         args["no_ssd"] = True
-    else:
+    elif isinstance(ssd, str):
         args["ssd"] = ssd
+    else:
+        devices = [str(d) for d in ssd]
+        if not devices:
+            raise ValueError("ssd=[] names no cache device: give one or more, or ssd=None for the HDD alone")
+        args["ssd"] = devices[0]
+        args["pool"] = devices[1:]
+    if fail_ssd is not None:
+        if len(fail_ssd) != 2:
+            raise ValueError(f"fail_ssd={fail_ssd!r}: give (member, seconds)")
+        args["fail_ssd"] = [int(fail_ssd[0]), float(fail_ssd[1])]
     if raid is not None:
         args["raid"] = [int(raid[0]), int(raid[1])]
     for k, v in (("queue_depth", queue_depth), ("speedup", speedup), ("window_s", window_s), ("idle_clean", idle_clean)):

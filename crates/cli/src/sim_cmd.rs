@@ -707,6 +707,13 @@ pub struct TimedArgs {
     /// laid out member after member, and each member's busy time and ops are reported.
     #[arg(long, value_name = "MODEL", help_heading = "Timing")]
     pub ssd: Vec<String>,
+    /// Pool member INDEX (0 = the first --ssd) fails SECONDS of simulated time after the
+    /// first request, as a live `serve --cache A --cache B` member that errs: its clean lines
+    /// are dropped (missed again from the backing device), its dirty lines are lost (counted;
+    /// mirrored dirty copies are not modelled yet), and the rest of the replay runs on the
+    /// surviving members. Reported as `ssd_failure` (text and --json).
+    #[arg(long, value_name = "INDEX@SECONDS", help_heading = "Timing")]
+    pub fail_ssd: Option<String>,
     /// No cache: the backing device alone (the baseline).
     #[arg(long, help_heading = "Timing")]
     pub no_cache: bool,
@@ -745,6 +752,7 @@ impl TimedArgs {
             || self.raid.is_some()
             || self.queue_depth.is_some()
             || self.speedup.is_some()
+            || self.fail_ssd.is_some()
     }
 
     /// The timed setup, when any timing flag was given.
@@ -788,6 +796,22 @@ impl TimedArgs {
             }
             (None, None) => Drive::Closed { queue_depth: 1 },
         };
+        if let Some(f) = &self.fail_ssd {
+            let bad = || {
+                anyhow::anyhow!(
+                    "--fail-ssd '{f}': use INDEX@SECONDS, e.g. 1@30 (member 1 fails 30 s into \
+                     the replay)"
+                )
+            };
+            let (d, t) = f.split_once('@').ok_or_else(bad)?;
+            let d: usize = d.trim().parse().map_err(|_| bad())?;
+            let t: f64 = t.trim().parse().map_err(|_| bad())?;
+            anyhow::ensure!(
+                t.is_finite() && t >= 0.0,
+                "--fail-ssd '{f}': SECONDS must be >= 0"
+            );
+            s.options.fail_ssd = Some((d, (t * 1e9) as u64));
+        }
         anyhow::ensure!(self.window > 0.0, "--window must be above 0");
         s.options.window_ns = (self.window * 1e9) as u64;
         if let Some(p) = &self.prices {
@@ -883,6 +907,14 @@ fn print_timed(rep: &TimedReport, json: bool, csv: bool) -> Result<()> {
             m.ops,
             m.bytes_read,
             m.bytes_written
+        )?;
+    }
+    if let Some(f) = &t.ssd_failure {
+        writeln!(
+            out,
+            "member fail  member {} failed at {:.3} s: {} clean lines dropped, {} dirty lines \
+             lost, {} ops planned before reached it after",
+            f.member, f.at_s, f.dropped_clean, f.lost_dirty_lines, f.late_ops
         )?;
     }
     match t.warmup_s {

@@ -584,3 +584,39 @@ fn serve_file_takes_a_bare_port_as_loopback_and_explains_bad_addresses() {
         "serve-file --listen {port} did not listen on 127.0.0.1"
     );
 }
+
+#[test]
+fn sim_fails_a_pool_member_mid_run() {
+    let base = [
+        "sim",
+        "--workload",
+        "zipf:theta=0.9,wss=64MiB,requests=20000,read=70",
+        "--cache-size",
+        "50%",
+        "--mode",
+        "wb",
+        "--ssd",
+        "default",
+        "--ssd",
+        "default",
+        "--queue-depth",
+        "4",
+        "-q",
+    ];
+    let text = ok(&[&base[..], &["--fail-ssd", "1@0.5"]].concat());
+    assert!(
+        text.contains("member fail  member 1 failed at"),
+        "no failure line:\n{text}"
+    );
+    let v = json(&[&base[..], &["--fail-ssd", "0@0.5", "--json"]].concat());
+    assert_eq!(v["ssd_failure"]["member"], 0);
+    assert!(v["ssd_failure"]["at_s"].as_f64().unwrap() >= 0.5);
+    for bad in ["1", "x@1", "1@-2"] {
+        let o = run(&[&base[..], &["--fail-ssd", bad]].concat());
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            !o.status.success() && err.contains("--fail-ssd"),
+            "{bad}: {err}"
+        );
+    }
+}

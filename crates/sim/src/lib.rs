@@ -27,7 +27,7 @@ pub use input::Input;
 pub use result::{RamFigures, ShardFigures, SimResult};
 pub use sharded::{ensure_one_shard, simulate_sharded};
 pub use sweep::{run_sweep, run_sweep_with, SweepCell, SweepOptions};
-pub use timed::{run_timed, Drive, TimedOptions, TimedReport, TimedResult, TimedSetup};
+pub use timed::{run_timed, Drive, SsdFailure, TimedOptions, TimedReport, TimedResult, TimedSetup};
 pub use volumes::{merge_volumes, VolumeFigures, VolumeInput};
 
 use anyhow::{Context, Result};

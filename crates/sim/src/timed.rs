@@ -77,6 +77,30 @@ pub struct TimedOptions {
     /// declared (a trace; requests beyond the device are counted in
     /// [`TimedResult::wrapped_requests`]).
     pub volume_bytes: Option<u64>,
+    /// Member `d` of a pool of cache devices (`--ssd` repeated) fails `ns` after the first
+    /// arrival, as `fail_member` does live: [`Engine::fail_device`] drops its clean lines
+    /// (re-read from the backing device on their next miss) and its dirty ones (lost: the
+    /// failed device cannot be read to write them back); the rest of the replay runs on the
+    /// surviving members. Retried at every event while a write-back in flight pins one of its
+    /// slots (the live volume reaps its write-backs first). `None`: no failure.
+    pub fail_ssd: Option<(usize, u64)>,
+}
+
+/// What happened when a pool member failed ([`TimedOptions::fail_ssd`]).
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct SsdFailure {
+    pub member: usize,
+    /// Simulated seconds after the first arrival when it failed (at or after the time asked
+    /// for: the first event past it with no write-back in flight on the member).
+    pub at_s: f64,
+    /// Clean lines dropped from the cache (their data is on the backing device).
+    pub dropped_clean: u64,
+    /// Dirty lines that were only on the failed member: lost (as the live server with
+    /// `--dirty-copies 1` and an unreadable member).
+    pub lost_dirty_lines: u64,
+    /// Cache device operations planned before the failure that reached the failed member
+    /// after it (in flight or queued behind an HDD read); none are planned after it.
+    pub late_ops: u64,
 }
 
 /// Lines per cleaning pass of [`flush_time`].
@@ -104,6 +128,7 @@ impl Default for TimedOptions {
             phase_starts: Vec::new(),
             flush_at: None,
             volume_bytes: None,
+            fail_ssd: None,
         }
     }
 }
@@ -254,6 +279,9 @@ pub struct TimedResult {
     /// `ssd` is the pool as one device. Empty (and absent from JSON) with one cache device.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub ssd_members: Vec<DeviceUse>,
+    /// The pool member that failed during the run ([`TimedOptions::fail_ssd`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ssd_failure: Option<SsdFailure>,
     /// The `ram` device model serving the RAM tier's hits (`--ram-cache`; absent without).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ram_device: Option<DeviceUse>,
@@ -631,6 +659,9 @@ struct Executor<'a> {
     deferred: VecDeque<(usize, u16, bool)>,
     /// Since when the HDD has had nothing in flight.
     hdd_idle_since: Option<u64>,
+    /// A pool member to fail and when ([`TimedOptions::fail_ssd`]), until it has failed.
+    fail_ssd: Option<(usize, u64)>,
+    ssd_failure: Option<SsdFailure>,
     // metrics
     lat_all: Histogram<u64>,
     lat_read: Histogram<u64>,
@@ -700,8 +731,41 @@ impl<'a> Executor<'a> {
                 self.hdd_bg_outstanding += 1;
             }
         }
+        if dev == Dev::Ssd && op.kind != IoKind::Flush {
+            if let Some(fail) = self.ssd_failure.as_mut() {
+                let slot = op.offset >> self.line_shift;
+                if self.engine.member_of(slot as u32) == fail.member {
+                    fail.late_ops += 1;
+                }
+            }
+        }
         let now = self.now;
         self.device(dev).submit(now, op_id(f, t, second), op);
+    }
+
+    /// Fails the pool member of [`TimedOptions::fail_ssd`] once its time has come and no
+    /// write-back in flight reads one of its slots (then [`Engine::fail_device`] refuses;
+    /// tried again at the next event).
+    fn maybe_fail_ssd(&mut self) {
+        let Some((d, at)) = self.fail_ssd else {
+            return;
+        };
+        let Some(first) = self.first_arrival else {
+            return;
+        };
+        if self.now < first.saturating_add(at) {
+            return;
+        }
+        if let Ok(loss) = self.engine.fail_device(d) {
+            self.fail_ssd = None;
+            self.ssd_failure = Some(SsdFailure {
+                member: d,
+                at_s: (self.now - first) as f64 / 1e9,
+                dropped_clean: loss.dropped_clean,
+                lost_dirty_lines: loss.uncovered.len() as u64,
+                late_ops: 0,
+            });
+        }
     }
 
     /// Submits deferred background HDD work while the HDD has no foreground work.
@@ -740,6 +804,7 @@ impl<'a> Executor<'a> {
             return self.start_log(req, arrival_ns);
         }
         self.first_arrival.get_or_insert(arrival_ns);
+        self.maybe_fail_ssd();
         // The RAM tier first (`tiercache_sim::step_ram`'s protocol): a hit is one RAM read.
         let mut ram_ticket = None;
         if let Some((ram, _)) = self.ram.as_mut() {
@@ -1621,6 +1686,7 @@ impl<'a> Executor<'a> {
     fn step(&mut self) -> Option<u32> {
         let t = self.next_event()?;
         self.now = self.now.max(t);
+        self.maybe_fail_ssd();
         let mut done = std::mem::take(&mut self.done);
         done.clear();
         let now = self.now;
@@ -1777,6 +1843,8 @@ pub fn simulate_timed<'a>(
         wrap_note: None,
         idle_clean: opts.idle_clean,
         hdd_idle_since: Some(0),
+        fail_ssd: opts.fail_ssd,
+        ssd_failure: None,
         hdd_bg_outstanding: 0,
         deferred: VecDeque::new(),
         lat_all: Executor::hist(),
@@ -1979,6 +2047,7 @@ pub fn simulate_timed<'a>(
             .as_ref()
             .map(|s| device_use(&**s, drained.saturating_sub(first))),
         ssd_members: Vec::new(),
+        ssd_failure: ex.ssd_failure.clone(),
         ram_device: ex
             .ram
             .as_ref()
@@ -2230,6 +2299,20 @@ pub fn run_timed(
         Some(s) => Some(build_ssd(s)?),
         None => None,
     };
+    if let Some((d, _)) = setup.options.fail_ssd {
+        let n = 1 + setup.pool.len();
+        anyhow::ensure!(
+            n >= 2 && d < n,
+            "--fail-ssd {d}@...: {} (members are numbered from 0 in --ssd order)",
+            if n < 2 {
+                "a member can fail only in a pool of two or more cache devices (--ssd repeated); \
+                 one cache device failing is the whole cache failing"
+                    .to_string()
+            } else {
+                format!("the pool has {n} members (0..{})", n - 1)
+            }
+        );
+    }
     let mut pool: Option<Checked<SsdPool>> = None;
     let mut pooled_spec = None;
     let mut footprint = None;
@@ -2280,6 +2363,14 @@ pub fn run_timed(
         &setup.options,
         progress,
     )?;
+    if let (Some((d, at)), None) = (setup.options.fail_ssd, &timed.ssd_failure) {
+        anyhow::bail!(
+            "--fail-ssd {d}@{}: the replay drained {:.3} s after its first request, before \
+             that time; give an earlier time",
+            at as f64 / 1e9,
+            timed.drained_s
+        );
+    }
     if let Some(p) = &pool {
         let elapsed_ns = (timed.drained_s * 1e9) as u64;
         timed.ssd_members = p

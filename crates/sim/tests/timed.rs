@@ -618,3 +618,67 @@ fn two_ssds_form_a_pool_and_each_member_serves_its_own_slots() {
         "{e}"
     );
 }
+
+#[test]
+fn a_pool_member_failing_mid_run_drops_its_lines_and_the_rest_serve() {
+    let ls = EngineConfig::default().line_size;
+    let run = |mode: Mode, fail: Option<(usize, u64)>| {
+        let s = spec(
+            "zipf:theta=0.9,wss=64MiB,requests=8000,read=70,size=4k",
+            CacheSize::Bytes(4096 * ls),
+            mode,
+        );
+        let mut two = setup(Some("ssd:default"), Drive::Closed { queue_depth: 8 });
+        two.pool = vec!["ssd:default".into()];
+        two.options.fail_ssd = fail;
+        run_timed(&s, &two, None)
+    };
+    let whole = run(Mode::WriteBack, None).unwrap();
+    assert!(whole.timed.ssd_failure.is_none());
+    let half = whole.timed.elapsed_s / 2.0;
+    let at = (half * 1e9) as u64;
+    let r = run(Mode::WriteBack, Some((1, at))).unwrap();
+    let f = r.timed.ssd_failure.as_ref().expect("member 1 failed");
+    assert_eq!(f.member, 1);
+    assert!(f.at_s >= half, "failed at {} before {half}", f.at_s);
+    assert!(f.dropped_clean > 0, "{f:?}");
+    assert!(
+        f.lost_dirty_lines > 0,
+        "write-back with one copy loses: {f:?}"
+    );
+    // Nothing is placed on the failed member after the failure: only operations planned
+    // before it (at most the queue depth's requests' worth) reach it.
+    assert!(f.late_ops <= 64, "{f:?}");
+    let m = &r.timed.ssd_members;
+    let m_whole = &whole.timed.ssd_members;
+    assert!(
+        m[1].ops < m_whole[1].ops && m[0].ops > m[1].ops,
+        "member 1 stops serving: {m:?} vs {m_whole:?}"
+    );
+    // Half the cache is gone for the second half: fewer hits than the whole run.
+    assert!(
+        r.sim.hit_ratio < whole.sim.hit_ratio,
+        "{} vs {}",
+        r.sim.hit_ratio,
+        whole.sim.hit_ratio
+    );
+    let json = serde_json::to_string(&r).unwrap();
+    assert!(json.contains("\"ssd_failure\"") && json.contains("lost_dirty_lines"));
+    // Write-through: nothing dirty to lose.
+    let wt = run(Mode::WriteThrough, Some((1, at))).unwrap();
+    let f = wt.timed.ssd_failure.expect("failed");
+    assert_eq!(f.lost_dirty_lines, 0);
+    assert!(f.dropped_clean > 0);
+    // Refusals name the reason.
+    let e = run(Mode::WriteBack, Some((2, at))).unwrap_err().to_string();
+    assert!(e.contains("2 members"), "{e}");
+    let e = run(Mode::WriteBack, Some((1, 3_600_000_000_000)))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("before that time"), "{e}");
+    let s = spec(HOT, CacheSize::Bytes(4096 * ls), Mode::WriteBack);
+    let mut one = setup(Some("ssd:default"), Drive::Closed { queue_depth: 8 });
+    one.options.fail_ssd = Some((0, 0));
+    let e = run_timed(&s, &one, None).unwrap_err().to_string();
+    assert!(e.contains("two or more cache devices"), "{e}");
+}
