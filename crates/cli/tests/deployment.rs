@@ -9,7 +9,7 @@
 
 mod common;
 
-use common::{have, tmp, Srv};
+use common::{find_num, have, tmp, Srv};
 use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
@@ -154,8 +154,8 @@ fn three_volumes_two_cache_devices_and_a_ram_tier_survive_kill_9() {
     // A second read of what was just verified: the RAM tier serves some of it.
     check(&srv, "second read");
     let st = srv.stats();
-    let ram_hits = find_u64(&st, "ram_hits").unwrap_or(0);
-    assert!(ram_hits > 0, "no read was served by the RAM tier: {st}");
+    let ram_hits = find_num(&st, "ram_hits").unwrap_or(0.0);
+    assert!(ram_hits > 0.0, "no read was served by the RAM tier: {st}");
     // A clean stop and start keeps everything.
     srv.stop("-TERM");
     let srv = serve(dir);
@@ -208,16 +208,4 @@ fn verify_pass(dir: &Path, srv: &Srv, when: &str) -> Vec<(String, u64)> {
         "{when}: fio failed without a bad block:\n{out}"
     );
     bad
-}
-
-/// The first number under `key` anywhere in `v`.
-fn find_u64(v: &serde_json::Value, key: &str) -> Option<u64> {
-    match v {
-        serde_json::Value::Object(m) => m
-            .get(key)
-            .and_then(|x| x.as_u64())
-            .or_else(|| m.values().find_map(|x| find_u64(x, key))),
-        serde_json::Value::Array(a) => a.iter().find_map(|x| find_u64(x, key)),
-        _ => None,
-    }
 }

@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::{have, run, sha, Srv};
+use common::{find_num, have, run, sha, Srv};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -116,18 +116,6 @@ fn ext4_images(dir: &Path) -> Vec<PathBuf> {
         );
     }
     vec![base, added, removed]
-}
-
-/// A number anywhere in the `ctl stats` JSON under this key.
-fn find_num(v: &serde_json::Value, key: &str) -> Option<f64> {
-    match v {
-        serde_json::Value::Object(m) => m
-            .get(key)
-            .and_then(|x| x.as_f64())
-            .or_else(|| m.values().find_map(|x| find_num(x, key))),
-        serde_json::Value::Array(a) => a.iter().find_map(|x| find_num(x, key)),
-        _ => None,
-    }
 }
 
 fn python_has_lz4() -> bool {

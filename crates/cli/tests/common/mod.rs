@@ -31,6 +31,19 @@ pub fn tmp() -> tempfile::TempDir {
 }
 
 /// A TCP port on 127.0.0.1 that was free a moment ago (for `--metrics`, `--http`).
+/// A number anywhere in a `ctl stats --json` reply under this key (the first found,
+/// depth first).
+pub fn find_num(v: &serde_json::Value, key: &str) -> Option<f64> {
+    match v {
+        serde_json::Value::Object(m) => m
+            .get(key)
+            .and_then(|x| x.as_f64())
+            .or_else(|| m.values().find_map(|x| find_num(x, key))),
+        serde_json::Value::Array(a) => a.iter().find_map(|x| find_num(x, key)),
+        _ => None,
+    }
+}
+
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
