@@ -70,15 +70,18 @@ impl CheckReport {
 
     fn problem(&mut self, p: String) {
         self.problem_count += 1;
-        if self.problems.len() < LIST {
-            self.problems.push(p);
-        }
+        listed(&mut self.problems, p);
     }
 
     fn note(&mut self, p: String) {
-        if self.notes.len() < LIST {
-            self.notes.push(p);
-        }
+        listed(&mut self.notes, p);
+    }
+}
+
+/// Adds `p` to a report's list unless it holds [`LIST`] already (the count goes on).
+fn listed(list: &mut Vec<String>, p: String) {
+    if list.len() < LIST {
+        list.push(p);
     }
 }
 
@@ -896,15 +899,11 @@ impl PoolCheckReport {
 
     fn problem(&mut self, p: String) {
         self.problem_count += 1;
-        if self.problems.len() < LIST {
-            self.problems.push(p);
-        }
+        listed(&mut self.problems, p);
     }
 
     fn note(&mut self, p: String) {
-        if self.notes.len() < LIST {
-            self.notes.push(p);
-        }
+        listed(&mut self.notes, p);
     }
 }
 
