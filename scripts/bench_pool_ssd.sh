@@ -1,17 +1,74 @@
 #!/usr/bin/env bash
 # One cache SSD vs a pool of two SSDs of half the size each (same total), plan-multi-cache.md
-# (h). The sim half replays a Zipf random-read workload timed at queue depth 8 on
-# `--ssd M` vs `--ssd M --ssd M` (cache split equally, slots laid out member after member) and
-# prints IOPS, p50/p99 and each member's share of the SSD ops.
+# (h).
 #   bash scripts/bench_pool_ssd.sh --sim-only [SSD_MODEL]     (default model: default)
-# The engine spreads lines over the members (stripes of 8); the member lines show the split.
-# The live half (serve --cache a --cache b with --emulate-ssd 200:1, fio randread
-# numjobs=4 iodepth=8) is not written yet: without --sim-only the script refuses.
+# The sim half replays a Zipf random-read workload timed at queue depth 8 on `--ssd M` vs
+# `--ssd M --ssd M` (cache split equally, slots laid out member after member) and prints IOPS,
+# p50/p99 and each member's share of the SSD ops. The engine spreads lines over the members
+# (stripes of 8); the member lines show the split.
+#   bash scripts/bench_pool_ssd.sh --live [RUNTIME_S]          (default 30 s measured)
+# The live half: `tiercache serve` on one cache file of CACHE_MB vs `--cache a --cache b` of
+# CACHE_MB/2 each, every cache device slowed by `--emulate-ssd EMU` (default 200:1), backing
+# BACKING_MB (default 4096) on /dev/shm; a WSS_MB (default 1536) working set warmed by one
+# sequential fio pass, then fio randread 4 KiB numjobs=4 iodepth=8 over it for RUNTIME_S:
+# IOPS, p50, p99. Per-member reads are not in `ctl stats` yet (plan step 6). Env: CACHE_MB
+# (default 2048), BACKING_MB, WSS_MB, EMU. Needs fio (nbd engine).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+if [ "${1:-}" = "--live" ]; then
+  RUNTIME=${2:-30}
+  CACHE_MB=${CACHE_MB:-2048}
+  BACKING_MB=${BACKING_MB:-4096}
+  WSS_MB=${WSS_MB:-1536}
+  EMU=${EMU:-200:1}
+  command -v fio >/dev/null || { echo "missing fio (apt-get install fio)" >&2; exit 2; }
+  cargo build --release -q -p tiercache
+  TC=$PWD/target/release/tiercache
+  W=$(mktemp -d -p /dev/shm)
+  PID=
+  cleanup() { [ -n "$PID" ] && kill "$PID" 2>/dev/null; rm -rf "$W"; }
+  trap cleanup EXIT
+  truncate -s "${BACKING_MB}M" "$W/backing.img"
+  wait_sock() { for _ in $(seq 300); do [ -S "$1" ] && return 0; sleep 0.1; done; echo "no socket $1 (see $2)" >&2; cat "$2" >&2; exit 1; }
+  echo "fio 4 KiB randread numjobs=4 iodepth=8, ${RUNTIME} s over ${WSS_MB} MiB (warmed by one pass); cache devices --emulate-ssd $EMU; $(date -u +%FT%TZ), $(nproc) cores, load $(cut -d' ' -f1 /proc/loadavg)"
+  for setup in one two; do
+    rm -f "$W"/*.cache "$W/sock" "$W/log"
+    caches=()
+    if [ $setup = one ]; then
+      truncate -s "${CACHE_MB}M" "$W/one.cache"
+      caches=(--cache "$W/one.cache")
+    else
+      truncate -s "$((CACHE_MB / 2))M" "$W/a.cache"
+      truncate -s "$((CACHE_MB / 2))M" "$W/b.cache"
+      caches=(--cache "$W/a.cache" --cache "$W/b.cache")
+    fi
+    "$TC" format "${caches[@]}" --backing "$W/backing.img" --mode write-through >/dev/null
+    "$TC" serve "${caches[@]}" --backing "$W/backing.img" --emulate-ssd "$EMU" \
+      --socket "$W/sock" 2>>"$W/log" &
+    PID=$!
+    wait_sock "$W/sock" "$W/log"
+    URI="nbd+unix:///?socket=$W/sock"
+    # (fio's nbd engine prints "connected" lines on stdout: the JSON goes to a file.)
+    fio --name=warm --ioengine=nbd --uri="$URI" --rw=read --bs=1M --iodepth=4 \
+      --size="${WSS_MB}M" --output="$W/warm.txt" >/dev/null
+    fio --output-format=json --output="$W/fio.json" --name=r --ioengine=nbd --uri="$URI" \
+      --rw=randread --bs=4k --numjobs=4 --iodepth=8 --size="${WSS_MB}M" --time_based \
+      --runtime="$RUNTIME" --group_reporting >/dev/null
+    python3 - "$setup" "$CACHE_MB" "$W/fio.json" <<'PY'
+import json, sys
+setup, mb, path = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+r = json.load(open(path))["jobs"][0]["read"]
+pct = r["clat_ns"]["percentile"]
+label = "one cache of %d MiB" % mb if setup == "one" else "two caches of %d MiB" % (mb // 2)
+print("%-26s %8.0f IOPS  p50 %7.0f us  p99 %7.0f us" % (
+    label, r["iops"], pct["50.000000"] / 1000, pct["99.000000"] / 1000))
+PY
+    kill "$PID"; wait "$PID" 2>/dev/null || true; PID=
+  done
+  exit 0
+fi
 if [ "${1:-}" != "--sim-only" ]; then
-  echo "bench_pool_ssd.sh: the live half (serve --cache a --cache b --emulate-ssd, fio) is not" >&2
-  echo "written yet; run with --sim-only" >&2
+  echo "usage: bench_pool_ssd.sh --sim-only [SSD_MODEL] | --live [RUNTIME_S]" >&2
   exit 2
 fi
 model=${2:-default}

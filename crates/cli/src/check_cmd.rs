@@ -2,6 +2,10 @@
 //! metadata checksums, mapping; for the log layout: recovery, indices and an extent scrub). Exit codes: 0 consistent, 1 inconsistencies found, 2 the
 //! device cannot be read or is not a tiercache cache device.
 //!
+//! `tiercache check --cache A --cache B ...`: a pool of cache devices (members in any order):
+//! each member's pool block and record pages, the membership they agree on, and the pairing
+//! of dirty lines' copies open would do (`tiercache_server::reconcile`); exit codes as above.
+//!
 //! `tiercache check --repair DEVICE`: with the server stopped (the device is locked
 //! exclusively; a running server holds a shared lock), drops what the check found damaged
 //! and rewrites the metadata so the server starts: direct layout, the bad records (their
@@ -15,7 +19,7 @@ use clap::Args;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use tiercache_server::check::{
-    check_any, repair_any, CheckReport, DeviceCheck, DeviceCheckError, RepairAnyError,
+    check_any, check_pool, repair_any, CheckReport, DeviceCheck, DeviceCheckError, RepairAnyError,
 };
 use tiercache_server::log_check::LogCheckReport;
 use tiercache_server::FileDev;
@@ -23,7 +27,13 @@ use tiercache_server::FileDev;
 #[derive(Args, Debug)]
 pub struct CheckArgs {
     /// The cache device or file (as given to `tiercache format --cache`); opened read-only.
-    pub device: PathBuf,
+    #[arg(required_unless_present = "cache", conflicts_with = "cache")]
+    pub device: Option<PathBuf>,
+    /// A member of a pool of cache devices, repeated for each (any order; read-only): checks
+    /// the pool blocks, every member's records and the pairing of dirty copies. One --cache
+    /// is the same as DEVICE.
+    #[arg(long, value_name = "PATH")]
+    pub cache: Vec<PathBuf>,
     /// Print the report as JSON (with "ok" and "exit_code").
     #[arg(long)]
     pub json: bool,
@@ -33,11 +43,23 @@ pub struct CheckArgs {
     pub repair: bool,
 }
 
-pub fn run(a: CheckArgs) -> ExitCode {
+pub fn run(mut a: CheckArgs) -> ExitCode {
+    if a.cache.len() >= 2 {
+        if a.repair {
+            return fail(
+                &a,
+                "--repair of a pool of cache devices is not built yet: check it, then repair or format its members".into(),
+            );
+        }
+        return run_pool(&a);
+    }
+    if let Some(p) = a.cache.pop() {
+        a.device = Some(p);
+    }
     if a.repair {
         return run_repair(&a);
     }
-    let dev = match FileDev::open_read_only(&a.device) {
+    let dev = match FileDev::open_read_only(a.device()) {
         Ok(d) => d,
         Err(e) => return fail(&a, format!("cannot open: {e}")),
     };
@@ -48,11 +70,11 @@ pub fn run(a: CheckArgs) -> ExitCode {
             // The log magic is there, the superblock does not verify: an inconsistency.
             let p = format!("superblock (bytes 0..4096): {e}");
             if a.json {
-                let v = serde_json::json!({"device": a.device.display().to_string(),
+                let v = serde_json::json!({"device": a.device().display().to_string(),
                     "layout": "log", "ok": false, "exit_code": 1, "problems": [p]});
                 println!("{}", serde_json::to_string_pretty(&v).unwrap());
             } else {
-                println!("device        {} (log layout)", a.device.display());
+                println!("device        {} (log layout)", a.device().display());
                 println!("PROBLEM: {p}");
                 println!("result        1 inconsistency found");
             }
@@ -63,21 +85,21 @@ pub fn run(a: CheckArgs) -> ExitCode {
                 &a,
                 format!(
                     "{}: recovery of the log layout fails: {e}",
-                    a.device.display()
+                    a.device().display()
                 ),
             )
         }
         Err(DeviceCheckError::Unreadable(e)) => {
-            return fail(&a, format!("{}: {e}", a.device.display()))
+            return fail(&a, format!("{}: {e}", a.device().display()))
         }
         Err(DeviceCheckError::Direct(e)) => {
-            return fail(&a, format!("{}: {e}", a.device.display()))
+            return fail(&a, format!("{}: {e}", a.device().display()))
         }
     };
     let code = if rep.ok() { 0 } else { 1 };
     if a.json {
         let mut v = serde_json::to_value(&rep).expect("report serializes");
-        v["device"] = a.device.display().to_string().into();
+        v["device"] = a.device().display().to_string().into();
         v["ok"] = rep.ok().into();
         v["exit_code"] = code.into();
         println!("{}", serde_json::to_string_pretty(&v).unwrap());
@@ -93,7 +115,7 @@ fn print_log(a: &CheckArgs, r: LogCheckReport) -> ExitCode {
     let code = if r.ok() { 0 } else { 1 };
     if a.json {
         let mut v = serde_json::to_value(&r).expect("report serializes");
-        v["device"] = a.device.display().to_string().into();
+        v["device"] = a.device().display().to_string().into();
         v["ok"] = r.ok().into();
         v["exit_code"] = code.into();
         println!("{}", serde_json::to_string_pretty(&v).unwrap());
@@ -102,7 +124,7 @@ fn print_log(a: &CheckArgs, r: LogCheckReport) -> ExitCode {
     let (rec, sc) = (&r.recovery, &r.scrub);
     println!(
         "device        {} ({} bytes), log layout",
-        a.device.display(),
+        a.device().display(),
         r.device_bytes
     );
     println!(
@@ -162,14 +184,14 @@ fn print_log(a: &CheckArgs, r: LogCheckReport) -> ExitCode {
 
 /// `--repair`: see the module doc.
 fn run_repair(a: &CheckArgs) -> ExitCode {
-    let dev = match FileDev::open_exclusive(&a.device) {
+    let dev = match FileDev::open_exclusive(a.device()) {
         Ok(d) => d,
         Err(e) => return fail(a, format!("cannot open for repair: {e}")),
     };
-    let path = a.device.display().to_string();
+    let path = a.device().display().to_string();
     // The server's one probe picks the layout and its repair (`repair_any`).
     let read_only = || {
-        FileDev::open_read_only(&a.device)
+        FileDev::open_read_only(a.device())
             .map(|d| Box::new(d) as Box<dyn tiercache_server::BlockDev>)
     };
     let (layout, rep) = match repair_any(Box::new(dev), &read_only) {
@@ -180,7 +202,7 @@ fn run_repair(a: &CheckArgs) -> ExitCode {
         }
     };
     let check_again = || -> Result<(bool, serde_json::Value), String> {
-        let ro = FileDev::open_read_only(&a.device).map_err(|e| e.to_string())?;
+        let ro = FileDev::open_read_only(a.device()).map_err(|e| e.to_string())?;
         match check_any(Box::new(ro)) {
             Ok(DeviceCheck::Log(r)) => Ok((r.ok(), serde_json::to_value(&r).unwrap())),
             Ok(DeviceCheck::Direct(r)) => Ok((r.ok(), serde_json::to_value(&r).unwrap())),
@@ -236,7 +258,7 @@ fn run_repair(a: &CheckArgs) -> ExitCode {
 /// Damage a repair cannot fix (the superblock): exit 1.
 fn unrepairable(a: &CheckArgs, msg: String) -> ExitCode {
     if a.json {
-        let v = serde_json::json!({"device": a.device.display().to_string(), "ok": false,
+        let v = serde_json::json!({"device": a.device().display().to_string(), "ok": false,
             "exit_code": 1, "error": msg});
         println!("{}", serde_json::to_string_pretty(&v).unwrap());
     } else {
@@ -247,7 +269,7 @@ fn unrepairable(a: &CheckArgs, msg: String) -> ExitCode {
 
 fn fail(a: &CheckArgs, msg: String) -> ExitCode {
     if a.json {
-        let v = serde_json::json!({"device": a.device.display().to_string(), "ok": false,
+        let v = serde_json::json!({"device": a.device().display().to_string(), "ok": false,
             "exit_code": 2, "error": msg});
         println!("{}", serde_json::to_string_pretty(&v).unwrap());
     } else {
@@ -259,7 +281,7 @@ fn fail(a: &CheckArgs, msg: String) -> ExitCode {
 fn print_text(a: &CheckArgs, r: &CheckReport) {
     println!(
         "device        {} ({} bytes)",
-        a.device.display(),
+        a.device().display(),
         r.device_bytes
     );
     if r.version > 0 {
@@ -327,4 +349,104 @@ fn print_text(a: &CheckArgs, r: &CheckReport) {
     } else {
         println!("result        {} inconsistencies found", r.problem_count);
     }
+}
+
+impl CheckArgs {
+    /// The one device checked (DEVICE, or the one --cache).
+    fn device(&self) -> &std::path::Path {
+        match (&self.device, self.cache.first()) {
+            (Some(d), _) => d,
+            (None, Some(c)) => c,
+            (None, None) => unreachable!("clap requires DEVICE or --cache"),
+        }
+    }
+}
+
+/// `check --cache A --cache B ...`: a pool (`tiercache_server::check::check_pool`).
+fn run_pool(a: &CheckArgs) -> ExitCode {
+    let mut devs = Vec::new();
+    for p in &a.cache {
+        match FileDev::open_read_only(p) {
+            Ok(d) => devs.push((
+                p.display().to_string(),
+                Box::new(d) as Box<dyn tiercache_server::BlockDev>,
+            )),
+            Err(e) => return fail(a, format!("cannot open: {e}")),
+        }
+    }
+    let names: Vec<String> = a.cache.iter().map(|p| p.display().to_string()).collect();
+    let rep = match check_pool(devs) {
+        Ok(r) => r,
+        Err(e) => return fail(a, format!("{}: {e}", names.join(", "))),
+    };
+    let code = if rep.ok() { 0 } else { 1 };
+    if a.json {
+        let mut v = serde_json::to_value(&rep).expect("report serializes");
+        v["devices"] = names.into();
+        v["ok"] = rep.ok().into();
+        v["exit_code"] = code.into();
+        println!("{}", serde_json::to_string_pretty(&v).unwrap());
+        return ExitCode::from(code);
+    }
+    println!(
+        "pool          {} (generation {}), {} members, {} dirty copies",
+        rep.pool,
+        rep.generation,
+        rep.members.len(),
+        rep.dirty_copies
+    );
+    for m in &rep.members {
+        match m.index {
+            Some(d) => println!(
+                "member {d}      {} ({}), uuid {}, {} lines, pool block generation {}",
+                if m.name.is_empty() { "-" } else { &m.name },
+                m.state,
+                m.uuid,
+                m.lines,
+                m.generation
+            ),
+            None => println!("member ?      {} ({})", m.name, m.state),
+        }
+    }
+    if let Some(r) = &rep.records {
+        println!(
+            "mapping       {} lines cached, {} dirty ({} bytes), {} empty slots, {}",
+            r.lines,
+            r.dirty_lines,
+            r.dirty_bytes,
+            r.empty_slots,
+            if r.clean {
+                "clean shutdown"
+            } else {
+                "not cleanly stopped (in use, or crashed)"
+            }
+        );
+    }
+    println!(
+        "copies        {} primaries, {} paired copies, {} to resync, {} promoted, {} dropped; {} dirty lines without a copy",
+        rep.primaries, rep.paired, rep.resync, rep.promoted, rep.dropped, rep.unmirrored
+    );
+    let (notes, problems): (Vec<&String>, Vec<&String>) = match &rep.records {
+        Some(r) => (
+            rep.notes.iter().chain(&r.notes).collect(),
+            rep.problems.iter().chain(&r.problems).collect(),
+        ),
+        None => (rep.notes.iter().collect(), rep.problems.iter().collect()),
+    };
+    for n in notes {
+        println!("note: {n}");
+    }
+    for p in &problems {
+        println!("PROBLEM: {p}");
+    }
+    let count = rep.problem_count + rep.records.as_ref().map_or(0, |r| r.problem_count);
+    if count as usize > problems.len() {
+        println!("... and {} more problems", count as usize - problems.len());
+    }
+    if rep.ok() {
+        println!("result        consistent");
+    } else {
+        println!("result        {count} inconsistencies found");
+    }
+    ExitCode::from(code)
 }

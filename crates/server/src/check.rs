@@ -70,15 +70,18 @@ impl CheckReport {
 
     fn problem(&mut self, p: String) {
         self.problem_count += 1;
-        if self.problems.len() < LIST {
-            self.problems.push(p);
-        }
+        listed(&mut self.problems, p);
     }
 
     fn note(&mut self, p: String) {
-        if self.notes.len() < LIST {
-            self.notes.push(p);
-        }
+        listed(&mut self.notes, p);
+    }
+}
+
+/// Adds `p` to a report's list unless it holds [`LIST`] already (the count goes on).
+fn listed(list: &mut Vec<String>, p: String) {
+    if list.len() < LIST {
+        list.push(p);
     }
 }
 
@@ -524,6 +527,20 @@ fn scan(dev: &dyn BlockDev) -> Result<(CheckReport, Option<Scan>), CheckError> {
             }
             continue;
         };
+        if r.is_copy() {
+            // A dirty line's second copy: only a pool's (`check_pool` reconciles them).
+            if dev.pool_lines().is_empty() {
+                let why = r.check_copy(sb.version, slot).unwrap_err();
+                rep.problem(why.clone());
+                bad.push(BadSlot {
+                    slot,
+                    why,
+                    line: None,
+                    sectors: None,
+                });
+            }
+            continue;
+        }
         if r.key == EMPTY_KEY {
             rep.empty_slots += 1;
             if r.valid != 0 || r.dirty != 0 {
@@ -833,4 +850,354 @@ pub fn repair_any(
         },
         Err(e) => Err(RepairAnyError::Unreadable(e.to_string())),
     }
+}
+
+/// One member of a pool as `tiercache check --cache A --cache B` found it.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct MemberCheck {
+    /// The path or URI it was given by.
+    pub name: String,
+    /// Its index in the pool (`None`: its pool block is unreadable).
+    pub index: Option<u16>,
+    pub uuid: String,
+    pub lines: u64,
+    /// `active`, `failed` (per the newest pool block), `missing` (not given).
+    pub state: String,
+    /// Its pool block's generation.
+    pub generation: u64,
+}
+
+/// What `tiercache check` found on a pool of cache devices (see [`check_pool`]).
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct PoolCheckReport {
+    pub pool: String,
+    /// The newest pool block's generation (the pool's membership).
+    pub generation: u64,
+    pub dirty_copies: u8,
+    pub members: Vec<MemberCheck>,
+    /// The check of the pool's records as one cache (`check_device` through `PoolDev`):
+    /// only when every member is given and active.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub records: Option<CheckReport>,
+    /// The reconciliation open would do (`crate::reconcile`).
+    pub primaries: u64,
+    pub paired: u64,
+    pub resync: u64,
+    pub promoted: u64,
+    pub dropped: u64,
+    /// Dirty lines left with one cache copy (no copy, or a promoted copy).
+    pub unmirrored: u64,
+    pub problems: Vec<String>,
+    pub problem_count: u64,
+    pub notes: Vec<String>,
+}
+
+impl PoolCheckReport {
+    pub fn ok(&self) -> bool {
+        self.problem_count == 0 && self.records.as_ref().is_none_or(|r| r.ok())
+    }
+
+    fn problem(&mut self, p: String) {
+        self.problem_count += 1;
+        listed(&mut self.problems, p);
+    }
+
+    fn note(&mut self, p: String) {
+        listed(&mut self.notes, p);
+    }
+}
+
+/// `tiercache check --cache A --cache B ...`: the members of a pool (given in any order;
+/// read-only). Verifies each member's pool block (checksum, one pool uuid, one membership:
+/// member count and entries, each index once, its superblock's uuid as listed) and record
+/// pages (checksums, copies well formed), reports the reconciliation open would do
+/// ([`crate::reconcile`]: paired, resynced, promoted and dropped copies, dirty lines without
+/// a copy), and, with every member given and active, checks the pool's records as one cache
+/// ([`check_device`]). Members missing or marked failed are named; the reconciliation runs
+/// without them as open would. `Err` only when no member has a readable pool block.
+pub fn check_pool(devs: Vec<(String, Box<dyn BlockDev>)>) -> Result<PoolCheckReport, CheckError> {
+    use crate::format::{MemberState, PoolBlock, POOL_BLOCK_AT, POOL_META_OFFSET, VERSION_POOL};
+    use crate::reconcile::{self, MemberView, SlotRecord};
+    use crate::state_file::uuid_hex;
+    let mut rep = PoolCheckReport::default();
+    // Each member's pool block and superblock.
+    let mut read: Vec<Option<(PoolBlock, Option<Superblock>)>> = Vec::new();
+    let mut last_err = None;
+    for (name, dev) in &devs {
+        let mut b = vec![0u8; POOL_META_OFFSET as usize];
+        if let Err(e) = dev.read_at(&mut b, 0) {
+            rep.problem(format!("cache device {name}: unreadable: {e}"));
+            last_err = Some(e);
+            read.push(None);
+            continue;
+        }
+        match PoolBlock::decode(&b[POOL_BLOCK_AT as usize..]) {
+            Ok(block) => {
+                let sb = match Superblock::decode_member(&b[..4096]) {
+                    Ok(sb) => Some(sb),
+                    Err(FormatError::BadMagic) => {
+                        rep.note(format!("cache device {name} (member {}): superblock erased (a failed cache, or a format interrupted)", block.index));
+                        None
+                    }
+                    Err(e) => {
+                        rep.problem(format!(
+                            "cache device {name} (member {}): superblock (bytes 0..4096): {e}",
+                            block.index
+                        ));
+                        None
+                    }
+                };
+                read.push(Some((block, sb)));
+            }
+            Err(why) => {
+                rep.problem(format!(
+                    "cache device {name}: pool block (bytes {POOL_BLOCK_AT}..{}): {why}",
+                    POOL_BLOCK_AT + PAGE
+                ));
+                rep.members.push(MemberCheck {
+                    name: name.clone(),
+                    state: "unreadable".into(),
+                    ..Default::default()
+                });
+                read.push(None);
+            }
+        }
+    }
+    let blocks: Vec<&PoolBlock> = read.iter().flatten().map(|(b, _)| b).collect();
+    let Some(newest) = PoolBlock::newest(&blocks) else {
+        return Err(match last_err {
+            Some(e) => CheckError::Unreadable(e),
+            None => CheckError::NotTiercache(FormatError::BadField {
+                field: "pool block",
+                why: format!(
+                    "no cache device given is a member of a pool: {}",
+                    rep.problems.join("; ")
+                ),
+            }),
+        });
+    };
+    let auth = blocks[newest].clone();
+    rep.pool = uuid_hex(&auth.pool);
+    rep.generation = auth.generation;
+    rep.dirty_copies = auth.dirty_copies;
+    let lines: Vec<u64> = auth.members.iter().map(|m| m.lines).collect();
+    let pool = match tiercache_engine::pool::Pool::new(&lines) {
+        Ok(p) => p,
+        Err(e) => {
+            rep.problem(format!("pool {}: member sizes {lines:?}: {e}", rep.pool));
+            return Ok(rep);
+        }
+    };
+    // Which member each device is; membership agreement with the newest block.
+    let mut given: Vec<Option<usize>> = vec![None; auth.members.len()];
+    for (i, r) in read.iter().enumerate() {
+        let Some((b, sb)) = r else { continue };
+        let name = &devs[i].0;
+        if b.pool != auth.pool {
+            rep.problem(format!(
+                "cache device {name} belongs to pool {}, not {}: wrong device?",
+                uuid_hex(&b.pool),
+                rep.pool
+            ));
+            continue;
+        }
+        let d = b.index as usize;
+        if let Some(j) = given.get(d).copied().flatten() {
+            rep.problem(format!(
+                "cache devices {} and {name} are both member {d} of pool {}: the same device given twice?",
+                devs[j].0, rep.pool
+            ));
+            continue;
+        }
+        if b.members != auth.members {
+            rep.problem(format!(
+                "cache device {name} (member {d}): its pool block (generation {}) lists {} members, not the pool's newest membership (generation {}, {} members): replaced or stale member",
+                b.generation,
+                b.members.len(),
+                auth.generation,
+                auth.members.len()
+            ));
+            continue;
+        }
+        if b.generation != auth.generation {
+            rep.note(format!(
+                "cache device {name} (member {d}): pool block generation {} < {} (same membership; rewritten at the next open)",
+                b.generation, auth.generation
+            ));
+        }
+        if b.dirty_copies != auth.dirty_copies {
+            rep.problem(format!(
+                "cache device {name} (member {d}): pool block says {} dirty copies, the newest {}",
+                b.dirty_copies, auth.dirty_copies
+            ));
+        }
+        if let Some(sb) = sb {
+            if sb.uuid != auth.members[d].uuid || sb.capacity_lines != lines[d] {
+                rep.problem(format!(
+                    "cache device {name} (member {d}): superblock (uuid {}, {} lines) does not match the pool block's entry (uuid {}, {} lines)",
+                    uuid_hex(&sb.uuid),
+                    sb.capacity_lines,
+                    uuid_hex(&auth.members[d].uuid),
+                    lines[d]
+                ));
+                continue;
+            }
+            let need =
+                Superblock::member_data_offset(lines[d], sb.line_size) + lines[d] * sb.line_size;
+            if devs[i].1.size() < need {
+                rep.problem(format!(
+                    "cache device {name} (member {d}) has {} bytes, too few for its {} lines: truncated?",
+                    devs[i].1.size(),
+                    lines[d]
+                ));
+                continue;
+            }
+        }
+        given[d] = Some(i);
+    }
+    let mut views = Vec::with_capacity(auth.members.len());
+    for (d, m) in auth.members.iter().enumerate() {
+        let view = match (m.state, given[d]) {
+            (MemberState::Failed, _) => MemberView::Failed,
+            (_, Some(_)) => MemberView::Present,
+            (_, None) => MemberView::Missing,
+        };
+        match view {
+            MemberView::Failed => rep.note(format!(
+                "member {d} (uuid {}) is marked failed: its records are not read",
+                uuid_hex(&m.uuid)
+            )),
+            MemberView::Missing => rep.note(format!(
+                "member {d} (uuid {}, {} lines) is missing (not given, or not the member the pool lists): reconciled without it, as a degraded start would",
+                uuid_hex(&m.uuid),
+                m.lines
+            )),
+            MemberView::Present => {}
+        }
+        rep.members.push(MemberCheck {
+            name: given[d].map_or(String::new(), |i| devs[i].0.clone()),
+            index: Some(d as u16),
+            uuid: uuid_hex(&m.uuid),
+            lines: m.lines,
+            state: match view {
+                MemberView::Present => "active",
+                MemberView::Failed => "failed",
+                MemberView::Missing => "missing",
+            }
+            .into(),
+            generation: given[d].map_or(0, |i| read[i].as_ref().unwrap().0.generation),
+        });
+        views.push(view);
+    }
+    // The pool's clean flag: the newest member superblock's.
+    let clean = read
+        .iter()
+        .flatten()
+        .filter_map(|(_, sb)| sb.as_ref())
+        .max_by_key(|sb| sb.generation)
+        .is_some_and(|sb| sb.clean);
+    // Every present member's records, by pool slot.
+    let mut records = Vec::new();
+    let rb = format::RECORD_BYTES as usize;
+    for d in 0..views.len() {
+        let (MemberView::Present, Some(i)) = (views[d], given[d]) else {
+            continue;
+        };
+        let (name, dev) = (&devs[i].0, &devs[i].1);
+        let mut meta = vec![0u8; (lines[d].div_ceil(format::RECORDS_PER_PAGE) * PAGE) as usize];
+        dev.read_at(&mut meta, POOL_META_OFFSET)
+            .map_err(CheckError::Unreadable)?;
+        for local in 0..lines[d] {
+            let b = &meta[local as usize * rb..][..rb];
+            let slot = pool.base(d) + local;
+            match Record::decode_in(b, VERSION_POOL, slot) {
+                Ok(Some(rec)) => records.push(SlotRecord {
+                    slot: slot as u32,
+                    rec,
+                    in_flux: Record::in_flux(b),
+                }),
+                Ok(None) if clean => rep.problem(format!(
+                    "cache device {name} (member {d}): slot {slot} (record page {}): bad record checksum on a cleanly stopped pool",
+                    local / format::RECORDS_PER_PAGE
+                )),
+                Ok(None) => rep.note(format!(
+                    "cache device {name} (member {d}): slot {slot}: bad record checksum after an unclean stop (torn write; dropped at open)"
+                )),
+                Err(why) => rep.problem(format!("cache device {name} (member {d}): {why}")),
+            }
+        }
+    }
+    let copies = records.iter().filter(|r| r.rec.is_copy()).count();
+    if copies > 0 && auth.dirty_copies < 2 {
+        rep.problem(format!(
+            "{copies} copy record(s) on a pool keeping {} cache copies of dirty lines: only a pool of 2 writes them (damaged metadata)",
+            auth.dirty_copies
+        ));
+    }
+    let r = reconcile::reconcile(&pool, &views, &records);
+    rep.primaries = r.primaries.len() as u64;
+    rep.paired = r.paired.len() as u64;
+    rep.resync = r.resync.len() as u64;
+    rep.promoted = r.promoted.len() as u64;
+    rep.dropped = r.dropped.len() as u64;
+    rep.unmirrored = r.unmirrored.len() as u64;
+    for x in &r.dropped {
+        use crate::reconcile::DropWhy::*;
+        let text = format!(
+            "slot {} (member {}): copy of key {:#x} dropped: {}",
+            x.slot,
+            pool.member_of(x.slot as u64),
+            x.key,
+            match x.why {
+                PrimaryOutside => "its primary slot lies outside the pool",
+                SameMember => "its primary slot is on its own member",
+                OlderCopy => "a newer copy of the line exists",
+                Stale => "its primary no longer maps the line dirty with its sectors (cleaned, evicted or rewritten)",
+                Superseded => "its primary's member is gone, but a present member maps the line",
+            }
+        );
+        // Damage whatever the stop; a stale copy is expected only after a crash.
+        if matches!(x.why, PrimaryOutside | SameMember) || clean {
+            rep.problem(text);
+        } else {
+            rep.note(text);
+        }
+    }
+    if rep.resync > 0 {
+        rep.note(format!(
+            "{} mirrored line(s) in flux: their copies are rewritten from the primaries at open",
+            rep.resync
+        ));
+    }
+    if auth.dirty_copies >= 2 && rep.unmirrored > 0 {
+        rep.note(format!(
+            "{} dirty line(s) have one cache copy: re-mirrored (or cleaned) at open",
+            rep.unmirrored
+        ));
+    }
+    // The records as one cache: keys, masks, duplicates (every member given and active).
+    if views.iter().all(|v| *v == MemberView::Present) && rep.problem_count == 0 {
+        let mut slots: Vec<Option<(String, Box<dyn BlockDev>)>> =
+            devs.into_iter().map(Some).collect();
+        let members: Vec<(String, Box<dyn BlockDev>)> = given
+            .iter()
+            .map(|g| slots[g.unwrap()].take().unwrap())
+            .collect();
+        match crate::pool_dev::PoolDev::open(members) {
+            Ok(pd) => match check_device(&pd) {
+                Ok(c) => {
+                    debug_assert!(
+                        c.superseded_records > 0 || !c.ok() || c.lines == rep.primaries,
+                        "the pool check and the reconciliation count {} and {} lines",
+                        c.lines,
+                        rep.primaries
+                    );
+                    rep.records = Some(c);
+                }
+                Err(e) => rep.problem(format!("pool {} as one cache: {e}", rep.pool)),
+            },
+            Err(e) => rep.problem(e),
+        }
+    }
+    Ok(rep)
 }

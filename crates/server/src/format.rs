@@ -53,6 +53,17 @@
 //! device is never version 6. Builds before it refuse the member (bad version), and
 //! [`Superblock::decode`] refuses it with [`FormatError::PoolMember`]: only
 //! [`Superblock::decode_member`] reads it.
+//!
+//! Version 6 records may be **copies** ([`COPY`], bit 62 of the stored key): `key|COPY |
+//! primary pool slot u32, 4 reserved zero bytes | dirty mask | seq | crc32c` holds the dirty
+//! sectors of line `key` a second time, on another member than its primary slot (`crate::
+//! reconcile` pairs them at open). The key keeps the bit when decoded ([`Record::is_copy`],
+//! [`Record::copy_of_slot`], [`Record::line_key`]): a copy and its primary are two keys, so
+//! the duplicate-key rule of open never takes one for a stale mapping of the other. A record
+//! with the bit on a device of version 5 or older is refused ([`Record::decode_in`]). Builds
+//! that read version 6 before copies existed decode such a key as a line of a volume id >=
+//! `1 << 14`; they never see one, because a pool that may carry copies (`dirty_copies` >= 2)
+//! writes its [`PoolBlock`] as block version 2, which they refuse.
 
 use crate::identity::{BackingIdentity, ID_BYTES};
 use std::io;
@@ -76,6 +87,10 @@ pub const POOL_BLOCK_AT: u64 = 4096;
 pub const POOL_META_OFFSET: u64 = 8192;
 const POOL_MAGIC: &[u8; 8] = b"TCPOOL01";
 const POOL_BLOCK_VERSION: u32 = 1;
+/// Block version of a pool whose dirty lines have two cache copies (`dirty_copies` >= 2):
+/// its records may be copies ([`COPY`]), which builds reading block version 1 only would
+/// take for lines of an unknown volume, so they refuse the pool instead.
+const POOL_BLOCK_VERSION_COPIES: u32 = 2;
 /// Byte of a version-6 superblock saying a volume table follows.
 const POOL_TABLE_AT: usize = 113;
 /// Where the volume table starts (sector 2; sector 0 holds the fields, 1 the settings).
@@ -116,6 +131,10 @@ const VOLUMES_LOST_AT: usize = 112;
 pub const MIN_VERSION: u32 = 1;
 /// Bit of a record's stored key marking it in flux (version 2; see the module doc).
 pub const IN_FLUX: u64 = 1 << 63;
+/// Bit of a record's stored key marking it the *copy* of a dirty line, its second cache copy
+/// on another pool member (version 6 only; see the module doc and [`Record::copy`]). Free
+/// because volume ids (key bits 48..) stay below `1 << 14` in a pool.
+pub const COPY: u64 = 1 << 62;
 pub const SUPERBLOCK_BYTES: u64 = 4096;
 pub const META_OFFSET: u64 = SUPERBLOCK_BYTES;
 pub const PAGE: u64 = 4096;
@@ -649,7 +668,7 @@ impl PoolBlock {
         );
         let mut b = vec![0u8; PAGE as usize];
         b[0..8].copy_from_slice(POOL_MAGIC);
-        b[8..12].copy_from_slice(&POOL_BLOCK_VERSION.to_le_bytes());
+        b[8..12].copy_from_slice(&self.block_version().to_le_bytes());
         b[12..28].copy_from_slice(&self.pool);
         b[28..36].copy_from_slice(&self.generation.to_le_bytes());
         b[36..38].copy_from_slice(&self.index.to_le_bytes());
@@ -669,6 +688,16 @@ impl PoolBlock {
         b
     }
 
+    /// The block version this block is written as: [`POOL_BLOCK_VERSION_COPIES`] when its
+    /// records may be copies (see the module doc).
+    pub fn block_version(&self) -> u32 {
+        if self.dirty_copies >= 2 {
+            POOL_BLOCK_VERSION_COPIES
+        } else {
+            POOL_BLOCK_VERSION
+        }
+    }
+
     /// `Err` says why the block is not a pool block (no magic, torn or garbled, unknown
     /// version, fields out of range).
     pub fn decode(b: &[u8]) -> Result<PoolBlock, String> {
@@ -683,9 +712,15 @@ impl PoolBlock {
             ));
         }
         let ver = u32::from_le_bytes(b[8..12].try_into().unwrap());
-        if ver != POOL_BLOCK_VERSION {
+        if ver != POOL_BLOCK_VERSION && ver != POOL_BLOCK_VERSION_COPIES {
             return Err(format!(
-                "pool block version {ver} is not supported (this build reads {POOL_BLOCK_VERSION})"
+                "pool block version {ver} is not supported (this build reads {POOL_BLOCK_VERSION} and {POOL_BLOCK_VERSION_COPIES})"
+            ));
+        }
+        if (ver == POOL_BLOCK_VERSION_COPIES) != (b[40] >= 2) {
+            return Err(format!(
+                "pool block version {ver} with {} dirty copies: version {POOL_BLOCK_VERSION_COPIES} is written exactly when dirty lines have two copies (damaged block)",
+                b[40]
             ));
         }
         let index = u16::from_le_bytes(b[36..38].try_into().unwrap());
@@ -823,6 +858,93 @@ impl Record {
 }
 
 impl Record {
+    /// The copy record of dirty line `key` (no flag bits) whose primary is pool slot
+    /// `primary`: it holds the line's `dirty` sectors (the valid ones of a copy), see the
+    /// module doc. `dirty` is not empty: a clean line has no copy.
+    pub fn copy(key: u64, primary: u32, dirty: u64, seq: u32) -> Record {
+        assert!(
+            key != EMPTY_KEY && key & (COPY | IN_FLUX) == 0,
+            "copy record of key {key:#x}: a line key has no flag bits"
+        );
+        assert!(
+            dirty != 0,
+            "copy record of key {key:#x} with no dirty sector"
+        );
+        Record {
+            key: key | COPY,
+            valid: primary as u64,
+            dirty,
+            seq,
+        }
+    }
+
+    /// Whether this (decoded) record is a copy ([`COPY`]).
+    pub fn is_copy(&self) -> bool {
+        self.key != EMPTY_KEY && self.key & COPY != 0
+    }
+
+    /// The pool slot of the primary of a copy record; `None` for any other record.
+    pub fn copy_of_slot(&self) -> Option<u32> {
+        self.is_copy().then_some(self.valid as u32)
+    }
+
+    /// The line's key, without the copy bit ([`EMPTY_KEY`] for an empty record).
+    pub fn line_key(&self) -> u64 {
+        if self.key == EMPTY_KEY {
+            EMPTY_KEY
+        } else {
+            self.key & !COPY
+        }
+    }
+
+    /// The sectors the slot holds of the line: a copy's are its dirty ones.
+    pub fn sectors(&self) -> u64 {
+        if self.is_copy() {
+            self.dirty
+        } else {
+            self.valid
+        }
+    }
+
+    /// Decodes the record of `slot` on a device of on-disk `version` (a pool member's records
+    /// are version 6): `Ok(None)` when its checksum does not match; `Err` naming the slot and
+    /// its record page when it verifies but is a copy ([`COPY`]) where none can be (version
+    /// 5 or older), or a copy that is malformed (reserved bytes set, no dirty sector).
+    pub fn decode_in(b: &[u8], version: u32, slot: u64) -> Result<Option<Record>, String> {
+        let Some(r) = Record::decode(b) else {
+            return Ok(None);
+        };
+        r.check_copy(version, slot)?;
+        Ok(Some(r))
+    }
+
+    /// The checks of [`Record::decode_in`] on a decoded record.
+    pub fn check_copy(&self, version: u32, slot: u64) -> Result<(), String> {
+        if !self.is_copy() {
+            return Ok(());
+        }
+        let at = format!(
+            "record of slot {slot} (record page {}, entry {})",
+            slot / RECORDS_PER_PAGE,
+            slot % RECORDS_PER_PAGE
+        );
+        if version < VERSION_POOL {
+            return Err(format!(
+                "{at}: key {:#x} has the copy bit (bit 62), which only pool members (format version {VERSION_POOL}) carry, on a version {version} cache: damaged metadata",
+                self.key
+            ));
+        }
+        if self.valid >> 32 != 0 || self.dirty == 0 {
+            return Err(format!(
+                "{at}: copy record of key {:#x} is malformed (primary field {:#x}, dirty {:#x}: reserved bytes set or no dirty sector)",
+                self.line_key(),
+                self.valid,
+                self.dirty
+            ));
+        }
+        Ok(())
+    }
+
     /// Whether the stored record `b` is valid and carries the in-flux flag.
     pub fn in_flux(b: &[u8]) -> bool {
         let k = u64::from_le_bytes(b[0..8].try_into().unwrap());
@@ -1123,6 +1245,99 @@ mod tests {
         assert_eq!(PoolBlock::newest(&[&a, &p, &c]), Some(1));
         assert_eq!(PoolBlock::newest(&[&c, &a]), Some(0));
         assert_eq!(PoolBlock::newest(&[]), None);
+    }
+
+    #[test]
+    fn copy_records_round_trip_only_in_version_6_and_under_the_crc() {
+        let key = 3u64 << 48 | 77;
+        let c = Record::copy(key, 0xdead_beef, 0b1010, 41);
+        let mut b = [0u8; 32];
+        for flux in [false, true] {
+            c.encode_flagged(&mut b, flux);
+            let d = Record::decode_in(&b, VERSION_POOL, 300).unwrap().unwrap();
+            assert_eq!(d, c);
+            assert!(d.is_copy() && Record::in_flux(&b) == flux);
+            assert_eq!(d.copy_of_slot(), Some(0xdead_beef));
+            assert_eq!((d.line_key(), d.sectors(), d.dirty), (key, 0b1010, 0b1010));
+        }
+        // A primary is no copy; its key and sectors are as stored.
+        let p = Record {
+            key,
+            valid: 0xff,
+            dirty: 0b1010,
+            seq: 40,
+        };
+        assert!(!p.is_copy() && p.copy_of_slot().is_none());
+        assert_eq!((p.line_key(), p.sectors()), (key, 0xff));
+        assert!(!Record::EMPTY.is_copy() && Record::EMPTY.line_key() == EMPTY_KEY);
+        // The copy bit and the primary's slot are under the checksum: one flipped bit of
+        // either and the record fails it.
+        c.encode(&mut b);
+        for bit in [62usize, 64, 64 + 31] {
+            let mut x = b;
+            x[bit / 8] ^= 1 << (bit % 8);
+            assert_eq!(Record::decode(&x), None, "bit {bit}");
+            assert_eq!(Record::decode_in(&x, VERSION_POOL, 0), Ok(None));
+        }
+        // Versions before pools never carry it: refused, naming the slot and its page.
+        for v in MIN_VERSION..VERSION_POOL {
+            let e = Record::decode_in(&b, v, 300).unwrap_err();
+            assert!(
+                e.contains("slot 300") && e.contains("record page 2") && e.contains("copy bit"),
+                "{e}"
+            );
+            // Other records still decode there.
+            p.encode(&mut b);
+            assert_eq!(Record::decode_in(&b, v, 300), Ok(Some(p)));
+            c.encode(&mut b);
+        }
+        // Malformed copies: reserved bytes set, no dirty sector.
+        for bad in [
+            Record {
+                valid: 1 << 40 | 5,
+                ..c
+            },
+            Record { dirty: 0, ..c },
+        ] {
+            bad.encode(&mut b);
+            let e = Record::decode_in(&b, VERSION_POOL, 9).unwrap_err();
+            assert!(e.contains("malformed"), "{e}");
+        }
+    }
+
+    #[test]
+    #[should_panic(expected = "no flag bits")]
+    fn copy_record_of_a_flagged_key_panics() {
+        Record::copy(COPY | 5, 1, 1, 1);
+    }
+
+    #[test]
+    fn pool_block_with_two_copies_is_block_version_2() {
+        let one = pool_block();
+        let b = one.encode();
+        assert_eq!(&b[8..12], &1u32.to_le_bytes());
+        let two = PoolBlock {
+            dirty_copies: 2,
+            ..one.clone()
+        };
+        let b = two.encode();
+        assert_eq!(&b[8..12], &2u32.to_le_bytes());
+        assert_eq!(PoolBlock::decode(&b).unwrap(), two);
+        // A block whose version and copies disagree (crc fixed up) is refused by name.
+        for (ver, copies) in [(1u32, 2u8), (2, 1), (2, 0)] {
+            let mut x = b.clone();
+            x[8..12].copy_from_slice(&ver.to_le_bytes());
+            x[40] = copies;
+            let crc = crc32c::crc32c(&x[..4092]);
+            x[4092..].copy_from_slice(&crc.to_le_bytes());
+            let e = PoolBlock::decode(&x).unwrap_err();
+            assert!(e.contains("dirty copies"), "{ver} {copies}: {e}");
+        }
+        let mut x = b.clone();
+        x[8..12].copy_from_slice(&3u32.to_le_bytes());
+        let crc = crc32c::crc32c(&x[..4092]);
+        x[4092..].copy_from_slice(&crc.to_le_bytes());
+        assert!(PoolBlock::decode(&x).unwrap_err().contains("not supported"));
     }
 
     #[test]

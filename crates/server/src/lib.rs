@@ -22,6 +22,7 @@ pub mod metrics;
 pub mod nbd_dev;
 pub mod open_live;
 pub mod pool_dev;
+pub mod reconcile;
 pub mod reduce;
 pub mod state_file;
 pub mod tuning;

@@ -367,3 +367,73 @@ fn lines_are_spread_over_the_members() {
         "stripes of 8 lines alternate over equal members"
     );
 }
+
+/// Writes `r` as the record of member-local slot `local` of the member file `path`, at
+/// `meta` (the record area's start), leaving every other byte.
+fn put_record(path: &Path, meta: u64, local: u64, r: Record) {
+    use std::os::unix::fs::FileExt;
+    let mut b = [0u8; RECORD_BYTES as usize];
+    r.encode(&mut b);
+    let f = std::fs::OpenOptions::new().write(true).open(path).unwrap();
+    f.write_all_at(&b, meta + local * RECORD_BYTES).unwrap();
+}
+
+/// COPY records (plan (b)5): a cache of one device never carries one, so open refuses it
+/// naming the slot and its record page; a pool's copies are not taken for lines (a line of
+/// volume id >= 2^14 before this build) but refused until the engine restores them.
+#[test]
+fn copy_records_are_never_taken_for_lines() {
+    let key = 9u64; // volume 0, line 9
+                    // One device (version 2): refused by slot and page.
+    let f = files(256, LS);
+    format(&f, Mode::WriteBack, LS);
+    let (vol, _) = open(&f, None);
+    vol.shutdown().unwrap();
+    drop(vol);
+    put_record(
+        &f.cache,
+        tiercache_server::format::META_OFFSET,
+        130,
+        Record::copy(key, 3, 1, 1),
+    );
+    let e = CacheVolume::open(
+        Box::new(FileDev::open(&f.cache).unwrap()),
+        Box::new(FileDev::open(&f.backing).unwrap()),
+        &OpenOptions::default(),
+    )
+    .err()
+    .expect("a copy record on a one-device cache is refused")
+    .to_string();
+    assert!(
+        e.contains("slot 130") && e.contains("record page 1") && e.contains("copy bit"),
+        "{e}"
+    );
+    // A pool: the copy of line 9 (primary slot 3 on member 0) on member 1 is refused by
+    // name, never served as a line.
+    let p = pool_files(&[128, 128]);
+    format_pool(&p, Mode::WriteThrough);
+    let vol = open_pool(&p, &[0, 1]);
+    vol.shutdown().unwrap();
+    drop(vol);
+    put_record(
+        &p.members[1],
+        POOL_META_OFFSET,
+        5,
+        Record::copy(key, 3, 1, 1),
+    );
+    let m: Vec<&Path> = p.members.iter().map(|x| x.as_path()).collect();
+    let e = CacheVolume::open(
+        Box::new(PoolDev::open(devs(&m)).unwrap()),
+        Box::new(FileDev::open(&p.f.backing).unwrap()),
+        &OpenOptions::default(),
+    )
+    .err()
+    .expect("a copy record is not restored yet")
+    .to_string();
+    assert!(
+        e.contains("slot 133")
+            && e.contains("primary slot 3")
+            && e.contains("copy of a dirty line"),
+        "{e}"
+    );
+}

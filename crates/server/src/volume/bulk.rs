@@ -25,6 +25,9 @@ pub(super) struct Decoded {
     pub bad: Vec<u32>,
     /// Candidates whose record carries the in-flux flag, ascending.
     pub flux: Vec<u32>,
+    /// Slots whose record is a dirty line's copy ([`format::COPY`], pools only), ascending:
+    /// not candidates (`crate::reconcile` pairs them).
+    pub copies: Vec<u32>,
 }
 
 struct Part {
@@ -32,6 +35,9 @@ struct Part {
     touched: Vec<u32>,
     bad: Vec<u32>,
     flux: Vec<u32>,
+    copies: Vec<u32>,
+    /// The first record refused (a copy where none can be, or a malformed one).
+    refused: Option<String>,
 }
 
 /// Key of the record of `slot` in the record area `disk`, its in-flux flag stripped; only
@@ -46,13 +52,23 @@ pub(super) fn key_at(disk: &[u8], slot: usize) -> u64 {
     }
 }
 
-/// Decodes records `first..first + n` from `rec` (their bytes).
-fn decode_part(rec: &[u8], first: usize, n: usize, take: &mut [u64], order: &mut [u64]) -> Part {
+/// Decodes records `first..first + n` from `rec` (their bytes), of a device of on-disk
+/// `version` (records with the copy bit: only version 6, `Record::check_copy`).
+fn decode_part(
+    rec: &[u8],
+    first: usize,
+    n: usize,
+    take: &mut [u64],
+    order: &mut [u64],
+    version: u32,
+) -> Part {
     let mut p = Part {
         order: 0,
         touched: Vec::new(),
         bad: Vec::new(),
         flux: Vec::new(),
+        copies: Vec::new(),
+        refused: None,
     };
     let rb = RECORD_BYTES as usize;
     for i in 0..n {
@@ -64,6 +80,15 @@ fn decode_part(rec: &[u8], first: usize, n: usize, take: &mut [u64], order: &mut
             continue;
         };
         if r.key == EMPTY_KEY {
+            continue;
+        }
+        if r.is_copy() {
+            match r.check_copy(version, slot as u64) {
+                Ok(()) => p.copies.push(slot),
+                Err(e) => {
+                    p.refused.get_or_insert(e);
+                }
+            }
             continue;
         }
         if r.valid == 0 {
@@ -80,12 +105,16 @@ fn decode_part(rec: &[u8], first: usize, n: usize, take: &mut [u64], order: &mut
     p
 }
 
-/// Reads the record area of `cap` slots into `disk` (whole pages) and decodes it.
+/// Reads the record area of `cap` slots into `disk` (whole pages) and decodes it; `version`:
+/// the on-disk version of its records (`format::VERSION_POOL` for a pool's). A verified
+/// record that cannot be on such a device (a copy before version 6, a malformed copy) is
+/// refused, naming its slot.
 pub(super) fn read_and_decode(
     cache: &dyn BlockDev,
     disk: &mut [u8],
     cap: usize,
-) -> io::Result<Decoded> {
+    version: u32,
+) -> Result<Decoded, FormatError> {
     let rb = RECORD_BYTES as usize;
     let mut take = vec![0u64; cap.div_ceil(64)];
     let mut order = vec![0u64; cap];
@@ -104,7 +133,7 @@ pub(super) fn read_and_decode(
                 cache.read_at(buf, META_OFFSET + (c * chunk_bytes) as u64)?;
             }
             let n = CHUNK_RECORDS.min(cap - c * CHUNK_RECORDS);
-            Ok(decode_part(buf, c * CHUNK_RECORDS, n, take, order))
+            Ok(decode_part(buf, c * CHUNK_RECORDS, n, take, order, version))
         })
         .collect();
     let mut d = Decoded {
@@ -113,17 +142,25 @@ pub(super) fn read_and_decode(
         touched: Vec::new(),
         bad: Vec::new(),
         flux: Vec::new(),
+        copies: Vec::new(),
     };
     // The candidates of each chunk to the front, in chunk order (nothing moves when the
     // cache is full).
     let mut n = 0;
     for (c, p) in parts.into_iter().enumerate() {
         let p = p?;
+        if let Some(why) = p.refused {
+            return Err(FormatError::BadField {
+                field: "metadata record",
+                why,
+            });
+        }
         order.copy_within(c * CHUNK_RECORDS..c * CHUNK_RECORDS + p.order, n);
         n += p.order;
         d.touched.extend(p.touched);
         d.bad.extend(p.bad);
         d.flux.extend(p.flux);
+        d.copies.extend(p.copies);
     }
     order.truncate(n);
     d.order = order;

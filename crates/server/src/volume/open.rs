@@ -465,13 +465,37 @@ impl CacheVolume {
         // state by `update_records` below; the others already equal it, so open never passes
         // over every slot again.
         let cap = sb.capacity_lines as usize;
+        // A pool's records are its members' (version 6: they may be dirty copies); a cache
+        // of one device has none.
+        let pool = cache.pool_lines();
+        let rec_version = if pool.is_empty() {
+            sb.version
+        } else {
+            format::VERSION_POOL
+        };
         let bulk::Decoded {
             mut take,
             mut order,
             mut touched,
             bad,
             flux,
-        } = bulk::read_and_decode(&*cache, &mut disk, cap)?;
+            copies,
+        } = bulk::read_and_decode(&*cache, &mut disk, cap, rec_version)?;
+        if let Some(&slot) = copies.first() {
+            // Copies are paired with their primaries by `crate::reconcile` once the engine
+            // restores them; until then they are refused, never taken for lines.
+            let at = slot as usize * RECORD_BYTES as usize;
+            let r = Record::decode_trusted(&disk[at..at + RECORD_BYTES as usize]);
+            return Err(FormatError::BadField {
+                field: "metadata record",
+                why: format!(
+                    "{} record(s) hold the second cache copy of a dirty line (the first: slot {slot}, key {:#x}, primary slot {}): this build does not restore mirrored dirty lines (--dirty-copies 2); serve the pool with the build that wrote them",
+                    copies.len(),
+                    r.line_key(),
+                    r.copy_of_slot().expect("a copy")
+                ),
+            });
+        }
         if let (Some(&slot), true) = (bad.first(), sb.clean) {
             return Err(FormatError::BadRecord {
                 slot: slot as u64,

@@ -154,13 +154,14 @@ fn drop_missing(
             if r.key == EMPTY_KEY {
                 continue;
             }
-            let Some(m) = missing.iter().position(|e| e.id == vol_of(r.key)) else {
+            let Some(m) = missing.iter().position(|e| e.id == vol_of(r.line_key())) else {
                 continue;
             };
             // A removed volume (`ctl volume remove`) had no dirty line when it was removed:
-            // a record of it still saying dirty or in flux is stale, and dropped.
+            // a record of it still saying dirty or in flux is stale, and dropped. A dirty
+            // line's copy (pools) stays with its line, counted once.
             if !missing[m].removed() && (r.dirty != 0 || (write_back && Record::in_flux(b))) {
-                dirty[m] += 1;
+                dirty[m] += !r.is_copy() as u64;
             } else {
                 Record::EMPTY.encode(&mut page[i * rb..(i + 1) * rb]);
                 changed = true;
