@@ -811,3 +811,27 @@ fn one_copy_keeps_dirty_lines_single() {
     assert!(e.dirty_lines() > 0);
     e.check_slots();
 }
+
+#[test]
+fn writes_in_other_modes_keep_a_dirty_lines_copy_current() {
+    for validity in [Validity::Line, Validity::Sector] {
+        let mut e = mirrored("lru", CleaningPolicy::Lba, &[128, 128], validity);
+        let mut m = Model::new(256);
+        let mut rng = ChaCha8Rng::seed_from_u64(3);
+        run_mirrored(&mut e, &mut m, &mut rng, 100, 200);
+        assert!(e.dirty_lines() > 0);
+        for mode in [Mode::WriteThrough, Mode::ReadOnly] {
+            e.set_mode(mode);
+            for _ in 0..200 {
+                let r = small_request(&mut rng, 100);
+                let plan = e.process(&r).unwrap().clone();
+                m.run(Some(&r), &plan);
+                m.check_copies(&e);
+            }
+            e.check_slots();
+        }
+        let loss = e.fail_device(1).unwrap();
+        assert!(loss.uncovered.is_empty());
+        m.read_all(&mut e, 100);
+    }
+}
