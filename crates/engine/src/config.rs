@@ -595,6 +595,10 @@ impl FromStr for Preset {
     }
 }
 
+fn is_one(n: &u8) -> bool {
+    *n == 1
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -656,8 +660,4 @@ mod tests {
         };
         assert!(c.validate().unwrap_err().contains("known: lru"));
     }
-}
-
-fn is_one(n: &u8) -> bool {
-    *n == 1
 }
