@@ -292,6 +292,12 @@ pub struct EngineConfig {
     /// disagree silently. A sharded engine refuses a pool of several members.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub pool_lines: Vec<u64>,
+    /// Cache copies of each dirty line: 1 (the default, today) or 2 (write-back keeps a
+    /// mirrored copy of a line's dirty sectors on another member of the pool, so the loss
+    /// of one cache device loses no acknowledged write; needs `pool_lines` of two or more
+    /// members). See `docs/plan-multi-cache.md` (c).
+    #[serde(skip_serializing_if = "is_one")]
+    pub dirty_copies: u8,
 }
 
 /// One volume of a pool: its id (the requests' `volume`), a name for reports, and the
@@ -358,6 +364,7 @@ impl Default for EngineConfig {
             ram_policy: crate::ram_tier::DEFAULT_RAM_POLICY.into(),
             volumes: Vec::new(),
             pool_lines: Vec::new(),
+            dirty_copies: 1,
             shards: 1,
             shard_granule: 0,
         }
@@ -458,6 +465,17 @@ impl EngineConfig {
 
     /// `pool_lines` builds a pool whose capacity is `capacity_lines`.
     fn validate_pool(&self) -> Result<(), String> {
+        match self.dirty_copies {
+            1 => {}
+            2 if self.pool_lines.len() >= 2 => {}
+            2 => {
+                return Err(format!(
+                    "dirty_copies 2 needs a pool of two or more cache devices (pool_lines has {})",
+                    self.pool_lines.len()
+                ))
+            }
+            n => return Err(format!("dirty_copies {n} must be 1 or 2")),
+        }
         if self.pool_lines.is_empty() {
             return Ok(());
         }
@@ -575,6 +593,10 @@ impl FromStr for Preset {
                 format!("unknown preset '{s}'; use database, file-system or web-service")
             })
     }
+}
+
+fn is_one(n: &u8) -> bool {
+    *n == 1
 }
 
 #[cfg(test)]

@@ -13,6 +13,10 @@ use crate::stats::{Bypass, Counters};
 use hashbrown::HashMap;
 use std::cell::Cell;
 
+mod copies;
+use copies::Mirror;
+pub use copies::Remirror;
+
 /// Line numbers must fit in this many bits of a key; the volume takes the rest.
 pub const LINE_BITS: u32 = 48;
 /// Largest volume id.
@@ -173,6 +177,20 @@ pub struct Engine {
     /// their write-back completes.
     zombies: u32,
     inflight: InflightCounters,
+    /// Mirrored dirty copies (`dirty_copies` 2): a dirty line's slot -> its copy's slot on
+    /// another member, and back. Only dirty lines have entries (no RAM per clean line). A
+    /// copy slot holds no key (`keys` EMPTY), is in neither the map nor the policy, is never
+    /// a victim and is not free.
+    copy_of: HashMap<Slot, Slot>,
+    owner_of: HashMap<Slot, Slot>,
+    /// Copy slots detached from their line and held until a write-back in flight
+    /// ([`WbLine::copy`]) or a re-mirror ([`Engine::begin_remirror`]) completes.
+    held: HashMap<Slot, ()>,
+    /// Re-mirrors in flight: line slot -> (key, new copy); an entry is dropped when the
+    /// line is written or unmapped meanwhile (the copy is then freed at completion).
+    remirroring: HashMap<Slot, (u64, Slot)>,
+    /// The pairs of the last [`Engine::begin_remirror`].
+    remirror_buf: Vec<(Slot, Slot)>,
     /// Per-volume state, when the configuration has a volume table (`cfg.volumes`); see
     /// [`Engine::process_volume`]. Empty and never touched otherwise.
     vols: Vec<VolState>,
@@ -193,6 +211,12 @@ pub struct DeviceLoss {
     /// Dirty lines that were on the device, as (slot, key), dropped from the cache: no copy
     /// of their dirty sectors is left in it.
     pub uncovered: Vec<(Slot, u64)>,
+    /// Dirty lines on the device whose mirrored copy (`dirty_copies` 2) became the line:
+    /// still cached, at the copy's slot, with valid = dirty sectors.
+    pub promoted: u64,
+    /// Slots of the dirty lines left with one cache copy (promoted ones, and those whose
+    /// copy was on the device): [`Engine::begin_remirror`] gives them a copy again.
+    pub unmirrored: Vec<Slot>,
 }
 
 /// One volume of a pool (see `docs/design-pool.md`).
@@ -286,6 +310,10 @@ pub struct WbLine {
     /// The class the line's write-back was counted against at begin (`write_backs`): a
     /// failed or undone line is uncounted there at completion.
     pub class: u8,
+    /// The line's mirrored copy at begin (`dirty_copies` 2), holding the pending sectors
+    /// too: the write-back may read either slot. Held (never reused) until the ticket
+    /// completes, then freed (or, after a failed write-back, the line's copy again).
+    pub copy: Option<Slot>,
 }
 
 /// What a begin planned. `plan` holds the `WriteBack` steps (and a chunk rewrite's
@@ -470,6 +498,11 @@ impl Engine {
             capturing: false,
             zombies: 0,
             inflight: InflightCounters::default(),
+            copy_of: HashMap::new(),
+            owner_of: HashMap::new(),
+            held: HashMap::new(),
+            remirroring: HashMap::new(),
+            remirror_buf: Vec::new(),
             vols: Vec::new(),
             vol_ix: HashMap::new(),
             per_volume: false,
@@ -637,6 +670,7 @@ impl Engine {
             && !self.dirty_evictions_blocked
             && !self.read_admission_blocked
             && self.pins.is_empty()
+            && c.dirty_copies < 2
             && matches!(c.mode, Mode::WriteThrough | Mode::WriteBack);
     }
 
@@ -683,7 +717,7 @@ impl Engine {
     /// Whether a slot is neither cached nor a zombie (so [`Engine::free_slot`] finds one).
     #[inline]
     fn has_free_slot(&self) -> bool {
-        self.len + self.zombies + self.slots.dead_slots() < self.cap
+        self.len + self.zombies + self.slots.dead_slots() + self.copy_slots() < self.cap
     }
 
     /// The clean line the policy would evict first (blocked dirty evictions): its likeliest
@@ -769,6 +803,7 @@ impl Engine {
             ),
             ("validity", c.validity != self.cfg.validity),
             ("mode", c.mode != self.cfg.mode),
+            ("dirty_copies", c.dirty_copies != self.cfg.dirty_copies),
         ];
         if let Some((what, _)) = fixed.iter().find(|x| x.1) {
             return Err(EngineError::Config(format!(
@@ -1800,6 +1835,7 @@ impl Engine {
             self.policy.miss(a);
             return Outcome::Miss;
         };
+        self.remirror_written(slot);
         if self.sectors {
             return self.write_sectors(req, p, a, slot);
         }
@@ -1813,10 +1849,37 @@ impl Engine {
             buf,
             len,
         };
-        match self.cfg.mode {
+        let mirrored = match self.cfg.mode {
+            Mode::WriteBack if self.mirrors() => {
+                let fill = if self.is_dirty(slot) {
+                    0
+                } else {
+                    self.full_mask
+                };
+                match self.mirror_for_write(ci, slot, fill) {
+                    Mirror::Through(copy) => {
+                        debug_assert!(copy.is_none(), "line validity: only a clean line");
+                        self.counters[ci].bypasses.add(Bypass::NoCopy);
+                        self.emit(ci, hdd_write);
+                        self.emit(ci, Step::WriteSsd { ssd, buf, len });
+                    }
+                    m => {
+                        self.emit(ci, Step::WriteSsd { ssd, buf, len });
+                        if let Mirror::Copy(c, fill) = m {
+                            self.emit_copy(ci, req.volume, p, c, fill);
+                        }
+                        self.set_dirty(slot, p.key, true);
+                        if let Mirror::Copy(c, _) = m {
+                            self.link_copy(slot, c);
+                        }
+                    }
+                }
+                true
+            }
             Mode::WriteBack => {
                 self.emit(ci, Step::WriteSsd { ssd, buf, len });
                 self.set_dirty(slot, p.key, true);
+                false
             }
             Mode::WriteThrough | Mode::WriteAround => {
                 self.emit(ci, hdd_write);
@@ -1824,6 +1887,7 @@ impl Engine {
                 if full {
                     self.set_dirty(slot, p.key, false);
                 }
+                false
             }
             Mode::ReadOnly | Mode::PassThrough => {
                 if full || !(self.is_dirty(slot) || self.pending_mask(slot) != 0) {
@@ -1835,7 +1899,11 @@ impl Engine {
                 // Part of a dirty line: keep the cached copy whole and current.
                 self.emit(ci, hdd_write);
                 self.emit(ci, Step::WriteSsd { ssd, buf, len });
+                false
             }
+        };
+        if !mirrored {
+            self.write_copy_too(ci, req.volume, p, slot);
         }
         self.policy.hit(slot, a);
         Outcome::Hit
@@ -1856,7 +1924,31 @@ impl Engine {
             buf,
             len,
         };
+        let mut mirrored = false;
+        let mut link = None;
         let dirty = match self.cfg.mode {
+            Mode::WriteBack if self.mirrors() => {
+                mirrored = true;
+                match self.mirror_for_write(ci, slot, m & !whole & !d) {
+                    Mirror::Through(copy) => {
+                        self.counters[ci].bypasses.add(Bypass::NoCopy);
+                        self.emit(ci, hdd_write);
+                        self.emit(ci, Step::WriteSsd { ssd, buf, len });
+                        if let Some(c) = copy {
+                            self.emit_copy(ci, vol, p, c, 0);
+                        }
+                        d & !whole
+                    }
+                    mir => {
+                        self.emit(ci, Step::WriteSsd { ssd, buf, len });
+                        if let Mirror::Copy(c, fill) = mir {
+                            self.emit_copy(ci, vol, p, c, fill);
+                            link = Some(c);
+                        }
+                        d | m
+                    }
+                }
+            }
             Mode::WriteBack => {
                 self.emit(ci, Step::WriteSsd { ssd, buf, len });
                 d | m
@@ -1880,8 +1972,14 @@ impl Engine {
             }
         };
         self.fill_edges(ci, vol, p, slot, m & !whole & !v);
+        if !mirrored {
+            self.write_copy_too(ci, vol, p, slot);
+        }
         self.set_valid(slot, v | m);
         self.set_dirty_mask(slot, p.key, dirty);
+        if let Some(c) = link {
+            self.link_copy(slot, c);
+        }
         self.policy.hit(slot, a);
         Outcome::Hit
     }
@@ -1915,11 +2013,22 @@ impl Engine {
         };
         let line_buf = p.line_start - self.plan.buf_start;
         let ssd = self.ssd_addr(slot);
+        let mut copy = None;
         let dirty = if req.is_write() {
             // The client's part goes to the slot; the rest of the line is copied from the HDD
             // (population, which an executor may finish in the background: the line is
             // complete once the plan has run).
-            let wb = self.cfg.mode == Mode::WriteBack;
+            let mut wb = self.cfg.mode == Mode::WriteBack;
+            if wb && self.mirrors() {
+                // The copy gets the same bytes: the client's part, and what is filled from
+                // the HDD of the sectors the line has dirty (the whole line with line
+                // validity, the partly written end sectors with sector validity).
+                copy = self.alloc_copy(ci, slot);
+                if copy.is_none() {
+                    self.counters[ci].bypasses.add(Bypass::NoCopy);
+                    wb = false;
+                }
+            }
             let buf = p.lo - self.plan.buf_start;
             let len = p.hi - p.lo;
             if !wb {
@@ -1970,6 +2079,15 @@ impl Engine {
                     },
                 );
             }
+            if let Some(c) = copy {
+                let fill = if self.sectors {
+                    let (m, whole) = self.sector_masks(p);
+                    m & !whole
+                } else {
+                    self.full_mask
+                };
+                self.emit_copy(ci, vol, p, c, fill);
+            }
             wb
         } else {
             self.emit(
@@ -1999,6 +2117,10 @@ impl Engine {
             self.set_dirty_mask(slot, p.key, if dirty { m } else { 0 });
         } else if dirty {
             self.set_dirty(slot, p.key, true);
+        }
+        if let Some(c) = copy {
+            debug_assert!(self.is_dirty(slot), "a copy for a clean line");
+            self.link_copy(slot, c);
         }
         true
     }
@@ -2306,6 +2428,9 @@ impl Engine {
         if self.is_dirty(slot) {
             self.set_dirty_mask(slot, key, 0);
         }
+        if !self.remirroring.is_empty() {
+            self.remirroring.remove(&slot);
+        }
         self.set_valid(slot, 0);
         self.policy.remove(slot, key, evicted);
         let found = self.map.remove(key, slot);
@@ -2334,6 +2459,10 @@ impl Engine {
             self.dirty_count -= 1;
             self.dirty_win.cleaned(key);
             self.cleaner.cleaned(key);
+            if !self.copy_of.is_empty() {
+                // A clean line has no copy: its bytes are on the backing device.
+                self.unmirror(slot);
+            }
         }
     }
 
@@ -2352,7 +2481,7 @@ impl Engine {
     /// [`CLEAN_AHEAD`].
     pub fn needs_cleaning(&self) -> bool {
         self.dirty_count > 0
-            && (self.dirty_count as f64 > self.cfg.dirty_high * self.cap as f64
+            && (self.dirty_load() as f64 > self.cfg.dirty_high * self.cap as f64
                 || self.cleaner.due(self.clock, 1) > 0
                 || self.ahead_due())
     }
@@ -2415,7 +2544,11 @@ impl Engine {
     /// cleaning at least the lines dirty for more than `cleaning_age` requests).
     pub fn cleaning_target(&self) -> u64 {
         let low = (self.cfg.dirty_low * self.cap as f64).floor() as u64;
-        let over = self.dirty_count.saturating_sub(low);
+        // Slots of dirty data: each line cleaned frees its copy too.
+        let over = self
+            .dirty_load()
+            .saturating_sub(low)
+            .div_ceil(u64::from(self.cfg.dirty_copies));
         over.max(self.cleaner.due(self.clock, self.dirty_count))
             .max(self.dirty_ahead(self.ahead_window()))
     }
@@ -2519,6 +2652,12 @@ impl Engine {
         pin.count = pin.count.checked_add(1).expect("pins of one slot overflow");
         pin.pending |= pending;
         let wgen = pin.wgen;
+        // The copy leaves the line (clean from now on) but is held for the write-back.
+        let copy = if pending != 0 && !self.copy_of.is_empty() {
+            self.detach_copy(slot)
+        } else {
+            None
+        };
         let t = self.tickets.last_mut().expect("capturing into a ticket");
         t.lines.push(WbLine {
             slot,
@@ -2526,6 +2665,7 @@ impl Engine {
             pending,
             wgen,
             class,
+            copy,
         });
     }
 
@@ -2601,8 +2741,14 @@ impl Engine {
             );
             if l.pending != 0 && failed.contains(&l.slot) {
                 if !zombie {
-                    let m = self.dirty_mask(l.slot) | (l.pending & self.valid_mask(l.slot));
+                    let before = self.dirty_mask(l.slot);
+                    let m = before | (l.pending & self.valid_mask(l.slot));
                     self.set_dirty_mask(l.slot, l.key, m);
+                    if let Some(c) = l.copy {
+                        self.writeback_failed_copy(l.slot, c, before);
+                    }
+                } else if let Some(c) = l.copy {
+                    self.release_held(c);
                 }
                 // Counted at begin, not written: the pass that writes it counts it.
                 // (Saturating: `reset_counters` may have run while it was in flight.)
@@ -2616,6 +2762,9 @@ impl Engine {
                 self.ahead_depth.set(0);
             } else if l.pending != 0 {
                 done.cleaned += 1;
+                if let Some(c) = l.copy {
+                    self.release_held(c);
+                }
             }
             done.redirtied += rewritten as u64;
             if last && zombie {
@@ -2743,14 +2892,31 @@ impl Engine {
                 "a write-back in flight reads slot {s} (complete or reap write-backs first)"
             ));
         }
+        if let Some(&s) = self.held.keys().find(|&&s| range.contains(&u64::from(s))) {
+            return refuse(format!(
+                "a write-back or re-mirror in flight holds copy slot {s} (complete it first)"
+            ));
+        }
         let mut loss = DeviceLoss::default();
         for slot in range.clone() {
             let slot = slot as Slot;
             let key = self.keys[slot as usize];
             if key == EMPTY {
+                if let Some(owner) = self.owner_of.remove(&slot) {
+                    // A copy on the failed member: its line keeps one copy.
+                    self.copy_of.remove(&owner);
+                    loss.unmirrored.push(owner);
+                }
                 continue;
             }
             if self.is_dirty(slot) {
+                if let Some(c) = self.copy_of.remove(&slot) {
+                    self.owner_of.remove(&c);
+                    let to = self.promote_copy(slot, c);
+                    loss.promoted += 1;
+                    loss.unmirrored.push(to);
+                    continue;
+                }
                 loss.uncovered.push((slot, key));
             } else {
                 loss.dropped_clean += 1;
@@ -2807,10 +2973,15 @@ impl Engine {
             }
         }
         let dead = u64::from(self.slots.dead_slots());
+        self.check_copies(&seen);
         assert_eq!(
             u64::from(self.cap),
-            u64::from(self.len) + free + u64::from(self.zombies) + dead,
-            "capacity = cached + free + zombies + dead"
+            u64::from(self.len)
+                + free
+                + u64::from(self.copy_slots())
+                + u64::from(self.zombies)
+                + dead,
+            "capacity = cached + free + copies + zombies + dead"
         );
     }
 
@@ -3007,7 +3178,9 @@ impl Engine {
     /// plain eviction order (DSS's clean-first search or a partition limit may pick others).
     /// Slots being written back (pinned) are left out.
     pub fn eviction_candidates(&self, n: u64, out: &mut Vec<Slot>) {
-        let free = (self.cap - self.len - self.zombies - self.slots.dead_slots()) as u64;
+        let free =
+            (self.cap - self.len - self.zombies - self.slots.dead_slots() - self.copy_slots())
+                as u64;
         if n <= free {
             return;
         }

@@ -145,6 +145,80 @@ impl FreeSlots {
         }
     }
 
+    /// A free slot on a live member other than `d` (its freed slots first, the member with
+    /// the most; else a fresh one of the live member with the smallest share used), for a
+    /// mirrored copy; `None` for a single device or when no other member has one.
+    pub(crate) fn pop_other(&mut self, d: usize, keys: &[u64]) -> Option<Slot> {
+        self.drop_stale(keys);
+        let p = self.pool.as_deref_mut()?;
+        let n = p.lists.len();
+        if let Some(e) = (0..n)
+            .filter(|&e| e != d && !p.dead[e] && !p.lists[e].is_empty())
+            .max_by_key(|&e| (p.lists[e].len(), std::cmp::Reverse(e)))
+        {
+            return p.lists[e].pop();
+        }
+        let e = (0..n)
+            .filter(|&e| e != d && !p.dead[e] && u64::from(p.fresh[e]) < p.pool.lines(e))
+            .min_by(|&a, &b| {
+                let (ua, ub) = (u64::from(p.fresh[a]), u64::from(p.fresh[b]));
+                (ua * p.pool.lines(b))
+                    .cmp(&(ub * p.pool.lines(a)))
+                    .then(a.cmp(&b))
+            })?;
+        let s = p.pool.base(e) as u32 + p.fresh[e];
+        p.fresh[e] += 1;
+        if p.cur == e && p.left > 0 {
+            p.left -= 1;
+        }
+        Some(s)
+    }
+
+    /// Takes `slot`, free, out of the free slots (a copy installed at open; O(freed slots
+    /// of its member) when it was freed before, O(1) when fresh). `false` if it is not free.
+    pub(crate) fn claim(&mut self, slot: Slot, keys: &[u64]) -> bool {
+        self.drop_stale(keys);
+        match self.pool.as_deref_mut() {
+            Some(p) => {
+                let (d, local) = p.pool.locate(slot as u64);
+                let local = local as u32;
+                if p.dead[d] {
+                    return false;
+                }
+                if local >= p.fresh[d] {
+                    let base = p.pool.base(d) as u32;
+                    p.lists[d].extend(base + p.fresh[d]..base + local);
+                    p.fresh[d] = local + 1;
+                    if p.cur == d {
+                        p.left = 0;
+                    }
+                    return true;
+                }
+                match p.lists[d].iter().position(|&x| x == slot) {
+                    Some(i) => {
+                        p.lists[d].swap_remove(i);
+                        true
+                    }
+                    None => false,
+                }
+            }
+            None => {
+                if slot >= self.next_fresh {
+                    self.free.extend(self.next_fresh..slot);
+                    self.next_fresh = slot + 1;
+                    return true;
+                }
+                match self.free.iter().position(|&x| x == slot) {
+                    Some(i) => {
+                        self.free.swap_remove(i);
+                        true
+                    }
+                    None => false,
+                }
+            }
+        }
+    }
+
     /// Whether `slot` lies on a failed member.
     #[inline]
     pub(crate) fn is_dead(&self, slot: Slot) -> bool {

@@ -28,8 +28,8 @@ pub use config::{
     DEFAULT_REWRITE_CHUNK, DEFAULT_REWRITE_MIN_RUNS,
 };
 pub use engine::{
-    DeviceLoss, Engine, EngineError, InflightCounters, LineState, RestoreLine, RestorePending,
-    VolumeStats, WbBatch, WbDone, WbLine, WbTicket,
+    DeviceLoss, Engine, EngineError, InflightCounters, LineState, Remirror, RestoreLine,
+    RestorePending, VolumeStats, WbBatch, WbDone, WbLine, WbTicket,
 };
 pub use free_slots::STRIPE_LINES;
 pub use log::{Compression, ExtentContent, Layout, LogConfig, LogEngine};

@@ -27,6 +27,9 @@ pub enum Bypass {
     /// The line's I/O class is not allocated now (DSS selective allocation, a class marked
     /// `never`, or a partition with no room).
     Class,
+    /// A write that would have dirtied a line found no slot for its mirrored copy
+    /// (`dirty_copies` 2): the line was written through and kept clean.
+    NoCopy,
 }
 
 /// Per-reason bypass counts (lines).
@@ -39,6 +42,8 @@ pub struct Bypasses {
     pub no_capacity: u64,
     #[serde(default)]
     pub class: u64,
+    #[serde(default)]
+    pub no_copy: u64,
 }
 
 impl Bypasses {
@@ -49,6 +54,7 @@ impl Bypasses {
             + self.partial_write
             + self.no_capacity
             + self.class
+            + self.no_copy
     }
 
     #[inline]
@@ -60,6 +66,7 @@ impl Bypasses {
             Bypass::PartialWrite => &mut self.partial_write,
             Bypass::NoCapacity => &mut self.no_capacity,
             Bypass::Class => &mut self.class,
+            Bypass::NoCopy => &mut self.no_copy,
         } += 1;
     }
 }
@@ -236,6 +243,7 @@ impl AddAssign<&Counters> for Counters {
         b.partial_write += ob.partial_write;
         b.no_capacity += ob.no_capacity;
         b.class += ob.class;
+        b.no_copy += ob.no_copy;
         self.read_requests += &o.read_requests;
         self.write_requests += &o.write_requests;
     }
@@ -260,6 +268,7 @@ impl Counters {
         d!(bypasses.partial_write);
         d!(bypasses.no_capacity);
         d!(bypasses.class);
+        d!(bypasses.no_copy);
         for (s, n, b) in [
             (
                 &mut self.read_requests,

@@ -4,24 +4,34 @@
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
+use std::collections::HashMap;
 use tiercache_engine::policy::REGISTRY;
 use tiercache_engine::{
-    CleaningPolicy, Engine, EngineConfig, Mode, Op, Plan, Pool, Request, Step, STRIPE_LINES,
+    CleaningPolicy, Engine, EngineConfig, Mode, Op, Plan, Pool, Request, Step, Validity,
+    STRIPE_LINES,
 };
 
 const LINE: u64 = 4096;
 
 fn engine(policy: &str, cleaning: CleaningPolicy, members: &[u64], mode: Mode) -> Engine {
-    let cap = Pool::new(members).unwrap().capacity();
-    let mut e = Engine::new(EngineConfig {
-        capacity_lines: cap,
+    engine_with(policy, cleaning, members, |c| c.mode = mode)
+}
+
+fn engine_with(
+    policy: &str,
+    cleaning: CleaningPolicy,
+    members: &[u64],
+    f: impl FnOnce(&mut EngineConfig),
+) -> Engine {
+    let mut cfg = EngineConfig {
+        capacity_lines: Pool::new(members).unwrap().capacity(),
         pool_lines: members.to_vec(),
         policy: policy.into(),
-        mode,
         cleaning,
         ..EngineConfig::default()
-    })
-    .unwrap();
+    };
+    f(&mut cfg);
+    let mut e = Engine::new(cfg).unwrap();
     if e.needs_oracle() {
         // No future is known in these runs: every line is used again "never".
         e.set_oracle(Vec::new());
@@ -305,4 +315,523 @@ fn a_restart_restores_into_member_slots_and_keeps_the_free_lists_consistent() {
     assert!(e.restore_line(7, 5, 0xff, 0, 0).is_err());
     e.restore_line(7, 300, 0xff, 0, 0).unwrap();
     e.check_slots();
+}
+
+// ---- Mirrored dirty copies (`dirty_copies` 2, plan-multi-cache.md (c), step 4) ----
+
+/// Model unit: requests are 256 B aligned, so partly written sectors (512 B) occur.
+const U: u64 = 256;
+const SECTORS_PER_LINE: u64 = 8;
+
+fn mirrored(policy: &str, cleaning: CleaningPolicy, members: &[u64], validity: Validity) -> Engine {
+    engine_with(policy, cleaning, members, |c| {
+        c.mode = Mode::WriteBack;
+        c.validity = validity;
+        c.dirty_copies = 2;
+    })
+}
+
+/// Contents as version numbers per 256 B: the cache's slots, the backing device and what
+/// the client wrote last (`truth`). Plans run in order; reads are checked against `truth`.
+struct Model {
+    ssd: Vec<u64>,
+    hdd: HashMap<u64, u64>,
+    truth: HashMap<u64, u64>,
+    ver: u64,
+}
+
+impl Model {
+    fn new(cap: u64) -> Model {
+        Model {
+            ssd: vec![0; (cap * LINE / U) as usize],
+            hdd: HashMap::new(),
+            truth: HashMap::new(),
+            ver: 0,
+        }
+    }
+
+    fn run(&mut self, r: Option<&Request>, plan: &Plan) {
+        let mut buf = vec![0u64; (plan.buf_len / U) as usize];
+        if let Some(r) = r.filter(|r| r.op == Op::Write) {
+            for off in (r.offset..r.end()).step_by(U as usize) {
+                self.ver += 1;
+                buf[((off - plan.buf_start) / U) as usize] = self.ver;
+                self.truth.insert(off / U, self.ver);
+            }
+        }
+        for s in &plan.steps {
+            let n = |len: u64| 0..len / U;
+            match *s {
+                Step::ReadSsd { ssd, buf: b, len } => {
+                    for i in n(len) {
+                        buf[(b / U + i) as usize] = self.ssd[(ssd / U + i) as usize];
+                    }
+                }
+                Step::ReadHdd {
+                    hdd, buf: b, len, ..
+                } => {
+                    for i in n(len) {
+                        buf[(b / U + i) as usize] = *self.hdd.get(&(hdd / U + i)).unwrap_or(&0);
+                    }
+                }
+                Step::WriteSsd { ssd, buf: b, len } => {
+                    for i in n(len) {
+                        self.ssd[(ssd / U + i) as usize] = buf[(b / U + i) as usize];
+                    }
+                }
+                Step::WriteHdd {
+                    hdd, buf: b, len, ..
+                } => {
+                    for i in n(len) {
+                        self.hdd.insert(hdd / U + i, buf[(b / U + i) as usize]);
+                    }
+                }
+                Step::Populate { hdd, ssd, len, .. } => {
+                    for i in n(len) {
+                        self.ssd[(ssd / U + i) as usize] =
+                            *self.hdd.get(&(hdd / U + i)).unwrap_or(&0);
+                    }
+                }
+                Step::WriteBack { ssd, hdd, len, .. } => {
+                    for i in n(len) {
+                        self.hdd
+                            .insert(hdd / U + i, self.ssd[(ssd / U + i) as usize]);
+                    }
+                }
+                _ => {}
+            }
+        }
+        if let Some(r) = r.filter(|r| r.op == Op::Read) {
+            for off in (r.offset..r.end()).step_by(U as usize) {
+                assert_eq!(
+                    buf[((off - plan.buf_start) / U) as usize],
+                    *self.truth.get(&(off / U)).unwrap_or(&0),
+                    "read at {off} returns what was written last"
+                );
+            }
+        }
+    }
+
+    /// Every mirrored dirty line: its copy holds the same bytes in its dirty sectors.
+    fn check_copies(&self, e: &Engine) {
+        let per = LINE / U;
+        for (_, slot, dirty) in e.entries() {
+            if !dirty {
+                assert_eq!(e.copy_of(slot), None, "clean line {slot} has a copy");
+                continue;
+            }
+            let c = e.copy_of(slot).expect("every dirty line is mirrored");
+            assert_ne!(e.member_of(slot), e.member_of(c), "copy on another member");
+            let m = e.dirty_mask(slot);
+            for sec in 0..SECTORS_PER_LINE {
+                if m >> sec & 1 == 0 {
+                    continue;
+                }
+                for u in 0..(LINE / SECTORS_PER_LINE / U) {
+                    let i = sec * (LINE / SECTORS_PER_LINE / U) + u;
+                    assert_eq!(
+                        self.ssd[(u64::from(slot) * per + i) as usize],
+                        self.ssd[(u64::from(c) * per + i) as usize],
+                        "copy {c} of line {slot} differs in dirty sector {sec}"
+                    );
+                }
+            }
+        }
+    }
+
+    /// Reads every line of `span` through the engine and checks what comes back.
+    fn read_all(&mut self, e: &mut Engine, span: u64) {
+        for l in 0..span {
+            let r = Request::new(0, Op::Read, l * LINE, LINE);
+            let plan = e.process(&r).unwrap().clone();
+            self.run(Some(&r), &plan);
+        }
+    }
+}
+
+/// A random read or write of 256 B units within one or two lines (no trims: the model
+/// does not define what a trimmed range reads).
+fn small_request(rng: &mut ChaCha8Rng, span: u64) -> Request {
+    let start = rng.gen_range(0..span * LINE / U) * U;
+    let len = if rng.gen_bool(0.5) {
+        LINE.min(span * LINE - start)
+    } else {
+        (rng.gen_range(1..=LINE / U) * U).min(span * LINE - start)
+    };
+    let op = if rng.gen_bool(0.55) {
+        Op::Write
+    } else {
+        Op::Read
+    };
+    Request::new(0, op, start, len)
+}
+
+fn run_mirrored(e: &mut Engine, m: &mut Model, rng: &mut ChaCha8Rng, span: u64, n: usize) {
+    for i in 0..n {
+        let r = small_request(rng, span);
+        let plan = e.process(&r).unwrap().clone();
+        m.run(Some(&r), &plan);
+        if e.needs_cleaning() {
+            let k = e.cleaning_target();
+            let plan = e.clean(k).clone();
+            m.run(None, &plan);
+        }
+        m.check_copies(e);
+        if i % 64 == 0 {
+            e.check_slots();
+        }
+        assert_eq!(e.unmirrored_lines(), 0);
+        assert_eq!(
+            e.copy_slot_count(),
+            e.dirty_lines(),
+            "one copy per dirty line"
+        );
+    }
+    e.check_slots();
+}
+
+#[test]
+fn dirty_lines_have_a_copy_on_another_member_that_survives_its_loss() {
+    for p in REGISTRY {
+        for cleaning in cleanings() {
+            for validity in [Validity::Line, Validity::Sector] {
+                let what = format!("{} {cleaning:?} {validity:?}", p.name);
+                let mut e = mirrored(p.name, cleaning, &[256, 256], validity);
+                let mut m = Model::new(512);
+                let mut rng = ChaCha8Rng::seed_from_u64(22);
+                let span = 1200;
+                run_mirrored(&mut e, &mut m, &mut rng, span, 1500);
+                assert!(e.dirty_lines() > 0, "{what}: some lines are dirty");
+                let on0: u64 = e
+                    .entries()
+                    .filter(|&(_, s, d)| d && e.member_of(s) == 0)
+                    .count() as u64;
+                let loss = e.fail_device(0).unwrap();
+                assert!(
+                    loss.uncovered.is_empty(),
+                    "{what}: every dirty line had a copy"
+                );
+                assert_eq!(
+                    loss.promoted, on0,
+                    "{what}: member 0's dirty lines promoted"
+                );
+                assert_eq!(e.unmirrored_lines(), e.dirty_lines(), "{what}");
+                assert_eq!(loss.unmirrored.len() as u64, e.dirty_lines(), "{what}");
+                assert_eq!(e.copy_slot_count(), 0, "{what}: no copy is left");
+                e.check_slots();
+                m.read_all(&mut e, span);
+                e.check_slots();
+            }
+        }
+    }
+}
+
+#[test]
+fn write_back_in_flight_carries_the_copy_and_frees_it_or_restores_it() {
+    for validity in [Validity::Line, Validity::Sector] {
+        let mut e = mirrored("lru", CleaningPolicy::Lba, &[128, 128], validity);
+        for l in 0..10 {
+            e.process(&Request::new(0, Op::Write, l * LINE, LINE))
+                .unwrap();
+        }
+        let copies: HashMap<u32, u32> = e
+            .entries()
+            .map(|(_, s, _)| (s, e.copy_of(s).unwrap()))
+            .collect();
+        assert_eq!(e.copy_slot_count(), 10);
+        let b = e.begin_clean(10).unwrap();
+        let (t, lines) = (b.ticket, b.lines.to_vec());
+        assert_eq!(lines.len(), 10);
+        for l in &lines {
+            assert_eq!(
+                l.copy,
+                Some(copies[&l.slot]),
+                "the ticket names the line's copy"
+            );
+        }
+        // Clean now: no line has a copy, but the copies are held until completion.
+        assert_eq!(e.dirty_lines(), 0);
+        assert!(lines.iter().all(|l| e.copy_of(l.slot).is_none()));
+        assert_eq!(e.copy_slot_count(), 10);
+        e.check_slots();
+        // One line fails: dirty again, with its held copy back.
+        let failed = lines[3].slot;
+        let done = e.complete_writeback(t, &[failed]);
+        assert_eq!((done.cleaned, done.failed), (9, 1));
+        assert_eq!(e.copy_of(failed), Some(copies[&failed]));
+        assert_eq!(e.copy_slot_count(), 1, "the cleaned lines' copies are free");
+        e.check_slots();
+        // Written while in flight: the new write gets a new copy, the failed pending
+        // sectors are then in the line only (unmirrored).
+        let b = e.begin_clean(1).unwrap();
+        let t = b.ticket;
+        let key_line = e.entries().find(|&(_, s, _)| s == failed).unwrap().0 & 0xffff_ffff;
+        e.process(&Request::new(0, Op::Write, key_line * LINE, 512))
+            .unwrap();
+        e.complete_writeback(t, &[failed]);
+        assert!(e.is_dirty(failed));
+        e.check_slots();
+        if validity == Validity::Sector {
+            assert_eq!(
+                e.copy_of(failed),
+                None,
+                "new and old copy each lack sectors"
+            );
+            assert_eq!(e.unmirrored_lines(), 1);
+        }
+        e.clean(100);
+        assert_eq!((e.copy_slot_count(), e.dirty_lines()), (0, 0));
+        e.check_slots();
+    }
+}
+
+#[test]
+fn trim_eviction_and_drop_free_the_copy() {
+    for validity in [Validity::Line, Validity::Sector] {
+        let mut e = mirrored("lru", CleaningPolicy::Lba, &[128, 128], validity);
+        e.process(&Request::new(0, Op::Write, 0, 2 * LINE)).unwrap();
+        assert_eq!(e.copy_slot_count(), 2);
+        e.process(&Request::new(0, Op::Trim, 0, LINE)).unwrap();
+        assert_eq!(e.copy_slot_count(), 1, "trim frees the copy");
+        e.check_slots();
+        let s = e.lookup(Engine::line_key(0, 1)).unwrap();
+        e.drop_line(s);
+        assert_eq!(e.copy_slot_count(), 0, "drop_line frees the copy");
+        e.check_slots();
+        // Far more dirty lines than fit: dirty evictions, each freeing its copy.
+        for l in 0..1000 {
+            e.process(&Request::new(0, Op::Write, l * LINE, LINE))
+                .unwrap();
+            assert_eq!(e.copy_slot_count(), e.dirty_lines());
+            assert_eq!(e.unmirrored_lines(), 0);
+        }
+        assert!(e.counters().dirty_evictions > 0);
+        e.check_slots();
+        assert!(e.len() <= 128, "lines and copies share the slots");
+    }
+}
+
+#[test]
+fn no_copy_slot_writes_through_and_keeps_the_line_clean() {
+    for validity in [Validity::Line, Validity::Sector] {
+        let mut e = mirrored("lru", CleaningPolicy::Lba, &[128, 128], validity);
+        for l in 0..128 {
+            e.process(&Request::new(0, Op::Write, l * LINE, LINE))
+                .unwrap();
+        }
+        assert_eq!(
+            (e.len(), e.copy_slot_count()),
+            (128, 128),
+            "full of dirty lines"
+        );
+        // Every line is being written back: pinned, clean, its copy held.
+        let b = e.begin_clean(128).unwrap();
+        let t = b.ticket;
+        let r = Request::new(0, Op::Write, 5 * LINE, LINE);
+        let plan = e.process(&r).unwrap().clone();
+        assert_eq!(e.counters().bypasses.no_copy, 1);
+        assert!(
+            plan.steps
+                .iter()
+                .any(|s| matches!(s, Step::WriteHdd { .. })),
+            "written through: {:?}",
+            plan.steps
+        );
+        let s = e.lookup(Engine::line_key(0, 5)).unwrap();
+        assert!(!e.is_dirty(s), "kept clean");
+        e.check_slots();
+        e.complete_writeback(t, &[]);
+        assert_eq!(e.copy_slot_count(), 0);
+        e.check_slots();
+    }
+}
+
+#[test]
+fn a_mirrored_write_hit_writes_both_copies() {
+    let mut e = mirrored("lru", CleaningPolicy::Lba, &[128, 128], Validity::Sector);
+    e.process(&Request::new(0, Op::Write, 0, LINE)).unwrap();
+    let s = e.lookup(Engine::line_key(0, 0)).unwrap();
+    let c = e.copy_of(s).unwrap();
+    let plan = e
+        .process(&Request::new(0, Op::Write, 1024, 512))
+        .unwrap()
+        .clone();
+    let ssd_writes: Vec<u64> = plan
+        .steps
+        .iter()
+        .filter_map(|st| match *st {
+            Step::WriteSsd { ssd, .. } => Some(ssd),
+            _ => None,
+        })
+        .collect();
+    let (ps, cs) = (u64::from(s) * LINE + 1024, u64::from(c) * LINE + 1024);
+    assert_eq!(
+        ssd_writes,
+        vec![ps, cs],
+        "primary then copy, the request's sectors only"
+    );
+}
+
+#[test]
+fn remirror_gives_single_copy_lines_a_copy_again() {
+    for validity in [Validity::Line, Validity::Sector] {
+        let mut e = mirrored("lru", CleaningPolicy::Lba, &[128, 128, 128], validity);
+        let mut m = Model::new(384);
+        let mut rng = ChaCha8Rng::seed_from_u64(7);
+        run_mirrored(&mut e, &mut m, &mut rng, 300, 600);
+        let dirty = e.dirty_lines();
+        assert!(dirty > 0);
+        let loss = e.fail_device(1).unwrap();
+        assert!(loss.uncovered.is_empty());
+        assert_eq!(loss.unmirrored.len() as u64, e.unmirrored_lines());
+        assert!(e.unmirrored_lines() > 0);
+        for &s in &loss.unmirrored {
+            assert!(e.is_dirty(s) && e.copy_of(s).is_none());
+        }
+        e.check_slots();
+        // Rounds: a round takes free slots of other members, then clean lines among the
+        // next victims.
+        let (mut rounds, mut remirrored) = (0, 0);
+        while e.unmirrored_lines() > 0 {
+            rounds += 1;
+            assert!(rounds < 50, "re-mirroring makes progress");
+            let Some((pairs, plan)) = e
+                .begin_remirror(1000)
+                .map(|r| (r.pairs.to_vec(), r.plan.clone()))
+            else {
+                // No copy slot among free slots and clean next victims: the executor
+                // cleans the rest instead.
+                let rest = e.unmirrored_slots(1000);
+                assert_eq!(rest.len() as u64, e.unmirrored_lines());
+                let plan = e.write_back_slots(&rest).clone();
+                m.run(None, &plan);
+                continue;
+            };
+            assert!(pairs.len() as u64 <= e.unmirrored_lines());
+            for &(s, c) in &pairs {
+                assert_ne!(e.member_of(s), e.member_of(c));
+                assert_ne!(e.member_of(c), 1, "not on the failed member");
+            }
+            e.check_slots();
+            m.run(None, &plan);
+            assert_eq!(e.complete_remirror(&pairs, &[]), pairs.len() as u64);
+            remirrored += pairs.len();
+        }
+        assert!(remirrored > 0, "some lines got a copy again");
+        m.check_copies(&e);
+        e.check_slots();
+        // The copies are real: lose another member and read everything back.
+        let loss = e.fail_device(0).unwrap();
+        assert!(loss.uncovered.is_empty());
+        m.read_all(&mut e, 300);
+        e.check_slots();
+        // One live member left: nothing to re-mirror onto.
+        assert!(e.begin_remirror(1000).is_none());
+    }
+}
+
+#[test]
+fn a_line_written_during_its_remirror_does_not_take_the_stale_copy() {
+    let mut e = mirrored("lru", CleaningPolicy::Lba, &[128, 128, 128], Validity::Line);
+    e.process(&Request::new(0, Op::Write, 0, LINE)).unwrap();
+    let s = e.lookup(Engine::line_key(0, 0)).unwrap();
+    e.unmirror(s).unwrap();
+    assert_eq!(e.unmirrored_lines(), 1);
+    e.check_slots();
+    let pairs = e.begin_remirror(10).unwrap().pairs.to_vec();
+    assert_eq!(pairs.len(), 1);
+    e.process(&Request::new(0, Op::Write, 0, 512)).unwrap();
+    assert_eq!(e.complete_remirror(&pairs, &[]), 0);
+    assert_eq!(e.copy_of(s), None);
+    assert_eq!(e.copy_slot_count(), 0);
+    e.check_slots();
+}
+
+#[test]
+fn restore_copy_installs_a_copy_at_open_and_refuses_bad_ones() {
+    let mut e = mirrored("lru", CleaningPolicy::Lba, &[128, 128], Validity::Sector);
+    let key = Engine::line_key(0, 9);
+    e.restore_line(key, 3, 0xff, 0x0f, 0).unwrap();
+    assert_eq!(e.unmirrored_lines(), 1);
+    assert!(e.restore_copy(key, 3, 130, 0xff).is_err(), "mask differs");
+    assert!(e.restore_copy(key, 3, 5, 0x0f).is_err(), "same member");
+    assert!(e.restore_copy(key + 1, 3, 130, 0x0f).is_err(), "other key");
+    e.restore_copy(key, 3, 130, 0x0f).unwrap();
+    assert!(e.restore_copy(key, 3, 131, 0x0f).is_err(), "has a copy");
+    assert_eq!((e.copy_of(3), e.owner_of(130)), (Some(130), Some(3)));
+    assert_eq!(e.unmirrored_lines(), 0);
+    e.check_slots();
+    // The copy slot is not handed out again.
+    for l in 100..300 {
+        e.process(&Request::new(0, Op::Read, l * LINE, LINE))
+            .unwrap();
+        assert_ne!(e.lookup(Engine::line_key(0, l)), Some(130));
+    }
+    e.check_slots();
+}
+
+#[test]
+fn dirty_copies_two_needs_a_pool_and_is_fixed_while_running() {
+    let bad = |copies: u8, pool: Vec<u64>| {
+        let cap = if pool.is_empty() {
+            256
+        } else {
+            Pool::new(&pool).unwrap().capacity()
+        };
+        Engine::new(EngineConfig {
+            capacity_lines: cap,
+            pool_lines: pool,
+            dirty_copies: copies,
+            ..EngineConfig::default()
+        })
+        .err()
+        .map(|e| e.to_string())
+    };
+    assert!(bad(2, vec![])
+        .unwrap()
+        .contains("two or more cache devices"));
+    assert!(bad(2, vec![256])
+        .unwrap()
+        .contains("two or more cache devices"));
+    assert!(bad(3, vec![128, 128]).unwrap().contains("must be 1 or 2"));
+    assert!(bad(0, vec![128, 128]).is_some());
+    assert!(bad(2, vec![128, 128]).is_none());
+    let mut e = mirrored("lru", CleaningPolicy::Lba, &[128, 128], Validity::Line);
+    assert!(e.retune(|c| c.dirty_copies = 1).is_err());
+}
+
+#[test]
+fn one_copy_keeps_dirty_lines_single() {
+    let mut e = engine("lru", CleaningPolicy::Lba, &[128, 128], Mode::WriteBack);
+    for l in 0..50 {
+        e.process(&Request::new(0, Op::Write, l * LINE, LINE))
+            .unwrap();
+    }
+    assert_eq!((e.copy_slot_count(), e.unmirrored_lines()), (0, 0));
+    assert!(e.dirty_lines() > 0);
+    e.check_slots();
+}
+
+#[test]
+fn writes_in_other_modes_keep_a_dirty_lines_copy_current() {
+    for validity in [Validity::Line, Validity::Sector] {
+        let mut e = mirrored("lru", CleaningPolicy::Lba, &[128, 128], validity);
+        let mut m = Model::new(256);
+        let mut rng = ChaCha8Rng::seed_from_u64(3);
+        run_mirrored(&mut e, &mut m, &mut rng, 100, 200);
+        assert!(e.dirty_lines() > 0);
+        for mode in [Mode::WriteThrough, Mode::ReadOnly] {
+            e.set_mode(mode);
+            for _ in 0..200 {
+                let r = small_request(&mut rng, 100);
+                let plan = e.process(&r).unwrap().clone();
+                m.run(Some(&r), &plan);
+                m.check_copies(&e);
+            }
+            e.check_slots();
+        }
+        let loss = e.fail_device(1).unwrap();
+        assert!(loss.uncovered.is_empty());
+        m.read_all(&mut e, 100);
+    }
 }

@@ -33,6 +33,7 @@ impl ShardedBatch {
         self.lines
             .extend(b.lines.iter().map(|l| crate::engine::WbLine {
                 slot: l.slot + slot_base,
+                copy: l.copy.map(|c| c + slot_base),
                 ..*l
             }));
         self.spans.extend_from_slice(b.spans);
