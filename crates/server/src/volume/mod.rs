@@ -311,6 +311,10 @@ struct Inner {
     halted: bool,
     /// Cache-device errors so far; at `max_cache_errors` the cache is failed.
     cache_errors: u64,
+    /// A pool of several cache devices: errors per member so far (an error naming its
+    /// member counts here, not in `cache_errors`); at `max_cache_errors` that member alone
+    /// is failed ([`CacheVolume::fail_member`]). Empty: one cache device.
+    member_errors: Vec<u64>,
     /// The cache device failed: every request goes to the backing device.
     failed: bool,
     /// Volume byte ranges `[a, b)` whose dirty data the cache lost (sorted, disjoint):
