@@ -100,6 +100,9 @@ impl<D: BlockDev> BlockDev for Counted<D> {
     fn failed_members(&self) -> Vec<usize> {
         self.inner.failed_members()
     }
+    fn pool_member_names(&self) -> Vec<String> {
+        self.inner.pool_member_names()
+    }
 }
 
 /// Cumulative counters of one class (or of the whole volume) at one instant.

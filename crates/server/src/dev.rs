@@ -47,6 +47,10 @@ pub trait BlockDev: Send + Sync {
     fn failed_members(&self) -> Vec<usize> {
         Vec::new()
     }
+    /// The members' names (paths or URIs) of a pool of cache devices (empty: one device).
+    fn pool_member_names(&self) -> Vec<String> {
+        Vec::new()
+    }
 }
 
 /// A regular file or a block device.
@@ -212,6 +216,9 @@ impl<D: BlockDev> BlockDev for EmulatedHdd<D> {
     fn failed_members(&self) -> Vec<usize> {
         self.inner.failed_members()
     }
+    fn pool_member_names(&self) -> Vec<String> {
+        self.inner.pool_member_names()
+    }
 }
 
 /// A cache device that takes as long as a simple SSD would (`--emulate-ssd LAT_US[:CHANNELS]`):
@@ -317,6 +324,9 @@ impl<D: BlockDev> BlockDev for EmulatedSsd<D> {
     fn failed_members(&self) -> Vec<usize> {
         self.inner.failed_members()
     }
+    fn pool_member_names(&self) -> Vec<String> {
+        self.inner.pool_member_names()
+    }
 }
 
 impl BlockDev for Box<dyn BlockDev> {
@@ -346,6 +356,9 @@ impl BlockDev for Box<dyn BlockDev> {
     }
     fn failed_members(&self) -> Vec<usize> {
         (**self).failed_members()
+    }
+    fn pool_member_names(&self) -> Vec<String> {
+        (**self).pool_member_names()
     }
 }
 

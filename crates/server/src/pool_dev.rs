@@ -727,6 +727,10 @@ impl BlockDev for PoolDev {
         self.fail_member_now(d)
     }
 
+    fn pool_member_names(&self) -> Vec<String> {
+        self.member_names()
+    }
+
     fn failed_members(&self) -> Vec<usize> {
         (0..self.members.len())
             .filter(|&d| self.member_failed(d))

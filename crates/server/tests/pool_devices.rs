@@ -443,6 +443,18 @@ fn a_failing_member_is_failed_alone_and_stays_out_after_a_restart() {
             );
             let st = vol.stats();
             assert!(st.cached_lines > 0, "{what}: member 0 still caches");
+            let pm = &st.pool_members;
+            assert_eq!(
+                pm.iter()
+                    .map(|m| (m.path.as_str(), m.state.as_str()))
+                    .collect::<Vec<_>>(),
+                vec![("m0", "active"), ("m1", "failed")],
+                "{what}: {pm:?}"
+            );
+            assert!(
+                pm[1].lines == 0 && pm[0].lines == st.cached_lines && pm[1].errors >= 4,
+                "{what}: {pm:?}"
+            );
             vol.shutdown().unwrap();
         }
         // Restarted with member 1 present and answering again: still out, data intact.
@@ -460,14 +472,16 @@ fn a_failing_member_is_failed_alone_and_stays_out_after_a_restart() {
 }
 
 /// A failed member's records are never restored, even when it answers again after a
-/// restart: member 1 held line K (value 1) when it failed live; K was then written again
-/// (value 2, cached on member 0) and evicted there, so no record newer than member 1's stale
-/// one exists. The restart (member 1 present) must read 2 from the backing device, not 1
-/// from member 1 (plan (d)4: the survivors' pool blocks say member 1 failed).
+/// restart: member 1 held line K dirty (value 1, flushed) when it failed live (its writes
+/// and syncs failing, found by a flush: K is written back from it); K was then written
+/// again (value 2) and evicted from member 0, so no record newer than member 1's stale one
+/// exists (a dirty record: the clean-line sample at open does not look at it). The restart
+/// (member 1 present) must read 2, not 1 from member 1 (plan (d)4: the survivors' pool
+/// blocks say member 1 failed).
 #[test]
 fn a_stale_member_answering_again_is_not_served() {
     let p = pool_files(&[128, 128]);
-    format_pool(&p, Mode::WriteThrough);
+    format_pool(&p, Mode::WriteBack);
     let lines = VOL / LS;
     let k;
     {
@@ -484,14 +498,17 @@ fn a_stale_member_answering_again_is_not_served() {
         k = (0..32u64)
             .find(|&l| on_b.contains(&tiercache_engine::Engine::line_key(0, l)))
             .expect("member 1 holds one of the 32 lines written");
-        h1.lose();
-        let mut buf = vec![0u8; LS as usize];
-        vol.read(k * LS, &mut buf).unwrap();
-        assert!(buf.iter().all(|&x| x == 1), "line {k} read back");
+        h1.fail_writes(0..u64::MAX);
+        h1.fail_syncs();
+        vol.flush().unwrap();
         assert!(
             vol.pool_members()[1].0,
             "member 1 failed at its first error"
         );
+        assert_eq!(vol.lost_dirty_ranges(), vec![]);
+        let mut buf = vec![0u8; LS as usize];
+        vol.read(k * LS, &mut buf).unwrap();
+        assert!(buf.iter().all(|&x| x == 1), "line {k} read back");
         assert!(!vol.cache_failed());
         vol.write(k * LS, &vec![2u8; LS as usize], false).unwrap();
         // Every other line, twice: K is evicted from member 0 (128 lines).

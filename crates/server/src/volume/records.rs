@@ -390,14 +390,20 @@ impl CacheVolume {
             g.member_errors[d] += 1;
             let e = r.unwrap_err();
             self.fail_member(g, d, &format!("a flush failed on it: {e}"));
+            if !g.failed && !g.engine.device_failed(d) {
+                r = Err(e); // not taken out alone: the whole cache fails below
+                break;
+            }
             self.settle_dropped(g);
             if g.lost != lost_before {
                 return Err(io::Error::other(format!(
                     "flush: a pool member failed and dirty data was lost ({e})"
                 )));
             }
+            // Its dirty lines were just written back: synced before any record says so.
+            self.sync_backing(g).map_err(|e| self.backing_error(e))?;
             if g.failed {
-                return self.sync_backing(g).map_err(|e| self.backing_error(e));
+                return Ok(());
             }
             r = self.flush_cache(g);
         }
