@@ -25,7 +25,7 @@ impl CacheVolume {
                     .filter(|&d| d < g.member_errors.len())
                     .map(|d| g.engine.pool().range(d));
                 for (s, m) in std::mem::take(&mut g.cache_unsynced) {
-                    if member.as_ref().map_or(true, |r| r.contains(&u64::from(s))) {
+                    if member.as_ref().is_none_or(|r| r.contains(&u64::from(s))) {
                         *g.cache_dropped.entry(s).or_insert(0) |= m;
                     }
                 }
