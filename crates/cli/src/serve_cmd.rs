@@ -452,6 +452,22 @@ enum CtlCmd {
         #[command(subcommand)]
         cmd: VolumeCmd,
     },
+    /// The cache devices of a pool (`serve --cache` repeated): `cache list`.
+    Cache {
+        #[command(subcommand)]
+        cmd: CacheCmd,
+    },
+}
+
+#[derive(Subcommand)]
+enum CacheCmd {
+    /// The members of the cache pool: index, path, state (active, failed), lines cached,
+    /// dirty lines, errors counted against it (failed at `--max-cache-errors`).
+    List {
+        /// Machine-readable output.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Subcommand)]
@@ -2356,7 +2372,7 @@ pub(crate) fn print_faults(s: &serde_json::Value) {
 
 pub fn ctl(a: CtlArgs) -> Result<()> {
     let cmd = match &a.cmd {
-        CtlCmd::Stats { .. } => Command::Stats,
+        CtlCmd::Stats { .. } | CtlCmd::Cache { .. } => Command::Stats,
         CtlCmd::Get { key } => Command::Get { key: key.clone() },
         CtlCmd::Set { key, value } => Command::Set {
             key: key.clone(),
@@ -2453,6 +2469,9 @@ pub fn ctl(a: CtlArgs) -> Result<()> {
             "volume {name} removed: {} clean cached lines left the pool; its export is withdrawn (recorded in the cache)",
             v["lines_dropped"]
         ),
+        CtlCmd::Cache {
+            cmd: CacheCmd::List { json },
+        } => print_cache_list(&v["stats"]["pool_members"], json)?,
         CtlCmd::Classes { .. } => {
             let l = &v["loaded"];
             println!(
@@ -2530,6 +2549,37 @@ fn ctl_volume(a: &CtlArgs, name: &str, cmd: Command) -> Result<()> {
             "flushed: no dirty data left in any volume (the cleaner works on the whole pool), everything durable"
         ),
         CtlCmd::Classes { .. } | CtlCmd::Volume { .. } => {}
+        CtlCmd::Cache {
+            cmd: CacheCmd::List { json },
+        } => print_cache_list(&v["stats"]["pool_members"], *json)?,
+    }
+    Ok(())
+}
+
+/// `ctl cache list`: the members of a pool of cache devices (`VolumeStats::pool_members`).
+fn print_cache_list(members: &serde_json::Value, json: bool) -> Result<()> {
+    if json {
+        println!("{}", serde_json::to_string_pretty(members)?);
+        return Ok(());
+    }
+    let Some(list) = members.as_array().filter(|l| !l.is_empty()) else {
+        println!("one cache device (not a pool of several): see `ctl stats`");
+        return Ok(());
+    };
+    println!(
+        "{:>5}  {:<8}  {:>10}  {:>10}  {:>7}  path",
+        "index", "state", "lines", "dirty", "errors"
+    );
+    for m in list {
+        println!(
+            "{:>5}  {:<8}  {:>10}  {:>10}  {:>7}  {}",
+            m["index"],
+            m["state"].as_str().unwrap_or("?"),
+            m["lines"],
+            m["dirty_lines"],
+            m["errors"],
+            m["path"].as_str().unwrap_or("?")
+        );
     }
     Ok(())
 }

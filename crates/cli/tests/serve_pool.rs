@@ -83,6 +83,20 @@ fn pool_of_two_cache_files_round_trip_and_refusals() {
         std::fs::read(&out).unwrap()[..bytes.len()] == bytes[..],
         "live"
     );
+    // `ctl cache list`: the members in index order (a.img is member 0), both active, the
+    // lines spread over both.
+    let list: serde_json::Value =
+        serde_json::from_str(&srv.ctl(&["cache", "list", "--json"])).unwrap();
+    let m = list.as_array().expect("a list of members");
+    assert_eq!(m.len(), 2, "{list}");
+    for (i, name) in ["a.img", "b.img"].iter().enumerate() {
+        assert_eq!(m[i]["index"], i, "{list}");
+        assert!(m[i]["path"].as_str().unwrap().ends_with(name), "{list}");
+        assert_eq!(m[i]["state"], "active", "{list}");
+        assert!(m[i]["lines"].as_u64().unwrap() > 0, "{list}");
+    }
+    let text = srv.ctl(&["cache", "list"]);
+    assert!(text.contains("b.img") && text.contains("active"), "{text}");
     srv.stop("-TERM");
     // Swapped order after a clean stop, then a kill -9 with dirty data, then swapped back.
     let srv = serve(dir, &["a.img", "b.img"], &[]);

@@ -94,6 +94,15 @@ impl<D: BlockDev> BlockDev for Counted<D> {
     fn pool_lines(&self) -> Vec<u64> {
         self.inner.pool_lines()
     }
+    fn fail_member(&self, d: usize) -> io::Result<()> {
+        self.inner.fail_member(d)
+    }
+    fn failed_members(&self) -> Vec<usize> {
+        self.inner.failed_members()
+    }
+    fn pool_member_names(&self) -> Vec<String> {
+        self.inner.pool_member_names()
+    }
 }
 
 /// Cumulative counters of one class (or of the whole volume) at one instant.

@@ -35,6 +35,22 @@ pub trait BlockDev: Send + Sync {
     fn pool_lines(&self) -> Vec<u64> {
         Vec::new()
     }
+    /// A pool of several cache devices: member `d` failed; nothing reaches it from now on and
+    /// the failure is durable when this returns Ok (`crate::PoolDev`). One device: refused.
+    fn fail_member(&self, d: usize) -> io::Result<()> {
+        Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            format!("fail cache member {d}: not a pool of cache devices"),
+        ))
+    }
+    /// The failed members of a pool of cache devices (empty: none, or one device).
+    fn failed_members(&self) -> Vec<usize> {
+        Vec::new()
+    }
+    /// The members' names (paths or URIs) of a pool of cache devices (empty: one device).
+    fn pool_member_names(&self) -> Vec<String> {
+        Vec::new()
+    }
 }
 
 /// A regular file or a block device.
@@ -194,6 +210,15 @@ impl<D: BlockDev> BlockDev for EmulatedHdd<D> {
     fn pool_lines(&self) -> Vec<u64> {
         self.inner.pool_lines()
     }
+    fn fail_member(&self, d: usize) -> io::Result<()> {
+        self.inner.fail_member(d)
+    }
+    fn failed_members(&self) -> Vec<usize> {
+        self.inner.failed_members()
+    }
+    fn pool_member_names(&self) -> Vec<String> {
+        self.inner.pool_member_names()
+    }
 }
 
 /// A cache device that takes as long as a simple SSD would (`--emulate-ssd LAT_US[:CHANNELS]`):
@@ -293,6 +318,15 @@ impl<D: BlockDev> BlockDev for EmulatedSsd<D> {
     fn pool_lines(&self) -> Vec<u64> {
         self.inner.pool_lines()
     }
+    fn fail_member(&self, d: usize) -> io::Result<()> {
+        self.inner.fail_member(d)
+    }
+    fn failed_members(&self) -> Vec<usize> {
+        self.inner.failed_members()
+    }
+    fn pool_member_names(&self) -> Vec<String> {
+        self.inner.pool_member_names()
+    }
 }
 
 impl BlockDev for Box<dyn BlockDev> {
@@ -316,6 +350,15 @@ impl BlockDev for Box<dyn BlockDev> {
     }
     fn pool_lines(&self) -> Vec<u64> {
         (**self).pool_lines()
+    }
+    fn fail_member(&self, d: usize) -> io::Result<()> {
+        (**self).fail_member(d)
+    }
+    fn failed_members(&self) -> Vec<usize> {
+        (**self).failed_members()
+    }
+    fn pool_member_names(&self) -> Vec<String> {
+        (**self).pool_member_names()
     }
 }
 

@@ -574,6 +574,7 @@ pub fn log_common(v: &LogVolume, s: &LogVolumeStats) -> VolumeStats {
         classifier: s.classifier.clone(),
         class_table: s.class_table.clone(),
         cache_errors: s.cache_errors,
+        pool_members: Vec::new(),
         // Every extent carries a crc32c, checked on every read.
         checksum_errors: l.extent_crc_errors,
         data_checksums: true,

@@ -276,6 +276,38 @@ impl Metrics {
                 degraded: stats.degraded,
             },
         );
+        if !stats.pool_members.is_empty() {
+            type MemberFigure = fn(&crate::volume::PoolMemberStats) -> u64;
+            let figures: [(&str, &str, &str, MemberFigure); 4] = [
+                (
+                    "pool_member_errors_total",
+                    "counter",
+                    "Errors of a pool member (cache device); at --max-cache-errors it is failed alone.",
+                    |m| m.errors,
+                ),
+                (
+                    "pool_member_failed",
+                    "gauge",
+                    "1 when the pool member failed (nothing reaches it; the others serve on).",
+                    |m| (m.state == "failed") as u64,
+                ),
+                ("pool_member_lines", "gauge", "Lines cached on the pool member.", |m| {
+                    m.lines
+                }),
+                (
+                    "pool_member_dirty_lines",
+                    "gauge",
+                    "Dirty lines on the pool member.",
+                    |m| m.dirty_lines,
+                ),
+            ];
+            for (n, t, h, f) in figures {
+                let _ = writeln!(o, "# HELP tiercache_{n} {h}\n# TYPE tiercache_{n} {t}");
+                for m in &stats.pool_members {
+                    let _ = writeln!(o, "tiercache_{n}{{member=\"{}\"}} {}", m.index, f(m));
+                }
+            }
+        }
         type ClassGauge = fn(&crate::classify::ClassStats) -> u64;
         let class_gauges: [(&str, &str, ClassGauge); 2] = [
             (

@@ -31,6 +31,7 @@ use crate::format::{
 use crate::state_file::uuid_hex;
 use crate::volume::FormatOptions;
 use std::io;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use tiercache_engine::pool::Pool;
 use tiercache_engine::Mode;
@@ -46,8 +47,14 @@ struct Member {
 pub struct PoolDev {
     /// In member index order.
     members: Vec<Member>,
+    /// Per member: failed ([`PoolDev::fail_member`], or `Failed` in the newest pool block at
+    /// open). A failed member is never read or written again: its record pages read as
+    /// empty (its stale records are never restored), writes of its pages and slots are
+    /// skipped (the engine no longer places lines there), its data must not be read.
+    failed: Vec<AtomicBool>,
     pool: Pool,
-    block: PoolBlock,
+    /// The pool block as last written (members' states, generation); `index` 0.
+    block: Mutex<PoolBlock>,
     line_size: u64,
     /// The virtual layout: data offset, size, end of the record area.
     data_offset: u64,
@@ -193,8 +200,13 @@ impl PoolDev {
             .collect();
         let data_offset = Superblock::data_offset_new(cap, line_size, false);
         PoolDev {
+            failed: block
+                .members
+                .iter()
+                .map(|m| AtomicBool::new(m.state == MemberState::Failed))
+                .collect(),
             members,
-            block,
+            block: Mutex::new(block),
             line_size,
             data_offset,
             size: data_offset + cap * line_size,
@@ -208,16 +220,26 @@ impl PoolDev {
     /// naming the device: a member of another pool, one member twice, a missing member, an
     /// unreadable device, a device formatted alone.
     pub fn open(devs: Vec<(String, Box<dyn BlockDev>)>) -> Result<PoolDev, String> {
-        if devs.len() < 2 {
-            return Err("a pool needs two or more cache devices".into());
+        if devs.is_empty() {
+            return Err("no cache device given".into());
         }
         Self::check_names(&devs)?;
         let mut blocks = Vec::with_capacity(devs.len());
         let mut sbs = Vec::with_capacity(devs.len());
-        for (name, dev) in &devs {
+        // Unreadable devices are left out: open goes on only if the pool's newest membership
+        // says every member left out has failed (its records are never used again).
+        let mut unreadable: Vec<String> = Vec::new();
+        let mut devs = devs;
+        let mut i = 0;
+        while i < devs.len() {
+            let (name, dev) = &devs[i];
             let mut b = vec![0u8; (POOL_META_OFFSET) as usize];
-            dev.read_at(&mut b, 0)
-                .map_err(|e| format!("cache device {name}: unreadable: {e}"))?;
+            if let Err(e) = dev.read_at(&mut b, 0) {
+                unreadable.push(format!("cache device {name}: unreadable: {e}"));
+                devs.remove(i);
+                continue;
+            }
+            i += 1;
             let block = PoolBlock::decode(&b[POOL_BLOCK_AT as usize..]).map_err(|why| {
                 match Superblock::decode(&b[..4096]) {
                     Ok(sb) => format!(
@@ -233,7 +255,9 @@ impl PoolDev {
             sbs.push(b[..4096].to_vec());
         }
         let refs: Vec<&PoolBlock> = blocks.iter().collect();
-        let newest = PoolBlock::newest(&refs).expect("two or more devices");
+        let Some(newest) = PoolBlock::newest(&refs) else {
+            return Err(unreadable.join("; "));
+        };
         let auth = blocks[newest].clone();
         let pool_hex = uuid_hex(&auth.pool);
         for (i, b) in blocks.iter().enumerate() {
@@ -261,9 +285,15 @@ impl PoolDev {
                 ));
             }
         }
-        if devs.len() != auth.members.len() {
-            let missing: Vec<String> = (0..auth.members.len())
-                .filter(|d| !blocks.iter().any(|b| b.index as usize == *d))
+        let failed = |d: usize| auth.members[d].state == MemberState::Failed;
+        let absent: Vec<usize> = (0..auth.members.len())
+            .filter(|d| !blocks.iter().any(|b| b.index as usize == *d))
+            .collect();
+        if absent.iter().any(|&d| !failed(d)) {
+            let missing: Vec<String> = absent
+                .iter()
+                .copied()
+                .filter(|&d| !failed(d))
                 .map(|d| {
                     format!(
                         "member {d} (uuid {}, {} lines)",
@@ -278,7 +308,40 @@ impl PoolDev {
                 devs.len(),
                 devs.iter().map(|d| d.0.as_str()).collect::<Vec<_>>().join(", "),
                 missing.join(", ")
-            ));
+            ) + &if unreadable.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", unreadable.join("; "))
+            });
+        }
+        for &d in &absent {
+            tracing::warn!(
+                "pool {pool_hex}: member {d} (uuid {}) failed earlier (generation {}) and is not here: serving from the other members",
+                uuid_hex(&auth.members[d].uuid),
+                auth.generation
+            );
+        }
+        for (i, b) in blocks.iter().enumerate() {
+            let d = b.index as usize;
+            if failed(d) {
+                tracing::warn!(
+                    "cache device {} (pool member {d}) is marked failed in the pool's newest membership (generation {}): its records are ignored and it is not used",
+                    devs[i].0,
+                    auth.generation
+                );
+            }
+        }
+        for e in &unreadable {
+            tracing::warn!("{e}: left out of the pool (a failed member)");
+        }
+        // An absent (failed) member stands as a device nothing reaches.
+        for &d in &absent {
+            blocks.push(PoolBlock {
+                index: d as u16,
+                ..auth.clone()
+            });
+            sbs.push(vec![0u8; 4096]);
+            devs.push((format!("(missing member {d})"), Box::new(Absent)));
         }
         // Members in index order.
         let mut order: Vec<usize> = (0..devs.len()).collect();
@@ -299,7 +362,12 @@ impl PoolDev {
         // `fail_cache` or an interrupted format leaves it), the newest generation wins.
         let mut decoded = Vec::with_capacity(sbs.len());
         let mut erased = false;
+        let mut live_sb = Vec::with_capacity(sbs.len());
         for (d, b) in sbs.iter().enumerate() {
+            if failed(d) {
+                continue; // never read again: not checked
+            }
+            live_sb.push(d);
             match Superblock::decode_member(b) {
                 Ok(sb) => decoded.push(sb),
                 Err(FormatError::BadMagic) => erased = true,
@@ -310,7 +378,7 @@ impl PoolDev {
             vec![0u8; 4096]
         } else {
             let ls = decoded[0].line_size;
-            for (d, sb) in decoded.iter().enumerate() {
+            for (&d, sb) in live_sb.iter().zip(&decoded) {
                 let want_off = Superblock::member_data_offset(lines[d], sb.line_size);
                 if sb.line_size != ls
                     || sb.capacity_lines != lines[d]
@@ -365,13 +433,14 @@ impl PoolDev {
 
     /// The pool's uuid (the virtual superblock's uuid: the state file's key).
     pub fn pool_uuid(&self) -> [u8; 16] {
-        self.block.pool
+        self.block.lock().unwrap().pool
     }
 
     /// Cache copies of each dirty line chosen at format (`--dirty-copies`; `None`: not
     /// chosen, so write-back needs it given at serve).
     pub fn dirty_copies(&self) -> Option<u8> {
-        (self.block.dirty_copies != 0).then_some(self.block.dirty_copies)
+        let b = self.block.lock().unwrap();
+        (b.dirty_copies != 0).then_some(b.dirty_copies)
     }
 
     /// The members' names in index order.
@@ -379,14 +448,69 @@ impl PoolDev {
         self.members.iter().map(|m| m.name.clone()).collect()
     }
 
-    /// A member's error goes up as it is (the volume counts and classifies cache errors by
-    /// kind and payload); debug builds log which member it came from.
+    /// A member's error goes up typed ([`MemberError`], same kind): the volume counts
+    /// errors per member and fails that member alone at its threshold.
     fn member_err(&self, d: usize, e: io::Error) -> io::Error {
-        tracing::debug!(
-            "cache device {} (pool member {d}): {e}",
-            self.members[d].name
+        io::Error::new(
+            e.kind(),
+            MemberError {
+                member: d,
+                name: self.members[d].name.clone(),
+                err: e,
+            },
+        )
+    }
+
+    /// Whether member `d` has failed (see [`PoolDev::fail_member`]).
+    pub fn member_failed(&self, d: usize) -> bool {
+        self.failed[d].load(Ordering::Acquire)
+    }
+
+    fn live(&self) -> impl Iterator<Item = (usize, &Member)> {
+        self.members
+            .iter()
+            .enumerate()
+            .filter(|(d, _)| !self.member_failed(*d))
+    }
+
+    /// Member `d` failed: from now on nothing reaches it, and the surviving members' pool
+    /// blocks say so (generation + 1, written and synced on every live member) before this
+    /// returns, so a restart never restores its records (stale once the pool served on
+    /// without it) even if it answers again. Err: the failure could not be recorded on
+    /// every survivor (the caller must not go on as if it were durable). Refused for the
+    /// last live member (that is the whole cache failing).
+    fn fail_member_now(&self, d: usize) -> io::Result<()> {
+        if d >= self.members.len() {
+            return Err(err(format!(
+                "pool of cache devices: no member {d} (the pool has {})",
+                self.members.len()
+            )));
+        }
+        if self.live().all(|(x, _)| x == d) {
+            return Err(err(format!(
+                "pool of cache devices: member {d} is the last live one (fail the whole cache instead)"
+            )));
+        }
+        self.failed[d].store(true, Ordering::Release);
+        let mut b = self.block.lock().unwrap();
+        if b.members[d].state != MemberState::Failed {
+            b.members[d].state = MemberState::Failed;
+            b.generation += 1;
+        }
+        tracing::error!(
+            "cache device {} (pool member {d}) failed: no longer used; recording it in the other members' pool blocks (generation {})",
+            self.members[d].name,
+            b.generation
         );
-        e
+        for (x, m) in self.live() {
+            let mut mine = b.clone();
+            mine.index = x as u16;
+            m.dev
+                .write_at(&mine.encode(), POOL_BLOCK_AT)
+                .and_then(|()| m.dev.sync())
+                .map_err(|e| self.member_err(x, e))?;
+        }
+        Ok(())
     }
 
     /// The pieces of virtual bytes `[off, off + len)` inside one region: (member, member
@@ -442,7 +566,7 @@ impl PoolDev {
 
     fn write_superblock(&self, data: &[u8]) -> io::Result<()> {
         if data.iter().all(|&b| b == 0) {
-            for (d, m) in self.members.iter().enumerate() {
+            for (d, m) in self.live() {
                 m.dev.write_at(data, 0).map_err(|e| self.member_err(d, e))?;
             }
         } else {
@@ -453,10 +577,10 @@ impl PoolDev {
                 self.pool.capacity(),
                 "a superblock of another capacity written to the pool"
             );
-            for (d, m) in self.members.iter().enumerate() {
+            for (d, m) in self.live() {
                 let mut s = v.clone();
                 s.version = VERSION_POOL;
-                s.uuid = self.block.members[d].uuid;
+                s.uuid = self.block.lock().unwrap().members[d].uuid;
                 s.capacity_lines = self.pool.lines(d);
                 s.data_offset = m.data_offset;
                 m.dev
@@ -499,18 +623,41 @@ impl BlockDev for PoolDev {
         }
         let lost = self.lost_list_at();
         if offset >= lost && end <= self.data_offset {
-            let m = &self.members[0];
+            // The first live member: every write reaches it first.
+            let (d, m) = self.live().next().expect("a pool keeps a live member");
             let at = m.data_offset - crate::lost_list::BYTES + (offset - lost);
-            return m.dev.read_at(buf, at).map_err(|e| self.member_err(0, e));
+            return m.dev.read_at(buf, at).map_err(|e| self.member_err(d, e));
         }
         if offset >= self.meta_end && end <= lost {
             buf.fill(0); // alignment padding: nothing is kept there
             return Ok(());
         }
+        let records = offset < self.meta_end;
         for (d, moff, at, n) in self.pieces(offset, len)? {
+            let piece = &mut buf[at as usize..(at + n) as usize];
+            if self.member_failed(d) {
+                if records {
+                    // A failed member's records are never restored (stale: see
+                    // `fail_member_now`): its pages read as empty records.
+                    // (Pieces of consecutive pages on one member are merged.)
+                    let mut o = ((offset + at - META_OFFSET) % PAGE) as usize;
+                    let mut rest = &mut piece[..];
+                    while !rest.is_empty() {
+                        let k = rest.len().min(PAGE as usize - o);
+                        rest[..k].copy_from_slice(&empty_page()[o..o + k]);
+                        rest = &mut rest[k..];
+                        o = 0;
+                    }
+                    continue;
+                }
+                return Err(self.member_err(
+                    d,
+                    err("this pool member has failed: its slots hold no line any more".into()),
+                ));
+            }
             self.members[d]
                 .dev
-                .read_at(&mut buf[at as usize..(at + n) as usize], moff)
+                .read_at(piece, moff)
                 .map_err(|e| self.member_err(d, e))?;
         }
         Ok(())
@@ -535,7 +682,7 @@ impl BlockDev for PoolDev {
         }
         let lost = self.lost_list_at();
         if offset >= lost && end <= self.data_offset {
-            for (d, m) in self.members.iter().enumerate() {
+            for (d, m) in self.live() {
                 let at = m.data_offset - crate::lost_list::BYTES + (offset - lost);
                 m.dev
                     .write_at(data, at)
@@ -544,6 +691,9 @@ impl BlockDev for PoolDev {
             return Ok(());
         }
         for (d, moff, at, n) in self.pieces(offset, len)? {
+            if self.member_failed(d) {
+                continue; // nothing of it is read again (see `fail_member_now`)
+            }
             self.members[d]
                 .dev
                 .write_at(&data[at as usize..(at + n) as usize], moff)
@@ -552,10 +702,95 @@ impl BlockDev for PoolDev {
         Ok(())
     }
 
+    /// Syncs every live member, also after one fails: an error names its member when one
+    /// member alone failed (the writes of the others are durable), else it is untyped (the
+    /// whole cache's sync failed).
     fn sync(&self) -> io::Result<()> {
-        for (d, m) in self.members.iter().enumerate() {
-            m.dev.sync().map_err(|e| self.member_err(d, e))?;
+        let mut errs: Vec<io::Error> = self
+            .live()
+            .filter_map(|(d, m)| m.dev.sync().err().map(|e| self.member_err(d, e)))
+            .collect();
+        match errs.len() {
+            0 => Ok(()),
+            1 => Err(errs.pop().unwrap()),
+            _ => Err(io::Error::new(
+                errs[0].kind(),
+                errs.iter()
+                    .map(|e| e.to_string())
+                    .collect::<Vec<_>>()
+                    .join("; "),
+            )),
         }
-        Ok(())
     }
+
+    fn fail_member(&self, d: usize) -> io::Result<()> {
+        self.fail_member_now(d)
+    }
+
+    fn pool_member_names(&self) -> Vec<String> {
+        self.member_names()
+    }
+
+    fn failed_members(&self) -> Vec<usize> {
+        (0..self.members.len())
+            .filter(|&d| self.member_failed(d))
+            .collect()
+    }
+}
+
+/// A record page of empty records.
+fn empty_page() -> &'static [u8] {
+    static PAGE_OF_EMPTY: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
+    PAGE_OF_EMPTY.get_or_init(|| {
+        let mut page = vec![0u8; PAGE as usize];
+        for r in page.chunks_mut(crate::format::RECORD_BYTES as usize) {
+            crate::format::Record::EMPTY.encode(r);
+        }
+        page
+    })
+}
+
+/// A failed member not given at open: nothing reaches it ([`PoolDev`] skips failed members).
+struct Absent;
+
+impl BlockDev for Absent {
+    fn size(&self) -> u64 {
+        0
+    }
+    fn read_at(&self, _: &mut [u8], _: u64) -> io::Result<()> {
+        Err(err("a missing pool member was read".into()))
+    }
+    fn write_at(&self, _: &[u8], _: u64) -> io::Result<()> {
+        Err(err("a missing pool member was written".into()))
+    }
+    fn sync(&self) -> io::Result<()> {
+        Err(err("a missing pool member was synced".into()))
+    }
+}
+
+/// An error of one member of a pool ([`PoolDev`]): which member, and its device's error.
+#[derive(Debug)]
+pub struct MemberError {
+    pub member: usize,
+    pub name: String,
+    pub err: io::Error,
+}
+
+impl std::fmt::Display for MemberError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "cache device {} (pool member {}): {}",
+            self.name, self.member, self.err
+        )
+    }
+}
+
+impl std::error::Error for MemberError {}
+
+/// The pool member an I/O error came from, if it is a [`MemberError`].
+pub fn member_of_error(e: &io::Error) -> Option<usize> {
+    e.get_ref()
+        .and_then(|x| x.downcast_ref::<MemberError>())
+        .map(|m| m.member)
 }

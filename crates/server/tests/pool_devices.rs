@@ -437,3 +437,175 @@ fn copy_records_are_never_taken_for_lines() {
         "{e}"
     );
 }
+
+/// Member 1 of `p` behind a [`FaultDev`] (not volatile: the files hold every write), member 0
+/// and the backing device plain files; `max_errors` per member before it is failed.
+fn open_pool_faulty(
+    p: &PoolFiles,
+    max_errors: u64,
+) -> (CacheVolume, tiercache_server::fault::FaultHandle) {
+    let faults = Faults::new(7);
+    let (d1, h1) = faults.wrap(
+        "cache1",
+        Box::new(FileDev::open(&p.members[1]).unwrap()),
+        false,
+    );
+    let members: Vec<(String, Box<dyn BlockDev>)> = vec![
+        ("m0".into(), Box::new(FileDev::open(&p.members[0]).unwrap())),
+        ("m1".into(), Box::new(d1)),
+    ];
+    let vol = CacheVolume::open(
+        Box::new(PoolDev::open(members).unwrap()),
+        Box::new(FileDev::open(&p.f.backing).unwrap()),
+        &OpenOptions::default(),
+    )
+    .unwrap()
+    .0;
+    vol.set_max_cache_errors(max_errors);
+    (vol, h1)
+}
+
+/// Issue 15 item 2, step 6: one member of two failing while serving fails that member
+/// alone: reads and writes go on (none fails), every value written before and after reads
+/// back, nothing is lost, the failed member is never asked again, and a restart with it
+/// present keeps it out. Write-through: the member is gone (every op fails). Write-back
+/// (one dirty copy): its writes and syncs fail but reads work, so its dirty lines are
+/// written back when it is failed, not lost. (On a build without per-member failure the
+/// whole pool goes pass-through: `cache_failed`.)
+#[test]
+fn a_failing_member_is_failed_alone_and_stays_out_after_a_restart() {
+    for mode in [Mode::WriteThrough, Mode::WriteBack] {
+        let what = format!("{mode:?}");
+        let p = pool_files(&[256, 256]);
+        format_pool(&p, mode);
+        let mut m = Model::new(0, VOL);
+        {
+            let (vol, h1) = open_pool_faulty(&p, 4);
+            run_ops(&vol, &mut m, 0x15, 400);
+            assert_eq!(vol.pool_members(), vec![(false, 0), (false, 0)], "{what}");
+            match mode {
+                Mode::WriteBack => {
+                    h1.fail_writes(0..u64::MAX);
+                    h1.fail_syncs();
+                }
+                _ => h1.lose(),
+            }
+            run_ops(&vol, &mut m, 0x16, 400);
+            check_all(&vol, &m, &format!("{what}: after member 1 failed"));
+            let members = vol.pool_members();
+            assert!(members[1].0, "{what}: member 1 failed: {members:?}");
+            assert!(!members[0].0, "{what}: member 0 serves on: {members:?}");
+            assert!(
+                !vol.cache_failed(),
+                "{what}: one failing member took the whole pool pass-through"
+            );
+            assert!(vol.failure_recorded(), "{what}");
+            assert_eq!(vol.lost_dirty_ranges(), vec![], "{what}");
+            // Nothing reaches the failed member any more.
+            let asked = h1.injected();
+            run_ops(&vol, &mut m, 0x17, 300);
+            vol.flush().unwrap();
+            check_all(&vol, &m, &format!("{what}: later"));
+            assert_eq!(
+                h1.injected(),
+                asked,
+                "{what}: the failed member was asked again"
+            );
+            let st = vol.stats();
+            assert!(st.cached_lines > 0, "{what}: member 0 still caches");
+            let pm = &st.pool_members;
+            assert_eq!(
+                pm.iter()
+                    .map(|m| (m.path.as_str(), m.state.as_str()))
+                    .collect::<Vec<_>>(),
+                vec![("m0", "active"), ("m1", "failed")],
+                "{what}: {pm:?}"
+            );
+            assert!(
+                pm[1].lines == 0 && pm[0].lines == st.cached_lines && pm[1].errors >= 4,
+                "{what}: {pm:?}"
+            );
+            vol.shutdown().unwrap();
+        }
+        // Restarted with member 1 present and answering again: still out, data intact.
+        let vol = open_pool(&p, &[1, 0]);
+        assert_eq!(
+            vol.pool_members().iter().map(|x| x.0).collect::<Vec<_>>(),
+            vec![false, true],
+            "{what}: restarted"
+        );
+        check_all(&vol, &m, &format!("{what}: restarted"));
+        run_ops(&vol, &mut m, 0x18, 200);
+        check_all(&vol, &m, &format!("{what}: restarted, written again"));
+        vol.shutdown().unwrap();
+    }
+}
+
+/// A failed member's records are never restored, even when it answers again after a
+/// restart: member 1 held line K dirty (value 1, flushed) when it failed live (its writes
+/// and syncs failing, found by a flush: K is written back from it); K was then written
+/// again (value 2) and evicted from member 0, so no record newer than member 1's stale one
+/// exists (a dirty record: the clean-line sample at open does not look at it). The restart
+/// (member 1 present) must read 2, not 1 from member 1 (plan (d)4: the survivors' pool
+/// blocks say member 1 failed).
+#[test]
+fn a_stale_member_answering_again_is_not_served() {
+    let p = pool_files(&[128, 128]);
+    format_pool(&p, Mode::WriteBack);
+    let lines = VOL / LS;
+    let k;
+    {
+        let (vol, h1) = open_pool_faulty(&p, 1);
+        vol.write(0, &vec![1u8; (32 * LS) as usize], false).unwrap();
+        vol.flush().unwrap();
+        let b = std::fs::read(&p.members[1]).unwrap();
+        let on_b: Vec<u64> = (0..128u64)
+            .filter_map(|s| {
+                let at = (POOL_META_OFFSET + s * RECORD_BYTES) as usize;
+                Record::decode(&b[at..at + RECORD_BYTES as usize]).map(|r| r.key)
+            })
+            .collect();
+        k = (0..32u64)
+            .find(|&l| on_b.contains(&tiercache_engine::Engine::line_key(0, l)))
+            .expect("member 1 holds one of the 32 lines written");
+        h1.fail_writes(0..u64::MAX);
+        h1.fail_syncs();
+        vol.flush().unwrap();
+        assert!(
+            vol.pool_members()[1].0,
+            "member 1 failed at its first error"
+        );
+        assert_eq!(vol.lost_dirty_ranges(), vec![]);
+        let mut buf = vec![0u8; LS as usize];
+        vol.read(k * LS, &mut buf).unwrap();
+        assert!(buf.iter().all(|&x| x == 1), "line {k} read back");
+        assert!(!vol.cache_failed());
+        vol.write(k * LS, &vec![2u8; LS as usize], false).unwrap();
+        // Every other line, twice: K is evicted from member 0 (128 lines).
+        for _ in 0..2 {
+            for l in (0..lines).filter(|&l| l != k) {
+                vol.write(l * LS, &vec![3u8; LS as usize], false).unwrap();
+            }
+        }
+        vol.flush().unwrap();
+        vol.shutdown().unwrap();
+    }
+    let a = std::fs::read(&p.members[0]).unwrap();
+    let key = tiercache_engine::Engine::line_key(0, k);
+    assert!(
+        !(0..128u64).any(|s| {
+            let at = (POOL_META_OFFSET + s * RECORD_BYTES) as usize;
+            Record::decode(&a[at..at + RECORD_BYTES as usize]).is_some_and(|r| r.key == key)
+        }),
+        "line {k} is still recorded on member 0: the test needs it evicted"
+    );
+    let vol = open_pool(&p, &[0, 1]);
+    let mut buf = vec![0u8; LS as usize];
+    vol.read(k * LS, &mut buf).unwrap();
+    assert!(
+        buf.iter().all(|&x| x == 2),
+        "line {k}: the failed member's stale value {} was served after the restart",
+        buf[0]
+    );
+    vol.shutdown().unwrap();
+}

@@ -340,9 +340,23 @@ impl CacheVolume {
             // recorded damaged dirty sectors as lost); counted apart, never fails the cache.
             return e;
         }
+        let max = self.max_cache_errors.load(Ordering::Relaxed);
+        if let Some(d) = crate::pool_dev::member_of_error(&e) {
+            if !g.failed && d < g.member_errors.len() && !g.engine.device_failed(d) {
+                self.metrics.cache_errors.fetch_add(1, Ordering::Relaxed);
+                g.member_errors[d] += 1;
+                let n = g.member_errors[d];
+                tracing::warn!(
+                    "pool member {d}: cache device error {n} of {max} before it is failed: {e}"
+                );
+                if n >= max {
+                    self.fail_member(g, d, &format!("{n} errors, the last: {e}"));
+                }
+                return io::Error::new(e.kind(), format!("cache device: {e}"));
+            }
+        }
         g.cache_errors += 1;
         self.metrics.cache_errors.fetch_add(1, Ordering::Relaxed);
-        let max = self.max_cache_errors.load(Ordering::Relaxed);
         tracing::warn!(
             "cache device error {} of {max} before pass-through: {e}",
             g.cache_errors
@@ -354,6 +368,97 @@ impl CacheVolume {
             );
         }
         io::Error::new(e.kind(), format!("cache device: {e}"))
+    }
+
+    /// Fails member `d` of a pool of cache devices (its errors reached `max_cache_errors`,
+    /// or a flush failed on it alone): like [`CacheVolume::fail_cache`] for its lines only.
+    /// Its dirty lines are copied to the backing device where readable (else reported lost)
+    /// and dropped, its clean lines dropped, its slots leave the engine, and the cache
+    /// device (`PoolDev::fail_member`) stops reaching it and records the failure in the
+    /// other members' pool blocks before this returns, so no later flush writes a record
+    /// while a restart could still restore the failed member's (then stale) records. The
+    /// last live member failing, or the failure not recorded, fails the whole cache.
+    /// Runs with what the caller holds, like `fail_cache`.
+    pub(super) fn fail_member(&self, g: &mut Inner, d: usize, reason: &str) {
+        if g.failed || g.engine.device_failed(d) {
+            return;
+        }
+        let live = (0..g.member_errors.len())
+            .filter(|&x| !g.engine.device_failed(x))
+            .count();
+        if live <= 1 {
+            self.fail_cache(
+                g,
+                &format!("the last live pool member {d} failed: {reason}"),
+            );
+            return;
+        }
+        // Its lines are dropped: none may be pinned by a write-back in flight.
+        self.reap(g, true);
+        let range = g.engine.pool().range(d);
+        let slots: Vec<u32> = range
+            .map(|s| s as u32)
+            .filter(|&s| {
+                g.engine
+                    .slot_key(s)
+                    .is_some_and(|_| g.engine.dirty_mask(s) != 0)
+            })
+            .collect();
+        tracing::error!(
+            "pool member {d} failed ({reason}): writing back its {} dirty lines, dropping its clean ones, serving on from the other members",
+            slots.len()
+        );
+        self.recover(g, &[], 0, 0, &[], &slots);
+        let loss = match g.engine.fail_device(d) {
+            Ok(l) => l,
+            Err(e) => {
+                // (A fill in flight pins a slot there: tried again at its next error.)
+                tracing::warn!("pool member {d} cannot be failed yet: {e}");
+                return;
+            }
+        };
+        // `recover` dropped every dirty line there (written back or reported lost).
+        debug_assert!(
+            loss.uncovered.is_empty(),
+            "dirty lines left on failed member {d}"
+        );
+        let uncovered = !loss.uncovered.is_empty();
+        for &(slot, key) in &loss.uncovered {
+            let a = key_addr(key, self.line_shift);
+            tracing::error!("pool member {d}: dirty line in slot {slot} was not written back");
+            self.lose(
+                g,
+                a,
+                a + (1u64 << self.line_shift),
+                "its pool member failed",
+            );
+        }
+        // Its slots are never reused while it is failed: nothing of them to sync or drop.
+        let r = g.engine.pool().range(d);
+        g.cache_unsynced.retain(|&s, _| !r.contains(&u64::from(s)));
+        g.cache_dropped.retain(|&s, _| !r.contains(&u64::from(s)));
+        if let Err(e) = self.cache.fail_member(d) {
+            self.fail_cache(g, &format!("pool member {d} failed ({reason}) and the other members could not record it: {e}"));
+            return;
+        }
+        tracing::error!(
+            "pool member {d} failed: {} clean lines dropped, {} lost ranges now; serving from the other members",
+            loss.dropped_clean,
+            g.lost.len()
+        );
+        if uncovered {
+            self.persist_lost(g);
+        }
+    }
+
+    /// Per member of a pool of cache devices: (failed, errors counted). Empty: one device.
+    pub fn pool_members(&self) -> Vec<(bool, u64)> {
+        let g = self.lock();
+        g.member_errors
+            .iter()
+            .enumerate()
+            .map(|(d, &n)| (g.failed || g.engine.device_failed(d), n))
+            .collect()
     }
 
     /// Fails the cache: writes back every dirty byte it can, drops every line, and passes

@@ -311,6 +311,10 @@ struct Inner {
     halted: bool,
     /// Cache-device errors so far; at `max_cache_errors` the cache is failed.
     cache_errors: u64,
+    /// A pool of several cache devices: errors per member so far (an error naming its
+    /// member counts here, not in `cache_errors`); at `max_cache_errors` that member alone
+    /// is failed ([`CacheVolume::fail_member`]). Empty: one cache device.
+    member_errors: Vec<u64>,
     /// The cache device failed: every request goes to the backing device.
     failed: bool,
     /// Volume byte ranges `[a, b)` whose dirty data the cache lost (sorted, disjoint):
@@ -625,6 +629,21 @@ pub struct Settings {
 }
 
 /// Snapshot of a volume's state.
+/// One member of a pool of cache devices ([`VolumeStats::pool_members`]).
+#[derive(Clone, Debug, serde::Serialize, PartialEq, Eq)]
+pub struct PoolMemberStats {
+    pub index: usize,
+    /// The path or URI it was given by.
+    pub path: String,
+    /// `active` or `failed`.
+    pub state: String,
+    /// Lines cached on it, of them dirty.
+    pub lines: u64,
+    pub dirty_lines: u64,
+    /// Errors counted against it (it is failed at `max_cache_errors`).
+    pub errors: u64,
+}
+
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct VolumeStats {
     pub settings: Settings,
@@ -667,6 +686,8 @@ pub struct VolumeStats {
     pub class_table: Option<crate::classify::ClassTableInfo>,
     /// Cache-device errors so far (each one dropped lines; none reached a client alone).
     pub cache_errors: u64,
+    /// A pool of several cache devices: its members (empty: one cache device).
+    pub pool_members: Vec<PoolMemberStats>,
     /// Data checksum mismatches found (`crate::data_sums`); `data_checksums`: whether the
     /// cache keeps them.
     pub checksum_errors: u64,

@@ -787,6 +787,18 @@ impl CacheVolume {
         lap.lap("age order | engine slots");
         engine.restore_age(pending, bulk::low_halves(&mut order));
         drop(order);
+        // Failed pool members: their records read as empty (nothing was restored there);
+        // the engine places nothing on them.
+        for d in cache.failed_members() {
+            let loss = engine.fail_device(d).map_err(|e| FormatError::BadField {
+                field: "pool member",
+                why: e.to_string(),
+            })?;
+            assert!(
+                loss.uncovered.is_empty() && loss.dropped_clean == 0,
+                "a line was restored on failed pool member {d}"
+            );
+        }
         lap.lap("engine policy");
         if let (Some((slot, e)), true) = (refused.first(), sb.clean) {
             return Err(FormatError::BadField {
@@ -822,6 +834,7 @@ impl CacheVolume {
             closed: false,
             halted: false,
             cache_errors: 0,
+            member_errors: vec![0; cache.pool_lines().len()],
             failed: false,
             lost: Vec::new(),
             ahead: HashMap::new(),

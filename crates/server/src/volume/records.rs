@@ -19,8 +19,15 @@ impl CacheVolume {
             }
             Err(e) => {
                 self.cache_sync_failures.fetch_add(1, Ordering::AcqRel);
+                // One pool member's sync failed (the others synced): only its slots' writes
+                // may be dropped.
+                let member = crate::pool_dev::member_of_error(&e)
+                    .filter(|&d| d < g.member_errors.len())
+                    .map(|d| g.engine.pool().range(d));
                 for (s, m) in std::mem::take(&mut g.cache_unsynced) {
-                    *g.cache_dropped.entry(s).or_insert(0) |= m;
+                    if member.as_ref().is_none_or(|r| r.contains(&u64::from(s))) {
+                        *g.cache_dropped.entry(s).or_insert(0) |= m;
+                    }
                 }
                 Err(e)
             }
@@ -370,7 +377,37 @@ impl CacheVolume {
             return self.sync_backing(g).map_err(|e| self.backing_error(e));
         }
         self.sync_backing(g).map_err(|e| self.backing_error(e))?;
-        if let Err(e) = self.flush_cache(g) {
+        let mut r = self.flush_cache(g);
+        // One pool member failing the flush: that member alone is failed (its dirty lines
+        // written back or reported lost, its failure recorded), and the flush is done again
+        // on the others.
+        while let Some(d) = r.as_ref().err().and_then(crate::pool_dev::member_of_error) {
+            if g.failed || d >= g.member_errors.len() || g.engine.device_failed(d) {
+                break;
+            }
+            let lost_before = g.lost.clone();
+            self.metrics.cache_errors.fetch_add(1, Ordering::Relaxed);
+            g.member_errors[d] += 1;
+            let e = r.unwrap_err();
+            self.fail_member(g, d, &format!("a flush failed on it: {e}"));
+            if !g.failed && !g.engine.device_failed(d) {
+                r = Err(e); // not taken out alone: the whole cache fails below
+                break;
+            }
+            self.settle_dropped(g);
+            if g.lost != lost_before {
+                return Err(io::Error::other(format!(
+                    "flush: a pool member failed and dirty data was lost ({e})"
+                )));
+            }
+            // Its dirty lines were just written back: synced before any record says so.
+            self.sync_backing(g).map_err(|e| self.backing_error(e))?;
+            if g.failed {
+                return Ok(());
+            }
+            r = self.flush_cache(g);
+        }
+        if let Err(e) = r {
             let lost_before = g.lost.clone();
             g.cache_errors += 1;
             self.metrics.cache_errors.fetch_add(1, Ordering::Relaxed);

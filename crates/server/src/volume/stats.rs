@@ -97,6 +97,7 @@ impl CacheVolume {
                 }),
             classifier: self.classifier.as_ref().map(|c| c.summary()),
             cache_errors: self.metrics.cache_errors.load(Ordering::Relaxed),
+            pool_members: self.pool_member_stats(&g),
             checksum_errors: self.metrics.checksum_errors.load(Ordering::Relaxed),
             data_checksums: g.sums.is_some(),
             backing_errors: self.metrics.backing_errors.load(Ordering::Relaxed),
@@ -130,6 +131,39 @@ impl CacheVolume {
                 slot,
                 valid: e.valid_mask(slot),
                 dirty: e.dirty_mask(slot) | e.pending_mask(slot),
+            })
+            .collect()
+    }
+}
+
+impl CacheVolume {
+    /// Per member of a pool of cache devices (empty: one device); O(lines cached).
+    fn pool_member_stats(&self, g: &Inner) -> Vec<super::PoolMemberStats> {
+        let n = g.member_errors.len();
+        if n == 0 {
+            return Vec::new();
+        }
+        let e = &g.engine;
+        let (mut lines, mut dirty) = (vec![0u64; n], vec![0u64; n]);
+        for (_, s, d) in e.entries() {
+            let m = e.member_of(s);
+            lines[m] += 1;
+            dirty[m] += d as u64;
+        }
+        let names = self.cache.pool_member_names();
+        (0..n)
+            .map(|d| super::PoolMemberStats {
+                index: d,
+                path: names.get(d).cloned().unwrap_or_default(),
+                state: if g.failed || e.device_failed(d) {
+                    "failed"
+                } else {
+                    "active"
+                }
+                .into(),
+                lines: lines[d],
+                dirty_lines: dirty[d],
+                errors: g.member_errors[d],
             })
             .collect()
     }
