@@ -56,7 +56,7 @@ impl TimedArgs {
             s.ssd = Some(ssd.clone());
         }
         anyhow::ensure!(
-            !(self.no_ssd && !self.pool.is_empty()),
+            !self.no_ssd || self.pool.is_empty(),
             "a pool of cache devices needs a cache (ssd=None leaves none)"
         );
         s.pool = self.pool.clone();
