@@ -7,8 +7,7 @@
 //! `missing` and shown on the page instead of a chart of zeros. Device IOPS come from
 //! [`Counted`], a pass-through wrapper counting the requests each device receives.
 
-use crate::dev::BlockDev;
-use crate::identity::BackingIdentity;
+use crate::dev::{forward_device_info, BlockDev};
 use serde::Serialize;
 use std::collections::VecDeque;
 use std::io;
@@ -85,24 +84,7 @@ impl<D: BlockDev> BlockDev for Counted<D> {
     fn sync(&self) -> io::Result<()> {
         self.inner.sync()
     }
-    fn identity(&self) -> Option<BackingIdentity> {
-        self.inner.identity()
-    }
-    fn region_end(&self, offset: u64) -> u64 {
-        self.inner.region_end(offset)
-    }
-    fn pool_lines(&self) -> Vec<u64> {
-        self.inner.pool_lines()
-    }
-    fn fail_member(&self, d: usize) -> io::Result<()> {
-        self.inner.fail_member(d)
-    }
-    fn failed_members(&self) -> Vec<usize> {
-        self.inner.failed_members()
-    }
-    fn pool_member_names(&self) -> Vec<String> {
-        self.inner.pool_member_names()
-    }
+    forward_device_info!(.inner);
 }
 
 /// Cumulative counters of one class (or of the whole volume) at one instant.

@@ -53,6 +53,35 @@ pub trait BlockDev: Send + Sync {
     }
 }
 
+/// The `BlockDev` methods a wrapper device passes through to the device it wraps, unchanged:
+/// `forward_device_info!(.inner)` in its impl (the tokens after `self` that reach the
+/// wrapped device). Every forwarding wrapper uses
+/// this one list, so a new trait method with a default is forwarded by adding it here once
+/// (a wrapper that kept the default silently filled one pool member with every line).
+macro_rules! forward_device_info {
+    ($($to_inner:tt)+) => {
+        fn identity(&self) -> Option<$crate::identity::BackingIdentity> {
+            self $($to_inner)+.identity()
+        }
+        fn region_end(&self, offset: u64) -> u64 {
+            self $($to_inner)+.region_end(offset)
+        }
+        fn pool_lines(&self) -> Vec<u64> {
+            self $($to_inner)+.pool_lines()
+        }
+        fn fail_member(&self, d: usize) -> std::io::Result<()> {
+            self $($to_inner)+.fail_member(d)
+        }
+        fn failed_members(&self) -> Vec<usize> {
+            self $($to_inner)+.failed_members()
+        }
+        fn pool_member_names(&self) -> Vec<String> {
+            self $($to_inner)+.pool_member_names()
+        }
+    };
+}
+pub(crate) use forward_device_info;
+
 /// A regular file or a block device.
 pub struct FileDev {
     file: File,
@@ -201,24 +230,7 @@ impl<D: BlockDev> BlockDev for EmulatedHdd<D> {
     fn sync(&self) -> io::Result<()> {
         self.timed(IoOp::new(IoKind::Flush, 0, 0), || self.inner.sync())
     }
-    fn identity(&self) -> Option<BackingIdentity> {
-        self.inner.identity()
-    }
-    fn region_end(&self, offset: u64) -> u64 {
-        self.inner.region_end(offset)
-    }
-    fn pool_lines(&self) -> Vec<u64> {
-        self.inner.pool_lines()
-    }
-    fn fail_member(&self, d: usize) -> io::Result<()> {
-        self.inner.fail_member(d)
-    }
-    fn failed_members(&self) -> Vec<usize> {
-        self.inner.failed_members()
-    }
-    fn pool_member_names(&self) -> Vec<String> {
-        self.inner.pool_member_names()
-    }
+    forward_device_info!(.inner);
 }
 
 /// A cache device that takes as long as a simple SSD would (`--emulate-ssd LAT_US[:CHANNELS]`):
@@ -309,24 +321,7 @@ impl<D: BlockDev> BlockDev for EmulatedSsd<D> {
     fn sync(&self) -> io::Result<()> {
         self.inner.sync()
     }
-    fn identity(&self) -> Option<BackingIdentity> {
-        self.inner.identity()
-    }
-    fn region_end(&self, offset: u64) -> u64 {
-        self.inner.region_end(offset)
-    }
-    fn pool_lines(&self) -> Vec<u64> {
-        self.inner.pool_lines()
-    }
-    fn fail_member(&self, d: usize) -> io::Result<()> {
-        self.inner.fail_member(d)
-    }
-    fn failed_members(&self) -> Vec<usize> {
-        self.inner.failed_members()
-    }
-    fn pool_member_names(&self) -> Vec<String> {
-        self.inner.pool_member_names()
-    }
+    forward_device_info!(.inner);
 }
 
 impl BlockDev for Box<dyn BlockDev> {
@@ -342,24 +337,7 @@ impl BlockDev for Box<dyn BlockDev> {
     fn sync(&self) -> io::Result<()> {
         (**self).sync()
     }
-    fn identity(&self) -> Option<BackingIdentity> {
-        (**self).identity()
-    }
-    fn region_end(&self, offset: u64) -> u64 {
-        (**self).region_end(offset)
-    }
-    fn pool_lines(&self) -> Vec<u64> {
-        (**self).pool_lines()
-    }
-    fn fail_member(&self, d: usize) -> io::Result<()> {
-        (**self).fail_member(d)
-    }
-    fn failed_members(&self) -> Vec<usize> {
-        (**self).failed_members()
-    }
-    fn pool_member_names(&self) -> Vec<String> {
-        (**self).pool_member_names()
-    }
+    forward_device_info!(.as_ref());
 }
 
 /// An HDD model by preset name (`7200`, `5400`, `10k`, `15k`) or TOML file.
