@@ -125,6 +125,17 @@ pub struct ServeArgs {
     /// A volume's own mode: NAME=MODE (repeat it; NAME of a --volume), as `sim --volume-mode`.
     #[arg(long, value_name = "NAME=MODE")]
     volume_mode: Vec<String>,
+    /// A volume's own admission rule: NAME=RULE (always, never, nhit:N, nhit:R:W; repeat
+    /// it), as `sim --volume-admission`. Stored with the cache (a restart keeps it); changed
+    /// live by `ctl --volume NAME set admission RULE`. In `[[volume]]` tables: `admission`.
+    #[arg(long, value_name = "NAME=RULE")]
+    volume_admission: Vec<String>,
+    /// A volume's own sequential cutoff: NAME=SIZE (read streams; writes keep the pool's)
+    /// or NAME=READ:WRITE, 0 = off (repeat it), as `sim --volume-seq-cutoff`. Stored with the
+    /// cache; live: `ctl --volume NAME set seq-cutoff SIZE`. In `[[volume]]` tables:
+    /// `seq_cutoff`.
+    #[arg(long, value_name = "NAME=SIZE")]
+    volume_seq_cutoff: Vec<String>,
     /// Serve NBD on this unix socket (mode 0600: only the server's user may connect).
     #[arg(long)]
     socket: Option<PathBuf>,
@@ -368,6 +379,9 @@ Several volumes sharing one cache (one pool of lines, one cleaner; direct layout
   tiercache serve --cache cache.img --volume db=/dev/sdb --volume logs=/dev/sdc \
       --volume-mode logs=write-through --mode write-back --socket /run/tiercache.sock ...
   nbdinfo --list 'nbd+unix:///?socket=/run/tiercache.sock'    # exports db and logs
+A volume's own --volume-mode, --volume-admission NAME=RULE and --volume-seq-cutoff NAME=SIZE
+are stored with the cache (a restart keeps them; flags given win) and changed live by
+`tiercache ctl --volume NAME set mode|admission|seq-cutoff VALUE` (VALUE `pool`: the pool's).
 Each volume's backing device is recorded in the cache (checked at every start, by name); a
 volume left out of a later start is refused if the cache holds dirty data of it.
 
@@ -384,6 +398,7 @@ Config file (same keys as the flags):
   # [[volume]]
   # name = \"db\"
   # backing = \"/dev/sdb\"
+  # admission = \"nhit:2\"      # its own mode, admission, seq_cutoff (optional)
 
 Live tuning (stored with the cache, so a restart keeps them):
   tiercache ctl --control /run/tiercache/control.sock set admission nhit:2:0
@@ -397,9 +412,10 @@ pub struct CtlArgs {
     #[arg(long)]
     control: PathBuf,
     /// One volume of a server of several (`serve --volume NAME=BACKING`): its statistics
-    /// (`stats`), its own settings for this run (`get`, `set mode|admission|seq-cutoff|
-    /// seq-cutoff-write`, `mode`, `detach`; the other settings are the pool's), and `flush`
-    /// (the pool's cleaner: every volume's dirty data).
+    /// (`stats`), its own settings (`get`, `set mode|admission|seq-cutoff|seq-cutoff-write
+    /// VALUE`, VALUE `pool` to follow the pool's again, `mode`, `detach`; stored with the
+    /// cache; the other settings are the pool's), and `flush` (the pool's cleaner: every
+    /// volume's dirty data).
     #[arg(long, value_name = "NAME")]
     volume: Option<String>,
     #[command(subcommand)]
@@ -596,15 +612,44 @@ fn cache_entries_out<S: serde::Serializer>(v: &[PathBuf], s: S) -> Result<S::Ok,
     }
 }
 
-/// `volume` in a config file: `"NAME=BACKING"` strings or `[[volume]]` tables (`name`,
-/// `backing`).
-fn volume_entries<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
-    #[derive(Deserialize)]
-    #[serde(deny_unknown_fields)]
-    struct Table {
-        name: String,
-        backing: String,
+/// A `[[volume]]` table of a config file: `name`, `backing`, and the volume's own settings
+/// (`mode`, `admission`, `seq_cutoff`: as `--volume-mode NAME=MODE`, ...).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct VolumeTable {
+    name: String,
+    backing: String,
+    mode: Option<String>,
+    admission: Option<String>,
+    seq_cutoff: Option<String>,
+}
+
+/// The own settings of the `[[volume]]` tables of config file `table`, added to `c`'s
+/// `volume_mode`, `volume_admission`, `volume_seq_cutoff` (as the flags give them).
+fn volume_table_settings(table: &toml::Table, c: &mut ServeArgs) {
+    let Some(toml::Value::Array(vols)) = table.get("volume") else {
+        return;
+    };
+    for v in vols {
+        let Ok(t) = v.clone().try_into::<VolumeTable>() else {
+            continue;
+        };
+        for (val, out) in [
+            (t.mode, &mut c.volume_mode),
+            (t.admission, &mut c.volume_admission),
+            (t.seq_cutoff, &mut c.volume_seq_cutoff),
+        ] {
+            if let Some(x) = val {
+                out.push(format!("{}={x}", t.name));
+            }
+        }
     }
+}
+
+/// `volume` in a config file: `"NAME=BACKING"` strings or `[[volume]]` tables
+/// ([`VolumeTable`]; their settings are taken by [`volume_table_settings`]).
+fn volume_entries<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+    type Table = VolumeTable;
     #[derive(Deserialize)]
     #[serde(untagged)]
     enum Entry {
@@ -648,6 +693,51 @@ fn volume_args(a: &ServeArgs) -> Result<Vec<(String, PathBuf, Option<Mode>)>> {
             );
         };
         o.2 = Some(mode_arg(mode).with_context(|| format!("--volume-mode {m}"))?);
+    }
+    Ok(out)
+}
+
+/// `--volume-admission NAME=RULE` and `--volume-seq-cutoff NAME=SIZE` (parsed as `sim`
+/// parses them, `tiercache_server::vol_tuning`): each volume's own settings, every name a
+/// `--volume`'s (`names`).
+fn volume_flags(
+    a: &ServeArgs,
+    names: &[&str],
+) -> Result<Vec<tiercache_server::vol_tuning::VolumeFlags>> {
+    use tiercache_server::vol_tuning::{admission_flag, cutoff_flag, VolumeFlags};
+    fn entry<'v>(
+        out: &'v mut Vec<VolumeFlags>,
+        names: &[&str],
+        flag: &str,
+        s: &str,
+        name: String,
+    ) -> Result<&'v mut VolumeFlags> {
+        if !names.contains(&name.as_str()) {
+            bail!(
+                "{flag} {s}: no --volume named {name:?} (volumes: {})",
+                names.join(", ")
+            );
+        }
+        let i = match out.iter().position(|f| f.name == name) {
+            Some(i) => i,
+            None => {
+                out.push(VolumeFlags {
+                    name,
+                    ..Default::default()
+                });
+                out.len() - 1
+            }
+        };
+        Ok(&mut out[i])
+    }
+    let mut out: Vec<VolumeFlags> = Vec::new();
+    for s in &a.volume_admission {
+        let (name, rule) = admission_flag("--volume-admission", s).map_err(|e| anyhow!(e))?;
+        entry(&mut out, names, "--volume-admission", s, name)?.admission = Some(rule);
+    }
+    for s in &a.volume_seq_cutoff {
+        let (name, cut) = cutoff_flag("--volume-seq-cutoff", s).map_err(|e| anyhow!(e))?;
+        entry(&mut out, names, "--volume-seq-cutoff", s, name)?.seq_cutoff = Some(cut);
     }
     Ok(out)
 }
@@ -1325,7 +1415,8 @@ fn merge(a: ServeArgs) -> Result<ServeArgs> {
             known.join(", ")
         );
     }
-    let c: ServeArgs = toml::from_str(&text).map_err(|e| anyhow!("{}: {e}", path.display()))?;
+    let mut c: ServeArgs = toml::from_str(&text).map_err(|e| anyhow!("{}: {e}", path.display()))?;
+    volume_table_settings(&table, &mut c);
     Ok(over_file(a, c))
 }
 
@@ -1385,6 +1476,13 @@ pub fn serve(a: ServeArgs) -> Result<()> {
     if vol_args.is_empty() && !a.volume_mode.is_empty() {
         bail!("--volume-mode sets the mode of a --volume; with --backing use --mode");
     }
+    if vol_args.is_empty() && !(a.volume_admission.is_empty() && a.volume_seq_cutoff.is_empty()) {
+        bail!("--volume-admission and --volume-seq-cutoff set a --volume's own settings; with --backing use --admission and --seq-cutoff");
+    }
+    let vol_flags = volume_flags(
+        &a,
+        &vol_args.iter().map(|v| v.0.as_str()).collect::<Vec<_>>(),
+    )?;
     if !vol_args.is_empty() && a.layout.is_log()? {
         bail!("--volume (several volumes sharing one cache) needs the direct layout; the log layout serves one volume: drop --layout log, or serve one volume with --backing");
     }
@@ -1682,6 +1780,7 @@ pub fn serve(a: ServeArgs) -> Result<()> {
                 .unwrap_or(0),
             ram_policy: a.ram_policy.clone(),
             volumes: vol_specs,
+            volume_flags: vol_flags,
         },
         direct_only,
         log: log_given,
@@ -2533,17 +2632,17 @@ fn ctl_volume(a: &CtlArgs, name: &str, cmd: Command) -> Result<()> {
             print_settings(&all, key.is_some());
         }
         CtlCmd::Set { key, .. } => println!(
-            "volume {name}: {key}: {} -> {} (this run; a restart takes serve's flags)",
+            "volume {name}: {key}: {} -> {} (stored with the cache: a restart keeps it unless serve's --volume-{key} says otherwise; `pool` follows the pool's again)",
             v["old"].as_str().unwrap_or("?"),
             v["new"].as_str().unwrap_or("?")
         ),
         CtlCmd::Mode { .. } => println!(
-            "volume {name}: mode is now {} (was {}; this run, a restart takes --volume-mode)",
+            "volume {name}: mode is now {} (was {}; stored with the cache: a restart keeps it unless serve's --volume-mode says otherwise)",
             v["new"].as_str().unwrap_or("?"),
             v["old"].as_str().unwrap_or("?")
         ),
         CtlCmd::Detach => println!(
-            "volume {name}: dirty data written back, now pass-through (this run); the other volumes keep their modes"
+            "volume {name}: dirty data written back, now pass-through (stored with the cache); the other volumes keep their modes"
         ),
         CtlCmd::Flush => println!(
             "flushed: no dirty data left in any volume (the cleaner works on the whole pool), everything durable"
@@ -2657,6 +2756,18 @@ mod tests {
         let s: ServeArgs = toml::from_str("volume = [\"x=y\"]").unwrap();
         assert_eq!(s.volume, vec!["x=y"]);
         assert!(toml::from_str::<ServeArgs>("[[volume]]\nname = \"a\"\nbackin = \"x\"\n").is_err());
+        // A table's own settings land in the per-volume flags' lists.
+        let text = "[[volume]]\nname = \"a\"\nbacking = \"x\"\nadmission = \"never\"\nseq_cutoff = \"1m\"\nmode = \"wb\"\n[[volume]]\nname = \"b\"\nbacking = \"y\"\n";
+        let mut c: ServeArgs = toml::from_str(text).unwrap();
+        volume_table_settings(&toml::from_str(text).unwrap(), &mut c);
+        assert_eq!(c.volume, vec!["a=x", "b=y"]);
+        assert_eq!(c.volume_admission, vec!["a=never"]);
+        assert_eq!(c.volume_seq_cutoff, vec!["a=1m"]);
+        assert_eq!(c.volume_mode, vec!["a=wb"]);
+        let f = volume_flags(&c, &["a", "b"]).unwrap();
+        assert_eq!(f.len(), 1);
+        assert_eq!(f[0].admission.map(|x| x.read_threshold), Some(0));
+        assert_eq!(f[0].seq_cutoff.map(|x| x.read), Some(1 << 20));
         let bad = |vol: &[&str], modes: &[&str]| {
             let a = ServeArgs {
                 volume: vol.iter().map(|s| s.to_string()).collect(),

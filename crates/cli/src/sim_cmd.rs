@@ -238,8 +238,13 @@ pub struct SimArgs {
     /// A volume's own admission rule, NAME=RULE (always, never, nhit:N, nhit:R:W).
     #[arg(long, value_name = "NAME=RULE")]
     pub volume_admission: Vec<String>,
+    /// A volume's own sequential cutoff, NAME=SIZE (read streams; writes keep
+    /// --seq-cutoff-write) or NAME=READ:WRITE, 0 = off; as `serve --volume-seq-cutoff`.
+    #[arg(long, value_name = "NAME=SIZE")]
+    pub volume_seq_cutoff: Vec<String>,
     /// Report per volume (id, mode, hit ratio, lines held, HDD traffic): implied by
-    /// --volume, --volume-mode and --volume-admission; for a trace with a volume column.
+    /// --volume, --volume-mode, --volume-admission and --volume-seq-cutoff; for a trace with
+    /// a volume column.
     #[arg(long)]
     pub per_volume: bool,
     /// Split the engine into N shards: N independent engines, each with 1/N of the
@@ -515,13 +520,15 @@ fn apply_volume_settings(
     let any = table.is_some()
         || a.per_volume
         || !a.volume_mode.is_empty()
-        || !a.volume_admission.is_empty();
+        || !a.volume_admission.is_empty()
+        || !a.volume_seq_cutoff.is_empty();
     if !any {
         return Ok(());
     }
     anyhow::ensure!(
         spec.log.is_none(),
-        "--volume, --volume-mode, --volume-admission and --per-volume run on the direct layout \
+        "--volume, --volume-mode, --volume-admission, --volume-seq-cutoff and --per-volume run \
+         on the direct layout \
          only for now; drop --layout log"
     );
     let mut vols = table.unwrap_or_default();
@@ -565,12 +572,17 @@ fn apply_volume_settings(
             .map_err(|e: String| anyhow::anyhow!("--volume-mode {s}: {e}"))?;
         find(&mut vols, "--volume-mode", &n)?.mode = Some(mode);
     }
+    // Parsed as `serve` parses them (one parser: `tiercache_server::vol_tuning`).
     for s in &a.volume_admission {
-        let (n, r) = split("--volume-admission", s)?;
-        let adm = r
-            .parse()
-            .map_err(|e: String| anyhow::anyhow!("--volume-admission {s}: {e}"))?;
+        let (n, adm) = tiercache_server::vol_tuning::admission_flag("--volume-admission", s)
+            .map_err(|e| anyhow::anyhow!(e))?;
         find(&mut vols, "--volume-admission", &n)?.admission = Some(adm);
+    }
+    let pool_cut = spec.engine.seq_cutoff;
+    for s in &a.volume_seq_cutoff {
+        let (n, cut) = tiercache_server::vol_tuning::cutoff_flag("--volume-seq-cutoff", s)
+            .map_err(|e| anyhow::anyhow!(e))?;
+        find(&mut vols, "--volume-seq-cutoff", &n)?.seq_cutoff = Some(cut.resolve(pool_cut));
     }
     if vols.is_empty() {
         // --per-volume alone: a table that only switches per-volume counting on (volume 0

@@ -28,17 +28,62 @@ fn sparse(path: &std::path::Path, len: u64) {
 #[test]
 fn two_volume_replay_at_queue_depth_1_matches_the_simulator_exactly() {
     let Some(t) = traces() else { return };
+    for (mode, hm_mode, ram) in [
+        ("write-back", "write-through", None),
+        ("write-through", "write-back", None),
+        ("write-back", "write-through", Some("256KiB")),
+    ] {
+        compare(&t, mode, hm_mode, ram, &[]);
+    }
+}
+
+/// The same with each volume's own admission and sequential cutoff (`--volume-admission`,
+/// `--volume-seq-cutoff`, one parser for `serve` and `sim`): the live pool and the simulator
+/// agree, and the settings did act (the volumes' bypasses).
+#[test]
+fn per_volume_admission_and_seq_cutoff_agree_with_the_simulator() {
+    let Some(t) = traces() else { return };
+    let flags = [
+        "--volume-admission",
+        "vdi=nhit:2:1",
+        "--volume-seq-cutoff",
+        "hm=64k",
+    ];
+    let (sim, live) = compare(&t, "write-back", "write-through", None, &flags);
+    let by = |v: &serde_json::Value, name: &str, why: &str| {
+        v["volumes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|x| x["name"] == name)
+            .unwrap()["counters"]["bypasses"][why]
+            .as_u64()
+            .unwrap()
+    };
+    assert!(by(&live, "vdi", "admission") > 0, "{live}");
+    assert_eq!(by(&live, "hm", "admission"), 0, "{live}");
+    assert!(by(&live, "hm", "seq_cutoff") > 0, "{live}");
+    assert_eq!(by(&live, "vdi", "seq_cutoff"), 0, "{live}");
+    assert_eq!(by(&sim, "vdi", "admission"), by(&live, "vdi", "admission"));
+}
+
+/// Replays both traces through a live pool (`serve --mode MODE --volume-mode hm=HM_MODE`,
+/// `extra` given to both) and through `sim`, and asserts they agree; returns (sim, live
+/// stats).
+fn compare(
+    t: &std::path::Path,
+    mode: &str,
+    hm_mode: &str,
+    ram: Option<&str>,
+    extra: &[&str],
+) -> (serde_json::Value, serde_json::Value) {
     let hm = t.join("msr_cambridge/msr-cambridge1-sample.csv");
     let vdi = t.join("systor17/systor17-traces-sample.csv.gz");
     let traces = [
         format!("hm={}", hm.display()),
         format!("vdi={}", vdi.display()),
     ];
-    for (mode, hm_mode, ram) in [
-        ("write-back", "write-through", None),
-        ("write-through", "write-back", None),
-        ("write-back", "write-through", Some("256KiB")),
-    ] {
+    {
         let dir = common::tmp();
         let d = dir.path();
         // Sparse backing files that hold every offset of their trace (msr: 12.6 GiB, systor:
@@ -63,6 +108,7 @@ fn two_volume_replay_at_queue_depth_1_matches_the_simulator_exactly() {
         }
         args.extend(["--policy", "lru", "--mode", mode, "--cleaner", "inline"]);
         args.extend(["--volume-mode", &hm_setting]);
+        args.extend(extra);
         if let Some(r) = ram {
             args.extend(["--ram-cache", r]);
         }
@@ -94,6 +140,7 @@ fn two_volume_replay_at_queue_depth_1_matches_the_simulator_exactly() {
             mode,
         ]);
         sim.args(["--volume-mode", &hm_setting, "--json", "-q"]);
+        sim.args(extra);
         if let Some(r) = ram {
             sim.args(["--ram-cache", r]);
         }
@@ -177,5 +224,6 @@ fn two_volume_replay_at_queue_depth_1_matches_the_simulator_exactly() {
         for v in sim_vols {
             assert!(v["counters"]["line_hits"].as_u64().unwrap() > 0, "{v}");
         }
+        (sim, live)
     }
 }

@@ -86,6 +86,19 @@ fn sim_volume_errors_name_the_volume() {
     assert!(!o.status.success());
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("'db'") && err.contains("hm"), "{err}");
+    // Bad values name the flag, the volume and the value (the parser `serve` uses).
+    for (flag, bad) in [
+        ("--volume-admission", "hm=sometimes"),
+        ("--volume-seq-cutoff", "hm=lots"),
+    ] {
+        let o = run(&["sim", "--volume", &msr, flag, bad, "-q"]);
+        assert!(!o.status.success());
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            err.contains(&format!("{flag} {bad}")) && err.contains("volume hm"),
+            "{err}"
+        );
+    }
     let tpcc = format!("tpcc={}", t.join("mqsim/tpcc-small.trace").display());
     let o = run(&["sim", "--volume", &tpcc, "-q"]);
     assert!(!o.status.success());

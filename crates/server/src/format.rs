@@ -225,6 +225,9 @@ pub struct Superblock {
     /// The volume table (version 5): empty for a one-volume cache (`--backing`), whose one
     /// volume is id 0 with `backing` and `backing_size`.
     pub volumes: Vec<VolumeEntry>,
+    /// Each volume's own settings (`crate::vol_tuning`, in the block's second sector, after
+    /// `tuning`): kept for the next start; empty: none.
+    pub vol_tuning: Vec<crate::vol_tuning::VolumeTuning>,
 }
 
 /// One volume of a cache serving several (`serve --volume NAME=BACKING`).
@@ -253,6 +256,14 @@ impl VolumeEntry {
     pub fn mode(&self) -> Option<tiercache_engine::Mode> {
         let i = (self.flags >> VOLUME_MODE_SHIFT) & 0xff;
         (i != 0).then(|| tiercache_engine::Mode::ALL.get(i as usize - 1).copied())?
+    }
+
+    /// Records `mode` as the volume's own (`None`: the pool's) when it was added live (its
+    /// mode at a restart comes from here); a volume of the command line keeps no mode here.
+    pub fn set_added_mode(&mut self, mode: Option<tiercache_engine::Mode>) {
+        if self.flags & VOLUME_ADDED != 0 {
+            self.flags = (self.flags & !(0xff << VOLUME_MODE_SHIFT)) | mode_flags(mode);
+        }
     }
 
     fn flags_valid(&self) -> bool {
@@ -463,6 +474,7 @@ impl Superblock {
         if let Some(t) = &self.tuning {
             t.encode_into(&mut b[crate::tuning::AT..]);
         }
+        crate::vol_tuning::encode_into(&self.vol_tuning, &mut b);
         if self.version == VERSION_VOLUMES {
             b[VOLUMES_LOST_AT] = self.lost_pending as u8;
             encode_volumes(&self.volumes, &mut b);
@@ -552,6 +564,12 @@ impl Superblock {
             },
             policy: get_str(&b[80..80 + POLICY_BYTES]),
             backing,
+            vol_tuning: crate::vol_tuning::decode(b).unwrap_or_else(|e| {
+                tracing::warn!(
+                    "superblock: {e}: the volumes' stored own settings are ignored (the pool's apply)"
+                );
+                Vec::new()
+            }),
             tuning: crate::tuning::Tuning::decode(&b[crate::tuning::AT..]).unwrap_or_else(|e| {
                 tracing::warn!(
                     "superblock: {e}: the stored engine settings are ignored (defaults apply)"
@@ -979,6 +997,7 @@ mod tests {
             lost_list: true,
             lost_pending: false,
             volumes: Vec::new(),
+            vol_tuning: Vec::new(),
         }
     }
 

@@ -26,6 +26,7 @@ pub mod reconcile;
 pub mod reduce;
 pub mod state_file;
 pub mod tuning;
+pub mod vol_tuning;
 pub mod volume;
 pub mod volume_set;
 

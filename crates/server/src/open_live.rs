@@ -58,6 +58,8 @@ pub struct DirectRun<'a> {
     /// `--volume NAME=BACKING` (several volumes; the backing device is their
     /// `crate::volume_set::VolumeSet`); empty: one volume (`--backing`).
     pub volumes: Vec<crate::volume_set::VolumeSpec>,
+    /// `--volume-admission`, `--volume-seq-cutoff` of those volumes.
+    pub volume_flags: Vec<crate::vol_tuning::VolumeFlags>,
 }
 
 impl Default for DirectRun<'_> {
@@ -80,6 +82,7 @@ impl Default for DirectRun<'_> {
             ram_cache: 0,
             ram_policy: None,
             volumes: Vec::new(),
+            volume_flags: Vec::new(),
         }
     }
 }
@@ -242,6 +245,7 @@ fn open_direct(
         ram_cache: d.ram_cache,
         ram_policy: d.ram_policy.clone(),
         volumes: d.volumes.clone(),
+        volume_flags: d.volume_flags.clone(),
     };
     say(&state_path_line(o.cache_name, opts.state_path.as_deref()));
     let (mut vol, rep) = CacheVolume::open(cache, backing, &opts)

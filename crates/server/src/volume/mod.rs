@@ -222,6 +222,9 @@ pub struct OpenOptions {
     /// their `crate::volume_set::VolumeSet`): checked against the superblock's volume table.
     /// Empty: one volume (`--backing`).
     pub volumes: Vec<crate::volume_set::VolumeSpec>,
+    /// Their own settings given for this run (`serve --volume-admission`, ...), by name:
+    /// replacing the stored ones (`crate::vol_tuning`) and stored in their place.
+    pub volume_flags: Vec<crate::vol_tuning::VolumeFlags>,
 }
 
 /// What an open found on the device.

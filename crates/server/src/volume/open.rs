@@ -85,6 +85,7 @@ pub fn format(
         data_checksums: sums,
         lost_list: true,
         volumes: Vec::new(),
+        vol_tuning: Vec::new(),
     };
     // Empty records first, the superblock last: a format interrupted half way has no magic.
     cache.write_at(&[0u8; 4096], 0)?;

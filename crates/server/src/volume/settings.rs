@@ -38,6 +38,10 @@ impl CacheVolume {
             }
         }
         g.sb.mode = mode_index(mode);
+        // Every volume follows the pool's mode at the next start too.
+        g.sb.vol_tuning.iter_mut().for_each(|t| t.mode = None);
+        g.sb.volumes.iter_mut().for_each(|e| e.set_added_mode(None));
+        g.sb.vol_tuning.retain(|t| !t.is_empty());
         self.write_superblock(&mut g)
     }
 

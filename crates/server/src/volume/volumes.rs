@@ -11,6 +11,7 @@
 
 use super::*;
 use crate::format::{VolumeEntry, MAX_TABLE_VOLUMES};
+use crate::vol_tuning::VolumeTuning;
 use crate::volume_set::VolumeSpec;
 use tiercache_engine::VolumeConfig;
 
@@ -107,11 +108,56 @@ pub(super) fn reconcile(
                 });
             }
         }
+        // This run's own settings of the volume, else the stored ones (kept for the next
+        // start); the cutoff's write half defaults to the pool's in force.
+        let stored = sb.vol_tuning.iter().find(|t| t.id == v.id).copied();
+        let flags = opts.volume_flags.iter().find(|f| f.name == v.name);
+        let pool_cut = opts
+            .tuning
+            .or(sb.tuning)
+            .map(|t| tiercache_engine::SeqCutoff {
+                read_bytes: t.seq_cutoff_read,
+                write_bytes: t.seq_cutoff_write,
+            })
+            .unwrap_or_default();
+        // The mode: `--volume-mode` (or the one recorded at `ctl volume add`) is this run's
+        // and drops a stored one; else the one `ctl --volume NAME set mode` stored; else the
+        // pool's (so a volume restarted without --volume-mode follows the pool, as before).
+        let own = VolumeTuning {
+            id: v.id,
+            mode: v.mode.or(stored.and_then(|t| t.mode)),
+            admission: flags
+                .and_then(|f| f.admission)
+                .or(stored.and_then(|t| t.admission)),
+            seq_cutoff: flags
+                .and_then(|f| f.seq_cutoff)
+                .map(|c| c.resolve(pool_cut))
+                .or(stored.and_then(|t| t.seq_cutoff)),
+        };
+        crate::vol_tuning::put(
+            &mut sb.vol_tuning,
+            VolumeTuning {
+                mode: if v.mode.is_some() { None } else { own.mode },
+                ..own
+            },
+        );
         out.push(VolumeConfig {
-            mode: v.mode,
+            mode: own.mode,
+            admission: own.admission,
+            seq_cutoff: own.seq_cutoff,
             bytes: Some(v.size),
             ..VolumeConfig::new(v.id, v.name.clone())
         });
+    }
+    if let Some(f) = opts
+        .volume_flags
+        .iter()
+        .find(|f| !opts.volumes.iter().any(|v| v.name == f.name))
+    {
+        return Err(err(
+            &f.name,
+            "its own settings were given, but it is not among the volumes served".into(),
+        ));
     }
     let missing: Vec<&VolumeEntry> = table
         .iter()
@@ -291,6 +337,8 @@ impl CacheVolume {
             .retune(|c| c.volumes.push(cfg))
             .map_err(|e| format!("volume {name}: {e}"))?;
         g.sb.volumes.push(entry);
+        // The id is new to the table: no stored settings can be of it, but none may apply.
+        g.sb.vol_tuning.retain(|t| t.id != id);
         if let Err(e) = self.write_superblock(&mut g) {
             g.sb.volumes.retain(|e| e.id != id);
             let _ = g.engine.retune(|c| c.volumes.retain(|v| v.id != id));
@@ -408,8 +456,12 @@ impl CacheVolume {
             return put_back(format!("volume {name} is not in the cache's volume table"));
         };
         g.sb.volumes[ix].flags |= format::VOLUME_REMOVED;
+        // Its own settings go with it (a volume added under its name is a new volume).
+        let kept = g.sb.vol_tuning.clone();
+        g.sb.vol_tuning.retain(|t| t.id != id);
         if let Err(e) = self.write_superblock(&mut g) {
             g.sb.volumes[ix].flags &= !format::VOLUME_REMOVED;
+            g.sb.vol_tuning = kept;
             let after = self.restore_table(&mut g, &e);
             drop(g);
             return put_back(format!(
@@ -574,8 +626,9 @@ impl CacheVolume {
     }
 
     /// `ctl --volume NAME set KEY VALUE` (and `mode`, `detach`): changes one of volume
-    /// `id`'s own settings for this run (not stored: a restart takes `--volume-mode` and the
-    /// pool's settings); returns (old, new). Leaving write-back writes back the dirty lines
+    /// `id`'s own settings (VALUE `pool`: it follows the pool's again), stored with the cache
+    /// (`crate::vol_tuning`: a restart keeps it unless serve's flags set it); returns (old,
+    /// new). Leaving write-back writes back the dirty lines
     /// first (the cleaner works on the pool: every volume's). A pool-wide key is refused,
     /// naming the per-volume ones.
     pub fn set_volume_setting(
@@ -611,20 +664,31 @@ impl CacheVolume {
             .cloned()
             .ok_or_else(|| format!("volume {name} is not in the engine's volume table"))?;
         let what = |e: &dyn std::fmt::Display| format!("volume {name}: {k} {value:?}: {e}");
+        // `pool`: the volume follows the pool's setting again (its own is dropped).
+        let pool = value.trim().eq_ignore_ascii_case("pool");
         let mut own = v.clone();
         if k == "mode" {
-            let m: Mode = value.parse().map_err(|e: String| what(&e))?;
+            let m: Mode = if pool {
+                c.mode
+            } else {
+                value.parse().map_err(|e: String| what(&e))?
+            };
             if v.mode.unwrap_or(c.mode) == Mode::WriteBack && m != Mode::WriteBack {
                 self.clean_all(&mut g).map_err(|e| what(&e))?;
                 self.flush_locked(&mut g).map_err(|e| what(&e))?;
             }
-            own.mode = Some(m);
+            own.mode = (!pool).then_some(m);
+        } else if pool {
+            match k {
+                "admission" => own.admission = None,
+                _ => own.seq_cutoff = None,
+            }
         } else {
             // Parsed as the pool's setting is, from the volume's values.
             let mut mine = c.clone();
             mine.admission = v.admission.unwrap_or(c.admission);
             mine.seq_cutoff = v.seq_cutoff.unwrap_or(c.seq_cutoff);
-            let t = Tuning::of(&mine).with(k, value)?;
+            let t = Tuning::of(&mine).with(k, value).map_err(|e| what(&e))?;
             own.admission = Some(t.admission);
             own.seq_cutoff = Some(tiercache_engine::SeqCutoff {
                 read_bytes: t.seq_cutoff_read,
@@ -637,6 +701,7 @@ impl CacheVolume {
             }
         }
         let own_mode = own.mode;
+        let stored = VolumeTuning::of(&own);
         g.engine
             .retune(|c| {
                 if let Some(x) = c.volumes.iter_mut().find(|x| x.id == id) {
@@ -651,6 +716,25 @@ impl CacheVolume {
                 r.set_volume_mode(id, own_mode);
             }
         }
+        // Stored with the cache: a restart keeps it (unless serve's flags say otherwise).
+        let kept = (g.sb.vol_tuning.clone(), g.sb.volumes.clone());
+        crate::vol_tuning::put(&mut g.sb.vol_tuning, stored);
+        if k == "mode" {
+            // A volume added live takes its mode from its table entry at a restart.
+            if let Some(e) = g.sb.volumes.iter_mut().find(|e| e.id == id) {
+                e.set_added_mode(own_mode);
+            }
+        }
+        if let Err(e) = self.write_superblock(&mut g) {
+            (g.sb.vol_tuning, g.sb.volumes) = kept;
+            let now = Self::volume_setting(&g, id, k);
+            tracing::warn!(
+                "setting of volume {name}: {k}: {old} -> {now} applied but not stored: {e}"
+            );
+            return Err(format!(
+                "volume {name}: {k} is {now} now, but storing it in the superblock failed ({e}): a restart goes back to {old}"
+            ));
+        }
         let new = Self::volume_setting(&g, id, k);
         drop(g);
         self.metrics
@@ -658,7 +742,7 @@ impl CacheVolume {
             .fetch_add(1, Ordering::Relaxed);
         tracing::info!(
             target: tuning::LOG_TARGET,
-            "setting of volume {name} (this run): {k}: {old} -> {new}"
+            "setting of volume {name}: {k}: {old} -> {new}"
         );
         Ok((old, new))
     }
