@@ -238,3 +238,32 @@ fn volume_settings_refused_by_name_and_taken_from_the_config_file() {
     assert_eq!(get(&srv, "b", "admission"), "always");
     srv.stop("-TERM");
 }
+
+/// A volume added live keeps the mode `ctl --volume NAME set mode` gives it across a restart
+/// (its table entry records it); the pool's `ctl mode` makes every volume follow the pool,
+/// at the next start too.
+#[test]
+fn modes_set_by_ctl_on_added_volumes_and_by_the_pool_survive_a_restart() {
+    let (dir, args) = setup();
+    let d = dir.path();
+    sized(&d.join("c.img"), 8 << 20);
+    let srv = serve(d, &args, &[]);
+    let c = format!("c={}", d.join("c.img").display());
+    srv.ctl(&["volume", "add", &c, "--mode", "write-back"]);
+    assert_eq!(get(&srv, "c", "mode"), "write-back");
+    srv.ctl(&["--volume", "c", "set", "mode", "read-only"]);
+    srv.ctl(&["--volume", "b", "set", "mode", "write-back"]);
+    srv.stop("-TERM");
+    let srv = serve(d, &args, &[]);
+    assert_eq!(get(&srv, "c", "mode"), "read-only");
+    assert_eq!(get(&srv, "b", "mode"), "write-back");
+    assert_eq!(get(&srv, "a", "mode"), "write-through");
+    // The pool's mode for every volume, stored so.
+    srv.ctl(&["mode", "write-around"]);
+    srv.stop("-TERM");
+    let srv = serve(d, &args, &[]);
+    for n in ["a", "b", "c"] {
+        assert_eq!(get(&srv, n, "mode"), "write-around", "volume {n}");
+    }
+    srv.stop("-TERM");
+}
