@@ -2632,7 +2632,7 @@ fn ctl_volume(a: &CtlArgs, name: &str, cmd: Command) -> Result<()> {
             print_settings(&all, key.is_some());
         }
         CtlCmd::Set { key, .. } => println!(
-            "volume {name}: {key}: {} -> {} (stored with the cache: a restart keeps it unless serve's --volume-{key} says otherwise; `pool` follows the pool's again)",
+            "volume {name}: {key}: {} -> {} (stored with the cache: a restart keeps it unless a --volume-* flag of serve sets it; `pool` follows the pool's again)",
             v["old"].as_str().unwrap_or("?"),
             v["new"].as_str().unwrap_or("?")
         ),

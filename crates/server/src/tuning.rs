@@ -34,8 +34,8 @@ const V1_BYTES: usize = 72;
 const MAGIC: &[u8; 8] = b"TCTUNING";
 const VERSION: u32 = 2;
 
-/// Keys a volume of several has its own value of (`ctl --volume NAME set KEY VALUE`, for
-/// the run); the others are the pool's.
+/// Keys a volume of several has its own value of (`ctl --volume NAME set KEY VALUE`, stored
+/// with the cache by `crate::vol_tuning`); the others are the pool's.
 pub const VOLUME_KEYS: &[&str] = &["mode", "admission", "seq-cutoff", "seq-cutoff-write"];
 
 /// Keys `ctl get`/`ctl set` know, in display order: (key, what it is, changeable live).
