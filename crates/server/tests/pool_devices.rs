@@ -207,30 +207,17 @@ fn membership_is_checked_at_open() {
 }
 
 #[test]
-fn write_back_on_a_pool_needs_one_dirty_copy() {
-    let e = check_mode(2, Mode::WriteBack, None).unwrap_err();
-    assert!(
-        e.contains("--dirty-copies 1") && e.contains("loses its dirty data"),
-        "{e}"
-    );
-    let e = check_mode(2, Mode::WriteBack, Some(2)).unwrap_err();
-    assert!(e.contains("not built yet"), "{e}");
-    check_mode(2, Mode::WriteBack, Some(1)).unwrap();
-    check_mode(2, Mode::WriteThrough, None).unwrap();
-    check_mode(2, Mode::PassThrough, None).unwrap();
-    check_mode(1, Mode::WriteBack, None).unwrap();
+fn pool_format_refuses_what_is_not_built() {
     let p = pool_files(&[128, 128]);
     let m: Vec<&Path> = p.members.iter().map(|x| x.as_path()).collect();
-    let opts = FormatOptions {
+    // Write-back on a pool is no longer refused without --dirty-copies (2 is the default:
+    // `tests/pool_copies.rs`); data checksums still are.
+    check_mode(2, Mode::WriteBack, None).unwrap();
+    let sums = FormatOptions {
         line_size: LS,
         mode: Mode::WriteBack,
-        ..Default::default()
-    };
-    let e = PoolDev::format(devs(&m), VOL, &opts, None).err().unwrap();
-    assert!(e.contains("--dirty-copies 1"), "{e}");
-    let sums = FormatOptions {
         data_checksums: true,
-        ..opts
+        ..Default::default()
     };
     let e = PoolDev::format(devs(&m), VOL, &sums, Some(1))
         .err()
