@@ -44,8 +44,8 @@ pub struct FormatArgs {
     /// rounded down to 128 lines).
     #[arg(long, required = true)]
     cache: Vec<PathBuf>,
-    /// Cache copies of each dirty line on a pool of several cache devices: 1 (a lost member
-    /// loses its dirty data; needed for write-back on a pool), 2 (mirrored: not built yet).
+    /// Cache copies of each dirty line on a pool of several cache devices: 2 (mirrored on two
+    /// members; the default in write-back), 1 (a lost member loses its dirty data).
     #[arg(long)]
     dirty_copies: Option<u8>,
     /// Backing device the cache fronts: file or block device (an HDD), or an NBD export URI.
@@ -108,8 +108,8 @@ pub struct ServeArgs {
     )]
     cache: Vec<PathBuf>,
     /// Cache copies of each dirty line on a pool of several cache devices: 1 (a lost member
-    /// loses its dirty data; write-back on a pool needs it, here or at format), 2 (mirrored:
-    /// not built yet).
+    /// loses its dirty data), 2 (mirrored on two members: the default in write-back). Must
+    /// equal the value given at format, if any.
     #[arg(long)]
     dirty_copies: Option<u8>,
     /// Backing device: file, block device, or NBD export (nbd://HOST[:PORT]/NAME,
@@ -768,7 +768,8 @@ fn open_backing(
 
 /// The pool of `serve --cache A --cache B ...` (`first` is A, open): the members in any
 /// order, refused with the member named when one is missing, foreign or given twice, and
-/// write-back refused without `--dirty-copies 1` (here or at format). Returns the pool and
+/// `--dirty-copies` differing from the pool's refused (write-back defaults to 2, stored in the
+/// pool blocks; 1 is warned). Returns the pool and
 /// the path of its member 0, whatever the order given: the pool's name in messages and where
 /// its state file goes (so a failure recorded is found again with the paths swapped).
 fn open_pool(
@@ -786,12 +787,18 @@ fn open_pool(
         .ok()
         .and_then(|sb| Mode::ALL.get(sb.mode as usize).copied());
     if let Some(m) = mode.or(stored) {
-        tiercache_server::pool_dev::check_mode(
-            a.cache.len(),
-            m,
-            a.dirty_copies.or(pd.dirty_copies()),
-        )
-        .map_err(|e| anyhow!(e))?;
+        use tiercache_server::pool_dev::{check_mode, effective_dirty_copies, single_copy_warning};
+        check_mode(a.cache.len(), m, a.dirty_copies).map_err(|e| anyhow!(e))?;
+        // Given, or stored, or the default (2 in write-back): stored in the pool blocks when
+        // it was not (so a later serve cannot misread copy records); a given value differing
+        // from the stored one is refused, naming both.
+        if a.dirty_copies.is_some() || pd.dirty_copies().is_some() || m == Mode::WriteBack {
+            let n = effective_dirty_copies(a.cache.len(), m, a.dirty_copies.or(pd.dirty_copies()));
+            pd.choose_dirty_copies(n).map_err(|e| anyhow!(e))?;
+            if let Some(w) = single_copy_warning(a.cache.len(), m, n) {
+                say!("warning: {w}");
+            }
+        }
     }
     say!(
         "cache pool {}: {} devices ({}), {} lines",
@@ -1156,6 +1163,13 @@ fn format_pool(a: &FormatArgs, line_size: u64, tuning: Option<Tuning>) -> Result
     let mode = mode_arg(&a.mode)?;
     tiercache_server::pool_dev::check_mode(a.cache.len(), mode, a.dirty_copies)
         .map_err(|e| anyhow!(e))?;
+    if let Some(w) = tiercache_server::pool_dev::single_copy_warning(
+        a.cache.len(),
+        mode,
+        tiercache_server::pool_dev::effective_dirty_copies(a.cache.len(), mode, a.dirty_copies),
+    ) {
+        say!("warning: {w}");
+    }
     let backing = open_backing(&a.backing, Some(NbdDev::DEFAULT_TIMEOUT))?;
     let mut devs = Vec::with_capacity(a.cache.len());
     for p in &a.cache {

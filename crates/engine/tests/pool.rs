@@ -835,3 +835,40 @@ fn writes_in_other_modes_keep_a_dirty_lines_copy_current() {
         m.read_all(&mut e, 100);
     }
 }
+
+/// A read of a mirrored dirty line that failed on its member (the member not failed yet):
+/// `promote_copy_of` makes the copy the line (on the other member, valid = dirty sectors),
+/// frees the old slot, and every read returns what was written last; a line without a copy,
+/// or pinned, is left alone.
+#[test]
+fn promote_copy_of_serves_the_line_from_its_copy() {
+    for validity in [Validity::Line, Validity::Sector] {
+        let what = format!("{validity:?}");
+        let mut e = mirrored("lru", CleaningPolicy::Lba, &[256, 256], validity);
+        let mut m = Model::new(512);
+        let mut rng = ChaCha8Rng::seed_from_u64(23);
+        let span = 1200;
+        run_mirrored(&mut e, &mut m, &mut rng, span, 1500);
+        let on0: Vec<u32> = e
+            .entries()
+            .filter(|&(_, s, d)| d && e.member_of(s) == 0)
+            .map(|(_, s, _)| s)
+            .collect();
+        assert!(!on0.is_empty(), "{what}: dirty lines on member 0");
+        let dirty = e.dirty_lines();
+        for &s in &on0 {
+            let (key, mask, c) = (e.slot_key(s), e.dirty_mask(s), e.copy_of(s).unwrap());
+            assert_eq!(e.promote_copy_of(s), Some(c), "{what}");
+            assert_eq!(e.slot_key(c), key, "{what}: the copy is the line");
+            assert_eq!(e.dirty_mask(c), mask, "{what}");
+            assert_eq!(e.slot_key(s), None, "{what}: the old slot is free");
+            assert_eq!(e.copy_of(c), None, "{what}: one copy left");
+            assert_eq!(e.promote_copy_of(c), None, "{what}: no copy to promote");
+        }
+        assert_eq!(e.dirty_lines(), dirty, "{what}: no dirty line lost");
+        assert_eq!(e.unmirrored_lines(), on0.len() as u64, "{what}");
+        e.check_slots();
+        m.read_all(&mut e, span);
+        e.check_slots();
+    }
+}

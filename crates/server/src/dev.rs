@@ -51,6 +51,11 @@ pub trait BlockDev: Send + Sync {
     fn pool_member_names(&self) -> Vec<String> {
         Vec::new()
     }
+    /// Cache copies of each dirty line stored in a pool's blocks (`--dirty-copies`; 0: not
+    /// chosen, or one device).
+    fn dirty_copies(&self) -> u8 {
+        0
+    }
 }
 
 /// The `BlockDev` methods a wrapper device passes through to the device it wraps, unchanged:
@@ -77,6 +82,9 @@ macro_rules! forward_device_info {
         }
         fn pool_member_names(&self) -> Vec<String> {
             self $($to_inner)+.pool_member_names()
+        }
+        fn dirty_copies(&self) -> u8 {
+            self $($to_inner)+.dirty_copies()
         }
     };
 }

@@ -528,6 +528,8 @@ pub fn log_common(v: &LogVolume, s: &LogVolumeStats) -> VolumeStats {
         capacity_lines: s.segments * s.segment_size / ls,
         cached_lines: s.cached_lines,
         dirty_lines: s.dirty_lines,
+        copy_slots: 0,
+        unmirrored_lines: 0,
         dirty_bytes: s.dirty_lines * ls,
         volume_bytes: s.volume_bytes,
         ram_index_bytes: s.ram_index_bytes,

@@ -21,7 +21,7 @@
 //!
 //! So the volume code is unchanged, and the engine fills the pool's slots in order (member 0
 //! first) until it places lines by member itself. Not built yet: data checksums in a pool,
-//! dirty copies (`--dirty-copies 2`), a member failing or missing (refused at open).
+//! a member missing (refused at open).
 
 use crate::dev::BlockDev;
 use crate::format::{
@@ -75,31 +75,48 @@ fn random_uuid() -> [u8; 16] {
 }
 
 /// Whether `mode` may run on a pool of `members` devices keeping `dirty_copies` cache copies
-/// of each dirty line (`None`: not given). One device: anything (today's cache).
-pub fn check_mode(members: usize, mode: Mode, dirty_copies: Option<u8>) -> Result<(), String> {
+/// of each dirty line (`None`: not given: the default, 2 on a pool in write-back). One device:
+/// anything (today's cache). `--dirty-copies 1` in write-back on a pool is allowed (the
+/// explicit opt-out: a lost member loses its dirty data; the caller warns).
+pub fn check_mode(members: usize, _mode: Mode, dirty_copies: Option<u8>) -> Result<(), String> {
     match dirty_copies {
-        Some(2) => {
+        Some(2) if members < 2 => {
             return Err(
-                "--dirty-copies 2 (dirty data mirrored on two cache devices) is not built yet"
+                "--dirty-copies 2 (dirty data mirrored on two cache devices) needs a pool of two or more cache devices (--cache repeated)"
                     .into(),
             )
         }
-        Some(c) if c != 1 => return Err(format!("--dirty-copies {c}: give 1 (or 2, later)")),
+        Some(c) if c != 1 && c != 2 => return Err(format!("--dirty-copies {c}: give 1 or 2")),
         _ => {}
     }
-    if members >= 2 && mode == Mode::WriteBack && dirty_copies != Some(1) {
-        return Err(format!(
-            "write-back on a pool of {members} cache devices needs --dirty-copies 1: a lost member loses its dirty data (mirroring dirty data on two members is not built yet); or serve in write-through"
-        ));
-    }
     Ok(())
+}
+
+/// The cache copies of each dirty line a pool of `members` devices keeps: the one chosen
+/// (`--dirty-copies`, or stored in the pool block), else 2 on a pool in write-back (a lost
+/// member then loses no acknowledged write), else 1.
+pub fn effective_dirty_copies(members: usize, mode: Mode, chosen: Option<u8>) -> u8 {
+    match chosen {
+        Some(n) if n != 0 => n,
+        _ if members >= 2 && mode == Mode::WriteBack => 2,
+        _ => 1,
+    }
+}
+
+/// The warning `--dirty-copies 1` in write-back on a pool deserves (`None`: none).
+pub fn single_copy_warning(members: usize, mode: Mode, copies: u8) -> Option<String> {
+    (members >= 2 && mode == Mode::WriteBack && copies == 1).then(|| {
+        format!(
+            "write-back on a pool of {members} cache devices with --dirty-copies 1: a lost member loses its dirty data (the default, 2, mirrors every dirty line on two members)"
+        )
+    })
 }
 
 impl PoolDev {
     /// Formats `devs` (name, device) as one pool, in that order, and the pool as a cache of
     /// the one-device layout (`crate::volume::format` through the pool). Refuses what pools
-    /// do not have yet (data checksums, a capacity below the devices', write-back without
-    /// `dirty_copies` 1).
+    /// do not have yet (data checksums, a capacity below the devices'). `dirty_copies`
+    /// `None` stores 2 in write-back (the default) and leaves it unchosen (0) otherwise.
     pub fn format(
         devs: Vec<(String, Box<dyn BlockDev>)>,
         backing_size: u64,
@@ -145,7 +162,7 @@ impl PoolDev {
             pool: random_uuid(),
             generation: 1,
             index: 0,
-            dirty_copies: dirty_copies.unwrap_or(0),
+            dirty_copies: dirty_copies.unwrap_or(if opts.mode == Mode::WriteBack { 2 } else { 0 }),
             members: (0..devs.len())
                 .map(|d| PoolEntry {
                     uuid: random_uuid(),
@@ -436,11 +453,39 @@ impl PoolDev {
         self.block.lock().unwrap().pool
     }
 
-    /// Cache copies of each dirty line chosen at format (`--dirty-copies`; `None`: not
-    /// chosen, so write-back needs it given at serve).
+    /// Cache copies of each dirty line chosen at format or at a serve (`--dirty-copies`;
+    /// `None`: not chosen yet, see [`effective_dirty_copies`]).
     pub fn dirty_copies(&self) -> Option<u8> {
         let b = self.block.lock().unwrap();
         (b.dirty_copies != 0).then_some(b.dirty_copies)
+    }
+
+    /// Chooses `n` cache copies of each dirty line for good: stored in every live member's
+    /// pool block (generation + 1, written and synced) unless the block holds `n` already.
+    /// Refused, naming both, when the block holds another value (records written under it,
+    /// e.g. copies, would be misread).
+    pub fn choose_dirty_copies(&self, n: u8) -> Result<(), String> {
+        let mut b = self.block.lock().unwrap();
+        if b.dirty_copies == n {
+            return Ok(());
+        }
+        if b.dirty_copies != 0 {
+            return Err(format!(
+                "--dirty-copies {n} differs from this pool's {} (chosen before, stored in its pool blocks): serve it with --dirty-copies {} (changing it is not built yet)",
+                b.dirty_copies, b.dirty_copies
+            ));
+        }
+        b.dirty_copies = n;
+        b.generation += 1;
+        for (x, m) in self.live() {
+            let mut mine = b.clone();
+            mine.index = x as u16;
+            m.dev
+                .write_at(&mine.encode(), POOL_BLOCK_AT)
+                .and_then(|()| m.dev.sync())
+                .map_err(|e| format!("storing --dirty-copies {n} on {}: {e}", m.name))?;
+        }
+        Ok(())
     }
 
     /// The members' names in index order.
@@ -729,6 +774,10 @@ impl BlockDev for PoolDev {
 
     fn pool_member_names(&self) -> Vec<String> {
         self.member_names()
+    }
+
+    fn dirty_copies(&self) -> u8 {
+        self.block.lock().unwrap().dirty_copies
     }
 
     fn failed_members(&self) -> Vec<usize> {

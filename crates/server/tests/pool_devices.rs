@@ -4,7 +4,7 @@
 //! member, a member twice, one missing, a device formatted alone, a member alone); the members
 //! may be given in any order; and crash points over both members and the backing device (one
 //! `Faults` numbering their writes and syncs) keep every FLUSHed value, in write-through and in
-//! write-back with one dirty copy.
+//! write-back with one dirty copy and with two (the default).
 
 mod common;
 
@@ -53,13 +53,18 @@ fn devs(paths: &[&Path]) -> Vec<(String, Box<dyn BlockDev>)> {
 }
 
 fn format_pool(p: &PoolFiles, mode: Mode) -> Superblock {
+    format_pool_copies(p, mode, Some(1))
+}
+
+/// Formats `p` with `copies` cache copies of each dirty line (`None`: the default).
+fn format_pool_copies(p: &PoolFiles, mode: Mode, copies: Option<u8>) -> Superblock {
     let m: Vec<&Path> = p.members.iter().map(|x| x.as_path()).collect();
     let opts = FormatOptions {
         line_size: LS,
         mode,
         ..Default::default()
     };
-    PoolDev::format(devs(&m), VOL, &opts, Some(1)).unwrap().1
+    PoolDev::format(devs(&m), VOL, &opts, copies).unwrap().1
 }
 
 fn open_pool(p: &PoolFiles, order: &[usize]) -> CacheVolume {
@@ -207,30 +212,17 @@ fn membership_is_checked_at_open() {
 }
 
 #[test]
-fn write_back_on_a_pool_needs_one_dirty_copy() {
-    let e = check_mode(2, Mode::WriteBack, None).unwrap_err();
-    assert!(
-        e.contains("--dirty-copies 1") && e.contains("loses its dirty data"),
-        "{e}"
-    );
-    let e = check_mode(2, Mode::WriteBack, Some(2)).unwrap_err();
-    assert!(e.contains("not built yet"), "{e}");
-    check_mode(2, Mode::WriteBack, Some(1)).unwrap();
-    check_mode(2, Mode::WriteThrough, None).unwrap();
-    check_mode(2, Mode::PassThrough, None).unwrap();
-    check_mode(1, Mode::WriteBack, None).unwrap();
+fn pool_format_refuses_what_is_not_built() {
     let p = pool_files(&[128, 128]);
     let m: Vec<&Path> = p.members.iter().map(|x| x.as_path()).collect();
-    let opts = FormatOptions {
+    // Write-back on a pool is no longer refused without --dirty-copies (2 is the default:
+    // `tests/pool_copies.rs`); data checksums still are.
+    check_mode(2, Mode::WriteBack, None).unwrap();
+    let sums = FormatOptions {
         line_size: LS,
         mode: Mode::WriteBack,
-        ..Default::default()
-    };
-    let e = PoolDev::format(devs(&m), VOL, &opts, None).err().unwrap();
-    assert!(e.contains("--dirty-copies 1"), "{e}");
-    let sums = FormatOptions {
         data_checksums: true,
-        ..opts
+        ..Default::default()
     };
     let e = PoolDev::format(devs(&m), VOL, &sums, Some(1))
         .err()
@@ -241,10 +233,10 @@ fn write_back_on_a_pool_needs_one_dirty_copy() {
 /// One crash point: the workload over a pool of two members, the power cut at event `n`
 /// (of the members' and the backing device's writes and syncs), reopened with the members
 /// swapped and checked. Returns the events of the run.
-fn crash_run(p: &PoolFiles, mode: Mode, seed: u64, crash: Option<u64>) -> u64 {
+fn crash_run(p: &PoolFiles, mode: Mode, copies: Option<u8>, seed: u64, crash: Option<u64>) -> u64 {
     // A fresh backing device (the last run wrote to it) and a fresh pool.
     std::fs::write(&p.f.backing, (0..VOL).map(initial).collect::<Vec<u8>>()).unwrap();
-    format_pool(p, mode);
+    format_pool_copies(p, mode, copies);
     let faults = Faults::new(seed ^ 0x9e37);
     faults.crash_at(crash.unwrap_or(u64::MAX), true);
     let wrap = |name: &str, path: &Path| -> Box<dyn BlockDev> {
@@ -258,7 +250,7 @@ fn crash_run(p: &PoolFiles, mode: Mode, seed: u64, crash: Option<u64>) -> u64 {
         ("m0".to_string(), wrap("cache", &p.members[0])),
         ("m1".to_string(), wrap("cache1", &p.members[1])),
     ];
-    let what = format!("{mode:?} seed {seed} crash {crash:?}");
+    let what = format!("{mode:?} dirty copies {copies:?} seed {seed} crash {crash:?}");
     let mut m = Model::new(0, VOL);
     let opened = PoolDev::open(members).and_then(|pd| {
         CacheVolume::open(
@@ -335,11 +327,17 @@ fn crash_run(p: &PoolFiles, mode: Mode, seed: u64, crash: Option<u64>) -> u64 {
 
 #[test]
 fn crash_points_over_two_members_keep_every_flushed_value() {
-    for mode in [Mode::WriteThrough, Mode::WriteBack] {
+    // Write-back also with the default two dirty copies (copies live; after a restart the
+    // lines are single again, until copy records are restored at open).
+    for (mode, copies) in [
+        (Mode::WriteThrough, Some(1)),
+        (Mode::WriteBack, Some(1)),
+        (Mode::WriteBack, None),
+    ] {
         let p = pool_files(&[128, 128]);
         let points = crash_budget(40, 2000);
         crash_sweep(mode, points, false, 1, 20, 0x51, |seed, c| {
-            (crash_run(&p, mode, seed, c.map(|c| c.1)), 0)
+            (crash_run(&p, mode, copies, seed, c.map(|c| c.1)), 0)
         });
     }
 }

@@ -93,6 +93,20 @@ impl Engine {
         Some(c)
     }
 
+    /// The line in `slot` cannot be read (its device failed a read): its mirrored copy
+    /// becomes the line (valid = its dirty sectors, the others are on the backing device)
+    /// and `slot` is freed. Returns the copy's slot; `None` (nothing changes) when the line
+    /// has no copy or a write-back in flight pins it.
+    pub fn promote_copy_of(&mut self, slot: Slot) -> Option<Slot> {
+        if self.is_pinned(slot) {
+            return None;
+        }
+        let c = self.copy_of.remove(&slot)?;
+        let owner = self.owner_of.remove(&c);
+        debug_assert_eq!(owner, Some(slot), "copy maps agree");
+        Some(self.promote_copy(slot, c))
+    }
+
     /// Makes `copy` the mirrored copy of the dirty line in `slot`.
     pub(super) fn link_copy(&mut self, slot: Slot, copy: Slot) {
         if self.copy_of.get(&slot) == Some(&copy) {

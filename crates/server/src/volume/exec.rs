@@ -225,6 +225,16 @@ impl CacheVolume {
             let touched = slots.clone();
             g.slots = slots;
             Self::update_records(&mut g);
+            let e = match self
+                .promote_after_read_failure(&mut g, req, &steps, e, buf_start, &buf, &touched)
+            {
+                Ok(()) => {
+                    drop(excl);
+                    drop(g);
+                    return self.run(req, data);
+                }
+                Err(e) => e,
+            };
             return self.after_failure(&mut g, req, data, &steps, e, buf_start, &buf, &touched);
         }
         g.slots = slots;

@@ -396,16 +396,19 @@ impl CacheVolume {
         // Its lines are dropped: none may be pinned by a write-back in flight.
         self.reap(g, true);
         let range = g.engine.pool().range(d);
+        // Dirty lines mirrored on another member (`--dirty-copies 2`) are not written back
+        // from this one (it may not answer at all): the engine promotes their copies below.
         let slots: Vec<u32> = range
             .map(|s| s as u32)
             .filter(|&s| {
                 g.engine
                     .slot_key(s)
                     .is_some_and(|_| g.engine.dirty_mask(s) != 0)
+                    && g.engine.copy_of(s).is_none()
             })
             .collect();
         tracing::error!(
-            "pool member {d} failed ({reason}): writing back its {} dirty lines, dropping its clean ones, serving on from the other members",
+            "pool member {d} failed ({reason}): writing back its {} unmirrored dirty lines, promoting the copies of its mirrored ones, dropping its clean ones, serving on from the other members",
             slots.len()
         );
         self.recover(g, &[], 0, 0, &[], &slots);
@@ -417,7 +420,18 @@ impl CacheVolume {
                 return;
             }
         };
-        // `recover` dropped every dirty line there (written back or reported lost).
+        // Promoted copies are lines now (and lines whose copy was there have one copy):
+        // their records follow the engine at the next flush.
+        if !loss.unmirrored.is_empty() {
+            let plan_slots = std::mem::replace(&mut g.slots, loss.unmirrored.clone());
+            Self::update_records(g);
+            g.slots = plan_slots;
+            tracing::error!(
+                "pool member {d}: {} mirrored dirty lines now served from their copies",
+                loss.promoted
+            );
+        }
+        // `recover` dropped every unmirrored dirty line there (written back or reported lost).
         debug_assert!(
             loss.uncovered.is_empty(),
             "dirty lines left on failed member {d}"
@@ -970,6 +984,52 @@ impl CacheVolume {
         self.direct(g, req, data)
     }
 
+    /// A read's plan failed on pool member `d` (`--dirty-copies 2`): the mirrored dirty
+    /// lines it touched on `d` become their copies on another member (never written back
+    /// from the failing member nor reported lost), the other touched lines are recovered as
+    /// [`CacheVolume::after_failure`] does, and the error is counted. `Ok`: the caller plans
+    /// the read again (locks dropped); `Err(e)`: nothing was promoted, nothing changed.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn promote_after_read_failure(
+        &self,
+        g: &mut Inner,
+        req: &Request,
+        steps: &[Step],
+        e: StepError,
+        buf_start: u64,
+        buf: &[u8],
+        touched: &[u32],
+    ) -> Result<(), StepError> {
+        let Some(d) = crate::pool_dev::member_of_error(&e.err) else {
+            return Err(e);
+        };
+        if req.op != Op::Read || !e.cache || g.failed {
+            return Err(e);
+        }
+        let on_d = |g: &Inner, s: u32| {
+            g.engine.pool().member_of(u64::from(s)) == d && g.engine.copy_of(s).is_some()
+        };
+        if !touched.iter().any(|&s| on_d(g, s)) {
+            return Err(e);
+        }
+        self.reap(g, true);
+        let mut promoted = Vec::new();
+        let mut rest = Vec::new();
+        for &s in touched {
+            match on_d(g, s).then(|| g.engine.promote_copy_of(s)).flatten() {
+                Some(to) => promoted.extend([s, to]),
+                None => rest.push(s),
+            }
+        }
+        let pending = e.pending(steps);
+        self.recover(g, &pending, 0, buf_start, buf, &rest);
+        let plan_slots = std::mem::replace(&mut g.slots, promoted);
+        Self::update_records(g);
+        g.slots = plan_slots;
+        self.cache_error(g, e.err);
+        Ok(())
+    }
+
     /// A hit's cache read failed: drops the request's lines (saving their dirty bytes) and
     /// reads from the backing device.
     pub(super) fn read_fallback(
@@ -988,11 +1048,40 @@ impl CacheVolume {
                 req.offset >> self.line_shift,
                 (req.end() - 1) >> self.line_shift,
             );
-            let slots: Vec<u32> = (first..=last)
+            let mut slots: Vec<u32> = (first..=last)
                 .filter_map(|l| g.engine.lookup(Engine::line_key(req.volume, l)))
                 .collect();
+            // Mirrored dirty lines (`--dirty-copies 2`) on the member that failed the read:
+            // their copies on another member become the lines (never written back from the
+            // failing member, nor reported lost), and the read is planned again on them.
+            let mut promoted: Vec<u32> = Vec::new();
+            if let Some(d) = crate::pool_dev::member_of_error(&e) {
+                slots.retain(|&s| {
+                    if g.engine.pool().member_of(u64::from(s)) != d {
+                        return true;
+                    }
+                    match g.engine.promote_copy_of(s) {
+                        Some(to) => {
+                            promoted.extend([s, to]);
+                            false
+                        }
+                        None => true,
+                    }
+                });
+            }
             self.recover(&mut g, &[], 0, 0, &[], &slots);
+            let retry = !promoted.is_empty();
+            if retry {
+                let plan_slots = std::mem::replace(&mut g.slots, promoted);
+                Self::update_records(&mut g);
+                g.slots = plan_slots;
+            }
             self.cache_error(&mut g, e);
+            if retry {
+                drop(_excl);
+                drop(g);
+                return self.run(req, Data::Read(out));
+            }
         }
         let (a, b) = (vaddr(req.volume, req.offset), vaddr(req.volume, req.end()));
         lost_check(&g.lost, a, b)?;

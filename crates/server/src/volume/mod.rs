@@ -656,6 +656,11 @@ pub struct VolumeStats {
     pub capacity_lines: u64,
     pub cached_lines: u64,
     pub dirty_lines: u64,
+    /// A pool mirroring dirty lines (`--dirty-copies 2`): slots holding a line's second cache
+    /// copy (including those held by write-backs in flight), and dirty lines with one copy
+    /// only (0 without mirroring).
+    pub copy_slots: u64,
+    pub unmirrored_lines: u64,
     pub dirty_bytes: u64,
     pub volume_bytes: u64,
     pub ram_index_bytes: u64,

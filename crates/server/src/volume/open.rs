@@ -429,7 +429,14 @@ impl CacheVolume {
                 classes: opts.classes.clone(),
                 ..Default::default()
             },
-            // A pool of cache devices: the engine spreads lines over its members.
+            // A pool of cache devices: the engine spreads lines over its members, and in
+            // write-back mirrors each dirty line on two of them unless the pool was told
+            // otherwise (`--dirty-copies`, stored in its blocks).
+            dirty_copies: crate::pool_dev::effective_dirty_copies(
+                cache.pool_lines().len(),
+                Mode::ALL[sb.mode as usize],
+                Some(cache.dirty_copies()),
+            ),
             pool_lines: cache.pool_lines(),
             ..Default::default()
         };

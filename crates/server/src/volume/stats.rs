@@ -68,6 +68,8 @@ impl CacheVolume {
             capacity_lines: self.capacity_lines,
             cached_lines: e.len(),
             dirty_lines: e.dirty_lines(),
+            copy_slots: e.copy_slot_count(),
+            unmirrored_lines: e.unmirrored_lines(),
             dirty_bytes,
             volume_bytes: self.size,
             ram_index_bytes: ram_bytes(&g) + self.ram.as_ref().map_or(0, |r| r.mem_bytes().1),

@@ -1,0 +1,246 @@
+//! Mirrored dirty data on a pool of cache devices (`--dirty-copies 2`, issue 15 item 2,
+//! docs/plan-multi-cache.md (c)): write-back on a pool of two or more members keeps every
+//! dirty line on two members by default, so the loss of one member loses no acknowledged
+//! write; `--dirty-copies 1` is the explicit opt-out, and a pool keeps the value it was given.
+//! Each test runs the same workload with one copy too and asserts that it then does lose (or
+//! does not mirror): the assertion depends on the mirroring, not on luck.
+
+mod common;
+
+use common::*;
+use std::path::PathBuf;
+use tiercache_engine::Mode;
+use tiercache_nbd::Export;
+use tiercache_server::fault::{FaultHandle, Faults};
+use tiercache_server::format::Superblock;
+use tiercache_server::pool_dev::{check_mode, effective_dirty_copies, single_copy_warning};
+use tiercache_server::{BlockDev, CacheVolume, FileDev, FormatOptions, OpenOptions, PoolDev};
+
+const LS: u64 = 4096;
+
+struct PoolFiles {
+    f: Files,
+    members: Vec<PathBuf>,
+}
+
+fn pool_files(lines: &[u64]) -> PoolFiles {
+    let f = files(1, LS);
+    let members = lines
+        .iter()
+        .enumerate()
+        .map(|(i, &n)| {
+            let p = f.dir.path().join(format!("m{i}.img"));
+            let bytes = Superblock::member_data_offset(n, LS) + n * LS;
+            std::fs::File::create(&p).unwrap().set_len(bytes).unwrap();
+            p
+        })
+        .collect();
+    PoolFiles { f, members }
+}
+
+fn devs(p: &PoolFiles) -> Vec<(String, Box<dyn BlockDev>)> {
+    p.members
+        .iter()
+        .map(|m| {
+            (
+                m.display().to_string(),
+                Box::new(FileDev::open(m).unwrap()) as Box<dyn BlockDev>,
+            )
+        })
+        .collect()
+}
+
+/// Formats `p` in write-back with `copies` (`None`: the default).
+fn format_wb(p: &PoolFiles, copies: Option<u8>) {
+    let opts = FormatOptions {
+        line_size: LS,
+        mode: Mode::WriteBack,
+        ..Default::default()
+    };
+    PoolDev::format(devs(p), VOL, &opts, copies).unwrap();
+}
+
+fn open_plain(p: &PoolFiles) -> CacheVolume {
+    CacheVolume::open(
+        Box::new(PoolDev::open(devs(p)).unwrap()),
+        Box::new(FileDev::open(&p.f.backing).unwrap()),
+        &OpenOptions::default(),
+    )
+    .unwrap()
+    .0
+}
+
+/// Both members behind [`FaultDev`]s (not volatile), failed at the first error.
+fn open_faulty(p: &PoolFiles) -> (CacheVolume, Vec<FaultHandle>) {
+    let faults = Faults::new(23);
+    let mut hs = Vec::new();
+    let mut members: Vec<(String, Box<dyn BlockDev>)> = Vec::new();
+    for (i, m) in p.members.iter().enumerate() {
+        let (d, h) = faults.wrap(
+            &format!("cache{i}"),
+            Box::new(FileDev::open(m).unwrap()),
+            false,
+        );
+        members.push((format!("m{i}"), Box::new(d)));
+        hs.push(h);
+    }
+    let vol = CacheVolume::open(
+        Box::new(PoolDev::open(members).unwrap()),
+        Box::new(FileDev::open(&p.f.backing).unwrap()),
+        &OpenOptions::default(),
+    )
+    .unwrap()
+    .0;
+    vol.set_max_cache_errors(1);
+    (vol, hs)
+}
+
+/// Random writes (no reads, no flushes): lines stay dirty.
+fn write_ops(vol: &CacheVolume, m: &mut Model, seed: u64, ops: usize) {
+    let mut r = rng(seed);
+    for i in 0..ops {
+        let (_, off, len, _) = random_op(&mut r, VOL);
+        let data: Vec<u8> = (0..len).map(|k| (i as u8) ^ (k as u8) ^ 0x3c).collect();
+        vol.write(off, &data, false).unwrap();
+        m.write(off as usize, &data, false);
+    }
+}
+
+fn check_all(vol: &CacheVolume, m: &Model, what: &str) {
+    let mut buf = vec![0u8; VOL as usize];
+    vol.read(0, &mut buf).unwrap();
+    m.check_now(0, &buf, what);
+}
+
+#[test]
+fn dirty_copies_are_chosen_defaulted_and_kept() {
+    check_mode(2, Mode::WriteBack, None).unwrap();
+    check_mode(2, Mode::WriteBack, Some(2)).unwrap();
+    check_mode(2, Mode::WriteBack, Some(1)).unwrap();
+    check_mode(1, Mode::WriteBack, None).unwrap();
+    let e = check_mode(1, Mode::WriteBack, Some(2)).unwrap_err();
+    assert!(e.contains("two or more"), "{e}");
+    let e = check_mode(2, Mode::WriteBack, Some(3)).unwrap_err();
+    assert!(e.contains("give 1 or 2"), "{e}");
+    assert_eq!(effective_dirty_copies(2, Mode::WriteBack, None), 2);
+    assert_eq!(effective_dirty_copies(2, Mode::WriteBack, Some(0)), 2);
+    assert_eq!(effective_dirty_copies(2, Mode::WriteThrough, None), 1);
+    assert_eq!(effective_dirty_copies(1, Mode::WriteBack, None), 1);
+    assert_eq!(effective_dirty_copies(2, Mode::WriteBack, Some(1)), 1);
+    assert!(single_copy_warning(2, Mode::WriteBack, 1).is_some());
+    assert!(single_copy_warning(2, Mode::WriteBack, 2).is_none());
+    assert!(single_copy_warning(2, Mode::WriteThrough, 1).is_none());
+
+    // Write-back format without the flag stores 2; with 1 stores 1; write-through leaves it
+    // unchosen.
+    let p = pool_files(&[128, 128]);
+    format_wb(&p, None);
+    let pd = PoolDev::open(devs(&p)).unwrap();
+    assert_eq!(pd.dirty_copies(), Some(2));
+    // The same value again is fine; another one is refused, naming both.
+    pd.choose_dirty_copies(2).unwrap();
+    let e = pd.choose_dirty_copies(1).unwrap_err();
+    assert!(
+        e.contains("--dirty-copies 1") && e.contains("pool's 2"),
+        "{e}"
+    );
+    drop(pd);
+    format_wb(&p, Some(1));
+    assert_eq!(PoolDev::open(devs(&p)).unwrap().dirty_copies(), Some(1));
+    let opts = FormatOptions {
+        line_size: LS,
+        mode: Mode::WriteThrough,
+        ..Default::default()
+    };
+    PoolDev::format(devs(&p), VOL, &opts, None).unwrap();
+    let pd = PoolDev::open(devs(&p)).unwrap();
+    assert_eq!(pd.dirty_copies(), None);
+    // Chosen at a later serve: stored in every member's pool block, so a reopen sees it.
+    pd.choose_dirty_copies(2).unwrap();
+    drop(pd);
+    assert_eq!(PoolDev::open(devs(&p)).unwrap().dirty_copies(), Some(2));
+}
+
+/// (a) Write-back on two members, by default: every dirty line has its second copy on the
+/// other member (copy slots == dirty lines, none unmirrored), and the data reads back after a
+/// clean restart. With `--dirty-copies 1` the same workload has no copy at all.
+#[test]
+fn write_back_on_a_pool_mirrors_every_dirty_line_by_default() {
+    for copies in [None, Some(1)] {
+        let what = format!("dirty copies {copies:?}");
+        let p = pool_files(&[256, 256]);
+        format_wb(&p, copies);
+        let mut m = Model::new(0, VOL);
+        {
+            let vol = open_plain(&p);
+            write_ops(&vol, &mut m, 0x23, 300);
+            let st = vol.stats();
+            assert!(st.dirty_lines > 16, "{what}: {} dirty", st.dirty_lines);
+            match copies {
+                None => {
+                    assert_eq!(st.copy_slots, st.dirty_lines, "{what}: every line mirrored");
+                    assert_eq!(st.unmirrored_lines, 0, "{what}");
+                }
+                _ => assert_eq!(st.copy_slots, 0, "{what}: one copy asked"),
+            }
+            check_all(&vol, &m, &format!("{what}: before the restart"));
+            vol.shutdown().unwrap();
+        }
+        let vol = open_plain(&p);
+        check_all(&vol, &m, &format!("{what}: after a clean restart"));
+        vol.shutdown().unwrap();
+    }
+}
+
+/// (b), (c) live: after a FLUSH and more writes, member `d` (holding dirty lines) is lost
+/// (every call fails, as a pulled device); the next flush fails it alone: with two copies
+/// every acknowledged value reads back from the other member, nothing is reported lost and
+/// the pool serves on; with one copy the same loss loses dirty data.
+#[test]
+fn a_lost_member_loses_no_write_with_two_copies() {
+    for d in [0usize, 1] {
+        for copies in [None, Some(1)] {
+            let what = format!("member {d} lost, dirty copies {copies:?}");
+            // Half the volume's lines per member: primaries and copies on both.
+            let p = pool_files(&[128, 128]);
+            format_wb(&p, copies);
+            let mut m = Model::new(0, VOL);
+            let (vol, hs) = open_faulty(&p);
+            write_ops(&vol, &mut m, 0x50 + d as u64, 300);
+            vol.flush().unwrap();
+            m.flush();
+            write_ops(&vol, &mut m, 0x60 + d as u64, 100);
+            let dirty = vol.stats().dirty_lines;
+            assert!(dirty > 16, "{what}: {dirty} dirty");
+            let on_d = vol.stats().pool_members[d].dirty_lines;
+            assert!(on_d > 0, "{what}: no dirty line on member {d}");
+            hs[d].lose();
+            // The flush finds the member gone (its sync fails) and fails it alone.
+            let flushed = vol.flush();
+            let mut buf = vec![0u8; VOL as usize];
+            let read = vol.read(0, &mut buf);
+            let lost = vol.lost_dirty_ranges();
+            match copies {
+                None => {
+                    flushed.unwrap_or_else(|e| panic!("{what}: flush failed: {e}"));
+                    m.flush();
+                    read.unwrap_or_else(|e| panic!("{what}: read failed: {e}"));
+                    m.check_now(0, &buf, &what);
+                    assert_eq!(lost, vec![], "{what}");
+                    let members = vol.pool_members();
+                    assert!(members[d].0 && !members[1 - d].0, "{what}: {members:?}");
+                    assert!(!vol.cache_failed(), "{what}");
+                    // And it goes on: written, flushed, read again on the survivor.
+                    write_ops(&vol, &mut m, 0x70, 100);
+                    vol.flush().unwrap();
+                    check_all(&vol, &m, &format!("{what}: later"));
+                }
+                _ => assert!(
+                    flushed.is_err() || read.is_err() || !lost.is_empty(),
+                    "{what}: one copy lost nothing (the test would not see a missing mirror)"
+                ),
+            }
+            drop(vol);
+        }
+    }
+}
