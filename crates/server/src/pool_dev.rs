@@ -477,13 +477,24 @@ impl PoolDev {
         }
         b.dirty_copies = n;
         b.generation += 1;
+        self.write_pool_blocks(&b).map_err(|(x, e)| {
+            format!(
+                "storing --dirty-copies {n} on {}: {e}",
+                self.members[x].name
+            )
+        })
+    }
+
+    /// Writes `b` as every live member's pool block (each with its own index) and syncs it,
+    /// member by member. Err: the first member that failed, and why (later ones untouched).
+    fn write_pool_blocks(&self, b: &PoolBlock) -> Result<(), (usize, io::Error)> {
         for (x, m) in self.live() {
             let mut mine = b.clone();
             mine.index = x as u16;
             m.dev
                 .write_at(&mine.encode(), POOL_BLOCK_AT)
                 .and_then(|()| m.dev.sync())
-                .map_err(|e| format!("storing --dirty-copies {n} on {}: {e}", m.name))?;
+                .map_err(|e| (x, e))?;
         }
         Ok(())
     }
@@ -547,15 +558,8 @@ impl PoolDev {
             self.members[d].name,
             b.generation
         );
-        for (x, m) in self.live() {
-            let mut mine = b.clone();
-            mine.index = x as u16;
-            m.dev
-                .write_at(&mine.encode(), POOL_BLOCK_AT)
-                .and_then(|()| m.dev.sync())
-                .map_err(|e| self.member_err(x, e))?;
-        }
-        Ok(())
+        self.write_pool_blocks(&b)
+            .map_err(|(x, e)| self.member_err(x, e))
     }
 
     /// The pieces of virtual bytes `[off, off + len)` inside one region: (member, member

@@ -8,35 +8,13 @@
 mod common;
 
 use common::*;
-use std::path::PathBuf;
 use tiercache_engine::Mode;
 use tiercache_nbd::Export;
 use tiercache_server::fault::{FaultHandle, Faults};
-use tiercache_server::format::Superblock;
 use tiercache_server::pool_dev::{check_mode, effective_dirty_copies, single_copy_warning};
 use tiercache_server::{BlockDev, CacheVolume, FileDev, FormatOptions, OpenOptions, PoolDev};
 
-const LS: u64 = 4096;
-
-struct PoolFiles {
-    f: Files,
-    members: Vec<PathBuf>,
-}
-
-fn pool_files(lines: &[u64]) -> PoolFiles {
-    let f = files(1, LS);
-    let members = lines
-        .iter()
-        .enumerate()
-        .map(|(i, &n)| {
-            let p = f.dir.path().join(format!("m{i}.img"));
-            let bytes = Superblock::member_data_offset(n, LS) + n * LS;
-            std::fs::File::create(&p).unwrap().set_len(bytes).unwrap();
-            p
-        })
-        .collect();
-    PoolFiles { f, members }
-}
+const LS: u64 = POOL_LS;
 
 fn devs(p: &PoolFiles) -> Vec<(String, Box<dyn BlockDev>)> {
     p.members

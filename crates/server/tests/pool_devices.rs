@@ -9,7 +9,7 @@
 mod common;
 
 use common::*;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use tiercache_engine::Mode;
 use tiercache_nbd::Export;
 use tiercache_server::fault::Faults;
@@ -17,28 +17,7 @@ use tiercache_server::format::{Record, Superblock, POOL_META_OFFSET, RECORD_BYTE
 use tiercache_server::pool_dev::check_mode;
 use tiercache_server::{BlockDev, CacheVolume, FileDev, FormatOptions, OpenOptions, PoolDev};
 
-const LS: u64 = 4096;
-
-struct PoolFiles {
-    f: Files,
-    members: Vec<PathBuf>,
-}
-
-/// A backing file of `VOL` bytes and one member file per entry of `lines`.
-fn pool_files(lines: &[u64]) -> PoolFiles {
-    let f = files(1, LS);
-    let members = lines
-        .iter()
-        .enumerate()
-        .map(|(i, &n)| {
-            let p = f.dir.path().join(format!("m{i}.img"));
-            let bytes = Superblock::member_data_offset(n, LS) + n * LS;
-            std::fs::File::create(&p).unwrap().set_len(bytes).unwrap();
-            p
-        })
-        .collect();
-    PoolFiles { f, members }
-}
+const LS: u64 = POOL_LS;
 
 fn devs(paths: &[&Path]) -> Vec<(String, Box<dyn BlockDev>)> {
     paths

@@ -487,3 +487,28 @@ pub fn open_full_of_clean_lines(
     v.flush().unwrap();
     v
 }
+
+/// A pool's files: a backing file of `VOL` bytes (`f.backing`) and one member file per
+/// entry of `lines` (`pool_files`), sized for that many lines of `POOL_LS` bytes.
+pub struct PoolFiles {
+    pub f: Files,
+    pub members: Vec<PathBuf>,
+}
+
+pub const POOL_LS: u64 = 4096;
+
+pub fn pool_files(lines: &[u64]) -> PoolFiles {
+    let f = files(1, POOL_LS);
+    let members = lines
+        .iter()
+        .enumerate()
+        .map(|(i, &n)| {
+            let p = f.dir.path().join(format!("m{i}.img"));
+            let bytes =
+                tiercache_server::format::Superblock::member_data_offset(n, POOL_LS) + n * POOL_LS;
+            std::fs::File::create(&p).unwrap().set_len(bytes).unwrap();
+            p
+        })
+        .collect();
+    PoolFiles { f, members }
+}
