@@ -84,12 +84,6 @@ fn write_ops(vol: &CacheVolume, m: &mut Model, seed: u64, ops: usize) {
     }
 }
 
-fn check_all(vol: &CacheVolume, m: &Model, what: &str) {
-    let mut buf = vec![0u8; VOL as usize];
-    vol.read(0, &mut buf).unwrap();
-    m.check_now(0, &buf, what);
-}
-
 #[test]
 fn dirty_copies_are_chosen_defaulted_and_kept() {
     check_mode(2, Mode::WriteBack, None).unwrap();
@@ -161,11 +155,11 @@ fn write_back_on_a_pool_mirrors_every_dirty_line_by_default() {
                 }
                 _ => assert_eq!(st.copy_slots, 0, "{what}: one copy asked"),
             }
-            check_all(&vol, &m, &format!("{what}: before the restart"));
+            m.check_volume(&vol, &format!("{what}: before the restart"));
             vol.shutdown().unwrap();
         }
         let vol = open_plain(&p);
-        check_all(&vol, &m, &format!("{what}: after a clean restart"));
+        m.check_volume(&vol, &format!("{what}: after a clean restart"));
         vol.shutdown().unwrap();
     }
 }
@@ -211,7 +205,7 @@ fn a_lost_member_loses_no_write_with_two_copies() {
                     // And it goes on: written, flushed, read again on the survivor.
                     write_ops(&vol, &mut m, 0x70, 100);
                     vol.flush().unwrap();
-                    check_all(&vol, &m, &format!("{what}: later"));
+                    m.check_volume(&vol, &format!("{what}: later"));
                 }
                 _ => assert!(
                     flushed.is_err() || read.is_err() || !lost.is_empty(),

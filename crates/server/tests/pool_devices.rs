@@ -93,12 +93,6 @@ fn run_ops(vol: &CacheVolume, m: &mut Model, seed: u64, ops: usize) {
     }
 }
 
-fn check_all(vol: &CacheVolume, m: &Model, what: &str) {
-    let mut buf = vec![0u8; VOL as usize];
-    vol.read(0, &mut buf).unwrap();
-    m.check_now(0, &buf, what);
-}
-
 #[test]
 fn data_reads_back_after_clean_shutdown_and_kill_with_members_swapped() {
     for mode in [Mode::WriteThrough, Mode::WriteBack] {
@@ -109,7 +103,7 @@ fn data_reads_back_after_clean_shutdown_and_kill_with_members_swapped() {
         let vol = open_pool(&p, &[0, 1]);
         let mut m = Model::new(0, VOL);
         run_ops(&vol, &mut m, 1, 3000);
-        check_all(&vol, &m, &format!("{mode:?}: live"));
+        m.check_volume(&vol, &format!("{mode:?}: live"));
         vol.shutdown().unwrap();
         drop(vol);
         for (d, path) in p.members.iter().enumerate() {
@@ -121,18 +115,14 @@ fn data_reads_back_after_clean_shutdown_and_kill_with_members_swapped() {
         }
         // Given in the other order: the same pool, warm.
         let vol = open_pool(&p, &[1, 0]);
-        check_all(
-            &vol,
-            &m,
-            &format!("{mode:?}: after a clean shutdown, swapped"),
-        );
+        m.check_volume(&vol, &format!("{mode:?}: after a clean shutdown, swapped"));
         run_ops(&vol, &mut m, 2, 1500);
         vol.flush().unwrap();
         m.flush();
         // Killed: no shutdown, the volume just goes away (its files keep what was written).
         drop(vol);
         let vol = open_pool(&p, &[0, 1]);
-        check_all(&vol, &m, &format!("{mode:?}: after a kill"));
+        m.check_volume(&vol, &format!("{mode:?}: after a kill"));
         vol.shutdown().unwrap();
     }
 }
@@ -468,7 +458,7 @@ fn a_failing_member_is_failed_alone_and_stays_out_after_a_restart() {
                 _ => h1.lose(),
             }
             run_ops(&vol, &mut m, 0x16, 400);
-            check_all(&vol, &m, &format!("{what}: after member 1 failed"));
+            m.check_volume(&vol, &format!("{what}: after member 1 failed"));
             let members = vol.pool_members();
             assert!(members[1].0, "{what}: member 1 failed: {members:?}");
             assert!(!members[0].0, "{what}: member 0 serves on: {members:?}");
@@ -482,7 +472,7 @@ fn a_failing_member_is_failed_alone_and_stays_out_after_a_restart() {
             let asked = h1.injected();
             run_ops(&vol, &mut m, 0x17, 300);
             vol.flush().unwrap();
-            check_all(&vol, &m, &format!("{what}: later"));
+            m.check_volume(&vol, &format!("{what}: later"));
             assert_eq!(
                 h1.injected(),
                 asked,
@@ -511,9 +501,9 @@ fn a_failing_member_is_failed_alone_and_stays_out_after_a_restart() {
             vec![false, true],
             "{what}: restarted"
         );
-        check_all(&vol, &m, &format!("{what}: restarted"));
+        m.check_volume(&vol, &format!("{what}: restarted"));
         run_ops(&vol, &mut m, 0x18, 200);
-        check_all(&vol, &m, &format!("{what}: restarted, written again"));
+        m.check_volume(&vol, &format!("{what}: restarted, written again"));
         vol.shutdown().unwrap();
     }
 }

@@ -216,6 +216,14 @@ impl Model {
         }
     }
 
+    /// Reads `vol` from byte 0 over the model's length and checks it now (a model of
+    /// `Model::new(0, len)`: model offsets are volume offsets).
+    pub fn check_volume(&self, vol: &CacheVolume, what: &str) {
+        let mut buf = vec![0u8; self.now.len()];
+        tiercache_nbd::Export::read(vol, 0, &mut buf).unwrap();
+        self.check_now(0, &buf, what);
+    }
+
     /// Panics naming the first byte of `got` (read at model offset `at`) that is wrong now.
     pub fn check_now(&self, at: usize, got: &[u8], what: &str) {
         for (k, &g) in got.iter().enumerate() {
