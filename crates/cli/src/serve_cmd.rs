@@ -787,8 +787,10 @@ fn open_pool(
         .ok()
         .and_then(|sb| Mode::ALL.get(sb.mode as usize).copied());
     if let Some(m) = mode.or(stored) {
-        use tiercache_server::pool_dev::{check_mode, effective_dirty_copies, single_copy_warning};
-        check_mode(a.cache.len(), m, a.dirty_copies).map_err(|e| anyhow!(e))?;
+        use tiercache_server::pool_dev::{
+            check_dirty_copies, effective_dirty_copies, single_copy_warning,
+        };
+        check_dirty_copies(a.cache.len(), a.dirty_copies).map_err(|e| anyhow!(e))?;
         // Given, or stored, or the default (2 in write-back): stored in the pool blocks when
         // it was not (so a later serve cannot misread copy records); a given value differing
         // from the stored one is refused, naming both.
@@ -1161,7 +1163,7 @@ fn format_pool(a: &FormatArgs, line_size: u64, tuning: Option<Tuning>) -> Result
         bail!("--cache-size with several --cache devices: each device of a pool is used whole");
     }
     let mode = mode_arg(&a.mode)?;
-    tiercache_server::pool_dev::check_mode(a.cache.len(), mode, a.dirty_copies)
+    tiercache_server::pool_dev::check_dirty_copies(a.cache.len(), a.dirty_copies)
         .map_err(|e| anyhow!(e))?;
     if let Some(w) = tiercache_server::pool_dev::single_copy_warning(
         a.cache.len(),

@@ -74,11 +74,11 @@ fn random_uuid() -> [u8; 16] {
     u
 }
 
-/// Whether `mode` may run on a pool of `members` devices keeping `dirty_copies` cache copies
-/// of each dirty line (`None`: not given: the default, 2 on a pool in write-back). One device:
-/// anything (today's cache). `--dirty-copies 1` in write-back on a pool is allowed (the
-/// explicit opt-out: a lost member loses its dirty data; the caller warns).
-pub fn check_mode(members: usize, _mode: Mode, dirty_copies: Option<u8>) -> Result<(), String> {
+/// Whether a pool of `members` devices may keep `dirty_copies` cache copies of each dirty
+/// line (`None`: not given: the default, 2 on a pool in write-back, see
+/// [`effective_dirty_copies`]), in any mode. `--dirty-copies 1` in write-back on a pool is
+/// allowed (the explicit opt-out: a lost member loses its dirty data; the caller warns).
+pub fn check_dirty_copies(members: usize, dirty_copies: Option<u8>) -> Result<(), String> {
     match dirty_copies {
         Some(2) if members < 2 => {
             return Err(
@@ -126,7 +126,7 @@ impl PoolDev {
         if devs.len() < 2 {
             return Err("a pool needs two or more cache devices".into());
         }
-        check_mode(devs.len(), opts.mode, dirty_copies)?;
+        check_dirty_copies(devs.len(), dirty_copies)?;
         if opts.data_checksums {
             return Err(
                 "--data-checksums with several cache devices is not built yet (format the pool without it)"

@@ -11,7 +11,7 @@ use common::*;
 use tiercache_engine::Mode;
 use tiercache_nbd::Export;
 use tiercache_server::fault::{FaultHandle, Faults};
-use tiercache_server::pool_dev::{check_mode, effective_dirty_copies, single_copy_warning};
+use tiercache_server::pool_dev::{check_dirty_copies, effective_dirty_copies, single_copy_warning};
 use tiercache_server::{BlockDev, CacheVolume, FileDev, FormatOptions, OpenOptions, PoolDev};
 
 const LS: u64 = POOL_LS;
@@ -86,13 +86,13 @@ fn write_ops(vol: &CacheVolume, m: &mut Model, seed: u64, ops: usize) {
 
 #[test]
 fn dirty_copies_are_chosen_defaulted_and_kept() {
-    check_mode(2, Mode::WriteBack, None).unwrap();
-    check_mode(2, Mode::WriteBack, Some(2)).unwrap();
-    check_mode(2, Mode::WriteBack, Some(1)).unwrap();
-    check_mode(1, Mode::WriteBack, None).unwrap();
-    let e = check_mode(1, Mode::WriteBack, Some(2)).unwrap_err();
+    check_dirty_copies(2, None).unwrap();
+    check_dirty_copies(2, Some(2)).unwrap();
+    check_dirty_copies(2, Some(1)).unwrap();
+    check_dirty_copies(1, None).unwrap();
+    let e = check_dirty_copies(1, Some(2)).unwrap_err();
     assert!(e.contains("two or more"), "{e}");
-    let e = check_mode(2, Mode::WriteBack, Some(3)).unwrap_err();
+    let e = check_dirty_copies(2, Some(3)).unwrap_err();
     assert!(e.contains("give 1 or 2"), "{e}");
     assert_eq!(effective_dirty_copies(2, Mode::WriteBack, None), 2);
     assert_eq!(effective_dirty_copies(2, Mode::WriteBack, Some(0)), 2);

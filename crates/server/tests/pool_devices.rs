@@ -14,7 +14,7 @@ use tiercache_engine::Mode;
 use tiercache_nbd::Export;
 use tiercache_server::fault::Faults;
 use tiercache_server::format::{Record, Superblock, POOL_META_OFFSET, RECORD_BYTES};
-use tiercache_server::pool_dev::check_mode;
+use tiercache_server::pool_dev::check_dirty_copies;
 use tiercache_server::{BlockDev, CacheVolume, FileDev, FormatOptions, OpenOptions, PoolDev};
 
 const LS: u64 = POOL_LS;
@@ -186,7 +186,7 @@ fn pool_format_refuses_what_is_not_built() {
     let m: Vec<&Path> = p.members.iter().map(|x| x.as_path()).collect();
     // Write-back on a pool is no longer refused without --dirty-copies (2 is the default:
     // `tests/pool_copies.rs`); data checksums still are.
-    check_mode(2, Mode::WriteBack, None).unwrap();
+    check_dirty_copies(2, None).unwrap();
     let sums = FormatOptions {
         line_size: LS,
         mode: Mode::WriteBack,
