@@ -82,19 +82,29 @@ pub fn print_class_stats(s: &serde_json::Value) -> bool {
     };
     let n = |x: &serde_json::Value| x.as_u64().unwrap_or(0);
     if let Some(c) = s.get("classifier").filter(|c| !c.is_null()) {
-        let name = c["name"].as_str().unwrap_or("?");
-        if name == "ext4" {
-            println!(
-                "classifier      ext4: {} ({} inodes, {} extents, {} bytes); requests by ext4 {}, by fallback {}",
-                if c["ext4_found"] == true { "ext4 found" } else { "no ext4 seen" },
-                n(&c["inodes"]),
-                n(&c["extents"]),
-                n(&c["memory_bytes"]),
-                n(&c["requests_by_ext4"]),
-                n(&c["requests_by_fallback"])
-            );
-        } else {
-            println!("classifier      {name}");
+        // Several volumes: one classifier each, under `volumes`.
+        let per: Vec<(String, &serde_json::Value)> = match c["volumes"].as_object() {
+            Some(m) => m
+                .iter()
+                .map(|(k, v)| (format!(" (volume {k})"), v))
+                .collect(),
+            None => vec![(String::new(), c)],
+        };
+        for (vol, c) in per {
+            let name = c["name"].as_str().unwrap_or("?");
+            if name == "ext4" {
+                println!(
+                    "classifier      ext4{vol}: {} ({} inodes, {} extents, {} bytes); requests by ext4 {}, by fallback {}",
+                    if c["ext4_found"] == true { "ext4 found" } else { "no ext4 seen" },
+                    n(&c["inodes"]),
+                    n(&c["extents"]),
+                    n(&c["memory_bytes"]),
+                    n(&c["requests_by_ext4"]),
+                    n(&c["requests_by_fallback"])
+                );
+            } else {
+                println!("classifier      {name}{vol}");
+            }
         }
     }
     println!(

@@ -1021,3 +1021,92 @@ fn kill_9_with_a_mode_per_volume_restores_each_volume() {
         srv.stop("-TERM");
     }
 }
+
+/// One class table for the pool, one classifier per volume (issue 15 item 1): each volume's
+/// ext4 classifier learns its own volume's file system at start, and rules match offsets
+/// within each volume, so the same rule classes the first MiB of both volumes.
+#[test]
+fn each_volume_is_classified_by_its_own_classifier() {
+    if !(have("nbdcopy") && have("mkfs.ext4")) {
+        return;
+    }
+    let two = TwoVolumes::new(32 << 20, 32 << 20);
+    let d = two.d();
+    run(Command::new("mkfs.ext4")
+        .args(["-q", "-F"])
+        .arg(two.img("b")));
+    let stats = |srv: &Srv| -> serde_json::Value {
+        serde_json::from_str(&srv.ctl(&["stats", "--json"])).unwrap()
+    };
+    // ext4: only b holds a file system, and only b's classifier finds it.
+    let srv = two.serve(&["--classifier", "ext4"]);
+    let c = &stats(&srv)["classifier"];
+    assert_eq!(c["name"], "ext4", "{c}");
+    assert_eq!(c["volumes"]["b"]["ext4_found"], true, "{c}");
+    assert_eq!(c["volumes"]["a"]["ext4_found"], false, "{c}");
+    let t = srv.ctl(&["stats"]);
+    assert!(
+        t.contains("classifier      ext4 (volume b): ext4 found"),
+        "{t}"
+    );
+    assert!(
+        t.contains("classifier      ext4 (volume a): no ext4 seen"),
+        "{t}"
+    );
+    srv.stop("-TERM");
+    // rules: the first MiB of each volume is metadata.
+    std::fs::remove_file(&two.cache).unwrap();
+    let rules = d.join("rules.toml");
+    std::fs::write(
+        &rules,
+        "version = 1\n[[rule]]\nclass = \"metadata\"\noffset = [0, 1048576]\n",
+    )
+    .unwrap();
+    let srv = two.serve(&[
+        "--classifier",
+        "rules",
+        "--class-rules",
+        rules.to_str().unwrap(),
+        "--mode",
+        "write-through",
+    ]);
+    random_file(&d.join("src"), 2 << 20, 3);
+    for name in ["a", "b"] {
+        run(Command::new("nbdcopy")
+            .arg(d.join("src"))
+            .arg(export(&srv, name)));
+    }
+    let st = stats(&srv);
+    let line = st["line_size"].as_u64().unwrap();
+    let metadata = st["classes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "metadata")
+        .unwrap_or_else(|| panic!("no metadata class: {}", st["classes"]))["cached_lines"]
+        .as_u64()
+        .unwrap();
+    assert_eq!(metadata, 2 * (1 << 20) / line, "{}", st["classes"]);
+    // A volume added live is classified by its own offsets too.
+    sized(&d.join("c.img"), 8 << 20);
+    srv.ctl(&["volume", "add", &format!("c={}", two.img("c"))]);
+    run(Command::new("nbdcopy")
+        .arg(d.join("src"))
+        .arg(export(&srv, "c")));
+    let st = stats(&srv);
+    assert!(
+        st["classifier"]["volumes"]["c"].is_object(),
+        "{}",
+        st["classifier"]
+    );
+    let metadata = st["classes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "metadata")
+        .unwrap()["cached_lines"]
+        .as_u64()
+        .unwrap();
+    assert_eq!(metadata, 3 * (1 << 20) / line, "{}", st["classes"]);
+    srv.stop("-TERM");
+}

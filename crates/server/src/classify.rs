@@ -89,20 +89,16 @@ pub fn by_name(name: &str, table: Arc<ClassTable>) -> Result<Option<Arc<dyn Clas
     }
 }
 
-/// Builds the classifier `name` over `table` and hooks it into `vol` (before the volume is
-/// shared). The ext4 classifier first learns an existing file system from the volume's
-/// current contents (see the module documentation). Returns the classifier's summary.
+/// Builds the classifier `name` over `table` for each of `vol`'s volumes and hooks them in
+/// (before the volume is shared). The ext4 classifier first learns an existing file system
+/// from its volume's current contents (see the module documentation). Returns the
+/// classifiers' summary.
 pub fn attach(
     vol: &mut crate::CacheVolume,
     name: &str,
     table: Arc<ClassTable>,
 ) -> Result<Option<serde_json::Value>, String> {
-    let Some(c) = by_name(name, table)? else {
-        return Ok(None);
-    };
-    vol.set_classifier(c.clone());
-    vol.learn_classifier();
-    Ok(Some(c.summary()))
+    vol.attach_classifiers(name, table)
 }
 
 /// Classes from the table's rules.
@@ -408,11 +404,12 @@ pub(crate) struct TableSlot<'a> {
 }
 
 /// The part of `ctl classes load` both layouts share, run under the volume lock after the
-/// layout's own refusals (closed, failed cache): the classifier checks the table, the engine
+/// layout's own refusals (closed, failed cache): the classifiers (one per volume) check the
+/// table, the engine
 /// takes it (`engine_takes`; its refusal is named after `what_engine`), then the classifier,
 /// the slot and the counters change. Nothing changes when a check fails. Logs the change.
 pub(crate) fn load_table(
-    classifier: Option<&Arc<dyn Classifier>>,
+    classifiers: &[Arc<dyn Classifier>],
     table: ClassTable,
     source: &str,
     what_engine: &str,
@@ -421,13 +418,13 @@ pub(crate) fn load_table(
     cached_lines: u64,
 ) -> Result<ClassesLoaded, String> {
     let t = Arc::new(table);
-    if let Some(c) = classifier {
+    for c in classifiers {
         c.check_table(&t)
             .map_err(|e| format!("{source}: {e} (the running classifier is {:?})", c.name()))?;
     }
     engine_takes(Arc::clone(&t))
         .map_err(|e| format!("{source}: {what_engine} cannot take this table: {e}"))?;
-    if let Some(c) = classifier {
+    for c in classifiers {
         c.set_table(Arc::clone(&t));
     }
     let old = slot.table.replace(Arc::clone(&t));
@@ -436,7 +433,7 @@ pub(crate) fn load_table(
     let r = ClassesLoaded {
         old: old.as_deref().map(table_summary),
         new: table_summary(&t),
-        classifier: classifier.map(|c| c.name()),
+        classifier: classifiers.first().map(|c| c.name()),
         cached_lines,
         loads: *slot.loads,
     };

@@ -42,7 +42,7 @@ impl LogVolume {
         let cached_lines = g.eng.entries().count() as u64;
         let eng = &mut g.eng;
         let r = crate::classify::load_table(
-            self.classifier.as_ref(),
+            self.classifier.as_slice(),
             table,
             source,
             "the log layout",

@@ -26,7 +26,7 @@ impl CacheVolume {
         // Classified under the lock, so requests reach the devices in the order they were
         // classified (a classifier outside it reorders concurrent sequential requests).
         let mut req = *req;
-        if let (Some(c), Op::Read | Op::Write) = (&self.classifier, req.op) {
+        if let (Some(c), Op::Read | Op::Write) = (self.classifiers.of(req.volume), req.op) {
             let d = match &data {
                 Data::Write(d) => Some(*d),
                 _ => None,

@@ -10,10 +10,8 @@ impl Export for CacheVolume {
     fn read(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
         let req = Request::read(offset, buf.len() as u64);
         self.timed(false, || self.reading(&req, buf))?;
-        if let Some(c) = &self.classifier {
-            c.observe_read(offset, buf);
-            self.relabel(c.take_relabels());
-            self.learn_classifier();
+        if self.classifiers.any() {
+            self.after_classified(0, Some((offset, buf)));
         }
         Ok(())
     }
@@ -22,9 +20,8 @@ impl Export for CacheVolume {
         let mut req = Request::write(offset, data.len() as u64);
         req.fua = fua;
         self.timed(true, || self.invalidating(&req, Data::Write(data)))?;
-        if let Some(c) = &self.classifier {
-            self.relabel(c.take_relabels());
-            self.learn_classifier();
+        if self.classifiers.any() {
+            self.after_classified(0, None);
         }
         Ok(())
     }
@@ -62,10 +59,9 @@ impl Export for CacheVolume {
 impl CacheVolume {
     /// A request of volume `vol` of several (`serve --volume`; `crate::live::VolumeExport`):
     /// as the one-volume export's, stamped with the volume (the RAM tier keys its lines by
-    /// volume too). The content classifier is refused with several volumes at open.
+    /// volume too), classified by the volume's own classifier.
     pub fn volume_io(&self, vol: u32, io: crate::live::VolumeIo<'_>) -> io::Result<()> {
         use crate::live::VolumeIo;
-        debug_assert!(self.classifier.is_none());
         let Some((spec, _busy)) = self.volumes.enter(vol) else {
             // Removed (`ctl volume remove`) while this client was connected: every request
             // of it fails (EIO), the other volumes' are not concerned.
@@ -81,12 +77,20 @@ impl CacheVolume {
         let r = match io {
             VolumeIo::Read(offset, buf) => {
                 let req = stamp(Request::read(offset, buf.len() as u64));
-                self.timed(false, || self.reading(&req, buf))
+                let r = self.timed(false, || self.reading(&req, buf));
+                if r.is_ok() && self.classifiers.any() {
+                    self.after_classified(vol, Some((offset, buf)));
+                }
+                r
             }
             VolumeIo::Write(offset, data, fua) => {
                 let mut req = stamp(Request::write(offset, data.len() as u64));
                 req.fua = fua;
-                self.timed(true, || self.invalidating(&req, Data::Write(data)))
+                let r = self.timed(true, || self.invalidating(&req, Data::Write(data)));
+                if r.is_ok() && self.classifiers.any() {
+                    self.after_classified(vol, None);
+                }
+                r
             }
             VolumeIo::Flush => self.run(&stamp(Request::new(0, Op::Flush, 0, 0)), Data::None),
             VolumeIo::Trim(offset, len) => {

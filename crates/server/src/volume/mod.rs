@@ -401,8 +401,9 @@ pub struct CacheVolume {
     /// Clean synchronously after each request that leaves the engine above its dirty high
     /// watermark, exactly as `tiercache sim` does, instead of in the background thread.
     inline_cleaning: AtomicBool,
-    /// Sets each request's class before the engine plans it (`crate::classify`).
-    classifier: Option<Arc<dyn Classifier>>,
+    /// Set each request's class before the engine plans it (`crate::classify`): one per
+    /// volume (`classes.rs`).
+    classifiers: classes::Classifiers,
     max_cache_errors: AtomicU64,
     /// Records unmapped per batch ([`CacheVolume::set_unmap_batch`]).
     unmap_batch: AtomicU64,

@@ -380,12 +380,6 @@ impl CacheVolume {
             }
             Vec::new()
         } else {
-            if opts.classes.is_some() {
-                return Err(FormatError::BadField {
-                    field: "volumes",
-                    why: "several volumes do not take an I/O class table yet (--classes)".into(),
-                });
-            }
             volumes::reconcile(&mut sb, &*cache, opts)?
         };
         if opts.volumes.is_empty() && sb.backing_size != backing.size() {
@@ -950,7 +944,7 @@ impl CacheVolume {
                 budget: 0.0,
                 pass: RATE_PASS_LINES,
             }),
-            classifier: None,
+            classifiers: Default::default(),
             max_cache_errors: AtomicU64::new(DEFAULT_MAX_CACHE_ERRORS),
             unmap_batch: AtomicU64::new(DEFAULT_UNMAP_BATCH),
             state_path: opts.state_path.clone(),

@@ -97,7 +97,7 @@ impl CacheVolume {
                     rules: t.rules.len(),
                     loads: g.class_loads,
                 }),
-            classifier: self.classifier.as_ref().map(|c| c.summary()),
+            classifier: self.classifier_summary(),
             cache_errors: self.metrics.cache_errors.load(Ordering::Relaxed),
             pool_members: self.pool_member_stats(&g),
             checksum_errors: self.metrics.checksum_errors.load(Ordering::Relaxed),

@@ -361,6 +361,7 @@ impl CacheVolume {
             })
         });
         drop(g);
+        self.classify_new_volume(id);
         tracing::info!("volume {name} added (id {id}, {size} bytes)");
         Ok(id)
     }
@@ -480,6 +481,7 @@ impl CacheVolume {
             tracing::warn!("volume {name}: removed, but its settings stay in the engine: {e}");
         }
         drop(g);
+        self.unclassify_volume(id);
         tracing::info!(
             "volume {name} removed (id {id}): {} clean lines left the pool",
             slots.len()
