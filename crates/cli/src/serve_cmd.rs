@@ -666,7 +666,9 @@ fn volume_entries<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<String>,
 }
 
 /// `--volume NAME=BACKING` and `--volume-mode NAME=MODE`: (name, path, mode), names checked
-/// and unique, every mode's name a volume's.
+/// and unique. A mode whose name no `--volume` gives is left out here: it may name a volume
+/// added live that the cache's table records ([`volume_names_known`] checks, and
+/// [`restore_live_changes`] applies it).
 fn volume_args(a: &ServeArgs) -> Result<Vec<(String, PathBuf, Option<Mode>)>> {
     let mut out: Vec<(String, PathBuf, Option<Mode>)> = Vec::new();
     for v in &a.volume {
@@ -683,41 +685,43 @@ fn volume_args(a: &ServeArgs) -> Result<Vec<(String, PathBuf, Option<Mode>)>> {
         let Some((name, mode)) = m.split_once('=') else {
             bail!("--volume-mode {m:?}: give NAME=MODE (e.g. --volume-mode logs=write-through)");
         };
-        let Some(o) = out.iter_mut().find(|o| o.0 == name) else {
-            bail!(
-                "--volume-mode {m}: no --volume named {name:?} (volumes: {})",
-                out.iter()
-                    .map(|o| o.0.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            );
-        };
-        o.2 = Some(mode_arg(mode).with_context(|| format!("--volume-mode {m}"))?);
+        let mode = mode_arg(mode).with_context(|| format!("--volume-mode {m}"))?;
+        if let Some(o) = out.iter_mut().find(|o| o.0 == name) {
+            o.2 = Some(mode);
+        }
     }
     Ok(out)
 }
 
-/// `--volume-admission NAME=RULE` and `--volume-seq-cutoff NAME=SIZE` (parsed as `sim`
-/// parses them, `tiercache_server::vol_tuning`): each volume's own settings, every name a
-/// `--volume`'s (`names`).
-fn volume_flags(
-    a: &ServeArgs,
-    names: &[&str],
-) -> Result<Vec<tiercache_server::vol_tuning::VolumeFlags>> {
-    use tiercache_server::vol_tuning::{admission_flag, cutoff_flag, VolumeFlags};
-    fn entry<'v>(
-        out: &'v mut Vec<VolumeFlags>,
-        names: &[&str],
-        flag: &str,
-        s: &str,
-        name: String,
-    ) -> Result<&'v mut VolumeFlags> {
-        if !names.contains(&name.as_str()) {
-            bail!(
-                "{flag} {s}: no --volume named {name:?} (volumes: {})",
-                names.join(", ")
-            );
+/// Every name `--volume-mode`, `--volume-admission` and `--volume-seq-cutoff` give is one of
+/// `known`: the `--volume`s, plus, once the cache's volume table is read, the volumes added
+/// live that it records.
+fn volume_names_known(a: &ServeArgs, known: &[&str]) -> Result<()> {
+    let flags = [
+        ("--volume-mode", &a.volume_mode),
+        ("--volume-admission", &a.volume_admission),
+        ("--volume-seq-cutoff", &a.volume_seq_cutoff),
+    ];
+    for (flag, list) in flags {
+        for s in list {
+            let name = s.split_once('=').map_or(s.as_str(), |x| x.0);
+            if !known.contains(&name) {
+                bail!(
+                    "{flag} {s}: no --volume named {name:?} (volumes: {})",
+                    known.join(", ")
+                );
+            }
         }
+    }
+    Ok(())
+}
+
+/// `--volume-admission NAME=RULE` and `--volume-seq-cutoff NAME=SIZE` (parsed as `sim`
+/// parses them, `tiercache_server::vol_tuning`): each volume's own settings (names checked by
+/// [`volume_names_known`]).
+fn volume_flags(a: &ServeArgs) -> Result<Vec<tiercache_server::vol_tuning::VolumeFlags>> {
+    use tiercache_server::vol_tuning::{admission_flag, cutoff_flag, VolumeFlags};
+    fn entry(out: &mut Vec<VolumeFlags>, name: String) -> &mut VolumeFlags {
         let i = match out.iter().position(|f| f.name == name) {
             Some(i) => i,
             None => {
@@ -728,16 +732,16 @@ fn volume_flags(
                 out.len() - 1
             }
         };
-        Ok(&mut out[i])
+        &mut out[i]
     }
     let mut out: Vec<VolumeFlags> = Vec::new();
     for s in &a.volume_admission {
         let (name, rule) = admission_flag("--volume-admission", s).map_err(|e| anyhow!(e))?;
-        entry(&mut out, names, "--volume-admission", s, name)?.admission = Some(rule);
+        entry(&mut out, name).admission = Some(rule);
     }
     for s in &a.volume_seq_cutoff {
         let (name, cut) = cutoff_flag("--volume-seq-cutoff", s).map_err(|e| anyhow!(e))?;
-        entry(&mut out, names, "--volume-seq-cutoff", s, name)?.seq_cutoff = Some(cut);
+        entry(&mut out, name).seq_cutoff = Some(cut);
     }
     Ok(out)
 }
@@ -1495,10 +1499,13 @@ pub fn serve(a: ServeArgs) -> Result<()> {
     if vol_args.is_empty() && !(a.volume_admission.is_empty() && a.volume_seq_cutoff.is_empty()) {
         bail!("--volume-admission and --volume-seq-cutoff set a --volume's own settings; with --backing use --admission and --seq-cutoff");
     }
-    let vol_flags = volume_flags(
-        &a,
-        &vol_args.iter().map(|v| v.0.as_str()).collect::<Vec<_>>(),
-    )?;
+    let vol_flags = volume_flags(&a)?;
+    // A name no --volume gives may be a volume added live (`ctl volume add`) that the
+    // cache's table records: checked once the table is read, unless there is no cache yet.
+    let given: Vec<&str> = vol_args.iter().map(|v| v.0.as_str()).collect();
+    if !cache_path.exists() && !NbdDev::is_uri(&cache_path.to_string_lossy()) {
+        volume_names_known(&a, &given)?;
+    }
     if !vol_args.is_empty() && a.layout.is_log()? {
         bail!("--volume (several volumes sharing one cache) needs the direct layout; the log layout serves one volume: drop --layout log, or serve one volume with --backing");
     }
@@ -1689,6 +1696,15 @@ pub fn serve(a: ServeArgs) -> Result<()> {
             };
             restore_live_changes(&table, &mut vol_devs, &*open_one)?;
             let names: Vec<String> = vol_devs.iter().map(|v| v.0.clone()).collect();
+            volume_names_known(&a, &names.iter().map(String::as_str).collect::<Vec<_>>())?;
+            // --volume-mode of a volume added live: the flag wins over its recorded mode.
+            for m in &a.volume_mode {
+                if let Some((name, mode)) = m.split_once('=') {
+                    if let Some(v) = vol_devs.iter_mut().find(|v| v.0 == name) {
+                        v.2 = Some(mode_arg(mode)?);
+                    }
+                }
+            }
             let ids = tiercache_server::volume_set::assign_ids(&table, &names);
             let specs: Vec<VolumeSpec> = vol_devs
                 .iter()
@@ -2780,7 +2796,7 @@ mod tests {
         assert_eq!(c.volume_admission, vec!["a=never"]);
         assert_eq!(c.volume_seq_cutoff, vec!["a=1m"]);
         assert_eq!(c.volume_mode, vec!["a=wb"]);
-        let f = volume_flags(&c, &["a", "b"]).unwrap();
+        let f = volume_flags(&c).unwrap();
         assert_eq!(f.len(), 1);
         assert_eq!(f[0].admission.map(|x| x.read_threshold), Some(0));
         assert_eq!(f[0].seq_cutoff.map(|x| x.read), Some(1 << 20));
@@ -2795,7 +2811,19 @@ mod tests {
         assert!(bad(&["a"], &[]).contains("NAME=BACKING"));
         assert!(bad(&["a=x", "a=y"], &[]).contains("given twice"));
         assert!(bad(&["a b=x"], &[]).contains("volume name"));
-        assert!(bad(&["a=x"], &["c=wb"]).contains("no --volume named \"c\""));
+        let unknown = ServeArgs {
+            volume_mode: vec!["c=wb".into()],
+            volume_admission: vec!["a=never".into()],
+            ..Default::default()
+        };
+        let e = format!(
+            "{:#}",
+            volume_names_known(&unknown, &["a", "b"]).unwrap_err()
+        );
+        assert!(
+            e.contains("--volume-mode c=wb: no --volume named \"c\""),
+            "{e}"
+        );
         assert!(bad(&["a=x"], &["a=fast"]).contains("--volume-mode a=fast"));
     }
 

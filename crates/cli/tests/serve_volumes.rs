@@ -721,6 +721,28 @@ fn ctl_volume_add_serves_at_once_and_survives_kill_9() {
     let st = srv.stats();
     assert_eq!(volume(&st, "c")["mode"], "write-back", "{st}");
     srv.stop("-TERM");
+    // The per-volume flags name a volume added live too (the table records it), and a name
+    // neither given nor recorded is refused once the table is read.
+    let e = serve_refused(
+        d,
+        &vol_args(&two.cache, &two.vols, &["--volume-admission", "x=never"]),
+    );
+    assert!(
+        e.contains("--volume-admission x=never: no --volume named \"x\""),
+        "{e}"
+    );
+    assert!(e.contains("volumes: a, b, c"), "{e}");
+    let srv = two.serve(&[
+        "--volume-mode",
+        "c=write-through",
+        "--volume-admission",
+        "c=never",
+    ]);
+    let st = srv.stats();
+    assert_eq!(volume(&st, "c")["mode"], "write-through", "{st}");
+    let t = srv.ctl(&["--volume", "c", "get"]);
+    assert!(t.contains("admission") && t.contains("never"), "{t}");
+    srv.stop("-TERM");
 }
 
 /// `ctl volume remove`: refused while the volume holds dirty data (naming `detach`); after
