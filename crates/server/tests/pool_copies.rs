@@ -216,3 +216,112 @@ fn a_lost_member_loses_no_write_with_two_copies() {
         }
     }
 }
+
+/// What member `d`'s data area does from the middle of the run on.
+#[derive(Clone, Copy, Debug)]
+enum Dying {
+    /// Its writes fail (reads still answer): a copy or primary write fails, nothing else.
+    Writes,
+    /// Its writes and its reads fail: a dying member, whose older dirty bytes cannot be
+    /// read back to save them.
+    WritesAndReads,
+}
+
+/// Writers on disjoint quarters of the volume, concurrently; member `d`'s data area starts
+/// failing after a third of the ops (`how`). Returns the model of every acknowledged write.
+fn writers_with_failing_member(
+    vol: &CacheVolume,
+    h: &FaultHandle,
+    data_off: u64,
+    how: Dying,
+    seed: u64,
+) -> Model {
+    const THREADS: u64 = 4;
+    const OPS: usize = 240;
+    let m = std::sync::Mutex::new(Model::new(0, VOL));
+    let started = std::sync::atomic::AtomicUsize::new(0);
+    let quarter = VOL / THREADS;
+    std::thread::scope(|s| {
+        for t in 0..THREADS {
+            let (m, started) = (&m, &started);
+            s.spawn(move || {
+                let mut r = rng(seed ^ (t << 8));
+                for i in 0..OPS {
+                    if started.fetch_add(1, std::sync::atomic::Ordering::SeqCst)
+                        == OPS * THREADS as usize / 3
+                    {
+                        h.fail_writes(data_off..u64::MAX);
+                        if matches!(how, Dying::WritesAndReads) {
+                            h.fail_reads(data_off..u64::MAX);
+                        }
+                    }
+                    let (_, off, len, _) = random_op(&mut r, quarter);
+                    let off = t * quarter + off;
+                    let data: Vec<u8> = (0..len)
+                        .map(|k| (i as u8) ^ (k as u8) ^ (t as u8 * 0x40) ^ 0x5a)
+                        .collect();
+                    vol.write(off, &data, false)
+                        .unwrap_or_else(|e| panic!("{how:?}: write {off}+{len} failed: {e}"));
+                    // Acknowledged: it must read back from now on.
+                    m.lock().unwrap().write(off as usize, &data, false);
+                    if i % 7 == 0 {
+                        let mut b = vec![0u8; len as usize];
+                        vol.read(off, &mut b)
+                            .unwrap_or_else(|e| panic!("{how:?}: read {off}+{len} failed: {e}"));
+                        m.lock().unwrap().check_now(
+                            off as usize,
+                            &b,
+                            &format!("{how:?}: read during the run"),
+                        );
+                    }
+                }
+            });
+        }
+    });
+    assert!(h.injected() > 0, "{how:?}: no error was injected");
+    m.into_inner().unwrap()
+}
+
+/// (c)7: cache writes failing on one member of a mirrored write-back pool (while it is not
+/// yet failed: many errors allowed) under concurrent writers: every write is acknowledged
+/// and reads back, nothing is reported lost, also after that member is then lost and failed.
+/// With the member dying (its reads fail too) the dirty lines whose primary is there must be
+/// saved from their copies on the other member: written back from the failing member, they
+/// were reported lost.
+#[test]
+fn cache_write_errors_on_one_member_lose_no_acknowledged_write() {
+    for how in [Dying::Writes, Dying::WritesAndReads] {
+        for d in [0usize, 1] {
+            let what = format!("{how:?} on member {d}");
+            // Room for every line of the volume and its copy: no dirty line is evicted (an
+            // eviction's write-back of a mirrored line reads its primary: not covered here).
+            let p = pool_files(&[512, 512]);
+            format_wb(&p, None);
+            let (vol, hs) = open_faulty(&p);
+            vol.set_max_cache_errors(1_000_000);
+            let data_off = tiercache_server::format::Superblock::member_data_offset(512, LS);
+            let mut m = writers_with_failing_member(&vol, &hs[d], data_off, how, 0x77 + d as u64);
+            m.check_volume(&vol, &format!("{what}: after the run"));
+            assert_eq!(vol.lost_dirty_ranges(), vec![], "{what}: lost");
+            let st = vol.stats();
+            assert!(
+                st.copy_slots > 0 || st.dirty_lines == 0,
+                "{what}: mirroring stopped: {st:?}"
+            );
+            // The member is then lost for good and failed by the next flush: nothing lost.
+            hs[d].lose();
+            let _ = vol.flush();
+            vol.flush()
+                .unwrap_or_else(|e| panic!("{what}: flush after the loss failed: {e}"));
+            m.flush();
+            assert!(vol.pool_members()[d].0, "{what}: member {d} not failed");
+            m.check_volume(&vol, &format!("{what}: after the member was failed"));
+            assert_eq!(
+                vol.lost_dirty_ranges(),
+                vec![],
+                "{what}: lost after the member failed"
+            );
+            vol.shutdown().unwrap();
+        }
+    }
+}
