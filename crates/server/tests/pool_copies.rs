@@ -50,6 +50,12 @@ fn open_plain(p: &PoolFiles) -> CacheVolume {
 
 /// Both members behind [`FaultDev`]s (not volatile), failed at the first error.
 fn open_faulty(p: &PoolFiles) -> (CacheVolume, Vec<FaultHandle>) {
+    let (vol, hs, _) = open_faulty_with(p);
+    (vol, hs)
+}
+
+/// [`open_faulty`], with the [`Faults`] that can end the process.
+fn open_faulty_with(p: &PoolFiles) -> (CacheVolume, Vec<FaultHandle>, std::sync::Arc<Faults>) {
     let faults = Faults::new(23);
     let mut hs = Vec::new();
     let mut members: Vec<(String, Box<dyn BlockDev>)> = Vec::new();
@@ -70,7 +76,7 @@ fn open_faulty(p: &PoolFiles) -> (CacheVolume, Vec<FaultHandle>) {
     .unwrap()
     .0;
     vol.set_max_cache_errors(1);
-    (vol, hs)
+    (vol, hs, faults)
 }
 
 /// Random writes (no reads, no flushes): lines stay dirty.
@@ -323,5 +329,123 @@ fn cache_write_errors_on_one_member_lose_no_acknowledged_write() {
             );
             vol.shutdown().unwrap();
         }
+    }
+}
+
+/// A pool started in write-through keeps one cache copy of each dirty line (the engine's
+/// copy count is fixed when it is built): a live switch to write-back is refused, naming the
+/// two ways out, unless the pool chose copies for good (`--dirty-copies 2`: the switch then
+/// mirrors every dirty line; `--dirty-copies 1`: one copy, as asked). A write-back pool
+/// served in write-through keeps its two copies and switches back freely.
+#[test]
+fn a_live_switch_to_write_back_never_runs_a_pool_unmirrored_silently() {
+    let wt = FormatOptions {
+        line_size: LS,
+        mode: Mode::WriteThrough,
+        ..Default::default()
+    };
+    for chosen in [None, Some(2u8), Some(1)] {
+        let what = format!("write-through pool, dirty copies chosen {chosen:?}");
+        let p = pool_files(&[128, 128]);
+        PoolDev::format(devs(&p), VOL, &wt, None).unwrap();
+        if let Some(n) = chosen {
+            PoolDev::open(devs(&p))
+                .unwrap()
+                .choose_dirty_copies(n)
+                .unwrap();
+        }
+        let vol = open_plain(&p);
+        let mut m = Model::new(0, VOL);
+        let r = vol.set_mode(Mode::WriteBack);
+        match chosen {
+            None => {
+                let e = r.expect_err(&what).to_string();
+                assert!(
+                    e.contains("one cache copy")
+                        && e.contains("--mode write-back")
+                        && e.contains("--dirty-copies 1"),
+                    "{what}: {e}"
+                );
+                // Nothing changed: still write-through, writes go on.
+                write_ops(&vol, &mut m, 0x90, 50);
+                assert_eq!(vol.stats().dirty_lines, 0, "{what}");
+            }
+            Some(n) => {
+                r.unwrap_or_else(|e| panic!("{what}: {e}"));
+                write_ops(&vol, &mut m, 0x91, 200);
+                let st = vol.stats();
+                assert!(st.dirty_lines > 16, "{what}: {} dirty", st.dirty_lines);
+                match n {
+                    2 => assert_eq!(st.copy_slots, st.dirty_lines, "{what}: mirrored"),
+                    _ => assert_eq!(st.copy_slots, 0, "{what}: one copy, as chosen"),
+                }
+            }
+        }
+        m.check_volume(&vol, &what);
+        vol.shutdown().unwrap();
+    }
+    // Write-back pool (two copies stored) served in write-through: back to write-back live,
+    // mirrored.
+    let p = pool_files(&[128, 128]);
+    format_wb(&p, None);
+    let vol = CacheVolume::open(
+        Box::new(PoolDev::open(devs(&p)).unwrap()),
+        Box::new(FileDev::open(&p.f.backing).unwrap()),
+        &OpenOptions {
+            mode: Some(Mode::WriteThrough),
+            ..Default::default()
+        },
+    )
+    .unwrap()
+    .0;
+    vol.set_mode(Mode::WriteBack).unwrap();
+    let mut m = Model::new(0, VOL);
+    write_ops(&vol, &mut m, 0x92, 200);
+    let st = vol.stats();
+    assert!(
+        st.dirty_lines > 16 && st.copy_slots == st.dirty_lines,
+        "{st:?}"
+    );
+    m.check_volume(&vol, "write-back pool served write-through, switched back");
+    vol.shutdown().unwrap();
+}
+
+/// (d)1, the crash window of a member failed live: every write is FLUSHed, then member `d`
+/// fails a read of a dirty line (its errors reach the threshold) and is failed, its lines'
+/// copies promoted on the other member; the process dies right after, before any flush of
+/// its own. The restart (the pool blocks say `d` failed, so none of its records is read) must
+/// still find every flushed value: the promoted lines' records are written as part of the
+/// member's failure. Without that they were recorded nowhere and the backing device's older
+/// bytes were served.
+#[test]
+fn a_crash_right_after_a_member_failed_loses_no_flushed_write() {
+    for seed in [0xa0u64, 0xa1] {
+        // Room for every line and its copy: no dirty line is evicted by the read below.
+        let p = pool_files(&[512, 512]);
+        format_wb(&p, None);
+        let mut m = Model::new(0, VOL);
+        let what;
+        {
+            let (vol, hs, faults) = open_faulty_with(&p);
+            write_ops(&vol, &mut m, seed, 300);
+            vol.flush().unwrap();
+            m.flush();
+            // The member holding the most primaries of dirty lines fails.
+            let members = vol.stats().pool_members;
+            let d = (0..2).max_by_key(|&x| members[x].dirty_lines).unwrap();
+            what = format!("seed {seed:#x}: member {d} failed, then a crash");
+            assert!(members[d].dirty_lines > 16, "{what}: {members:?}");
+            let data_off = tiercache_server::format::Superblock::member_data_offset(512, LS);
+            hs[d].fail_reads(data_off..u64::MAX);
+            // Reads every line: the first hit on `d` fails, and fails the member.
+            m.check_volume(&vol, &format!("{what}: read as the member fails"));
+            assert!(vol.pool_members()[d].0, "{what}: member {d} not failed");
+            assert_eq!(vol.lost_dirty_ranges(), vec![], "{what}");
+            faults.process_exit();
+        }
+        let vol = open_plain(&p);
+        m.check_volume(&vol, &format!("{what}: after the restart"));
+        assert_eq!(vol.lost_dirty_ranges(), vec![], "{what}: after the restart");
+        drop(vol);
     }
 }

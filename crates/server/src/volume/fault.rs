@@ -351,6 +351,7 @@ impl CacheVolume {
                 );
                 if n >= max {
                     self.fail_member(g, d, &format!("{n} errors, the last: {e}"));
+                    self.flush_after_member_failure(g, d);
                 }
                 return io::Error::new(e.kind(), format!("cache device: {e}"));
             }
@@ -462,6 +463,25 @@ impl CacheVolume {
         );
         if uncovered {
             self.persist_lost(g);
+        }
+    }
+
+    /// Right after member `d` was failed outside a flush: its failure is durable (the
+    /// survivors' pool blocks say `Failed`, so a restart reads none of its records), but
+    /// the lines whose copies were promoted are recorded nowhere yet (a copy has no record
+    /// of its own to restore from): a crash before the next flush would forget them and
+    /// serve the backing device's older bytes, even of FLUSHed writes. So the survivors'
+    /// records are made durable now (a flush: data synced, then records), before anything
+    /// else is served. A failing flush goes the usual way (another member or the cache
+    /// failed, lost ranges recorded).
+    fn flush_after_member_failure(&self, g: &mut Inner, d: usize) {
+        if g.failed || !g.engine.device_failed(d) {
+            return;
+        }
+        if let Err(e) = self.flush_locked(g) {
+            tracing::error!(
+                "pool member {d} failed; the flush recording its promoted lines failed: {e}"
+            );
         }
     }
 
