@@ -449,3 +449,37 @@ fn a_crash_right_after_a_member_failed_loses_no_flushed_write() {
         drop(vol);
     }
 }
+
+/// The cleaner on a pool whose member `d` cannot read its data area any more (not failed
+/// yet: many errors allowed): the write-backs of the dirty lines whose primary is on `d` fail,
+/// and those lines are saved from their copies on the other member, never reported lost
+/// (written back from `d` after the failed write-back, they were).
+#[test]
+fn write_backs_failing_on_one_member_are_saved_from_the_copies() {
+    for seed in [0xc0u64, 0xc1] {
+        let p = pool_files(&[512, 512]);
+        format_wb(&p, None);
+        let (vol, hs) = open_faulty(&p);
+        vol.set_max_cache_errors(1_000_000);
+        let mut m = Model::new(0, VOL);
+        write_ops(&vol, &mut m, seed, 300);
+        // The member holding the most primaries of dirty lines fails its reads.
+        let members = vol.stats().pool_members;
+        let d = (0..2).max_by_key(|&x| members[x].dirty_lines).unwrap();
+        let what = format!("seed {seed:#x}: member {d} fails reads, then cleaning");
+        assert!(members[d].dirty_lines > 16, "{what}: {members:?}");
+        let data_off = tiercache_server::format::Superblock::member_data_offset(512, LS);
+        hs[d].fail_reads(data_off..u64::MAX);
+        let mut errors = 0;
+        while let Err(e) = vol.flush_dirty() {
+            errors += 1;
+            assert!(errors < 1000, "{what}: cleaning fails on: {e}");
+        }
+        assert!(hs[d].injected() > 0, "{what}: no read failed");
+        let st = vol.stats();
+        assert_eq!(st.dirty_lines, 0, "{what}: not all cleaned: {st:?}");
+        assert_eq!(vol.lost_dirty_ranges(), vec![], "{what}: lost");
+        m.check_volume(&vol, &what);
+        vol.shutdown().unwrap();
+    }
+}

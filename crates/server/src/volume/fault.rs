@@ -1032,8 +1032,8 @@ impl CacheVolume {
         if g.failed || g.engine.config().dirty_copies < 2 {
             return (out, false);
         }
-        // Promotion and recovery change lines: none may be pinned by a write-back in flight.
-        self.reap(g, true);
+        // (The callers committed the write-back in flight: a line it pinned would not be
+        // promoted.)
         let mut freed = Vec::new();
         for x in out.iter_mut() {
             let s = *x;
