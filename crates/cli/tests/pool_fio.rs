@@ -118,7 +118,7 @@ fn fio_verifies_through_a_pool_member_that_starts_failing_every_request() {
     let out = String::from_utf8_lossy(&f.stdout).into_owned() + &String::from_utf8_lossy(&f.stderr);
     assert!(
         f.status.success(),
-        "fio failed with member 1 failing writes: {out}"
+        "fio failed with member 1 failing every request: {out}"
     );
     assert!(!out.contains("verify: bad"), "{out}");
     let st = srv.stats();
