@@ -50,6 +50,12 @@ fn open_plain(p: &PoolFiles) -> CacheVolume {
 
 /// Both members behind [`FaultDev`]s (not volatile), failed at the first error.
 fn open_faulty(p: &PoolFiles) -> (CacheVolume, Vec<FaultHandle>) {
+    let (vol, hs, _) = open_faulty_with(p);
+    (vol, hs)
+}
+
+/// [`open_faulty`], with the [`Faults`] that can end the process.
+fn open_faulty_with(p: &PoolFiles) -> (CacheVolume, Vec<FaultHandle>, std::sync::Arc<Faults>) {
     let faults = Faults::new(23);
     let mut hs = Vec::new();
     let mut members: Vec<(String, Box<dyn BlockDev>)> = Vec::new();
@@ -70,7 +76,7 @@ fn open_faulty(p: &PoolFiles) -> (CacheVolume, Vec<FaultHandle>) {
     .unwrap()
     .0;
     vol.set_max_cache_errors(1);
-    (vol, hs)
+    (vol, hs, faults)
 }
 
 /// Random writes (no reads, no flushes): lines stay dirty.
@@ -214,5 +220,266 @@ fn a_lost_member_loses_no_write_with_two_copies() {
             }
             drop(vol);
         }
+    }
+}
+
+/// What member `d`'s data area does from the middle of the run on.
+#[derive(Clone, Copy, Debug)]
+enum Dying {
+    /// Its writes fail (reads still answer): a copy or primary write fails, nothing else.
+    Writes,
+    /// Its writes and its reads fail: a dying member, whose older dirty bytes cannot be
+    /// read back to save them.
+    WritesAndReads,
+}
+
+/// Writers on disjoint quarters of the volume, concurrently; member `d`'s data area starts
+/// failing after a third of the ops (`how`). Returns the model of every acknowledged write.
+fn writers_with_failing_member(
+    vol: &CacheVolume,
+    h: &FaultHandle,
+    data_off: u64,
+    how: Dying,
+    seed: u64,
+) -> Model {
+    const THREADS: u64 = 4;
+    const OPS: usize = 240;
+    let m = std::sync::Mutex::new(Model::new(0, VOL));
+    let started = std::sync::atomic::AtomicUsize::new(0);
+    let quarter = VOL / THREADS;
+    std::thread::scope(|s| {
+        for t in 0..THREADS {
+            let (m, started) = (&m, &started);
+            s.spawn(move || {
+                let mut r = rng(seed ^ (t << 8));
+                for i in 0..OPS {
+                    if started.fetch_add(1, std::sync::atomic::Ordering::SeqCst)
+                        == OPS * THREADS as usize / 3
+                    {
+                        h.fail_writes(data_off..u64::MAX);
+                        if matches!(how, Dying::WritesAndReads) {
+                            h.fail_reads(data_off..u64::MAX);
+                        }
+                    }
+                    let (_, off, len, _) = random_op(&mut r, quarter);
+                    let off = t * quarter + off;
+                    let data: Vec<u8> = (0..len)
+                        .map(|k| (i as u8) ^ (k as u8) ^ (t as u8 * 0x40) ^ 0x5a)
+                        .collect();
+                    vol.write(off, &data, false)
+                        .unwrap_or_else(|e| panic!("{how:?}: write {off}+{len} failed: {e}"));
+                    // Acknowledged: it must read back from now on.
+                    m.lock().unwrap().write(off as usize, &data, false);
+                    if i % 7 == 0 {
+                        let mut b = vec![0u8; len as usize];
+                        vol.read(off, &mut b)
+                            .unwrap_or_else(|e| panic!("{how:?}: read {off}+{len} failed: {e}"));
+                        m.lock().unwrap().check_now(
+                            off as usize,
+                            &b,
+                            &format!("{how:?}: read during the run"),
+                        );
+                    }
+                }
+            });
+        }
+    });
+    assert!(h.injected() > 0, "{how:?}: no error was injected");
+    m.into_inner().unwrap()
+}
+
+/// (c)7: cache writes failing on one member of a mirrored write-back pool (while it is not
+/// yet failed: many errors allowed) under concurrent writers: every write is acknowledged
+/// and reads back, nothing is reported lost, also after that member is then lost and failed.
+/// With the member dying (its reads fail too) the dirty lines whose primary is there must be
+/// saved from their copies on the other member: written back from the failing member, they
+/// were reported lost.
+#[test]
+fn cache_write_errors_on_one_member_lose_no_acknowledged_write() {
+    for how in [Dying::Writes, Dying::WritesAndReads] {
+        for d in [0usize, 1] {
+            let what = format!("{how:?} on member {d}");
+            // Room for every line of the volume and its copy: no dirty line is evicted (an
+            // eviction's write-back of a mirrored line reads its primary: not covered here).
+            let p = pool_files(&[512, 512]);
+            format_wb(&p, None);
+            let (vol, hs) = open_faulty(&p);
+            vol.set_max_cache_errors(1_000_000);
+            let data_off = tiercache_server::format::Superblock::member_data_offset(512, LS);
+            let mut m = writers_with_failing_member(&vol, &hs[d], data_off, how, 0x77 + d as u64);
+            m.check_volume(&vol, &format!("{what}: after the run"));
+            assert_eq!(vol.lost_dirty_ranges(), vec![], "{what}: lost");
+            let st = vol.stats();
+            assert!(
+                st.copy_slots > 0 || st.dirty_lines == 0,
+                "{what}: mirroring stopped: {st:?}"
+            );
+            // The member is then lost for good and failed by the next flush: nothing lost.
+            hs[d].lose();
+            let _ = vol.flush();
+            vol.flush()
+                .unwrap_or_else(|e| panic!("{what}: flush after the loss failed: {e}"));
+            m.flush();
+            assert!(vol.pool_members()[d].0, "{what}: member {d} not failed");
+            m.check_volume(&vol, &format!("{what}: after the member was failed"));
+            assert_eq!(
+                vol.lost_dirty_ranges(),
+                vec![],
+                "{what}: lost after the member failed"
+            );
+            vol.shutdown().unwrap();
+        }
+    }
+}
+
+/// A pool started in write-through keeps one cache copy of each dirty line (the engine's
+/// copy count is fixed when it is built): a live switch to write-back is refused, naming the
+/// two ways out, unless the pool chose copies for good (`--dirty-copies 2`: the switch then
+/// mirrors every dirty line; `--dirty-copies 1`: one copy, as asked). A write-back pool
+/// served in write-through keeps its two copies and switches back freely.
+#[test]
+fn a_live_switch_to_write_back_never_runs_a_pool_unmirrored_silently() {
+    let wt = FormatOptions {
+        line_size: LS,
+        mode: Mode::WriteThrough,
+        ..Default::default()
+    };
+    for chosen in [None, Some(2u8), Some(1)] {
+        let what = format!("write-through pool, dirty copies chosen {chosen:?}");
+        let p = pool_files(&[128, 128]);
+        PoolDev::format(devs(&p), VOL, &wt, None).unwrap();
+        if let Some(n) = chosen {
+            PoolDev::open(devs(&p))
+                .unwrap()
+                .choose_dirty_copies(n)
+                .unwrap();
+        }
+        let vol = open_plain(&p);
+        let mut m = Model::new(0, VOL);
+        let r = vol.set_mode(Mode::WriteBack);
+        match chosen {
+            None => {
+                let e = r.expect_err(&what).to_string();
+                assert!(
+                    e.contains("one cache copy")
+                        && e.contains("--mode write-back")
+                        && e.contains("--dirty-copies 1"),
+                    "{what}: {e}"
+                );
+                // Nothing changed: still write-through, writes go on.
+                write_ops(&vol, &mut m, 0x90, 50);
+                assert_eq!(vol.stats().dirty_lines, 0, "{what}");
+            }
+            Some(n) => {
+                r.unwrap_or_else(|e| panic!("{what}: {e}"));
+                write_ops(&vol, &mut m, 0x91, 200);
+                let st = vol.stats();
+                assert!(st.dirty_lines > 16, "{what}: {} dirty", st.dirty_lines);
+                match n {
+                    2 => assert_eq!(st.copy_slots, st.dirty_lines, "{what}: mirrored"),
+                    _ => assert_eq!(st.copy_slots, 0, "{what}: one copy, as chosen"),
+                }
+            }
+        }
+        m.check_volume(&vol, &what);
+        vol.shutdown().unwrap();
+    }
+    // Write-back pool (two copies stored) served in write-through: back to write-back live,
+    // mirrored.
+    let p = pool_files(&[128, 128]);
+    format_wb(&p, None);
+    let vol = CacheVolume::open(
+        Box::new(PoolDev::open(devs(&p)).unwrap()),
+        Box::new(FileDev::open(&p.f.backing).unwrap()),
+        &OpenOptions {
+            mode: Some(Mode::WriteThrough),
+            ..Default::default()
+        },
+    )
+    .unwrap()
+    .0;
+    vol.set_mode(Mode::WriteBack).unwrap();
+    let mut m = Model::new(0, VOL);
+    write_ops(&vol, &mut m, 0x92, 200);
+    let st = vol.stats();
+    assert!(
+        st.dirty_lines > 16 && st.copy_slots == st.dirty_lines,
+        "{st:?}"
+    );
+    m.check_volume(&vol, "write-back pool served write-through, switched back");
+    vol.shutdown().unwrap();
+}
+
+/// (d)1, the crash window of a member failed live: every write is FLUSHed, then member `d`
+/// fails a read of a dirty line (its errors reach the threshold) and is failed, its lines'
+/// copies promoted on the other member; the process dies right after, before any flush of
+/// its own. The restart (the pool blocks say `d` failed, so none of its records is read) must
+/// still find every flushed value: the promoted lines' records are written as part of the
+/// member's failure. Without that they were recorded nowhere and the backing device's older
+/// bytes were served.
+#[test]
+fn a_crash_right_after_a_member_failed_loses_no_flushed_write() {
+    for seed in [0xa0u64, 0xa1] {
+        // Room for every line and its copy: no dirty line is evicted by the read below.
+        let p = pool_files(&[512, 512]);
+        format_wb(&p, None);
+        let mut m = Model::new(0, VOL);
+        let what;
+        {
+            let (vol, hs, faults) = open_faulty_with(&p);
+            write_ops(&vol, &mut m, seed, 300);
+            vol.flush().unwrap();
+            m.flush();
+            // The member holding the most primaries of dirty lines fails.
+            let members = vol.stats().pool_members;
+            let d = (0..2).max_by_key(|&x| members[x].dirty_lines).unwrap();
+            what = format!("seed {seed:#x}: member {d} failed, then a crash");
+            assert!(members[d].dirty_lines > 16, "{what}: {members:?}");
+            let data_off = tiercache_server::format::Superblock::member_data_offset(512, LS);
+            hs[d].fail_reads(data_off..u64::MAX);
+            // Reads every line: the first hit on `d` fails, and fails the member.
+            m.check_volume(&vol, &format!("{what}: read as the member fails"));
+            assert!(vol.pool_members()[d].0, "{what}: member {d} not failed");
+            assert_eq!(vol.lost_dirty_ranges(), vec![], "{what}");
+            faults.process_exit();
+        }
+        let vol = open_plain(&p);
+        m.check_volume(&vol, &format!("{what}: after the restart"));
+        assert_eq!(vol.lost_dirty_ranges(), vec![], "{what}: after the restart");
+        drop(vol);
+    }
+}
+
+/// The cleaner on a pool whose member `d` cannot read its data area any more (not failed
+/// yet: many errors allowed): the write-backs of the dirty lines whose primary is on `d` fail,
+/// and those lines are saved from their copies on the other member, never reported lost
+/// (written back from `d` after the failed write-back, they were).
+#[test]
+fn write_backs_failing_on_one_member_are_saved_from_the_copies() {
+    for seed in [0xc0u64, 0xc1] {
+        let p = pool_files(&[512, 512]);
+        format_wb(&p, None);
+        let (vol, hs) = open_faulty(&p);
+        vol.set_max_cache_errors(1_000_000);
+        let mut m = Model::new(0, VOL);
+        write_ops(&vol, &mut m, seed, 300);
+        // The member holding the most primaries of dirty lines fails its reads.
+        let members = vol.stats().pool_members;
+        let d = (0..2).max_by_key(|&x| members[x].dirty_lines).unwrap();
+        let what = format!("seed {seed:#x}: member {d} fails reads, then cleaning");
+        assert!(members[d].dirty_lines > 16, "{what}: {members:?}");
+        let data_off = tiercache_server::format::Superblock::member_data_offset(512, LS);
+        hs[d].fail_reads(data_off..u64::MAX);
+        let mut errors = 0;
+        while let Err(e) = vol.flush_dirty() {
+            errors += 1;
+            assert!(errors < 1000, "{what}: cleaning fails on: {e}");
+        }
+        assert!(hs[d].injected() > 0, "{what}: no read failed");
+        let st = vol.stats();
+        assert_eq!(st.dirty_lines, 0, "{what}: not all cleaned: {st:?}");
+        assert_eq!(vol.lost_dirty_ranges(), vec![], "{what}: lost");
+        m.check_volume(&vol, &what);
+        vol.shutdown().unwrap();
     }
 }

@@ -119,6 +119,9 @@ impl CacheVolume {
                 let pending = e.pending(&steps);
                 self.recover(g, &pending, 0, 0, &[], &[]);
             } else if e.cache {
+                // A write-back's read failed on a pool member: its mirrored lines there (their
+                // copies given back by the failed completion) are saved from the copies.
+                let (touched, _) = self.save_from_copies(g, &e.err, &touched);
                 self.recover(g, &[], 0, 0, &[], &touched);
             }
             return Err(if e.cache {

@@ -208,9 +208,13 @@ impl CacheVolume {
                 g.slots = slots;
                 Self::update_records(&mut g);
                 if e.cache {
+                    // (A record page flagged in flux, or a dirty victim's write-back read,
+                    // failed on a pool member: mirrored lines there are saved from their
+                    // copies.)
+                    let (touched, mirrored) = self.save_from_copies(&mut g, &e.err, &touched);
                     self.recover(&mut g, &[], 0, 0, &[], &touched);
                     self.cache_error(&mut g, e.err);
-                    return self.direct(&mut g, req, data);
+                    return self.direct_then_sync(&mut g, req, data, mirrored);
                 }
                 if retry || self.read_again_uncached(&g, req, &e) {
                     // Dirty evictions are blocked now: planned again, the request needs no

@@ -351,6 +351,7 @@ impl CacheVolume {
                 );
                 if n >= max {
                     self.fail_member(g, d, &format!("{n} errors, the last: {e}"));
+                    self.flush_after_member_failure(g, d);
                 }
                 return io::Error::new(e.kind(), format!("cache device: {e}"));
             }
@@ -462,6 +463,25 @@ impl CacheVolume {
         );
         if uncovered {
             self.persist_lost(g);
+        }
+    }
+
+    /// Right after member `d` was failed outside a flush: its failure is durable (the
+    /// survivors' pool blocks say `Failed`, so a restart reads none of its records), but
+    /// the lines whose copies were promoted are recorded nowhere yet (a copy has no record
+    /// of its own to restore from): a crash before the next flush would forget them and
+    /// serve the backing device's older bytes, even of FLUSHed writes. So the survivors'
+    /// records are made durable now (a flush: data synced, then records), before anything
+    /// else is served. A failing flush goes the usual way (another member or the cache
+    /// failed, lost ranges recorded).
+    fn flush_after_member_failure(&self, g: &mut Inner, d: usize) {
+        if g.failed || !g.engine.device_failed(d) {
+            return;
+        }
+        if let Err(e) = self.flush_locked(g) {
+            tracing::error!(
+                "pool member {d} failed; the flush recording its promoted lines failed: {e}"
+            );
         }
     }
 
@@ -976,12 +996,78 @@ impl CacheVolume {
         touched: &[u32],
     ) -> io::Result<()> {
         let pending = e.pending(steps);
-        self.recover(g, &pending, 0, buf_start, buf, touched);
+        let (touched, mirrored) = match e.cache {
+            true => self.save_from_copies(g, &e.err, touched),
+            false => (touched.to_vec(), false),
+        };
+        self.recover(g, &pending, 0, buf_start, buf, &touched);
         if !e.cache {
             return Err(self.backing_error(e.err));
         }
         self.cache_error(g, e.err);
-        self.direct(g, req, data)
+        self.direct_then_sync(g, req, data, mirrored)
+    }
+
+    /// A plan (or its record writes) failed on pool member `d` (`e` names it) while the pool
+    /// mirrors dirty lines (`--dirty-copies 2`; plan-multi-cache (c)7): before the lines of
+    /// `slots` are written back and dropped ([`CacheVolume::recover`]), the mirrored dirty
+    /// lines whose primary is on `d` become their copies on another member, so their older
+    /// dirty sectors are read from there, never from the failing member (a dying member's
+    /// reads fail too: they were reported lost). Lines whose copy is on `d` are read from
+    /// their primary as before. Returns the slots to recover (with the freed slots and the
+    /// copies of the touched lines, whose records follow) and whether the pool mirrors:
+    /// then the request is acknowledged only once its bytes are on the synced backing
+    /// device ([`CacheVolume::direct_then_sync`]), so an acknowledged write always has two
+    /// cache copies or is on the backing device.
+    pub(super) fn save_from_copies(
+        &self,
+        g: &mut Inner,
+        e: &io::Error,
+        slots: &[u32],
+    ) -> (Vec<u32>, bool) {
+        let mut out = slots.to_vec();
+        let Some(d) = crate::pool_dev::member_of_error(e) else {
+            return (out, false);
+        };
+        if g.failed || g.engine.config().dirty_copies < 2 {
+            return (out, false);
+        }
+        // (The callers committed the write-back in flight: a line it pinned would not be
+        // promoted.)
+        let mut freed = Vec::new();
+        for x in out.iter_mut() {
+            let s = *x;
+            let Some(c) = g.engine.copy_of(s) else {
+                continue;
+            };
+            freed.push(c);
+            if g.engine.pool().member_of(u64::from(s)) != d {
+                continue;
+            }
+            if let Some(to) = g.engine.promote_copy_of(s) {
+                freed.push(s);
+                *x = to;
+            }
+        }
+        out.extend(freed);
+        (out, true)
+    }
+
+    /// [`CacheVolume::direct`], then for a write or trim with `sync` the backing device is
+    /// synced before the request is acknowledged (see [`CacheVolume::save_from_copies`]).
+    pub(super) fn direct_then_sync(
+        &self,
+        g: &mut Inner,
+        req: &Request,
+        data: Data<'_>,
+        sync: bool,
+    ) -> io::Result<()> {
+        let write = matches!(data, Data::Write(_)) || req.op == Op::Trim;
+        self.direct(g, req, data)?;
+        if sync && write && !g.failed {
+            self.sync_backing(g).map_err(|e| self.backing_error(e))?;
+        }
+        Ok(())
     }
 
     /// A read's plan failed on pool member `d` (`--dirty-copies 2`): the mirrored dirty

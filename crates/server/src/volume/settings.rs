@@ -19,6 +19,11 @@ impl CacheVolume {
                 "the cache device failed: the volume passes through to the backing device (mode pass-through) until restarted with a newly formatted cache (`tiercache format --force`)",
             ));
         }
+        if mode == Mode::WriteBack {
+            if let Some(why) = self.single_copy_write_back(&g) {
+                return Err(ioerr(why));
+            }
+        }
         // Several volumes: `ctl mode` (and `ctl detach`) sets every volume's mode.
         if !g.engine.config().volumes.is_empty() {
             g.engine
@@ -43,6 +48,23 @@ impl CacheVolume {
         g.sb.volumes.iter_mut().for_each(|e| e.set_added_mode(None));
         g.sb.vol_tuning.retain(|t| !t.is_empty());
         self.write_superblock(&mut g)
+    }
+
+    /// Why a live switch to write-back is refused on a pool of cache devices: its engine
+    /// keeps one cache copy of each dirty line (it was built for another mode, and the copy
+    /// count is fixed when an engine is built), while the pool never chose one copy
+    /// (`--dirty-copies 1`). Switched anyway, it would run silently unmirrored: the loss of a
+    /// member would lose acknowledged writes, which `serve --mode write-back` on the same pool
+    /// never does (plan-multi-cache (c)2).
+    fn single_copy_write_back(&self, g: &Inner) -> Option<String> {
+        let members = self.cache.pool_lines().len();
+        if members < 2 || g.engine.config().dirty_copies >= 2 || self.cache.dirty_copies() == 1 {
+            return None;
+        }
+        Some(format!(
+            "this pool of {members} cache devices runs with one cache copy of each dirty line (it was started in {} mode): switched live to write-back, the loss of one member would lose dirty data. Restart it with `serve --mode write-back` (each dirty line mirrored on two members), or choose one copy for good with `serve --mode write-back --dirty-copies 1`",
+            g.engine.config().mode
+        ))
     }
 
     /// Writes back dirty data, then passes everything through (`ctl detach`).
