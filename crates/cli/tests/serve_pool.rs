@@ -148,3 +148,55 @@ fn pool_of_two_cache_files_round_trip_and_refusals() {
     let srv = serve(dir, &["c.img", "a.img"], &[]);
     srv.stop("-TERM");
 }
+
+/// A pool started in write-through keeps one cache copy per dirty line (the copy count is
+/// fixed when the engine is built): switching one of its volumes live to write-back is
+/// refused, as `ctl mode write-back` is, naming the two ways out; the pool keeps serving.
+#[test]
+fn a_volume_of_a_write_through_pool_is_not_switched_live_to_unmirrored_write_back() {
+    let d = tmp();
+    let dir = d.path();
+    sized(&dir.join("a.img"), 6 << 20);
+    sized(&dir.join("b.img"), 6 << 20);
+    sized(&dir.join("backing.img"), 16 << 20);
+    sized(&dir.join("y.img"), 16 << 20);
+    let o = format_cmd(dir, &["a.img", "b.img"], &["--mode", "write-through"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let x = format!("x={}", dir.join("backing.img").display());
+    let y = format!("y={}", dir.join("y.img").display());
+    let srv = Srv::custom(
+        dir,
+        &[
+            "--cache",
+            dir.join("a.img").to_str().unwrap(),
+            "--cache",
+            dir.join("b.img").to_str().unwrap(),
+            "--volume",
+            &x,
+            "--volume",
+            &y,
+        ],
+    );
+    let out = Command::new(BIN)
+        .arg("ctl")
+        .arg("--control")
+        .arg(dir.join("ctl.sock"))
+        .args(["--volume", "y", "set", "mode", "write-back"])
+        .output()
+        .unwrap();
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "switched: {e}");
+    assert!(
+        e.contains("one cache copy") && e.contains("--dirty-copies 1"),
+        "{e}"
+    );
+    let st = srv.stats();
+    let y = st["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == "y")
+        .unwrap();
+    assert_eq!(y["mode"], "write-through", "{st}");
+    srv.stop("-TERM");
+}

@@ -56,7 +56,7 @@ impl CacheVolume {
     /// (`--dirty-copies 1`). Switched anyway, it would run silently unmirrored: the loss of a
     /// member would lose acknowledged writes, which `serve --mode write-back` on the same pool
     /// never does (plan-multi-cache (c)2).
-    fn single_copy_write_back(&self, g: &Inner) -> Option<String> {
+    pub(super) fn single_copy_write_back(&self, g: &Inner) -> Option<String> {
         let members = self.cache.pool_lines().len();
         if members < 2 || g.engine.config().dirty_copies >= 2 || self.cache.dirty_copies() == 1 {
             return None;

@@ -675,6 +675,12 @@ impl CacheVolume {
             } else {
                 value.parse().map_err(|e: String| what(&e))?
             };
+            if m == Mode::WriteBack {
+                // A volume's dirty lines are the pool's: mirrored, or refused as `ctl mode`.
+                if let Some(why) = self.single_copy_write_back(&g) {
+                    return Err(what(&why));
+                }
+            }
             if v.mode.unwrap_or(c.mode) == Mode::WriteBack && m != Mode::WriteBack {
                 self.clean_all(&mut g).map_err(|e| what(&e))?;
                 self.flush_locked(&mut g).map_err(|e| what(&e))?;
