@@ -45,7 +45,9 @@ pub struct FormatArgs {
     #[arg(long, required = true)]
     cache: Vec<PathBuf>,
     /// Cache copies of each dirty line on a pool of several cache devices: 2 (mirrored on two
-    /// members; the default in write-back), 1 (a lost member loses its dirty data).
+    /// members; the default in write-back, or with a --volume-mode write-back), 1 (a lost
+    /// member loses its dirty data). Fixed in the pool at the first start that chooses it; a
+    /// pool started in write-through with neither refuses a live switch to write-back.
     #[arg(long)]
     dirty_copies: Option<u8>,
     /// Backing device the cache fronts: file or block device (an HDD), or an NBD export URI.
@@ -790,7 +792,11 @@ fn open_pool(
     let stored = tiercache_server::read_superblock(&pd)
         .ok()
         .and_then(|sb| Mode::ALL.get(sb.mode as usize).copied());
+    // A volume in write-back (`--volume-mode NAME=write-back`) on a pool in another mode
+    // makes dirty lines all the same: they are mirrored as the pool's would be.
+    let volume_wb = volume_args(a)?.iter().any(|v| v.2 == Some(Mode::WriteBack));
     if let Some(m) = mode.or(stored) {
+        let m = if volume_wb { Mode::WriteBack } else { m };
         use tiercache_server::pool_dev::{
             check_dirty_copies, effective_dirty_copies, single_copy_warning,
         };

@@ -199,4 +199,35 @@ fn a_volume_of_a_write_through_pool_is_not_switched_live_to_unmirrored_write_bac
         .unwrap();
     assert_eq!(y["mode"], "write-through", "{st}");
     srv.stop("-TERM");
+    // Given at the start, a volume's write-back mirrors the pool's dirty lines (2 copies
+    // stored): from then on it switches live like any mirrored pool.
+    let srv = Srv::custom(
+        dir,
+        &[
+            "--cache",
+            dir.join("a.img").to_str().unwrap(),
+            "--cache",
+            dir.join("b.img").to_str().unwrap(),
+            "--volume",
+            &x,
+            "--volume",
+            &format!("y={}", dir.join("y.img").display()),
+            "--volume-mode",
+            "y=write-back",
+        ],
+    );
+    let src = dir.join("src");
+    std::fs::write(&src, vec![0x5a; 1 << 20]).unwrap();
+    if have("nbdcopy") {
+        run(Command::new("nbdcopy").arg(&src).arg(format!(
+            "nbd+unix:///y?socket={}",
+            dir.join("nbd.sock").display()
+        )));
+        let st = srv.stats();
+        let dirty = st["dirty_lines"].as_u64().unwrap();
+        assert!(dirty > 0, "{st}");
+        assert_eq!(st["copy_slots"].as_u64().unwrap(), dirty, "mirrored: {st}");
+    }
+    srv.ctl(&["--volume", "x", "set", "mode", "write-back"]);
+    srv.stop("-TERM");
 }
