@@ -162,21 +162,28 @@ fn a_volume_of_a_write_through_pool_is_not_switched_live_to_unmirrored_write_bac
     sized(&dir.join("y.img"), 16 << 20);
     let o = format_cmd(dir, &["a.img", "b.img"], &["--mode", "write-through"]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let x = format!("x={}", dir.join("backing.img").display());
-    let y = format!("y={}", dir.join("y.img").display());
-    let srv = Srv::custom(
-        dir,
-        &[
-            "--cache",
-            dir.join("a.img").to_str().unwrap(),
-            "--cache",
-            dir.join("b.img").to_str().unwrap(),
-            "--volume",
-            &x,
-            "--volume",
-            &y,
-        ],
-    );
+    // Volumes x (the backing device the pool was formatted for) and y, with `extra`.
+    let serve_xy = |extra: &[&str]| {
+        let mut a = Vec::new();
+        for (flag, v) in [
+            ("--cache", "a.img"),
+            ("--cache", "b.img"),
+            ("--volume", "x=backing.img"),
+            ("--volume", "y=y.img"),
+        ] {
+            let (name, file) = v.split_once('=').map_or(("", v), |(n, f)| (n, f));
+            let path = dir.join(file).display().to_string();
+            a.push(flag.to_string());
+            a.push(if name.is_empty() {
+                path
+            } else {
+                format!("{name}={path}")
+            });
+        }
+        a.extend(extra.iter().map(|s| s.to_string()));
+        Srv::custom(dir, &a.iter().map(String::as_str).collect::<Vec<_>>())
+    };
+    let srv = serve_xy(&[]);
     let out = Command::new(BIN)
         .arg("ctl")
         .arg("--control")
@@ -201,21 +208,7 @@ fn a_volume_of_a_write_through_pool_is_not_switched_live_to_unmirrored_write_bac
     srv.stop("-TERM");
     // Given at the start, a volume's write-back mirrors the pool's dirty lines (2 copies
     // stored): from then on it switches live like any mirrored pool.
-    let srv = Srv::custom(
-        dir,
-        &[
-            "--cache",
-            dir.join("a.img").to_str().unwrap(),
-            "--cache",
-            dir.join("b.img").to_str().unwrap(),
-            "--volume",
-            &x,
-            "--volume",
-            &format!("y={}", dir.join("y.img").display()),
-            "--volume-mode",
-            "y=write-back",
-        ],
-    );
+    let srv = serve_xy(&["--volume-mode", "y=write-back"]);
     let src = dir.join("src");
     std::fs::write(&src, vec![0x5a; 1 << 20]).unwrap();
     if have("nbdcopy") {
