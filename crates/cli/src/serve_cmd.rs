@@ -114,6 +114,13 @@ pub struct ServeArgs {
     /// equal the value given at format, if any.
     #[arg(long)]
     dirty_copies: Option<u8>,
+    /// A pool member that is missing, unreadable or empty and may hold dirty lines (no
+    /// other copy of them): start without it anyway; the volume ranges it may have held
+    /// dirty go to the lost list (reads of them fail with EIO until written again). Without
+    /// it such a start is refused, naming the ranges.
+    #[arg(long)]
+    #[serde(default)]
+    accept_lost_dirty: bool,
     /// Backing device: file, block device, or NBD export (nbd://HOST[:PORT]/NAME,
     /// nbd+unix:///NAME?socket=PATH) to cache a remote volume locally.
     #[arg(long)]
@@ -786,9 +793,16 @@ fn open_pool(
 ) -> Result<(Box<dyn BlockDev>, PathBuf)> {
     let mut devs = vec![(a.cache[0].display().to_string(), first)];
     for p in &a.cache[1..] {
-        devs.push((p.display().to_string(), open_served_cache(a, p, timeout)?));
+        devs.push((p.display().to_string(), open_pool_member(a, p, timeout)));
     }
-    let pd = tiercache_server::PoolDev::open(devs).map_err(|e| anyhow!(e))?;
+    let how = tiercache_server::pool_dev::PoolOpen {
+        degraded: true,
+        accept_lost_dirty: a.accept_lost_dirty,
+        // Keyed by the pool's uuid in the state directory, not beside a member: the
+        // member beside which it would be may be the one missing.
+        state_dir: a.state_dir.clone().or_else(default_state_dir),
+    };
+    let pd = tiercache_server::PoolDev::open_with(devs, how).map_err(|e| anyhow!(e))?;
     let stored = tiercache_server::read_superblock(&pd)
         .ok()
         .and_then(|sb| Mode::ALL.get(sb.mode as usize).copied());
@@ -819,14 +833,54 @@ fn open_pool(
         pd.member_names().join(", "),
         pd.pool().capacity()
     );
+    // Member 0's path (the path it was given by when it is missing and that is known),
+    // else the first given: where the pool's state file goes beside.
     let m0 = pd.member_names().swap_remove(0);
     let path = a
         .cache
         .iter()
         .find(|p| p.display().to_string() == m0)
         .cloned()
-        .expect("member 0 is one of the paths given");
+        .unwrap_or_else(|| {
+            say!(
+                "pool member 0 is missing and its path is not known: its state file is looked for beside {}",
+                a.cache[0].display()
+            );
+            a.cache[0].clone()
+        });
     Ok((Box::new(pd), path))
+}
+
+/// A pool member as `serve` opens it: a device that cannot be opened (a deleted file)
+/// stands as one that cannot be read, which the pool's open leaves out as missing when
+/// nothing would be lost (`PoolDev::open_with`).
+fn open_pool_member(
+    a: &ServeArgs,
+    p: &Path,
+    timeout: Option<std::time::Duration>,
+) -> Box<dyn BlockDev> {
+    match open_served_cache(a, p, timeout) {
+        Ok(d) => d,
+        Err(e) => Box::new(Unopened(format!("{e:#}"))),
+    }
+}
+
+/// A cache device that could not be opened: every access fails with why.
+struct Unopened(String);
+
+impl BlockDev for Unopened {
+    fn size(&self) -> u64 {
+        0
+    }
+    fn read_at(&self, _: &mut [u8], _: u64) -> std::io::Result<()> {
+        Err(std::io::Error::other(self.0.clone()))
+    }
+    fn write_at(&self, _: &[u8], _: u64) -> std::io::Result<()> {
+        Err(std::io::Error::other(self.0.clone()))
+    }
+    fn sync(&self) -> std::io::Result<()> {
+        Err(std::io::Error::other(self.0.clone()))
+    }
 }
 
 /// A cache device (or pool member) as `serve` uses it: opened, and slowed to an emulated SSD
@@ -1644,7 +1698,11 @@ pub fn serve(a: ServeArgs) -> Result<()> {
         })?;
         create_cache_file(&cache_path, bytes, new_line, a.data_checksums)?;
     }
-    let cache = open_served_cache(&a, &cache_path, device_timeout)?;
+    let cache = if pool {
+        open_pool_member(&a, &cache_path, device_timeout)
+    } else {
+        open_served_cache(&a, &cache_path, device_timeout)?
+    };
     if let Some(spec) = &a.emulate_ssd {
         let (lat, channels) = tiercache_server::parse_emulate_ssd(spec).map_err(|e| anyhow!(e))?;
         say!("cache device(s) emulate an SSD each: {lat} us per 4 KiB, {channels} channel(s)");

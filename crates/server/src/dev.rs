@@ -56,6 +56,12 @@ pub trait BlockDev: Send + Sync {
     fn dirty_copies(&self) -> u8 {
         0
     }
+    /// Volume byte ranges a pool of cache devices started without the dirty data of
+    /// (`--accept-lost-dirty`, `crate::pool_dev::PoolDev::lost_at_open`): the volume records
+    /// them lost at open.
+    fn lost_at_open(&self) -> Vec<(u64, u64)> {
+        Vec::new()
+    }
 }
 
 /// The `BlockDev` methods a wrapper device passes through to the device it wraps, unchanged:
@@ -85,6 +91,9 @@ macro_rules! forward_device_info {
         }
         fn dirty_copies(&self) -> u8 {
             self $($to_inner)+.dirty_copies()
+        }
+        fn lost_at_open(&self) -> Vec<(u64, u64)> {
+            self $($to_inner)+.lost_at_open()
         }
     };
 }

@@ -85,7 +85,7 @@ pub const VERSION_POOL: u32 = 6;
 pub const POOL_BLOCK_AT: u64 = 4096;
 /// Where a pool member's records start (after the superblock and the pool block).
 pub const POOL_META_OFFSET: u64 = 8192;
-const POOL_MAGIC: &[u8; 8] = b"TCPOOL01";
+pub const POOL_MAGIC: &[u8; 8] = b"TCPOOL01";
 const POOL_BLOCK_VERSION: u32 = 1;
 /// Block version of a pool whose dirty lines have two cache copies (`dirty_copies` >= 2):
 /// its records may be copies ([`COPY`]), which builds reading block version 1 only would
@@ -652,12 +652,18 @@ pub struct PoolEntry {
     /// Lines the pool uses on it (a multiple of `tiercache_engine::pool::POOL_ALIGN`).
     pub lines: u64,
     pub state: MemberState,
+    /// The member may hold dirty lines (entry byte 25, bit 0): set on every live member's
+    /// block before the first dirty record reaches it, cleared once a sync made every
+    /// record on it clean (`crate::pool_dev`). A member missing at open with this clear
+    /// holds no acknowledged data the backing device lacks: the pool starts without it.
+    /// Builds before it leave the byte 0 and ignore it.
+    pub may_dirty: bool,
 }
 
 /// The pool block of a version-6 member, at [`POOL_BLOCK_AT`]: the same on every member but
 /// for `index`. `magic | block version u32 | pool uuid [16] | generation u64 | index u16 |
-/// count u16 | dirty_copies u8 | pad to 48 | count x (uuid [16] | lines u64 | state u8 | pad
-/// 7) | ... | crc32c at 4092` (over bytes 0..4092). A torn or garbled block fails its crc;
+/// count u16 | dirty_copies u8 | flags u8 (bit 0: members' dirty flags kept) | pad to 48 | count x (uuid [16] | lines u64 | state u8 |
+/// flags u8 (bit 0: may hold dirty lines) | pad 6) | ... | crc32c at 4092` (over bytes 0..4092). A torn or garbled block fails its crc;
 /// among readable blocks the newest generation is the pool's membership.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PoolBlock {
@@ -672,6 +678,9 @@ pub struct PoolBlock {
 }
 
 const POOL_ENTRY_AT: usize = 48;
+/// Pool block byte 41, bit 0: the members' `may_dirty` flags are kept (a block without it
+/// was written by a build that did not keep them: every member may hold dirty lines).
+const DIRTY_FLAGS_KEPT: u8 = 1;
 const POOL_ENTRY_BYTES: usize = 32;
 
 impl PoolBlock {
@@ -692,6 +701,7 @@ impl PoolBlock {
         b[36..38].copy_from_slice(&self.index.to_le_bytes());
         b[38..40].copy_from_slice(&(self.members.len() as u16).to_le_bytes());
         b[40] = self.dirty_copies;
+        b[41] = DIRTY_FLAGS_KEPT;
         for (i, m) in self.members.iter().enumerate() {
             let x = &mut b[POOL_ENTRY_AT + i * POOL_ENTRY_BYTES..][..POOL_ENTRY_BYTES];
             x[0..16].copy_from_slice(&m.uuid);
@@ -700,6 +710,7 @@ impl PoolBlock {
                 MemberState::Active => 0,
                 MemberState::Failed => 1,
             };
+            x[25] = m.may_dirty as u8;
         }
         let crc = crc32c::crc32c(&b[..4092]);
         b[4092..].copy_from_slice(&crc.to_le_bytes());
@@ -748,6 +759,9 @@ impl PoolBlock {
                 "pool block: member {index} of {count}: out of range"
             ));
         }
+        // Written by a build that does not keep the members' dirty flags: unknown, so each
+        // member may hold dirty lines.
+        let kept = b[41] & DIRTY_FLAGS_KEPT != 0;
         let mut members = Vec::with_capacity(count);
         for i in 0..count {
             let x = &b[POOL_ENTRY_AT + i * POOL_ENTRY_BYTES..][..POOL_ENTRY_BYTES];
@@ -758,6 +772,11 @@ impl PoolBlock {
                     0 => MemberState::Active,
                     1 => MemberState::Failed,
                     s => return Err(format!("pool block: member {i} has state {s}")),
+                },
+                may_dirty: match x[25] {
+                    0 => !kept,
+                    1 => true,
+                    f => return Err(format!("pool block: member {i} has flags {f:#x}")),
                 },
             });
         }
@@ -1226,6 +1245,7 @@ mod tests {
                     uuid: [10 + i; 16],
                     lines: 128 * (i as u64 + 1),
                     state: MemberState::Active,
+                    may_dirty: i == 1,
                 })
                 .collect(),
         }
@@ -1264,6 +1284,28 @@ mod tests {
         assert_eq!(PoolBlock::newest(&[&a, &p, &c]), Some(1));
         assert_eq!(PoolBlock::newest(&[&c, &a]), Some(0));
         assert_eq!(PoolBlock::newest(&[]), None);
+    }
+
+    /// A block of a build that does not keep the dirty flags (byte 41 clear): every member
+    /// may hold dirty lines, whatever its entry byte says (so a missing member of such a
+    /// pool is never taken as clean).
+    #[test]
+    fn pool_block_without_kept_dirty_flags_says_every_member_may_be_dirty() {
+        let p = pool_block();
+        assert_eq!(
+            p.members.iter().map(|m| m.may_dirty).collect::<Vec<_>>(),
+            vec![false, true, false]
+        );
+        let mut b = p.encode();
+        b[41] = 0;
+        let crc = crc32c::crc32c(&b[..4092]);
+        b[4092..].copy_from_slice(&crc.to_le_bytes());
+        let old = PoolBlock::decode(&b).unwrap();
+        assert!(old.members.iter().all(|m| m.may_dirty), "{old:?}");
+        b[POOL_ENTRY_AT + 25] = 7;
+        let crc = crc32c::crc32c(&b[..4092]);
+        b[4092..].copy_from_slice(&crc.to_le_bytes());
+        assert!(PoolBlock::decode(&b).unwrap_err().contains("flags"));
     }
 
     #[test]

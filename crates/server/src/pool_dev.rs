@@ -25,8 +25,9 @@
 
 use crate::dev::BlockDev;
 use crate::format::{
-    FormatError, MemberState, PoolBlock, PoolEntry, Superblock, META_OFFSET, PAGE, POOL_BLOCK_AT,
-    POOL_META_OFFSET, RECORDS_PER_PAGE, VERSION_POOL,
+    FormatError, MemberState, PoolBlock, PoolEntry, Record, Superblock, EMPTY_KEY, META_OFFSET,
+    PAGE, POOL_BLOCK_AT, POOL_MAGIC, POOL_META_OFFSET, RECORDS_PER_PAGE, RECORD_BYTES,
+    VERSION_POOL,
 };
 use crate::state_file::uuid_hex;
 use crate::volume::FormatOptions;
@@ -62,6 +63,67 @@ pub struct PoolDev {
     meta_end: u64,
     /// The virtual superblock as last read or written (zeroes: none).
     sb: Mutex<Vec<u8>>,
+    /// Which slots' newest record (read or written) is dirty, counted per member: decides
+    /// the members' `may_dirty` flags in the pool block (see [`PoolDev::note_records`]).
+    /// Lock order: this, then `block`.
+    dirty: Mutex<DirtyTrack>,
+    /// See [`PoolDev::lost_at_open`].
+    lost_at_open: Vec<(u64, u64)>,
+    /// The pool generation file ([`PoolOpen::state_dir`]).
+    gen_file: Option<std::path::PathBuf>,
+}
+
+/// Every volume's whole byte range (pool addresses) of the virtual superblock `vsb`.
+fn whole_volumes(vsb: &[u8]) -> Vec<(u64, u64)> {
+    let Ok(sb) = Superblock::decode(vsb) else {
+        return Vec::new();
+    };
+    if sb.volumes.is_empty() {
+        return vec![(0, sb.backing_size)];
+    }
+    sb.volumes
+        .iter()
+        .filter(|v| !v.removed())
+        .map(|v| {
+            (
+                crate::volume_set::vaddr(v.id, 0),
+                crate::volume_set::vaddr(v.id, v.size),
+            )
+        })
+        .collect()
+}
+
+/// The name of the volume of pool address `a` in the virtual superblock `vsb`.
+fn volume_name(vsb: &[u8], a: u64) -> Option<String> {
+    let sb = Superblock::decode(vsb).ok()?;
+    let v = crate::volume_set::vol_of(a);
+    sb.volumes
+        .iter()
+        .find(|x| x.id == v)
+        .map(|x| x.name.clone())
+}
+
+/// Per slot: its newest record read or written is dirty; per member: how many.
+struct DirtyTrack {
+    bits: Vec<u64>,
+    count: Vec<u64>,
+}
+
+/// How [`PoolDev::open_with`] treats members that are missing, unreadable or empty.
+#[derive(Clone, Debug, Default)]
+pub struct PoolOpen {
+    /// Start without them (degraded) when none may hold dirty lines: they are marked
+    /// `Failed` in the present members' pool blocks before the open returns. `false`:
+    /// refused (`tiercache check`, which writes nothing).
+    pub degraded: bool,
+    /// Start without them even when they may hold dirty lines (`--accept-lost-dirty`): what
+    /// they held dirty is reported lost ([`PoolDev::lost_at_open`]).
+    pub accept_lost_dirty: bool,
+    /// The state directory: the pool's generation file there
+    /// (`crate::state_file::PoolGen`) records the generation of each member failure, and
+    /// the open refuses pool blocks older than it (a stale member started alone). `None`:
+    /// not recorded nor checked.
+    pub state_dir: Option<std::path::PathBuf>,
 }
 
 fn err(msg: String) -> io::Error {
@@ -168,6 +230,7 @@ impl PoolDev {
                     uuid: random_uuid(),
                     lines: pool.lines(d),
                     state: MemberState::Active,
+                    may_dirty: false,
                 })
                 .collect(),
         };
@@ -216,7 +279,12 @@ impl PoolDev {
             })
             .collect();
         let data_offset = Superblock::data_offset_new(cap, line_size, false);
+        let n = block.members.len();
         PoolDev {
+            dirty: Mutex::new(DirtyTrack {
+                bits: vec![0; cap.div_ceil(64) as usize],
+                count: vec![0; n],
+            }),
             failed: block
                 .members
                 .iter()
@@ -230,13 +298,30 @@ impl PoolDev {
             meta_end: META_OFFSET + cap.div_ceil(RECORDS_PER_PAGE) * PAGE,
             pool,
             sb: Mutex::new(sb),
+            lost_at_open: Vec::new(),
+            gen_file: None,
         }
     }
 
     /// Opens the pool whose members are `devs` (name, device), given in any order. Refused,
     /// naming the device: a member of another pool, one member twice, a missing member, an
-    /// unreadable device, a device formatted alone.
+    /// unreadable device, a device formatted alone. Writes nothing (see [`PoolDev::open_with`]).
     pub fn open(devs: Vec<(String, Box<dyn BlockDev>)>) -> Result<PoolDev, String> {
+        Self::open_with(devs, PoolOpen::default())
+    }
+
+    /// [`PoolDev::open`], and with `how.degraded` a member that is missing (not given),
+    /// unreadable (its first blocks fail to read) or empty (no pool block nor superblock) is
+    /// left out (plan (d)5): when no such member may hold dirty lines (its `may_dirty` flag
+    /// in the newest pool block), or `how.accept_lost_dirty`, it is marked `Failed` in the
+    /// present members' pool blocks (generation + 1, synced) before this returns, with a
+    /// warning naming its index, uuid and path; else refused, naming what would be lost and
+    /// the two ways out. A device formatted alone or of another pool is still refused: a
+    /// wrong path given is not taken for a lost member.
+    pub fn open_with(
+        devs: Vec<(String, Box<dyn BlockDev>)>,
+        how: PoolOpen,
+    ) -> Result<PoolDev, String> {
         if devs.is_empty() {
             return Err("no cache device given".into());
         }
@@ -246,6 +331,8 @@ impl PoolDev {
         // Unreadable devices are left out: open goes on only if the pool's newest membership
         // says every member left out has failed (its records are never used again).
         let mut unreadable: Vec<String> = Vec::new();
+        // (name, why) of each device left out.
+        let mut left_out: Vec<(String, String)> = Vec::new();
         let mut devs = devs;
         let mut i = 0;
         while i < devs.len() {
@@ -253,6 +340,20 @@ impl PoolDev {
             let mut b = vec![0u8; (POOL_META_OFFSET) as usize];
             if let Err(e) = dev.read_at(&mut b, 0) {
                 unreadable.push(format!("cache device {name}: unreadable: {e}"));
+                left_out.push((name.clone(), format!("unreadable ({e})")));
+                devs.remove(i);
+                continue;
+            }
+            if how.degraded
+                && PoolBlock::decode(&b[POOL_BLOCK_AT as usize..]).is_err()
+                && matches!(Superblock::decode(&b[..4096]), Err(FormatError::BadMagic))
+                && b[POOL_BLOCK_AT as usize..POOL_BLOCK_AT as usize + 8] != POOL_MAGIC[..]
+            {
+                // No superblock, no pool block: an empty (or wiped) device, taken as missing.
+                unreadable.push(format!(
+                    "cache device {name}: empty (no superblock, no pool block)"
+                ));
+                left_out.push((name.clone(), "empty (no superblock, no pool block)".into()));
                 devs.remove(i);
                 continue;
             }
@@ -302,11 +403,30 @@ impl PoolDev {
                 ));
             }
         }
+        let gen_file = how
+            .state_dir
+            .as_ref()
+            .map(|d| crate::state_file::pool_gen_path(d, &auth.pool));
+        if let Some(f) = &gen_file {
+            if let Some(g) = crate::state_file::read_pool_gen(f).map_err(|e| e.to_string())? {
+                if g.pool == auth.pool && g.generation > auth.generation {
+                    return Err(format!(
+                        "pool {pool_hex}: the newest pool block of the devices given ({}) is generation {}, but member {} (uuid {}) was recorded failed at generation {} (in {}): the devices given are stale members, started without the members that recorded that failure; give those too",
+                        devs.iter().map(|d| d.0.as_str()).collect::<Vec<_>>().join(", "),
+                        auth.generation,
+                        g.member,
+                        uuid_hex(&g.member_uuid),
+                        g.generation,
+                        f.display()
+                    ));
+                }
+            }
+        }
         let failed = |d: usize| auth.members[d].state == MemberState::Failed;
         let absent: Vec<usize> = (0..auth.members.len())
             .filter(|d| !blocks.iter().any(|b| b.index as usize == *d))
             .collect();
-        if absent.iter().any(|&d| !failed(d)) {
+        if absent.iter().any(|&d| !failed(d)) && !how.degraded {
             let missing: Vec<String> = absent
                 .iter()
                 .copied()
@@ -320,7 +440,7 @@ impl PoolDev {
                 })
                 .collect();
             return Err(format!(
-                "pool {pool_hex} has {} cache devices, {} given ({}): {} missing; give every member with --cache (starting without a member is not built yet)",
+                "pool {pool_hex} has {} cache devices, {} given ({}): {} missing; give every member with --cache (`serve` starts without it when nothing would be lost)",
                 auth.members.len(),
                 devs.len(),
                 devs.iter().map(|d| d.0.as_str()).collect::<Vec<_>>().join(", "),
@@ -331,7 +451,7 @@ impl PoolDev {
                 format!(" ({})", unreadable.join("; "))
             });
         }
-        for &d in &absent {
+        for &d in absent.iter().filter(|&&d| failed(d)) {
             tracing::warn!(
                 "pool {pool_hex}: member {d} (uuid {}) failed earlier (generation {}) and is not here: serving from the other members",
                 uuid_hex(&auth.members[d].uuid),
@@ -351,15 +471,24 @@ impl PoolDev {
         for e in &unreadable {
             tracing::warn!("{e}: left out of the pool (a failed member)");
         }
-        // An absent (failed) member stands as a device nothing reaches.
+        // Members missing now, not failed before: left out below (degraded) once the
+        // superblock says what they may have held.
+        let lost_members: Vec<usize> = absent.iter().copied().filter(|&d| !failed(d)).collect();
+        // An absent member stands as a device nothing reaches, named by the path it was
+        // given by when that is known (one left out, one missing).
         for &d in &absent {
             blocks.push(PoolBlock {
                 index: d as u16,
                 ..auth.clone()
             });
             sbs.push(vec![0u8; 4096]);
-            devs.push((format!("(missing member {d})"), Box::new(Absent)));
+            let name = match (&left_out[..], &lost_members[..]) {
+                ([(n, _)], [x]) if *x == d => n.clone(),
+                _ => format!("(missing member {d})"),
+            };
+            devs.push((name, Box::new(Absent)));
         }
+        let failed = |d: usize| failed(d) || lost_members.contains(&d);
         // Members in index order.
         let mut order: Vec<usize> = (0..devs.len()).collect();
         order.sort_by_key(|&i| blocks[i].index);
@@ -440,7 +569,91 @@ impl PoolDev {
         let ls = decoded.first().map_or(4096, |s| s.line_size);
         let mut auth = auth;
         auth.index = 0;
-        Ok(PoolDev::assemble(devs, pool, auth, ls, vsb))
+        let mut lost = Vec::new();
+        if !lost_members.is_empty() {
+            let why = |d: usize| match (&left_out[..], &lost_members[..]) {
+                ([(_, w)], [x]) if *x == d => w.as_str(),
+                _ => "missing",
+            };
+            let who = |d: usize| {
+                format!(
+                    "cache device {} (pool member {d}, uuid {}) is {}",
+                    devs[d].0,
+                    uuid_hex(&auth.members[d].uuid),
+                    why(d)
+                )
+            };
+            let whos: Vec<String> = lost_members.iter().map(|&d| who(d)).collect();
+            let dirty: Vec<usize> = (0..lost_members.len())
+                .filter(|&i| auth.members[lost_members[i]].may_dirty)
+                .collect();
+            if !dirty.is_empty() && !erased {
+                lost = whole_volumes(&vsb);
+                let text = lost
+                    .iter()
+                    .map(|&(a, b)| {
+                        crate::volume_set::range_text(volume_name(&vsb, a).as_deref(), a, b)
+                    })
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                let what = format!(
+                    "pool {pool_hex}: {}; it may hold dirty lines (acknowledged writes not yet written back, with no copy on another device: --dirty-copies {}), and which lines is recorded only on it, so any of these may be lost: {text}",
+                    dirty.iter().map(|&i| whos[i].as_str()).collect::<Vec<_>>().join("; "),
+                    auth.dirty_copies.max(1)
+                );
+                if !how.accept_lost_dirty {
+                    return Err(format!(
+                        "{what}. Refusing to start. Either bring the device back (give it with --cache), or start with --accept-lost-dirty: those ranges go to the lost list, and reads of them fail with EIO until they are written again"
+                    ));
+                }
+                tracing::error!("{what}: --accept-lost-dirty given: they are recorded lost (reads of them fail with EIO until written again)");
+            }
+            for &d in &lost_members {
+                auth.members[d].state = MemberState::Failed;
+            }
+            auth.generation += 1;
+            for (d, (name, dev)) in devs.iter().enumerate() {
+                if auth.members[d].state == MemberState::Failed {
+                    continue;
+                }
+                let mut mine = auth.clone();
+                mine.index = d as u16;
+                dev.write_at(&mine.encode(), POOL_BLOCK_AT)
+                    .and_then(|()| dev.sync())
+                    .map_err(|e| {
+                        format!(
+                            "cache device {name} (pool member {d}): recording the members left out in its pool block: {e}"
+                        )
+                    })?;
+            }
+            if let Some(f) = &gen_file {
+                let d = lost_members[0];
+                let g = crate::state_file::PoolGen {
+                    pool: auth.pool,
+                    generation: auth.generation,
+                    member: d as u16,
+                    member_uuid: auth.members[d].uuid,
+                };
+                crate::state_file::write_pool_gen(f, &g).map_err(|e| e.to_string())?;
+            }
+            for w in &whos {
+                tracing::warn!(
+                    "{w}: starting degraded without it; marked failed in the other members' pool blocks (generation {}); its lines are not served",
+                    auth.generation
+                );
+            }
+            auth.index = 0;
+        }
+        let mut pd = PoolDev::assemble(devs, pool, auth, ls, vsb);
+        pd.lost_at_open = lost;
+        pd.gen_file = gen_file;
+        Ok(pd)
+    }
+
+    /// Volume byte ranges recorded lost by the open ([`PoolOpen::accept_lost_dirty`]): the
+    /// volume opening on this pool adds them to its lost-range list.
+    pub fn lost_at_open(&self) -> Vec<(u64, u64)> {
+        self.lost_at_open.clone()
     }
 
     /// The pool's slot ranges.
@@ -559,7 +772,79 @@ impl PoolDev {
             b.generation
         );
         self.write_pool_blocks(&b)
-            .map_err(|(x, e)| self.member_err(x, e))
+            .map_err(|(x, e)| self.member_err(x, e))?;
+        if let Some(f) = &self.gen_file {
+            let g = crate::state_file::PoolGen {
+                pool: b.pool,
+                generation: b.generation,
+                member: d as u16,
+                member_uuid: b.members[d].uuid,
+            };
+            crate::state_file::write_pool_gen(f, &g)?;
+        }
+        Ok(())
+    }
+
+    /// Notes the records of virtual record-area bytes `data` at `offset` (read from or
+    /// about to be written to the members): which slots' records are dirty. A record only
+    /// partly given counts as dirty when `partial_dirty` (a write: never cleared wrongly),
+    /// else is left as it was.
+    fn note_records(&self, tr: &mut DirtyTrack, data: &[u8], offset: u64, partial_dirty: bool) {
+        let (len, cap) = (data.len() as u64, self.pool.capacity());
+        let first = (offset - META_OFFSET) / RECORD_BYTES;
+        let end = (offset + len - META_OFFSET).div_ceil(RECORD_BYTES).min(cap);
+        for slot in first..end {
+            let a = META_OFFSET + slot * RECORD_BYTES;
+            let dirty = if a >= offset && a + RECORD_BYTES <= offset + len {
+                let at = (a - offset) as usize;
+                Record::decode(&data[at..at + RECORD_BYTES as usize])
+                    .is_some_and(|r| r.key != EMPTY_KEY && r.dirty != 0)
+            } else if partial_dirty {
+                true
+            } else {
+                continue;
+            };
+            let (w, bit) = ((slot / 64) as usize, 1u64 << (slot % 64));
+            if (tr.bits[w] & bit != 0) != dirty {
+                let d = self.pool.locate(slot).0;
+                if dirty {
+                    tr.bits[w] |= bit;
+                    tr.count[d] += 1;
+                } else {
+                    tr.bits[w] &= !bit;
+                    tr.count[d] -= 1;
+                }
+            }
+        }
+    }
+
+    /// Makes every live member's `may_dirty` flag say whether it holds a dirty record
+    /// (`raise_only`: only flags to set, before dirty records are written); when one
+    /// changes, the pool blocks are rewritten (generation + 1, synced). A flag is set
+    /// before the first dirty record reaches its member and cleared only by a sync after
+    /// every record on it was written clean, so a member whose flag is clear in the newest
+    /// pool block holds no acknowledged data the backing device lacks.
+    fn update_dirty_flags(&self, tr: &DirtyTrack, raise_only: bool) -> io::Result<()> {
+        let mut b = self.block.lock().unwrap();
+        let mut nb = b.clone();
+        let mut changed = false;
+        for (d, _) in self.live() {
+            let want = tr.count[d] > 0;
+            if nb.members[d].may_dirty != want && (want || !raise_only) {
+                nb.members[d].may_dirty = want;
+                changed = true;
+            }
+        }
+        if !changed {
+            return Ok(());
+        }
+        // The generation moves on even if a write fails (a block of it may be on a member).
+        b.generation += 1;
+        nb.generation = b.generation;
+        self.write_pool_blocks(&nb)
+            .map_err(|(x, e)| self.member_err(x, e))?;
+        *b = nb;
+        Ok(())
     }
 
     /// The pieces of virtual bytes `[off, off + len)` inside one region: (member, member
@@ -709,6 +994,10 @@ impl BlockDev for PoolDev {
                 .read_at(piece, moff)
                 .map_err(|e| self.member_err(d, e))?;
         }
+        if records {
+            let mut tr = self.dirty.lock().unwrap();
+            self.note_records(&mut tr, buf, offset, false);
+        }
         Ok(())
     }
 
@@ -739,7 +1028,14 @@ impl BlockDev for PoolDev {
             }
             return Ok(());
         }
-        for (d, moff, at, n) in self.pieces(offset, len)? {
+        let pieces = self.pieces(offset, len)?;
+        if offset < self.meta_end {
+            // The member's dirty flag is set (durably) before a dirty record reaches it.
+            let mut tr = self.dirty.lock().unwrap();
+            self.note_records(&mut tr, data, offset, true);
+            self.update_dirty_flags(&tr, true)?;
+        }
+        for (d, moff, at, n) in pieces {
             if self.member_failed(d) {
                 continue; // nothing of it is read again (see `fail_member_now`)
             }
@@ -760,7 +1056,11 @@ impl BlockDev for PoolDev {
             .filter_map(|(d, m)| m.dev.sync().err().map(|e| self.member_err(d, e)))
             .collect();
         match errs.len() {
-            0 => Ok(()),
+            0 => {
+                // Every record written so far is durable: flags of members now clean clear.
+                let tr = self.dirty.lock().unwrap();
+                self.update_dirty_flags(&tr, false)
+            }
             1 => Err(errs.pop().unwrap()),
             _ => Err(io::Error::new(
                 errs[0].kind(),
@@ -788,6 +1088,10 @@ impl BlockDev for PoolDev {
         (0..self.members.len())
             .filter(|&d| self.member_failed(d))
             .collect()
+    }
+
+    fn lost_at_open(&self) -> Vec<(u64, u64)> {
+        PoolDev::lost_at_open(self)
     }
 }
 

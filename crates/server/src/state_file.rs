@@ -183,6 +183,10 @@ fn sync_dir(path: &Path) -> io::Result<()> {
 
 /// Writes `st` to `path` durably: temporary file (0600), fsync, rename, fsync of the directory.
 pub fn write(path: &Path, st: &FailState) -> io::Result<()> {
+    write_bytes(path, &st.encode(), "cache state file")
+}
+
+fn write_bytes(path: &Path, bytes: &[u8], what: &str) -> io::Result<()> {
     let mut tmp = path.as_os_str().to_owned();
     tmp.push(".tmp");
     let tmp = PathBuf::from(tmp);
@@ -193,7 +197,7 @@ pub fn write(path: &Path, st: &FailState) -> io::Result<()> {
             .truncate(true)
             .mode(0o600)
             .open(&tmp)?;
-        f.write_all(&st.encode())?;
+        f.write_all(bytes)?;
         f.sync_all()?;
         std::fs::rename(&tmp, path)?;
         sync_dir(path)
@@ -201,12 +205,7 @@ pub fn write(path: &Path, st: &FailState) -> io::Result<()> {
     if res.is_err() {
         let _ = std::fs::remove_file(&tmp);
     }
-    res.map_err(|e| {
-        io::Error::new(
-            e.kind(),
-            format!("writing cache state file {}: {e}", path.display()),
-        )
-    })
+    res.map_err(|e| io::Error::new(e.kind(), format!("writing {what} {}: {e}", path.display())))
 }
 
 /// Reads the state file at `path`: `None` when there is none; an error naming the file when
@@ -237,6 +236,108 @@ pub fn clear(path: &Path) -> io::Result<bool> {
     }
 }
 
+/// File name suffix of pool generation files ([`PoolGen`]).
+pub const POOL_SUFFIX: &str = ".tiercache-pool";
+const POOL_MAGIC: [u8; 8] = *b"TCPLGEN\0";
+const POOL_VERSION: u32 = 1;
+const POOL_BYTES: usize = 8 + 4 + 16 + 8 + 2 + 16 + 4;
+
+/// The pool generation at the newest member failure of a pool of cache devices (plan (d)5),
+/// kept in the state directory, not on any member: a stale member started alone (the
+/// members whose pool blocks marked it failed all missing) shows an older generation, and
+/// is refused. Layout (little endian): magic `TCPLGEN\0`, version u32, pool uuid [16],
+/// generation u64, member u16, member uuid [16], crc32c u32 of everything before it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PoolGen {
+    pub pool: [u8; 16],
+    pub generation: u64,
+    /// The member that failed then, and its uuid.
+    pub member: u16,
+    pub member_uuid: [u8; 16],
+}
+
+impl PoolGen {
+    pub fn encode(&self) -> Vec<u8> {
+        let mut b = Vec::with_capacity(POOL_BYTES);
+        b.extend_from_slice(&POOL_MAGIC);
+        b.extend_from_slice(&POOL_VERSION.to_le_bytes());
+        b.extend_from_slice(&self.pool);
+        b.extend_from_slice(&self.generation.to_le_bytes());
+        b.extend_from_slice(&self.member.to_le_bytes());
+        b.extend_from_slice(&self.member_uuid);
+        let crc = crc32c::crc32c(&b);
+        b.extend_from_slice(&crc.to_le_bytes());
+        b
+    }
+
+    pub fn decode(b: &[u8]) -> Result<PoolGen, String> {
+        if b.len() != POOL_BYTES || b[..8] != POOL_MAGIC {
+            return Err("bad magic or length".into());
+        }
+        let version = u32::from_le_bytes(b[8..12].try_into().unwrap());
+        if version != POOL_VERSION {
+            return Err(format!(
+                "version {version}, this build reads {POOL_VERSION}"
+            ));
+        }
+        let n = POOL_BYTES - 4;
+        let stored = u32::from_le_bytes(b[n..].try_into().unwrap());
+        if stored != crc32c::crc32c(&b[..n]) {
+            return Err("checksum mismatch".into());
+        }
+        Ok(PoolGen {
+            pool: b[12..28].try_into().unwrap(),
+            generation: u64::from_le_bytes(b[28..36].try_into().unwrap()),
+            member: u16::from_le_bytes(b[36..38].try_into().unwrap()),
+            member_uuid: b[38..54].try_into().unwrap(),
+        })
+    }
+}
+
+/// The pool generation file of pool `pool` in the state directory `dir`.
+pub fn pool_gen_path(dir: &Path, pool: &[u8; 16]) -> PathBuf {
+    dir.join(format!("{}{POOL_SUFFIX}", uuid_hex(pool)))
+}
+
+/// Writes `g` to `path` durably (temporary file, fsync, rename, fsync of the directory),
+/// creating the directory (0700) if needed.
+pub fn write_pool_gen(path: &Path, g: &PoolGen) -> io::Result<()> {
+    if let Some(d) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        use std::os::unix::fs::DirBuilderExt;
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(d)
+            .map_err(|e| {
+                io::Error::new(
+                    e.kind(),
+                    format!("creating the state directory {}: {e}", d.display()),
+                )
+            })?;
+    }
+    write_bytes(path, &g.encode(), "pool generation file")
+}
+
+/// Reads the pool generation file at `path`: `None` when there is none.
+pub fn read_pool_gen(path: &Path) -> io::Result<Option<PoolGen>> {
+    match std::fs::read(path) {
+        Ok(b) => PoolGen::decode(&b).map(Some).map_err(|e| {
+            io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!(
+                    "pool generation file {} is damaged ({e}): remove it only if every member of the pool is given",
+                    path.display()
+                ),
+            )
+        }),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(io::Error::new(
+            e.kind(),
+            format!("reading pool generation file {}: {e}", path.display()),
+        )),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -260,5 +361,27 @@ mod tests {
             );
         }
         assert!(FailState::decode(&b[..b.len() - 1]).is_err());
+    }
+
+    #[test]
+    fn pool_generation_round_trip_and_every_flipped_bit_is_detected() {
+        let g = PoolGen {
+            pool: [4; 16],
+            generation: 77,
+            member: 1,
+            member_uuid: [5; 16],
+        };
+        let b = g.encode();
+        assert_eq!(PoolGen::decode(&b).unwrap(), g);
+        for bit in 0..b.len() * 8 {
+            let mut c = b.clone();
+            c[bit / 8] ^= 1 << (bit % 8);
+            assert!(PoolGen::decode(&c).is_err(), "bit {bit} flipped undetected");
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let path = pool_gen_path(&dir.path().join("new"), &g.pool);
+        assert_eq!(read_pool_gen(&path).unwrap(), None);
+        write_pool_gen(&path, &g).unwrap();
+        assert_eq!(read_pool_gen(&path).unwrap(), Some(g));
     }
 }

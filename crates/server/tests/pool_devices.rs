@@ -576,3 +576,252 @@ fn a_stale_member_answering_again_is_not_served() {
     );
     vol.shutdown().unwrap();
 }
+
+fn open_degraded(
+    p: &PoolFiles,
+    given: &[&Path],
+    accept_lost_dirty: bool,
+) -> Result<CacheVolume, String> {
+    let how = tiercache_server::pool_dev::PoolOpen {
+        degraded: true,
+        accept_lost_dirty,
+        state_dir: None,
+    };
+    let pd = PoolDev::open_with(devs(given), how)?;
+    CacheVolume::open(
+        Box::new(pd),
+        Box::new(FileDev::open(&p.f.backing).unwrap()),
+        &OpenOptions::default(),
+    )
+    .map(|v| v.0)
+    .map_err(|e| e.to_string())
+}
+
+/// The pool block on member file `path`.
+fn pool_block_of(path: &Path) -> tiercache_server::format::PoolBlock {
+    let b = std::fs::read(path).unwrap();
+    tiercache_server::format::PoolBlock::decode(&b[4096..8192]).unwrap()
+}
+
+/// Plan (d)5: a write-through pool of two restarted with member 1 missing (not given) or
+/// empty (zeroed) starts degraded: member 1 is marked failed in member 0's pool block
+/// (generation + 1) before the open returns, its lines are not served, every value reads
+/// back (from member 0 or the backing device), and a later plain open (which writes
+/// nothing) accepts the pool without it. Without `degraded` (`tiercache check`) the open
+/// is still refused.
+#[test]
+fn a_write_through_pool_starts_degraded_without_a_missing_or_empty_member() {
+    for empty in [false, true] {
+        let what = if empty { "empty" } else { "missing" };
+        let p = pool_files(&[128, 128]);
+        format_pool(&p, Mode::WriteThrough);
+        let mut m = Model::new(0, VOL);
+        let vol = open_pool(&p, &[0, 1]);
+        run_ops(&vol, &mut m, 0x23, 1500);
+        vol.shutdown().unwrap();
+        drop(vol);
+        assert!(
+            mapped_records(&p.members[1], 128) > 0,
+            "member 1 held lines"
+        );
+        let before = pool_block_of(&p.members[0]);
+        assert!(
+            before.members.iter().all(|x| !x.may_dirty),
+            "{what}: write-through never flags a member dirty: {before:?}"
+        );
+        let (a, b) = (p.members[0].as_path(), p.members[1].as_path());
+        let given: Vec<&Path> = if empty {
+            std::fs::write(b, vec![0u8; std::fs::metadata(b).unwrap().len() as usize]).unwrap();
+            vec![b, a]
+        } else {
+            vec![a]
+        };
+        let e = match PoolDev::open(devs(&given)) {
+            Ok(_) => panic!("{what}: opened without degraded"),
+            Err(e) => e,
+        };
+        assert!(e.contains("member 1") || e.contains("empty"), "{what}: {e}");
+        let vol = open_degraded(&p, &given, false).unwrap();
+        let after = pool_block_of(a);
+        assert_eq!(
+            after.members[1].state,
+            tiercache_server::format::MemberState::Failed,
+            "{what}: member 1 marked failed on member 0 before serving"
+        );
+        assert!(after.generation > before.generation, "{what}");
+        assert_eq!(
+            vol.pool_members().iter().map(|x| x.0).collect::<Vec<_>>(),
+            vec![false, true],
+            "{what}"
+        );
+        m.check_volume(&vol, &format!("{what}: degraded"));
+        run_ops(&vol, &mut m, 0x24, 500);
+        m.check_volume(&vol, &format!("{what}: degraded, written"));
+        vol.shutdown().unwrap();
+        drop(vol);
+        // Member 1 failed earlier: a plain open takes the pool without it.
+        let pd = PoolDev::open(devs(&[a])).unwrap();
+        let vol = CacheVolume::open(
+            Box::new(pd),
+            Box::new(FileDev::open(&p.f.backing).unwrap()),
+            &OpenOptions::default(),
+        )
+        .unwrap()
+        .0;
+        m.check_volume(&vol, &format!("{what}: restarted"));
+        vol.shutdown().unwrap();
+    }
+}
+
+/// Plan (d)5 with `--dirty-copies 1`: member 1 held dirty lines (flagged `may_dirty` in
+/// every pool block before its first dirty record) when the server was killed; restarted
+/// without it the start is refused, naming the ranges and the two ways out; with
+/// `accept_lost_dirty` it starts, the ranges read EIO until written again (a rewrite reads
+/// back). Once every line is clean (the pool switched to write-through) the flag is clear
+/// and a missing member is no loss: the start goes on.
+#[test]
+fn a_missing_member_with_dirty_lines_is_refused_unless_accepted() {
+    let p = pool_files(&[128, 128]);
+    format_pool(&p, Mode::WriteBack);
+    let vol = open_pool(&p, &[0, 1]);
+    vol.write(0, &vec![9u8; (64 * LS) as usize], false).unwrap();
+    vol.flush().unwrap();
+    drop(vol); // killed: no shutdown
+    assert!(
+        mapped_records(&p.members[1], 128) > 0,
+        "member 1 held lines"
+    );
+    let flags: Vec<bool> = pool_block_of(&p.members[0])
+        .members
+        .iter()
+        .map(|x| x.may_dirty)
+        .collect();
+    assert_eq!(flags, vec![true, true], "both members hold dirty lines");
+    let a = p.members[0].as_path();
+    let e = open_degraded(&p, &[a], false).err().expect("refused");
+    assert!(
+        e.contains("pool member 1")
+            && e.contains("may hold dirty lines")
+            && e.contains(&format!("volume bytes 0..{VOL}"))
+            && e.contains("--accept-lost-dirty")
+            && e.contains("bring the device back"),
+        "{e}"
+    );
+    assert_eq!(
+        pool_block_of(a).members[1].state,
+        tiercache_server::format::MemberState::Active,
+        "a refused start marks nothing"
+    );
+    let vol = open_degraded(&p, &[a], true).unwrap();
+    assert_eq!(vol.lost_dirty_ranges(), vec![(0, VOL)]);
+    let mut buf = vec![0u8; LS as usize];
+    let e = vol.read(5 * LS, &mut buf).unwrap_err();
+    assert!(e.to_string().contains("were lost"), "{e}");
+    vol.write(5 * LS, &vec![4u8; LS as usize], false).unwrap();
+    vol.flush().unwrap();
+    vol.read(5 * LS, &mut buf).unwrap();
+    assert!(buf.iter().all(|&x| x == 4), "rewritten");
+    vol.read(6 * LS, &mut buf).unwrap_err();
+    // Every line clean: the flags clear, so member 1 may go missing (the lost list stays).
+    vol.set_mode(Mode::WriteThrough).unwrap();
+    vol.shutdown().unwrap();
+    drop(vol);
+    let q = pool_files(&[128, 128]);
+    format_pool(&q, Mode::WriteBack);
+    let vol = open_pool(&q, &[0, 1]);
+    let mut m = Model::new(0, VOL);
+    run_ops(&vol, &mut m, 0x25, 800);
+    vol.set_mode(Mode::WriteThrough).unwrap();
+    vol.shutdown().unwrap();
+    drop(vol);
+    assert!(
+        pool_block_of(&q.members[0])
+            .members
+            .iter()
+            .all(|x| !x.may_dirty),
+        "every line clean: flags cleared"
+    );
+    let vol = open_degraded(&q, &[q.members[0].as_path()], false).unwrap();
+    m.check_volume(&vol, "clean pool, member 1 missing");
+    vol.shutdown().unwrap();
+}
+
+/// Plan (d)5, a stale member alone: member 1 fails live (the pool generation file in the
+/// state directory records the generation, as member 0's pool block does); started alone
+/// (member 0, which says member 1 failed, missing) member 1's pool block is older than the
+/// file: refused, naming the generation and the member. Without the file the same start goes
+/// on (what the file is for: member 1's own block cannot know it failed).
+#[test]
+fn a_stale_member_started_alone_is_refused_by_the_pool_generation_file() {
+    use tiercache_server::pool_dev::PoolOpen;
+    use tiercache_server::state_file::{pool_gen_path, read_pool_gen};
+    let p = pool_files(&[128, 128]);
+    format_pool(&p, Mode::WriteThrough);
+    let dir = p.f.dir.path().join("state");
+    let how = || PoolOpen {
+        degraded: true,
+        accept_lost_dirty: false,
+        state_dir: Some(dir.clone()),
+    };
+    let stale = pool_block_of(&p.members[1]).generation;
+    {
+        let faults = Faults::new(7);
+        let (d1, h1) = faults.wrap(
+            "cache1",
+            Box::new(FileDev::open(&p.members[1]).unwrap()),
+            false,
+        );
+        let members: Vec<(String, Box<dyn BlockDev>)> = vec![
+            ("m0".into(), Box::new(FileDev::open(&p.members[0]).unwrap())),
+            ("m1".into(), Box::new(d1)),
+        ];
+        let vol = CacheVolume::open(
+            Box::new(PoolDev::open_with(members, how()).unwrap()),
+            Box::new(FileDev::open(&p.f.backing).unwrap()),
+            &OpenOptions::default(),
+        )
+        .unwrap()
+        .0;
+        vol.set_max_cache_errors(1);
+        let mut m = Model::new(0, VOL);
+        run_ops(&vol, &mut m, 0x30, 300);
+        h1.lose();
+        run_ops(&vol, &mut m, 0x31, 300);
+        assert!(vol.pool_members()[1].0, "member 1 failed");
+        vol.shutdown().unwrap();
+    }
+    let b0 = pool_block_of(&p.members[0]);
+    let g = read_pool_gen(&pool_gen_path(&dir, &b0.pool))
+        .unwrap()
+        .expect("the failure is recorded in the state directory");
+    assert_eq!(g.member, 1);
+    assert!(
+        g.generation > stale && g.generation <= b0.generation,
+        "{g:?} {b0:?}"
+    );
+    assert_eq!(
+        pool_block_of(&p.members[1]).generation,
+        stale,
+        "member 1 never heard"
+    );
+    let e = match PoolDev::open_with(devs(&[p.members[1].as_path()]), how()) {
+        Ok(_) => panic!("the stale member alone opened"),
+        Err(e) => e,
+    };
+    assert!(
+        e.contains("stale members")
+            && e.contains(&format!("generation {stale}"))
+            && e.contains("member 1 (uuid")
+            && e.contains(&format!("recorded failed at generation {}", g.generation)),
+        "{e}"
+    );
+    // The right members still open (member 1 given too: it is kept out).
+    let m: Vec<&Path> = p.members.iter().map(|x| x.as_path()).collect();
+    PoolDev::open_with(devs(&m), how()).unwrap();
+    // Without the file, member 1 alone would start: what the file is for.
+    let no_file = PoolOpen {
+        degraded: true,
+        ..Default::default()
+    };
+    assert!(PoolDev::open_with(devs(&[p.members[1].as_path()]), no_file).is_ok());
+}

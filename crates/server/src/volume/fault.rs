@@ -908,6 +908,30 @@ impl CacheVolume {
         }
     }
 
+    /// The ranges a pool of cache devices started without the dirty data of
+    /// (`BlockDev::lost_at_open`, `--accept-lost-dirty`): recorded lost, durably, before the
+    /// volume serves (reads of them fail with EIO until written again).
+    pub(super) fn lose_at_open(&self, g: &mut Inner, ranges: &[(u64, u64)]) -> io::Result<()> {
+        if ranges.is_empty() {
+            return Ok(());
+        }
+        for &(a, b) in ranges {
+            self.lose(
+                g,
+                a,
+                b,
+                "its dirty data may have been on a pool member left out at start (--accept-lost-dirty)",
+            );
+        }
+        self.persist_lost(g);
+        if g.failed {
+            return Err(ioerr(
+                "the lost ranges of a pool member left out could not be recorded: the cache failed",
+            ));
+        }
+        Ok(())
+    }
+
     /// Makes `g.lost` durable now (write and sync), before the volume serves anything else
     /// and before any record that drops a damaged line can reach the device: after a
     /// restart the ranges still read EIO, never the backing device's older copy. In the

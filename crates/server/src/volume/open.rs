@@ -976,6 +976,8 @@ impl CacheVolume {
             g.sb.lost_pending = g.list.as_ref().is_some_and(|l| !l.ranges.is_empty());
             g.sb.version = g.sb.current_version();
             vol.write_superblock(&mut g)?;
+            let lost_now = vol.cache.lost_at_open();
+            vol.lose_at_open(&mut g, &lost_now)?;
             if report.dropped_clean_lines > 0 {
                 // The dropped lines' records, emptied in `mem`, reach the device now: a
                 // crash must not bring the stale copies back.
