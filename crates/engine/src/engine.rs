@@ -15,7 +15,7 @@ use std::cell::Cell;
 
 mod copies;
 use copies::Mirror;
-pub use copies::Remirror;
+pub use copies::{Remirror, COPY_KEY};
 
 /// Line numbers must fit in this many bits of a key; the volume takes the rest.
 pub const LINE_BITS: u32 = 48;
@@ -191,6 +191,10 @@ pub struct Engine {
     remirroring: HashMap<Slot, (u64, Slot)>,
     /// The pairs of the last [`Engine::begin_remirror`].
     remirror_buf: Vec<(Slot, Slot)>,
+    /// Copy slots journaled since the executor last took them ([`Engine::take_copy_slots`]):
+    /// a copy's record changes without a step on its slot (linked, unlinked, its line's
+    /// dirty sectors changed), so the executor could not find them among a plan's slots.
+    copy_journal: Vec<Slot>,
     /// Per-volume state, when the configuration has a volume table (`cfg.volumes`); see
     /// [`Engine::process_volume`]. Empty and never touched otherwise.
     vols: Vec<VolState>,
@@ -503,6 +507,7 @@ impl Engine {
             held: HashMap::new(),
             remirroring: HashMap::new(),
             remirror_buf: Vec::new(),
+            copy_journal: Vec::new(),
             vols: Vec::new(),
             vol_ix: HashMap::new(),
             per_volume: false,
@@ -982,10 +987,25 @@ impl Engine {
 
     /// The persisted-record state of `slot` now: its key (`u64::MAX`: none), valid sectors,
     /// and dirty sectors including those a write-back in flight cleans.
+    ///
+    /// A copy slot (`dirty_copies` 2) has the state of its copy record: key `line key |
+    /// [`COPY_KEY`]`, valid = its line's slot, dirty = its line's dirty sectors (with those
+    /// a write-back in flight cleans). A copy slot held by a write-back or re-mirror in
+    /// flight has none (its record is emptied; a flush reaps write-backs first, so the
+    /// line's clean record goes with it).
     #[inline]
     pub fn line_state(&self, slot: Slot) -> LineState {
         let key = self.keys[slot as usize];
         if key == EMPTY {
+            if !self.owner_of.is_empty() {
+                if let Some(&p) = self.owner_of.get(&slot) {
+                    return LineState {
+                        key: self.keys[p as usize] | COPY_KEY,
+                        valid: u64::from(p),
+                        dirty: self.dirty_mask(p) | self.pending_mask(p),
+                    };
+                }
+            }
             return LineState::EMPTY;
         }
         LineState {
@@ -1008,6 +1028,31 @@ impl Engine {
         if let Some(j) = &mut self.journal {
             j.entry(slot).or_insert(state);
         }
+        // A line's copy record follows its dirty sectors.
+        if !self.copy_of.is_empty() {
+            if let Some(&c) = self.copy_of.get(&slot) {
+                self.journal_copy(c);
+            }
+        }
+    }
+
+    /// Journals copy slot `c` before its record changes (linked, unlinked, or its line's
+    /// dirty sectors change) and lists it for [`Engine::take_copy_slots`].
+    pub(super) fn journal_copy(&mut self, c: Slot) {
+        if self.journal.is_none() {
+            return;
+        }
+        let state = self.line_state(c);
+        if let Some(j) = &mut self.journal {
+            j.entry(c).or_insert(state);
+        }
+        self.copy_journal.push(c);
+    }
+
+    /// Moves into `out` the copy slots journaled since the last call (possibly repeated):
+    /// the executor brings their records up to date with the slots of its plans.
+    pub fn take_copy_slots(&mut self, out: &mut Vec<Slot>) {
+        out.append(&mut self.copy_journal);
     }
 
     /// Keys of lines that left the cache since the last call (empty when not tracking).
@@ -2902,15 +2947,19 @@ impl Engine {
             let slot = slot as Slot;
             let key = self.keys[slot as usize];
             if key == EMPTY {
-                if let Some(owner) = self.owner_of.remove(&slot) {
+                if let Some(&owner) = self.owner_of.get(&slot) {
                     // A copy on the failed member: its line keeps one copy.
+                    self.journal_copy(slot);
+                    self.owner_of.remove(&slot);
                     self.copy_of.remove(&owner);
                     loss.unmirrored.push(owner);
                 }
                 continue;
             }
             if self.is_dirty(slot) {
-                if let Some(c) = self.copy_of.remove(&slot) {
+                if let Some(c) = self.copy_of(slot) {
+                    self.journal_copy(c);
+                    self.copy_of.remove(&slot);
                     self.owner_of.remove(&c);
                     let to = self.promote_copy(slot, c);
                     loss.promoted += 1;

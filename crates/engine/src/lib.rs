@@ -29,7 +29,7 @@ pub use config::{
 };
 pub use engine::{
     DeviceLoss, Engine, EngineError, InflightCounters, LineState, Remirror, RestoreLine,
-    RestorePending, VolumeStats, WbBatch, WbDone, WbLine, WbTicket,
+    RestorePending, VolumeStats, WbBatch, WbDone, WbLine, WbTicket, COPY_KEY,
 };
 pub use free_slots::STRIPE_LINES;
 pub use log::{Compression, ExtentContent, Layout, LogConfig, LogEngine};

@@ -296,8 +296,8 @@ fn crash_run(p: &PoolFiles, mode: Mode, copies: Option<u8>, seed: u64, crash: Op
 
 #[test]
 fn crash_points_over_two_members_keep_every_flushed_value() {
-    // Write-back also with the default two dirty copies (copies live; after a restart the
-    // lines are single again, until copy records are restored at open).
+    // Write-back also with the default two dirty copies (copies live, their COPY records
+    // written by the flushes and reconciled at each restart).
     for (mode, copies) in [
         (Mode::WriteThrough, Some(1)),
         (Mode::WriteBack, Some(1)),
@@ -346,8 +346,10 @@ fn put_record(path: &Path, meta: u64, local: u64, r: Record) {
 }
 
 /// COPY records (plan (b)5): a cache of one device never carries one, so open refuses it
-/// naming the slot and its record page; a pool's copies are not taken for lines (a line of
-/// volume id >= 2^14 before this build) but refused until the engine restores them.
+/// naming the slot and its record page; a pool's copies are never taken for lines (a line of
+/// volume id >= 2^14 before this build): reconciled at open (`crate::reconcile`), a copy
+/// whose primary slot does not map its line dirty is dropped (stale), its slot freed and its
+/// record emptied at the next flush, and the line reads the backing device's bytes.
 #[test]
 fn copy_records_are_never_taken_for_lines() {
     let key = 9u64; // volume 0, line 9
@@ -375,33 +377,58 @@ fn copy_records_are_never_taken_for_lines() {
         e.contains("slot 130") && e.contains("record page 1") && e.contains("copy bit"),
         "{e}"
     );
-    // A pool: the copy of line 9 (primary slot 3 on member 0) on member 1 is refused by
-    // name, never served as a line.
+    // A pool: the copy of line 9 (primary slot 3 on member 0, which maps nothing) on member
+    // 1 is dropped at open, never served as a line.
     let p = pool_files(&[128, 128]);
-    format_pool(&p, Mode::WriteThrough);
+    format_pool_copies(&p, Mode::WriteBack, None);
     let vol = open_pool(&p, &[0, 1]);
     vol.shutdown().unwrap();
     drop(vol);
+    // Bytes in the copy's slot that are not the backing device's.
+    let data_off = Superblock::member_data_offset(128, LS);
+    {
+        use std::os::unix::fs::FileExt;
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&p.members[1])
+            .unwrap();
+        f.write_all_at(&vec![0xeeu8; LS as usize], data_off + 5 * LS)
+            .unwrap();
+    }
     put_record(
         &p.members[1],
         POOL_META_OFFSET,
         5,
         Record::copy(key, 3, 1, 1),
     );
+    assert_eq!(mapped_records(&p.members[1], 128), 1);
     let m: Vec<&Path> = p.members.iter().map(|x| x.as_path()).collect();
-    let e = CacheVolume::open(
+    let (vol, rep) = CacheVolume::open(
         Box::new(PoolDev::open(devs(&m)).unwrap()),
         Box::new(FileDev::open(&p.f.backing).unwrap()),
         &OpenOptions::default(),
     )
-    .err()
-    .expect("a copy record is not restored yet")
-    .to_string();
+    .unwrap();
+    assert_eq!(
+        (rep.copies_dropped, rep.copies_paired, rep.copies_promoted),
+        (1, 0, 0),
+        "{rep:?}"
+    );
+    let st = vol.stats();
+    assert_eq!((st.dirty_lines, st.copy_slots), (0, 0), "{st:?}");
+    let mut buf = vec![0u8; LS as usize];
+    vol.read(key * LS, &mut buf).unwrap();
+    let want: Vec<u8> = (key * LS..(key + 1) * LS).map(initial).collect();
     assert!(
-        e.contains("slot 133")
-            && e.contains("primary slot 3")
-            && e.contains("copy of a dirty line"),
-        "{e}"
+        buf == want,
+        "line 9 reads other bytes than the backing device's"
+    );
+    vol.shutdown().unwrap();
+    drop(vol);
+    assert_eq!(
+        mapped_records(&p.members[1], 128),
+        0,
+        "the dropped copy's record is emptied"
     );
 }
 

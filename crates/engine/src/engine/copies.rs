@@ -7,6 +7,10 @@
 //! valid = dirty.
 
 use super::{Engine, LinePart, Runs, EMPTY};
+
+/// Bit of a copy slot's key in [`Engine::line_state`] (and of its record's stored key): the
+/// slot holds the dirty sectors of the line whose key is the rest, a second time.
+pub const COPY_KEY: u64 = 1 << 62;
 use crate::plan::{Plan, Step};
 use crate::policy::{Access, Slot, NEVER};
 use crate::EngineError;
@@ -84,7 +88,9 @@ impl Engine {
     /// cache copy. Returns the copy's slot. For an executor whose copy write failed, or a
     /// read fallback that found the primary bad (with roles swapped by the caller).
     pub fn unmirror(&mut self, slot: Slot) -> Option<Slot> {
-        let c = self.copy_of.remove(&slot)?;
+        let c = self.copy_of(slot)?;
+        self.journal_copy(c);
+        self.copy_of.remove(&slot);
         let owner = self.owner_of.remove(&c);
         debug_assert_eq!(owner, Some(slot), "copy maps agree");
         if !self.slots.is_dead(c) {
@@ -101,7 +107,9 @@ impl Engine {
         if self.is_pinned(slot) {
             return None;
         }
-        let c = self.copy_of.remove(&slot)?;
+        let c = self.copy_of(slot)?;
+        self.journal_copy(c);
+        self.copy_of.remove(&slot);
         let owner = self.owner_of.remove(&c);
         debug_assert_eq!(owner, Some(slot), "copy maps agree");
         Some(self.promote_copy(slot, c))
@@ -122,6 +130,7 @@ impl Engine {
             self.keys[copy as usize], EMPTY,
             "copy slot {copy} holds a line"
         );
+        self.journal_copy(copy);
         let old = self.copy_of.insert(slot, copy);
         debug_assert!(old.is_none(), "line {slot} had another copy");
         let prev = self.owner_of.insert(copy, slot);
@@ -131,7 +140,9 @@ impl Engine {
     /// The line in `slot` is being written back: its copy leaves it and is held until the
     /// ticket completes ([`super::WbLine::copy`]).
     pub(super) fn detach_copy(&mut self, slot: Slot) -> Option<Slot> {
-        let c = self.copy_of.remove(&slot)?;
+        let c = self.copy_of(slot)?;
+        self.journal_copy(c);
+        self.copy_of.remove(&slot);
         self.owner_of.remove(&c);
         self.held.insert(c, ());
         Some(c)

@@ -118,6 +118,16 @@ impl Inner {
         self.mem_record(s).key
     }
 
+    /// Key of the record the engine's state of slot `s` gives now: its line's key, a copy's
+    /// `line key | COPY` (a mirrored dirty line's second copy), or `EMPTY_KEY`. What rule 2
+    /// compares the durable key with: a slot written while its durable record maps this key
+    /// is written in place, not reused (`slot_key` is `None` for a copy slot, which would
+    /// count every mirrored write's copy as reused).
+    #[inline]
+    pub(super) fn live_key(&self, s: u32) -> u64 {
+        self.engine.line_state(s).key
+    }
+
     /// Key slot `s`'s record on the device maps (`EMPTY_KEY`: none or unreadable).
     #[inline]
     pub(super) fn disk_key(&self, s: u32) -> u64 {

@@ -634,15 +634,18 @@ impl CacheVolume {
             .copied()
             .filter(|&s| {
                 let (on_disk, now) = (g.disk_key(s), g.engine.slot_key(s));
-                if on_disk != EMPTY_KEY && now != Some(on_disk) {
+                if on_disk != EMPTY_KEY && g.live_key(s) != on_disk {
                     return true;
                 }
                 // A line the plan evicts whose record never reached the device (reusing its
                 // slot needs no unmap) but whose bytes went to the backing device since the
                 // last good sync: if that sync failed, only its cached copy would hold them.
                 let r = g.mem_record(s);
+                if r.key == EMPTY_KEY || r.is_copy() {
+                    return false;
+                }
                 let a = key_addr(r.key, ls);
-                r.key != EMPTY_KEY && now != Some(r.key) && g.unsynced_overlaps(a, a + (1 << ls))
+                now != Some(r.key) && g.unsynced_overlaps(a, a + (1 << ls))
             })
             .collect()
     }

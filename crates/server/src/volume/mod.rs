@@ -256,6 +256,14 @@ pub struct OpenReport {
     /// Clean lines left out of the sample because the cache or backing device failed to
     /// read them (twice): not compared, not dropped.
     pub unreadable_clean_lines: u64,
+    /// Copy records of mirrored dirty lines (pools, `--dirty-copies 2`, `crate::reconcile`):
+    /// paired with their line again, rewritten from their line first (its record was in
+    /// flux), promoted to the line (its primary's member missing or failed), dropped (stale
+    /// or damaged).
+    pub copies_paired: u64,
+    pub copies_resynced: u64,
+    pub copies_promoted: u64,
+    pub copies_dropped: u64,
     /// Each phase of the open (read, decode, order, engine, ...) with its wall time and the
     /// process's CPU time in seconds, for `restart_bench` and the log: where a slow restart
     /// spends its time.

@@ -483,21 +483,6 @@ impl CacheVolume {
             flux,
             copies,
         } = bulk::read_and_decode(&*cache, &mut disk, cap, rec_version)?;
-        if let Some(&slot) = copies.first() {
-            // Copies are paired with their primaries by `crate::reconcile` once the engine
-            // restores them; until then they are refused, never taken for lines.
-            let at = slot as usize * RECORD_BYTES as usize;
-            let r = Record::decode_trusted(&disk[at..at + RECORD_BYTES as usize]);
-            return Err(FormatError::BadField {
-                field: "metadata record",
-                why: format!(
-                    "{} record(s) hold the second cache copy of a dirty line (the first: slot {slot}, key {:#x}, primary slot {}): this build does not restore mirrored dirty lines (--dirty-copies 2); serve the pool with the build that wrote them",
-                    copies.len(),
-                    r.line_key(),
-                    r.copy_of_slot().expect("a copy")
-                ),
-            });
-        }
         if let (Some(&slot), true) = (bad.first(), sb.clean) {
             return Err(FormatError::BadRecord {
                 slot: slot as u64,
@@ -683,7 +668,7 @@ impl CacheVolume {
                 }
             }
         }
-        let sums = sums.map(|(s, _)| s);
+        let mut sums = sums.map(|(s, _)| s);
         if let Some(s) = &sums {
             // One checksum per validity unit: anything else would check bytes never valid.
             assert_eq!(s.sector, engine.sector_size(), "data checksum unit");
@@ -800,6 +785,25 @@ impl CacheVolume {
                 loss.uncovered.is_empty() && loss.dropped_clean == 0,
                 "a line was restored on failed pool member {d}"
             );
+        }
+        // Copies of mirrored dirty lines (`crate::reconcile`): paired with their restored
+        // lines again, promoted where their line's member is gone, the rest dropped. Every
+        // copy slot's record is then brought to what the engine keeps there (`touched`).
+        if !copies.is_empty() {
+            let promoted = Self::restore_copies(
+                &*cache,
+                &mut engine,
+                &disk,
+                &copies,
+                &flux,
+                sb.data_offset,
+                sb.line_size,
+                sums.as_mut(),
+                &mut report,
+            )?;
+            restored += promoted;
+            restored_dirty += promoted;
+            touched.extend(&copies);
         }
         lap.lap("engine policy");
         if let (Some((slot, e)), true) = (refused.first(), sb.clean) {
@@ -998,6 +1002,118 @@ impl CacheVolume {
         report.phases = lap.2;
         tracing::debug!("open phases (s): {:?}", report.phases);
         Ok((vol, report))
+    }
+}
+
+impl CacheVolume {
+    /// Restores the copies of mirrored dirty lines found at open (`copies`: their slots,
+    /// ascending; `flux`: the restored lines' slots whose record was in flux), after the
+    /// engine took the lines and failed the failed members (`crate::reconcile`, plan (c)3
+    /// and (c)4): a copy whose line is restored dirty with its dirty sectors pairs with it
+    /// again; a line in flux first has its dirty sectors written to the copy (an in-place
+    /// write may have changed one of them only: both hold the primary's bytes then); a copy
+    /// whose line's member is failed or missing, no present member mapping it, becomes the
+    /// line (valid = dirty = its sectors); any other copy is dropped (stale: its slot is
+    /// free, its record emptied by the caller's `touched`). Returns the lines promoted.
+    #[allow(clippy::too_many_arguments)]
+    fn restore_copies(
+        cache: &dyn BlockDev,
+        engine: &mut Engine,
+        disk: &[u8],
+        copies: &[u32],
+        flux: &[u32],
+        data_offset: u64,
+        line_size: u64,
+        mut sums: Option<&mut DataSums>,
+        report: &mut OpenReport,
+    ) -> io::Result<u64> {
+        use crate::reconcile::{self, MemberView, SlotRecord};
+        let pool = engine.pool().clone();
+        let members: Vec<MemberView> = (0..pool.members())
+            .map(|d| match engine.device_failed(d) {
+                true => MemberView::Failed,
+                false => MemberView::Present,
+            })
+            .collect();
+        let rb = RECORD_BYTES as usize;
+        let records: Vec<SlotRecord> = copies
+            .iter()
+            .map(|&slot| {
+                let at = slot as usize * rb;
+                SlotRecord {
+                    slot,
+                    rec: Record::decode_trusted(&disk[at..at + rb]),
+                    in_flux: false,
+                }
+            })
+            .collect();
+        let e = &*engine;
+        let r = reconcile::reconcile_copies(&pool, &members, &records, |key| {
+            let s = e.lookup(key)?;
+            let rec = Record {
+                key,
+                valid: e.valid_mask(s),
+                dirty: e.dirty_mask(s),
+                seq: 0,
+            };
+            Some((s, rec, flux.binary_search(&s).is_ok()))
+        });
+        let ss = engine.sector_size();
+        let mut line = vec![0u8; line_size as usize];
+        for p in &r.resync {
+            // The primary's dirty sectors to the copy (made durable by the open's next sync,
+            // before anything is served).
+            cache.read_at(&mut line, data_offset + u64::from(p.primary) * line_size)?;
+            let base = data_offset + u64::from(p.copy) * line_size;
+            let mut k = 0u64;
+            while k < 64 && k * ss < line_size {
+                if p.mask >> k & 1 == 0 {
+                    k += 1;
+                    continue;
+                }
+                let a = k;
+                while k < 64 && k * ss < line_size && p.mask >> k & 1 == 1 {
+                    k += 1;
+                }
+                let (lo, hi) = ((a * ss) as usize, (k * ss) as usize);
+                cache.write_at(&line[lo..hi], base + lo as u64)?;
+            }
+            if let Some(s) = sums.as_deref_mut() {
+                s.recompute(u64::from(p.copy), &line, p.mask);
+            }
+        }
+        for p in r.paired.iter().chain(&r.resync) {
+            match engine.restore_copy(p.key, p.primary, p.copy, p.mask) {
+                Ok(()) => report.copies_paired += 1,
+                Err(err) => {
+                    tracing::warn!("copy of a mirrored dirty line dropped at open: {err}");
+                    report.copies_dropped += 1;
+                }
+            }
+        }
+        report.copies_resynced = r.resync.len() as u64;
+        for p in &r.promoted {
+            engine
+                .restore_line(p.key, p.slot, p.mask, p.mask, 0)
+                .map_err(|err| {
+                    io::Error::other(format!(
+                        "the copy in slot {} of dirty line {:#x} (its cache device is gone) cannot be restored: {err}",
+                        p.slot, p.key
+                    ))
+                })?;
+            report.copies_promoted += 1;
+        }
+        report.copies_dropped += r.dropped.len() as u64;
+        if !r.promoted.is_empty() || !r.dropped.is_empty() {
+            tracing::info!(
+                "mirrored dirty lines at open: {} copies paired ({} rewritten from their line), {} promoted (their line's cache device is gone), {} dropped (stale)",
+                report.copies_paired,
+                report.copies_resynced,
+                report.copies_promoted,
+                report.copies_dropped
+            );
+        }
+        Ok(r.promoted.len() as u64)
     }
 }
 

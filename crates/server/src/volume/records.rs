@@ -159,7 +159,7 @@ impl CacheVolume {
             .map(|s| s as u32)
             .filter(|&s| {
                 let on_disk = g.disk_key(s);
-                on_disk != EMPTY_KEY && g.engine.slot_key(s) != Some(on_disk)
+                on_disk != EMPTY_KEY && g.live_key(s) != on_disk
             })
             .collect();
         if need.is_empty() {
@@ -286,7 +286,7 @@ impl CacheVolume {
             .iter()
             .filter_map(|&s| {
                 let r = g.mem_record(s);
-                (r.key != EMPTY_KEY && g.engine.slot_key(s) != Some(r.key))
+                (r.key != EMPTY_KEY && !r.is_copy() && g.engine.slot_key(s) != Some(r.key))
                     .then_some((s, r.key, r.valid))
             })
             .collect()
@@ -299,14 +299,19 @@ impl CacheVolume {
             .iter()
             .filter_map(|&s| {
                 let r = g.mem_record(s);
-                (r.key != EMPTY_KEY && r.valid != 0).then_some((s, r.key, r.valid))
+                // (A copy's bytes are its line's, which its line's slot holds too.)
+                (r.key != EMPTY_KEY && !r.is_copy() && r.valid != 0).then_some((s, r.key, r.valid))
             })
             .collect()
     }
 
     /// Brings the `mem` records of `g.slots` up to the engine's state.
     pub(super) fn update_records(g: &mut Inner) {
-        let slots = std::mem::take(&mut g.slots);
+        let mut slots = std::mem::take(&mut g.slots);
+        // Copy slots whose records changed without a step on them (a line's copy linked,
+        // unlinked, or its line's dirty sectors changed): possibly listed twice, which
+        // changes nothing the second time.
+        g.engine.take_copy_slots(&mut slots);
         for &slot in &slots {
             if Self::filling(g, slot) {
                 // Its image stays empty until the fill commits (`fill.rs`).
@@ -347,7 +352,7 @@ impl CacheVolume {
         // Sectors a write-back in flight cleans stay dirty on the device until it commits
         // (its backing write may not have landed): `line_state`'s dirty includes them.
         let want = durable::record_of(g.engine.line_state(slot));
-        if let Some(h) = have.filter(|h| h.key != want.key && h.key != EMPTY_KEY) {
+        if let Some(h) = have.filter(|h| h.key != want.key && h.key != EMPTY_KEY && !h.is_copy()) {
             // Dropped while the device may still map it here (rule 5).
             if on_disk == h.key {
                 g.forgotten.insert(h.key, slot);
@@ -535,7 +540,9 @@ impl CacheVolume {
         slots.dedup();
         let mut restore = Vec::new();
         for &s in &slots {
-            let want = Some(g.mem_record(s)).filter(|r| r.key != EMPTY_KEY && r.valid != 0);
+            // (A copy's record is not a line: the roll-back leaves copies as they are.)
+            let want = Some(g.mem_record(s))
+                .filter(|r| r.key != EMPTY_KEY && !r.is_copy() && r.valid != 0);
             let now = g.engine.slot_key(s);
             if let Some(r) = want {
                 if now == Some(r.key)
