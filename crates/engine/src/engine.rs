@@ -3393,6 +3393,9 @@ impl Engine {
         if self.is_pinned(slot) {
             return bad("a write-back in flight still reads the slot".into());
         }
+        if self.owner_of.contains_key(&slot) || self.held.contains_key(&slot) {
+            return bad("the slot holds a dirty line's mirrored copy".into());
+        }
         if self.lookup(key).is_some() {
             return bad(format!("key {key:#x} is already cached"));
         }

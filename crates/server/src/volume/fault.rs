@@ -715,6 +715,16 @@ impl CacheVolume {
         }
         // Their lines are dropped: none may be pinned by a fill in flight.
         self.reap_fills(g);
+        // A copy whose writes may be dropped no longer holds its line's dirty sectors: the
+        // line keeps one copy (its copy record is emptied, never paired at a restart).
+        let copies: Vec<u32> = g
+            .cache_dropped
+            .keys()
+            .filter_map(|&c| g.engine.owner_of(c))
+            .collect();
+        for p in copies {
+            g.engine.unmirror(p);
+        }
         if !g.failed {
             let slots: Vec<u32> = g
                 .cache_dropped
