@@ -930,6 +930,9 @@ impl PoolDev {
         }
         b.generation = b.generation.max(cur.generation + 1);
         self.write_pool_blocks(&b).map_err(|(x, e)| {
+            // Not live then: nothing reaches it (its blocks that say `Active` name the new,
+            // empty device: a restart may use it, holding no line).
+            self.failed[d].store(true, Ordering::Release);
             format!(
                 "replace cache member {d}: writing the pool block of member {x} ({}): {e}",
                 self.members[x].name()
