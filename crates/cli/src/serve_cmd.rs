@@ -493,6 +493,13 @@ enum CacheCmd {
         #[arg(long)]
         json: bool,
     },
+    /// Replace failed member INDEX by the device at PATH (a file, a block device or an NBD
+    /// URI, holding at least that member's lines): it is formatted as member INDEX (new
+    /// member uuid; every member's pool block says it is active), its slots serve again, and
+    /// the cleaner re-mirrors the dirty lines left with one copy. Refused unless member
+    /// INDEX has failed and PATH is not a member of the pool. Serve later with PATH in
+    /// place of the failed device.
+    Replace { index: usize, path: PathBuf },
 }
 
 #[derive(Subcommand)]
@@ -2567,7 +2574,31 @@ pub(crate) fn print_faults(s: &serde_json::Value) {
 
 pub fn ctl(a: CtlArgs) -> Result<()> {
     let cmd = match &a.cmd {
-        CtlCmd::Stats { .. } | CtlCmd::Cache { .. } => Command::Stats,
+        CtlCmd::Stats { .. }
+        | CtlCmd::Cache {
+            cmd: CacheCmd::List { .. },
+        } => Command::Stats,
+        CtlCmd::Cache {
+            cmd: CacheCmd::Replace { index, path },
+        } => {
+            if a.volume.is_some() {
+                bail!("`ctl cache replace` concerns the pool's cache devices: run it without --volume");
+            }
+            let text = path.to_string_lossy();
+            // The server opens it from its own directory: a path is made absolute here.
+            let path = if NbdDev::is_uri(&text) {
+                text.to_string()
+            } else {
+                std::fs::canonicalize(path)
+                    .with_context(|| format!("cache replace {index} {}", path.display()))?
+                    .display()
+                    .to_string()
+            };
+            Command::ReplaceCache {
+                index: *index,
+                path,
+            }
+        }
         CtlCmd::Get { key } => Command::Get { key: key.clone() },
         CtlCmd::Set { key, value } => Command::Set {
             key: key.clone(),
@@ -2667,6 +2698,12 @@ pub fn ctl(a: CtlArgs) -> Result<()> {
         CtlCmd::Cache {
             cmd: CacheCmd::List { json },
         } => print_cache_list(&v["stats"]["pool_members"], json)?,
+        CtlCmd::Cache {
+            cmd: CacheCmd::Replace { index, path },
+        } => println!(
+            "cache device {} is pool member {index} now (formatted, recorded in every member's pool block); the cleaner re-mirrors the dirty lines left with one copy: see `ctl stats` unmirrored_lines",
+            path.display()
+        ),
         CtlCmd::Classes { .. } => {
             let l = &v["loaded"];
             println!(
@@ -2747,6 +2784,9 @@ fn ctl_volume(a: &CtlArgs, name: &str, cmd: Command) -> Result<()> {
         CtlCmd::Cache {
             cmd: CacheCmd::List { json },
         } => print_cache_list(&v["stats"]["pool_members"], *json)?,
+        CtlCmd::Cache {
+            cmd: CacheCmd::Replace { .. },
+        } => {}
     }
     Ok(())
 }

@@ -26,6 +26,10 @@
 //!                                         --volume; refused elsewhere)
 //! {"cmd":"removevolume","name":N}      -> {"ok":true,"id":..,"lines_dropped":..}
 //!                                         (`ctl volume remove`; as addvolume)
+//! {"cmd":"replacecache","index":I,"path":P}
+//!                                      -> {"ok":true}   (`ctl cache replace`: failed pool
+//!                                         member I replaced by device P, formatted as it;
+//!                                         the cleaner then re-mirrors)
 //! anything else                        -> {"ok":false,"error":"..."}
 //! ```
 
@@ -90,6 +94,11 @@ pub enum Command {
     RemoveVolume {
         name: String,
     },
+    /// Failed pool member `index` replaced by the device at `path` (`ctl cache replace`).
+    ReplaceCache {
+        index: usize,
+        path: String,
+    },
 }
 
 /// What a server that cannot add or remove volumes answers `addvolume` and `removevolume`.
@@ -149,6 +158,9 @@ fn volume_reply(vol: &dyn LiveVolume, name: &str, request: Command) -> serde_jso
         Command::AddVolume { .. } | Command::RemoveVolume { .. } => no(
             "`ctl volume add|remove` concerns the pool, not one volume: run it without --volume".into(),
         ),
+        Command::ReplaceCache { .. } => no(
+            "`ctl cache replace` concerns the pool's cache devices, not one volume: run it without --volume".into(),
+        ),
     }
 }
 
@@ -184,6 +196,7 @@ pub fn handle(vol: &dyn LiveVolume, line: &str) -> serde_json::Value {
         Command::Detach => vol.detach().map_err(|e| e.to_string()),
         Command::Volume { name, request } => return volume_reply(vol, &name, *request),
         Command::AddVolume { .. } | Command::RemoveVolume { .. } => Err(NO_VOLUME_ADMIN.into()),
+        Command::ReplaceCache { index, path } => vol.replace_cache_member(index, &path),
         Command::Get { key } => return get_reply(vol.settings(), key.as_deref()),
         Command::Set { key, value } => {
             return match vol.set_setting(&key, &value) {

@@ -56,6 +56,16 @@ pub trait BlockDev: Send + Sync {
     fn dirty_copies(&self) -> u8 {
         0
     }
+    /// A pool of cache devices: failed member `d` is replaced by `dev` (named `name`),
+    /// formatted as that member (`crate::PoolDev::replace_member`); the pool's blocks say it
+    /// is active when this returns Ok. Err: refused or failed, naming why. One device:
+    /// refused.
+    fn replace_member(&self, d: usize, name: String, dev: Box<dyn BlockDev>) -> Result<(), String> {
+        drop((name, dev));
+        Err(format!(
+            "replace cache member {d}: not a pool of cache devices"
+        ))
+    }
     /// Volume byte ranges a pool of cache devices started without the dirty data of
     /// (`--accept-lost-dirty`, `crate::pool_dev::PoolDev::lost_at_open`): the volume records
     /// them lost at open.
@@ -94,6 +104,14 @@ macro_rules! forward_device_info {
         }
         fn lost_at_open(&self) -> Vec<(u64, u64)> {
             self $($to_inner)+.lost_at_open()
+        }
+        fn replace_member(
+            &self,
+            d: usize,
+            name: String,
+            dev: Box<dyn $crate::dev::BlockDev>,
+        ) -> Result<(), String> {
+            self $($to_inner)+.replace_member(d, name, dev)
         }
     };
 }

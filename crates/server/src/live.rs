@@ -70,6 +70,15 @@ pub trait LiveVolume: Export + Send + Sync {
     fn detach(&self) -> io::Result<()> {
         self.set_mode(Mode::PassThrough)
     }
+    /// `ctl cache replace INDEX PATH`: failed pool member `index` is replaced by the device
+    /// at `path` (a file, a block device or an NBD URI), formatted as that member; the
+    /// cleaner then re-mirrors the dirty lines left with one copy. Refused, naming why.
+    fn replace_cache_member(&self, index: usize, path: &str) -> Result<(), String> {
+        Err(format!(
+            "cache replace {index} {path}: the {} layout has no pool of cache devices",
+            self.layout()
+        ))
+    }
     /// The statistics in the one schema (`ctl stats --json`).
     fn live_stats(&self) -> LiveStats;
     /// The settings that apply to this layout and their values (`ctl get`).
@@ -321,6 +330,24 @@ impl LiveVolume for CacheVolume {
     }
     fn detach(&self) -> io::Result<()> {
         CacheVolume::detach(self)
+    }
+    fn replace_cache_member(&self, index: usize, path: &str) -> Result<(), String> {
+        let dev: Box<dyn crate::BlockDev> = if crate::NbdDev::is_uri(path) {
+            let d = crate::NbdDev::connect(path)
+                .map_err(|e| format!("cache replace {index} {path}: {e}"))?;
+            if d.read_only() {
+                return Err(format!(
+                    "cache replace {index} {path}: the export is read-only; a cache device must be writable"
+                ));
+            }
+            Box::new(d)
+        } else {
+            Box::new(
+                crate::FileDev::open(std::path::Path::new(path))
+                    .map_err(|e| format!("cache replace {index} {path}: cannot open it: {e}"))?,
+            )
+        };
+        CacheVolume::replace_cache_member(self, index, path.to_string(), dev)
     }
     fn live_stats(&self) -> LiveStats {
         let volume = self.stats();

@@ -37,11 +37,23 @@ use std::sync::Mutex;
 use tiercache_engine::pool::Pool;
 use tiercache_engine::Mode;
 
-/// One member: its device, the name it was given by (path or URI), its data offset.
+/// One member: its device, the name it was given by (path or URI), its data offset. The
+/// device and name change only when a failed member is replaced
+/// ([`PoolDev::replace_member`]), while nothing reaches it.
 struct Member {
-    dev: Box<dyn BlockDev>,
-    name: String,
+    dev: std::sync::RwLock<Box<dyn BlockDev>>,
+    name: Mutex<String>,
     data_offset: u64,
+}
+
+impl Member {
+    fn dev(&self) -> std::sync::RwLockReadGuard<'_, Box<dyn BlockDev>> {
+        self.dev.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn name(&self) -> String {
+        self.name.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
 }
 
 /// Several cache devices as one (see the module doc).
@@ -273,8 +285,8 @@ impl PoolDev {
             .into_iter()
             .enumerate()
             .map(|(d, (name, dev))| Member {
-                dev,
-                name,
+                dev: std::sync::RwLock::new(dev),
+                name: Mutex::new(name),
                 data_offset: Superblock::member_data_offset(pool.lines(d), line_size),
             })
             .collect();
@@ -693,7 +705,7 @@ impl PoolDev {
         self.write_pool_blocks(&b).map_err(|(x, e)| {
             format!(
                 "storing --dirty-copies {n} on {}: {e}",
-                self.members[x].name
+                self.members[x].name()
             )
         })
     }
@@ -704,9 +716,9 @@ impl PoolDev {
         for (x, m) in self.live() {
             let mut mine = b.clone();
             mine.index = x as u16;
-            m.dev
+            m.dev()
                 .write_at(&mine.encode(), POOL_BLOCK_AT)
-                .and_then(|()| m.dev.sync())
+                .and_then(|()| m.dev().sync())
                 .map_err(|e| (x, e))?;
         }
         Ok(())
@@ -714,7 +726,7 @@ impl PoolDev {
 
     /// The members' names in index order.
     pub fn member_names(&self) -> Vec<String> {
-        self.members.iter().map(|m| m.name.clone()).collect()
+        self.members.iter().map(|m| m.name()).collect()
     }
 
     /// A member's error goes up typed ([`MemberError`], same kind): the volume counts
@@ -724,7 +736,7 @@ impl PoolDev {
             e.kind(),
             MemberError {
                 member: d,
-                name: self.members[d].name.clone(),
+                name: self.members[d].name(),
                 err: e,
             },
         )
@@ -768,7 +780,7 @@ impl PoolDev {
         }
         tracing::error!(
             "cache device {} (pool member {d}) failed: no longer used; recording it in the other members' pool blocks (generation {})",
-            self.members[d].name,
+            self.members[d].name(),
             b.generation
         );
         self.write_pool_blocks(&b)
@@ -782,6 +794,170 @@ impl PoolDev {
             };
             crate::state_file::write_pool_gen(f, &g)?;
         }
+        Ok(())
+    }
+
+    /// Replaces failed member `d` by `dev` (named `name`; plan (d)6, `ctl cache replace`).
+    /// Refused, naming them, unless `d` has failed, `name` is not a live member's and `dev`
+    /// is not a live member of this pool by its pool block, and `dev` holds member `d`'s
+    /// lines. `dev` is formatted as member `d` with a new member uuid: superblock erased,
+    /// its record area written empty, the lost-range list copied from a live member, its
+    /// pool block and superblock (those of the others) written and synced; only then does
+    /// it take member `d`'s place, and every live member's pool block (itself included)
+    /// says `Active` (generation + 1, synced), then the pool generation file. Its slots are
+    /// empty: the volume revives them in the engine (`Engine::revive_device`) after this.
+    pub fn replace_member(
+        &self,
+        d: usize,
+        name: String,
+        dev: Box<dyn BlockDev>,
+    ) -> Result<(), String> {
+        let n = self.members.len();
+        if d >= n {
+            return Err(format!(
+                "replace cache member {d}: the pool has {n} members (0..{})",
+                n - 1
+            ));
+        }
+        let old = self.members[d].name();
+        if !self.member_failed(d) {
+            return Err(format!(
+                "replace cache member {d} ({old}): it is active, not failed (only a failed member is replaced)"
+            ));
+        }
+        if let Some((x, _)) = self.live().find(|(_, m)| m.name() == name) {
+            return Err(format!(
+                "replace cache member {d} by {name}: {name} is member {x} of this pool"
+            ));
+        }
+        let mut head = vec![0u8; POOL_META_OFFSET as usize];
+        if dev.read_at(&mut head, 0).is_ok() {
+            if let Ok(b) = PoolBlock::decode(&head[POOL_BLOCK_AT as usize..]) {
+                let cur = self.block.lock().unwrap();
+                let x = b.index as usize;
+                if b.pool == cur.pool
+                    && x < n
+                    && !self.member_failed(x)
+                    && cur.members[x].uuid == b.members.get(x).map_or([0; 16], |m| m.uuid)
+                {
+                    return Err(format!(
+                        "replace cache member {d} by {name}: {name} is member {x} of this pool ({})",
+                        self.members[x].name()
+                    ));
+                }
+            }
+        }
+        let ls = self.line_size;
+        let need = self.pool.lines(d);
+        let has = Superblock::member_lines_for_device(dev.size(), ls);
+        if has < need {
+            return Err(format!(
+                "replace cache member {d} by {name}: {name} holds {has} lines of {ls} bytes ({} bytes), member {d} needs {need}",
+                dev.size()
+            ));
+        }
+        let io = |e: io::Error| format!("replace cache member {d}: formatting {name}: {e}");
+        let data_offset = self.members[d].data_offset;
+        // Nothing on it is taken for a member while it is formatted.
+        dev.write_at(&[0u8; 4096], 0).map_err(io)?;
+        for p in 0..need.div_ceil(RECORDS_PER_PAGE) {
+            dev.write_at(empty_page(), POOL_META_OFFSET + p * PAGE)
+                .map_err(io)?;
+        }
+        let lost_at = data_offset - crate::lost_list::BYTES;
+        let mut lost = vec![0u8; crate::lost_list::BYTES as usize];
+        {
+            let (x, m) = self
+                .live()
+                .next()
+                .ok_or_else(|| format!("replace cache member {d}: no live member"))?;
+            let at = m.data_offset - crate::lost_list::BYTES;
+            m.dev().read_at(&mut lost, at).map_err(|e| {
+                format!(
+                    "replace cache member {d}: reading the lost-range list of member {x} ({}): {e}",
+                    m.name()
+                )
+            })?;
+        }
+        dev.write_at(&lost, lost_at).map_err(io)?;
+        let mut b = self.block.lock().unwrap().clone();
+        b.generation += 1;
+        b.members[d] = PoolEntry {
+            uuid: random_uuid(),
+            lines: need,
+            state: MemberState::Active,
+            may_dirty: false,
+        };
+        let mut mine = b.clone();
+        mine.index = d as u16;
+        dev.write_at(&mine.encode(), POOL_BLOCK_AT).map_err(io)?;
+        let vsb = self.sb.lock().unwrap().clone();
+        if let Ok(v) = Superblock::decode(&vsb) {
+            let mut s = v;
+            s.version = VERSION_POOL;
+            s.uuid = b.members[d].uuid;
+            s.capacity_lines = need;
+            s.data_offset = data_offset;
+            dev.write_at(&s.encode(), 0).map_err(io)?;
+        }
+        dev.sync().map_err(io)?;
+        // In place while nothing reaches member `d` (failed): then it is live.
+        *self.members[d]
+            .dev
+            .write()
+            .unwrap_or_else(|e| e.into_inner()) = dev;
+        *self.members[d]
+            .name
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = name.clone();
+        {
+            // Its record area is empty: no dirty record on it.
+            let mut tr = self.dirty.lock().unwrap();
+            for s in self.pool.range(d) {
+                let (w, bit) = ((s / 64) as usize, 1u64 << (s % 64));
+                tr.bits[w] &= !bit;
+            }
+            tr.count[d] = 0;
+        }
+        let mut cur = self.block.lock().unwrap();
+        self.failed[d].store(false, Ordering::Release);
+        b.index = 0;
+        // The flags of the others as now (a sync may have changed them meanwhile).
+        for (x, e) in cur.members.iter().enumerate() {
+            if x != d {
+                b.members[x].may_dirty = e.may_dirty;
+            }
+        }
+        b.generation = b.generation.max(cur.generation + 1);
+        self.write_pool_blocks(&b).map_err(|(x, e)| {
+            // Not live then: nothing reaches it (its blocks that say `Active` name the new,
+            // empty device: a restart may use it, holding no line).
+            self.failed[d].store(true, Ordering::Release);
+            format!(
+                "replace cache member {d}: writing the pool block of member {x} ({}): {e}",
+                self.members[x].name()
+            )
+        })?;
+        *cur = b.clone();
+        if let Some(f) = &self.gen_file {
+            let g = crate::state_file::PoolGen {
+                pool: b.pool,
+                generation: b.generation,
+                member: d as u16,
+                member_uuid: b.members[d].uuid,
+            };
+            crate::state_file::write_pool_gen(f, &g).map_err(|e| {
+                format!(
+                    "replace cache member {d}: the pool generation file {}: {e}",
+                    f.display()
+                )
+            })?;
+        }
+        tracing::warn!(
+            "cache device {name} replaces failed pool member {d} ({old}): formatted as member {d} (uuid {}, {need} lines), pool generation {}",
+            uuid_hex(&b.members[d].uuid),
+            b.generation
+        );
         Ok(())
     }
 
@@ -901,7 +1077,9 @@ impl PoolDev {
     fn write_superblock(&self, data: &[u8]) -> io::Result<()> {
         if data.iter().all(|&b| b == 0) {
             for (d, m) in self.live() {
-                m.dev.write_at(data, 0).map_err(|e| self.member_err(d, e))?;
+                m.dev()
+                    .write_at(data, 0)
+                    .map_err(|e| self.member_err(d, e))?;
             }
         } else {
             let v = Superblock::decode(data)
@@ -917,7 +1095,7 @@ impl PoolDev {
                 s.uuid = self.block.lock().unwrap().members[d].uuid;
                 s.capacity_lines = self.pool.lines(d);
                 s.data_offset = m.data_offset;
-                m.dev
+                m.dev()
                     .write_at(&s.encode(), 0)
                     .map_err(|e| self.member_err(d, e))?;
             }
@@ -960,7 +1138,7 @@ impl BlockDev for PoolDev {
             // The first live member: every write reaches it first.
             let (d, m) = self.live().next().expect("a pool keeps a live member");
             let at = m.data_offset - crate::lost_list::BYTES + (offset - lost);
-            return m.dev.read_at(buf, at).map_err(|e| self.member_err(d, e));
+            return m.dev().read_at(buf, at).map_err(|e| self.member_err(d, e));
         }
         if offset >= self.meta_end && end <= lost {
             buf.fill(0); // alignment padding: nothing is kept there
@@ -990,7 +1168,7 @@ impl BlockDev for PoolDev {
                 ));
             }
             self.members[d]
-                .dev
+                .dev()
                 .read_at(piece, moff)
                 .map_err(|e| self.member_err(d, e))?;
         }
@@ -1022,7 +1200,7 @@ impl BlockDev for PoolDev {
         if offset >= lost && end <= self.data_offset {
             for (d, m) in self.live() {
                 let at = m.data_offset - crate::lost_list::BYTES + (offset - lost);
-                m.dev
+                m.dev()
                     .write_at(data, at)
                     .map_err(|e| self.member_err(d, e))?;
             }
@@ -1040,7 +1218,7 @@ impl BlockDev for PoolDev {
                 continue; // nothing of it is read again (see `fail_member_now`)
             }
             self.members[d]
-                .dev
+                .dev()
                 .write_at(&data[at as usize..(at + n) as usize], moff)
                 .map_err(|e| self.member_err(d, e))?;
         }
@@ -1053,7 +1231,7 @@ impl BlockDev for PoolDev {
     fn sync(&self) -> io::Result<()> {
         let mut errs: Vec<io::Error> = self
             .live()
-            .filter_map(|(d, m)| m.dev.sync().err().map(|e| self.member_err(d, e)))
+            .filter_map(|(d, m)| m.dev().sync().err().map(|e| self.member_err(d, e)))
             .collect();
         match errs.len() {
             0 => {
@@ -1092,6 +1270,10 @@ impl BlockDev for PoolDev {
 
     fn lost_at_open(&self) -> Vec<(u64, u64)> {
         PoolDev::lost_at_open(self)
+    }
+
+    fn replace_member(&self, d: usize, name: String, dev: Box<dyn BlockDev>) -> Result<(), String> {
+        PoolDev::replace_member(self, d, name, dev)
     }
 }
 

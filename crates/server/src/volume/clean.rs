@@ -4,6 +4,9 @@
 use super::exec::{merge_write_backs, written_back, WbIoError};
 use super::*;
 
+/// Lines re-mirrored per pass of the cleaner (under the volume lock: a few ms of copying).
+const REMIRROR_PASS_LINES: u64 = 64;
+
 impl CacheVolume {
     /// Inline cleaning (see the field): the deterministic order `tiercache sim` follows, so
     /// a queue-depth-1 replay gives the simulator's counts exactly; the background cleaner
@@ -616,6 +619,33 @@ impl CacheVolume {
             self.clean_pass_unlocked(&owner, g, n).1?;
             return Ok(true);
         }
+        // Dirty lines left with one cache copy (a member failed, or was left out at a
+        // degraded start, then replaced): mirrored again before ordinary cleaning (plan
+        // (d)6), also with inline cleaning (no request re-mirrors).
+        if g.engine.unmirrored_lines() > 0 && g.wb.is_none() {
+            let n = g.engine.unmirrored_lines().clamp(1, REMIRROR_PASS_LINES);
+            if self.remirror_pass(&mut g, n)? > 0 {
+                return Ok(true);
+            }
+            // No slot left for a copy (dirty lines and their copies fill the live members):
+            // the lines with one copy are written back first, in LBA order of their slots.
+            let live = (0..g.member_errors.len())
+                .filter(|&d| !g.engine.device_failed(d))
+                .count();
+            if live >= 2 && !g.failed {
+                let single = g.engine.unmirrored_slots(n);
+                if !single.is_empty() {
+                    self.settle_dropped_exclusive(&mut g);
+                    self.sync_if_full(&mut g)?;
+                    let batch = g.engine.begin_write_back_slots(&single).map(InFlight::new);
+                    let any = batch.is_some();
+                    self.run_clean_steps(&mut g, batch)?;
+                    if any {
+                        return Ok(true);
+                    }
+                }
+            }
+        }
         if self.inline_cleaning() {
             return Ok(false);
         }
@@ -929,6 +959,90 @@ impl CacheVolume {
             });
         }
         Ok(true)
+    }
+
+    /// Re-mirrors (under the lock) up to `n` dirty lines that have one cache copy
+    /// (`Engine::begin_remirror`, plan (d)6): each line's dirty sectors are read from its
+    /// slot and written to a new copy slot on another live member. Run through
+    /// [`CacheVolume::exec`] as a plan's steps, so a copy slot whose durable record still maps
+    /// another line is unmapped on the device before its data is written (rule 2), a reuse
+    /// that needs a backing sync gets it first, data checksums and `cache_unsynced` follow
+    /// the writes. Then `complete_remirror`: the pairs whose steps did not all succeed (or
+    /// whose line was written, cleaned or dropped meanwhile) get no copy; the records of
+    /// both slots follow the engine at the next flush. A cache error is counted as a
+    /// plan's is (a member failing at its threshold). Returns the lines mirrored.
+    pub(super) fn remirror_pass(&self, g: &mut Inner, n: u64) -> io::Result<u64> {
+        if g.closed || g.failed {
+            return Ok(0);
+        }
+        // Lines of a write-back in flight are pinned, their state settles at its commit.
+        self.reap(g, false);
+        let (pairs, steps, buf_len) = match g.engine.begin_remirror(n) {
+            None => return Ok(0),
+            Some(r) => (r.pairs.to_vec(), r.plan.steps.clone(), r.plan.buf_len),
+        };
+        let _excl = self.io.write().unwrap_or_else(|e| e.into_inner());
+        let mut buf = vec![0u8; buf_len as usize];
+        let r = self.exec(g, &steps, &mut buf);
+        // The pairs of the steps not done (the failing one and every later one).
+        let failed: Vec<u32> = match &r {
+            Ok(()) => Vec::new(),
+            Err(e) => {
+                let ls = self.line_shift;
+                let mut f = Vec::new();
+                for s in &steps[e.index.min(steps.len())..] {
+                    let Some((ssd, _)) = ssd_range(s) else {
+                        continue;
+                    };
+                    let slot = (ssd >> ls) as u32;
+                    if let Some(&(p, _)) = pairs.iter().find(|&&(p, c)| p == slot || c == slot) {
+                        if !f.contains(&p) {
+                            f.push(p);
+                        }
+                    }
+                }
+                f
+            }
+        };
+        let done = g.engine.complete_remirror(&pairs, &failed);
+        let mut slots = std::mem::take(&mut g.slots);
+        slots.clear();
+        slots.extend(pairs.iter().flat_map(|&(p, c)| [p, c]));
+        g.slots = slots;
+        Self::update_records(g);
+        if let Err(e) = r {
+            tracing::warn!(
+                "re-mirroring {} dirty lines: {} failed: {}",
+                pairs.len(),
+                failed.len(),
+                e.err
+            );
+            return Err(if e.cache {
+                self.cache_error(g, e.err)
+            } else {
+                self.backing_error(e.err)
+            });
+        }
+        Ok(done)
+    }
+
+    /// Re-mirrors every dirty line left with one cache copy, as far as slots for copies
+    /// allow (see [`CacheVolume::remirror_pass`]; the background cleaner does it by itself).
+    /// Returns the lines mirrored; passes release the lock in between.
+    pub fn remirror(&self) -> io::Result<u64> {
+        let mut total = 0;
+        loop {
+            let _owner = self.clean_owner();
+            let mut g = self.lock();
+            if g.engine.unmirrored_lines() == 0 {
+                return Ok(total);
+            }
+            let n = self.remirror_pass(&mut g, REMIRROR_PASS_LINES)?;
+            if n == 0 {
+                return Ok(total);
+            }
+            total += n;
+        }
     }
 
     /// Starts the background cleaner; it stops at [`CacheVolume::shutdown`].

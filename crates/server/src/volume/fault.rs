@@ -485,6 +485,69 @@ impl CacheVolume {
         }
     }
 
+    /// `ctl cache replace INDEX PATH` (plan (d)6): failed pool member `d` is replaced by
+    /// `dev` (named `name`): formatted as member `d` and made active in the pool's blocks
+    /// ([`crate::PoolDev::replace_member`], which refuses a member not failed, a device
+    /// that is a live member, or one too small, naming them), its slots emptied in the
+    /// record images (its record area was written empty) and revived in the engine. The
+    /// cleaner then re-mirrors the dirty lines left with one copy
+    /// ([`CacheVolume::remirror`]) before ordinary cleaning.
+    pub fn replace_cache_member(
+        &self,
+        d: usize,
+        name: String,
+        dev: Box<dyn BlockDev>,
+    ) -> Result<(), String> {
+        let _owner = self.clean_owner();
+        let mut g = self.lock();
+        if g.closed {
+            return Err(format!("replace cache member {d}: {}", g.closed_reason()));
+        }
+        if g.failed {
+            return Err(format!(
+                "replace cache member {d}: the whole cache has failed (pass-through): format it again"
+            ));
+        }
+        let n = g.member_errors.len();
+        if n == 0 {
+            return Err(format!(
+                "replace cache member {d}: one cache device, not a pool of several"
+            ));
+        }
+        if d >= n {
+            return Err(format!(
+                "replace cache member {d}: the pool has {n} members (0..{})",
+                n - 1
+            ));
+        }
+        if !g.engine.device_failed(d) {
+            return Err(format!(
+                "replace cache member {d} ({}): it is active, not failed (only a failed member is replaced)",
+                self.cache.pool_member_names().get(d).cloned().unwrap_or_default()
+            ));
+        }
+        self.reap(&mut g, false);
+        let _excl = self.io.write().unwrap_or_else(|e| e.into_inner());
+        self.cache.replace_member(d, name, dev)?;
+        // Its record area is empty now: no record of its slots is on the device.
+        let range = g.engine.pool().range(d);
+        for s in range.clone() {
+            let s = s as u32;
+            g.ahead.remove(&s);
+            g.set_disk_key(s, EMPTY_KEY);
+        }
+        g.engine
+            .revive_device(d)
+            .map_err(|e| format!("replace cache member {d}: {e}"))?;
+        g.member_errors[d] = 0;
+        tracing::warn!(
+            "pool member {d} replaced: its {} slots are free; {} dirty lines with one copy are re-mirrored by the cleaner",
+            range.end - range.start,
+            g.engine.unmirrored_lines()
+        );
+        Ok(())
+    }
+
     /// Per member of a pool of cache devices: (failed, errors counted). Empty: one device.
     pub fn pool_members(&self) -> Vec<(bool, u64)> {
         let g = self.lock();

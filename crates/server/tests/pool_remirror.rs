@@ -1,0 +1,381 @@
+//! Re-mirroring and member replacement on a pool of cache devices (`--dirty-copies 2`,
+//! docs/plan-multi-cache.md (d)6): once a member failed, dirty lines have one cache copy
+//! (`unmirrored_lines`); the cleaner (`CacheVolume::remirror`) gives each a copy on another
+//! live member again, and `replace_cache_member` (`ctl cache replace`) formats a new device
+//! as the failed member so that a pool of two is mirrored again. Each test asserts through
+//! the loss of a SECOND member: only a copy written by the re-mirror still holds those lines,
+//! so the assertion fails on a build without it (each runs that control too).
+
+mod common;
+
+use common::*;
+use std::path::Path;
+use tiercache_engine::Mode;
+use tiercache_nbd::Export;
+use tiercache_server::fault::{FaultHandle, Faults};
+use tiercache_server::{BlockDev, CacheVolume, FileDev, FormatOptions, OpenOptions, PoolDev};
+
+fn devs(paths: &[&Path]) -> Vec<(String, Box<dyn BlockDev>)> {
+    paths
+        .iter()
+        .map(|p| {
+            (
+                p.display().to_string(),
+                Box::new(FileDev::open(p).unwrap()) as Box<dyn BlockDev>,
+            )
+        })
+        .collect()
+}
+
+/// Formats `p` in write-back with the default two dirty copies.
+fn format_wb(p: &PoolFiles) {
+    let m: Vec<&Path> = p.members.iter().map(|x| x.as_path()).collect();
+    let opts = FormatOptions {
+        line_size: POOL_LS,
+        mode: Mode::WriteBack,
+        ..Default::default()
+    };
+    PoolDev::format(devs(&m), VOL, &opts, None).unwrap();
+}
+
+/// The pool of `paths` (members named `m0`, `m1`, ... in the order given) behind
+/// [`FaultDev`]s (not volatile), failed at the first error.
+fn open_faulty(paths: &[&Path], backing: &Path) -> (CacheVolume, Vec<FaultHandle>) {
+    let faults = Faults::new(25);
+    let mut hs = Vec::new();
+    let mut members: Vec<(String, Box<dyn BlockDev>)> = Vec::new();
+    for (i, m) in paths.iter().enumerate() {
+        let (d, h) = faults.wrap(
+            &format!("cache{i}"),
+            Box::new(FileDev::open(m).unwrap()),
+            false,
+        );
+        members.push((format!("m{i}"), Box::new(d)));
+        hs.push(h);
+    }
+    let vol = CacheVolume::open(
+        Box::new(PoolDev::open(members).unwrap()),
+        Box::new(FileDev::open(backing).unwrap()),
+        &OpenOptions::default(),
+    )
+    .unwrap()
+    .0;
+    vol.set_max_cache_errors(1);
+    (vol, hs)
+}
+
+/// Random writes (no reads, no flushes): lines stay dirty.
+fn write_ops(vol: &CacheVolume, m: &mut Model, seed: u64, ops: usize) {
+    let mut r = rng(seed);
+    for i in 0..ops {
+        let (_, off, len, _) = random_op(&mut r, VOL);
+        let data: Vec<u8> = (0..len).map(|k| (i as u8) ^ (k as u8) ^ 0x5a).collect();
+        vol.write(off, &data, false).unwrap();
+        m.write(off as usize, &data, false);
+    }
+}
+
+/// Member `d` lost (every call fails, a pulled device); the next flush fails it alone.
+fn lose_member(vol: &CacheVolume, h: &FaultHandle, d: usize, what: &str) {
+    h.lose();
+    vol.flush()
+        .unwrap_or_else(|e| panic!("{what}: the flush failing member {d}: {e}"));
+    assert!(vol.pool_members()[d].0, "{what}: member {d} not failed");
+}
+
+/// Three members, member 2 lost: the dirty lines whose copy or primary it held have one
+/// copy; the re-mirror (the cleaner's first step, before any write-back) copies them onto
+/// members 0 and 1, and then member 0 lost too loses nothing: member 1 holds every dirty
+/// line. Without the re-mirror the same second loss loses acknowledged writes.
+#[test]
+fn remirror_after_a_member_failed_survives_a_second_loss() {
+    for remirror in [true, false] {
+        let what = format!("remirror {remirror}");
+        let p = pool_files(&[128, 128, 128]);
+        format_wb(&p);
+        let m3: Vec<&Path> = p.members.iter().map(|x| x.as_path()).collect();
+        let (vol, hs) = open_faulty(&m3, &p.f.backing);
+        let mut m = Model::new(0, VOL);
+        write_ops(&vol, &mut m, 0x25, 250);
+        vol.flush().unwrap();
+        m.flush();
+        write_ops(&vol, &mut m, 0x26, 80);
+        assert_eq!(vol.stats().unmirrored_lines, 0, "{what}: before");
+        assert!(
+            vol.stats().pool_members[2].dirty_lines > 0,
+            "{what}: no dirty line on member 2"
+        );
+        lose_member(&vol, &hs[2], 2, &what);
+        m.flush();
+        let single = vol.stats().unmirrored_lines;
+        assert!(single > 0, "{what}: no line left with one copy");
+        // Written on meanwhile (mirrored on 0 and 1 as they come).
+        write_ops(&vol, &mut m, 0x27, 40);
+        let dirty = vol.stats().dirty_lines;
+        if remirror {
+            // The cleaner's pass re-mirrors first, writing nothing back.
+            assert!(vol.clean_if_needed().unwrap(), "{what}: the cleaner idle");
+            let st = vol.stats();
+            assert_eq!(st.dirty_lines, dirty, "{what}: the cleaner wrote back");
+            assert!(
+                st.unmirrored_lines < single,
+                "{what}: the cleaner re-mirrored nothing ({single} single)"
+            );
+            vol.remirror().unwrap();
+            let st = vol.stats();
+            assert_eq!(st.dirty_lines, dirty, "{what}: after");
+            assert_eq!(st.copy_slots, dirty - st.unmirrored_lines, "{what}: copies");
+            // Lines that found no slot for a copy (dirty lines and copies fill the two
+            // members): the cleaner writes them back first.
+            let mut passes = 0;
+            while vol.stats().unmirrored_lines > 0 {
+                assert!(vol.clean_if_needed().unwrap(), "{what}: the cleaner idle");
+                passes += 1;
+                assert!(
+                    passes < 100,
+                    "{what}: still single: {:?}",
+                    vol.stats().unmirrored_lines
+                );
+            }
+            m.check_volume(&vol, &format!("{what}: after the re-mirror"));
+        }
+        hs[0].lose();
+        let flushed = vol.flush();
+        let mut buf = vec![0u8; VOL as usize];
+        let read = vol.read(0, &mut buf);
+        let lost = vol.lost_dirty_ranges();
+        if remirror {
+            flushed.unwrap_or_else(|e| panic!("{what}: the flush failing member 0: {e}"));
+            assert!(vol.pool_members()[0].0, "{what}: member 0 not failed");
+            read.unwrap_or_else(|e| panic!("{what}: read after the second loss: {e}"));
+            m.check_now(0, &buf, &format!("{what}: after the second loss"));
+            assert_eq!(lost, vec![], "{what}");
+            assert!(!vol.cache_failed(), "{what}");
+            vol.flush_dirty().unwrap();
+            m.check_volume(&vol, &format!("{what}: written back"));
+        } else {
+            assert!(
+                flushed.is_err() || read.is_err() || !lost.is_empty(),
+                "{what}: the second loss lost nothing without the re-mirror (the test would not see it)"
+            );
+        }
+    }
+}
+
+/// Two members, member 1 lost: `replace_cache_member` refuses an active member, a live
+/// member's name or device, a device too small (each named), then formats a new file as
+/// member 1; the re-mirror gives every dirty line its copy there again; member 0 lost then
+/// loses nothing. A restart with member 0 and the new file serves everything (the pool
+/// blocks say member 1 is the new device).
+#[test]
+fn a_failed_member_replaced_is_mirrored_onto_and_survives_a_restart() {
+    for replace in [true, false] {
+        let what = format!("replace {replace}");
+        let p = pool_files(&[128, 128]);
+        format_wb(&p);
+        let fresh = p.f.dir.path().join("new.img");
+        let len = std::fs::metadata(&p.members[1]).unwrap().len();
+        std::fs::File::create(&fresh).unwrap().set_len(len).unwrap();
+        let small = p.f.dir.path().join("small.img");
+        std::fs::File::create(&small)
+            .unwrap()
+            .set_len(1 << 20)
+            .unwrap();
+        let m2: Vec<&Path> = p.members.iter().map(|x| x.as_path()).collect();
+        let (vol, hs) = open_faulty(&m2, &p.f.backing);
+        let mut m = Model::new(0, VOL);
+        write_ops(&vol, &mut m, 0x35, 250);
+        vol.flush().unwrap();
+        m.flush();
+        write_ops(&vol, &mut m, 0x36, 80);
+        lose_member(&vol, &hs[1], 1, &what);
+        m.flush();
+        assert!(vol.stats().unmirrored_lines > 0, "{what}: nothing single");
+        // One live member: nothing to mirror onto.
+        assert_eq!(vol.remirror().unwrap(), 0, "{what}");
+        let open = |f: &Path| Box::new(FileDev::open(f).unwrap()) as Box<dyn BlockDev>;
+        let name = fresh.display().to_string();
+        let refused = |d: usize, n: &str, f: &Path, want: &str| {
+            let e = vol
+                .replace_cache_member(d, n.to_string(), open(f))
+                .expect_err(&format!("{what}: replace {d} by {n} accepted"));
+            assert!(e.contains(want), "{what}: replace {d} by {n}: {e}");
+        };
+        refused(0, &name, &fresh, "member 0 (m0): it is active, not failed");
+        refused(1, "m0", &fresh, "m0 is member 0 of this pool");
+        refused(1, "other", &p.members[0], "other is member 0 of this pool");
+        refused(1, "small", &small, "small holds");
+        refused(2, &name, &fresh, "the pool has 2 members");
+        write_ops(&vol, &mut m, 0x37, 40);
+        if !replace {
+            // The control: without a replacement the loss of member 0 loses writes.
+            hs[0].lose();
+            let _ = vol.flush();
+            let mut buf = vec![0u8; VOL as usize];
+            let read = vol.read(0, &mut buf);
+            assert!(
+                read.is_err() || !vol.lost_dirty_ranges().is_empty(),
+                "{what}: losing the last member lost nothing (the test would not see it)"
+            );
+            continue;
+        }
+        vol.replace_cache_member(1, name.clone(), open(&fresh))
+            .unwrap_or_else(|e| panic!("{what}: replace: {e}"));
+        assert!(!vol.pool_members()[1].0, "{what}: still failed");
+        assert_eq!(vol.stats().pool_members[1].path, name, "{what}");
+        assert!(vol.remirror().unwrap() > 0, "{what}: nothing re-mirrored");
+        assert_eq!(vol.stats().unmirrored_lines, 0, "{what}: after");
+        m.check_volume(&vol, &format!("{what}: after the re-mirror"));
+        write_ops(&vol, &mut m, 0x38, 40);
+        vol.flush().unwrap();
+        m.flush();
+        m.check_volume(&vol, &format!("{what}: before the restart"));
+        vol.shutdown().unwrap();
+        drop(vol);
+        // The new device is member 1 now: the old file (stale, failed) is refused with it.
+        let stale = PoolDev::open(devs(&[&p.members[0], &p.members[1], &fresh]));
+        assert!(stale.is_err(), "{what}: a third device taken");
+        let (vol, hs) = open_faulty(&[&p.members[0], &fresh], &p.f.backing);
+        m.check_volume(&vol, &format!("{what}: after the restart"));
+        assert!(vol.pool_members().iter().all(|x| !x.0), "{what}: failed");
+        // (Copies have no records yet: single again after a restart, re-mirrored.)
+        vol.remirror().unwrap();
+        assert_eq!(vol.stats().unmirrored_lines, 0, "{what}: restarted");
+        write_ops(&vol, &mut m, 0x39, 40);
+        assert_eq!(
+            vol.stats().unmirrored_lines,
+            0,
+            "{what}: restarted, written"
+        );
+        lose_member(&vol, &hs[0], 0, &what);
+        let mut buf = vec![0u8; VOL as usize];
+        vol.read(0, &mut buf)
+            .unwrap_or_else(|e| panic!("{what}: read after losing member 0: {e}"));
+        m.check_now(0, &buf, &format!("{what}: member 0 lost"));
+        assert_eq!(vol.lost_dirty_ranges(), vec![], "{what}");
+    }
+}
+
+/// One crash point: a pool of three members, member 2 lost mid-run, then writes, flushes
+/// and re-mirror passes; the power cut at event `n` (of every member's and the backing
+/// device's writes and syncs, the re-mirror's record unmaps and copy writes among them);
+/// reopened on the three files and checked: every FLUSHed value reads back, nothing reads
+/// another line's bytes.
+fn crash_run(p: &PoolFiles, seed: u64, crash: Option<u64>) -> u64 {
+    std::fs::write(&p.f.backing, (0..VOL).map(initial).collect::<Vec<u8>>()).unwrap();
+    format_wb(p);
+    let faults = Faults::new(seed ^ 0x2525);
+    faults.crash_at(crash.unwrap_or(u64::MAX), true);
+    let mut hs = Vec::new();
+    let mut members: Vec<(String, Box<dyn BlockDev>)> = Vec::new();
+    for (i, path) in p.members.iter().enumerate() {
+        let name = if i == 0 {
+            "cache".to_string()
+        } else {
+            format!("cache{i}")
+        };
+        let (d, h) = faults.wrap(&name, Box::new(FileDev::open(path).unwrap()), true);
+        members.push((format!("m{i}"), Box::new(d)));
+        hs.push(h);
+    }
+    let what = format!("seed {seed} crash {crash:?}");
+    let mut m = Model::new(0, VOL);
+    let backing = faults
+        .wrap(
+            "backing",
+            Box::new(FileDev::open(&p.f.backing).unwrap()),
+            true,
+        )
+        .0;
+    let opened = PoolDev::open(members).and_then(|pd| {
+        CacheVolume::open(Box::new(pd), Box::new(backing), &OpenOptions::default())
+            .map(|v| v.0)
+            .map_err(|e| e.to_string())
+    });
+    match opened {
+        Err(e) => assert!(faults.power_lost(), "{what}: open failed: {e}"),
+        Ok(vol) => {
+            vol.set_max_cache_errors(1);
+            let mut r = rng(seed);
+            'run: for i in 0..360 {
+                if i == 120 {
+                    hs[2].lose();
+                }
+                let (kind, off, len, fua) = random_op(&mut r, VOL);
+                let ok = match kind {
+                    0 => {
+                        let mut buf = vec![0u8; len as usize];
+                        let ok = vol.read(off, &mut buf).is_ok();
+                        if ok && !faults.power_lost() {
+                            m.check_now(off as usize, &buf, &format!("{what}: op {i} read"));
+                        }
+                        ok
+                    }
+                    1 | 2 => {
+                        let data: Vec<u8> =
+                            (0..len).map(|k| (i as u8) ^ (k as u8) ^ 0xc3).collect();
+                        let ok = vol.write(off, &data, fua).is_ok();
+                        m.write(off as usize, &data, fua && ok);
+                        ok
+                    }
+                    _ => {
+                        let ok = vol.flush().is_ok();
+                        if ok {
+                            m.flush();
+                        }
+                        ok
+                    }
+                };
+                if !ok {
+                    assert!(faults.power_lost(), "{what}: op {i} failed without a crash");
+                    break 'run;
+                }
+                if i > 120 && i % 15 == 0 && vol.remirror().is_err() {
+                    assert!(
+                        faults.power_lost(),
+                        "{what}: re-mirror failed without a crash"
+                    );
+                    break 'run;
+                }
+            }
+            if crash.is_none() {
+                assert!(vol.pool_members()[2].0, "{what}: member 2 not failed");
+                vol.remirror().unwrap();
+                assert_eq!(vol.stats().unmirrored_lines, 0, "{what}: left single");
+                vol.shutdown().unwrap();
+            }
+        }
+    }
+    faults.power_cut();
+    let events = faults.events();
+    let order: Vec<&Path> = p.members.iter().map(|x| x.as_path()).collect();
+    let vol = CacheVolume::open(
+        Box::new(PoolDev::open(devs(&order)).unwrap()),
+        Box::new(FileDev::open(&p.f.backing).unwrap()),
+        &OpenOptions::default(),
+    )
+    .unwrap()
+    .0;
+    let mut buf = vec![0u8; VOL as usize];
+    vol.read(0, &mut buf).unwrap();
+    m.check_after_crash(0, &buf, &what);
+    vol.write(8192, &[9u8; 4096], false).unwrap();
+    vol.flush().unwrap();
+    let mut one = vec![0u8; 4096];
+    vol.read(8192, &mut one).unwrap();
+    assert!(
+        one.iter().all(|&x| x == 9),
+        "{what}: written after the restart"
+    );
+    vol.shutdown().unwrap();
+    events
+}
+
+#[test]
+fn crash_points_during_remirror_keep_every_flushed_value() {
+    let p = pool_files(&[128, 128, 128]);
+    let points = crash_budget(40, 2000);
+    crash_sweep(Mode::WriteBack, points, false, 1, 20, 0x25, |seed, c| {
+        (crash_run(&p, seed, c.map(|c| c.1)), 0)
+    });
+}
