@@ -11,7 +11,7 @@
 
 mod common;
 
-use common::{have, tmp, NbdkitProc, Srv, BIN};
+use common::{failing_pool_member, format_write_back_pool, have, tmp, Srv};
 use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -40,24 +40,6 @@ fn fio(dir: &Path, uri: &str, extra: &[&str]) -> std::process::Output {
 
 fn sized(path: &Path, len: u64) {
     std::fs::File::create(path).unwrap().set_len(len).unwrap();
-}
-
-/// The failing member behind nbdkit: `file` over `b.img`, every request failing with EIO
-/// while `trigger` exists.
-fn member_b(dir: &Path, trigger: &Path) -> NbdkitProc {
-    let file = dir.join("b.img").display().to_string();
-    let trig = format!("error-file={}", trigger.display());
-    NbdkitProc::start(
-        &dir.join("b.sock"),
-        &[
-            "--filter=error",
-            "file",
-            &file,
-            "error=EIO",
-            "error-rate=1",
-            &trig,
-        ],
-    )
 }
 
 fn serve(dir: &Path, b: &str) -> Srv {
@@ -91,20 +73,9 @@ fn fio_verifies_through_a_pool_member_that_starts_failing_every_request() {
     sized(&dir.join("b.img"), 12 << 20);
     sized(&dir.join("backing.img"), 48 << 20);
     let trigger = dir.join("fail-writes");
-    let nbd = member_b(dir, &trigger);
+    let nbd = failing_pool_member(dir, &trigger);
     let b = nbd.uri();
-    let o = Command::new(BIN)
-        .arg("format")
-        .arg("--cache")
-        .arg(dir.join("a.img"))
-        .arg("--cache")
-        .arg(&b)
-        .arg("--backing")
-        .arg(dir.join("backing.img"))
-        .args(["--mode", "write-back"])
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    format_write_back_pool(dir, &b);
     let srv = serve(dir, &b);
     // Member 1 fails every request from 4 s into fio's ~11 s run on (its copy and primary
     // writes alike), and is failed at the error threshold.

@@ -9,7 +9,7 @@
 
 mod common;
 
-use common::{have, run, tmp, NbdkitProc, Srv, BIN};
+use common::{failing_pool_member, format_write_back_pool, have, run, tmp, Srv, BIN};
 use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -80,32 +80,9 @@ fn ctl_cache_replace_mirrors_onto_the_new_member_and_restarts_with_it() {
     sized(&dir.join("new.img"), 6 << 20);
     sized(&dir.join("backing.img"), 24 << 20);
     let trigger = dir.join("fail-b");
-    let file = dir.join("b.img").display().to_string();
-    let trig = format!("error-file={}", trigger.display());
-    let nbd = NbdkitProc::start(
-        &dir.join("b.sock"),
-        &[
-            "--filter=error",
-            "file",
-            &file,
-            "error=EIO",
-            "error-rate=1",
-            &trig,
-        ],
-    );
+    let nbd = failing_pool_member(dir, &trigger);
     let b = nbd.uri();
-    let o = Command::new(BIN)
-        .arg("format")
-        .arg("--cache")
-        .arg(dir.join("a.img"))
-        .arg("--cache")
-        .arg(&b)
-        .arg("--backing")
-        .arg(dir.join("backing.img"))
-        .args(["--mode", "write-back"])
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    format_write_back_pool(dir, &b);
     let srv = serve(dir, &b);
     let first: Vec<u8> = (0..(3u32 << 20)).map(|i| (i ^ (i >> 9)) as u8).collect();
     std::fs::write(dir.join("first"), &first).unwrap();

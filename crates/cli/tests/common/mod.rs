@@ -507,3 +507,39 @@ impl FaultDev {
             .count()
     }
 }
+
+/// Member 1 of a test pool behind nbdkit: `file` over `DIR/b.img` with the error filter, every
+/// request failing with EIO while `trigger` exists (pool_fio.rs, pool_replace.rs).
+#[allow(dead_code)]
+pub fn failing_pool_member(dir: &Path, trigger: &Path) -> NbdkitProc {
+    let file = dir.join("b.img").display().to_string();
+    let trig = format!("error-file={}", trigger.display());
+    NbdkitProc::start(
+        &dir.join("b.sock"),
+        &[
+            "--filter=error",
+            "file",
+            &file,
+            "error=EIO",
+            "error-rate=1",
+            &trig,
+        ],
+    )
+}
+
+/// `tiercache format` of the write-back pool `DIR/a.img` + `b` over `DIR/backing.img`.
+#[allow(dead_code)]
+pub fn format_write_back_pool(dir: &Path, b: &str) {
+    let o = Command::new(BIN)
+        .arg("format")
+        .arg("--cache")
+        .arg(dir.join("a.img"))
+        .arg("--cache")
+        .arg(b)
+        .arg("--backing")
+        .arg(dir.join("backing.img"))
+        .args(["--mode", "write-back"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+}
