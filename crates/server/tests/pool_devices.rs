@@ -238,32 +238,15 @@ fn crash_run(p: &PoolFiles, mode: Mode, copies: Option<u8>, seed: u64, crash: Op
         Ok(vol) => {
             let mut r = rng(seed);
             for i in 0..400 {
-                let (kind, off, len, fua) = random_op(&mut r, VOL);
-                let ok = match kind {
-                    0 => {
-                        let mut buf = vec![0u8; len as usize];
-                        let ok = vol.read(off, &mut buf).is_ok();
-                        if ok && !faults.power_lost() {
-                            m.check_now(off as usize, &buf, &format!("{what}: op {i} read"));
-                        }
-                        ok
-                    }
-                    1 | 2 => {
-                        let data: Vec<u8> =
-                            (0..len).map(|k| (i as u8) ^ (k as u8) ^ 0xa5).collect();
-                        let ok = vol.write(off, &data, fua).is_ok();
-                        // A failed write may have landed in part: old or new after the crash.
-                        m.write(off as usize, &data, fua && ok);
-                        ok
-                    }
-                    _ => {
-                        let ok = vol.flush().is_ok();
-                        if ok {
-                            m.flush();
-                        }
-                        ok
-                    }
-                };
+                let ok = model_op(
+                    &vol,
+                    &mut m,
+                    random_op(&mut r, VOL),
+                    i,
+                    0xa5,
+                    &|| faults.power_lost(),
+                    &what,
+                );
                 if !ok {
                     assert!(faults.power_lost(), "{what}: op {i} failed without a crash");
                     break;

@@ -520,3 +520,42 @@ pub fn pool_files(lines: &[u64]) -> PoolFiles {
         .collect();
     PoolFiles { f, members }
 }
+
+/// Runs op `i` (one of [`random_op`]) of a crash test on `vol`, keeping `m` current: a read is
+/// checked against the model unless `power_lost()`, a write's bytes are `i ^ k ^ salt` (a
+/// failed write may have landed in part: old or new after the crash). Whether it succeeded.
+#[allow(dead_code)]
+pub fn model_op(
+    vol: &CacheVolume,
+    m: &mut Model,
+    (kind, off, len, fua): (u8, u64, u64, bool),
+    i: u32,
+    salt: u8,
+    power_lost: &dyn Fn() -> bool,
+    what: &str,
+) -> bool {
+    use tiercache_nbd::Export;
+    match kind {
+        0 => {
+            let mut buf = vec![0u8; len as usize];
+            let ok = vol.read(off, &mut buf).is_ok();
+            if ok && !power_lost() {
+                m.check_now(off as usize, &buf, &format!("{what}: op {i} read"));
+            }
+            ok
+        }
+        1 | 2 => {
+            let data: Vec<u8> = (0..len).map(|k| (i as u8) ^ (k as u8) ^ salt).collect();
+            let ok = vol.write(off, &data, fua).is_ok();
+            m.write(off as usize, &data, fua && ok);
+            ok
+        }
+        _ => {
+            let ok = vol.flush().is_ok();
+            if ok {
+                m.flush();
+            }
+            ok
+        }
+    }
+}
