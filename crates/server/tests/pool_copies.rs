@@ -620,3 +620,133 @@ fn open_faulty_report(
     vol.set_max_cache_errors(1);
     (vol, hs, rep)
 }
+
+/// Two volumes on a mirrored pool (`serve --volume` twice): cache member 1 starts failing
+/// every write (data and metadata: a dying device) while the second volume (id 1, whose
+/// backing addresses carry its id) is written. A failed plan's recovery must find the
+/// request's new bytes in its buffer for any volume: it compared the line's volume-tagged
+/// address with the buffer's untagged start, so for volume 1 it recorded the request's own
+/// bytes lost, and recording them on the dying member failed the whole pool, losing the
+/// dirty lines whose only readable copy was on the healthy member (found by cli
+/// deployment.rs). Every write is acknowledged and reads back; nothing is lost; member 0
+/// serves on.
+#[test]
+fn a_member_failing_under_writes_to_a_second_volume_loses_nothing() {
+    use tiercache_server::live::VolumeIo;
+    use tiercache_server::volume_set::{VolumeSet, VolumeSpec};
+    for max_errors in [1u64, 1_000_000] {
+        let what = format!("max cache errors {max_errors}");
+        let p = pool_files(&[512, 512]);
+        format_wb(&p, None);
+        let second = p.f.dir.path().join("second.img");
+        std::fs::copy(&p.f.backing, &second).unwrap();
+        let faults = Faults::new(29);
+        let mut hs = Vec::new();
+        let mut members: Vec<(String, Box<dyn BlockDev>)> = Vec::new();
+        for (i, m) in p.members.iter().enumerate() {
+            let (d, h) = faults.wrap(
+                &format!("cache{i}"),
+                Box::new(FileDev::open(m).unwrap()),
+                false,
+            );
+            members.push((format!("m{i}"), Box::new(d)));
+            hs.push(h);
+        }
+        let mut specs = Vec::new();
+        let mut devs = Vec::new();
+        for (id, (name, path)) in [("a", &p.f.backing), ("b", &second)]
+            .into_iter()
+            .enumerate()
+        {
+            let d: Box<dyn BlockDev> = Box::new(FileDev::open(path).unwrap());
+            specs.push(VolumeSpec {
+                id: id as u32,
+                name: name.to_string(),
+                size: d.size(),
+                identity: d.identity(),
+                mode: None,
+            });
+            devs.push((id as u32, name.to_string(), d));
+        }
+        let opts = OpenOptions {
+            volumes: specs,
+            state_path: Some(p.f.dir.path().join("cache.state")),
+            ..Default::default()
+        };
+        let vol = CacheVolume::open(
+            Box::new(PoolDev::open(members).unwrap()),
+            Box::new(VolumeSet::new(devs).unwrap()),
+            &opts,
+        )
+        .unwrap_or_else(|e| panic!("{what}: open: {e}"))
+        .0;
+        vol.set_max_cache_errors(max_errors);
+        let mut m = Model::new(0, VOL);
+        let mut r = rng(0x5ec0);
+        for i in 0..200usize {
+            if i == 60 {
+                hs[1].fail_writes(0..u64::MAX);
+            }
+            let (_, off, len, _) = random_op(&mut r, VOL);
+            let data: Vec<u8> = (0..len).map(|k| (i as u8) ^ (k as u8) ^ 0x6b).collect();
+            vol.volume_io(1, VolumeIo::Write(off, &data, false))
+                .unwrap_or_else(|e| panic!("{what}: write {off}+{len} of volume b: {e}"));
+            m.write(off as usize, &data, false);
+        }
+        assert!(hs[1].injected() > 0, "{what}: no error was injected");
+        assert_eq!(vol.lost_dirty_ranges(), vec![], "{what}: lost");
+        assert!(!vol.cache_failed(), "{what}: the whole pool failed");
+        assert!(!vol.pool_members()[0].0, "{what}: member 0 failed");
+        for at in (0..VOL).step_by(64 << 10) {
+            let mut b = vec![0u8; 64 << 10];
+            vol.volume_io(1, VolumeIo::Read(at, &mut b))
+                .unwrap_or_else(|e| panic!("{what}: read {at} of volume b: {e}"));
+            m.check_now(at as usize, &b, &format!("{what}: volume b"));
+        }
+        vol.shutdown().unwrap();
+    }
+}
+
+/// A pool with one copy per dirty line (`--dirty-copies 1`) loses member 1 for good: its
+/// dirty lines are lost (no copy: expected) and the lost-range list recording them cannot be
+/// written to member 1. That member alone is failed and the list is written on member 0,
+/// which serves on in write-back: before, the failed list write failed the whole pool
+/// (pass-through), and a whole-pool failure writes back every line, reading the lines on
+/// the dying member again. The lost ranges stay lost across a restart.
+#[test]
+fn a_lost_range_list_that_one_member_cannot_take_fails_that_member_alone() {
+    let p = pool_files(&[128, 128]);
+    format_wb(&p, Some(1));
+    let mut m = Model::new(0, VOL);
+    let (vol, hs) = open_faulty(&p);
+    vol.set_max_cache_errors(1_000_000);
+    write_ops(&vol, &mut m, 0x91, 300);
+    let on_1 = vol.stats().pool_members[1].dirty_lines;
+    assert!(on_1 > 0, "no dirty line on member 1");
+    hs[1].lose();
+    let _ = vol.flush();
+    let lost = vol.lost_dirty_ranges();
+    assert!(
+        !lost.is_empty(),
+        "member 1's single-copy dirty lines not lost"
+    );
+    assert!(!vol.cache_failed(), "the whole pool failed over member 1");
+    let members = vol.pool_members();
+    assert!(members[1].0 && !members[0].0, "{members:?}");
+    // Member 0 serves on: written, flushed, read back.
+    let data = vec![0x42u8; 8192];
+    vol.write(0, &data, false).unwrap();
+    vol.flush().unwrap();
+    let mut b = vec![0u8; 8192];
+    vol.read(0, &mut b).unwrap();
+    assert_eq!(b, data);
+    let still = vol.lost_dirty_ranges();
+    vol.shutdown().unwrap();
+    let vol = open_plain(&p);
+    assert_eq!(
+        vol.lost_dirty_ranges(),
+        still,
+        "lost ranges after a restart"
+    );
+    vol.shutdown().unwrap();
+}

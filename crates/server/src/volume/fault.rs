@@ -342,6 +342,12 @@ impl CacheVolume {
         }
         let max = self.max_cache_errors.load(Ordering::Relaxed);
         if let Some(d) = crate::pool_dev::member_of_error(&e) {
+            if !g.failed && d < g.member_errors.len() && g.engine.device_failed(d) {
+                // An I/O begun before member d was failed (nothing reaches it now): not an
+                // error of the pool, never counted toward failing the whole cache.
+                tracing::debug!("pool member {d} (failed already): {e}");
+                return io::Error::new(e.kind(), format!("cache device: {e}"));
+            }
             if !g.failed && d < g.member_errors.len() && !g.engine.device_failed(d) {
                 self.metrics.cache_errors.fetch_add(1, Ordering::Relaxed);
                 g.member_errors[d] += 1;
@@ -412,12 +418,19 @@ impl CacheVolume {
             "pool member {d} failed ({reason}): writing back its {} unmirrored dirty lines, promoting the copies of its mirrored ones, dropping its clean ones, serving on from the other members",
             slots.len()
         );
+        let lost_before = g.lost.clone();
+        let outer = g.member_failing.replace(d);
         self.recover(g, &[], 0, 0, &[], &slots);
         let loss = match g.engine.fail_device(d) {
             Ok(l) => l,
             Err(e) => {
                 // (A fill in flight pins a slot there: tried again at its next error.)
                 tracing::warn!("pool member {d} cannot be failed yet: {e}");
+                g.member_failing = outer;
+                if g.lost != lost_before {
+                    // Still in the pool: a list write failing on it fails the cache.
+                    self.persist_lost_with(g, false);
+                }
                 return;
             }
         };
@@ -452,7 +465,9 @@ impl CacheVolume {
         let r = g.engine.pool().range(d);
         g.cache_unsynced.retain(|&s, _| !r.contains(&u64::from(s)));
         g.cache_dropped.retain(|&s, _| !r.contains(&u64::from(s)));
-        if let Err(e) = self.cache.fail_member(d) {
+        let recorded = self.cache.fail_member(d);
+        g.member_failing = outer;
+        if let Err(e) = recorded {
             self.fail_cache(g, &format!("pool member {d} failed ({reason}) and the other members could not record it: {e}"));
             return;
         }
@@ -461,7 +476,7 @@ impl CacheVolume {
             loss.dropped_clean,
             g.lost.len()
         );
-        if uncovered {
+        if uncovered || g.lost != lost_before {
             self.persist_lost(g);
         }
     }
@@ -838,7 +853,8 @@ impl CacheVolume {
     /// write-backs not done, copies to the backing device the dirty bytes of every line in a
     /// slot an unfinished step touched or in `extra` (from `buf` when an unfinished step was
     /// to put them in the cache and the buffer holds them complete), drops those lines, and
-    /// records as lost what could not be copied.
+    /// records as lost what could not be copied. `buf_start`: the buffer's first byte as a
+    /// backing address (`vaddr`: it carries the request's volume).
     pub(super) fn recover(
         &self,
         g: &mut Inner,
@@ -856,9 +872,8 @@ impl CacheVolume {
             if let Step::WriteBack { ssd, hdd, len, .. } = *s {
                 tmp.resize(len as usize, 0);
                 g.wrote_backing(hdd, hdd + len);
-                let exp = Self::expected(g, ssd, len);
                 let r = self
-                    .read_data(ssd, &mut tmp, exp.as_ref())
+                    .read_saving(g, ssd, &mut tmp, rest)
                     .and_then(|_| self.backing.write_at(&tmp, hdd));
                 if let Err(e) = r {
                     self.lose(g, hdd, hdd + len, &format!("write-back failed: {e}"));
@@ -954,7 +969,7 @@ impl CacheVolume {
                                     "written to the cache since its last good sync, which failed and may have dropped it (no data checksums to verify the cached copy)",
                                 ))
                             } else {
-                                self.read_data(p, &mut tmp, exp.as_ref())
+                                self.read_saving(g, p, &mut tmp, rest)
                                     .and_then(|_| self.backing.write_at(&tmp, vol))
                             }
                         }
@@ -979,6 +994,71 @@ impl CacheVolume {
         if g.lost != lost_before {
             self.persist_lost(g);
         }
+    }
+
+    /// Reads `out.len()` bytes of the data area at `ssd` (verified as
+    /// [`CacheVolume::read_data`] does). When that fails, each line of the range that has a
+    /// copy on another pool member (`--dirty-copies 2`) is read from the copy, if the copy is
+    /// current: no step still to write it is in `rest` (the unfinished steps of a failed
+    /// plan), it is not in a plan that may not have written it, and no failed cache sync may
+    /// have dropped it (unless data checksums verify it). A dying member fails reads too: the
+    /// dirty bytes of its mirrored lines are then saved from their copies instead of being
+    /// reported lost (found by cli deployment.rs: a whole pool failed over a member's errors
+    /// lost the lines whose readable copy was on the healthy member).
+    fn read_saving(&self, g: &Inner, ssd: u64, out: &mut [u8], rest: &[Step]) -> io::Result<()> {
+        let exp = Self::expected(g, ssd, out.len() as u64);
+        let e = match self.read_data(ssd, out, exp.as_ref()) {
+            Ok(()) => return Ok(()),
+            Err(e) => e,
+        };
+        if g.engine.copy_slot_count() == 0 {
+            return Err(e);
+        }
+        let ls = 1u64 << self.line_shift;
+        let end = ssd + out.len() as u64;
+        let mut at = ssd;
+        while at < end {
+            let slot = (at >> self.line_shift) as u32;
+            let n = ((slot as u64 + 1) * ls).min(end) - at;
+            let piece = &mut out[(at - ssd) as usize..(at - ssd + n) as usize];
+            let from = g
+                .engine
+                .copy_of(slot)
+                .map(|c| c as u64 * ls + (at - slot as u64 * ls));
+            let usable = from.filter(|&c| {
+                let cs = (c >> self.line_shift) as u32;
+                let pending = rest
+                    .iter()
+                    .filter_map(ssd_range)
+                    .any(|(x, len)| x < c + n && c < x + len);
+                let dropped = g.cache_dropped.contains_key(&cs) && g.sums.is_none();
+                !pending && !dropped && !g.in_plan.contains(&cs)
+            });
+            let r = match usable {
+                Some(c) => {
+                    debug_assert_ne!(
+                        g.engine.pool().member_of(u64::from(slot)),
+                        g.engine.pool().member_of(c >> self.line_shift),
+                        "a line and its copy on one member"
+                    );
+                    let exp = Self::expected(g, c, n);
+                    self.read_data(c, piece, exp.as_ref())
+                }
+                None => {
+                    let exp = Self::expected(g, at, n);
+                    self.read_data(at, piece, exp.as_ref())
+                }
+            };
+            if r.is_err() {
+                return Err(e);
+            }
+            at += n;
+        }
+        tracing::warn!(
+            "cache read of {} bytes at {ssd} failed ({e}): saved from the lines' copies on another pool member",
+            out.len()
+        );
+        Ok(())
     }
 
     /// The ranges a pool of cache devices started without the dirty data of
@@ -1013,8 +1093,22 @@ impl CacheVolume {
     /// If the list cannot be written the cache is failed: the failure and the lost ranges
     /// are then recorded in the state file, and the next start is refused naming them.
     /// A failed cache needs neither (its state file holds the ranges lost with it).
+    ///
+    /// In a pool, a list write failing on one member (a dying device) fails that member
+    /// alone, and the list is then written on the others: the whole pool failing over it
+    /// would write back from the dying member lines whose readable copies are elsewhere.
     fn persist_lost(&self, g: &mut Inner) {
+        self.persist_lost_with(g, true)
+    }
+
+    /// [`CacheVolume::persist_lost`]; `member_route`: a failure on one pool member may fail
+    /// that member alone (false: the member could not be failed, the cache fails).
+    fn persist_lost_with(&self, g: &mut Inner, member_route: bool) {
         if g.failed || g.failing || (g.list.is_none() && g.sums.is_none()) {
+            return;
+        }
+        if g.member_failing.is_some() {
+            // `fail_member` makes them durable once the member is out of the pool.
             return;
         }
         let lost = g.lost.clone();
@@ -1042,6 +1136,26 @@ impl CacheVolume {
         if let Err(e) = r {
             if let Some(s) = g.sums.as_mut() {
                 s.header_dirty = true;
+            }
+            let member = crate::pool_dev::member_of_error(&e).filter(|&d| {
+                member_route && d < g.member_errors.len() && !g.engine.device_failed(d)
+            });
+            if let Some(d) = member {
+                tracing::error!(
+                    "could not record the lost ranges on pool member {d} ({e}): failing that member, then recording them on the others"
+                );
+                self.metrics.cache_errors.fetch_add(1, Ordering::Relaxed);
+                g.member_errors[d] += 1;
+                // Records them on the others at its end (or fails the cache).
+                self.fail_member(
+                    g,
+                    d,
+                    &format!("the lost-range list could not be written to it: {e}"),
+                );
+                if g.failed || g.engine.device_failed(d) {
+                    self.flush_after_member_failure(g, d);
+                    return;
+                }
             }
             tracing::error!(
                 "could not record the lost ranges on the cache device ({e}): failing the cache so that the state file records them"
@@ -1097,6 +1211,8 @@ impl CacheVolume {
             true => self.save_from_copies(g, &e.err, touched),
             false => (touched.to_vec(), false),
         };
+        // `recover` compares backing addresses, which carry the volume.
+        let buf_start = super::vaddr(req.volume, buf_start);
         self.recover(g, &pending, 0, buf_start, buf, &touched);
         if !e.cache {
             return Err(self.backing_error(e.err));
@@ -1205,6 +1321,7 @@ impl CacheVolume {
             }
         }
         let pending = e.pending(steps);
+        let buf_start = super::vaddr(req.volume, buf_start);
         self.recover(g, &pending, 0, buf_start, buf, &rest);
         let plan_slots = std::mem::replace(&mut g.slots, promoted);
         Self::update_records(g);

@@ -364,6 +364,9 @@ struct Inner {
     list: Option<crate::lost_list::LostList>,
     /// `fail_cache` is under way (a failed list write inside it does not fail it again).
     failing: bool,
+    /// `fail_member` is under way for this pool member: the lost ranges its recovery finds
+    /// are made durable once the member is out of the pool (a list write to it would fail).
+    member_failing: Option<usize>,
     /// The I/O class table in force (names the classes in `ctl stats`; the engine holds the
     /// same one), where it came from, and how often `ctl classes load` replaced it.
     class_table: Option<Arc<ClassTable>>,

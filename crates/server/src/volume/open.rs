@@ -854,6 +854,7 @@ impl CacheVolume {
             sums,
             list,
             failing: false,
+            member_failing: None,
             class_table: opts.classes.clone(),
             class_source: if opts.classes.is_some() {
                 "serve flags".into()
