@@ -1049,6 +1049,12 @@ impl Engine {
         self.copy_journal.push(c);
     }
 
+    /// The copy slots journaled since [`Engine::take_copy_slots`] last took them (possibly
+    /// repeated), left in place: a roll-back looks for the copies a failed plan unlinked.
+    pub fn copy_slots_journaled(&self) -> &[Slot] {
+        &self.copy_journal
+    }
+
     /// Moves into `out` the copy slots journaled since the last call (possibly repeated):
     /// the executor brings their records up to date with the slots of its plans.
     pub fn take_copy_slots(&mut self, out: &mut Vec<Slot>) {

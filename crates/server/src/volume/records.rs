@@ -534,13 +534,29 @@ impl CacheVolume {
     /// that just failed, since nothing in the cache changed): lines the plan placed there are
     /// dropped, lines it evicted or cleaned come back with their masks. A line unmapped ahead
     /// (empty `mem` record, clean) is dropped: the backing device holds its data.
+    ///
+    /// Mirrored lines stay mirrored (`--dirty-copies 2`): dropping a dirty line unlinks its
+    /// copy, and so did the plan for a dirty victim it evicted. A copy slot whose `mem`
+    /// record still names a line the roll-back put back with the same dirty sectors is that
+    /// line's copy again (nothing in the cache changed: it holds them). Otherwise the line
+    /// stays unmirrored (counted, re-mirrored by the cleaner) and the copy's record follows
+    /// the engine's empty slot at `update_records` (it is journaled).
     pub(super) fn roll_back(&self, g: &mut Inner, slots: &[u32]) {
         let mut slots = slots.to_vec();
         slots.sort_unstable();
         slots.dedup();
+        // Copy slots the plan wrote or whose copy it unlinked (without a step on them).
+        let mut copies: Vec<u32> = slots
+            .iter()
+            .chain(g.engine.copy_slots_journaled())
+            .copied()
+            .filter(|&c| g.mem_record(c).is_copy())
+            .collect();
+        copies.sort_unstable();
+        copies.dedup();
         let mut restore = Vec::new();
         for &s in &slots {
-            // (A copy's record is not a line: the roll-back leaves copies as they are.)
+            // (A copy's record is not a line: copies are linked again below.)
             let want = Some(g.mem_record(s))
                 .filter(|r| r.key != EMPTY_KEY && !r.is_copy() && r.valid != 0);
             let now = g.engine.slot_key(s);
@@ -570,6 +586,19 @@ impl CacheVolume {
                     r.key
                 );
                 tracing::warn!("rolling back slot {s}: clean line dropped ({err})");
+            }
+        }
+        for c in copies {
+            let r = g.mem_record(c);
+            let (key, primary) = (r.line_key(), r.valid as u32);
+            if g.engine.copy_of(primary).is_some() || g.engine.owner_of(c).is_some() {
+                continue;
+            }
+            if g.engine.slot_key(primary) != Some(key) || g.engine.dirty_mask(primary) != r.dirty {
+                continue;
+            }
+            if let Err(err) = g.engine.restore_copy(key, primary, c, r.dirty) {
+                tracing::warn!("rolling back copy slot {c}: line {key:#x} left unmirrored ({err})");
             }
         }
     }
