@@ -131,9 +131,14 @@ struct DirtyTrack {
     /// Dirty lines with no covering copy record: per member, how many.
     single: HashSet<u32>,
     single_count: Vec<u64>,
-    /// A record write failed: the records on the members may differ from these, so the
-    /// `may_single` flags are only raised from now on, never cleared.
+    /// A record write failed, so the records on the members may differ from these (a
+    /// write cut short leaves later pieces unwritten): the `may_single` flags are only
+    /// raised, never cleared, until a whole batch of record writes
+    /// ([`BlockDev::prepare_records`]: a flush, which rewrites every page of the failed
+    /// one) was written without error.
     unsure: bool,
+    /// Record writes left of the batch announced by `prepare_records`.
+    batch_left: Option<usize>,
 }
 
 impl DirtyTrack {
@@ -147,6 +152,7 @@ impl DirtyTrack {
             single: HashSet::new(),
             single_count: vec![0; members],
             unsure: false,
+            batch_left: None,
         }
     }
 
@@ -1280,6 +1286,7 @@ impl PoolDev {
         let mut b = self.block.lock().unwrap();
         let mut nb = b.clone();
         let mut changed = false;
+        let unsure = tr.unsure;
         for (d, _) in self.live() {
             let want = tr.count[d] > 0;
             if nb.members[d].may_dirty != want && (want || !raise_only) {
@@ -1287,7 +1294,7 @@ impl PoolDev {
                 changed = true;
             }
             let single = tr.single_count[d] > 0 || relinked.contains(&d);
-            if nb.members[d].may_single != single && (single || !(raise_only || tr.unsure)) {
+            if nb.members[d].may_single != single && (single || !(raise_only || unsure)) {
                 nb.members[d].may_single = single;
                 changed = true;
             }
@@ -1354,6 +1361,25 @@ impl PoolDev {
             "pool of cache devices: bytes {off}..{end} cross a region of the layout (records end at {}, data at {})",
             self.meta_end, self.data_offset
         )))
+    }
+
+    /// [`BlockDev::prepare_records`]; `batch`: the writes that follow are that batch (not
+    /// one `write_at` raising for itself).
+    fn raise_for(&self, writes: &[(u64, &[u8])], batch: bool) -> io::Result<()> {
+        let mut tr = self.dirty.lock().unwrap();
+        let mut lost_cover = Vec::new();
+        for &(o, d) in writes {
+            let d = &d[..d.len().min(self.meta_end.saturating_sub(o) as usize)];
+            if o >= 4096 && o < self.meta_end && !d.is_empty() {
+                self.note_records(&mut tr, d, o, true, &mut lost_cover);
+            }
+        }
+        let relinked = tr.relinked(&self.pool, &lost_cover);
+        let r = self.update_dirty_flags(&tr, true, &relinked);
+        if batch {
+            tr.batch_left = r.is_ok().then_some(writes.len());
+        }
+        r
     }
 
     /// [`BlockDev::write_at`] once the records written were noted
@@ -1509,13 +1535,19 @@ impl BlockDev for PoolDev {
     fn write_at(&self, data: &[u8], offset: u64) -> io::Result<()> {
         if offset >= 4096 && offset < self.meta_end && !data.is_empty() {
             // The members' flags are raised (durably) before such records reach them.
-            self.prepare_records(&[(offset, data)])?;
+            self.raise_for(&[(offset, data)], false)?;
         }
-        self.write_unnoted(data, offset).inspect_err(|_| {
-            if offset < self.meta_end {
-                self.dirty.lock().unwrap().unsure = true;
+        let r = self.write_unnoted(data, offset);
+        if offset >= 4096 && offset < self.meta_end && !data.is_empty() {
+            let mut tr = self.dirty.lock().unwrap();
+            match (&r, tr.batch_left) {
+                (Err(_), _) => (tr.unsure, tr.batch_left) = (true, None),
+                (Ok(()), Some(n)) if n <= 1 => (tr.unsure, tr.batch_left) = (false, None),
+                (Ok(()), Some(n)) => tr.batch_left = Some(n - 1),
+                (Ok(()), None) => {}
             }
-        })
+        }
+        r
     }
 
     /// Notes the records of the whole batch, then raises the members' flags (`may_dirty`,
@@ -1523,16 +1555,7 @@ impl BlockDev for PoolDev {
     /// again as it is changes nothing, so each page's `write_at` after this raises nothing
     /// more.
     fn prepare_records(&self, writes: &[(u64, &[u8])]) -> io::Result<()> {
-        let mut tr = self.dirty.lock().unwrap();
-        let mut lost_cover = Vec::new();
-        for &(o, d) in writes {
-            let d = &d[..d.len().min(self.meta_end.saturating_sub(o) as usize)];
-            if o >= 4096 && o < self.meta_end && !d.is_empty() {
-                self.note_records(&mut tr, d, o, true, &mut lost_cover);
-            }
-        }
-        let relinked = tr.relinked(&self.pool, &lost_cover);
-        self.update_dirty_flags(&tr, true, &relinked)
+        self.raise_for(writes, true)
     }
 
     /// Syncs every live member, also after one fails: an error names its member when one
