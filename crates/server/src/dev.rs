@@ -21,6 +21,14 @@ pub trait BlockDev: Send + Sync {
     fn write_at(&self, data: &[u8], offset: u64) -> io::Result<()>;
     /// Makes completed writes durable.
     fn sync(&self) -> io::Result<()>;
+    /// The record pages `writes` (offset, bytes) are about to be written, as one batch (a
+    /// flush's): a pool of cache devices (`crate::PoolDev`) raises its members' flags for
+    /// the records of the whole batch before any is written, so a line's record and its
+    /// copy's may be written in either order. Writes nothing else. Default: nothing.
+    fn prepare_records(&self, writes: &[(u64, &[u8])]) -> io::Result<()> {
+        let _ = writes;
+        Ok(())
+    }
     /// Which device this is (`crate::identity`); `None`: unknown (not checked).
     fn identity(&self) -> Option<BackingIdentity> {
         None
@@ -104,6 +112,9 @@ macro_rules! forward_device_info {
         }
         fn lost_at_open(&self) -> Vec<(u64, u64)> {
             self $($to_inner)+.lost_at_open()
+        }
+        fn prepare_records(&self, writes: &[(u64, &[u8])]) -> std::io::Result<()> {
+            self $($to_inner)+.prepare_records(writes)
         }
         fn replace_member(
             &self,

@@ -658,12 +658,21 @@ pub struct PoolEntry {
     /// holds no acknowledged data the backing device lacks: the pool starts without it.
     /// Builds before it leave the byte 0 and ignore it.
     pub may_dirty: bool,
+    /// The member may hold *single-copy* dirty lines (entry byte 26, bit 0): dirty lines
+    /// whose acknowledged sectors have no copy record on another member (`--dirty-copies 1`,
+    /// a copy promoted or dropped and not yet re-mirrored). Raised on every live member's
+    /// block before such a record is durable and acknowledged, cleared only by a sync after
+    /// the member holds none (`crate::pool_dev`). A member missing at open with this clear
+    /// (and `may_dirty` set) loses nothing: its dirty lines are served from their copies.
+    /// A block without [`PoolBlock`]'s byte 41 bit 1 (older builds): unknown, so set.
+    pub may_single: bool,
 }
 
 /// The pool block of a version-6 member, at [`POOL_BLOCK_AT`]: the same on every member but
 /// for `index`. `magic | block version u32 | pool uuid [16] | generation u64 | index u16 |
 /// count u16 | dirty_copies u8 | flags u8 (bit 0: members' dirty flags kept) | pad to 48 | count x (uuid [16] | lines u64 | state u8 |
-/// flags u8 (bit 0: may hold dirty lines) | pad 6) | ... | crc32c at 4092` (over bytes 0..4092). A torn or garbled block fails its crc;
+/// flags u8 (bit 0: may hold dirty lines) | flags u8 (bit 0: may hold single-copy dirty
+/// lines; kept when block byte 41 bit 1 is set) | pad 5) | ... | crc32c at 4092` (over bytes 0..4092). A torn or garbled block fails its crc;
 /// among readable blocks the newest generation is the pool's membership.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PoolBlock {
@@ -681,6 +690,9 @@ const POOL_ENTRY_AT: usize = 48;
 /// Pool block byte 41, bit 0: the members' `may_dirty` flags are kept (a block without it
 /// was written by a build that did not keep them: every member may hold dirty lines).
 const DIRTY_FLAGS_KEPT: u8 = 1;
+/// Pool block byte 41, bit 1: the members' `may_single` flags are kept (entry byte 26; a
+/// block without it: every member may hold single-copy dirty lines).
+const SINGLE_FLAGS_KEPT: u8 = 2;
 const POOL_ENTRY_BYTES: usize = 32;
 
 impl PoolBlock {
@@ -701,7 +713,7 @@ impl PoolBlock {
         b[36..38].copy_from_slice(&self.index.to_le_bytes());
         b[38..40].copy_from_slice(&(self.members.len() as u16).to_le_bytes());
         b[40] = self.dirty_copies;
-        b[41] = DIRTY_FLAGS_KEPT;
+        b[41] = DIRTY_FLAGS_KEPT | SINGLE_FLAGS_KEPT;
         for (i, m) in self.members.iter().enumerate() {
             let x = &mut b[POOL_ENTRY_AT + i * POOL_ENTRY_BYTES..][..POOL_ENTRY_BYTES];
             x[0..16].copy_from_slice(&m.uuid);
@@ -711,6 +723,7 @@ impl PoolBlock {
                 MemberState::Failed => 1,
             };
             x[25] = m.may_dirty as u8;
+            x[26] = m.may_single as u8;
         }
         let crc = crc32c::crc32c(&b[..4092]);
         b[4092..].copy_from_slice(&crc.to_le_bytes());
@@ -762,6 +775,7 @@ impl PoolBlock {
         // Written by a build that does not keep the members' dirty flags: unknown, so each
         // member may hold dirty lines.
         let kept = b[41] & DIRTY_FLAGS_KEPT != 0;
+        let single_kept = b[41] & SINGLE_FLAGS_KEPT != 0;
         let mut members = Vec::with_capacity(count);
         for i in 0..count {
             let x = &b[POOL_ENTRY_AT + i * POOL_ENTRY_BYTES..][..POOL_ENTRY_BYTES];
@@ -777,6 +791,15 @@ impl PoolBlock {
                     0 => !kept,
                     1 => true,
                     f => return Err(format!("pool block: member {i} has flags {f:#x}")),
+                },
+                may_single: match x[26] {
+                    0 => !single_kept,
+                    1 => true,
+                    f => {
+                        return Err(format!(
+                            "pool block: member {i} has single-copy flags {f:#x}"
+                        ))
+                    }
                 },
             });
         }
@@ -1246,6 +1269,7 @@ mod tests {
                     lines: 128 * (i as u64 + 1),
                     state: MemberState::Active,
                     may_dirty: i == 1,
+                    may_single: i == 2,
                 })
                 .collect(),
         }
@@ -1306,6 +1330,43 @@ mod tests {
         let crc = crc32c::crc32c(&b[..4092]);
         b[4092..].copy_from_slice(&crc.to_le_bytes());
         assert!(PoolBlock::decode(&b).unwrap_err().contains("flags"));
+    }
+
+    /// The single-copy flags (entry byte 26) round-trip; a block without byte 41 bit 1 (a
+    /// build before them, which left byte 26 zero) says every member may hold single-copy
+    /// dirty lines, so its missing member is never taken as mirrored.
+    #[test]
+    fn pool_block_without_kept_single_flags_says_every_member_may_be_single() {
+        let p = pool_block();
+        let b = p.encode();
+        assert_eq!(
+            PoolBlock::decode(&b)
+                .unwrap()
+                .members
+                .iter()
+                .map(|m| m.may_single)
+                .collect::<Vec<_>>(),
+            vec![false, false, true]
+        );
+        let mut b = b;
+        let reseal = |b: &mut Vec<u8>| {
+            let crc = crc32c::crc32c(&b[..4092]);
+            b[4092..].copy_from_slice(&crc.to_le_bytes());
+        };
+        b[41] = DIRTY_FLAGS_KEPT;
+        for d in 0..3 {
+            b[POOL_ENTRY_AT + d * POOL_ENTRY_BYTES + 26] = 0;
+        }
+        reseal(&mut b);
+        let old = PoolBlock::decode(&b).unwrap();
+        assert!(old.members.iter().all(|m| m.may_single), "{old:?}");
+        assert!(old.members[1].may_dirty);
+        assert!(!old.members[0].may_dirty, "dirty flags still kept");
+        b[POOL_ENTRY_AT + 26] = 5;
+        reseal(&mut b);
+        assert!(PoolBlock::decode(&b)
+            .unwrap_err()
+            .contains("single-copy flags"));
     }
 
     #[test]

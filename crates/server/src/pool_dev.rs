@@ -31,6 +31,7 @@ use crate::format::{
 };
 use crate::state_file::uuid_hex;
 use crate::volume::FormatOptions;
+use std::collections::{HashMap, HashSet};
 use std::io;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
@@ -115,10 +116,171 @@ fn volume_name(vsb: &[u8], a: u64) -> Option<String> {
         .map(|x| x.name.clone())
 }
 
-/// Per slot: its newest record read or written is dirty; per member: how many.
+/// Per slot: its newest record read or written is dirty; per member: how many. And which
+/// dirty lines are *single-copy* (no copy record on another member covers their dirty
+/// sectors): the members' `may_single` flags ([`PoolDev::update_dirty_flags`]).
 struct DirtyTrack {
     bits: Vec<u64>,
     count: Vec<u64>,
+    /// Dirty line (not copy) records: slot -> (line key, dirty sectors).
+    lines: HashMap<u32, (u64, u64)>,
+    /// Copy records: copy slot -> (line key, primary slot, sectors).
+    copies: HashMap<u32, (u64, u32, u64)>,
+    /// Primary slot -> the copy records naming it (usually one).
+    named: HashMap<u32, Vec<u32>>,
+    /// Dirty lines with no covering copy record: per member, how many.
+    single: HashSet<u32>,
+    single_count: Vec<u64>,
+    /// A record write failed, so the records on the members may differ from these (a
+    /// write cut short leaves later pieces unwritten): the `may_single` flags are only
+    /// raised, never cleared, until a whole batch of record writes
+    /// ([`BlockDev::prepare_records`]: a flush, which rewrites every page of the failed
+    /// one) was written without error.
+    unsure: bool,
+    /// Record writes left of the batch announced by `prepare_records`.
+    batch_left: Option<usize>,
+}
+
+impl DirtyTrack {
+    fn new(cap: u64, members: usize) -> DirtyTrack {
+        DirtyTrack {
+            bits: vec![0; cap.div_ceil(64) as usize],
+            count: vec![0; members],
+            lines: HashMap::new(),
+            copies: HashMap::new(),
+            named: HashMap::new(),
+            single: HashSet::new(),
+            single_count: vec![0; members],
+            unsure: false,
+            batch_left: None,
+        }
+    }
+
+    /// Whether a copy record on another member than `p`'s covers dirty line `p` (holds the
+    /// same line's every dirty sector and names `p`).
+    fn covered(&self, pool: &Pool, p: u32) -> bool {
+        let Some(&(key, want)) = self.lines.get(&p) else {
+            return true;
+        };
+        let d = pool.member_of(p as u64);
+        self.named.get(&p).is_some_and(|cs| {
+            cs.iter().any(|c| {
+                self.copies.get(c).is_some_and(|&(k, q, m)| {
+                    k == key && q == p && m & want == want && pool.member_of(*c as u64) != d
+                })
+            })
+        })
+    }
+
+    /// Re-decides whether dirty line `p` is single-copy.
+    fn refresh(&mut self, pool: &Pool, p: u32) {
+        if p as u64 >= pool.capacity() {
+            return; // a copy record naming no slot of the pool: names nothing
+        }
+        let single = self.lines.contains_key(&p) && !self.covered(pool, p);
+        let d = pool.member_of(p as u64);
+        if single && self.single.insert(p) {
+            self.single_count[d] += 1;
+        } else if !single && self.single.remove(&p) {
+            self.single_count[d] -= 1;
+        }
+    }
+
+    /// Slot `slot`'s newest record is `rec` (`None`: only part of it was written: taken as
+    /// a dirty line with no copy). Returns the lines whose status may have changed, and
+    /// pushes to `lost_cover` (line, key, sectors, `slot`) when this record was a copy
+    /// covering that line's dirty sectors (see [`DirtyTrack::relinked`]).
+    fn set_record(
+        &mut self,
+        pool: &Pool,
+        slot: u32,
+        rec: Option<Record>,
+        lost_cover: &mut Vec<(u32, u64, u64, u32)>,
+    ) -> [Option<u32>; 3] {
+        let mut touched = [None; 3];
+        if self.lines.remove(&slot).is_some() {
+            touched[0] = Some(slot);
+        }
+        if let Some((k, p, m)) = self.copies.remove(&slot) {
+            if let Some(v) = self.named.get_mut(&p) {
+                v.retain(|&c| c != slot);
+                if v.is_empty() {
+                    self.named.remove(&p);
+                }
+            }
+            if let Some(&(lk, lm)) = self.lines.get(&p) {
+                if lk == k
+                    && m & lm == lm
+                    && pool.member_of(p as u64) != pool.member_of(slot as u64)
+                {
+                    lost_cover.push((p, k, lm, slot));
+                }
+            }
+            touched[1] = Some(p);
+        }
+        match rec {
+            None => {
+                self.lines.insert(slot, (EMPTY_KEY, u64::MAX));
+                touched[0] = Some(slot);
+            }
+            Some(r) if r.key == EMPTY_KEY || r.dirty == 0 => {}
+            Some(r) if r.is_copy() => {
+                let p = r.copy_of_slot().expect("a copy names its line's slot");
+                self.copies.insert(slot, (r.line_key(), p, r.dirty));
+                self.named.entry(p).or_default().push(slot);
+                touched[2] = Some(p);
+            }
+            Some(r) => {
+                self.lines.insert(slot, (r.key, r.dirty));
+                touched[0] = Some(slot);
+            }
+        }
+        touched
+    }
+
+    /// Members holding a dirty line that `lost_cover` (of [`DirtyTrack::set_record`]) says
+    /// lost the copy record covering its sectors while it stays dirty (same key), the copy
+    /// slot not covering them again: its copy moved (or went) while it stayed dirty. Until
+    /// a sync makes the batch durable, the old copy record may be overwritten on its device
+    /// while the new one is not yet durable on another, so the line is single-copy then.
+    fn relinked(&self, pool: &Pool, lost_cover: &[(u32, u64, u64, u32)]) -> Vec<usize> {
+        let mut out = Vec::new();
+        for &(p, k, lm, c) in lost_cover {
+            let still = self.lines.get(&p).is_some_and(|&(lk, _)| lk == k);
+            let again = self
+                .copies
+                .get(&c)
+                .is_some_and(|&(ck, q, m)| ck == k && q == p && m & lm == lm);
+            let d = pool.member_of(p as u64);
+            if still && !again && !out.contains(&d) {
+                out.push(d);
+            }
+        }
+        out
+    }
+
+    /// Forgets every record on member `d` (failed: its lines and copies are gone).
+    fn forget_member(&mut self, pool: &Pool, d: usize) {
+        let r = pool.range(d);
+        let on = |s: &u32| r.contains(&(*s as u64));
+        let gone: Vec<u32> = self
+            .lines
+            .keys()
+            .chain(self.copies.keys())
+            .copied()
+            .filter(on)
+            .collect();
+        let mut lost = Vec::new();
+        for s in gone {
+            for p in self
+                .set_record(pool, s, Some(Record::EMPTY), &mut lost)
+                .into_iter()
+                .flatten()
+            {
+                self.refresh(pool, p);
+            }
+        }
+    }
 }
 
 /// How [`PoolDev::open_with`] treats members that are missing, unreadable or empty.
@@ -243,6 +405,7 @@ impl PoolDev {
                     lines: pool.lines(d),
                     state: MemberState::Active,
                     may_dirty: false,
+                    may_single: false,
                 })
                 .collect(),
         };
@@ -293,10 +456,7 @@ impl PoolDev {
         let data_offset = Superblock::data_offset_new(cap, line_size, false);
         let n = block.members.len();
         PoolDev {
-            dirty: Mutex::new(DirtyTrack {
-                bits: vec![0; cap.div_ceil(64) as usize],
-                count: vec![0; n],
-            }),
+            dirty: Mutex::new(DirtyTrack::new(cap, n)),
             failed: block
                 .members
                 .iter()
@@ -346,6 +506,9 @@ impl PoolDev {
         // (name, why) of each device left out.
         let mut left_out: Vec<(String, String)> = Vec::new();
         let mut devs = devs;
+        // Members whose pool block is torn: (name, device, superblock uuid, superblock, why).
+        #[allow(clippy::type_complexity)]
+        let mut torn: Vec<(String, Box<dyn BlockDev>, [u8; 16], Vec<u8>, String)> = Vec::new();
         let mut i = 0;
         while i < devs.len() {
             let (name, dev) = &devs[i];
@@ -369,6 +532,21 @@ impl PoolDev {
                 devs.remove(i);
                 continue;
             }
+            if let (Err(why), Ok(sb)) = (
+                PoolBlock::decode(&b[POOL_BLOCK_AT as usize..]),
+                Superblock::decode_member(&b[..4096]),
+            ) {
+                if b[POOL_BLOCK_AT as usize..POOL_BLOCK_AT as usize + 8] == POOL_MAGIC[..]
+                    && why.contains("checksum")
+                {
+                    // A pool block torn by a power cut while it was rewritten (members'
+                    // blocks are written one at a time, each synced): the member is known
+                    // by its superblock's uuid in another member's block (below).
+                    let (name, dev) = devs.remove(i);
+                    torn.push((name, dev, sb.uuid, b[..4096].to_vec(), why));
+                    continue;
+                }
+            }
             i += 1;
             let block = PoolBlock::decode(&b[POOL_BLOCK_AT as usize..]).map_err(|why| {
                 match Superblock::decode(&b[..4096]) {
@@ -386,10 +564,44 @@ impl PoolDev {
         }
         let refs: Vec<&PoolBlock> = blocks.iter().collect();
         let Some(newest) = PoolBlock::newest(&refs) else {
+            if let Some((name, _, _, _, why)) = torn.first() {
+                return Err(format!(
+                    "cache device {name}: its pool block is damaged ({why}) and no other member's pool block says which member it is: give every member with --cache"
+                ));
+            }
             return Err(unreadable.join("; "));
         };
         let auth = blocks[newest].clone();
         let pool_hex = uuid_hex(&auth.pool);
+        for (name, dev, uuid, sb, why) in torn {
+            let Some(d) = auth.members.iter().position(|m| m.uuid == uuid) else {
+                return Err(format!(
+                    "cache device {name} is not a member of pool {pool_hex} (its pool block is damaged: {why}, and its uuid {} is not among the pool's members): wrong device?",
+                    uuid_hex(&uuid)
+                ));
+            };
+            let mine = PoolBlock {
+                index: d as u16,
+                ..auth.clone()
+            };
+            tracing::warn!(
+                "cache device {name} (pool member {d}): its pool block is damaged ({why}), a write of it cut by a crash; taken from the newest pool block of the others (generation {})",
+                auth.generation
+            );
+            if how.degraded {
+                // Repaired before serving (`check`, which writes nothing, only reads it so).
+                dev.write_at(&mine.encode(), POOL_BLOCK_AT)
+                    .and_then(|()| dev.sync())
+                    .map_err(|e| {
+                        format!(
+                            "cache device {name} (pool member {d}): rewriting its pool block: {e}"
+                        )
+                    })?;
+            }
+            blocks.push(mine);
+            sbs.push(sb);
+            devs.push((name, dev));
+        }
         for (i, b) in blocks.iter().enumerate() {
             let name = &devs[i].0;
             if b.pool != auth.pool {
@@ -599,6 +811,22 @@ impl PoolDev {
             let dirty: Vec<usize> = (0..lost_members.len())
                 .filter(|&i| auth.members[lost_members[i]].may_dirty)
                 .collect();
+            // Dirty but mirrored (plan (d)5): every dirty line on it has a copy record on
+            // another member (its `may_single` flag is clear, see `update_dirty_flags`), so
+            // the open promotes those copies (`CacheVolume::restore_copies`). With two or
+            // more members left out a line's copy may be on another of them: refused then.
+            let mirrored = |i: usize| {
+                let m = &auth.members[lost_members[i]];
+                lost_members.len() == 1 && auth.dirty_copies >= 2 && m.may_dirty && !m.may_single
+            };
+            let (mirrored, dirty): (Vec<usize>, Vec<usize>) =
+                dirty.into_iter().partition(|&i| mirrored(i));
+            for &i in &mirrored {
+                tracing::warn!(
+                    "pool {pool_hex}: {}; it holds dirty lines, each mirrored on another member: they are served from their copies (the open reports them as copies promoted), and re-mirrored once two members are live again",
+                    whos[i]
+                );
+            }
             if !dirty.is_empty() && !erased {
                 lost = whole_volumes(&vsb);
                 let text = lost
@@ -622,6 +850,15 @@ impl PoolDev {
             }
             for &d in &lost_members {
                 auth.members[d].state = MemberState::Failed;
+            }
+            // The survivors' dirty lines whose copies were on a member left out have one
+            // copy now: flagged until a sync after the open found none (the open reads every
+            // record, `note_records`).
+            let any_dirty_lost = lost_members.iter().any(|&d| auth.members[d].may_dirty);
+            for m in auth.members.iter_mut() {
+                if m.state == MemberState::Active && (m.may_dirty || any_dirty_lost) {
+                    m.may_single = true;
+                }
             }
             auth.generation += 1;
             for (d, (name, dev)) in devs.iter().enumerate() {
@@ -773,11 +1010,22 @@ impl PoolDev {
             )));
         }
         self.failed[d].store(true, Ordering::Release);
+        let mut tr = self.dirty.lock().unwrap();
+        // Its lines and copies are gone: the lines whose copies it held are single-copy now,
+        // and their members say so in the same pool blocks that record the failure.
+        tr.forget_member(&self.pool, d);
         let mut b = self.block.lock().unwrap();
         if b.members[d].state != MemberState::Failed {
             b.members[d].state = MemberState::Failed;
             b.generation += 1;
         }
+        for x in 0..b.members.len() {
+            if x != d && tr.single_count[x] > 0 && !b.members[x].may_single {
+                b.members[x].may_single = true;
+                b.generation += 1;
+            }
+        }
+        drop(tr);
         tracing::error!(
             "cache device {} (pool member {d}) failed: no longer used; recording it in the other members' pool blocks (generation {})",
             self.members[d].name(),
@@ -887,6 +1135,7 @@ impl PoolDev {
             lines: need,
             state: MemberState::Active,
             may_dirty: false,
+            may_single: false,
         };
         let mut mine = b.clone();
         mine.index = d as u16;
@@ -918,6 +1167,7 @@ impl PoolDev {
                 tr.bits[w] &= !bit;
             }
             tr.count[d] = 0;
+            tr.forget_member(&self.pool, d);
         }
         let mut cur = self.block.lock().unwrap();
         self.failed[d].store(false, Ordering::Release);
@@ -926,6 +1176,7 @@ impl PoolDev {
         for (x, e) in cur.members.iter().enumerate() {
             if x != d {
                 b.members[x].may_dirty = e.may_dirty;
+                b.members[x].may_single = e.may_single;
             }
         }
         b.generation = b.generation.max(cur.generation + 1);
@@ -962,24 +1213,48 @@ impl PoolDev {
     }
 
     /// Notes the records of virtual record-area bytes `data` at `offset` (read from or
-    /// about to be written to the members): which slots' records are dirty. A record only
-    /// partly given counts as dirty when `partial_dirty` (a write: never cleared wrongly),
-    /// else is left as it was.
-    fn note_records(&self, tr: &mut DirtyTrack, data: &[u8], offset: u64, partial_dirty: bool) {
+    /// about to be written to the members): which slots' records are dirty, and which are
+    /// copies of which lines. A record only partly given counts as a dirty line with no
+    /// copy when `partial_dirty` (a write: never cleared wrongly), else is left as it was.
+    /// Pushes to `lost_cover` what [`DirtyTrack::set_record`] does.
+    fn note_records(
+        &self,
+        tr: &mut DirtyTrack,
+        data: &[u8],
+        offset: u64,
+        partial_dirty: bool,
+        lost_cover: &mut Vec<(u32, u64, u64, u32)>,
+    ) {
         let (len, cap) = (data.len() as u64, self.pool.capacity());
         let first = (offset - META_OFFSET) / RECORD_BYTES;
         let end = (offset + len - META_OFFSET).div_ceil(RECORD_BYTES).min(cap);
         for slot in first..end {
             let a = META_OFFSET + slot * RECORD_BYTES;
-            let dirty = if a >= offset && a + RECORD_BYTES <= offset + len {
+            let (dirty, rec) = if a >= offset && a + RECORD_BYTES <= offset + len {
                 let at = (a - offset) as usize;
-                Record::decode(&data[at..at + RECORD_BYTES as usize])
-                    .is_some_and(|r| r.key != EMPTY_KEY && r.dirty != 0)
+                let r = Record::decode(&data[at..at + RECORD_BYTES as usize]);
+                (
+                    r.is_some_and(|r| r.key != EMPTY_KEY && r.dirty != 0),
+                    Some(r.unwrap_or(Record::EMPTY)),
+                )
             } else if partial_dirty {
-                true
+                (true, None)
             } else {
                 continue;
             };
+            // A failed member's records are never read again (they read as empty).
+            let (dirty, rec) = if self.member_failed(self.pool.member_of(slot)) {
+                (false, Some(Record::EMPTY))
+            } else {
+                (dirty, rec)
+            };
+            for p in tr
+                .set_record(&self.pool, slot as u32, rec, lost_cover)
+                .into_iter()
+                .flatten()
+            {
+                tr.refresh(&self.pool, p);
+            }
             let (w, bit) = ((slot / 64) as usize, 1u64 << (slot % 64));
             if (tr.bits[w] & bit != 0) != dirty {
                 let d = self.pool.locate(slot).0;
@@ -994,22 +1269,40 @@ impl PoolDev {
         }
     }
 
-    /// Makes every live member's `may_dirty` flag say whether it holds a dirty record
-    /// (`raise_only`: only flags to set, before dirty records are written); when one
-    /// changes, the pool blocks are rewritten (generation + 1, synced). A flag is set
-    /// before the first dirty record reaches its member and cleared only by a sync after
-    /// every record on it was written clean, so a member whose flag is clear in the newest
-    /// pool block holds no acknowledged data the backing device lacks.
-    fn update_dirty_flags(&self, tr: &DirtyTrack, raise_only: bool) -> io::Result<()> {
+    /// Makes every live member's `may_dirty` flag say whether it holds a dirty record, and
+    /// its `may_single` flag whether it holds a single-copy dirty line or is in `relinked`
+    /// (`raise_only`: only flags to set, before records are written); when one changes,
+    /// the pool blocks are rewritten (generation + 1, synced). A flag is set before the
+    /// first such record reaches its member and cleared only by a sync after every record
+    /// on it was written without one, so a member whose `may_dirty` flag is clear in the
+    /// newest pool block holds no acknowledged data the backing device lacks, and one whose
+    /// `may_single` flag is clear none that a copy record on another member lacks.
+    fn update_dirty_flags(
+        &self,
+        tr: &DirtyTrack,
+        raise_only: bool,
+        relinked: &[usize],
+    ) -> io::Result<()> {
         let mut b = self.block.lock().unwrap();
         let mut nb = b.clone();
         let mut changed = false;
+        let unsure = tr.unsure;
         for (d, _) in self.live() {
             let want = tr.count[d] > 0;
             if nb.members[d].may_dirty != want && (want || !raise_only) {
                 nb.members[d].may_dirty = want;
                 changed = true;
             }
+            let single = tr.single_count[d] > 0 || relinked.contains(&d);
+            if nb.members[d].may_single != single && (single || !(raise_only || unsure)) {
+                nb.members[d].may_single = single;
+                changed = true;
+            }
+            // Relied on by the open (plan (d)5): a single-copy dirty line is a dirty line.
+            debug_assert!(
+                !single || tr.single_count[d] == 0 || want,
+                "member {d}: single-copy dirty lines but no dirty record"
+            );
         }
         if !changed {
             return Ok(());
@@ -1068,6 +1361,66 @@ impl PoolDev {
             "pool of cache devices: bytes {off}..{end} cross a region of the layout (records end at {}, data at {})",
             self.meta_end, self.data_offset
         )))
+    }
+
+    /// [`BlockDev::prepare_records`]; `batch`: the writes that follow are that batch (not
+    /// one `write_at` raising for itself).
+    fn raise_for(&self, writes: &[(u64, &[u8])], batch: bool) -> io::Result<()> {
+        let mut tr = self.dirty.lock().unwrap();
+        let mut lost_cover = Vec::new();
+        for &(o, d) in writes {
+            let d = &d[..d.len().min(self.meta_end.saturating_sub(o) as usize)];
+            if o >= 4096 && o < self.meta_end && !d.is_empty() {
+                self.note_records(&mut tr, d, o, true, &mut lost_cover);
+            }
+        }
+        let relinked = tr.relinked(&self.pool, &lost_cover);
+        let r = self.update_dirty_flags(&tr, true, &relinked);
+        if batch {
+            tr.batch_left = r.is_ok().then_some(writes.len());
+        }
+        r
+    }
+
+    /// [`BlockDev::write_at`] once the records written were noted
+    /// ([`BlockDev::write_batch`]).
+    fn write_unnoted(&self, data: &[u8], offset: u64) -> io::Result<()> {
+        let len = data.len() as u64;
+        if offset >= self.size || len == 0 {
+            return Ok(());
+        }
+        let end = offset + len;
+        if end > self.size {
+            return self.write_unnoted(&data[..(self.size - offset) as usize], offset);
+        }
+        if offset < 4096 {
+            if offset != 0 || len != 4096 {
+                return Err(err(format!(
+                    "pool of cache devices: superblock writes are whole (bytes {offset}..{end} given)"
+                )));
+            }
+            return self.write_superblock(data);
+        }
+        let lost = self.lost_list_at();
+        if offset >= lost && end <= self.data_offset {
+            for (d, m) in self.live() {
+                let at = m.data_offset - crate::lost_list::BYTES + (offset - lost);
+                m.dev()
+                    .write_at(data, at)
+                    .map_err(|e| self.member_err(d, e))?;
+            }
+            return Ok(());
+        }
+        for (d, moff, at, n) in self.pieces(offset, len)? {
+            if self.member_failed(d) {
+                continue; // nothing of it is read again (see `fail_member_now`)
+            }
+            self.members[d]
+                .dev()
+                .write_at(&data[at as usize..(at + n) as usize], moff)
+                .map_err(|e| self.member_err(d, e))?;
+        }
+        Ok(())
     }
 
     fn lost_list_at(&self) -> u64 {
@@ -1174,55 +1527,35 @@ impl BlockDev for PoolDev {
         }
         if records {
             let mut tr = self.dirty.lock().unwrap();
-            self.note_records(&mut tr, buf, offset, false);
+            self.note_records(&mut tr, buf, offset, false, &mut Vec::new());
         }
         Ok(())
     }
 
     fn write_at(&self, data: &[u8], offset: u64) -> io::Result<()> {
-        let len = data.len() as u64;
-        if offset >= self.size || len == 0 {
-            return Ok(());
+        if offset >= 4096 && offset < self.meta_end && !data.is_empty() {
+            // The members' flags are raised (durably) before such records reach them.
+            self.raise_for(&[(offset, data)], false)?;
         }
-        let end = offset + len;
-        if end > self.size {
-            return self.write_at(&data[..(self.size - offset) as usize], offset);
-        }
-        if offset < 4096 {
-            if offset != 0 || len != 4096 {
-                return Err(err(format!(
-                    "pool of cache devices: superblock writes are whole (bytes {offset}..{end} given)"
-                )));
-            }
-            return self.write_superblock(data);
-        }
-        let lost = self.lost_list_at();
-        if offset >= lost && end <= self.data_offset {
-            for (d, m) in self.live() {
-                let at = m.data_offset - crate::lost_list::BYTES + (offset - lost);
-                m.dev()
-                    .write_at(data, at)
-                    .map_err(|e| self.member_err(d, e))?;
-            }
-            return Ok(());
-        }
-        let pieces = self.pieces(offset, len)?;
-        if offset < self.meta_end {
-            // The member's dirty flag is set (durably) before a dirty record reaches it.
+        let r = self.write_unnoted(data, offset);
+        if offset >= 4096 && offset < self.meta_end && !data.is_empty() {
             let mut tr = self.dirty.lock().unwrap();
-            self.note_records(&mut tr, data, offset, true);
-            self.update_dirty_flags(&tr, true)?;
-        }
-        for (d, moff, at, n) in pieces {
-            if self.member_failed(d) {
-                continue; // nothing of it is read again (see `fail_member_now`)
+            match (&r, tr.batch_left) {
+                (Err(_), _) => (tr.unsure, tr.batch_left) = (true, None),
+                (Ok(()), Some(n)) if n <= 1 => (tr.unsure, tr.batch_left) = (false, None),
+                (Ok(()), Some(n)) => tr.batch_left = Some(n - 1),
+                (Ok(()), None) => {}
             }
-            self.members[d]
-                .dev()
-                .write_at(&data[at as usize..(at + n) as usize], moff)
-                .map_err(|e| self.member_err(d, e))?;
         }
-        Ok(())
+        r
+    }
+
+    /// Notes the records of the whole batch, then raises the members' flags (`may_dirty`,
+    /// `may_single`, see [`PoolDev::update_dirty_flags`]) durably for them. Noting a record
+    /// again as it is changes nothing, so each page's `write_at` after this raises nothing
+    /// more.
+    fn prepare_records(&self, writes: &[(u64, &[u8])]) -> io::Result<()> {
+        self.raise_for(writes, true)
     }
 
     /// Syncs every live member, also after one fails: an error names its member when one
@@ -1237,7 +1570,7 @@ impl BlockDev for PoolDev {
             0 => {
                 // Every record written so far is durable: flags of members now clean clear.
                 let tr = self.dirty.lock().unwrap();
-                self.update_dirty_flags(&tr, false)
+                self.update_dirty_flags(&tr, false, &[])
             }
             1 => Err(errs.pop().unwrap()),
             _ => Err(io::Error::new(

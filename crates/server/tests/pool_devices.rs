@@ -835,3 +835,194 @@ fn a_stale_member_started_alone_is_refused_by_the_pool_generation_file() {
     };
     assert!(PoolDev::open_with(devs(&[p.members[1].as_path()]), no_file).is_ok());
 }
+
+/// Plan (d)5 with `--dirty-copies 2` (issue 15 item 2): a write-back pool of two whose
+/// member 1 holds dirty lines, every one mirrored on member 0, stopped cleanly or killed,
+/// restarted with member 1 missing, empty (zeroed) or unreadable (every read fails): its
+/// `may_dirty` flag is set but its `may_single` flag clear, so the start goes on degraded
+/// (nothing reported lost) and every acknowledged byte reads back, member 1's dirty lines
+/// from their copies on member 0, promoted. Those are single-copy then: member 0's
+/// `may_single` flag is raised before serving, and a later plain open (member 1 failed
+/// earlier) still serves everything. Before the flag, the same starts were refused
+/// (`may_dirty` alone cannot tell mirrored from lost).
+#[test]
+fn a_missing_member_whose_dirty_lines_are_mirrored_starts_degraded() {
+    use tiercache_server::format::MemberState;
+    for how in ["missing", "empty", "unreadable"] {
+        for kill in [false, true] {
+            let what = format!(
+                "member 1 {how} after a {}",
+                if kill { "kill" } else { "clean stop" }
+            );
+            // Room for every line and its copy: no dirty line is evicted.
+            let p = pool_files(&[512, 512]);
+            format_pool_copies(&p, Mode::WriteBack, None);
+            let mut m = Model::new(0, VOL);
+            let vol = open_pool(&p, &[0, 1]);
+            run_ops(&vol, &mut m, 0x61, 300);
+            vol.flush().unwrap();
+            m.flush();
+            // Mirrored writes and flushes rewrite no pool block: a line's record and its
+            // copy's are one batch (`BlockDev::prepare_records`), never single-copy between.
+            let gen = pool_block_of(&p.members[0]).generation;
+            run_ops(&vol, &mut m, 0x63, 300);
+            vol.flush().unwrap();
+            m.flush();
+            assert_eq!(
+                pool_block_of(&p.members[0]).generation,
+                gen,
+                "{what}: a pool block rewritten by mirrored writes"
+            );
+            let st = vol.stats();
+            assert!(
+                st.pool_members[1].dirty_lines > 8,
+                "{what}: member 1 holds too few dirty lines: {st:?}"
+            );
+            assert_eq!(st.unmirrored_lines, 0, "{what}: every dirty line mirrored");
+            if kill {
+                drop(vol); // no shutdown
+            } else {
+                vol.shutdown().unwrap();
+                drop(vol);
+            }
+            let (a, b) = (p.members[0].as_path(), p.members[1].as_path());
+            let before = pool_block_of(a);
+            assert!(
+                before.members[1].may_dirty && !before.members[1].may_single,
+                "{what}: member 1 dirty, every dirty line mirrored: {before:?}"
+            );
+            let opened = match how {
+                "missing" => open_degraded(&p, &[a], false),
+                "empty" => {
+                    std::fs::write(b, vec![0u8; std::fs::metadata(b).unwrap().len() as usize])
+                        .unwrap();
+                    open_degraded(&p, &[b, a], false)
+                }
+                _ => {
+                    let faults = Faults::new(3);
+                    let (d1, h1) =
+                        faults.wrap("cache1", Box::new(FileDev::open(b).unwrap()), false);
+                    h1.lose();
+                    let members: Vec<(String, Box<dyn BlockDev>)> = vec![
+                        ("m1".into(), Box::new(d1)),
+                        ("m0".into(), Box::new(FileDev::open(a).unwrap())),
+                    ];
+                    let how = tiercache_server::pool_dev::PoolOpen {
+                        degraded: true,
+                        accept_lost_dirty: false,
+                        state_dir: None,
+                    };
+                    PoolDev::open_with(members, how).and_then(|pd| {
+                        CacheVolume::open(
+                            Box::new(pd),
+                            Box::new(FileDev::open(&p.f.backing).unwrap()),
+                            &OpenOptions::default(),
+                        )
+                        .map(|v| v.0)
+                        .map_err(|e| e.to_string())
+                    })
+                }
+            };
+            let vol = opened.unwrap_or_else(|e| panic!("{what}: refused: {e}"));
+            assert_eq!(
+                vol.pool_members().iter().map(|x| x.0).collect::<Vec<_>>(),
+                vec![false, true],
+                "{what}: member 1 failed"
+            );
+            assert_eq!(vol.lost_dirty_ranges(), vec![], "{what}: nothing lost");
+            m.check_volume(&vol, &format!("{what}: degraded"));
+            let st = vol.stats();
+            assert!(
+                st.unmirrored_lines > 8,
+                "{what}: member 1's lines promoted from their copies: {st:?}"
+            );
+            let after = pool_block_of(a);
+            assert_eq!(after.members[1].state, MemberState::Failed, "{what}");
+            assert!(
+                after.members[0].may_single,
+                "{what}: member 0 holds single-copy dirty lines now: {after:?}"
+            );
+            run_ops(&vol, &mut m, 0x62, 200);
+            vol.flush().unwrap();
+            m.flush();
+            m.check_volume(&vol, &format!("{what}: degraded, written"));
+            drop(vol);
+            let pd = PoolDev::open(devs(&[a])).unwrap();
+            let vol = CacheVolume::open(
+                Box::new(pd),
+                Box::new(FileDev::open(&p.f.backing).unwrap()),
+                &OpenOptions::default(),
+            )
+            .unwrap()
+            .0;
+            m.check_volume(&vol, &format!("{what}: restarted"));
+            vol.shutdown().unwrap();
+        }
+    }
+}
+
+/// A member's pool block torn by a power cut while a flag change rewrote it (the blocks are
+/// written member by member, each synced, so one at a time): the member is known by its
+/// superblock's uuid in the other member's block, opened with that membership, and a
+/// serving open rewrites its block. Before, the torn member was refused as "not a member of
+/// a cache pool" and the pool could not start at all. A torn block with no other member to
+/// say which it is, or on a device whose uuid the pool does not list, is still refused.
+#[test]
+fn a_torn_pool_block_is_taken_from_the_other_members() {
+    let p = pool_files(&[128, 128]);
+    format_pool(&p, Mode::WriteBack);
+    let mut m = Model::new(0, VOL);
+    let vol = open_pool(&p, &[0, 1]);
+    run_ops(&vol, &mut m, 0x71, 300);
+    vol.flush().unwrap();
+    m.flush();
+    vol.shutdown().unwrap();
+    drop(vol);
+    let (a, b) = (p.members[0].as_path(), p.members[1].as_path());
+    let good = pool_block_of(a);
+    // The first sector of a newer block, the rest as it was: the crc fails.
+    let mut f = std::fs::read(a).unwrap();
+    let newer = tiercache_server::format::PoolBlock {
+        generation: good.generation + 1,
+        ..good.clone()
+    };
+    f[4096..4096 + 512].copy_from_slice(&newer.encode()[..512]);
+    std::fs::write(a, &f).unwrap();
+    assert!(tiercache_server::format::PoolBlock::decode(&f[4096..8192])
+        .unwrap_err()
+        .contains("checksum"));
+    let e = PoolDev::open(devs(&[a])).err().expect("alone: refused");
+    assert!(e.contains("damaged"), "{e}");
+    let vol = CacheVolume::open(
+        Box::new(PoolDev::open(devs(&[b, a])).unwrap()),
+        Box::new(FileDev::open(&p.f.backing).unwrap()),
+        &OpenOptions::default(),
+    )
+    .unwrap()
+    .0;
+    m.check_volume(&vol, "torn block, plain open");
+    vol.shutdown().unwrap();
+    drop(vol);
+    assert!(
+        tiercache_server::format::PoolBlock::decode(&std::fs::read(a).unwrap()[4096..8192])
+            .is_err(),
+        "a plain open writes nothing"
+    );
+    let vol = open_degraded(&p, &[a, b], false).unwrap();
+    m.check_volume(&vol, "torn block, serving open");
+    vol.shutdown().unwrap();
+    drop(vol);
+    let repaired = pool_block_of(a);
+    assert_eq!(repaired.index, 0);
+    assert_eq!(repaired.pool, good.pool);
+    // A device of another pool with a torn block: its uuid is not listed.
+    let q = pool_files(&[128, 128]);
+    format_pool(&q, Mode::WriteBack);
+    let mut g = std::fs::read(&q.members[1]).unwrap();
+    g[4096 + 600] ^= 1;
+    std::fs::write(&q.members[1], &g).unwrap();
+    let e = PoolDev::open(devs(&[a, q.members[1].as_path()]))
+        .err()
+        .expect("another pool's member refused");
+    assert!(e.contains("not a member of pool"), "{e}");
+}

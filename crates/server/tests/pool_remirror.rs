@@ -363,3 +363,95 @@ fn crash_points_during_remirror_keep_every_flushed_value() {
         (crash_run(&p, seed, c.map(|c| c.1)), 0)
     });
 }
+
+/// Plan (d)5, the refusal half (issue 15 item 2): three members, member 2 lost live, so the
+/// dirty lines of member 1 whose copy member 2 held have one copy: member 1's `may_single`
+/// flag is raised (in the pool blocks recording the failure) and, the server killed, a
+/// start without member 1 is refused, naming the ranges, and marks nothing. Re-mirrored
+/// first (the cleaner) and flushed, the flag is cleared and the same start goes on
+/// degraded: every acknowledged byte reads back (member 1's lines from their new copies).
+#[test]
+fn a_missing_member_with_single_copy_dirty_lines_is_refused_until_remirrored() {
+    use tiercache_server::format::{MemberState, PoolBlock};
+    use tiercache_server::pool_dev::PoolOpen;
+    let block = |path: &Path| {
+        let b = std::fs::read(path).unwrap();
+        PoolBlock::decode(&b[4096..8192]).unwrap()
+    };
+    for remirror in [false, true] {
+        let what = format!("remirror {remirror}");
+        let p = pool_files(&[256, 256, 256]);
+        format_wb(&p);
+        let m3: Vec<&Path> = p.members.iter().map(|x| x.as_path()).collect();
+        let mut m = Model::new(0, VOL);
+        {
+            let (vol, hs) = open_faulty(&m3, &p.f.backing);
+            write_ops(&vol, &mut m, 0x41, 300);
+            vol.flush().unwrap();
+            m.flush();
+            assert_eq!(vol.stats().unmirrored_lines, 0, "{what}: before");
+            assert!(
+                block(m3[0]).members.iter().all(|x| !x.may_single),
+                "{what}: every dirty line mirrored: no member flagged"
+            );
+            lose_member(&vol, &hs[2], 2, &what);
+            m.flush();
+            assert!(vol.stats().unmirrored_lines > 0, "{what}: none single");
+            if remirror {
+                let mut passes = 0;
+                while vol.stats().unmirrored_lines > 0 {
+                    assert!(vol.clean_if_needed().unwrap(), "{what}: the cleaner idle");
+                    passes += 1;
+                    assert!(passes < 100, "{what}: still single");
+                }
+                vol.flush().unwrap();
+            }
+            assert!(
+                vol.stats().pool_members[1].dirty_lines > 0,
+                "{what}: member 1 holds no dirty line"
+            );
+            drop(vol); // killed
+        }
+        let b0 = block(m3[0]);
+        assert_eq!(b0.members[2].state, MemberState::Failed, "{what}");
+        assert!(b0.members[1].may_dirty, "{what}: {b0:?}");
+        assert_eq!(b0.members[1].may_single, !remirror, "{what}: {b0:?}");
+        let how = PoolOpen {
+            degraded: true,
+            accept_lost_dirty: false,
+            state_dir: None,
+        };
+        let opened = PoolDev::open_with(devs(&[m3[0]]), how);
+        if !remirror {
+            let e = opened.err().expect("refused");
+            assert!(
+                e.contains("pool member 1")
+                    && e.contains("may hold dirty lines")
+                    && e.contains(&format!("volume bytes 0..{VOL}"))
+                    && e.contains("--accept-lost-dirty"),
+                "{what}: {e}"
+            );
+            assert_eq!(
+                block(m3[0]).members[1].state,
+                MemberState::Active,
+                "{what}: a refused start marks nothing"
+            );
+            continue;
+        }
+        let vol = CacheVolume::open(
+            Box::new(opened.unwrap_or_else(|e| panic!("{what}: refused: {e}"))),
+            Box::new(FileDev::open(&p.f.backing).unwrap()),
+            &OpenOptions::default(),
+        )
+        .unwrap()
+        .0;
+        assert_eq!(vol.lost_dirty_ranges(), vec![], "{what}");
+        assert_eq!(
+            vol.pool_members().iter().map(|x| x.0).collect::<Vec<_>>(),
+            vec![false, true, true],
+            "{what}"
+        );
+        m.check_volume(&vol, &format!("{what}: member 1 missing"));
+        vol.shutdown().unwrap();
+    }
+}

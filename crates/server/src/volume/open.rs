@@ -1105,6 +1105,12 @@ impl CacheVolume {
             report.copies_promoted += 1;
         }
         report.copies_dropped += r.dropped.len() as u64;
+        if !r.promoted.is_empty() {
+            tracing::warn!(
+                "{} mirrored dirty lines are served from their copies: their line's cache device is gone (they are re-mirrored when two members are live)",
+                r.promoted.len()
+            );
+        }
         if !r.promoted.is_empty() || !r.dropped.is_empty() {
             tracing::info!(
                 "mirrored dirty lines at open: {} copies paired ({} rewritten from their line), {} promoted (their line's cache device is gone), {} dropped (stale)",

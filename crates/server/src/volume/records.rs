@@ -494,28 +494,25 @@ impl CacheVolume {
         // engine maps once is in one record of a flush).
         let seq = g.seq;
         g.seq = g.seq.wrapping_add(1);
-        let (rpp, cap) = (format::RECORDS_PER_PAGE, g.sb.capacity_lines);
+        let rpp = format::RECORDS_PER_PAGE;
+        let runs = runs(&pages);
+        if self.cache.pool_lines().len() > 1 {
+            // A pool raises its members' flags for the whole batch first: a line's record
+            // and its copy's are then written in either order (`crate::pool_dev`).
+            let mut all = Vec::with_capacity(runs.len());
+            for &(page, n) in &runs {
+                let mut b = vec![0u8; (n * PAGE) as usize];
+                Self::encode_pages(g, &mut b, page, seq, &retiring);
+                all.push((META_OFFSET + page * PAGE, b));
+            }
+            let writes: Vec<(u64, &[u8])> = all.iter().map(|(o, b)| (*o, &b[..])).collect();
+            self.cache.prepare_records(&writes)?;
+        }
         // One write per run of consecutive pages, encoded from the image (`mem_record`).
-        for (page, n) in runs(&pages) {
+        for (page, n) in runs {
             buf.clear();
             buf.resize((n * PAGE) as usize, 0);
-            for (i, b) in buf.chunks_mut(PAGE as usize).enumerate() {
-                let q = page + i as u64;
-                let flagged = g.flux_pages.contains_key(&q) && !retiring.contains(&q);
-                for (j, rec) in b.chunks_mut(RECORD_BYTES as usize).enumerate() {
-                    let slot = q * rpp + j as u64;
-                    if slot >= cap {
-                        // Past the last slot: as formatted.
-                        Record::EMPTY.encode(rec);
-                        continue;
-                    }
-                    let r = Record {
-                        seq,
-                        ..g.mem_record(slot as u32)
-                    };
-                    r.encode_flagged(rec, flagged);
-                }
-            }
+            Self::encode_pages(g, &mut buf, page, seq, &retiring);
             self.cache.write_at(&buf, META_OFFSET + page * PAGE)?;
             g.durable_is_mem((page * rpp) as u32, ((page + n) * rpp) as u32);
         }
@@ -528,6 +525,29 @@ impl CacheVolume {
             .metadata_pages
             .fetch_add(pages.len() as u64, Ordering::Relaxed);
         Ok(())
+    }
+
+    /// Encodes record pages `page..` into `buf` (whole pages) from the image (`mem_record`),
+    /// with sequence number `seq`, flagged in flux where still in flux and not `retiring`.
+    fn encode_pages(g: &Inner, buf: &mut [u8], page: u64, seq: u32, retiring: &BTreeSet<u64>) {
+        let (rpp, cap) = (format::RECORDS_PER_PAGE, g.sb.capacity_lines);
+        for (i, b) in buf.chunks_mut(PAGE as usize).enumerate() {
+            let q = page + i as u64;
+            let flagged = g.flux_pages.contains_key(&q) && !retiring.contains(&q);
+            for (j, rec) in b.chunks_mut(RECORD_BYTES as usize).enumerate() {
+                let slot = q * rpp + j as u64;
+                if slot >= cap {
+                    // Past the last slot: as formatted.
+                    Record::EMPTY.encode(rec);
+                    continue;
+                }
+                let r = Record {
+                    seq,
+                    ..g.mem_record(slot as u32)
+                };
+                r.encode_flagged(rec, flagged);
+            }
+        }
     }
 
     /// Puts the engine back for `slots` as their `mem` records say (the state before the plan
