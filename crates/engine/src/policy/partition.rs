@@ -168,8 +168,9 @@ impl Policy for Partitioned {
 ///   is at its maximum (or its class is at its class maximum inside it); a maximum of 0
 ///   bypasses the volume.
 /// - Otherwise the victim comes from the partition furthest above its maximum (a maximum
-///   lowered at run time: the excess goes first, one line per insert, written back when dirty
-///   as any eviction), else from the one furthest above its minimum, so a volume is never
+///   lowered at run time: the excess goes first, one line per insert of any volume, even
+///   while slots are free, written back when dirty as any eviction), else from the one
+///   furthest above its minimum, so a volume is never
 ///   pushed below its minimum by another while any partition is above its own.
 pub struct VolumeParts {
     name: &'static str,
@@ -235,6 +236,11 @@ impl VolumeParts {
         (0..self.parts.len())
             .map(|p| (self.occ[p], self.min[p], self.max[p]))
             .collect()
+    }
+
+    /// Whether some partition holds more lines than its maximum (lowered at run time).
+    fn over_max(&self) -> bool {
+        self.occ.iter().zip(&self.max).any(|(o, m)| o > m)
     }
 
     /// Whether partition `p` must evict its own line for a line of `class`.
@@ -325,8 +331,10 @@ impl Policy for VolumeParts {
     fn for_volume(&mut self, volume: u32) {
         self.cur = self.part_of(volume);
     }
+    /// Also while any partition is above its maximum (lowered at run time): every insert
+    /// then gives back one line of the excess, even while slots are free.
     fn at_limit(&self, class: u8) -> bool {
-        self.own_at_limit(self.cur, class)
+        self.own_at_limit(self.cur, class) || self.over_max()
     }
     fn admit(&mut self, class: u8, clean_share: f64) -> bool {
         let p = self.cur;
@@ -515,6 +523,7 @@ mod volume_tests {
             e.process(&Request::read(l * 4096, 4096)).unwrap();
         }
         assert_eq!(lines_of(&e, 1), 25, "volume 1 shrank to its new max");
+        assert_eq!(e.len(), 100, "the other volume filled the free slots after");
         assert_eq!(
             e.counters().write_backs - before,
             55,
