@@ -145,6 +145,14 @@ pub struct ServeArgs {
     /// `seq_cutoff`.
     #[arg(long, value_name = "NAME=SIZE")]
     volume_seq_cutoff: Vec<String>,
+    /// A volume's occupancy bounds: NAME=MIN:MAX, shares of the pool (`db=0.25:0.6`) or
+    /// percents (`db=25%:60%`; repeat it), as `sim --volume-share`: the volume gets a
+    /// partition of its own, never evicted below MIN by another volume's lines (while any
+    /// other partition is above its own minimum) and replacing its own lines at MAX (0:0
+    /// keeps it out of the cache). Stored with the cache; live: `ctl --volume NAME set share
+    /// MIN:MAX` (`pool`: no bounds). In `[[volume]]` tables: `share`.
+    #[arg(long, value_name = "NAME=MIN:MAX")]
+    volume_share: Vec<String>,
     /// Serve NBD on this unix socket (mode 0600: only the server's user may connect).
     #[arg(long)]
     socket: Option<PathBuf>,
@@ -638,6 +646,7 @@ struct VolumeTable {
     mode: Option<String>,
     admission: Option<String>,
     seq_cutoff: Option<String>,
+    share: Option<String>,
 }
 
 /// The own settings of the `[[volume]]` tables of config file `table`, added to `c`'s
@@ -654,6 +663,7 @@ fn volume_table_settings(table: &toml::Table, c: &mut ServeArgs) {
             (t.mode, &mut c.volume_mode),
             (t.admission, &mut c.volume_admission),
             (t.seq_cutoff, &mut c.volume_seq_cutoff),
+            (t.share, &mut c.volume_share),
         ] {
             if let Some(x) = val {
                 out.push(format!("{}={x}", t.name));
@@ -717,6 +727,7 @@ fn volume_names_known(a: &ServeArgs, known: &[&str]) -> Result<()> {
         ("--volume-mode", &a.volume_mode),
         ("--volume-admission", &a.volume_admission),
         ("--volume-seq-cutoff", &a.volume_seq_cutoff),
+        ("--volume-share", &a.volume_share),
     ];
     for (flag, list) in flags {
         for s in list {
@@ -736,7 +747,7 @@ fn volume_names_known(a: &ServeArgs, known: &[&str]) -> Result<()> {
 /// parses them, `tiercache_server::vol_tuning`): each volume's own settings (names checked by
 /// [`volume_names_known`]).
 fn volume_flags(a: &ServeArgs) -> Result<Vec<tiercache_server::vol_tuning::VolumeFlags>> {
-    use tiercache_server::vol_tuning::{admission_flag, cutoff_flag, VolumeFlags};
+    use tiercache_server::vol_tuning::{admission_flag, cutoff_flag, share_flag, VolumeFlags};
     fn entry(out: &mut Vec<VolumeFlags>, name: String) -> &mut VolumeFlags {
         let i = match out.iter().position(|f| f.name == name) {
             Some(i) => i,
@@ -758,6 +769,21 @@ fn volume_flags(a: &ServeArgs) -> Result<Vec<tiercache_server::vol_tuning::Volum
     for s in &a.volume_seq_cutoff {
         let (name, cut) = cutoff_flag("--volume-seq-cutoff", s).map_err(|e| anyhow!(e))?;
         entry(&mut out, name).seq_cutoff = Some(cut);
+    }
+    for s in &a.volume_share {
+        let (name, share) = share_flag("--volume-share", s).map_err(|e| anyhow!(e))?;
+        entry(&mut out, name).share = Some(share);
+    }
+    let sum: u64 = out
+        .iter()
+        .filter_map(|f| f.share)
+        .map(|s| u64::from(s.min_ppm))
+        .sum();
+    if sum > 1_000_000 {
+        bail!(
+            "--volume-share: the minimum shares add up to {:.1}%, more than the whole pool",
+            sum as f64 / 10_000.0
+        );
     }
     Ok(out)
 }
@@ -1563,8 +1589,12 @@ pub fn serve(a: ServeArgs) -> Result<()> {
     if vol_args.is_empty() && !a.volume_mode.is_empty() {
         bail!("--volume-mode sets the mode of a --volume; with --backing use --mode");
     }
-    if vol_args.is_empty() && !(a.volume_admission.is_empty() && a.volume_seq_cutoff.is_empty()) {
-        bail!("--volume-admission and --volume-seq-cutoff set a --volume's own settings; with --backing use --admission and --seq-cutoff");
+    if vol_args.is_empty()
+        && !(a.volume_admission.is_empty()
+            && a.volume_seq_cutoff.is_empty()
+            && a.volume_share.is_empty())
+    {
+        bail!("--volume-admission, --volume-seq-cutoff and --volume-share set a --volume's own settings; with --backing use --admission and --seq-cutoff (one volume has the whole pool)");
     }
     let vol_flags = volume_flags(&a)?;
     // A name no --volume gives may be a volume added live (`ctl volume add`) that the

@@ -242,6 +242,12 @@ pub struct SimArgs {
     /// --seq-cutoff-write) or NAME=READ:WRITE, 0 = off; as `serve --volume-seq-cutoff`.
     #[arg(long, value_name = "NAME=SIZE")]
     pub volume_seq_cutoff: Vec<String>,
+    /// A volume's occupancy bounds, NAME=MIN:MAX: shares of the pool (`db=0.25:0.6`) or
+    /// percents (`db=25%:60%`; repeat it), as `serve --volume-share`. The volume gets a
+    /// partition of its own under the policy: at MAX it replaces its own lines, and other
+    /// volumes do not evict it below MIN while any partition is above its own minimum.
+    #[arg(long, value_name = "NAME=MIN:MAX")]
+    pub volume_share: Vec<String>,
     /// Report per volume (id, mode, hit ratio, lines held, HDD traffic): implied by
     /// --volume, --volume-mode, --volume-admission and --volume-seq-cutoff; for a trace with
     /// a volume column.
@@ -521,13 +527,15 @@ fn apply_volume_settings(
         || a.per_volume
         || !a.volume_mode.is_empty()
         || !a.volume_admission.is_empty()
-        || !a.volume_seq_cutoff.is_empty();
+        || !a.volume_seq_cutoff.is_empty()
+        || !a.volume_share.is_empty();
     if !any {
         return Ok(());
     }
     anyhow::ensure!(
         spec.log.is_none(),
-        "--volume, --volume-mode, --volume-admission, --volume-seq-cutoff and --per-volume run \
+        "--volume, --volume-mode, --volume-admission, --volume-seq-cutoff, --volume-share and \
+         --per-volume run \
          on the direct layout \
          only for now; drop --layout log"
     );
@@ -584,6 +592,24 @@ fn apply_volume_settings(
             .map_err(|e| anyhow::anyhow!(e))?;
         find(&mut vols, "--volume-seq-cutoff", &n)?.seq_cutoff = Some(cut.resolve(pool_cut));
     }
+    let mut shares = Vec::new();
+    for s in &a.volume_share {
+        let (n, share) = tiercache_server::vol_tuning::share_flag("--volume-share", s)
+            .map_err(|e| anyhow::anyhow!(e))?;
+        let volume = find(&mut vols, "--volume-share", &n)?.id;
+        let (min, max) = share.bounds();
+        anyhow::ensure!(
+            !shares
+                .iter()
+                .any(|x: &tiercache_engine::policy::VolumeShare| x.volume == volume),
+            "--volume-share {s}: volume {n} is given a share twice"
+        );
+        shares.push(tiercache_engine::policy::VolumeShare { volume, min, max });
+    }
+    shares.sort_by_key(|x| x.volume);
+    tiercache_engine::policy::VolumeShare::validate(&shares)
+        .map_err(|e| anyhow::anyhow!("--volume-share: {e}"))?;
+    spec.engine.policy_params.volume_shares = shares;
     if vols.is_empty() {
         // --per-volume alone: a table that only switches per-volume counting on (volume 0
         // named by its id, like every volume met in the trace).

@@ -108,3 +108,109 @@ fn sim_volume_errors_name_the_volume() {
     assert!(!o.status.success());
     assert!(String::from_utf8_lossy(&o.stderr).contains("NAME=TRACE"));
 }
+
+/// An MSR-format trace of `n` 4 KiB reads, the `i`th at line `line(i)`, one every 20 µs
+/// starting `phase` µs in.
+fn msr_trace(path: &Path, n: u64, phase: u64, line: impl Fn(u64) -> u64) {
+    let mut s = String::new();
+    for i in 0..n {
+        let ts = 128_166_385_295_514_663 + (i * 20 + phase) * 10;
+        s.push_str(&format!("{ts},v,0,Read,{},4096,100\n", line(i) * 4096));
+    }
+    std::fs::write(path, s).unwrap();
+}
+
+/// `--volume-share scan=0:25%`: a volume streaming a scan 20 times the cache holds at most a
+/// quarter of it and the other volume's hot set stays cached (its hit ratio far above the
+/// run without the bound, where the scan flushes it).
+#[test]
+fn sim_volume_share_caps_a_scanning_volume() {
+    let dir = tempfile::tempdir().unwrap();
+    let (hot, scan) = (dir.path().join("hot.csv"), dir.path().join("scan.csv"));
+    msr_trace(&hot, 10_000, 0, |i| i % 150);
+    msr_trace(&scan, 20_000, 5, |i| i);
+    let hot = format!("hot={}", hot.display());
+    let scan = format!("scan={}", scan.display());
+    let go = |extra: &[&str]| {
+        let mut args = vec![
+            "sim",
+            "--volume",
+            &hot,
+            "--volume",
+            &scan,
+            "--cache-size",
+            "800KiB",
+            "--line-size",
+            "4KiB",
+            "--json",
+            "-q",
+        ];
+        args.extend_from_slice(extra);
+        let o = run(&args);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        let v = j["volumes"].as_array().expect("volumes").clone();
+        let f = |name: &str, k: &str| {
+            v.iter().find(|x| x["name"] == name).unwrap()[k]
+                .as_f64()
+                .unwrap()
+        };
+        (
+            f("hot", "hit_ratio"),
+            f("scan", "pool_share"),
+            f("scan", "lines"),
+        )
+    };
+    let (hit_free, share_free, _) = go(&[]);
+    let (hit_capped, share_capped, lines) = go(&["--volume-share", "scan=0:25%"]);
+    assert!(
+        share_capped <= 0.25 && lines <= 50.0,
+        "scan holds {lines} lines ({share_capped} of the pool), max 25 %"
+    );
+    assert!(
+        share_free > 0.25,
+        "without the bound the scan holds {share_free}"
+    );
+    assert!(
+        hit_capped > 0.9 && hit_capped > hit_free + 0.3,
+        "hot hit ratio {hit_capped} capped, {hit_free} without"
+    );
+    // The same as shares of the pool; errors name the flag, the volume and the value.
+    let (_, s2, _) = go(&["--volume-share", "scan=0:0.25"]);
+    assert_eq!(s2, share_capped);
+    for (bad, want) in [
+        ("db=0:0.5", "'db'"),
+        ("scan=0.6:0.4", "above maximum"),
+        ("scan=lots", "MIN:MAX"),
+        ("scan=120%:130%", "outside"),
+    ] {
+        let o = run(&[
+            "sim",
+            "--volume",
+            &hot,
+            "--volume",
+            &scan,
+            "--volume-share",
+            bad,
+            "-q",
+        ]);
+        assert!(!o.status.success(), "{bad} accepted");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.contains(want), "{bad}: {err}");
+    }
+    let o = run(&[
+        "sim",
+        "--volume",
+        &hot,
+        "--volume",
+        &scan,
+        "--volume-share",
+        "scan=0.6:1",
+        "--volume-share",
+        "hot=0.5:1",
+        "-q",
+    ]);
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("minimum shares add up"), "{err}");
+}

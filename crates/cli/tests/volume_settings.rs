@@ -223,7 +223,7 @@ fn volume_settings_refused_by_name_and_taken_from_the_config_file() {
     std::fs::write(
         &conf,
         format!(
-            "cache = \"{}\"\nformat_if_needed = true\ncache_size = \"16M\"\n[[volume]]\nname = \"a\"\nbacking = \"{}\"\nadmission = \"never\"\nseq_cutoff = \"1m:64k\"\n[[volume]]\nname = \"b\"\nbacking = \"{}\"\nmode = \"write-back\"\n",
+            "cache = \"{}\"\nformat_if_needed = true\ncache_size = \"16M\"\n[[volume]]\nname = \"a\"\nbacking = \"{}\"\nadmission = \"never\"\nseq_cutoff = \"1m:64k\"\nshare = \"10%:0.5\"\n[[volume]]\nname = \"b\"\nbacking = \"{}\"\nmode = \"write-back\"\n",
             d.join("cache.img").display(),
             d.join("a.img").display(),
             d.join("b.img").display()
@@ -234,6 +234,7 @@ fn volume_settings_refused_by_name_and_taken_from_the_config_file() {
     assert_eq!(get(&srv, "a", "admission"), "never");
     assert_eq!(get(&srv, "a", "seq-cutoff"), "1MiB");
     assert_eq!(get(&srv, "a", "seq-cutoff-write"), "64KiB");
+    assert_eq!(get(&srv, "a", "share"), "10%:50%");
     assert_eq!(get(&srv, "b", "mode"), "write-back");
     assert_eq!(get(&srv, "b", "admission"), "always");
     srv.stop("-TERM");
@@ -266,4 +267,114 @@ fn modes_set_by_ctl_on_added_volumes_and_by_the_pool_survive_a_restart() {
         assert_eq!(get(&srv, n, "mode"), "write-around", "volume {n}");
     }
     srv.stop("-TERM");
+}
+
+/// `tiercache ctl ARGS` against `srv` that must fail: its stderr.
+fn ctl_fails(srv: &Srv, args: &[&str]) -> String {
+    let out = std::process::Command::new(common::BIN)
+        .arg("ctl")
+        .arg("--control")
+        .arg(&srv.ctl)
+        .args(args)
+        .output()
+        .unwrap();
+    let err =
+        String::from_utf8_lossy(&out.stderr).into_owned() + &String::from_utf8_lossy(&out.stdout);
+    assert!(!out.status.success(), "ctl {args:?} succeeded: {err}");
+    err
+}
+
+/// `--volume-share a=0:0.25`: volume a, read whole (8 MiB, half the 16 MiB cache), holds at
+/// most a quarter of the cache's lines (`ctl stats`: `cached_lines <= share_max_lines`),
+/// while b's lines are cached beside it; `ctl --volume a set share 0:1` lets a grow; the
+/// bound is stored with the cache (a restart keeps what ctl set); bad values are refused
+/// naming the volume and the value, and changing nothing.
+#[test]
+fn share_per_volume_bounds_occupancy_live_and_is_stored() {
+    let (dir, args) = setup();
+    let d = dir.path();
+    let metrics = format!("127.0.0.1:{}", common::free_port());
+    let srv = serve(
+        d,
+        &args,
+        &["--volume-share", "a=0:0.25", "--metrics", &metrics],
+    );
+    assert_eq!(get(&srv, "a", "share"), "0%:25%");
+    assert_eq!(get(&srv, "b", "share"), "pool");
+    let cap = srv.stats()["capacity_lines"].as_u64().unwrap();
+    let max = vol(&srv, "a")["share_max_lines"].as_u64().unwrap();
+    assert_eq!(max, cap / 4, "{}", vol(&srv, "a"));
+    assert!(
+        2048 > max + 256,
+        "the test needs a's 2048 lines well above a quarter: {cap}"
+    );
+    read(&srv, "b", 0, 2 << 20, false);
+    read(&srv, "a", 0, 8 << 20, false);
+    let a = cached(&srv, "a");
+    assert!(
+        a <= max && a + 16 >= max,
+        "a holds {a} lines of {cap}, max {max}"
+    );
+    assert_eq!(cached(&srv, "b"), 512, "b's lines stay: {}", vol(&srv, "b"));
+    // Prometheus has the bound too (and the volume's lines).
+    let m = common::metrics(&metrics);
+    assert!(
+        m.contains(&format!(
+            "tiercache_volume_share_max_lines{{volume=\"a\"}} {max}"
+        )),
+        "{m}"
+    );
+    // Bad values change nothing.
+    let e = ctl_fails(&srv, &["--volume", "a", "set", "share", "0.5:0.2"]);
+    assert!(e.contains("volume a") && e.contains("above maximum"), "{e}");
+    srv.ctl(&["--volume", "b", "set", "share", "70%:100%"]);
+    let e = ctl_fails(&srv, &["--volume", "a", "set", "share", "0.4:1"]);
+    assert!(e.contains("minimum shares add up"), "{e}");
+    assert_eq!(get(&srv, "a", "share"), "0%:25%");
+    srv.ctl(&["--volume", "b", "set", "share", "pool"]);
+    // Live: a may grow now.
+    let t = srv.ctl(&["--volume", "a", "set", "share", "0:1"]);
+    assert!(t.contains("share: 0%:25% -> 0%:100%"), "{t}");
+    read(&srv, "a", 0, 8 << 20, false);
+    let grown = cached(&srv, "a");
+    assert!(
+        grown > max + 256,
+        "a holds {grown} lines, was capped at {max}"
+    );
+    // Lowered again: the excess goes as lines are inserted (b's reads here, while slots are
+    // free), one of a's per insert.
+    srv.ctl(&["--volume", "a", "set", "share", "0:20%"]);
+    read(&srv, "b", 2 << 20, 8 << 20, false);
+    let low = vol(&srv, "a");
+    assert!(
+        low["cached_lines"].as_u64().unwrap() <= low["share_max_lines"].as_u64().unwrap(),
+        "{low}"
+    );
+    srv.stop("-TERM");
+
+    // Restarted without the flag: the share ctl set is stored with the cache.
+    let srv = serve(d, &args, &[]);
+    assert_eq!(get(&srv, "a", "share"), "0%:20%");
+    assert_eq!(vol(&srv, "a")["share"], "0%:20%");
+    srv.stop("-TERM");
+    // A flag at the restart wins; `pool` drops the bound (stored too).
+    let srv = serve(d, &args, &["--volume-share", "a=5%:50%"]);
+    assert_eq!(get(&srv, "a", "share"), "5%:50%");
+    srv.ctl(&["--volume", "a", "set", "share", "pool"]);
+    srv.stop("-TERM");
+    let srv = serve(d, &args, &[]);
+    assert_eq!(get(&srv, "a", "share"), "pool");
+    srv.stop("-TERM");
+    // Serve flags refused by name.
+    let mut a: Vec<&str> = args.iter().map(|s| s.as_str()).collect();
+    a.extend(["--volume-share", "a=60%:40%"]);
+    let e = serve_refused(d, &a);
+    assert!(
+        e.contains("--volume-share a=60%:40%") && e.contains("volume a"),
+        "{e}"
+    );
+    let mut a: Vec<&str> = args.iter().map(|s| s.as_str()).collect();
+    a.extend(["--volume-share", "a=0.6:1", "--volume-share", "b=0.6:1"]);
+    let e = serve_refused(d, &a);
+    assert!(e.contains("minimum shares add up"), "{e}");
 }

@@ -418,6 +418,7 @@ impl EngineConfig {
                 p.s3fifo_small
             ));
         }
+        crate::policy::VolumeShare::validate(&p.volume_shares)?;
         if !(0.0..=1.0).contains(&self.dirty_low)
             || !(0.0..=1.0).contains(&self.dirty_high)
             || self.dirty_low > self.dirty_high

@@ -806,6 +806,10 @@ impl Engine {
                 "s3fifo_small",
                 c.policy_params.s3fifo_small != self.cfg.policy_params.s3fifo_small,
             ),
+            (
+                "volume_shares (Engine::set_volume_share changes them)",
+                c.policy_params.volume_shares != self.cfg.policy_params.volume_shares,
+            ),
             ("validity", c.validity != self.cfg.validity),
             ("mode", c.mode != self.cfg.mode),
             ("dirty_copies", c.dirty_copies != self.cfg.dirty_copies),
@@ -858,6 +862,48 @@ impl Engine {
         }
         let mut c = self.cfg.clone();
         c.policy_params.classes = table;
+        self.rebuild_policy(c)
+    }
+
+    /// Sets (`Some((min, max))`, shares of the capacity) or clears (`None`) the occupancy
+    /// bounds of `volume` (`--volume-share`, `ctl --volume NAME set share`): a volume with
+    /// bounds gets a partition of its own ([`crate::policy::partition::VolumeParts`]). The
+    /// policy is rebuilt as by [`Engine::set_class_table`] (every cached line kept, in the old
+    /// policy's eviction order); a volume above a lowered maximum gives up its excess lazily,
+    /// one line per later insert (any volume's), dirty lines written back as any eviction.
+    /// On error (bounds out of order, minimums over the whole pool) nothing changes.
+    pub fn set_volume_share(
+        &mut self,
+        volume: u32,
+        share: Option<(f64, f64)>,
+    ) -> Result<(), EngineError> {
+        if self.policy.needs_oracle() {
+            return Err(EngineError::Config(format!(
+                "policy {} needs the future accesses; its volume shares cannot change on a running engine",
+                self.policy.name()
+            )));
+        }
+        let mut c = self.cfg.clone();
+        let v = &mut c.policy_params.volume_shares;
+        v.retain(|s| s.volume != volume);
+        if let Some((min, max)) = share {
+            v.push(policy::VolumeShare { volume, min, max });
+            v.sort_by_key(|s| s.volume);
+        }
+        if c.policy_params.volume_shares == self.cfg.policy_params.volume_shares {
+            return Ok(());
+        }
+        self.rebuild_policy(c)
+    }
+
+    /// The occupancy bounds in force, one per volume that has them.
+    pub fn volume_shares(&self) -> &[policy::VolumeShare] {
+        &self.cfg.policy_params.volume_shares
+    }
+
+    /// Rebuilds the policy for the configuration `c` (its policy parameters changed), every
+    /// cached line put back in the old policy's eviction order. On error nothing changes.
+    fn rebuild_policy(&mut self, c: EngineConfig) -> Result<(), EngineError> {
         c.validate().map_err(EngineError::Config)?;
         let info = policy::lookup(&c.policy).expect("validated");
         let mut new =
@@ -1412,7 +1458,7 @@ impl Engine {
             None => {
                 self.policy.miss(&a);
                 let slot = self
-                    .alloc_slot(ci)
+                    .alloc_slot(ci, req.volume)
                     .expect("the fast path is off while write-backs are in flight");
                 let ssd = self.ssd_addr(slot);
                 if is_write {
@@ -1726,7 +1772,7 @@ impl Engine {
             } else if is_write && !full && !self.cfg.partial_write_fill {
                 Some(Bypass::PartialWrite)
             } else if self.class_gate
-                && (!self.class_admits(req.class) || self.displaces_dirty_peer(ci))
+                && (!self.class_admits(req.volume, req.class) || self.displaces_dirty_peer(ci))
             {
                 Some(Bypass::Class)
             } else if (self.dirty_evictions_blocked && !self.room_without_dirty_eviction())
@@ -2055,7 +2101,7 @@ impl Engine {
         let ci = req.class as usize;
         let ls = self.cfg.line_size;
         let vol = req.volume;
-        let Some(slot) = self.alloc_slot(ci) else {
+        let Some(slot) = self.alloc_slot(ci, vol) else {
             debug_assert!(
                 !self.pins.is_empty(),
                 "no slot without a write-back in flight"
@@ -2199,7 +2245,7 @@ impl Engine {
             if self.dirty_evictions_blocked && !self.room_without_dirty_eviction() {
                 continue;
             }
-            let Some(slot) = self.alloc_slot(ci) else {
+            let Some(slot) = self.alloc_slot(ci, req.volume) else {
                 continue;
             };
             let hdd = l << self.line_shift;
@@ -2228,7 +2274,10 @@ impl Engine {
     /// Takes a free slot, evicting (and writing back) a victim when the cache is full.
     /// `None` (nothing changed but the policy's search state) only while write-backs are in
     /// flight, when no unpinned victim is found.
-    fn alloc_slot(&mut self, ci: usize) -> Option<Slot> {
+    fn alloc_slot(&mut self, ci: usize, vol: u32) -> Option<Slot> {
+        if self.class_gate {
+            self.policy.for_volume(vol);
+        }
         if self.dirty_evictions_blocked {
             return self.alloc_slot_clean(ci);
         }
@@ -3310,7 +3359,8 @@ impl Engine {
     }
 
     /// Class-aware admission: the policy decides from the class and the clean share.
-    fn class_admits(&mut self, class: u8) -> bool {
+    fn class_admits(&mut self, volume: u32, class: u8) -> bool {
+        self.policy.for_volume(volume);
         let clean = 1.0 - self.dirty_count as f64 / self.cap.max(1) as f64;
         self.policy.admit(class, clean)
     }

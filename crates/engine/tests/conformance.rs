@@ -77,6 +77,18 @@ fn run_with(
             let n = e.cleaning_target();
             e.clean(n);
         }
+        for v in &e.volume_shares().to_vec() {
+            let lines = e
+                .entries()
+                .filter(|&(k, _, _)| k >> 48 == u64::from(v.volume))
+                .count() as f64;
+            assert!(
+                lines <= (v.max * cap as f64).floor(),
+                "{policy} {mode}: volume {} holds {lines} lines, max share {} of {cap}",
+                v.volume,
+                v.max
+            );
+        }
         if i % 97 == 0 {
             check_consistent(&e, policy);
         }
@@ -113,6 +125,30 @@ fn every_policy_keeps_the_contract_in_every_mode() {
         for mode in Mode::ALL {
             for cap in [0, 1, 7, 64, 300] {
                 run(p.name, mode, cap, &reqs, false);
+            }
+        }
+    }
+}
+
+/// The same contract with volume partitions (`--volume-share`): one volume bounded, or both
+/// (one with a minimum), every policy, mode and capacity; no volume above its maximum after
+/// any request (checked in [`run_with`]).
+#[test]
+fn every_policy_keeps_the_contract_with_volume_partitions() {
+    use tiercache_engine::policy::VolumeShare;
+    let reqs = stream(17, 3000);
+    let share = |volume, min, max| VolumeShare { volume, min, max };
+    for shares in [
+        vec![share(1, 0.0, 0.3)],
+        vec![share(0, 0.4, 0.9), share(1, 0.1, 0.5)],
+    ] {
+        for p in REGISTRY {
+            for mode in Mode::ALL {
+                for cap in [0, 1, 7, 64, 300] {
+                    let mut base = EngineConfig::default();
+                    base.policy_params.volume_shares = shares.clone();
+                    run_with(p.name, mode, cap, &reqs, false, base);
+                }
             }
         }
     }

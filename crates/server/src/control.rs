@@ -136,7 +136,7 @@ fn volume_reply(vol: &dyn LiveVolume, name: &str, request: Command) -> serde_jso
         }
         Command::Get { key } => match vol.volume_settings(id) {
             Err(e) => no(e),
-            Ok(all) => match key.as_deref().map(crate::tuning::key).transpose() {
+            Ok(all) => match key.as_deref().map(crate::tuning::volume_key).transpose() {
                 Err(e) => no(e),
                 Ok(Some(k)) if !crate::tuning::VOLUME_KEYS.contains(&k) => no(format!(
                     "{k} is a setting of the pool, shared by every volume (per volume: {}): `ctl get {k}` without --volume",
@@ -166,7 +166,7 @@ fn volume_reply(vol: &dyn LiveVolume, name: &str, request: Command) -> serde_jso
 
 /// The answer to `get` from all settings: one key's (checked) or all.
 pub fn get_reply(all: Vec<(&'static str, String)>, key: Option<&str>) -> serde_json::Value {
-    let pick = match key.map(crate::tuning::key).transpose() {
+    let pick = match key.map(crate::tuning::volume_key).transpose() {
         Ok(k) => k,
         Err(e) => return serde_json::json!({"ok": false, "error": e}),
     };

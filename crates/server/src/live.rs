@@ -685,7 +685,7 @@ fn volume_metrics(o: &mut String, vols: &[crate::volume::VolumeFigures]) {
         return;
     }
     type Get = fn(&crate::volume::VolumeFigures) -> u64;
-    let rows: [(&str, &str, &str, Get); 8] = [
+    let rows: [(&str, &str, &str, Get); 10] = [
         (
             "requests_total",
             "counter",
@@ -733,6 +733,18 @@ fn volume_metrics(o: &mut String, vols: &[crate::volume::VolumeFigures]) {
             "gauge",
             "Lines of the volume not yet on its backing device.",
             |v| v.dirty_lines,
+        ),
+        (
+            "share_min_lines",
+            "gauge",
+            "Lines other volumes do not evict the volume below (--volume-share MIN; 0 without).",
+            |v| v.share_min_lines,
+        ),
+        (
+            "share_max_lines",
+            "gauge",
+            "Lines the volume holds at most (--volume-share MAX; the pool's capacity without).",
+            |v| v.share_max_lines,
         ),
     ];
     for (name, kind, help, get) in rows {

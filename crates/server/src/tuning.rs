@@ -36,7 +36,22 @@ const VERSION: u32 = 2;
 
 /// Keys a volume of several has its own value of (`ctl --volume NAME set KEY VALUE`, stored
 /// with the cache by `crate::vol_tuning`); the others are the pool's.
-pub const VOLUME_KEYS: &[&str] = &["mode", "admission", "seq-cutoff", "seq-cutoff-write"];
+pub const VOLUME_KEYS: &[&str] = &[
+    "mode",
+    "admission",
+    "seq-cutoff",
+    "seq-cutoff-write",
+    "share",
+];
+
+/// A per-volume key (`ctl --volume NAME get|set KEY`): [`key`], or `share` (a volume's
+/// occupancy bounds, MIN:MAX; no pool-wide value).
+pub fn volume_key(k: &str) -> Result<&'static str, String> {
+    if k.trim().eq_ignore_ascii_case("share") {
+        return Ok("share");
+    }
+    key(k).map_err(|e| format!("{e}; per volume also: share"))
+}
 
 /// Keys `ctl get`/`ctl set` know, in display order: (key, what it is, changeable live).
 pub const KEYS: &[(&str, &str, bool)] = &[

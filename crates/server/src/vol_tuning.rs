@@ -12,6 +12,9 @@
 //! flags: bit 0 admission set, bit 1 seq cutoff set, bits 8..16 mode (index into Mode::ALL + 1,
 //! 0 = not set)
 //! ```
+//! Version 2 (written only when some volume has occupancy bounds, `--volume-share`, so a
+//! cache without them stays readable by builds before it): 40-byte entries, the 32 above then
+//! `share_min u32 | share_max u32` (millionths of the pool), flags bit 2 share set.
 //! A damaged block (torn rewrite of this sector) is ignored with a warning: every volume then
 //! runs with the pool's settings or this run's flags (these shape what is cached, never what a
 //! block reads). Builds before this area ignore it.
@@ -24,14 +27,62 @@ pub const AT: usize = 640;
 pub const END: usize = crate::format::VOLUME_TABLE_AT;
 const MAGIC: &[u8; 8] = b"TCVOLSET";
 const VERSION: u32 = 1;
+const VERSION_SHARES: u32 = 2;
 const ENTRY: usize = 32;
+const ENTRY_V2: usize = 40;
 /// Entries the block holds.
 pub const MAX_ENTRIES: usize = (END - AT - 16 - 4) / ENTRY;
+/// Entries the block holds when some volume has a share (version 2).
+pub const MAX_ENTRIES_V2: usize = (END - AT - 16 - 4) / ENTRY_V2;
 const _: () = assert!(crate::tuning::AT + crate::tuning::BYTES <= AT);
 const _: () = assert!(MAX_ENTRIES >= crate::format::MAX_TABLE_VOLUMES);
+const _: () = assert!(MAX_ENTRIES_V2 >= crate::format::MAX_TABLE_VOLUMES);
 
 const HAS_ADMISSION: u32 = 1;
 const HAS_CUTOFF: u32 = 2;
+const HAS_SHARE: u32 = 4;
+/// Shares are stored in millionths of the pool.
+const PPM: f64 = 1_000_000.0;
+
+/// A volume's occupancy bounds (`--volume-share NAME=MIN:MAX`), in millionths of the pool,
+/// as stored (exact, so settings compare equal after a round trip).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Share {
+    pub min_ppm: u32,
+    pub max_ppm: u32,
+}
+
+impl Share {
+    /// From shares of the pool (`0 <= min <= max <= 1`, checked by the parser).
+    pub fn of(min: f64, max: f64) -> Share {
+        Share {
+            min_ppm: (min * PPM).round() as u32,
+            max_ppm: (max * PPM).round() as u32,
+        }
+    }
+
+    /// `(min, max)` as shares of the pool.
+    pub fn bounds(&self) -> (f64, f64) {
+        (self.min_ppm as f64 / PPM, self.max_ppm as f64 / PPM)
+    }
+
+    /// Parses `MIN:MAX` (shares `0.25:0.6` or percents `25%:60%`).
+    pub fn parse(v: &str) -> Result<Share, String> {
+        let (min, max) = tiercache_engine::policy::VolumeShare::parse_bounds(v)?;
+        Ok(Share::of(min, max))
+    }
+}
+
+impl std::fmt::Display for Share {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let pct = |p: u32| {
+            let s = format!("{:.4}", p as f64 / 10_000.0);
+            let s = s.trim_end_matches('0').trim_end_matches('.').to_string();
+            s + "%"
+        };
+        write!(f, "{}:{}", pct(self.min_ppm), pct(self.max_ppm))
+    }
+}
 const MODE_SHIFT: u32 = 8;
 
 /// One volume's own settings (`None`: the pool's).
@@ -41,22 +92,29 @@ pub struct VolumeTuning {
     pub mode: Option<Mode>,
     pub admission: Option<Admission>,
     pub seq_cutoff: Option<SeqCutoff>,
+    /// Occupancy bounds (`--volume-share`, `ctl --volume NAME set share`).
+    pub share: Option<Share>,
 }
 
 impl VolumeTuning {
-    /// The settings volume `v` of the engine's table holds.
-    pub fn of(v: &VolumeConfig) -> VolumeTuning {
+    /// The settings volume `v` of the engine's table holds, with occupancy bounds `share`
+    /// (the engine keeps those apart, in its policy parameters).
+    pub fn of(v: &VolumeConfig, share: Option<Share>) -> VolumeTuning {
         VolumeTuning {
             id: v.id,
             mode: v.mode,
             admission: v.admission,
             seq_cutoff: v.seq_cutoff,
+            share,
         }
     }
 
     /// Nothing of its own.
     pub fn is_empty(&self) -> bool {
-        self.mode.is_none() && self.admission.is_none() && self.seq_cutoff.is_none()
+        self.mode.is_none()
+            && self.admission.is_none()
+            && self.seq_cutoff.is_none()
+            && self.share.is_none()
     }
 }
 
@@ -103,6 +161,7 @@ pub struct VolumeFlags {
     pub name: String,
     pub admission: Option<Admission>,
     pub seq_cutoff: Option<CutoffSpec>,
+    pub share: Option<Share>,
 }
 
 /// Splits a per-volume flag's `NAME=VALUE` (`flag` names it in the error).
@@ -130,6 +189,29 @@ pub fn cutoff_flag(flag: &str, s: &str) -> Result<(String, CutoffSpec), String> 
     Ok((n.to_string(), c))
 }
 
+/// `--volume-share NAME=MIN:MAX` ([`Share::parse`]).
+pub fn share_flag(flag: &str, s: &str) -> Result<(String, Share), String> {
+    let (n, v) = split_flag(flag, s)?;
+    let c = Share::parse(v).map_err(|e| format!("{flag} {s}: volume {n}: {e}"))?;
+    Ok((n.to_string(), c))
+}
+
+/// Checks that the volumes' minimum shares add up to at most the whole pool.
+pub fn check_shares(v: &[VolumeTuning]) -> Result<(), String> {
+    let sum: u64 = v
+        .iter()
+        .filter_map(|t| t.share)
+        .map(|s| u64::from(s.min_ppm))
+        .sum();
+    if sum > PPM as u64 {
+        return Err(format!(
+            "the volumes' minimum shares add up to {:.1}%, more than the whole pool",
+            sum as f64 / 10_000.0
+        ));
+    }
+    Ok(())
+}
+
 /// `table` with volume `t.id`'s entry replaced by `t` (dropped when it holds nothing).
 pub fn put(table: &mut Vec<VolumeTuning>, t: VolumeTuning) {
     table.retain(|x| x.id != t.id);
@@ -142,9 +224,15 @@ pub fn put(table: &mut Vec<VolumeTuning>, t: VolumeTuning) {
 /// Writes the block into the superblock block `b` (nothing when `v` is empty: the area stays
 /// zero, as before this block existed).
 pub fn encode_into(v: &[VolumeTuning], b: &mut [u8]) {
+    let shares = v.iter().any(|e| e.share.is_some());
+    let (version, entry, max) = if shares {
+        (VERSION_SHARES, ENTRY_V2, MAX_ENTRIES_V2)
+    } else {
+        (VERSION, ENTRY, MAX_ENTRIES)
+    };
     assert!(
-        v.len() <= MAX_ENTRIES,
-        "{} volumes' settings: the block holds {MAX_ENTRIES}",
+        v.len() <= max,
+        "{} volumes' settings: the block holds {max}",
         v.len()
     );
     let t = &mut b[AT..END];
@@ -153,10 +241,10 @@ pub fn encode_into(v: &[VolumeTuning], b: &mut [u8]) {
         return;
     }
     t[0..8].copy_from_slice(MAGIC);
-    t[8..12].copy_from_slice(&VERSION.to_le_bytes());
+    t[8..12].copy_from_slice(&version.to_le_bytes());
     t[12..16].copy_from_slice(&(v.len() as u32).to_le_bytes());
     for (i, e) in v.iter().enumerate() {
-        let x = &mut t[16 + i * ENTRY..16 + (i + 1) * ENTRY];
+        let x = &mut t[16 + i * entry..16 + (i + 1) * entry];
         let mode = e.mode.map_or(0, |m| {
             Mode::ALL
                 .iter()
@@ -166,6 +254,7 @@ pub fn encode_into(v: &[VolumeTuning], b: &mut [u8]) {
         });
         let flags = e.admission.map_or(0, |_| HAS_ADMISSION)
             | e.seq_cutoff.map_or(0, |_| HAS_CUTOFF)
+            | e.share.map_or(0, |_| HAS_SHARE)
             | mode << MODE_SHIFT;
         let a = e.admission.unwrap_or_default();
         let c = e.seq_cutoff.unwrap_or_default();
@@ -175,8 +264,12 @@ pub fn encode_into(v: &[VolumeTuning], b: &mut [u8]) {
         x[12..16].copy_from_slice(&a.write_threshold.to_le_bytes());
         x[16..24].copy_from_slice(&c.read_bytes.to_le_bytes());
         x[24..32].copy_from_slice(&c.write_bytes.to_le_bytes());
+        if let Some(s) = e.share {
+            x[32..36].copy_from_slice(&s.min_ppm.to_le_bytes());
+            x[36..40].copy_from_slice(&s.max_ppm.to_le_bytes());
+        }
     }
-    let end = 16 + v.len() * ENTRY;
+    let end = 16 + v.len() * entry;
     let crc = crc32c::crc32c(&t[..end]);
     t[end..end + 4].copy_from_slice(&crc.to_le_bytes());
 }
@@ -191,26 +284,37 @@ pub fn decode(b: &[u8]) -> Result<Vec<VolumeTuning>, String> {
     let u32at = |o: usize| u32::from_le_bytes(t[o..o + 4].try_into().unwrap());
     let u64at = |o: usize| u64::from_le_bytes(t[o..o + 8].try_into().unwrap());
     let version = u32at(8);
-    if version != VERSION {
-        return Err(format!("volume settings block version {version} unknown"));
-    }
+    let (entry, max, known) = match version {
+        VERSION => (ENTRY, MAX_ENTRIES, HAS_ADMISSION | HAS_CUTOFF),
+        VERSION_SHARES => (
+            ENTRY_V2,
+            MAX_ENTRIES_V2,
+            HAS_ADMISSION | HAS_CUTOFF | HAS_SHARE,
+        ),
+        _ => return Err(format!("volume settings block version {version} unknown")),
+    };
     let n = u32at(12) as usize;
-    if n > MAX_ENTRIES {
+    if n > max {
         return Err(format!(
-            "volume settings block holds {n} entries ({MAX_ENTRIES} fit)"
+            "volume settings block holds {n} entries ({max} fit)"
         ));
     }
-    let end = 16 + n * ENTRY;
+    let end = 16 + n * entry;
     if u32at(end) != crc32c::crc32c(&t[..end]) {
         return Err("volume settings block checksum mismatch".into());
     }
     let mut out: Vec<VolumeTuning> = Vec::with_capacity(n);
     for i in 0..n {
-        let o = 16 + i * ENTRY;
+        let o = 16 + i * entry;
         let id = u32at(o);
         let flags = u32at(o + 4);
         let mode = (flags >> MODE_SHIFT) & 0xff;
-        if flags & !(HAS_ADMISSION | HAS_CUTOFF | 0xff << MODE_SHIFT) != 0
+        let share = (flags & HAS_SHARE != 0).then(|| Share {
+            min_ppm: u32at(o + 32),
+            max_ppm: u32at(o + 36),
+        });
+        if flags & !(known | 0xff << MODE_SHIFT) != 0
+            || share.is_some_and(|s| s.min_ppm > s.max_ppm || s.max_ppm > PPM as u32)
             || mode as usize > Mode::ALL.len()
             || out.iter().any(|x| x.id == id)
         {
@@ -229,6 +333,7 @@ pub fn decode(b: &[u8]) -> Result<Vec<VolumeTuning>, String> {
                 read_bytes: u64at(o + 16),
                 write_bytes: u64at(o + 24),
             }),
+            share,
         });
     }
     Ok(out)
@@ -254,10 +359,28 @@ mod tests {
                     read_bytes: (i as u64) << 20,
                     write_bytes: 4096 * i as u64,
                 }),
+                share: None,
             })
             .collect();
         encode_into(&v, &mut b);
         assert_eq!(decode(&b).unwrap(), v);
+        assert_eq!(
+            b[AT + 8],
+            1,
+            "no shares: version 1, as builds before them wrote"
+        );
+        // With shares: version 2, fewer (larger) entries.
+        let mut w = v[..MAX_ENTRIES_V2].to_vec();
+        w[1].share = Some(Share::parse("25%:0.6").unwrap());
+        w[2].share = Some(Share::of(0.0, 1.0));
+        let mut b2 = vec![0u8; 4096];
+        encode_into(&w, &mut b2);
+        assert_eq!(b2[AT + 8], 2);
+        assert_eq!(decode(&b2).unwrap(), w);
+        assert_eq!(w[1].share.unwrap().to_string(), "25%:60%");
+        assert!(b2[..AT].iter().chain(&b2[END..]).all(|x| *x == 0));
+        b2[AT + 16 + 40 + 33] ^= 1;
+        assert!(decode(&b2).unwrap_err().contains("checksum"));
         // Nothing outside its area is written.
         assert!(b[..AT].iter().chain(&b[END..]).all(|x| *x == 0));
         b[AT + 40] ^= 1;
@@ -309,6 +432,7 @@ mod tests {
                 write_threshold: 0,
             }),
             seq_cutoff: None,
+            share: None,
         };
         put(&mut t, a);
         put(
@@ -327,6 +451,7 @@ mod tests {
                 mode: None,
                 admission: None,
                 seq_cutoff: None,
+                share: None,
             },
         );
         assert_eq!(t.len(), 1);

@@ -75,6 +75,70 @@ pub struct PolicyConfig {
     /// policy. None = DSS uses the built-in file-system table; other policies ignore classes.
     #[serde(skip)]
     pub classes: Option<Arc<ClassTable>>,
+    /// Per-volume occupancy bounds (`--volume-share NAME=MIN:MAX`): each volume listed gets a
+    /// partition of its own ([`partition`]); the others share one. Sorted by volume, one
+    /// entry per volume.
+    #[serde(skip)]
+    pub volume_shares: Vec<VolumeShare>,
+}
+
+/// The share of the pool one volume may hold: at least `min` (others do not evict it below
+/// that while some partition is above its own minimum), at most `max` (beyond it the volume
+/// replaces its own lines). Shares of the capacity, `0 <= min <= max <= 1`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct VolumeShare {
+    pub volume: u32,
+    pub min: f64,
+    pub max: f64,
+}
+
+impl VolumeShare {
+    /// Parses `MIN:MAX`, each a share (`0.25`) or a percent (`25%`).
+    pub fn parse_bounds(s: &str) -> Result<(f64, f64), String> {
+        let (a, b) = s
+            .split_once(':')
+            .ok_or_else(|| format!("share '{s}': expected MIN:MAX, e.g. 0.25:0.6 or 25%:60%"))?;
+        let one = |x: &str| -> Result<f64, String> {
+            let x = x.trim();
+            let v = match x.strip_suffix('%') {
+                Some(p) => p.trim().parse::<f64>().map(|v| v / 100.0),
+                None => x.parse::<f64>(),
+            }
+            .map_err(|_| format!("share '{s}': '{x}' is not a number or a percent"))?;
+            if !(0.0..=1.0).contains(&v) {
+                return Err(format!("share '{s}': '{x}' is outside 0..1 (0%..100%)"));
+            }
+            Ok(v)
+        };
+        let (min, max) = (one(a)?, one(b)?);
+        if min > max {
+            return Err(format!("share '{s}': minimum {min} is above maximum {max}"));
+        }
+        Ok((min, max))
+    }
+
+    /// Checks a set of bounds: each in order, no volume twice, minimums summing to at most 1.
+    pub fn validate(shares: &[VolumeShare]) -> Result<(), String> {
+        let mut sum = 0.0;
+        for (i, v) in shares.iter().enumerate() {
+            if !(0.0 <= v.min && v.min <= v.max && v.max <= 1.0) {
+                return Err(format!(
+                    "volume {} share {}:{}: need 0 <= min <= max <= 1",
+                    v.volume, v.min, v.max
+                ));
+            }
+            if shares[..i].iter().any(|w| w.volume == v.volume) {
+                return Err(format!("volume {} has two shares", v.volume));
+            }
+            sum += v.min;
+        }
+        if sum > 1.0 + 1e-9 {
+            return Err(format!(
+                "the volumes' minimum shares add up to {sum:.3}, more than the whole pool"
+            ));
+        }
+        Ok(())
+    }
 }
 
 impl Default for PolicyConfig {
@@ -84,6 +148,7 @@ impl Default for PolicyConfig {
             s3fifo_small: 0.1,
             seed: 0,
             classes: None,
+            volume_shares: Vec::new(),
         }
     }
 }
@@ -133,6 +198,10 @@ pub trait Policy: Send {
     fn admit(&mut self, _class: u8, _clean_share: f64) -> bool {
         true
     }
+    /// The next [`Policy::admit`], [`Policy::at_limit`], [`Policy::victim_for`] and
+    /// [`Policy::dirty_peer_victim`] are for a line of `volume` (class-aware policies only;
+    /// volume partitions read it). MUST NOT change which lines the policy holds.
+    fn for_volume(&mut self, _volume: u32) {}
     /// Whether `class` is at its partition maximum: the engine then evicts one of its lines
     /// (through [`Policy::victim_for`]) even when free slots remain.
     fn at_limit(&self, _class: u8) -> bool {

@@ -148,6 +148,23 @@ impl Sharded {
         Ok(())
     }
 
+    /// [`Engine::set_volume_share`] on every shard (the shares are of each shard's
+    /// capacity). On error nothing changes.
+    pub fn set_volume_share(
+        &mut self,
+        volume: u32,
+        share: Option<(f64, f64)>,
+    ) -> Result<(), EngineError> {
+        self.shards[0].set_volume_share(volume, share)?;
+        for i in 1..self.shards.len() {
+            if let Err(e) = self.shards[i].set_volume_share(volume, share) {
+                return Err(self.partial_error(i, e));
+            }
+        }
+        self.cfg.policy_params.volume_shares = self.shards[0].volume_shares().to_vec();
+        Ok(())
+    }
+
     /// [`Engine::set_chunk_rewrite`] on every shard, the chunk capped at the granule.
     pub fn set_chunk_rewrite(&mut self, chunk: u64, min_runs: u64) -> Result<(), EngineError> {
         let mut c = self.cfg.clone();

@@ -411,6 +411,22 @@ impl CacheVolume {
         if tiercache_engine::policy::is_offline(&sb.policy) {
             return Err(offline_policy(&sb.policy));
         }
+        // The served volumes' occupancy bounds (this run's `--volume-share`, else stored).
+        let volume_shares: Vec<tiercache_engine::policy::VolumeShare> = sb
+            .vol_tuning
+            .iter()
+            .filter(|t| vol_table.iter().any(|v| v.id == t.id))
+            .filter_map(|t| {
+                t.share.map(|s| {
+                    let (min, max) = s.bounds();
+                    tiercache_engine::policy::VolumeShare {
+                        volume: t.id,
+                        min,
+                        max,
+                    }
+                })
+            })
+            .collect();
         let mut cfg = EngineConfig {
             capacity_lines: sb.capacity_lines,
             line_size: sb.line_size,
@@ -421,6 +437,7 @@ impl CacheVolume {
             volumes: vol_table,
             policy_params: tiercache_engine::policy::PolicyConfig {
                 classes: opts.classes.clone(),
+                volume_shares,
                 ..Default::default()
             },
             // A pool of cache devices: the engine spreads lines over its members, and in

@@ -133,6 +133,7 @@ pub(super) fn reconcile(
                 .and_then(|f| f.seq_cutoff)
                 .map(|c| c.resolve(pool_cut))
                 .or(stored.and_then(|t| t.seq_cutoff)),
+            share: flags.and_then(|f| f.share).or(stored.and_then(|t| t.share)),
         };
         crate::vol_tuning::put(
             &mut sb.vol_tuning,
@@ -480,6 +481,9 @@ impl CacheVolume {
         if let Err(e) = g.engine.retune(|c| c.volumes.retain(|v| v.id != id)) {
             tracing::warn!("volume {name}: removed, but its settings stay in the engine: {e}");
         }
+        if let Err(e) = g.engine.set_volume_share(id, None) {
+            tracing::warn!("volume {name}: removed, but its share stays in the engine: {e}");
+        }
         drop(g);
         self.unclassify_volume(id);
         tracing::info!(
@@ -544,6 +548,8 @@ impl CacheVolume {
         let g = self.lock();
         let mode = g.engine.config().mode;
         let stats = g.engine.volume_stats();
+        let shares = g.engine.volume_shares().to_vec();
+        let cap = g.engine.capacity_lines();
         let (failed, lost) = (g.failed, g.lost.clone());
         drop(g);
         vols.iter()
@@ -568,6 +574,19 @@ impl CacheVolume {
                     .to_string(),
                     cached_lines: s.map_or(0, |s| s.lines),
                     dirty_lines: s.map_or(0, |s| s.dirty_lines),
+                    share: shares
+                        .iter()
+                        .find(|x| x.volume == v.id)
+                        .map(|x| crate::vol_tuning::Share::of(x.min, x.max).to_string()),
+                    // In lines, as the engine rounds them (down).
+                    share_min_lines: shares
+                        .iter()
+                        .find(|x| x.volume == v.id)
+                        .map_or(0, |x| (x.min * cap as f64).floor() as u64),
+                    share_max_lines: shares
+                        .iter()
+                        .find(|x| x.volume == v.id)
+                        .map_or(cap, |x| (x.max * cap as f64).floor() as u64),
                     counters: s.map(|s| s.counters).unwrap_or_default(),
                     lost_ranges: lost
                         .iter()
@@ -613,6 +632,13 @@ impl CacheVolume {
                 .to_string(),
             "seq-cutoff" => tuning::size_str(cut.read_bytes),
             "seq-cutoff-write" => tuning::size_str(cut.write_bytes),
+            "share" => {
+                g.sb.vol_tuning
+                    .iter()
+                    .find(|t| t.id == id)
+                    .and_then(|t| t.share)
+                    .map_or_else(|| "pool".to_string(), |s| s.to_string())
+            }
             _ => unreachable!("{k} is not a per-volume setting"),
         }
     }
@@ -640,7 +666,10 @@ impl CacheVolume {
         value: &str,
     ) -> Result<(String, String), String> {
         let name = self.served(id)?.name;
-        let k = tuning::key(key)?;
+        let k = tuning::volume_key(key)?;
+        if k == "share" {
+            return self.set_volume_share(id, &name, value);
+        }
         if !tuning::VOLUME_KEYS.contains(&k) {
             return Err(format!(
                 "{k} is a setting of the pool, shared by every volume (per volume: {}): `ctl set {k} VALUE` without --volume",
@@ -709,7 +738,12 @@ impl CacheVolume {
             }
         }
         let own_mode = own.mode;
-        let stored = VolumeTuning::of(&own);
+        let share =
+            g.sb.vol_tuning
+                .iter()
+                .find(|t| t.id == id)
+                .and_then(|t| t.share);
+        let stored = VolumeTuning::of(&own, share);
         g.engine
             .retune(|c| {
                 if let Some(x) = c.volumes.iter_mut().find(|x| x.id == id) {
@@ -751,6 +785,78 @@ impl CacheVolume {
         tracing::info!(
             target: tuning::LOG_TARGET,
             "setting of volume {name}: {k}: {old} -> {new}"
+        );
+        Ok((old, new))
+    }
+
+    /// `ctl --volume NAME set share MIN:MAX` (`pool`: no bounds): volume `id`'s occupancy
+    /// bounds in the engine (`Engine::set_volume_share`: the policy is rebuilt, every cached
+    /// line kept; a lowered maximum is given back by later inserts, dirty lines written back)
+    /// and stored with the cache. Checked first (bounds in order, minimums of the volumes
+    /// served at most the pool): on error nothing changes. Returns (old, new).
+    fn set_volume_share(
+        &self,
+        id: u32,
+        name: &str,
+        value: &str,
+    ) -> Result<(String, String), String> {
+        let what = |e: &dyn std::fmt::Display| format!("volume {name}: share {value:?}: {e}");
+        let share = if value.trim().eq_ignore_ascii_case("pool") {
+            None
+        } else {
+            Some(crate::vol_tuning::Share::parse(value).map_err(|e| what(&e))?)
+        };
+        let mut g = self.lock();
+        if g.closed {
+            return Err(g.closed_reason().into());
+        }
+        if g.failed {
+            return Err("the cache device failed: every volume passes through to its backing device until restarted with a newly formatted cache (`tiercache format --force`)".into());
+        }
+        let old = Self::volume_setting(&g, id, "share");
+        let served: Vec<u32> = self.vols().iter().map(|v| v.id).collect();
+        let mut table = g.sb.vol_tuning.clone();
+        let mut mine = table
+            .iter()
+            .find(|t| t.id == id)
+            .copied()
+            .unwrap_or(VolumeTuning {
+                id,
+                mode: None,
+                admission: None,
+                seq_cutoff: None,
+                share: None,
+            });
+        mine.share = share;
+        crate::vol_tuning::put(&mut table, mine);
+        let of_served: Vec<VolumeTuning> = table
+            .iter()
+            .filter(|t| served.contains(&t.id))
+            .copied()
+            .collect();
+        crate::vol_tuning::check_shares(&of_served).map_err(|e| what(&e))?;
+        g.engine
+            .set_volume_share(id, share.map(|s| s.bounds()))
+            .map_err(|e| what(&e))?;
+        let kept = std::mem::replace(&mut g.sb.vol_tuning, table);
+        if let Err(e) = self.write_superblock(&mut g) {
+            g.sb.vol_tuning = kept;
+            let now = share.map_or_else(|| "pool".to_string(), |s| s.to_string());
+            tracing::warn!(
+                "setting of volume {name}: share: {old} -> {now} applied but not stored: {e}"
+            );
+            return Err(format!(
+                "volume {name}: share is {now} now, but storing it in the superblock failed ({e}): a restart goes back to {old}"
+            ));
+        }
+        let new = Self::volume_setting(&g, id, "share");
+        drop(g);
+        self.metrics
+            .settings_changes
+            .fetch_add(1, Ordering::Relaxed);
+        tracing::info!(
+            target: tuning::LOG_TARGET,
+            "setting of volume {name}: share: {old} -> {new}"
         );
         Ok((old, new))
     }
@@ -831,6 +937,13 @@ pub struct VolumeFigures {
     pub backing: String,
     pub cached_lines: u64,
     pub dirty_lines: u64,
+    /// Its occupancy bounds (`--volume-share`, `ctl --volume NAME set share`) as MIN:MAX
+    /// percents; `None`: none (it shares the partition of the volumes without bounds).
+    pub share: Option<String>,
+    /// The bounds in lines: the lines other volumes do not evict it below, the lines it
+    /// holds at most (0 and the pool's capacity without bounds).
+    pub share_min_lines: u64,
+    pub share_max_lines: u64,
     pub counters: Counters,
     /// Byte ranges of the volume whose dirty data was lost (offsets within the volume):
     /// reads of them fail until written again.
