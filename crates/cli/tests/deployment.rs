@@ -60,15 +60,7 @@ fn serve(dir: &Path, second: &str) -> Srv {
         a.push("--volume".into());
         a.push(format!("{v}={}", dir.join(format!("{v}.img")).display()));
     }
-    a.extend(
-        [
-            "--mode",
-            "write-back",
-            "--ram-cache",
-            "4MiB",
-        ]
-        .map(String::from),
-    );
+    a.extend(["--mode", "write-back", "--ram-cache", "4MiB"].map(String::from));
     a.push("--state-dir".into());
     a.push(dir.join("state").display().to_string());
     let a: Vec<&str> = a.iter().map(|s| s.as_str()).collect();
