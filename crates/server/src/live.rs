@@ -557,6 +557,7 @@ pub fn log_common(v: &LogVolume, s: &LogVolumeStats) -> VolumeStats {
         dirty_lines: s.dirty_lines,
         copy_slots: 0,
         unmirrored_lines: 0,
+        remirrored_lines: 0,
         dirty_bytes: s.dirty_lines * ls,
         volume_bytes: s.volume_bytes,
         ram_index_bytes: s.ram_index_bytes,

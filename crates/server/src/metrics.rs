@@ -68,6 +68,9 @@ pub struct Metrics {
     /// Cleaning passes (the background cleaner's) that panicked: each failed as a failed
     /// write-back does, and the cleaner went on.
     pub cleaner_panics: AtomicU64,
+    /// Dirty lines given a second cache copy again by the cleaner (a pool member failed or
+    /// was left out at start, then replaced: `CacheVolume::remirror_pass`).
+    pub remirrored_lines: AtomicU64,
     /// Bytes clients read (0) and wrote (1), counted by `crate::live::Timed` (the log
     /// layout; the direct layout's engine counts its own).
     pub client_bytes: [AtomicU64; 2],
@@ -114,6 +117,7 @@ impl Metrics {
             &self.writeback_yields,
             &self.writeback_groups_dropped,
             &self.cleaner_panics,
+            &self.remirrored_lines,
         ] {
             c.store(0, Ordering::Relaxed);
         }
@@ -306,6 +310,33 @@ impl Metrics {
                 for m in &stats.pool_members {
                     let _ = writeln!(o, "tiercache_{n}{{member=\"{}\"}} {}", m.index, f(m));
                 }
+            }
+            // What an operator alerts on after a member failure: dirty lines with one copy
+            // (a second failure would lose them) falling to 0 as the cleaner re-mirrors.
+            for (n, t, h, v) in [
+                (
+                    "pool_unmirrored_lines",
+                    "gauge",
+                    "Dirty lines with one cache copy (--dirty-copies 2 pools after a member failure, until re-mirrored or written back).",
+                    stats.unmirrored_lines,
+                ),
+                (
+                    "pool_copy_slots",
+                    "gauge",
+                    "Slots holding a dirty line's second cache copy.",
+                    stats.copy_slots,
+                ),
+                (
+                    "pool_remirrored_lines_total",
+                    "counter",
+                    "Dirty lines given a second copy again by the cleaner.",
+                    stats.remirrored_lines,
+                ),
+            ] {
+                let _ = writeln!(
+                    o,
+                    "# HELP tiercache_{n} {h}\n# TYPE tiercache_{n} {t}\ntiercache_{n} {v}"
+                );
             }
         }
         type ClassGauge = fn(&crate::classify::ClassStats) -> u64;

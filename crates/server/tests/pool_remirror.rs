@@ -138,6 +138,23 @@ fn remirror_after_a_member_failed_survives_a_second_loss() {
                 );
             }
             m.check_volume(&vol, &format!("{what}: after the re-mirror"));
+            // What an operator watches: the re-mirror counted, nothing left single.
+            let st = vol.stats();
+            assert!(st.remirrored_lines > 0, "{what}: re-mirror not counted");
+            let text = vol.metrics().prometheus(&st);
+            for want in [
+                "tiercache_pool_unmirrored_lines 0".to_string(),
+                format!("tiercache_pool_copy_slots {}", st.copy_slots),
+                format!(
+                    "tiercache_pool_remirrored_lines_total {}",
+                    st.remirrored_lines
+                ),
+            ] {
+                assert!(
+                    text.contains(&want),
+                    "{what}: no `{want}` in /metrics:\n{text}"
+                );
+            }
         }
         hs[0].lose();
         let flushed = vol.flush();

@@ -1005,6 +1005,9 @@ impl CacheVolume {
             }
         };
         let done = g.engine.complete_remirror(&pairs, &failed);
+        self.metrics
+            .remirrored_lines
+            .fetch_add(done, Ordering::Relaxed);
         let mut slots = std::mem::take(&mut g.slots);
         slots.clear();
         slots.extend(pairs.iter().flat_map(|&(p, c)| [p, c]));

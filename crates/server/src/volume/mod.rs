@@ -673,6 +673,8 @@ pub struct VolumeStats {
     /// only (0 without mirroring).
     pub copy_slots: u64,
     pub unmirrored_lines: u64,
+    /// Dirty lines re-mirrored by the cleaner since the start.
+    pub remirrored_lines: u64,
     pub dirty_bytes: u64,
     pub volume_bytes: u64,
     pub ram_index_bytes: u64,

@@ -70,6 +70,7 @@ impl CacheVolume {
             dirty_lines: e.dirty_lines(),
             copy_slots: e.copy_slot_count(),
             unmirrored_lines: e.unmirrored_lines(),
+            remirrored_lines: self.metrics.remirrored_lines.load(Ordering::Relaxed),
             dirty_bytes,
             volume_bytes: self.size,
             ram_index_bytes: ram_bytes(&g) + self.ram.as_ref().map_or(0, |r| r.mem_bytes().1),
