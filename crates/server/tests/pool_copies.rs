@@ -576,26 +576,32 @@ fn in_place_writes_cut_by_a_crash_leave_copies_that_agree() {
         let mut before = vec![0u8; VOL as usize];
         vol.read(0, &mut before).unwrap();
         m.check_after_crash(0, &before, &format!("{what}: after the restart"));
-        let members = vol.stats().pool_members;
-        let d = (0..2).max_by_key(|&x| members[x].dirty_lines).unwrap();
-        hs[d].lose();
-        vol.flush()
-            .unwrap_or_else(|e| panic!("{what}: member {d} lost: flush failed: {e}"));
-        assert_eq!(vol.lost_dirty_ranges(), vec![], "{what}: member {d} lost");
-        let mut after = vec![0u8; VOL as usize];
-        vol.read(0, &mut after).unwrap();
-        if let Some(i) = (0..before.len()).find(|&i| before[i] != after[i]) {
-            panic!(
-                "{what}: member {d} lost: byte {i} reads {:#x}, {:#x} before",
-                after[i], before[i]
-            );
-        }
+        lose_busier_member_unchanged(&vol, &hs, &before, &what);
         drop(vol);
     }
     assert!(resynced > 0, "no crash point left a line's record in flux");
 }
 
 /// [`open_faulty`] with the open's report.
+/// Loses the member holding more dirty lines (of two), flushes: nothing lost, every byte of
+/// the volume reads as `before`.
+fn lose_busier_member_unchanged(vol: &CacheVolume, hs: &[FaultHandle], before: &[u8], what: &str) {
+    let members = vol.stats().pool_members;
+    let d = (0..2).max_by_key(|&x| members[x].dirty_lines).unwrap();
+    hs[d].lose();
+    vol.flush()
+        .unwrap_or_else(|e| panic!("{what}: member {d} lost: flush failed: {e}"));
+    assert_eq!(vol.lost_dirty_ranges(), vec![], "{what}: member {d} lost");
+    let mut after = vec![0u8; VOL as usize];
+    vol.read(0, &mut after).unwrap();
+    if let Some(i) = (0..before.len()).find(|&i| before[i] != after[i]) {
+        panic!(
+            "{what}: member {d} lost: byte {i} reads {:#x}, {:#x} before",
+            after[i], before[i]
+        );
+    }
+}
+
 fn open_faulty_report(
     p: &PoolFiles,
 ) -> (CacheVolume, Vec<FaultHandle>, tiercache_server::OpenReport) {
@@ -892,20 +898,7 @@ fn copies_relinked_after_churn_agree_with_their_primaries_after_a_stop() {
             "{what} (unmirrored at open {}, copies resynced {}, promoted {}, dropped {})",
             st0.unmirrored_lines, rep.copies_resynced, rep.copies_promoted, rep.copies_dropped
         );
-        let members = vol.stats().pool_members;
-        let d = (0..2).max_by_key(|&x| members[x].dirty_lines).unwrap();
-        hs[d].lose();
-        vol.flush()
-            .unwrap_or_else(|e| panic!("{what}: member {d} lost: flush failed: {e}"));
-        assert_eq!(vol.lost_dirty_ranges(), vec![], "{what}: member {d} lost");
-        let mut after = vec![0u8; VOL as usize];
-        vol.read(0, &mut after).unwrap();
-        if let Some(i) = (0..before.len()).find(|&i| before[i] != after[i]) {
-            panic!(
-                "{what}: member {d} lost: byte {i} reads {:#x}, {:#x} before",
-                after[i], before[i]
-            );
-        }
+        lose_busier_member_unchanged(&vol, &hs, &before, &what);
         drop(vol);
     }
 }
