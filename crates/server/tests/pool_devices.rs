@@ -115,7 +115,23 @@ fn data_reads_back_after_clean_shutdown_and_kill_with_members_swapped() {
         }
         // Given in the other order: the same pool, warm.
         let vol = open_pool(&p, &[1, 0]);
+        // Reads of lines cached on either member count on that member (`ctl stats`
+        // `pool_members[i].reads`): reading the whole volume reads both.
+        let before = vol.stats().pool_members;
         m.check_volume(&vol, &format!("{mode:?}: after a clean shutdown, swapped"));
+        let after = vol.stats().pool_members;
+        for d in 0..2 {
+            let (b, a) = (&before[d], &after[d]);
+            assert!(
+                b.lines > 0,
+                "{mode:?}: member {d} caches nothing: {before:?}"
+            );
+            assert!(
+                a.reads > b.reads && a.read_bytes >= b.read_bytes + LS,
+                "{mode:?}: member {d}'s cached lines were read but not counted on it: \
+                 {before:?} then {after:?}"
+            );
+        }
         run_ops(&vol, &mut m, 2, 1500);
         vol.flush().unwrap();
         m.flush();
