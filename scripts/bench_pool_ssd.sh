@@ -11,7 +11,8 @@
 # CACHE_MB/2 each, every cache device slowed by `--emulate-ssd EMU` (default 200:1), backing
 # BACKING_MB (default 4096) on /dev/shm; a WSS_MB (default 1536) working set warmed by one
 # sequential fio pass, then fio randread 4 KiB numjobs=4 iodepth=8 over it for RUNTIME_S:
-# IOPS, p50, p99. Per-member reads are not in `ctl stats` yet (plan step 6). Env: CACHE_MB
+# IOPS, p50, p99; from `ctl stats` over the timed run: the read line hit ratio and, for the
+# pool, each member's device reads (`pool_members[i].reads`) and share. Env: CACHE_MB
 # (default 2048), BACKING_MB, WSS_MB, EMU. Needs fio (nbd engine).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -44,24 +45,36 @@ if [ "${1:-}" = "--live" ]; then
     fi
     "$TC" format "${caches[@]}" --backing "$W/backing.img" --mode write-through >/dev/null
     "$TC" serve "${caches[@]}" --backing "$W/backing.img" --emulate-ssd "$EMU" \
-      --socket "$W/sock" 2>>"$W/log" &
+      --socket "$W/sock" --control "$W/ctl" 2>>"$W/log" &
     PID=$!
     wait_sock "$W/sock" "$W/log"
     URI="nbd+unix:///?socket=$W/sock"
     # (fio's nbd engine prints "connected" lines on stdout: the JSON goes to a file.)
     fio --name=warm --ioengine=nbd --uri="$URI" --rw=read --bs=1M --iodepth=4 \
       --size="${WSS_MB}M" --output="$W/warm.txt" >/dev/null
+    "$TC" ctl --control "$W/ctl" stats --json > "$W/s0.json"
     fio --output-format=json --output="$W/fio.json" --name=r --ioengine=nbd --uri="$URI" \
       --rw=randread --bs=4k --numjobs=4 --iodepth=8 --size="${WSS_MB}M" --time_based \
       --runtime="$RUNTIME" --group_reporting >/dev/null
-    python3 - "$setup" "$CACHE_MB" "$W/fio.json" <<'PY'
+    "$TC" ctl --control "$W/ctl" stats --json > "$W/s1.json"
+    python3 - "$setup" "$CACHE_MB" "$W/fio.json" "$W/s0.json" "$W/s1.json" <<'PY'
 import json, sys
 setup, mb, path = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+s0, s1 = (json.load(open(p)) for p in sys.argv[4:6])
 r = json.load(open(path))["jobs"][0]["read"]
 pct = r["clat_ns"]["percentile"]
 label = "one cache of %d MiB" % mb if setup == "one" else "two caches of %d MiB" % (mb // 2)
 print("%-26s %8.0f IOPS  p50 %7.0f us  p99 %7.0f us" % (
     label, r["iops"], pct["50.000000"] / 1000, pct["99.000000"] / 1000))
+t0, t1 = s0["totals"], s1["totals"]
+acc = t1["read_line_accesses"] - t0["read_line_accesses"]
+hits = t1["read_line_hits"] - t0["read_line_hits"]
+m0, m1 = s0.get("pool_members", []), s1.get("pool_members", [])
+reads = [b["reads"] - a["reads"] for a, b in zip(m0, m1)]
+writes = [b["writes"] - a["writes"] for a, b in zip(m0, m1)]
+split = "  ".join("m%d %d reads (%.0f%%) %d writes" % (i, n, 100.0 * n / max(1, sum(reads)), w)
+                  for i, (n, w) in enumerate(zip(reads, writes)))
+print("%-26s hits %d of %d line reads%s" % ("", hits, acc, "  " + split if split else ""))
 PY
     kill "$PID"; wait "$PID" 2>/dev/null || true; PID=
   done

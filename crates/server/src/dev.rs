@@ -59,6 +59,11 @@ pub trait BlockDev: Send + Sync {
     fn pool_member_names(&self) -> Vec<String> {
         Vec::new()
     }
+    /// Per member of a pool of cache devices, the requests and bytes it was given so far
+    /// (empty: one device).
+    fn pool_member_io(&self) -> Vec<MemberIo> {
+        Vec::new()
+    }
     /// Cache copies of each dirty line stored in a pool's blocks (`--dirty-copies`; 0: not
     /// chosen, or one device).
     fn dirty_copies(&self) -> u8 {
@@ -80,6 +85,15 @@ pub trait BlockDev: Send + Sync {
     fn lost_at_open(&self) -> Vec<(u64, u64)> {
         Vec::new()
     }
+}
+
+/// One pool member's I/O so far ([`BlockDev::pool_member_io`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MemberIo {
+    pub reads: u64,
+    pub writes: u64,
+    pub read_bytes: u64,
+    pub written_bytes: u64,
 }
 
 /// The `BlockDev` methods a wrapper device passes through to the device it wraps, unchanged:
@@ -106,6 +120,9 @@ macro_rules! forward_device_info {
         }
         fn pool_member_names(&self) -> Vec<String> {
             self $($to_inner)+.pool_member_names()
+        }
+        fn pool_member_io(&self) -> Vec<$crate::dev::MemberIo> {
+            self $($to_inner)+.pool_member_io()
         }
         fn dirty_copies(&self) -> u8 {
             self $($to_inner)+.dirty_copies()

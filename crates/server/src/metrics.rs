@@ -282,7 +282,7 @@ impl Metrics {
         );
         if !stats.pool_members.is_empty() {
             type MemberFigure = fn(&crate::volume::PoolMemberStats) -> u64;
-            let figures: [(&str, &str, &str, MemberFigure); 4] = [
+            let figures: [(&str, &str, &str, MemberFigure); 8] = [
                 (
                     "pool_member_errors_total",
                     "counter",
@@ -303,6 +303,30 @@ impl Metrics {
                     "gauge",
                     "Dirty lines on the pool member.",
                     |m| m.dirty_lines,
+                ),
+                (
+                    "pool_member_reads_total",
+                    "counter",
+                    "Device reads the pool member was given (data, records, superblock).",
+                    |m| m.reads,
+                ),
+                (
+                    "pool_member_writes_total",
+                    "counter",
+                    "Device writes the pool member was given (data, records, superblock).",
+                    |m| m.writes,
+                ),
+                (
+                    "pool_member_read_bytes_total",
+                    "counter",
+                    "Bytes read from the pool member.",
+                    |m| m.read_bytes,
+                ),
+                (
+                    "pool_member_written_bytes_total",
+                    "counter",
+                    "Bytes written to the pool member.",
+                    |m| m.written_bytes,
                 ),
             ];
             for (n, t, h, f) in figures {

@@ -33,7 +33,7 @@ use crate::state_file::uuid_hex;
 use crate::volume::FormatOptions;
 use std::collections::{HashMap, HashSet};
 use std::io;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 use tiercache_engine::pool::Pool;
 use tiercache_engine::Mode;
@@ -45,6 +45,12 @@ struct Member {
     dev: std::sync::RwLock<Box<dyn BlockDev>>,
     name: Mutex<String>,
     data_offset: u64,
+    /// Requests and bytes that reached it through [`BlockDev`] calls on the pool (data,
+    /// records, superblock, lost-range list; not the open's or a replacement's own I/O).
+    reads: AtomicU64,
+    writes: AtomicU64,
+    read_bytes: AtomicU64,
+    written_bytes: AtomicU64,
 }
 
 impl Member {
@@ -54,6 +60,22 @@ impl Member {
 
     fn name(&self) -> String {
         self.name.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Reads `buf` at `at`, counted (see [`Member::reads`]).
+    fn read_at(&self, buf: &mut [u8], at: u64) -> io::Result<()> {
+        self.reads.fetch_add(1, Ordering::Relaxed);
+        self.read_bytes
+            .fetch_add(buf.len() as u64, Ordering::Relaxed);
+        self.dev().read_at(buf, at)
+    }
+
+    /// Writes `data` at `at`, counted (see [`Member::writes`]).
+    fn write_at(&self, data: &[u8], at: u64) -> io::Result<()> {
+        self.writes.fetch_add(1, Ordering::Relaxed);
+        self.written_bytes
+            .fetch_add(data.len() as u64, Ordering::Relaxed);
+        self.dev().write_at(data, at)
     }
 }
 
@@ -451,6 +473,10 @@ impl PoolDev {
                 dev: std::sync::RwLock::new(dev),
                 name: Mutex::new(name),
                 data_offset: Superblock::member_data_offset(pool.lines(d), line_size),
+                reads: AtomicU64::new(0),
+                writes: AtomicU64::new(0),
+                read_bytes: AtomicU64::new(0),
+                written_bytes: AtomicU64::new(0),
             })
             .collect();
         let data_offset = Superblock::data_offset_new(cap, line_size, false);
@@ -1405,9 +1431,7 @@ impl PoolDev {
         if offset >= lost && end <= self.data_offset {
             for (d, m) in self.live() {
                 let at = m.data_offset - crate::lost_list::BYTES + (offset - lost);
-                m.dev()
-                    .write_at(data, at)
-                    .map_err(|e| self.member_err(d, e))?;
+                m.write_at(data, at).map_err(|e| self.member_err(d, e))?;
             }
             return Ok(());
         }
@@ -1416,7 +1440,6 @@ impl PoolDev {
                 continue; // nothing of it is read again (see `fail_member_now`)
             }
             self.members[d]
-                .dev()
                 .write_at(&data[at as usize..(at + n) as usize], moff)
                 .map_err(|e| self.member_err(d, e))?;
         }
@@ -1430,9 +1453,7 @@ impl PoolDev {
     fn write_superblock(&self, data: &[u8]) -> io::Result<()> {
         if data.iter().all(|&b| b == 0) {
             for (d, m) in self.live() {
-                m.dev()
-                    .write_at(data, 0)
-                    .map_err(|e| self.member_err(d, e))?;
+                m.write_at(data, 0).map_err(|e| self.member_err(d, e))?;
             }
         } else {
             let v = Superblock::decode(data)
@@ -1448,8 +1469,7 @@ impl PoolDev {
                 s.uuid = self.block.lock().unwrap().members[d].uuid;
                 s.capacity_lines = self.pool.lines(d);
                 s.data_offset = m.data_offset;
-                m.dev()
-                    .write_at(&s.encode(), 0)
+                m.write_at(&s.encode(), 0)
                     .map_err(|e| self.member_err(d, e))?;
             }
         }
@@ -1491,7 +1511,7 @@ impl BlockDev for PoolDev {
             // The first live member: every write reaches it first.
             let (d, m) = self.live().next().expect("a pool keeps a live member");
             let at = m.data_offset - crate::lost_list::BYTES + (offset - lost);
-            return m.dev().read_at(buf, at).map_err(|e| self.member_err(d, e));
+            return m.read_at(buf, at).map_err(|e| self.member_err(d, e));
         }
         if offset >= self.meta_end && end <= lost {
             buf.fill(0); // alignment padding: nothing is kept there
@@ -1521,7 +1541,6 @@ impl BlockDev for PoolDev {
                 ));
             }
             self.members[d]
-                .dev()
                 .read_at(piece, moff)
                 .map_err(|e| self.member_err(d, e))?;
         }
@@ -1589,6 +1608,18 @@ impl BlockDev for PoolDev {
 
     fn pool_member_names(&self) -> Vec<String> {
         self.member_names()
+    }
+
+    fn pool_member_io(&self) -> Vec<crate::dev::MemberIo> {
+        self.members
+            .iter()
+            .map(|m| crate::dev::MemberIo {
+                reads: m.reads.load(Ordering::Relaxed),
+                writes: m.writes.load(Ordering::Relaxed),
+                read_bytes: m.read_bytes.load(Ordering::Relaxed),
+                written_bytes: m.written_bytes.load(Ordering::Relaxed),
+            })
+            .collect()
     }
 
     fn dirty_copies(&self) -> u8 {

@@ -657,6 +657,12 @@ pub struct PoolMemberStats {
     pub dirty_lines: u64,
     /// Errors counted against it (it is failed at `max_cache_errors`).
     pub errors: u64,
+    /// Device requests and bytes it was given since the start (data, records, superblock):
+    /// how evenly the pool spreads its I/O.
+    pub reads: u64,
+    pub writes: u64,
+    pub read_bytes: u64,
+    pub written_bytes: u64,
 }
 
 #[derive(Clone, Debug, serde::Serialize)]

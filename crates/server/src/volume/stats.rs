@@ -154,6 +154,7 @@ impl CacheVolume {
             dirty[m] += d as u64;
         }
         let names = self.cache.pool_member_names();
+        let io = self.cache.pool_member_io();
         (0..n)
             .map(|d| super::PoolMemberStats {
                 index: d,
@@ -167,6 +168,10 @@ impl CacheVolume {
                 lines: lines[d],
                 dirty_lines: dirty[d],
                 errors: g.member_errors[d],
+                reads: io.get(d).map_or(0, |x| x.reads),
+                writes: io.get(d).map_or(0, |x| x.writes),
+                read_bytes: io.get(d).map_or(0, |x| x.read_bytes),
+                written_bytes: io.get(d).map_or(0, |x| x.written_bytes),
             })
             .collect()
     }
