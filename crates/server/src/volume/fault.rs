@@ -1117,7 +1117,8 @@ impl CacheVolume {
             .list
             .as_ref()
             .is_some_and(|l| !crate::lost_list::covers(&l.ranges, &lost));
-        if grows && !g.sb.lost_pending {
+        let raises_pending = grows && !g.sb.lost_pending;
+        if raises_pending {
             // The superblock first says version 4: a build that ignores the list refuses
             // the cache before the list holds anything it would serve stale bytes for.
             g.sb.lost_pending = true;
@@ -1146,6 +1147,12 @@ impl CacheVolume {
                 );
                 self.metrics.cache_errors.fetch_add(1, Ordering::Relaxed);
                 g.member_errors[d] += 1;
+                if raises_pending {
+                    // A pool's replicated writes stop at the failing member: the others'
+                    // superblock may not say so yet, so the retry writes it again (the list
+                    // itself keeps its old ranges until a write succeeds: it is rewritten).
+                    g.sb.lost_pending = false;
+                }
                 // Records them on the others at its end (or fails the cache).
                 self.fail_member(
                     g,
