@@ -29,6 +29,8 @@ struct TimedArgs {
     pool: Vec<String>,
     /// [member, seconds]: that pool member fails this long after the first request.
     fail_ssd: Option<(usize, f64)>,
+    /// Copies of each dirty line in a pool (`sim --dirty-copies`); absent: the default.
+    dirty_copies: Option<u8>,
     /// No cache device: the HDD alone.
     no_ssd: bool,
     /// [level, disks]
@@ -65,6 +67,13 @@ impl TimedArgs {
         if let Some((d, t)) = self.fail_ssd {
             anyhow::ensure!(t.is_finite() && t >= 0.0, "fail_ssd: {t} s must be >= 0");
             o.fail_ssd = Some((d, (t * 1e9) as u64));
+        }
+        if let Some(n) = self.dirty_copies {
+            anyhow::ensure!(
+                matches!(n, 1 | 2) && (n == 1 || !self.pool.is_empty()),
+                "dirty_copies={n}: 1, or 2 with a pool of cache devices (ssd=[A, B])"
+            );
+            o.dirty_copies = Some(n);
         }
         match (self.queue_depth, self.speedup) {
             (Some(_), Some(_)) => {

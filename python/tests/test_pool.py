@@ -34,3 +34,19 @@ def test_bad_pool_settings_are_clear_errors():
         tc.timed({"size": "50%"}, ZIPF, ssd=[])
     with pytest.raises(ValueError, match="member, seconds"):
         tc.timed({"size": "50%"}, ZIPF, ssd=["ssd:default"] * 2, fail_ssd=(1,))
+
+
+def test_a_write_back_pool_mirrors_dirty_lines_as_serve_does():
+    """``dirty_copies`` (default 2 on a write-back pool, as ``serve``): the failed member's dirty
+    lines are served from their copies; with one copy they are lost."""
+    wb = {"size": "50%", "mode": "write-back"}
+    whole = tc.timed(wb, ZIPF, ssd=["ssd:default"] * 2, queue_depth=4)
+    half = whole.to_dict()["elapsed_s"] / 2
+    two = tc.timed(wb, ZIPF, ssd=["ssd:default"] * 2, queue_depth=4, fail_ssd=(1, half)).to_dict()["ssd_failure"]
+    assert two["lost_dirty_lines"] == 0 and two["promoted_dirty_lines"] > 0, two
+    one = tc.timed(
+        wb, ZIPF, ssd=["ssd:default"] * 2, queue_depth=4, fail_ssd=(1, half), dirty_copies=1
+    ).to_dict()["ssd_failure"]
+    assert one["promoted_dirty_lines"] == 0 and one["lost_dirty_lines"] > 0, one
+    with pytest.raises(ValueError, match="dirty_copies=2"):
+        tc.timed(wb, ZIPF, dirty_copies=2)

@@ -229,6 +229,7 @@ def timed(
     window_s: Optional[float] = None,
     idle_clean: Optional[bool] = None,
     fail_ssd: Optional[Sequence[float]] = None,
+    dirty_copies: Optional[int] = None,
     seed: Optional[int] = None,
     **settings: Any,
 ) -> TimedResult:
@@ -238,7 +239,9 @@ def timed(
     ``ssd``: cache device, ``None`` for the HDD alone, or a list of devices for a pool (the
     cache split equally over them, as ``sim --ssd A --ssd B``; per-member use in
     ``ssd_members``); ``fail_ssd=(member, seconds)`` fails that pool member this long after the
-    first request (``ssd_failure`` reports the clean lines dropped and the dirty lines lost);
+    first request (``ssd_failure`` reports the clean lines dropped, the dirty lines served from
+    their copies and those lost); ``dirty_copies`` (1 or 2, as ``serve --dirty-copies``; default
+    2 on a write-back pool) mirrors each dirty line on two members;
     ``raid=(level, disks)`` builds RAID 0/5 of ``hdd``. Drive: ``queue_depth=N`` (closed loop,
     default 1) or ``speedup=X`` (open loop, trace timestamps divided by X). ``window_s``: width
     of the time-series windows (default 1 s).
@@ -261,7 +264,7 @@ def timed(
         args["fail_ssd"] = [int(fail_ssd[0]), float(fail_ssd[1])]
     if raid is not None:
         args["raid"] = [int(raid[0]), int(raid[1])]
-    for k, v in (("queue_depth", queue_depth), ("speedup", speedup), ("window_s", window_s), ("idle_clean", idle_clean)):
+    for k, v in (("queue_depth", queue_depth), ("speedup", speedup), ("window_s", window_s), ("idle_clean", idle_clean), ("dirty_copies", dirty_copies)):
         if v is not None:
             args[k] = v
     return TimedResult(json.loads(_native.simulate_timed(json.dumps(exp), json.dumps(args))))

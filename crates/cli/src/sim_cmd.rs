@@ -747,11 +747,18 @@ pub struct TimedArgs {
     pub ssd: Vec<String>,
     /// Pool member INDEX (0 = the first --ssd) fails SECONDS of simulated time after the
     /// first request, as a live `serve --cache A --cache B` member that errs: its clean lines
-    /// are dropped (missed again from the backing device), its dirty lines are lost (counted;
-    /// mirrored dirty copies are not modelled yet), and the rest of the replay runs on the
-    /// surviving members. Reported as `ssd_failure` (text and --json).
+    /// are dropped (missed again from the backing device), its mirrored dirty lines are served
+    /// from their copies on the other members (promoted), dirty lines with no copy are lost
+    /// (counted), and the rest of the replay runs on the surviving members. Reported as
+    /// `ssd_failure` (text and --json).
     #[arg(long, value_name = "INDEX@SECONDS", help_heading = "Timing")]
     pub fail_ssd: Option<String>,
+    /// Cache copies of each dirty line in a pool (--ssd repeated), as `serve --dirty-copies`:
+    /// 2 (the default in write-back on two or more devices) writes every dirty line to two
+    /// members, so one member failing loses none, at the cost of slots and SSD writes; 1
+    /// keeps one copy.
+    #[arg(long, value_name = "N", help_heading = "Timing")]
+    pub dirty_copies: Option<u8>,
     /// No cache: the backing device alone (the baseline).
     #[arg(long, help_heading = "Timing")]
     pub no_cache: bool,
@@ -791,6 +798,7 @@ impl TimedArgs {
             || self.queue_depth.is_some()
             || self.speedup.is_some()
             || self.fail_ssd.is_some()
+            || self.dirty_copies.is_some()
     }
 
     /// The timed setup, when any timing flag was given.
@@ -849,6 +857,17 @@ impl TimedArgs {
                 "--fail-ssd '{f}': SECONDS must be >= 0"
             );
             s.options.fail_ssd = Some((d, (t * 1e9) as u64));
+        }
+        if let Some(n) = self.dirty_copies {
+            anyhow::ensure!(
+                matches!(n, 1 | 2),
+                "--dirty-copies {n}: 1 or 2 (copies of each dirty line in a pool of cache devices)"
+            );
+            anyhow::ensure!(
+                self.ssd.len() >= 2 || n == 1,
+                "--dirty-copies {n} needs a pool of two or more cache devices (--ssd repeated)"
+            );
+            s.options.dirty_copies = Some(n);
         }
         anyhow::ensure!(self.window > 0.0, "--window must be above 0");
         s.options.window_ns = (self.window * 1e9) as u64;
@@ -951,8 +970,13 @@ fn print_timed(rep: &TimedReport, json: bool, csv: bool) -> Result<()> {
         writeln!(
             out,
             "member fail  member {} failed at {:.3} s: {} clean lines dropped, {} dirty lines \
-             lost, {} ops planned before reached it after",
-            f.member, f.at_s, f.dropped_clean, f.lost_dirty_lines, f.late_ops
+             served from their copies, {} dirty lines lost, {} ops planned before reached it after",
+            f.member,
+            f.at_s,
+            f.dropped_clean,
+            f.promoted_dirty_lines,
+            f.lost_dirty_lines,
+            f.late_ops
         )?;
     }
     match t.warmup_s {

@@ -620,3 +620,56 @@ fn sim_fails_a_pool_member_mid_run() {
         );
     }
 }
+
+/// A write-back pool in `sim` mirrors dirty lines as `serve` does (`--dirty-copies 2`, the
+/// default on two or more `--ssd`): every dirty line is written to two members, so the SSDs
+/// take more writes than one device's cache of the same size, and a member failing mid-run
+/// loses no dirty line (its lines are served from their copies); with `--dirty-copies 1`
+/// the same failure loses some. Before, a simulated pool never mirrored: it wrote exactly
+/// what one SSD does and lost the failed member's dirty lines, unlike the live pool.
+#[test]
+fn sim_mirrors_dirty_lines_in_a_write_back_pool_as_serve_does() {
+    let base = [
+        "sim",
+        "--workload",
+        "zipf:theta=0.9,wss=64MiB,requests=20000,read=50,size=4k",
+        "--cache-size",
+        "16MiB",
+        "--mode",
+        "wb",
+        "--queue-depth",
+        "4",
+        "--json",
+        "-q",
+    ];
+    let one = json(&[&base[..], &["--ssd", "default"]].concat());
+    let pool = [&base[..], &["--ssd", "default", "--ssd", "default"]].concat();
+    let two = json(&pool);
+    let single = json(&[&pool[..], &["--dirty-copies", "1"]].concat());
+    let w = |v: &serde_json::Value| v["ssd_bytes_written"].as_u64().unwrap();
+    assert_eq!(w(&single), w(&one), "one copy writes what one SSD writes");
+    assert!(
+        w(&two) as f64 > 1.3 * w(&one) as f64,
+        "mirrored: {} SSD bytes written, one SSD {}",
+        w(&two),
+        w(&one)
+    );
+    let fail = |extra: &[&str]| {
+        json(&[&pool[..], extra, &["--fail-ssd", "1@0.3"]].concat())["ssd_failure"].clone()
+    };
+    let f2 = fail(&[]);
+    assert_eq!(f2["lost_dirty_lines"], 0, "{f2}");
+    assert!(f2["promoted_dirty_lines"].as_u64().unwrap() > 0, "{f2}");
+    let f1 = fail(&["--dirty-copies", "1"]);
+    assert!(f1["lost_dirty_lines"].as_u64().unwrap() > 0, "{f1}");
+    assert_eq!(f1["promoted_dirty_lines"], 0, "{f1}");
+    for (bad, why) in [("3", "1 or 2"), ("2", "needs a pool")] {
+        let args = match bad {
+            "2" => [&base[..], &["--ssd", "default", "--dirty-copies", bad]].concat(),
+            _ => [&pool[..], &["--dirty-copies", bad]].concat(),
+        };
+        let o = run(&args);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success() && err.contains(why), "{bad}: {err}");
+    }
+}

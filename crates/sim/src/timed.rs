@@ -84,6 +84,11 @@ pub struct TimedOptions {
     /// surviving members. Retried at every event while a write-back in flight pins one of its
     /// slots (the live volume reaps its write-backs first). `None`: no failure.
     pub fail_ssd: Option<(usize, u64)>,
+    /// Cache copies of each dirty line in a pool of cache devices (`--dirty-copies`, as
+    /// `serve --dirty-copies`): `None` = the live default, 2 when the pool or one of its
+    /// volumes runs write-back on two or more members (each dirty line written to two
+    /// members, so a member failure loses none), else 1.
+    pub dirty_copies: Option<u8>,
 }
 
 /// What happened when a pool member failed ([`TimedOptions::fail_ssd`]).
@@ -98,6 +103,9 @@ pub struct SsdFailure {
     /// Dirty lines that were only on the failed member: lost (as the live server with
     /// `--dirty-copies 1` and an unreadable member).
     pub lost_dirty_lines: u64,
+    /// Dirty lines of the failed member served from their copy on another member from then
+    /// on (`--dirty-copies 2`), as the live server promotes them.
+    pub promoted_dirty_lines: u64,
     /// Cache device operations planned before the failure that reached the failed member
     /// after it (in flight or queued behind an HDD read); none are planned after it.
     pub late_ops: u64,
@@ -129,6 +137,7 @@ impl Default for TimedOptions {
             flush_at: None,
             volume_bytes: None,
             fail_ssd: None,
+            dirty_copies: None,
         }
     }
 }
@@ -763,6 +772,7 @@ impl<'a> Executor<'a> {
                 at_s: (self.now - first) as f64 / 1e9,
                 dropped_clean: loss.dropped_clean,
                 lost_dirty_lines: loss.uncovered.len() as u64,
+                promoted_dirty_lines: loss.promoted,
                 late_ops: 0,
             });
         }
@@ -2346,6 +2356,18 @@ pub fn run_timed(
         s.cache_size = tiercache_engine::CacheSize::Bytes(p.capacity() * ls);
         // The engine places lines over the members (stripes, even fill), as live.
         s.engine.pool_lines = (0..p.members()).map(|d| p.lines(d)).collect();
+        // Dirty lines mirrored on two members as live (`serve`: 2 by default when the pool
+        // or a volume of it runs write-back): the copies take slots and SSD writes.
+        let wb = s.engine.mode == tiercache_engine::Mode::WriteBack
+            || s.engine
+                .volumes
+                .iter()
+                .any(|v| v.mode == Some(tiercache_engine::Mode::WriteBack));
+        s.engine.dirty_copies = match setup.options.dirty_copies {
+            Some(n) if n != 0 => n,
+            _ if p.members() >= 2 && wb => 2,
+            _ => 1,
+        };
         pooled_spec = Some(s);
         footprint = fp;
         pool = Some(Checked::new(

@@ -631,6 +631,8 @@ fn a_pool_member_failing_mid_run_drops_its_lines_and_the_rest_serve() {
         let mut two = setup(Some("ssd:default"), Drive::Closed { queue_depth: 8 });
         two.pool = vec!["ssd:default".into()];
         two.options.fail_ssd = fail;
+        // One copy per dirty line (`--dirty-copies 1`): what the failure loses is seen.
+        two.options.dirty_copies = Some(1);
         run_timed(&s, &two, None)
     };
     let whole = run(Mode::WriteBack, None).unwrap();
@@ -664,6 +666,20 @@ fn a_pool_member_failing_mid_run_drops_its_lines_and_the_rest_serve() {
     );
     let json = serde_json::to_string(&r).unwrap();
     assert!(json.contains("\"ssd_failure\"") && json.contains("lost_dirty_lines"));
+    // Mirrored (the default on a write-back pool, as `serve`): the same failure loses no
+    // dirty line, its lines are served from their copies.
+    let s = spec(
+        "zipf:theta=0.9,wss=64MiB,requests=8000,read=70,size=4k",
+        CacheSize::Bytes(4096 * ls),
+        Mode::WriteBack,
+    );
+    let mut two = setup(Some("ssd:default"), Drive::Closed { queue_depth: 8 });
+    two.pool = vec!["ssd:default".into()];
+    two.options.fail_ssd = Some((1, at));
+    let m2 = run_timed(&s, &two, None).unwrap();
+    let f2 = m2.timed.ssd_failure.as_ref().expect("member 1 failed");
+    assert_eq!(f2.lost_dirty_lines, 0, "mirrored: {f2:?}");
+    assert!(f2.promoted_dirty_lines > 0, "mirrored: {f2:?}");
     // Write-through: nothing dirty to lose.
     let wt = run(Mode::WriteThrough, Some((1, at))).unwrap();
     let f = wt.timed.ssd_failure.expect("failed");
