@@ -431,8 +431,7 @@ fn a_crash_right_after_a_member_failed_loses_no_flushed_write() {
             vol.flush().unwrap();
             m.flush();
             // The member holding the most primaries of dirty lines fails.
-            let members = vol.stats().pool_members;
-            let d = (0..2).max_by_key(|&x| members[x].dirty_lines).unwrap();
+            let (d, members) = busier_member(&vol);
             what = format!("seed {seed:#x}: member {d} failed, then a crash");
             assert!(members[d].dirty_lines > 16, "{what}: {members:?}");
             let data_off = tiercache_server::format::Superblock::member_data_offset(512, LS);
@@ -464,8 +463,7 @@ fn write_backs_failing_on_one_member_are_saved_from_the_copies() {
         let mut m = Model::new(0, VOL);
         write_ops(&vol, &mut m, seed, 300);
         // The member holding the most primaries of dirty lines fails its reads.
-        let members = vol.stats().pool_members;
-        let d = (0..2).max_by_key(|&x| members[x].dirty_lines).unwrap();
+        let (d, members) = busier_member(&vol);
         let what = format!("seed {seed:#x}: member {d} fails reads, then cleaning");
         assert!(members[d].dirty_lines > 16, "{what}: {members:?}");
         let data_off = tiercache_server::format::Superblock::member_data_offset(512, LS);
@@ -522,8 +520,7 @@ fn mirrored_dirty_lines_keep_both_copies_across_a_restart() {
                 "{what}: after the restart: {st:?}"
             );
             m.check_volume(&vol, &format!("{what}: after the restart"));
-            let members = vol.stats().pool_members;
-            let d = (0..2).max_by_key(|&x| members[x].dirty_lines).unwrap();
+            let (d, members) = busier_member(&vol);
             assert!(members[d].dirty_lines > 0, "{what}: {members:?}");
             hs[d].lose();
             let flushed = vol.flush();
@@ -583,11 +580,17 @@ fn in_place_writes_cut_by_a_crash_leave_copies_that_agree() {
 }
 
 /// [`open_faulty`] with the open's report.
+/// The member (of two) holding more dirty lines, and every member's figures.
+fn busier_member(vol: &CacheVolume) -> (usize, Vec<tiercache_server::volume::PoolMemberStats>) {
+    let members = vol.stats().pool_members;
+    let d = (0..2).max_by_key(|&x| members[x].dirty_lines).unwrap();
+    (d, members)
+}
+
 /// Loses the member holding more dirty lines (of two), flushes: nothing lost, every byte of
 /// the volume reads as `before`.
 fn lose_busier_member_unchanged(vol: &CacheVolume, hs: &[FaultHandle], before: &[u8], what: &str) {
-    let members = vol.stats().pool_members;
-    let d = (0..2).max_by_key(|&x| members[x].dirty_lines).unwrap();
+    let (d, _) = busier_member(vol);
     hs[d].lose();
     vol.flush()
         .unwrap_or_else(|e| panic!("{what}: member {d} lost: flush failed: {e}"));
@@ -774,8 +777,7 @@ fn an_eviction_write_back_failing_on_one_member_is_saved_from_the_copy() {
     vol.set_max_cache_errors(1_000_000);
     let mut m = Model::new(0, VOL);
     write_ops(&vol, &mut m, seed, 150);
-    let members = vol.stats().pool_members;
-    let d = (0..2).max_by_key(|&x| members[x].dirty_lines).unwrap();
+    let (d, members) = busier_member(&vol);
     let what = format!("member {d} fails reads, writes evict");
     assert!(members[d].dirty_lines > 8, "{what}: {members:?}");
     let data_off = tiercache_server::format::Superblock::member_data_offset(128, LS);
