@@ -485,7 +485,13 @@ pub fn sim(mut a: SimArgs) -> Result<()> {
         }
         return Ok(());
     }
-    let res = simulate(&spec, None, Some(&|n| progress.set(n)))?;
+    let mut footprint = None;
+    if let Some((n, copies)) = a.timed.untimed_pool()? {
+        let (pooled, fp, _) = tiercache_sim::ssd_pool::pooled_spec(&spec, n, copies)?;
+        spec = pooled;
+        footprint = fp;
+    }
+    let res = simulate(&spec, footprint, Some(&|n| progress.set(n)))?;
     progress.finish();
     print_one(&res, a.json, a.csv)
 }
@@ -759,6 +765,13 @@ pub struct TimedArgs {
     /// keeps one copy.
     #[arg(long, value_name = "N", help_heading = "Timing")]
     pub dirty_copies: Option<u8>,
+    /// Split the cache over N cache devices of equal size, as `serve --cache A --cache B ...`
+    /// runs it: lines are striped over the devices and, in write-back, each dirty line is
+    /// written to two of them (see --dirty-copies), which takes slots and SSD writes. Runs
+    /// untimed (the counters a queue-depth-1 replay of a live pool gives) or timed: with one
+    /// --ssd MODEL, N devices of that model; with --ssd repeated, N must match.
+    #[arg(long, value_name = "N", help_heading = "Timing")]
+    pub cache_devices: Option<usize>,
     /// No cache: the backing device alone (the baseline).
     #[arg(long, help_heading = "Timing")]
     pub no_cache: bool,
@@ -798,7 +811,56 @@ impl TimedArgs {
             || self.queue_depth.is_some()
             || self.speedup.is_some()
             || self.fail_ssd.is_some()
-            || self.dirty_copies.is_some()
+            || (self.dirty_copies.is_some() && self.cache_devices.is_none())
+    }
+
+    /// Cache devices in the pool (1: no pool): --cache-devices, else one per --ssd.
+    fn members(&self) -> Result<usize> {
+        let given = self.ssd.len().max(1);
+        match self.cache_devices {
+            None => Ok(given),
+            Some(n) => {
+                anyhow::ensure!(
+                    (1..=tiercache_engine::MAX_MEMBERS).contains(&n),
+                    "--cache-devices {n}: 1 to {} cache devices",
+                    tiercache_engine::MAX_MEMBERS
+                );
+                anyhow::ensure!(
+                    self.ssd.len() <= 1 || self.ssd.len() == n,
+                    "--cache-devices {n} with {} --ssd models: give one --ssd MODEL for N \
+                     devices of that model, or one --ssd per device",
+                    self.ssd.len()
+                );
+                Ok(n)
+            }
+        }
+    }
+
+    /// Checks --dirty-copies against a pool of `members` cache devices.
+    fn dirty_copies(&self, members: usize) -> Result<Option<u8>> {
+        let Some(n) = self.dirty_copies else {
+            return Ok(None);
+        };
+        anyhow::ensure!(
+            matches!(n, 1 | 2),
+            "--dirty-copies {n}: 1 or 2 (copies of each dirty line in a pool of cache devices)"
+        );
+        anyhow::ensure!(
+            members >= 2 || n == 1,
+            "--dirty-copies {n} needs a pool of two or more cache devices (--ssd repeated or \
+             --cache-devices N)"
+        );
+        Ok(Some(n))
+    }
+
+    /// The untimed run's pool, when --cache-devices asks for one: (members, dirty copies).
+    pub fn untimed_pool(&self) -> Result<Option<(usize, Option<u8>)>> {
+        if self.is_timed() || self.cache_devices.is_none() {
+            return Ok(None);
+        }
+        let n = self.members()?;
+        let copies = self.dirty_copies(n)?;
+        Ok((n >= 2).then_some((n, copies)))
     }
 
     /// The timed setup, when any timing flag was given.
@@ -820,8 +882,13 @@ impl TimedArgs {
                     .unwrap_or_else(|| "ssd:default".into()),
             )
         };
+        let members = self.members()?;
         if !self.no_cache {
-            s.pool = self.ssd.iter().skip(1).cloned().collect();
+            s.pool = if self.ssd.len() >= 2 {
+                self.ssd.iter().skip(1).cloned().collect()
+            } else {
+                vec![s.ssd.clone().unwrap_or_default(); members - 1]
+            };
         }
         if let Some(r) = &self.raid {
             let bad = || anyhow::anyhow!("--raid '{r}': use LEVEL:N, e.g. 0:12 or 5:8");
@@ -858,17 +925,7 @@ impl TimedArgs {
             );
             s.options.fail_ssd = Some((d, (t * 1e9) as u64));
         }
-        if let Some(n) = self.dirty_copies {
-            anyhow::ensure!(
-                matches!(n, 1 | 2),
-                "--dirty-copies {n}: 1 or 2 (copies of each dirty line in a pool of cache devices)"
-            );
-            anyhow::ensure!(
-                self.ssd.len() >= 2 || n == 1,
-                "--dirty-copies {n} needs a pool of two or more cache devices (--ssd repeated)"
-            );
-            s.options.dirty_copies = Some(n);
-        }
+        s.options.dirty_copies = self.dirty_copies(members)?;
         anyhow::ensure!(self.window > 0.0, "--window must be above 0");
         s.options.window_ns = (self.window * 1e9) as u64;
         if let Some(p) = &self.prices {

@@ -621,6 +621,73 @@ fn sim_fails_a_pool_member_mid_run() {
     }
 }
 
+/// `sim --cache-devices N` splits the cache over N devices as `serve --cache A --cache B`
+/// does, untimed (what a queue-depth-1 live replay counts: `replay_volumes` checks it against a
+/// live pool) or timed (N devices of the one `--ssd` model, the same run as `--ssd` given N
+/// times); the mirrored copies cost SSD writes; bad counts are refused.
+#[test]
+fn sim_cache_devices_splits_the_cache_untimed_and_timed() {
+    let base = [
+        "sim",
+        "--workload",
+        "zipf:theta=0.9,wss=64MiB,requests=20000,read=50,size=4k",
+        "--cache-size",
+        "16MiB",
+        "--mode",
+        "wb",
+        "--json",
+        "-q",
+    ];
+    let w = |v: &serde_json::Value| v["ssd_bytes_written"].as_u64().unwrap();
+    let one = json(&base);
+    let two = json(&[&base[..], &["--cache-devices", "2"]].concat());
+    let single = json(&[&base[..], &["--cache-devices", "2", "--dirty-copies", "1"]].concat());
+    assert!(
+        two["elapsed_s"].is_null() && two["iops"].is_null(),
+        "untimed: {two}"
+    );
+    assert_eq!(
+        w(&single),
+        w(&one),
+        "one copy writes what one device writes"
+    );
+    assert!(
+        w(&two) as f64 > 1.3 * w(&one) as f64,
+        "mirrored: {} SSD bytes written, one device {}",
+        w(&two),
+        w(&one)
+    );
+    let timed = [&base[..], &["--queue-depth", "4"]].concat();
+    let by_count = json(&[&timed[..], &["--ssd", "default", "--cache-devices", "2"]].concat());
+    let by_list = json(&[&timed[..], &["--ssd", "default", "--ssd", "default"]].concat());
+    for k in ["line_hits", "ssd_bytes_written", "write_backs", "iops"] {
+        assert_eq!(by_count[k], by_list[k], "{k}: {by_count} vs {by_list}");
+    }
+    assert_eq!(by_count["ssd_members"].as_array().unwrap().len(), 2);
+    for (args, why) in [
+        (
+            &[
+                "--cache-devices",
+                "3",
+                "--ssd",
+                "default",
+                "--ssd",
+                "default",
+            ][..],
+            "--cache-devices 3 with 2 --ssd",
+        ),
+        (&["--cache-devices", "9"][..], "1 to 8"),
+        (
+            &["--cache-devices", "1", "--dirty-copies", "2"][..],
+            "needs a pool",
+        ),
+    ] {
+        let o = run(&[&base[..], args].concat());
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success() && err.contains(why), "{args:?}: {err}");
+    }
+}
+
 /// A write-back pool in `sim` mirrors dirty lines as `serve` does (`--dirty-copies 2`, the
 /// default on two or more `--ssd`): every dirty line is written to two members, so the SSDs
 /// take more writes than one device's cache of the same size, and a member failing mid-run

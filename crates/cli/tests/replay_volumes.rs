@@ -1,12 +1,14 @@
 //! Sim = live for a pool of two volumes (issue 15 item 4): `tiercache replay --volume
 //! NAME=TRACE ...` at queue depth 1 against `tiercache serve --volume NAME=BACKING ...` gives
 //! the pool exactly the counters `tiercache sim --volume NAME=TRACE ...` computes, in total
-//! and per volume, with a per-volume mode, and with a RAM tier above the pool.
+//! and per volume, with a per-volume mode, and with a RAM tier above the pool; and on a
+//! pool of two cache devices (`serve --cache A --cache B`, dirty lines mirrored) against
+//! `sim --cache-devices 2`.
 
 mod common;
 
 use common::{run, Srv, BIN};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 fn traces() -> Option<PathBuf> {
@@ -33,7 +35,38 @@ fn two_volume_replay_at_queue_depth_1_matches_the_simulator_exactly() {
         ("write-through", "write-back", None),
         ("write-back", "write-through", Some("256KiB")),
     ] {
-        compare(&t, mode, hm_mode, ram, &[]);
+        compare(&t, mode, hm_mode, ram, &[], false);
+    }
+}
+
+/// The same on a pool of two cache devices (`serve --cache A --cache B`: lines striped over
+/// both, each dirty line written to both) against `sim --cache-devices 2`: the mirrored
+/// copies take slots and SSD writes in both, so evictions, write-backs and SSD bytes agree;
+/// and with `--dirty-copies 1`.
+#[test]
+fn a_pool_of_two_cache_devices_at_queue_depth_1_matches_the_simulator_exactly() {
+    let Some(t) = traces() else { return };
+    for (mode, hm_mode, ram, extra) in [
+        ("write-back", "write-through", None, &[][..]),
+        ("write-through", "write-back", None, &[]),
+        ("write-back", "write-through", Some("256KiB"), &[]),
+        ("write-back", "write-back", None, &["--dirty-copies", "1"]),
+    ] {
+        let (sim, live) = compare(&t, mode, hm_mode, ram, extra, true);
+        let copies = live["copy_slots"].as_u64().unwrap();
+        // Mirroring did happen (copies held at the end: the dirty lines' second slots), and
+        // not with one copy; both members held lines and took writes.
+        if extra.is_empty() {
+            assert!(copies > 0, "no mirrored line at the end: {live}");
+            assert_eq!(copies, sim["dirty_lines_at_end"], "one copy per dirty line");
+        } else {
+            assert_eq!(copies, 0, "--dirty-copies 1 mirrored: {live}");
+        }
+        let members = live["pool_members"].as_array().expect("pool members");
+        assert_eq!(members.len(), 2, "{live}");
+        for m in members {
+            assert!(m["written_bytes"].as_u64().unwrap() > 0, "{m}");
+        }
     }
 }
 
@@ -49,7 +82,7 @@ fn per_volume_admission_and_seq_cutoff_agree_with_the_simulator() {
         "--volume-seq-cutoff",
         "hm=64k",
     ];
-    let (sim, live) = compare(&t, "write-back", "write-through", None, &flags);
+    let (sim, live) = compare(&t, "write-back", "write-through", None, &flags, false);
     let by = |v: &serde_json::Value, name: &str, why: &str| {
         v["volumes"]
             .as_array()
@@ -68,14 +101,15 @@ fn per_volume_admission_and_seq_cutoff_agree_with_the_simulator() {
 }
 
 /// Replays both traces through a live pool (`serve --mode MODE --volume-mode hm=HM_MODE`,
-/// `extra` given to both) and through `sim`, and asserts they agree; returns (sim, live
-/// stats).
+/// `extra` given to both; `devices`: on two cache devices of 5 MiB, else on one of 8 MiB)
+/// and through `sim`, and asserts they agree; returns (sim, live stats).
 fn compare(
     t: &std::path::Path,
     mode: &str,
     hm_mode: &str,
     ram: Option<&str>,
     extra: &[&str],
+    devices: bool,
 ) -> (serde_json::Value, serde_json::Value) {
     let hm = t.join("msr_cambridge/msr-cambridge1-sample.csv");
     let vdi = t.join("systor17/systor17-traces-sample.csv.gz");
@@ -91,18 +125,42 @@ fn compare(
         sparse(&d.join("hm.img"), 13 << 30);
         sparse(&d.join("vdi.img"), 5 << 40);
         let cache = d.join("cache.img").display().to_string();
+        let (a, b) = (
+            d.join("a.img").display().to_string(),
+            d.join("b.img").display().to_string(),
+        );
         let vols: Vec<String> = ["hm", "vdi"]
             .iter()
             .map(|n| format!("{n}={}", d.join(format!("{n}.img")).display()))
             .collect();
         let hm_setting = format!("hm={hm_mode}");
-        let mut args = vec![
-            "--cache",
-            &cache,
-            "--format-if-needed",
-            "--cache-size",
-            "8M",
-        ];
+        let mut args = if devices {
+            // Two members used whole: equal files, so the simulator's equal split of the
+            // pool's capacity is the live one.
+            sparse(Path::new(&a), 5 << 20);
+            sparse(Path::new(&b), 5 << 20);
+            let mut f = Command::new(BIN);
+            f.args(["format", "--cache", &a, "--cache", &b, "--backing"]);
+            f.arg(d.join("hm.img"));
+            f.args(["--mode", mode, "--policy", "lru", "--state-dir"]);
+            f.arg(d.join("state"));
+            // The copies are chosen when the pool is formatted (stored in its pool blocks).
+            if let Some(i) = extra.iter().position(|x| *x == "--dirty-copies") {
+                f.args(&extra[i..i + 2]);
+            }
+            run(&mut f);
+            vec!["--cache", &a, "--cache", &b]
+        } else {
+            vec![
+                "--cache",
+                &cache,
+                "--format-if-needed",
+                "--cache-size",
+                "8M",
+            ]
+        };
+        let state = d.join("state").display().to_string();
+        args.extend(["--state-dir", &state]);
         for v in &vols {
             args.extend(["--volume", v.as_str()]);
         }
@@ -130,15 +188,16 @@ fn compare(
         let live = srv.stats();
         srv.stop("-TERM");
         let mut sim = Command::new(BIN);
-        sim.args([
-            "sim",
-            "--cache-size",
-            "8MiB",
-            "--policy",
-            "lru",
-            "--mode",
-            mode,
-        ]);
+        sim.arg("sim");
+        if devices {
+            // The pool's capacity as live counts it (two members less their metadata).
+            let lines = live["capacity_lines"].as_u64().unwrap();
+            sim.args(["--cache-devices", "2", "--cache-size"]);
+            sim.arg(format!("{}", lines * 4096));
+        } else {
+            sim.args(["--cache-size", "8MiB"]);
+        }
+        sim.args(["--policy", "lru", "--mode", mode]);
         sim.args(["--volume-mode", &hm_setting, "--json", "-q"]);
         sim.args(extra);
         if let Some(r) = ram {

@@ -187,6 +187,53 @@ impl Model for SsdPool {
     }
 }
 
+/// `spec` with its cache split over `members` cache devices of equal size, as `serve --cache
+/// A --cache B ...` runs it: the capacity is divided equally (each member rounded down to a
+/// multiple of [`tiercache_engine::POOL_ALIGN`] lines), the engine places lines over the
+/// members (`EngineConfig::pool_lines`), and in write-back dirty lines are written to
+/// `dirty_copies` members (`None` or 0: 2 when there are two or more members and the cache or
+/// one of its volumes runs write-back, as live). Returns the spec, the footprint computed for
+/// a percentage cache size (so it is not computed twice), and the pool.
+pub fn pooled_spec(
+    spec: &crate::SimSpec,
+    members: usize,
+    dirty_copies: Option<u8>,
+) -> anyhow::Result<(crate::SimSpec, Option<u64>, Pool)> {
+    use tiercache_engine::Mode;
+    anyhow::ensure!(
+        spec.log.is_none(),
+        "the log layout takes one cache device (a pool of cache devices needs the direct layout)"
+    );
+    let ls = spec.engine.line_size;
+    let fp = if spec.cache_size.needs_footprint() {
+        Some(crate::footprint_lines(&spec.input, ls)?)
+    } else {
+        None
+    };
+    let lines = spec.cache_size.lines(ls, fp.unwrap_or(0));
+    let n = members as u64;
+    let p = Pool::new(&vec![lines / n; members]).map_err(|e| {
+        anyhow::anyhow!(
+            "a cache of {lines} lines split over {n} cache devices ({} lines each): {e}",
+            lines / n
+        )
+    })?;
+    let mut s = spec.clone();
+    s.cache_size = tiercache_engine::CacheSize::Bytes(p.capacity() * ls);
+    s.engine.pool_lines = (0..p.members()).map(|d| p.lines(d)).collect();
+    let wb = s.engine.mode == Mode::WriteBack
+        || s.engine
+            .volumes
+            .iter()
+            .any(|v| v.mode == Some(Mode::WriteBack));
+    s.engine.dirty_copies = match dirty_copies {
+        Some(n) if n != 0 => n,
+        _ if p.members() >= 2 && wb => 2,
+        _ => 1,
+    };
+    Ok((s, fp, p))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -2339,35 +2339,11 @@ pub fn run_timed(
             members.push(build_ssd(s)?);
         }
         let ls = spec.engine.line_size;
-        let fp = if spec.cache_size.needs_footprint() {
-            Some(crate::footprint_lines(&spec.input, ls)?)
-        } else {
-            None
-        };
-        let lines = spec.cache_size.lines(ls, fp.unwrap_or(0));
-        let n = members.len() as u64;
-        let p = tiercache_engine::Pool::new(&vec![lines / n; members.len()]).map_err(|e| {
-            anyhow::anyhow!(
-                "a cache of {lines} lines split over {n} cache devices ({} lines each): {e}",
-                lines / n
-            )
-        })?;
-        let mut s = spec.clone();
-        s.cache_size = tiercache_engine::CacheSize::Bytes(p.capacity() * ls);
-        // The engine places lines over the members (stripes, even fill), as live.
-        s.engine.pool_lines = (0..p.members()).map(|d| p.lines(d)).collect();
-        // Dirty lines mirrored on two members as live (`serve`: 2 by default when the pool
-        // or a volume of it runs write-back): the copies take slots and SSD writes.
-        let wb = s.engine.mode == tiercache_engine::Mode::WriteBack
-            || s.engine
-                .volumes
-                .iter()
-                .any(|v| v.mode == Some(tiercache_engine::Mode::WriteBack));
-        s.engine.dirty_copies = match setup.options.dirty_copies {
-            Some(n) if n != 0 => n,
-            _ if p.members() >= 2 && wb => 2,
-            _ => 1,
-        };
+        // The engine places lines over the members (stripes, even fill) and mirrors dirty
+        // lines on two as live (`serve`: 2 by default when the pool or a volume of it runs
+        // write-back): the copies take slots and SSD writes.
+        let (s, fp, p) =
+            crate::ssd_pool::pooled_spec(spec, members.len(), setup.options.dirty_copies)?;
         pooled_spec = Some(s);
         footprint = fp;
         pool = Some(Checked::new(

@@ -166,6 +166,13 @@ impl Srv {
         });
         let t = Instant::now();
         while !(sock.exists() && ctl.exists()) {
+            if let Ok(Some(st)) = child.try_wait() {
+                let b = log.join().unwrap_or_default();
+                panic!(
+                    "server exited before it listened ({st}): {}",
+                    String::from_utf8_lossy(&b)
+                );
+            }
             assert!(
                 t.elapsed() < Duration::from_secs(20),
                 "server did not start"
