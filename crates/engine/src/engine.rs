@@ -3037,13 +3037,28 @@ impl Engine {
         Ok(loss)
     }
 
-    /// Member `d` is back (a replacement device of the same size): its slots are free again.
+    /// Member `d` is back (a replacement device of the same size, its record area empty):
+    /// its slots are free again, and no journaled state of them remains. The journal kept
+    /// the state each slot had before [`Engine::fail_device`] emptied it (the failed
+    /// device's records still showed it, and were never rewritten); taken for the new
+    /// device, that state would write a record mapping a line onto a slot whose data the
+    /// new device never received.
     pub fn revive_device(&mut self, d: usize) -> Result<(), EngineError> {
         if d >= self.pool.members() || !self.slots.member_dead(d) {
             return Err(EngineError::Config(format!(
                 "revive cache device {d}: it is not a failed member of the pool"
             )));
         }
+        let range = self.pool.range(d);
+        if let Some(j) = &mut self.journal {
+            j.retain(|&s, _| !range.contains(&u64::from(s)));
+        }
+        debug_assert!(
+            range.clone().all(
+                |s| self.keys[s as usize] == EMPTY && !self.owner_of.contains_key(&(s as Slot))
+            ),
+            "a line or copy left on failed member {d}"
+        );
         self.slots.revive(d);
         self.update_fast_path();
         Ok(())
