@@ -800,8 +800,35 @@ impl CacheVolume {
             .keys()
             .filter_map(|&c| g.engine.owner_of(c))
             .collect();
+        let mut moved = Vec::new();
         for p in copies {
-            g.engine.unmirror(p);
+            moved.extend(g.engine.unmirror(p));
+        }
+        // A mirrored dirty line whose primary's writes may be dropped (its member's sync
+        // failed) while its copy's were synced (another member, whose sync succeeded): the
+        // copy holds every acknowledged sector durably and becomes the line. Nothing of it
+        // is lost, nothing read from the member whose sync failed.
+        let saved: Vec<u32> = g
+            .cache_dropped
+            .keys()
+            .copied()
+            .filter(|&s| {
+                g.engine
+                    .copy_of(s)
+                    .is_some_and(|c| !g.cache_dropped.contains_key(&c))
+            })
+            .collect();
+        for s in saved {
+            let to = g.engine.promote_copy_of(s);
+            debug_assert!(to.is_some(), "slot {s}: pinned after the reaps");
+            moved.extend(to.map(|to| [s, to]).into_iter().flatten());
+        }
+        if !moved.is_empty() {
+            // The image follows at once: a plan rolled back later restores what the image
+            // says (a line at its old slot, where it no longer is; a copy linked again
+            // whose writes may be dropped).
+            g.slots.extend(moved);
+            Self::update_records(g);
         }
         if !g.failed {
             let slots: Vec<u32> = g
