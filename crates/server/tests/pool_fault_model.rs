@@ -421,7 +421,8 @@ impl Run {
             let n = 65536.min(SPAN - k);
             let part = &mut buf[k as usize..(k + n) as usize];
             if let Err(e) = vol.read(k, part) {
-                if !(accepted || self.lost_any) || !in_lost(vol, k, n) {
+                let allowed = accepted || self.may_fail(k, n);
+                if !allowed {
                     return Err(self.fail(format!("op {i}: read {k}+{n} after restart: {e}")));
                 }
                 // Read line by line around the lost ranges.
@@ -687,4 +688,18 @@ fn one_member_fault_never_loses_misdirects_or_serves_stale_data() {
         "only {faults} faults injected over {} seeds",
         seeds.len()
     );
+}
+
+/// Seeds the 1,000-seed soak found failing and not fixed yet (session 26): three members,
+/// two copies, one error fails a member, a read-error burst on one member, then a power cut:
+/// after the restart one or a few sectors of a partly written (write-zeroes) mirrored line
+/// are in the lost list. Run with `--ignored` when working on it.
+#[test]
+#[ignore = "known defect: a sector of a partly dirty mirrored line reported lost after a read-error burst and a power cut (seeds 326, 422, 451)"]
+fn known_failing_seeds() {
+    let failed: Vec<String> = [326, 422, 451]
+        .into_iter()
+        .filter_map(|s| run_seed(s, 400).err())
+        .collect();
+    assert!(failed.is_empty(), "{}", failed.join("\n\n"));
 }
