@@ -32,10 +32,12 @@ mod list;
 mod lru;
 mod mru;
 pub mod partition;
+#[cfg(test)]
+mod reference;
 mod s3fifo;
 mod slru;
 
-pub use list::SlotList;
+pub use list::{AlignedLinks, LinkStore, MultiList, PackedLinks, SlotList};
 
 use crate::classes::ClassTable;
 use serde::{Deserialize, Serialize};
