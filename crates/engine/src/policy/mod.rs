@@ -34,6 +34,7 @@ mod mru;
 pub mod partition;
 #[cfg(test)]
 mod reference;
+mod ring;
 mod s3fifo;
 mod slru;
 
