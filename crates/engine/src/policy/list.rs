@@ -2,8 +2,8 @@
 //! policies (LRU, LIFO, MRU, SLRU, ARC, S3-FIFO and the ghost history).
 //!
 //! The links of a slot are stored bit-packed ([`PackedLinks`]): `prev` and `next` of `w` bits
-//! each, `w = ceil(log2(capacity + 1))` (the all-ones value is "none"), so a slot costs `2w`
-//! bits (4.25 B at 131,072 slots, 6.75 B at 100 M) instead of 8. Exact LRU needs O(1) unlink of
+//! each, `w = ceil(log2(capacity))` ("none" is the slot's own id), so a slot costs `2w` bits
+//! (4.25 B at 131,072 slots, 6.75 B at 100 M) instead of 8. Exact LRU needs O(1) unlink of
 //! any slot on a hit, hence both neighbours: `2w` bits is the floor (docs/plan-lean.md
 //! section 2). [`AlignedLinks`] is the plain two-`u32` form behind the same interface.
 //!
@@ -13,7 +13,7 @@
 use super::Slot;
 
 /// Storage of one `(prev, next)` pair per slot. [`LinkStore::nil`] means "none".
-pub trait LinkStore: Clone + std::fmt::Debug {
+pub trait LinkStore: Clone + std::fmt::Debug + Send + 'static {
     fn with_capacity(capacity: u32) -> Self;
     /// The "no slot" value.
     fn nil(&self) -> u32;
@@ -74,100 +74,142 @@ impl LinkStore for AlignedLinks {
     }
 }
 
-/// `(prev, next)` of `w` bits each per slot, packed back to back in 64-bit words: slot `s`
-/// occupies bits `2ws .. 2w(s+1)`, `prev` in the low half. A pair may straddle two words; one
-/// spare word at the end lets every access read two words without a bounds branch.
+/// `(prev, next)` of `w` bits each per slot, packed back to back: slot `s` occupies bits
+/// `2ws .. 2w(s+1)`, `prev` in the low half. "None" is stored as the slot's own id (a slot is
+/// never its own neighbour), so `w = ceil(log2(capacity))` bits suffice: 17 at 131,072 slots
+/// (4.25 B per slot). A field is read and written with one unaligned 8-byte access at its
+/// first byte (a field spans at most 32 + 7 bits); 8 spare bytes at the end keep every such
+/// access in bounds.
 #[derive(Clone, Debug)]
 pub struct PackedLinks {
-    words: Vec<u64>,
+    bytes: Vec<u8>,
     /// Bits per link (1..=32).
     w: u32,
-    /// `(1 << w) - 1`: the "none" value and the field mask.
-    nil: u32,
+    /// `(1 << w) - 1`.
+    mask: u64,
+    /// A pair (2w bits) fits one 8-byte access at any bit offset (2w + 7 <= 64).
+    pair_in_one: bool,
+}
+
+/// What [`PackedLinks`] answers for "none".
+const NONE: u32 = u32::MAX;
+
+impl PackedLinks {
+    /// Bits per link for `capacity` slots: enough for `0..capacity`.
+    pub fn width(capacity: u32) -> u32 {
+        (32 - capacity.saturating_sub(1).leading_zeros()).max(1)
+    }
+
+    #[inline(always)]
+    fn load(&self, byte: usize) -> u64 {
+        u64::from_le_bytes(self.bytes[byte..byte + 8].try_into().expect("8 bytes"))
+    }
+
+    #[inline(always)]
+    fn store(&mut self, byte: usize, v: u64) {
+        self.bytes[byte..byte + 8].copy_from_slice(&v.to_le_bytes());
+    }
+
+    /// Reads the `width`-bit field at bit `bit`.
+    #[inline(always)]
+    fn get(&self, bit: u64, mask: u64) -> u64 {
+        (self.load((bit / 8) as usize) >> (bit % 8)) & mask
+    }
+
+    /// Writes the `width`-bit field at bit `bit`.
+    #[inline(always)]
+    fn put(&mut self, bit: u64, mask: u64, v: u64) {
+        let (byte, sh) = ((bit / 8) as usize, bit % 8);
+        let x = (self.load(byte) & !(mask << sh)) | (v << sh);
+        self.store(byte, x);
+    }
+
+    /// The stored form of link `v` of `slot`.
+    #[inline(always)]
+    fn enc(slot: Slot, v: u32) -> u64 {
+        debug_assert!(v != slot, "slot {slot} linked to itself");
+        (if v == NONE { slot } else { v }) as u64
+    }
+
+    #[inline(always)]
+    fn dec(slot: Slot, x: u64) -> u32 {
+        if x as u32 == slot {
+            NONE
+        } else {
+            x as u32
+        }
+    }
 }
 
 impl PackedLinks {
-    /// Bits per link for `capacity` slots: enough for `0..capacity` and "none".
-    pub fn width(capacity: u32) -> u32 {
-        (64 - (capacity as u64).leading_zeros()).max(1)
-    }
-
-    /// The two words holding bit `bit` and the following 63 bits, as one `u128`.
-    #[inline(always)]
-    fn load(&self, word: usize) -> u128 {
-        self.words[word] as u128 | (self.words[word + 1] as u128) << 64
-    }
-
-    #[inline(always)]
-    fn store(&mut self, word: usize, v: u128) {
-        self.words[word] = v as u64;
-        self.words[word + 1] = (v >> 64) as u64;
-    }
-
-    /// Reads the `w`-bit field at bit `bit`.
-    #[inline(always)]
-    fn get_field(&self, bit: u64) -> u32 {
-        let (word, off) = ((bit / 64) as usize, bit % 64);
-        ((self.load(word) >> off) as u32) & self.nil
-    }
-
-    /// Writes `width` bits of `v` at bit `bit`.
-    #[inline(always)]
-    fn put(&mut self, bit: u64, width: u32, v: u64) {
-        let (word, off) = ((bit / 64) as usize, bit % 64);
-        let mask = (((1u128 << width) - 1) as u128) << off;
-        let x = (self.load(word) & !mask) | ((v as u128) << off);
-        self.store(word, x);
+    /// Links of `w >= width(capacity)` bits (wider than needed only in tests: the two-access
+    /// path of pairs above 28 bits per link).
+    fn with_width(capacity: u32, w: u32) -> Self {
+        assert!(
+            (Self::width(capacity)..=32).contains(&w),
+            "{w}-bit links for {capacity} slots"
+        );
+        let bits = capacity as u64 * 2 * w as u64;
+        let mut l = PackedLinks {
+            bytes: vec![0; bits.div_ceil(8) as usize + 8],
+            w,
+            mask: (1u64 << w) - 1,
+            pair_in_one: 2 * w + 7 <= 64,
+        };
+        for s in 0..capacity {
+            l.set(s, NONE, NONE);
+        }
+        l
     }
 }
 
 impl LinkStore for PackedLinks {
     fn with_capacity(capacity: u32) -> Self {
-        let w = Self::width(capacity);
-        let bits = capacity as u64 * 2 * w as u64;
-        let nil = ((1u64 << w) - 1) as u32;
-        // All ones: every link "none". One spare word for the two-word reads.
-        PackedLinks {
-            words: vec![u64::MAX; (bits.div_ceil(64) + 1) as usize],
-            w,
-            nil,
-        }
+        Self::with_width(capacity, Self::width(capacity))
     }
     #[inline]
     fn nil(&self) -> u32 {
-        self.nil
+        NONE
     }
     #[inline]
     fn prev(&self, slot: Slot) -> u32 {
-        self.get_field(slot as u64 * 2 * self.w as u64)
+        Self::dec(slot, self.get(slot as u64 * 2 * self.w as u64, self.mask))
     }
     #[inline]
     fn next(&self, slot: Slot) -> u32 {
-        self.get_field((slot as u64 * 2 + 1) * self.w as u64)
+        Self::dec(
+            slot,
+            self.get((slot as u64 * 2 + 1) * self.w as u64, self.mask),
+        )
     }
     #[inline]
     fn set_prev(&mut self, slot: Slot, v: u32) {
-        debug_assert!(v <= self.nil);
-        self.put(slot as u64 * 2 * self.w as u64, self.w, v as u64);
+        let x = Self::enc(slot, v);
+        self.put(slot as u64 * 2 * self.w as u64, self.mask, x);
     }
     #[inline]
     fn set_next(&mut self, slot: Slot, v: u32) {
-        debug_assert!(v <= self.nil);
-        self.put((slot as u64 * 2 + 1) * self.w as u64, self.w, v as u64);
+        let x = Self::enc(slot, v);
+        self.put((slot as u64 * 2 + 1) * self.w as u64, self.mask, x);
     }
     #[inline]
     fn set(&mut self, slot: Slot, prev: u32, next: u32) {
-        debug_assert!(prev <= self.nil && next <= self.nil);
-        let pair = prev as u64 | (next as u64) << self.w;
-        self.put(slot as u64 * 2 * self.w as u64, 2 * self.w, pair);
+        if self.pair_in_one {
+            let pair = Self::enc(slot, prev) | Self::enc(slot, next) << self.w;
+            let mask = (self.mask << self.w) | self.mask;
+            self.put(slot as u64 * 2 * self.w as u64, mask, pair);
+        } else {
+            self.set_prev(slot, prev);
+            self.set_next(slot, next);
+        }
     }
     #[inline]
     fn prefetch(&self, slot: Slot) {
-        let word = (slot as u64 * 2 * self.w as u64 / 64) as usize;
-        crate::index::prefetch(self.words.as_ptr().wrapping_add(word));
+        let byte = (slot as u64 * 2 * self.w as u64 / 8) as usize;
+        crate::index::prefetch(self.bytes.as_ptr().wrapping_add(byte));
     }
     fn mem_bytes(&self) -> usize {
-        self.words.capacity() * 8
+        self.bytes.capacity()
     }
 }
 
@@ -413,28 +455,41 @@ mod tests {
     #[test]
     fn widths_fit_capacity_and_none() {
         assert_eq!(PackedLinks::width(0), 1);
-        assert_eq!(PackedLinks::width(1), 1); // slot 0 and none = 1
-        assert_eq!(PackedLinks::width(2), 2);
-        assert_eq!(PackedLinks::width(3), 2); // 0, 1, 2 and none = 3
-        assert_eq!(PackedLinks::width(131_072), 18);
-        assert_eq!(PackedLinks::width(131_071), 17);
+        assert_eq!(PackedLinks::width(1), 1);
+        assert_eq!(PackedLinks::width(2), 1);
+        assert_eq!(PackedLinks::width(3), 2);
+        assert_eq!(PackedLinks::width(131_072), 17);
+        assert_eq!(PackedLinks::width(131_073), 18);
         assert_eq!(PackedLinks::width(u32::MAX), 32);
-        // 131,071 slots: 34 bits per slot, 4.25 B.
-        let l = PackedLinks::with_capacity(131_071);
-        assert!(l.mem_bytes() <= 131_071 * 34 / 8 + 16);
+        // 131,072 slots: 34 bits per slot, 4.25 B.
+        let l = PackedLinks::with_capacity(131_072);
+        assert!(l.mem_bytes() <= 131_072 * 34 / 8 + 16);
     }
 
     #[test]
     fn packed_fields_do_not_disturb_neighbours() {
-        for cap in [1u32, 2, 3, 5, 31, 100, 1000] {
-            let mut p = PackedLinks::with_capacity(cap);
+        for (cap, w) in [
+            (1u32, 1),
+            (2, 1),
+            (3, 2),
+            (5, 3),
+            (31, 5),
+            (100, 7),
+            (1000, 10),
+            (100, 28),
+            (100, 29),
+            (1000, 32),
+        ] {
+            let mut p = PackedLinks::with_width(cap, w);
+            assert_eq!(p.pair_in_one, w <= 28);
             let mut a = AlignedLinks::with_capacity(cap);
-            let nil = p.nil();
+            assert_eq!(p.nil(), a.nil());
+            // Another slot or none (cap stands for none; a slot is never its own neighbour).
+            let link = |s: u32, v: u32| if v == cap || v == s { u32::MAX } else { v };
             for s in 0..cap {
-                let (x, y) = ((s * 7 + 1) % (cap + 1), (s * 3) % (cap + 1));
                 let (x, y) = (
-                    if x == cap { nil } else { x },
-                    if y == cap { nil } else { y },
+                    link(s, (s * 7 + 1) % (cap + 1)),
+                    link(s, (s * 3) % (cap + 1)),
                 );
                 p.set(s, x, y);
                 a.set(s, x, y);

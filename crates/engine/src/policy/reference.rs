@@ -282,9 +282,16 @@ enum Op {
     Invalidate(u64),
 }
 
-fn check(name: &str, cap: u32, protected: f64, ops: &[Op]) -> Result<(), TestCaseError> {
+fn check(
+    name: &str,
+    cap: u32,
+    protected: f64,
+    aligned_links: bool,
+    ops: &[Op],
+) -> Result<(), TestCaseError> {
     let cfg = PolicyConfig {
         slru_protected: protected,
+        aligned_links,
         ..PolicyConfig::default()
     };
     let mut new = (lookup(name).unwrap().make)(cap, &cfg);
@@ -356,7 +363,8 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(64))]
 
     /// Every lean list policy takes the same decisions as the old lists: same victims, same
-    /// eviction candidates, at every step, with invalidations in the mix.
+    /// eviction candidates, at every step, with invalidations in the mix; with packed links
+    /// (live) and aligned ones (simulator).
     #[test]
     fn lean_policies_decide_as_the_old_lists(
         cap in 1u32..40,
@@ -364,7 +372,9 @@ proptest! {
         ops in ops(),
     ) {
         for name in ["lru", "mru", "fifo", "lifo", "slru", "clock"] {
-            check(name, cap, protected, &ops)?;
+            for aligned in [false, true] {
+                check(name, cap, protected, aligned, &ops)?;
+            }
         }
     }
 }

@@ -40,6 +40,7 @@ impl LazyRing {
     }
 
     /// Live entries.
+    #[cfg(test)]
     pub fn len(&self) -> u32 {
         self.live
     }

@@ -26,12 +26,20 @@
 //! (cloudPhysicsIO 1/5/10 %: +0.020 / +0.013 / +0.144 %; Zipf: -0.006 / -0.044 / -0.025 %),
 //! asserted in `tests/libcachesim_oracle.rs`.
 
-use super::{Access, MultiList, Policy, PolicyConfig, PolicyInfo, Slot};
+use super::{
+    Access, AlignedLinks, LinkStore, MultiList, PackedLinks, Policy, PolicyConfig, PolicyInfo, Slot,
+};
 
 pub const INFO: PolicyInfo = PolicyInfo {
     name: "slru",
     summary: "segmented LRU: probation + protected (scan resistant)",
-    make: |cap, cfg: &PolicyConfig| Box::new(Slru::new(cap, cfg.slru_protected)),
+    make: |cap, cfg: &PolicyConfig| {
+        if cfg.aligned_links {
+            Box::new(Slru::<AlignedLinks>::new(cap, cfg.slru_protected))
+        } else {
+            Box::new(Slru::<PackedLinks>::new(cap, cfg.slru_protected))
+        }
+    },
 };
 
 const PROBATION: usize = 0;
@@ -39,13 +47,13 @@ const PROTECTED: usize = 1;
 
 /// Both segments share one link array (a line is in one of them) and one bit per slot says
 /// which: `2w + 1` bits per slot (4.4 B at 131,072 lines) instead of two full-size lists.
-pub struct Slru {
-    lists: MultiList<2>,
+pub struct Slru<L: LinkStore = PackedLinks> {
+    lists: MultiList<2, L>,
     protected: Vec<u64>,
     protected_max: u32,
 }
 
-impl Slru {
+impl<L: LinkStore> Slru<L> {
     pub fn new(capacity: u32, protected_share: f64) -> Self {
         Slru {
             lists: MultiList::new(capacity),
@@ -71,7 +79,7 @@ impl Slru {
     }
 }
 
-impl Policy for Slru {
+impl<L: LinkStore> Policy for Slru<L> {
     fn name(&self) -> &'static str {
         INFO.name
     }
@@ -130,7 +138,7 @@ mod tests {
 
     #[test]
     fn lines_hit_twice_survive_a_scan() {
-        let mut p = Slru::new(4, 0.5);
+        let mut p: Slru = Slru::new(4, 0.5);
         p.insert(0, &a(0));
         p.hit(0, &a(0)); // 0 is protected now
         for s in 1..4 {
