@@ -103,7 +103,16 @@ impl LazyRing {
     }
 
     /// Drops dead entries at the oldest end, so that [`LazyRing::front`] is live.
+    #[inline]
     fn trim(&mut self) {
+        if self.used > 0 && self.code(self.ring[self.start]) != 0 {
+            self.trim_dead();
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn trim_dead(&mut self) {
         while self.used > 0 {
             let s = self.ring[self.start];
             if self.code(s) == 0 {
