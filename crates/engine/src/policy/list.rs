@@ -449,6 +449,8 @@ impl<const K: usize, L: LinkStore> MultiList<K, L> {
 
 #[cfg(test)]
 mod tests {
+    // The lists are indexed by number, as MultiList is.
+    #![allow(clippy::needless_range_loop)]
     use super::*;
     use proptest::prelude::*;
 
