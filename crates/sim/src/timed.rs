@@ -1767,6 +1767,8 @@ pub fn simulate_timed<'a>(
         return Err(crate::no_requests(&spec.input));
     }
     let mut cfg = spec.engine.clone();
+    // Aligned policy links, as in the untimed run (`sized_config`).
+    cfg.policy_params.aligned_links = true;
     // (With the log layout, the direct engine holds nothing: `log` caches.)
     cfg.capacity_lines = if ssd.is_some() && log.is_none() {
         spec.cache_size.lines(ls, footprint.unwrap_or(0))

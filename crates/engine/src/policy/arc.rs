@@ -21,12 +21,20 @@
 //! (on the miss-then-insert path they already hold and the trim does nothing).
 
 use super::ghost::GhostList;
-use super::{Access, Policy, PolicyConfig, PolicyInfo, Slot, SlotList};
+use super::{
+    Access, AlignedLinks, LinkStore, PackedLinks, Policy, PolicyConfig, PolicyInfo, Slot, SlotList,
+};
 
 pub const INFO: PolicyInfo = PolicyInfo {
     name: "arc",
     summary: "adaptive replacement cache (recency + frequency, self-tuning)",
-    make: |cap, _cfg: &PolicyConfig| Box::new(Arc::new(cap)),
+    make: |cap, cfg: &PolicyConfig| {
+        if cfg.aligned_links {
+            Box::new(Arc::<AlignedLinks>::new(cap))
+        } else {
+            Box::new(Arc::<PackedLinks>::new(cap))
+        }
+    },
 };
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -37,20 +45,20 @@ enum Pending {
     FromB2,
 }
 
-pub struct Arc {
+pub struct Arc<L: LinkStore = PackedLinks> {
     c: u32,
     /// Target size of T1, real-valued as in the paper and libCacheSim.
     p: f64,
-    t1: SlotList,
-    t2: SlotList,
-    b1: GhostList,
-    b2: GhostList,
+    t1: SlotList<L>,
+    t2: SlotList<L>,
+    b1: GhostList<L>,
+    b2: GhostList<L>,
     pending: Pending,
     /// The next eviction from T1 keeps no ghost (|T1| = c case).
     no_ghost: bool,
 }
 
-impl Arc {
+impl<L: LinkStore> Arc<L> {
     pub fn new(capacity: u32) -> Self {
         let c = capacity as usize;
         Arc {
@@ -82,7 +90,7 @@ impl Arc {
     }
 }
 
-impl Policy for Arc {
+impl<L: LinkStore> Policy for Arc<L> {
     fn name(&self) -> &'static str {
         INFO.name
     }
@@ -177,7 +185,7 @@ mod tests {
 
     #[test]
     fn a_ghost_hit_in_b1_grows_the_recency_target() {
-        let mut arc = Arc::new(2);
+        let mut arc: Arc = Arc::new(2);
         // Keys 1, 2 in slots 0, 1; 2 is hit (T2). Then 3 evicts 1 from T1 into B1.
         for (s, k) in [(0, 1), (1, 2)] {
             arc.miss(&a(k));
@@ -203,7 +211,7 @@ mod tests {
     fn ghost_lists_stay_bounded_with_inserts_that_had_no_miss() {
         use rand::{Rng, SeedableRng};
         let c = 16u32;
-        let mut arc = Arc::new(c);
+        let mut arc: Arc = Arc::new(c);
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(3);
         let mut keys: Vec<Option<u64>> = vec![None; c as usize];
         let mut free: Vec<Slot> = (0..c).rev().collect();

@@ -4,7 +4,8 @@
 //! libCacheSim's `Clock` with one bit (its default): miss counts are identical
 //! (`tests/libcachesim_oracle.rs`: cloudPhysicsIO and Zipf at 1, 5 and 10 % of the footprint).
 
-use super::{Access, Policy, PolicyConfig, PolicyInfo, Slot, SlotList};
+use super::ring::LazyRing;
+use super::{Access, Policy, PolicyConfig, PolicyInfo, Slot};
 
 pub const INFO: PolicyInfo = PolicyInfo {
     name: "clock",
@@ -12,16 +13,34 @@ pub const INFO: PolicyInfo = PolicyInfo {
     make: |cap, _cfg: &PolicyConfig| Box::new(Clock::new(cap)),
 };
 
+/// Insertion order in a ring with lazy deletion (`ring.rs`) and one reference bit per slot:
+/// 4.6 B per slot.
 pub struct Clock {
-    ring: SlotList,
-    referenced: Vec<bool>,
+    ring: LazyRing,
+    referenced: Vec<u64>,
 }
 
 impl Clock {
     pub fn new(capacity: u32) -> Self {
         Clock {
-            ring: SlotList::new(capacity),
-            referenced: vec![false; capacity as usize],
+            ring: LazyRing::new(capacity),
+            referenced: vec![0; (capacity as usize).div_ceil(64)],
+        }
+    }
+
+    #[inline]
+    fn is_ref(&self, slot: Slot) -> bool {
+        self.referenced[slot as usize / 64] >> (slot % 64) & 1 != 0
+    }
+
+    #[inline]
+    fn set_ref(&mut self, slot: Slot, on: bool) {
+        let w = &mut self.referenced[slot as usize / 64];
+        let bit = 1u64 << (slot % 64);
+        if on {
+            *w |= bit;
+        } else {
+            *w &= !bit;
         }
     }
 }
@@ -31,44 +50,39 @@ impl Policy for Clock {
         INFO.name
     }
     fn hit(&mut self, slot: Slot, _a: &Access) {
-        self.referenced[slot as usize] = true;
+        self.set_ref(slot, true);
     }
     fn insert_reads_access(&self) -> bool {
         false
     }
     fn prefetch(&self, slot: Slot) {
-        self.ring.prefetch(slot);
+        crate::index::prefetch(self.referenced.as_ptr().wrapping_add(slot as usize / 64));
     }
     fn insert(&mut self, slot: Slot, _a: &Access) {
-        self.referenced[slot as usize] = false;
-        self.ring.push_head(slot);
+        self.set_ref(slot, false);
+        self.ring.push(slot);
     }
     fn victim(&mut self) -> Slot {
         loop {
-            let t = self.ring.tail().expect("victim() on an empty CLOCK");
-            if !self.referenced[t as usize] {
+            let t = self.ring.front().expect("victim() on an empty CLOCK");
+            if !self.is_ref(t) {
                 return t;
             }
-            self.referenced[t as usize] = false;
-            self.ring.move_to_head(t);
+            self.set_ref(t, false);
+            self.ring.pop_front();
+            self.ring.push(t);
         }
     }
     fn remove(&mut self, slot: Slot, _key: u64, _evicted: bool) {
-        self.ring.unlink(slot);
-        self.referenced[slot as usize] = false;
+        self.ring.remove(slot);
+        self.set_ref(slot, false);
     }
     /// Unreferenced slots from the hand on (referenced ones get their second chance first).
     fn eviction_candidates(&self, n: usize, out: &mut Vec<Slot>) {
-        let r = &self.referenced;
-        out.extend(
-            self.ring
-                .iter_from_tail()
-                .filter(|&s| !r[s as usize])
-                .take(n),
-        );
+        out.extend(self.ring.iter().filter(|&s| !self.is_ref(s)).take(n));
     }
     fn mem_bytes(&self) -> usize {
-        self.ring.mem_bytes() + self.referenced.capacity()
+        self.ring.mem_bytes() + self.referenced.capacity() * 8
     }
 }
 

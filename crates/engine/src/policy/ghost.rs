@@ -2,20 +2,20 @@
 //! and S3-FIFO consult. 28 bytes per entry: the key, its place in the order, and the same
 //! chained index the engine uses for cached lines (deterministic, no tombstones).
 
-use super::SlotList;
+use super::{LinkStore, PackedLinks, SlotList};
 use crate::index::LineIndex;
 
 /// Bounded list of keys: a key arena threaded on a [`SlotList`] (newest at the head).
 #[derive(Clone, Debug)]
-pub struct GhostList {
+pub struct GhostList<L: LinkStore = PackedLinks> {
     keys: Vec<u64>,
-    order: SlotList,
+    order: SlotList<L>,
     free: Vec<u32>,
     map: LineIndex,
     cap: usize,
 }
 
-impl GhostList {
+impl<L: LinkStore> GhostList<L> {
     /// A list that keeps at most `cap` keys (the oldest is dropped beyond that).
     pub fn new(cap: usize) -> Self {
         GhostList {
@@ -95,7 +95,7 @@ mod tests {
 
     #[test]
     fn bounded_fifo_with_removal() {
-        let mut g = GhostList::new(3);
+        let mut g: GhostList = GhostList::new(3);
         for k in 1..=4 {
             g.push(k);
         }

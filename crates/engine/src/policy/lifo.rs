@@ -2,23 +2,31 @@
 //! Old lines stay forever, so LIFO keeps the first working set it sees (scan-proof, but it
 //! never adapts).
 
-use super::{Access, Policy, PolicyConfig, PolicyInfo, Slot, SlotList};
+use super::{
+    Access, AlignedLinks, LinkStore, PackedLinks, Policy, PolicyConfig, PolicyInfo, Slot, SlotList,
+};
 
 pub const INFO: PolicyInfo = PolicyInfo {
     name: "lifo",
     summary: "last in, first out (evicts the newest insertion)",
-    make: |cap, _cfg: &PolicyConfig| {
-        Box::new(Lifo {
-            list: SlotList::new(cap),
-        })
+    make: |cap, cfg: &PolicyConfig| {
+        if cfg.aligned_links {
+            Box::new(Lifo::<AlignedLinks> {
+                list: SlotList::new(cap),
+            })
+        } else {
+            Box::new(Lifo::<PackedLinks> {
+                list: SlotList::new(cap),
+            })
+        }
     },
 };
 
-pub struct Lifo {
-    list: SlotList,
+pub struct Lifo<L: LinkStore = PackedLinks> {
+    list: SlotList<L>,
 }
 
-impl Policy for Lifo {
+impl<L: LinkStore> Policy for Lifo<L> {
     fn name(&self) -> &'static str {
         INFO.name
     }

@@ -1,18 +1,26 @@
 //! LRU: evict the least recently used line. Identical to libCacheSim's `LRU`.
 
-use super::{Access, Policy, PolicyConfig, PolicyInfo, Slot, SlotList};
+use super::{
+    Access, AlignedLinks, LinkStore, PackedLinks, Policy, PolicyConfig, PolicyInfo, Slot, SlotList,
+};
 
 pub const INFO: PolicyInfo = PolicyInfo {
     name: "lru",
     summary: "least recently used",
-    make: |cap, _cfg: &PolicyConfig| Box::new(Lru::new(cap)),
+    make: |cap, cfg: &PolicyConfig| {
+        if cfg.aligned_links {
+            Box::new(Lru::<AlignedLinks>::new(cap))
+        } else {
+            Box::new(Lru::<PackedLinks>::new(cap))
+        }
+    },
 };
 
-pub struct Lru {
-    list: SlotList,
+pub struct Lru<L: LinkStore = PackedLinks> {
+    list: SlotList<L>,
 }
 
-impl Lru {
+impl<L: LinkStore> Lru<L> {
     pub fn new(capacity: u32) -> Self {
         Lru {
             list: SlotList::new(capacity),
@@ -20,7 +28,7 @@ impl Lru {
     }
 }
 
-impl Policy for Lru {
+impl<L: LinkStore> Policy for Lru<L> {
     fn name(&self) -> &'static str {
         INFO.name
     }

@@ -32,10 +32,13 @@ mod list;
 mod lru;
 mod mru;
 pub mod partition;
+#[cfg(test)]
+mod reference;
+mod ring;
 mod s3fifo;
 mod slru;
 
-pub use list::SlotList;
+pub use list::{AlignedLinks, LinkStore, MultiList, PackedLinks, SlotList};
 
 use crate::classes::ClassTable;
 use serde::{Deserialize, Serialize};
@@ -71,6 +74,11 @@ pub struct PolicyConfig {
     pub s3fifo_small: f64,
     /// Seed for randomised policies.
     pub seed: u64,
+    /// List policies keep their links as two aligned `u32` per slot (8 B) instead of bit-packed
+    /// (`2 ceil(log2 capacity)` bits): fewer instructions per hit, more RAM. Decisions are
+    /// the same. The simulator sets it (speed); a live cache keeps the packed form (RAM).
+    #[serde(skip)]
+    pub aligned_links: bool,
     /// I/O class table (`--classes`): DSS priorities and allocation, partitions for every
     /// policy. None = DSS uses the built-in file-system table; other policies ignore classes.
     #[serde(skip)]
@@ -147,6 +155,7 @@ impl Default for PolicyConfig {
             slru_protected: 0.5,
             s3fifo_small: 0.1,
             seed: 0,
+            aligned_links: false,
             classes: None,
             volume_shares: Vec::new(),
         }

@@ -1,23 +1,31 @@
 //! MRU: evict the most recently used line. Good for loops larger than the cache, where LRU
 //! always evicts the line needed next.
 
-use super::{Access, Policy, PolicyConfig, PolicyInfo, Slot, SlotList};
+use super::{
+    Access, AlignedLinks, LinkStore, PackedLinks, Policy, PolicyConfig, PolicyInfo, Slot, SlotList,
+};
 
 pub const INFO: PolicyInfo = PolicyInfo {
     name: "mru",
     summary: "most recently used (good for large loops)",
-    make: |cap, _cfg: &PolicyConfig| {
-        Box::new(Mru {
-            list: SlotList::new(cap),
-        })
+    make: |cap, cfg: &PolicyConfig| {
+        if cfg.aligned_links {
+            Box::new(Mru::<AlignedLinks> {
+                list: SlotList::new(cap),
+            })
+        } else {
+            Box::new(Mru::<PackedLinks> {
+                list: SlotList::new(cap),
+            })
+        }
     },
 };
 
-pub struct Mru {
-    list: SlotList,
+pub struct Mru<L: LinkStore = PackedLinks> {
+    list: SlotList<L>,
 }
 
-impl Policy for Mru {
+impl<L: LinkStore> Policy for Mru<L> {
     fn name(&self) -> &'static str {
         INFO.name
     }

@@ -26,12 +26,20 @@
 //! one line below 10 lines of capacity and G at least one key, where libCacheSim has none.
 
 use super::ghost::GhostList;
-use super::{Access, Policy, PolicyConfig, PolicyInfo, Slot, SlotList};
+use super::{
+    Access, AlignedLinks, LinkStore, PackedLinks, Policy, PolicyConfig, PolicyInfo, Slot, SlotList,
+};
 
 pub const INFO: PolicyInfo = PolicyInfo {
     name: "s3fifo",
     summary: "small + main FIFO with ghost and 2-bit counters (SOSP'23)",
-    make: |cap, cfg: &PolicyConfig| Box::new(S3Fifo::new(cap, cfg.s3fifo_small)),
+    make: |cap, cfg: &PolicyConfig| {
+        if cfg.aligned_links {
+            Box::new(S3Fifo::<AlignedLinks>::new(cap, cfg.s3fifo_small))
+        } else {
+            Box::new(S3Fifo::<PackedLinks>::new(cap, cfg.s3fifo_small))
+        }
+    },
 };
 
 /// Accesses while in S that earn a move to M (libCacheSim's `move_to_main_threshold`).
@@ -39,10 +47,10 @@ const MOVE_TO_MAIN: u8 = 2;
 /// Ghost entries as a share of the capacity (libCacheSim's `ghost_size_ratio`).
 const GHOST_SHARE: f64 = 0.9;
 
-pub struct S3Fifo {
-    small: SlotList,
-    main: SlotList,
-    ghost: GhostList,
+pub struct S3Fifo<L: LinkStore = PackedLinks> {
+    small: SlotList<L>,
+    main: SlotList<L>,
+    ghost: GhostList<L>,
     freq: Vec<u8>,
     /// Share of S (at least 1 line).
     small_target: u32,
@@ -54,7 +62,7 @@ pub struct S3Fifo {
     to_main: bool,
 }
 
-impl S3Fifo {
+impl<L: LinkStore> S3Fifo<L> {
     pub fn new(capacity: u32, small_share: f64) -> Self {
         let small_target = ((capacity as f64 * small_share) as u32).max(1);
         S3Fifo {
@@ -70,7 +78,7 @@ impl S3Fifo {
     }
 }
 
-impl Policy for S3Fifo {
+impl<L: LinkStore> Policy for S3Fifo<L> {
     fn name(&self) -> &'static str {
         INFO.name
     }
@@ -153,7 +161,7 @@ mod tests {
     /// Fills capacity 10 (S share 2) with keys 0..10 in slots 0..10: slots 0 and 1 in S,
     /// the rest in M (warm-up rule).
     fn full() -> S3Fifo {
-        let mut p = S3Fifo::new(10, 0.2);
+        let mut p: S3Fifo = S3Fifo::new(10, 0.2);
         for s in 0..10u32 {
             p.miss(&a(s as u64));
             p.insert(s, &a(s as u64));

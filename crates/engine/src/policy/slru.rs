@@ -26,73 +26,107 @@
 //! (cloudPhysicsIO 1/5/10 %: +0.020 / +0.013 / +0.144 %; Zipf: -0.006 / -0.044 / -0.025 %),
 //! asserted in `tests/libcachesim_oracle.rs`.
 
-use super::{Access, Policy, PolicyConfig, PolicyInfo, Slot, SlotList};
+use super::{
+    Access, AlignedLinks, LinkStore, MultiList, PackedLinks, Policy, PolicyConfig, PolicyInfo, Slot,
+};
 
 pub const INFO: PolicyInfo = PolicyInfo {
     name: "slru",
     summary: "segmented LRU: probation + protected (scan resistant)",
-    make: |cap, cfg: &PolicyConfig| Box::new(Slru::new(cap, cfg.slru_protected)),
+    make: |cap, cfg: &PolicyConfig| {
+        if cfg.aligned_links {
+            Box::new(Slru::<AlignedLinks>::new(cap, cfg.slru_protected))
+        } else {
+            Box::new(Slru::<PackedLinks>::new(cap, cfg.slru_protected))
+        }
+    },
 };
 
-pub struct Slru {
-    probation: SlotList,
-    protected: SlotList,
+const PROBATION: usize = 0;
+const PROTECTED: usize = 1;
+
+/// Both segments share one link array (a line is in one of them) and one bit per slot says
+/// which: `2w + 1` bits per slot (4.4 B at 131,072 lines) instead of two full-size lists.
+pub struct Slru<L: LinkStore = PackedLinks> {
+    lists: MultiList<2, L>,
+    protected: Vec<u64>,
     protected_max: u32,
 }
 
-impl Slru {
+impl<L: LinkStore> Slru<L> {
     pub fn new(capacity: u32, protected_share: f64) -> Self {
         Slru {
-            probation: SlotList::new(capacity),
-            protected: SlotList::new(capacity),
+            lists: MultiList::new(capacity),
+            protected: vec![0; (capacity as usize).div_ceil(64)],
             protected_max: ((capacity as f64 * protected_share) as u32).max(1),
+        }
+    }
+
+    #[inline]
+    fn is_protected(&self, slot: Slot) -> bool {
+        self.protected[slot as usize / 64] >> (slot % 64) & 1 != 0
+    }
+
+    #[inline]
+    fn set_protected(&mut self, slot: Slot, on: bool) {
+        let w = &mut self.protected[slot as usize / 64];
+        let bit = 1u64 << (slot % 64);
+        if on {
+            *w |= bit;
+        } else {
+            *w &= !bit;
         }
     }
 }
 
-impl Policy for Slru {
+impl<L: LinkStore> Policy for Slru<L> {
     fn name(&self) -> &'static str {
         INFO.name
     }
     fn hit(&mut self, slot: Slot, _a: &Access) {
-        if self.protected.contains(slot) {
-            self.protected.move_to_head(slot);
+        if self.is_protected(slot) {
+            self.lists.move_to_head(PROTECTED, slot);
             return;
         }
-        self.probation.unlink(slot);
-        self.protected.push_head(slot);
-        if self.protected.len() > self.protected_max {
-            let d = self.protected.pop_tail().expect("non-empty");
-            self.probation.push_head(d);
+        self.lists.unlink(PROBATION, slot);
+        self.lists.push_head(PROTECTED, slot);
+        self.set_protected(slot, true);
+        if self.lists.len(PROTECTED) > self.protected_max {
+            let d = self.lists.pop_tail(PROTECTED).expect("non-empty");
+            self.set_protected(d, false);
+            self.lists.push_head(PROBATION, d);
         }
     }
     fn insert_reads_access(&self) -> bool {
         false
     }
     fn prefetch(&self, slot: Slot) {
-        self.probation.prefetch(slot);
+        self.lists.prefetch(slot);
     }
     fn insert(&mut self, slot: Slot, _a: &Access) {
-        self.probation.push_head(slot);
+        // A slot leaves PROTECTED with its bit cleared (remove, demotion): it is 0 here.
+        debug_assert!(!self.is_protected(slot));
+        self.lists.push_head(PROBATION, slot);
     }
     fn victim(&mut self) -> Slot {
-        self.probation
-            .tail()
-            .or_else(|| self.protected.tail())
+        self.lists
+            .tail(PROBATION)
+            .or_else(|| self.lists.tail(PROTECTED))
             .expect("victim() on an empty SLRU")
     }
     fn remove(&mut self, slot: Slot, _key: u64, _evicted: bool) {
-        if self.protected.contains(slot) {
-            self.protected.unlink(slot);
+        if self.is_protected(slot) {
+            self.lists.unlink(PROTECTED, slot);
+            self.set_protected(slot, false);
         } else {
-            self.probation.unlink(slot);
+            self.lists.unlink(PROBATION, slot);
         }
     }
     fn eviction_candidates(&self, n: usize, out: &mut Vec<Slot>) {
-        out.extend(self.probation.iter_from_tail().take(n));
+        out.extend(self.lists.iter_from_tail(PROBATION).take(n));
     }
     fn mem_bytes(&self) -> usize {
-        self.probation.mem_bytes() + self.protected.mem_bytes()
+        self.lists.mem_bytes() + self.protected.capacity() * 8
     }
 }
 
@@ -104,7 +138,7 @@ mod tests {
 
     #[test]
     fn lines_hit_twice_survive_a_scan() {
-        let mut p = Slru::new(4, 0.5);
+        let mut p: Slru = Slru::new(4, 0.5);
         p.insert(0, &a(0));
         p.hit(0, &a(0)); // 0 is protected now
         for s in 1..4 {
