@@ -126,14 +126,16 @@ pub struct Engine {
     seq: u64,
     oracle: Option<Vec<u64>>,
     /// Sector validity: log2 of the sector size and of sectors per line, the mask of a whole
-    /// line, and per slot `1 << spl_shift` valid and dirty bits, packed (empty with line
-    /// validity).
+    /// line; per slot a "whole" bit (empty with line validity): set, the line is all valid
+    /// and all or nothing dirty (as its dirty bit says); clear, its (valid, dirty) masks are
+    /// in `part_masks`, or both empty when absent there. Whole lines, the common case, cost
+    /// one bit; a partly valid or dirty line an entry of the side map.
     sectors: bool,
     sector_shift: u32,
     spl_shift: u32,
     full_mask: u64,
-    valid_bits: Vec<u64>,
-    dirty_bits: Vec<u64>,
+    whole: Vec<u64>,
+    part_masks: HashMap<Slot, (u64, u64)>,
     /// Whether [`Engine::fast_line`] may serve whole-line requests (see there).
     fast: bool,
     fast_allowed: bool,
@@ -449,7 +451,7 @@ impl Engine {
         let sector_shift = 9.max(line_shift.saturating_sub(6));
         let spl_shift = line_shift - sector_shift;
         let mask_words = if sectors {
-            ((cap as usize) << spl_shift).div_ceil(64)
+            (cap as usize).div_ceil(64)
         } else {
             0
         };
@@ -458,8 +460,8 @@ impl Engine {
             sector_shift,
             spl_shift,
             full_mask: bits(0, 1 << spl_shift),
-            valid_bits: vec![0; mask_words],
-            dirty_bits: vec![0; mask_words],
+            whole: vec![0; mask_words],
+            part_masks: HashMap::new(),
             fast: false,
             fast_allowed: true,
             line_shift,
@@ -1137,7 +1139,10 @@ impl Engine {
         self.keys.capacity() * 8
             + self.classes.capacity()
             + self.dirty.capacity() * 8
-            + (self.valid_bits.capacity() + self.dirty_bits.capacity()) * 8
+            + self.whole.capacity() * 8
+            // By length: the table's capacity depends on its random hash seed (tombstones),
+            // and two equal engines must report the same bytes.
+            + hash_bytes(self.part_masks.len(), 4 + 4 + 16)
             + self.slots.heap_bytes()
             + self.map.mem_bytes()
             + self.policy.mem_bytes()
@@ -1189,7 +1194,7 @@ impl Engine {
         if !self.sectors {
             return self.full_mask;
         }
-        self.mask_get(&self.valid_bits, slot)
+        self.masks(slot).0
     }
 
     /// Dirty sectors of the line in `slot`.
@@ -1201,22 +1206,55 @@ impl Engine {
                 0
             };
         }
-        self.mask_get(&self.dirty_bits, slot)
+        self.masks(slot).1
     }
 
+    /// The (valid, dirty) sector masks of `slot` (sector validity).
     #[inline]
-    fn mask_get(&self, v: &[u64], slot: Slot) -> u64 {
-        let bit = (slot as usize) << self.spl_shift;
-        (v[bit >> 6] >> (bit & 63)) & self.full_mask
+    fn masks(&self, slot: Slot) -> (u64, u64) {
+        if self.whole[slot as usize / 64] >> (slot % 64) & 1 == 1 {
+            let d = if self.is_dirty(slot) {
+                self.full_mask
+            } else {
+                0
+            };
+            (self.full_mask, d)
+        } else if self.part_masks.is_empty() {
+            (0, 0)
+        } else {
+            self.part_masks.get(&slot).copied().unwrap_or((0, 0))
+        }
+    }
+
+    /// Stores the sector masks of `slot`; a dirty mask all or nothing must agree with the
+    /// slot's dirty bit once the caller is done (`set_dirty_mask` sets it right after).
+    #[inline]
+    fn store_masks(&mut self, slot: Slot, v: u64, d: u64) {
+        let (w, b) = (slot as usize / 64, 1u64 << (slot % 64));
+        let was_whole = self.whole[w] & b != 0;
+        if v == self.full_mask && (d == 0 || d == self.full_mask) {
+            if !was_whole {
+                self.whole[w] |= b;
+                self.part_masks.remove(&slot);
+            }
+        } else {
+            self.whole[w] &= !b;
+            if v == 0 && d == 0 {
+                if !was_whole {
+                    self.part_masks.remove(&slot);
+                }
+            } else {
+                self.part_masks.insert(slot, (v, d));
+            }
+        }
     }
 
     #[inline]
     fn set_valid(&mut self, slot: Slot, m: u64) {
         self.journal_touch(slot);
         if self.sectors {
-            let bit = (slot as usize) << self.spl_shift;
-            let w = &mut self.valid_bits[bit >> 6];
-            *w = (*w & !(self.full_mask << (bit & 63))) | (m << (bit & 63));
+            let d = self.masks(slot).1;
+            self.store_masks(slot, m, d);
         }
     }
 
@@ -1225,9 +1263,8 @@ impl Engine {
     fn set_dirty_mask(&mut self, slot: Slot, key: u64, m: u64) {
         self.journal_touch(slot);
         if self.sectors {
-            let bit = (slot as usize) << self.spl_shift;
-            let w = &mut self.dirty_bits[bit >> 6];
-            *w = (*w & !(self.full_mask << (bit & 63))) | (m << (bit & 63));
+            let v = self.masks(slot).0;
+            self.store_masks(slot, v, m);
         }
         self.set_dirty(slot, key, m != 0);
     }
@@ -3584,8 +3621,8 @@ impl Engine {
             self.set_valid(slot, l.valid);
             self.len += 1;
             if self.sectors {
-                let bit = (slot as usize) << self.spl_shift;
-                self.dirty_bits[bit >> 6] |= l.dirty << (bit & 63);
+                // The line-level dirty bit is set just below when `l.dirty` is not empty.
+                self.store_masks(slot, l.valid, l.dirty);
             }
             if l.dirty != 0 {
                 // As `set_dirty`, the LBA-ordered set built in one go below.

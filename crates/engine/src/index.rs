@@ -1,18 +1,20 @@
-//! The line index: line key -> slot, in 12 bytes per cached line.
+//! The line index: line key -> slot, in 6 bytes per cached line.
 //!
-//! Separate chaining threaded through the slots: one `u32` chain head per bucket (as many
-//! buckets as slots, load factor at most 1) and a (previous, next) `u32` pair per slot. Keys
-//! themselves live in the engine's slot array, so the index stores no key: a lookup walks a
-//! chain of 1.5 slots on average, comparing `keys[slot]`; an insert pushes onto the chain
-//! head; a removal unlinks the slot in O(1) without walking its chain (the evicted line's
-//! chain is cold in the CPU cache, so a walk is a string of dependent cache misses). There
-//! are no tombstones, nothing moves or rehashes under the constant insert/evict churn of a
-//! full cache, and every operation is a handful of instructions.
+//! Separate chaining threaded through the slots: one `u32` chain head per two slots (load
+//! factor at most 2) and one `u32` next link per slot. Keys themselves live in the engine's
+//! slot array, so the index stores no key: a lookup walks a chain of 2 slots on average,
+//! comparing `keys[slot]`; an insert pushes onto the chain head; a removal walks its
+//! bucket's chain (by slot id: the links only, no keys) to the slot's predecessor. There are
+//! no tombstones, nothing moves or rehashes under the constant insert/evict churn of a full
+//! cache, and every operation is a handful of instructions.
 //!
 //! History: a Robin Hood table (u64 buckets of 32-bit hash tag + slot, load 0.7) came first,
 //! at 11.4 B/line; its backward-shift deletions and displacement chains cost ~190
-//! instructions per miss. Singly linked chains (8 B/line) were 10 % slower than these. `hashbrown` before that: under
-//! churn its tombstones made it grow to twice the size.
+//! instructions per miss. Then doubly linked chains at load 1 (12 B/line: O(1) unlink);
+//! singly linked ones at load 1 (8 B/line) measured 10 % slower than those then, but the
+//! index is a small part of a request today, and at load 2 the chains cost 6 B/line (issue
+//! 16: 16 B per line all included). `hashbrown` before all that: under churn its tombstones
+//! made it grow to twice the size.
 
 const NIL: u32 = u32::MAX;
 
@@ -43,18 +45,27 @@ pub fn prefetch<T>(p: *const T) {
 /// Key -> slot map for slots `0..capacity`.
 #[derive(Clone, Debug)]
 pub struct LineIndex {
+    /// Chain heads, one per two slots.
     heads: Vec<u32>,
-    /// Per slot: (previous, next) in its chain; a chain's first slot has no previous.
-    links: Vec<[u32; 2]>,
+    /// Per slot: the next slot of its chain.
+    next: Vec<u32>,
     len: usize,
 }
+
+/// Buckets for `capacity` slots: load factor at most [`LOAD`].
+fn buckets_for(capacity: usize) -> usize {
+    capacity.div_ceil(LOAD).max(1)
+}
+
+/// Slots per bucket when every slot is in use.
+const LOAD: usize = 2;
 
 impl LineIndex {
     /// An index for slots `0..capacity`.
     pub fn new(capacity: usize) -> Self {
         LineIndex {
-            heads: vec![NIL; capacity.max(1)],
-            links: vec![[NIL; 2]; capacity],
+            heads: vec![NIL; buckets_for(capacity)],
+            next: vec![NIL; capacity],
             len: 0,
         }
     }
@@ -69,38 +80,20 @@ impl LineIndex {
 
     /// Heap bytes.
     pub fn mem_bytes(&self) -> usize {
-        (self.heads.capacity() + 2 * self.links.capacity()) * 4
+        (self.heads.capacity() + self.next.capacity()) * 4
     }
 
     /// Bucket of a key: multiply-shift range reduction of its mixed high bits.
     #[inline]
     fn bucket(&self, key: u64) -> usize {
-        (((mix(key) >> 32) * self.heads.len() as u64) >> 32) as usize
+        bucket_of(key, self.heads.len())
     }
 
     /// Hints the CPU to load the chain head where a lookup of `key` starts (a simulator that
     /// knows the next requests overlaps their cache misses with the current work).
     #[inline]
     pub fn prefetch(&self, key: u64) {
-        let i = self.bucket(key);
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: prefetching is a hint; the pointer is in bounds of `heads`.
-        unsafe {
-            use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-            _mm_prefetch(self.heads.as_ptr().add(i) as *const i8, _MM_HINT_T0);
-        }
-        #[cfg(not(target_arch = "x86_64"))]
-        let _ = i;
-    }
-
-    /// The second stage of [`LineIndex::prefetch`] (its bucket loaded by now): hints the CPU to
-    /// load the links of the slot at the head of `key`'s chain, which an insert updates.
-    #[inline]
-    pub fn prefetch_chain(&self, key: u64) {
-        let h = self.heads[self.bucket(key)];
-        if h != NIL {
-            prefetch(self.links.as_ptr().wrapping_add(h as usize));
-        }
+        prefetch(self.heads.as_ptr().wrapping_add(self.bucket(key)));
     }
 
     /// The slot of `key`; `keys[slot]` is the key a slot holds.
@@ -111,7 +104,7 @@ impl LineIndex {
             if keys[s as usize] == key {
                 return Some(s);
             }
-            s = self.links[s as usize][1];
+            s = self.next[s as usize];
         }
         None
     }
@@ -120,32 +113,34 @@ impl LineIndex {
     #[inline]
     pub fn insert(&mut self, key: u64, slot: u32) {
         let b = self.bucket(key);
-        let h = self.heads[b];
-        self.links[slot as usize] = [NIL, h];
-        if h != NIL {
-            self.links[h as usize][0] = slot;
-        }
+        self.next[slot as usize] = self.heads[b];
         self.heads[b] = slot;
         self.len += 1;
     }
 
-    /// Removes the entry of `key`, which maps to `slot` (and must be there).
+    /// Removes the entry of `key`, which maps to `slot`; false (and nothing changed) when
+    /// `slot` is not in `key`'s chain.
     #[inline]
     pub fn remove(&mut self, key: u64, slot: u32) -> bool {
-        let [p, n] = self.links[slot as usize];
-        if p == NIL {
-            let b = self.bucket(key);
-            if self.heads[b] != slot {
-                return false;
-            }
+        let b = self.bucket(key);
+        let n = self.next[slot as usize];
+        let mut s = self.heads[b];
+        if s == slot {
             self.heads[b] = n;
         } else {
-            self.links[p as usize][1] = n;
+            loop {
+                if s == NIL {
+                    return false;
+                }
+                let after = self.next[s as usize];
+                if after == slot {
+                    self.next[s as usize] = n;
+                    break;
+                }
+                s = after;
+            }
         }
-        if n != NIL {
-            self.links[n as usize][0] = p;
-        }
-        self.links[slot as usize] = [NIL, NIL];
+        self.next[slot as usize] = NIL;
         self.len -= 1;
         true
     }
@@ -168,7 +163,7 @@ impl<T> Copy for Shared<T> {}
 // SAFETY: only used by `build` and `link_range`, whose threads write disjoint elements.
 unsafe impl<T> Send for Shared<T> {}
 unsafe impl<T> Sync for Shared<T> {}
-type LinksPtr = Shared<[u32; 2]>;
+type LinksPtr = Shared<u32>;
 
 impl<T> Shared<T> {
     /// The pointer (a method, so that closures capture the `Sync` wrapper, not the field).
@@ -177,8 +172,8 @@ impl<T> Shared<T> {
     }
 }
 
-/// Buckets per range of [`LineIndex::build`]: their heads (1 MiB) and the range's scratch
-/// table stay in the CPU's L2 cache while the range's slots are linked.
+/// Buckets per range of [`LineIndex::build`]: their heads (1 MiB) stay in the CPU's L2
+/// cache while the range's slots are linked.
 const RANGE_BUCKETS: usize = 1 << 18;
 
 /// The present slots of bitmap words `words` (`present[words]`), ascending.
@@ -196,27 +191,20 @@ fn present_slots(present: &[u64], words: std::ops::Range<usize>) -> impl Iterato
     })
 }
 
-/// Links the slots of one bucket range: `heads` the range's chain heads (all NIL), `last`
-/// scratch of the same length, `entries` the range's slots ascending, each as
-/// `bucket_in_range << 32 | slot`; `out[i]` receives the links of `entries[i]`. The chains
-/// are those of inserting in slot order: a slot's next is the previous slot of its bucket
-/// (ascending pass), its previous the following one (descending pass); the head is the
-/// bucket's last slot. Every access is sequential or inside the range's tables.
-fn link_range(heads: &mut [u32], last: &mut [u32], entries: &[u64], out: &mut [[u32; 2]]) {
+/// Links the slots of one bucket range: `heads` the range's chain heads (all NIL),
+/// `entries` the range's slots ascending, each as `bucket_in_range << 32 | slot`; `out[i]`
+/// receives the next link of `entries[i]`. The chains are those of inserting in slot order:
+/// a slot's next is the previous slot of its bucket, the head is the bucket's last slot.
+/// Every access is sequential or inside the range's heads.
+fn link_range(heads: &mut [u32], entries: &[u64], out: &mut [u32]) {
     for (&e, o) in entries.iter().zip(out.iter_mut()) {
         let (b, s) = ((e >> 32) as usize, e as u32);
-        *o = [NIL, heads[b]];
+        *o = heads[b];
         heads[b] = s;
-    }
-    last.fill(NIL);
-    for (&e, o) in entries.iter().zip(out.iter_mut()).rev() {
-        let (b, s) = ((e >> 32) as usize, e as u32);
-        o[0] = last[b];
-        last[b] = s;
     }
 }
 
-/// Slots per block of the last step of [`LineIndex::build`]: the block's links (512 KiB)
+/// Slots per block of the last step of [`LineIndex::build`]: the block's links (256 KiB)
 /// stay in the CPU cache while every range's entries in it are copied there.
 const BLOCK_SLOTS: usize = 1 << 16;
 
@@ -224,17 +212,17 @@ impl LineIndex {
     /// Fills an empty index with `keys[s]` -> `s` for every slot `s` set in `present` (a
     /// bitmap; the keys distinct), on `threads` threads: the same chains as
     /// [`LineIndex::insert`] called in slot order. A warm restart's index (10^8 lines),
-    /// built with no random access to memory (inserting in slot order makes two cache and
-    /// TLB misses per line: the bucket's head, the old head's links): 1. and 2. the slots
+    /// built with no random access to memory (inserting in slot order makes a cache and TLB
+    /// miss per line: the bucket's head): 1. and 2. the slots
     /// grouped by range of [`RANGE_BUCKETS`] buckets (a stable counting sort: ascending
     /// slots within a range); 3. each range linked with its heads in the CPU cache
     /// (`link_range`, into a buffer parallel to the groups); 4. the links copied to their
     /// slots block by block ([`BLOCK_SLOTS`]), each block taking every range's next entries.
-    /// Transient memory: 16 B per line.
+    /// Transient memory: 12 B per line.
     pub fn build(&mut self, keys: &[u64], present: &[u64], threads: usize) {
         assert!(self.len == 0, "build into an index that holds entries");
         let n = self.heads.len();
-        let keys = &keys[..self.links.len().min(keys.len())];
+        let keys = &keys[..self.next.len().min(keys.len())];
         let present = &present[..keys.len().div_ceil(64).min(present.len())];
         let words = present.len();
         let threads = threads.clamp(1, 64).min(words.max(1));
@@ -298,15 +286,15 @@ impl LineIndex {
         });
         // 3. Each range linked by one thread (ranges dealt round-robin), into `linked`
         // (parallel to `entries`).
-        let mut linked = vec![[NIL; 2]; sum];
+        let mut linked = vec![NIL; sum];
         {
             let heads: Vec<std::sync::Mutex<&mut [u32]>> = self
                 .heads
                 .chunks_mut(RANGE_BUCKETS)
                 .map(std::sync::Mutex::new)
                 .collect();
-            let mut rest: &mut [[u32; 2]] = &mut linked;
-            let outs: Vec<std::sync::Mutex<&mut [[u32; 2]]>> = (0..ranges)
+            let mut rest: &mut [u32] = &mut linked;
+            let outs: Vec<std::sync::Mutex<&mut [u32]>> = (0..ranges)
                 .map(|r| {
                     let (mine, tail) =
                         std::mem::take(&mut rest).split_at_mut(starts[r + 1] - starts[r]);
@@ -316,24 +304,17 @@ impl LineIndex {
                 .collect();
             let (entries, starts) = (&entries, &starts);
             run(&|t| {
-                let mut last = vec![NIL; RANGE_BUCKETS.min(n)];
                 for r in (t..ranges).step_by(threads) {
                     let mut h = heads[r].lock().unwrap();
                     let mut o = outs[r].lock().unwrap();
-                    let len = h.len();
-                    link_range(
-                        &mut h,
-                        &mut last[..len],
-                        &entries[starts[r]..starts[r + 1]],
-                        &mut o,
-                    );
+                    link_range(&mut h, &entries[starts[r]..starts[r + 1]], &mut o);
                 }
             });
         }
         // 4. The links to their slots, block by block of slots (each thread its own blocks):
         // within a block, every range's next entries (ascending slots) are copied in.
-        let links: LinksPtr = Shared(self.links.as_mut_ptr());
-        let cap = self.links.len();
+        let links: LinksPtr = Shared(self.next.as_mut_ptr());
+        let cap = self.next.len();
         let (entries, linked, starts) = (&entries, &linked, &starts);
         run(&|t| {
             let (lo, hi) = (cap * t / threads, cap * (t + 1) / threads);
@@ -429,7 +410,7 @@ mod tests {
             b.build(&keys, &present, threads);
             assert_eq!(a.len, b.len, "cap {cap} threads {threads}");
             assert_eq!(a.heads, b.heads, "cap {cap} threads {threads}: chain heads");
-            assert_eq!(a.links, b.links, "cap {cap} threads {threads}: links");
+            assert_eq!(a.next, b.next, "cap {cap} threads {threads}: links");
             for (s, &k) in keys.iter().enumerate() {
                 if k != u64::MAX {
                     assert_eq!(b.find(k, &keys), Some(s as u32));
@@ -454,7 +435,7 @@ mod tests {
         }
         assert_eq!(idx.len(), cap);
         assert_eq!(idx.mem_bytes(), before);
-        assert_eq!(before, cap * 12);
+        assert_eq!(before, cap * 6);
         for s in 0..cap {
             assert_eq!(idx.find(keys[s], &keys), Some(s as u32));
         }

@@ -730,3 +730,45 @@ fn requests_per_direction_by_outcome() {
     sum += &c;
     assert_eq!(sum.write_requests, d(2, 0, 0, 6));
 }
+
+#[test]
+fn whole_lines_pay_one_bit_for_their_sector_masks() {
+    let cap = 4096;
+    let mut s = engine(Mode::WriteBack, cap);
+    let mut l = line_engine(Mode::WriteBack, cap);
+    for e in [&mut s, &mut l] {
+        // Whole lines, half of them dirty.
+        for i in 0..cap {
+            let r = if i % 2 == 0 {
+                Request::write(i * 4096, 4096)
+            } else {
+                Request::read(i * 4096, 4096)
+            };
+            e.process(&r).unwrap();
+        }
+        assert_eq!(e.counters().insertions, cap);
+    }
+    // One bit per slot, nothing in the side map (was 2 B per slot: 8 + 8 sector bits).
+    assert_eq!(s.index_bytes() - l.index_bytes(), cap as usize / 8);
+    for i in [0, 1, cap - 1] {
+        let slot = s.lookup(Engine::line_key(0, i)).unwrap();
+        let d = if i % 2 == 0 { 0xff } else { 0 };
+        assert_eq!((s.valid_mask(slot), s.dirty_mask(slot)), (0xff, d));
+    }
+    // A line made partial (a trim of two sectors of a clean line) keeps its exact masks in
+    // the side map; written whole again, it is back to one bit.
+    s.process(&Request::new(0, Op::Trim, 4096 + 1024, 1024))
+        .unwrap();
+    let slot = s.lookup(Engine::line_key(0, 1)).unwrap();
+    assert_eq!((s.valid_mask(slot), s.dirty_mask(slot)), (0b1111_0011, 0));
+    s.process(&Request::write(4096 + 512, 512)).unwrap();
+    assert_eq!(
+        (s.valid_mask(slot), s.dirty_mask(slot)),
+        (0b1111_0011, 0b10)
+    );
+    s.process(&Request::write(4096, 4096)).unwrap();
+    assert_eq!((s.valid_mask(slot), s.dirty_mask(slot)), (0xff, 0xff));
+    s.process(&Request::write(2 * 4096 + 512, 512)).unwrap();
+    let slot = s.lookup(Engine::line_key(0, 2)).unwrap();
+    assert_eq!((s.valid_mask(slot), s.dirty_mask(slot)), (0xff, 0xff));
+}
