@@ -621,23 +621,25 @@ fn sim_fails_a_pool_member_mid_run() {
     }
 }
 
+/// A write-back simulation of a Zipf workload that overflows a 16 MiB cache (the pool tests).
+const POOL_SIM: [&str; 8] = [
+    "sim",
+    "--workload",
+    "zipf:theta=0.9,wss=64MiB,requests=20000,read=50,size=4k",
+    "--cache-size",
+    "16MiB",
+    "--mode",
+    "wb",
+    "-q",
+];
+
 /// `sim --cache-devices N` splits the cache over N devices as `serve --cache A --cache B`
 /// does, untimed (what a queue-depth-1 live replay counts: `replay_volumes` checks it against a
 /// live pool) or timed (N devices of the one `--ssd` model, the same run as `--ssd` given N
 /// times); the mirrored copies cost SSD writes; bad counts are refused.
 #[test]
 fn sim_cache_devices_splits_the_cache_untimed_and_timed() {
-    let base = [
-        "sim",
-        "--workload",
-        "zipf:theta=0.9,wss=64MiB,requests=20000,read=50,size=4k",
-        "--cache-size",
-        "16MiB",
-        "--mode",
-        "wb",
-        "--json",
-        "-q",
-    ];
+    let base = [&POOL_SIM[..], &["--json"]].concat();
     let w = |v: &serde_json::Value| v["ssd_bytes_written"].as_u64().unwrap();
     let one = json(&base);
     let two = json(&[&base[..], &["--cache-devices", "2"]].concat());
@@ -696,19 +698,7 @@ fn sim_cache_devices_splits_the_cache_untimed_and_timed() {
 /// what one SSD does and lost the failed member's dirty lines, unlike the live pool.
 #[test]
 fn sim_mirrors_dirty_lines_in_a_write_back_pool_as_serve_does() {
-    let base = [
-        "sim",
-        "--workload",
-        "zipf:theta=0.9,wss=64MiB,requests=20000,read=50,size=4k",
-        "--cache-size",
-        "16MiB",
-        "--mode",
-        "wb",
-        "--queue-depth",
-        "4",
-        "--json",
-        "-q",
-    ];
+    let base = [&POOL_SIM[..], &["--queue-depth", "4", "--json"]].concat();
     let one = json(&[&base[..], &["--ssd", "default"]].concat());
     let pool = [&base[..], &["--ssd", "default", "--ssd", "default"]].concat();
     let two = json(&pool);
