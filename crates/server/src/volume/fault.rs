@@ -437,9 +437,7 @@ impl CacheVolume {
         // Promoted copies are lines now (and lines whose copy was there have one copy):
         // their records follow the engine at the next flush.
         if !loss.unmirrored.is_empty() {
-            let plan_slots = std::mem::replace(&mut g.slots, loss.unmirrored.clone());
-            Self::update_records(g);
-            g.slots = plan_slots;
+            Self::update_records_of(g, loss.unmirrored.clone());
             tracing::error!(
                 "pool member {d}: {} mirrored dirty lines now served from their copies",
                 loss.promoted
@@ -827,8 +825,7 @@ impl CacheVolume {
             // The image follows at once: a plan rolled back later restores what the image
             // says (a line at its old slot, where it no longer is; a copy linked again
             // whose writes may be dropped).
-            g.slots.extend(moved);
-            Self::update_records(g);
+            Self::update_records_of(g, moved);
         }
         if !g.failed {
             let slots: Vec<u32> = g
@@ -1357,9 +1354,7 @@ impl CacheVolume {
         let pending = e.pending(steps);
         let buf_start = super::vaddr(req.volume, buf_start);
         self.recover(g, &pending, 0, buf_start, buf, &rest);
-        let plan_slots = std::mem::replace(&mut g.slots, promoted);
-        Self::update_records(g);
-        g.slots = plan_slots;
+        Self::update_records_of(g, promoted);
         self.cache_error(g, e.err);
         Ok(())
     }
@@ -1406,9 +1401,7 @@ impl CacheVolume {
             self.recover(&mut g, &[], 0, 0, &[], &slots);
             let retry = !promoted.is_empty();
             if retry {
-                let plan_slots = std::mem::replace(&mut g.slots, promoted);
-                Self::update_records(&mut g);
-                g.slots = plan_slots;
+                Self::update_records_of(&mut g, promoted);
             }
             self.cache_error(&mut g, e);
             if retry {

@@ -305,6 +305,14 @@ impl CacheVolume {
             .collect()
     }
 
+    /// Brings the `mem` records of `slots` (slots an engine call moved outside any plan) up to
+    /// the engine's state, leaving the plan's own `g.slots` as they are.
+    pub(super) fn update_records_of(g: &mut Inner, slots: Vec<u32>) {
+        let plan_slots = std::mem::replace(&mut g.slots, slots);
+        Self::update_records(g);
+        g.slots = plan_slots;
+    }
+
     /// Brings the `mem` records of `g.slots` up to the engine's state.
     pub(super) fn update_records(g: &mut Inner) {
         let mut slots = std::mem::take(&mut g.slots);
