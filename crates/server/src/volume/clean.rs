@@ -5,7 +5,7 @@ use super::exec::{merge_write_backs, written_back, WbIoError};
 use super::*;
 
 /// Lines re-mirrored per pass of the cleaner (under the volume lock: a few ms of copying).
-const REMIRROR_PASS_LINES: u64 = 64;
+pub(super) const REMIRROR_PASS_LINES: u64 = 64;
 
 impl CacheVolume {
     /// Inline cleaning (see the field): the deterministic order `tiercache sim` follows, so
@@ -622,29 +622,8 @@ impl CacheVolume {
         // Dirty lines left with one cache copy (a member failed, or was left out at a
         // degraded start, then replaced): mirrored again before ordinary cleaning (plan
         // (d)6), also with inline cleaning (no request re-mirrors).
-        if g.engine.unmirrored_lines() > 0 && g.wb.is_none() {
-            let n = g.engine.unmirrored_lines().clamp(1, REMIRROR_PASS_LINES);
-            if self.remirror_pass(&mut g, n)? > 0 {
-                return Ok(true);
-            }
-            // No slot left for a copy (dirty lines and their copies fill the live members):
-            // the lines with one copy are written back first, in LBA order of their slots.
-            let live = (0..g.member_errors.len())
-                .filter(|&d| !g.engine.device_failed(d))
-                .count();
-            if live >= 2 && !g.failed {
-                let single = g.engine.unmirrored_slots(n);
-                if !single.is_empty() {
-                    self.settle_dropped_exclusive(&mut g);
-                    self.sync_if_full(&mut g)?;
-                    let batch = g.engine.begin_write_back_slots(&single).map(InFlight::new);
-                    let any = batch.is_some();
-                    self.run_clean_steps(&mut g, batch)?;
-                    if any {
-                        return Ok(true);
-                    }
-                }
-            }
+        if g.engine.unmirrored_lines() > 0 && g.wb.is_none() && self.mirror_single_pass(&mut g)? {
+            return Ok(true);
         }
         if self.inline_cleaning() {
             return Ok(false);
@@ -1027,6 +1006,34 @@ impl CacheVolume {
             });
         }
         Ok(done)
+    }
+
+    /// One pass over dirty lines left with one cache copy (up to [`REMIRROR_PASS_LINES`]):
+    /// each gets a copy on another live member; when no slot for a copy is left (dirty lines
+    /// and their copies fill the live members), they are written back instead, in LBA order
+    /// of their slots. Returns whether the pass did anything (false: one live member, or
+    /// nothing to do). The cleaner's first step, and the open's before it serves.
+    pub(super) fn mirror_single_pass(&self, g: &mut Inner) -> io::Result<bool> {
+        let n = g.engine.unmirrored_lines().clamp(1, REMIRROR_PASS_LINES);
+        if self.remirror_pass(g, n)? > 0 {
+            return Ok(true);
+        }
+        let live = (0..g.member_errors.len())
+            .filter(|&d| !g.engine.device_failed(d))
+            .count();
+        if live < 2 || g.failed {
+            return Ok(false);
+        }
+        let single = g.engine.unmirrored_slots(n);
+        if single.is_empty() {
+            return Ok(false);
+        }
+        self.settle_dropped_exclusive(g);
+        self.sync_if_full(g)?;
+        let batch = g.engine.begin_write_back_slots(&single).map(InFlight::new);
+        let any = batch.is_some();
+        self.run_clean_steps(g, batch)?;
+        Ok(any)
     }
 
     /// Re-mirrors every dirty line left with one cache copy, as far as slots for copies

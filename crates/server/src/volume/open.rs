@@ -4,6 +4,10 @@
 use super::*;
 use rayon::prelude::*;
 
+/// Bytes of single-copy dirty lines the open mirrors again before serving
+/// ([`CacheVolume::remirror_at_open`]); a larger backlog is the cleaner's.
+const OPEN_REMIRROR_BYTES: u64 = 1 << 30;
+
 /// Writes a fresh superblock and empty metadata; returns the superblock.
 pub fn format(
     cache: &dyn BlockDev,
@@ -1020,6 +1024,9 @@ impl CacheVolume {
                 vol.clean_all(&mut g)?;
                 vol.flush_locked(&mut g)?;
             }
+            if g.engine.unmirrored_lines() > 0 {
+                vol.remirror_at_open(&mut g)?;
+            }
         }
         lap.lap("superblock, flush");
         report.phases = lap.2;
@@ -1029,6 +1036,49 @@ impl CacheVolume {
 }
 
 impl CacheVolume {
+    /// Dirty lines the open found with one cache copy while two members or more are live (a
+    /// member failed before the stop, or a power cut caught their copy records before they
+    /// were durable) get a copy again before anything is served, or are written back where
+    /// no slot for a copy is left, and the result is made durable: the loss of one more
+    /// member right after a restart must lose none of them (the cleaner would settle them
+    /// only once serving). At most [`OPEN_REMIRROR_BYTES`] of lines: a larger backlog (a
+    /// member lost with much of the cache dirty) is left to the cleaner, whose first step it
+    /// is, and logged. A device error here is handled as in the cleaner (a member failed, its
+    /// lines settled) and the volume serves on.
+    fn remirror_at_open(&self, g: &mut Inner) -> io::Result<()> {
+        let single = g.engine.unmirrored_lines();
+        let budget = (OPEN_REMIRROR_BYTES >> self.line_shift).max(1);
+        let mut passes = 0;
+        while passes * super::clean::REMIRROR_PASS_LINES < budget && g.engine.unmirrored_lines() > 0
+        {
+            match self.mirror_single_pass(g) {
+                Ok(true) => passes += 1,
+                Ok(false) => break,
+                Err(e) => {
+                    tracing::warn!(
+                        "settling single-copy dirty lines at open: {e}; the cleaner goes on"
+                    );
+                    return Ok(());
+                }
+            }
+        }
+        if passes > 0 {
+            self.flush_locked(g)?;
+        }
+        let left = g.engine.unmirrored_lines();
+        if left > 0 {
+            tracing::warn!(
+                "{single} dirty lines had one cache copy at open: {left} left to the cleaner (one live member, or past the open's {} MiB)",
+                OPEN_REMIRROR_BYTES >> 20
+            );
+        } else {
+            tracing::info!(
+                "{single} dirty lines had one cache copy at open: mirrored again or written back"
+            );
+        }
+        Ok(())
+    }
+
     /// Restores the copies of mirrored dirty lines found at open (`copies`: their slots,
     /// ascending; `flux`: the restored lines' slots whose record was in flux), after the
     /// engine took the lines and failed the failed members (`crate::reconcile`, plan (c)3
