@@ -514,8 +514,6 @@ impl CacheVolume {
             });
         }
         report.dropped_bad_checksum += bad.len() as u64;
-        let max_seq = bulk::max_seq(&disk, cap, &bad);
-        drop(bad);
         lap.lap("engine new | read, decode");
         let taken = |take: &[u64], slot: u32| take[slot as usize / 64] >> (slot % 64) & 1 == 1;
         // A key in two slots (a flush torn between the page unmapping it and the page
@@ -527,15 +525,23 @@ impl CacheVolume {
             let at = slot * RECORD_BYTES as usize + 16;
             u64::from_le_bytes(disk[at..at + 8].try_into().unwrap()) != 0
         };
-        let mut keys: Vec<u64> = order
-            .par_iter()
-            .map(|&o| {
-                let slot = o as u32 as usize;
-                bulk::key_at(&disk, slot) << 1 | rec_dirty(slot) as u64
-            })
-            .collect();
-        let mut scratch = Vec::new();
-        bulk::radix_sort(&mut keys, &mut scratch);
+        // The newest sequence number (one serial pass) alongside the sort.
+        let (max_seq, (mut keys, mut scratch)) = rayon::join(
+            || bulk::max_seq(&disk, cap, &bad),
+            || {
+                let mut keys: Vec<u64> = order
+                    .par_iter()
+                    .map(|&o| {
+                        let slot = o as u32 as usize;
+                        bulk::key_at(&disk, slot) << 1 | rec_dirty(slot) as u64
+                    })
+                    .collect();
+                let mut scratch = Vec::new();
+                bulk::radix_sort(&mut keys, &mut scratch);
+                (keys, scratch)
+            },
+        );
+        drop(bad);
         let mut dups: Vec<u64> = keys
             .par_windows(2)
             .filter(|w| w[0] >> 1 == w[1] >> 1)
