@@ -293,6 +293,9 @@ const RESTORE_PARALLEL_LINES: u32 = 1 << 16;
 #[derive(Debug)]
 pub struct RestorePending {
     unthreaded: Vec<u64>,
+    /// Threads to build the index with in [`Engine::restore_age`] (alongside the policy);
+    /// 0: built already.
+    build_index: usize,
 }
 
 /// A write-back in flight, from [`Engine::begin_clean`] or
@@ -3646,56 +3649,238 @@ impl Engine {
             "restore_slots: a key restored twice"
         );
         self.dirty_win.clear();
-        (errors, RestorePending { unthreaded })
+        (
+            errors,
+            RestorePending {
+                unthreaded,
+                build_index: 0,
+            },
+        )
+    }
+
+    /// [`Engine::restore_slots`] on `threads` threads (a restart of millions of lines): the
+    /// slots are split into `threads` ranges (of whole 64-slot words), and `lines_in(range)`
+    /// gives the lines of a range by ascending slot (each slot once; asserted), called once
+    /// per range on its own thread. Each thread fills its slots' keys, classes, sector
+    /// masks and dirty bits; the parts are then joined in slot order (free slots, partial
+    /// masks, the cleaner), so the engine, the refused lines and the token equal those of
+    /// `restore_slots` over all the lines in slot order. Only before journaling starts
+    /// ([`Engine::journal_lines`], asserted): a restart restores first.
+    pub fn restore_slots_in<F, I>(
+        &mut self,
+        threads: usize,
+        lines_in: F,
+    ) -> (Vec<(Slot, EngineError)>, RestorePending)
+    where
+        F: Fn(std::ops::Range<Slot>) -> I + Sync,
+        I: Iterator<Item = RestoreLine>,
+    {
+        assert!(
+            self.len == 0 && self.pins.is_empty() && self.dirty_count == 0,
+            "restore into an engine that holds lines"
+        );
+        assert!(
+            self.journal.is_none(),
+            "restore_slots_in while journaling (restore before journal_lines)"
+        );
+        let cap = self.cap as usize;
+        let words = cap.div_ceil(64);
+        let threads = threads.clamp(1, 64).min(words.max(1));
+        let mut unthreaded = vec![0u64; words];
+        // Masks of slots that held a line once may linger (`store_masks` keeps a whole
+        // line's out of the map): dropped below for the whole lines restored, as it does.
+        let stale_masks = !self.part_masks.is_empty();
+        let keep_classes = !self.classes.is_empty();
+        let parts: Vec<RestorePart> = {
+            // (Field by field: the per-slot arrays are lent to the threads below.)
+            let rules = RestoreRules {
+                slots: &self.slots,
+                pool: &self.pool,
+                full_mask: self.full_mask,
+                sectors: self.sectors,
+                spl_shift: self.spl_shift,
+            };
+            let lines_in = &lines_in;
+            // Each thread's words: keys, classes, masks, dirty and restored bits of its slots.
+            let bounds: Vec<usize> = (0..=threads).map(|t| words * t / threads).collect();
+            let mut keys: &mut [u64] = &mut self.keys;
+            let mut classes: &mut [u8] = &mut self.classes;
+            let mut whole: &mut [u64] = &mut self.whole;
+            let mut dirty: &mut [u64] = &mut self.dirty;
+            let mut unthr: &mut [u64] = &mut unthreaded;
+            let mut jobs = Vec::with_capacity(threads);
+            for t in 0..threads {
+                let (lo, hi) = (bounds[t] * 64, (bounds[t + 1] * 64).min(cap));
+                let nw = bounds[t + 1] - bounds[t];
+                let k;
+                (k, keys) = std::mem::take(&mut keys).split_at_mut(hi - lo);
+                let c;
+                (c, classes) = std::mem::take(&mut classes).split_at_mut(if keep_classes {
+                    hi - lo
+                } else {
+                    0
+                });
+                let w;
+                (w, whole) =
+                    std::mem::take(&mut whole).split_at_mut(if rules.sectors { nw } else { 0 });
+                let d;
+                (d, dirty) = std::mem::take(&mut dirty).split_at_mut(nw);
+                let u;
+                (u, unthr) = std::mem::take(&mut unthr).split_at_mut(nw);
+                jobs.push(PartSlices {
+                    lo,
+                    hi,
+                    keys: k,
+                    classes: c,
+                    whole: w,
+                    dirty: d,
+                    restored: u,
+                });
+            }
+            let run = |p: PartSlices<'_>| {
+                let range = p.lo as Slot..p.hi as Slot;
+                p.fill(&rules, lines_in(range))
+            };
+            if threads == 1 {
+                jobs.into_iter().map(run).collect()
+            } else {
+                std::thread::scope(|sc| {
+                    let handles: Vec<_> =
+                        jobs.into_iter().map(|p| sc.spawn(move || run(p))).collect();
+                    handles
+                        .into_iter()
+                        .map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
+                        .collect()
+                })
+            }
+        };
+        let mut errors = Vec::new();
+        let partial: usize = parts.iter().map(|p| p.partial.len()).sum();
+        self.part_masks.reserve(partial);
+        for p in parts {
+            self.len += p.len;
+            self.dirty_count += p.dirty;
+            errors.extend(p.errors);
+            self.part_masks.extend(p.partial);
+            for (slot, class) in p.classes {
+                self.set_line_class(slot, class);
+            }
+        }
+        if stale_masks {
+            for (w, &x) in unthreaded.iter().enumerate() {
+                let mut x = x & self.whole.get(w).copied().unwrap_or(0);
+                while x != 0 {
+                    self.part_masks
+                        .remove(&((w * 64) as Slot + x.trailing_zeros()));
+                    x &= x - 1;
+                }
+            }
+        }
+        self.slots.note_restored_map(&unthreaded);
+        // The cleaner learns the dirty lines in slot order, as `restore_slots` tells it.
+        for (w, &x) in self.dirty.iter().enumerate() {
+            let mut x = x;
+            while x != 0 {
+                let slot = (w * 64) as u32 + x.trailing_zeros();
+                self.cleaner.dirtied(self.keys[slot as usize], self.clock);
+                x &= x - 1;
+            }
+        }
+        self.dirty_win.clear();
+        // The index is built by `restore_age`, on other threads while it threads the policy.
+        let build_index = if self.len >= RESTORE_PARALLEL_LINES {
+            threads
+        } else {
+            1
+        };
+        (
+            errors,
+            RestorePending {
+                unthreaded,
+                build_index,
+            },
+        )
     }
 
     /// The second half of [`Engine::restore_sorted`]: threads the lines restored by
     /// [`Engine::restore_slots`] into the policy, `age` oldest first.
     pub fn restore_age(&mut self, pending: RestorePending, age: &[Slot]) {
-        const AHEAD: usize = 16;
-        let mut unthreaded = pending.unthreaded;
-        let mut threaded = 0u32;
-        let reads = self.policy.insert_reads_access();
-        for (i, &slot) in age.iter().enumerate() {
-            if let Some(&s) = age.get(i + AHEAD) {
-                if s < self.cap {
-                    if reads {
-                        crate::index::prefetch(&self.keys[s as usize]);
-                        if let Some(c) = self.classes.get(s as usize) {
-                            crate::index::prefetch(c);
-                        }
-                    }
-                    self.policy.prefetch(s);
-                }
-            }
-            let (w, b) = (slot as usize / 64, 1u64 << (slot % 64));
-            if unthreaded.get(w).is_none_or(|&x| x & b == 0) {
-                continue;
-            }
-            unthreaded[w] &= !b;
-            threaded += 1;
-            let a = Access {
-                key: if reads {
-                    self.keys[slot as usize]
-                } else {
-                    EMPTY
-                },
-                seq: self.seq,
-                next_use: NEVER,
-                is_write: false,
-                class: if reads { self.line_class(slot) } else { 0 },
-            };
-            self.seq += 1;
-            self.policy.insert(slot, &a);
+        let RestorePending {
+            mut unthreaded,
+            build_index,
+        } = pending;
+        let ctx = AgeCtx {
+            keys: &self.keys,
+            classes: &self.classes,
+            cap: self.cap,
+            len: self.len,
+        };
+        if build_index == 0 {
+            ctx.thread(&mut *self.policy, &mut self.seq, &mut unthreaded, age);
+            return;
         }
-        assert_eq!(
-            threaded, self.len,
-            "restore_age: a restored line is missing from the age order"
+        // The index (of the restored slots) on other threads, the policy on this one: they
+        // change disjoint state (`map`; `policy`, `seq`) and both only read the keys.
+        let present = unthreaded.clone();
+        let threads = if build_index > 1 { build_index - 1 } else { 1 };
+        let (map, policy, seq) = (&mut self.map, &mut self.policy, &mut self.seq);
+        std::thread::scope(|sc| {
+            let built = sc.spawn(|| map.build(ctx.keys, &present, threads));
+            ctx.thread(&mut **policy, seq, &mut unthreaded, age);
+            built
+                .join()
+                .unwrap_or_else(|e| std::panic::resume_unwind(e));
+        });
+        debug_assert_eq!(self.map.len(), self.len as usize);
+        debug_assert!(
+            self.entries().all(|(k, s, _)| self.lookup(k) == Some(s)),
+            "restore_slots_in: a key restored twice"
         );
     }
 
     /// The checks of [`Engine::restore_line`] that need no lookup.
     fn check_restore(&self, l: &RestoreLine) -> Result<(), EngineError> {
+        self.restore_rules().check(l)
+    }
+
+    /// What [`Engine::check_restore`] reads, shareable with the threads of
+    /// [`Engine::restore_slots_in`] (the engine itself is not `Sync`).
+    fn restore_rules(&self) -> RestoreRules<'_> {
+        RestoreRules {
+            slots: &self.slots,
+            pool: &self.pool,
+            full_mask: self.full_mask,
+            sectors: self.sectors,
+            spl_shift: self.spl_shift,
+        }
+    }
+
+    /// Drops the line in `slot` without any device step, dirty sectors included (an executor
+    /// whose cache device failed there, after saving what it could). Returns its key.
+    pub fn drop_line(&mut self, slot: Slot) -> Option<u64> {
+        let key = self.slot_key(slot)?;
+        assert!(
+            !self.is_pinned(slot),
+            "drop_line of slot {slot} while a write-back reads it (complete it first)"
+        );
+        // (A rollback drops, restores and drops the same slot: `remove` handles the stale
+        // free list.)
+        self.remove(slot, false);
+        Some(key)
+    }
+}
+
+/// The engine's settings a restored line is checked against ([`Engine::check_restore`]).
+struct RestoreRules<'a> {
+    slots: &'a FreeSlots,
+    pool: &'a Pool,
+    full_mask: u64,
+    sectors: bool,
+    spl_shift: u32,
+}
+
+impl RestoreRules<'_> {
+    fn check(&self, l: &RestoreLine) -> Result<(), EngineError> {
         let RestoreLine {
             key,
             slot,
@@ -3729,18 +3914,144 @@ impl Engine {
         }
         Ok(())
     }
+}
 
-    /// Drops the line in `slot` without any device step, dirty sectors included (an executor
-    /// whose cache device failed there, after saving what it could). Returns its key.
-    pub fn drop_line(&mut self, slot: Slot) -> Option<u64> {
-        let key = self.slot_key(slot)?;
-        assert!(
-            !self.is_pinned(slot),
-            "drop_line of slot {slot} while a write-back reads it (complete it first)"
+/// One thread's share of [`Engine::restore_slots_in`]: slots `lo..hi` (`lo` a multiple of
+/// 64) and the engine's per-slot state of them (`classes` empty when the engine keeps no
+/// classes yet, `whole` when it keeps no sector masks).
+struct PartSlices<'a> {
+    lo: usize,
+    hi: usize,
+    keys: &'a mut [u64],
+    classes: &'a mut [u8],
+    whole: &'a mut [u64],
+    dirty: &'a mut [u64],
+    restored: &'a mut [u64],
+}
+
+/// What one part restored, joined in slot order by [`Engine::restore_slots_in`].
+struct RestorePart {
+    len: u32,
+    dirty: u64,
+    errors: Vec<(Slot, EngineError)>,
+    /// Sector masks of the partial lines (`part_masks` entries).
+    partial: Vec<(Slot, (u64, u64))>,
+    /// Classes other than 0 while the engine keeps none (it allocates them then).
+    classes: Vec<(Slot, u8)>,
+}
+
+impl PartSlices<'_> {
+    /// The per-line work of [`Engine::restore_slots`], for the lines of this part: what
+    /// `set_line_class`, `set_valid` and `store_masks` (from empty) leave, written directly.
+    fn fill(
+        self,
+        rules: &RestoreRules<'_>,
+        lines: impl Iterator<Item = RestoreLine>,
+    ) -> RestorePart {
+        let mut p = RestorePart {
+            len: 0,
+            dirty: 0,
+            errors: Vec::new(),
+            partial: Vec::new(),
+            classes: Vec::new(),
+        };
+        let mut last: Option<Slot> = None;
+        for l in lines {
+            let slot = l.slot;
+            assert!(
+                (self.lo..self.hi).contains(&(slot as usize)) && last.is_none_or(|q| q < slot),
+                "restore_slots_in: slot {slot} out of order or outside its range {}..{} (previous {last:?})",
+                self.lo,
+                self.hi
+            );
+            last = Some(slot);
+            if let Err(e) = rules.check(&l) {
+                p.errors.push((slot, e));
+                continue;
+            }
+            let i = slot as usize - self.lo;
+            let (w, b) = (i / 64, 1u64 << (i % 64));
+            self.keys[i] = l.key;
+            if !self.classes.is_empty() {
+                self.classes[i] = l.class;
+            } else if l.class != 0 {
+                p.classes.push((slot, l.class));
+            }
+            if rules.sectors {
+                let full = rules.full_mask;
+                if l.valid == full && (l.dirty == 0 || l.dirty == full) {
+                    self.whole[w] |= b;
+                } else {
+                    self.whole[w] &= !b;
+                    p.partial.push((slot, (l.valid, l.dirty)));
+                }
+            }
+            if l.dirty != 0 {
+                self.dirty[w] |= b;
+                p.dirty += 1;
+            }
+            self.restored[w] |= b;
+            p.len += 1;
+        }
+        p
+    }
+}
+
+/// What [`Engine::restore_age`] reads while it threads the policy (the index may be built
+/// meanwhile on other threads).
+struct AgeCtx<'a> {
+    keys: &'a [u64],
+    classes: &'a [u8],
+    cap: u32,
+    len: u32,
+}
+
+impl AgeCtx<'_> {
+    fn line_class(&self, slot: Slot) -> u8 {
+        self.classes.get(slot as usize).copied().unwrap_or(0)
+    }
+
+    /// Threads the restored slots (`unthreaded`, cleared as they go) into `policy`, `age`
+    /// oldest first, numbering the accesses from `seq`.
+    fn thread(&self, policy: &mut dyn Policy, seq: &mut u64, unthreaded: &mut [u64], age: &[Slot]) {
+        const AHEAD: usize = 16;
+        let mut threaded = 0u32;
+        let reads = policy.insert_reads_access();
+        for (i, &slot) in age.iter().enumerate() {
+            if let Some(&s) = age.get(i + AHEAD) {
+                if s < self.cap {
+                    if reads {
+                        crate::index::prefetch(&self.keys[s as usize]);
+                        if let Some(c) = self.classes.get(s as usize) {
+                            crate::index::prefetch(c);
+                        }
+                    }
+                    policy.prefetch(s);
+                }
+            }
+            let (w, b) = (slot as usize / 64, 1u64 << (slot % 64));
+            if unthreaded.get(w).is_none_or(|&x| x & b == 0) {
+                continue;
+            }
+            unthreaded[w] &= !b;
+            threaded += 1;
+            let a = Access {
+                key: if reads {
+                    self.keys[slot as usize]
+                } else {
+                    EMPTY
+                },
+                seq: *seq,
+                next_use: NEVER,
+                is_write: false,
+                class: if reads { self.line_class(slot) } else { 0 },
+            };
+            *seq += 1;
+            policy.insert(slot, &a);
+        }
+        assert_eq!(
+            threaded, self.len,
+            "restore_age: a restored line is missing from the age order"
         );
-        // (A rollback drops, restores and drops the same slot: `remove` handles the stale
-        // free list.)
-        self.remove(slot, false);
-        Some(key)
     }
 }

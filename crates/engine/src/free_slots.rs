@@ -145,6 +145,25 @@ impl FreeSlots {
         }
     }
 
+    /// [`FreeSlots::note_restored`] of every slot set in `map` (bit `s % 64` of word
+    /// `s / 64`), ascending: the same lists and counters. A word of 64 restored slots that
+    /// starts at the next fresh slot of a single device just moves it past them (a full
+    /// cache's restart, 10^8 slots, makes no call per slot).
+    pub(crate) fn note_restored_map(&mut self, map: &[u64]) {
+        for (w, &x) in map.iter().enumerate() {
+            let first = (w * 64) as u32;
+            if x == u64::MAX && self.pool.is_none() && self.next_fresh == first {
+                self.next_fresh = first + 64;
+                continue;
+            }
+            let mut x = x;
+            while x != 0 {
+                self.note_restored(first + x.trailing_zeros());
+                x &= x - 1;
+            }
+        }
+    }
+
     /// A free slot on a live member other than `d` (its freed slots first, the member with
     /// the most; else a fresh one of the live member with the smallest share used), for a
     /// mirrored copy; `None` for a single device or when no other member has one.

@@ -215,3 +215,148 @@ fn restore_bulk_equals_restore_line_in_every_policy() {
         }
     }
 }
+
+/// `restore_slots_in` (the slots split over threads) leaves the engine exactly as
+/// `restore_sorted` over the same lines: same refused lines, lines, masks, classes, dirty
+/// state, eviction order, and plans for every request after; also into an engine that held
+/// lines once (stale sector masks and free slots), and for capacities not a multiple of 64.
+#[test]
+fn restore_slots_in_equals_restore_sorted() {
+    use tiercache_engine::{EngineError, RestoreLine};
+    for (cap, policy, cleaning, history) in [
+        (700u32, "lru", "lba", false),
+        (700, "slru", "alru", true),
+        (512, "clock", "acp", false),
+        (1000, "s3fifo", "lba", true),
+        (130, "fifo", "alru", false),
+    ] {
+        let cfg = EngineConfig {
+            capacity_lines: cap as u64,
+            mode: Mode::WriteBack,
+            policy: policy.into(),
+            cleaning: cleaning.parse().unwrap(),
+            ..Default::default()
+        };
+        let mut x = 0x2545_f491_4f6c_dd1du64 ^ cap as u64;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        // Slots ascending (about 3/4 of them, some runs of 64 whole), random age order.
+        let slots: Vec<u32> = (0..cap)
+            .filter(|&s| (s / 64) % 3 == 0 || next() % 4 != 0)
+            .collect();
+        let mut lines: Vec<RestoreLine> = slots
+            .iter()
+            .map(|&slot| {
+                let r = next();
+                let valid = if r % 7 == 0 { 0x0f } else { 0xff };
+                RestoreLine {
+                    key: (r >> 20) % (1 << 30) * 2 + 1,
+                    slot,
+                    valid,
+                    dirty: match r % 5 {
+                        0 => valid,
+                        1 => valid & 0x03,
+                        _ => 0,
+                    },
+                    class: (r % 11 == 0) as u8 * 2,
+                }
+            })
+            .collect();
+        lines.sort_by_key(|l| l.key);
+        lines.dedup_by_key(|l| l.key);
+        lines.sort_by_key(|l| l.slot);
+        lines[3].valid = 0; // refused: bad masks
+        let n = lines.len();
+        lines[n - 2].dirty = 0x100; // refused: dirty outside valid
+        let mut age: Vec<u32> = lines.iter().map(|l| l.slot).collect();
+        for i in (1..age.len()).rev() {
+            age.swap(i, next() as usize % (i + 1));
+        }
+        let fresh = |cfg: &EngineConfig| {
+            let mut e = Engine::new(cfg.clone()).unwrap();
+            if history {
+                // Lines cached (partial and dirty ones among them), then dropped.
+                for i in 0..cap as u64 / 2 {
+                    e.process(&Request::write(i * 3 * 4096 + (i % 3) * 512, 1024))
+                        .unwrap();
+                }
+                let held: Vec<u32> = e.entries().map(|(_, s, _)| s).collect();
+                for s in held {
+                    e.drop_line(s).unwrap();
+                }
+                assert_eq!(e.len(), 0);
+            }
+            e
+        };
+        for threads in [1usize, 2, 3, 5] {
+            let mut a = fresh(&cfg);
+            let refused_a: Vec<(u32, String)> = a
+                .restore_sorted(lines.clone(), &age)
+                .into_iter()
+                .map(|(s, e): (u32, EngineError)| (s, e.to_string()))
+                .collect();
+            assert_eq!(refused_a.len(), 2);
+            let what = format!("cap {cap} {policy}/{cleaning} history {history} threads {threads}");
+            let mut b = fresh(&cfg);
+            let calls = std::sync::atomic::AtomicUsize::new(0);
+            let (refused_b, pending) = b.restore_slots_in(threads, |r| {
+                calls.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                lines
+                    .iter()
+                    .filter(move |l| r.contains(&l.slot))
+                    .copied()
+                    .collect::<Vec<_>>()
+                    .into_iter()
+            });
+            b.restore_age(pending, &age);
+            assert_eq!(
+                calls.into_inner(),
+                threads.min((cap as usize).div_ceil(64)),
+                "{what}"
+            );
+            let refused_b: Vec<(u32, String)> = refused_b
+                .into_iter()
+                .map(|(s, e)| (s, e.to_string()))
+                .collect();
+            assert_eq!(refused_a, refused_b, "{what}");
+            let state = |e: &Engine| {
+                e.entries()
+                    .map(|(k, s, d)| (k, s, d, e.valid_mask(s), e.dirty_mask(s), e.line_class(s)))
+                    .collect::<Vec<_>>()
+            };
+            assert_eq!(state(&a), state(&b), "{what}");
+            assert_eq!(
+                (a.len(), a.dirty_lines()),
+                (b.len(), b.dirty_lines()),
+                "{what}"
+            );
+            let (mut ca, mut cb) = (Vec::new(), Vec::new());
+            a.eviction_candidates(64, &mut ca);
+            b.eviction_candidates(64, &mut cb);
+            assert_eq!(ca, cb, "{what}: eviction order");
+            let mut y = 77u64;
+            for i in 0..1500u64 {
+                y ^= y << 13;
+                y ^= y >> 7;
+                y ^= y << 17;
+                let off = (y % 4096) * 4096 + if i % 5 == 0 { 512 } else { 0 };
+                let req = if y.is_multiple_of(3) {
+                    Request::write(off, 1024)
+                } else {
+                    Request::read(off, 4096)
+                };
+                let pa = a.process(&req).unwrap().steps.clone();
+                let pb = b.process(&req).unwrap().steps.clone();
+                assert_eq!(pa, pb, "{what}: request {i}");
+                if i % 100 == 0 {
+                    assert_eq!(a.clean(8).steps, b.clean(8).steps, "{what}: cleaning {i}");
+                }
+            }
+            assert_eq!(a.counters(), b.counters(), "{what}");
+        }
+    }
+}

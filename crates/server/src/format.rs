@@ -887,14 +887,14 @@ impl Record {
         out[8..16].copy_from_slice(&self.valid.to_le_bytes());
         out[16..24].copy_from_slice(&self.dirty.to_le_bytes());
         out[24..28].copy_from_slice(&self.seq.to_le_bytes());
-        let crc = crc32c::crc32c(&out[0..28]);
+        let crc = record_crc(out);
         out[28..32].copy_from_slice(&crc.to_le_bytes());
     }
 
     /// `None` when the checksum does not match.
     pub fn decode(b: &[u8]) -> Option<Record> {
         let crc = u32::from_le_bytes(b[28..32].try_into().unwrap());
-        if crc != crc32c::crc32c(&b[0..28]) {
+        if crc != record_crc(b) {
             return None;
         }
         Some(Record::decode_trusted(b))
@@ -1017,8 +1017,63 @@ pub fn seq_newer(a: u32, b: u32) -> bool {
     (a.wrapping_sub(b) as i32) > 0
 }
 
+/// CRC-32C of a record's first 28 bytes (`b` holds at least those): equal to
+/// `crc32c::crc32c(&b[0..28])`, with the SSE 4.2 instructions called directly when the CPU
+/// has them (a restart checks 10^7..10^8 records: the general function's dispatch and
+/// length handling cost as much as the CRC of 28 bytes).
+#[inline]
+pub fn record_crc(b: &[u8]) -> u32 {
+    let b = &b[0..28];
+    #[cfg(target_arch = "x86_64")]
+    if std::is_x86_feature_detected!("sse4.2") {
+        // SAFETY: the CPU has SSE 4.2 (checked just above).
+        return unsafe { record_crc_sse42(b) };
+    }
+    crc32c::crc32c(b)
+}
+
+/// [`record_crc`] on SSE 4.2: three 8-byte steps and one of 4 bytes, little-endian, from
+/// the standard initial value, complemented at the end (as the crate computes it).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "sse4.2")]
+unsafe fn record_crc_sse42(b: &[u8]) -> u32 {
+    use std::arch::x86_64::{_mm_crc32_u32, _mm_crc32_u64};
+    let u = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap());
+    let mut c = u64::from(!0u32);
+    c = _mm_crc32_u64(c, u(0));
+    c = _mm_crc32_u64(c, u(8));
+    c = _mm_crc32_u64(c, u(16));
+    !_mm_crc32_u32(c as u32, u32::from_le_bytes(b[24..28].try_into().unwrap()))
+}
+
 #[cfg(test)]
 mod tests {
+
+    /// The record checksum equals the general CRC-32C of the same 28 bytes (random bytes,
+    /// and the extremes): records written by older builds still verify.
+    #[test]
+    fn record_crc_equals_crc32c() {
+        let mut x = 0x853c_49e6_748f_ea9bu64;
+        let mut b = [0u8; 32];
+        for i in 0..20_000 {
+            for c in b.chunks_mut(8) {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                c.copy_from_slice(&x.to_le_bytes());
+            }
+            if i == 0 {
+                b = [0; 32];
+            } else if i == 1 {
+                b = [0xff; 32];
+            }
+            assert_eq!(
+                super::record_crc(&b),
+                crc32c::crc32c(&b[0..28]),
+                "bytes {b:02x?}"
+            );
+        }
+    }
     use super::*;
 
     fn sb() -> Superblock {

@@ -273,21 +273,30 @@ pub(super) fn radix_sort_above(v: &mut [u64], scratch: &mut Vec<u64>, sorted_low
         }
     }
     starts[nb] = sum;
+    debug_assert_eq!(sum, n, "the histograms count every value once");
     if scratch.len() < n {
-        scratch.resize(n, 0);
+        // Room for n, not filled: the scatter below writes each of the n positions (the
+        // parts' ranges of every bucket tile 0..sum = n), before anything reads them.
+        scratch.clear();
+        scratch.reserve_exact(n);
     }
-    let tmp = &mut scratch[..n];
-    let out = Out(tmp.as_mut_ptr());
+    let out = Out(scratch.as_mut_ptr());
     v.par_chunks(part_len)
         .zip(offs.into_par_iter())
         .for_each(|(c, mut off)| {
             for &x in c {
                 let b = (x >> shift & mask) as usize;
-                // SAFETY: `off[b]` runs over this part's own range of bucket b, inside n.
+                // SAFETY: `off[b]` runs over this part's own range of bucket b, inside n
+                // (the capacity reserved).
                 unsafe { out.write(off[b], x) };
                 off[b] += 1;
             }
         });
+    if scratch.len() < n {
+        // SAFETY: positions 0..n were all written by the scatter just above (see there).
+        unsafe { scratch.set_len(n) };
+    }
+    let tmp = &mut scratch[..n];
     // Bucket b: tmp[starts[b]..starts[b+1]], sorted into the same range of v.
     let mut jobs = Vec::with_capacity(nb);
     let (mut a, mut s) = (tmp, v);

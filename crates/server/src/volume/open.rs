@@ -470,11 +470,6 @@ impl CacheVolume {
             ..Tuning::of(&cfg)
         });
         let mut lap = Lap::new();
-        let mut engine = Engine::new(cfg).map_err(|e| FormatError::BadField {
-            field: "engine configuration",
-            why: e.to_string(),
-        })?;
-        lap.lap("engine new");
         let meta_bytes = sb.capacity_lines.div_ceil(format::RECORDS_PER_PAGE) * PAGE;
         let mut disk = vec![0u8; meta_bytes as usize];
         let mut report = OpenReport {
@@ -496,6 +491,18 @@ impl CacheVolume {
         } else {
             format::VERSION_POOL
         };
+        // The engine's arrays are filled (one core; ~0.2 s at 10^7 lines, page faults mostly)
+        // while the area is read and decoded (the other cores, then every core): the two
+        // are independent until the engine takes the lines. An engine refused for its
+        // configuration is reported first, as when it was built before the read.
+        let (engine, decoded) = rayon::join(
+            || Engine::new(cfg),
+            || bulk::read_and_decode(&*cache, &mut disk, cap, rec_version),
+        );
+        let mut engine = engine.map_err(|e| FormatError::BadField {
+            field: "engine configuration",
+            why: e.to_string(),
+        })?;
         let bulk::Decoded {
             mut take,
             mut order,
@@ -503,7 +510,7 @@ impl CacheVolume {
             bad,
             flux,
             copies,
-        } = bulk::read_and_decode(&*cache, &mut disk, cap, rec_version)?;
+        } = decoded?;
         if let (Some(&slot), true) = (bad.first(), sb.clean) {
             return Err(FormatError::BadRecord {
                 slot: slot as u64,
@@ -511,9 +518,7 @@ impl CacheVolume {
             });
         }
         report.dropped_bad_checksum += bad.len() as u64;
-        let max_seq = bulk::max_seq(&disk, cap, &bad);
-        drop(bad);
-        lap.lap("read, decode");
+        lap.lap("engine new | read, decode");
         let taken = |take: &[u64], slot: u32| take[slot as usize / 64] >> (slot % 64) & 1 == 1;
         // A key in two slots (a flush torn between the page unmapping it and the page
         // mapping it anew, rule 3): found by sorting the keys; the newer record wins, the
@@ -524,15 +529,23 @@ impl CacheVolume {
             let at = slot * RECORD_BYTES as usize + 16;
             u64::from_le_bytes(disk[at..at + 8].try_into().unwrap()) != 0
         };
-        let mut keys: Vec<u64> = order
-            .par_iter()
-            .map(|&o| {
-                let slot = o as u32 as usize;
-                bulk::key_at(&disk, slot) << 1 | rec_dirty(slot) as u64
-            })
-            .collect();
-        let mut scratch = Vec::new();
-        bulk::radix_sort(&mut keys, &mut scratch);
+        // The newest sequence number (one serial pass) alongside the sort.
+        let (max_seq, (mut keys, mut scratch)) = rayon::join(
+            || bulk::max_seq(&disk, cap, &bad),
+            || {
+                let mut keys: Vec<u64> = order
+                    .par_iter()
+                    .map(|&o| {
+                        let slot = o as u32 as usize;
+                        bulk::key_at(&disk, slot) << 1 | rec_dirty(slot) as u64
+                    })
+                    .collect();
+                let mut scratch = Vec::new();
+                bulk::radix_sort(&mut keys, &mut scratch);
+                (keys, scratch)
+            },
+        );
+        drop(bad);
         let mut dups: Vec<u64> = keys
             .par_windows(2)
             .filter(|w| w[0] >> 1 == w[1] >> 1)
@@ -772,21 +785,29 @@ impl CacheVolume {
         lap.lap("clean sample");
         // The sample dropped lines or changed their masks: every record is compared below.
         let touch_all = report.dropped_clean_lines > 0;
-        let (mut restored, mut restored_dirty) = (0u64, 0u64);
-        let lines = bulk::bits(&take).map(|slot| {
-            let r = line_at(slot);
-            restored += 1;
-            restored_dirty += (r.dirty != 0) as u64;
-            tiercache_engine::RestoreLine {
-                key: r.key,
-                slot,
-                valid: if verdict.all_clean { r.dirty } else { r.valid },
-                dirty: r.dirty,
-                class: 0,
-            }
-        });
+        // The lines of a range of slots (whole words of `take`), by slot.
+        let lines_in = |r: std::ops::Range<u32>| {
+            let w0 = r.start as usize / 64;
+            let w1 = (r.end as usize).div_ceil(64);
+            bulk::bits(&take[w0..w1]).map(move |s| {
+                let slot = (w0 * 64) as u32 + s;
+                let r = line_at(slot);
+                tiercache_engine::RestoreLine {
+                    key: r.key,
+                    slot,
+                    valid: if verdict.all_clean { r.dirty } else { r.valid },
+                    dirty: r.dirty,
+                    class: 0,
+                }
+            })
+        };
         // The age order is sorted (on the other core) while the engine takes the lines in
-        // slot order; then the policy is threaded in age order.
+        // slot order, its slots split over the cores; then the policy is threaded in age
+        // order.
+        let threads = match cap {
+            c if c >= 1 << 16 => rayon::current_num_threads(),
+            _ => 1,
+        };
         let ((), (refused, pending)) = rayon::join(
             || {
                 // By slot (the decode's order, kept by `retain`): among equal sequence
@@ -794,8 +815,10 @@ impl CacheVolume {
                 debug_assert!(order.windows(2).all(|w| (w[0] as u32) < (w[1] as u32)));
                 bulk::radix_sort_above(&mut order, &mut scratch, 32)
             },
-            || engine.restore_slots(lines),
+            || engine.restore_slots_in(threads, lines_in),
         );
+        // Every line of `take` was restored or refused: these count the restored ones.
+        let (mut restored, mut restored_dirty) = (engine.len(), engine.dirty_lines());
         drop(scratch);
         lap.lap("age order | engine slots");
         engine.restore_age(pending, bulk::low_halves(&mut order));
@@ -840,12 +863,8 @@ impl CacheVolume {
         }
         report.dropped_bad_checksum += refused.len() as u64;
         touched.extend(refused.iter().map(|&(s, _)| s));
-        report.restored = restored - refused.len() as u64;
-        report.restored_dirty = restored_dirty
-            - refused
-                .iter()
-                .filter(|&&(s, _)| line_at(s).dirty != 0)
-                .count() as u64;
+        report.restored = restored;
+        report.restored_dirty = restored_dirty;
         drop(take);
         drop(changed);
         // The durable records are the engine's lines, except the slots `touched` below,
