@@ -104,16 +104,17 @@ fn open(dir: &Path) {
         let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
         tv(u.ru_utime) + tv(u.ru_stime)
     };
+    let lines = vol.capacity_lines();
+    // Shut down before printing: a closed pipe (`| head`) panics the prints, and must not
+    // leave the synthetic cache unclean (the next open would take the crash path).
+    vol.shutdown().unwrap();
     println!(
-        "open {} lines: restored {} ({} dirty) in {s:.3} s wall, {cpu:.3} s CPU (process so far)",
-        vol.capacity_lines(),
-        rep.restored,
-        rep.restored_dirty
+        "open {lines} lines: restored {} ({} dirty) in {s:.3} s wall, {cpu:.3} s CPU (process so far)",
+        rep.restored, rep.restored_dirty
     );
     for (name, wall, cpu) in &rep.phases {
         println!("  {name:<24} {wall:.3} s wall {cpu:.3} s CPU");
     }
-    vol.shutdown().unwrap();
 }
 
 fn main() {
