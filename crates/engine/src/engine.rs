@@ -5,6 +5,7 @@ use crate::cleaning::{self, Cleaner, DirtyKeys, DirtyWindow};
 use crate::config::{Admission, EngineConfig, Mode, SeqCutoff, Validity};
 use crate::free_slots::FreeSlots;
 use crate::index::LineIndex;
+use crate::keys::Keys;
 use crate::plan::{Plan, Step};
 use crate::policy::{self, Access, Policy, Slot, NEVER};
 use crate::pool::Pool;
@@ -99,7 +100,7 @@ pub struct Engine {
     pool: Pool,
     /// Slots holding no line, per member of the pool.
     slots: FreeSlots,
-    keys: Vec<u64>,
+    keys: Keys,
     /// Class per slot, allocated at the first line of a class other than 0 (empty: every
     /// line is of class 0, 1 B per line saved; read through [`Engine::line_class`]).
     classes: Vec<u8>,
@@ -470,7 +471,7 @@ impl Engine {
             len: 0,
             slots: FreeSlots::new(&pool),
             pool,
-            keys: vec![EMPTY; cap as usize],
+            keys: Keys::new(cap as usize),
             classes: Vec::new(),
             dirty: vec![0; (cap as usize).div_ceil(64)],
             dirty_count: 0,
@@ -738,7 +739,7 @@ impl Engine {
         self.policy
             .eviction_candidates(self.len as usize, &mut hint);
         let clean =
-            |s: Slot| self.keys[s as usize] != EMPTY && !self.is_dirty(s) && !self.is_pinned(s);
+            |s: Slot| self.keys.at(s as usize) != EMPTY && !self.is_dirty(s) && !self.is_pinned(s);
         hint.into_iter()
             .find(|&s| clean(s))
             .or_else(|| (0..self.cap).find(|&s| clean(s)))
@@ -920,17 +921,17 @@ impl Engine {
             .eviction_candidates(self.len as usize, &mut order);
         let mut listed = vec![false; self.cap as usize];
         order.retain(|&s| {
-            let fresh = self.keys[s as usize] != EMPTY && !listed[s as usize];
+            let fresh = self.keys.at(s as usize) != EMPTY && !listed[s as usize];
             listed[s as usize] = true;
             fresh
         });
         let rest: Vec<Slot> = (0..self.cap)
-            .filter(|&s| self.keys[s as usize] != EMPTY && !listed[s as usize])
+            .filter(|&s| self.keys.at(s as usize) != EMPTY && !listed[s as usize])
             .collect();
         debug_assert_eq!(order.len() + rest.len(), self.len as usize);
         for slot in rest.into_iter().chain(order) {
             let a = Access {
-                key: self.keys[slot as usize],
+                key: self.keys.at(slot as usize),
                 seq: self.seq,
                 next_use: NEVER,
                 is_write: false,
@@ -1043,12 +1044,12 @@ impl Engine {
     /// line's clean record goes with it).
     #[inline]
     pub fn line_state(&self, slot: Slot) -> LineState {
-        let key = self.keys[slot as usize];
+        let key = self.keys.at(slot as usize);
         if key == EMPTY {
             if !self.owner_of.is_empty() {
                 if let Some(&p) = self.owner_of.get(&slot) {
                     return LineState {
-                        key: self.keys[p as usize] | COPY_KEY,
+                        key: self.keys.at(p as usize) | COPY_KEY,
                         valid: u64::from(p),
                         dirty: self.dirty_mask(p) | self.pending_mask(p),
                     };
@@ -1136,7 +1137,7 @@ impl Engine {
     /// pins, candidate buffers) and fixed tables (counters, stream detector).
     pub fn index_bytes(&self) -> usize {
         use crate::mem::hash_bytes;
-        self.keys.capacity() * 8
+        self.keys.heap_bytes()
             + self.classes.capacity()
             + self.dirty.capacity() * 8
             + self.whole.capacity() * 8
@@ -1285,8 +1286,8 @@ impl Engine {
         self.keys
             .iter()
             .enumerate()
-            .filter(|(_, &k)| k != EMPTY)
-            .map(|(s, &k)| (k, s as Slot, self.is_dirty(s as Slot)))
+            .filter(|&(_, k)| k != EMPTY)
+            .map(|(s, k)| (k, s as Slot, self.is_dirty(s as Slot)))
     }
 
     /// Calls `f(key)` for every line access `req` makes, in the order `process` makes them.
@@ -2337,7 +2338,7 @@ impl Engine {
         if self.is_pinned(victim) {
             victim = self.unpinned_victim()?;
         }
-        let key = self.keys[victim as usize];
+        let key = self.keys.at(victim as usize);
         debug_assert!(
             key != EMPTY,
             "policy {} chose empty slot {victim}",
@@ -2371,7 +2372,7 @@ impl Engine {
         };
         let n = self.pins.len() + 1 + window as usize;
         self.policy.eviction_candidates(n, &mut hint);
-        let usable = |s: Slot| self.keys[s as usize] != EMPTY && !self.is_pinned(s);
+        let usable = |s: Slot| self.keys.at(s as usize) != EMPTY && !self.is_pinned(s);
         let clean = (window > 0)
             .then(|| {
                 hint.iter()
@@ -2411,10 +2412,9 @@ impl Engine {
         self.policy
             .eviction_candidates(self.cfg.clean_victim_window as usize, &mut hint);
         // A line being written back is clean but pinned: not a candidate.
-        let found = hint
-            .iter()
-            .copied()
-            .find(|&s| self.keys[s as usize] != EMPTY && !self.is_dirty(s) && !self.is_pinned(s));
+        let found = hint.iter().copied().find(|&s| {
+            self.keys.at(s as usize) != EMPTY && !self.is_dirty(s) && !self.is_pinned(s)
+        });
         self.cand_buf = hint;
         found
     }
@@ -2433,7 +2433,7 @@ impl Engine {
     fn alloc_slot_clean(&mut self, ci: usize) -> Option<Slot> {
         if self.class_gate && self.len > 0 && self.policy.at_limit(ci as u8) {
             let v = self.policy.victim_for(ci as u8, &self.dirty);
-            if self.keys[v as usize] != EMPTY && !self.is_dirty(v) && !self.is_pinned(v) {
+            if self.keys.at(v as usize) != EMPTY && !self.is_dirty(v) && !self.is_pinned(v) {
                 self.counters[ci].evictions += 1;
                 self.remove(v, true);
                 return Some(self.slots.take_pushed(v));
@@ -2466,7 +2466,7 @@ impl Engine {
         if self.is_pinned(victim) {
             return None;
         }
-        let key = self.keys[victim as usize];
+        let key = self.keys.at(victim as usize);
         if self.is_dirty(victim) {
             self.write_back(ci, victim, key);
             self.counters[ci].dirty_evictions += 1;
@@ -2524,7 +2524,7 @@ impl Engine {
             "slot {slot} is reused while a write-back reads it"
         );
         self.journal_touch(slot);
-        self.keys[slot as usize] = key;
+        self.keys.set(slot as usize, key);
         self.set_line_class(slot, class);
         self.set_valid(slot, self.full_mask);
         self.map.insert(key, slot);
@@ -2561,7 +2561,7 @@ impl Engine {
             !evicted || !self.is_pinned(slot),
             "slot {slot} is evicted while a write-back reads it"
         );
-        let key = self.keys[slot as usize];
+        let key = self.keys.at(slot as usize);
         if self.is_dirty(slot) {
             self.set_dirty_mask(slot, key, 0);
         }
@@ -2572,7 +2572,7 @@ impl Engine {
         self.policy.remove(slot, key, evicted);
         let found = self.map.remove(key, slot);
         debug_assert!(found, "slot {slot} not in the map");
-        self.keys[slot as usize] = EMPTY;
+        self.keys.set(slot as usize, EMPTY);
         self.len -= 1;
         if self.track_unmapped {
             self.unmapped.push(key);
@@ -2664,7 +2664,7 @@ impl Engine {
         let mut hint = self.ahead_buf.take();
         hint.clear();
         self.policy.eviction_candidates(n, &mut hint);
-        let dirty = |s: Slot| self.keys[s as usize] != EMPTY && self.is_dirty(s);
+        let dirty = |s: Slot| self.keys.at(s as usize) != EMPTY && self.is_dirty(s);
         let d = hint.iter().filter(|&&s| dirty(s)).count() as u64;
         self.note_ahead(hint.iter().position(|&s| dirty(s)).unwrap_or(hint.len()));
         self.ahead_buf.set(hint);
@@ -2712,7 +2712,7 @@ impl Engine {
         let c = &self.cfg;
         self.cleaner = cleaning::make(c.cleaning, c.acp_chunk_lines_shift(), c.cleaning_age);
         for s in cleaning::set_bits(&self.dirty) {
-            self.cleaner.dirtied(self.keys[s], self.clock);
+            self.cleaner.dirtied(self.keys.at(s), self.clock);
         }
     }
 
@@ -2867,7 +2867,7 @@ impl Engine {
             if last {
                 self.pins.remove(&l.slot);
             }
-            let cached = self.keys[l.slot as usize];
+            let cached = self.keys.at(l.slot as usize);
             // A pinned slot is never reused: a violation would have written another line's
             // bytes to this line's place on the backing device.
             assert!(
@@ -3037,7 +3037,7 @@ impl Engine {
         let mut loss = DeviceLoss::default();
         for slot in range.clone() {
             let slot = slot as Slot;
-            let key = self.keys[slot as usize];
+            let key = self.keys.at(slot as usize);
             if key == EMPTY {
                 if let Some(&owner) = self.owner_of.get(&slot) {
                     // A copy on the failed member: its line keeps one copy.
@@ -3067,7 +3067,7 @@ impl Engine {
         self.slots.drop_stale(&self.keys);
         self.slots.fail(d);
         debug_assert!(
-            range.clone().all(|s| self.keys[s as usize] == EMPTY),
+            range.clone().all(|s| self.keys.at(s as usize) == EMPTY),
             "a line is left on failed member {d}"
         );
         self.update_fast_path();
@@ -3091,9 +3091,10 @@ impl Engine {
             j.retain(|&s, _| !range.contains(&u64::from(s)));
         }
         debug_assert!(
-            range.clone().all(
-                |s| self.keys[s as usize] == EMPTY && !self.owner_of.contains_key(&(s as Slot))
-            ),
+            range
+                .clone()
+                .all(|s| self.keys.at(s as usize) == EMPTY
+                    && !self.owner_of.contains_key(&(s as Slot))),
             "a line or copy left on failed member {d}"
         );
         self.slots.revive(d);
@@ -3110,7 +3111,7 @@ impl Engine {
         for s in self.slots.all() {
             assert!(!seen[s as usize], "slot {s} is free twice");
             seen[s as usize] = true;
-            if self.keys[s as usize] != EMPTY {
+            if self.keys.at(s as usize) != EMPTY {
                 continue; // a restored slot still listed (stale), dropped at the next use
             }
             assert!(
@@ -3121,7 +3122,7 @@ impl Engine {
             free += 1;
         }
         for s in 0..self.cap {
-            if self.keys[s as usize] != EMPTY {
+            if self.keys.at(s as usize) != EMPTY {
                 assert!(
                     !self.slots.is_dead(s),
                     "slot {s} of a failed member holds a line"
@@ -3169,7 +3170,7 @@ impl Engine {
         let mut done = 0;
         let mut clean = hint.len();
         for (i, &slot) in hint.iter().enumerate() {
-            let key = self.keys[slot as usize];
+            let key = self.keys.at(slot as usize);
             if key != EMPTY && self.is_dirty(slot) {
                 if done >= max_lines {
                     clean = i;
@@ -3425,7 +3426,10 @@ impl Engine {
     /// Key of the line in `slot`, if the slot holds one.
     #[inline]
     pub fn slot_key(&self, slot: Slot) -> Option<u64> {
-        let k = *self.keys.get(slot as usize)?;
+        if slot as usize >= self.keys.len() {
+            return None;
+        }
+        let k = self.keys.at(slot as usize);
         (k != EMPTY).then_some(k)
     }
 
@@ -3495,7 +3499,7 @@ impl Engine {
             class,
         };
         self.check_restore(&line)?;
-        if self.keys[slot as usize] != EMPTY {
+        if self.keys.at(slot as usize) != EMPTY {
             return bad("slot already holds a line".into());
         }
         if self.is_pinned(slot) {
@@ -3616,7 +3620,7 @@ impl Engine {
                 continue;
             }
             self.slots.note_restored(slot);
-            self.keys[slot as usize] = l.key;
+            self.keys.set(slot as usize, l.key);
             self.set_line_class(slot, l.class);
             self.set_valid(slot, l.valid);
             self.len += 1;
@@ -3660,7 +3664,7 @@ impl Engine {
             if let Some(&s) = age.get(i + AHEAD) {
                 if s < self.cap {
                     if reads {
-                        crate::index::prefetch(&self.keys[s as usize]);
+                        crate::index::prefetch(&self.keys.at(s as usize));
                         if let Some(c) = self.classes.get(s as usize) {
                             crate::index::prefetch(c);
                         }
@@ -3676,7 +3680,7 @@ impl Engine {
             threaded += 1;
             let a = Access {
                 key: if reads {
-                    self.keys[slot as usize]
+                    self.keys.at(slot as usize)
                 } else {
                     EMPTY
                 },
