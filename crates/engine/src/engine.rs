@@ -15,8 +15,10 @@ use hashbrown::HashMap;
 use std::cell::Cell;
 
 mod copies;
+mod part_masks;
 use copies::Mirror;
 pub use copies::{Remirror, COPY_KEY};
+use part_masks::PartMasks;
 
 /// Line numbers must fit in this many bits of a key; the volume takes the rest.
 pub const LINE_BITS: u32 = 48;
@@ -136,7 +138,7 @@ pub struct Engine {
     spl_shift: u32,
     full_mask: u64,
     whole: Vec<u64>,
-    part_masks: HashMap<Slot, (u64, u64)>,
+    part_masks: PartMasks,
     /// Whether [`Engine::fast_line`] may serve whole-line requests (see there).
     fast: bool,
     fast_allowed: bool,
@@ -462,7 +464,7 @@ impl Engine {
             spl_shift,
             full_mask: bits(0, 1 << spl_shift),
             whole: vec![0; mask_words],
-            part_masks: HashMap::new(),
+            part_masks: PartMasks::new(spl_shift),
             fast: false,
             fast_allowed: true,
             line_shift,
@@ -1143,7 +1145,7 @@ impl Engine {
             + self.whole.capacity() * 8
             // By length: the table's capacity depends on its random hash seed (tombstones),
             // and two equal engines must report the same bytes.
-            + hash_bytes(self.part_masks.len(), 4 + 4 + 16)
+            + self.part_masks.heap_bytes()
             + self.slots.heap_bytes()
             + self.map.mem_bytes()
             + self.policy.mem_bytes()
@@ -1223,7 +1225,7 @@ impl Engine {
         } else if self.part_masks.is_empty() {
             (0, 0)
         } else {
-            self.part_masks.get(&slot).copied().unwrap_or((0, 0))
+            self.part_masks.get(slot).unwrap_or((0, 0))
         }
     }
 
@@ -1236,16 +1238,16 @@ impl Engine {
         if v == self.full_mask && (d == 0 || d == self.full_mask) {
             if !was_whole {
                 self.whole[w] |= b;
-                self.part_masks.remove(&slot);
+                self.part_masks.remove(slot);
             }
         } else {
             self.whole[w] &= !b;
             if v == 0 && d == 0 {
                 if !was_whole {
-                    self.part_masks.remove(&slot);
+                    self.part_masks.remove(slot);
                 }
             } else {
-                self.part_masks.insert(slot, (v, d));
+                self.part_masks.insert(slot, v, d);
             }
         }
     }
