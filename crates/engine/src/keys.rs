@@ -82,7 +82,7 @@ impl Keys {
     }
 
     /// The key of slot `s` ([`EMPTY`] when none).
-    #[inline]
+    #[inline(always)]
     pub fn at(&self, s: usize) -> u64 {
         let lo = self.lo[s];
         if self.hi.is_empty() {
@@ -143,7 +143,7 @@ impl KeyAt for Keys {
     }
     /// Narrow, a slot holding a line has a low word below `u32::MAX`, the whole key: one
     /// compare, no test for the empty mark.
-    #[inline]
+    #[inline(always)]
     fn holds(&self, s: usize, key: u64) -> bool {
         if self.hi.is_empty() {
             debug_assert_ne!(self.lo[s], NARROW_EMPTY, "slot {s} is on a chain but empty");
