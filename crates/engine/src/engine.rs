@@ -5,6 +5,7 @@ use crate::cleaning::{self, Cleaner, DirtyKeys, DirtyWindow};
 use crate::config::{Admission, EngineConfig, Mode, SeqCutoff, Validity};
 use crate::free_slots::FreeSlots;
 use crate::index::LineIndex;
+use crate::keys::Keys;
 use crate::plan::{Plan, Step};
 use crate::policy::{self, Access, Policy, Slot, NEVER};
 use crate::pool::Pool;
@@ -14,8 +15,10 @@ use hashbrown::HashMap;
 use std::cell::Cell;
 
 mod copies;
+mod part_masks;
 use copies::Mirror;
 pub use copies::{Remirror, COPY_KEY};
+use part_masks::PartMasks;
 
 /// Line numbers must fit in this many bits of a key; the volume takes the rest.
 pub const LINE_BITS: u32 = 48;
@@ -99,7 +102,7 @@ pub struct Engine {
     pool: Pool,
     /// Slots holding no line, per member of the pool.
     slots: FreeSlots,
-    keys: Vec<u64>,
+    keys: Keys,
     /// Class per slot, allocated at the first line of a class other than 0 (empty: every
     /// line is of class 0, 1 B per line saved; read through [`Engine::line_class`]).
     classes: Vec<u8>,
@@ -135,7 +138,7 @@ pub struct Engine {
     spl_shift: u32,
     full_mask: u64,
     whole: Vec<u64>,
-    part_masks: HashMap<Slot, (u64, u64)>,
+    part_masks: PartMasks,
     /// Whether [`Engine::fast_line`] may serve whole-line requests (see there).
     fast: bool,
     fast_allowed: bool,
@@ -464,7 +467,7 @@ impl Engine {
             spl_shift,
             full_mask: bits(0, 1 << spl_shift),
             whole: vec![0; mask_words],
-            part_masks: HashMap::new(),
+            part_masks: PartMasks::new(spl_shift),
             fast: false,
             fast_allowed: true,
             line_shift,
@@ -473,7 +476,7 @@ impl Engine {
             len: 0,
             slots: FreeSlots::new(&pool),
             pool,
-            keys: vec![EMPTY; cap as usize],
+            keys: Keys::new(cap as usize),
             classes: Vec::new(),
             dirty: vec![0; (cap as usize).div_ceil(64)],
             dirty_count: 0,
@@ -741,7 +744,7 @@ impl Engine {
         self.policy
             .eviction_candidates(self.len as usize, &mut hint);
         let clean =
-            |s: Slot| self.keys[s as usize] != EMPTY && !self.is_dirty(s) && !self.is_pinned(s);
+            |s: Slot| self.keys.at(s as usize) != EMPTY && !self.is_dirty(s) && !self.is_pinned(s);
         hint.into_iter()
             .find(|&s| clean(s))
             .or_else(|| (0..self.cap).find(|&s| clean(s)))
@@ -923,17 +926,17 @@ impl Engine {
             .eviction_candidates(self.len as usize, &mut order);
         let mut listed = vec![false; self.cap as usize];
         order.retain(|&s| {
-            let fresh = self.keys[s as usize] != EMPTY && !listed[s as usize];
+            let fresh = self.keys.at(s as usize) != EMPTY && !listed[s as usize];
             listed[s as usize] = true;
             fresh
         });
         let rest: Vec<Slot> = (0..self.cap)
-            .filter(|&s| self.keys[s as usize] != EMPTY && !listed[s as usize])
+            .filter(|&s| self.keys.at(s as usize) != EMPTY && !listed[s as usize])
             .collect();
         debug_assert_eq!(order.len() + rest.len(), self.len as usize);
         for slot in rest.into_iter().chain(order) {
             let a = Access {
-                key: self.keys[slot as usize],
+                key: self.keys.at(slot as usize),
                 seq: self.seq,
                 next_use: NEVER,
                 is_write: false,
@@ -1046,12 +1049,12 @@ impl Engine {
     /// line's clean record goes with it).
     #[inline]
     pub fn line_state(&self, slot: Slot) -> LineState {
-        let key = self.keys[slot as usize];
+        let key = self.keys.at(slot as usize);
         if key == EMPTY {
             if !self.owner_of.is_empty() {
                 if let Some(&p) = self.owner_of.get(&slot) {
                     return LineState {
-                        key: self.keys[p as usize] | COPY_KEY,
+                        key: self.keys.at(p as usize) | COPY_KEY,
                         valid: u64::from(p),
                         dirty: self.dirty_mask(p) | self.pending_mask(p),
                     };
@@ -1139,13 +1142,13 @@ impl Engine {
     /// pins, candidate buffers) and fixed tables (counters, stream detector).
     pub fn index_bytes(&self) -> usize {
         use crate::mem::hash_bytes;
-        self.keys.capacity() * 8
+        self.keys.heap_bytes()
             + self.classes.capacity()
             + self.dirty.capacity() * 8
             + self.whole.capacity() * 8
             // By length: the table's capacity depends on its random hash seed (tombstones),
             // and two equal engines must report the same bytes.
-            + hash_bytes(self.part_masks.len(), 4 + 4 + 16)
+            + self.part_masks.heap_bytes()
             + self.slots.heap_bytes()
             + self.map.mem_bytes()
             + self.policy.mem_bytes()
@@ -1225,7 +1228,7 @@ impl Engine {
         } else if self.part_masks.is_empty() {
             (0, 0)
         } else {
-            self.part_masks.get(&slot).copied().unwrap_or((0, 0))
+            self.part_masks.get(slot).unwrap_or((0, 0))
         }
     }
 
@@ -1238,16 +1241,16 @@ impl Engine {
         if v == self.full_mask && (d == 0 || d == self.full_mask) {
             if !was_whole {
                 self.whole[w] |= b;
-                self.part_masks.remove(&slot);
+                self.part_masks.remove(slot);
             }
         } else {
             self.whole[w] &= !b;
             if v == 0 && d == 0 {
                 if !was_whole {
-                    self.part_masks.remove(&slot);
+                    self.part_masks.remove(slot);
                 }
             } else {
-                self.part_masks.insert(slot, (v, d));
+                self.part_masks.insert(slot, v, d);
             }
         }
     }
@@ -1288,8 +1291,8 @@ impl Engine {
         self.keys
             .iter()
             .enumerate()
-            .filter(|(_, &k)| k != EMPTY)
-            .map(|(s, &k)| (k, s as Slot, self.is_dirty(s as Slot)))
+            .filter(|&(_, k)| k != EMPTY)
+            .map(|(s, k)| (k, s as Slot, self.is_dirty(s as Slot)))
     }
 
     /// Calls `f(key)` for every line access `req` makes, in the order `process` makes them.
@@ -2340,7 +2343,7 @@ impl Engine {
         if self.is_pinned(victim) {
             victim = self.unpinned_victim()?;
         }
-        let key = self.keys[victim as usize];
+        let key = self.keys.at(victim as usize);
         debug_assert!(
             key != EMPTY,
             "policy {} chose empty slot {victim}",
@@ -2374,7 +2377,7 @@ impl Engine {
         };
         let n = self.pins.len() + 1 + window as usize;
         self.policy.eviction_candidates(n, &mut hint);
-        let usable = |s: Slot| self.keys[s as usize] != EMPTY && !self.is_pinned(s);
+        let usable = |s: Slot| self.keys.at(s as usize) != EMPTY && !self.is_pinned(s);
         let clean = (window > 0)
             .then(|| {
                 hint.iter()
@@ -2414,10 +2417,9 @@ impl Engine {
         self.policy
             .eviction_candidates(self.cfg.clean_victim_window as usize, &mut hint);
         // A line being written back is clean but pinned: not a candidate.
-        let found = hint
-            .iter()
-            .copied()
-            .find(|&s| self.keys[s as usize] != EMPTY && !self.is_dirty(s) && !self.is_pinned(s));
+        let found = hint.iter().copied().find(|&s| {
+            self.keys.at(s as usize) != EMPTY && !self.is_dirty(s) && !self.is_pinned(s)
+        });
         self.cand_buf = hint;
         found
     }
@@ -2436,7 +2438,7 @@ impl Engine {
     fn alloc_slot_clean(&mut self, ci: usize) -> Option<Slot> {
         if self.class_gate && self.len > 0 && self.policy.at_limit(ci as u8) {
             let v = self.policy.victim_for(ci as u8, &self.dirty);
-            if self.keys[v as usize] != EMPTY && !self.is_dirty(v) && !self.is_pinned(v) {
+            if self.keys.at(v as usize) != EMPTY && !self.is_dirty(v) && !self.is_pinned(v) {
                 self.counters[ci].evictions += 1;
                 self.remove(v, true);
                 return Some(self.slots.take_pushed(v));
@@ -2469,7 +2471,7 @@ impl Engine {
         if self.is_pinned(victim) {
             return None;
         }
-        let key = self.keys[victim as usize];
+        let key = self.keys.at(victim as usize);
         if self.is_dirty(victim) {
             self.write_back(ci, victim, key);
             self.counters[ci].dirty_evictions += 1;
@@ -2527,7 +2529,7 @@ impl Engine {
             "slot {slot} is reused while a write-back reads it"
         );
         self.journal_touch(slot);
-        self.keys[slot as usize] = key;
+        self.keys.set(slot as usize, key);
         self.set_line_class(slot, class);
         self.set_valid(slot, self.full_mask);
         self.map.insert(key, slot);
@@ -2564,7 +2566,7 @@ impl Engine {
             !evicted || !self.is_pinned(slot),
             "slot {slot} is evicted while a write-back reads it"
         );
-        let key = self.keys[slot as usize];
+        let key = self.keys.at(slot as usize);
         if self.is_dirty(slot) {
             self.set_dirty_mask(slot, key, 0);
         }
@@ -2575,7 +2577,7 @@ impl Engine {
         self.policy.remove(slot, key, evicted);
         let found = self.map.remove(key, slot);
         debug_assert!(found, "slot {slot} not in the map");
-        self.keys[slot as usize] = EMPTY;
+        self.keys.set(slot as usize, EMPTY);
         self.len -= 1;
         if self.track_unmapped {
             self.unmapped.push(key);
@@ -2667,7 +2669,7 @@ impl Engine {
         let mut hint = self.ahead_buf.take();
         hint.clear();
         self.policy.eviction_candidates(n, &mut hint);
-        let dirty = |s: Slot| self.keys[s as usize] != EMPTY && self.is_dirty(s);
+        let dirty = |s: Slot| self.keys.at(s as usize) != EMPTY && self.is_dirty(s);
         let d = hint.iter().filter(|&&s| dirty(s)).count() as u64;
         self.note_ahead(hint.iter().position(|&s| dirty(s)).unwrap_or(hint.len()));
         self.ahead_buf.set(hint);
@@ -2715,7 +2717,7 @@ impl Engine {
         let c = &self.cfg;
         self.cleaner = cleaning::make(c.cleaning, c.acp_chunk_lines_shift(), c.cleaning_age);
         for s in cleaning::set_bits(&self.dirty) {
-            self.cleaner.dirtied(self.keys[s], self.clock);
+            self.cleaner.dirtied(self.keys.at(s), self.clock);
         }
     }
 
@@ -2870,7 +2872,7 @@ impl Engine {
             if last {
                 self.pins.remove(&l.slot);
             }
-            let cached = self.keys[l.slot as usize];
+            let cached = self.keys.at(l.slot as usize);
             // A pinned slot is never reused: a violation would have written another line's
             // bytes to this line's place on the backing device.
             assert!(
@@ -3040,7 +3042,7 @@ impl Engine {
         let mut loss = DeviceLoss::default();
         for slot in range.clone() {
             let slot = slot as Slot;
-            let key = self.keys[slot as usize];
+            let key = self.keys.at(slot as usize);
             if key == EMPTY {
                 if let Some(&owner) = self.owner_of.get(&slot) {
                     // A copy on the failed member: its line keeps one copy.
@@ -3070,7 +3072,7 @@ impl Engine {
         self.slots.drop_stale(&self.keys);
         self.slots.fail(d);
         debug_assert!(
-            range.clone().all(|s| self.keys[s as usize] == EMPTY),
+            range.clone().all(|s| self.keys.at(s as usize) == EMPTY),
             "a line is left on failed member {d}"
         );
         self.update_fast_path();
@@ -3094,9 +3096,10 @@ impl Engine {
             j.retain(|&s, _| !range.contains(&u64::from(s)));
         }
         debug_assert!(
-            range.clone().all(
-                |s| self.keys[s as usize] == EMPTY && !self.owner_of.contains_key(&(s as Slot))
-            ),
+            range
+                .clone()
+                .all(|s| self.keys.at(s as usize) == EMPTY
+                    && !self.owner_of.contains_key(&(s as Slot))),
             "a line or copy left on failed member {d}"
         );
         self.slots.revive(d);
@@ -3113,7 +3116,7 @@ impl Engine {
         for s in self.slots.all() {
             assert!(!seen[s as usize], "slot {s} is free twice");
             seen[s as usize] = true;
-            if self.keys[s as usize] != EMPTY {
+            if self.keys.at(s as usize) != EMPTY {
                 continue; // a restored slot still listed (stale), dropped at the next use
             }
             assert!(
@@ -3124,7 +3127,7 @@ impl Engine {
             free += 1;
         }
         for s in 0..self.cap {
-            if self.keys[s as usize] != EMPTY {
+            if self.keys.at(s as usize) != EMPTY {
                 assert!(
                     !self.slots.is_dead(s),
                     "slot {s} of a failed member holds a line"
@@ -3172,7 +3175,7 @@ impl Engine {
         let mut done = 0;
         let mut clean = hint.len();
         for (i, &slot) in hint.iter().enumerate() {
-            let key = self.keys[slot as usize];
+            let key = self.keys.at(slot as usize);
             if key != EMPTY && self.is_dirty(slot) {
                 if done >= max_lines {
                     clean = i;
@@ -3428,7 +3431,10 @@ impl Engine {
     /// Key of the line in `slot`, if the slot holds one.
     #[inline]
     pub fn slot_key(&self, slot: Slot) -> Option<u64> {
-        let k = *self.keys.get(slot as usize)?;
+        if slot as usize >= self.keys.len() {
+            return None;
+        }
+        let k = self.keys.at(slot as usize);
         (k != EMPTY).then_some(k)
     }
 
@@ -3498,7 +3504,7 @@ impl Engine {
             class,
         };
         self.check_restore(&line)?;
-        if self.keys[slot as usize] != EMPTY {
+        if self.keys.at(slot as usize) != EMPTY {
             return bad("slot already holds a line".into());
         }
         if self.is_pinned(slot) {
@@ -3619,7 +3625,7 @@ impl Engine {
                 continue;
             }
             self.slots.note_restored(slot);
-            self.keys[slot as usize] = l.key;
+            self.keys.set(slot as usize, l.key);
             self.set_line_class(slot, l.class);
             self.set_valid(slot, l.valid);
             self.len += 1;
@@ -3703,7 +3709,7 @@ impl Engine {
             let lines_in = &lines_in;
             // Each thread's words: keys, classes, masks, dirty and restored bits of its slots.
             let bounds: Vec<usize> = (0..=threads).map(|t| words * t / threads).collect();
-            let mut keys: &mut [u64] = &mut self.keys;
+            let (mut keys, mut keys_hi) = self.keys.parts_mut();
             let mut classes: &mut [u8] = &mut self.classes;
             let mut whole: &mut [u64] = &mut self.whole;
             let mut dirty: &mut [u64] = &mut self.dirty;
@@ -3714,6 +3720,14 @@ impl Engine {
                 let nw = bounds[t + 1] - bounds[t];
                 let k;
                 (k, keys) = std::mem::take(&mut keys).split_at_mut(hi - lo);
+                let kh = match keys_hi.take() {
+                    Some(h) => {
+                        let (a, b) = h.split_at_mut(hi - lo);
+                        keys_hi = Some(b);
+                        Some(a)
+                    }
+                    None => None,
+                };
                 let c;
                 (c, classes) = std::mem::take(&mut classes).split_at_mut(if keep_classes {
                     hi - lo
@@ -3730,7 +3744,7 @@ impl Engine {
                 jobs.push(PartSlices {
                     lo,
                     hi,
-                    keys: k,
+                    keys: crate::keys::KeysPart { lo: k, hi: kh },
                     classes: c,
                     whole: w,
                     dirty: d,
@@ -3765,13 +3779,17 @@ impl Engine {
             for (slot, class) in p.classes {
                 self.set_line_class(slot, class);
             }
+            // Keys that need the high words, on a store narrow until now.
+            for (slot, key) in p.wide_keys {
+                self.keys.set(slot as usize, key);
+            }
         }
         if stale_masks {
             for (w, &x) in unthreaded.iter().enumerate() {
                 let mut x = x & self.whole.get(w).copied().unwrap_or(0);
                 while x != 0 {
                     self.part_masks
-                        .remove(&((w * 64) as Slot + x.trailing_zeros()));
+                        .remove((w * 64) as Slot + x.trailing_zeros());
                     x &= x - 1;
                 }
             }
@@ -3782,7 +3800,8 @@ impl Engine {
             let mut x = x;
             while x != 0 {
                 let slot = (w * 64) as u32 + x.trailing_zeros();
-                self.cleaner.dirtied(self.keys[slot as usize], self.clock);
+                self.cleaner
+                    .dirtied(self.keys.at(slot as usize), self.clock);
                 x &= x - 1;
             }
         }
@@ -3922,7 +3941,7 @@ impl RestoreRules<'_> {
 struct PartSlices<'a> {
     lo: usize,
     hi: usize,
-    keys: &'a mut [u64],
+    keys: crate::keys::KeysPart<'a>,
     classes: &'a mut [u8],
     whole: &'a mut [u64],
     dirty: &'a mut [u64],
@@ -3938,13 +3957,15 @@ struct RestorePart {
     partial: Vec<(Slot, (u64, u64))>,
     /// Classes other than 0 while the engine keeps none (it allocates them then).
     classes: Vec<(Slot, u8)>,
+    /// Keys the narrow store could not take (they need the high words): set once joined.
+    wide_keys: Vec<(Slot, u64)>,
 }
 
 impl PartSlices<'_> {
     /// The per-line work of [`Engine::restore_slots`], for the lines of this part: what
     /// `set_line_class`, `set_valid` and `store_masks` (from empty) leave, written directly.
     fn fill(
-        self,
+        mut self,
         rules: &RestoreRules<'_>,
         lines: impl Iterator<Item = RestoreLine>,
     ) -> RestorePart {
@@ -3954,6 +3975,7 @@ impl PartSlices<'_> {
             errors: Vec::new(),
             partial: Vec::new(),
             classes: Vec::new(),
+            wide_keys: Vec::new(),
         };
         let mut last: Option<Slot> = None;
         for l in lines {
@@ -3971,7 +3993,9 @@ impl PartSlices<'_> {
             }
             let i = slot as usize - self.lo;
             let (w, b) = (i / 64, 1u64 << (i % 64));
-            self.keys[i] = l.key;
+            if !self.keys.put(i, l.key) {
+                p.wide_keys.push((slot, l.key));
+            }
             if !self.classes.is_empty() {
                 self.classes[i] = l.class;
             } else if l.class != 0 {
@@ -4000,7 +4024,7 @@ impl PartSlices<'_> {
 /// What [`Engine::restore_age`] reads while it threads the policy (the index may be built
 /// meanwhile on other threads).
 struct AgeCtx<'a> {
-    keys: &'a [u64],
+    keys: &'a crate::keys::Keys,
     classes: &'a [u8],
     cap: u32,
     len: u32,
@@ -4021,7 +4045,7 @@ impl AgeCtx<'_> {
             if let Some(&s) = age.get(i + AHEAD) {
                 if s < self.cap {
                     if reads {
-                        crate::index::prefetch(&self.keys[s as usize]);
+                        self.keys.prefetch(s as usize);
                         if let Some(c) = self.classes.get(s as usize) {
                             crate::index::prefetch(c);
                         }
@@ -4037,7 +4061,7 @@ impl AgeCtx<'_> {
             threaded += 1;
             let a = Access {
                 key: if reads {
-                    self.keys[slot as usize]
+                    self.keys.at(slot as usize)
                 } else {
                     EMPTY
                 },

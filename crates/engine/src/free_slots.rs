@@ -68,9 +68,9 @@ impl FreeSlots {
 
     /// Drops the stale entries (slots holding a line) from the free lists, if any.
     #[inline]
-    pub(crate) fn drop_stale(&mut self, keys: &[u64]) {
+    pub(crate) fn drop_stale(&mut self, keys: &crate::keys::Keys) {
         if self.stale {
-            let empty = |s: &Slot| keys[*s as usize] == crate::engine::EMPTY;
+            let empty = |s: &Slot| keys.at(*s as usize) == crate::engine::EMPTY;
             self.free.retain(empty);
             if let Some(p) = self.pool.as_deref_mut() {
                 for l in &mut p.lists {
@@ -83,7 +83,7 @@ impl FreeSlots {
 
     /// A slot that holds no line (freed slots first, then never-used ones), if any.
     #[inline]
-    pub(crate) fn pop(&mut self, keys: &[u64]) -> Option<Slot> {
+    pub(crate) fn pop(&mut self, keys: &crate::keys::Keys) -> Option<Slot> {
         self.drop_stale(keys);
         if let Some(p) = self.pool.as_deref_mut() {
             return p.pop();
@@ -167,7 +167,7 @@ impl FreeSlots {
     /// A free slot on a live member other than `d` (its freed slots first, the member with
     /// the most; else a fresh one of the live member with the smallest share used), for a
     /// mirrored copy; `None` for a single device or when no other member has one.
-    pub(crate) fn pop_other(&mut self, d: usize, keys: &[u64]) -> Option<Slot> {
+    pub(crate) fn pop_other(&mut self, d: usize, keys: &crate::keys::Keys) -> Option<Slot> {
         self.drop_stale(keys);
         let p = self.pool.as_deref_mut()?;
         let n = p.lists.len();
@@ -195,7 +195,7 @@ impl FreeSlots {
 
     /// Takes `slot`, free, out of the free slots (a copy installed at open; O(freed slots
     /// of its member) when it was freed before, O(1) when fresh). `false` if it is not free.
-    pub(crate) fn claim(&mut self, slot: Slot, keys: &[u64]) -> bool {
+    pub(crate) fn claim(&mut self, slot: Slot, keys: &crate::keys::Keys) -> bool {
         self.drop_stale(keys);
         match self.pool.as_deref_mut() {
             Some(p) => {

@@ -9,6 +9,7 @@ pub mod config;
 pub mod engine;
 mod free_slots;
 pub mod index;
+pub mod keys;
 pub mod log;
 pub mod mem;
 pub mod plan;

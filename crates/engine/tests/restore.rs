@@ -223,12 +223,16 @@ fn restore_bulk_equals_restore_line_in_every_policy() {
 #[test]
 fn restore_slots_in_equals_restore_sorted() {
     use tiercache_engine::{EngineError, RestoreLine};
-    for (cap, policy, cleaning, history) in [
-        (700u32, "lru", "lba", false),
-        (700, "slru", "alru", true),
-        (512, "clock", "acp", false),
-        (1000, "s3fifo", "lba", true),
-        (130, "fifo", "alru", false),
+    // `wide`: a third of the keys carry a volume tag (the engine's keys need their high
+    // words, which a part filled on its own thread cannot allocate: set once joined).
+    for (cap, policy, cleaning, history, wide) in [
+        (700u32, "lru", "lba", false, false),
+        (700, "slru", "alru", true, false),
+        (512, "clock", "acp", false, false),
+        (1000, "s3fifo", "lba", true, false),
+        (130, "fifo", "alru", false, false),
+        (700, "lru", "lba", false, true),
+        (1000, "slru", "alru", true, true),
     ] {
         let cfg = EngineConfig {
             capacity_lines: cap as u64,
@@ -254,7 +258,7 @@ fn restore_slots_in_equals_restore_sorted() {
                 let r = next();
                 let valid = if r % 7 == 0 { 0x0f } else { 0xff };
                 RestoreLine {
-                    key: (r >> 20) % (1 << 30) * 2 + 1,
+                    key: (r >> 20) % (1 << 30) * 2 + 1 + u64::from(wide && r % 3 == 0) * (5 << 48),
                     slot,
                     valid,
                     dirty: match r % 5 {

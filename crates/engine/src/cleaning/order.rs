@@ -90,7 +90,7 @@ impl DirtyWindow {
 /// The engine's dirty lines as the cleaners see them: the window plus what rebuilds it.
 pub struct DirtyKeys<'a> {
     pub(crate) win: &'a mut DirtyWindow,
-    pub(crate) keys: &'a [u64],
+    pub(crate) keys: &'a crate::keys::Keys,
     pub(crate) dirty: &'a [u64],
     pub(crate) map: &'a LineIndex,
     /// Dirty lines now.
@@ -181,7 +181,7 @@ impl DirtyKeys<'_> {
     /// Calls `f` with every dirty key (slot order).
     fn scan(&self, mut f: impl FnMut(u64)) {
         for s in set_bits(self.dirty) {
-            f(self.keys[s]);
+            f(self.keys.at(s));
         }
     }
 
@@ -192,7 +192,7 @@ impl DirtyKeys<'_> {
         let mut bound = u64::MAX;
         let mut v: Vec<u64> = Vec::with_capacity(2 * keep);
         for s in set_bits(self.dirty) {
-            let k = self.keys[s];
+            let k = self.keys.at(s);
             if k < from || k > bound {
                 continue;
             }
@@ -220,7 +220,7 @@ mod tests {
 
     /// Slots holding keys, some dirty, with an index: what the engine keeps.
     struct Lines {
-        keys: Vec<u64>,
+        keys: crate::keys::Keys,
         dirty: Vec<u64>,
         map: LineIndex,
         free: Vec<u32>,
@@ -232,7 +232,7 @@ mod tests {
     impl Lines {
         fn new(cap: u32) -> Self {
             Lines {
-                keys: vec![u64::MAX; cap as usize],
+                keys: crate::keys::Keys::new(cap as usize),
                 dirty: vec![0; (cap as usize).div_ceil(64)],
                 map: LineIndex::new(cap as usize),
                 free: (0..cap).rev().collect(),
@@ -259,7 +259,7 @@ mod tests {
                 Some(s) => s,
                 None => {
                     let Some(s) = self.free.pop() else { return };
-                    self.keys[s as usize] = key;
+                    self.keys.set(s as usize, key);
                     self.map.insert(key, s);
                     s
                 }

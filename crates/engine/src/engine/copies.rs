@@ -127,7 +127,8 @@ impl Engine {
             "a copy on its line's member"
         );
         debug_assert_eq!(
-            self.keys[copy as usize], EMPTY,
+            self.keys.at(copy as usize),
+            EMPTY,
             "copy slot {copy} holds a line"
         );
         self.journal_copy(copy);
@@ -196,7 +197,7 @@ impl Engine {
             .eviction_candidates(self.pins.len() + COPY_WINDOW, &mut hint);
         let found = hint.iter().copied().find(|&s| {
             s != primary
-                && self.keys[s as usize] != EMPTY
+                && self.keys.at(s as usize) != EMPTY
                 && !self.is_dirty(s)
                 && !self.is_pinned(s)
                 && self.member_of(s) != d
@@ -266,7 +267,7 @@ impl Engine {
     /// The dirty line in `slot` (on a failed member) moves to its copy `c` (already
     /// unlinked): valid = dirty sectors there. Returns `c`.
     pub(super) fn promote_copy(&mut self, slot: Slot, c: Slot) -> Slot {
-        let key = self.keys[slot as usize];
+        let key = self.keys.at(slot as usize);
         let dirty = self.dirty_mask(slot);
         let class = self.line_class(slot);
         // Not a line leaving the cache: it stays, at another slot.
@@ -308,7 +309,7 @@ impl Engine {
         if primary >= self.cap || copy >= self.cap {
             return refuse(format!("slots are below {}", self.cap));
         }
-        if self.keys[primary as usize] != key || !self.is_dirty(primary) {
+        if self.keys.at(primary as usize) != key || !self.is_dirty(primary) {
             return refuse("the slot does not hold the key dirty".into());
         }
         if self.dirty_mask(primary) != mask {
@@ -323,7 +324,7 @@ impl Engine {
         if self.member_of(primary) == self.member_of(copy) {
             return refuse("the copy is on the line's own cache device".into());
         }
-        let busy = self.keys[copy as usize] != EMPTY
+        let busy = self.keys.at(copy as usize) != EMPTY
             || self.owner_of.contains_key(&copy)
             || self.held.contains_key(&copy)
             || self.is_pinned(copy)
@@ -379,7 +380,7 @@ impl Engine {
             let Some(c) = self.alloc_copy(ci, s) else {
                 break;
             };
-            let key = self.keys[s as usize];
+            let key = self.keys.at(s as usize);
             for (a, b) in Runs(self.dirty_mask(s)) {
                 let (off, len) = (a << ss, (b - a) << ss);
                 let ssd = self.ssd_addr(s) + off;
@@ -414,7 +415,7 @@ impl Engine {
             if entry.is_some_and(|e| e.1 == c) {
                 self.remirroring.remove(&s);
             }
-            let ok = entry == Some((self.keys[s as usize], c))
+            let ok = entry == Some((self.keys.at(s as usize), c))
                 && !failed.contains(&s)
                 && self.is_dirty(s)
                 && self.copy_of(s).is_none();
@@ -455,10 +456,14 @@ impl Engine {
                 Some(&p),
                 "copy {c} of {p}: maps agree"
             );
-            let key = self.keys[p as usize];
+            let key = self.keys.at(p as usize);
             assert!(key != EMPTY, "slot {p} with copy {c} holds no line");
             assert!(self.is_dirty(p), "clean line {p} has copy {c}");
-            assert_eq!(self.keys[c as usize], EMPTY, "copy slot {c} holds a line");
+            assert_eq!(
+                self.keys.at(c as usize),
+                EMPTY,
+                "copy slot {c} holds a line"
+            );
             assert_eq!(
                 self.lookup(key),
                 Some(p),
@@ -479,7 +484,8 @@ impl Engine {
         }
         for &c in self.held.keys() {
             assert_eq!(
-                self.keys[c as usize], EMPTY,
+                self.keys.at(c as usize),
+                EMPTY,
                 "held copy slot {c} holds a line"
             );
             assert!(!seen[c as usize], "held copy slot {c} is free");
