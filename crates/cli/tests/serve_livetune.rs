@@ -186,8 +186,16 @@ fn ctl_set_changes_them_live_and_a_restart_keeps_them() {
     assert!(log.contains("setting clean-victim-window: 0 -> 8"), "{log}");
     assert!(log.contains("setting clean-victim-window: 8 -> 4"), "{log}");
 
-    let srv = Srv::start(d, &["--cleaner", "inline"]);
+    let maddr = format!("127.0.0.1:{}", common::free_port());
+    let srv = Srv::start(d, &["--cleaner", "inline", "--metrics", &maddr]);
     assert_eq!(srv.ctl(&["get", "clean-victim-window"]).trim(), "4");
+    let prom = common::metrics(&maddr);
+    for want in [
+        "tiercache_setting_clean_victim_window 4",
+        "tiercache_setting_partial_write_fill 0",
+    ] {
+        assert!(prom.contains(want), "{want} missing from:\n{prom}");
+    }
     assert_eq!(srv.ctl(&["get", "partial-fill"]).trim(), "off");
     assert_eq!(srv.ctl(&["get", "writeback-rate"]).trim(), "300");
     let text = srv.ctl(&["stats"]);
