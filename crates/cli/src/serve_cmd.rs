@@ -455,12 +455,13 @@ enum CtlCmd {
         csv: bool,
     },
     /// Show the settings in force (all, or one): mode, admission, seq-cutoff,
-    /// seq-cutoff-write, group-size, dirty-high, dirty-low, cleaning, cleaning-age,
-    /// writeback-rate, writeback-target, classes (the class table in force, where it came
+    /// seq-cutoff-write, group-size, dirty-high, dirty-low, clean-victim-window,
+    /// partial-fill, cleaning, cleaning-age, writeback-rate, writeback-target, classes (the class table in force, where it came
     /// from, live loads), slru-protected, policy, line-size.
     Get { key: Option<String> },
     /// Change a setting on the running volume, parsed as the `sim`/`serve` flag of the same
-    /// name: `set admission nhit:2:0`, `set seq-cutoff 1m`, `set dirty-high 0.9`, `set mode wb`.
+    /// name: `set admission nhit:2:0`, `set seq-cutoff 1m`, `set dirty-high 0.9`, `set mode wb`,
+    /// `set clean-victim-window 8`, `set partial-fill off` (`--no-partial-fill`; `on` again).
     /// Logged, shown by `ctl stats` and the metrics, and stored with the cache (a restart
     /// keeps it).
     #[command(after_help = "Examples:
@@ -2361,7 +2362,7 @@ fn print_stats(v: &serde_json::Value) {
     println!("policy          {}", s["policy"].as_str().unwrap_or("?"));
     let t = &s["settings"];
     println!(
-        "settings        admission {}, seq-cutoff {} read / {} write, group {}, dirty {} .. {}, slru-protected {} ({} changed live)",
+        "settings        admission {}, seq-cutoff {} read / {} write, group {}, dirty {} .. {}, slru-protected {}, clean-victim-window {}, partial-fill {} ({} changed live)",
         t["admission"].as_str().unwrap_or("?"),
         tiercache_server::tuning::size_str(n(&t["seq_cutoff_read"])),
         tiercache_server::tuning::size_str(n(&t["seq_cutoff_write"])),
@@ -2369,6 +2370,11 @@ fn print_stats(v: &serde_json::Value) {
         t["dirty_low"],
         t["dirty_high"],
         t["slru_protected"],
+        n(&t["clean_victim_window"]),
+        match t["partial_write_fill"].as_bool() {
+            Some(false) => "off",
+            _ => "on",
+        },
         n(&t["changes"])
     );
     if let Some(c) = t["cleaning"].as_str() {
@@ -3129,6 +3135,37 @@ mod tests {
             .unwrap();
         assert_eq!(t.seq_cutoff_read, 1 << 20);
         assert_eq!((t.group_size, t.admission.read_threshold), (64 << 10, 0));
+        assert_eq!((t.clean_victim_window, t.partial_write_fill), (0, true));
+        // Eviction's clean-victim window and partial-write fill: file keys as well, applied
+        // over the stored settings (which keep what the file does not set).
+        std::fs::write(
+            &p,
+            "cache = \"x\"\nclean_victim_window = 8\nno_partial_fill = true\n",
+        )
+        .unwrap();
+        let m = merge(ServeArgs {
+            config: Some(p.clone()),
+            ..Default::default()
+        })
+        .unwrap();
+        assert_eq!(
+            (m.tune.clean_victim_window, m.tune.no_partial_fill),
+            (Some(8), true)
+        );
+        let stored = Tuning {
+            dirty_high: 0.7,
+            ..t
+        };
+        let t = serve_settings(&p, 4096, "lru", Some(stored), &m.tune)
+            .unwrap()
+            .unwrap();
+        assert_eq!((t.clean_victim_window, t.partial_write_fill), (8, false));
+        assert_eq!(t.dirty_high, 0.7);
+        let (_, f) = format_settings(None, "lru", &m.tune).unwrap();
+        assert_eq!(
+            f.map(|f| (f.clean_victim_window, f.partial_write_fill)),
+            Some((8, false))
+        );
         // The layout's flags are not file keys (they are refused, not silently dropped).
         std::fs::write(&p, "cache = \"x\"\ncompression = \"lz4\"\n").unwrap();
         let e = merge(ServeArgs {

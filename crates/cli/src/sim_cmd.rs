@@ -77,10 +77,6 @@ pub struct CacheArgs {
     /// libCacheSim and most papers). Default sector.
     #[arg(long, value_name = "sector|line")]
     pub validity: Option<String>,
-    /// Writes that would need a fill (part of a line, or with sector validity part of a
-    /// sector) of an uncached line go around the cache instead.
-    #[arg(long)]
-    pub no_partial_fill: bool,
     /// Cleaning writes a disk chunk of this size back in one request (its gaps read once)
     /// when it holds at least --rewrite-min-runs runs of dirty lines. 0 = off. Default 1MiB.
     #[arg(long, value_name = "SIZE")]
@@ -107,11 +103,6 @@ pub struct CacheArgs {
     /// The RAM tier's replacement policy (see `tiercache policies`). Default s3fifo.
     #[arg(long, value_name = "NAME")]
     pub ram_policy: Option<String>,
-    /// Eviction prefers clean victims: when the policy's victim is dirty, the first clean
-    /// line among its next N likely victims is evicted instead (no write-back on the miss).
-    /// 0 = off (default).
-    #[arg(long, value_name = "N")]
-    pub clean_victim_window: Option<u32>,
     /// I/O class table (TOML): priorities and allocation for `--policy dss`, per-class
     /// partitions (min_share/max_share) and `never` classes for every policy, and rules that
     /// classify requests by offset, size, direction and volume. Shipped:
@@ -152,6 +143,16 @@ pub struct TuneArgs {
     /// SLRU protected share. Default 0.5.
     #[arg(long, value_name = "FRACTION")]
     pub slru_protected: Option<f64>,
+    /// Eviction prefers clean victims: when the policy's victim is dirty, the first clean
+    /// line among its next N likely victims is evicted instead (no write-back on the miss).
+    /// 0 = off (default). Live: `ctl set clean-victim-window N`.
+    #[arg(long, value_name = "N")]
+    pub clean_victim_window: Option<u32>,
+    /// Writes that would need a fill (part of a line, or with sector validity part of a
+    /// sector) of an uncached line go around the cache instead. Live: `ctl set partial-fill
+    /// off|on` (on turns the fill back on).
+    #[arg(long)]
+    pub no_partial_fill: bool,
 }
 
 impl TuneArgs {
@@ -166,6 +167,8 @@ impl TuneArgs {
             dirty_high: self.dirty_high,
             dirty_low: self.dirty_low,
             slru_protected: self.slru_protected,
+            clean_victim_window: self.clean_victim_window,
+            partial_write_fill: self.no_partial_fill.then_some(false),
             ..Default::default()
         }
     }
@@ -187,9 +190,7 @@ impl CacheArgs {
             rewrite_min_runs: self.rewrite_min_runs,
             cleaning: self.cleaning.clone(),
             cleaning_age: self.cleaning_age,
-            clean_victim_window: self.clean_victim_window,
             validity: self.validity.clone(),
-            partial_write_fill: self.no_partial_fill.then_some(false),
             s3fifo_small: None,
             ram_cache: self.ram_cache.clone(),
             ram_policy: self.ram_policy.clone(),

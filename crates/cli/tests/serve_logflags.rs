@@ -60,6 +60,8 @@ const DIRECT_ONLY: &[&[&str]] = &[
     &["--cleaner", "inline"],
     &["--admission", "never"],
     &["--seq-cutoff", "1m"],
+    &["--clean-victim-window", "8"],
+    &["--no-partial-fill"],
 ];
 
 #[test]
@@ -140,6 +142,8 @@ fn ctl_set_of_a_key_the_log_layout_lacks_is_refused() {
         ("cleaning", "acp"),
         ("writeback-rate", "auto"),
         ("admission", "never"),
+        ("clean-victim-window", "8"),
+        ("partial-fill", "off"),
     ] {
         let o = Command::new(BIN)
             .arg("ctl")

@@ -536,6 +536,8 @@ pub fn log_common(v: &LogVolume, s: &LogVolumeStats) -> VolumeStats {
         cleaning: Default::default(),
         cleaning_age: 0,
         writeback: None,
+        clean_victim_window: 0,
+        partial_write_fill: true,
     };
     VolumeStats {
         settings: Settings {

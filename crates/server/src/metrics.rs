@@ -492,6 +492,16 @@ impl Metrics {
                 "Write-back: clean down to this dirty share.",
                 t.dirty_low,
             ),
+            (
+                "clean_victim_window",
+                "Eviction prefers a clean line among the policy's next this-many likely victims (0: off).",
+                f64::from(t.clean_victim_window),
+            ),
+            (
+                "partial_write_fill",
+                "1: a partial write to an uncached line reads the rest of it; 0: it goes around the cache.",
+                f64::from(u8::from(t.partial_write_fill)),
+            ),
         ] {
             let _ = writeln!(
                 o,

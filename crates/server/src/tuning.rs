@@ -1,5 +1,6 @@
 //! The direct layout's per-run engine settings (issue 19): admission, sequential cutoff per
-//! direction, group size, dirty watermarks and the SLRU protected share. They are set by
+//! direction, group size, dirty watermarks, the SLRU protected share, eviction's clean-victim
+//! window and partial-write fill. They are set by
 //! `format`/`serve` flags (parsed as `tiercache sim` parses them), changed live by
 //! `tiercache ctl set KEY VALUE`, and stored in the superblock so a restart keeps them.
 //!
@@ -12,10 +13,15 @@
 //! version 1:  68 crc32c u32 (of 0..68)
 //! version 2:  68 cleaning u8 (0 lba, 1 acp, 2 alru)  72 cleaning_age u64
 //!             80 writeback-rate kind u8 (0 not set, 1 off, 2 auto, 3 fixed)
-//!             88 fixed rate f64 (lines/s)  96 writeback_target f64  104 crc32c u32 (of 0..104)
+//!             88 fixed rate f64 (lines/s)  96 writeback_target f64
+//!             version 2: 104 crc32c u32 (of 0..104)
+//! version 3:  104 clean_victim_window u32  108 partial_write_fill u8 (0 off, 1 on)
+//!             109..112 zero  112 crc32c u32 (of 0..112)
 //! ```
 //! Version 1 blocks (devices formatted before the cleaner's settings were stored) still open:
-//! their cleaning settings are the defaults and the write-back rate is not set.
+//! their cleaning settings are the defaults and the write-back rate is not set. Version 1 and
+//! 2 blocks (before the clean-victim window and partial-write fill were stored) open with
+//! those two at their defaults (window 0, fill on).
 //! A superblock rewrite torn inside this sector leaves a block whose own checksum fails: it
 //! is ignored with a warning and the defaults apply (these settings shape performance, never
 //! what a block reads). Builds before this area ignore it (the superblock's version is
@@ -29,10 +35,11 @@ pub const LOG_TARGET: &str = "tiercache::settings";
 
 /// Offset of the settings inside the superblock block.
 pub const AT: usize = 512;
-pub const BYTES: usize = 108;
+pub const BYTES: usize = 116;
 const V1_BYTES: usize = 72;
+const V2_BYTES: usize = 108;
 const MAGIC: &[u8; 8] = b"TCTUNING";
-const VERSION: u32 = 2;
+const VERSION: u32 = 3;
 
 /// Keys a volume of several has its own value of (`ctl --volume NAME set KEY VALUE`, stored
 /// with the cache by `crate::vol_tuning`); the others are the pool's.
@@ -78,6 +85,16 @@ pub const KEYS: &[(&str, &str, bool)] = &[
         true,
     ),
     ("dirty-low", "write-back: clean down to this share", true),
+    (
+        "clean-victim-window",
+        "eviction prefers a clean line among the policy's next N likely victims (0 = off)",
+        true,
+    ),
+    (
+        "partial-fill",
+        "on: a partial write to an uncached line reads the rest of it; off: it goes around the cache",
+        true,
+    ),
     (
         "cleaning",
         "write-back cleaning order: lba, acp (densest chunk first) or alru (longest dirty first)",
@@ -181,6 +198,10 @@ pub struct Tuning {
     /// `--writeback-target`, `ctl set`); `None`: not set (the volume's default).
     #[serde(skip)]
     pub writeback: Option<(tiercache_engine::WritebackRate, f64)>,
+    /// Eviction's clean-victim window (`--clean-victim-window`; 0 = off).
+    pub clean_victim_window: u32,
+    /// Partial writes to uncached lines fill the line (`--no-partial-fill`: false).
+    pub partial_write_fill: bool,
 }
 
 // Decoded shares are checked to be numbers (not NaN), so equality is reflexive.
@@ -204,6 +225,8 @@ impl Tuning {
             cleaning: cfg.cleaning,
             cleaning_age: cfg.cleaning_age,
             writeback: None,
+            clean_victim_window: cfg.clean_victim_window,
+            partial_write_fill: cfg.partial_write_fill,
         }
     }
 
@@ -218,6 +241,8 @@ impl Tuning {
         cfg.policy_params.slru_protected = self.slru_protected;
         cfg.cleaning = self.cleaning;
         cfg.cleaning_age = self.cleaning_age;
+        cfg.clean_victim_window = self.clean_victim_window;
+        cfg.partial_write_fill = self.partial_write_fill;
     }
 
     /// The value of a setting key ([`key`]) these settings hold; `None` for the keys that are
@@ -231,6 +256,8 @@ impl Tuning {
             "dirty-high" => self.dirty_high.to_string(),
             "dirty-low" => self.dirty_low.to_string(),
             "slru-protected" => self.slru_protected.to_string(),
+            "clean-victim-window" => self.clean_victim_window.to_string(),
+            "partial-fill" => on_off(self.partial_write_fill).into(),
             _ => return None,
         })
     }
@@ -254,6 +281,18 @@ impl Tuning {
             "group-size" => t.group_size = size(v)?,
             "dirty-high" => t.dirty_high = share(v)?,
             "dirty-low" => t.dirty_low = share(v)?,
+            "clean-victim-window" => {
+                t.clean_victim_window = v.trim().parse().map_err(|_| {
+                    format!("{k} {v:?}: give a number of likely victims (0 = off), e.g. 8")
+                })?
+            }
+            "partial-fill" => {
+                t.partial_write_fill = match v.trim().to_ascii_lowercase().as_str() {
+                    "on" | "true" | "yes" | "1" => true,
+                    "off" | "false" | "no" | "0" => false,
+                    _ => return Err(format!("{k} {v:?}: give on or off")),
+                }
+            }
             _ => return Err(format!("{k} is not a per-run setting")),
         }
         Ok(t)
@@ -284,8 +323,11 @@ impl Tuning {
         b[80] = kind;
         b[88..96].copy_from_slice(&f64::to_le_bytes(fixed));
         b[96..104].copy_from_slice(&f64::to_le_bytes(target));
-        let crc = crc32c::crc32c(&b[..104]);
-        b[104..108].copy_from_slice(&crc.to_le_bytes());
+        b[104..108].copy_from_slice(&self.clean_victim_window.to_le_bytes());
+        b[108..112].fill(0);
+        b[108] = u8::from(self.partial_write_fill);
+        let crc = crc32c::crc32c(&b[..112]);
+        b[112..116].copy_from_slice(&crc.to_le_bytes());
     }
 
     /// Reads a settings block: `Ok(None)` when there is none (a device formatted before
@@ -301,13 +343,28 @@ impl Tuning {
         let version = u32at(8);
         let end = match version {
             1 => V1_BYTES - 4,
-            2 => BYTES - 4,
+            2 => V2_BYTES - 4,
+            3 => BYTES - 4,
             v => return Err(format!("settings block version {v} unknown")),
         };
         if u32at(end) != crc32c::crc32c(&b[..end]) {
             return Err("settings block checksum mismatch".into());
         }
         let defaults = EngineConfig::default();
+        let (clean_victim_window, partial_write_fill) = if version < 3 {
+            (defaults.clean_victim_window, defaults.partial_write_fill)
+        } else {
+            let fill = match b[108] {
+                0 => false,
+                1 => true,
+                f => {
+                    return Err(format!(
+                        "settings block holds partial-write fill {f}, neither 0 nor 1"
+                    ))
+                }
+            };
+            (u32at(104), fill)
+        };
         let (cleaning, cleaning_age, writeback) = if version == 1 {
             (defaults.cleaning, defaults.cleaning_age, None)
         } else {
@@ -340,6 +397,8 @@ impl Tuning {
             cleaning,
             cleaning_age,
             writeback,
+            clean_victim_window,
+            partial_write_fill,
             group_size: u64at(12),
             admission: Admission {
                 read_threshold: u32at(20),
@@ -358,6 +417,14 @@ impl Tuning {
             ));
         }
         Ok(Some(t))
+    }
+}
+
+fn on_off(b: bool) -> &'static str {
+    if b {
+        "on"
+    } else {
+        "off"
     }
 }
 
@@ -415,6 +482,60 @@ mod tests {
     }
 
     #[test]
+    fn eviction_and_fill_settings_round_trip_and_version_2_still_opens() {
+        let cfg = EngineConfig {
+            clean_victim_window: 8,
+            partial_write_fill: false,
+            cleaning: tiercache_engine::CleaningPolicy::Acp,
+            ..Default::default()
+        };
+        let mut t = Tuning::of(&cfg);
+        t.writeback = Some((tiercache_engine::WritebackRate::Auto, 0.25));
+        let mut b = vec![0u8; BYTES];
+        t.encode_into(&mut b);
+        assert_eq!(u32::from_le_bytes(b[8..12].try_into().unwrap()), 3);
+        let got = Tuning::decode(&b).unwrap().unwrap();
+        assert_eq!(got, t);
+        assert_eq!(
+            (got.clean_victim_window, got.partial_write_fill),
+            (8, false)
+        );
+        let mut back = EngineConfig::default();
+        got.apply(&mut back);
+        assert_eq!(
+            (back.clean_victim_window, back.partial_write_fill),
+            (8, false)
+        );
+        // The new fields are under the checksum.
+        let mut bad = b.clone();
+        bad[104] ^= 1;
+        assert!(Tuning::decode(&bad).unwrap_err().contains("checksum"));
+        let mut bad = b.clone();
+        bad[108] = 7;
+        let crc = crc32c::crc32c(&bad[..112]);
+        bad[112..116].copy_from_slice(&crc.to_le_bytes());
+        assert!(Tuning::decode(&bad)
+            .unwrap_err()
+            .contains("partial-write fill 7"));
+        // A version 2 block (as builds before version 3 wrote it): everything it held reads
+        // back, the window and the fill are the defaults.
+        let mut v2 = b.clone();
+        v2[8..12].copy_from_slice(&2u32.to_le_bytes());
+        v2[104..].fill(0);
+        let crc = crc32c::crc32c(&v2[..104]);
+        v2[104..108].copy_from_slice(&crc.to_le_bytes());
+        let got = Tuning::decode(&v2).unwrap().unwrap();
+        assert_eq!(
+            got,
+            Tuning {
+                clean_victim_window: 0,
+                partial_write_fill: true,
+                ..t
+            }
+        );
+    }
+
+    #[test]
     fn keys_and_values_parse_as_sim_flags() {
         assert_eq!(key("seq_cutoff").unwrap(), "seq-cutoff");
         assert!(key("cutoff")
@@ -441,5 +562,22 @@ mod tests {
             .unwrap_err()
             .contains("between 0 and 1"));
         assert!(t.with("policy", "lru").is_err());
+        let u = t.with("clean-victim-window", "8").unwrap();
+        assert_eq!(u.get("clean-victim-window").unwrap(), "8");
+        assert_eq!(u.clean_victim_window, 8);
+        assert!(t
+            .with("clean-victim-window", "-1")
+            .unwrap_err()
+            .contains("likely victims"));
+        assert_eq!(t.get("partial-fill").unwrap(), "on");
+        let u = t.with("partial-fill", "off").unwrap();
+        assert!(!u.partial_write_fill);
+        assert_eq!(u.get("partial-fill").unwrap(), "off");
+        assert!(u.with("partial-fill", "ON").unwrap().partial_write_fill);
+        assert!(t
+            .with("partial-fill", "maybe")
+            .unwrap_err()
+            .contains("on or off"));
+        assert_eq!(key("partial_fill").unwrap(), "partial-fill");
     }
 }

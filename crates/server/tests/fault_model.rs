@@ -1359,6 +1359,8 @@ impl Run {
             ("cleaning-age", &["4", "100"]),
             ("writeback-rate", &["auto", "off", "50"]),
             ("writeback-target", &["0.1", "0.5"]),
+            ("clean-victim-window", &["0", "8"]),
+            ("partial-fill", &["off", "on"]),
         ];
         let (key, values) = SETTINGS[self.rng.gen_range(0..SETTINGS.len())];
         let value = values[self.rng.gen_range(0..values.len())];

@@ -183,7 +183,11 @@ impl CacheVolume {
             g.engine
                 .retune(|c| t.apply(c))
                 .map_err(|e| format!("{k} {value:?}: {e}"))?;
-            g.sb.tuning = Some(t);
+            // The write-back rate is the volume's (not in the engine's settings): kept.
+            g.sb.tuning = Some(Tuning {
+                writeback: g.sb.tuning.and_then(|s| s.writeback),
+                ..t
+            });
             if let Err(e) = self.write_superblock(&mut g) {
                 tracing::warn!("setting {k}: {old} -> {value} applied but not stored: {e}");
                 return Err(format!(
