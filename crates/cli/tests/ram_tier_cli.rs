@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{run, Srv, BIN};
+use common::{replay_qd1, run, Srv, BIN};
 use std::process::Command;
 
 fn setup(size_mb: u64) -> tempfile::TempDir {
@@ -39,18 +39,7 @@ fn ram_tier_replay_at_queue_depth_1_matches_the_simulator_per_tier() {
                 policy,
             ],
         );
-        let rep = run(Command::new(BIN)
-            .args([
-                "replay",
-                "--nbd",
-                &srv.uri(),
-                "--queue-depth",
-                "1",
-                "--strict",
-                "--json",
-            ])
-            .args(input));
-        let rep: serde_json::Value = serde_json::from_str(&rep).unwrap();
+        let rep = replay_qd1(&srv.uri(), input);
         let live: serde_json::Value = serde_json::from_str(&srv.ctl(&["stats", "--json"])).unwrap();
         let text = srv.ctl(&["stats"]);
         srv.stop("-TERM");
@@ -144,18 +133,7 @@ fn log_layout_ram_tier_replay_at_queue_depth_1_matches_the_simulator_per_tier() 
         let ram = ["--ram-cache", "1MiB", "--ram-policy", policy];
         let flags: Vec<&str> = layout.iter().chain(ram.iter()).copied().collect();
         let srv = Srv::start(dir.path(), &flags);
-        let rep = run(Command::new(BIN)
-            .args([
-                "replay",
-                "--nbd",
-                &srv.uri(),
-                "--queue-depth",
-                "1",
-                "--strict",
-                "--json",
-            ])
-            .args(input));
-        let rep: serde_json::Value = serde_json::from_str(&rep).unwrap();
+        let rep = replay_qd1(&srv.uri(), input);
         let live: serde_json::Value = serde_json::from_str(&srv.ctl(&["stats", "--json"])).unwrap();
         let text = srv.ctl(&["stats"]);
         srv.stop("-TERM");

@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::{run, Srv, BIN};
+use common::{replay_qd1, run, Srv, BIN};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -171,20 +171,10 @@ fn compare(
             args.extend(["--ram-cache", r]);
         }
         let srv = Srv::custom(d, &args);
-        let mut replay = Command::new(BIN);
-        replay.args([
-            "replay",
-            "--nbd",
+        let rep = replay_qd1(
             &srv.uri(),
-            "--queue-depth",
-            "1",
-            "--strict",
-            "--json",
-        ]);
-        for v in &traces {
-            replay.args(["--volume", v]);
-        }
-        let rep: serde_json::Value = serde_json::from_str(&run(&mut replay)).unwrap();
+            traces.iter().flat_map(|v| ["--volume", v.as_str()]),
+        );
         let live = srv.stats();
         srv.stop("-TERM");
         let mut sim = Command::new(BIN);

@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{have, run, sha, Mounted, Srv, BIN};
+use common::{have, replay_qd1, run, sha, Mounted, Srv, BIN};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -269,18 +269,7 @@ fn replay_at_queue_depth_1_matches_the_simulator_exactly() {
                     let mut args = vec!["--policy", policy, "--mode", mode, "--cleaner", "inline"];
                     args.extend(*flags);
                     let srv = Srv::start(dir.path(), &args);
-                    let rep = run(Command::new(BIN)
-                        .args([
-                            "replay",
-                            "--nbd",
-                            &srv.uri(),
-                            "--queue-depth",
-                            "1",
-                            "--strict",
-                            "--json",
-                        ])
-                        .args(input.iter().filter(|a| *a != "--trace")));
-                    let rep: serde_json::Value = serde_json::from_str(&rep).unwrap();
+                    let rep = replay_qd1(&srv.uri(), input.iter().filter(|a| *a != "--trace"));
                     let live: serde_json::Value =
                         serde_json::from_str(&srv.ctl(&["stats", "--json"])).unwrap();
                     srv.stop("-TERM");

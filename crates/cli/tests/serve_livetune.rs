@@ -8,7 +8,7 @@
 
 mod common;
 
-use common::{have, run, Srv, BIN};
+use common::{have, replay_qd1, run, Srv, BIN};
 use std::path::Path;
 use std::process::Command;
 
@@ -35,18 +35,7 @@ fn workload(seed: &str) -> Vec<String> {
 
 /// `replay --nbd` of the workload at queue depth 1; returns the requests sent.
 fn replay(srv: &Srv, seed: &str) -> u64 {
-    let rep = run(Command::new(BIN)
-        .args([
-            "replay",
-            "--nbd",
-            &srv.uri(),
-            "--queue-depth",
-            "1",
-            "--strict",
-            "--json",
-        ])
-        .args(workload(seed)));
-    let rep: serde_json::Value = serde_json::from_str(&rep).unwrap();
+    let rep = replay_qd1(&srv.uri(), workload(seed));
     rep["requests"].as_u64().unwrap()
 }
 

@@ -79,6 +79,26 @@ pub fn run(cmd: &mut Command) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// `tiercache replay --nbd URI --queue-depth 1 --strict --json ARGS`: its JSON report (the
+/// replays that must equal `tiercache sim` counter for counter).
+pub fn replay_qd1<S: AsRef<std::ffi::OsStr>>(
+    uri: &str,
+    args: impl IntoIterator<Item = S>,
+) -> serde_json::Value {
+    let out = run(Command::new(BIN)
+        .args([
+            "replay",
+            "--nbd",
+            uri,
+            "--queue-depth",
+            "1",
+            "--strict",
+            "--json",
+        ])
+        .args(args));
+    serde_json::from_str(&out).unwrap_or_else(|e| panic!("replay --json: {e}:\n{out}"))
+}
+
 pub fn sha(path: &Path) -> String {
     run(Command::new("sha256sum").arg(path))[..64].to_string()
 }
