@@ -127,6 +127,35 @@ fn drop_restore_drop_frees_a_slot_once() {
 /// `restore_bulk` leaves the engine exactly as `restore_line` on each line in turn: same
 /// lines, masks and dirty state, and (the policy threaded in the same order, the free slots
 /// the same) the same plans for every request after, so the same victims and slots.
+/// `n` requests (a third 1 KiB writes, the rest 4 KiB reads, every fifth unaligned, over
+/// `lines` lines drawn from `next`), and a cleaning pass every 100: `a` and `b` plan the same
+/// steps for each, and end with the same counters.
+fn same_plans_after(
+    a: &mut Engine,
+    b: &mut Engine,
+    n: u64,
+    lines: u64,
+    next: &mut dyn FnMut() -> u64,
+    what: &str,
+) {
+    for i in 0..n {
+        let r = next();
+        let off = (r % lines) * 4096 + if i % 5 == 0 { 512 } else { 0 };
+        let req = if r % 3 == 0 {
+            Request::write(off, 1024)
+        } else {
+            Request::read(off, 4096)
+        };
+        let pa = a.process(&req).unwrap().steps.clone();
+        let pb = b.process(&req).unwrap().steps.clone();
+        assert_eq!(pa, pb, "{what}: request {i}");
+        if i % 100 == 0 {
+            assert_eq!(a.clean(8).steps, b.clean(8).steps, "{what}: cleaning {i}");
+        }
+    }
+    assert_eq!(a.counters(), b.counters(), "{what}");
+}
+
 #[test]
 fn restore_bulk_equals_restore_line_in_every_policy() {
     use tiercache_engine::RestoreLine;
@@ -196,22 +225,7 @@ fn restore_bulk_equals_restore_line_in_every_policy() {
             b.eviction_candidates(64, &mut cb);
             assert_eq!(ca, cb, "{what}: eviction order");
             // Misses, hits and cleaning after: the same plans step by step.
-            for i in 0..2000u64 {
-                let r = next();
-                let off = (r % 2048) * 4096 + if i % 5 == 0 { 512 } else { 0 };
-                let req = if r % 3 == 0 {
-                    Request::write(off, 1024)
-                } else {
-                    Request::read(off, 4096)
-                };
-                let pa = a.process(&req).unwrap().steps.clone();
-                let pb = b.process(&req).unwrap().steps.clone();
-                assert_eq!(pa, pb, "{what}: request {i}");
-                if i % 100 == 0 {
-                    assert_eq!(a.clean(8).steps, b.clean(8).steps, "{what}: cleaning {i}");
-                }
-            }
-            assert_eq!(a.counters(), b.counters(), "{what}");
+            same_plans_after(&mut a, &mut b, 2000, 2048, &mut next, &what);
         }
     }
 }
@@ -343,24 +357,13 @@ fn restore_slots_in_equals_restore_sorted() {
             b.eviction_candidates(64, &mut cb);
             assert_eq!(ca, cb, "{what}: eviction order");
             let mut y = 77u64;
-            for i in 0..1500u64 {
+            let mut next = || {
                 y ^= y << 13;
                 y ^= y >> 7;
                 y ^= y << 17;
-                let off = (y % 4096) * 4096 + if i % 5 == 0 { 512 } else { 0 };
-                let req = if y.is_multiple_of(3) {
-                    Request::write(off, 1024)
-                } else {
-                    Request::read(off, 4096)
-                };
-                let pa = a.process(&req).unwrap().steps.clone();
-                let pb = b.process(&req).unwrap().steps.clone();
-                assert_eq!(pa, pb, "{what}: request {i}");
-                if i % 100 == 0 {
-                    assert_eq!(a.clean(8).steps, b.clean(8).steps, "{what}: cleaning {i}");
-                }
-            }
-            assert_eq!(a.counters(), b.counters(), "{what}");
+                y
+            };
+            same_plans_after(&mut a, &mut b, 1500, 4096, &mut next, &what);
         }
     }
 }
