@@ -141,7 +141,7 @@ fn same_plans_after(
     for i in 0..n {
         let r = next();
         let off = (r % lines) * 4096 + if i % 5 == 0 { 512 } else { 0 };
-        let req = if r % 3 == 0 {
+        let req = if r.is_multiple_of(3) {
             Request::write(off, 1024)
         } else {
             Request::read(off, 4096)
