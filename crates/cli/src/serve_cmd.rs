@@ -71,6 +71,13 @@ pub struct FormatArgs {
     /// is reported instead of being served or written back.
     #[arg(long)]
     data_checksums: bool,
+    /// What is valid and dirty inside a line (direct layout), fixed at format, as `sim
+    /// --validity`: `sector` (512-byte units, or line/64 for lines over 32 KiB, as Open CAS:
+    /// a partial write to an uncached line needs no read of the rest; the default) or `line`
+    /// (all or nothing, dm-cache's and most papers' model: a read miss caches the whole line,
+    /// a partial write to an uncached line reads the rest from the backing device first).
+    #[arg(long, value_name = "sector|line")]
+    validity: Option<String>,
     /// Overwrite a device that already holds a tiercache cache (or a damaged one): everything
     /// it holds is discarded, dirty data not yet on the backing device included.
     #[arg(long)]
@@ -243,6 +250,11 @@ pub struct ServeArgs {
     #[arg(long)]
     #[serde(default)]
     data_checksums: bool,
+    /// Line validity, `sector` or `line` (see `tiercache format --validity`): with
+    /// --format-if-needed the new cache's; on a formatted cache it must be the formatted one
+    /// (fixed at format). A cache formatted with `line` uses it without this flag.
+    #[arg(long, value_name = "sector|line")]
+    validity: Option<String>,
     /// The backing device is the one the cache was formatted for, under another name (a
     /// moved file, another NBD URI): open it and record the new name. Without it a different
     /// backing device is refused.
@@ -1190,6 +1202,9 @@ pub fn format(a: FormatArgs) -> Result<()> {
     if a.data_checksums {
         direct_only.push("--data-checksums".into());
     }
+    if let Some(v) = &a.validity {
+        direct_only.push(format!("--validity {v}"));
+    }
     if a.policy != "lru" {
         direct_only.push(format!("--policy {}", a.policy));
     }
@@ -1211,6 +1226,7 @@ pub fn format(a: FormatArgs) -> Result<()> {
             backing: backing.identity(),
             tuning,
             data_checksums: a.data_checksums,
+            validity: validity_arg(a.validity.as_deref())?.unwrap_or_default(),
         },
         log: a
             .layout
@@ -1253,6 +1269,12 @@ pub fn format(a: FormatArgs) -> Result<()> {
 
 /// `format --cache A --cache B ...`: one pool of several cache devices (direct layout, each
 /// device used whole; `tiercache_server::PoolDev`).
+/// `--validity sector|line`, as `sim` parses it.
+fn validity_arg(v: Option<&str>) -> Result<Option<tiercache_engine::Validity>> {
+    v.map(|v| v.parse().map_err(|e: String| anyhow!("--validity: {e}")))
+        .transpose()
+}
+
 fn format_pool(a: &FormatArgs, line_size: u64, tuning: Option<Tuning>) -> Result<()> {
     if a.layout.is_log()? {
         bail!("--layout log with several --cache devices: a pool of cache devices needs the direct layout (the log layout uses one cache device)");
@@ -1288,6 +1310,7 @@ fn format_pool(a: &FormatArgs, line_size: u64, tuning: Option<Tuning>) -> Result
         backing: backing.identity(),
         tuning,
         data_checksums: a.data_checksums,
+        validity: validity_arg(a.validity.as_deref())?.unwrap_or_default(),
     };
     let (pd, sb) = tiercache_server::PoolDev::format(devs, backing.size(), &opts, a.dirty_copies)
         .map_err(|e| anyhow!(e))?;
@@ -1879,6 +1902,7 @@ pub fn serve(a: ServeArgs) -> Result<()> {
         direct: DirectRun {
             policy: a.policy.clone(),
             data_checksums: a.data_checksums,
+            validity: validity_arg(a.validity.as_deref())?,
             tuning: &tuning,
             classes: early_table,
             classifier: a.classifier.clone(),
@@ -2020,6 +2044,7 @@ fn format_new(
             backing: backing.identity(),
             tuning,
             data_checksums: a.data_checksums,
+            validity: validity_arg(a.validity.as_deref())?.unwrap_or_default(),
         },
         log: a
             .layout
@@ -2410,11 +2435,15 @@ fn print_stats(v: &serde_json::Value) {
         );
     }
     println!(
-        "occupancy       {} of {} lines ({:.1} %), line size {}",
+        "occupancy       {} of {} lines ({:.1} %), line size {}{}",
         n(&s["cached_lines"]),
         cap,
         100.0 * n(&s["cached_lines"]) as f64 / cap as f64,
-        n(&s["line_size"])
+        n(&s["line_size"]),
+        match s["settings"]["validity"].as_str() {
+            Some("line") => ", line validity",
+            _ => "",
+        }
     );
     println!(
         "dirty           {} lines, {} bytes",

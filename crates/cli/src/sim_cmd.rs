@@ -74,7 +74,8 @@ pub struct CacheArgs {
     pub tune: TuneArgs,
     /// What is valid and dirty inside a line: `sector` (512 B units, as Open CAS: a partial
     /// write needs no read of the rest of the line) or `line` (all or nothing, the model of
-    /// libCacheSim and most papers). Default sector.
+    /// libCacheSim and most papers). Default sector. Live: `format --validity` (fixed at
+    /// format).
     #[arg(long, value_name = "sector|line")]
     pub validity: Option<String>,
     /// Cleaning writes a disk chunk of this size back in one request (its gaps read once)

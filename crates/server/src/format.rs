@@ -126,6 +126,12 @@ const VOLUME_ENTRY_BYTES: usize = 16 + VOLUME_NAME_BYTES + ID_BYTES;
 pub const MAX_TABLE_VOLUMES: usize = (4092 - VOLUME_TABLE_AT - 16 - 4) / VOLUME_ENTRY_BYTES;
 /// Byte of a version-5 superblock saying lost ranges are listed.
 const VOLUMES_LOST_AT: usize = 112;
+/// Byte of every superblock version giving the line validity: 0 sector (and every cache
+/// formatted before the field), 1 line. No version bump: a build that ignores it runs the
+/// cache with sector validity, which holds whole lines as they are (a line cache's records
+/// are all whole), so nothing is misread; the reverse, sector records under line validity,
+/// is what the field prevents (`serve --validity` other than the stored one is refused).
+pub const VALIDITY_AT: usize = 114;
 /// Oldest on-disk version this build opens (1: no backing identity, no in-flux flags), and
 /// upgrades to [`VERSION`] when it opens it.
 pub const MIN_VERSION: u32 = 1;
@@ -228,6 +234,9 @@ pub struct Superblock {
     /// Each volume's own settings (`crate::vol_tuning`, in the block's second sector, after
     /// `tuning`): kept for the next start; empty: none.
     pub vol_tuning: Vec<crate::vol_tuning::VolumeTuning>,
+    /// What is valid and dirty inside a line (`--validity`, fixed at format; byte
+    /// [`VALIDITY_AT`]: 0 sector, 1 line). Zero in caches formatted before it: sector.
+    pub validity: tiercache_engine::Validity,
 }
 
 /// One volume of a cache serving several (`serve --volume NAME=BACKING`).
@@ -458,6 +467,7 @@ impl Superblock {
         b[44] = self.mode;
         b[45] = self.clean as u8;
         b[46] = self.data_checksums as u8;
+        b[VALIDITY_AT] = (self.validity == tiercache_engine::Validity::Line) as u8;
         b[crate::lost_list::SB_FLAG_AT] = self.lost_list as u8;
         b[48..56].copy_from_slice(&self.backing_size.to_le_bytes());
         b[56..64].copy_from_slice(&self.generation.to_le_bytes());
@@ -570,6 +580,16 @@ impl Superblock {
                 );
                 Vec::new()
             }),
+            validity: match b[VALIDITY_AT] {
+                0 => tiercache_engine::Validity::Sector,
+                1 => tiercache_engine::Validity::Line,
+                v => {
+                    return Err(FormatError::BadField {
+                        field: "validity",
+                        why: format!("byte {VALIDITY_AT} is {v} (0 sector, 1 line)"),
+                    })
+                }
+            },
             tuning: crate::tuning::Tuning::decode(&b[crate::tuning::AT..]).unwrap_or_else(|e| {
                 tracing::warn!(
                     "superblock: {e}: the stored engine settings are ignored (defaults apply)"
@@ -1095,7 +1115,37 @@ mod tests {
             lost_pending: false,
             volumes: Vec::new(),
             vol_tuning: Vec::new(),
+            validity: tiercache_engine::Validity::Sector,
         }
+    }
+
+    /// The line validity survives encode/decode in every version; zero (every cache written
+    /// before the field) reads as sector; another value is refused by name.
+    #[test]
+    fn validity_round_trips_and_a_bad_byte_is_refused() {
+        use tiercache_engine::Validity;
+        for v in [Validity::Sector, Validity::Line] {
+            for (version, sums) in [(VERSION, false), (VERSION_SUMS, true)] {
+                let s = Superblock {
+                    version,
+                    data_checksums: sums,
+                    data_offset: Superblock::data_offset_with(1000, 4096, sums),
+                    validity: v,
+                    ..sb()
+                };
+                let b = s.encode();
+                assert_eq!(b[VALIDITY_AT], (v == Validity::Line) as u8);
+                assert_eq!(Superblock::decode(&b).unwrap(), s);
+            }
+        }
+        let mut b = sb().encode();
+        b[VALIDITY_AT] = 2;
+        let crc0 = crc32c::crc32c(&b[..SECTOR0_CRC]);
+        b[SECTOR0_CRC..SECTOR0_CRC + 4].copy_from_slice(&crc0.to_le_bytes());
+        let crc = crc32c::crc32c(&b[..4092]);
+        b[4092..].copy_from_slice(&crc.to_le_bytes());
+        let e = Superblock::decode(&b).unwrap_err().to_string();
+        assert!(e.contains("validity") && e.contains("114"), "{e}");
     }
 
     #[test]

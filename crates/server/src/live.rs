@@ -544,6 +544,7 @@ pub fn log_common(v: &LogVolume, s: &LogVolumeStats) -> VolumeStats {
             mode: s.mode.clone(),
             policy: s.picker.clone(),
             line_size: ls,
+            validity: None,
             tuning,
             cleaning: None,
             cleaning_age: None,

@@ -30,6 +30,8 @@ pub struct DirectRun<'a> {
     pub policy: Option<String>,
     /// `--data-checksums`: the device must have been formatted with them.
     pub data_checksums: bool,
+    /// `--validity`: must be the formatted one (`None`: the formatted one).
+    pub validity: Option<tiercache_engine::Validity>,
     /// The engine settings of this run from (line size, policy, the stored settings);
     /// `Ok(None)`: the stored ones. Errors name the flag.
     pub tuning: &'a RunTuning<'a>,
@@ -67,6 +69,7 @@ impl Default for DirectRun<'_> {
         DirectRun {
             policy: None,
             data_checksums: false,
+            validity: None,
             tuning: &|_, _, _| Ok(None),
             classes: None,
             classifier: None,
@@ -232,6 +235,14 @@ fn open_direct(
     if d.data_checksums && !sb.data_checksums {
         return Err(format!(
             "{name} was formatted without data checksums; they are fixed at format time: `tiercache format --force --data-checksums` (discards the cache, flush it first), or serve without --data-checksums"
+        ));
+    }
+    if let Some(v) = d.validity.filter(|&v| v != sb.validity) {
+        return Err(format!(
+            "{name} was formatted with {} validity, not {}; it is fixed at format time (a cache of partly valid lines cannot become whole-line): `tiercache format --force --validity {}` (discards the cache, flush it first), or serve without --validity",
+            sb.validity.as_str(),
+            v.as_str(),
+            v.as_str()
         ));
     }
     let opts = OpenOptions {

@@ -140,6 +140,11 @@ pub const KEYS: &[(&str, &str, bool)] = &[
         "the line size is fixed at format: `tiercache format --force --line-size` (discards the cache)",
         false,
     ),
+    (
+        "validity",
+        "sector or line validity is fixed at format: `tiercache format --force --validity` (discards the cache)",
+        false,
+    ),
 ];
 
 /// Keys of [`KEYS`] that belong to the volume's cleaner rather than the engine's settings

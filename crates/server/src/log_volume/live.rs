@@ -44,7 +44,7 @@ pub(super) fn live_since(a: &LogLiveCounters, b: &LogLiveCounters) -> LogLiveCou
 /// What `ctl set` says of a key the log layout does not take.
 fn not_log(k: &str) -> String {
     match k {
-        "line-size" | "policy" => format!(
+        "line-size" | "policy" | "validity" => format!(
             "{k} is fixed when the log layout is formatted (`tiercache format --force --layout log`, discards the cache); the log layout changes live: mode"
         ),
         _ => format!(

@@ -174,6 +174,8 @@ pub struct FormatOptions {
     pub tuning: Option<Tuning>,
     /// Keep a crc32c per sector of cached data (`crate::data_sums`), fixed at format.
     pub data_checksums: bool,
+    /// What is valid and dirty inside a line (`--validity`), fixed at format.
+    pub validity: tiercache_engine::Validity,
 }
 
 impl Default for FormatOptions {
@@ -187,6 +189,7 @@ impl Default for FormatOptions {
             backing: None,
             tuning: None,
             data_checksums: false,
+            validity: tiercache_engine::Validity::Sector,
         }
     }
 }
@@ -630,6 +633,8 @@ pub struct Settings {
     pub mode: String,
     pub policy: String,
     pub line_size: u64,
+    /// `sector` or `line` (fixed at format); null for the log layout (no sector masks).
+    pub validity: Option<String>,
     #[serde(flatten)]
     pub tuning: Tuning,
     /// The cleaner's settings, as `ctl get` shows them: `cleaning` (lba, acp, alru),

@@ -90,6 +90,7 @@ pub fn format(
         lost_list: true,
         volumes: Vec::new(),
         vol_tuning: Vec::new(),
+        validity: opts.validity,
     };
     // Empty records first, the superblock last: a format interrupted half way has no magic.
     cache.write_at(&[0u8; 4096], 0)?;
@@ -453,6 +454,7 @@ impl CacheVolume {
                 Some(cache.dirty_copies()),
             ),
             pool_lines: cache.pool_lines(),
+            validity: sb.validity,
             ..Default::default()
         };
         // This run's settings, else the stored ones; stored (again) with the superblock.

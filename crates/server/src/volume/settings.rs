@@ -125,6 +125,7 @@ impl CacheVolume {
             "mode" => c.mode.as_str().to_string(),
             "policy" => g.engine.policy_name().to_string(),
             "line-size" => tuning::size_str(c.line_size),
+            "validity" => c.validity.as_str().to_string(),
             "cleaning" => c.cleaning.as_str().to_string(),
             "cleaning-age" => c.cleaning_age.to_string(),
             "classes" => match &g.class_table {

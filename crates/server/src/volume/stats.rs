@@ -55,6 +55,7 @@ impl CacheVolume {
                 mode: e.config().mode.as_str().to_string(),
                 policy: e.policy_name().to_string(),
                 line_size: e.config().line_size,
+                validity: Some(e.config().validity.as_str().to_string()),
                 tuning: Tuning::of(e.config()),
                 cleaning: Some(e.config().cleaning.as_str().to_string()),
                 cleaning_age: Some(e.config().cleaning_age),
