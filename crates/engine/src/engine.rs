@@ -3720,14 +3720,7 @@ impl Engine {
                 let nw = bounds[t + 1] - bounds[t];
                 let k;
                 (k, keys) = std::mem::take(&mut keys).split_at_mut(hi - lo);
-                let kh = match keys_hi.take() {
-                    Some(h) => {
-                        let (a, b) = h.split_at_mut(hi - lo);
-                        keys_hi = Some(b);
-                        Some(a)
-                    }
-                    None => None,
-                };
+                let kh = keys_hi.split_off_front(hi - lo);
                 let c;
                 (c, classes) = std::mem::take(&mut classes).split_at_mut(if keep_classes {
                     hi - lo
