@@ -746,7 +746,7 @@ pub struct TimedArgs {
     /// `--ssd`, or a TOML model file. Default 7200 in timed runs.
     #[arg(long, value_name = "MODEL", help_heading = "Timing")]
     pub hdd: Option<String>,
-    /// Cache device model: default, intel-710, intel-311, c300, ram, nvram, emu:LAT_US[:CHANNELS]
+    /// Cache device model: default, intel-710, intel-311, c300, srt-3x, ram, nvram, emu:LAT_US[:CHANNELS]
     /// (the server's --emulate-ssd), or a TOML model file. Default `default` in timed runs.
     /// Repeat it for a pool of cache devices (like `serve --cache` repeated): the cache size
     /// is split equally over them (each rounded down to a multiple of 128 lines), slots are

@@ -382,3 +382,39 @@ fn qsan_case_1_at_the_seeds_scale() {
     // Beside the seed's I, the formula with our disks' own no-cache IOPS.
     assert!(r.iter().any(|r| r.0.contains("with our disks' I")), "{r:?}");
 }
+
+/// Issue 18 (session 28): SRT runs the paper's own cache sizes in bytes (0.5, 1, 16, 64 GB;
+/// before: shares of the replayed footprint) on devices set the paper's 3x apart (before:
+/// `ssd:default`, ~44x the disk on this workload).
+#[test]
+fn srt_runs_the_papers_cache_sizes_on_a_3x_ssd() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_, v) = reproduce("srt", "20000", dir.path());
+    let r = rows(&v);
+    let alone = r
+        .iter()
+        .find(|r| r.0.starts_with("ssd:srt-3x alone"))
+        .unwrap_or_else(|| panic!("no SSD-alone row: {r:?}"));
+    let ratio = number_before(&alone.1, "x)");
+    assert!(
+        (2.85..3.15).contains(&ratio),
+        "HDD / SSD {ratio}: {alone:?}"
+    );
+    let lat = |what: &str| {
+        let row = r
+            .iter()
+            .find(|r| r.0 == what)
+            .unwrap_or_else(|| panic!("no row {what}: {r:?}"));
+        number_before(&row.1, " ms")
+    };
+    for mode in ["write-through", "write-back"] {
+        for size in ["0.5GiB", "1GiB", "16GiB", "64GiB"] {
+            lat(&format!("fifo {mode}, cache {size}"));
+        }
+        // 16 and 64 GiB both hold the whole 8 GiB working set: the same run.
+        assert_eq!(
+            lat(&format!("fifo {mode}, cache 16GiB")),
+            lat(&format!("fifo {mode}, cache 64GiB"))
+        );
+    }
+}

@@ -2,8 +2,8 @@
 //!
 //! A spec string is one of:
 //! * a preset: `hdd:7200` (or bare `7200`), `hdd:5400`, `hdd:10k`, `hdd:15k`,
-//!   `ssd:default` (or bare `default`), `ssd:intel-710`, `ssd:intel-311`, `ssd:c300`, `ram`,
-//!   `nvram`;
+//!   `ssd:default` (or bare `default`), `ssd:intel-710`, `ssd:intel-311`, `ssd:c300`,
+//!   `ssd:srt-3x`, `ram`, `nvram`;
 //! * an array of presets: `raid0:4x7200`, `raid5:5xhdd:15k`;
 //! * a path to a TOML model file (`*.toml`, or any existing file).
 //!

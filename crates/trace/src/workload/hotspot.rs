@@ -1,5 +1,9 @@
 //! `hotspot`: `hot_io` percent of the requests go to the first `hot_space` percent of the
-//! working set, uniformly; the rest go uniformly to the remainder.
+//! working set, uniformly; the rest go uniformly to the remainder. With `seq`, that share of
+//! the requests instead continues where the previous request ended (rounded up to the
+//! alignment, wrapping to offset 0 when it would cross the working set's end), so runs of
+//! sequential requests start at hotspot-placed offsets; their lengths are geometric (mean
+//! 1 / (1 - seq/100) requests).
 
 use super::Space;
 use rand::Rng;
@@ -11,16 +15,21 @@ pub(crate) struct Hotspot {
     /// Slots `0..hot_slots` are hot.
     hot_slots: u64,
     hot_frac: f64,
+    seq_frac: f64,
+    /// Where the previous request ended (relative).
+    end: u64,
 }
 
 impl Hotspot {
-    pub fn new(space: Space, min_size: u64, hot_io: f64, hot_space: f64) -> Self {
+    pub fn new(space: Space, min_size: u64, hot_io: f64, hot_space: f64, seq: f64) -> Self {
         let blocks = space.blocks(min_size);
         let hot_slots = ((blocks as f64 * hot_space / 100.0).round() as u64).clamp(1, blocks);
         Hotspot {
             space,
             hot_slots,
             hot_frac: hot_io / 100.0,
+            seq_frac: seq / 100.0,
+            end: 0,
         }
     }
 
@@ -32,6 +41,24 @@ impl Hotspot {
 
     #[inline]
     pub fn next(&mut self, len: u64, rng: &mut ChaCha8Rng) -> u64 {
+        // No draw at seq=0, so plain hotspot streams are unchanged.
+        let seq = self.seq_frac > 0.0 && (self.seq_frac >= 1.0 || rng.gen::<f64>() < self.seq_frac);
+        let o = if seq {
+            let o = self.space.round_up(self.end);
+            if o + len > self.space.wss {
+                0
+            } else {
+                o
+            }
+        } else {
+            self.place(len, rng)
+        };
+        self.end = o + len;
+        o
+    }
+
+    #[inline]
+    fn place(&mut self, len: u64, rng: &mut ChaCha8Rng) -> u64 {
         let hot = if self.hot_frac >= 1.0 {
             true
         } else if self.hot_frac <= 0.0 {
@@ -63,9 +90,9 @@ mod tests {
             wss: 1 << 20,
             align: 4096,
         };
-        let h = Hotspot::new(space, 4096, 80.0, 20.0);
+        let h = Hotspot::new(space, 4096, 80.0, 20.0, 0.0);
         assert_eq!(h.hot_bytes(), (256.0f64 * 0.2).round() as u64 * 4096);
-        let mut all = Hotspot::new(space, 4096, 50.0, 100.0);
+        let mut all = Hotspot::new(space, 4096, 50.0, 100.0, 0.0);
         let mut rng = ChaCha8Rng::seed_from_u64(1);
         for _ in 0..1000 {
             assert!(all.next(4096, &mut rng) < 1 << 20);

@@ -100,9 +100,15 @@ pub enum Kind {
     /// `streams` interleaved (round-robin) sequential streams; stream k starts k/streams of the
     /// way into the working set, runs through all of it and wraps to its start at the end.
     Sequential { streams: u32 },
-    /// `hot_io` percent of requests go to the first `hot_space` percent of the working set
-    /// (of its aligned slots), uniformly; the rest go uniformly to the remainder.
-    Hotspot { hot_io: f64, hot_space: f64 },
+    /// `seq` percent of requests start where the previous request ended (a sequential
+    /// continuation, wrapping to the start at the working set's end); of the others,
+    /// `hot_io` percent go to the first `hot_space` percent of the working set (of its
+    /// aligned slots), uniformly, and the rest uniformly to the remainder.
+    Hotspot {
+        hot_io: f64,
+        hot_space: f64,
+        seq: f64,
+    },
     /// IOmeter access spec: `random` percent of requests at uniformly random aligned offsets,
     /// the rest continue sequentially after the previous request.
     Iometer { random: f64 },
@@ -130,6 +136,7 @@ impl Kind {
             "hotspot" => Kind::Hotspot {
                 hot_io: 80.0,
                 hot_space: 20.0,
+                seq: 0.0,
             },
             "iometer" => Kind::Iometer { random: 100.0 },
             _ => {
@@ -145,7 +152,7 @@ impl Kind {
             Kind::Uniform => &[],
             Kind::Zipf { .. } => &["theta"],
             Kind::Sequential { .. } => &["streams"],
-            Kind::Hotspot { .. } => &["hot_io", "hot_space"],
+            Kind::Hotspot { .. } => &["hot_io", "hot_space", "seq"],
             Kind::Iometer { .. } => &["random"],
         }
     }
@@ -343,8 +350,13 @@ impl WorkloadSpec {
                     ));
                 }
             }
-            Kind::Hotspot { hot_io, hot_space } => {
+            Kind::Hotspot {
+                hot_io,
+                hot_space,
+                seq,
+            } => {
                 pct("hot_io", hot_io)?;
+                pct("seq", seq)?;
                 pct("hot_space", hot_space)?;
                 if hot_space == 0.0 {
                     return Err(WorkloadError::bad("hot_space", "must be above 0"));
@@ -426,9 +438,13 @@ impl WorkloadSpec {
                 Offsets::Zipf(zipf::ZipfGen::new(space, min_size, theta, &mut setup_rng))
             }
             Kind::Sequential { streams } => Offsets::Seq(seq::Seq::new(space, streams)),
-            Kind::Hotspot { hot_io, hot_space } => {
-                Offsets::Hotspot(hotspot::Hotspot::new(space, min_size, hot_io, hot_space))
-            }
+            Kind::Hotspot {
+                hot_io,
+                hot_space,
+                seq,
+            } => Offsets::Hotspot(hotspot::Hotspot::new(
+                space, min_size, hot_io, hot_space, seq,
+            )),
             Kind::Iometer { random } => Offsets::Iometer(iometer::Iometer::new(space, random)),
         };
         let total: f64 = self.size.entries.iter().map(|e| e.1).sum();
@@ -468,9 +484,17 @@ impl WorkloadSpec {
             Kind::Uniform => {}
             Kind::Zipf { theta } => v.push(("theta", Value::Float(theta))),
             Kind::Sequential { streams } => v.push(("streams", Value::Int(streams.into()))),
-            Kind::Hotspot { hot_io, hot_space } => {
+            Kind::Hotspot {
+                hot_io,
+                hot_space,
+                seq,
+            } => {
                 v.push(("hot_io", Value::Float(hot_io)));
                 v.push(("hot_space", Value::Float(hot_space)));
+                // Only when set, so the canonical form of a plain hotspot is unchanged.
+                if all || seq != 0.0 {
+                    v.push(("seq", Value::Float(seq)));
+                }
             }
             Kind::Iometer { random } => v.push(("random", Value::Float(random))),
         }
@@ -533,6 +557,7 @@ impl WorkloadSpec {
                 }
                 ("hot_io", Kind::Hotspot { hot_io, .. }) => *hot_io = pct()?,
                 ("hot_space", Kind::Hotspot { hot_space, .. }) => *hot_space = pct()?,
+                ("seq", Kind::Hotspot { seq, .. }) => *seq = pct()?,
                 ("random", Kind::Iometer { random }) => *random = pct()?,
                 ("wss", _) => spec.wss = size()?,
                 ("requests", _) => spec.requests = parse_count(value).map_err(bad)?,
@@ -900,7 +925,9 @@ Kinds:
   seq | sequential   sequential runs through the working set, wrapping at its end.
                      streams=N interleaved streams, each starting at its own 1/N (default 1)
   hotspot            hot_io=X percent of the I/O goes to the first hot_space=Y percent of the
-                     working set (defaults 80 and 20), uniformly within each part
+                     working set (defaults 80 and 20), uniformly within each part;
+                     seq=S percent of the requests instead start where the previous one
+                     ended (default 0), the rest are placed as above
   iometer            random=X percent of requests at random aligned offsets, the rest continue
                      where the previous request ended (default 100)
 
@@ -941,6 +968,7 @@ mod tests {
             "uniform:wss=64GiB,size=4k@70+64k@30,read=50,rate=20000,arrival=poisson",
             "seq:streams=4,wss=10GiB,size=128k,read=100,offset=1GiB,volume=3,class=7",
             "hotspot:hot_io=90,hot_space=10,wss=100GiB,align=512,size=512",
+            "hotspot:hot_io=85,hot_space=5,seq=42,wss=8GiB,size=4k@28+128k@72",
             "8k; 90% read; 100% random",
             "64k; 30% read; 50% random; align 64k; wss=8GiB; requests=2e6",
             "zipf:wss=1.5GiB,rate=2.5",
