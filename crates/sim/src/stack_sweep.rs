@@ -85,13 +85,12 @@ impl std::fmt::Display for Unfit {
 impl std::error::Error for Unfit {}
 
 /// Exact LRU stack distances over a stream of line keys. Access times are compacted when
-/// the tree fills up, so it stays about twice the number of distinct lines, whatever the
-/// trace's length.
+/// the tree fills up (the live ones renumbered in order: a prefix count over the old times,
+/// then one sequential walk of the map), so the tree stays a few times the number of
+/// distinct lines, whatever the trace's length.
 struct Distances {
     /// Line key -> time of its latest access (1-based).
     last: hashbrown::HashMap<u64, u32>,
-    /// Time -> key accessed then (read only where `alive`).
-    keys: Vec<u64>,
     /// Whether a time is still some line's latest access.
     alive: Vec<bool>,
     /// Fenwick tree over `alive` (index 0 unused).
@@ -104,7 +103,6 @@ impl Distances {
     fn new() -> Self {
         let mut d = Distances {
             last: hashbrown::HashMap::new(),
-            keys: Vec::new(),
             alive: Vec::new(),
             fw: Vec::new(),
             t: 0,
@@ -115,18 +113,19 @@ impl Distances {
 
     /// Renumbers the live times 1.. in order into a tree of `n` times.
     fn resize(&mut self, n: usize) {
-        let mut keys = vec![0u64; n + 1];
-        let mut alive = vec![false; n + 1];
-        let mut j = 0usize;
+        // rank[t]: live times in 1..=t, the new number of a live time t.
+        let mut rank = vec![0u32; self.t + 1];
+        let mut j = 0u32;
         for i in 1..=self.t {
-            if self.alive[i] {
-                j += 1;
-                keys[j] = self.keys[i];
-                alive[j] = true;
-                *self.last.get_mut(&self.keys[i]).expect("a live time's key") = j as u32;
-            }
+            j += self.alive[i] as u32;
+            rank[i] = j;
         }
-        debug_assert_eq!(j, self.last.len());
+        debug_assert_eq!(j as usize, self.last.len());
+        let mut alive = vec![false; n + 1];
+        for v in self.last.values_mut() {
+            *v = rank[*v as usize];
+            alive[*v as usize] = true;
+        }
         let mut fw: Vec<i32> = alive.iter().map(|&a| a as i32).collect();
         for i in 1..=n {
             let up = i + (i & i.wrapping_neg());
@@ -134,17 +133,23 @@ impl Distances {
                 fw[up] += fw[i];
             }
         }
-        (self.keys, self.alive, self.fw, self.t) = (keys, alive, fw, j);
+        (self.alive, self.fw, self.t) = (alive, fw, j as usize);
     }
 
+    /// Live times in `(p, q]` (`p <= q`): both prefix walks, stopped where they meet.
     #[inline]
-    fn prefix(&self, mut i: usize) -> i32 {
-        let mut s = 0;
-        while i > 0 {
-            s += self.fw[i];
-            i &= i - 1;
+    fn between(&self, p: usize, q: usize) -> u64 {
+        let (mut i, mut j, mut s) = (q, p, 0i64);
+        while i != j {
+            if i > j {
+                s += self.fw[i] as i64;
+                i &= i - 1;
+            } else {
+                s -= self.fw[j] as i64;
+                j &= j - 1;
+            }
         }
-        s
+        s as u64
     }
 
     #[inline]
@@ -159,8 +164,9 @@ impl Distances {
     #[inline]
     fn access(&mut self, key: u64) -> Option<u64> {
         if self.t + 1 >= self.fw.len() {
-            // Room for at least as many accesses as there are live lines before the next.
-            let n = (2 * self.last.len() + 2).max(1 << 16);
+            // Room for at least twice as many accesses as there are live lines before the
+            // next compaction.
+            let n = (3 * self.last.len() + 2).max(1 << 16);
             self.resize(n);
         }
         self.t += 1;
@@ -168,7 +174,7 @@ impl Distances {
         let d = match self.last.insert(key, t as u32) {
             Some(p) => {
                 let p = p as usize;
-                let d = (self.prefix(t - 1) - self.prefix(p)) as u64;
+                let d = self.between(p, t - 1);
                 self.add(p, -1);
                 self.alive[p] = false;
                 Some(d)
@@ -177,7 +183,6 @@ impl Distances {
         };
         self.add(t, 1);
         self.alive[t] = true;
-        self.keys[t] = key;
         d
     }
 
