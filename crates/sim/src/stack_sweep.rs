@@ -116,9 +116,9 @@ impl Distances {
         // rank[t]: live times in 1..=t, the new number of a live time t.
         let mut rank = vec![0u32; self.t + 1];
         let mut j = 0u32;
-        for i in 1..=self.t {
-            j += self.alive[i] as u32;
-            rank[i] = j;
+        for (r, &a) in rank.iter_mut().zip(&self.alive).skip(1) {
+            j += a as u32;
+            *r = j;
         }
         debug_assert_eq!(j as usize, self.last.len());
         let mut alive = vec![false; n + 1];
