@@ -30,6 +30,12 @@
 //! sweep then runs its engines ([`crate::sweep`]). No derived figure is ever printed where
 //! the engine could have counted differently; `tests/stack_sweep.rs` compares every field
 //! with the engines' on synthetic requests and shared real traces.
+//!
+//! Write-back is not derived: dirty evictions alone would follow from the distances (a
+//! line is evicted between two accesses iff the second's distance is `>= c`), but cleaning
+//! starts when a size's dirty lines pass its high watermark and writes back in LBA (or
+//! ACP/ALRU) order, which changes which evictions are dirty and how many write-backs there
+//! are per size: that needs each size's dirty set, i.e. an engine per size.
 
 use crate::input::Skipped;
 use crate::{finish, prepare, SimResult, SimSpec};
