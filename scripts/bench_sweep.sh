@@ -9,12 +9,16 @@
 # over 1 M blocks in libCacheSim's oracleGeneral format (the trace scripts/bench_sim.py
 # uses; default 10 M requests). Sizes are 1 %..20 % of the trace's footprint, given in bytes
 # (so no run pays a footprint pre-pass); the single runs are the 4, 8, 12, 16 and 20 % sizes.
-# For each: the sweep (one pass, the default), the sweep with --per-run (every run reads the
-# trace itself, as before), and the 5 single runs one after another; the best of N repeats
-# of each. The ratio the issue asks for is "sweep / single": 20-point one-pass sweep wall
-# time over the mean wall time of one single run (target < 5). CPU seconds (user + sys) are
-# printed too: on a shared machine the wall time depends on what else runs.
+# For each: the sweep (the default: these LRU sizes come from one stack-distance pass, no
+# engine; the script checks that the sweep says "method": "stack"), the sweep with --per-run
+# (an engine per size, every run reading the trace itself), and the 5 single runs one after
+# another; the best of N repeats of each. The ratio the issue asks for is "sweep / single":
+# 20-point sweep wall time over the mean wall time of one single run (target < 5). CPU
+# seconds (user + sys) are printed too: on a shared machine the wall time depends on what
+# else runs.
 # The script also checks that both sweeps give the same numbers (wall time aside).
+# (Before the stack pass, the default sweep ran 20 engines over one read of the trace; that
+# path is `sweep --per-engine`.)
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 REPEAT=3
@@ -24,7 +28,7 @@ while [[ $# -gt 0 ]]; do
     case "$1" in
         --repeat) REPEAT="$2"; shift 2 ;;
         --requests) REQUESTS="$2"; shift 2 ;;
-        -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
         *) TRACES+=("$1"); shift ;;
     esac
 done
@@ -81,6 +85,9 @@ for T in "${TRACES[@]}"; do
     # Same numbers either way (the wall_s column aside).
     "${SWEEP[@]}" -o "$TMP/one.csv"
     "${SWEEP[@]}" --per-run -o "$TMP/per.csv"
+    "${SWEEP[@]}" --json -o "$TMP/one.json"
+    python3 -c 'import json,sys; m={r["method"] for r in json.load(open(sys.argv[1]))}; sys.exit(m != {"stack"})' \
+        "$TMP/one.json" || { echo "the sweep of $T did not take the stack pass" >&2; exit 1; }
     col=$(head -1 "$TMP/one.csv" | tr ',' '\n' | grep -nx wall_s | cut -d: -f1)
     if ! diff <(cut -d, -f"$col" --complement "$TMP/one.csv") \
               <(cut -d, -f"$col" --complement "$TMP/per.csv") >/dev/null; then

@@ -334,6 +334,14 @@ pub struct SweepArgs {
     /// once and handed to every run's engine (log-layout runs and belady read on their own).
     #[arg(long)]
     pub per_run: bool,
+    /// Run an engine for every point. By default the LRU points of one input that differ
+    /// only in size (write-through, admission always, no sequential cutoff, group = line,
+    /// no class or volume table, RAM tier or shards) come from one LRU stack-distance pass,
+    /// every counter derived exactly; the JSON's "method" says which ("stack" or
+    /// "engines"). An input the stack model does not cover (trims, partial-line writes with
+    /// sector validity) runs the engines by itself.
+    #[arg(long)]
+    pub per_engine: bool,
 }
 
 /// Merges flags over an optional experiment file.
@@ -697,6 +705,12 @@ pub fn sweep(mut a: SweepArgs) -> Result<()> {
         specs,
         SweepOptions {
             per_cell: a.per_run,
+            per_engine: a.per_engine,
+            on_note: Some(&|m| {
+                if !a.quiet {
+                    eprintln!("note: {m}");
+                }
+            }),
             on_cell: Some(&|d| progress.set(d as u64)),
             // Runs sharing a pass finish together: the requests read show it moving.
             on_requests: Some(&|r| {

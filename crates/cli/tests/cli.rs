@@ -248,6 +248,7 @@ fn sweep_reads_a_trace_once_and_matches_per_run_sweeps() {
             let o = r.as_object_mut().unwrap();
             o.remove("wall_s").unwrap();
             o.remove("requests_per_s").unwrap();
+            o.remove("method").unwrap();
         }
         v
     };
@@ -257,6 +258,57 @@ fn sweep_reads_a_trace_once_and_matches_per_run_sweeps() {
     assert_eq!(one_pass, per_run);
     assert!(one_pass[0]["line_hits"].as_u64().unwrap() > 0);
     assert!(ok(&["sweep", "--help"]).contains("--per-run"));
+}
+
+#[test]
+fn sweep_takes_lru_sizes_from_one_stack_pass_and_says_so() {
+    let Some(dir) = shared() else { return };
+    let trace = dir.join("systor17/systor17-traces-sample.csv.gz");
+    let t = trace.to_str().unwrap();
+    let args = |extra: &[&'static str]| {
+        let mut v = vec![
+            "sweep",
+            "--trace",
+            t,
+            "--sizes",
+            "1%,5%,10%,50%,256KiB",
+            "--policies",
+            "lru,fifo",
+            "--validity",
+            "line",
+            "--json",
+            "-q",
+        ];
+        v.extend_from_slice(extra);
+        v
+    };
+    let methods = |v: &serde_json::Value| -> Vec<String> {
+        v.as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["method"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let strip = |mut v: serde_json::Value| {
+        for r in v.as_array_mut().unwrap() {
+            let o = r.as_object_mut().unwrap();
+            for k in ["wall_s", "requests_per_s", "method"] {
+                o.remove(k).unwrap();
+            }
+        }
+        v
+    };
+    let stack = json(&args(&[]));
+    let engines = json(&args(&["--per-engine"]));
+    // Sizes vary fastest: the 5 LRU cells, then the 5 FIFO cells.
+    let want: Vec<&str> = [["stack"; 5], ["engines"; 5]].concat();
+    assert_eq!(methods(&stack), want);
+    assert_eq!(methods(&engines), ["engines"; 10]);
+    assert_eq!(strip(stack), strip(engines));
+    // Write-back: the engines, by themselves.
+    let wb = json(&args(&["--mode", "wb"]));
+    assert_eq!(methods(&wb), ["engines"; 10]);
+    assert!(ok(&["sweep", "--help"]).contains("--per-engine"));
 }
 
 #[test]

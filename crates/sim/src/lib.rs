@@ -17,6 +17,7 @@ pub mod reproduce;
 pub mod result;
 pub mod sharded;
 pub mod ssd_pool;
+pub mod stack_sweep;
 pub mod sweep;
 pub mod timed;
 pub mod volumes;

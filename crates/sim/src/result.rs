@@ -119,6 +119,11 @@ pub struct SimResult {
     /// How the lines were split between shards (absent with one shard).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sharding: Option<ShardFigures>,
+    /// How a sweep computed this result: `stack` (every size of an LRU sweep from one
+    /// stack-distance pass, [`crate::stack_sweep`]) or `engines` (an engine per point);
+    /// absent outside sweeps.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub method: Option<&'static str>,
 }
 
 /// A sharded run's split: the granule that decides a line's shard, the read, write and
@@ -393,6 +398,7 @@ impl SimResult {
             volumes: e.volume_figures(),
             shards: e.shards(),
             sharding: None,
+            method: None,
         }
     }
 
@@ -500,6 +506,7 @@ impl SimResult {
             volumes: Vec::new(),
             shards: 1,
             sharding: None,
+            method: None,
         }
     }
 

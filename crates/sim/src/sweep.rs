@@ -10,6 +10,12 @@
 //! so every counter is the same. Cells of the log layout, cells whose policy needs the next-use oracle (it loads the
 //! whole trace anyway) and inputs with one cell run on their own, as before.
 //!
+//! LRU cells of one input that differ only in size, in a configuration where every counter
+//! follows from the stack distances ([`crate::stack_sweep`]), need no engine at all: one
+//! stack-distance pass gives all of them (`"method": "stack"` in their results; the others
+//! say `"engines"`). An input with a request the stack model does not derive (a trim, a
+//! partial-line write with sector validity) runs their engines instead.
+//!
 //! [`Input::same_source`]: crate::Input::same_source
 
 use crate::input::Skipped;
@@ -42,6 +48,12 @@ pub const ONE_PASS_BATCH: usize = 1 << 19;
 pub struct SweepOptions<'a> {
     /// Every cell reads its own input (the path before one-pass sweeps; for comparison).
     pub per_cell: bool,
+    /// Every cell runs its own engine, even the LRU cells that one stack-distance pass
+    /// would give ([`crate::stack_sweep`]; for comparison).
+    pub per_engine: bool,
+    /// Called with why a group of LRU cells that could have shared a stack-distance pass
+    /// runs its engines after all (a request the stack model does not derive).
+    pub on_note: Option<&'a (dyn Fn(&str) + Sync)>,
     /// Called with the number of cells done, after each cell.
     pub on_cell: Option<&'a (dyn Fn(usize) + Sync)>,
     /// Called with the requests read so far by all passes (after every batch parsed: 16 Ki
@@ -105,6 +117,9 @@ enum Job {
     Single(usize),
     /// Cells fed from one pass over their common input.
     Group(Vec<usize>),
+    /// LRU cells of one input that differ only in size: one stack-distance pass
+    /// ([`crate::stack_sweep`]), or their engines when the input does not fit the model.
+    Stack(Vec<usize>),
 }
 
 /// [`run_sweep`] with options.
@@ -117,7 +132,7 @@ pub fn run_sweep_with(specs: Vec<SimSpec>, opts: SweepOptions) -> Result<Vec<Swe
             .map(|(_, _, f)| *f)
     };
     let budget = opts.index_budget.unwrap_or(ONE_PASS_INDEX_BUDGET);
-    let jobs = plan(&specs, opts.per_cell);
+    let jobs = plan(&specs, opts.per_cell, opts.per_engine);
     let cells_done = AtomicUsize::new(0);
     let read = AtomicU64::new(0);
     let cell_done = || {
@@ -132,34 +147,64 @@ pub fn run_sweep_with(specs: Vec<SimSpec>, opts: SweepOptions) -> Result<Vec<Swe
             p(r);
         }
     };
+    // A group's engines, in passes one after another: each already runs on every worker,
+    // and only one pass's engines are alive at a time (the budget).
+    let engines = |cells: &[usize]| -> Vec<(usize, Result<SimResult>)> {
+        if let [one] = cells {
+            let spec = &specs[*one];
+            let each = |_| add_read(crate::PROGRESS_EVERY);
+            let r = simulate(spec, footprint_of(spec), Some(&each));
+            cell_done();
+            return vec![(*one, r)];
+        }
+        let sized: Vec<(usize, u64)> = cells
+            .iter()
+            .map(|&c| {
+                let s = &specs[c];
+                let fp = footprint_of(s).unwrap_or(0);
+                (c, s.cache_size.lines(s.engine.line_size, fp))
+            })
+            .collect();
+        split_by_budget(&sized, budget, rayon::current_num_threads())
+            .into_iter()
+            .flat_map(|pass| run_group(&specs, &pass, &footprint_of, &add_read, &cell_done))
+            .collect()
+    };
     let mut results: Vec<(usize, Result<SimResult>)> = jobs
         .into_par_iter()
         .flat_map_iter(|job| match job {
-            Job::Single(i) => {
-                let spec = &specs[i];
-                let each = |_| add_read(crate::PROGRESS_EVERY);
-                let r = simulate(spec, footprint_of(spec), Some(&each));
-                cell_done();
-                vec![(i, r)]
-            }
-            Job::Group(cells) => {
-                // Passes one after another: each already runs on every worker, and only one
-                // pass's engines are alive at a time (the budget).
-                let sized: Vec<(usize, u64)> = cells
-                    .iter()
-                    .map(|&c| {
-                        let s = &specs[c];
-                        let fp = footprint_of(s).unwrap_or(0);
-                        (c, s.cache_size.lines(s.engine.line_size, fp))
-                    })
-                    .collect();
-                split_by_budget(&sized, budget, rayon::current_num_threads())
-                    .into_iter()
-                    .flat_map(|pass| run_group(&specs, &pass, &footprint_of, &add_read, &cell_done))
-                    .collect()
+            Job::Single(i) => engines(&[i]),
+            Job::Group(cells) => engines(&cells),
+            Job::Stack(cells) => {
+                match crate::stack_sweep::run(&specs, &cells, &footprint_of, &add_read) {
+                    Ok(mut out) => {
+                        for (_, r) in &mut out {
+                            if let Ok(r) = r {
+                                r.method = Some(crate::stack_sweep::METHOD_STACK);
+                            }
+                            cell_done();
+                        }
+                        out
+                    }
+                    Err(unfit) => {
+                        if let Some(note) = opts.on_note {
+                            note(&format!(
+                                "{}: {unfit}; its {} LRU sizes run an engine each",
+                                specs[cells[0]].input,
+                                cells.len()
+                            ));
+                        }
+                        engines(&cells)
+                    }
+                }
             }
         })
         .collect();
+    for (_, r) in results.iter_mut() {
+        if let Ok(r) = r {
+            r.method.get_or_insert(crate::stack_sweep::METHOD_ENGINES);
+        }
+    }
     results.sort_by_key(|(i, _)| *i);
     debug_assert!(results.iter().enumerate().all(|(k, (i, _))| k == *i));
     Ok(specs
@@ -188,12 +233,40 @@ fn footprints(specs: &[SimSpec]) -> Result<Vec<(usize, u64, u64)>> {
         .collect()
 }
 
-/// Splits the cells into jobs: a group per input with two or more cells that can share a
-/// pass, a single job for every other cell.
-fn plan(specs: &[SimSpec], per_cell: bool) -> Vec<Job> {
+/// Splits the cells into jobs: a stack-distance pass for two or more LRU cells of one input
+/// that differ only in size ([`crate::stack_sweep::eligible`]; not with `per_engine`), a
+/// group per input with two or more other cells that can share a pass, a single job for
+/// every other cell.
+fn plan(specs: &[SimSpec], per_cell: bool, per_engine: bool) -> Vec<Job> {
     let mut jobs = Vec::new();
+    let mut stacked = vec![false; specs.len()];
+    if !per_cell && !per_engine {
+        let mut stacks: Vec<Vec<usize>> = Vec::new();
+        for (i, s) in specs.iter().enumerate() {
+            if !crate::stack_sweep::eligible(s) {
+                continue;
+            }
+            let key = crate::stack_sweep::pass_key(&s.engine);
+            match stacks.iter_mut().find(|g| {
+                let f = &specs[g[0]];
+                f.input.same_source(&s.input) && crate::stack_sweep::pass_key(&f.engine) == key
+            }) {
+                Some(g) => g.push(i),
+                None => stacks.push(vec![i]),
+            }
+        }
+        for g in stacks.into_iter().filter(|g| g.len() > 1) {
+            for &i in &g {
+                stacked[i] = true;
+            }
+            jobs.push(Job::Stack(g));
+        }
+    }
     let mut groups: Vec<Vec<usize>> = Vec::new();
     for (i, s) in specs.iter().enumerate() {
+        if stacked[i] {
+            continue;
+        }
         // A RAM tier runs above its own engine (`crate::simulate`), not in a shared pass.
         if per_cell || s.log.is_some() || oracle_policy(s) || s.engine.ram_cache > 0 {
             jobs.push(Job::Single(i));

@@ -106,6 +106,8 @@ fn counters_of(r: &tiercache_sim::SimResult) -> serde_json::Value {
     let mut v = serde_json::to_value(r).unwrap();
     let o = v.as_object_mut().unwrap();
     assert!(o.remove("wall_s").is_some() && o.remove("requests_per_s").is_some());
+    // A sweep says how it computed the result (`stack` or `engines`); a single run does not.
+    o.remove("method");
     v
 }
 
@@ -363,6 +365,8 @@ fn sweep_over_the_index_budget_reads_the_input_once_per_pass_with_the_same_count
                     reads.fetch_max(r, std::sync::atomic::Ordering::Relaxed);
                 }),
                 index_budget: budget,
+                // LRU sizes alone would come from one stack-distance pass, without engines.
+                per_engine: true,
                 ..Default::default()
             },
         )
