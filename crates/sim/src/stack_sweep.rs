@@ -408,12 +408,17 @@ pub fn run(
         }
         let i = caps.partition_point(|&c| c < p.cfg.capacity_lines);
         p.counters = tally.counters(i, p.cfg.capacity_lines, ls, distinct);
-        if let Some(r) = &wide {
-            // A key of 2^32 - 1 or more widens the engine's key store (`Keys`): the same
-            // request on a fresh engine widens it as the run did.
+        if !wide.is_empty() {
+            // A key of 2^32 - 1 or more widens the engine's key store (`Keys`), whose size
+            // then follows the distinct high words its keys had (a table of them, coded in a
+            // byte per slot, or a word per slot past 254): the requests that first brought
+            // each, in order, on a fresh engine store them as the run did (every first touch
+            // of a key is a miss that stores it).
             match prepare(spec, p.footprint) {
                 Ok((mut e, _)) => {
-                    e.process(r).map_err(|e| Unfit(format!("{e}")))?;
+                    for r in &wide {
+                        e.process(r).map_err(|e| Unfit(format!("{e}")))?;
+                    }
                     p.index_bytes = e.index_bytes();
                 }
                 Err(e) => return Err(Unfit(format!("{e:#}"))),
@@ -425,8 +430,9 @@ pub fn run(
     Ok(out)
 }
 
-/// The pass: the tally, the distinct lines, the first request with a key too wide for the
-/// engine's narrow key store, and what the input skipped.
+/// The pass: the tally, the distinct lines, the requests that first brought a key too wide
+/// for the engine's narrow key store with each high word (in order; enough of them to widen
+/// the store past its codes), and what the input skipped.
 fn pass(
     input: &crate::Input,
     ls: u64,
@@ -434,11 +440,12 @@ fn pass(
     partial_write_fill: bool,
     caps: &[u64],
     add_read: &(dyn Fn(u64) + Sync),
-) -> Result<(Tally, u64, Option<Request>, Skipped)> {
+) -> Result<(Tally, u64, Vec<Request>, Skipped)> {
     let shift = ls.trailing_zeros();
     let mut d = Distances::new();
     let mut t = Tally::new(caps.len() + 1);
-    let mut wide: Option<Request> = None;
+    let mut wide: Vec<Request> = Vec::new();
+    let mut highs = std::collections::HashSet::new();
     let miss_all = caps.len();
     let bucket = |dist: Option<u64>| match dist {
         Some(x) => caps.partition_point(|&c| c <= x),
@@ -506,8 +513,13 @@ fn pass(
                     .into());
                 }
                 let key = Engine::line_key(r.volume, l);
-                if key >= u32::MAX as u64 && wide.is_none() {
-                    wide = Some(*r);
+                // (More than 256 distinct high words: the store is a word per slot whatever
+                // follows.)
+                if key >= u32::MAX as u64
+                    && highs.len() <= 256
+                    && (highs.insert(key >> 32) || wide.is_empty())
+                {
+                    wide.push(*r);
                 }
                 let b = bucket(d.access(key));
                 lo_b = lo_b.min(b);
