@@ -170,7 +170,7 @@ impl Keys {
                     self.lo[s] = NARROW_EMPTY;
                     return;
                 }
-                self.to_coded();
+                self.code_high_words();
                 self.set_other(s, key);
             }
             Width::Coded => match self.code_of(high) {
@@ -179,7 +179,7 @@ impl Keys {
                     self.code[s] = c;
                 }
                 None => {
-                    self.to_wide();
+                    self.widen_high_words();
                     self.set_other(s, key);
                 }
             },
@@ -205,7 +205,7 @@ impl Keys {
     /// Narrow to coded: code 0 (high word 0) for the keys held, 1 (`u32::MAX`) for the
     /// empty slots (whose low word is `u32::MAX` already: [`EMPTY`] whole).
     #[cold]
-    fn to_coded(&mut self) {
+    fn code_high_words(&mut self) {
         debug_assert_eq!(self.width, Width::Narrow);
         self.table = vec![0, u32::MAX];
         self.code = self
@@ -218,7 +218,7 @@ impl Keys {
 
     /// Coded to a high word per slot (a key with a high word beyond the table's room).
     #[cold]
-    fn to_wide(&mut self) {
+    fn widen_high_words(&mut self) {
         debug_assert_eq!(self.width, Width::Coded);
         self.hi = self.code.iter().map(|&c| self.table[c as usize]).collect();
         self.code = Vec::new();
@@ -245,8 +245,7 @@ impl Keys {
 
     /// Heap bytes.
     pub fn heap_bytes(&self) -> usize {
-        (self.lo.capacity() + self.hi.capacity() + self.table.capacity()) * 4
-            + self.code.capacity()
+        (self.lo.capacity() + self.hi.capacity() + self.table.capacity()) * 4 + self.code.capacity()
     }
 }
 

@@ -4,23 +4,12 @@
 //! absolute error of the exact curve on cloudPhysicsIO. Skips with a message when the traces
 //! are missing.
 
-use std::path::PathBuf;
+mod common;
+use common::traces_dir;
+
 use tiercache_engine::{CacheSize, EngineConfig, Validity};
 use tiercache_sim::mrc::{mean_abs_error, mrc, MrcPoint};
 use tiercache_sim::{simulate, Input, SimSpec};
-
-fn traces_dir() -> Option<PathBuf> {
-    let d = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/traces");
-    if d.join("MANIFEST.md").is_file() {
-        Some(d)
-    } else {
-        tiercache_testskip::skip!(
-            "shared traces not found at {} (the tests need ../shared beside the checkout)",
-            d.display()
-        );
-        None
-    }
-}
 
 fn trace(dir: &std::path::Path, rel: &str) -> Input {
     Input::Trace {

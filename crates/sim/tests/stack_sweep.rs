@@ -4,7 +4,9 @@
 //! missing), at sizes from 1 line to past the footprint; configurations and inputs the
 //! stack model does not derive run the engines.
 
-use std::path::PathBuf;
+mod common;
+use common::traces_dir;
+
 use std::sync::Arc;
 use tiercache_engine::{Admission, CacheSize, EngineConfig, Mode, Op, Request, Validity};
 use tiercache_sim::stack_sweep::{METHOD_ENGINES, METHOD_STACK};
@@ -23,19 +25,6 @@ fn trace(dir: &std::path::Path, rel: &str) -> Input {
         path: dir.join(rel),
         format: None,
         options: Default::default(),
-    }
-}
-
-fn traces_dir() -> Option<PathBuf> {
-    let d = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/traces");
-    if d.join("MANIFEST.md").is_file() {
-        Some(d)
-    } else {
-        tiercache_testskip::skip!(
-            "shared traces not found at {} (the tests need ../shared beside the checkout)",
-            d.display()
-        );
-        None
     }
 }
 
