@@ -362,3 +362,76 @@ fn unaligned_writes_in_large_lines_verify() {
             .ok());
     }
 }
+
+/// Line validity (`--validity line`): a line is cached whole or not at all, so a damaged
+/// dirty sector cannot simply leave its line partly valid. Stopped cleanly with a flipped
+/// dirty sector, the cache still opens; the damaged sector is lost (reads of it fail), the
+/// line's other dirty sectors read back and are written back. After `check --repair` (which
+/// drops the damaged sector and lists its range lost, as with sector validity) the line's
+/// record is partly valid: the open makes it whole from the backing device instead of
+/// refusing it (before: "line validity needs whole-line masks; run check --repair", again).
+#[test]
+fn line_validity_keeps_the_undamaged_dirty_sectors_of_a_damaged_line() {
+    for repair in [false, true] {
+        let f = files_with(LINES, 4096, true);
+        let cache = FileDev::open(&f.cache).unwrap();
+        let opts = tiercache_server::FormatOptions {
+            line_size: 4096,
+            mode: Mode::WriteBack,
+            data_checksums: true,
+            validity: tiercache_engine::Validity::Line,
+            ..Default::default()
+        };
+        tiercache_server::format(&cache, VOL, &opts).unwrap();
+        drop(cache);
+        let (vol, _) = open(&f, None);
+        vol.write(2 * 4096, &[0xa1; 4096], false).unwrap();
+        vol.write(6 * 4096, &[0xb2; 4096], false).unwrap();
+        vol.flush().unwrap();
+        let slot = slot_of(&vol, 2);
+        vol.shutdown().unwrap();
+        drop(vol);
+        flip(&f, slot, 1000);
+        if repair {
+            let dev = FileDev::open_exclusive(&f.cache).unwrap();
+            let (rep, after) = repair_device(&dev).unwrap();
+            assert!(rep.changed && after.ok(), "{rep:?} {:?}", after.problems);
+            let lost: Vec<(u64, u64)> = rep.lost_ranges.iter().map(|l| (l.start, l.end)).collect();
+            assert_eq!(lost, vec![(8704, 9216)], "{rep:?}");
+        }
+        let opened = CacheVolume::open(
+            Box::new(FileDev::open(&f.cache).unwrap()),
+            Box::new(FileDev::open(&f.backing).unwrap()),
+            &tiercache_server::OpenOptions::default(),
+        );
+        let (vol, _) = opened.unwrap_or_else(|e| panic!("repair {repair}: the open failed: {e}"));
+        let mut s = vec![0u8; 512];
+        for at in [0u64, 1024, 3584] {
+            vol.read(2 * 4096 + at, &mut s)
+                .unwrap_or_else(|e| panic!("repair {repair}: sector at {at}: {e}"));
+            assert_eq!(s, vec![0xa1; 512], "repair {repair}: sector at {at}");
+        }
+        if repair {
+            // Dropped by the repair (and reported): the backing device's bytes.
+            vol.read(2 * 4096 + 512, &mut s).unwrap();
+            assert_eq!(s, initial_bytes(2 * 4096 + 512, 512));
+        } else {
+            assert!(
+                vol.read(2 * 4096 + 512, &mut s).is_err(),
+                "the damaged sector is lost"
+            );
+        }
+        let mut b = vec![0u8; 4096];
+        vol.read(6 * 4096, &mut b).unwrap();
+        assert_eq!(b, vec![0xb2; 4096]);
+        vol.flush_dirty().unwrap();
+        let mut want = vec![0xa1; 4096];
+        want[512..1024].copy_from_slice(&initial_bytes(2 * 4096 + 512, 512));
+        assert_eq!(
+            backing_bytes(&f, 2 * 4096, 4096),
+            want,
+            "repair {repair}: the undamaged dirty sectors were written back, never the damaged one"
+        );
+        vol.shutdown().unwrap();
+    }
+}

@@ -666,6 +666,63 @@ impl CacheVolume {
             }
             changed.push((slot, r));
         }
+        // Line validity: the engine takes whole lines only. A record left partly valid or
+        // partly dirty (by `check --repair` dropping damaged sectors, by the in-flux rule above
+        // marking the sectors that differ dirty, or by a build without the field) is made
+        // whole here rather than refused (a refused dirty line would be dropped, or stop the
+        // open): its missing sectors are read from the backing device, which holds them, into
+        // its slot (synced before any record says so), and a dirty line is dirty whole (its
+        // clean sectors equal the backing device's: writing them back changes nothing).
+        if engine.config().validity == tiercache_engine::Validity::Line {
+            let n = (ls / ss).min(64);
+            let full = if n == 64 { u64::MAX } else { (1u64 << n) - 1 };
+            let mut filled = 0u64;
+            let slots: Vec<u32> = bulk::bits(&take).collect();
+            for slot in slots {
+                let i = changed.binary_search_by_key(&slot, |c| c.0);
+                let r = match i {
+                    Ok(i) => changed[i].1,
+                    Err(_) => {
+                        let at = slot as usize * RECORD_BYTES as usize;
+                        Record::decode_trusted(&disk[at..at + RECORD_BYTES as usize])
+                    }
+                };
+                if r.valid == full && (r.dirty == 0 || r.dirty == full) {
+                    continue;
+                }
+                let at = sb.data_offset + slot as u64 * ls;
+                cache.read_at(&mut slot_bytes, at)?;
+                backing.read_at(&mut backing_bytes, key_addr(r.key, ls.trailing_zeros()))?;
+                for k in (0..n).filter(|k| r.valid >> k & 1 == 0) {
+                    let u = (k * ss) as usize..((k + 1) * ss) as usize;
+                    slot_bytes[u.clone()].copy_from_slice(&backing_bytes[u]);
+                }
+                cache.write_at(&slot_bytes, at)?;
+                if let Some((s, _)) = &mut sums {
+                    s.recompute(slot as u64, &slot_bytes, full);
+                }
+                let whole = Record {
+                    valid: full,
+                    dirty: if r.dirty == 0 { 0 } else { full },
+                    ..r
+                };
+                match i {
+                    Ok(i) => changed[i].1 = whole,
+                    Err(i) => {
+                        changed.insert(i, (slot, whole));
+                        touched.push(slot);
+                        flux_pages.insert(slot as u64 / format::RECORDS_PER_PAGE);
+                    }
+                }
+                filled += 1;
+            }
+            if filled > 0 {
+                cache.sync()?;
+                tracing::warn!(
+                    "{filled} line(s) recorded partly valid or partly dirty in a cache of line validity were made whole (their missing sectors read from the backing device)"
+                );
+            }
+        }
         // The line a candidate restores (before the clean sample).
         let line_at = |slot: u32| -> Record {
             if !changed.is_empty() {
