@@ -652,6 +652,8 @@ struct Direct {
     /// counted: the known direct-layout loss while syncs fail and the cache evicts
     /// (h-directsync3). Unset, nothing may be reported lost.
     lost_ok: bool,
+    /// Line validity (`--validity line`: whole-line fills).
+    line: bool,
 }
 
 /// The direct layout's per-run state: the clean lines at the last completed flush untouched
@@ -685,7 +687,7 @@ impl Layout for Direct {
 
     fn name(&self) -> String {
         format!(
-            "direct{}{}{}",
+            "direct{}{}{}{}",
             if self.sums {
                 " with data checksums"
             } else {
@@ -700,7 +702,8 @@ impl Layout for Direct {
                 " with failing backing syncs"
             } else {
                 ""
-            }
+            },
+            if self.line { " with line validity" } else { "" }
         )
     }
     fn hot(&self) -> u64 {
@@ -717,7 +720,20 @@ impl Layout for Direct {
     }
     fn setup(&self, mode: Mode, _seed: u64) -> (Files, Range<u64>) {
         let f = files_with(CACHE_LINES, 4096, self.sums);
-        format_with(&f, mode, 4096, self.sums);
+        let cache = FileDev::open(&f.cache).unwrap();
+        let opts = tiercache_server::FormatOptions {
+            line_size: 4096,
+            mode,
+            data_checksums: self.sums,
+            validity: if self.line {
+                tiercache_engine::Validity::Line
+            } else {
+                tiercache_engine::Validity::Sector
+            },
+            ..Default::default()
+        };
+        tiercache_server::format(&cache, VOL, &opts).unwrap();
+        drop(cache);
         // With data checksums this includes their region: tears there too.
         let meta = META_OFFSET..Superblock::data_offset_with(CACHE_LINES, 4096, self.sums);
         (f, meta)
@@ -951,6 +967,7 @@ const DIRECT: Direct = Direct {
     stepped: false,
     syncs: false,
     lost_ok: false,
+    line: false,
 };
 
 #[test]
@@ -973,6 +990,7 @@ fn crash_points_chunk_rewrites() {
         stepped: false,
         syncs: false,
         lost_ok: false,
+        line: false,
     };
     check_mode(&l, Mode::WriteBack, 0.2);
     let t = sweep(&l, Mode::WriteBack, 5, false);
@@ -1130,6 +1148,7 @@ fn crash_points_stepped_cleaning() {
         stepped: true,
         syncs: false,
         lost_ok: false,
+        line: false,
     };
     check_stepped(&l, Mode::WriteBack);
 }
@@ -1142,6 +1161,7 @@ fn crash_points_stepped_cleaning_checksums() {
         stepped: true,
         syncs: false,
         lost_ok: false,
+        line: false,
     };
     check_stepped(&l, Mode::WriteBack);
 }
@@ -1154,6 +1174,7 @@ fn crash_points_stepped_chunk_rewrites() {
         stepped: true,
         syncs: false,
         lost_ok: false,
+        line: false,
     };
     check_stepped(&l, Mode::WriteBack);
 }
@@ -1307,6 +1328,7 @@ fn crash_points_failing_syncs_between_cleaning_steps() {
         stepped: true,
         syncs: true,
         lost_ok: false,
+        line: false,
     };
     let (t, _) = check_sync_windows(&l, Mode::WriteBack, 7000);
     if std::env::var("TIERCACHE_CRASH_ONLY").is_err() {
@@ -1328,6 +1350,7 @@ fn direct_failing_syncs_between_cleaning_steps_lose_nothing() {
         stepped: true,
         syncs: true,
         lost_ok: false,
+        line: false,
     };
     run(
         &l,
@@ -1364,6 +1387,23 @@ fn crash_points_write_back_checksums() {
         stepped: false,
         syncs: false,
         lost_ok: false,
+        line: false,
+    };
+    check_mode(&l, Mode::WriteBack, 0.36);
+}
+
+// The same with line validity (`--validity line`): every partial write to an uncached line
+// fills the rest from the backing device, and a line found in flux at the restart is made
+// whole rather than refused.
+#[test]
+fn crash_points_write_back_line_validity() {
+    let l = Direct {
+        sums: true,
+        rewrite: false,
+        stepped: false,
+        syncs: false,
+        lost_ok: false,
+        line: true,
     };
     check_mode(&l, Mode::WriteBack, 0.36);
 }
@@ -1376,6 +1416,7 @@ fn crash_points_write_through_checksums() {
         stepped: false,
         syncs: false,
         lost_ok: false,
+        line: false,
     };
     check_mode(&l, Mode::WriteThrough, 0.2);
 }
