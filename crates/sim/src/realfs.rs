@@ -25,6 +25,77 @@ use tiercache_trace::workload::bootstorm::BootStorm;
 /// Files start on this boundary (a file system block).
 const FS_BLOCK: u64 = 4096;
 
+/// Every `SAMPLE_EVERY`-th line of the image is kept (bytes) for timing decompression, at
+/// most `SAMPLE_MAX` lines.
+const SAMPLE_EVERY: usize = 64;
+const SAMPLE_MAX: usize = 4096;
+
+/// The bytes a cache compressing `line` with gzip (flate2, its default level 6, gzip
+/// framing: 18 bytes of header and trailer per line) stores: as [`stored_len`], the
+/// compressed length when it is shorter than the line, else the line's length.
+pub fn gzip_stored_len(line: &[u8]) -> u32 {
+    (gzip(line).len().min(line.len())) as u32
+}
+
+fn gzip(line: &[u8]) -> Vec<u8> {
+    use std::io::Write;
+    let mut e = flate2::write::GzEncoder::new(
+        Vec::with_capacity(line.len() / 2),
+        flate2::Compression::default(),
+    );
+    e.write_all(line).expect("writes to a Vec do not fail");
+    e.finish().expect("writes to a Vec do not fail")
+}
+
+/// Decompression time of the same lines with lz4 and gzip, measured on this machine.
+#[derive(Clone, Copy, Debug)]
+pub struct DecompressTimes {
+    /// Lines decompressed (each with both).
+    pub lines: usize,
+    /// Seconds to decompress all of them, the best of 3 passes.
+    pub lz4_s: f64,
+    pub gzip_s: f64,
+}
+
+/// Compresses each `line_size` line of `sample` with lz4 and with gzip (as
+/// [`stored_len`] and [`gzip_stored_len`] do), then times decompressing every line with
+/// each (one thread, best of 3 passes; every output is checked against the line).
+pub fn decompress_times(sample: &[u8], line_size: usize) -> DecompressTimes {
+    use std::io::Read;
+    let lines: Vec<&[u8]> = sample.chunks(line_size).collect();
+    let lz: Vec<Vec<u8>> = lines.iter().map(|l| lz4_flex::block::compress(l)).collect();
+    let gz: Vec<Vec<u8>> = lines.iter().map(|l| gzip(l)).collect();
+    let mut out = vec![0u8; line_size];
+    let (mut lz4_s, mut gzip_s) = (f64::INFINITY, f64::INFINITY);
+    for _ in 0..3 {
+        let t = std::time::Instant::now();
+        for (c, l) in lz.iter().zip(&lines) {
+            let n = lz4_flex::block::decompress_into(c, &mut out).expect("our own lz4 block");
+            assert_eq!(&out[..n], *l, "lz4 round trip");
+        }
+        lz4_s = lz4_s.min(t.elapsed().as_secs_f64());
+        let t = std::time::Instant::now();
+        for (c, l) in gz.iter().zip(&lines) {
+            let mut d = flate2::read::GzDecoder::new(&c[..]);
+            let mut n = 0;
+            loop {
+                let k = d.read(&mut out[n..]).expect("our own gzip member");
+                if k == 0 {
+                    break;
+                }
+                n += k;
+            }
+            assert_eq!(&out[..n], *l, "gzip round trip");
+        }
+        gzip_s = gzip_s.min(t.elapsed().as_secs_f64());
+    }
+    DecompressTimes {
+        lines: lines.len(),
+        lz4_s,
+        gzip_s,
+    }
+}
+
 /// A real file tree as an image of lines.
 #[derive(Clone, Debug)]
 pub struct RealTree {
@@ -35,6 +106,11 @@ pub struct RealTree {
     pub files: u64,
     /// Content of every line of the image.
     pub lines: Vec<ExtentContent>,
+    /// Each line's stored length under gzip ([`gzip_stored_len`]; `lines` hold
+    /// `compression`'s), same order.
+    pub gzip_len: Vec<u32>,
+    /// Every 64th line's bytes (at most 4096 lines), for [`decompress_times`].
+    pub sample: Vec<u8>,
     /// File number of each line (a line two files share: the first one's).
     line_file: Vec<u32>,
     /// BLAKE3 over the file list (relative paths, sizes) and every line's fingerprint.
@@ -91,18 +167,34 @@ impl RealTree {
         );
         // The image is hashed in chunks as it is read (memory stays at one chunk).
         const CHUNK: usize = 64 << 20;
-        let hash = |b: &[u8]| -> Vec<ExtentContent> {
+        let hash = |b: &[u8]| -> Vec<(ExtentContent, u32)> {
             b.par_chunks(line_size as usize)
                 .map(|b| {
                     let h = blake3::hash(b);
-                    ExtentContent {
+                    let c = ExtentContent {
                         fp: u64::from_le_bytes(h.as_bytes()[..8].try_into().expect("8 bytes")),
                         compressed_len: stored_len(b, compression),
-                    }
+                    };
+                    (c, gzip_stored_len(b))
                 })
                 .collect()
         };
         let mut lines: Vec<ExtentContent> = Vec::new();
+        let mut gzip_len: Vec<u32> = Vec::new();
+        let mut sample: Vec<u8> = Vec::new();
+        // Hashes whole lines of `b` (the image from line `first`), keeping the sample's.
+        let mut take = |b: &[u8], lines: &mut Vec<ExtentContent>| {
+            let first = lines.len();
+            for (c, g) in hash(b) {
+                lines.push(c);
+                gzip_len.push(g);
+            }
+            for (i, l) in b.chunks(line_size as usize).enumerate() {
+                if (first + i).is_multiple_of(SAMPLE_EVERY) && sample.len() < SAMPLE_MAX * l.len() {
+                    sample.extend_from_slice(l);
+                }
+            }
+        };
         // Bytes of the image before `image` (hashed already; a multiple of the line).
         let mut done = 0u64;
         let mut image: Vec<u8> = Vec::with_capacity(CHUNK + line_size as usize);
@@ -132,7 +224,7 @@ impl RealTree {
             used += 1;
             if image.len() >= CHUNK {
                 let whole = image.len() / line_size as usize * line_size as usize;
-                lines.extend(hash(&image[..whole]));
+                take(&image[..whole], &mut lines);
                 image.drain(..whole);
                 done += whole as u64;
             }
@@ -142,7 +234,7 @@ impl RealTree {
         }
         let n = (image.len() as u64).div_ceil(line_size) as usize;
         image.resize(n * line_size as usize, 0);
-        lines.extend(hash(&image));
+        take(&image, &mut lines);
         line_file.truncate(lines.len());
         for c in &lines {
             list.update(&c.fp.to_le_bytes());
@@ -154,6 +246,8 @@ impl RealTree {
             compression,
             files: used,
             lines,
+            gzip_len,
+            sample,
             line_file,
             digest,
         })
@@ -172,6 +266,26 @@ impl RealTree {
             self.lines.len() as f64 / distinct.len().max(1) as f64,
             self.bytes() as f64 / stored.max(1) as f64,
         )
+    }
+
+    /// Bytes stored over all lines with the scan's compression (`lines`) and with gzip
+    /// (`gzip_len`): the same lines, each capped at the line as a cache stores it.
+    pub fn stored_bytes(&self) -> (u64, u64) {
+        (
+            self.lines.iter().map(|c| c.compressed_len as u64).sum(),
+            self.gzip_len.iter().map(|&g| g as u64).sum(),
+        )
+    }
+
+    /// The same tree with gzip's stored lengths in place of the scan's (fingerprints,
+    /// layout and clones unchanged): traces built from it differ only in how much each
+    /// line takes when compressed.
+    pub fn with_gzip_lengths(&self) -> RealTree {
+        let mut t = self.clone();
+        for (c, &g) in t.lines.iter_mut().zip(&self.gzip_len) {
+            c.compressed_len = g;
+        }
+        t
     }
 
     /// Line `line` of VM `vm`'s image of `image` lines (see the module docs): VM 0's lines
@@ -352,6 +466,89 @@ mod tests {
         let changed = RealTree::scan(d.path(), 1 << 20, 1, 8192, Compression::Lz4).unwrap();
         assert_ne!(changed.digest, t.digest);
         assert!(RealTree::scan(d.path(), 1 << 20, 1 << 30, 8192, Compression::Lz4).is_err());
+    }
+
+    #[test]
+    fn gzip_lengths_are_of_the_same_lines_and_shorter_on_text() {
+        let d = tempfile::tempdir().unwrap();
+        // w: 40 KiB of words drawn at random from a small vocabulary (text-like: both
+        // compress it, gzip's Huffman codes more); n: 10 KiB of noise.
+        let vocab = [
+            "cache",
+            "line",
+            "segment",
+            "erase",
+            "block",
+            "the",
+            "of",
+            "and",
+            "write",
+            "read",
+            "flash",
+            "disk",
+            "extent",
+            "unit",
+            "evict",
+            "hit",
+            "miss",
+            "fingerprint",
+            "zero",
+        ];
+        let mut w = Vec::new();
+        let mut i = 0u64;
+        while w.len() < 40 * 1024 {
+            w.extend_from_slice(vocab[(mix(i) % vocab.len() as u64) as usize].as_bytes());
+            w.push(if i % 11 == 10 { b'\n' } else { b' ' });
+            i += 1;
+        }
+        w.truncate(40 * 1024);
+        let noise: Vec<u8> = (0..10240u64).map(|i| (mix(i) >> 7) as u8).collect();
+        std::fs::write(d.path().join("n"), &noise).unwrap();
+        std::fs::write(d.path().join("w"), &w).unwrap();
+        let t = RealTree::scan(d.path(), 1 << 20, 1, 8192, Compression::Lz4).unwrap();
+        // n (10 KiB -> 12 KiB) | w (40 KiB) | zeros to 56 KiB: 7 lines.
+        assert_eq!(t.lines.len(), 7);
+        assert_eq!(t.gzip_len.len(), t.lines.len());
+        // Text: gzip stores less than lz4; noise: both store the line raw.
+        for l in 2..6 {
+            assert!(
+                t.gzip_len[l] < t.lines[l].compressed_len,
+                "line {l}: gzip {} lz4 {}",
+                t.gzip_len[l],
+                t.lines[l].compressed_len
+            );
+        }
+        assert_eq!(t.gzip_len[0], 8192);
+        assert_eq!(t.lines[0].compressed_len, 8192);
+        // The image rebuilt by hand: both totals are over exactly these lines.
+        let mut image = noise.clone();
+        image.resize(12 * 1024, 0);
+        image.extend(&w);
+        image.resize(56 * 1024, 0);
+        let (lz, gz) = t.stored_bytes();
+        let lines = image.chunks(8192);
+        assert_eq!(
+            lz,
+            lines
+                .clone()
+                .map(|l| stored_len(l, Compression::Lz4) as u64)
+                .sum::<u64>()
+        );
+        assert_eq!(gz, lines.map(|l| gzip_stored_len(l) as u64).sum::<u64>());
+        assert!(gz < lz, "gzip {gz} lz4 {lz}");
+        // The gzip tree: same fingerprints, gzip's lengths.
+        let g = t.with_gzip_lengths();
+        for (i, (a, b)) in g.lines.iter().zip(&t.lines).enumerate() {
+            assert_eq!(a.fp, b.fp);
+            assert_eq!(a.compressed_len, t.gzip_len[i]);
+        }
+        // The sample is every 64th line: here line 0 only; both codecs decompress it.
+        assert_eq!(t.sample, image[..8192]);
+        let dt = decompress_times(&image, 8192);
+        assert_eq!(dt.lines, 7);
+        let dt = decompress_times(&t.sample, 8192);
+        assert_eq!(dt.lines, 1);
+        assert!(dt.lz4_s > 0.0 && dt.gzip_s > 0.0, "{dt:?}");
     }
 
     #[test]
