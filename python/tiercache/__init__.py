@@ -276,7 +276,11 @@ def run_cell(experiment_json: str) -> Dict[str, Any]:
     This is the task that :func:`sweep` sends to processes and Dask workers; it is a plain
     module-level function so that it pickles by reference.
     """
-    return json.loads(_native.simulate(experiment_json))
+    res = json.loads(_native.simulate(experiment_json))
+    # A cell simulated on its own runs its engine; a local sweep also says which cells one
+    # stack-distance pass computed (``method``: ``stack`` or ``engines``, equal results).
+    res.setdefault("method", "engines")
+    return res
 
 
 def _grid_cells(grid: Mapping[str, Sequence[Any]]) -> List[Dict[str, Any]]:
@@ -323,7 +327,9 @@ def sweep(
       (a shared file system, or the same paths on every machine).
 
     Results do not depend on the executor, except the wall-clock columns
-    (:data:`WALL_CLOCK_COLUMNS`).
+    (:data:`WALL_CLOCK_COLUMNS`) and ``method``: with the default executor, plain-LRU sizes
+    of one trace are computed by one exact stack-distance pass (``stack``), other cells by
+    their engines (``engines``, always the case on workers); the results are equal.
     """
     import pandas as pd
 
