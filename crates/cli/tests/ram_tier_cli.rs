@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{replay_qd1, run, Srv, BIN};
+use common::{replay_qd1, run, sim_8m, Srv, BIN};
 use std::process::Command;
 
 fn setup(size_mb: u64) -> tempfile::TempDir {
@@ -47,19 +47,8 @@ fn ram_tier_replay_at_queue_depth_1_matches_the_simulator_per_tier() {
             text.contains("tiers ") && text.contains("RAM hits") && text.contains("RAM tier"),
             "ctl stats shows no tiers:\n{text}"
         );
-        let sim = run(Command::new(BIN)
-            .args([
-                "sim",
-                "--cache-size",
-                "8MiB",
-                "--policy",
-                "lru",
-                "--mode",
-                mode,
-            ])
-            .args(["--ram-cache", "1MiB", "--ram-policy", policy, "--json"])
-            .args(input));
-        let sim: serde_json::Value = serde_json::from_str(&sim).unwrap();
+        let ram = ["--ram-cache", "1MiB", "--ram-policy", policy];
+        let sim = sim_8m(mode, ram.iter().chain(input.iter()));
         let (want, got) = (&sim["counters"], &live["totals"]);
         assert_eq!(rep["requests"].as_u64(), Some(4000), "{rep}");
         for (k, v) in want.as_object().unwrap() {

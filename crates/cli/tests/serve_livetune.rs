@@ -8,9 +8,8 @@
 
 mod common;
 
-use common::{have, replay_qd1, run, Srv, BIN};
+use common::{have, replay_qd1, sim_8m, Srv};
 use std::path::Path;
-use std::process::Command;
 
 /// Zipf over 32 MiB with writes at 256-byte alignment (partial sectors): an 8 MiB
 /// write-back cache evicts dirty lines, and partial writes miss uncached lines.
@@ -41,21 +40,12 @@ fn replay(srv: &Srv, seed: &str) -> u64 {
 
 /// `tiercache sim`'s counters for the workload on an 8 MiB write-back LRU cache.
 fn sim(flags: &[&str]) -> serde_json::Value {
-    let out = run(Command::new(BIN)
-        .args([
-            "sim",
-            "--cache-size",
-            "8MiB",
-            "--policy",
-            "lru",
-            "--mode",
-            "write-back",
-        ])
-        .args(flags)
-        .arg("--json")
-        .args(workload("7")));
-    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
-    v["counters"].clone()
+    let w = workload("7");
+    sim_8m(
+        "write-back",
+        flags.iter().copied().chain(w.iter().map(|s| s.as_str())),
+    )["counters"]
+        .clone()
 }
 
 fn c(v: &serde_json::Value, k: &str) -> u64 {

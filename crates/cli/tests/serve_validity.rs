@@ -9,7 +9,7 @@
 
 mod common;
 
-use common::{have, replay_qd1, run, serve_refused, NbdkitProc, Srv, BIN};
+use common::{have, replay_qd1, run, serve_refused, sim_8m, NbdkitProc, Srv, BIN};
 use std::path::Path;
 use std::process::Command;
 
@@ -48,24 +48,8 @@ fn workload() -> Vec<String> {
 
 /// `tiercache sim`'s counters for the workload on an 8 MiB write-back LRU cache.
 fn sim(flags: &[&str]) -> serde_json::Value {
-    let out = run(Command::new(BIN)
-        .args([
-            "sim",
-            "--cache-size",
-            "8MiB",
-            "--policy",
-            "lru",
-            "--mode",
-            "write-back",
-            "--json",
-            "--workload",
-            ZIPF,
-            "--seed",
-            "7",
-        ])
-        .args(flags));
-    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
-    v["counters"].clone()
+    let args = ["--workload", ZIPF, "--seed", "7"].iter().chain(flags);
+    sim_8m("write-back", args)["counters"].clone()
 }
 
 /// The whole export read through NBD.

@@ -985,12 +985,8 @@ fn backing_errors_write_through() {
 #[test]
 fn crash_points_chunk_rewrites() {
     let l = Direct {
-        sums: false,
         rewrite: true,
-        stepped: false,
-        syncs: false,
-        lost_ok: false,
-        line: false,
+        ..DIRECT
     };
     check_mode(&l, Mode::WriteBack, 0.2);
     let t = sweep(&l, Mode::WriteBack, 5, false);
@@ -1143,12 +1139,8 @@ fn check_stepped(l: &Direct, mode: Mode) {
 #[test]
 fn crash_points_stepped_cleaning() {
     let l = Direct {
-        sums: false,
-        rewrite: false,
         stepped: true,
-        syncs: false,
-        lost_ok: false,
-        line: false,
+        ..DIRECT
     };
     check_stepped(&l, Mode::WriteBack);
 }
@@ -1157,11 +1149,8 @@ fn crash_points_stepped_cleaning() {
 fn crash_points_stepped_cleaning_checksums() {
     let l = Direct {
         sums: true,
-        rewrite: false,
         stepped: true,
-        syncs: false,
-        lost_ok: false,
-        line: false,
+        ..DIRECT
     };
     check_stepped(&l, Mode::WriteBack);
 }
@@ -1169,12 +1158,9 @@ fn crash_points_stepped_cleaning_checksums() {
 #[test]
 fn crash_points_stepped_chunk_rewrites() {
     let l = Direct {
-        sums: false,
         rewrite: true,
         stepped: true,
-        syncs: false,
-        lost_ok: false,
-        line: false,
+        ..DIRECT
     };
     check_stepped(&l, Mode::WriteBack);
 }
@@ -1323,12 +1309,9 @@ fn check_sync_windows<L: Layout>(l: &L, mode: Mode, seed0: u64) -> (Tally, Tally
 #[test]
 fn crash_points_failing_syncs_between_cleaning_steps() {
     let l = Direct {
-        sums: false,
-        rewrite: false,
         stepped: true,
         syncs: true,
-        lost_ok: false,
-        line: false,
+        ..DIRECT
     };
     let (t, _) = check_sync_windows(&l, Mode::WriteBack, 7000);
     if std::env::var("TIERCACHE_CRASH_ONLY").is_err() {
@@ -1345,12 +1328,9 @@ fn crash_points_failing_syncs_between_cleaning_steps() {
 #[test]
 fn direct_failing_syncs_between_cleaning_steps_lose_nothing() {
     let l = Direct {
-        sums: false,
-        rewrite: false,
         stepped: true,
         syncs: true,
-        lost_ok: false,
-        line: false,
+        ..DIRECT
     };
     run(
         &l,
@@ -1383,11 +1363,7 @@ fn crash_points_write_back() {
 fn crash_points_write_back_checksums() {
     let l = Direct {
         sums: true,
-        rewrite: false,
-        stepped: false,
-        syncs: false,
-        lost_ok: false,
-        line: false,
+        ..DIRECT
     };
     check_mode(&l, Mode::WriteBack, 0.36);
 }
@@ -1399,11 +1375,8 @@ fn crash_points_write_back_checksums() {
 fn crash_points_write_back_line_validity() {
     let l = Direct {
         sums: true,
-        rewrite: false,
-        stepped: false,
-        syncs: false,
-        lost_ok: false,
         line: true,
+        ..DIRECT
     };
     check_mode(&l, Mode::WriteBack, 0.36);
 }
@@ -1412,11 +1385,7 @@ fn crash_points_write_back_line_validity() {
 fn crash_points_write_through_checksums() {
     let l = Direct {
         sums: true,
-        rewrite: false,
-        stepped: false,
-        syncs: false,
-        lost_ok: false,
-        line: false,
+        ..DIRECT
     };
     check_mode(&l, Mode::WriteThrough, 0.2);
 }

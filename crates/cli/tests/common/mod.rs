@@ -99,6 +99,27 @@ pub fn replay_qd1<S: AsRef<std::ffi::OsStr>>(
     serde_json::from_str(&out).unwrap_or_else(|e| panic!("replay --json: {e}:\n{out}"))
 }
 
+/// `tiercache sim --cache-size 8MiB --policy lru --mode MODE ARGS --json`, parsed: the
+/// simulator's side of the live tests' 8 MiB caches (`Srv::start`).
+pub fn sim_8m<S: AsRef<std::ffi::OsStr>>(
+    mode: &str,
+    args: impl IntoIterator<Item = S>,
+) -> serde_json::Value {
+    let out = run(Command::new(BIN)
+        .args([
+            "sim",
+            "--cache-size",
+            "8MiB",
+            "--policy",
+            "lru",
+            "--mode",
+            mode,
+        ])
+        .args(args)
+        .arg("--json"));
+    serde_json::from_str(&out).unwrap_or_else(|e| panic!("sim --json: {e}:\n{out}"))
+}
+
 pub fn sha(path: &Path) -> String {
     run(Command::new("sha256sum").arg(path))[..64].to_string()
 }
