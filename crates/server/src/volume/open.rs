@@ -699,7 +699,9 @@ impl CacheVolume {
                 }
                 cache.write_at(&slot_bytes, at)?;
                 if let Some((s, _)) = &mut sums {
-                    s.recompute(slot as u64, &slot_bytes, full);
+                    // Only the sectors filled: the others keep their checksums, so damage
+                    // in them is still caught on read, not blessed here.
+                    s.recompute(slot as u64, &slot_bytes, full & !r.valid);
                 }
                 let whole = Record {
                     valid: full,
