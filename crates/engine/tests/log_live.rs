@@ -349,3 +349,189 @@ fn per_class_counters_add_up_to_the_totals() {
     assert!(e.class_counters(2).bypassed_lines > 0);
     assert_eq!(e.class_counters(0).bypassed_lines, 0);
 }
+
+/// The live executor's trimmed free reserve (`reserve`, then `evict_ahead_victim` /
+/// `evict_ahead_one` until none, then `admit` or `process`) leaves the engine as the
+/// simulator's allocation does (`process` with content, which evicts ahead inside), request
+/// for request: same counters, same cached lines, same free segments. And the live plans
+/// trim every segment reclaimed ahead.
+#[test]
+fn live_free_reserve_equals_the_simulators() {
+    let mut c = LogConfig::new(12 * 4 * LS, LS);
+    c.segment_size = 4 * LS;
+    c.mode = Mode::WriteBack;
+    c.dedup_ratio = 1.0;
+    c.trim = true;
+    c.free_reserve = 0.25; // 3 of 12 segments
+    let mut sim = LogEngine::new(c.clone()).unwrap();
+    let mut live = LogEngine::new(c.clone()).unwrap();
+    live.set_deferred_fill(true);
+    let mut rng = 0x9e37_79b9_7f4a_7c15u64;
+    let mut version = 0u64;
+    let (mut trims, mut ahead) = (0u64, 0u64);
+    for i in 0..4000u64 {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        let line = rng % 80;
+        let write = rng.is_multiple_of(3);
+        version += 1;
+        // Unique contents: no duplicate hits, which the deferred read would count differently.
+        let content = c_of(line, version);
+        let keep_free = |e: &mut LogEngine, trims: &mut u64, ahead: &mut u64| {
+            while let Some(v) = e.evict_ahead_victim() {
+                let wbs = e.reclaim_write_backs(v);
+                let p = e.evict_ahead_one(v).steps.clone();
+                *ahead += 1;
+                let n_wb = p
+                    .iter()
+                    .filter(|s| matches!(s, Step::WriteBack { .. }))
+                    .count();
+                assert_eq!(n_wb, wbs.len(), "the write-backs the executor ran first");
+                *trims += p
+                    .iter()
+                    .filter(|s| matches!(s, Step::TrimSsd { .. }))
+                    .count() as u64;
+            }
+        };
+        // The reserve is refilled after the line's own bookkeeping (as the simulator evicts
+        // ahead inside its append, after a write dropped the line's older extent).
+        if write {
+            sim.process(&Request::write(line * LS, LS), &[content])
+                .unwrap();
+            live.reserve(true);
+            live.process(&Request::write(line * LS, LS), &[content])
+                .unwrap();
+            keep_free(&mut live, &mut trims, &mut ahead);
+        } else {
+            sim.process(&Request::read(line * LS, LS), &[content])
+                .unwrap();
+            live.process(&Request::read(line * LS, LS), &[]).unwrap();
+            if live.locate(0, line).is_none() {
+                live.reserve(false);
+                live.admit(0, line, 0, content);
+                keep_free(&mut live, &mut trims, &mut ahead);
+            }
+        }
+        assert_eq!(
+            sim.counters(),
+            live.counters(),
+            "request {i}: line {line}, write {write}"
+        );
+        assert_eq!(
+            sim.locate(0, line).map(|x| (x.seg, x.off, x.dirty)),
+            live.locate(0, line).map(|x| (x.seg, x.off, x.dirty)),
+            "request {i}"
+        );
+    }
+    assert!(ahead > 50, "segments reclaimed ahead: {ahead}");
+    assert_eq!(trims, ahead, "every segment reclaimed ahead is trimmed");
+    assert_eq!(live.counters().ssd_bytes_trimmed, ahead * 4 * LS);
+    sim.check().unwrap();
+    live.check().unwrap();
+}
+
+fn c_of(line: u64, version: u64) -> ExtentContent {
+    c((line << 32) | version, LS as u32)
+}
+
+/// `reinsert_candidates` names exactly the extents the reclamation then puts back, in its
+/// order, and a candidate forgotten first (its bytes failed to verify) is evicted instead.
+#[test]
+fn reinsert_candidates_are_what_the_reclamation_reinserts() {
+    let mut c = cfg();
+    c.mode = Mode::WriteThrough;
+    c.reinsert_hits = 1;
+    c.max_extents_per_segment = 0;
+    c.picker = "fifo".into();
+    let mut e = LogEngine::new(c).unwrap();
+    e.set_deferred_fill(true);
+    let fill = |e: &mut LogEngine, line: u64| {
+        e.process(&Request::read(line * LS, LS), &[]).unwrap();
+        if e.locate(0, line).is_none() {
+            e.reserve(false);
+            e.admit(0, line, 0, c_of(line, 1));
+        }
+    };
+    // 8 segments of 4 lines: fill 7 segments' worth, hit lines 1 and 2 (segment of lines 0..3).
+    for l in 0..28 {
+        fill(&mut e, l);
+    }
+    for l in [1, 2] {
+        e.process(&Request::read(l * LS, LS), &[]).unwrap();
+    }
+    let first = e.locate(0, 0).unwrap().seg;
+    // Fill until the segment of line 0 is the victim.
+    let mut l = 28;
+    let victim = loop {
+        if let Some(v) = e.reserve_begin(false) {
+            break v;
+        }
+        e.reserve_end(false, None);
+        e.admit(0, l, 0, c_of(l, 1));
+        l += 1;
+    };
+    assert_eq!(victim, first);
+    let cands = e.reinsert_candidates(victim, false);
+    assert_eq!(
+        cands
+            .iter()
+            .map(|x| LogEngine::key_line(x.0).1)
+            .collect::<Vec<_>>(),
+        vec![1, 2]
+    );
+    assert!(
+        e.reinsert_candidates(victim, true).is_empty(),
+        "the dirty stream reinserts nothing"
+    );
+    // Line 2's bytes failed to verify: forgotten, so only line 1 comes back.
+    e.forget(0, 2);
+    let reads: Vec<u64> = e
+        .reserve_end(false, Some(victim))
+        .steps
+        .iter()
+        .filter_map(|s| match *s {
+            Step::ReadSsd { ssd, .. } => Some(ssd),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(reads, vec![victim as u64 * 4 * LS + cands[0].1 as u64]);
+    let i = e.locate(0, 1).unwrap();
+    assert_eq!((i.seg, i.off, i.open), (victim, 0, true));
+    assert!(e.locate(0, 2).is_none() && e.locate(0, 0).is_none());
+    e.check().unwrap();
+}
+
+/// A reclaimed segment whose every extent is hot is refilled only as far as leaves room for
+/// the line whose reservation reclaimed it (before, the simulator put that line past the
+/// segment's end), and the simulator's path agrees with the live one.
+#[test]
+fn reinsertion_leaves_room_for_the_new_line() {
+    let mut c = cfg();
+    c.mode = Mode::WriteThrough;
+    c.reinsert_hits = 1;
+    c.max_extents_per_segment = 0;
+    c.picker = "fifo".into();
+    c.compression = Compression::None;
+    let mut sim = LogEngine::new(c).unwrap();
+    // 8 segments of 4 lines: 28 lines read three times (admitted, then hits), then misses
+    // elsewhere reclaim their segments.
+    for _ in 0..3 {
+        for l in 0..28u64 {
+            sim.process(&Request::read(l * LS, LS), &[c_of(l, 1)])
+                .unwrap();
+        }
+    }
+    for l in 100..140u64 {
+        sim.process(&Request::read(l * LS, LS), &[c_of(l, 1)])
+            .unwrap();
+        sim.check().unwrap();
+    }
+    let n = sim.counters().reinserted;
+    assert!(n > 0, "hot extents reinserted");
+    assert!(
+        sim.counters().segments_reclaimed * 3 >= n,
+        "at most 3 of a 4-line segment's extents come back: {n} reinserted, {} reclaims",
+        sim.counters().segments_reclaimed
+    );
+}

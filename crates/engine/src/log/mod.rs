@@ -762,8 +762,8 @@ impl LogEngine {
     /// clean (`dirty` false) or dirty stream, sealing it and reclaiming a victim if needed.
     /// The plan holds the seal's `WriteSsd`, the victim's `WriteBack`s and `TrimSsd`. A later
     /// `process`/`admit` of one line then neither seals a full segment nor reclaims. This
-    /// path reclaims one victim at a time and keeps no trimmed free reserve (the live layout
-    /// does not trim: [`LogConfig::trim`] off).
+    /// path reclaims one victim at a time; the live executor keeps the trimmed free reserve
+    /// with [`LogEngine::evict_ahead_victim`] / [`LogEngine::evict_ahead_one`] afterwards.
     pub fn reserve(&mut self, dirty: bool) -> &Plan {
         let v = self.reserve_begin(dirty);
         self.reserve_end(dirty, v)
@@ -817,6 +817,95 @@ impl LogEngine {
         &self.plan
     }
 
+    /// Live side: changes the reclamation settings ([`LogConfig::trim`],
+    /// [`LogConfig::free_reserve`], [`LogConfig::reinsert_hits`]) of a running engine,
+    /// validated as at construction (nothing changes on an error). A larger free reserve is
+    /// filled by the executor's next [`LogEngine::evict_ahead_victim`] /
+    /// [`LogEngine::evict_ahead_one`] rounds; a smaller one leaves the free segments free.
+    pub fn set_reclaim(
+        &mut self,
+        trim: bool,
+        free_reserve: f64,
+        reinsert_hits: u16,
+    ) -> Result<(), EngineError> {
+        let mut c = self.cfg.clone();
+        c.trim = trim;
+        c.free_reserve = free_reserve;
+        c.reinsert_hits = reinsert_hits;
+        c.validate().map_err(EngineError::Config)?;
+        self.reserve = c.reserve_segments() as usize;
+        self.cfg = c;
+        Ok(())
+    }
+
+    /// Live side of the trimmed free reserve: the sealed segment to reclaim ahead while
+    /// fewer than the reserve's segments are free (the picker's victim), else `None`. The
+    /// executor writes its dirty extents back first ([`LogEngine::reclaim_write_backs`]),
+    /// then calls [`LogEngine::evict_ahead_one`]. After a live `reserve` that opened a
+    /// segment, rounds until `None` leave the engine as the simulator's allocation does
+    /// (it evicts ahead to reserve + 1 free segments, then takes one).
+    pub fn evict_ahead_victim(&mut self) -> Option<u32> {
+        if self.free.len() >= self.reserve {
+            return None;
+        }
+        self.picker.victim(&self.segs, self.tick)
+    }
+
+    /// Live side: reclaims sealed segment `v` ahead (its dirty extents written back, its
+    /// clean ones evicted, never reinserted) and frees it, trimmed: the plan holds its
+    /// `WriteBack`s and, with [`LogConfig::trim`], its `TrimSsd`.
+    pub fn evict_ahead_one(&mut self, v: u32) -> &Plan {
+        self.plan.reset(0, 0);
+        assert_eq!(
+            self.segs[v as usize].state,
+            SegState::Sealed,
+            "evicting segment {v} ahead: not sealed"
+        );
+        self.reclaim(v, false);
+        self.release(v);
+        &self.plan
+    }
+
+    /// The clean extents reclaiming sealed segment `v` for the clean stream would reinsert
+    /// now ([`LogConfig::reinsert_hits`]): (key, offset, stored length), in the order the
+    /// reclamation puts them back. Changes nothing. The executor reads their bytes before
+    /// [`LogEngine::reserve_end`] reclaims `v` (and may [`LogEngine::forget`] one whose bytes
+    /// do not verify: it is then evicted, not reinserted).
+    pub fn reinsert_candidates(&self, v: u32, dirty: bool) -> Vec<(u64, u32, u32)> {
+        if dirty || self.cfg.reinsert_hits == 0 {
+            return Vec::new();
+        }
+        let gen = self.segs[v as usize].gen;
+        let (mut used, mut n) = (0u32, 0u32);
+        self.segs[v as usize]
+            .hdr
+            .iter()
+            .filter(|h| {
+                self.file.get(&h.key).is_some_and(|e| {
+                    e.seg == v && e.gen == gen && !e.dup && e.off == h.off && !e.dirty
+                }) && h.hits >= self.cfg.reinsert_hits
+            })
+            .filter(|h| {
+                let fits = self.reinsert_fits(used, n, h.len);
+                if fits {
+                    used += h.len;
+                    n += 1;
+                }
+                fits
+            })
+            .map(|h| (h.key, h.off, h.len))
+            .collect()
+    }
+
+    /// Whether a reinserted extent of `len` stored bytes fits a reclaimed segment already
+    /// refilled with `used` bytes in `n` extents, leaving room (bytes and an extent slot)
+    /// for the line whose reservation reclaimed it: reinsertion never fills the segment it
+    /// refills (it would have to be sealed before the new line, which overflowed it).
+    fn reinsert_fits(&self, used: u32, n: u32, len: u32) -> bool {
+        let max = self.cfg.max_extents_per_segment;
+        used as u64 + len as u64 + self.cfg.line_size <= self.seg_size && (max == 0 || n + 1 < max)
+    }
+
     /// The `WriteBack` steps reclaiming sealed segment `v` would plan now (its dirty base
     /// extents and dirty duplicates of them), without changing anything.
     pub fn reclaim_write_backs(&self, v: u32) -> Vec<Step> {
@@ -838,9 +927,12 @@ impl LogEngine {
                 }
             }
         }
+        // As the reclamation: each key once (it removes a key's entry when it writes the key
+        // back; a key may be listed twice, or have become a base extent of `v` since).
+        let mut seen = std::collections::HashSet::new();
         for k in self.dirty_dups.get(&v).into_iter().flatten() {
             if let Some(e) = self.file.get(k) {
-                if e.seg == v && e.gen == gen && e.dirty {
+                if e.dup && e.seg == v && e.gen == gen && e.dirty && seen.insert(*k) {
                     wb(*k, e);
                 }
             }
@@ -1660,7 +1752,12 @@ impl LogEngine {
         }
         let hot = std::mem::take(&mut self.reinsert);
         for h in &hot {
-            // Read before the segment is overwritten (its bytes are still on the SSD).
+            let s = &self.segs[v as usize];
+            if !self.reinsert_fits(s.used, s.hdr.len() as u32, h.len) {
+                continue; // Evicted after all (counted above).
+            }
+            // Read before the segment is overwritten (its bytes are still on the SSD; the
+            // live executor reads them before the reclamation, `reinsert_candidates`).
             let ssd = self.ssd_addr(v, h.off);
             self.emit(Step::ReadSsd {
                 ssd,
@@ -1668,10 +1765,8 @@ impl LogEngine {
                 len: h.len as u64,
             });
             self.counters.ssd_bytes_read += h.len as u64;
-            if self.segs[v as usize].used as u64 + h.len as u64 <= self.seg_size {
-                self.put(v, h.key, h.fp, h.len, h.compressed, false, 0);
-                self.counters.reinserted += 1;
-            }
+            self.put(v, h.key, h.fp, h.len, h.compressed, false, 0);
+            self.counters.reinserted += 1;
         }
         self.reinsert = hot;
         let _ = ls;
