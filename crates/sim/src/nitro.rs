@@ -73,6 +73,15 @@ pub fn ftl_of(cfg: &LogConfig, erase_block: u64, kind: FtlKind) -> FtlConfig {
     }
 }
 
+/// After a line's bookkeeping, the live volume refills the trimmed free reserve
+/// (`--trim --free-reserve`): victims reclaimed ahead (written back, trimmed) until the
+/// reserve's segments are free, as `LogVolume` does.
+fn keep_free_reserve(e: &mut LogEngine, steps: &mut Vec<Step>) {
+    while let Some(v) = e.evict_ahead_victim() {
+        steps.extend_from_slice(&e.evict_ahead_one(v).steps);
+    }
+}
+
 /// A log-layout engine with an FTL (page-mapped or hybrid) under it: each request's plan is fed to the FTL
 /// (SSD writes and trims), so every driver of the log layout (hit-ratio runs, timed replay)
 /// counts the same figures.
@@ -197,7 +206,8 @@ impl LogDriver {
                     req.offset = req.offset.max(r.offset);
                     req.len = (line * ls + ls).min(r.end()) - req.offset;
                     // A missed line of a `never` class is not cached: no room is made.
-                    if e.locate(r.volume, line).is_some() || e.caches_class(r.class) {
+                    let cached = e.locate(r.volume, line).is_some() || e.caches_class(r.class);
+                    if cached {
                         self.steps.extend_from_slice(&e.reserve(wb).steps);
                     }
                     let p = if i == 0 {
@@ -208,10 +218,14 @@ impl LogDriver {
                     .map_err(anyhow::Error::msg)?;
                     self.steps.extend_from_slice(&p.steps);
                     tally(e.last_lines(), i, &mut first_t, &mut whole);
+                    if cached {
+                        keep_free_reserve(e, &mut self.steps);
+                    }
                     continue;
                 }
             };
             self.steps.extend_from_slice(&plan.steps);
+            keep_free_reserve(e, &mut self.steps);
         }
         if c.len() > 1 {
             e.recount_request(r.op, r.class, first_t, whole);
