@@ -33,17 +33,20 @@ pub struct LayoutArgs {
     /// Log layout: segment picker: fifo, lru (WEU-LRU), greedy, cost-benefit. Default lru.
     #[arg(long, value_name = "NAME", help_heading = "Data reduction")]
     pub picker: Option<String>,
-    /// Log layout (simulation only): TRIM a segment before reusing it.
+    /// Log layout: TRIM a reclaimed segment's data area (live: once its empty header is
+    /// durable, by hole punching on a file, BLKDISCARD on a block device, NBD TRIM on an
+    /// export; a device that cannot is left as it is). Per run (`serve`, `ctl set trim`).
     #[arg(long, help_heading = "Data reduction")]
     pub trim: bool,
-    /// Log layout (simulation only), with --trim: share of the segments kept free and
-    /// trimmed ahead of their reuse (evict ahead), 0 to 0.5; reclaimed segments wait in a
-    /// FIFO so the FTL sees each TRIM well before the rewrite. Costs that share of the
-    /// capacity. 0 = trim each segment as it is reused. Default 0.05.
+    /// Log layout, with --trim: share of the segments kept free and trimmed ahead of their
+    /// reuse (evict ahead), 0 to 0.5; reclaimed segments wait in a FIFO so the FTL sees
+    /// each TRIM well before the rewrite. Costs that share of the capacity. 0 = trim each
+    /// segment as it is reused. Default 0.05. Per run (`ctl set free-reserve`).
     #[arg(long, value_name = "SHARE", help_heading = "Data reduction")]
     pub free_reserve: Option<f64>,
-    /// Log layout (simulation only): reinsert clean extents with at least N hits when their
-    /// segment is reclaimed (0 = off, the default).
+    /// Log layout: reinsert clean extents with at least N hits when their segment is
+    /// reclaimed (0 = off, the default; not with a trimmed free reserve). Per run (`ctl set
+    /// reinsert-hits`).
     #[arg(long, value_name = "N", help_heading = "Data reduction")]
     pub reinsert_hits: Option<u16>,
     /// Simulation only: content model for traces without content: share of duplicate

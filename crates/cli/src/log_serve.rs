@@ -9,22 +9,37 @@ use tiercache_engine::log::Compression;
 use tiercache_engine::{parse_size, Mode};
 use tiercache_server::{LogFormatOptions, LogGiven};
 
-/// Options of `LayoutArgs` the live log layout does not take, and the log options given.
+/// Options of `LayoutArgs` the live log layout does not take: the simulator's content model
+/// and FTL (a live cache has real content and a real SSD).
 fn check_live_layout(l: &LayoutArgs) -> Result<()> {
-    if l.trim
-        || l.free_reserve.is_some()
-        || l.reinsert_hits.is_some()
-        || l.dup_share.is_some()
-        || l.erase_block.is_some()
-        || l.content_lengths.is_some()
-    {
-        bail!("--trim, --free-reserve, --reinsert-hits, --dup-share, --erase-block and --content-lengths are simulator options (`tiercache sim --layout log`); the live log layout does not take them");
+    if l.dup_share.is_some() || l.erase_block.is_some() || l.content_lengths.is_some() {
+        bail!("--dup-share, --erase-block and --content-lengths are simulator options (`tiercache sim --layout log`: the content model and the FTL); the live log layout stores real content on a real SSD and does not take them");
     }
     Ok(())
 }
 
-pub fn options(l: &LayoutArgs, line_size: u64, mode: Mode) -> Result<LogFormatOptions> {
+/// Reclamation flags are per run (`serve`, `ctl set`): `format` refuses them.
+fn check_format_layout(l: &LayoutArgs) -> Result<()> {
     check_live_layout(l)?;
+    if l.trim || l.free_reserve.is_some() || l.reinsert_hits.is_some() {
+        bail!("--trim, --free-reserve and --reinsert-hits are set per run: give them to `tiercache serve` (or change them live with `tiercache ctl set`), not to `format`");
+    }
+    Ok(())
+}
+
+/// The format options of a log cache. `serving`: formatted by `serve --format-if-needed`
+/// (the per-run reclamation flags then apply to the run: [`given`]), else by `format`.
+pub fn options(
+    l: &LayoutArgs,
+    line_size: u64,
+    mode: Mode,
+    serving: bool,
+) -> Result<LogFormatOptions> {
+    if serving {
+        check_live_layout(l)?;
+    } else {
+        check_format_layout(l)?;
+    }
     let compression: Compression = l
         .compression
         .as_deref()
@@ -67,6 +82,9 @@ pub fn given(l: &LayoutArgs) -> Result<LogGiven> {
             .transpose()?,
         dedup: l.dedup,
         picker: l.picker.clone(),
+        trim: l.trim,
+        free_reserve: l.free_reserve,
+        reinsert_hits: l.reinsert_hits,
         flags,
     })
 }

@@ -98,10 +98,7 @@ pub struct FormatArgs {
 /// underscores: `line_size = "64k"`). Flags win over the file.
 #[derive(Args, Default, Serialize, Deserialize)]
 #[serde(default)]
-#[command(after_long_help = SERVE_HELP, mut_arg("trim", |a| a.hide(true)),
-    mut_arg("free_reserve", |a| a.hide(true)),
-    mut_arg("reinsert_hits", |a| a.hide(true)),
-    mut_arg("dup_share", |a| a.hide(true)),
+#[command(after_long_help = SERVE_HELP, mut_arg("dup_share", |a| a.hide(true)),
     mut_arg("erase_block", |a| a.hide(true)),
     mut_arg("content_lengths", |a| a.hide(true)))]
 pub struct ServeArgs {
@@ -1231,7 +1228,7 @@ pub fn format(a: FormatArgs) -> Result<()> {
         log: a
             .layout
             .is_log()?
-            .then(|| crate::log_serve::options(&a.layout, line_size, mode))
+            .then(|| crate::log_serve::options(&a.layout, line_size, mode, false))
             .transpose()?,
         direct_only,
         log_flags: a.layout.log_flags_given(),
@@ -2054,6 +2051,7 @@ fn format_new(
                     &a.layout,
                     line_size.unwrap_or(4096),
                     mode.unwrap_or(Mode::WriteThrough),
+                    true,
                 )
             })
             .transpose()?,

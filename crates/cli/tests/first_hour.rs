@@ -380,9 +380,18 @@ fn q_means_quiet_everywhere_and_replay_keeps_its_old_q() {
 #[test]
 fn serve_help_lists_only_what_serve_takes() {
     let (help, _) = text(&ok(&["serve", "--help"]));
-    for flag in ["--trim", "--erase-block", "--reinsert-hits", "--dup-share"] {
+    for flag in ["--erase-block", "--dup-share", "--content-lengths"] {
         // Simulator-only flags: serve refuses them, so its help must not offer them.
         assert!(!help.contains(flag), "serve --help lists {flag}");
+    }
+    for flag in ["--trim", "--free-reserve", "--reinsert-hits"] {
+        // The log layout's reclamation settings work live (per run).
+        assert!(help.contains(flag), "serve --help does not list {flag}");
+    }
+    let (format_help, _) = text(&ok(&["format", "--help"]));
+    for flag in ["--trim", "--free-reserve", "--reinsert-hits", "--dup-share"] {
+        // Per run or simulator-only: format refuses them.
+        assert!(!format_help.contains(flag), "format --help lists {flag}");
     }
     for (flag, default) in [
         ("--workers", "32"),

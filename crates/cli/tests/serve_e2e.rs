@@ -432,15 +432,44 @@ fn log_layout_replay_at_queue_depth_1_matches_the_simulator_exactly() {
         [[class]]\nid = 2\nname = \"cold\"\npriority = 1\nallocation = \"never\"\n\
         [[rule]]\nclass = \"hot\"\noffset = [0, 8388608]\n\
         [[rule]]\nclass = \"cold\"\noffset = [8388608, 33554432]\n";
-    // (mode, compression, dedup index, picker, workload, class table)
+    // (mode, compression, dedup index, picker, workload, class table, reclamation flags)
+    let trim_ahead: &[&str] = &["--trim", "--free-reserve", "0.15"];
+    let reinsert: &[&str] = &["--reinsert-hits", "1"];
     let configs = [
-        ("write-back", "lz4", "1.0", "lru", aligned, false),
-        ("write-through", "zstd", "0.5", "fifo", aligned, false),
-        ("write-back", "none", "1.0", "greedy", aligned, false),
-        ("write-through", "none", "0", "lru", unaligned, false),
-        ("write-back", "none", "0", "cost-benefit", unaligned, false),
-        ("write-back", "lz4", "1.0", "lru", aligned, true),
-        ("write-through", "none", "0", "greedy", unaligned, true),
+        ("write-back", "lz4", "1.0", "lru", aligned, false, &[][..]),
+        ("write-through", "zstd", "0.5", "fifo", aligned, false, &[]),
+        ("write-back", "none", "1.0", "greedy", aligned, false, &[]),
+        ("write-through", "none", "0", "lru", unaligned, false, &[]),
+        (
+            "write-back",
+            "none",
+            "0",
+            "cost-benefit",
+            unaligned,
+            false,
+            &[],
+        ),
+        ("write-back", "lz4", "1.0", "lru", aligned, true, &[]),
+        ("write-through", "none", "0", "greedy", unaligned, true, &[]),
+        // The reclamation settings live (theme 2): a trimmed free reserve, reinsertion.
+        (
+            "write-back",
+            "lz4",
+            "1.0",
+            "lru",
+            aligned,
+            false,
+            trim_ahead,
+        ),
+        (
+            "write-through",
+            "none",
+            "1.0",
+            "fifo",
+            aligned,
+            false,
+            reinsert,
+        ),
     ];
     let model = ContentModel::new(LINE, SEED);
     let mut backing = vec![0u8; (BACKING_MB << 20) as usize];
@@ -448,7 +477,8 @@ fn log_layout_replay_at_queue_depth_1_matches_the_simulator_exactly() {
         model.fill(model.content(line as u64, 0).fp, chunk);
     }
     let (mut reclaimed, mut dups, mut wrote_back, mut partial) = (false, false, false, false);
-    for (mode, compression, dedup, picker, workload, classes) in configs {
+    let (mut trimmed, mut reinserted) = (false, false);
+    for (mode, compression, dedup, picker, workload, classes, reclaim) in configs {
         let dir = setup(BACKING_MB);
         std::fs::write(dir.path().join("backing.img"), &backing).unwrap();
         let table_file = dir.path().join("split.toml");
@@ -475,6 +505,7 @@ fn log_layout_replay_at_queue_depth_1_matches_the_simulator_exactly() {
             "--mode",
             mode,
         ];
+        let layout: Vec<&str> = layout.iter().chain(reclaim).copied().collect();
         let live_flags: Vec<&str> = layout
             .iter()
             .copied()
@@ -511,13 +542,14 @@ fn log_layout_replay_at_queue_depth_1_matches_the_simulator_exactly() {
         let capacity = live["segments"].as_u64().unwrap() * 256;
         let sim = run(Command::new(BIN)
             .args(["sim", "--cache-size", &format!("{capacity}KiB")])
-            .args(layout)
+            .args(&layout)
             .args(&class_flags)
             .args(["--content-lengths", "measured", "--json"])
             .args(["--workload", workload, "--seed", &seed]));
         let sim: serde_json::Value = serde_json::from_str(&sim).unwrap();
-        let name =
-            format!("{mode} {compression} dedup {dedup} {picker} {workload} classes {classes}");
+        let name = format!(
+            "{mode} {compression} dedup {dedup} {picker} {workload} classes {classes} {reclaim:?}"
+        );
         let (want, got) = (&sim["log"]["counters"], &live["engine"]);
         assert_eq!(
             rep["requests"].as_u64(),
@@ -570,11 +602,23 @@ fn log_layout_replay_at_queue_depth_1_matches_the_simulator_exactly() {
         assert_eq!(c("dup_read_hits"), 0, "{name}");
         dups |= c("dup_write_lines") > 0 && sim["log"]["dedup_ratio"].as_f64().unwrap() > 1.0;
         wrote_back |= c("dirty_write_backs") > 0;
+        if reclaim == trim_ahead {
+            // Every trimmed segment reached the cache file as a discard (hole punched).
+            trimmed = c("ssd_bytes_trimmed") > 0
+                && live["live"]["discard_bytes"].as_u64() == Some(c("ssd_bytes_trimmed"));
+        }
+        if reclaim == reinsert {
+            reinserted = c("reinserted") > 0;
+        }
         // Sub-line writes of uncached lines read the rest from the backing device.
         partial |= workload == unaligned
             && c("hdd_bytes_read") > (c("read_lines") - c("read_line_hits")) * LINE;
     }
     assert!(partial, "no sub-line write read the rest of its line");
+    assert!(
+        trimmed && reinserted,
+        "the trim run discarded nothing ({trimmed}) or the reinsertion run reinserted nothing ({reinserted})"
+    );
     assert!(
         reclaimed && dups && wrote_back,
         "no run reclaimed segments ({reclaimed}), found duplicates ({dups}) or wrote back \

@@ -250,6 +250,14 @@ fn layout_flags_are_checked() {
     assert!(String::from_utf8_lossy(&o.stderr).contains("--layout log"));
     let o = fmt(&["--layout", "log", "--trim"]);
     assert!(!o.status.success());
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("per run"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let o = fmt(&["--layout", "log", "--dup-share", "0.3"]);
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("simulator options"));
     let o = fmt(&[
         "--layout",
         "log",

@@ -113,6 +113,9 @@ fn direct_device_refuses_each_log_flag_by_name() {
         &["--picker", "greedy"],
         &["--dup-share", "0.5"],
         &["--erase-block", "1M"],
+        &["--trim"],
+        &["--free-reserve", "0.1"],
+        &["--reinsert-hits", "2"],
     ] {
         let e = refused(d, flag);
         assert!(

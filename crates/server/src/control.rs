@@ -166,7 +166,16 @@ fn volume_reply(vol: &dyn LiveVolume, name: &str, request: Command) -> serde_jso
 
 /// The answer to `get` from all settings: one key's (checked) or all.
 pub fn get_reply(all: Vec<(&'static str, String)>, key: Option<&str>) -> serde_json::Value {
-    let pick = match key.map(crate::tuning::volume_key).transpose() {
+    // A log-layout key where the volume has it (`crate::tuning::LOG_KEYS`), else a key of
+    // both layouts (a log key on the direct layout is refused with why).
+    let log = key
+        .and_then(crate::tuning::log_key)
+        .filter(|l| all.iter().any(|x| x.0 == *l));
+    let pick = match log
+        .map(Ok)
+        .or_else(|| key.map(crate::tuning::volume_key))
+        .transpose()
+    {
         Ok(k) => k,
         Err(e) => return serde_json::json!({"ok": false, "error": e}),
     };

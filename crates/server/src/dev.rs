@@ -29,6 +29,14 @@ pub trait BlockDev: Send + Sync {
         let _ = writes;
         Ok(())
     }
+    /// Tells the device that `len` bytes at `offset` hold nothing needed any more (TRIM,
+    /// discard): advisory; their contents afterwards are unspecified (zeros or the old
+    /// bytes), so a caller discards only what nothing durable refers to. Returns whether the
+    /// device took it (`false`: it cannot discard; nothing happened). Default: `false`.
+    fn discard(&self, offset: u64, len: u64) -> io::Result<bool> {
+        let _ = (offset, len);
+        Ok(false)
+    }
     /// Which device this is (`crate::identity`); `None`: unknown (not checked).
     fn identity(&self) -> Option<BackingIdentity> {
         None
@@ -103,6 +111,9 @@ pub struct MemberIo {
 /// (a wrapper that kept the default silently filled one pool member with every line).
 macro_rules! forward_device_info {
     ($($to_inner:tt)+) => {
+        fn discard(&self, offset: u64, len: u64) -> std::io::Result<bool> {
+            self $($to_inner)+.discard(offset, len)
+        }
         fn identity(&self) -> Option<$crate::identity::BackingIdentity> {
             self $($to_inner)+.identity()
         }
@@ -150,7 +161,12 @@ pub struct FileDev {
     file: File,
     size: u64,
     id: Option<BackingIdentity>,
+    /// `discard` still worth trying (cleared when the file system or device refuses it).
+    can_discard: std::sync::atomic::AtomicBool,
 }
+
+/// `BLKDISCARD`, `_IO(0x12, 119)` (linux/fs.h): discards a byte range of a block device.
+const BLKDISCARD: libc::c_ulong = 0x1277;
 
 impl FileDev {
     /// Opens for reading and writing, with a shared advisory lock (`flock`): a device that
@@ -193,7 +209,12 @@ impl FileDev {
         }
         let size = file.seek(SeekFrom::End(0))?;
         let id = BackingIdentity::of_path(path).ok();
-        Ok(FileDev { file, size, id })
+        Ok(FileDev {
+            file,
+            size,
+            id,
+            can_discard: std::sync::atomic::AtomicBool::new(true),
+        })
     }
 
     /// Opens for reading only (writes fail): for offline checks.
@@ -202,7 +223,12 @@ impl FileDev {
             .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
         let size = file.seek(SeekFrom::End(0))?;
         let id = BackingIdentity::of_path(path).ok();
-        Ok(FileDev { file, size, id })
+        Ok(FileDev {
+            file,
+            size,
+            id,
+            can_discard: std::sync::atomic::AtomicBool::new(true),
+        })
     }
 }
 
@@ -225,6 +251,45 @@ impl BlockDev for FileDev {
 
     fn sync(&self) -> io::Result<()> {
         self.file.sync_data()
+    }
+
+    /// A regular file punches a hole (the range reads zeros and frees its blocks); a block
+    /// device gets `BLKDISCARD`. A file system or device that cannot is not asked again.
+    fn discard(&self, offset: u64, len: u64) -> io::Result<bool> {
+        use std::os::fd::AsRawFd;
+        use std::os::unix::fs::FileTypeExt;
+        use std::sync::atomic::Ordering;
+        let len = len.min(self.size.saturating_sub(offset));
+        if len == 0 || !self.can_discard.load(Ordering::Relaxed) {
+            return Ok(false);
+        }
+        let fd = self.file.as_raw_fd();
+        let rc = if self.file.metadata()?.file_type().is_block_device() {
+            let range: [u64; 2] = [offset, len];
+            // SAFETY: BLKDISCARD reads two u64 (start, length) from the pointer given.
+            unsafe { libc::ioctl(fd, BLKDISCARD as _, range.as_ptr()) }
+        } else {
+            // SAFETY: a plain syscall on a descriptor this device owns.
+            unsafe {
+                libc::fallocate(
+                    fd,
+                    libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+                    offset as libc::off_t,
+                    len as libc::off_t,
+                )
+            }
+        };
+        if rc == 0 {
+            return Ok(true);
+        }
+        let e = io::Error::last_os_error();
+        match e.raw_os_error() {
+            Some(libc::EOPNOTSUPP) | Some(libc::ENOSYS) | Some(libc::ENOTTY) => {
+                self.can_discard.store(false, Ordering::Relaxed);
+                Ok(false)
+            }
+            _ => Err(e),
+        }
     }
 
     fn identity(&self) -> Option<BackingIdentity> {

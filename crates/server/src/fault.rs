@@ -77,6 +77,8 @@ struct DevState {
     injected: AtomicU64,
     /// Writes that reached the device (or its write cache).
     writes: AtomicU64,
+    /// Discards taken (`BlockDev::discard`).
+    discards: AtomicU64,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -155,6 +157,7 @@ impl Faults {
             rules: Mutex::new(Rules::default()),
             injected: AtomicU64::new(0),
             writes: AtomicU64::new(0),
+            discards: AtomicU64::new(0),
         });
         lock(&self.st).devs.push(Arc::clone(&st));
         let dev = FaultDev {
@@ -273,6 +276,10 @@ impl FaultHandle {
     /// Writes that reached the device so far (injected failures not counted).
     pub fn writes(&self) -> u64 {
         self.st.writes.load(Ordering::Relaxed)
+    }
+    /// Discards this device took (each also counted as a write of zeros).
+    pub fn discards(&self) -> u64 {
+        self.st.discards.load(Ordering::Relaxed)
     }
     /// No more injected errors.
     pub fn heal(&self) {
@@ -410,6 +417,19 @@ impl BlockDev for FaultDev {
             )));
         }
         self.apply(data, offset)
+    }
+
+    /// A discard is a write of zeros (contents after a discard are unspecified; zeros make a
+    /// reader of discarded bytes visible): an event of the crash harness, failed by the same
+    /// rules, lost with the other unsynced writes at a power cut.
+    fn discard(&self, offset: u64, len: u64) -> io::Result<bool> {
+        let n = len.min(self.size().saturating_sub(offset));
+        if n == 0 {
+            return Ok(false);
+        }
+        self.write_at(&vec![0u8; n as usize], offset)?;
+        self.st.discards.fetch_add(1, Ordering::Relaxed);
+        Ok(true)
     }
 
     fn sync(&self) -> io::Result<()> {

@@ -226,6 +226,34 @@ impl BlockDev for NbdDev {
         })
     }
 
+    /// NBD_CMD_TRIM when the server offers it (in pieces of at most the largest block).
+    fn discard(&self, offset: u64, len: u64) -> io::Result<bool> {
+        let len = self.within(offset, len.min(usize::MAX as u64) as usize) as u64;
+        if len == 0 {
+            return Ok(false);
+        }
+        let step = self.max_block;
+        self.with_client(|c| {
+            if !c.can_trim() {
+                return Ok(false);
+            }
+            let mut handles = Vec::new();
+            let mut at = offset;
+            while at < offset + len {
+                let n = step.min(offset + len - at);
+                handles.push(c.submit_trim(at, n as u32)?);
+                at += n;
+            }
+            let mut failed = None;
+            for h in handles {
+                if let Err(e) = c.wait(h)?.result {
+                    failed = failed.or(Some(e));
+                }
+            }
+            failed.map_or(Ok(true), Err)
+        })
+    }
+
     /// The export's URI (it names the server and the export).
     fn identity(&self) -> Option<crate::identity::BackingIdentity> {
         Some(crate::identity::BackingIdentity::nbd(&self.uri_text))

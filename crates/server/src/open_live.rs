@@ -98,6 +98,11 @@ pub struct LogGiven {
     pub compression: Option<Compression>,
     pub dedup: Option<f64>,
     pub picker: Option<String>,
+    /// Per-run reclamation settings (`--trim`, `--free-reserve`, `--reinsert-hits`; not
+    /// stored: `LogVolume::set_reclaim`), applied after the open when any is given.
+    pub trim: bool,
+    pub free_reserve: Option<f64>,
+    pub reinsert_hits: Option<u16>,
     /// The log-only flags given, as the user wrote them (`--layout log`, `--segment-size`,
     /// ...): the direct layout refuses them.
     pub flags: Vec<String>,
@@ -461,6 +466,30 @@ fn open_log(
         rep.dropped_clean_lines,
     ) {
         say(&l);
+    }
+    let g = &o.log;
+    if g.trim || g.free_reserve.is_some() || g.reinsert_hits.is_some() {
+        let reserve = g
+            .free_reserve
+            .unwrap_or(tiercache_engine::log::DEFAULT_FREE_RESERVE);
+        let hits = g.reinsert_hits.unwrap_or(0);
+        vol.set_reclaim(g.trim, reserve, hits)
+            .map_err(|e| format!("--trim/--free-reserve/--reinsert-hits on {name}: {e}"))?;
+        let kept = if g.trim {
+            tiercache_engine::LogConfig {
+                trim: true,
+                free_reserve: reserve,
+                ..vol.engine_config()
+            }
+            .reserve_segments()
+        } else {
+            0
+        };
+        say(&format!(
+            "reclamation: trim {}, free reserve {reserve} ({kept} segments kept free{}), reinsert hits {hits} (per run: `ctl set` changes them live)",
+            if g.trim { "on" } else { "off" },
+            if g.trim { " and trimmed ahead" } else { ": only with trim" },
+        ));
     }
     if let Some(m) = o.mode {
         // As in the direct layout: the mode given switches the volume (stored in the

@@ -147,6 +147,23 @@ pub const KEYS: &[(&str, &str, bool)] = &[
     ),
 ];
 
+/// Keys only the log layout has (`ctl get`/`ctl set` on a log volume; per run, not stored:
+/// a restart takes serve's flags), as `tiercache sim --layout log` takes them.
+pub const LOG_KEYS: &[(&str, &str)] = &[
+    (
+        "trim",
+        "on: a reclaimed segment's data area is discarded (TRIM) once it is durably empty",
+    ),
+    (
+        "free-reserve",
+        "with trim: share of the segments reclaimed, trimmed and kept free ahead of reuse (0..0.5)",
+    ),
+    (
+        "reinsert-hits",
+        "a clean extent read at least this often is put back when its segment is reclaimed (0 = off)",
+    ),
+];
+
 /// Keys of [`KEYS`] that belong to the volume's cleaner rather than the engine's settings
 /// (`ctl set` applies them through the volume); stored in the settings block since version 2.
 pub const CLEANER_KEYS: &[&str] = &[
@@ -167,12 +184,22 @@ pub fn key(k: &str) -> Result<&'static str, String> {
     KEYS.iter()
         .map(|x| x.0)
         .find(|x| *x == want)
-        .ok_or_else(|| {
-            format!(
-                "unknown setting {k:?}; known: {}",
-                KEYS.iter().map(|x| x.0).collect::<Vec<_>>().join(", ")
-            )
+        .ok_or_else(|| match LOG_KEYS.iter().find(|x| x.0 == want) {
+            Some((l, what)) => format!(
+                "{l} is a setting of the log layout only ({what}); this volume uses the direct layout"
+            ),
+            None => format!(
+                "unknown setting {k:?}; known: {} (log layout: {})",
+                KEYS.iter().map(|x| x.0).collect::<Vec<_>>().join(", "),
+                LOG_KEYS.iter().map(|x| x.0).collect::<Vec<_>>().join(", ")
+            ),
         })
+}
+
+/// A log-layout key ([`LOG_KEYS`]), canonical, if `k` names one.
+pub fn log_key(k: &str) -> Option<&'static str> {
+    let want = k.trim().to_ascii_lowercase().replace('_', "-");
+    LOG_KEYS.iter().map(|x| x.0).find(|x| *x == want)
 }
 
 /// A size as `ctl get` shows it (parseable again by `ctl set`): `0`, `256KiB`, `1MiB`.

@@ -144,6 +144,10 @@ struct Tally {
     dropped_differing: u64,
     bad_checksums: u64,
     duplicates: u64,
+    /// Log layout with reclamation settings: extents reinserted and segments discarded in
+    /// the uncrashed runs (the mechanism the points cover ran).
+    reinserted: u64,
+    discards: u64,
     /// Records unmapped ahead in batches (runs without a crash): the batched path ran.
     unmapped_ahead: u64,
     /// Chunk rewrites in the uncrashed runs (which count the events the points cover).
@@ -1347,7 +1351,14 @@ fn direct_failing_syncs_between_cleaning_steps_lose_nothing() {
 /// a time, some dropping the unsynced writes.
 #[test]
 fn log_crash_points_failing_syncs() {
-    check_sync_windows(&Log { syncs: true }, Mode::WriteThrough, 7500);
+    check_sync_windows(
+        &Log {
+            syncs: true,
+            reclaim: None,
+        },
+        Mode::WriteThrough,
+        7500,
+    );
 }
 
 // Shares of the budget: write-back gets the most (dirty data, write-backs, cleaning).
@@ -1417,9 +1428,24 @@ fn crash_points_pass_through() {
 struct Log {
     /// Windows of failing backing syncs in the workload ([`with_sync_failures`]).
     syncs: bool,
+    /// Reclamation settings (trim, free reserve, reinsert hits; `LogVolume::set_reclaim`),
+    /// set at every open: `None` = the defaults (no trim, no reinsertion).
+    reclaim: Option<(bool, f64, u16)>,
 }
 
-const LOG: Log = Log { syncs: false };
+const LOG: Log = Log {
+    syncs: false,
+    reclaim: None,
+};
+
+impl Log {
+    fn with_reclaim(&self, v: LogVolume) -> LogVolume {
+        if let Some((trim, reserve, hits)) = self.reclaim {
+            v.set_reclaim(trim, reserve, hits).unwrap();
+        }
+        v
+    }
+}
 
 const LS: u64 = 4096;
 const SEG: u64 = 4 * LS;
@@ -1450,10 +1476,16 @@ impl Layout for Log {
     type Watch = ();
 
     fn name(&self) -> String {
+        let r = match self.reclaim {
+            Some((trim, reserve, hits)) => {
+                format!(" (trim {trim}, free reserve {reserve}, reinsert hits {hits})")
+            }
+            None => String::new(),
+        };
         if self.syncs {
-            "log with failing backing syncs".into()
+            format!("log with failing backing syncs{r}")
         } else {
-            "log".into()
+            format!("log{r}")
         }
     }
     fn hot(&self) -> u64 {
@@ -1488,7 +1520,7 @@ impl Layout for Log {
         (f, JOURNAL_OFFSET..sb.geometry().seg_area)
     }
     fn open(&self, cache: Box<dyn BlockDev>, backing: Box<dyn BlockDev>) -> io::Result<LogVolume> {
-        LogVolume::open(cache, backing).map(|(v, _)| v)
+        LogVolume::open(cache, backing).map(|(v, _)| self.with_reclaim(v))
     }
     fn workload(&self, seed: u64) -> Vec<Act> {
         let mut r = rng(seed ^ 0x10c_c4a5);
@@ -1536,8 +1568,23 @@ impl Layout for Log {
             ))
         }
     }
-    fn uncrashed(&self, v: &LogVolume, seed: u64, what: &str, _t: &mut Tally) {
+    fn uncrashed(&self, v: &LogVolume, seed: u64, what: &str, t: &mut Tally) {
         v.check().unwrap();
+        let s = v.stats();
+        t.reinserted += s.engine.reinserted;
+        t.discards += s.live.discards;
+        assert_eq!(
+            s.live.discard_bytes, s.engine.ssd_bytes_trimmed,
+            "{what}: every segment the engine trimmed is discarded"
+        );
+        // Nothing damages the cache device in a run without a crash: an extent that does
+        // not verify was stored wrong (a clean one would be read from the backing device
+        // and hide it).
+        assert_eq!(
+            s.live.extent_crc_errors, 0,
+            "{what}: extents failed their checksum: {:?}",
+            s.live
+        );
         if seed.is_multiple_of(3) {
             let c = v.stats().live.checkpoints;
             assert!(
@@ -1548,11 +1595,12 @@ impl Layout for Log {
         }
     }
     fn reopen(&self, f: &Files, what: &str) -> (LogVolume, Self::Report) {
-        LogVolume::open(
+        let (v, rep) = LogVolume::open(
             Box::new(FileDev::open(&f.cache).unwrap()),
             Box::new(FileDev::open(&f.backing).unwrap()),
         )
-        .unwrap_or_else(|e| panic!("{what}: reopen failed: {e}"))
+        .unwrap_or_else(|e| panic!("{what}: reopen failed: {e}"));
+        (self.with_reclaim(v), rep)
     }
     fn reopened(
         &self,
@@ -1617,6 +1665,16 @@ impl Layout for Log {
             t.recovered_open_segments + sub.recovered_open_segments > 0,
             "{mode:?}: no crash left an open segment to recover; the test is not biting"
         );
+        if let Some((trim, _, hits)) = self.reclaim {
+            assert!(
+                !trim || t.discards + sub.discards > 0,
+                "{mode:?}: no segment discarded; the test is not biting"
+            );
+            assert!(
+                hits == 0 || t.reinserted + sub.reinserted > 0,
+                "{mode:?}: no extent reinserted; the test is not biting"
+            );
+        }
     }
 }
 
@@ -1638,6 +1696,34 @@ fn log_crash_points_write_back() {
 #[test]
 fn log_crash_points_write_through() {
     check_mode(&LOG, Mode::WriteThrough, 0.5);
+}
+
+/// Live `--reinsert-hits` (write-through: every line's value is on the backing device, so a
+/// reinserted extent that outlived a newer write would show as a differing byte).
+#[test]
+fn log_crash_points_write_through_reinsertion() {
+    let l = Log {
+        syncs: false,
+        reclaim: Some((false, 0.0, 1)),
+    };
+    check_mode(&l, Mode::WriteThrough, 0.5);
+}
+
+/// Live `--trim --free-reserve` in write-back (victims reclaimed ahead, written back,
+/// emptied and discarded: discards are events of the crash device, zeros on it) and trim
+/// with reinsertion in write-through (the segment discarded, then refilled).
+#[test]
+fn log_crash_points_trim() {
+    let ahead = Log {
+        syncs: false,
+        reclaim: Some((true, 0.2, 0)),
+    };
+    check_mode(&ahead, Mode::WriteBack, 0.5);
+    let reuse = Log {
+        syncs: false,
+        reclaim: Some((true, 0.0, 1)),
+    };
+    check_mode(&reuse, Mode::WriteThrough, 0.3);
 }
 
 /// The wrapper itself: events are numbered, the crash point fails, later calls fail, and

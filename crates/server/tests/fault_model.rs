@@ -379,6 +379,9 @@ struct Cfg {
     /// Log layout: compression and the dedup index share (direct: unused).
     compression: Compression,
     dedup: f64,
+    /// Log layout: reclamation settings (trim, free reserve, reinsert hits;
+    /// `LogVolume::set_reclaim`) set at every open, `None` = the defaults.
+    reclaim: Option<(bool, f64, u16)>,
 }
 
 /// The volume (in an `Arc`: the background thread, [`Rig::start_bg`], shares it).
@@ -543,7 +546,12 @@ impl Rig {
         };
         let v = match open_volume(Box::new(c), Box::new(b), &o).map_err(|e| e.to_string())? {
             Opened::Direct(v, _) => Vol::D(Arc::from(v)),
-            Opened::Log(v, _) => Vol::L(Arc::from(v)),
+            Opened::Log(v, _) => {
+                if let Some((trim, reserve, hits)) = cfg.reclaim {
+                    v.set_reclaim(trim, reserve, hits).unwrap();
+                }
+                Vol::L(Arc::from(v))
+            }
         };
         v.live().set_max_cache_errors(cfg.max_cache_errors);
         self.vol = Some(v);
@@ -655,7 +663,10 @@ impl Run {
             "seed {} ({:?} {:?}, data checksums {}, {} validity, max cache errors {}{}): {what}\nlast ops (newest first):\n",
             self.seed, self.cfg.layout, self.cfg.mode, self.cfg.sums, self.cfg.validity.as_str(), self.cfg.max_cache_errors,
             if self.cfg.layout == Layout::Log {
-                format!(", {:?}, dedup {}", self.cfg.compression, self.cfg.dedup)
+                format!(
+                    ", {:?}, dedup {}, reclaim (trim, free reserve, reinsert hits) {:?}",
+                    self.cfg.compression, self.cfg.dedup, self.cfg.reclaim
+                )
             } else {
                 String::new()
             }
@@ -1446,6 +1457,14 @@ fn cfg_for(seed: u64, ops: usize) -> Cfg {
         ops,
         compression: [Compression::Lz4, Compression::Zstd(1), Compression::None][r.gen_range(0..3)],
         dedup: if r.gen_bool(0.5) { 0.5 } else { 0.0 },
+        // Half the log seeds (odd), drawing nothing from the stream: a trimmed free reserve
+        // (victims reclaimed ahead, written back, discarded) or reinsertion (with trim on
+        // every other time: the segment discarded, then refilled).
+        reclaim: match seed % 8 {
+            3 => Some((true, 0.2, 0)),
+            7 => Some((seed % 16 == 15, 0.0, 1)),
+            _ => None,
+        },
     }
 }
 

@@ -356,7 +356,8 @@ impl Inner {
         if steps != 0 {
             return Err(io_err("admission after reserve planned device steps"));
         }
-        self.record_new(line, &p, data)
+        self.record_new(line, &p, data)?;
+        self.keep_free_reserve()
     }
 
     /// Writes one whole line (`pre`: reduced already, before the lock was taken). `first`:
@@ -447,6 +448,9 @@ impl Inner {
             self.hdd_unsynced.remove(&line);
             self.unmap(line)?;
             return Err(backing_fault(e));
+        }
+        if !bypass {
+            self.keep_free_reserve()?;
         }
         Ok(())
     }

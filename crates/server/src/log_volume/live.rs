@@ -37,7 +37,11 @@ pub(super) fn live_since(a: &LogLiveCounters, b: &LogLiveCounters) -> LogLiveCou
         unlocked_reads,
         unlocked_read_retries,
         backing_sync_errors,
-        backing_resync_lines
+        backing_resync_lines,
+        discards,
+        discard_bytes,
+        discards_unsupported,
+        discard_errors
     )
 }
 
@@ -45,10 +49,10 @@ pub(super) fn live_since(a: &LogLiveCounters, b: &LogLiveCounters) -> LogLiveCou
 fn not_log(k: &str) -> String {
     match k {
         "line-size" | "policy" | "validity" => format!(
-            "{k} is fixed when the log layout is formatted (`tiercache format --force --layout log`, discards the cache); the log layout changes live: mode"
+            "{k} is fixed when the log layout is formatted (`tiercache format --force --layout log`, discards the cache); the log layout changes live: mode, ram-cache, trim, free-reserve, reinsert-hits"
         ),
         _ => format!(
-            "{k} does not apply to the log layout (it admits every missed line and writes dirty lines back when their segment is reclaimed); the log layout changes live: mode, ram-cache"
+            "{k} does not apply to the log layout (it admits every missed line and writes dirty lines back when their segment is reclaimed); the log layout changes live: mode, ram-cache, trim, free-reserve, reinsert-hits"
         ),
     }
 }
@@ -106,17 +110,89 @@ impl LogVolume {
         } else {
             g.sb.mode
         };
+        let c = g.eng.config();
         vec![
             ("mode", mode.as_str().to_string()),
             ("policy", g.sb.picker.clone()),
             ("line-size", tuning::size_str(g.sb.line_size)),
             ("ram-cache", self.ram_size_setting()),
+            ("trim", if c.trim { "on" } else { "off" }.to_string()),
+            ("free-reserve", c.free_reserve.to_string()),
+            ("reinsert-hits", c.reinsert_hits.to_string()),
         ]
+    }
+
+    /// The reclamation settings (`--trim`, `--free-reserve`, `--reinsert-hits`; see
+    /// [`LogConfig`]), changed on the running volume, validated as `tiercache sim --layout
+    /// log` validates them (a trimmed free reserve and reinsertion exclude each other).
+    /// Per run: a restart takes serve's flags. A larger reserve fills as segments open.
+    pub fn set_reclaim(
+        &self,
+        trim: bool,
+        free_reserve: f64,
+        reinsert_hits: u16,
+    ) -> Result<(), String> {
+        let mut g = self.lock();
+        g.check_open().map_err(|e| e.to_string())?;
+        g.eng
+            .set_reclaim(trim, free_reserve, reinsert_hits)
+            .map_err(|e| e.to_string())
+    }
+
+    /// The engine's configuration now (reclamation settings included).
+    pub fn engine_config(&self) -> LogConfig {
+        self.lock().eng.config().clone()
+    }
+
+    /// `ctl set` of a [`tuning::LOG_KEYS`] key.
+    fn set_log_key(&self, k: &str, value: &str) -> Result<(), String> {
+        let c = self.lock().eng.config().clone();
+        let (mut trim, mut reserve, mut hits) = (c.trim, c.free_reserve, c.reinsert_hits);
+        let v = value.trim();
+        match k {
+            "trim" => {
+                trim = match v.to_ascii_lowercase().as_str() {
+                    "on" | "true" | "1" | "yes" => true,
+                    "off" | "false" | "0" | "no" => false,
+                    _ => return Err(format!("trim {value:?}: give on or off")),
+                }
+            }
+            "free-reserve" => {
+                reserve = v.parse().map_err(|_| {
+                    format!("free-reserve {value:?}: give a share of the segments, 0..0.5")
+                })?
+            }
+            "reinsert-hits" => {
+                hits = v.parse().map_err(|_| {
+                    format!("reinsert-hits {value:?}: give a number of hits, 0 (off)..65535")
+                })?
+            }
+            _ => unreachable!("a log key"),
+        }
+        self.set_reclaim(trim, reserve, hits)
+            .map_err(|e| format!("{k} {value:?}: {e}"))
     }
 
     /// `ctl set KEY VALUE`: `mode` changes live (stored in the superblock); every other key
     /// is refused with the reason. Returns (old, new).
     pub fn set_setting(&self, key: &str, value: &str) -> Result<(String, String), String> {
+        if let Some(k) = tuning::log_key(key) {
+            let get = |v: &LogVolume| {
+                v.settings()
+                    .into_iter()
+                    .find(|x| x.0 == k)
+                    .map(|x| x.1)
+                    .unwrap_or_default()
+            };
+            let old = get(self);
+            self.set_log_key(k, value)?;
+            let new = get(self);
+            self.metrics
+                .settings_changes
+                .fetch_add(1, Ordering::Relaxed);
+            tracing::info!(target: tuning::LOG_TARGET, "setting {k}: {old} -> {new}");
+            return Ok((old, new));
+        }
         let k = tuning::key(key)?;
         if k == "ram-cache" {
             return self.set_ram_size(value);

@@ -349,6 +349,12 @@ pub struct LogLiveCounters {
     /// lines then written to the backing device again from the cache before the next sync.
     pub backing_sync_errors: u64,
     pub backing_resync_lines: u64,
+    /// Reclaimed segments' data areas discarded (`--trim`), their bytes, discards the cache
+    /// device cannot do (left untrimmed) and discards that failed (also left untrimmed).
+    pub discards: u64,
+    pub discard_bytes: u64,
+    pub discards_unsupported: u64,
+    pub discard_errors: u64,
 }
 
 /// `ctl stats` of a log volume.

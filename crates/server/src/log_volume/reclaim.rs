@@ -65,8 +65,24 @@ impl Inner {
                 }
             }
         }
+        // Reinsertion (`--reinsert-hits`): the victim's hot clean extents, read and verified
+        // before the engine reclaims it (one that does not verify is evicted instead).
+        let hot = match victim {
+            Some(v) => self.read_reinserted(v, dirty),
+            None => Vec::new(),
+        };
         let steps = self.eng.reserve_end(dirty, victim).steps.clone();
         let reclaimed = self.eng.counters().segments_reclaimed > reclaimed0;
+        let trimmed = steps.iter().any(|st| matches!(st, Step::TrimSsd { .. }));
+        let reads = steps
+            .iter()
+            .filter(|st| matches!(st, Step::ReadSsd { .. }))
+            .count();
+        assert_eq!(
+            reads,
+            hot.len(),
+            "the reclamation reinserts exactly the extents read ahead"
+        );
         let seg_size = self.sb.segment_size;
         // Only when this reserve seals the open segment (once per segment, not per line:
         // the scan is O(extents)). Liveness of its extents is the same before and after the
@@ -122,7 +138,9 @@ impl Inner {
                     }
                     written_back.push(hdd / self.ls());
                 }
-                Step::TrimSsd { .. } => {}
+                // Done after the reclamation: the data area is discarded once the empty
+                // header is durable; the reinserted extents were read above.
+                Step::TrimSsd { .. } | Step::ReadSsd { .. } => {}
                 s => return Err(io_err(format!("unexpected step {s:?} in a reserve plan"))),
             }
         }
@@ -151,6 +169,177 @@ impl Inner {
             m.dead.clear();
             m.durable = 0;
             m.durable_fill = 0;
+        }
+        if reclaimed {
+            if trimmed {
+                self.discard_data(now);
+            }
+            self.place_reinserted(now, hot)?;
+        }
+        Ok(())
+    }
+
+    /// The extents the reclamation of `v` will reinsert ([`LogEngine::reinsert_candidates`])
+    /// with their stored bytes, read from the cache device and verified now (the segment's
+    /// data area is overwritten only after the reclamation). One that fails to read or
+    /// verify is forgotten by the engine: evicted, not reinserted (a clean line: the
+    /// backing device has it; its drop is recorded by the reclamation).
+    fn read_reinserted(&mut self, v: u32, dirty: bool) -> Vec<(Ext, Vec<u8>)> {
+        let mut read: HashMap<u64, (Ext, Vec<u8>)> = HashMap::new();
+        loop {
+            // Forgetting one candidate may make room for another: until all verify.
+            let cands = self.eng.reinsert_candidates(v, dirty);
+            let mut forgot = false;
+            for &(key, off, len) in &cands {
+                if read.contains_key(&key) {
+                    continue;
+                }
+                let ext = self.segs[v as usize]
+                    .ext_at(off)
+                    .copied()
+                    .filter(|e| e.key == key && e.len == len && !e.dirty);
+                match ext {
+                    Some(e) if matches!(self.load_stored(v, &e), Ok(true)) => {
+                        read.insert(key, (e, self.stored.clone()));
+                    }
+                    _ => {
+                        self.live.extent_crc_errors += 1;
+                        let (vol, line) = LogEngine::key_line(key);
+                        tracing::warn!(
+                            "segment {v} offset {off}: clean extent of line {line} not reinserted: it does not read back or verify"
+                        );
+                        self.eng.forget(vol, line);
+                        forgot = true;
+                    }
+                }
+            }
+            if !forgot {
+                return cands
+                    .iter()
+                    .map(|c| read.remove(&c.0).expect("read above"))
+                    .collect();
+            }
+        }
+    }
+
+    /// Puts the extents read by [`Inner::read_reinserted`] into the buffer of `now` (just
+    /// reclaimed and open again) where the engine placed them: new extents of the open
+    /// segment, described by base records at the next commit (newer than the drops the
+    /// reclamation recorded for them).
+    fn place_reinserted(&mut self, now: u32, hot: Vec<(Ext, Vec<u8>)>) -> io::Result<()> {
+        for (old, bytes) in hot {
+            let (vol, line) = LogEngine::key_line(old.key);
+            let info = self
+                .eng
+                .locate(vol, line)
+                .filter(|i| i.seg == now && i.open && !i.dup && !i.dirty)
+                .ok_or_else(|| {
+                    io_err(format!(
+                        "line {line}: reinserted by the engine but not in segment {now}"
+                    ))
+                })?;
+            assert_eq!(
+                info.len as usize,
+                bytes.len(),
+                "a reinserted extent keeps its length"
+            );
+            let buf = self
+                .bufs
+                .get_mut(&now)
+                .ok_or_else(|| io_err("no buffer for the open segment"))?;
+            buf[info.off as usize..(info.off + info.len) as usize].copy_from_slice(&bytes);
+            let seq = self.next_seq();
+            let m = &mut self.segs[now as usize];
+            debug_assert_eq!(m.fill(), info.off, "extents stay contiguous");
+            m.exts.push(Ext {
+                off: info.off,
+                live: true,
+                seq,
+                ..old
+            });
+        }
+        Ok(())
+    }
+
+    /// Discards (TRIM) the data area of segment `v`, reclaimed and durably empty (its empty
+    /// header of the next generation is synced): nothing durable refers to those bytes.
+    /// Advisory: a device that cannot discard is left as it is; an error is counted and
+    /// logged, never fails the request (no acknowledged state depends on it).
+    fn discard_data(&mut self, v: u32) {
+        let (at, len) = (self.geo.data_offset(v), self.sb.segment_size);
+        match self.cache.discard(at, len) {
+            Ok(true) => {
+                self.live.discards += 1;
+                self.live.discard_bytes += len;
+            }
+            Ok(false) => self.live.discards_unsupported += 1,
+            Err(e) => {
+                self.live.discard_errors += 1;
+                if self.live.discard_errors == 1 {
+                    tracing::warn!(
+                        "cache device: discard of segment {v} (bytes {at}..{}) failed: {e}; reclaimed segments are left untrimmed when it fails (counted in discard_errors)",
+                        at + len
+                    );
+                }
+            }
+        }
+    }
+
+    /// Keeps the trimmed free reserve (`--trim --free-reserve`): reclaims the picker's
+    /// victims ahead, each written back (rule 8), made durably empty and discarded, until the
+    /// reserve's segments are free. Runs after a line's own bookkeeping (as the simulator
+    /// evicts ahead inside its append). While the backing device fails write-backs (or a
+    /// victim holds a damaged dirty extent), it stops: the reserve is a performance aid, and
+    /// the request that got here has succeeded.
+    pub(super) fn keep_free_reserve(&mut self) -> io::Result<()> {
+        while let Some(v) = self.eng.evict_ahead_victim() {
+            if self.hdd_dirty {
+                // Rule 2 before the engine changes anything (as in `reserve`): the
+                // reclamation's commit then finds the backing device synced. While its syncs
+                // fail (or before their backoff has passed), the reserve waits.
+                if let Err(e) = self
+                    .sync_backoff()
+                    .and_then(|()| self.backing_sync_if_dirty())
+                {
+                    if matches!(fault_of(&e), Some(Fault::Backing(_))) {
+                        tracing::debug!("free reserve not refilled: {e}");
+                        return Ok(());
+                    }
+                    return Err(e);
+                }
+            }
+            let wbs = self.eng.reclaim_write_backs(v);
+            if !wbs.is_empty() {
+                match self.write_back_first(&wbs) {
+                    Ok(()) => {}
+                    Err(e)
+                        if matches!(fault_of(&e), Some(Fault::Backing(_)))
+                            || e.kind() == io::ErrorKind::InvalidData =>
+                    {
+                        tracing::debug!("free reserve not refilled: {e}");
+                        return Ok(());
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+            let steps = self.eng.evict_ahead_one(v).steps.clone();
+            let ls = self.ls();
+            let written_back: Vec<u64> = steps
+                .iter()
+                .filter_map(|st| match *st {
+                    Step::WriteBack { hdd, .. } => Some(hdd / ls),
+                    _ => None,
+                })
+                .collect();
+            assert_eq!(
+                written_back.len(),
+                wbs.len(),
+                "segment {v} reclaimed ahead: its write-backs ran first"
+            );
+            self.reclaim(v, &written_back).map_err(Self::mid_plan)?;
+            if steps.iter().any(|st| matches!(st, Step::TrimSsd { .. })) {
+                self.discard_data(v);
+            }
         }
         Ok(())
     }
@@ -265,8 +454,17 @@ impl Inner {
         dirty
     }
 
-    /// Finishes reclaiming `v` (its write-backs done): drops for the lines it unmapped, a
-    /// commit, then the empty header of the next generation.
+    /// Finishes reclaiming `v` (its write-backs done): drops for the lines it unmapped or
+    /// reinserted, a commit, then the empty header of the next generation.
+    ///
+    /// A reinserted line (now in `v`'s next generation, not described until the next
+    /// commit) gets a drop too: its old extent's header entry goes away with the empty
+    /// header, so until the next commit the line's newest durable event must still unmap
+    /// it. Every path that made the old extent current already left an event newer than any
+    /// older extent of the line (rules 3, 6 and 7; the crash points with reinsertion pass
+    /// without this drop too), so this is defence in depth that keeps the argument local:
+    /// one record per reinserted extent. The reinserted extent's base record, newer than
+    /// the drop, maps the line again at the next commit.
     fn reclaim(&mut self, v: u32, written_back: &[u64]) -> io::Result<()> {
         let keys: Vec<u64> = self.segs[v as usize]
             .exts
@@ -276,7 +474,7 @@ impl Inner {
             .collect();
         for k in keys {
             let (vol, l) = LogEngine::key_line(k);
-            if self.eng.locate(vol, l).is_none() {
+            if self.eng.locate(vol, l).is_none_or(|i| i.seg == v) {
                 let seq = self.next_seq();
                 self.pending.push(Rec::Drop { key: k, seq });
             }

@@ -1,0 +1,212 @@
+//! The log layout's reclamation settings live (theme 2: what `sim --layout log` takes works
+//! live): `serve --trim --free-reserve` discards reclaimed segments on the cache device and
+//! keeps the reserve free (holes in a cache file), `--reinsert-hits` puts hot clean extents
+//! back; `ctl get`/`ctl set` change each on the running volume, refusing the combination the
+//! simulator refuses; the settings are per run; every byte reads back, also after kill -9.
+//! (Live = sim counter for counter with these flags: `serve_e2e.rs`; crash points:
+//! `crates/server/tests/crash_points.rs` `log_crash_points_trim`, `..._reinsertion`.)
+
+mod common;
+
+use common::{Srv, BIN};
+use std::os::unix::fs::MetadataExt;
+use std::process::Command;
+use tiercache_nbd::Client;
+
+const LINE: u64 = 4096;
+const VOL: u64 = 32 << 20;
+
+/// Line `l`'s bytes at version `v` (incompressible, distinct per line and version).
+fn line_bytes(l: u64, v: u64) -> Vec<u8> {
+    let mut x = (l << 20 | v).wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    (0..LINE)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+fn ctl_out(srv: &Srv, args: &[&str]) -> std::process::Output {
+    Command::new(BIN)
+        .arg("ctl")
+        .arg("--control")
+        .arg(&srv.ctl)
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn get(srv: &Srv, k: &str) -> String {
+    srv.ctl(&["get", k])
+}
+
+fn read_all(uri: &str) -> Vec<u8> {
+    let mut c = Client::connect(uri).unwrap();
+    let mut buf = vec![0u8; VOL as usize];
+    for (i, chunk) in buf.chunks_mut(1 << 20).enumerate() {
+        c.read(i as u64 * (1 << 20), chunk).unwrap();
+    }
+    buf
+}
+
+#[test]
+fn trim_free_reserve_and_reinsertion_work_live_and_keep_every_byte() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::File::create(d.join("backing.img"))
+        .unwrap()
+        .set_len(VOL)
+        .unwrap();
+    let mut model = vec![0u8; VOL as usize];
+    let srv = Srv::start(
+        d,
+        &[
+            "--layout",
+            "log",
+            "--segment-size",
+            "256k",
+            "--picker",
+            "fifo",
+            "--mode",
+            "write-back",
+            "--trim",
+            "--free-reserve",
+            "0.2",
+        ],
+    );
+    assert!(get(&srv, "trim").contains("on"), "{}", get(&srv, "trim"));
+    assert!(get(&srv, "free-reserve").contains("0.2"));
+    assert!(get(&srv, "reinsert-hits").contains('0'));
+    // 1. Write-back churn: 3 passes over 16 MiB (twice the cache) reclaim every segment,
+    //    ahead of need, writing dirty data back; each reclaimed segment is discarded.
+    let mut c = Client::connect(&srv.uri()).unwrap();
+    let mut version = 0;
+    for pass in 0..3u64 {
+        for l in 0..(16 << 20) / LINE {
+            let l = (l * 7 + pass) % ((16 << 20) / LINE);
+            version += 1;
+            let b = line_bytes(l, version);
+            c.write(l * LINE, &b).unwrap();
+            model[(l * LINE) as usize..((l + 1) * LINE) as usize].copy_from_slice(&b);
+        }
+        c.flush().unwrap();
+    }
+    let s = srv.stats();
+    let (eng, live) = (&s["log"]["engine"], &s["log"]["live"]);
+    let trimmed = eng["ssd_bytes_trimmed"].as_u64().unwrap();
+    assert!(
+        live["discards"].as_u64().unwrap() > 10 && live["discard_bytes"].as_u64() == Some(trimmed),
+        "every segment reclaimed ahead is discarded: {live}"
+    );
+    assert!(eng["dirty_write_backs"].as_u64().unwrap() > 0, "{eng}");
+    // The free reserve is holes in the cache file: its allocated bytes stay below its size
+    // by at least the reserve's segments.
+    let segments = s["log"]["segments"].as_u64().unwrap();
+    let reserve = ((0.2 * segments as f64).ceil() as u64).min(segments - 3);
+    let meta = std::fs::metadata(d.join("cache.img")).unwrap();
+    assert!(
+        meta.blocks() * 512 + reserve * (256 << 10) <= meta.len(),
+        "cache file of {} bytes has {} allocated: the {reserve} free segments are not discarded",
+        meta.len(),
+        meta.blocks() * 512
+    );
+    assert_eq!(
+        read_all(&srv.uri()),
+        model,
+        "bytes read back after trimming"
+    );
+
+    // 2. Live changes: reinsertion refused while a trimmed reserve is kept (the simulator
+    //    refuses it too), accepted without the reserve; then hot clean lines come back.
+    let o = ctl_out(&srv, &["set", "reinsert-hits", "2"]);
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success() && e.contains("free reserve"),
+        "reinsertion with a trimmed free reserve: {e}"
+    );
+    srv.ctl(&["set", "free-reserve", "0"]);
+    srv.ctl(&["set", "reinsert-hits", "2"]);
+    assert!(get(&srv, "reinsert-hits").contains('2'));
+    assert!(get(&srv, "free-reserve").contains('0'));
+    let o = ctl_out(&srv, &["set", "trim", "maybe"]);
+    assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("on or off"));
+    // Reads: a hot set of 32 lines read again and again between batches of cold read
+    //    misses (the clean stream, whose reclamations reinsert).
+    let before = srv.stats()["log"]["engine"]["reinserted"].as_u64().unwrap();
+    let mut buf = vec![0u8; LINE as usize];
+    for round in 0..40u64 {
+        for h in 0..32 {
+            let l = (20 << 20) / LINE + h;
+            c.read(l * LINE, &mut buf).unwrap();
+            assert_eq!(buf, model[(l * LINE) as usize..((l + 1) * LINE) as usize]);
+        }
+        for k in 0..64 {
+            let l = (16 << 20) / LINE + (round * 64 + k) % ((16 << 20) / LINE);
+            c.read(l * LINE, &mut buf).unwrap();
+        }
+    }
+    let s = srv.stats();
+    let reinserted = s["log"]["engine"]["reinserted"].as_u64().unwrap() - before;
+    assert!(
+        reinserted > 0,
+        "no hot extent reinserted: {}",
+        s["log"]["engine"]
+    );
+    assert_eq!(s["log"]["live"]["extent_crc_errors"].as_u64(), Some(0));
+    c.flush().unwrap();
+    drop(c);
+    assert_eq!(
+        read_all(&srv.uri()),
+        model,
+        "bytes read back after reinsertion"
+    );
+
+    // 3. A crash, then a restart without the flags: per run, they are off again; every
+    //    byte flushed reads back.
+    srv.kill9();
+    let srv = Srv::start(
+        d,
+        &[
+            "--layout",
+            "log",
+            "--segment-size",
+            "256k",
+            "--picker",
+            "fifo",
+        ],
+    );
+    assert!(get(&srv, "trim").contains("off"));
+    assert!(get(&srv, "reinsert-hits").contains('0'));
+    assert_eq!(read_all(&srv.uri()), model, "bytes read back after kill -9");
+    srv.stop("-TERM");
+}
+
+/// A log-only setting on a direct-layout volume is refused by name, with why.
+#[test]
+fn direct_volume_refuses_the_log_reclamation_settings() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::File::create(d.join("backing.img"))
+        .unwrap()
+        .set_len(8 << 20)
+        .unwrap();
+    let srv = Srv::start(d, &[]);
+    for (k, v) in [
+        ("trim", "on"),
+        ("free-reserve", "0.1"),
+        ("reinsert-hits", "2"),
+    ] {
+        for args in [&["set", k, v][..], &["get", k]] {
+            let o = ctl_out(&srv, args);
+            let e = String::from_utf8_lossy(&o.stderr);
+            assert!(
+                !o.status.success() && e.contains(k) && e.contains("log layout only"),
+                "ctl {args:?} on a direct volume: {e}"
+            );
+        }
+    }
+    srv.stop("-TERM");
+}
