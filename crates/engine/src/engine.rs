@@ -4034,6 +4034,51 @@ impl AgeCtx<'_> {
         const AHEAD: usize = 16;
         let mut threaded = 0u32;
         let reads = policy.insert_reads_access();
+        if !reads {
+            // The restored slots in age order (each once): `age` itself unless it holds a
+            // slot to skip, then a copy without those.
+            let mut kept: Option<Vec<Slot>> = None;
+            for (i, &slot) in age.iter().enumerate() {
+                let (w, b) = (slot as usize / 64, 1u64 << (slot % 64));
+                if unthreaded.get(w).is_some_and(|&x| x & b != 0) {
+                    unthreaded[w] &= !b;
+                    threaded += 1;
+                    if let Some(k) = &mut kept {
+                        k.push(slot);
+                    }
+                } else if kept.is_none() {
+                    let mut k = Vec::with_capacity(self.len as usize);
+                    k.extend_from_slice(&age[..i]);
+                    kept = Some(k);
+                }
+            }
+            assert_eq!(
+                threaded, self.len,
+                "restore_age: a restored line is missing from the age order"
+            );
+            let order = kept.as_deref().unwrap_or(age);
+            // The policy's links (or ring) written in one pass where it can; else one
+            // `insert` each.
+            if !policy.insert_all(order) {
+                for (i, &slot) in order.iter().enumerate() {
+                    if let Some(&s) = order.get(i + AHEAD) {
+                        policy.prefetch(s);
+                    }
+                    let a = Access {
+                        key: EMPTY,
+                        seq: *seq,
+                        next_use: NEVER,
+                        is_write: false,
+                        class: 0,
+                    };
+                    *seq += 1;
+                    policy.insert(slot, &a);
+                }
+            } else {
+                *seq += order.len() as u64;
+            }
+            return;
+        }
         for (i, &slot) in age.iter().enumerate() {
             if let Some(&s) = age.get(i + AHEAD) {
                 if s < self.cap {
