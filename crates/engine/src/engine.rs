@@ -3817,6 +3817,18 @@ impl Engine {
     /// The second half of [`Engine::restore_sorted`]: threads the lines restored by
     /// [`Engine::restore_slots`] into the policy, `age` oldest first.
     pub fn restore_age(&mut self, pending: RestorePending, age: &[Slot]) {
+        self.restore_age_in(pending, age, &mut Vec::new())
+    }
+
+    /// [`Engine::restore_age`] with a buffer the caller lends (its contents overwritten):
+    /// the index build's transient entries go there where it holds one `u64` per restored
+    /// line already (a restart's sort buffer), not into fresh memory.
+    pub fn restore_age_in(
+        &mut self,
+        pending: RestorePending,
+        age: &[Slot],
+        scratch: &mut Vec<u64>,
+    ) {
         let RestorePending {
             mut unthreaded,
             build_index,
@@ -3837,7 +3849,7 @@ impl Engine {
         let threads = if build_index > 1 { build_index - 1 } else { 1 };
         let (map, policy, seq) = (&mut self.map, &mut self.policy, &mut self.seq);
         std::thread::scope(|sc| {
-            let built = sc.spawn(|| map.build(ctx.keys, &present, threads));
+            let built = sc.spawn(|| map.build_in(ctx.keys, &present, threads, scratch));
             ctx.thread(&mut **policy, seq, &mut unthreaded, age);
             built
                 .join()

@@ -880,9 +880,10 @@ impl CacheVolume {
         );
         // Every line of `take` was restored or refused: these count the restored ones.
         let (mut restored, mut restored_dirty) = (engine.len(), engine.dirty_lines());
-        drop(scratch);
         lap.lap("age order | engine slots");
-        engine.restore_age(pending, bulk::low_halves(&mut order));
+        // The sort buffer (one `u64` per candidate) lent to the index build: no fresh pages.
+        engine.restore_age_in(pending, bulk::low_halves(&mut order), &mut scratch);
+        drop(scratch);
         drop(order);
         // Failed pool members: their records read as empty (nothing was restored there);
         // the engine places nothing on them.
