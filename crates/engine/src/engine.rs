@@ -3817,6 +3817,18 @@ impl Engine {
     /// The second half of [`Engine::restore_sorted`]: threads the lines restored by
     /// [`Engine::restore_slots`] into the policy, `age` oldest first.
     pub fn restore_age(&mut self, pending: RestorePending, age: &[Slot]) {
+        self.restore_age_in(pending, age, &mut Vec::new())
+    }
+
+    /// [`Engine::restore_age`] with a buffer the caller lends (its contents overwritten):
+    /// the index build's transient entries go there where it holds one `u64` per restored
+    /// line already (a restart's sort buffer), not into fresh memory.
+    pub fn restore_age_in(
+        &mut self,
+        pending: RestorePending,
+        age: &[Slot],
+        scratch: &mut Vec<u64>,
+    ) {
         let RestorePending {
             mut unthreaded,
             build_index,
@@ -3837,7 +3849,7 @@ impl Engine {
         let threads = if build_index > 1 { build_index - 1 } else { 1 };
         let (map, policy, seq) = (&mut self.map, &mut self.policy, &mut self.seq);
         std::thread::scope(|sc| {
-            let built = sc.spawn(|| map.build(ctx.keys, &present, threads));
+            let built = sc.spawn(|| map.build_in(ctx.keys, &present, threads, scratch));
             ctx.thread(&mut **policy, seq, &mut unthreaded, age);
             built
                 .join()
@@ -4034,6 +4046,51 @@ impl AgeCtx<'_> {
         const AHEAD: usize = 16;
         let mut threaded = 0u32;
         let reads = policy.insert_reads_access();
+        if !reads {
+            // The restored slots in age order (each once): `age` itself unless it holds a
+            // slot to skip, then a copy without those.
+            let mut kept: Option<Vec<Slot>> = None;
+            for (i, &slot) in age.iter().enumerate() {
+                let (w, b) = (slot as usize / 64, 1u64 << (slot % 64));
+                if unthreaded.get(w).is_some_and(|&x| x & b != 0) {
+                    unthreaded[w] &= !b;
+                    threaded += 1;
+                    if let Some(k) = &mut kept {
+                        k.push(slot);
+                    }
+                } else if kept.is_none() {
+                    let mut k = Vec::with_capacity(self.len as usize);
+                    k.extend_from_slice(&age[..i]);
+                    kept = Some(k);
+                }
+            }
+            assert_eq!(
+                threaded, self.len,
+                "restore_age: a restored line is missing from the age order"
+            );
+            let order = kept.as_deref().unwrap_or(age);
+            // The policy's links (or ring) written in one pass where it can; else one
+            // `insert` each.
+            if !policy.insert_all(order) {
+                for (i, &slot) in order.iter().enumerate() {
+                    if let Some(&s) = order.get(i + AHEAD) {
+                        policy.prefetch(s);
+                    }
+                    let a = Access {
+                        key: EMPTY,
+                        seq: *seq,
+                        next_use: NEVER,
+                        is_write: false,
+                        class: 0,
+                    };
+                    *seq += 1;
+                    policy.insert(slot, &a);
+                }
+            } else {
+                *seq += order.len() as u64;
+            }
+            return;
+        }
         for (i, &slot) in age.iter().enumerate() {
             if let Some(&s) = age.get(i + AHEAD) {
                 if s < self.cap {

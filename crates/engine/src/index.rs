@@ -214,14 +214,15 @@ fn present_slots(present: &[u64], words: std::ops::Range<usize>) -> impl Iterato
 }
 
 /// Links the slots of one bucket range: `heads` the range's chain heads (all NIL),
-/// `entries` the range's slots ascending, each as `bucket_in_range << 32 | slot`; `out[i]`
-/// receives the next link of `entries[i]`. The chains are those of inserting in slot order:
-/// a slot's next is the previous slot of its bucket, the head is the bucket's last slot.
-/// Every access is sequential or inside the range's heads.
-fn link_range(heads: &mut [u32], entries: &[u64], out: &mut [u32]) {
-    for (&e, o) in entries.iter().zip(out.iter_mut()) {
-        let (b, s) = ((e >> 32) as usize, e as u32);
-        *o = heads[b];
+/// `entries` the range's slots ascending, each as `bucket_in_range << 32 | slot`, rewritten
+/// in place as `next << 32 | slot` (the bucket is not needed after: no second buffer). The
+/// chains are those of inserting in slot order: a slot's next is the previous slot of its
+/// bucket, the head is the bucket's last slot. Every access is sequential or inside the
+/// range's heads.
+fn link_range(heads: &mut [u32], entries: &mut [u64]) {
+    for e in entries.iter_mut() {
+        let (b, s) = ((*e >> 32) as usize, *e as u32);
+        *e = (heads[b] as u64) << 32 | s as u64;
         heads[b] = s;
     }
 }
@@ -240,8 +241,22 @@ impl LineIndex {
     /// slots within a range); 3. each range linked with its heads in the CPU cache
     /// (`link_range`, into a buffer parallel to the groups); 4. the links copied to their
     /// slots block by block ([`BLOCK_SLOTS`]), each block taking every range's next entries.
-    /// Transient memory: 12 B per line.
+    /// Transient memory: 8 B per line.
     pub fn build<K: KeyAt + Sync + ?Sized>(&mut self, keys: &K, present: &[u64], threads: usize) {
+        self.build_in(keys, present, threads, &mut Vec::new())
+    }
+
+    /// [`LineIndex::build`] with its entries (its 8 B per line) in `scratch`
+    /// where it holds that many already (a restart lends the buffer its sorts used, whose
+    /// pages are in memory: 0.8 GB fewer fresh pages to fault at 10^8 lines); else `scratch`
+    /// is grown. Its contents are overwritten.
+    pub fn build_in<K: KeyAt + Sync + ?Sized>(
+        &mut self,
+        keys: &K,
+        present: &[u64],
+        threads: usize,
+        scratch: &mut Vec<u64>,
+    ) {
         assert!(self.len == 0, "build into an index that holds entries");
         let n = self.heads.len();
         let slots = self.next.len().min(keys.slot_count());
@@ -291,7 +306,12 @@ impl LineIndex {
         starts[ranges] = sum;
         // 2. The entries grouped by range, ascending slots within each (threads in slot
         // order).
-        let mut entries = vec![0u64; sum];
+        if scratch.len() < sum {
+            scratch.clear();
+            scratch.resize(sum, 0);
+        }
+        // Every position is written below before it is read (the counts tile 0..sum).
+        let entries = &mut scratch[..sum];
         let out = Shared(entries.as_mut_ptr());
         let offs: Vec<std::sync::Mutex<Vec<usize>>> =
             offs.into_iter().map(std::sync::Mutex::new).collect();
@@ -306,17 +326,16 @@ impl LineIndex {
                 off[r] += 1;
             }
         });
-        // 3. Each range linked by one thread (ranges dealt round-robin), into `linked`
-        // (parallel to `entries`).
-        let mut linked = vec![NIL; sum];
+        // 3. Each range linked by one thread (ranges dealt round-robin), each entry's next
+        // link into its high half.
         {
             let heads: Vec<std::sync::Mutex<&mut [u32]>> = self
                 .heads
                 .chunks_mut(RANGE_BUCKETS)
                 .map(std::sync::Mutex::new)
                 .collect();
-            let mut rest: &mut [u32] = &mut linked;
-            let outs: Vec<std::sync::Mutex<&mut [u32]>> = (0..ranges)
+            let mut rest: &mut [u64] = entries;
+            let groups: Vec<std::sync::Mutex<&mut [u64]>> = (0..ranges)
                 .map(|r| {
                     let (mine, tail) =
                         std::mem::take(&mut rest).split_at_mut(starts[r + 1] - starts[r]);
@@ -324,12 +343,11 @@ impl LineIndex {
                     std::sync::Mutex::new(mine)
                 })
                 .collect();
-            let (entries, starts) = (&entries, &starts);
             run(&|t| {
                 for r in (t..ranges).step_by(threads) {
                     let mut h = heads[r].lock().unwrap();
-                    let mut o = outs[r].lock().unwrap();
-                    link_range(&mut h, &entries[starts[r]..starts[r + 1]], &mut o);
+                    let mut g = groups[r].lock().unwrap();
+                    link_range(&mut h, &mut g);
                 }
             });
         }
@@ -337,7 +355,7 @@ impl LineIndex {
         // within a block, every range's next entries (ascending slots) are copied in.
         let links: LinksPtr = Shared(self.next.as_mut_ptr());
         let cap = self.next.len();
-        let (entries, linked, starts) = (&entries, &linked, &starts);
+        let (entries, starts) = (&*entries, &starts);
         run(&|t| {
             let (lo, hi) = (cap * t / threads, cap * (t + 1) / threads);
             // Each range's first entry at or after `lo`.
@@ -355,7 +373,9 @@ impl LineIndex {
                     while i < stop && ((entries[i] as u32) as usize) < end {
                         // SAFETY: the slot is in `lo..hi`, this thread's own slots, and
                         // inside the links (a slot of `keys`).
-                        unsafe { *links.at().add(entries[i] as u32 as usize) = linked[i] };
+                        unsafe {
+                            *links.at().add(entries[i] as u32 as usize) = (entries[i] >> 32) as u32
+                        };
                         i += 1;
                     }
                     at[r] = i;
@@ -469,6 +489,21 @@ mod tests {
             assert_eq!(a.len, b.len, "cap {cap} threads {threads}");
             assert_eq!(a.heads, b.heads, "cap {cap} threads {threads}: chain heads");
             assert_eq!(a.next, b.next, "cap {cap} threads {threads}: links");
+            // In a lent buffer holding other values (a restart's sort buffer): the same.
+            let mut c = LineIndex::new(cap);
+            let mut lent: Vec<u64> = (0..cap as u64 + 99).map(|i| mix(i ^ 0x5a5a)).collect();
+            let at = lent.as_ptr();
+            c.build_in(&keys, &present, threads, &mut lent);
+            assert_eq!(
+                lent.as_ptr(),
+                at,
+                "cap {cap}: the lent buffer was reallocated"
+            );
+            assert_eq!(
+                (a.len, &a.heads, &a.next),
+                (c.len, &c.heads, &c.next),
+                "cap {cap} threads {threads}: built in a lent buffer"
+            );
             for (s, &k) in keys.iter().enumerate() {
                 if k != u64::MAX {
                     assert_eq!(b.find(k, &keys), Some(s as u32));

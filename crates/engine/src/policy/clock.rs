@@ -62,6 +62,14 @@ impl Policy for Clock {
         self.set_ref(slot, false);
         self.ring.push(slot);
     }
+    fn insert_all(&mut self, order: &[Slot]) -> bool {
+        // `insert` clears each slot's bit; with no slot in the ring every bit is clear
+        // already (`remove` clears it): the fill changes nothing (checked in debug builds).
+        debug_assert!(self.referenced.iter().all(|&w| w == 0));
+        self.referenced.fill(0);
+        self.ring.push_all(order);
+        true
+    }
     fn victim(&mut self) -> Slot {
         loop {
             let t = self.ring.front().expect("victim() on an empty CLOCK");

@@ -30,6 +30,10 @@ impl Policy for Fifo {
     fn insert(&mut self, slot: Slot, _a: &Access) {
         self.ring.push(slot);
     }
+    fn insert_all(&mut self, order: &[Slot]) -> bool {
+        self.ring.push_all(order);
+        true
+    }
     fn victim(&mut self) -> Slot {
         self.ring.front().expect("victim() on an empty FIFO")
     }

@@ -40,6 +40,10 @@ impl<L: LinkStore> Policy for Lifo<L> {
     fn insert(&mut self, slot: Slot, _a: &Access) {
         self.list.push_head(slot);
     }
+    fn insert_all(&mut self, order: &[Slot]) -> bool {
+        self.list.push_all(order);
+        true
+    }
     fn victim(&mut self) -> Slot {
         self.list.head().expect("victim() on an empty LIFO")
     }

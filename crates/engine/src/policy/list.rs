@@ -277,6 +277,37 @@ impl Ends {
     }
 }
 
+/// Links `order` (distinct slots, none in a list: their links are "none") into one list as
+/// pushing each at the head in turn would: slot `order[i]` gets `prev = order[i + 1]` (newer)
+/// and `next = order[i - 1]` (older); the tail is `order[0]`, the head the last. Returns the
+/// list's ends.
+fn set_chain<L: LinkStore>(links: &mut L, order: &[Slot]) -> Ends {
+    const AHEAD: usize = 16;
+    let nil = links.nil();
+    let n = order.len();
+    assert!(
+        n < u32::MAX as usize,
+        "set_chain: {n} slots do not fit a list"
+    );
+    for (i, &slot) in order.iter().enumerate() {
+        if let Some(&s) = order.get(i + AHEAD) {
+            links.prefetch(s);
+        }
+        debug_assert!(
+            links.prev(slot) == nil && links.next(slot) == nil,
+            "set_chain: slot {slot} already linked"
+        );
+        let prev = order.get(i + 1).copied().unwrap_or(nil);
+        let next = if i > 0 { order[i - 1] } else { nil };
+        links.set(slot, prev, next);
+    }
+    Ends {
+        head: order.last().copied().unwrap_or(nil),
+        tail: order.first().copied().unwrap_or(nil),
+        len: n as u32,
+    }
+}
+
 /// Doubly-linked list of slots. Each list owns its links, so a policy with several lists
 /// (ARC, S3-FIFO) pays `2w` bits per slot per list and can ask any of them whether it holds
 /// a slot ([`SlotList::contains`]); policies whose lists partition the slots use
@@ -329,6 +360,18 @@ impl<L: LinkStore> SlotList<L> {
     pub fn push_head(&mut self, slot: Slot) {
         debug_assert!(!self.contains(slot), "slot {slot} already listed");
         self.ends.push_head(&mut self.links, slot);
+    }
+
+    /// Fills the empty list (asserted) with `order`, distinct slots oldest first, exactly as
+    /// [`SlotList::push_head`] of each in turn would (a restart: one write per slot, no
+    /// neighbour's links read or written again).
+    pub fn push_all(&mut self, order: &[Slot]) {
+        assert!(
+            self.ends.len == 0,
+            "push_all into a list of {} slots",
+            self.ends.len
+        );
+        self.ends = set_chain(&mut self.links, order);
     }
 
     /// Unlinks `slot` (which must be in the list).
@@ -411,6 +454,17 @@ impl<const K: usize, L: LinkStore> MultiList<K, L> {
     pub fn push_head(&mut self, list: usize, slot: Slot) {
         debug_assert!(!self.contains_any(slot), "slot {slot} already listed");
         self.ends[list].push_head(&mut self.links, slot);
+    }
+
+    /// Fills `list` with `order`, distinct slots oldest first, exactly as
+    /// [`MultiList::push_head`] of each in turn would. Every list must be empty (asserted: a
+    /// slot of another list would keep its links).
+    pub fn push_all(&mut self, list: usize, order: &[Slot]) {
+        assert!(
+            self.ends.iter().all(|e| e.len == 0),
+            "push_all into lists holding slots"
+        );
+        self.ends[list] = set_chain(&mut self.links, order);
     }
 
     /// Unlinks `slot`, which must be in `list`.
@@ -600,6 +654,86 @@ mod tests {
                     prop_assert_eq!(m.iter_from_tail(l).collect::<Vec<_>>(), two[l].iter_from_tail().collect::<Vec<_>>());
                 }
             }
+        }
+
+        /// `push_all` (a restart's bulk links) leaves a list exactly as `push_head` of each
+        /// slot in turn: every slot's links, the ends, the order, and every answer under the
+        /// operations after; for packed links of the width needed and of 30 bits (a pair in
+        /// two accesses), aligned links, and a MultiList; into lists that held slots before.
+        #[test]
+        fn push_all_equals_push_head_in_turn(
+            cap in 1u32..300,
+            before in proptest::collection::vec(op(), 0..200),
+            pick in proptest::collection::vec(any::<u32>(), 0..300),
+            after in proptest::collection::vec(op(), 0..200),
+        ) {
+            fn check<L: LinkStore>(
+                mut bulk: SlotList<L>,
+                mut one: SlotList<L>,
+                cap: u32,
+                before: &[Op],
+                order: &[Slot],
+                after: &[Op],
+            ) -> Result<(), TestCaseError> {
+                for l in [&mut bulk, &mut one] {
+                    apply(l, cap, before);
+                    while l.pop_tail().is_some() {}
+                }
+                bulk.push_all(order);
+                for &s in order {
+                    one.push_head(s);
+                }
+                for s in 0..cap {
+                    prop_assert_eq!(
+                        (bulk.links.prev(s), bulk.links.next(s)),
+                        (one.links.prev(s), one.links.next(s)),
+                        "slot {}", s
+                    );
+                }
+                prop_assert_eq!((bulk.head(), bulk.tail(), bulk.len()), (one.head(), one.tail(), one.len()));
+                prop_assert_eq!(bulk.iter_from_tail().collect::<Vec<_>>(), order.to_vec());
+                apply(&mut bulk, cap, after);
+                apply(&mut one, cap, after);
+                prop_assert_eq!(bulk.iter_from_tail().collect::<Vec<_>>(), one.iter_from_tail().collect::<Vec<_>>());
+                Ok(())
+            }
+            fn apply<L: LinkStore>(l: &mut SlotList<L>, cap: u32, ops: &[Op]) {
+                for o in ops {
+                    match *o {
+                        Op::Push(s) if !l.contains(s % cap) => l.push_head(s % cap),
+                        Op::Unlink(s) if l.contains(s % cap) => l.unlink(s % cap),
+                        Op::ToHead(s) if l.contains(s % cap) => l.move_to_head(s % cap),
+                        Op::PopTail => {
+                            l.pop_tail();
+                        }
+                        _ => {}
+                    }
+                }
+            }
+            // Distinct slots in a random order.
+            let mut seen = vec![false; cap as usize];
+            let order: Vec<Slot> = pick
+                .iter()
+                .map(|&x| x % cap)
+                .filter(|&s| !std::mem::replace(&mut seen[s as usize], true))
+                .collect();
+            check::<PackedLinks>(SlotList::new(cap), SlotList::new(cap), cap, &before, &order, &after)?;
+            let wide = || SlotList {
+                links: PackedLinks::with_width(cap, 30),
+                ends: Ends::new(NONE),
+            };
+            check(wide(), wide(), cap, &before, &order, &after)?;
+            check::<AlignedLinks>(SlotList::new(cap), SlotList::new(cap), cap, &before, &order, &after)?;
+            // A MultiList: its list 1 filled in bulk, as pushing one by one.
+            let (mut m, mut n): (MultiList<2>, MultiList<2>) = (MultiList::new(cap), MultiList::new(cap));
+            m.push_all(1, &order);
+            for &s in &order {
+                n.push_head(1, s);
+            }
+            for s in 0..cap {
+                prop_assert_eq!((m.links.prev(s), m.links.next(s)), (n.links.prev(s), n.links.next(s)));
+            }
+            prop_assert_eq!((m.head(1), m.tail(1), m.len(1), m.len(0)), (n.head(1), n.tail(1), n.len(1), 0));
         }
     }
 }

@@ -46,6 +46,10 @@ impl<L: LinkStore> Policy for Lru<L> {
     fn insert(&mut self, slot: Slot, _a: &Access) {
         self.list.push_head(slot);
     }
+    fn insert_all(&mut self, order: &[Slot]) -> bool {
+        self.list.push_all(order);
+        true
+    }
     fn victim(&mut self) -> Slot {
         self.list.tail().expect("victim() on an empty LRU")
     }

@@ -178,6 +178,14 @@ pub trait Policy: Send {
     fn insert_reads_access(&self) -> bool {
         true
     }
+    /// A restart's bulk form of [`Policy::insert`]: the policy, holding no slot, takes
+    /// `order` (distinct slots, oldest first) exactly as `insert` of each in turn would, with
+    /// accesses it does not read (only asked of policies whose
+    /// [`Policy::insert_reads_access`] is false). Returns false, changing nothing, where the
+    /// policy has no such form: the caller then inserts them one by one.
+    fn insert_all(&mut self, _order: &[Slot]) -> bool {
+        false
+    }
     /// A hint that `slot` is inserted soon (a bulk restore, a few lines ahead): the policy may
     /// ask the CPU to load its per-slot state. MUST NOT change the policy's state.
     fn prefetch(&self, _slot: Slot) {}

@@ -156,6 +156,27 @@ impl LazyRing {
         self.live += 1;
     }
 
+    /// Appends `order` (distinct slots, oldest first) to a ring with no live slot
+    /// (asserted), as [`LazyRing::push`] of each in turn would: the dead entries are dropped
+    /// first (a compaction, as a push into a full ring does), then the slots copied in.
+    pub fn push_all(&mut self, order: &[Slot]) {
+        assert_eq!(self.live, 0, "push_all into a ring with live slots");
+        self.compact();
+        debug_assert_eq!(self.used, 0);
+        let n = self.ring.len();
+        assert!(
+            order.len() < n,
+            "push_all: {} slots into a ring of {n} entries",
+            order.len()
+        );
+        // From `start`, wrapping at the end of the ring.
+        let first = order.len().min(n - self.start);
+        self.ring[self.start..self.start + first].copy_from_slice(&order[..first]);
+        self.ring[..order.len() - first].copy_from_slice(&order[first..]);
+        self.used = order.len();
+        self.live = order.len() as u32;
+    }
+
     /// Removes and returns the oldest live slot.
     pub fn pop_front(&mut self) -> Option<Slot> {
         let s = self.front()?;
@@ -279,6 +300,57 @@ mod tests {
                 prop_assert_eq!(r.front(), l.tail());
                 prop_assert_eq!(r.iter().collect::<Vec<_>>(), l.iter_from_tail().collect::<Vec<_>>());
             }
+        }
+    }
+
+    proptest! {
+        /// `push_all` (a restart's bulk form) into an emptied ring equals `push` of each slot
+        /// in turn: same order, front and length, now and under the operations after
+        /// (`start` anywhere after the history, so the copy wraps).
+        #[test]
+        fn push_all_equals_push_in_turn(
+            cap in 1u32..200,
+            before in proptest::collection::vec((any::<u32>(), any::<bool>()), 0..400),
+            pick in proptest::collection::vec(any::<u32>(), 0..200),
+            after in proptest::collection::vec((any::<u32>(), any::<bool>()), 0..400),
+        ) {
+            let apply = |r: &mut LazyRing, l: &mut SlotList<AlignedLinks>, ops: &[(u32, bool)]| {
+                for &(s, push) in ops {
+                    let s = s % cap;
+                    if push && !l.contains(s) {
+                        r.push(s);
+                        l.push_head(s);
+                    } else if !push && l.contains(s) {
+                        r.remove(s);
+                        l.unlink(s);
+                    }
+                }
+            };
+            let mut a = LazyRing::new(cap);
+            let mut l: SlotList<AlignedLinks> = SlotList::new(cap);
+            apply(&mut a, &mut l, &before);
+            while a.pop_front().is_some() {}
+            while l.pop_tail().is_some() {}
+            let mut seen = vec![false; cap as usize];
+            let order: Vec<Slot> = pick
+                .iter()
+                .map(|&x| x % cap)
+                .filter(|&s| !std::mem::replace(&mut seen[s as usize], true))
+                .collect();
+            let mut b = a.clone();
+            a.push_all(&order);
+            for &s in &order {
+                b.push(s);
+                l.push_head(s);
+            }
+            prop_assert_eq!(a.iter().collect::<Vec<_>>(), order.clone());
+            prop_assert_eq!((a.front(), a.len()), (b.front(), b.len()));
+            let mut l2 = l.clone();
+            apply(&mut a, &mut l, &after);
+            apply(&mut b, &mut l2, &after);
+            prop_assert_eq!(a.iter().collect::<Vec<_>>(), b.iter().collect::<Vec<_>>());
+            prop_assert_eq!(a.iter().collect::<Vec<_>>(), l.iter_from_tail().collect::<Vec<_>>());
+            prop_assert_eq!((a.front(), a.len()), (b.front(), b.len()));
         }
     }
 

@@ -108,6 +108,12 @@ impl<L: LinkStore> Policy for Slru<L> {
         debug_assert!(!self.is_protected(slot));
         self.lists.push_head(PROBATION, slot);
     }
+    fn insert_all(&mut self, order: &[Slot]) -> bool {
+        // No slot listed: none protected (`remove` and demotion clear the bit).
+        debug_assert!(self.protected.iter().all(|&w| w == 0));
+        self.lists.push_all(PROBATION, order);
+        true
+    }
     fn victim(&mut self) -> Slot {
         self.lists
             .tail(PROBATION)

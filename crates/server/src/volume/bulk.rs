@@ -19,6 +19,10 @@ pub(super) struct Decoded {
     pub take: Vec<u64>,
     /// `(seq << 32 | slot)` of each candidate, by slot.
     pub order: Vec<u64>,
+    /// `key << 1 | dirty` of each candidate (its key, in-flux flag stripped, and whether its
+    /// record has a dirty sector), parallel to `order`: the duplicate keys' sort, gathered
+    /// while decoding (no second pass over the record area).
+    pub keys: Vec<u64>,
     /// Slots whose record is rewritten whatever happens: bad checksum, or no valid sector.
     pub touched: Vec<u32>,
     /// Slots whose record fails its checksum, ascending.
@@ -60,6 +64,7 @@ fn decode_part(
     n: usize,
     take: &mut [u64],
     order: &mut [u64],
+    keys: &mut [u64],
     version: u32,
 ) -> Part {
     let mut p = Part {
@@ -97,6 +102,9 @@ fn decode_part(
         }
         take[i / 64] |= 1 << (i % 64);
         order[p.order] = (r.seq as u64) << 32 | slot as u64;
+        // As `key_at` reads it (a decoded key has no in-flux bit, nor bit 63).
+        debug_assert_eq!(r.key, key_at(rec, i));
+        keys[p.order] = r.key << 1 | (r.dirty != 0) as u64;
         p.order += 1;
         if u64::from_le_bytes(b[0..8].try_into().unwrap()) & format::IN_FLUX != 0 {
             p.flux.push(slot);
@@ -118,6 +126,7 @@ pub(super) fn read_and_decode(
     let rb = RECORD_BYTES as usize;
     let mut take = vec![0u64; cap.div_ceil(64)];
     let mut order = vec![0u64; cap];
+    let mut keys = vec![0u64; cap];
     let one = disk.len() <= ONE_READ_BYTES;
     if one {
         cache.read_at(disk, META_OFFSET)?;
@@ -127,18 +136,28 @@ pub(super) fn read_and_decode(
         .par_chunks_mut(chunk_bytes)
         .zip(take.par_chunks_mut(CHUNK_RECORDS / 64))
         .zip(order.par_chunks_mut(CHUNK_RECORDS))
+        .zip(keys.par_chunks_mut(CHUNK_RECORDS))
         .enumerate()
-        .map(|(c, ((buf, take), order))| {
+        .map(|(c, (((buf, take), order), keys))| {
             if !one {
                 cache.read_at(buf, META_OFFSET + (c * chunk_bytes) as u64)?;
             }
             let n = CHUNK_RECORDS.min(cap - c * CHUNK_RECORDS);
-            Ok(decode_part(buf, c * CHUNK_RECORDS, n, take, order, version))
+            Ok(decode_part(
+                buf,
+                c * CHUNK_RECORDS,
+                n,
+                take,
+                order,
+                keys,
+                version,
+            ))
         })
         .collect();
     let mut d = Decoded {
         take,
         order: Vec::new(),
+        keys: Vec::new(),
         touched: Vec::new(),
         bad: Vec::new(),
         flux: Vec::new(),
@@ -156,6 +175,7 @@ pub(super) fn read_and_decode(
             });
         }
         order.copy_within(c * CHUNK_RECORDS..c * CHUNK_RECORDS + p.order, n);
+        keys.copy_within(c * CHUNK_RECORDS..c * CHUNK_RECORDS + p.order, n);
         n += p.order;
         d.touched.extend(p.touched);
         d.bad.extend(p.bad);
@@ -163,7 +183,9 @@ pub(super) fn read_and_decode(
         d.copies.extend(p.copies);
     }
     order.truncate(n);
+    keys.truncate(n);
     d.order = order;
+    d.keys = keys;
     Ok(d)
 }
 

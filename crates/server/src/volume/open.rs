@@ -508,6 +508,7 @@ impl CacheVolume {
         let bulk::Decoded {
             mut take,
             mut order,
+            keys,
             mut touched,
             bad,
             flux,
@@ -527,21 +528,12 @@ impl CacheVolume {
         // lower slot among equal sequence numbers (the records are visited in slot order).
         // Sorted as `key << 1 | dirty` (a key has no bit 63: the in-flux flag is stripped),
         // so the same sort gives the clean sample its clean keys in order below.
-        let rec_dirty = |slot: usize| {
-            let at = slot * RECORD_BYTES as usize + 16;
-            u64::from_le_bytes(disk[at..at + 8].try_into().unwrap()) != 0
-        };
+        // (The keys gathered by the decode, parallel to `order`.)
         // The newest sequence number (one serial pass) alongside the sort.
         let (max_seq, (mut keys, mut scratch)) = rayon::join(
             || bulk::max_seq(&disk, cap, &bad),
             || {
-                let mut keys: Vec<u64> = order
-                    .par_iter()
-                    .map(|&o| {
-                        let slot = o as u32 as usize;
-                        bulk::key_at(&disk, slot) << 1 | rec_dirty(slot) as u64
-                    })
-                    .collect();
+                let mut keys = keys;
                 let mut scratch = Vec::new();
                 bulk::radix_sort(&mut keys, &mut scratch);
                 (keys, scratch)
@@ -880,9 +872,10 @@ impl CacheVolume {
         );
         // Every line of `take` was restored or refused: these count the restored ones.
         let (mut restored, mut restored_dirty) = (engine.len(), engine.dirty_lines());
-        drop(scratch);
         lap.lap("age order | engine slots");
-        engine.restore_age(pending, bulk::low_halves(&mut order));
+        // The sort buffer (one `u64` per candidate) lent to the index build: no fresh pages.
+        engine.restore_age_in(pending, bulk::low_halves(&mut order), &mut scratch);
+        drop(scratch);
         drop(order);
         // Failed pool members: their records read as empty (nothing was restored there);
         // the engine places nothing on them.
