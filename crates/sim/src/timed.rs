@@ -89,6 +89,12 @@ pub struct TimedOptions {
     /// volumes runs write-back on two or more members (each dirty line written to two
     /// members, so a member failure loses none), else 1.
     pub dirty_copies: Option<u8>,
+    /// Request index (0-based) from which the run is measured: the requests before it go
+    /// through the cache (warming it, as a warm-cache experiment does) but are not counted in
+    /// IOPS, MB/s, latencies or [`TimedResult::measured_read_hit_ratio`]; the measured time
+    /// runs from the issue of this request to the last completion. 0: all of it is measured.
+    /// The time series (`series`) and the simulation report still cover the whole run.
+    pub measure_from: u64,
 }
 
 /// What happened when a pool member failed ([`TimedOptions::fail_ssd`]).
@@ -138,6 +144,7 @@ impl Default for TimedOptions {
             volume_bytes: None,
             fail_ssd: None,
             dirty_copies: None,
+            measure_from: 0,
         }
     }
 }
@@ -278,7 +285,8 @@ pub struct TimedResult {
     pub read_mb_per_s: f64,
     pub write_mb_per_s: f64,
     pub latency_us: Latencies,
-    /// Simulated time from the first arrival to the last request completion.
+    /// Simulated time from the first arrival (the first measured one with
+    /// [`TimedOptions::measure_from`]) to the last request completion.
     pub elapsed_s: f64,
     /// Simulated time until background work (population, cleaning) also finished.
     pub drained_s: f64,
@@ -321,7 +329,19 @@ pub struct TimedResult {
     /// What happened in each phase (same phases as `phase_s`).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub phase_counters: Vec<PhaseCounters>,
+    /// [`TimedOptions::measure_from`]: the requests before this index warmed the cache and
+    /// are not in the figures above (absent when 0).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub measured_from: u64,
+    /// With `measured_from`: read line hits / read lines of the measured requests only (the
+    /// simulation report's read-hit ratio covers the warm-up too). None without a warm-up.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub measured_read_hit_ratio: Option<f64>,
     pub series: Vec<Window>,
+}
+
+fn is_zero(x: &u64) -> bool {
+    *x == 0
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -359,6 +379,8 @@ struct Flight {
     all_left: u32,
     done: bool,
     background: bool,
+    /// Counted in the figures (not a warm-up request, [`TimedOptions::measure_from`]).
+    measured: bool,
 }
 
 /// Largest HDD write that merged write-backs make: the live volume's (`MAX_MERGED_WRITE` in
@@ -569,6 +591,12 @@ impl LogTimed {
 
     /// Hits and accesses so far, counted as [`crate::SimResult`] counts them for the log
     /// layout (read hits and duplicate writes over read and written lines).
+    /// Read line (hits, lines) so far.
+    fn read_lines(&self) -> (u64, u64) {
+        let k = self.driver.counters();
+        (k.read_line_hits, k.read_lines)
+    }
+
     fn hits(&self) -> (u64, u64) {
         let k = self.driver.counters();
         (
@@ -680,6 +708,14 @@ struct Executor<'a> {
     read_bytes: u64,
     write_bytes: u64,
     completed: u64,
+    /// [`TimedOptions::measure_from`]; whether the request being started is measured; when
+    /// the first measured request was issued; measured requests completed; read line
+    /// (hits, lines) of the measured requests.
+    measure_from: u64,
+    measuring: bool,
+    measure_start: Option<u64>,
+    measured_done: u64,
+    measured_read_lines: (u64, u64),
     first_arrival: Option<u64>,
     last_fg_done: u64,
     now: u64,
@@ -809,6 +845,10 @@ impl<'a> Executor<'a> {
             // background ([`Executor::next_pass`]).
             self.flushing = true;
         }
+        self.measuring = self.started >= self.measure_from;
+        if self.measuring {
+            self.measure_start.get_or_insert(arrival_ns);
+        }
         self.started += 1;
         if self.log.is_some() {
             return self.start_log(req, arrival_ns);
@@ -836,6 +876,9 @@ impl<'a> Executor<'a> {
                     urgent: false,
                     hdd_fg: false,
                 };
+                if req.op == Op::Read {
+                    self.note_read_lines(lines, lines);
+                }
                 self.fly(req, arrival_ns, vec![task], (lines, lines));
                 return Ok(());
             }
@@ -875,6 +918,10 @@ impl<'a> Executor<'a> {
         let hits = (
             after.line_hits - before.line_hits,
             after.line_accesses - before.line_accesses,
+        );
+        self.note_read_lines(
+            after.read_line_hits - before.read_line_hits,
+            after.read_line_accesses - before.read_line_accesses,
         );
         let f = self.fly(req, arrival_ns, tasks, hits);
         for (t, g) in gates {
@@ -1091,6 +1138,7 @@ impl<'a> Executor<'a> {
             all_left: n,
             done: true,
             background: true,
+            measured: false,
         });
         self.bg_in_flight += n;
         let mut slots = Vec::new();
@@ -1358,9 +1406,12 @@ impl<'a> Executor<'a> {
         );
         l.next += 1;
         let before = l.hits();
+        let rb = l.read_lines();
         let steps = l.driver.process(req, l.trace.content(i))?;
         let tasks = tasks_of(steps, req.op == Op::Write, hcap, scap, req.fua);
         let after = l.hits();
+        let ra = l.read_lines();
+        self.note_read_lines(ra.0 - rb.0, ra.1 - rb.1);
         self.fly(
             req,
             arrival_ns,
@@ -1389,6 +1440,7 @@ impl<'a> Executor<'a> {
             all_left: all,
             done: false,
             background: false,
+            measured: self.measuring,
         });
         if fg == 0 {
             self.finish_fg(f);
@@ -1396,6 +1448,14 @@ impl<'a> Executor<'a> {
         self.launch_ready(f);
         self.track_idle();
         f
+    }
+
+    /// Counts a request's read line hits and read lines when it is measured.
+    fn note_read_lines(&mut self, hits: u64, lines: u64) {
+        if self.measuring {
+            self.measured_read_lines.0 += hits;
+            self.measured_read_lines.1 += lines;
+        }
     }
 
     /// Dirty lines in the cache now (either layout).
@@ -1488,7 +1548,7 @@ impl<'a> Executor<'a> {
     }
 
     fn finish_fg(&mut self, f: usize) {
-        let (arrival, is_read, is_write, bytes, background) = {
+        let (arrival, is_read, is_write, bytes, background, measured) = {
             let fl = self.flights[f].as_mut().expect("live");
             fl.done = true;
             (
@@ -1497,11 +1557,23 @@ impl<'a> Executor<'a> {
                 fl.is_write,
                 fl.bytes,
                 fl.background,
+                fl.measured,
             )
         };
         if background {
             return;
         }
+        self.completed += 1;
+        self.last_fg_done = self.last_fg_done.max(self.now);
+        let w = self.window(self.now);
+        self.win_done[w].0 += 1;
+        self.win_done[w].1 += bytes;
+        self.win_dirty[w] = self.dirty_now();
+        if !measured {
+            // A warm-up request: it ran, but the figures start after it.
+            return;
+        }
+        self.measured_done += 1;
         let lat = self.now.saturating_sub(arrival).max(1);
         self.lat_all.saturating_record(lat);
         if is_read {
@@ -1513,12 +1585,6 @@ impl<'a> Executor<'a> {
             self.writes += 1;
             self.write_bytes += bytes;
         }
-        self.completed += 1;
-        self.last_fg_done = self.last_fg_done.max(self.now);
-        let w = self.window(self.now);
-        self.win_done[w].0 += 1;
-        self.win_done[w].1 += bytes;
-        self.win_dirty[w] = self.dirty_now();
     }
 
     fn maybe_free(&mut self, f: usize) {
@@ -1867,6 +1933,11 @@ pub fn simulate_timed<'a>(
         read_bytes: 0,
         write_bytes: 0,
         completed: 0,
+        measure_from: opts.measure_from,
+        measuring: opts.measure_from == 0,
+        measure_start: None,
+        measured_done: 0,
+        measured_read_lines: (0, 0),
         first_arrival: None,
         last_fg_done: 0,
         now: 0,
@@ -2002,7 +2073,14 @@ pub fn simulate_timed<'a>(
     );
     let drained = ex.now;
     let first = ex.first_arrival.unwrap_or(0);
-    let elapsed_ns = ex.last_fg_done.saturating_sub(first);
+    anyhow::ensure!(
+        ex.measure_start.is_some(),
+        "{}: the run is measured from request {} (0-based) but has only {issued} requests",
+        spec.input,
+        opts.measure_from
+    );
+    let measure_start = ex.measure_start.unwrap_or(first);
+    let elapsed_ns = ex.last_fg_done.saturating_sub(measure_start);
     let secs = elapsed_ns as f64 / 1e9;
     let per_s = |x: f64| if secs > 0.0 { x / secs } else { 0.0 };
     let cap_lines = match &ex.log {
@@ -2040,7 +2118,7 @@ pub fn simulate_timed<'a>(
             Drive::Open { speedup } => format!("open loop, speed-up {speedup}"),
             Drive::Closed { queue_depth } => format!("closed loop, queue depth {queue_depth}"),
         },
-        iops: per_s(ex.completed as f64),
+        iops: per_s(ex.measured_done as f64),
         read_iops: per_s(ex.reads as f64),
         write_iops: per_s(ex.writes as f64),
         mb_per_s: per_s((ex.read_bytes + ex.write_bytes) as f64) / 1e6,
@@ -2091,6 +2169,15 @@ pub fn simulate_timed<'a>(
                 .map(|(b, a)| b.minus(a))
                 .collect()
         },
+        measured_from: opts.measure_from,
+        measured_read_hit_ratio: (opts.measure_from > 0).then(|| {
+            let (h, n) = ex.measured_read_lines;
+            if n > 0 {
+                h as f64 / n as f64
+            } else {
+                0.0
+            }
+        }),
         series,
     };
     // Wall-clock time of the replay itself (the simulator's speed, not simulated time).
