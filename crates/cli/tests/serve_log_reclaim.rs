@@ -8,7 +8,7 @@
 
 mod common;
 
-use common::{Srv, BIN};
+use common::{have, NbdkitProc, Srv, BIN};
 use std::os::unix::fs::MetadataExt;
 use std::process::Command;
 use tiercache_nbd::Client;
@@ -209,4 +209,84 @@ fn direct_volume_refuses_the_log_reclamation_settings() {
         }
     }
     srv.stop("-TERM");
+}
+
+/// A cache device that is an NBD export gets NBD_CMD_TRIM for each reclaimed segment (nbdkit's
+/// log filter records them); an export whose trims fail (nbdkit's error filter, EIO on every
+/// trim) changes nothing but the count of discard errors: no request fails, every byte reads
+/// back (a discard is advisory: nothing durable refers to the bytes it names).
+#[test]
+fn an_nbd_cache_export_gets_trims_and_a_failing_trim_changes_nothing() {
+    if !have("nbdkit") {
+        return;
+    }
+    for fail in [false, true] {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        std::fs::File::create(d.join("backing.img"))
+            .unwrap()
+            .set_len(VOL)
+            .unwrap();
+        let log = d.join("nbdkit.log");
+        let logfile = format!("logfile={}", log.display());
+        let mut args = vec!["--filter=log"];
+        if fail {
+            args.push("--filter=error");
+        }
+        args.extend(["memory", "16M", logfile.as_str()]);
+        if fail {
+            args.extend(["error=EIO", "error-trim-rate=1"]);
+        }
+        let mem = NbdkitProc::start(&d.join("mem.sock"), &args);
+        let (cache, backing) = (mem.uri(), d.join("backing.img").display().to_string());
+        let srv = Srv::custom(
+            d,
+            &[
+                "--cache",
+                &cache,
+                "--backing",
+                &backing,
+                "--format-if-needed",
+                "--layout",
+                "log",
+                "--segment-size",
+                "256k",
+                "--mode",
+                "write-back",
+                "--trim",
+                "--free-reserve",
+                "0.2",
+            ],
+        );
+        let mut model = vec![0u8; VOL as usize];
+        let mut c = Client::connect(&srv.uri()).unwrap();
+        for pass in 0..2u64 {
+            for l in 0..VOL / LINE {
+                let b = line_bytes(l, pass + 1);
+                c.write(l * LINE, &b).unwrap();
+                model[(l * LINE) as usize..((l + 1) * LINE) as usize].copy_from_slice(&b);
+            }
+            c.flush().unwrap();
+        }
+        drop(c);
+        let live = &srv.stats()["log"]["live"];
+        let n = |k: &str| live[k].as_u64().unwrap();
+        if fail {
+            assert!(
+                n("discard_errors") > 0 && n("discards") == 0,
+                "trims failing: {live}"
+            );
+        } else {
+            assert!(n("discards") > 10 && n("discard_errors") == 0, "{live}");
+            let text = std::fs::read_to_string(&log).unwrap();
+            let trims = text.lines().filter(|l| l.contains("Trim")).count() as u64;
+            assert!(
+                trims >= n("discards"),
+                "{trims} NBD trims logged for {} discards",
+                n("discards")
+            );
+        }
+        assert_eq!(read_all(&srv.uri()), model, "fail {fail}: bytes read back");
+        srv.stop("-TERM");
+    }
 }
