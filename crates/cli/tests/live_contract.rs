@@ -59,19 +59,6 @@ fn backing_at(d: &Path, off: usize, len: usize) -> Vec<u8> {
     std::fs::read(d.join("backing.img")).unwrap()[off..off + len].to_vec()
 }
 
-/// Distinct, poorly compressible bytes (so the log layout neither shares nor shrinks them).
-fn pattern(seed: u64, len: usize) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
-
 #[test]
 fn both_layouts_keep_one_contract_for_stats_metrics_mode_flush_reset_detach() {
     let mut schemas = Vec::new();

@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::{replay_qd1, run, Srv, BIN};
+use common::{replay_qd1, run, sparse, Srv, BIN};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -21,10 +21,6 @@ fn traces() -> Option<PathBuf> {
         tiercache_testskip::skip!("shared traces not found under {}", t.display());
         None
     }
-}
-
-fn sparse(path: &std::path::Path, len: u64) {
-    std::fs::File::create(path).unwrap().set_len(len).unwrap();
 }
 
 #[test]

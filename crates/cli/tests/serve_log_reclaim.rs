@@ -8,9 +8,8 @@
 
 mod common;
 
-use common::{have, NbdkitProc, Srv, BIN};
+use common::{have, pattern, sparse, NbdkitProc, Srv};
 use std::os::unix::fs::MetadataExt;
-use std::process::Command;
 use tiercache_nbd::Client;
 
 const LINE: u64 = 4096;
@@ -18,25 +17,7 @@ const VOL: u64 = 32 << 20;
 
 /// Line `l`'s bytes at version `v` (incompressible, distinct per line and version).
 fn line_bytes(l: u64, v: u64) -> Vec<u8> {
-    let mut x = (l << 20 | v).wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    (0..LINE)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
-
-fn ctl_out(srv: &Srv, args: &[&str]) -> std::process::Output {
-    Command::new(BIN)
-        .arg("ctl")
-        .arg("--control")
-        .arg(&srv.ctl)
-        .args(args)
-        .output()
-        .unwrap()
+    pattern(l << 20 | v, LINE as usize)
 }
 
 fn get(srv: &Srv, k: &str) -> String {
@@ -56,10 +37,7 @@ fn read_all(uri: &str) -> Vec<u8> {
 fn trim_free_reserve_and_reinsertion_work_live_and_keep_every_byte() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    std::fs::File::create(d.join("backing.img"))
-        .unwrap()
-        .set_len(VOL)
-        .unwrap();
+    sparse(&d.join("backing.img"), VOL);
     let mut model = vec![0u8; VOL as usize];
     let srv = Srv::start(
         d,
@@ -121,7 +99,7 @@ fn trim_free_reserve_and_reinsertion_work_live_and_keep_every_byte() {
 
     // 2. Live changes: reinsertion refused while a trimmed reserve is kept (the simulator
     //    refuses it too), accepted without the reserve; then hot clean lines come back.
-    let o = ctl_out(&srv, &["set", "reinsert-hits", "2"]);
+    let o = srv.ctl_output(&["set", "reinsert-hits", "2"]);
     let e = String::from_utf8_lossy(&o.stderr);
     assert!(
         !o.status.success() && e.contains("free reserve"),
@@ -131,7 +109,7 @@ fn trim_free_reserve_and_reinsertion_work_live_and_keep_every_byte() {
     srv.ctl(&["set", "reinsert-hits", "2"]);
     assert!(get(&srv, "reinsert-hits").contains('2'));
     assert!(get(&srv, "free-reserve").contains('0'));
-    let o = ctl_out(&srv, &["set", "trim", "maybe"]);
+    let o = srv.ctl_output(&["set", "trim", "maybe"]);
     assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("on or off"));
     // Reads: a hot set of 32 lines read again and again between batches of cold read
     //    misses (the clean stream, whose reclamations reinsert).
@@ -189,10 +167,7 @@ fn trim_free_reserve_and_reinsertion_work_live_and_keep_every_byte() {
 fn direct_volume_refuses_the_log_reclamation_settings() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    std::fs::File::create(d.join("backing.img"))
-        .unwrap()
-        .set_len(8 << 20)
-        .unwrap();
+    sparse(&d.join("backing.img"), 8 << 20);
     let srv = Srv::start(d, &[]);
     for (k, v) in [
         ("trim", "on"),
@@ -200,7 +175,7 @@ fn direct_volume_refuses_the_log_reclamation_settings() {
         ("reinsert-hits", "2"),
     ] {
         for args in [&["set", k, v][..], &["get", k]] {
-            let o = ctl_out(&srv, args);
+            let o = srv.ctl_output(args);
             let e = String::from_utf8_lossy(&o.stderr);
             assert!(
                 !o.status.success() && e.contains(k) && e.contains("log layout only"),
@@ -223,10 +198,7 @@ fn an_nbd_cache_export_gets_trims_and_a_failing_trim_changes_nothing() {
     for fail in [false, true] {
         let dir = tempfile::tempdir().unwrap();
         let d = dir.path();
-        std::fs::File::create(d.join("backing.img"))
-            .unwrap()
-            .set_len(VOL)
-            .unwrap();
+        sparse(&d.join("backing.img"), VOL);
         let log = d.join("nbdkit.log");
         let logfile = format!("logfile={}", log.display());
         let mut args = vec!["--filter=log"];

@@ -8,6 +8,25 @@ use std::time::{Duration, Instant};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_tiercache");
 
+/// Distinct, poorly compressible bytes from `seed` (so the log layout neither shares nor
+/// shrinks them).
+pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+/// A sparse file of `len` bytes (a backing or cache image), created or truncated.
+pub fn sparse(path: &Path, len: u64) {
+    std::fs::File::create(path).unwrap().set_len(len).unwrap();
+}
+
 /// The Prometheus page of a server's `--metrics` address (`host:port`), headers included.
 pub fn metrics(addr: &str) -> String {
     use std::io::{Read, Write};
@@ -239,6 +258,17 @@ impl Srv {
             .arg("--control")
             .arg(&self.ctl)
             .args(args))
+    }
+
+    /// `tiercache ctl` against this server, whatever its outcome (for refusals).
+    pub fn ctl_output(&self, args: &[&str]) -> std::process::Output {
+        Command::new(BIN)
+            .arg("ctl")
+            .arg("--control")
+            .arg(&self.ctl)
+            .args(args)
+            .output()
+            .unwrap()
     }
 
     /// `ctl stats --json`, parsed.
