@@ -198,20 +198,29 @@ impl Inner {
                     .ext_at(off)
                     .copied()
                     .filter(|e| e.key == key && e.len == len && !e.dirty);
-                match ext {
-                    Some(e) if matches!(self.load_stored(v, &e), Ok(true)) => {
+                let got = ext.map(|e| (e, self.load_stored(v, &e)));
+                let why = match got {
+                    Some((e, Ok(true))) => {
                         read.insert(key, (e, self.stored.clone()));
+                        continue;
+                    }
+                    Some((_, Err(err))) => {
+                        // Counted as a read error of a hit is (rule 8); a device that keeps
+                        // failing fails the cache at the reclamation's writes.
+                        self.cache_errors += 1;
+                        format!("cache device read error: {err}")
                     }
                     _ => {
                         self.live.extent_crc_errors += 1;
-                        let (vol, line) = LogEngine::key_line(key);
-                        tracing::warn!(
-                            "segment {v} offset {off}: clean extent of line {line} not reinserted: it does not read back or verify"
-                        );
-                        self.eng.forget(vol, line);
-                        forgot = true;
+                        "its checksum fails".to_string()
                     }
-                }
+                };
+                let (vol, line) = LogEngine::key_line(key);
+                tracing::warn!(
+                    "segment {v} offset {off}: clean extent of line {line} not reinserted ({why}): evicted"
+                );
+                self.eng.forget(vol, line);
+                forgot = true;
             }
             if !forgot {
                 return cands
