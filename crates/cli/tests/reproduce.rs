@@ -485,6 +485,74 @@ fn qsan_case_1_at_the_seeds_scale() {
     assert!(r.iter().any(|r| r.0.contains("with our disks' I")), "{r:?}");
 }
 
+/// Issue 18 (session 29): the 8 KiB-group variant (population unit = the line, the run that
+/// comes closest to the formula) has rows in `reproduce qsan` beside the seed's 1 MiB blocks,
+/// for both cases, and the group size the row names is the one its run used (the run's own
+/// report, not the settings text); the claims stay the seed's setup. Case 2's no-cache run at
+/// the seed's 2 TiB is shown beside the like-for-like baseline, and the speedup claim's basis
+/// says what it is.
+#[test]
+fn qsan_has_the_8k_group_variant_rows_and_a_no_cache_run_at_the_seeds_c() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_, v) = reproduce("qsan", "3000", dir.path());
+    let r = rows(&v);
+    for (case, c) in [("test case 1", "10GiB"), ("test case 2", "8GiB")] {
+        let head = format!("{case}, 8KiB groups of 8KiB lines (population unit = the group)");
+        let row = r
+            .iter()
+            .find(|r| r.0.starts_with(&head))
+            .unwrap_or_else(|| panic!("no variant row for {case}: {r:?}"));
+        assert!(row.0.ends_with(&format!("estimate at C = {c}")), "{row:?}");
+        assert!(
+            row.1.starts_with("group 8192 B, line 8192 B as run"),
+            "{row:?}"
+        );
+        let close = format!("{case}: how close 8KiB groups come to Qsan's warm-up / estimate");
+        assert!(
+            r.iter().any(|r| r.0 == close),
+            "no closeness row for {case}: {r:?}"
+        );
+        // The seed's setup still runs 1 MiB blocks.
+        assert!(
+            r.iter().any(|r| r
+                .0
+                .starts_with(&format!("{case}: warm-up (IOPS at 95 % of final)"))),
+            "{r:?}"
+        );
+    }
+    let iops = r
+        .iter()
+        .find(|r| r.0 == "test case 2: IOPS without cache -> warm")
+        .unwrap_or_else(|| panic!("no case 2 IOPS row: {r:?}"));
+    assert!(
+        iops.1.contains("no cache at the seed's C = 2TiB:"),
+        "{iops:?}"
+    );
+    let claims = v["claims"].as_array().expect("claims array");
+    let claim = |id: &str| {
+        claims
+            .iter()
+            .find(|c| c["id"] == id)
+            .unwrap_or_else(|| panic!("no claim {id}"))
+    };
+    let speed = claim("qsan.case2_speedup");
+    assert!(
+        speed["basis"]
+            .as_str()
+            .unwrap()
+            .contains("no cache at the same C (at the seed's C = 2TiB the no-cache IOPS are"),
+        "{speed}"
+    );
+    // One verdict per case: the variant adds rows, not claims.
+    assert_eq!(
+        claims
+            .iter()
+            .filter(|c| c["id"].as_str().unwrap().starts_with("qsan."))
+            .count(),
+        5
+    );
+}
+
 /// Issue 18 (session 28): SRT runs the paper's own cache sizes in bytes (0.5, 1, 16, 64 GB;
 /// before: shares of the replayed footprint) on devices set the paper's 3x apart (before:
 /// `ssd:default`, ~44x the disk on this workload).
