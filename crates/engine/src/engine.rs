@@ -1259,6 +1259,21 @@ impl Engine {
     fn set_valid(&mut self, slot: Slot, m: u64) {
         self.journal_touch(slot);
         if self.sectors {
+            if self.part_masks.is_empty() {
+                // No line is partly valid or dirty (whole-line runs: every miss evicts and
+                // places a line, both through here): a line's masks are its whole bit and
+                // dirty bit, so only the whole bit changes, as `store_masks` would change it.
+                // callgrind, session 29: ~100 instructions per miss saved (4 calls).
+                let (w, b) = (slot as usize / 64, 1u64 << (slot % 64));
+                if m == self.full_mask {
+                    self.whole[w] |= b;
+                    return;
+                }
+                if m == 0 && !(self.whole[w] & b != 0 && self.is_dirty(slot)) {
+                    self.whole[w] &= !b;
+                    return;
+                }
+            }
             let d = self.masks(slot).1;
             self.store_masks(slot, m, d);
         }
@@ -2327,8 +2342,13 @@ impl Engine {
         if self.class_gate && self.len > 0 && self.policy.at_limit(ci as u8) {
             return self.evict_for_class(ci);
         }
-        if let Some(s) = self.free_slot() {
-            return Some(s);
+        // A full cache (every slot holds a line: `len` counts them) has no free slot, so the
+        // free list's checks are skipped on every miss of a warm cache (~28 instructions per
+        // miss, session 29).
+        if self.len < self.cap {
+            if let Some(s) = self.free_slot() {
+                return Some(s);
+            }
         }
         let mut victim = if self.class_gate {
             self.policy.victim_for(ci as u8, &self.dirty)
