@@ -1255,13 +1255,35 @@ impl Engine {
         }
     }
 
-    #[inline]
+    #[inline(always)]
     fn set_valid(&mut self, slot: Slot, m: u64) {
         self.journal_touch(slot);
         if self.sectors {
-            let d = self.masks(slot).1;
-            self.store_masks(slot, m, d);
+            if self.part_masks.is_empty() {
+                // No line is partly valid or dirty (whole-line runs: every miss evicts and
+                // places a line, both through here): a line's masks are its whole bit and
+                // dirty bit, so only the whole bit changes, as `store_masks` would change it.
+                // callgrind, session 29: ~100 instructions per miss saved (4 calls).
+                let (w, b) = (slot as usize / 64, 1u64 << (slot % 64));
+                if m == self.full_mask {
+                    self.whole[w] |= b;
+                    return;
+                }
+                if m == 0 && !(self.whole[w] & b != 0 && self.is_dirty(slot)) {
+                    self.whole[w] &= !b;
+                    return;
+                }
+            }
+            self.set_valid_masks(slot, m);
         }
+    }
+
+    /// [`Engine::set_valid`]'s general case, out of line (the fast case above is inlined
+    /// into the miss path).
+    #[inline(never)]
+    fn set_valid_masks(&mut self, slot: Slot, m: u64) {
+        let d = self.masks(slot).1;
+        self.store_masks(slot, m, d);
     }
 
     /// Sets the dirty sectors of a line (and its line-level dirty state).
@@ -1461,7 +1483,12 @@ impl Engine {
         let key = Self::line_key(req.volume, req.offset >> self.line_shift);
         let slot = self.lookup(key);
         if let Some(s) = slot {
-            if self.sectors && self.valid_mask(s) != self.full_mask {
+            // A whole line (its bit set) is valid throughout: the side map is read only for
+            // the others (callgrind, session 29: ~20 instructions per hit).
+            if self.sectors
+                && self.whole[s as usize / 64] >> (s % 64) & 1 == 0
+                && self.valid_mask(s) != self.full_mask
+            {
                 return false;
             }
         }
@@ -2327,8 +2354,13 @@ impl Engine {
         if self.class_gate && self.len > 0 && self.policy.at_limit(ci as u8) {
             return self.evict_for_class(ci);
         }
-        if let Some(s) = self.free_slot() {
-            return Some(s);
+        // A full cache (every slot holds a line: `len` counts them) has no free slot, so the
+        // free list's checks are skipped on every miss of a warm cache (~28 instructions per
+        // miss, session 29).
+        if self.len < self.cap {
+            if let Some(s) = self.free_slot() {
+                return Some(s);
+            }
         }
         let mut victim = if self.class_gate {
             self.policy.victim_for(ci as u8, &self.dirty)
