@@ -14,6 +14,15 @@ use tiercache_nbd::Client;
 
 const LINE: u64 = 4096;
 const VOL: u64 = 32 << 20;
+/// The log cache of the first test (FIFO picker: a hot segment is reclaimed in turn).
+const LOG: &[&str] = &[
+    "--layout",
+    "log",
+    "--segment-size",
+    "256k",
+    "--picker",
+    "fifo",
+];
 
 /// Line `l`'s bytes at version `v` (incompressible, distinct per line and version).
 fn line_bytes(l: u64, v: u64) -> Vec<u8> {
@@ -39,22 +48,12 @@ fn trim_free_reserve_and_reinsertion_work_live_and_keep_every_byte() {
     let d = dir.path();
     sparse(&d.join("backing.img"), VOL);
     let mut model = vec![0u8; VOL as usize];
-    let srv = Srv::start(
-        d,
-        &[
-            "--layout",
-            "log",
-            "--segment-size",
-            "256k",
-            "--picker",
-            "fifo",
-            "--mode",
-            "write-back",
-            "--trim",
-            "--free-reserve",
-            "0.2",
-        ],
-    );
+    let flags = [
+        LOG,
+        &["--mode", "write-back", "--trim", "--free-reserve", "0.2"],
+    ]
+    .concat();
+    let srv = Srv::start(d, &flags);
     assert!(get(&srv, "trim").contains("on"), "{}", get(&srv, "trim"));
     assert!(get(&srv, "free-reserve").contains("0.2"));
     assert!(get(&srv, "reinsert-hits").contains('0'));
@@ -145,17 +144,7 @@ fn trim_free_reserve_and_reinsertion_work_live_and_keep_every_byte() {
     // 3. A crash, then a restart without the flags: per run, they are off again; every
     //    byte flushed reads back.
     srv.kill9();
-    let srv = Srv::start(
-        d,
-        &[
-            "--layout",
-            "log",
-            "--segment-size",
-            "256k",
-            "--picker",
-            "fifo",
-        ],
-    );
+    let srv = Srv::start(d, LOG);
     assert!(get(&srv, "trim").contains("off"));
     assert!(get(&srv, "reinsert-hits").contains('0'));
     assert_eq!(read_all(&srv.uri()), model, "bytes read back after kill -9");

@@ -475,16 +475,7 @@ fn open_log(
         let hits = g.reinsert_hits.unwrap_or(0);
         vol.set_reclaim(g.trim, reserve, hits)
             .map_err(|e| format!("--trim/--free-reserve/--reinsert-hits on {name}: {e}"))?;
-        let kept = if g.trim {
-            tiercache_engine::LogConfig {
-                trim: true,
-                free_reserve: reserve,
-                ..vol.engine_config()
-            }
-            .reserve_segments()
-        } else {
-            0
-        };
+        let kept = vol.engine_config().reserve_segments();
         say(&format!(
             "reclamation: trim {}, free reserve {reserve} ({kept} segments kept free{}), reinsert hits {hits} (per run: `ctl set` changes them live)",
             if g.trim { "on" } else { "off" },

@@ -202,6 +202,16 @@ pub fn log_key(k: &str) -> Option<&'static str> {
     LOG_KEYS.iter().map(|x| x.0).find(|x| *x == want)
 }
 
+/// An on/off setting's value (`on`, `true`, `yes`, `1` / `off`, `false`, `no`, `0`), or an
+/// error naming the key.
+pub fn parse_on_off(k: &str, v: &str) -> Result<bool, String> {
+    match v.trim().to_ascii_lowercase().as_str() {
+        "on" | "true" | "yes" | "1" => Ok(true),
+        "off" | "false" | "no" | "0" => Ok(false),
+        _ => Err(format!("{k} {v:?}: give on or off")),
+    }
+}
+
 /// A size as `ctl get` shows it (parseable again by `ctl set`): `0`, `256KiB`, `1MiB`.
 pub fn size_str(b: u64) -> String {
     if b == 0 {
@@ -318,13 +328,7 @@ impl Tuning {
                     format!("{k} {v:?}: give a number of likely victims (0 = off), e.g. 8")
                 })?
             }
-            "partial-fill" => {
-                t.partial_write_fill = match v.trim().to_ascii_lowercase().as_str() {
-                    "on" | "true" | "yes" | "1" => true,
-                    "off" | "false" | "no" | "0" => false,
-                    _ => return Err(format!("{k} {v:?}: give on or off")),
-                }
-            }
+            "partial-fill" => t.partial_write_fill = parse_on_off(k, v)?,
             _ => return Err(format!("{k} is not a per-run setting")),
         }
         Ok(t)
@@ -452,7 +456,8 @@ impl Tuning {
     }
 }
 
-fn on_off(b: bool) -> &'static str {
+/// An on/off setting as `ctl get` shows it.
+pub fn on_off(b: bool) -> &'static str {
     if b {
         "on"
     } else {

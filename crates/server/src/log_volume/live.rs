@@ -116,7 +116,7 @@ impl LogVolume {
             ("policy", g.sb.picker.clone()),
             ("line-size", tuning::size_str(g.sb.line_size)),
             ("ram-cache", self.ram_size_setting()),
-            ("trim", if c.trim { "on" } else { "off" }.to_string()),
+            ("trim", tuning::on_off(c.trim).to_string()),
             ("free-reserve", c.free_reserve.to_string()),
             ("reinsert-hits", c.reinsert_hits.to_string()),
         ]
@@ -150,13 +150,7 @@ impl LogVolume {
         let (mut trim, mut reserve, mut hits) = (c.trim, c.free_reserve, c.reinsert_hits);
         let v = value.trim();
         match k {
-            "trim" => {
-                trim = match v.to_ascii_lowercase().as_str() {
-                    "on" | "true" | "1" | "yes" => true,
-                    "off" | "false" | "0" | "no" => false,
-                    _ => return Err(format!("trim {value:?}: give on or off")),
-                }
-            }
+            "trim" => trim = tuning::parse_on_off(k, value)?,
             "free-reserve" => {
                 reserve = v.parse().map_err(|_| {
                     format!("free-reserve {value:?}: give a share of the segments, 0..0.5")
